@@ -1,0 +1,16 @@
+// The subcommands of the `specstate` command line. Each registers itself on the app and returns
+// the exit status through the callback: 0 success, 1 a check failed, 2 bad arguments.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace specstate::cli {
+
+// specstate check-golden FILE... [--backend cpu|cuda]
+void add_check_golden_command(CLI::App& app, int& exit_code);
+// specstate simulate ...
+void add_simulate_command(CLI::App& app, int& exit_code);
+// specstate plan ...
+void add_plan_command(CLI::App& app, int& exit_code);
+
+}  // namespace specstate::cli

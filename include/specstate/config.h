@@ -1,0 +1,82 @@
+// Layer and model configuration, and the options a state pool is created with.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "specstate/dtype.h"
+
+namespace specstate {
+
+// One Gated DeltaNet layer (Qwen3-Next). DESIGN.md section 3.
+struct GdnConfig {
+  int num_k_heads = 16;          // H: query/key heads
+  int num_v_heads = 32;          // HV: value heads, a multiple of H
+  int head_k_dim = 128;          // K
+  int head_v_dim = 128;          // V
+  int conv_width = 4;            // W: conv taps; the conv state keeps W-1 columns
+  std::optional<float> scale;    // query scale; K^-1/2 when unset
+  bool conv_bias = false;        // whether verify/decode take a conv bias
+  DType act_dtype = DType::kBF16;         // mixed_qkv, a, b, conv_out, core_out
+  DType conv_state_dtype = DType::kBF16;  // committed conv window and its snapshots
+  DType ssm_state_dtype = DType::kF32;    // committed SSM state and its snapshots
+
+  int conv_dim() const noexcept { return 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim; }
+  float effective_scale() const noexcept;
+  // Elements of one SSM state: HV * V * K.
+  int64_t ssm_state_elems() const noexcept {
+    return int64_t{num_v_heads} * head_v_dim * head_k_dim;
+  }
+};
+
+enum class LayerKind : int32_t { kGatedDeltaNet = 0, kMamba2 = 1 };
+
+// A model is `num_layers` recurrent layers of one configuration (the pool is layer-major, so a
+// slot's layers are one launch). Attention layers are not specstate's business.
+struct ModelConfig {
+  LayerKind kind = LayerKind::kGatedDeltaNet;
+  int num_layers = 1;
+  GdnConfig gdn;
+
+  static ModelConfig gated_delta_net(int num_layers, const GdnConfig& layer) {
+    ModelConfig config;
+    config.kind = LayerKind::kGatedDeltaNet;
+    config.num_layers = num_layers;
+    config.gdn = layer;
+    return config;
+  }
+
+  int conv_dim() const noexcept { return gdn.conv_dim(); }
+  int conv_width() const noexcept { return gdn.conv_width; }
+  DType conv_state_dtype() const noexcept { return gdn.conv_state_dtype; }
+  DType ssm_state_dtype() const noexcept { return gdn.ssm_state_dtype; }
+  int64_t conv_state_elems() const noexcept { return int64_t{conv_dim()} * (conv_width() - 1); }
+  int64_t ssm_state_elems() const noexcept { return gdn.ssm_state_elems(); }
+  // Committed bytes of one slot over all layers (conv + SSM).
+  int64_t slot_bytes() const noexcept;
+
+  // Throws Error(kInvalidArgument) naming the first field out of range.
+  void validate() const;
+};
+
+// Where the pool's memory lives and where its kernels run.
+enum class Backend : int32_t { kCpu = 0, kCuda = 1 };
+
+// How verify records what commit needs. DESIGN.md section 6. Only kSnapshot exists so far.
+enum class Strategy : int32_t { kSnapshot = 0 };
+
+const char* backend_name(Backend backend) noexcept;
+const char* strategy_name(Strategy strategy) noexcept;
+
+struct PoolOptions {
+  int num_slots = 1;       // requests whose committed state the pool holds
+  int max_rows = 1;        // largest verify batch (rows, padding included)
+  int max_window = 1;      // largest window T (tokens per row per round)
+  Backend backend = Backend::kCpu;
+  Strategy strategy = Strategy::kSnapshot;
+  int device = 0;          // CUDA device ordinal (kCuda only)
+  void* stream = nullptr;  // cudaStream_t the pool's work runs on (kCuda only; null = default)
+};
+
+}  // namespace specstate

@@ -1,0 +1,114 @@
+// The state pool: committed per-layer states of every request (one slot each), the scratch a
+// verify round records into, and the protocol of DESIGN.md section 5:
+//
+//   SlotHandle h = pool.acquire();                 // once per request (zeroed state)
+//   pool.prefill(layer, h, weights, inputs, out);  // per layer, advances the committed state
+//   pool.begin_verify(batch);                      // once per round: rows -> slots, window, tree
+//   pool.verify(layer, weights, inputs, out);      // per layer, committed state untouched
+//   pool.commit(accepted);                         // once per round, all layers, all-or-nothing
+//   pool.release(h);                               // when the request ends
+//
+// Every call validates its whole input before touching memory and throws specstate::Error
+// (naming the function, argument and value) without changing any state when it rejects.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "specstate/config.h"
+#include "specstate/gdn.h"
+#include "specstate/status.h"
+#include "specstate/tensor_view.h"
+
+namespace specstate {
+
+// A request's slot. The generation makes a handle stale once its slot is released (and maybe
+// handed out again); the pool id makes a handle of another pool foreign. Both are rejected.
+struct SlotHandle {
+  int32_t slot = -1;
+  uint32_t generation = 0;
+  uint64_t pool_id = 0;
+
+  // The handle of a padding row: never read, never written.
+  static SlotHandle padding() noexcept { return SlotHandle{}; }
+  bool is_padding() const noexcept { return slot < 0; }
+  friend bool operator==(const SlotHandle& x, const SlotHandle& y) noexcept {
+    return x.slot == y.slot && x.generation == y.generation && x.pool_id == y.pool_id;
+  }
+  friend bool operator!=(const SlotHandle& x, const SlotHandle& y) noexcept { return !(x == y); }
+};
+
+// One verify round's batch. Tokens of a layer's inputs are packed by row: token i of row r at
+// r * window + i (padding rows keep their place; their tokens are read by nobody).
+struct VerifyBatch {
+  std::vector<SlotHandle> rows;  // B rows; SlotHandle::padding() marks a padding row
+  int window = 1;                // T tokens per row; token 0 is the root
+  // Empty: a chain. Otherwise a tree: parents[t] < t for t >= 1 and parents[0] = -1, either
+  // [T] (one tree shared by every row) or [B * T] (row r's tree at r * T).
+  std::vector<int32_t> parents;
+
+  bool is_tree() const noexcept { return !parents.empty(); }
+};
+
+class StatePool {
+ public:
+  StatePool(const ModelConfig& config, const PoolOptions& options);
+  ~StatePool() noexcept;
+  StatePool(StatePool&&) noexcept;
+  StatePool& operator=(StatePool&&) noexcept;
+  StatePool(const StatePool&) = delete;
+  StatePool& operator=(const StatePool&) = delete;
+
+  const ModelConfig& config() const noexcept;
+  const PoolOptions& options() const noexcept;
+
+  // --- slots -------------------------------------------------------------------------------
+  // The lowest free slot, zeroed (conv window and SSM state of every layer).
+  SlotHandle acquire();
+  void release(SlotHandle handle);
+  bool is_live(SlotHandle handle) const noexcept;
+  int free_slots() const noexcept;
+  // The slot index of a live handle (index into the views below); throws otherwise.
+  int slot_index(SlotHandle handle) const;
+
+  // --- memory views (device memory for Backend::kCuda) --------------------------------------
+  TensorView conv_state(int layer) const;     // [slots, conv_dim, W-1], oldest column first
+  TensorView ssm_state(int layer) const;      // [slots, HV, V, K]
+  TensorView snapshot_conv(int layer) const;  // [max_rows, max_window, conv_dim, W-1]
+  TensorView snapshot_ssm(int layer) const;   // [max_rows, max_window, HV, V, K]
+  int64_t committed_bytes() const noexcept;   // all slots, all layers
+  int64_t scratch_bytes() const noexcept;     // snapshot scratch, all layers
+
+  // --- non-speculative path: advances the committed state in place -------------------------
+  // `inputs` hold n tokens of one request, in order.
+  void prefill(int layer, SlotHandle handle, const GdnWeights& weights, const GdnInputs& inputs,
+               const GdnOutputs& outputs);
+  // One token per row (row r's token at r); padding rows are skipped.
+  void decode(int layer, const std::vector<SlotHandle>& rows, const GdnWeights& weights,
+              const GdnInputs& inputs, const GdnOutputs& outputs);
+
+  // --- speculative path ----------------------------------------------------------------------
+  // Starts a round: checks rows (live, from this pool, no slot twice), window <= max_window,
+  // rows <= max_rows and the tree. A previous uncommitted round is discarded.
+  void begin_verify(const VerifyBatch& batch);
+  // Verify one layer of the current round: outputs for every window token, the conv window and
+  // SSM state after every token into row-indexed scratch; the committed state is not written.
+  void verify(int layer, const GdnWeights& weights, const GdnInputs& inputs,
+              const GdnOutputs& outputs);
+  // Ends the round: per row, chain: accepted length a in [0, T] (0 = keep, a = state after
+  // token a-1); tree: accepted node in [-1, T-1] (-1 = keep). Every layer must have been
+  // verified. Validated as a whole before anything is written.
+  void commit(const std::vector<int32_t>& accepted);
+  // The same with `accepted` as an int32 [rows] view (host memory; device memory on kCuda).
+  void commit(const TensorView& accepted);
+
+  // The batch of the current round (empty rows when none is open).
+  const VerifyBatch& current_batch() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace specstate

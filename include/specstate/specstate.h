@@ -1,0 +1,11 @@
+// Umbrella header of the public API.
+#pragma once
+
+#include "specstate/config.h"
+#include "specstate/dtype.h"
+#include "specstate/gdn.h"
+#include "specstate/log.h"
+#include "specstate/pool.h"
+#include "specstate/status.h"
+#include "specstate/tensor_view.h"
+#include "specstate/version.h"

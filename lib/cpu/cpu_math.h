@@ -1,0 +1,110 @@
+// Internal: the CPU backend's one recurrence step (DESIGN.md section 3), shared by prefill,
+// decode and verify (chain and tree). Arithmetic is fp32; storage dtypes are handled by the
+// callers' load/store. Because every path runs these exact functions in the same order, the CPU
+// snapshot strategy is bit-exact against sequential decoding.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include <Eigen/Core>
+
+#include "specstate/dtype.h"
+#include "specstate/tensor_view.h"
+
+namespace specstate::detail::cpu {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Element access of caller views (any strides; f32 or bf16).
+inline float load(const TensorView& view, int64_t offset) {
+  return view.dtype == DType::kBF16
+             ? float_from_bf16(static_cast<const uint16_t*>(view.data)[offset])
+             : static_cast<const float*>(view.data)[offset];
+}
+inline void store(const TensorView& view, int64_t offset, float value) {
+  if (view.dtype == DType::kBF16) {
+    static_cast<uint16_t*>(view.data)[offset] = bf16_from_float(value);
+  } else {
+    static_cast<float*>(view.data)[offset] = value;
+  }
+}
+// Contiguous storage of the pool (state buffers).
+inline void load_array(const void* src, DType dtype, int64_t n, float* dst) {
+  if (dtype == DType::kBF16) {
+    const auto* p = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_from_bf16(p[i]);
+  } else {
+    const auto* p = static_cast<const float*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = p[i];
+  }
+}
+inline void store_array(const float* src, int64_t n, DType dtype, void* dst) {
+  if (dtype == DType::kBF16) {
+    auto* p = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) p[i] = bf16_from_float(src[i]);
+  } else {
+    auto* p = static_cast<float*>(dst);
+    for (int64_t i = 0; i < n; ++i) p[i] = src[i];
+  }
+}
+inline float round_to(DType dtype, float value) {
+  return dtype == DType::kBF16 ? round_to_bf16(value) : value;
+}
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// Causal conv1d update of one token over all channels (DESIGN.md section 3).
+//   window:  [conv_dim, W-1] fp32, the W-1 previous inputs, oldest first (read)
+//   x:       [conv_dim] this token's input
+//   weight:  caller view [conv_dim, W]; bias: caller view [conv_dim] or empty
+//   y:       [conv_dim] silu(bias + sum_j w[j] * win[j]) (unrounded)
+//   next:    [conv_dim, W-1] fp32, win[1:] (may not alias window)
+inline void conv_step(const float* window, const float* x, const TensorView& weight,
+                      const TensorView& bias, int conv_dim, int width, float* y, float* next) {
+  const int hist = width - 1;
+  for (int c = 0; c < conv_dim; ++c) {
+    const float* win = window + static_cast<int64_t>(c) * hist;
+    float acc = bias.empty() ? 0.0f : load(bias, c * bias.stride[0]);
+    const int64_t row = c * weight.stride[0];
+    for (int j = 0; j < hist; ++j) acc += load(weight, row + j * weight.stride[1]) * win[j];
+    acc += load(weight, row + hist * weight.stride[1]) * x[c];
+    y[c] = silu(acc);
+    float* out = next + static_cast<int64_t>(c) * hist;
+    for (int j = 0; j + 1 < hist; ++j) out[j] = win[j + 1];
+    out[hist - 1] = x[c];
+  }
+}
+
+// Per-token, per-value-head gate values and normalised q/k (shared by every strategy).
+struct HeadInputs {
+  const float* q;  // [K] raw (conv output)
+  const float* k;  // [K] raw
+  const float* v;  // [V]
+  float a;         // gate input a_t[hv]
+  float b;         // gate input b_t[hv]
+  float A_log;
+  float dt_bias;
+};
+
+// One Gated DeltaNet step of one value head, in place on S [V, K] (K contiguous), fp32.
+//   q~ = q / sqrt(sum q^2 + 1e-6) * scale;  k^ = k / sqrt(sum k^2 + 1e-6)
+//   g = -exp(A_log) * softplus(a + dt_bias);  beta = sigmoid(b)
+//   S = exp(g) S;  u = beta (v - S k^);  S += u k^T;  o = S q~
+inline void gdn_head_step(const HeadInputs& in, float scale, int K, int V, float* state,
+                          float* out) {
+  Eigen::Map<const Eigen::VectorXf> q_raw(in.q, K), k_raw(in.k, K), v(in.v, V);
+  const Eigen::VectorXf q = q_raw * (scale / std::sqrt(q_raw.squaredNorm() + 1e-6f));
+  const Eigen::VectorXf k = k_raw * (1.0f / std::sqrt(k_raw.squaredNorm() + 1e-6f));
+  const float g = -std::exp(in.A_log) * softplus(in.a + in.dt_bias);
+  const float beta = sigmoid(in.b);
+  Eigen::Map<RowMatrix> S(state, V, K);
+  S *= std::exp(g);
+  const Eigen::VectorXf u = beta * (v - S * k);
+  S.noalias() += u * k.transpose();
+  Eigen::Map<Eigen::VectorXf>(out, V).noalias() = S * q;
+}
+
+}  // namespace specstate::detail::cpu

@@ -1,0 +1,41 @@
+#include "specstate/status.h"
+
+#include "specstate/config.h"
+#include "specstate/dtype.h"
+#include "specstate/version.h"
+
+namespace specstate {
+
+const char* status_name(Status status) noexcept {
+  switch (status) {
+    case Status::kSuccess: return "success";
+    case Status::kInvalidArgument: return "invalid argument";
+    case Status::kOutOfRange: return "out of range";
+    case Status::kResourceExhausted: return "resource exhausted";
+    case Status::kFailedPrecondition: return "failed precondition";
+    case Status::kNotSupported: return "not supported";
+    case Status::kBackendError: return "backend error";
+  }
+  return "unknown status";
+}
+
+const char* dtype_name(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kI32: return "i32";
+  }
+  return "unknown dtype";
+}
+
+const char* backend_name(Backend backend) noexcept {
+  return backend == Backend::kCuda ? "cuda" : "cpu";
+}
+
+const char* strategy_name(Strategy strategy) noexcept {
+  return strategy == Strategy::kSnapshot ? "snapshot" : "unknown";
+}
+
+const char* version() noexcept { return "0.1.0"; }
+
+}  // namespace specstate

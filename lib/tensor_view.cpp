@@ -1,0 +1,79 @@
+#include "specstate/tensor_view.h"
+
+#include <sstream>
+
+#include "specstate/status.h"
+
+namespace specstate {
+
+namespace {
+void set_shape(TensorView& view, std::initializer_list<int64_t> shape) {
+  if (shape.size() > static_cast<std::size_t>(TensorView::kMaxDims)) {
+    throw Error(Status::kInvalidArgument, "TensorView: " + std::to_string(shape.size()) +
+                                              " dimensions, at most 6 are supported");
+  }
+  view.ndim = static_cast<int>(shape.size());
+  int i = 0;
+  for (int64_t extent : shape) view.shape[i++] = extent;
+}
+}  // namespace
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                                  Device device) {
+  TensorView view;
+  view.data = data;
+  view.dtype = dtype;
+  view.device = device;
+  set_shape(view, shape);
+  int64_t stride = 1;
+  for (int i = view.ndim - 1; i >= 0; --i) {
+    view.stride[i] = stride;
+    stride *= view.shape[i];
+  }
+  return view;
+}
+
+TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                               std::initializer_list<int64_t> stride, Device device) {
+  if (shape.size() != stride.size()) {
+    throw Error(Status::kInvalidArgument, "TensorView::strided: shape has " +
+                                              std::to_string(shape.size()) + " dims, stride " +
+                                              std::to_string(stride.size()));
+  }
+  TensorView view;
+  view.data = data;
+  view.dtype = dtype;
+  view.device = device;
+  set_shape(view, shape);
+  int i = 0;
+  for (int64_t s : stride) view.stride[i++] = s;
+  return view;
+}
+
+int64_t TensorView::numel() const noexcept {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+bool TensorView::is_contiguous() const noexcept {
+  int64_t expected = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    if (shape[i] != 1 && stride[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+std::string TensorView::describe() const {
+  std::ostringstream out;
+  out << dtype_name(dtype) << "[";
+  for (int i = 0; i < ndim; ++i) out << (i ? ", " : "") << shape[i];
+  out << "] strides [";
+  for (int i = 0; i < ndim; ++i) out << (i ? ", " : "") << stride[i];
+  out << "] " << (device == Device::kCuda ? "cuda" : "cpu");
+  if (data == nullptr) out << " (null)";
+  return out.str();
+}
+
+}  // namespace specstate
