@@ -1,0 +1,320 @@
+// The safetensors reader: round trips of every dtype, the golden files, and malformed files
+// (each must be rejected with a specstate::Error naming the file, the tensor and the problem).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "specstate/safetensors.h"
+#include "specstate/status.h"
+
+namespace specstate {
+namespace {
+
+const std::string kGoldenDir = std::string(SPECSTATE_TEST_DATA) + "/golden";
+
+std::vector<uint8_t> f32_bytes(const std::vector<float>& values) {
+  std::vector<uint8_t> out(values.size() * 4);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &values[i], 4);
+    for (int b = 0; b < 4; ++b) out[4 * i + b] = static_cast<uint8_t>(bits >> (8 * b));
+  }
+  return out;
+}
+
+std::vector<uint8_t> u16_bytes(const std::vector<uint16_t>& values) {
+  std::vector<uint8_t> out(values.size() * 2);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    out[2 * i] = static_cast<uint8_t>(values[i]);
+    out[2 * i + 1] = static_cast<uint8_t>(values[i] >> 8);
+  }
+  return out;
+}
+
+std::vector<uint8_t> i32_bytes(const std::vector<int32_t>& values) {
+  std::vector<uint8_t> out(values.size() * 4);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto bits = static_cast<uint32_t>(values[i]);
+    for (int b = 0; b < 4; ++b) out[4 * i + b] = static_cast<uint8_t>(bits >> (8 * b));
+  }
+  return out;
+}
+
+// A file image from a hand-written header and a data section.
+std::vector<uint8_t> raw_file(const std::string& header, const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> out(8);
+  const uint64_t len = header.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(len >> (8 * i));
+  out.insert(out.end(), header.begin(), header.end());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+// Runs `fn`, expects a specstate::Error with kInvalidArgument whose message holds every one of
+// `parts`; prints the message on failure.
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidArgument) << e.what();
+    const std::string message = e.what();
+    for (const std::string& part : parts) {
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "message lacks '" << part << "': " << message;
+    }
+    return;
+  }
+  ADD_FAILURE() << "no specstate::Error thrown";
+}
+
+SafetensorsFile parse(const std::vector<uint8_t>& bytes, const std::string& label = "mem.st") {
+  return SafetensorsFile::from_bytes(bytes, label);
+}
+
+std::vector<uint8_t> sample_file() {
+  return SafetensorsFile::serialize(
+      {{"w", SafetensorsDType::kF32, {2, 3}, f32_bytes({1, -2, 3.5f, 0, 1e-30f, -7})},
+       {"idx", SafetensorsDType::kI32, {3}, i32_bytes({-1, 0, 2147483647})},
+       // bf16 1.0, -2.0, 3.140625 (0x4049), smallest subnormal (0x0001)
+       {"h", SafetensorsDType::kBF16, {2, 2}, u16_bytes({0x3f80, 0xc000, 0x4049, 0x0001})},
+       {"s", SafetensorsDType::kF32, {}, f32_bytes({42.0f})}},
+      {{"case", "X"}, {"part", "0"}});
+}
+
+TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
+  const SafetensorsFile file = parse(sample_file());
+  EXPECT_EQ(file.names(), (std::vector<std::string>{"h", "idx", "s", "w"}));
+  EXPECT_EQ(file.metadata_value("case"), "X");
+  EXPECT_EQ(file.metadata_value("nparts", "1"), "1");
+  EXPECT_EQ(file.info("w").shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(file.info("w").describe(), "F32[2, 3]");
+  EXPECT_EQ(file.info("s").numel, 1);
+  EXPECT_TRUE(file.info("s").shape.empty());
+  EXPECT_EQ(file.to_float("w"), (std::vector<float>{1, -2, 3.5f, 0, 1e-30f, -7}));
+  EXPECT_EQ(file.to_int32("idx"), (std::vector<int32_t>{-1, 0, 2147483647}));
+  const std::vector<float> h = file.to_float("h");
+  ASSERT_EQ(h.size(), 4u);
+  EXPECT_EQ(h[0], 1.0f);
+  EXPECT_EQ(h[1], -2.0f);
+  EXPECT_EQ(h[2], 3.140625f);
+  EXPECT_EQ(h[3], std::ldexp(1.0f, -133));
+  EXPECT_EQ(file.to_float("s"), (std::vector<float>{42.0f}));
+}
+
+TEST(Safetensors, F16ConvertsExactly) {
+  EXPECT_EQ(float_from_f16(0x3c00), 1.0f);
+  EXPECT_EQ(float_from_f16(0xc000), -2.0f);
+  EXPECT_EQ(float_from_f16(0x7bff), 65504.0f);
+  EXPECT_EQ(float_from_f16(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
+  EXPECT_EQ(float_from_f16(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
+  EXPECT_EQ(float_from_f16(0x0400), std::ldexp(1.0f, -14));     // smallest normal
+  EXPECT_TRUE(std::signbit(float_from_f16(0x8000)));
+  EXPECT_EQ(float_from_f16(0x7c00), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(float_from_f16(0xfc00), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(float_from_f16(0x7e00)));
+  // Every finite half survives a float round trip through the IEEE definition.
+  for (uint32_t bits = 0; bits < 0x7c00; ++bits) {
+    const int exponent = static_cast<int>(bits >> 10);
+    const int mantissa = static_cast<int>(bits & 0x3ff);
+    const float expected = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -24)
+                                         : std::ldexp(1.0f + mantissa / 1024.0f, exponent - 15);
+    ASSERT_EQ(float_from_f16(static_cast<uint16_t>(bits)), expected) << "bits " << bits;
+  }
+
+  const SafetensorsFile file = parse(SafetensorsFile::serialize(
+      {{"f", SafetensorsDType::kF16, {3}, u16_bytes({0x3c00, 0xb800, 0x0001})}}, {}));
+  EXPECT_EQ(file.to_float("f"), (std::vector<float>{1.0f, -0.5f, std::ldexp(1.0f, -24)}));
+  EXPECT_TRUE(file.metadata().empty());
+}
+
+TEST(Safetensors, ReadsFromDisk) {
+  const std::string path = ::testing::TempDir() + "specstate_roundtrip.safetensors";
+  {
+    const std::vector<uint8_t> bytes = sample_file();
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+  }
+  const SafetensorsFile file(path);
+  EXPECT_EQ(file.path(), path);
+  EXPECT_EQ(file.to_int32("idx"), (std::vector<int32_t>{-1, 0, 2147483647}));
+  std::remove(path.c_str());
+  expect_error([&] { SafetensorsFile missing(path); }, {path, "cannot open"});
+}
+
+TEST(Safetensors, ReadsGoldenCaseA) {
+  const SafetensorsFile file(kGoldenDir + "/golden_caseA.safetensors");
+  EXPECT_EQ(file.metadata_value("case"), "A");
+  EXPECT_EQ(file.metadata_value("nparts"), "1");
+  EXPECT_NE(file.metadata_value("params_json").find("\"T\": 4"), std::string::npos);
+  EXPECT_EQ(file.info("mixed_qkv.l0").describe(), "F32[4, 4, 256]");
+  EXPECT_EQ(file.info("inter_ssm.l1.r3").describe(), "F32[4, 4, 32, 32]");
+  EXPECT_EQ(file.to_int32("cache_indices"), (std::vector<int32_t>{4, 3, 1, -1}));
+  EXPECT_EQ(file.to_int32("parents"), (std::vector<int32_t>{-1, 0, 1, 2}));
+  const std::vector<float> init = file.to_float("ssm_state_init.l0");
+  ASSERT_EQ(init.size(), 5u * 4 * 32 * 32);
+  double norm = 0;
+  for (float v : init) norm += static_cast<double>(v) * v;
+  EXPECT_GT(norm, 0.0);
+}
+
+TEST(SafetensorsMalformed, TooShortForTheLengthField) {
+  expect_error([] { parse({1, 2, 3}, "short.st"); }, {"short.st", "3 bytes", "truncated"});
+}
+
+TEST(SafetensorsMalformed, TruncatedHeader) {
+  std::vector<uint8_t> bytes = sample_file();
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  bytes.resize(8 + header_len / 2);
+  expect_error([&] { parse(bytes, "cut.st"); },
+               {"cut.st", "header length " + std::to_string(header_len), "truncated header"});
+}
+
+TEST(SafetensorsMalformed, HeaderLengthBeyondTheFile) {
+  std::vector<uint8_t> bytes = raw_file("{}", {});
+  bytes[7] = 0x7f;  // an absurd length
+  expect_error([&] { parse(bytes); }, {"mem.st", "exceeds"});
+}
+
+TEST(SafetensorsMalformed, BadJson) {
+  expect_error([] { parse(raw_file("{\"w\": {\"dtype\": \"F32\",", {})); },
+               {"mem.st", "not valid JSON"});
+  expect_error([] { parse(raw_file("[1, 2, 3]", {})); }, {"mem.st", "expected an object"});
+  expect_error([] { parse(raw_file("{\"w\": 3}", {})); }, {"tensor 'w'", "expected an object"});
+}
+
+TEST(SafetensorsMalformed, OffsetsOutOfRange) {
+  const std::vector<uint8_t> data = f32_bytes({1, 2, 3, 4});
+  expect_error(
+      [&] {
+        parse(raw_file(R"({"w": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}})", data),
+              "range.st");
+      },
+      {"range.st", "tensor 'w'", "[0, 24]", "out of range", "16 bytes"});
+  expect_error(
+      [&] {
+        parse(raw_file(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}})", data));
+      },
+      {"tensor 'w'", "[8, 4]"});
+  expect_error(
+      [&] {
+        parse(raw_file(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, -16]}})", data));
+      },
+      {"tensor 'w'", "data_offsets"});
+}
+
+TEST(SafetensorsMalformed, UnknownDtype) {
+  expect_error(
+      [] {
+        parse(raw_file(R"({"w": {"dtype": "Q4_K", "shape": [2], "data_offsets": [0, 8]}})",
+                       f32_bytes({1, 2})),
+              "dtype.st");
+      },
+      {"dtype.st", "tensor 'w'", "unsupported dtype 'Q4_K'"});
+  expect_error(
+      [] {
+        parse(raw_file(R"({"w": {"shape": [2], "data_offsets": [0, 8]}})", f32_bytes({1, 2})));
+      },
+      {"tensor 'w'", "missing dtype"});
+}
+
+TEST(SafetensorsMalformed, ShapeSizeMismatch) {
+  expect_error(
+      [] {
+        parse(raw_file(R"({"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 16]}})",
+                       f32_bytes({1, 2, 3, 4})),
+              "shape.st");
+      },
+      {"shape.st", "tensor 'w'", "F32[2, 3]", "6 elements", "16 bytes", "mismatch"});
+  expect_error(
+      [] {
+        parse(raw_file(R"({"w": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 8]}})",
+                       f32_bytes({1, 2})));
+      },
+      {"tensor 'w'", "BF16[3]", "mismatch"});
+  // A shape whose element count overflows int64 must not wrap around into a match.
+  expect_error(
+      [] {
+        parse(raw_file(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296],)"
+                       R"( "data_offsets": [0, 0]}})",
+                       {}));
+      },
+      {"tensor 'w'"});
+  expect_error(
+      [] {
+        parse(raw_file(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})",
+                       f32_bytes({1, 2})));
+      },
+      {"tensor 'w'", "non-negative"});
+}
+
+TEST(SafetensorsMalformed, OverlapsAndGaps) {
+  const std::vector<uint8_t> data = f32_bytes({1, 2, 3, 4});
+  expect_error(
+      [&] {
+        parse(raw_file(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},)"
+                       R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                       data));
+      },
+      {"tensor 'b'", "overlap tensor 'a'"});
+  expect_error(
+      [&] {
+        parse(raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                       R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                       data));
+      },
+      {"tensor 'b'", "unused"});
+  expect_error(
+      [&] {
+        parse(raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", data));
+      },
+      {"16 bytes", "cover only 8"});
+}
+
+TEST(SafetensorsMalformed, MetadataMustHoldStrings) {
+  expect_error([] { parse(raw_file(R"({"__metadata__": {"part": 0}})", {})); },
+               {"__metadata__", "'part'", "expected a string"});
+}
+
+TEST(SafetensorsAccess, WrongDtypeAndMissingNames) {
+  const SafetensorsFile file = parse(sample_file(), "acc.st");
+  expect_error([&] { file.to_int32("w"); }, {"acc.st", "tensor 'w'", "F32[2, 3]", "expected I32"});
+  expect_error([&] { file.to_float("idx"); }, {"tensor 'idx'", "not a floating-point"});
+  expect_error([&] { file.info("nope"); }, {"acc.st", "no tensor named 'nope'"});
+}
+
+TEST(TensorStore, UnionOfPartsRejectsDuplicates) {
+  TensorStore store;
+  store.add(
+      parse(SafetensorsFile::serialize({{"x.l0", SafetensorsDType::kF32, {2}, f32_bytes({1, 2})}},
+                                       {{"case", "X"}, {"part", "0"}, {"nparts", "2"}}),
+            "part0.st"));
+  store.add(
+      parse(SafetensorsFile::serialize({{"x.l1", SafetensorsDType::kF32, {1}, f32_bytes({3})}},
+                                       {{"case", "X"}, {"part", "1"}, {"nparts", "2"}}),
+            "part1.st"));
+  EXPECT_EQ(store.names(), (std::vector<std::string>{"x.l0", "x.l1"}));
+  EXPECT_EQ(store.to_float("x.l1"), (std::vector<float>{3}));
+  EXPECT_EQ(store.file_of("x.l0").path(), "part0.st");
+  expect_error(
+      [&] {
+        store.add(parse(
+            SafetensorsFile::serialize({{"x.l0", SafetensorsDType::kF32, {1}, f32_bytes({9})}}, {}),
+            "dup.st"));
+      },
+      {"'x.l0'", "part0.st", "dup.st"});
+  EXPECT_EQ(store.files().size(), 2u);  // the rejected file was not added
+  expect_error([&] { store.to_float("x.l2"); }, {"no tensor named 'x.l2'", "part0.st", "part1.st"});
+}
+
+}  // namespace
+}  // namespace specstate
