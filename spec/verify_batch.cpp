@@ -1,0 +1,174 @@
+#include "spec/verify_batch.h"
+
+#include <algorithm>
+#include <string>
+
+#include "specstate/status.h"
+
+namespace specstate::spec {
+namespace {
+
+std::string handle_string(const SlotHandle& h) {
+  return "slot " + std::to_string(h.slot) + " (generation " + std::to_string(h.generation) + ")";
+}
+
+}  // namespace
+
+VerifyBatchBuilder::VerifyBatchBuilder(std::vector<int> buckets) : buckets_(std::move(buckets)) {
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    if (buckets_[i] < 1 || (i > 0 && buckets_[i] <= buckets_[i - 1])) {
+      throw Error(Status::kInvalidArgument,
+                  "spec::VerifyBatchBuilder: buckets[" + std::to_string(i) +
+                      "] = " + std::to_string(buckets_[i]) +
+                      " (buckets must be positive and strictly increasing)");
+    }
+  }
+}
+
+std::vector<int> VerifyBatchBuilder::power_of_two_buckets(int max_rows) {
+  if (max_rows < 1) {
+    throw Error(Status::kInvalidArgument,
+                "spec::VerifyBatchBuilder::power_of_two_buckets: " + std::string("max_rows = ") +
+                    std::to_string(max_rows) + " must be >= 1");
+  }
+  std::vector<int> out;
+  for (int b = 1; b < max_rows; b *= 2) out.push_back(b);
+  out.push_back(max_rows);
+  return out;
+}
+
+int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
+  if (handle.is_padding()) {
+    throw Error(Status::kInvalidArgument,
+                "spec::VerifyBatchBuilder::add: handle is a padding handle (slot " +
+                    std::to_string(handle.slot) + "); padding rows are added by build()");
+  }
+  for (std::size_t r = 0; r < handles_.size(); ++r) {
+    if (handles_[r].slot == handle.slot && handles_[r].pool_id == handle.pool_id) {
+      throw Error(Status::kInvalidArgument,
+                  "spec::VerifyBatchBuilder::add: " + handle_string(handle) + " is already row " +
+                      std::to_string(r) + " of this batch");
+    }
+  }
+  if (!buckets_.empty() && size() >= buckets_.back()) {
+    throw Error(Status::kOutOfRange, "spec::VerifyBatchBuilder::add: the batch already has " +
+                                         std::to_string(size()) + " rows, the largest bucket (" +
+                                         std::to_string(buckets_.back()) + ")");
+  }
+  handles_.push_back(handle);
+  windows_.push_back(window);
+  return size() - 1;
+}
+
+void VerifyBatchBuilder::clear() noexcept {
+  handles_.clear();
+  windows_.clear();
+}
+
+BatchPlan VerifyBatchBuilder::build() const {
+  if (handles_.empty()) {
+    throw Error(Status::kFailedPrecondition, "spec::VerifyBatchBuilder::build: no row was added");
+  }
+  const int live = size();
+  int rows = live;
+  if (!buckets_.empty()) rows = *std::lower_bound(buckets_.begin(), buckets_.end(), live);
+
+  int window = 1;
+  bool all_chains = true, all_same = true;
+  for (const Window& w : windows_) {
+    window = std::max(window, w.size());
+    all_chains = all_chains && w.is_chain();
+    all_same = all_same && w == windows_.front();
+  }
+
+  BatchPlan plan;
+  plan.live_rows = live;
+  plan.batch.window = window;
+  plan.batch.rows = handles_;
+  plan.batch.rows.resize(static_cast<std::size_t>(rows), SlotHandle::padding());
+  plan.windows = windows_;
+  plan.windows.resize(static_cast<std::size_t>(rows), Window::chain(1));
+  plan.token_offsets.resize(static_cast<std::size_t>(rows) + 1);
+  for (int r = 0; r <= rows; ++r) plan.token_offsets[static_cast<std::size_t>(r)] = r * window;
+
+  if (all_chains) return plan;  // parents stay empty: a chain of T for every row
+  if (all_same) {               // padding rows are never read, so they may share it too
+    plan.batch.parents = windows_.front().parents();  // one tree shared by every row
+    return plan;
+  }
+  // Per-row trees. Filler nodes of a short row hang off the node before them: they depend only
+  // on their own ancestors, so they cannot change the real nodes, and acceptance never sees them.
+  plan.batch.parents.resize(static_cast<std::size_t>(rows) * window);
+  for (int r = 0; r < rows; ++r) {
+    const auto& parents = plan.windows[static_cast<std::size_t>(r)].parents();
+    for (int t = 0; t < window; ++t) {
+      plan.batch.parents[static_cast<std::size_t>(r) * window + t] =
+          t < static_cast<int>(parents.size()) ? parents[static_cast<std::size_t>(t)] : t - 1;
+    }
+  }
+  return plan;
+}
+
+std::vector<int32_t> BatchPlan::commit_values(const std::vector<Acceptance>& accepted) const {
+  if (static_cast<int>(accepted.size()) != live_rows) {
+    throw Error(Status::kInvalidArgument,
+                "spec::BatchPlan::commit_values: accepted has " + std::to_string(accepted.size()) +
+                    " entries, the batch has " + std::to_string(live_rows) + " live rows");
+  }
+  const bool tree = is_tree();
+  std::vector<int32_t> out(static_cast<std::size_t>(rows()), tree ? -1 : 0);
+  for (int r = 0; r < live_rows; ++r) {
+    const Acceptance& a = accepted[static_cast<std::size_t>(r)];
+    const std::string what = "spec::BatchPlan::commit_values: row " + std::to_string(r);
+    check_path(windows[static_cast<std::size_t>(r)], a.path, what.c_str());
+    out[static_cast<std::size_t>(r)] = a.commit_value(tree);
+  }
+  return out;
+}
+
+std::vector<int32_t> BatchPlan::commit_lengths(const std::vector<int32_t>& accepted_lengths) const {
+  if (is_tree()) {
+    throw Error(Status::kInvalidArgument,
+                "spec::BatchPlan::commit_lengths: the batch holds trees; use commit_values");
+  }
+  if (static_cast<int>(accepted_lengths.size()) != live_rows) {
+    throw Error(Status::kInvalidArgument, "spec::BatchPlan::commit_lengths: accepted_lengths has " +
+                                              std::to_string(accepted_lengths.size()) +
+                                              " entries, the batch has " +
+                                              std::to_string(live_rows) + " live rows");
+  }
+  std::vector<int32_t> out(static_cast<std::size_t>(rows()), 0);
+  for (int r = 0; r < live_rows; ++r) {
+    const int32_t a = accepted_lengths[static_cast<std::size_t>(r)];
+    const int size = windows[static_cast<std::size_t>(r)].size();
+    if (a < 0 || a > size) {
+      throw Error(Status::kInvalidArgument, "spec::BatchPlan::commit_lengths: accepted_lengths[" +
+                                                std::to_string(r) + "] = " + std::to_string(a) +
+                                                " is out of range [0, " + std::to_string(size) +
+                                                "]");
+    }
+    out[static_cast<std::size_t>(r)] = a;
+  }
+  return out;
+}
+
+std::vector<Acceptance> BatchPlan::accept_greedy(const std::vector<int32_t>& tokens,
+                                                 const std::vector<int32_t>& target) const {
+  if (static_cast<int64_t>(tokens.size()) != num_tokens() ||
+      static_cast<int64_t>(target.size()) != num_tokens()) {
+    throw Error(Status::kInvalidArgument,
+                "spec::BatchPlan::accept_greedy: tokens has " + std::to_string(tokens.size()) +
+                    " entries and target " + std::to_string(target.size()) +
+                    ", both must equal rows * T = " + std::to_string(num_tokens()));
+  }
+  std::vector<Acceptance> out;
+  out.reserve(static_cast<std::size_t>(live_rows));
+  for (int r = 0; r < live_rows; ++r) {
+    const auto offset = static_cast<std::size_t>(token_offsets[static_cast<std::size_t>(r)]);
+    out.push_back(spec::accept_greedy(windows[static_cast<std::size_t>(r)], tokens.data() + offset,
+                                      target.data() + offset));
+  }
+  return out;
+}
+
+}  // namespace specstate::spec

@@ -1,0 +1,77 @@
+// Builds one verify round's batch (DESIGN.md sections 2 and 5): requests -> rows -> slots, the
+// shared window size T, per-row trees, token offsets, and padding up to a CUDA-graph bucket.
+//
+//   VerifyBatchBuilder builder(VerifyBatchBuilder::power_of_two_buckets(64));
+//   builder.add(handle_a, Window::chain(4));
+//   builder.add(handle_b, Window::chain(3));       // shorter rows are padded to T = 4
+//   BatchPlan plan = builder.build();               // 2 live rows, padded to bucket 2
+//   pool.begin_verify(plan.batch);
+//   ... pool.verify(layer, ...) with inputs packed at row * plan.window() + i ...
+//   pool.commit(plan.commit_values(per_live_row_acceptance));
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "spec/acceptance.h"
+#include "spec/window.h"
+#include "specstate/pool.h"
+
+namespace specstate::spec {
+
+struct BatchPlan {
+  // What StatePool::begin_verify takes. rows = live rows (in add() order) then padding rows;
+  // window = T, the largest window added; parents empty when every row is a chain, [T] when
+  // every row has the same tree, otherwise [rows * T].
+  VerifyBatch batch;
+  int live_rows = 0;
+  // [rows] the window each row really has (padding rows: a chain of one). Row r's tokens
+  // beyond windows[r].size() (up to T) are filler: computed by verify, never accepted.
+  std::vector<Window> windows;
+  // [rows + 1] cu_seqlens: row r's tokens start at token_offsets[r] = r * T.
+  std::vector<int32_t> token_offsets;
+
+  int rows() const noexcept { return static_cast<int>(batch.rows.size()); }
+  int window() const noexcept { return batch.window; }
+  int64_t num_tokens() const noexcept { return int64_t{rows()} * batch.window; }
+  bool is_tree() const noexcept { return batch.is_tree(); }
+
+  // The vector StatePool::commit takes, from one Acceptance per live row: chain rows give the
+  // accepted length, tree rows the last accepted node; padding rows keep (0 or -1). Throws
+  // Error(kInvalidArgument) when the count differs from live_rows or a path is not a path of
+  // the row's window.
+  std::vector<int32_t> commit_values(const std::vector<Acceptance>& accepted) const;
+  // The same from accepted lengths (chains only; 0 = the row keeps its state).
+  std::vector<int32_t> commit_lengths(const std::vector<int32_t>& accepted_lengths) const;
+  // Greedy acceptance of every live row, from tokens and target argmax packed like the
+  // verify inputs ([rows * T], row r at token_offsets[r]).
+  std::vector<Acceptance> accept_greedy(const std::vector<int32_t>& tokens,
+                                        const std::vector<int32_t>& target) const;
+};
+
+class VerifyBatchBuilder {
+ public:
+  // `buckets`: the batch sizes CUDA graphs were captured for, strictly increasing and positive.
+  // A batch is padded to the smallest bucket that holds its rows. Empty: no padding.
+  explicit VerifyBatchBuilder(std::vector<int> buckets = {});
+
+  // SGLang-style buckets 1, 2, 4, 8, ... up to and including max_rows.
+  static std::vector<int> power_of_two_buckets(int max_rows);
+
+  // Adds a live row; returns its row index. Throws Error(kInvalidArgument) for a padding
+  // handle or a slot already in the batch, Error(kOutOfRange) when the largest bucket is full.
+  int add(SlotHandle handle, const Window& window);
+  void clear() noexcept;
+  int size() const noexcept { return static_cast<int>(handles_.size()); }
+  const std::vector<int>& buckets() const noexcept { return buckets_; }
+
+  // Throws Error(kFailedPrecondition) when no row was added.
+  BatchPlan build() const;
+
+ private:
+  std::vector<int> buckets_;
+  std::vector<SlotHandle> handles_;
+  std::vector<Window> windows_;
+};
+
+}  // namespace specstate::spec
