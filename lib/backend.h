@@ -33,9 +33,7 @@ struct PoolStorage {
   int64_t ssm_elems() const noexcept { return config.ssm_state_elems(); }
   int64_t conv_layer_elems() const noexcept { return conv_elems() * num_slots; }
   int64_t ssm_layer_elems() const noexcept { return ssm_elems() * num_slots; }
-  int64_t snap_conv_layer_elems() const noexcept {
-    return conv_elems() * max_rows * max_window;
-  }
+  int64_t snap_conv_layer_elems() const noexcept { return conv_elems() * max_rows * max_window; }
   int64_t snap_ssm_layer_elems() const noexcept { return ssm_elems() * max_rows * max_window; }
   std::size_t conv_bytes() const noexcept {
     return conv_layer_elems() * config.num_layers * dtype_size(config.conv_state_dtype());

@@ -33,9 +33,9 @@ void check_float_dtype(const char* field, DType dtype) {
 
 void ModelConfig::validate() const {
   if (kind != LayerKind::kGatedDeltaNet) {
-    throw Error(Status::kNotSupported, "ModelConfig: kind = " +
-                                           std::to_string(static_cast<int>(kind)) +
-                                           ": only Gated DeltaNet layers are implemented");
+    throw Error(Status::kNotSupported,
+                "ModelConfig: kind = " + std::to_string(static_cast<int>(kind)) +
+                    ": only Gated DeltaNet layers are implemented");
   }
   check_positive("num_layers", num_layers);
   check_positive("gdn.num_k_heads", gdn.num_k_heads);
@@ -46,7 +46,8 @@ void ModelConfig::validate() const {
     bad_field("gdn.num_v_heads", std::to_string(gdn.num_v_heads),
               ("must be a multiple of num_k_heads = " + std::to_string(gdn.num_k_heads)).c_str());
   }
-  if (gdn.conv_width < 2) bad_field("gdn.conv_width", std::to_string(gdn.conv_width), "must be >= 2");
+  if (gdn.conv_width < 2)
+    bad_field("gdn.conv_width", std::to_string(gdn.conv_width), "must be >= 2");
   if (gdn.scale && !(std::isfinite(*gdn.scale) && *gdn.scale > 0.0f)) {
     bad_field("gdn.scale", std::to_string(*gdn.scale), "must be finite and positive");
   }

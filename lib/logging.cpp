@@ -23,12 +23,18 @@ spdlog::logger& logger() {
 namespace {
 spdlog::level::level_enum to_spdlog(LogLevel level) {
   switch (level) {
-    case LogLevel::kTrace: return spdlog::level::trace;
-    case LogLevel::kDebug: return spdlog::level::debug;
-    case LogLevel::kInfo: return spdlog::level::info;
-    case LogLevel::kWarn: return spdlog::level::warn;
-    case LogLevel::kError: return spdlog::level::err;
-    case LogLevel::kOff: return spdlog::level::off;
+    case LogLevel::kTrace:
+      return spdlog::level::trace;
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarn:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+    case LogLevel::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::warn;
 }
@@ -38,13 +44,19 @@ void set_log_level(LogLevel level) { detail::logger().set_level(to_spdlog(level)
 
 LogLevel log_level() {
   switch (detail::logger().level()) {
-    case spdlog::level::trace: return LogLevel::kTrace;
-    case spdlog::level::debug: return LogLevel::kDebug;
-    case spdlog::level::info: return LogLevel::kInfo;
-    case spdlog::level::warn: return LogLevel::kWarn;
+    case spdlog::level::trace:
+      return LogLevel::kTrace;
+    case spdlog::level::debug:
+      return LogLevel::kDebug;
+    case spdlog::level::info:
+      return LogLevel::kInfo;
+    case spdlog::level::warn:
+      return LogLevel::kWarn;
     case spdlog::level::err:
-    case spdlog::level::critical: return LogLevel::kError;
-    default: return LogLevel::kOff;
+    case spdlog::level::critical:
+      return LogLevel::kError;
+    default:
+      return LogLevel::kOff;
   }
 }
 

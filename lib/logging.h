@@ -1,9 +1,9 @@
 // Internal: the library's one named spdlog logger ("specstate"); never the default logger.
 #pragma once
 
-#include <memory>
-
 #include <spdlog/spdlog.h>
+
+#include <memory>
 
 namespace specstate::detail {
 

@@ -103,8 +103,9 @@ struct StatePool::Impl {
     const int64_t d = g.conv_dim(), hv = g.num_v_heads;
     const Device dev = device();
     const DType act = g.act_dtype;
-    check_view(w.conv_weight,
-               {function, "weights.conv_weight", {d, g.conv_width}, act, DTypeRule::kAnyFloat, dev});
+    check_view(
+        w.conv_weight,
+        {function, "weights.conv_weight", {d, g.conv_width}, act, DTypeRule::kAnyFloat, dev});
     if (g.conv_bias) {
       check_view(w.conv_bias, {function, "weights.conv_bias", {d}, act, DTypeRule::kAnyFloat, dev});
     } else if (!w.conv_bias.empty()) {
@@ -114,13 +115,15 @@ struct StatePool::Impl {
     }
     check_view(w.A_log, {function, "weights.A_log", {hv}, act, DTypeRule::kAnyFloat, dev});
     check_view(w.dt_bias, {function, "weights.dt_bias", {hv}, act, DTypeRule::kAnyFloat, dev});
-    check_view(in.mixed_qkv, {function, "inputs.mixed_qkv", {tokens, d}, act, DTypeRule::kExact, dev});
+    check_view(in.mixed_qkv,
+               {function, "inputs.mixed_qkv", {tokens, d}, act, DTypeRule::kExact, dev});
     check_view(in.a, {function, "inputs.a", {tokens, hv}, act, DTypeRule::kExact, dev});
     check_view(in.b, {function, "inputs.b", {tokens, hv}, act, DTypeRule::kExact, dev});
     check_optional_view(out.conv_out,
                         {function, "outputs.conv_out", {tokens, d}, act, DTypeRule::kExact, dev});
-    check_view(out.core_out, {function, "outputs.core_out", {tokens, hv, g.head_v_dim}, act,
-                              DTypeRule::kExact, dev});
+    check_view(
+        out.core_out,
+        {function, "outputs.core_out", {tokens, hv, g.head_v_dim}, act, DTypeRule::kExact, dev});
   }
 
   void close_round() noexcept {
@@ -154,8 +157,12 @@ StatePool::StatePool(const ModelConfig& config, const PoolOptions& options) {
   auto impl = std::make_unique<Impl>(config, options);
   impl->pool_id = next_pool_id.fetch_add(1);
   switch (options.backend) {
-    case Backend::kCpu: impl->backend = detail::make_cpu_backend(); break;
-    case Backend::kCuda: impl->backend = detail::make_cuda_backend(options); break;
+    case Backend::kCpu:
+      impl->backend = detail::make_cpu_backend();
+      break;
+    case Backend::kCuda:
+      impl->backend = detail::make_cuda_backend(options);
+      break;
     default:
       fail(Status::kInvalidArgument, fn,
            "options.backend = " + std::to_string(static_cast<int>(options.backend)));
@@ -196,8 +203,8 @@ SlotHandle StatePool::acquire() {
   if (slot < 0) {
     fail(Status::kResourceExhausted, "StatePool::acquire",
          "all " + std::to_string(impl_->options.num_slots) +
-             " slots are in use (options.num_slots = " +
-             std::to_string(impl_->options.num_slots) + ")");
+             " slots are in use (options.num_slots = " + std::to_string(impl_->options.num_slots) +
+             ")");
   }
   try {
     impl_->backend->zero_slot(impl_->storage, slot);
@@ -236,9 +243,9 @@ TensorView StatePool::conv_state(int layer) const {
   impl_->check_layer("StatePool::conv_state", layer);
   const auto& s = impl_->storage;
   const DType dt = impl_->config.conv_state_dtype();
-  return TensorView::contiguous(byte_offset(s.conv, layer * s.conv_layer_elems(), dt), dt,
-                                {s.num_slots, impl_->config.conv_dim(), impl_->config.conv_width() - 1},
-                                impl_->device());
+  return TensorView::contiguous(
+      byte_offset(s.conv, layer * s.conv_layer_elems(), dt), dt,
+      {s.num_slots, impl_->config.conv_dim(), impl_->config.conv_width() - 1}, impl_->device());
 }
 
 TensorView StatePool::ssm_state(int layer) const {
@@ -255,11 +262,10 @@ TensorView StatePool::snapshot_conv(int layer) const {
   impl_->check_layer("StatePool::snapshot_conv", layer);
   const auto& s = impl_->storage;
   const DType dt = impl_->config.conv_state_dtype();
-  return TensorView::contiguous(byte_offset(s.snap_conv, layer * s.snap_conv_layer_elems(), dt),
-                                dt,
-                                {s.max_rows, s.max_window, impl_->config.conv_dim(),
-                                 impl_->config.conv_width() - 1},
-                                impl_->device());
+  return TensorView::contiguous(
+      byte_offset(s.snap_conv, layer * s.snap_conv_layer_elems(), dt), dt,
+      {s.max_rows, s.max_window, impl_->config.conv_dim(), impl_->config.conv_width() - 1},
+      impl_->device());
 }
 
 TensorView StatePool::snapshot_ssm(int layer) const {
@@ -267,10 +273,9 @@ TensorView StatePool::snapshot_ssm(int layer) const {
   const auto& s = impl_->storage;
   const GdnConfig& g = impl_->config.gdn;
   const DType dt = impl_->config.ssm_state_dtype();
-  return TensorView::contiguous(byte_offset(s.snap_ssm, layer * s.snap_ssm_layer_elems(), dt), dt,
-                                {s.max_rows, s.max_window, g.num_v_heads, g.head_v_dim,
-                                 g.head_k_dim},
-                                impl_->device());
+  return TensorView::contiguous(
+      byte_offset(s.snap_ssm, layer * s.snap_ssm_layer_elems(), dt), dt,
+      {s.max_rows, s.max_window, g.num_v_heads, g.head_v_dim, g.head_k_dim}, impl_->device());
 }
 
 int64_t StatePool::committed_bytes() const noexcept {
@@ -353,8 +358,8 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
           fail(Status::kInvalidArgument, fn,
                "batch.parents[" + std::to_string(i) + "] = " + std::to_string(parent) +
                    (t == 0 ? ": the root (token 0) must have parent -1"
-                           : ": the parent of token " + std::to_string(t) +
-                                 " must be in [0, " + std::to_string(t) + ")"));
+                           : ": the parent of token " + std::to_string(t) + " must be in [0, " +
+                                 std::to_string(t) + ")"));
         }
       }
       plan.parents[static_cast<std::size_t>(r) * T + t] = parent;

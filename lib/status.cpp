@@ -8,22 +8,32 @@ namespace specstate {
 
 const char* status_name(Status status) noexcept {
   switch (status) {
-    case Status::kSuccess: return "success";
-    case Status::kInvalidArgument: return "invalid argument";
-    case Status::kOutOfRange: return "out of range";
-    case Status::kResourceExhausted: return "resource exhausted";
-    case Status::kFailedPrecondition: return "failed precondition";
-    case Status::kNotSupported: return "not supported";
-    case Status::kBackendError: return "backend error";
+    case Status::kSuccess:
+      return "success";
+    case Status::kInvalidArgument:
+      return "invalid argument";
+    case Status::kOutOfRange:
+      return "out of range";
+    case Status::kResourceExhausted:
+      return "resource exhausted";
+    case Status::kFailedPrecondition:
+      return "failed precondition";
+    case Status::kNotSupported:
+      return "not supported";
+    case Status::kBackendError:
+      return "backend error";
   }
   return "unknown status";
 }
 
 const char* dtype_name(DType dtype) noexcept {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
   }
   return "unknown dtype";
 }

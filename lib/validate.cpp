@@ -20,8 +20,8 @@ std::string shape_string(std::initializer_list<int64_t> shape) {
 void check_view(const TensorView& view, const ViewSpec& spec) {
   const std::string name = spec.name;
   if (view.data == nullptr) {
-    fail(Status::kInvalidArgument, spec.function, name + " is empty (null data), expected " +
-                                                      shape_string(spec.shape));
+    fail(Status::kInvalidArgument, spec.function,
+         name + " is empty (null data), expected " + shape_string(spec.shape));
   }
   if (view.ndim != static_cast<int>(spec.shape.size())) {
     fail(Status::kInvalidArgument, spec.function,

@@ -11,13 +11,13 @@ namespace specstate {
 
 // One Gated DeltaNet layer (Qwen3-Next). DESIGN.md section 3.
 struct GdnConfig {
-  int num_k_heads = 16;          // H: query/key heads
-  int num_v_heads = 32;          // HV: value heads, a multiple of H
-  int head_k_dim = 128;          // K
-  int head_v_dim = 128;          // V
-  int conv_width = 4;            // W: conv taps; the conv state keeps W-1 columns
-  std::optional<float> scale;    // query scale; K^-1/2 when unset
-  bool conv_bias = false;        // whether verify/decode take a conv bias
+  int num_k_heads = 16;                   // H: query/key heads
+  int num_v_heads = 32;                   // HV: value heads, a multiple of H
+  int head_k_dim = 128;                   // K
+  int head_v_dim = 128;                   // V
+  int conv_width = 4;                     // W: conv taps; the conv state keeps W-1 columns
+  std::optional<float> scale;             // query scale; K^-1/2 when unset
+  bool conv_bias = false;                 // whether verify/decode take a conv bias
   DType act_dtype = DType::kBF16;         // mixed_qkv, a, b, conv_out, core_out
   DType conv_state_dtype = DType::kBF16;  // committed conv window and its snapshots
   DType ssm_state_dtype = DType::kF32;    // committed SSM state and its snapshots
@@ -70,9 +70,9 @@ const char* backend_name(Backend backend) noexcept;
 const char* strategy_name(Strategy strategy) noexcept;
 
 struct PoolOptions {
-  int num_slots = 1;       // requests whose committed state the pool holds
-  int max_rows = 1;        // largest verify batch (rows, padding included)
-  int max_window = 1;      // largest window T (tokens per row per round)
+  int num_slots = 1;   // requests whose committed state the pool holds
+  int max_rows = 1;    // largest verify batch (rows, padding included)
+  int max_window = 1;  // largest window T (tokens per row per round)
   Backend backend = Backend::kCpu;
   Strategy strategy = Strategy::kSnapshot;
   int device = 0;          // CUDA device ordinal (kCuda only)

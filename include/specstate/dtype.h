@@ -11,9 +11,7 @@ enum class DType : int32_t { kF32 = 0, kBF16 = 1, kI32 = 2 };
 
 const char* dtype_name(DType dtype) noexcept;
 
-constexpr std::size_t dtype_size(DType dtype) noexcept {
-  return dtype == DType::kBF16 ? 2 : 4;
-}
+constexpr std::size_t dtype_size(DType dtype) noexcept { return dtype == DType::kBF16 ? 2 : 4; }
 
 // fp32 -> bf16 with round-to-nearest-even; NaN stays a (quiet) NaN.
 inline uint16_t bf16_from_float(float value) noexcept {

@@ -9,12 +9,12 @@ namespace specstate {
 
 enum class Status {
   kSuccess = 0,
-  kInvalidArgument,    // a value, shape, stride or dtype the call cannot accept
-  kOutOfRange,         // an index (slot, layer, row, token, tree node) outside its range
-  kResourceExhausted,  // the pool has no free slot
-  kFailedPrecondition, // stale / released / foreign handle, call out of protocol order
-  kNotSupported,       // a configuration this build or backend does not implement
-  kBackendError,       // the device reported an error (CUDA)
+  kInvalidArgument,     // a value, shape, stride or dtype the call cannot accept
+  kOutOfRange,          // an index (slot, layer, row, token, tree node) outside its range
+  kResourceExhausted,   // the pool has no free slot
+  kFailedPrecondition,  // stale / released / foreign handle, call out of protocol order
+  kNotSupported,        // a configuration this build or backend does not implement
+  kBackendError,        // the device reported an error (CUDA)
 };
 
 const char* status_name(Status status) noexcept;

@@ -141,9 +141,8 @@ class CpuBackend final : public BackendImpl {
     }
   }
 
-  void verify_gdn(const PoolStorage& s, int layer, const RoundPlan& plan,
-                  const GdnWeights& weights, const GdnInputs& inputs,
-                  const GdnOutputs& outputs) override {
+  void verify_gdn(const PoolStorage& s, int layer, const RoundPlan& plan, const GdnWeights& weights,
+                  const GdnInputs& inputs, const GdnOutputs& outputs) override {
     GdnTokenKernel kernel(s, weights, inputs, outputs);
     for (int r = 0; r < plan.rows; ++r) {
       const int slot = plan.slots[r];

@@ -4,10 +4,9 @@
 // snapshot strategy is bit-exact against sequential decoding.
 #pragma once
 
+#include <Eigen/Core>
 #include <cmath>
 #include <cstdint>
-
-#include <Eigen/Core>
 
 #include "specstate/dtype.h"
 #include "specstate/tensor_view.h"

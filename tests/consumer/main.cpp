@@ -1,9 +1,9 @@
 // Builds against the installed specstate, runs one verify + commit round on the CPU and checks
 // that the committed state moved.
+#include <specstate/specstate.h>
+
 #include <cstdio>
 #include <vector>
-
-#include <specstate/specstate.h>
 
 int main() {
   using namespace specstate;
@@ -26,14 +26,15 @@ int main() {
   std::vector<float> x(2 * d), a(2 * hv, 0.3f), b(2 * hv, 0.7f), core(2 * hv * layer.head_v_dim);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
 
-  GdnWeights weights{TensorView::contiguous(conv_w.data(), DType::kF32, {d, w}), {},
+  GdnWeights weights{TensorView::contiguous(conv_w.data(), DType::kF32, {d, w}),
+                     {},
                      TensorView::contiguous(a_log.data(), DType::kF32, {hv}),
                      TensorView::contiguous(dt_bias.data(), DType::kF32, {hv})};
   GdnInputs inputs{TensorView::contiguous(x.data(), DType::kF32, {2, d}),
                    TensorView::contiguous(a.data(), DType::kF32, {2, hv}),
                    TensorView::contiguous(b.data(), DType::kF32, {2, hv})};
-  GdnOutputs outputs{{}, TensorView::contiguous(core.data(), DType::kF32,
-                                                {2, hv, layer.head_v_dim})};
+  GdnOutputs outputs{{},
+                     TensorView::contiguous(core.data(), DType::kF32, {2, hv, layer.head_v_dim})};
   pool.begin_verify(VerifyBatch{{slot}, 2, {}});
   pool.verify(0, weights, inputs, outputs);
   pool.commit(std::vector<int32_t>{2});

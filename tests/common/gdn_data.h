@@ -1,0 +1,69 @@
+// Test helpers: owned buffers with views, random GDN weights and inputs shaped like real ones
+// (DESIGN.md / golden README distributions), pool snapshots for bit-exact comparisons.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "specstate/specstate.h"
+
+namespace specstate::test {
+
+// A host buffer of f32, bf16 or i32 elements with a row-major shape.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(DType dtype, std::vector<int64_t> shape);
+
+  TensorView view() const;
+  // A view of rows [begin, begin + count) of the leading dimension.
+  TensorView rows(int64_t begin, int64_t count) const;
+  int64_t numel() const noexcept { return numel_; }
+  float get(int64_t i) const;
+  void set(int64_t i, float value);
+  DType dtype() const noexcept { return dtype_; }
+  const std::vector<int64_t>& shape() const noexcept { return shape_; }
+  void* data() noexcept { return bytes_.data(); }
+  const std::vector<uint8_t>& bytes() const noexcept { return bytes_; }
+
+ private:
+  DType dtype_ = DType::kF32;
+  std::vector<int64_t> shape_;
+  int64_t numel_ = 0;
+  mutable std::vector<uint8_t> bytes_;
+};
+
+struct LayerWeights {
+  Buffer conv_weight, conv_bias, A_log, dt_bias;
+  GdnWeights view() const;
+};
+
+// n tokens of one layer's inputs.
+struct TokenInputs {
+  Buffer mixed_qkv, a, b;
+  GdnInputs view() const;
+  GdnInputs rows(int64_t begin, int64_t count) const;
+};
+
+struct TokenOutputs {
+  Buffer conv_out, core_out;
+  GdnOutputs view() const;
+  GdnOutputs rows(int64_t begin, int64_t count) const;
+};
+
+GdnConfig small_config(DType act = DType::kF32, DType conv_state = DType::kF32,
+                       DType ssm_state = DType::kF32, bool conv_bias = true);
+LayerWeights random_weights(const GdnConfig& config, std::mt19937_64& rng);
+TokenInputs random_inputs(const GdnConfig& config, int64_t tokens, std::mt19937_64& rng);
+TokenOutputs make_outputs(const GdnConfig& config, int64_t tokens);
+
+// Copies of the whole pool's committed state (all layers), and of one slot.
+std::vector<uint8_t> committed_bytes(const StatePool& pool);
+std::vector<uint8_t> slot_bytes(const StatePool& pool, int slot);
+// Sum of squares of a host view (any dtype): tests check results are not all zeros.
+double sum_squares(const TensorView& view);
+
+}  // namespace specstate::test

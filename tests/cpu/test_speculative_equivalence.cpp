@@ -1,0 +1,328 @@
+// Speculative equivalence (DESIGN.md section 7): after verify + commit rounds the committed state
+// equals plain sequential decoding of the accepted tokens, and every verify output of an accepted
+// token equals the decode output at that step. On the CPU both are bit-exact. Also: verify is
+// pure, a = 0 and padding rows are untouched, and a tree's snapshot of node t equals a fresh run
+// over the path to t (the ggml rollback idea, applied to trees).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "common/gdn_data.h"
+
+namespace specstate::test {
+namespace {
+
+struct Case {
+  const char* name;
+  DType act, conv_state, ssm_state;
+  bool conv_bias;
+  bool tree;
+  bool shared_tree;  // one parents array [T] for all rows
+};
+
+std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name; }
+
+class SpeculativeEquivalence : public ::testing::TestWithParam<Case> {};
+
+std::vector<int32_t> random_tree(int T, std::mt19937_64& rng) {
+  std::vector<int32_t> parents(T, -1);
+  for (int t = 1; t < T; ++t) parents[t] = std::uniform_int_distribution<int>(0, t - 1)(rng);
+  return parents;
+}
+
+// Window indices from the root to `node` (inclusive); empty for node = -1.
+std::vector<int> path_to(const std::vector<int32_t>& parents, int offset, int node) {
+  std::vector<int> path;
+  for (int t = node; t >= 0; t = parents[offset + t]) path.push_back(t);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+bool same_bytes(const TensorView& x, int64_t xrow, const TensorView& y, int64_t yrow) {
+  const int64_t bytes = x.stride[0] * static_cast<int64_t>(dtype_size(x.dtype));
+  return std::memcmp(static_cast<const char*>(x.data) + xrow * bytes,
+                     static_cast<const char*>(y.data) + yrow * bytes, bytes) == 0;
+}
+
+TEST_P(SpeculativeEquivalence, CommittedStateEqualsSequentialDecode) {
+  const Case c = GetParam();
+  const uint64_t seed = 0x5eed0000u + static_cast<uint64_t>(c.act) * 7 + c.tree * 3 + c.conv_bias;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const GdnConfig g = small_config(c.act, c.conv_state, c.ssm_state, c.conv_bias);
+  const int layers = 3, requests = 5, T = 5, rounds = 24, max_rows = 7;
+  const ModelConfig model = ModelConfig::gated_delta_net(layers, g);
+  PoolOptions options;
+  options.num_slots = requests + 2;
+  options.max_rows = max_rows;
+  options.max_window = T;
+  StatePool spec(model, options), ref(model, options);
+  std::vector<SlotHandle> spec_h, ref_h;
+  // Burn a slot in `ref` so the two pools map requests to different slots.
+  SlotHandle burn = ref.acquire();
+  for (int i = 0; i < requests; ++i) {
+    spec_h.push_back(spec.acquire());
+    ref_h.push_back(ref.acquire());
+  }
+  ref.release(burn);
+  std::vector<LayerWeights> weights;
+  for (int l = 0; l < layers; ++l) weights.push_back(random_weights(g, rng));
+
+  int accepted_tokens = 0;
+  for (int round = 0; round < rounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    // Rows: a random subset of requests in random order, padding rows in between.
+    std::vector<int> order(requests);
+    for (int i = 0; i < requests; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    const int live = std::uniform_int_distribution<int>(1, requests)(rng);
+    std::vector<int> row_request;  // -1 = padding
+    for (int i = 0; i < live; ++i) row_request.push_back(order[i]);
+    while (static_cast<int>(row_request.size()) < max_rows && rng() % 3 == 0) {
+      row_request.insert(row_request.begin() + rng() % (row_request.size() + 1), -1);
+    }
+    const int B = static_cast<int>(row_request.size());
+    VerifyBatch batch;
+    batch.window = T;
+    for (int r = 0; r < B; ++r) {
+      batch.rows.push_back(row_request[r] < 0 ? SlotHandle::padding() : spec_h[row_request[r]]);
+    }
+    if (c.tree) {
+      if (c.shared_tree) {
+        batch.parents = random_tree(T, rng);
+      } else {
+        for (int r = 0; r < B; ++r) {
+          std::vector<int32_t> p = random_tree(T, rng);
+          batch.parents.insert(batch.parents.end(), p.begin(), p.end());
+        }
+      }
+    }
+    auto parents_of = [&](int r) { return c.shared_tree ? 0 : r * T; };
+
+    spec.begin_verify(batch);
+    std::vector<TokenInputs> inputs;
+    std::vector<TokenOutputs> outputs;
+    const std::vector<uint8_t> before = committed_bytes(spec);
+    for (int l = 0; l < layers; ++l) {
+      inputs.push_back(random_inputs(g, int64_t{B} * T, rng));
+      outputs.push_back(make_outputs(g, int64_t{B} * T));
+      spec.verify(l, weights[l].view(), inputs[l].view(), outputs[l].view());
+    }
+    ASSERT_EQ(committed_bytes(spec), before) << "verify wrote the committed state";
+
+    std::vector<int32_t> accepted(B);
+    for (int r = 0; r < B; ++r) {
+      if (row_request[r] < 0) {
+        accepted[r] = c.tree ? -1 : 0;
+      } else {
+        accepted[r] = std::uniform_int_distribution<int>(c.tree ? -1 : 0, c.tree ? T - 1 : T)(rng);
+      }
+    }
+    std::vector<std::vector<uint8_t>> untouched(B);
+    for (int r = 0; r < B; ++r) {
+      const bool keep = row_request[r] >= 0 && accepted[r] == (c.tree ? -1 : 0);
+      if (keep) untouched[r] = slot_bytes(spec, spec.slot_index(spec_h[row_request[r]]));
+    }
+    spec.commit(accepted);
+
+    // The reference: decode (or prefill, for chains on odd rounds) the accepted tokens.
+    for (int r = 0; r < B; ++r) {
+      const int req = row_request[r];
+      if (req < 0) continue;
+      if (!untouched[r].empty()) {
+        ASSERT_EQ(slot_bytes(spec, spec.slot_index(spec_h[req])), untouched[r])
+            << "row " << r << " kept its state (accepted " << accepted[r] << ") but changed";
+      }
+      std::vector<int> path;
+      if (c.tree) {
+        path = path_to(batch.parents, parents_of(r), accepted[r]);
+      } else {
+        for (int t = 0; t < accepted[r]; ++t) path.push_back(t);
+      }
+      accepted_tokens += static_cast<int>(path.size());
+      for (int l = 0; l < layers; ++l) {
+        const int n = static_cast<int>(path.size());
+        if (n == 0) continue;
+        TokenOutputs dec = make_outputs(g, n);
+        if (!c.tree && round % 2 == 1) {
+          ref.prefill(l, ref_h[req], weights[l].view(), inputs[l].rows(int64_t{r} * T, n),
+                      dec.view());
+        } else {
+          for (int i = 0; i < n; ++i) {
+            ref.decode(l, {ref_h[req]}, weights[l].view(),
+                       inputs[l].rows(int64_t{r} * T + path[i], 1), dec.rows(i, 1));
+          }
+        }
+        for (int i = 0; i < n; ++i) {
+          const int64_t token = int64_t{r} * T + path[i];
+          ASSERT_TRUE(same_bytes(outputs[l].core_out.view(), token, dec.core_out.view(), i))
+              << "layer " << l << " row " << r << " token " << path[i] << ": core_out differs";
+          ASSERT_TRUE(same_bytes(outputs[l].conv_out.view(), token, dec.conv_out.view(), i))
+              << "layer " << l << " row " << r << " token " << path[i] << ": conv_out differs";
+        }
+      }
+    }
+    for (int i = 0; i < requests; ++i) {
+      ASSERT_EQ(slot_bytes(spec, spec.slot_index(spec_h[i])),
+                slot_bytes(ref, ref.slot_index(ref_h[i])))
+          << "request " << i << ": committed state differs from sequential decoding";
+    }
+  }
+  EXPECT_GT(accepted_tokens, rounds) << "the trace accepted almost nothing";
+  double norm = 0;
+  for (int l = 0; l < layers; ++l) norm += sum_squares(spec.ssm_state(l));
+  EXPECT_GT(norm, 0.0) << "committed SSM state is all zeros";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cpu, SpeculativeEquivalence,
+    ::testing::Values(
+        Case{"f32_chain", DType::kF32, DType::kF32, DType::kF32, true, false, false},
+        Case{"f32_tree_per_row", DType::kF32, DType::kF32, DType::kF32, true, true, false},
+        Case{"f32_tree_shared", DType::kF32, DType::kF32, DType::kF32, false, true, true},
+        Case{"bf16_act_f32_ssm_chain", DType::kBF16, DType::kBF16, DType::kF32, false, false,
+             false},
+        Case{"bf16_act_f32_ssm_tree", DType::kBF16, DType::kBF16, DType::kF32, false, true, false},
+        Case{"all_bf16_chain", DType::kBF16, DType::kBF16, DType::kBF16, true, false, false},
+        Case{"f32_act_bf16_conv_tree", DType::kF32, DType::kBF16, DType::kF32, true, true, false}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// A tree's snapshot of node t equals the final state of a fresh run over the path root..t.
+TEST(TreeSnapshots, EachNodeSnapshotEqualsAFreshRunOverItsPath) {
+  const uint64_t seed = 77;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const GdnConfig g = small_config();
+  const int T = 6;
+  PoolOptions options;
+  options.num_slots = 2;
+  options.max_rows = 1;
+  options.max_window = T;
+  const ModelConfig model = ModelConfig::gated_delta_net(1, g);
+  StatePool pool(model, options);
+  SlotHandle h = pool.acquire();
+  LayerWeights w = random_weights(g, rng);
+  TokenInputs history = random_inputs(g, 3, rng);
+  TokenOutputs hist_out = make_outputs(g, 3);
+  pool.prefill(0, h, w.view(), history.view(), hist_out.view());
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2};  // golden case C's tree
+  TokenInputs window = random_inputs(g, T, rng);
+  TokenOutputs out = make_outputs(g, T);
+  pool.begin_verify(VerifyBatch{{h}, T, parents});
+  pool.verify(0, w.view(), window.view(), out.view());
+  const TensorView snap_ssm = pool.snapshot_ssm(0), snap_conv = pool.snapshot_conv(0);
+  for (int node = 0; node < T; ++node) {
+    StatePool fresh(model, options);
+    SlotHandle f = fresh.acquire();
+    TokenOutputs o = make_outputs(g, 3);
+    fresh.prefill(0, f, w.view(), history.view(), o.view());
+    const std::vector<int> path = path_to(parents, 0, node);
+    for (int t : path) {
+      TokenOutputs step = make_outputs(g, 1);
+      fresh.decode(0, {f}, w.view(), window.rows(t, 1), step.view());
+    }
+    const TensorView fs = fresh.ssm_state(0), fc = fresh.conv_state(0);
+    const int64_t ssm_bytes = fs.stride[0] * 4, conv_bytes = fc.stride[0] * 4;
+    EXPECT_EQ(std::memcmp(static_cast<char*>(snap_ssm.data) + node * ssm_bytes, fs.data, ssm_bytes),
+              0)
+        << "node " << node;
+    EXPECT_EQ(
+        std::memcmp(static_cast<char*>(snap_conv.data) + node * conv_bytes, fc.data, conv_bytes), 0)
+        << "node " << node;
+  }
+  EXPECT_GT(sum_squares(snap_ssm), 0.0);
+}
+
+// Verify is pure whatever the inputs: huge, tiny, NaN-free extreme values leave the committed
+// state bit-identical, and re-verifying the same window gives bit-identical outputs.
+TEST(VerifyPurity, CommittedStateUnchangedAndVerifyRepeatable) {
+  const uint64_t seed = 99;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const GdnConfig g = small_config(DType::kBF16, DType::kBF16, DType::kF32, false);
+  PoolOptions options;
+  options.num_slots = 3;
+  options.max_rows = 3;
+  options.max_window = 4;
+  StatePool pool(ModelConfig::gated_delta_net(2, g), options);
+  std::vector<SlotHandle> h = {pool.acquire(), pool.acquire()};
+  std::vector<LayerWeights> w = {random_weights(g, rng), random_weights(g, rng)};
+  for (int l = 0; l < 2; ++l) {
+    for (SlotHandle s : h) {
+      TokenInputs in = random_inputs(g, 4, rng);
+      TokenOutputs out = make_outputs(g, 4);
+      pool.prefill(l, s, w[l].view(), in.view(), out.view());
+    }
+  }
+  const std::vector<uint8_t> before = committed_bytes(pool);
+  TokenInputs in = random_inputs(g, 12, rng);
+  for (int64_t i = 0; i < in.mixed_qkv.numel(); i += 5) in.mixed_qkv.set(i, 1e4f);
+  for (int64_t i = 0; i < in.a.numel(); i += 3) in.a.set(i, 40.0f);  // softplus linear branch
+  TokenOutputs first = make_outputs(g, 12), second = make_outputs(g, 12);
+  pool.begin_verify(VerifyBatch{{h[1], SlotHandle::padding(), h[0]}, 4, {}});
+  for (int l = 0; l < 2; ++l) pool.verify(l, w[l].view(), in.view(), first.view());
+  EXPECT_EQ(committed_bytes(pool), before);
+  for (int l = 0; l < 2; ++l) pool.verify(l, w[l].view(), in.view(), second.view());
+  EXPECT_EQ(committed_bytes(pool), before);
+  EXPECT_EQ(first.core_out.bytes(), second.core_out.bytes());
+  EXPECT_GT(sum_squares(first.core_out.view()), 0.0);
+  // Padding row 1's outputs were not written.
+  for (int64_t i = 4 * g.num_v_heads * g.head_v_dim; i < 8 * g.num_v_heads * g.head_v_dim; ++i) {
+    ASSERT_EQ(first.core_out.get(i), 0.0f) << "padding row output written at " << i;
+  }
+  // Keep everything: a = 0 for both live rows.
+  pool.commit(std::vector<int32_t>{0, 0, 0});
+  EXPECT_EQ(committed_bytes(pool), before);
+}
+
+// Strided caller views (rows of a wider buffer) give bit-identical results to contiguous ones.
+TEST(StridedViews, RowStridedInputsAndOutputsMatchContiguous) {
+  const uint64_t seed = 5;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const GdnConfig g = small_config();
+  PoolOptions options;
+  options.num_slots = 2;
+  options.max_rows = 1;
+  options.max_window = 3;
+  const ModelConfig model = ModelConfig::gated_delta_net(1, g);
+  StatePool p1(model, options), p2(model, options);
+  SlotHandle h1 = p1.acquire(), h2 = p2.acquire();
+  LayerWeights w = random_weights(g, rng);
+  TokenInputs in = random_inputs(g, 3, rng);
+  TokenOutputs out1 = make_outputs(g, 3);
+  const int64_t d = g.conv_dim(), hv = g.num_v_heads, v = g.head_v_dim;
+  // Wide buffers: each token row padded by 7 extra elements; a/b interleaved as [tokens, 2, HV].
+  std::vector<float> wide_x(3 * (d + 7)), ab(3 * 2 * hv), wide_core(3 * (hv * v + 3));
+  for (int t = 0; t < 3; ++t) {
+    for (int64_t c = 0; c < d; ++c) wide_x[t * (d + 7) + c] = in.mixed_qkv.get(t * d + c);
+    for (int64_t i = 0; i < hv; ++i) {
+      ab[t * 2 * hv + i] = in.a.get(t * hv + i);
+      ab[t * 2 * hv + hv + i] = in.b.get(t * hv + i);
+    }
+  }
+  GdnInputs strided{TensorView::strided(wide_x.data(), DType::kF32, {3, d}, {d + 7, 1}),
+                    TensorView::strided(ab.data(), DType::kF32, {3, hv}, {2 * hv, 1}),
+                    TensorView::strided(ab.data() + hv, DType::kF32, {3, hv}, {2 * hv, 1})};
+  GdnOutputs strided_out{
+      {}, TensorView::strided(wide_core.data(), DType::kF32, {3, hv, v}, {hv * v + 3, v, 1})};
+  p1.begin_verify(VerifyBatch{{h1}, 3, {}});
+  p1.verify(0, w.view(), in.view(), out1.view());
+  p1.commit(std::vector<int32_t>{2});
+  p2.begin_verify(VerifyBatch{{h2}, 3, {}});
+  p2.verify(0, w.view(), strided, strided_out);
+  p2.commit(std::vector<int32_t>{2});
+  EXPECT_EQ(committed_bytes(p1), committed_bytes(p2));
+  for (int t = 0; t < 3; ++t) {
+    for (int64_t i = 0; i < hv * v; ++i) {
+      ASSERT_EQ(out1.core_out.get(t * hv * v + i), wide_core[t * (hv * v + 3) + i]);
+    }
+  }
+  EXPECT_GT(sum_squares(out1.core_out.view()), 0.0);
+}
+
+}  // namespace
+}  // namespace specstate::test
