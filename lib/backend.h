@@ -10,6 +10,7 @@
 
 #include "specstate/config.h"
 #include "specstate/gdn.h"
+#include "specstate/status.h"
 #include "specstate/tensor_view.h"
 
 namespace specstate::detail {
@@ -103,6 +104,10 @@ class BackendImpl {
                           const GdnWeights& weights, const GdnInputs& inputs,
                           const GdnOutputs& outputs) = 0;
   virtual void commit(const PoolStorage& storage, const CommitWork& work) = 0;
+  // Outcome of the device-side checks of the last commit (waits for it): kOutOfRange when a
+  // row's device accepted value was out of range (that row was skipped). Host-validated
+  // backends report kSuccess.
+  virtual Status last_commit_status() { return Status::kSuccess; }
 };
 
 std::unique_ptr<BackendImpl> make_cpu_backend();

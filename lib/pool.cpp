@@ -476,6 +476,8 @@ void StatePool::commit(const TensorView& accepted) {
   impl_->close_round();
 }
 
+Status StatePool::last_commit_status() const { return impl_->backend->last_commit_status(); }
+
 const VerifyBatch& StatePool::current_batch() const noexcept { return impl_->batch; }
 
 }  // namespace specstate

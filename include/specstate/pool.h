@@ -102,6 +102,12 @@ class StatePool {
   void commit(const std::vector<int32_t>& accepted);
   // The same with `accepted` as an int32 [rows] view (host memory; device memory on kCuda).
   void commit(const TensorView& accepted);
+  // With `accepted` in device memory the values are checked by the commit kernel, not before
+  // the launch (no host sync): a row whose value is out of range (chain a < 0 or a > T, tree
+  // node outside [-1, T-1]) is skipped and left bit-identical, the other rows commit. This
+  // waits for the pool's stream and returns kOutOfRange if the last commit skipped such a row,
+  // kSuccess otherwise (always kSuccess for host-validated commits and the CPU backend).
+  Status last_commit_status() const;
 
   // The batch of the current round (empty rows when none is open).
   const VerifyBatch& current_batch() const noexcept;

@@ -1,0 +1,60 @@
+// Commit of a verify round (DESIGN.md section 5, step 5): one launch over all layers and rows
+// copies each row's accepted snapshot (conv window and SSM state) into the row's slot. The
+// accepted values are read from device memory and checked by the kernel itself, so the launch
+// is capturable in a CUDA graph. Host-safe launcher declarations; kernels in commit.cu.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernel_types.h"
+
+namespace specstate::kernels {
+
+// How `accepted` is read.
+enum class CommitMode : int32_t {
+  kAcceptedLength = 0,  // chain: a in [0, T]; 0 = keep; the snapshot of token a-1 commits
+  kNode = 1,            // tree (or resolved steps): node in [-1, T-1]; -1 = keep
+};
+
+// Bits of the error flag (OR-ed over rows). A flagged row is skipped: nothing of it is written.
+inline constexpr int32_t kCommitErrorLengthAboveWindow = 1;  // chain a > T
+inline constexpr int32_t kCommitErrorLengthNegative = 2;     // chain a < 0
+inline constexpr int32_t kCommitErrorNodeOutOfRange = 4;     // tree node outside [-1, T-1]
+
+struct CommitParams {
+  int layers = 0;
+  int rows = 0;
+  int window = 0;  // T of the round
+  CommitMode mode = CommitMode::kAcceptedLength;
+
+  int64_t conv_state_bytes = 0;  // one committed conv window (one slot, one layer)
+  int64_t ssm_state_bytes = 0;   // one committed SSM state
+  int64_t conv_layer_bytes = 0;  // committed conv of one layer (all slots)
+  int64_t ssm_layer_bytes = 0;
+  int64_t snap_conv_layer_bytes = 0;  // snapshot conv of one layer (all rows, all tokens)
+  int64_t snap_ssm_layer_bytes = 0;
+  int64_t snap_conv_row_bytes = 0;
+  int64_t snap_ssm_row_bytes = 0;
+  int64_t accepted_stride = 1;  // elements
+
+  char* __restrict__ conv = nullptr;               // [L, slots, conv_dim, W-1]
+  char* __restrict__ ssm = nullptr;                // [L, slots, HV, V, K]
+  const char* __restrict__ snap_conv = nullptr;    // [L, max_rows, max_window, conv_dim, W-1]
+  const char* __restrict__ snap_ssm = nullptr;     // [L, max_rows, max_window, HV, V, K]
+  const int32_t* __restrict__ slots = nullptr;     // [rows] device, -1 = padding
+  const int32_t* __restrict__ accepted = nullptr;  // [rows] device, raw values
+  int32_t* __restrict__ error_flag = nullptr;      // device int32, OR-ed error bits
+};
+
+// Copies the accepted snapshots of every (layer, row). Does not clear error_flag (the caller
+// clears it with cudaMemsetAsync in the same stream, so the pair is capturable).
+cudaError_t launch_commit(const CommitParams& params, cudaStream_t stream);
+
+// Writes `n` int32 values to device memory `dst` with kernels that carry the values in their
+// parameters: no host memory is read at execution time, so the upload is capturable and needs
+// no pinned staging buffer.
+cudaError_t launch_upload_i32(int32_t* dst, const int32_t* values, int n, cudaStream_t stream);
+
+}  // namespace specstate::kernels

@@ -1,0 +1,132 @@
+// Device helpers shared by the kernels: dtype conversion, vector loads/stores, warp reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernel_types.h"
+
+namespace specstate::kernels {
+
+using bf16 = __nv_bfloat16;
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float to_float<bf16>(bf16 v) {
+  return __bfloat162float(v);
+}
+
+// Round to nearest even, as specstate::bf16_from_float (NaN stays NaN).
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// The value `v` takes after a round trip through T.
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  return to_float<T>(from_float<T>(v));
+}
+
+// A scalar of run-time dtype (weights, gate parameters: small, cached, any float dtype).
+__device__ __forceinline__ float load_any(const void* p, ElemType t, int64_t i) {
+  return t == ElemType::kBF16 ? __bfloat162float(static_cast<const bf16*>(p)[i])
+                              : static_cast<const float*>(p)[i];
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// N contiguous elements of T -> float. `vec` selects 16-byte loads (caller checked alignment
+// and that N * sizeof(T) is a multiple of 16); otherwise scalar loads.
+template <typename T, int N>
+__device__ __forceinline__ void load_n(const T* __restrict__ p, float (&out)[N], bool vec) {
+  constexpr int kPer = 16 / sizeof(T);
+  if constexpr ((N * sizeof(T)) % 16 == 0) {
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < N / kPer; ++i) {
+        uint4 raw = reinterpret_cast<const uint4*>(p)[i];
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) out[i * kPer + j] = to_float<T>(e[j]);
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = to_float<T>(p[i]);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_n(T* __restrict__ p, const float (&in)[N], bool vec) {
+  constexpr int kPer = 16 / sizeof(T);
+  if constexpr ((N * sizeof(T)) % 16 == 0) {
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < N / kPer; ++i) {
+        uint4 raw;
+        T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) e[j] = from_float<T>(in[i * kPer + j]);
+        reinterpret_cast<uint4*>(p)[i] = raw;
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) p[i] = from_float<T>(in[i]);
+}
+
+// Four consecutive elements as float4 (16 bytes f32, 8 bytes bf16); p must be aligned to
+// 4 * sizeof(T).
+template <typename T>
+__device__ __forceinline__ float4 load4(const T* p);
+template <>
+__device__ __forceinline__ float4 load4<float>(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+template <>
+__device__ __forceinline__ float4 load4<bf16>(const bf16* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+  const float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <typename T>
+__device__ __forceinline__ void store4(T* p, float4 v);
+template <>
+__device__ __forceinline__ void store4<float>(float* p, float4 v) {
+  *reinterpret_cast<float4*>(p) = v;
+}
+template <>
+__device__ __forceinline__ void store4<bf16>(bf16* p, float4 v) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+  __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 raw;
+  raw.x = *reinterpret_cast<uint32_t*>(&lo);
+  raw.y = *reinterpret_cast<uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+}  // namespace specstate::kernels

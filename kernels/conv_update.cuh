@@ -1,0 +1,154 @@
+// Kernel of launch_conv_update (see conv_update.h). DESIGN.md section 3, causal conv1d update:
+//   win = [s_0 .. s_{W-2}, x_t];  y_t = silu(bias + sum_j w[j] win[j]);  s <- win[1:]
+// In a tree the window of token t is the last W inputs of (committed history, ancestors of t, t).
+#pragma once
+
+#include "common.cuh"
+#include "conv_update.h"
+
+namespace specstate::kernels {
+
+inline constexpr int kConvChannels = 8;  // channels per thread (16-byte bf16 vectors)
+inline constexpr int kConvThreads = 64;
+
+template <typename Act, typename St, int W>
+__global__ void __launch_bounds__(kConvThreads)
+    conv_update_kernel(const __grid_constant__ ConvUpdateParams p) {
+  constexpr int C = kConvChannels;
+  constexpr int H = W - 1;
+  const int groups = (p.conv_dim + C - 1) / C;
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= groups) return;
+  const int r = blockIdx.y;
+  const int row = p.row_begin + r;
+  const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
+  if (slot < 0) return;  // padding row: nothing read, nothing written
+  const int c0 = g * C;
+  const int nc = min(C, p.conv_dim - c0);
+  const bool full = nc == C;
+
+  // Committed window of these channels, [C][H].
+  St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{c0} * H;
+  float s[C * H];
+  if (full) {
+    load_n<St, C * H>(st, s, aligned16(st));
+  } else {
+#pragma unroll
+    for (int i = 0; i < C * H; ++i) s[i] = i < nc * H ? to_float<St>(st[i]) : 0.0f;
+  }
+  float w[C][W];
+  float bias[C];
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = i < nc ? c0 + i : c0;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      w[i][j] = load_any(p.weight, p.weight_dtype, c * p.weight_stride_c + j * p.weight_stride_tap);
+    }
+    bias[i] = p.has_bias ? load_any(p.bias, p.bias_dtype, c * p.bias_stride) : 0.0f;
+  }
+
+  const Act* x = static_cast<const Act*>(p.x);
+  const bool x_vec = full && p.x_stride_c == 1;
+  const bool out_vec = full && p.out_stride_c == 1;
+  const int t_begin = p.advance ? 0 : blockIdx.z;
+  const int t_end = p.advance ? p.tokens : blockIdx.z + 1;
+  const int64_t row_token0 = int64_t{row} * p.tokens;
+  for (int t = t_begin; t < t_end; ++t) {
+    // Window of token t: walk its ancestor path back from t, then the committed window.
+    float win[W][C];
+    int node = t;
+    int depth = 0;
+#pragma unroll
+    for (int j = W - 1; j >= 0; --j) {
+      if (node >= 0) {
+        const Act* xp = x + (row_token0 + node) * p.x_stride_token + c0 * p.x_stride_c;
+        if (x_vec && aligned16(xp)) {
+          load_n<Act, C>(xp, win[j], true);
+        } else {
+#pragma unroll
+          for (int i = 0; i < C; ++i) {
+            win[j][i] = i < nc ? to_float<Act>(xp[i * p.x_stride_c]) : 0.0f;
+          }
+        }
+        node = p.parents ? p.parents[row_token0 + node] : node - 1;
+        ++depth;
+      } else {
+        // Path exhausted after `depth` inputs: win[j] = s[j + depth - 1] (selected by an
+        // unrolled compare so that s stays in registers).
+        const int src = j + depth - 1;
+#pragma unroll
+        for (int k = 0; k < H; ++k) {
+          if (k == src) {
+#pragma unroll
+            for (int i = 0; i < C; ++i) win[j][i] = s[i * H + k];
+          }
+        }
+      }
+    }
+    float y[C];
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      float acc = bias[i];
+#pragma unroll
+      for (int j = 0; j < W; ++j) acc += w[i][j] * win[j][i];
+      y[i] = silu(acc);
+    }
+    Act* op =
+        static_cast<Act*>(p.out) + (row_token0 + t) * p.out_stride_token + c0 * p.out_stride_c;
+    if (out_vec && aligned16(op)) {
+      store_n<Act, C>(op, y, true);
+    } else {
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        if (i < nc) op[i * p.out_stride_c] = from_float<Act>(y[i]);
+      }
+    }
+    float next[C * H];
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+#pragma unroll
+      for (int j = 0; j < H; ++j) next[i * H + j] = win[j + 1][i];
+    }
+    St* dst = nullptr;
+    if (!p.advance) {
+      dst = static_cast<St*>(p.snap) + row * p.snap_stride_row + t * p.snap_stride_t +
+            int64_t{c0} * H;
+    } else if (t == p.tokens - 1) {
+      dst = st;  // every read of the committed window happened above (registers)
+    }
+    if (dst) {
+      if (full) {
+        store_n<St, C * H>(dst, next, aligned16(dst));
+      } else {
+#pragma unroll
+        for (int i = 0; i < C * H; ++i) {
+          if (i < nc * H) dst[i] = from_float<St>(next[i]);
+        }
+      }
+    }
+  }
+}
+
+template <typename Act, typename St>
+cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t stream) {
+  if (p.rows <= 0 || p.tokens <= 0) return cudaSuccess;
+  const int groups = (p.conv_dim + kConvChannels - 1) / kConvChannels;
+  const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, p.advance ? 1 : p.tokens);
+  switch (p.width) {
+    case 2:
+      conv_update_kernel<Act, St, 2><<<grid, kConvThreads, 0, stream>>>(p);
+      break;
+    case 3:
+      conv_update_kernel<Act, St, 3><<<grid, kConvThreads, 0, stream>>>(p);
+      break;
+    case 4:
+      conv_update_kernel<Act, St, 4><<<grid, kConvThreads, 0, stream>>>(p);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace specstate::kernels

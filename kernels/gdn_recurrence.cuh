@@ -1,0 +1,197 @@
+// Kernel of launch_gdn_recurrence (see gdn_recurrence.h). DESIGN.md section 3, GDN step:
+//   q~ = q / sqrt(sum q^2 + 1e-6) * scale;  k^ = k / sqrt(sum k^2 + 1e-6)
+//   g = -exp(A_log) softplus(a + dt_bias);  beta = sigmoid(b)
+//   S = e^g S;  u = beta (v - S k^);  S += u k^T;  o = S q~
+// computed as  sk = S k^, sq = S q~ (old S), u = beta (v - e^g sk), S = e^g S + u k^T,
+// o = e^g sq + u (k^ . q~): one pass over S per token.
+//
+// Work split: a CTA owns 16 rows of V for one (row, value head) and all K columns. A warp holds
+// 4 V rows; the 8 lanes of a V row hold K/8 columns each as float4 at k = i*32 + lane%8*4, so
+// every 16-byte store of a warp covers whole 128-byte lines. The state stays in registers across
+// the window; each token's state is stored once (snapshot) with vector stores. Rows of S are
+// independent in the delta rule given k^, q~, so splitting V over CTAs needs no communication.
+#pragma once
+
+#include "common.cuh"
+#include "gdn_recurrence.h"
+
+namespace specstate::kernels {
+
+inline constexpr int kGdnThreads = 128;
+inline constexpr int kGdnRowsPerCta = 16;  // V rows per CTA
+inline constexpr int kGdnChunk = 8;        // tokens staged in shared memory at a time
+
+template <typename Act, typename St, int NK>
+__global__ void __launch_bounds__(kGdnThreads)
+    gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
+  constexpr int K = NK * 32;
+  __shared__ __align__(16) float q_s[kGdnChunk][K];
+  __shared__ __align__(16) float k_s[kGdnChunk][K];
+  __shared__ float eg_s[kGdnChunk];
+  __shared__ float beta_s[kGdnChunk];
+  __shared__ float kq_s[kGdnChunk];
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int kl = lane & 7;
+  const int V = p.head_v_dim;
+  const int v = blockIdx.x * kGdnRowsPerCta + warp * 4 + (lane >> 3);
+  const bool v_ok = v < V;
+  const int hv = blockIdx.y;
+  const int h = hv / (p.num_v_heads / p.num_k_heads);
+  const int r = blockIdx.z;
+  const int row = p.row_begin + r;
+  const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
+  if (slot < 0) return;  // padding row (uniform over the CTA)
+
+  const int64_t head_off = (int64_t{hv} * V + (v_ok ? v : 0)) * K;
+  St* committed = static_cast<St*>(p.state) + slot * p.state_stride_slot + head_off;
+  St* snap_row = static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off;
+
+  float4 S[NK];
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    S[i] = v_ok ? load4<St>(committed + i * 32 + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+
+  const Act* qkv = static_cast<const Act*>(p.qkv);
+  const int64_t q_off = int64_t{h} * K * p.qkv_stride_c;
+  const int64_t k_off = (int64_t{p.num_k_heads} + h) * K * p.qkv_stride_c;
+  const int64_t v_off = (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + v) * p.qkv_stride_c;
+  const int64_t row_token0 = int64_t{row} * p.tokens;
+  const float A = -expf(load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride));
+  const float dt_bias = load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);
+  Act* out = static_cast<Act*>(p.out);
+
+  for (int c0 = 0; c0 < p.tokens; c0 += kGdnChunk) {
+    const int n = min(kGdnChunk, p.tokens - c0);
+    // This thread's v for the chunk (issued before the barrier so the loads overlap).
+    float vv[kGdnChunk];
+#pragma unroll
+    for (int tt = 0; tt < kGdnChunk; ++tt) {
+      vv[tt] = (tt < n && v_ok)
+                   ? to_float<Act>(qkv[(row_token0 + c0 + tt) * p.qkv_stride_token + v_off])
+                   : 0.0f;
+    }
+    // Prologue: warp w normalises q and k of tokens w, w+4, ...; lane 0 computes the gates.
+    for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
+      const int64_t tok = row_token0 + c0 + tt;
+      const Act* base = qkv + tok * p.qkv_stride_token;
+      float qv[NK], kv[NK];
+      float sq = 0.f, sk = 0.f;
+#pragma unroll
+      for (int i = 0; i < NK; ++i) {
+        qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * p.qkv_stride_c]);
+        kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * p.qkv_stride_c]);
+        sq += qv[i] * qv[i];
+        sk += kv[i] * kv[i];
+      }
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1) {
+        sq += __shfl_xor_sync(0xffffffffu, sq, m);
+        sk += __shfl_xor_sync(0xffffffffu, sk, m);
+      }
+      const float qf = p.scale / sqrtf(sq + 1e-6f);
+      const float kf = 1.0f / sqrtf(sk + 1e-6f);
+      float kq = 0.f;
+#pragma unroll
+      for (int i = 0; i < NK; ++i) {
+        const float qn = qv[i] * qf, kn = kv[i] * kf;
+        q_s[tt][i * 32 + lane] = qn;
+        k_s[tt][i * 32 + lane] = kn;
+        kq += qn * kn;
+      }
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1) kq += __shfl_xor_sync(0xffffffffu, kq, m);
+      if (lane == 0) {
+        const float a =
+            to_float<Act>(static_cast<const Act*>(p.a)[tok * p.a_stride_token + hv * p.a_stride_h]);
+        const float b =
+            to_float<Act>(static_cast<const Act*>(p.b)[tok * p.b_stride_token + hv * p.b_stride_h]);
+        eg_s[tt] = expf(A * softplus(a + dt_bias));
+        beta_s[tt] = sigmoid(b);
+        kq_s[tt] = kq;
+      }
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int tt = 0; tt < kGdnChunk; ++tt) {
+      if (tt < n) {
+        const int t = c0 + tt;
+        if (p.parents != nullptr && t > 0) {
+          // Tree: start from the parent's saved state unless it is the previous token (whose
+          // state is in registers). The parent's snapshot was written by this thread.
+          const int parent = p.parents[row_token0 + t];
+          if (parent != t - 1) {
+            const St* src = snap_row + parent * p.snap_stride_t;
+#pragma unroll
+            for (int i = 0; i < NK; ++i) {
+              S[i] = v_ok ? load4<St>(src + i * 32 + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+          }
+        }
+        float4 kn[NK], qn[NK];
+        float sk = 0.f, sq = 0.f;
+#pragma unroll
+        for (int i = 0; i < NK; ++i) {
+          kn[i] = *reinterpret_cast<const float4*>(&k_s[tt][i * 32 + kl * 4]);
+          qn[i] = *reinterpret_cast<const float4*>(&q_s[tt][i * 32 + kl * 4]);
+          sk += S[i].x * kn[i].x + S[i].y * kn[i].y + S[i].z * kn[i].z + S[i].w * kn[i].w;
+          sq += S[i].x * qn[i].x + S[i].y * qn[i].y + S[i].z * qn[i].z + S[i].w * qn[i].w;
+        }
+#pragma unroll
+        for (int m = 4; m > 0; m >>= 1) {
+          sk += __shfl_xor_sync(0xffffffffu, sk, m);
+          sq += __shfl_xor_sync(0xffffffffu, sq, m);
+        }
+        const float eg = eg_s[tt];
+        const float u = beta_s[tt] * (vv[tt] - eg * sk);
+        const float o = eg * sq + u * kq_s[tt];
+#pragma unroll
+        for (int i = 0; i < NK; ++i) {
+          S[i].x = round_to<St>(fmaf(u, kn[i].x, eg * S[i].x));
+          S[i].y = round_to<St>(fmaf(u, kn[i].y, eg * S[i].y));
+          S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
+          S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
+        }
+        if (!p.advance && v_ok) {
+          St* dst = snap_row + t * p.snap_stride_t;
+#pragma unroll
+          for (int i = 0; i < NK; ++i) store4<St>(dst + i * 32 + kl * 4, S[i]);
+        }
+        if (kl == 0 && v_ok) {
+          out[(row_token0 + t) * p.out_stride_token + hv * p.out_stride_h + v * p.out_stride_v] =
+              from_float<Act>(o);
+        }
+      }
+    }
+    __syncthreads();  // the next chunk's prologue overwrites the shared arrays
+  }
+  if (p.advance && v_ok) {
+#pragma unroll
+    for (int i = 0; i < NK; ++i) store4<St>(committed + i * 32 + kl * 4, S[i]);
+  }
+}
+
+template <typename Act, typename St>
+cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p, cudaStream_t stream) {
+  if (p.rows <= 0 || p.tokens <= 0) return cudaSuccess;
+  const dim3 grid((p.head_v_dim + kGdnRowsPerCta - 1) / kGdnRowsPerCta, p.num_v_heads, p.rows);
+  switch (p.head_k_dim) {
+    case 32:
+      gdn_recurrence_kernel<Act, St, 1><<<grid, kGdnThreads, 0, stream>>>(p);
+      break;
+    case 64:
+      gdn_recurrence_kernel<Act, St, 2><<<grid, kGdnThreads, 0, stream>>>(p);
+      break;
+    case 128:
+      gdn_recurrence_kernel<Act, St, 4><<<grid, kGdnThreads, 0, stream>>>(p);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace specstate::kernels
