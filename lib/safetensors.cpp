@@ -393,11 +393,16 @@ std::vector<uint8_t> SafetensorsFile::serialize(
   }
   std::string text = header.dump();
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
-  std::vector<uint8_t> out(8);
+  // Sized once and filled with memcpy (GCC 12 warns falsely about vector::insert here).
+  std::vector<uint8_t> out(8 + text.size() + static_cast<std::size_t>(offset));
   const uint64_t len = text.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(len >> (8 * i));
-  out.insert(out.end(), text.begin(), text.end());
-  for (const NewTensor& t : tensors) out.insert(out.end(), t.bytes.begin(), t.bytes.end());
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  std::size_t at = 8 + text.size();
+  for (const NewTensor& t : tensors) {
+    if (!t.bytes.empty()) std::memcpy(out.data() + at, t.bytes.data(), t.bytes.size());
+    at += t.bytes.size();
+  }
   return out;
 }
 

@@ -1,0 +1,37 @@
+// `specstate check-golden FILE... [--backend cpu|cuda]`: replays the golden verify + commit cases
+// (tests/data/golden, docs/golden.md) through the public API and compares with SGLang and float64.
+// The work is in golden_case.cpp, which the tests call directly.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/golden_case.h"
+
+namespace specstate::cli {
+
+void add_check_golden_command(CLI::App& app, int& exit_code) {
+  struct Args {
+    std::vector<std::string> files;
+    std::string backend = "cpu";
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* command = app.add_subcommand(
+      "check-golden",
+      "Run the golden GDN verify+commit cases (safetensors, parts grouped by their 'case' "
+      "metadata; a folder stands for its *.safetensors files) and compare with SGLang and the "
+      "float64 reference. Exit 0 when every case passes, 1 otherwise.");
+  command->add_option("FILE", args->files, "golden case files or folders")
+      ->required()
+      ->check(CLI::ExistingPath);
+  command->add_option("--backend", args->backend, "backend of the state pool (default cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  command->callback([args, &exit_code] {
+    GoldenOptions options;
+    options.backend = args->backend == "cuda" ? Backend::kCuda : Backend::kCpu;
+    exit_code = check_golden(args->files, options, std::cout);
+  });
+}
+
+}  // namespace specstate::cli
