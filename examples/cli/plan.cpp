@@ -1,0 +1,118 @@
+// `specstate plan`: how much memory the committed pool and the snapshot scratch take for a model,
+// per request and in total, computed from the ModelConfig (DESIGN.md section 4).
+//
+//   specstate plan --model qwen3-next-80b --tp 1 --max-requests 64 --window 4 [--json]
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/sim_helpers.h"
+#include "specstate/specstate.h"
+
+namespace specstate::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model = "qwen3-next-80b";
+  int tp = 1;
+  int max_requests = 64;
+  int max_rows = 0;  // 0: max_requests
+  int window = 4;
+  bool json = false;
+};
+
+std::string bytes_cell(int64_t bytes) {
+  return with_commas(bytes) + " B (" + human_bytes(static_cast<double>(bytes)) + ")";
+}
+
+int run_plan(const PlanArgs& args) {
+  const ModelPreset& preset = find_preset(args.model);
+  const ModelConfig config = apply_tp(preset, args.tp);
+  config.validate();
+  const int rows = args.max_rows > 0 ? args.max_rows : args.max_requests;
+  const StateBytes b = state_bytes(config, args.window);
+  const int64_t committed_total = b.committed_per_request * args.max_requests;
+  const int64_t scratch_total = b.scratch_per_row * rows;
+  const GdnConfig& g = config.gdn;
+
+  if (args.json) {
+    nlohmann::ordered_json j;
+    j["model"] = preset.name;
+    j["tp"] = args.tp;
+    j["total_layers"] = preset.total_layers;
+    j["gdn_layers"] = config.num_layers;
+    j["num_k_heads"] = g.num_k_heads;
+    j["num_v_heads"] = g.num_v_heads;
+    j["head_k_dim"] = g.head_k_dim;
+    j["head_v_dim"] = g.head_v_dim;
+    j["conv_width"] = g.conv_width;
+    j["conv_dim"] = config.conv_dim();
+    j["conv_state_dtype"] = dtype_name(config.conv_state_dtype());
+    j["ssm_state_dtype"] = dtype_name(config.ssm_state_dtype());
+    j["max_requests"] = args.max_requests;
+    j["max_rows"] = rows;
+    j["window"] = args.window;
+    j["conv_bytes_per_layer"] = b.conv_per_layer;
+    j["ssm_bytes_per_layer"] = b.ssm_per_layer;
+    j["committed_bytes_per_request"] = b.committed_per_request;
+    j["committed_bytes_total"] = committed_total;
+    j["scratch_bytes_per_row"] = b.scratch_per_row;
+    j["scratch_bytes_total"] = scratch_total;
+    j["total_bytes"] = committed_total + scratch_total;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+
+  std::printf("specstate plan: %s, TP %d (memory per GPU)\n", preset.name.c_str(), args.tp);
+  std::printf(
+      "  layers        %d, of which %d Gated DeltaNet (the rest hold a KV cache, not ours)\n",
+      preset.total_layers, config.num_layers);
+  std::printf("  GDN layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %d\n", g.num_k_heads,
+              g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width, config.conv_dim());
+  std::printf("  per layer     conv %d x %d x %s = %s B; SSM %d x %d x %d x %s = %s B\n",
+              config.conv_dim(), g.conv_width - 1, dtype_name(config.conv_state_dtype()),
+              with_commas(b.conv_per_layer).c_str(), g.num_v_heads, g.head_v_dim, g.head_k_dim,
+              dtype_name(config.ssm_state_dtype()), with_commas(b.ssm_per_layer).c_str());
+  std::printf("\n");
+  std::printf("  %-30s %-32s %s\n", "", "per request", "total");
+  std::printf("  %-30s %-32s %s  (%d requests)\n", "committed state",
+              bytes_cell(b.committed_per_request).c_str(), bytes_cell(committed_total).c_str(),
+              args.max_requests);
+  const std::string scratch_label = "snapshot scratch (T=" + std::to_string(args.window) + ")";
+  std::printf("  %-30s %-32s %s  (%d rows)\n", scratch_label.c_str(),
+              bytes_cell(b.scratch_per_row).c_str(), bytes_cell(scratch_total).c_str(), rows);
+  std::printf("  %-30s %-32s %s\n", "total",
+              bytes_cell(b.committed_per_request + b.scratch_per_row).c_str(),
+              bytes_cell(committed_total + scratch_total).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Memory of the committed state pool and the snapshot scratch for a model");
+  std::string models;
+  for (const auto& n : model_preset_names()) models += (models.empty() ? "" : ", ") + n;
+  cmd->add_option("--model", args->model, "Model preset: " + models)->capture_default_str();
+  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (heads split over them)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--max-requests", args->max_requests, "Requests the pool holds (slots)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-rows", args->max_rows,
+                  "Largest verify batch, padding included (default: --max-requests)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--window", args->window, "Tokens verified per request per round (T)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print the plan as JSON");
+  cmd->callback([args, &exit_code] { exit_code = run_plan(*args); });
+}
+
+}  // namespace specstate::cli

@@ -1,0 +1,122 @@
+#include "cli/sim_helpers.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+
+#include "specstate/dtype.h"
+
+namespace specstate::cli {
+namespace {
+
+ModelPreset make_preset(std::string name, std::string description, int total_layers, int gdn_layers,
+                        int h, int hv, int k, int v, DType act, DType conv) {
+  GdnConfig layer;
+  layer.num_k_heads = h;
+  layer.num_v_heads = hv;
+  layer.head_k_dim = k;
+  layer.head_v_dim = v;
+  layer.conv_width = 4;
+  layer.act_dtype = act;
+  layer.conv_state_dtype = conv;
+  layer.ssm_state_dtype = DType::kF32;
+  return ModelPreset{std::move(name), std::move(description), total_layers,
+                     ModelConfig::gated_delta_net(gdn_layers, layer)};
+}
+
+}  // namespace
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = {
+      make_preset("tiny", "2 GDN layers, H=1 HV=2 K=V=16, all f32 (tests)", 2, 2, 1, 2, 16, 16,
+                  DType::kF32, DType::kF32),
+      make_preset("small", "8 GDN layers, H=4 HV=8 K=V=64, bf16 act+conv, f32 SSM (default)", 8, 8,
+                  4, 8, 64, 64, DType::kBF16, DType::kBF16),
+      // Qwen3-Next-80B-A3B: 48 layers, every 4th full attention, the other 36 Gated DeltaNet
+      // with 16 key heads, 32 value heads, head dims 128, conv width 4.
+      make_preset("qwen3-next-80b",
+                  "Qwen3-Next-80B-A3B: 48 layers of which 36 GDN, H=16 HV=32 K=V=128 W=4, "
+                  "bf16 act+conv, f32 SSM",
+                  48, 36, 16, 32, 128, 128, DType::kBF16, DType::kBF16),
+  };
+  return presets;
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : model_presets()) names.push_back(p.name);
+  return names;
+}
+
+const ModelPreset& find_preset(const std::string& name) {
+  for (const auto& p : model_presets()) {
+    if (p.name == name) return p;
+  }
+  std::string known;
+  for (const auto& n : model_preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw CLI::ValidationError("--model", "unknown model \"" + name + "\" (known: " + known + ")");
+}
+
+ModelConfig apply_tp(const ModelPreset& preset, int tp) {
+  ModelConfig config = preset.config;
+  const int h = config.gdn.num_k_heads, hv = config.gdn.num_v_heads;
+  if (tp < 1 || h % tp != 0 || hv % tp != 0) {
+    throw CLI::ValidationError("--tp", "--tp " + std::to_string(tp) + " must divide the " +
+                                           std::to_string(h) + " key heads and " +
+                                           std::to_string(hv) + " value heads of " + preset.name);
+  }
+  config.gdn.num_k_heads = h / tp;
+  config.gdn.num_v_heads = hv / tp;
+  return config;
+}
+
+StateBytes state_bytes(const ModelConfig& config, int window) {
+  StateBytes out;
+  out.conv_per_layer =
+      config.conv_state_elems() * static_cast<int64_t>(dtype_size(config.conv_state_dtype()));
+  out.ssm_per_layer =
+      config.ssm_state_elems() * static_cast<int64_t>(dtype_size(config.ssm_state_dtype()));
+  out.committed_per_request = int64_t{config.num_layers} * (out.conv_per_layer + out.ssm_per_layer);
+  out.scratch_per_row = out.committed_per_request * window;
+  return out;
+}
+
+std::string with_commas(int64_t value) {
+  std::string digits = std::to_string(value < 0 ? -value : value);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+std::string human_bytes(double bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(bytes) >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0) {
+    std::snprintf(buf, sizeof(buf), "%.0f B", bytes);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f %s", bytes, units[u]);
+  }
+  return buf;
+}
+
+std::string human_seconds(double seconds) {
+  char buf[64];
+  if (seconds >= 1.0) {
+    std::snprintf(buf, sizeof(buf), "%.2f s", seconds);
+  } else if (seconds >= 1e-3) {
+    std::snprintf(buf, sizeof(buf), "%.2f ms", seconds * 1e3);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f us", seconds * 1e6);
+  }
+  return buf;
+}
+
+}  // namespace specstate::cli

@@ -1,0 +1,46 @@
+// Helpers shared by `specstate simulate` and `specstate plan`: model presets (with tensor
+// parallelism), memory arithmetic from a ModelConfig, and number formatting.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "specstate/config.h"
+
+namespace specstate::cli {
+
+struct ModelPreset {
+  std::string name;
+  std::string description;
+  int total_layers = 0;  // all layers of the model (attention included); GDN layers are config's
+  ModelConfig config;    // at TP 1
+};
+
+// The embedded presets: "tiny", "small" (the simulate default), "qwen3-next-80b".
+const std::vector<ModelPreset>& model_presets();
+std::vector<std::string> model_preset_names();
+// Throws CLI::ValidationError naming --model when `name` is not a preset.
+const ModelPreset& find_preset(const std::string& name);
+// The per-GPU layer config under tensor parallelism: heads split over tp ranks (H/tp, HV/tp;
+// K, V, W unchanged). Throws CLI::ValidationError naming --tp when tp does not divide H and HV.
+ModelConfig apply_tp(const ModelPreset& preset, int tp);
+
+// Memory of one request's committed state and of one verify row's snapshot scratch, from the
+// config alone (DESIGN.md section 4).
+struct StateBytes {
+  int64_t conv_per_layer = 0;         // conv_dim * (W-1) * sizeof(conv dtype)
+  int64_t ssm_per_layer = 0;          // HV * V * K * sizeof(ssm dtype)
+  int64_t committed_per_request = 0;  // layers * (conv + ssm)
+  int64_t scratch_per_row = 0;        // layers * window * (conv + ssm)
+};
+StateBytes state_bytes(const ModelConfig& config, int window);
+
+// "77,266,944"
+std::string with_commas(int64_t value);
+// "73.7 MiB" (B, KiB, MiB, GiB, TiB; one decimal)
+std::string human_bytes(double bytes);
+// "1.2 ms", "35 us", "2.31 s"
+std::string human_seconds(double seconds);
+
+}  // namespace specstate::cli

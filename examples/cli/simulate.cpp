@@ -1,0 +1,757 @@
+// `specstate simulate`: replays an acceptance trace through a StatePool with synthetic weights
+// and inputs, and reports what verify and commit cost per round (docs/simulate.md).
+//
+//   specstate simulate                                  # small preset, CPU, alpha = 0.7
+//   specstate simulate --model qwen3-next-80b --tp 1 --requests 2 --rounds 8 --window 4
+//   specstate simulate --trace trace.jsonl --out report.json   # + report.svg beside it
+#include "cli/simulate.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifdef SPECSTATE_CLI_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "cli/commands.h"
+#include "cli/sim_helpers.h"
+#include "spec/trace.h"
+#include "spec/verify_batch.h"
+#include "specstate/specstate.h"
+
+namespace specstate::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Uniform in [0, 1) and standard normal (Box-Muller), reproducible across standard libraries.
+double uniform01(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+}
+float normal(std::mt19937_64& rng) {
+  const double u1 = 1.0 - uniform01(rng), u2 = uniform01(rng);
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+// A host buffer of f32 or bf16 elements.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(DType dtype, int64_t numel)
+      : dtype_(dtype), numel_(numel), bytes_(static_cast<std::size_t>(numel) * dtype_size(dtype)) {}
+  void set(int64_t i, float v) {
+    if (dtype_ == DType::kBF16) {
+      const uint16_t x = bf16_from_float(v);
+      std::memcpy(bytes_.data() + i * 2, &x, 2);
+    } else {
+      std::memcpy(bytes_.data() + i * 4, &v, 4);
+    }
+  }
+  void* data() noexcept { return bytes_.data(); }
+  const void* data() const noexcept { return bytes_.data(); }
+  DType dtype() const noexcept { return dtype_; }
+  int64_t numel() const noexcept { return numel_; }
+  std::size_t bytes() const noexcept { return bytes_.size(); }
+
+ private:
+  DType dtype_ = DType::kF32;
+  int64_t numel_ = 0;
+  std::vector<uint8_t> bytes_;
+};
+
+float element(const void* base, DType dtype, int64_t i) {
+  if (dtype == DType::kBF16) {
+    uint16_t x;
+    std::memcpy(&x, static_cast<const uint8_t*>(base) + i * 2, 2);
+    return float_from_bf16(x);
+  }
+  float v;
+  std::memcpy(&v, static_cast<const uint8_t*>(base) + i * 4, 4);
+  return v;
+}
+
+// Where the pool's kernels read and write: host memory (CPU) or device copies (CUDA).
+class Memory {
+ public:
+  explicit Memory(bool cuda) : cuda_(cuda) {}
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+  ~Memory() noexcept {
+#ifdef SPECSTATE_CLI_CUDA
+    for (void* p : device_) cudaFree(p);
+#endif
+  }
+  Device device() const noexcept { return cuda_ ? Device::kCuda : Device::kCpu; }
+  // The address the pool gets for `host`: itself, or a device copy.
+  void* place(HostBuffer& host) {
+    if (!cuda_) return host.data();
+#ifdef SPECSTATE_CLI_CUDA
+    void* p = nullptr;
+    check(cudaMalloc(&p, host.bytes()), "cudaMalloc");
+    device_.push_back(p);
+    check(cudaMemcpy(p, host.data(), host.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    return p;
+#else
+    return nullptr;
+#endif
+  }
+  void synchronize() {
+#ifdef SPECSTATE_CLI_CUDA
+    if (cuda_) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+#endif
+  }
+  // Copies `bytes` at `src` (pool memory) into `dst` (host).
+  void download(void* dst, const void* src, std::size_t bytes) {
+    if (!cuda_) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+#ifdef SPECSTATE_CLI_CUDA
+    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+#endif
+  }
+
+ private:
+#ifdef SPECSTATE_CLI_CUDA
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+      throw Error(Status::kBackendError,
+                  std::string("simulate: ") + what + ": " + cudaGetErrorString(e));
+    }
+  }
+  std::vector<void*> device_;
+#endif
+  bool cuda_;
+};
+
+constexpr bool kHaveCuda =
+#ifdef SPECSTATE_CLI_CUDA
+    true;
+#else
+    false;
+#endif
+
+struct LayerWeightsHost {
+  HostBuffer conv_weight, A_log, dt_bias;  // f32 [D, W], [HV], [HV]
+  GdnWeights host, pool;
+};
+
+// One set of per-token inputs for max_rows * max_window tokens; verify uses its first rows * T.
+struct InputSet {
+  HostBuffer qkv, a, b;
+  void *qkv_pool = nullptr, *a_pool = nullptr, *b_pool = nullptr;
+};
+
+std::vector<int32_t> parse_parents(const std::string& text) {
+  std::vector<int32_t> parents;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      std::size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      parents.push_back(v);
+    } catch (const std::exception&) {
+      throw CLI::ValidationError("--tree", "\"" + text +
+                                               "\" is not a comma-separated list of integers "
+                                               "(e.g. --tree=-1,0,0,1)");
+    }
+  }
+  return parents;
+}
+
+spec::Trace make_trace(const SimulateOptions& o, std::string& source) {
+  if (!o.trace_path.empty()) {
+    source = o.trace_path;
+    spec::Trace trace = spec::read_trace(o.trace_path);
+    if (trace.records.empty()) {
+      throw CLI::ValidationError("--trace", o.trace_path + " has no record");
+    }
+    return trace;
+  }
+  spec::TraceShape shape;
+  shape.requests = o.requests;
+  shape.rounds = o.rounds;
+  shape.seed = o.seed;
+  if (!o.tree.empty()) {
+    try {
+      shape.window = spec::Window::from_parents(parse_parents(o.tree));
+    } catch (const Error& e) {
+      throw CLI::ValidationError("--tree", e.what());
+    }
+  } else {
+    shape.window = spec::Window::chain(o.window);
+  }
+  if (o.fixed > 0) {
+    if (o.fixed > shape.window.max_depth()) {
+      throw CLI::ValidationError("--fixed", "--fixed " + std::to_string(o.fixed) +
+                                                " exceeds the window's depth " +
+                                                std::to_string(shape.window.max_depth()));
+    }
+    source = "fixed";
+    return spec::generate_fixed(shape, o.fixed);
+  }
+  source = "geometric";
+  return spec::generate_geometric(shape, o.accept_rate);
+}
+
+Json percentiles(std::vector<double> v) {
+  Json j;
+  if (v.empty()) {
+    j["mean"] = 0.0;
+    j["p50"] = 0.0;
+    j["max"] = 0.0;
+    return j;
+  }
+  double sum = 0;
+  for (double x : v) sum += x;
+  std::sort(v.begin(), v.end());
+  j["mean"] = sum / static_cast<double>(v.size());
+  j["p50"] = v[v.size() / 2];
+  j["max"] = v.back();
+  return j;
+}
+
+void draw_progress(std::ostream& out, int64_t done, int64_t total) {
+  constexpr int kWidth = 40;
+  const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
+  out << "\r  [" << std::string(static_cast<std::size_t>(filled), '#')
+      << std::string(static_cast<std::size_t>(kWidth - filled), '.') << "] " << done << "/" << total
+      << " rounds" << std::flush;
+}
+
+}  // namespace
+
+Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
+  const auto wall_start = Clock::now();
+  if (o.backend != "cpu" && o.backend != "cuda") {
+    throw CLI::ValidationError("--backend", "--backend " + o.backend + " must be cpu or cuda");
+  }
+  const bool cuda = o.backend == "cuda";
+  if (cuda && !kHaveCuda) {
+    throw CLI::ValidationError("--backend",
+                               "--backend cuda: this build of specstate has no CUDA backend");
+  }
+  const ModelPreset& preset = find_preset(o.model);
+  const ModelConfig config = apply_tp(preset, o.tp);
+  config.validate();
+  const GdnConfig& g = config.gdn;
+  std::string source;
+  const spec::Trace trace = make_trace(o, source);
+  const int64_t num_rounds = trace.num_rounds();
+  const int num_requests = static_cast<int>(trace.requests.size());
+  const int max_window = trace.max_window();
+
+  PoolOptions options;
+  options.num_slots = num_requests;
+  options.max_rows = num_requests;
+  options.max_window = max_window;
+  options.backend = cuda ? Backend::kCuda : Backend::kCpu;
+  std::unique_ptr<StatePool> pool;
+  try {
+    pool = std::make_unique<StatePool>(config, options);
+  } catch (const Error& e) {
+    if (e.status() == Status::kNotSupported) throw CLI::ValidationError("--backend", e.what());
+    throw;
+  }
+  std::unique_ptr<StatePool> reference;  // --check: the accepted tokens through prefill
+  if (o.check) {
+    PoolOptions ref_options = options;
+    ref_options.backend = Backend::kCpu;
+    ref_options.max_rows = 1;
+    ref_options.max_window = 1;
+    reference = std::make_unique<StatePool>(config, ref_options);
+  }
+  Memory memory(cuda);
+
+  // Weights shaped like real ones: A = exp(A_log) in [1, 16], dt = softplus(dt_bias) in
+  // [1e-3, 1e-1] log-uniform, conv taps ~ N(0, 0.5^2).
+  std::mt19937_64 rng(o.seed ^ 0x5eedf00dull);
+  const int64_t D = config.conv_dim(), W = g.conv_width, HV = g.num_v_heads, V = g.head_v_dim;
+  std::vector<LayerWeightsHost> weights(static_cast<std::size_t>(config.num_layers));
+  for (auto& w : weights) {
+    w.conv_weight = HostBuffer(DType::kF32, D * W);
+    w.A_log = HostBuffer(DType::kF32, HV);
+    w.dt_bias = HostBuffer(DType::kF32, HV);
+    for (int64_t i = 0; i < D * W; ++i) w.conv_weight.set(i, 0.5f * normal(rng));
+    for (int64_t h = 0; h < HV; ++h) {
+      w.A_log.set(h, static_cast<float>(std::log(1.0 + 15.0 * uniform01(rng))));
+      const double dt = std::exp(std::log(1e-3) + uniform01(rng) * std::log(100.0));
+      w.dt_bias.set(h, static_cast<float>(std::log(std::expm1(dt))));
+    }
+    w.host = GdnWeights{TensorView::contiguous(w.conv_weight.data(), DType::kF32, {D, W}),
+                        {},
+                        TensorView::contiguous(w.A_log.data(), DType::kF32, {HV}),
+                        TensorView::contiguous(w.dt_bias.data(), DType::kF32, {HV})};
+    w.pool = GdnWeights{
+        TensorView::contiguous(memory.place(w.conv_weight), DType::kF32, {D, W}, memory.device()),
+        {},
+        TensorView::contiguous(memory.place(w.A_log), DType::kF32, {HV}, memory.device()),
+        TensorView::contiguous(memory.place(w.dt_bias), DType::kF32, {HV}, memory.device())};
+  }
+  // A few input sets, cycled over (round, layer): generating inputs stays out of the timing.
+  constexpr int kInputSets = 4;
+  const int64_t max_tokens = int64_t{num_requests} * max_window;
+  std::vector<InputSet> inputs(kInputSets);
+  for (auto& in : inputs) {
+    in.qkv = HostBuffer(g.act_dtype, max_tokens * D);
+    in.a = HostBuffer(g.act_dtype, max_tokens * HV);
+    in.b = HostBuffer(g.act_dtype, max_tokens * HV);
+    for (int64_t i = 0; i < in.qkv.numel(); ++i) in.qkv.set(i, normal(rng));
+    for (int64_t i = 0; i < in.a.numel(); ++i) in.a.set(i, normal(rng));
+    for (int64_t i = 0; i < in.b.numel(); ++i) in.b.set(i, normal(rng));
+    in.qkv_pool = memory.place(in.qkv);
+    in.a_pool = memory.place(in.a);
+    in.b_pool = memory.place(in.b);
+  }
+  HostBuffer core_out_host(g.act_dtype, max_tokens * HV * V);
+  void* core_out = memory.place(core_out_host);
+
+  std::map<int64_t, SlotHandle> handle_of, reference_handle_of;
+  for (int64_t id : trace.requests) {
+    handle_of[id] = pool->acquire();
+    if (reference) reference_handle_of[id] = reference->acquire();
+  }
+  std::vector<std::vector<const spec::TraceRecord*>> by_round(static_cast<std::size_t>(num_rounds));
+  for (const auto& rec : trace.records)
+    by_round[static_cast<std::size_t>(rec.round)].push_back(&rec);
+
+  const StateBytes sb = state_bytes(config, max_window);
+  const int64_t state_layer_bytes = sb.conv_per_layer + sb.ssm_per_layer;
+  const auto buckets = spec::VerifyBatchBuilder::power_of_two_buckets(num_requests);
+
+  Json rounds = Json::array();
+  std::vector<double> verify_times, commit_times;
+  double verify_total = 0, commit_total = 0;
+  int64_t verify_bytes_total = 0, commit_bytes_total = 0, tokens_total = 0;
+  int64_t padding_rows_total = 0;
+  const bool draw = progress != nullptr;
+  for (int64_t round = 0; round < num_rounds; ++round) {
+    const auto& records = by_round[static_cast<std::size_t>(round)];
+    if (records.empty()) continue;
+    spec::VerifyBatchBuilder builder(buckets);
+    for (const auto* rec : records) builder.add(handle_of.at(rec->request), rec->window);
+    const spec::BatchPlan plan = builder.build();
+    std::vector<spec::Acceptance> accepted;
+    for (const auto* rec : records) accepted.push_back(spec::Acceptance{rec->path, -1});
+    const std::vector<int32_t> commit_values = plan.commit_values(accepted);
+    const int64_t tokens = plan.num_tokens();
+
+    const auto verify_start = Clock::now();
+    pool->begin_verify(plan.batch);
+    for (int layer = 0; layer < config.num_layers; ++layer) {
+      const InputSet& in =
+          inputs[static_cast<std::size_t>((round * config.num_layers + layer) % kInputSets)];
+      const GdnInputs view{
+          TensorView::contiguous(in.qkv_pool, g.act_dtype, {tokens, D}, memory.device()),
+          TensorView::contiguous(in.a_pool, g.act_dtype, {tokens, HV}, memory.device()),
+          TensorView::contiguous(in.b_pool, g.act_dtype, {tokens, HV}, memory.device())};
+      const GdnOutputs out{
+          {}, TensorView::contiguous(core_out, g.act_dtype, {tokens, HV, V}, memory.device())};
+      pool->verify(layer, weights[static_cast<std::size_t>(layer)].pool, view, out);
+    }
+    memory.synchronize();
+    const double verify_s = seconds_since(verify_start);
+    const auto commit_start = Clock::now();
+    pool->commit(commit_values);
+    memory.synchronize();
+    const double commit_s = seconds_since(commit_start);
+
+    // Bytes the snapshot strategy must move at least (DESIGN.md section 8): verify reads the
+    // committed state and writes T snapshots per live row; commit reads and writes one state
+    // per advancing row.
+    int64_t round_tokens = 0, advancing = 0;
+    for (const auto* rec : records) {
+      round_tokens += rec->accepted_length();
+      advancing += rec->accepted_length() > 0 ? 1 : 0;
+    }
+    const int64_t vbytes =
+        int64_t{plan.live_rows} * config.num_layers * state_layer_bytes * (1 + plan.window());
+    const int64_t cbytes = advancing * config.num_layers * state_layer_bytes * 2;
+    verify_times.push_back(verify_s);
+    commit_times.push_back(commit_s);
+    verify_total += verify_s;
+    commit_total += commit_s;
+    verify_bytes_total += vbytes;
+    commit_bytes_total += cbytes;
+    tokens_total += round_tokens;
+    padding_rows_total += plan.rows() - plan.live_rows;
+    Json r;
+    r["round"] = round;
+    r["live_rows"] = plan.live_rows;
+    r["rows"] = plan.rows();
+    r["window"] = plan.window();
+    r["tokens"] = round_tokens;
+    r["verify_seconds"] = verify_s;
+    r["commit_seconds"] = commit_s;
+    r["verify_bytes"] = vbytes;
+    r["commit_bytes"] = cbytes;
+    rounds.push_back(std::move(r));
+
+    if (reference) {
+      // The accepted tokens of every row, gathered in path order, through the plain path.
+      for (std::size_t i = 0; i < records.size(); ++i) {
+        const auto& path = records[i]->path;
+        if (path.empty()) continue;
+        const int64_t n = static_cast<int64_t>(path.size());
+        for (int layer = 0; layer < config.num_layers; ++layer) {
+          const InputSet& in =
+              inputs[static_cast<std::size_t>((round * config.num_layers + layer) % kInputSets)];
+          HostBuffer qkv(g.act_dtype, n * D), a(g.act_dtype, n * HV), b(g.act_dtype, n * HV),
+              out(g.act_dtype, n * HV * V);
+          const std::size_t es = dtype_size(g.act_dtype);
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t token =
+                static_cast<int64_t>(i) * plan.window() + path[static_cast<std::size_t>(j)];
+            std::memcpy(static_cast<uint8_t*>(qkv.data()) + j * D * es,
+                        static_cast<const uint8_t*>(in.qkv.data()) + token * D * es, D * es);
+            std::memcpy(static_cast<uint8_t*>(a.data()) + j * HV * es,
+                        static_cast<const uint8_t*>(in.a.data()) + token * HV * es, HV * es);
+            std::memcpy(static_cast<uint8_t*>(b.data()) + j * HV * es,
+                        static_cast<const uint8_t*>(in.b.data()) + token * HV * es, HV * es);
+          }
+          reference->prefill(
+              layer, reference_handle_of.at(records[i]->request),
+              weights[static_cast<std::size_t>(layer)].host,
+              GdnInputs{TensorView::contiguous(qkv.data(), g.act_dtype, {n, D}),
+                        TensorView::contiguous(a.data(), g.act_dtype, {n, HV}),
+                        TensorView::contiguous(b.data(), g.act_dtype, {n, HV})},
+              GdnOutputs{{}, TensorView::contiguous(out.data(), g.act_dtype, {n, HV, V})});
+        }
+      }
+    }
+    if (draw) draw_progress(*progress, round + 1, num_rounds);
+  }
+  if (draw) *progress << "\n";
+
+  Json check;
+  check["ran"] = o.check;
+  if (reference) {
+    double max_abs = 0, max_ref = 0;
+    bool identical = true;
+    int64_t compared = 0;
+    for (int64_t id : trace.requests) {
+      const int slot = pool->slot_index(handle_of.at(id));
+      const int ref_slot = reference->slot_index(reference_handle_of.at(id));
+      for (int layer = 0; layer < config.num_layers; ++layer) {
+        for (int kind = 0; kind < 2; ++kind) {
+          const TensorView got = kind == 0 ? pool->conv_state(layer) : pool->ssm_state(layer);
+          const TensorView want =
+              kind == 0 ? reference->conv_state(layer) : reference->ssm_state(layer);
+          const int64_t elems = kind == 0 ? config.conv_state_elems() : config.ssm_state_elems();
+          const std::size_t es = dtype_size(got.dtype);
+          std::vector<uint8_t> a(static_cast<std::size_t>(elems) * es), b(a.size());
+          memory.download(a.data(),
+                          static_cast<const uint8_t*>(got.data) + slot * got.stride[0] * es,
+                          a.size());
+          std::memcpy(b.data(),
+                      static_cast<const uint8_t*>(want.data) + ref_slot * want.stride[0] * es,
+                      b.size());
+          identical = identical && a == b;
+          for (int64_t e = 0; e < elems; ++e) {
+            const float x = element(a.data(), got.dtype, e), y = element(b.data(), want.dtype, e);
+            max_abs = std::max(max_abs, static_cast<double>(std::fabs(x - y)));
+            max_ref = std::max(max_ref, static_cast<double>(std::fabs(y)));
+          }
+          compared += static_cast<int64_t>(a.size());
+        }
+      }
+    }
+    // CPU snapshot is bit-exact by contract; a device backend within fp32 rel. 1e-5 (DESIGN 7).
+    const double rel = max_ref > 0 ? max_abs / max_ref : max_abs;
+    check["bit_identical"] = identical;
+    check["max_abs_error"] = max_abs;
+    check["max_rel_error"] = rel;
+    check["compared_bytes"] = compared;
+    check["state_norm_nonzero"] = max_ref > 0;
+    check["passed"] = (cuda ? rel <= 1e-5 : identical) && max_ref > 0;
+  }
+  for (int64_t id : trace.requests) pool->release(handle_of.at(id));
+
+  Json report;
+  report["tool"] = "specstate simulate";
+  report["report_version"] = 1;
+  report["specstate_version"] = version();
+  Json opts;
+  opts["model"] = o.model;
+  opts["tp"] = o.tp;
+  opts["backend"] = o.backend;
+  opts["seed"] = o.seed;
+  opts["trace"] = o.trace_path.empty() ? Json(nullptr) : Json(o.trace_path);
+  report["options"] = opts;
+  Json model;
+  model["name"] = preset.name;
+  model["total_layers"] = preset.total_layers;
+  model["gdn_layers"] = config.num_layers;
+  model["num_k_heads"] = g.num_k_heads;
+  model["num_v_heads"] = g.num_v_heads;
+  model["head_k_dim"] = g.head_k_dim;
+  model["head_v_dim"] = g.head_v_dim;
+  model["conv_width"] = g.conv_width;
+  model["conv_dim"] = config.conv_dim();
+  model["act_dtype"] = dtype_name(g.act_dtype);
+  model["conv_state_dtype"] = dtype_name(config.conv_state_dtype());
+  model["ssm_state_dtype"] = dtype_name(config.ssm_state_dtype());
+  report["model"] = model;
+  Json tr;
+  tr["source"] = source;
+  tr["requests"] = num_requests;
+  tr["rounds"] = num_rounds;
+  tr["max_window"] = max_window;
+  tr["records"] = trace.records.size();
+  tr["meta"] = Json::parse(trace.meta_json);
+  report["trace"] = tr;
+  Json acc;
+  acc["mean_accepted_length"] = trace.mean_accepted_length();
+  acc["tokens_per_round"] =
+      rounds.empty() ? 0.0 : static_cast<double>(tokens_total) / rounds.size();
+  acc["tokens_total"] = tokens_total;
+  acc["histogram"] = trace.accepted_histogram();
+  report["acceptance"] = acc;
+  Json mem;
+  mem["committed_bytes"] = pool->committed_bytes();
+  mem["scratch_bytes"] = pool->scratch_bytes();
+  mem["committed_bytes_per_request"] = sb.committed_per_request;
+  mem["scratch_bytes_per_row"] = sb.scratch_per_row;
+  report["memory"] = mem;
+  Json timing;
+  timing["wall_seconds"] = seconds_since(wall_start);
+  timing["verify_seconds"] = verify_total;
+  timing["commit_seconds"] = commit_total;
+  timing["verify_seconds_per_round"] = percentiles(verify_times);
+  timing["commit_seconds_per_round"] = percentiles(commit_times);
+  report["timing"] = timing;
+  Json bytes;
+  bytes["verify_bytes"] = verify_bytes_total;
+  bytes["commit_bytes"] = commit_bytes_total;
+  bytes["verify_bytes_per_round"] =
+      rounds.empty() ? 0.0 : double(verify_bytes_total) / rounds.size();
+  bytes["commit_bytes_per_round"] =
+      rounds.empty() ? 0.0 : double(commit_bytes_total) / rounds.size();
+  bytes["verify_gb_per_s"] = verify_total > 0 ? verify_bytes_total / verify_total / 1e9 : 0.0;
+  bytes["commit_gb_per_s"] = commit_total > 0 ? commit_bytes_total / commit_total / 1e9 : 0.0;
+  bytes["padding_rows"] = padding_rows_total;
+  report["bytes"] = bytes;
+  report["check"] = check;
+  report["rounds"] = std::move(rounds);
+  return report;
+}
+
+void print_summary(const Json& r, std::ostream& out) {
+  const Json& m = r["model"];
+  const Json& t = r["trace"];
+  const Json& acc = r["acceptance"];
+  const Json& mem = r["memory"];
+  const Json& tim = r["timing"];
+  const Json& by = r["bytes"];
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "specstate simulate: %s (TP %d: %d GDN layers, H=%d HV=%d K=%d V=%d), backend %s\n",
+                m["name"].get<std::string>().c_str(), r["options"]["tp"].get<int>(),
+                m["gdn_layers"].get<int>(), m["num_k_heads"].get<int>(),
+                m["num_v_heads"].get<int>(), m["head_k_dim"].get<int>(), m["head_v_dim"].get<int>(),
+                r["options"]["backend"].get<std::string>().c_str());
+  out << line;
+  out << "  trace: " << t["source"].get<std::string>() << ", " << t["requests"].get<int>()
+      << " requests, " << t["rounds"].get<int64_t>() << " rounds, window up to "
+      << t["max_window"].get<int>() << ", meta " << t["meta"].dump() << "\n";
+  std::snprintf(line, sizeof(line),
+                "  tokens per round: %.2f (%.3f accepted per request per round)\n",
+                acc["tokens_per_round"].get<double>(), acc["mean_accepted_length"].get<double>());
+  out << line;
+  out << "  accepted length histogram:\n";
+  const auto hist = acc["histogram"].get<std::vector<int64_t>>();
+  int64_t total = 0, peak = 1;
+  for (int64_t c : hist) total += c, peak = std::max(peak, c);
+  for (std::size_t a = 0; a < hist.size(); ++a) {
+    const int bar = static_cast<int>(40 * hist[a] / peak);
+    std::snprintf(line, sizeof(line), "    a=%-3zu %8lld  %5.1f%%  %s\n", a,
+                  static_cast<long long>(hist[a]), total ? 100.0 * hist[a] / total : 0.0,
+                  std::string(static_cast<std::size_t>(bar), '#').c_str());
+    out << line;
+  }
+  out << "  memory: committed " << human_bytes(mem["committed_bytes"].get<double>()) << " ("
+      << human_bytes(mem["committed_bytes_per_request"].get<double>()) << " per request), scratch "
+      << human_bytes(mem["scratch_bytes"].get<double>()) << " ("
+      << human_bytes(mem["scratch_bytes_per_row"].get<double>()) << " per row)\n";
+  const Json& v = tim["verify_seconds_per_round"];
+  const Json& c = tim["commit_seconds_per_round"];
+  out << "  time per round: verify " << human_seconds(v["mean"].get<double>()) << " (p50 "
+      << human_seconds(v["p50"].get<double>()) << ", max " << human_seconds(v["max"].get<double>())
+      << "), commit " << human_seconds(c["mean"].get<double>()) << " (p50 "
+      << human_seconds(c["p50"].get<double>()) << ", max " << human_seconds(c["max"].get<double>())
+      << ")\n";
+  std::snprintf(line, sizeof(line),
+                "  bytes moved per round (state, lower bound): verify %s (%.2f GB/s), commit %s "
+                "(%.2f GB/s)\n",
+                human_bytes(by["verify_bytes_per_round"].get<double>()).c_str(),
+                by["verify_gb_per_s"].get<double>(),
+                human_bytes(by["commit_bytes_per_round"].get<double>()).c_str(),
+                by["commit_gb_per_s"].get<double>());
+  out << line;
+  out << "  wall time: " << human_seconds(tim["wall_seconds"].get<double>()) << "\n";
+  const Json& chk = r["check"];
+  if (chk["ran"].get<bool>()) {
+    std::snprintf(line, sizeof(line),
+                  "  check: committed states vs plain prefill of the accepted tokens: %s "
+                  "(bit-identical %s, max abs error %.3g)\n",
+                  chk["passed"].get<bool>() ? "PASS" : "FAIL",
+                  chk["bit_identical"].get<bool>() ? "yes" : "no",
+                  chk["max_abs_error"].get<double>());
+    out << line;
+  }
+}
+
+std::string render_svg(const Json& r) {
+  const auto hist = r["acceptance"]["histogram"].get<std::vector<int64_t>>();
+  const Json& rounds = r["rounds"];
+  constexpr int kW = 900, kH = 360, kPanel = 400, kTop = 50, kPlotH = 240;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  // Panel 1: accepted-length histogram.
+  {
+    const int x0 = 50, y0 = kTop + kPlotH;
+    int64_t peak = 1;
+    for (int64_t c : hist) peak = std::max(peak, c);
+    s << "<text x=\"" << x0 << "\" y=\"30\" font-size=\"14\">Accepted length per request-round"
+      << "</text>\n";
+    const double bw = static_cast<double>(kPanel - 20) / std::max<std::size_t>(1, hist.size());
+    for (std::size_t a = 0; a < hist.size(); ++a) {
+      const double h = static_cast<double>(kPlotH) * hist[a] / peak;
+      s << "<rect x=\"" << x0 + a * bw + 2 << "\" y=\"" << y0 - h << "\" width=\"" << bw - 4
+        << "\" height=\"" << h << "\" fill=\"#4878d0\"/>\n";
+      s << "<text x=\"" << x0 + a * bw + bw / 2 << "\" y=\"" << y0 + 16
+        << "\" text-anchor=\"middle\">" << a << "</text>\n";
+      s << "<text x=\"" << x0 + a * bw + bw / 2 << "\" y=\"" << y0 - h - 4
+        << "\" text-anchor=\"middle\">" << hist[a] << "</text>\n";
+    }
+    s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 + kPanel - 20 << "\" y2=\""
+      << y0 << "\" stroke=\"black\"/>\n";
+    s << "<text x=\"" << x0 + (kPanel - 20) / 2 << "\" y=\"" << y0 + 34
+      << "\" text-anchor=\"middle\">accepted tokens a</text>\n";
+  }
+  // Panel 2: time per round, verify and commit stacked.
+  {
+    const int x0 = 480, y0 = kTop + kPlotH, width = kPanel;
+    double peak = 0;
+    for (const auto& rd : rounds) {
+      peak =
+          std::max(peak, rd["verify_seconds"].get<double>() + rd["commit_seconds"].get<double>());
+    }
+    if (peak <= 0) peak = 1e-9;
+    s << "<text x=\"" << x0 << "\" y=\"30\" font-size=\"14\">Time per round (max "
+      << human_seconds(peak) << ")</text>\n";
+    const double bw = static_cast<double>(width) / std::max<std::size_t>(1, rounds.size());
+    for (std::size_t i = 0; i < rounds.size(); ++i) {
+      const double v = kPlotH * rounds[i]["verify_seconds"].get<double>() / peak;
+      const double c = kPlotH * rounds[i]["commit_seconds"].get<double>() / peak;
+      s << "<rect x=\"" << x0 + i * bw << "\" y=\"" << y0 - v << "\" width=\""
+        << std::max(bw - 1, 0.5) << "\" height=\"" << v << "\" fill=\"#4878d0\"/>\n";
+      s << "<rect x=\"" << x0 + i * bw << "\" y=\"" << y0 - v - c << "\" width=\""
+        << std::max(bw - 1, 0.5) << "\" height=\"" << c << "\" fill=\"#ee854a\"/>\n";
+    }
+    s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 + width << "\" y2=\"" << y0
+      << "\" stroke=\"black\"/>\n";
+    s << "<text x=\"" << x0 + width / 2 << "\" y=\"" << y0 + 20
+      << "\" text-anchor=\"middle\">round</text>\n";
+    s << "<rect x=\"" << x0 << "\" y=\"" << y0 + 30 << "\" width=\"10\" height=\"10\" "
+      << "fill=\"#4878d0\"/><text x=\"" << x0 + 14 << "\" y=\"" << y0 + 39
+      << "\">verify (all layers)</text>\n";
+    s << "<rect x=\"" << x0 + 150 << "\" y=\"" << y0 + 30 << "\" width=\"10\" height=\"10\" "
+      << "fill=\"#ee854a\"/><text x=\"" << x0 + 164 << "\" y=\"" << y0 + 39 << "\">commit</text>\n";
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+void add_simulate_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<SimulateOptions>();
+  auto quiet = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "Replay an acceptance trace through the state pool and time verify/commit");
+  std::string models;
+  for (const auto& n : model_preset_names()) models += (models.empty() ? "" : ", ") + n;
+  cmd->add_option("--model", o->model, "Model preset: " + models)->capture_default_str();
+  cmd->add_option("--tp", o->tp, "Tensor-parallel ranks (heads split over them)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  auto* trace = cmd->add_option("--trace", o->trace_path,
+                                "Replay this acceptance trace (JSON Lines, docs/traces.md)")
+                    ->check(CLI::ExistingFile);
+  auto* requests = cmd->add_option("--requests", o->requests, "Requests (generated trace)")
+                       ->check(CLI::Range(1, 4096))
+                       ->capture_default_str();
+  auto* rounds = cmd->add_option("--rounds", o->rounds, "Rounds (generated trace)")
+                     ->check(CLI::Range(1, 1000000))
+                     ->capture_default_str();
+  auto* window = cmd->add_option("--window", o->window, "Window T: tokens verified per round")
+                     ->check(CLI::Range(1, spec::kMaxTraceWindow))
+                     ->capture_default_str();
+  auto* tree = cmd->add_option(
+      "--tree", o->tree, "Tree window as parents, e.g. --tree=-1,0,0,1 (instead of --window)");
+  auto* rate = cmd->add_option("--accept-rate", o->accept_rate,
+                               "Per-draft acceptance probability alpha (geometric generator)")
+                   ->check(CLI::Range(0.0, 1.0))
+                   ->capture_default_str();
+  auto* fixed = cmd->add_option("--fixed", o->fixed, "Every round accepts exactly this many tokens")
+                    ->check(CLI::Range(1, spec::kMaxTraceWindow));
+  cmd->add_option("--backend", o->backend, "cpu or cuda (cuda only where built)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the generator and the synthetic weights")
+      ->capture_default_str();
+  cmd->add_flag("--check", o->check,
+                "Also replay the accepted tokens through prefill on a CPU pool and compare the "
+                "committed states (exit 1 on mismatch)");
+  cmd->add_option("--out", o->out, "Write the report to FILE.json and the plots to FILE.svg");
+  cmd->add_flag("--quiet", *quiet, "No progress bar");
+  for (auto* opt : {requests, rounds, window, tree, rate, fixed}) trace->excludes(opt);
+  tree->excludes(window);
+  rate->excludes(fixed);
+  cmd->callback([o, quiet, &exit_code] {
+    const bool tty = !*quiet && isatty(fileno(stderr)) != 0;
+    const Json report = run_simulation(*o, tty ? &std::cerr : nullptr);
+    print_summary(report, std::cout);
+    if (!o->out.empty()) {
+      std::ofstream json_out(o->out);
+      if (!json_out) throw CLI::ValidationError("--out", "cannot write " + o->out);
+      json_out << report.dump(2) << "\n";
+      std::string svg_path = o->out;
+      const auto dot = svg_path.rfind('.');
+      const auto slash = svg_path.rfind('/');
+      if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) {
+        svg_path.resize(dot);
+      }
+      svg_path += ".svg";
+      std::ofstream svg(svg_path);
+      if (!svg) throw CLI::ValidationError("--out", "cannot write " + svg_path);
+      svg << render_svg(report);
+      std::cout << "  report: " << o->out << ", plots: " << svg_path << "\n";
+    }
+    exit_code =
+        report["check"]["ran"].get<bool>() && !report["check"]["passed"].get<bool>() ? 1 : 0;
+  });
+}
+
+}  // namespace specstate::cli

@@ -1,0 +1,38 @@
+// `specstate simulate`: replays an acceptance trace (from a file or a seeded generator) through a
+// StatePool with synthetic weights and inputs, and measures what verify and commit cost per round.
+// The CLI command and the tests both drive run_simulation().
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace specstate::cli {
+
+struct SimulateOptions {
+  std::string model = "small";
+  int tp = 1;
+  int requests = 8;
+  int rounds = 32;
+  int window = 4;
+  std::string tree;        // parents of a tree window, "-1,0,0,1" (empty: a chain of `window`)
+  std::string trace_path;  // replay this trace instead of generating one
+  double accept_rate = 0.7;
+  int fixed = 0;  // > 0: every round accepts exactly this many tokens
+  std::string backend = "cpu";
+  uint64_t seed = 0;
+  bool check = false;  // replay accepted tokens through prefill on a CPU pool and compare
+  std::string out;     // FILE.json: report; FILE.svg beside it: the plots
+};
+
+// Runs the simulation; `progress` (may be null) receives a progress bar. Returns the report
+// (schema in docs/simulate.md). Throws CLI::ValidationError for bad options and
+// specstate::Error for what the library rejects.
+nlohmann::ordered_json run_simulation(const SimulateOptions& options, std::ostream* progress);
+// The human-readable summary of a report.
+void print_summary(const nlohmann::ordered_json& report, std::ostream& out);
+// An SVG with the accepted-length histogram and the time per round (verify / commit).
+std::string render_svg(const nlohmann::ordered_json& report);
+
+}  // namespace specstate::cli
