@@ -1,0 +1,97 @@
+// GPU test helpers: device detection (decided once), device copies of host test buffers (with
+// optional row padding, so kernels see non-contiguous strides), and tolerance comparisons.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/gdn_data.h"
+#include "specstate/specstate.h"
+
+namespace specstate::test {
+
+// True when a CUDA device is usable (cudaGetDeviceCount succeeds with >= 1 device).
+bool has_gpu();
+
+#define SPECSTATE_REQUIRE_GPU()                                          \
+  do {                                                                   \
+    if (!::specstate::test::has_gpu()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+#define SPECSTATE_CUDA_OK(expr)                                                \
+  do {                                                                         \
+    const cudaError_t err_ = (expr);                                           \
+    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
+  } while (0)
+
+// A device copy of a host Buffer; rows (leading dim) may be padded by `pad` elements.
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  DeviceTensor(const Buffer& host, int64_t pad = 0);
+  ~DeviceTensor();
+  DeviceTensor(DeviceTensor&& other) noexcept;
+  DeviceTensor& operator=(DeviceTensor&& other) noexcept;
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+
+  TensorView view() const;
+  TensorView rows(int64_t begin, int64_t count) const;
+  // Copies `host` (same shape) into this tensor (synchronous).
+  void upload(const Buffer& host);
+  // Copies this tensor back into `host` (same shape; synchronous).
+  void download(Buffer& host) const;
+  // Fills every byte with 0xff (NaN for f32/bf16) so that unwritten outputs show.
+  void poison();
+
+ private:
+  void* data_ = nullptr;
+  DType dtype_ = DType::kF32;
+  std::vector<int64_t> shape_;
+  int64_t row_elems_ = 0;   // elements of one row (all dims but the first)
+  int64_t row_stride_ = 0;  // elements between rows (row_elems_ + pad)
+};
+
+struct DeviceWeights {
+  DeviceTensor conv_weight, conv_bias, A_log, dt_bias;
+  explicit DeviceWeights(const LayerWeights& w);
+  GdnWeights view() const;
+};
+
+struct DeviceInputs {
+  DeviceTensor mixed_qkv, a, b;
+  DeviceInputs(const TokenInputs& in, int64_t pad);
+  GdnInputs view() const;
+  GdnInputs rows(int64_t begin, int64_t count) const;
+};
+
+struct DeviceOutputs {
+  DeviceTensor conv_out, core_out;
+  bool with_conv_out = true;
+  DeviceOutputs(const TokenOutputs& out, int64_t pad, bool with_conv_out);
+  GdnOutputs view() const;
+  GdnOutputs rows(int64_t begin, int64_t count) const;
+  void download(TokenOutputs& out) const;
+};
+
+// All elements of a view (host or device memory, contiguous rows) as floats.
+std::vector<float> to_floats(const TensorView& view);
+// Elements [begin, begin + count) of the leading dimension of a view, as floats.
+std::vector<float> rows_to_floats(const TensorView& view, int64_t begin, int64_t count);
+// Raw bytes of rows [begin, begin + count) (host or device).
+std::vector<uint8_t> rows_bytes(const TensorView& view, int64_t begin, int64_t count);
+
+// max |got - ref| over max |ref|; fails (with the worst index) above `tol`; also fails when the
+// reference is all zeros or anything is NaN.
+void expect_close(const std::vector<float>& ref, const std::vector<float>& got, double tol,
+                  const std::string& what);
+
+// State tolerance (max-norm relative) and output tolerance for a config's dtypes.
+double state_tolerance(const GdnConfig& g);
+double output_tolerance(const GdnConfig& g);
+
+}  // namespace specstate::test

@@ -1,0 +1,165 @@
+// CUDA graphs: verify of every layer plus the commit (accepted lengths in device memory) are
+// captured once in one graph (static shapes, padding rows, no host sync inside), then replayed
+// for many rounds with new inputs and new accepted values written into the same device buffers.
+// Every replay must match the CPU oracle running the same rounds eagerly.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "gpu_util.h"
+
+namespace specstate::test {
+namespace {
+
+class CudaGraph : public ::testing::TestWithParam<bool> {};  // param: tree window
+
+TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
+  SPECSTATE_REQUIRE_GPU();
+  const bool tree = GetParam();
+  const uint64_t seed = tree ? 4242 : 4141;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  GdnConfig g;
+  g.num_k_heads = 2;
+  g.num_v_heads = 4;
+  g.head_k_dim = 64;
+  g.head_v_dim = 32;
+  g.conv_width = 4;
+  g.conv_bias = true;
+  g.act_dtype = g.conv_state_dtype = g.ssm_state_dtype = DType::kF32;
+  const int L = 3, requests = 4, T = 4, rounds = 8;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  PoolOptions options;
+  options.num_slots = requests + 1;
+  options.max_rows = requests + 1;
+  options.max_window = T;
+  cudaStream_t stream = nullptr;
+  SPECSTATE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  PoolOptions gpu_options = options;
+  gpu_options.backend = Backend::kCuda;
+  gpu_options.stream = stream;
+  StatePool cpu(model, options), gpu(model, gpu_options);
+  std::vector<SlotHandle> ch, gh;
+  for (int i = 0; i < requests; ++i) {
+    ch.push_back(cpu.acquire());
+    gh.push_back(gpu.acquire());
+  }
+  std::vector<LayerWeights> weights;
+  std::vector<DeviceWeights> dweights;
+  for (int l = 0; l < L; ++l) {
+    weights.push_back(random_weights(g, rng));
+    dweights.emplace_back(weights.back());
+  }
+  // Some history first, so that the committed state is not zero.
+  for (int req = 0; req < requests; ++req) {
+    for (int l = 0; l < L; ++l) {
+      const TokenInputs in = random_inputs(g, 3, rng);
+      TokenOutputs out = make_outputs(g, 3);
+      cpu.prefill(l, ch[req], weights[l].view(), in.view(), out.view());
+      DeviceInputs din(in, 0);
+      DeviceOutputs dout(out, 0, true);
+      gpu.prefill(l, gh[req], dweights[l].view(), din.view(), dout.view());
+      SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+    }
+  }
+  SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+
+  // The fixed batch of the graph: rows 0..B-1 with a padding row at index 2.
+  const int B = requests + 1, pad_row = 2;
+  VerifyBatch cb, gb;
+  cb.window = gb.window = T;
+  for (int r = 0, req = 0; r < B; ++r) {
+    cb.rows.push_back(r == pad_row ? SlotHandle::padding() : ch[req]);
+    gb.rows.push_back(r == pad_row ? SlotHandle::padding() : gh[req]);
+    if (r != pad_row) ++req;
+  }
+  if (tree) {
+    cb.parents = {-1, 0, 0, 1};  // one tree for every row
+    gb.parents = cb.parents;
+  }
+
+  // Fixed device buffers the graph reads and writes.
+  std::vector<DeviceInputs> din;
+  std::vector<DeviceOutputs> dout;
+  std::vector<TokenOutputs> host_out;
+  for (int l = 0; l < L; ++l) {
+    din.emplace_back(random_inputs(g, int64_t{B} * T, rng), 0);
+    host_out.push_back(make_outputs(g, int64_t{B} * T));
+    dout.emplace_back(host_out.back(), 0, true);
+  }
+  int32_t* d_accepted = nullptr;
+  SPECSTATE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * B));
+  SPECSTATE_CUDA_OK(cudaMemset(d_accepted, 0, sizeof(int32_t) * B));
+
+  gpu.begin_verify(gb);
+  cudaGraph_t graph = nullptr;
+  SPECSTATE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int l = 0; l < L; ++l) gpu.verify(l, dweights[l].view(), din[l].view(), dout[l].view());
+  gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {B}, Device::kCuda));
+  SPECSTATE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  SPECSTATE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  size_t nodes = 0;
+  SPECSTATE_CUDA_OK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  EXPECT_GE(nodes, static_cast<size_t>(2 * L + 1)) << "the graph holds every layer and the commit";
+
+  int accepted_total = 0;
+  for (int round = 0; round < rounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<TokenInputs> in;
+    std::vector<TokenOutputs> ref;
+    for (int l = 0; l < L; ++l) {
+      in.push_back(random_inputs(g, int64_t{B} * T, rng));
+      din[l].mixed_qkv.upload(in[l].mixed_qkv);
+      din[l].a.upload(in[l].a);
+      din[l].b.upload(in[l].b);
+      ref.push_back(make_outputs(g, int64_t{B} * T));
+    }
+    std::vector<int32_t> accepted(B);
+    for (int r = 0; r < B; ++r) {
+      accepted[r] = r == pad_row
+                        ? (tree ? -1 : 0)
+                        : std::uniform_int_distribution<int>(tree ? -1 : 0, tree ? T - 1 : T)(rng);
+      accepted_total += accepted[r] > 0;
+    }
+    SPECSTATE_CUDA_OK(
+        cudaMemcpy(d_accepted, accepted.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice));
+    cpu.begin_verify(cb);
+    for (int l = 0; l < L; ++l) cpu.verify(l, weights[l].view(), in[l].view(), ref[l].view());
+    cpu.commit(accepted);
+
+    gpu.begin_verify(gb);  // uploads the (same) plan outside the graph
+    SPECSTATE_CUDA_OK(cudaGraphLaunch(exec, stream));
+    SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(gpu.last_commit_status(), Status::kSuccess);
+    for (int l = 0; l < L; ++l) {
+      dout[l].download(host_out[l]);
+      for (int r = 0; r < B; ++r) {
+        if (r == pad_row) continue;
+        const std::string what = "layer " + std::to_string(l) + " row " + std::to_string(r);
+        expect_close(rows_to_floats(ref[l].core_out.view(), int64_t{r} * T, T),
+                     rows_to_floats(host_out[l].core_out.view(), int64_t{r} * T, T),
+                     output_tolerance(g), what + ": core_out");
+      }
+      expect_close(to_floats(cpu.ssm_state(l)), to_floats(gpu.ssm_state(l)), state_tolerance(g),
+                   "committed ssm, layer " + std::to_string(l));
+      expect_close(to_floats(cpu.conv_state(l)), to_floats(gpu.conv_state(l)), state_tolerance(g),
+                   "committed conv, layer " + std::to_string(l));
+    }
+    if (HasFailure()) break;
+  }
+  EXPECT_GT(accepted_total, rounds) << "the trace committed almost nothing";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(d_accepted);
+  cudaStreamDestroy(stream);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, CudaGraph, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "tree" : "chain");
+                         });
+
+}  // namespace
+}  // namespace specstate::test

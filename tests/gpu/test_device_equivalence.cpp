@@ -1,0 +1,156 @@
+// Speculative equivalence on the device (DESIGN.md section 7), many rounds: after verify +
+// commit rounds on one CUDA pool, the committed state equals a second CUDA pool that decodes
+// only the accepted tokens one by one, and verify's output for each accepted token equals the
+// decode output at that step. Both pools run the same kernels on the same values, so the
+// tolerance is far below the GPU-vs-CPU one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "gpu_util.h"
+
+namespace specstate::test {
+namespace {
+
+std::vector<int> path_to(const std::vector<int32_t>& parents, int node) {
+  std::vector<int> path;
+  for (int t = node; t >= 0; t = parents[t]) path.push_back(t);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+class DeviceEquivalence : public ::testing::TestWithParam<bool> {};  // param: tree
+
+TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
+  SPECSTATE_REQUIRE_GPU();
+  const bool tree = GetParam();
+  const uint64_t seed = tree ? 777 : 778;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  GdnConfig g;
+  g.num_k_heads = 4;
+  g.num_v_heads = 8;
+  g.head_k_dim = 128;
+  g.head_v_dim = 64;
+  g.conv_width = 4;
+  g.act_dtype = DType::kBF16;
+  g.conv_state_dtype = DType::kBF16;
+  g.ssm_state_dtype = DType::kF32;
+  const int L = 2, requests = 4, T = 5, rounds = 16;
+  PoolOptions options;
+  options.num_slots = requests;
+  options.max_rows = requests + 1;
+  options.max_window = T;
+  options.backend = Backend::kCuda;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  StatePool spec(model, options), ref(model, options);
+  std::vector<SlotHandle> sh, rh;
+  for (int i = 0; i < requests; ++i) {
+    sh.push_back(spec.acquire());
+    rh.push_back(ref.acquire());
+  }
+  std::vector<LayerWeights> weights;
+  std::vector<DeviceWeights> dweights;
+  for (int l = 0; l < L; ++l) {
+    weights.push_back(random_weights(g, rng));
+    dweights.emplace_back(weights.back());
+  }
+  int32_t* d_accepted = nullptr;
+  SPECSTATE_CUDA_OK(
+      cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * (requests + 1)));
+  int accepted_tokens = 0;
+  for (int round = 0; round < rounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<int> rows(requests);
+    for (int i = 0; i < requests; ++i) rows[i] = i;
+    std::shuffle(rows.begin(), rows.end(), rng);
+    rows.insert(rows.begin() + rng() % (requests + 1), -1);  // one padding row
+    const int B = requests + 1;
+    VerifyBatch batch;
+    batch.window = T;
+    for (int r = 0; r < B; ++r)
+      batch.rows.push_back(rows[r] < 0 ? SlotHandle::padding() : sh[rows[r]]);
+    if (tree) {
+      batch.parents.assign(T, -1);
+      for (int t = 1; t < T; ++t)
+        batch.parents[t] = std::uniform_int_distribution<int>(0, t - 1)(rng);
+    }
+    spec.begin_verify(batch);
+    std::vector<TokenInputs> in;
+    std::vector<TokenOutputs> out;
+    for (int l = 0; l < L; ++l) {
+      in.push_back(random_inputs(g, int64_t{B} * T, rng));
+      out.push_back(make_outputs(g, int64_t{B} * T));
+      DeviceInputs din(in[l], 0);
+      DeviceOutputs dout(out[l], 0, true);
+      spec.verify(l, dweights[l].view(), din.view(), dout.view());
+      SPECSTATE_CUDA_OK(cudaDeviceSynchronize());
+      dout.download(out[l]);
+    }
+    std::vector<int32_t> accepted(B);
+    for (int r = 0; r < B; ++r) {
+      const int lo = tree ? -1 : 0, hi = tree ? T - 1 : T;
+      accepted[r] = rows[r] < 0 ? lo : std::uniform_int_distribution<int>(lo, hi)(rng);
+    }
+    SPECSTATE_CUDA_OK(
+        cudaMemcpy(d_accepted, accepted.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice));
+    spec.commit(TensorView::contiguous(d_accepted, DType::kI32, {B}, Device::kCuda));
+    ASSERT_EQ(spec.last_commit_status(), Status::kSuccess);
+
+    for (int r = 0; r < B; ++r) {
+      if (rows[r] < 0) continue;
+      std::vector<int> path;
+      if (tree) {
+        path = path_to(batch.parents, accepted[r]);
+      } else {
+        for (int t = 0; t < accepted[r]; ++t) path.push_back(t);
+      }
+      accepted_tokens += static_cast<int>(path.size());
+      for (int l = 0; l < L; ++l) {
+        for (int t : path) {
+          const int64_t token = int64_t{r} * T + t;
+          TokenInputs one;
+          one.mixed_qkv = Buffer(g.act_dtype, {1, g.conv_dim()});
+          one.a = Buffer(g.act_dtype, {1, g.num_v_heads});
+          one.b = Buffer(g.act_dtype, {1, g.num_v_heads});
+          for (int c = 0; c < g.conv_dim(); ++c) {
+            one.mixed_qkv.set(c, in[l].mixed_qkv.get(token * g.conv_dim() + c));
+          }
+          for (int h = 0; h < g.num_v_heads; ++h) {
+            one.a.set(h, in[l].a.get(token * g.num_v_heads + h));
+            one.b.set(h, in[l].b.get(token * g.num_v_heads + h));
+          }
+          TokenOutputs dec = make_outputs(g, 1);
+          DeviceInputs din(one, 0);
+          DeviceOutputs dout(dec, 0, true);
+          ref.decode(l, {rh[rows[r]]}, dweights[l].view(), din.view(), dout.view());
+          SPECSTATE_CUDA_OK(cudaDeviceSynchronize());
+          dout.download(dec);
+          expect_close(rows_to_floats(out[l].core_out.view(), token, 1),
+                       rows_to_floats(dec.core_out.view(), 0, 1), 1e-6,
+                       "layer " + std::to_string(l) + " row " + std::to_string(r) + " token " +
+                           std::to_string(t) + ": verify output vs decode output");
+        }
+      }
+    }
+    for (int l = 0; l < L; ++l) {
+      expect_close(to_floats(ref.ssm_state(l)), to_floats(spec.ssm_state(l)), 1e-6,
+                   "committed ssm vs sequential decode, layer " + std::to_string(l));
+      expect_close(to_floats(ref.conv_state(l)), to_floats(spec.conv_state(l)), 0.0,
+                   "committed conv vs sequential decode, layer " + std::to_string(l));
+    }
+    if (HasFailure()) break;
+  }
+  EXPECT_GT(accepted_tokens, rounds) << "the trace accepted almost nothing";
+  cudaFree(d_accepted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, DeviceEquivalence, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "tree" : "chain");
+                         });
+
+}  // namespace
+}  // namespace specstate::test
