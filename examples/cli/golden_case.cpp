@@ -814,7 +814,18 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
   for (int r = 0; r < s.R; ++r) {
     accepted[r] = s.tree ? s.last_step[r] : (s.real[r] ? s.accept_len[r] : 0);
   }
-  pool.commit(accepted);
+  if (mem.device() == Device::kCuda) {
+    // The engine's path on a GPU: accepted values in device memory, checked by the commit kernel.
+    void* data = mem.allocate(accepted.size() * sizeof(int32_t));
+    mem.upload(data, accepted.data(), accepted.size() * sizeof(int32_t));
+    pool.commit(make_view(data, DType::kI32, {s.R}, Device::kCuda));
+    const Status status = pool.last_commit_status();
+    if (status != Status::kSuccess) {
+      throw Error(status, "StatePool::commit skipped rows of accepted " + list_string(accepted));
+    }
+  } else {
+    pool.commit(accepted);
+  }
 
   std::vector<std::vector<unsigned char>> conv_after(s.L), ssm_after(s.L);
   for (int l = 0; l < s.L; ++l) {
