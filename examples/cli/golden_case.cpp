@@ -939,6 +939,19 @@ int part_number(const SafetensorsFile& file, const char* key, int fallback) {
 
 }  // namespace
 
+bool cuda_device_available() noexcept {
+#if defined(SPECSTATE_CLI_CUDA)
+  static const bool available = [] {
+    int count = 0;
+    // Fails (cudaErrorInsufficientDriver, 35) on machines without a driver.
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  }();
+  return available;
+#else
+  return false;
+#endif
+}
+
 bool GoldenReport::counts_as_failure() const noexcept {
   switch (outcome) {
     case GoldenOutcome::kPass:

@@ -87,6 +87,10 @@ struct GoldenReport {
   bool counts_as_failure() const noexcept;
 };
 
+// Whether this check-golden can run --backend cuda here: built with the CUDA runtime and a device
+// is visible (decided once). The library may still lack its CUDA backend; the pool says so then.
+bool cuda_device_available() noexcept;
+
 // Runs one case. Never throws for problems of the case or the backend: they become kError (or
 // kNotSupported for Mamba2 cases) with a message.
 GoldenReport run_golden_case(const GoldenCase& golden, const GoldenOptions& options);

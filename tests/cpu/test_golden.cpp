@@ -583,6 +583,12 @@ TEST(GoldenBf16, Bf16CaseWithoutBiasInTwoPartsPasses) {
   EXPECT_EQ(find_tensor(report, "conv_state_committed").vs_sglang, 0.0);
   EXPECT_EQ(find_tensor(report, "inter_conv_window").vs_sglang, 0.0);
   EXPECT_FALSE(find_tensor(report, "inter_ssm").has_sglang);
+  if (cuda_device_available()) {
+    GoldenOptions cuda;
+    cuda.backend = Backend::kCuda;
+    const GoldenReport on_gpu = run_golden_case(inputs.cases[0], cuda);
+    EXPECT_EQ(on_gpu.outcome, GoldenOutcome::kPass) << report_text(on_gpu);
+  }
 
   // The same case declared f32: our f32 conv no longer matches the bf16-rounded outputs.
   const std::string f32_params = [&] {
@@ -602,6 +608,21 @@ TEST(GoldenBf16, Bf16CaseWithoutBiasInTwoPartsPasses) {
   const GoldenReport wrong =
       run_golden_case(make_golden_case(std::move(f32_parts)), GoldenOptions{});
   EXPECT_EQ(wrong.outcome, GoldenOutcome::kFail) << report_text(wrong);
+}
+
+// --- the CUDA backend: the same cases, views into device memory ------------------------------
+
+TEST(GoldenCuda, CasesAAndCPassOnTheCudaBackend) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  GoldenOptions options;
+  options.backend = Backend::kCuda;
+  for (const auto& [path, name] : {std::pair{kCaseA, "A"}, std::pair{kCaseC, "C"}}) {
+    const GoldenInputs inputs = load_golden_inputs({path});
+    ASSERT_EQ(inputs.cases.size(), 1u);
+    const GoldenReport report = run_golden_case(inputs.cases[0], options);
+    EXPECT_NE(report.description.find("backend cuda"), std::string::npos) << report.description;
+    expect_f32_case_passes(report, name);
+  }
 }
 
 // --- the command line -----------------------------------------------------------------------
