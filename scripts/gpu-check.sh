@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# One call on a GPU machine (the H200 device machine, or any CUDA box): configure for sm_90,
+# build the CUDA backend, run the GPU tests, run them again under compute-sanitizer (memcheck and
+# racecheck), run the GPU benchmarks and print a short table. Logs go to $OUT (default: ./out).
+#
+#   scripts/gpu-check.sh                      # everything
+#   STAGES="build tests bench" scripts/gpu-check.sh
+#
+# Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
+# prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
+# LD_LIBRARY_PATH are pointed there when it exists). If the build fails and prebuilt binaries
+# exist in ./.gpudeps/prebuilt, those are run instead, and the log says so.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+OUT="${OUT:-$root/out}"
+mkdir -p "$OUT"
+STAGES="${STAGES:-build tests sanitizer bench}"
+BUILD="${BUILD_DIR:-$root/build-gpu}"
+JOBS="${JOBS:-$(nproc)}"
+status=0
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+echo "== machine [t=${SECONDS}s]"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv || true
+nvcc --version | tail -2 || true
+(g++ --version | head -1; grep PRETTY_NAME /etc/os-release) 2>/dev/null || true
+
+deps="$root/.gpudeps"
+cmake_extra=()
+if [ -d "$deps" ]; then
+  export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  cmake_extra+=("-DCMAKE_PREFIX_PATH=$deps")
+  # libspdlog/libbenchmark of the prefix may need a newer libstdc++ than the machine has.
+  if ! strings "$(g++ -print-file-name=libstdc++.so.6 2>/dev/null)" 2>/dev/null |
+      grep -q GLIBCXX_3.4.30 && [ -f "$deps/fallback/libstdc++.so.6" ]; then
+    export LD_LIBRARY_PATH="$deps/fallback:$LD_LIBRARY_PATH"
+  fi
+fi
+
+tests_bin="$BUILD/tests/gpu/specstate_gpu_tests"
+bench_bin="$BUILD/tests/bench/specstate_gpu_bench"
+if has build; then
+  echo "== configure + build (CMAKE_CUDA_ARCHITECTURES=90) [t=${SECONDS}s]"
+  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+       -DSPECSTATE_CUDA=ON -DSPECSTATE_BUILD_EXAMPLES=OFF -DSPECSTATE_INSTALL=OFF \
+       "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 &&
+     cmake --build "$BUILD" -j "$JOBS" --target specstate_gpu_tests specstate_gpu_bench \
+       >>"$OUT/build.log" 2>&1; then
+    grep -E "warning" "$OUT/build.log" | grep -v "Wno" | head -5
+    echo "build ok"
+  else
+    tail -30 "$OUT/build.log"
+    if [ -x "$deps/prebuilt/specstate_gpu_tests" ]; then
+      echo "build FAILED on this machine: running the prebuilt binaries of .gpudeps/prebuilt"
+      tests_bin="$deps/prebuilt/specstate_gpu_tests"
+      bench_bin="$deps/prebuilt/specstate_gpu_bench"
+    else
+      echo "build FAILED"
+      exit 1
+    fi
+  fi
+fi
+
+if has tests; then
+  echo "== GPU tests [t=${SECONDS}s]"
+  "$tests_bin" --gtest_color=no >"$OUT/gpu_tests.log" 2>&1
+  rc=$?
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure|error|expected|Which is" \
+    "$OUT/gpu_tests.log" | head -60
+  echo "gpu tests rc=$rc"
+  [ $rc -ne 0 ] && status=1
+fi
+
+if has sanitizer; then
+  echo "== compute-sanitizer [t=${SECONDS}s]"
+  # memcheck over every GPU test; racecheck (shared-memory hazards) over the smaller ones.
+  timeout 420 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 \
+    "$tests_bin" --gtest_color=no --gtest_filter="${MEMCHECK_FILTER:-*}" \
+    >"$OUT/memcheck.log" 2>&1
+  rc=$?
+  grep -E "ERROR SUMMARY|LEAK SUMMARY|tests ran|FAILED" "$OUT/memcheck.log" | head -10
+  echo "memcheck rc=$rc"
+  [ $rc -ne 0 ] && status=1
+  timeout 300 compute-sanitizer --tool racecheck --error-exitcode 3 \
+    "$tests_bin" --gtest_color=no \
+    --gtest_filter="${RACECHECK_FILTER:-*small*:*odd*:*k32*:CommitChecks.*:*Graph*}" \
+    >"$OUT/racecheck.log" 2>&1
+  rc=$?
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|tests ran|FAILED" "$OUT/racecheck.log" | head -10
+  echo "racecheck rc=$rc"
+  [ $rc -ne 0 ] && status=1
+fi
+
+if has bench; then
+  echo "== benchmarks [t=${SECONDS}s]"
+  "$bench_bin" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json \
+    ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+  rc=$?
+  grep -E "copy bandwidth" "$OUT/bench.log"
+  sed -n '/specstate CUDA vs SGLang/,$p' "$OUT/bench.log"
+  echo "bench rc=$rc"
+  [ $rc -ne 0 ] && { tail -20 "$OUT/bench.log"; status=1; }
+fi
+exit $status

@@ -1,0 +1,440 @@
+// GPU benchmarks at Qwen3-Next-80B TP1 shapes (H=16, HV=32, K=V=128, W=4, conv_dim 8192,
+// 36 GDN layers, bf16 activations and conv state, fp32 SSM state), T in {2,4,8}, B in
+// {1,8,32,128}: verify conv per layer, verify recurrence per layer, commit over 36 layers, and
+// the whole round (36 layers verify + commit in one CUDA graph).
+//
+// Method (METHOD.md): random data; slots shuffled; accepted lengths random in [1, T]; every
+// measured region is a CUDA graph replay timed with CUDA events (manual time), the L2 flushed
+// (a 256 MiB memset) before each replay; medians. Each row prints the median time, the minimum
+// bytes our data flow moves, the fraction of the copy bandwidth this binary measures, SGLang's
+// figure for the same shape (sglang_baseline.h) and the ratio ours / SGLang.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench_fill.h"
+#include "kernels/conv_update.h"
+#include "kernels/gdn_recurrence.h"
+#include "sglang_baseline.h"
+#include "specstate/specstate.h"
+
+namespace specstate::bench {
+namespace {
+
+namespace k = specstate::kernels;
+
+constexpr int kLayers = 36, kH = 16, kHV = 32, kK = 128, kV = 128, kW = 4;
+constexpr int kConvDim = 2 * kH * kK + kHV * kV;  // 8192
+constexpr int kMaxB = 128, kMaxT = 8;
+constexpr std::size_t kFlushBytes = 256u << 20;
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  }
+}
+
+template <typename T>
+T* device_alloc(std::size_t count) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc");
+  return static_cast<T*>(p);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Device copy bandwidth (bytes read + written) of a 1 GiB and a 4 GiB cudaMemcpy, the larger.
+double measure_copy_gbps(cudaStream_t stream) {
+  double best = 0;
+  for (std::size_t bytes : {std::size_t{1} << 30, std::size_t{4} << 30}) {
+    char* a = device_alloc<char>(bytes);
+    char* b = device_alloc<char>(bytes);
+    check(fill_random(a, bytes / 4, false, 1.0f, 7, stream), "fill");
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<double> ms;
+    for (int i = 0; i < 12; ++i) {
+      cudaEventRecord(e0, stream);
+      cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream);
+      cudaEventRecord(e1, stream);
+      check(cudaEventSynchronize(e1), "copy");
+      float t = 0;
+      cudaEventElapsedTime(&t, e0, e1);
+      if (i >= 2) ms.push_back(t);
+    }
+    const double gbps = 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
+    std::printf("copy bandwidth (%zu MiB, read + write): %.1f GB/s\n", bytes >> 20, gbps);
+    best = std::max(best, gbps);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+  }
+  return best;
+}
+
+// Everything the benchmarks share: one pool sized for the largest shape, per-layer inputs.
+struct World {
+  cudaStream_t stream = nullptr;
+  double copy_gbps = 0;
+  std::unique_ptr<StatePool> pool;
+  std::vector<SlotHandle> handles;
+  GdnConfig g;
+  std::vector<void*> qkv, a, b, conv_out, core_out, conv_w, A_log, dt_bias;
+  int32_t* slots = nullptr;     // [kMaxB] bench-owned slot list for direct kernel launches
+  int32_t* accepted = nullptr;  // [kMaxB]
+  void* flush = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+
+  World() {
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    copy_gbps = measure_copy_gbps(stream);
+    g.num_k_heads = kH;
+    g.num_v_heads = kHV;
+    g.head_k_dim = kK;
+    g.head_v_dim = kV;
+    g.conv_width = kW;
+    g.act_dtype = DType::kBF16;
+    g.conv_state_dtype = DType::kBF16;
+    g.ssm_state_dtype = DType::kF32;
+    PoolOptions options;
+    options.num_slots = kMaxB;
+    options.max_rows = kMaxB;
+    options.max_window = kMaxT;
+    options.backend = Backend::kCuda;
+    options.stream = stream;
+    pool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g), options);
+    for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
+    uint64_t seed = 1;
+    for (int l = 0; l < kLayers; ++l) {
+      check(fill_random(pool->ssm_state(l).data, pool->ssm_state(l).numel(), false, 0.05f, seed++,
+                        stream),
+            "fill");
+      check(fill_random(pool->conv_state(l).data, pool->conv_state(l).numel(), true, 1.0f, seed++,
+                        stream),
+            "fill");
+      const std::size_t tokens = kMaxB * kMaxT;
+      auto make = [&](std::size_t n, bool bf16, float scale) {
+        void* p = bf16 ? static_cast<void*>(device_alloc<uint16_t>(n))
+                       : static_cast<void*>(device_alloc<float>(n));
+        check(fill_random(p, n, bf16, scale, seed++, stream), "fill");
+        return p;
+      };
+      qkv.push_back(make(tokens * kConvDim, true, 1.0f));
+      a.push_back(make(tokens * kHV, true, 1.0f));
+      b.push_back(make(tokens * kHV, true, 1.0f));
+      conv_out.push_back(make(tokens * kConvDim, true, 1.0f));
+      core_out.push_back(make(tokens * kHV * kV, true, 1.0f));
+      conv_w.push_back(make(std::size_t{kConvDim} * kW, true, 0.5f));
+      A_log.push_back(make(kHV, false, 1.0f));  // A = e^A_log in (e^-1, e)
+      dt_bias.push_back(make(kHV, false, 1.0f));
+    }
+    slots = device_alloc<int32_t>(kMaxB);
+    accepted = device_alloc<int32_t>(kMaxB);
+    flush = device_alloc<char>(kFlushBytes);
+    check(cudaEventCreate(&e0), "event");
+    check(cudaEventCreate(&e1), "event");
+    check(cudaStreamSynchronize(stream), "setup");
+  }
+
+  static World& get() {
+    static World world;
+    return world;
+  }
+
+  GdnWeights weights(int l) const {
+    GdnWeights w;
+    w.conv_weight = TensorView::contiguous(conv_w[l], DType::kBF16, {kConvDim, kW}, Device::kCuda);
+    w.A_log = TensorView::contiguous(A_log[l], DType::kF32, {kHV}, Device::kCuda);
+    w.dt_bias = TensorView::contiguous(dt_bias[l], DType::kF32, {kHV}, Device::kCuda);
+    return w;
+  }
+  GdnInputs inputs(int l, int64_t tokens) const {
+    return GdnInputs{
+        TensorView::contiguous(qkv[l], DType::kBF16, {tokens, kConvDim}, Device::kCuda),
+        TensorView::contiguous(a[l], DType::kBF16, {tokens, kHV}, Device::kCuda),
+        TensorView::contiguous(b[l], DType::kBF16, {tokens, kHV}, Device::kCuda)};
+  }
+  GdnOutputs outputs(int l, int64_t tokens) const {
+    return GdnOutputs{
+        TensorView::contiguous(conv_out[l], DType::kBF16, {tokens, kConvDim}, Device::kCuda),
+        TensorView::contiguous(core_out[l], DType::kBF16, {tokens, kHV, kV}, Device::kCuda)};
+  }
+
+  // A round's batch: B handles in shuffled order; accepted lengths random in [1, T] (device).
+  VerifyBatch batch(int T, int B) {
+    std::mt19937_64 rng(1000 * T + B);
+    std::vector<int> order(kMaxB);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    VerifyBatch batch;
+    batch.window = T;
+    std::vector<int32_t> slot_index(B), acc(B);
+    for (int r = 0; r < B; ++r) {
+      batch.rows.push_back(handles[order[r]]);
+      slot_index[r] = pool->slot_index(handles[order[r]]);
+      acc[r] = std::uniform_int_distribution<int>(1, T)(rng);
+    }
+    check(cudaMemcpy(slots, slot_index.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice),
+          "slots");
+    check(cudaMemcpy(accepted, acc.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice),
+          "accepted");
+    return batch;
+  }
+
+  k::ConvUpdateParams conv_params(int l, int T, int B) const {
+    k::ConvUpdateParams c;
+    c.rows = B;
+    c.tokens = T;
+    c.conv_dim = kConvDim;
+    c.width = kW;
+    c.weight_dtype = k::ElemType::kBF16;
+    c.x_stride_token = kConvDim;
+    c.out_stride_token = kConvDim;
+    c.weight_stride_c = kW;
+    c.state_stride_slot = int64_t{kConvDim} * (kW - 1);
+    c.snap_stride_t = c.state_stride_slot;
+    c.snap_stride_row = c.snap_stride_t * kMaxT;
+    c.x = qkv[l];
+    c.out = conv_out[l];
+    c.weight = conv_w[l];
+    c.state = pool->conv_state(l).data;
+    c.snap = pool->snapshot_conv(l).data;
+    c.slots = slots;
+    return c;
+  }
+
+  k::GdnRecurrenceParams gdn_params(int l, int T, int B) const {
+    k::GdnRecurrenceParams r;
+    r.rows = B;
+    r.tokens = T;
+    r.num_k_heads = kH;
+    r.num_v_heads = kHV;
+    r.head_k_dim = kK;
+    r.head_v_dim = kV;
+    r.scale = g.effective_scale();
+    r.qkv_stride_token = kConvDim;
+    r.a_stride_token = kHV;
+    r.b_stride_token = kHV;
+    r.out_stride_token = int64_t{kHV} * kV;
+    r.out_stride_h = kV;
+    r.state_stride_slot = int64_t{kHV} * kV * kK;
+    r.snap_stride_t = r.state_stride_slot;
+    r.snap_stride_row = r.snap_stride_t * kMaxT;
+    r.qkv = conv_out[l];
+    r.a = a[l];
+    r.b = b[l];
+    r.A_log = A_log[l];
+    r.dt_bias = dt_bias[l];
+    r.out = core_out[l];
+    r.state = pool->ssm_state(l).data;
+    r.snap = pool->snapshot_ssm(l).data;
+    r.slots = slots;
+    return r;
+  }
+};
+
+// Minimum bytes of our data flow.
+constexpr double kSsmBytes = double(kHV) * kV * kK * 4;              // one fp32 state, 2 MiB
+constexpr double kConvStateBytes = double(kConvDim) * (kW - 1) * 2;  // one bf16 window
+double conv_bytes(int T, int B) {
+  const double tokens = double(B) * T;
+  return tokens * kConvDim * 2 * 2 + B * kConvStateBytes + kConvDim * kW * 2 +
+         tokens * kConvStateBytes;
+}
+double gdn_bytes(int T, int B) {
+  const double tokens = double(B) * T;
+  return B * kSsmBytes * (1 + T) + tokens * kConvDim * 2 + tokens * kHV * 2 * 2 +
+         tokens * kHV * kV * 2;
+}
+double commit_bytes(int B) { return double(kLayers) * B * 2 * (kSsmBytes + kConvStateBytes); }
+
+struct Result {
+  double us = 0, bytes = 0, frac = 0, sglang_us = 0, ratio = 0;
+};
+std::map<std::tuple<int, int, std::string>, Result>& results() {
+  static std::map<std::tuple<int, int, std::string>, Result> r;
+  return r;
+}
+
+// Replays `exec` with the L2 flushed before each replay; returns the median replay time (us).
+double time_graph(World& w, cudaGraphExec_t exec, benchmark::State& state) {
+  for (int i = 0; i < 2; ++i) check(cudaGraphLaunch(exec, w.stream), "warm-up");
+  check(cudaStreamSynchronize(w.stream), "warm-up");
+  std::vector<double> us;
+  int i = 0;
+  for (auto _ : state) {
+    check(cudaMemsetAsync(w.flush, i++ & 0xff, kFlushBytes, w.stream), "flush");
+    check(cudaEventRecord(w.e0, w.stream), "event");
+    check(cudaGraphLaunch(exec, w.stream), "replay");
+    check(cudaEventRecord(w.e1, w.stream), "event");
+    check(cudaEventSynchronize(w.e1), "sync");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, w.e0, w.e1);
+    state.SetIterationTime(ms * 1e-3);
+    us.push_back(ms * 1e3);
+  }
+  return median(us);
+}
+
+template <typename Fn>
+cudaGraphExec_t capture(World& w, Fn&& body) {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamBeginCapture(w.stream, cudaStreamCaptureModeGlobal), "capture");
+  body();
+  check(cudaStreamEndCapture(w.stream, &graph), "end capture");
+  cudaGraphExec_t exec = nullptr;
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaGraphDestroy(graph);
+  return exec;
+}
+
+void report(benchmark::State& state, World& w, int T, int B, const std::string& what, double us,
+            double bytes, double sglang_us) {
+  Result r;
+  r.us = us;
+  r.bytes = bytes;
+  r.frac = bytes / (us * 1e-6) / 1e9 / w.copy_gbps;
+  r.sglang_us = sglang_us;
+  r.ratio = sglang_us > 0 ? us / sglang_us : 0;
+  results()[{T, B, what}] = r;
+  state.counters["us"] = us;
+  state.counters["MB"] = bytes / 1e6;
+  state.counters["frac_copy_bw"] = r.frac;
+  state.counters["sglang_us"] = sglang_us;
+  state.counters["ratio"] = r.ratio;
+}
+
+void BM_VerifyConv(benchmark::State& state) {
+  const int T = state.range(0), B = state.range(1);
+  World& w = World::get();
+  w.batch(T, B);
+  cudaGraphExec_t exec = capture(w, [&] {
+    for (int l = 0; l < kLayers; ++l) {
+      check(k::launch_conv_update(w.conv_params(l, T, B), k::ElemType::kBF16, k::ElemType::kBF16,
+                                  w.stream),
+            "conv");
+    }
+  });
+  const double us = time_graph(w, exec, state) / kLayers;
+  report(state, w, T, B, "conv", us, conv_bytes(T, B), sglang_row(T, B)->conv_us);
+  cudaGraphExecDestroy(exec);
+}
+
+void BM_VerifyGdn(benchmark::State& state) {
+  const int T = state.range(0), B = state.range(1);
+  World& w = World::get();
+  w.batch(T, B);
+  cudaGraphExec_t exec = capture(w, [&] {
+    for (int l = 0; l < kLayers; ++l) {
+      check(k::launch_gdn_recurrence(w.gdn_params(l, T, B), k::ElemType::kBF16, k::ElemType::kF32,
+                                     w.stream),
+            "gdn");
+    }
+  });
+  const double us = time_graph(w, exec, state) / kLayers;
+  report(state, w, T, B, "gdn", us, gdn_bytes(T, B), sglang_row(T, B)->rec_us);
+  cudaGraphExecDestroy(exec);
+}
+
+void BM_Commit36(benchmark::State& state) {
+  const int T = state.range(0), B = state.range(1);
+  World& w = World::get();
+  const VerifyBatch batch = w.batch(T, B);
+  w.pool->begin_verify(batch);
+  for (int l = 0; l < kLayers; ++l) {
+    w.pool->verify(l, w.weights(l), w.inputs(l, int64_t{B} * T), w.outputs(l, int64_t{B} * T));
+  }
+  cudaGraphExec_t exec = capture(w, [&] {
+    w.pool->commit(TensorView::contiguous(w.accepted, DType::kI32, {B}, Device::kCuda));
+  });
+  const double us = time_graph(w, exec, state);
+  if (w.pool->last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
+  report(state, w, T, B, "commit", us, commit_bytes(B), sglang_row(T, B)->commit_us);
+  cudaGraphExecDestroy(exec);
+}
+
+void BM_Round(benchmark::State& state) {
+  const int T = state.range(0), B = state.range(1);
+  World& w = World::get();
+  const VerifyBatch batch = w.batch(T, B);
+  w.pool->begin_verify(batch);
+  cudaGraphExec_t exec = capture(w, [&] {
+    for (int l = 0; l < kLayers; ++l) {
+      w.pool->verify(l, w.weights(l), w.inputs(l, int64_t{B} * T), w.outputs(l, int64_t{B} * T));
+    }
+    w.pool->commit(TensorView::contiguous(w.accepted, DType::kI32, {B}, Device::kCuda));
+  });
+  const double us = time_graph(w, exec, state);
+  if (w.pool->last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
+  const double bytes = kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
+  report(state, w, T, B, "round", us, bytes, sglang_row(T, B)->step_est_us);
+  cudaGraphExecDestroy(exec);
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  for (int T : {2, 4, 8}) {
+    for (int B : {1, 8, 32, 128}) b->Args({T, B});
+  }
+  b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+}
+
+BENCHMARK(BM_VerifyConv)->Apply(shapes);
+BENCHMARK(BM_VerifyGdn)->Apply(shapes);
+BENCHMARK(BM_Commit36)->Apply(shapes);
+BENCHMARK(BM_Round)->Apply(shapes);
+
+void print_table() {
+  World& w = World::get();
+  std::printf(
+      "\nspecstate CUDA vs SGLang (H200, Qwen3-Next-80B TP1; medians, us; frac = bytes/s "
+      "over measured copy BW %.0f GB/s; ratio = ours / SGLang)\n",
+      w.copy_gbps);
+  std::printf("%2s %4s | %-28s | %-28s | %-30s | %-24s\n", "T", "B", "verify conv /layer (SGL)",
+              "verify GDN /layer (SGL)", "commit 36 layers (SGL)", "round (SGL stepEst)");
+  for (int T : {2, 4, 8}) {
+    for (int B : {1, 8, 32, 128}) {
+      auto get = [&](const char* what) {
+        auto it = results().find({T, B, what});
+        return it == results().end() ? Result{} : it->second;
+      };
+      const Result c = get("conv"), g = get("gdn"), m = get("commit"), r = get("round");
+      std::printf(
+          "%2d %4d | %6.2f %3.0f%% (%5.2f) x%.2f | %7.2f %3.0f%% (%6.2f) x%.2f | %8.1f %3.0f%% "
+          "(%7.1f) x%.2f | %8.1f (%8.1f) x%.2f\n",
+          T, B, c.us, 100 * c.frac, c.sglang_us, c.ratio, g.us, 100 * g.frac, g.sglang_us, g.ratio,
+          m.us, 100 * m.frac, m.sglang_us, m.ratio, r.us, r.sglang_us, r.ratio);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specstate::bench
+
+int main(int argc, char** argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: GPU benchmarks skipped\n");
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  specstate::bench::print_table();
+  benchmark::Shutdown();
+  return 0;
+}
