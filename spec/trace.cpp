@@ -18,7 +18,8 @@
 namespace specstate::spec {
 namespace {
 
-using Json = nlohmann::json;
+// ordered_json keeps the key order of the input (a header's meta reads back as written).
+using Json = nlohmann::ordered_json;
 using OrderedJson = nlohmann::ordered_json;
 
 constexpr const char* kFormatName = "specstate-trace";

@@ -1,0 +1,208 @@
+// spec::VerifyBatchBuilder: rows -> slots, window size, per-row trees with filler nodes, token
+// offsets, padding to CUDA-graph buckets; and the plan driving a real StatePool round.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "common/gdn_data.h"
+#include "spec/verify_batch.h"
+
+namespace specstate::spec {
+namespace {
+
+SlotHandle handle(int slot) { return SlotHandle{slot, 1, 42}; }
+
+TEST(SpecBatch, PowerOfTwoBuckets) {
+  EXPECT_EQ(VerifyBatchBuilder::power_of_two_buckets(1), (std::vector<int>{1}));
+  EXPECT_EQ(VerifyBatchBuilder::power_of_two_buckets(8), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(VerifyBatchBuilder::power_of_two_buckets(6), (std::vector<int>{1, 2, 4, 6}));
+  EXPECT_THROW(VerifyBatchBuilder::power_of_two_buckets(0), Error);
+  EXPECT_THROW(VerifyBatchBuilder({2, 2}), Error);
+  EXPECT_THROW(VerifyBatchBuilder({0, 1}), Error);
+}
+
+TEST(SpecBatch, ChainsPadToTheNextBucket) {
+  VerifyBatchBuilder builder({1, 2, 4, 8});
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(builder.add(handle(s * 2), Window::chain(4)), s);
+  const BatchPlan plan = builder.build();
+  EXPECT_EQ(plan.rows(), 4);
+  EXPECT_EQ(plan.live_rows, 3);
+  EXPECT_EQ(plan.window(), 4);
+  EXPECT_FALSE(plan.is_tree());
+  EXPECT_TRUE(plan.batch.parents.empty());
+  EXPECT_EQ(plan.batch.rows[1], handle(2));
+  EXPECT_TRUE(plan.batch.rows[3].is_padding());
+  EXPECT_EQ(plan.token_offsets, (std::vector<int32_t>{0, 4, 8, 12, 16}));
+  EXPECT_EQ(plan.num_tokens(), 16);
+  EXPECT_EQ(plan.commit_lengths({4, 0, 2}), (std::vector<int32_t>{4, 0, 2, 0}));
+  EXPECT_THROW(plan.commit_lengths({5, 0, 2}), Error);
+  EXPECT_THROW(plan.commit_lengths({1, 1}), Error);
+}
+
+TEST(SpecBatch, NoBucketsNoPadding) {
+  VerifyBatchBuilder builder;
+  builder.add(handle(0), Window::chain(2));
+  builder.add(handle(1), Window::chain(2));
+  builder.add(handle(5), Window::chain(2));
+  EXPECT_EQ(builder.build().rows(), 3);
+}
+
+TEST(SpecBatch, RejectsPaddingDuplicatesOverflowAndEmpty) {
+  VerifyBatchBuilder builder({1, 2});
+  EXPECT_THROW(builder.build(), Error);
+  EXPECT_THROW(builder.add(SlotHandle::padding(), Window::chain(2)), Error);
+  builder.add(handle(3), Window::chain(2));
+  try {
+    builder.add(SlotHandle{3, 9, 42}, Window::chain(2));
+    ADD_FAILURE() << "duplicate slot accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already row 0"), std::string::npos) << e.what();
+  }
+  builder.add(handle(4), Window::chain(2));
+  try {
+    builder.add(handle(5), Window::chain(2));
+    ADD_FAILURE() << "overflow accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kOutOfRange);
+  }
+  EXPECT_EQ(builder.size(), 2);  // the rejected adds changed nothing
+  builder.clear();
+  EXPECT_EQ(builder.size(), 0);
+}
+
+TEST(SpecBatch, SharedTreeAndPerRowTrees) {
+  const Window tree = Window::from_parents({-1, 0, 0, 1});
+  VerifyBatchBuilder same({4});
+  same.add(handle(0), tree);
+  same.add(handle(1), tree);
+  const BatchPlan shared = same.build();
+  EXPECT_EQ(shared.rows(), 4);
+  EXPECT_EQ(shared.batch.parents, tree.parents());  // [T], shared by every row
+
+  VerifyBatchBuilder mixed({4});
+  mixed.add(handle(0), tree);
+  mixed.add(handle(1), Window::chain(2));
+  mixed.add(handle(2), Window::from_parents({-1, 0, 0}));
+  const BatchPlan plan = mixed.build();
+  EXPECT_TRUE(plan.is_tree());
+  EXPECT_EQ(plan.window(), 4);
+  // [rows * T]: real parents, then filler nodes chained after them; padding rows are chains.
+  EXPECT_EQ(plan.batch.parents, (std::vector<int32_t>{-1, 0, 0, 1,  //
+                                                      -1, 0, 1, 2,  //
+                                                      -1, 0, 0, 2,  //
+                                                      -1, 0, 1, 2}));
+  std::vector<Acceptance> acc(3);
+  acc[0].path = {0, 1, 3};
+  acc[1].path = {0, 1};
+  acc[2].path = {0, 2};
+  EXPECT_EQ(plan.commit_values(acc), (std::vector<int32_t>{3, 1, 2, -1}));
+  acc[1].path = {0, 1, 2};  // node 2 of row 1 is filler: not a node of its chain(2)
+  EXPECT_THROW(plan.commit_values(acc), Error);
+  acc[1].path = {};
+  EXPECT_EQ(plan.commit_values(acc)[1], -1);
+  EXPECT_THROW(plan.commit_values({}), Error);
+}
+
+TEST(SpecBatch, AcceptGreedyUsesEachRowsOwnWindow) {
+  VerifyBatchBuilder builder({2});
+  builder.add(handle(0), Window::chain(3));
+  builder.add(handle(1), Window::chain(2));
+  const BatchPlan plan = builder.build();  // T = 3; row 1 has a filler token at index 2
+  // Row 0: root 7, drafts 1, 2; target agrees with both. Row 1: root 7, draft 1; target agrees,
+  // and the filler token 2 would match too, but is not part of the row's window.
+  const std::vector<int32_t> tokens{7, 1, 2, 7, 1, 2}, target{1, 2, 5, 1, 2, 6};
+  const auto acc = plan.accept_greedy(tokens, target);
+  ASSERT_EQ(acc.size(), 2u);
+  EXPECT_EQ(acc[0].accepted_length(), 3);
+  EXPECT_EQ(acc[0].bonus_token, 5);
+  EXPECT_EQ(acc[1].accepted_length(), 2);
+  EXPECT_EQ(acc[1].bonus_token, 2);
+  EXPECT_THROW(plan.accept_greedy({1, 2}, target), Error);
+}
+
+// A plan of rows with different windows (padded to T with filler tokens, padded to a bucket with
+// padding rows) drives a real pool: the committed state of each row equals a plain prefill of
+// its accepted path, bit for bit, so filler tokens and padding rows change nothing.
+TEST(SpecBatch, PlanDrivesAPoolRoundBitExactly) {
+  const uint64_t seed = 0xba7c4;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const GdnConfig g = test::small_config(DType::kF32, DType::kBF16, DType::kF32, true);
+  const int layers = 2;
+  const ModelConfig model = ModelConfig::gated_delta_net(layers, g);
+  PoolOptions options;
+  options.num_slots = 4;
+  options.max_rows = 4;
+  options.max_window = 5;
+  StatePool pool(model, options), reference(model, options);
+  std::vector<test::LayerWeights> weights;
+  for (int l = 0; l < layers; ++l) weights.push_back(test::random_weights(g, rng));
+
+  const std::vector<Window> windows{Window::chain(5), Window::chain(2),
+                                    Window::from_parents({-1, 0, 0, 1, 2})};
+  std::vector<SlotHandle> slots, ref_slots;
+  VerifyBatchBuilder builder({1, 2, 4});
+  for (std::size_t r = 0; r < windows.size(); ++r) {
+    slots.push_back(pool.acquire());
+    ref_slots.push_back(reference.acquire());
+    // A short history first, identical in both pools.
+    for (int l = 0; l < layers; ++l) {
+      const test::TokenInputs history = test::random_inputs(g, 3, rng);
+      test::TokenOutputs out = test::make_outputs(g, 3);
+      pool.prefill(l, slots.back(), weights[l].view(), history.view(), out.view());
+      reference.prefill(l, ref_slots.back(), weights[l].view(), history.view(), out.view());
+    }
+    builder.add(slots.back(), windows[r]);
+  }
+  const BatchPlan plan = builder.build();
+  ASSERT_EQ(plan.rows(), 4);
+  ASSERT_EQ(plan.window(), 5);
+  ASSERT_TRUE(plan.is_tree());
+
+  std::vector<test::TokenInputs> inputs;
+  pool.begin_verify(plan.batch);
+  for (int l = 0; l < layers; ++l) {
+    inputs.push_back(test::random_inputs(g, plan.num_tokens(), rng));
+    test::TokenOutputs out = test::make_outputs(g, plan.num_tokens());
+    pool.verify(l, weights[l].view(), inputs.back().view(), out.view());
+  }
+  std::vector<Acceptance> accepted(3);
+  accepted[0].path = {0, 1, 2};
+  accepted[1].path = {0, 1};
+  accepted[2].path = {0, 2, 4};
+  pool.commit(plan.commit_values(accepted));
+
+  for (std::size_t r = 0; r < windows.size(); ++r) {
+    const auto& path = accepted[r].path;
+    const int64_t n = static_cast<int64_t>(path.size());
+    for (int l = 0; l < layers; ++l) {
+      test::TokenInputs gathered;
+      gathered.mixed_qkv = test::Buffer(g.act_dtype, {n, g.conv_dim()});
+      gathered.a = test::Buffer(g.act_dtype, {n, g.num_v_heads});
+      gathered.b = test::Buffer(g.act_dtype, {n, g.num_v_heads});
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t token = plan.token_offsets[r] + path[static_cast<std::size_t>(j)];
+        for (int64_t c = 0; c < g.conv_dim(); ++c) {
+          gathered.mixed_qkv.set(j * g.conv_dim() + c,
+                                 inputs[l].mixed_qkv.get(token * g.conv_dim() + c));
+        }
+        for (int64_t h = 0; h < g.num_v_heads; ++h) {
+          gathered.a.set(j * g.num_v_heads + h, inputs[l].a.get(token * g.num_v_heads + h));
+          gathered.b.set(j * g.num_v_heads + h, inputs[l].b.get(token * g.num_v_heads + h));
+        }
+      }
+      test::TokenOutputs out = test::make_outputs(g, n);
+      reference.prefill(l, ref_slots[r], weights[l].view(), gathered.view(), out.view());
+    }
+    SCOPED_TRACE("row " + std::to_string(r) + " " + windows[r].describe());
+    const auto got = test::slot_bytes(pool, pool.slot_index(slots[r]));
+    const auto want = test::slot_bytes(reference, reference.slot_index(ref_slots[r]));
+    EXPECT_TRUE(got == want);
+  }
+  EXPECT_GT(test::sum_squares(pool.ssm_state(0)), 0.0);
+}
+
+}  // namespace
+}  // namespace specstate::spec

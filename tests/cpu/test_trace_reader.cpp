@@ -1,0 +1,280 @@
+// Acceptance traces: the JSON Lines reader rejects malformed input with the line number and a
+// clear reason, loads nothing on error, and reads back exactly what the writer wrote.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "spec/trace.h"
+#include "specstate/status.h"
+
+namespace specstate::spec {
+namespace {
+
+const char* kHeader = R"({"format": "specstate-trace", "version": 1, "requests": [0, 7]})";
+
+std::string good_text() {
+  return std::string(kHeader) + "\n" +
+         R"({"request": 0, "round": 0, "window": 4, "accepted": 3})"
+         "\n"
+         R"({"request": 7, "round": 0, "window": 4, "accepted": 0})"
+         "\n"
+         R"({"request": 0, "round": 1, "window": 5, "parents": [-1, 0, 0, 1, 2], "path": [0, 2, 4]})"
+         "\n"
+         R"({"request": 7, "round": 1, "window": 2, "accepted": 2})"
+         "\n";
+}
+
+Trace parse(const std::string& text) {
+  std::istringstream in(text);
+  return parse_trace(in, "t.jsonl");
+}
+
+// The error message for `text`, which must be rejected.
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidArgument);
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted:\n" << text;
+  return "";
+}
+
+// `record` as line 2 after the header must be rejected with a message naming line 2 and
+// containing `fragment`.
+void expect_bad_record(const std::string& record, const std::string& fragment) {
+  const std::string message = error_of(std::string(kHeader) + "\n" + record + "\n");
+  EXPECT_NE(message.find("t.jsonl:2: "), std::string::npos) << message;
+  EXPECT_NE(message.find(fragment), std::string::npos)
+      << "record " << record << "\nmessage " << message << "\nmissing " << fragment;
+}
+
+TEST(TraceReader, ReadsAGoodTrace) {
+  const Trace t = parse(good_text());
+  EXPECT_EQ(t.requests, (std::vector<int64_t>{0, 7}));
+  ASSERT_EQ(t.records.size(), 4u);
+  EXPECT_EQ(t.records[0].accepted_length(), 3);
+  EXPECT_EQ(t.records[0].path, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_TRUE(t.records[0].window.is_chain());
+  EXPECT_EQ(t.records[1].accepted_length(), 0);
+  EXPECT_EQ(t.records[1].commit_value(false), 0);
+  EXPECT_EQ(t.records[1].commit_value(true), -1);
+  EXPECT_FALSE(t.records[2].window.is_chain());
+  EXPECT_EQ(t.records[2].path, (std::vector<int32_t>{0, 2, 4}));
+  EXPECT_EQ(t.records[2].commit_value(true), 4);
+  EXPECT_EQ(t.num_rounds(), 2);
+  EXPECT_EQ(t.max_window(), 5);
+  EXPECT_EQ(t.round(1).size(), 2u);
+  EXPECT_EQ(t.accepted_histogram(), (std::vector<int64_t>{1, 0, 1, 2, 0, 0}));
+  EXPECT_DOUBLE_EQ(t.mean_accepted_length(), 2.0);
+}
+
+TEST(TraceReader, BlankLinesAndCrlfAreFine) {
+  std::string text = good_text();
+  std::string crlf;
+  for (char c : text) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  EXPECT_EQ(parse(crlf).records.size(), 4u);
+  EXPECT_EQ(parse("\n  \n" + text + "\n\n").records.size(), 4u);
+}
+
+TEST(TraceReader, EachRecordFieldWrongOnce) {
+  // Missing fields.
+  expect_bad_record(R"({"round": 0, "window": 4, "accepted": 1})", "missing field \"request\"");
+  expect_bad_record(R"({"request": 0, "window": 4, "accepted": 1})", "missing field \"round\"");
+  expect_bad_record(R"({"request": 0, "round": 0, "accepted": 1})", "missing field \"window\"");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 4})", "missing field \"accepted\"");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 3, "parents": [-1, 0, 0]})",
+                    "missing field \"path\"");
+  // Wrong types.
+  expect_bad_record(R"({"request": "0", "round": 0, "window": 4, "accepted": 1})",
+                    "field \"request\" must be an integer, got string \"0\"");
+  expect_bad_record(R"({"request": 0, "round": 0.5, "window": 4, "accepted": 1})",
+                    "field \"round\" must be an integer, got number 0.5");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": null, "accepted": 1})",
+                    "field \"window\" must be an integer, got null");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 4, "accepted": true})",
+                    "field \"accepted\" must be an integer, got boolean");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 3, "parents": "-1,0,0", "path": [0]})",
+                    "field \"parents\" must be an array of integers");
+  expect_bad_record(
+      R"({"request": 0, "round": 0, "window": 3, "parents": [-1, 0, 0], "path": [0, "1"]})",
+      "field \"path\"[1] must be an integer");
+  // Out of range.
+  expect_bad_record(R"({"request": -1, "round": 0, "window": 4, "accepted": 1})",
+                    "field \"request\" = -1 is out of range");
+  expect_bad_record(R"({"request": 0, "round": -2, "window": 4, "accepted": 1})",
+                    "field \"round\" = -2 is out of range");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 0, "accepted": 0})",
+                    "field \"window\" = 0 is out of range [1, 1024]");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 4000, "accepted": 0})",
+                    "field \"window\" = 4000 is out of range");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 4, "accepted": 5})",
+                    "field \"accepted\" = 5 is out of range [0, 4]");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 4, "accepted": -1})",
+                    "field \"accepted\" = -1 is out of range");
+  // Trees.
+  expect_bad_record(
+      R"({"request": 0, "round": 0, "window": 4, "parents": [-1, 0, 0], "path": [0]})",
+      "field \"parents\" has 3 entries but \"window\" = 4");
+  expect_bad_record(
+      R"({"request": 0, "round": 0, "window": 3, "parents": [-1, 2, 0], "path": [0]})",
+      "parents[1] = 2");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 3, "parents": [0, 0, 0], "path": [0]})",
+                    "parents[0] = 0");
+  expect_bad_record(
+      R"({"request": 0, "round": 0, "window": 3, "parents": [-1, 0, 0], "path": [0, 1, 2]})",
+      "path[2] = 2 is not a child of path[1] = 1");
+  expect_bad_record(
+      R"({"request": 0, "round": 0, "window": 3, "parents": [-1, 0, 0], "path": [1]})",
+      "path[0] = 1 must be 0");
+  expect_bad_record(
+      R"({"request": 0, "round": 0, "window": 3, "parents": [-1, 0, 0], "path": [0, 3]})",
+      "field \"path\"[1] = 3 is out of range [0, 2]");
+  expect_bad_record(
+      R"({"request": 0, "round": 0, "window": 3, "parents": [-1, 0, 0], "path": [0, 1], "accepted": 3})",
+      "field \"accepted\" = 3 disagrees with \"path\" (2 nodes)");
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 3, "path": [0, 1], "accepted": 2})",
+                    "field \"path\" belongs to tree records");
+  // Unknown fields (a typo must not pass silently).
+  expect_bad_record(R"({"request": 0, "round": 0, "window": 4, "acepted": 1})",
+                    "unknown field \"acepted\" in a record");
+}
+
+TEST(TraceReader, RequestIdsAndRoundOrder) {
+  expect_bad_record(R"({"request": 3, "round": 0, "window": 4, "accepted": 1})",
+                    "request 3 is not declared in the header's \"requests\"");
+  expect_bad_record(R"({"request": 0, "round": 1, "window": 4, "accepted": 1})",
+                    "request 0 has round 1 where round 0 was expected");
+  // A round repeated, on line 3.
+  const std::string message = error_of(std::string(kHeader) + "\n" +
+                                       R"({"request": 0, "round": 0, "window": 4, "accepted": 1})"
+                                       "\n"
+                                       R"({"request": 0, "round": 0, "window": 4, "accepted": 1})"
+                                       "\n");
+  EXPECT_NE(message.find("t.jsonl:3: request 0 has round 0 where round 1 was expected"),
+            std::string::npos)
+      << message;
+}
+
+TEST(TraceReader, HeaderFieldsWrongOnce) {
+  auto expect_bad_header = [](const std::string& header, const std::string& fragment) {
+    const std::string message = error_of(header + "\n");
+    EXPECT_NE(message.find("t.jsonl:1: "), std::string::npos) << message;
+    EXPECT_NE(message.find(fragment), std::string::npos) << message << "\nmissing " << fragment;
+  };
+  expect_bad_header(R"({"request": 0, "round": 0, "window": 4, "accepted": 1})",
+                    "the first line must be the header");
+  expect_bad_header(R"({"format": "other", "version": 1, "requests": [0]})",
+                    "\"format\" must be \"specstate-trace\"");
+  expect_bad_header(R"({"format": "specstate-trace", "version": 2, "requests": [0]})",
+                    "\"version\" = 2 is not supported");
+  expect_bad_header(R"({"format": "specstate-trace", "version": "1", "requests": [0]})",
+                    "field \"version\" must be an integer");
+  expect_bad_header(R"({"format": "specstate-trace", "version": 1})",
+                    "missing header field \"requests\"");
+  expect_bad_header(R"({"format": "specstate-trace", "version": 1, "requests": 3})",
+                    "\"requests\" must be an array of integers");
+  expect_bad_header(R"({"format": "specstate-trace", "version": 1, "requests": []})",
+                    "\"requests\" is empty");
+  expect_bad_header(R"({"format": "specstate-trace", "version": 1, "requests": [1, 2, 1]})",
+                    "declares request 1 twice");
+  expect_bad_header(R"({"format": "specstate-trace", "version": 1, "requests": [-4]})",
+                    "\"requests\"[0] = -4 must be >= 0");
+  expect_bad_header(R"({"format": "specstate-trace", "version": 1, "requests": [0.5]})",
+                    "\"requests\"[0] must be an integer");
+  expect_bad_header(R"({"format": "specstate-trace", "version": 1, "requests": [0], "meta": 3})",
+                    "\"meta\" must be an object");
+  expect_bad_header(R"({"format": "specstate-trace", "version": 1, "requests": [0], "x": 3})",
+                    "unknown field \"x\" in the header");
+}
+
+TEST(TraceReader, TruncatedAndNonJsonLines) {
+  const std::string good = good_text();
+  // A file cut in the middle of its last line.
+  const std::string cut = good.substr(0, good.size() - 12);
+  std::string message = error_of(cut);
+  EXPECT_NE(message.find("t.jsonl:5: not valid JSON"), std::string::npos) << message;
+  // Cut in the middle of the header.
+  message = error_of(std::string(kHeader).substr(0, 20));
+  EXPECT_NE(message.find("t.jsonl:1: not valid JSON"), std::string::npos) << message;
+  // Not an object.
+  message = error_of(std::string(kHeader) + "\n[1, 2]\n");
+  EXPECT_NE(message.find("t.jsonl:2: expected a JSON object, got array"), std::string::npos)
+      << message;
+  message = error_of(std::string(kHeader) + "\n42\n");
+  EXPECT_NE(message.find("t.jsonl:2: expected a JSON object"), std::string::npos) << message;
+  // Two records on one line.
+  message = error_of(std::string(kHeader) + "\n" +
+                     R"({"request": 0, "round": 0, "window": 4, "accepted": 1} {"request": 7})"
+                     "\n");
+  EXPECT_NE(message.find("t.jsonl:2: not valid JSON"), std::string::npos) << message;
+  // Empty input.
+  message = error_of("");
+  EXPECT_NE(message.find("empty trace"), std::string::npos) << message;
+  message = error_of("\n\n");
+  EXPECT_NE(message.find("empty trace"), std::string::npos) << message;
+}
+
+TEST(TraceReader, NothingHalfLoaded) {
+  Trace t = parse(good_text());
+  const std::size_t before = t.records.size();
+  // The bad record comes after good ones: the caller's trace stays as it was.
+  EXPECT_THROW(t = parse(good_text() + R"({"request": 0, "round": 2, "window": 4, "accepted": 9})"
+                                       "\n"),
+               Error);
+  EXPECT_EQ(t.records.size(), before);
+}
+
+TEST(TraceReader, WriterRoundTrip) {
+  const Trace t = parse(good_text());
+  std::ostringstream out;
+  write_trace(out, t);
+  const Trace back = parse(out.str());
+  EXPECT_EQ(back.requests, t.requests);
+  ASSERT_EQ(back.records.size(), t.records.size());
+  for (std::size_t i = 0; i < t.records.size(); ++i) {
+    EXPECT_EQ(back.records[i].request, t.records[i].request);
+    EXPECT_EQ(back.records[i].round, t.records[i].round);
+    EXPECT_EQ(back.records[i].window, t.records[i].window);
+    EXPECT_EQ(back.records[i].path, t.records[i].path);
+  }
+  // One line per record plus the header.
+  const std::string text = out.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 5);
+}
+
+TEST(TraceReader, FilesAndWriterValidation) {
+  const std::string path = ::testing::TempDir() + "specstate_trace_roundtrip.jsonl";
+  const Trace t = parse(good_text());
+  write_trace_file(path, t);
+  EXPECT_EQ(read_trace(path).records.size(), t.records.size());
+  std::remove(path.c_str());
+  try {
+    read_trace(path);
+    ADD_FAILURE() << "read a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos);
+  }
+  // The writer refuses what the reader would refuse.
+  Trace bad = t;
+  bad.records[1].round = 5;
+  std::ostringstream out;
+  EXPECT_THROW(write_trace(out, bad), Error);
+  EXPECT_TRUE(out.str().empty());
+  bad = t;
+  bad.records[0].path = {1};
+  EXPECT_THROW(write_trace(out, bad), Error);
+  bad = t;
+  bad.records[0].request = 3;
+  EXPECT_THROW(write_trace(out, bad), Error);
+  bad = t;
+  bad.meta_json = "[1]";
+  EXPECT_THROW(write_trace(out, bad), Error);
+}
+
+}  // namespace
+}  // namespace specstate::spec
