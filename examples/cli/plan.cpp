@@ -100,7 +100,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   for (const auto& n : model_preset_names()) models += (models.empty() ? "" : ", ") + n;
   cmd->add_option("--model", args->model, "Model preset: " + models)->capture_default_str();
   cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (heads split over them)")
-      ->check(CLI::Range(1, 64))
+      ->check(CLI::Range(1, 8))
       ->capture_default_str();
   cmd->add_option("--max-requests", args->max_requests, "Requests the pool holds (slots)")
       ->check(CLI::Range(1, 1 << 20))
