@@ -193,13 +193,13 @@ TraceRecord parse_record(const Json& j, const Where& where) {
     try {
       rec.window = Window::from_parents(std::move(parents));
     } catch (const Error& e) {
-      where.fail(std::string("field \"parents\" is not a window: ") + e.what());
+      where.fail("field \"parents\" is not a window: " + inner(e));
     }
     rec.path = get_int_array(j, "path", 0, window - 1, where);
     try {
       check_path(rec.window, rec.path, "field \"path\"");
     } catch (const Error& e) {
-      where.fail(e.what());
+      where.fail(inner(e));
     }
     if (j.contains("accepted")) {
       const int64_t a = get_int(j, "accepted", 0, window, where);
@@ -219,6 +219,13 @@ TraceRecord parse_record(const Json& j, const Where& where) {
     for (int32_t t = 0; t < a; ++t) rec.path.push_back(t);
   }
   return rec;
+}
+
+// A nested Error's message without its leading "<status name>: " (the outer error adds its own).
+std::string inner(const Error& e) {
+  const std::string message = e.what();
+  const std::string prefix = std::string(status_name(e.status())) + ": ";
+  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
 }
 
 std::string strip_prefix(const std::string& message) {
@@ -380,7 +387,7 @@ void validate_trace(const Trace& trace) {
     try {
       check_path(rec.window, rec.path, "path");
     } catch (const Error& e) {
-      where.fail(e.what());
+      where.fail(inner(e));
     }
   }
 }
