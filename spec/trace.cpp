@@ -32,6 +32,13 @@ struct Where {
   }
 };
 
+// A nested Error's message without its leading "<status name>: " (the outer error adds its own).
+std::string inner(const Error& e) {
+  const std::string message = e.what();
+  const std::string prefix = std::string(status_name(e.status())) + ": ";
+  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
+}
+
 std::string type_of(const Json& j) {
   if (j.is_number_integer()) return "integer";
   if (j.is_number_float()) return "number " + j.dump();
@@ -219,13 +226,6 @@ TraceRecord parse_record(const Json& j, const Where& where) {
     for (int32_t t = 0; t < a; ++t) rec.path.push_back(t);
   }
   return rec;
-}
-
-// A nested Error's message without its leading "<status name>: " (the outer error adds its own).
-std::string inner(const Error& e) {
-  const std::string message = e.what();
-  const std::string prefix = std::string(status_name(e.status())) + ": ";
-  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
 }
 
 std::string strip_prefix(const std::string& message) {
