@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -283,6 +284,47 @@ TEST(SafetensorsMalformed, OverlapsAndGaps) {
 TEST(SafetensorsMalformed, MetadataMustHoldStrings) {
   expect_error([] { parse(raw_file(R"({"__metadata__": {"part": 0}})", {})); },
                {"__metadata__", "'part'", "expected a string"});
+}
+
+// Any damage to a file either still parses (then every tensor reads within bounds) or throws
+// specstate::Error; never anything else (run under ASan/UBSan by scripts/test).
+TEST(SafetensorsMalformed, RandomDamageThrowsOrParses) {
+  const uint64_t seed = 7;
+  std::mt19937_64 rng(seed);
+  const std::vector<uint8_t> good = sample_file();
+  int parsed = 0, rejected = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<uint8_t> bytes = good;
+    const int kind = trial % 3;
+    if (kind == 0) {
+      bytes.resize(rng() % bytes.size());  // truncated anywhere
+    } else {
+      const int flips = 1 + static_cast<int>(rng() % 4);
+      for (int f = 0; f < flips; ++f) {
+        // Mostly in the length field and the header, where the structure is.
+        const std::size_t limit =
+            kind == 1 ? std::min<std::size_t>(bytes.size(), 64) : bytes.size();
+        bytes[rng() % limit] = static_cast<uint8_t>(rng());
+      }
+    }
+    try {
+      const SafetensorsFile file = parse(bytes, "damaged.st");
+      for (const std::string& name : file.names()) {
+        if (file.info(name).dtype == SafetensorsDType::kI32) {
+          EXPECT_EQ(file.to_int32(name).size(), static_cast<std::size_t>(file.info(name).numel));
+        } else {
+          EXPECT_EQ(file.to_float(name).size(), static_cast<std::size_t>(file.info(name).numel));
+        }
+      }
+      ++parsed;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("damaged.st"), std::string::npos)
+          << "seed " << seed << " trial " << trial << ": " << e.what();
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 1000) << "seed " << seed;
+  EXPECT_GT(parsed, 0) << "seed " << seed;  // flips inside the data section are harmless
 }
 
 TEST(SafetensorsAccess, WrongDtypeAndMissingNames) {
