@@ -476,14 +476,20 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
         }
       }
     }
-    // CPU snapshot is bit-exact by contract; a device backend within fp32 rel. 1e-5 (DESIGN 7).
+    // CPU snapshot is bit-exact by contract. A device backend sums in another order: fp32
+    // relative error <= 1e-5 (DESIGN.md section 7); with bf16 activations or SSM state a
+    // rounding that lands on the other side of a tie moves an element by a bf16 ulp, so the
+    // tolerance is 2e-2 there (the GPU test suite uses the same rule).
     const double rel = max_ref > 0 ? max_abs / max_ref : max_abs;
+    const bool bf16 = g.act_dtype == DType::kBF16 || config.ssm_state_dtype() == DType::kBF16;
+    const double tolerance = cuda ? (bf16 ? 2e-2 : 1e-5) : 0.0;
     check["bit_identical"] = identical;
     check["max_abs_error"] = max_abs;
     check["max_rel_error"] = rel;
+    check["tolerance"] = tolerance;
     check["compared_bytes"] = compared;
     check["state_norm_nonzero"] = max_ref > 0;
-    check["passed"] = (cuda ? rel <= 1e-5 : identical) && max_ref > 0;
+    check["passed"] = (cuda ? rel <= tolerance : identical) && max_ref > 0;
   }
   for (int64_t id : trace.requests) pool->release(handle_of.at(id));
 
@@ -612,11 +618,12 @@ void print_summary(const Json& r, std::ostream& out) {
   const Json& chk = r["check"];
   if (chk["ran"].get<bool>()) {
     std::snprintf(line, sizeof(line),
-                  "  check: committed states vs plain prefill of the accepted tokens: %s "
-                  "(bit-identical %s, max abs error %.3g)\n",
+                  "  check: committed states vs plain prefill of the accepted tokens (CPU): %s "
+                  "(bit-identical %s, max abs error %.3g, max rel error %.3g, tolerance %.0e)\n",
                   chk["passed"].get<bool>() ? "PASS" : "FAIL",
                   chk["bit_identical"].get<bool>() ? "yes" : "no",
-                  chk["max_abs_error"].get<double>());
+                  chk["max_abs_error"].get<double>(), chk["max_rel_error"].get<double>(),
+                  chk["tolerance"].get<double>());
     out << line;
   }
 }
