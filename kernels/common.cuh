@@ -125,6 +125,23 @@ __device__ __forceinline__ void store4<bf16>(bf16* p, float4 v) {
   *reinterpret_cast<uint2*>(p) = raw;
 }
 
+// store4 with an evict-first (streaming) cache hint: data written once and not read back soon.
+template <typename T>
+__device__ __forceinline__ void store4_stream(T* p, float4 v);
+template <>
+__device__ __forceinline__ void store4_stream<float>(float* p, float4 v) {
+  __stcs(reinterpret_cast<float4*>(p), v);
+}
+template <>
+__device__ __forceinline__ void store4_stream<bf16>(bf16* p, float4 v) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+  __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 raw;
+  raw.x = *reinterpret_cast<uint32_t*>(&lo);
+  raw.y = *reinterpret_cast<uint32_t*>(&hi);
+  __stcs(reinterpret_cast<uint2*>(p), raw);
+}
+
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -13,7 +13,7 @@ inline constexpr int kConvThreads = 64;
 
 template <typename Act, typename St, int W>
 __global__ void __launch_bounds__(kConvThreads)
-    conv_update_kernel(const __grid_constant__ ConvUpdateParams p) {
+    conv_update_kernel(const __grid_constant__ ConvUpdateParams p, bool token_loop) {
   constexpr int C = kConvChannels;
   constexpr int H = W - 1;
   const int groups = (p.conv_dim + C - 1) / C;
@@ -21,11 +21,47 @@ __global__ void __launch_bounds__(kConvThreads)
   if (g >= groups) return;
   const int r = blockIdx.y;
   const int row = p.row_begin + r;
-  const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
-  if (slot < 0) return;  // padding row: nothing read, nothing written
   const int c0 = g * C;
   const int nc = min(C, p.conv_dim - c0);
   const bool full = nc == C;
+
+  // Weights and bias first: they do not depend on the slot, so their loads overlap its load.
+  float w[C][W];
+  float bias[C];
+  {
+    float wf[C * W];
+    const bool w_contig = full && p.weight_stride_tap == 1 && p.weight_stride_c == W;
+    if (w_contig && p.weight_dtype == ElemType::kBF16 &&
+        aligned16(static_cast<const bf16*>(p.weight) + int64_t{c0} * W)) {
+      load_n<bf16, C * W>(static_cast<const bf16*>(p.weight) + int64_t{c0} * W, wf, true);
+    } else if (w_contig && p.weight_dtype == ElemType::kF32 &&
+               aligned16(static_cast<const float*>(p.weight) + int64_t{c0} * W)) {
+      load_n<float, C * W>(static_cast<const float*>(p.weight) + int64_t{c0} * W, wf, true);
+    } else {
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int c = i < nc ? c0 + i : c0;
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+          wf[i * W + j] =
+              load_any(p.weight, p.weight_dtype, c * p.weight_stride_c + j * p.weight_stride_tap);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+#pragma unroll
+      for (int j = 0; j < W; ++j) w[i][j] = wf[i * W + j];
+    }
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int c = i < nc ? c0 + i : c0;
+      bias[i] = p.has_bias ? load_any(p.bias, p.bias_dtype, c * p.bias_stride) : 0.0f;
+    }
+  }
+
+  const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
+  if (slot < 0) return;  // padding row: nothing read, nothing written
 
   // Committed window of these channels, [C][H].
   St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{c0} * H;
@@ -36,23 +72,14 @@ __global__ void __launch_bounds__(kConvThreads)
 #pragma unroll
     for (int i = 0; i < C * H; ++i) s[i] = i < nc * H ? to_float<St>(st[i]) : 0.0f;
   }
-  float w[C][W];
-  float bias[C];
-#pragma unroll
-  for (int i = 0; i < C; ++i) {
-    const int c = i < nc ? c0 + i : c0;
-#pragma unroll
-    for (int j = 0; j < W; ++j) {
-      w[i][j] = load_any(p.weight, p.weight_dtype, c * p.weight_stride_c + j * p.weight_stride_tap);
-    }
-    bias[i] = p.has_bias ? load_any(p.bias, p.bias_dtype, c * p.bias_stride) : 0.0f;
-  }
 
   const Act* x = static_cast<const Act*>(p.x);
   const bool x_vec = full && p.x_stride_c == 1;
   const bool out_vec = full && p.out_stride_c == 1;
-  const int t_begin = p.advance ? 0 : blockIdx.z;
-  const int t_end = p.advance ? p.tokens : blockIdx.z + 1;
+  // token_loop: one thread walks every token of its row (weights and window loaded once; large
+  // batches); otherwise one token per thread (grid z = token; small batches need the threads).
+  const int t_begin = token_loop ? 0 : blockIdx.z;
+  const int t_end = token_loop ? p.tokens : blockIdx.z + 1;
   const int64_t row_token0 = int64_t{row} * p.tokens;
   for (int t = t_begin; t < t_end; ++t) {
     // Window of token t: walk its ancestor path back from t, then the committed window.
@@ -134,16 +161,19 @@ template <typename Act, typename St>
 cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.tokens <= 0) return cudaSuccess;
   const int groups = (p.conv_dim + kConvChannels - 1) / kConvChannels;
-  const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, p.advance ? 1 : p.tokens);
+  // Advance must loop (the committed window is updated in place after the last token). Verify
+  // loops from 16 rows on (enough threads without splitting tokens; measured on H200).
+  const bool loop = p.advance || p.rows >= 16;
+  const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
   switch (p.width) {
     case 2:
-      conv_update_kernel<Act, St, 2><<<grid, kConvThreads, 0, stream>>>(p);
+      conv_update_kernel<Act, St, 2><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     case 3:
-      conv_update_kernel<Act, St, 3><<<grid, kConvThreads, 0, stream>>>(p);
+      conv_update_kernel<Act, St, 3><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     case 4:
-      conv_update_kernel<Act, St, 4><<<grid, kConvThreads, 0, stream>>>(p);
+      conv_update_kernel<Act, St, 4><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     default:
       return cudaErrorInvalidValue;

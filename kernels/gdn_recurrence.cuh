@@ -5,11 +5,14 @@
 // computed as  sk = S k^, sq = S q~ (old S), u = beta (v - e^g sk), S = e^g S + u k^T,
 // o = e^g sq + u (k^ . q~): one pass over S per token.
 //
-// Work split: a CTA owns 16 rows of V for one (row, value head) and all K columns. A warp holds
-// 4 V rows; the 8 lanes of a V row hold K/8 columns each as float4 at k = i*32 + lane%8*4, so
-// every 16-byte store of a warp covers whole 128-byte lines. The state stays in registers across
-// the window; each token's state is stored once (snapshot) with vector stores. Rows of S are
-// independent in the delta rule given k^, q~, so splitting V over CTAs needs no communication.
+// Work split: a CTA owns 4 * 32/LANES rows of V for one (row, value head) and all K columns. A
+// warp holds 32/LANES V rows; the LANES lanes of a V row hold K/LANES columns each as float4 at
+// k = i*4*LANES + lane%LANES*4, so every 16-byte store of a warp covers whole 128-byte lines.
+// LANES = 8 for batches that fill the GPU (16 state floats per thread, 8 CTAs per SM); LANES = 32
+// for small batches (4 state floats per thread, 4x the CTAs: B = 1 needs the parallelism). The
+// state stays in registers across the window; each token's state is stored once (snapshot) with
+// vector stores. Rows of S are independent in the delta rule given k^, q~, so splitting V over CTAs
+// needs no communication.
 #pragma once
 
 #include "common.cuh"
@@ -18,13 +21,21 @@
 namespace specstate::kernels {
 
 inline constexpr int kGdnThreads = 128;
-inline constexpr int kGdnRowsPerCta = 16;  // V rows per CTA
-inline constexpr int kGdnChunk = 8;        // tokens staged in shared memory at a time
+inline constexpr int kGdnChunk = 8;  // tokens staged in shared memory at a time
 
-template <typename Act, typename St, int NK>
-__global__ void __launch_bounds__(kGdnThreads)
+template <int LANES>
+__host__ __device__ constexpr int gdn_rows_per_cta() {
+  return kGdnThreads / LANES;
+}
+
+// K: head_k_dim; LANES: lanes per V row. Snapshots are stored with an evict-first hint (written
+// once, read back at most once by commit); 8 CTAs per SM for LANES = 8 (measured: +10% BW).
+template <typename Act, typename St, int K, int LANES>
+__global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
-  constexpr int K = NK * 32;
+  constexpr int NK = K / (4 * LANES);  // float4 per thread
+  constexpr int kRowsPerWarp = 32 / LANES;
+  static_assert(NK >= 1 && K % (4 * LANES) == 0, "K must be a multiple of 4 * LANES");
   __shared__ __align__(16) float q_s[kGdnChunk][K];
   __shared__ __align__(16) float k_s[kGdnChunk][K];
   __shared__ float eg_s[kGdnChunk];
@@ -33,9 +44,9 @@ __global__ void __launch_bounds__(kGdnThreads)
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
-  const int kl = lane & 7;
+  const int kl = lane % LANES;
   const int V = p.head_v_dim;
-  const int v = blockIdx.x * kGdnRowsPerCta + warp * 4 + (lane >> 3);
+  const int v = blockIdx.x * gdn_rows_per_cta<LANES>() + warp * kRowsPerWarp + lane / LANES;
   const bool v_ok = v < V;
   const int hv = blockIdx.y;
   const int h = hv / (p.num_v_heads / p.num_k_heads);
@@ -51,7 +62,7 @@ __global__ void __launch_bounds__(kGdnThreads)
   float4 S[NK];
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
-    S[i] = v_ok ? load4<St>(committed + i * 32 + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 
   const Act* qkv = static_cast<const Act*>(p.qkv);
@@ -77,10 +88,11 @@ __global__ void __launch_bounds__(kGdnThreads)
     for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
       const int64_t tok = row_token0 + c0 + tt;
       const Act* base = qkv + tok * p.qkv_stride_token;
-      float qv[NK], kv[NK];
+      constexpr int KQ = K / 32;  // q/k elements per lane in the prologue
+      float qv[KQ], kv[KQ];
       float sq = 0.f, sk = 0.f;
 #pragma unroll
-      for (int i = 0; i < NK; ++i) {
+      for (int i = 0; i < KQ; ++i) {
         qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * p.qkv_stride_c]);
         kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * p.qkv_stride_c]);
         sq += qv[i] * qv[i];
@@ -95,7 +107,7 @@ __global__ void __launch_bounds__(kGdnThreads)
       const float kf = 1.0f / sqrtf(sk + 1e-6f);
       float kq = 0.f;
 #pragma unroll
-      for (int i = 0; i < NK; ++i) {
+      for (int i = 0; i < KQ; ++i) {
         const float qn = qv[i] * qf, kn = kv[i] * kf;
         q_s[tt][i * 32 + lane] = qn;
         k_s[tt][i * 32 + lane] = kn;
@@ -127,7 +139,8 @@ __global__ void __launch_bounds__(kGdnThreads)
             const St* src = snap_row + parent * p.snap_stride_t;
 #pragma unroll
             for (int i = 0; i < NK; ++i) {
-              S[i] = v_ok ? load4<St>(src + i * 32 + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+              S[i] =
+                  v_ok ? load4<St>(src + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
           }
         }
@@ -135,13 +148,13 @@ __global__ void __launch_bounds__(kGdnThreads)
         float sk = 0.f, sq = 0.f;
 #pragma unroll
         for (int i = 0; i < NK; ++i) {
-          kn[i] = *reinterpret_cast<const float4*>(&k_s[tt][i * 32 + kl * 4]);
-          qn[i] = *reinterpret_cast<const float4*>(&q_s[tt][i * 32 + kl * 4]);
+          kn[i] = *reinterpret_cast<const float4*>(&k_s[tt][i * 4 * LANES + kl * 4]);
+          qn[i] = *reinterpret_cast<const float4*>(&q_s[tt][i * 4 * LANES + kl * 4]);
           sk += S[i].x * kn[i].x + S[i].y * kn[i].y + S[i].z * kn[i].z + S[i].w * kn[i].w;
           sq += S[i].x * qn[i].x + S[i].y * qn[i].y + S[i].z * qn[i].z + S[i].w * qn[i].w;
         }
 #pragma unroll
-        for (int m = 4; m > 0; m >>= 1) {
+        for (int m = LANES / 2; m > 0; m >>= 1) {
           sk += __shfl_xor_sync(0xffffffffu, sk, m);
           sq += __shfl_xor_sync(0xffffffffu, sq, m);
         }
@@ -158,7 +171,9 @@ __global__ void __launch_bounds__(kGdnThreads)
         if (!p.advance && v_ok) {
           St* dst = snap_row + t * p.snap_stride_t;
 #pragma unroll
-          for (int i = 0; i < NK; ++i) store4<St>(dst + i * 32 + kl * 4, S[i]);
+          for (int i = 0; i < NK; ++i) {
+            store4_stream<St>(dst + i * 4 * LANES + kl * 4, S[i]);
+          }
         }
         if (kl == 0 && v_ok) {
           out[(row_token0 + t) * p.out_stride_token + hv * p.out_stride_h + v * p.out_stride_v] =
@@ -170,28 +185,36 @@ __global__ void __launch_bounds__(kGdnThreads)
   }
   if (p.advance && v_ok) {
 #pragma unroll
-    for (int i = 0; i < NK; ++i) store4<St>(committed + i * 32 + kl * 4, S[i]);
+    for (int i = 0; i < NK; ++i) store4<St>(committed + i * 4 * LANES + kl * 4, S[i]);
   }
+}
+
+template <typename Act, typename St, int K, int LANES>
+cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
+  constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
+  const dim3 grid((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads, p.rows);
+  gdn_recurrence_kernel<Act, St, K, LANES><<<grid, kGdnThreads, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 template <typename Act, typename St>
 cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.tokens <= 0) return cudaSuccess;
-  const dim3 grid((p.head_v_dim + kGdnRowsPerCta - 1) / kGdnRowsPerCta, p.num_v_heads, p.rows);
   switch (p.head_k_dim) {
     case 32:
-      gdn_recurrence_kernel<Act, St, 1><<<grid, kGdnThreads, 0, stream>>>(p);
-      break;
+      return launch_gdn_shape<Act, St, 32, 8>(p, stream);
     case 64:
-      gdn_recurrence_kernel<Act, St, 2><<<grid, kGdnThreads, 0, stream>>>(p);
-      break;
-    case 128:
-      gdn_recurrence_kernel<Act, St, 4><<<grid, kGdnThreads, 0, stream>>>(p);
-      break;
+      return launch_gdn_shape<Act, St, 64, 8>(p, stream);
+    case 128: {
+      // Small batches: 4x the CTAs (LANES = 32) so that B = 1 spreads over every SM.
+      const int64_t ctas8 = int64_t{p.rows} * p.num_v_heads *
+                            ((p.head_v_dim + gdn_rows_per_cta<8>() - 1) / gdn_rows_per_cta<8>());
+      return ctas8 < 1056 ? launch_gdn_shape<Act, St, 128, 32>(p, stream)
+                          : launch_gdn_shape<Act, St, 128, 8>(p, stream);
+    }
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace specstate::kernels

@@ -118,7 +118,9 @@ class CudaBackend final : public BackendImpl {
   }
 
   void free(PoolStorage& s) noexcept override {
-    if (cudaSetDevice(device_) == cudaSuccess) cudaStreamSynchronize(stream_);
+    // A device-wide wait: the pool's stream may already be gone (it must outlive the pool, but a
+    // destructor should not crash on a caller's mistake).
+    if (cudaSetDevice(device_) == cudaSuccess) cudaDeviceSynchronize();
     for (void** p : {&s.conv, &s.ssm, &s.snap_conv, &s.snap_ssm, &conv_out_,
                      reinterpret_cast<void**>(&slots_), reinterpret_cast<void**>(&parents_),
                      reinterpret_cast<void**>(&steps_), reinterpret_cast<void**>(&error_)}) {

@@ -28,6 +28,24 @@ bool has_gpu();
     ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
   } while (0)
 
+// A CUDA stream owned by the test; declare it before the pools that use it, so that it is
+// destroyed after them (a pool's stream must outlive the pool).
+class CudaStream {
+ public:
+  explicit CudaStream(unsigned flags = cudaStreamDefault) {
+    if (cudaStreamCreateWithFlags(&stream_, flags) != cudaSuccess) stream_ = nullptr;
+  }
+  ~CudaStream() {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 // A device copy of a host Buffer; rows (leading dim) may be padded by `pad` elements.
 class DeviceTensor {
  public:

@@ -34,8 +34,9 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   options.num_slots = requests + 1;
   options.max_rows = requests + 1;
   options.max_window = T;
-  cudaStream_t stream = nullptr;
-  SPECSTATE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CudaStream owned_stream(cudaStreamNonBlocking);
+  cudaStream_t stream = owned_stream.get();
+  ASSERT_NE(stream, nullptr);
   PoolOptions gpu_options = options;
   gpu_options.backend = Backend::kCuda;
   gpu_options.stream = stream;
@@ -153,7 +154,6 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaFree(d_accepted);
-  cudaStreamDestroy(stream);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, CudaGraph, ::testing::Values(false, true),
