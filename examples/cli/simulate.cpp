@@ -339,6 +339,32 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   const int64_t state_layer_bytes = sb.conv_per_layer + sb.ssm_per_layer;
   const auto buckets = spec::VerifyBatchBuilder::power_of_two_buckets(num_requests);
 
+  // Warm-up rounds (first-touch of scratch, kernel loading, allocator): the first round's batch
+  // verified on every layer, then committed with "keep" for every row, which leaves every
+  // committed state bit-identical (DESIGN.md section 5) -- --check verifies that too.
+  for (int w = 0; w < o.warmup && num_rounds > 0; ++w) {
+    const auto& records = by_round.front();
+    if (records.empty()) break;
+    spec::VerifyBatchBuilder builder(buckets);
+    for (const auto* rec : records) builder.add(handle_of.at(rec->request), rec->window);
+    const spec::BatchPlan plan = builder.build();
+    const int64_t tokens = plan.num_tokens();
+    pool->begin_verify(plan.batch);
+    for (int layer = 0; layer < config.num_layers; ++layer) {
+      const InputSet& in = inputs[static_cast<std::size_t>(layer % kInputSets)];
+      pool->verify(
+          layer, weights[static_cast<std::size_t>(layer)].pool,
+          GdnInputs{TensorView::contiguous(in.qkv_pool, g.act_dtype, {tokens, D}, memory.device()),
+                    TensorView::contiguous(in.a_pool, g.act_dtype, {tokens, HV}, memory.device()),
+                    TensorView::contiguous(in.b_pool, g.act_dtype, {tokens, HV}, memory.device())},
+          GdnOutputs{
+              {}, TensorView::contiguous(core_out, g.act_dtype, {tokens, HV, V}, memory.device())});
+    }
+    pool->commit(
+        std::vector<int32_t>(static_cast<std::size_t>(plan.rows()), plan.is_tree() ? -1 : 0));
+    memory.synchronize();
+  }
+
   Json rounds = Json::array();
   std::vector<double> verify_times, commit_times;
   double verify_total = 0, commit_total = 0;
@@ -502,6 +528,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   opts["tp"] = o.tp;
   opts["backend"] = o.backend;
   opts["seed"] = o.seed;
+  opts["warmup"] = o.warmup;
   opts["trace"] = o.trace_path.empty() ? Json(nullptr) : Json(o.trace_path);
   report["options"] = opts;
   Json model;
@@ -731,6 +758,10 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--check", o->check,
                 "Also replay the accepted tokens through prefill on a CPU pool and compare the "
                 "committed states (exit 1 on mismatch)");
+  cmd->add_option("--warmup", o->warmup,
+                  "Untimed rounds first (verify, then commit with a = 0, which keeps the state)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "Write the report to FILE.json and the plots to FILE.svg");
   cmd->add_flag("--quiet", *quiet, "No progress bar");
   for (auto* opt : {requests, rounds, window, tree, rate, fixed}) trace->excludes(opt);

@@ -23,6 +23,7 @@ struct SimulateOptions {
   std::string backend = "cpu";
   uint64_t seed = 0;
   bool check = false;  // replay accepted tokens through prefill on a CPU pool and compare
+  int warmup = 1;      // untimed rounds first: a full verify, then a commit that keeps (a = 0)
   std::string out;     // FILE.json: report; FILE.svg beside it: the plots
 };
 

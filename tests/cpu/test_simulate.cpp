@@ -110,6 +110,10 @@ TEST(Simulate, CheckPassesForChainsAndTrees) {
   EXPECT_TRUE(report["check"]["passed"].get<bool>()) << report["check"].dump();
   EXPECT_TRUE(report["check"]["bit_identical"].get<bool>());
   EXPECT_TRUE(report["check"]["state_norm_nonzero"].get<bool>());
+  // Warm-up rounds commit a = 0 (tree: -1), which must leave every committed state as it was.
+  o.warmup = 3;
+  report = run_simulation(o, nullptr);
+  EXPECT_TRUE(report["check"]["passed"].get<bool>()) << report["check"].dump();
   o.tree = "-1,0,0,1,2";
   o.accept_rate = 0.9;
   report = run_simulation(o, nullptr);
