@@ -181,6 +181,7 @@ struct ForwardBatch {
 
 struct ForwardResult {
   std::vector<int32_t> argmax;           // [rows * T]
+  std::vector<int32_t> second;           // [rows * T] the second most likely token
   std::vector<std::vector<float>> k, v;  // [attention layers][rows * T * d_model]
 };
 
@@ -305,10 +306,20 @@ ForwardResult forward(const HybridModel& model, const ForwardBatch& batch, GdnOp
   std::vector<float> logits(static_cast<std::size_t>(n * s.vocab));
   detail::matmul(x.data(), model.lm_head().data(), logits.data(), n, d, s.vocab);
   result.argmax.resize(static_cast<std::size_t>(n));
+  result.second.resize(static_cast<std::size_t>(n));
   for (int64_t t = 0; t < n; ++t) {
     const float* l = logits.data() + t * s.vocab;
-    result.argmax[static_cast<std::size_t>(t)] =
-        static_cast<int32_t>(std::max_element(l, l + s.vocab) - l);
+    int32_t best = 0, second = -1;
+    for (int32_t i = 1; i < s.vocab; ++i) {
+      if (l[i] > l[best]) {
+        second = best;
+        best = i;
+      } else if (second < 0 || l[i] > l[second]) {
+        second = i;
+      }
+    }
+    result.argmax[static_cast<std::size_t>(t)] = best;
+    result.second[static_cast<std::size_t>(t)] = second < 0 ? best : second;
   }
   return result;
 }
@@ -353,7 +364,18 @@ struct LoopOptions {
   int new_tokens = 32;  // a request stops once it has generated at least this many
   float draft_noise = 0.05f;
   uint64_t seed = 1;
+  // Draft a tree instead of a chain: the T-1 drafts of the chain, plus at every depth the
+  // drafter's second choice as a leaf beside them (2T-1 window tokens). Depth stays T.
+  bool branch = false;
 };
+
+// The draft tree of LoopOptions::branch: node k (1..T-1) is draft k, child of k-1; node
+// T-1+k is the alternative to draft k, also a child of k-1 (and a leaf).
+inline std::vector<int32_t> branch_parents(int T) {
+  std::vector<int32_t> parents = chain_parents(T);
+  for (int k = 1; k < T; ++k) parents.push_back(k - 1);
+  return parents;
+}
 
 struct LoopResult {
   std::vector<std::vector<int32_t>> tokens;  // per request: the generated tokens
@@ -446,20 +468,25 @@ inline LoopResult run_autoregressive(const HybridModel& model, const LoopOptions
   return res;
 }
 
-// Greedy speculative decoding: per round, the drafter proposes T-1 tokens per request, the
-// target verifies root + drafts in one pass (every GDN layer through StatePool::verify),
-// spec::accept_greedy picks the accepted prefix and bonus token, and both pools commit.
+// Greedy speculative decoding: per round, the drafter proposes T-1 tokens per request (a chain,
+// or with LoopOptions::branch a tree holding its second choices too), the target verifies root +
+// drafts in one pass (every GDN layer through StatePool::verify), spec::accept_greedy picks the
+// accepted path and bonus token, and both pools commit it.
 inline LoopResult run_speculative(const HybridModel& target, const HybridModel& drafter,
                                   const LoopOptions& o) {
+  namespace spec = specstate::spec;
   const int T = o.window, d = target.shape().d_model;
+  const spec::Window window =
+      o.branch ? spec::Window::from_parents(branch_parents(T)) : spec::Window::chain(T);
+  const int W = window.size();  // tokens per row in the target's verify
   // CUDA graphs are captured for batch sizes 1, 2, 4, ...: a batch of 3 live rows runs as 4.
   int bucket_max = 1;
   while (bucket_max < o.requests) bucket_max *= 2;
-  const auto buckets = specstate::spec::VerifyBatchBuilder::power_of_two_buckets(bucket_max);
+  const auto buckets = spec::VerifyBatchBuilder::power_of_two_buckets(bucket_max);
   specstate::PoolOptions po;
   po.num_slots = o.requests;
   po.max_rows = bucket_max;
-  po.max_window = T;
+  po.max_window = W;
   StatePool target_pool(target.state_config(), po), draft_pool(drafter.state_config(), po);
   const auto prompts = make_prompts(target, o);
   LoopResult res;
@@ -484,38 +511,40 @@ inline LoopResult run_speculative(const HybridModel& target, const HybridModel& 
     if (live.empty()) break;
 
     // Verify batches: live requests, padded to a CUDA-graph bucket.
-    specstate::spec::VerifyBatchBuilder tb(buckets);
-    for (int r : live) tb.add(tslot[r], specstate::spec::Window::chain(T));
+    spec::VerifyBatchBuilder tb(buckets);
+    for (int r : live) tb.add(tslot[r], window);
     const auto plan = tb.build();
     const int rows = plan.rows();
     res.padding_rows += rows - plan.live_rows;
-    auto window_batch = [&](int w, const std::vector<std::vector<int32_t>>& toks,
+    auto window_batch = [&](const spec::Window& w, const std::vector<std::vector<int32_t>>& toks,
                             const std::vector<KvCache>& caches) {
       ForwardBatch fb;
       fb.rows = rows;
-      fb.window = w;
+      fb.window = w.size();
       for (int i = 0; i < rows; ++i) {
         const bool real = i < plan.live_rows;
-        for (int t = 0; t < w; ++t) {
+        for (int t = 0; t < w.size(); ++t) {
           fb.tokens.push_back(real ? toks[static_cast<std::size_t>(i)][static_cast<std::size_t>(t)]
                                    : 0);
         }
-        fb.parents.push_back(chain_parents(w));
+        fb.parents.push_back(w.parents());
         fb.caches.push_back(real ? &caches[static_cast<std::size_t>(live[i])] : nullptr);
       }
       return fb;
     };
 
-    // 1. Draft: window k holds root + k-1 drafts; its last argmax is draft k. The drafter's
-    //    committed state never moves while drafting (verify is pure).
+    // 1. Draft: pass k verifies root + k-1 drafts; its last argmax is draft k (its second choice
+    //    the alternative). The drafter's committed state never moves while drafting: verify is
+    //    pure, and the round ends with one commit, like the target's.
     std::vector<std::vector<int32_t>> window_tokens(static_cast<std::size_t>(rows));
+    std::vector<std::vector<int32_t>> alternatives(static_cast<std::size_t>(rows));
     for (int i = 0; i < plan.live_rows; ++i) window_tokens[i] = {root[live[i]]};
-    specstate::spec::BatchPlan draft_plan;
+    spec::BatchPlan draft_plan;
     ForwardResult draft_fr;
-    int draft_window = 0;
-    auto draft_pass = [&](int w) {
-      specstate::spec::VerifyBatchBuilder db(buckets);
-      for (int r : live) db.add(dslot[r], specstate::spec::Window::chain(w));
+    spec::Window draft_window;  // the window of the drafter's last pass
+    auto draft_pass = [&](const spec::Window& w) {
+      spec::VerifyBatchBuilder db(buckets);
+      for (int r : live) db.add(dslot[r], w);
       draft_plan = db.build();
       draft_pool.begin_verify(draft_plan.batch);
       draft_fr = forward(drafter, window_batch(w, window_tokens, draft_caches),
@@ -524,16 +553,26 @@ inline LoopResult run_speculative(const HybridModel& target, const HybridModel& 
                          });
       draft_window = w;
     };
+    bool drafted = false;
     for (int k = 1; k < T; ++k) {
-      draft_pass(k);
+      draft_pass(spec::Window::chain(k));
+      drafted = true;
       for (int i = 0; i < plan.live_rows; ++i) {
-        window_tokens[i].push_back(draft_fr.argmax[static_cast<std::size_t>(i * k + k - 1)]);
+        const auto at = static_cast<std::size_t>(i * k + k - 1);
+        window_tokens[i].push_back(draft_fr.argmax[at]);
+        alternatives[i].push_back(draft_fr.second[at]);
+      }
+    }
+    if (o.branch) {
+      for (int i = 0; i < plan.live_rows; ++i) {
+        window_tokens[i].insert(window_tokens[i].end(), alternatives[i].begin(),
+                                alternatives[i].end());
       }
     }
 
-    // 2. Verify: the target consumes root + drafts; every GDN layer through the pool.
+    // 2. Verify: the target consumes the whole window; every GDN layer through the pool.
     target_pool.begin_verify(plan.batch);
-    const ForwardResult fr = forward(target, window_batch(T, window_tokens, res.caches),
+    const ForwardResult fr = forward(target, window_batch(window, window_tokens, res.caches),
                                      [&](int l, const GdnInputs& in, const GdnOutputs& out) {
                                        target_pool.verify(l, target.gdn(l).view(), in, out);
                                      });
@@ -541,24 +580,25 @@ inline LoopResult run_speculative(const HybridModel& target, const HybridModel& 
     // 3. Accept greedily against the target's argmax.
     std::vector<int32_t> flat_tokens(static_cast<std::size_t>(plan.num_tokens()), 0);
     for (int i = 0; i < plan.live_rows; ++i) {
-      std::copy(window_tokens[i].begin(), window_tokens[i].end(), flat_tokens.begin() + i * T);
+      std::copy(window_tokens[i].begin(), window_tokens[i].end(), flat_tokens.begin() + i * W);
     }
     const auto accepted = plan.accept_greedy(flat_tokens, fr.argmax);
 
-    // 4. Commit both pools (the drafter verifies the whole window first when every draft was
-    //    accepted: its last drafting pass did not consume the last draft).
-    int max_accepted = 0;
-    for (const auto& a : accepted) max_accepted = std::max(max_accepted, a.accepted_length());
-    if (max_accepted > draft_window) {
-      draft_pass(T);
+    // 4. Commit both pools. The drafter's last pass did not consume the last draft (nor, for a
+    //    tree, the alternatives): when the accepted path needs more, it verifies the whole
+    //    window first.
+    bool covered = drafted;
+    for (const auto& a : accepted) {
+      for (int32_t node : a.path) covered = covered && node < draft_window.size();
     }
+    if (!covered) draft_pass(window);
     target_pool.commit(plan.commit_values(accepted));
     draft_pool.commit(draft_plan.commit_values(accepted));
     for (int i = 0; i < plan.live_rows; ++i) {
       const int r = live[i];
       const auto& a = accepted[static_cast<std::size_t>(i)];
-      append_kv(res.caches[r], fr, i, T, d, a.path);
-      append_kv(draft_caches[r], draft_fr, i, draft_window, d, a.path);
+      append_kv(res.caches[r], fr, i, W, d, a.path);
+      append_kv(draft_caches[r], draft_fr, i, draft_window.size(), d, a.path);
       const auto emitted = a.emitted(window_tokens[i].data());
       res.tokens[r].insert(res.tokens[r].end(), emitted.begin(), emitted.end());
       root[r] = a.bonus_token;
@@ -566,8 +606,9 @@ inline LoopResult run_speculative(const HybridModel& target, const HybridModel& 
     }
     ++res.rounds;
   }
-  for (int r = 0; r < o.requests; ++r)
+  for (int r = 0; r < o.requests; ++r) {
     res.states.push_back(slot_state_bytes(target_pool, tslot[r]));
+  }
   return res;
 }
 

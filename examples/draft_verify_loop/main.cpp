@@ -2,6 +2,10 @@
 // specstate, checked against plain autoregressive decoding.
 //
 //   draft_verify_loop [--window T] [--requests R] [--new-tokens N] [--noise EPS] [--seed S]
+//                     [--branch]
+//
+// --branch drafts a tree: the chain of T-1 drafts plus, at every depth, the drafter's second
+// choice beside it (2T-1 window tokens, verified and committed as a tree).
 //
 // Exit status 0 when the speculative run emitted exactly the autoregressive tokens and left
 // bit-identical committed states and KV caches; 1 otherwise; 2 for bad arguments.
@@ -19,7 +23,7 @@ int usage(const char* message, const char* arg) {
   std::fprintf(stderr, "draft_verify_loop: %s: %s\n", message, arg);
   std::fprintf(stderr,
                "usage: draft_verify_loop [--window T] [--requests R] [--new-tokens N] "
-               "[--noise EPS] [--seed S]\n");
+               "[--noise EPS] [--seed S] [--branch]\n");
   return 2;
 }
 
@@ -33,8 +37,12 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: draft_verify_loop [--window T] [--requests R] [--new-tokens N] "
-          "[--noise EPS] [--seed S]\n");
+          "[--noise EPS] [--seed S] [--branch]\n");
       return 0;
+    }
+    if (arg == "--branch") {
+      o.branch = true;
+      continue;
     }
     if (i + 1 >= argc) return usage("missing value for", argv[i]);
     const char* value = argv[++i];
@@ -64,8 +72,10 @@ int main(int argc, char** argv) {
         target.shape().vocab, target.shape().d_model, target.shape().layers.size(),
         target.num_gdn_layers(), target.num_attention_layers());
     std::printf(
-        "loop: %d requests, window T=%d, %d new tokens each, drafter noise %.3g, seed %llu\n",
-        o.requests, o.window, o.new_tokens, o.draft_noise, static_cast<unsigned long long>(o.seed));
+        "loop: %d requests, %s window of depth T=%d, %d new tokens each, drafter noise %.3g, "
+        "seed %llu\n",
+        o.requests, o.branch ? "tree" : "chain", o.window, o.new_tokens, o.draft_noise,
+        static_cast<unsigned long long>(o.seed));
 
     const LoopResult spec = run_speculative(target, drafter, o);
     std::vector<int> lengths;

@@ -3,6 +3,7 @@
 // autoregressive decoding and leaves bit-identical committed states.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "draft_verify_loop/hybrid_model.h"
@@ -14,6 +15,7 @@ struct Case {
   int window, requests, new_tokens;
   float noise;
   uint64_t seed;
+  bool branch = false;
 };
 
 class DraftVerifyLoop : public ::testing::TestWithParam<Case> {};
@@ -27,6 +29,7 @@ TEST_P(DraftVerifyLoop, SpeculativeEqualsAutoregressive) {
   o.new_tokens = c.new_tokens;
   o.draft_noise = c.noise;
   o.seed = c.seed;
+  o.branch = c.branch;
   const HybridModel target(ModelShape{}, o.seed);
   const HybridModel drafter = target.perturbed(o.draft_noise, o.seed + 1);
   const LoopResult spec = run_speculative(target, drafter, o);
@@ -67,8 +70,35 @@ INSTANTIATE_TEST_SUITE_P(Loops, DraftVerifyLoop,
                          ::testing::Values(Case{4, 3, 24, 0.05f, 1}, Case{1, 2, 10, 0.05f, 2},
                                            Case{2, 4, 20, 0.05f, 3}, Case{6, 5, 40, 0.02f, 4},
                                            Case{4, 3, 24, 1.0f, 5},  // a poor drafter
-                                           Case{8, 1, 30, 0.0f, 6}   // a perfect drafter
-                                           ));
+                                           Case{8, 1, 30, 0.0f, 6},  // a perfect drafter
+                                           // Draft trees: chain + second choices as leaves.
+                                           Case{4, 3, 24, 0.3f, 7, true},
+                                           Case{1, 2, 10, 0.3f, 8, true},
+                                           Case{5, 5, 40, 1.0f, 9, true}));
+
+TEST(DraftVerifyLoop, TreesAcceptSecondChoices) {
+  // With a mediocre drafter, the drafter's second choices (the tree's extra leaves) are
+  // sometimes what the target wanted: the tree needs fewer rounds than the chain.
+  LoopOptions o;
+  o.window = 4;
+  o.requests = 4;
+  o.new_tokens = 40;
+  o.seed = 31;
+  const HybridModel target(ModelShape{}, 31);
+  const HybridModel drafter = target.perturbed(0.3f, 32);
+  o.branch = true;
+  const LoopResult tree = run_speculative(target, drafter, o);
+  o.branch = false;
+  const LoopResult chain = run_speculative(target, drafter, o);
+  // The same tokens either way (greedy decoding of one target), up to where each run stopped.
+  for (int r = 0; r < o.requests; ++r) {
+    ASSERT_GE(tree.tokens[r].size(), 40u);
+    ASSERT_GE(chain.tokens[r].size(), 40u);
+    EXPECT_TRUE(
+        std::equal(tree.tokens[r].begin(), tree.tokens[r].begin() + 40, chain.tokens[r].begin()));
+  }
+  EXPECT_LT(tree.rounds, chain.rounds);
+}
 
 TEST(DraftVerifyLoop, PerfectDrafterAcceptsEverything) {
   LoopOptions o;
