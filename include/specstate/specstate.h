@@ -6,6 +6,7 @@
 #include "specstate/gdn.h"
 #include "specstate/log.h"
 #include "specstate/pool.h"
+#include "specstate/safetensors.h"
 #include "specstate/status.h"
 #include "specstate/tensor_view.h"
 #include "specstate/version.h"
