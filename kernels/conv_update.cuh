@@ -16,6 +16,9 @@ __global__ void __launch_bounds__(kConvThreads)
     conv_update_kernel(const __grid_constant__ ConvUpdateParams p, bool token_loop) {
   constexpr int C = kConvChannels;
   constexpr int H = W - 1;
+  // Lets the recurrence kernel that follows (launched with programmatic stream serialization)
+  // start its conv-independent prologue now; it waits for this grid before reading conv_out.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int groups = (p.conv_dim + C - 1) / C;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= groups) return;
@@ -97,6 +100,12 @@ __global__ void __launch_bounds__(kConvThreads)
           for (int i = 0; i < C; ++i) {
             win[j][i] = i < nc ? to_float<Act>(xp[i * p.x_stride_c]) : 0.0f;
           }
+        }
+        if (j < W - 1) {
+          // An earlier input of the window: the oracle keeps it in the conv state dtype, so it
+          // is seen rounded to St (a no-op when St is the activation dtype or wider).
+#pragma unroll
+          for (int i = 0; i < C; ++i) win[j][i] = round_to<St>(win[j][i]);
         }
         node = p.parents ? p.parents[row_token0 + node] : node - 1;
         ++depth;

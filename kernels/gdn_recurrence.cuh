@@ -8,8 +8,7 @@
 // Work split: a CTA owns 4 * 32/LANES rows of V for one (row, value head) and all K columns. A
 // warp holds 32/LANES V rows; the LANES lanes of a V row hold K/LANES columns each as float4 at
 // k = i*4*LANES + lane%LANES*4, so every 16-byte store of a warp covers whole 128-byte lines.
-// LANES = 8 for batches that fill the GPU (16 state floats per thread, 8 CTAs per SM); LANES = 32
-// for small batches (4 state floats per thread, 4x the CTAs: B = 1 needs the parallelism). The
+// LANES = 8: 16 state floats per thread, 8 CTAs per SM. The
 // state stays in registers across the window; each token's state is stored once (snapshot) with
 // vector stores. Rows of S are independent in the delta rule given k^, q~, so splitting V over CTAs
 // needs no communication.
@@ -41,6 +40,8 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   __shared__ float eg_s[kGdnChunk];
   __shared__ float beta_s[kGdnChunk];
   __shared__ float kq_s[kGdnChunk];
+  constexpr int kRows = gdn_rows_per_cta<LANES>();
+  __shared__ float v_s[kGdnChunk][kRows];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -65,10 +66,14 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 
+  // Everything above reads only what the preceding conv kernel does not write (slots, the
+  // committed state). With programmatic dependent launch it overlaps that kernel; the conv
+  // output (qkv) is read only after this wait for the preceding grid to complete.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
   const Act* qkv = static_cast<const Act*>(p.qkv);
   const int64_t q_off = int64_t{h} * K * p.qkv_stride_c;
   const int64_t k_off = (int64_t{p.num_k_heads} + h) * K * p.qkv_stride_c;
-  const int64_t v_off = (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + v) * p.qkv_stride_c;
   const int64_t row_token0 = int64_t{row} * p.tokens;
   const float A = -expf(load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride));
   const float dt_bias = load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);
@@ -76,13 +81,15 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
 
   for (int c0 = 0; c0 < p.tokens; c0 += kGdnChunk) {
     const int n = min(kGdnChunk, p.tokens - c0);
-    // This thread's v for the chunk (issued before the barrier so the loads overlap).
-    float vv[kGdnChunk];
-#pragma unroll
-    for (int tt = 0; tt < kGdnChunk; ++tt) {
-      vv[tt] = (tt < n && v_ok)
-                   ? to_float<Act>(qkv[(row_token0 + c0 + tt) * p.qkv_stride_token + v_off])
-                   : 0.0f;
+    // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
+    for (int i = tid; i < n * kRows; i += kGdnThreads) {
+      const int tt = i / kRows, vr = blockIdx.x * kRows + i % kRows;
+      v_s[tt][i % kRows] =
+          vr < V
+              ? to_float<Act>(
+                    qkv[(row_token0 + c0 + tt) * p.qkv_stride_token +
+                        (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + vr) * p.qkv_stride_c])
+              : 0.0f;
     }
     // Prologue: warp w normalises q and k of tokens w, w+4, ...; lane 0 computes the gates.
     for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
@@ -159,7 +166,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
           sq += __shfl_xor_sync(0xffffffffu, sq, m);
         }
         const float eg = eg_s[tt];
-        const float u = beta_s[tt] * (vv[tt] - eg * sk);
+        const float u = beta_s[tt] * (v_s[tt][warp * kRowsPerWarp + lane / LANES] - eg * sk);
         const float o = eg * sq + u * kq_s[tt];
 #pragma unroll
         for (int i = 0; i < NK; ++i) {
@@ -192,26 +199,34 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
 template <typename Act, typename St, int K, int LANES>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
-  const dim3 grid((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads, p.rows);
-  gdn_recurrence_kernel<Act, St, K, LANES><<<grid, kGdnThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads, p.rows);
+  config.blockDim = dim3(kGdnThreads);
+  config.stream = stream;
+  // Programmatic dependent launch: the kernel may start while the conv kernel before it runs
+  // (captured as a programmatic edge in CUDA graphs); it waits (griddepcontrol.wait) before
+  // reading the conv output.
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES>, p);
+  return err != cudaSuccess ? err : cudaGetLastError();
 }
 
 template <typename Act, typename St>
 cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.tokens <= 0) return cudaSuccess;
+  // LANES = 8 everywhere: the 32-lane split (4x the CTAs at B = 1) was measured slower (every
+  // CTA repeats the q/k prologue): B=1,T=4 10.1 us vs 7.3 us per layer.
   switch (p.head_k_dim) {
     case 32:
       return launch_gdn_shape<Act, St, 32, 8>(p, stream);
     case 64:
       return launch_gdn_shape<Act, St, 64, 8>(p, stream);
-    case 128: {
-      // Small batches: 4x the CTAs (LANES = 32) so that B = 1 spreads over every SM.
-      const int64_t ctas8 = int64_t{p.rows} * p.num_v_heads *
-                            ((p.head_v_dim + gdn_rows_per_cta<8>() - 1) / gdn_rows_per_cta<8>());
-      return ctas8 < 1056 ? launch_gdn_shape<Act, St, 128, 32>(p, stream)
-                          : launch_gdn_shape<Act, St, 128, 8>(p, stream);
-    }
+    case 128:
+      return launch_gdn_shape<Act, St, 128, 8>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
