@@ -201,6 +201,28 @@ spec::Trace make_trace(const SimulateOptions& o, std::string& source) {
   } else {
     shape.window = spec::Window::chain(o.window);
   }
+  if (!o.histogram.empty()) {
+    std::vector<double> weights;
+    std::stringstream in(o.histogram);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      try {
+        std::size_t used = 0;
+        weights.push_back(std::stod(item, &used));
+        if (used != item.size()) throw std::invalid_argument(item);
+      } catch (const std::exception&) {
+        throw CLI::ValidationError("--histogram", "\"" + o.histogram +
+                                                      "\" is not a comma-separated list of "
+                                                      "weights (e.g. --histogram 0.3,0.2,0.1,0.4)");
+      }
+    }
+    source = "empirical";
+    try {
+      return spec::generate_empirical(shape, weights);
+    } catch (const Error& e) {
+      throw CLI::ValidationError("--histogram", e.what());
+    }
+  }
   if (o.fixed > 0) {
     if (o.fixed > shape.window.max_depth()) {
       throw CLI::ValidationError("--fixed", "--fixed " + std::to_string(o.fixed) +
@@ -257,6 +279,13 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   const GdnConfig& g = config.gdn;
   std::string source;
   const spec::Trace trace = make_trace(o, source);
+  if (!o.save_trace.empty()) {
+    try {
+      spec::write_trace_file(o.save_trace, trace);
+    } catch (const Error& e) {
+      throw CLI::ValidationError("--save-trace", e.what());
+    }
+  }
   const int64_t num_rounds = trace.num_rounds();
   const int num_requests = static_cast<int>(trace.requests.size());
   const int max_window = trace.max_window();
@@ -552,6 +581,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   tr["max_window"] = max_window;
   tr["records"] = trace.records.size();
   tr["meta"] = Json::parse(trace.meta_json);
+  tr["saved_to"] = o.save_trace.empty() ? Json(nullptr) : Json(o.save_trace);
   report["trace"] = tr;
   Json acc;
   acc["mean_accepted_length"] = trace.mean_accepted_length();
@@ -750,6 +780,11 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
                    ->capture_default_str();
   auto* fixed = cmd->add_option("--fixed", o->fixed, "Every round accepts exactly this many tokens")
                     ->check(CLI::Range(1, spec::kMaxTraceWindow));
+  auto* histogram = cmd->add_option(
+      "--histogram", o->histogram,
+      "Empirical generator: weights of accepted lengths 1, 2, ..., e.g. 0.3,0.2,0.5");
+  cmd->add_option("--save-trace", o->save_trace,
+                  "Write the replayed trace to FILE (JSON Lines, docs/traces.md)");
   cmd->add_option("--backend", o->backend, "cpu or cuda (cuda only where built)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -764,9 +799,11 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--out", o->out, "Write the report to FILE.json and the plots to FILE.svg");
   cmd->add_flag("--quiet", *quiet, "No progress bar");
-  for (auto* opt : {requests, rounds, window, tree, rate, fixed}) trace->excludes(opt);
+  for (auto* opt : {requests, rounds, window, tree, rate, fixed, histogram}) trace->excludes(opt);
   tree->excludes(window);
   rate->excludes(fixed);
+  histogram->excludes(rate);
+  histogram->excludes(fixed);
   cmd->callback([o, quiet, &exit_code] {
     const bool tty = !*quiet && isatty(fileno(stderr)) != 0;
     const Json report = run_simulation(*o, tty ? &std::cerr : nullptr);

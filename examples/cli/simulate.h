@@ -19,7 +19,9 @@ struct SimulateOptions {
   std::string tree;        // parents of a tree window, "-1,0,0,1" (empty: a chain of `window`)
   std::string trace_path;  // replay this trace instead of generating one
   double accept_rate = 0.7;
-  int fixed = 0;  // > 0: every round accepts exactly this many tokens
+  int fixed = 0;           // > 0: every round accepts exactly this many tokens
+  std::string histogram;   // "w1,w2,...": accepted length a drawn with weight w_a (empirical)
+  std::string save_trace;  // write the replayed trace here (JSON Lines, docs/traces.md)
   std::string backend = "cpu";
   uint64_t seed = 0;
   bool check = false;  // replay accepted tokens through prefill on a CPU pool and compare

@@ -199,6 +199,30 @@ TEST(SimulateCli, OutWritesReportAndPlot) {
   EXPECT_TRUE(contains(svg.str(), "<svg"));
 }
 
+TEST(SimulateCli, HistogramGeneratorAndSavedTraceReplay) {
+  const std::string path = ::testing::TempDir() + "specstate_saved_trace.jsonl";
+  std::remove(path.c_str());
+  CliRun run = run_cli(
+      "simulate --model tiny --requests 3 --rounds 40 --histogram 1,0,3 "
+      "--seed 9 --save-trace " +
+      path);
+  ASSERT_EQ(run.code, 0) << run.output;
+  const spec::Trace saved = spec::read_trace(path);
+  ASSERT_EQ(saved.records.size(), 120u);
+  const auto hist = saved.accepted_histogram();
+  EXPECT_EQ(hist[2], 0);  // weight 0
+  EXPECT_EQ(hist[4], 0);  // no weight given for a = 4
+  EXPECT_GT(hist[3], hist[1]);
+  EXPECT_NE(saved.meta_json.find("empirical"), std::string::npos);
+  // Replaying the saved trace gives the same acceptance statistics.
+  SimulateOptions o;
+  o.model = "tiny";
+  o.trace_path = path;
+  const auto report = run_simulation(o, nullptr);
+  EXPECT_EQ(report["acceptance"]["histogram"].get<std::vector<int64_t>>(), hist);
+  std::remove(path.c_str());
+}
+
 TEST(SimulateCli, BadArgumentsExitTwoNamingTheArgument) {
   struct Bad {
     const char* args;
@@ -220,6 +244,11 @@ TEST(SimulateCli, BadArgumentsExitTwoNamingTheArgument) {
       {"simulate --tree=-1,2", "--tree"},
       {"simulate --tree=-1,0 --window 3", "--tree"},
       {"simulate --no-such-flag", "--no-such-flag"},
+      {"simulate --histogram 1,x", "--histogram"},
+      {"simulate --histogram 0,0", "--histogram"},
+      {"simulate --histogram 1,1,1,1,1 --window 4", "--histogram"},
+      {"simulate --histogram 1,1 --accept-rate 0.5", "--histogram"},
+      {"simulate --save-trace /nonexistent/dir/t.jsonl", "--save-trace"},
   };
   for (const Bad& b : cases) {
     const CliRun run = run_cli(b.args);
