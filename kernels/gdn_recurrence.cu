@@ -1,4 +1,6 @@
 // Dtype dispatch of launch_gdn_recurrence; kernels are instantiated in gdn_recurrence_<act>.cu.
+#include <cstdlib>
+
 #include "gdn_recurrence.cuh"
 
 namespace specstate::kernels {
@@ -11,6 +13,20 @@ extern template cudaError_t launch_gdn_recurrence_typed<float, float>(const GdnR
                                                                       cudaStream_t);
 extern template cudaError_t launch_gdn_recurrence_typed<float, bf16>(const GdnRecurrenceParams&,
                                                                      cudaStream_t);
+
+int gdn_prefetch_ahead() {
+  static const int ahead = [] {
+    const char* env = std::getenv("SPECSTATE_GDN_PREFETCH");
+    if (env && std::atoi(env) == 0) return 0;
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return 0;
+    }
+    return sms * 8;
+  }();
+  return ahead;
+}
 
 cudaError_t launch_gdn_recurrence(const GdnRecurrenceParams& params, ElemType act, ElemType state,
                                   cudaStream_t stream) {

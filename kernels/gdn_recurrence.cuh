@@ -31,7 +31,7 @@ __host__ __device__ constexpr int gdn_rows_per_cta() {
 // once, read back at most once by commit); 8 CTAs per SM for LANES = 8 (measured: +10% BW).
 template <typename Act, typename St, int K, int LANES>
 __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
-    gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
+    gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p, int prefetch_ahead) {
   constexpr int NK = K / (4 * LANES);  // float4 per thread
   constexpr int kRowsPerWarp = 32 / LANES;
   static_assert(NK >= 1 && K % (4 * LANES) == 0, "K must be a multiple of 4 * LANES");
@@ -64,6 +64,30 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
     S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+
+  // L2 prefetch of the committed state of the CTA `prefetch_ahead` CTAs later in launch order
+  // (about one wave of resident CTAs ahead), so that its first load hits L2: the state read is
+  // the exposed latency of every CTA (read once, then T stores).
+  if (prefetch_ahead > 0 && kl == 0) {
+    const int64_t nx = gridDim.x, ny = gridDim.y;
+    const int64_t ahead =
+        blockIdx.x + nx * (blockIdx.y + ny * int64_t{blockIdx.z}) + prefetch_ahead;
+    if (ahead < nx * ny * gridDim.z) {
+      const int bx = static_cast<int>(ahead % nx), by = static_cast<int>((ahead / nx) % ny);
+      const int bz = static_cast<int>(ahead / (nx * ny));
+      const int slot2 = p.slots ? p.slots[p.row_begin + bz] : p.slot_inline[bz];
+      const int v2 = bx * gdn_rows_per_cta<LANES>() + warp * kRowsPerWarp + lane / LANES;
+      if (slot2 >= 0 && v2 < V) {
+        const St* src = static_cast<const St*>(p.state) + slot2 * p.state_stride_slot +
+                        (int64_t{by} * V + v2) * K;
+#pragma unroll
+        for (int i = 0; i < K * int(sizeof(St)) / 128; ++i) {
+          asm volatile(
+              "prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(src) + i * 128));
+        }
+      }
+    }
   }
 
   // Everything above reads only what the preceding conv kernel does not write (slots, the
@@ -196,6 +220,10 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   }
 }
 
+// CTAs ahead whose state a CTA prefetches into L2: one wave (SMs x 8 resident CTAs); 0 turns the
+// prefetch off (SPECSTATE_GDN_PREFETCH=0, for measurements).
+int gdn_prefetch_ahead();
+
 template <typename Act, typename St, int K, int LANES>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
@@ -211,7 +239,8 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES>, p);
+  const cudaError_t err = cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES>, p,
+                                             gdn_prefetch_ahead());
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
