@@ -14,18 +14,12 @@ extern template cudaError_t launch_gdn_recurrence_typed<float, float>(const GdnR
 extern template cudaError_t launch_gdn_recurrence_typed<float, bf16>(const GdnRecurrenceParams&,
                                                                      cudaStream_t);
 
-int gdn_prefetch_ahead() {
-  static const int ahead = [] {
-    const char* env = std::getenv("SPECSTATE_GDN_PREFETCH");
-    if (env && std::atoi(env) == 0) return 0;
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return 0;
-    }
-    return sms * 8;
+int gdn_smem_override() {
+  static const int forced = [] {
+    const char* env = std::getenv("SPECSTATE_GDN_SMEM");
+    return env ? (std::atoi(env) != 0 ? 1 : 0) : -1;
   }();
-  return ahead;
+  return forced;
 }
 
 cudaError_t launch_gdn_recurrence(const GdnRecurrenceParams& params, ElemType act, ElemType state,

@@ -27,11 +27,23 @@ __host__ __device__ constexpr int gdn_rows_per_cta() {
   return kGdnThreads / LANES;
 }
 
+__device__ __forceinline__ void cp_async_state(void* smem, const void* gmem, int bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if (bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
+  }
+}
+
 // K: head_k_dim; LANES: lanes per V row. Snapshots are stored with an evict-first hint (written
 // once, read back at most once by commit); 8 CTAs per SM for LANES = 8 (measured: +10% BW).
-template <typename Act, typename St, int K, int LANES>
-__global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
-    gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p, int prefetch_ahead) {
+// kSmem: the state lives in shared memory (landed with cp.async, no registers held while the
+// read is in flight), so more CTAs per SM keep more bytes in flight (large batches, where the
+// state read's latency is exposed once per CTA); otherwise it lives in registers.
+template <typename Act, typename St, int K, int LANES, bool kSmem>
+__global__ void __launch_bounds__(kGdnThreads, kSmem ? 10 : 8)
+    gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   constexpr int NK = K / (4 * LANES);  // float4 per thread
   constexpr int kRowsPerWarp = 32 / LANES;
   static_assert(NK >= 1 && K % (4 * LANES) == 0, "K must be a multiple of 4 * LANES");
@@ -42,6 +54,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   __shared__ float kq_s[kGdnChunk];
   constexpr int kRows = gdn_rows_per_cta<LANES>();
   __shared__ float v_s[kGdnChunk][kRows];
+  __shared__ __align__(16) St s_state[kSmem ? kRows * K : 4];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -61,32 +74,22 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   St* snap_row = static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off;
 
   float4 S[NK];
+  St* s_row = s_state + (kSmem ? (warp * kRowsPerWarp + lane / LANES) * K : 0);
+  if constexpr (kSmem) {
 #pragma unroll
-  for (int i = 0; i < NK; ++i) {
-    S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-
-  // L2 prefetch of the committed state of the CTA `prefetch_ahead` CTAs later in launch order
-  // (about one wave of resident CTAs ahead), so that its first load hits L2: the state read is
-  // the exposed latency of every CTA (read once, then T stores).
-  if (prefetch_ahead > 0 && kl == 0) {
-    const int64_t nx = gridDim.x, ny = gridDim.y;
-    const int64_t ahead =
-        blockIdx.x + nx * (blockIdx.y + ny * int64_t{blockIdx.z}) + prefetch_ahead;
-    if (ahead < nx * ny * gridDim.z) {
-      const int bx = static_cast<int>(ahead % nx), by = static_cast<int>((ahead / nx) % ny);
-      const int bz = static_cast<int>(ahead / (nx * ny));
-      const int slot2 = p.slots ? p.slots[p.row_begin + bz] : p.slot_inline[bz];
-      const int v2 = bx * gdn_rows_per_cta<LANES>() + warp * kRowsPerWarp + lane / LANES;
-      if (slot2 >= 0 && v2 < V) {
-        const St* src = static_cast<const St*>(p.state) + slot2 * p.state_stride_slot +
-                        (int64_t{by} * V + v2) * K;
-#pragma unroll
-        for (int i = 0; i < K * int(sizeof(St)) / 128; ++i) {
-          asm volatile(
-              "prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(src) + i * 128));
-        }
+    for (int i = 0; i < NK; ++i) {
+      if (v_ok) {
+        cp_async_state(s_row + i * 4 * LANES + kl * 4, committed + i * 4 * LANES + kl * 4,
+                       4 * sizeof(St));
+      } else {
+        store4<St>(s_row + i * 4 * LANES + kl * 4, make_float4(0.f, 0.f, 0.f, 0.f));
       }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  } else {
+#pragma unroll
+    for (int i = 0; i < NK; ++i) {
+      S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
 
@@ -156,12 +159,20 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
         kq_s[tt] = kq;
       }
     }
+    if constexpr (kSmem) {
+      // This thread's own state elements (it reads only what it copied): no barrier needed.
+      asm volatile("cp.async.wait_all;" ::: "memory");
+    }
     __syncthreads();
 
 #pragma unroll
     for (int tt = 0; tt < kGdnChunk; ++tt) {
       if (tt < n) {
         const int t = c0 + tt;
+        if constexpr (kSmem) {
+#pragma unroll
+          for (int i = 0; i < NK; ++i) S[i] = load4<St>(s_row + i * 4 * LANES + kl * 4);
+        }
         if (p.parents != nullptr && t > 0) {
           // Tree: start from the parent's saved state unless it is the previous token (whose
           // state is in registers). The parent's snapshot was written by this thread.
@@ -199,6 +210,10 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
           S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
           S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
         }
+        if constexpr (kSmem) {
+#pragma unroll
+          for (int i = 0; i < NK; ++i) store4<St>(s_row + i * 4 * LANES + kl * 4, S[i]);
+        }
         if (!p.advance && v_ok) {
           St* dst = snap_row + t * p.snap_stride_t;
 #pragma unroll
@@ -216,15 +231,18 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   }
   if (p.advance && v_ok) {
 #pragma unroll
-    for (int i = 0; i < NK; ++i) store4<St>(committed + i * 4 * LANES + kl * 4, S[i]);
+    for (int i = 0; i < NK; ++i) {
+      if constexpr (kSmem) S[i] = load4<St>(s_row + i * 4 * LANES + kl * 4);
+      store4<St>(committed + i * 4 * LANES + kl * 4, S[i]);
+    }
   }
 }
 
-// CTAs ahead whose state a CTA prefetches into L2: one wave (SMs x 8 resident CTAs); 0 turns the
-// prefetch off (SPECSTATE_GDN_PREFETCH=0, for measurements).
-int gdn_prefetch_ahead();
+// kSmem choice: SPECSTATE_GDN_SMEM=0/1 forces the register / shared-memory state variant (tests
+// and measurements); otherwise -1 (the launcher's heuristic).
+int gdn_smem_override();
 
-template <typename Act, typename St, int K, int LANES>
+template <typename Act, typename St, int K, int LANES, bool kSmem>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
   cudaLaunchConfig_t config = {};
@@ -239,9 +257,20 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES>, p,
-                                             gdn_prefetch_ahead());
+  const cudaError_t err =
+      cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES, kSmem>, p);
   return err != cudaSuccess ? err : cudaGetLastError();
+}
+
+template <typename Act, typename St, int K>
+cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
+  // Shared-memory state once the grid is over two waves of register-state CTAs (8 per SM).
+  const int64_t ctas = int64_t{p.rows} * p.num_v_heads *
+                       ((p.head_v_dim + gdn_rows_per_cta<8>() - 1) / gdn_rows_per_cta<8>());
+  const int forced = gdn_smem_override();
+  const bool smem = forced >= 0 ? forced == 1 : ctas >= 2 * 8 * 132;
+  return smem ? launch_gdn_shape<Act, St, K, 8, true>(p, stream)
+              : launch_gdn_shape<Act, St, K, 8, false>(p, stream);
 }
 
 template <typename Act, typename St>
@@ -251,11 +280,11 @@ cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p, cudaStream
   // CTA repeats the q/k prologue): B=1,T=4 10.1 us vs 7.3 us per layer.
   switch (p.head_k_dim) {
     case 32:
-      return launch_gdn_shape<Act, St, 32, 8>(p, stream);
+      return launch_gdn_k<Act, St, 32>(p, stream);
     case 64:
-      return launch_gdn_shape<Act, St, 64, 8>(p, stream);
+      return launch_gdn_k<Act, St, 64>(p, stream);
     case 128:
-      return launch_gdn_shape<Act, St, 128, 8>(p, stream);
+      return launch_gdn_k<Act, St, 128>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
