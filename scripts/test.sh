@@ -14,13 +14,15 @@ if [ -n "$files" ]; then
 fi
 
 echo "== build + tests (Release)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECSTATE_BUILD_TESTS=ON \
+  -DSPECSTATE_BUILD_EXAMPLES=ON
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 echo "== build + tests (ASan + UBSan, CPU)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPECSTATE_SANITIZE=ON \
-  -DSPECSTATE_CUDA=OFF -DSPECSTATE_BUILD_BENCH=OFF -DSPECSTATE_INSTALL=OFF
+  -DSPECSTATE_CUDA=OFF -DSPECSTATE_BUILD_BENCH=OFF -DSPECSTATE_INSTALL=OFF \
+  -DSPECSTATE_BUILD_TESTS=ON -DSPECSTATE_BUILD_EXAMPLES=ON
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE gpu
