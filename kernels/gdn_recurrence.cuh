@@ -27,22 +27,12 @@ __host__ __device__ constexpr int gdn_rows_per_cta() {
   return kGdnThreads / LANES;
 }
 
-__device__ __forceinline__ void cp_async_state(void* smem, const void* gmem, int bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if (bytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
-  }
-}
-
 // K: head_k_dim; LANES: lanes per V row. Snapshots are stored with an evict-first hint (written
 // once, read back at most once by commit); 8 CTAs per SM for LANES = 8 (measured: +10% BW).
-// kSmem: the state lives in shared memory (landed with cp.async, no registers held while the
-// read is in flight), so more CTAs per SM keep more bytes in flight (large batches, where the
-// state read's latency is exposed once per CTA); otherwise it lives in registers.
-template <typename Act, typename St, int K, int LANES, bool kSmem>
-__global__ void __launch_bounds__(kGdnThreads, kSmem ? 10 : 8)
+// Measured and dropped (H200, B=128): an L2 prefetch of the state one wave of CTAs ahead (-4%),
+// and the state in shared memory via cp.async at 10 CTAs/SM instead of registers (-5 to -9%).
+template <typename Act, typename St, int K, int LANES>
+__global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   constexpr int NK = K / (4 * LANES);  // float4 per thread
   constexpr int kRowsPerWarp = 32 / LANES;
@@ -54,7 +44,6 @@ __global__ void __launch_bounds__(kGdnThreads, kSmem ? 10 : 8)
   __shared__ float kq_s[kGdnChunk];
   constexpr int kRows = gdn_rows_per_cta<LANES>();
   __shared__ float v_s[kGdnChunk][kRows];
-  __shared__ __align__(16) St s_state[kSmem ? kRows * K : 4];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -74,23 +63,9 @@ __global__ void __launch_bounds__(kGdnThreads, kSmem ? 10 : 8)
   St* snap_row = static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off;
 
   float4 S[NK];
-  St* s_row = s_state + (kSmem ? (warp * kRowsPerWarp + lane / LANES) * K : 0);
-  if constexpr (kSmem) {
 #pragma unroll
-    for (int i = 0; i < NK; ++i) {
-      if (v_ok) {
-        cp_async_state(s_row + i * 4 * LANES + kl * 4, committed + i * 4 * LANES + kl * 4,
-                       4 * sizeof(St));
-      } else {
-        store4<St>(s_row + i * 4 * LANES + kl * 4, make_float4(0.f, 0.f, 0.f, 0.f));
-      }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  } else {
-#pragma unroll
-    for (int i = 0; i < NK; ++i) {
-      S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+  for (int i = 0; i < NK; ++i) {
+    S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 
   // Everything above reads only what the preceding conv kernel does not write (slots, the
@@ -159,20 +134,12 @@ __global__ void __launch_bounds__(kGdnThreads, kSmem ? 10 : 8)
         kq_s[tt] = kq;
       }
     }
-    if constexpr (kSmem) {
-      // This thread's own state elements (it reads only what it copied): no barrier needed.
-      asm volatile("cp.async.wait_all;" ::: "memory");
-    }
     __syncthreads();
 
 #pragma unroll
     for (int tt = 0; tt < kGdnChunk; ++tt) {
       if (tt < n) {
         const int t = c0 + tt;
-        if constexpr (kSmem) {
-#pragma unroll
-          for (int i = 0; i < NK; ++i) S[i] = load4<St>(s_row + i * 4 * LANES + kl * 4);
-        }
         if (p.parents != nullptr && t > 0) {
           // Tree: start from the parent's saved state unless it is the previous token (whose
           // state is in registers). The parent's snapshot was written by this thread.
@@ -210,10 +177,6 @@ __global__ void __launch_bounds__(kGdnThreads, kSmem ? 10 : 8)
           S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
           S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
         }
-        if constexpr (kSmem) {
-#pragma unroll
-          for (int i = 0; i < NK; ++i) store4<St>(s_row + i * 4 * LANES + kl * 4, S[i]);
-        }
         if (!p.advance && v_ok) {
           St* dst = snap_row + t * p.snap_stride_t;
 #pragma unroll
@@ -231,18 +194,11 @@ __global__ void __launch_bounds__(kGdnThreads, kSmem ? 10 : 8)
   }
   if (p.advance && v_ok) {
 #pragma unroll
-    for (int i = 0; i < NK; ++i) {
-      if constexpr (kSmem) S[i] = load4<St>(s_row + i * 4 * LANES + kl * 4);
-      store4<St>(committed + i * 4 * LANES + kl * 4, S[i]);
-    }
+    for (int i = 0; i < NK; ++i) store4<St>(committed + i * 4 * LANES + kl * 4, S[i]);
   }
 }
 
-// kSmem choice: SPECSTATE_GDN_SMEM=0/1 forces the register / shared-memory state variant (tests
-// and measurements); otherwise -1 (the launcher's heuristic).
-int gdn_smem_override();
-
-template <typename Act, typename St, int K, int LANES, bool kSmem>
+template <typename Act, typename St, int K, int LANES>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
   cudaLaunchConfig_t config = {};
@@ -257,20 +213,8 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  const cudaError_t err =
-      cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES, kSmem>, p);
+  const cudaError_t err = cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES>, p);
   return err != cudaSuccess ? err : cudaGetLastError();
-}
-
-template <typename Act, typename St, int K>
-cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
-  // Shared-memory state once the grid is over two waves of register-state CTAs (8 per SM).
-  const int64_t ctas = int64_t{p.rows} * p.num_v_heads *
-                       ((p.head_v_dim + gdn_rows_per_cta<8>() - 1) / gdn_rows_per_cta<8>());
-  const int forced = gdn_smem_override();
-  const bool smem = forced >= 0 ? forced == 1 : ctas >= 2 * 8 * 132;
-  return smem ? launch_gdn_shape<Act, St, K, 8, true>(p, stream)
-              : launch_gdn_shape<Act, St, K, 8, false>(p, stream);
 }
 
 template <typename Act, typename St>
@@ -280,11 +224,11 @@ cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p, cudaStream
   // CTA repeats the q/k prologue): B=1,T=4 10.1 us vs 7.3 us per layer.
   switch (p.head_k_dim) {
     case 32:
-      return launch_gdn_k<Act, St, 32>(p, stream);
+      return launch_gdn_shape<Act, St, 32, 8>(p, stream);
     case 64:
-      return launch_gdn_k<Act, St, 64>(p, stream);
+      return launch_gdn_shape<Act, St, 64, 8>(p, stream);
     case 128:
-      return launch_gdn_k<Act, St, 128>(p, stream);
+      return launch_gdn_shape<Act, St, 128, 8>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
