@@ -404,7 +404,7 @@ void print_table() {
       "\nspecstate CUDA vs SGLang (H200, Qwen3-Next-80B TP1; medians, us; frac = bytes/s "
       "over measured copy BW %.0f GB/s; ratio = ours / SGLang)\n",
       w.copy_gbps);
-  std::printf("%2s %4s | %-28s | %-28s | %-30s | %-24s\n", "T", "B", "verify conv /layer (SGL)",
+  std::printf("%2s %4s | %-28s | %-28s | %-30s | %-29s\n", "T", "B", "verify conv /layer (SGL)",
               "verify GDN /layer (SGL)", "commit 36 layers (SGL)", "round (SGL stepEst)");
   for (int T : {2, 4, 8}) {
     for (int B : {1, 8, 32, 128}) {
@@ -415,9 +415,9 @@ void print_table() {
       const Result c = get("conv"), g = get("gdn"), m = get("commit"), r = get("round");
       std::printf(
           "%2d %4d | %6.2f %3.0f%% (%5.2f) x%.2f | %7.2f %3.0f%% (%6.2f) x%.2f | %8.1f %3.0f%% "
-          "(%7.1f) x%.2f | %8.1f (%8.1f) x%.2f\n",
+          "(%7.1f) x%.2f | %8.1f %3.0f%% (%8.1f) x%.2f\n",
           T, B, c.us, 100 * c.frac, c.sglang_us, c.ratio, g.us, 100 * g.frac, g.sglang_us, g.ratio,
-          m.us, 100 * m.frac, m.sglang_us, m.ratio, r.us, r.sglang_us, r.ratio);
+          m.us, 100 * m.frac, m.sglang_us, m.ratio, r.us, 100 * r.frac, r.sglang_us, r.ratio);
     }
   }
 }
