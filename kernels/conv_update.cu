@@ -1,4 +1,6 @@
 // Dtype dispatch of launch_conv_update; the kernels are instantiated in conv_update_<act>.cu.
+#include <cstdlib>
+
 #include "conv_update.cuh"
 
 namespace specstate::kernels {
@@ -11,6 +13,14 @@ extern template cudaError_t launch_conv_update_typed<float, bf16>(const ConvUpda
                                                                   cudaStream_t);
 extern template cudaError_t launch_conv_update_typed<float, float>(const ConvUpdateParams&,
                                                                    cudaStream_t);
+
+int conv_loop_override() {
+  static const int forced = [] {
+    const char* env = std::getenv("SPECSTATE_CONV_LOOP");
+    return env ? (std::atoi(env) != 0 ? 1 : 0) : -1;
+  }();
+  return forced;
+}
 
 cudaError_t launch_conv_update(const ConvUpdateParams& params, ElemType act, ElemType state,
                                cudaStream_t stream) {

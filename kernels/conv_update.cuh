@@ -166,13 +166,17 @@ __global__ void __launch_bounds__(kConvThreads)
   }
 }
 
+// SPECSTATE_CONV_LOOP=0/1 forces the verify mode (measurements); -1 when unset.
+int conv_loop_override();
+
 template <typename Act, typename St>
 cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.tokens <= 0) return cudaSuccess;
   const int groups = (p.conv_dim + kConvChannels - 1) / kConvChannels;
   // Advance must loop (the committed window is updated in place after the last token). Verify
   // loops from 16 rows on (enough threads without splitting tokens; measured on H200).
-  const bool loop = p.advance || p.rows >= 16;
+  const int forced = conv_loop_override();
+  const bool loop = p.advance || (forced >= 0 ? forced == 1 : p.rows >= 16);
   const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
   switch (p.width) {
     case 2:
