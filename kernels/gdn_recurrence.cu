@@ -1,4 +1,6 @@
 // Dtype dispatch of launch_gdn_recurrence; kernels are instantiated in gdn_recurrence_<act>.cu.
+#include <cstdlib>
+
 #include "gdn_recurrence.cuh"
 
 namespace specstate::kernels {
@@ -11,6 +13,14 @@ extern template cudaError_t launch_gdn_recurrence_typed<float, float>(const GdnR
                                                                       cudaStream_t);
 extern template cudaError_t launch_gdn_recurrence_typed<float, bf16>(const GdnRecurrenceParams&,
                                                                      cudaStream_t);
+
+int gdn_items_override() {
+  static const int forced = [] {
+    const char* env = std::getenv("SPECSTATE_GDN_ITEMS");
+    return env ? std::atoi(env) : 0;
+  }();
+  return forced;
+}
 
 cudaError_t launch_gdn_recurrence(const GdnRecurrenceParams& params, ElemType act, ElemType state,
                                   cudaStream_t stream) {
