@@ -8,10 +8,9 @@
 // Work split: a CTA owns 4 * 32/LANES rows of V for one (row, value head) and all K columns. A
 // warp holds 32/LANES V rows; the LANES lanes of a V row hold K/LANES columns each as float4 at
 // k = i*4*LANES + lane%LANES*4, so every 16-byte store of a warp covers whole 128-byte lines.
-// LANES = 8: 16 state floats per thread, 8 CTAs per SM. The
-// state stays in registers across the window; each token's state is stored once (snapshot) with
-// vector stores. Rows of S are independent in the delta rule given k^, q~, so splitting V over CTAs
-// needs no communication.
+// LANES = 8: 16 state floats per thread, 8 CTAs per SM. The state stays in registers across the
+// window; each token's state is stored once (snapshot) with vector stores. Rows of S are
+// independent in the delta rule given k^, q~, so splitting V over CTAs needs no communication.
 #pragma once
 
 #include "common.cuh"
