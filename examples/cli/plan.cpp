@@ -96,12 +96,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "Memory of the committed state pool and the snapshot scratch for a model");
-  std::string models;
-  for (const auto& n : model_preset_names()) models += (models.empty() ? "" : ", ") + n;
-  cmd->add_option("--model", args->model, "Model preset: " + models)->capture_default_str();
-  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (heads split over them)")
-      ->check(CLI::Range(1, 8))
-      ->capture_default_str();
+  add_model_options(cmd, args->model, args->tp);
   cmd->add_option("--max-requests", args->max_requests, "Requests the pool holds (slots)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

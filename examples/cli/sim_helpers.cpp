@@ -119,4 +119,13 @@ std::string human_seconds(double seconds) {
   return buf;
 }
 
+void add_model_options(CLI::App* cmd, std::string& model, int& tp) {
+  std::string models;
+  for (const auto& n : model_preset_names()) models += (models.empty() ? "" : ", ") + n;
+  cmd->add_option("--model", model, "Model preset: " + models)->capture_default_str();
+  cmd->add_option("--tp", tp, "Tensor-parallel ranks (heads split over them)")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
+}
+
 }  // namespace specstate::cli

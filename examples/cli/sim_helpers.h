@@ -2,6 +2,7 @@
 // parallelism), memory arithmetic from a ModelConfig, and number formatting.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ const ModelPreset& find_preset(const std::string& name);
 // The per-GPU layer config under tensor parallelism: heads split over tp ranks (H/tp, HV/tp;
 // K, V, W unchanged). Throws CLI::ValidationError naming --tp when tp does not divide H and HV.
 ModelConfig apply_tp(const ModelPreset& preset, int tp);
+
+// Adds --model (one of the presets) and --tp (1..8) to a subcommand.
+void add_model_options(CLI::App* cmd, std::string& model, int& tp);
 
 // Memory of one request's committed state and of one verify row's snapshot scratch, from the
 // config alone (DESIGN.md section 4).

@@ -754,12 +754,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   auto quiet = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "simulate", "Replay an acceptance trace through the state pool and time verify/commit");
-  std::string models;
-  for (const auto& n : model_preset_names()) models += (models.empty() ? "" : ", ") + n;
-  cmd->add_option("--model", o->model, "Model preset: " + models)->capture_default_str();
-  cmd->add_option("--tp", o->tp, "Tensor-parallel ranks (heads split over them)")
-      ->check(CLI::Range(1, 8))
-      ->capture_default_str();
+  add_model_options(cmd, o->model, o->tp);
   auto* trace = cmd->add_option("--trace", o->trace_path,
                                 "Replay this acceptance trace (JSON Lines, docs/traces.md)")
                     ->check(CLI::ExistingFile);
