@@ -1,4 +1,4 @@
-// Random device data for the benchmarks (hash-based, deterministic per seed).
+// Random device data for the benchmarks (cuRAND Philox, deterministic per seed).
 #pragma once
 
 #include <cuda_runtime_api.h>
