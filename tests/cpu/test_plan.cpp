@@ -1,6 +1,5 @@
 // `specstate plan`: memory of the committed pool and the snapshot scratch from ModelConfig.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -8,28 +7,15 @@
 #include <string>
 
 #include "cli/sim_helpers.h"
+#include "common/cli_run.h"
 #include "specstate/specstate.h"
 
 namespace specstate::cli {
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string output;
-};
+using test::CliRun;
 
-CliRun run_cli(const std::string& args) {
-  CliRun run;
-  const std::string command = std::string("'") + SPECSTATE_CLI_PATH + "' " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buf{};
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+CliRun run_cli(const std::string& args) { return test::run_command(SPECSTATE_CLI_PATH, args); }
 
 TEST(PlanCli, Qwen3NextTp1PrintsTheCommittedStatePerRequest) {
   const CliRun run = run_cli("plan --model qwen3-next-80b --tp 1 --max-requests 64 --window 4");

@@ -2,7 +2,6 @@
 // to the trace's, memory equal to the pool's, states checked against plain prefill) and the
 // command line (exit codes, usage messages naming the argument, --out files).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -11,29 +10,16 @@
 #include <string>
 
 #include "cli/simulate.h"
+#include "common/cli_run.h"
 #include "spec/trace.h"
 #include "specstate/specstate.h"
 
 namespace specstate::cli {
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
+using test::CliRun;
 
-CliRun run_cli(const std::string& args) {
-  CliRun run;
-  const std::string command = std::string("'") + SPECSTATE_CLI_PATH + "' " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buf{};
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+CliRun run_cli(const std::string& args) { return test::run_command(SPECSTATE_CLI_PATH, args); }
 
 bool contains(const std::string& text, const std::string& fragment) {
   return text.find(fragment) != std::string::npos;
