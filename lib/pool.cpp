@@ -42,6 +42,10 @@ struct StatePool::Impl {
   VerifyBatch batch;
   detail::RoundPlan plan;
   std::vector<bool> verified;  // [L] layers verified in the open round
+  // Row of each slot in the open round (-1: none), and the first row whose slot was released
+  // since begin_verify: verify and commit check one integer instead of every handle.
+  std::vector<int32_t> round_row_of_slot;
+  int released_row = -1;
 
   Impl(const ModelConfig& c, const PoolOptions& o) : config(c), options(o), slots(o.num_slots) {}
 
@@ -126,7 +130,20 @@ struct StatePool::Impl {
         {function, "outputs.core_out", {tokens, hv, g.head_v_dim}, act, DTypeRule::kExact, dev});
   }
 
+  // The open round's rows are still live (none released since begin_verify).
+  void check_rows_live(const char* function) const {
+    if (released_row < 0) return;
+    fail(Status::kFailedPrecondition, function,
+         "batch.rows[" + std::to_string(released_row) +
+             "] = " + handle_string(batch.rows[released_row]) +
+             " was released after begin_verify; begin a new round");
+  }
+
   void close_round() noexcept {
+    for (int32_t slot : plan.slots) {
+      if (slot >= 0) round_row_of_slot[slot] = -1;
+    }
+    released_row = -1;
     round_open = false;
     batch = VerifyBatch{};
     plan = detail::RoundPlan{};
@@ -172,6 +189,7 @@ StatePool::StatePool(const ModelConfig& config, const PoolOptions& options) {
   impl->storage.max_rows = options.max_rows;
   impl->storage.max_window = options.max_window;
   impl->backend->allocate(impl->storage);
+  impl->round_row_of_slot.assign(static_cast<std::size_t>(options.num_slots), -1);
   impl->close_round();
   detail::logger().debug("pool {}: {} slots, {} layers, {} committed bytes, {} scratch bytes on {}",
                          impl->pool_id, options.num_slots, config.num_layers,
@@ -220,6 +238,9 @@ SlotHandle StatePool::acquire() {
 void StatePool::release(SlotHandle handle) {
   const int slot = impl_->resolve("StatePool::release", "handle", handle);
   impl_->slots.free(slot);
+  if (impl_->round_open && impl_->released_row < 0 && impl_->round_row_of_slot[slot] >= 0) {
+    impl_->released_row = impl_->round_row_of_slot[slot];
+  }
   detail::logger().trace("pool {}: release slot {}", impl_->pool_id, slot);
 }
 
@@ -369,6 +390,9 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
   impl_->close_round();
   impl_->batch = batch;
   impl_->plan = std::move(plan);
+  for (int r = 0; r < rows; ++r) {
+    if (impl_->plan.slots[r] >= 0) impl_->round_row_of_slot[impl_->plan.slots[r]] = r;
+  }
   impl_->round_open = true;
 }
 
@@ -380,11 +404,7 @@ void StatePool::verify(int layer, const GdnWeights& weights, const GdnInputs& in
   }
   impl_->check_layer(fn, layer);
   const auto& plan = impl_->plan;
-  for (int r = 0; r < plan.rows; ++r) {
-    if (plan.slots[r] >= 0) {
-      impl_->resolve(fn, "batch.rows[" + std::to_string(r) + "]", impl_->batch.rows[r]);
-    }
-  }
+  impl_->check_rows_live(fn);
   impl_->check_gdn(fn, weights, inputs, outputs, int64_t{plan.rows} * plan.window);
   impl_->backend->verify_gdn(impl_->storage, layer, plan, weights, inputs, outputs);
   impl_->verified[layer] = true;
@@ -408,6 +428,7 @@ void check_round_for_commit(const char* fn, bool round_open, const std::vector<b
 void StatePool::commit(const std::vector<int32_t>& accepted) {
   const char* fn = "StatePool::commit";
   check_round_for_commit(fn, impl_->round_open, impl_->verified);
+  impl_->check_rows_live(fn);
   const auto& plan = impl_->plan;
   if (accepted.size() != static_cast<std::size_t>(plan.rows)) {
     fail(Status::kInvalidArgument, fn,
@@ -420,28 +441,25 @@ void StatePool::commit(const std::vector<int32_t>& accepted) {
   const int T = plan.window;
   for (int r = 0; r < plan.rows; ++r) {
     const int32_t value = accepted[r];
-    const std::string arg = "accepted[" + std::to_string(r) + "] = " + std::to_string(value);
-    if (plan.slots[r] >= 0) {
-      impl_->resolve(fn, "batch.rows[" + std::to_string(r) + "]", impl_->batch.rows[r]);
-    }
+    auto arg = [&] { return "accepted[" + std::to_string(r) + "] = " + std::to_string(value); };
     if (plan.is_tree) {
       if (value < -1 || value >= T) {
         fail(Status::kOutOfRange, fn,
-             arg + ": a tree commit takes the accepted node in [-1, " + std::to_string(T - 1) +
+             arg() + ": a tree commit takes the accepted node in [-1, " + std::to_string(T - 1) +
                  "] (-1 = keep)");
       }
       work.last_step[r] = value;
     } else {
       if (value < 0 || value > T) {
         fail(Status::kOutOfRange, fn,
-             arg + ": a chain commit takes the accepted length in [0, " + std::to_string(T) +
+             arg() + ": a chain commit takes the accepted length in [0, " + std::to_string(T) +
                  "] (0 = keep)");
       }
       work.last_step[r] = value - 1;
     }
     if (plan.slots[r] < 0 && work.last_step[r] >= 0) {
       fail(Status::kInvalidArgument, fn,
-           arg + ": row " + std::to_string(r) + " is a padding row and must keep (" +
+           arg() + ": row " + std::to_string(r) + " is a padding row and must keep (" +
                (plan.is_tree ? "-1" : "0") + ")");
     }
   }
@@ -464,11 +482,7 @@ void StatePool::commit(const TensorView& accepted) {
   if (impl_->device() != Device::kCuda) {
     fail(Status::kInvalidArgument, fn, "accepted lives on cuda, the pool's backend is cpu");
   }
-  for (int r = 0; r < rows; ++r) {
-    if (impl_->plan.slots[r] >= 0) {
-      impl_->resolve(fn, "batch.rows[" + std::to_string(r) + "]", impl_->batch.rows[r]);
-    }
-  }
+  impl_->check_rows_live(fn);
   detail::CommitWork work;
   work.plan = &impl_->plan;
   work.device_accepted = accepted;

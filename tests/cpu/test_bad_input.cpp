@@ -169,6 +169,18 @@ TEST_F(BadInput, SlotReleasedBetweenVerifyAndCommit) {
       Status::kFailedPrecondition, {"batch.rows[2]"});
 }
 
+TEST_F(BadInput, SlotReleasedAfterBeginVerifyRejectsVerify) {
+  pool_->begin_verify(VerifyBatch{{a_, SlotHandle::padding(), b_}, kT, {}});
+  pool_->release(a_);
+  SlotHandle again = pool_->acquire();  // the same slot, a new generation
+  ASSERT_EQ(again.slot, a_.slot);
+  expect_rejected([&] { pool_->verify(0, w_[0].view(), in_[0].view(), out_[0].view()); },
+                  Status::kFailedPrecondition, {"batch.rows[0]", "released after begin_verify"});
+  // A new round with live handles works.
+  pool_->begin_verify(VerifyBatch{{again, SlotHandle::padding(), b_}, kT, {}});
+  pool_->verify(0, w_[0].view(), in_[0].view(), out_[0].view());
+}
+
 TEST_F(BadInput, StaleHandleInBatch) {
   SlotHandle c = pool_->acquire();
   pool_->release(c);
