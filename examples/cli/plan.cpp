@@ -42,16 +42,7 @@ int run_plan(const PlanArgs& args) {
     nlohmann::ordered_json j;
     j["model"] = preset.name;
     j["tp"] = args.tp;
-    j["total_layers"] = preset.total_layers;
-    j["gdn_layers"] = config.num_layers;
-    j["num_k_heads"] = g.num_k_heads;
-    j["num_v_heads"] = g.num_v_heads;
-    j["head_k_dim"] = g.head_k_dim;
-    j["head_v_dim"] = g.head_v_dim;
-    j["conv_width"] = g.conv_width;
-    j["conv_dim"] = config.conv_dim();
-    j["conv_state_dtype"] = dtype_name(config.conv_state_dtype());
-    j["ssm_state_dtype"] = dtype_name(config.ssm_state_dtype());
+    describe_model(preset, config, j);
     j["max_requests"] = args.max_requests;
     j["max_rows"] = rows;
     j["window"] = args.window;

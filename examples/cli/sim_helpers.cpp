@@ -128,4 +128,20 @@ void add_model_options(CLI::App* cmd, std::string& model, int& tp) {
       ->capture_default_str();
 }
 
+void describe_model(const ModelPreset& preset, const ModelConfig& config,
+                    nlohmann::ordered_json& out) {
+  const GdnConfig& g = config.gdn;
+  out["total_layers"] = preset.total_layers;
+  out["gdn_layers"] = config.num_layers;
+  out["num_k_heads"] = g.num_k_heads;
+  out["num_v_heads"] = g.num_v_heads;
+  out["head_k_dim"] = g.head_k_dim;
+  out["head_v_dim"] = g.head_v_dim;
+  out["conv_width"] = g.conv_width;
+  out["conv_dim"] = config.conv_dim();
+  out["act_dtype"] = dtype_name(g.act_dtype);
+  out["conv_state_dtype"] = dtype_name(config.conv_state_dtype());
+  out["ssm_state_dtype"] = dtype_name(config.ssm_state_dtype());
+}
+
 }  // namespace specstate::cli

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ ModelConfig apply_tp(const ModelPreset& preset, int tp);
 
 // Adds --model (one of the presets) and --tp (1..8) to a subcommand.
 void add_model_options(CLI::App* cmd, std::string& model, int& tp);
+
+// Writes the preset's layer counts, shapes and dtypes (under TP) into `out`, the same keys in
+// every report: total_layers, gdn_layers, num_k_heads, num_v_heads, head_k_dim, head_v_dim,
+// conv_width, conv_dim, act_dtype, conv_state_dtype, ssm_state_dtype.
+void describe_model(const ModelPreset& preset, const ModelConfig& config,
+                    nlohmann::ordered_json& out);
 
 // Memory of one request's committed state and of one verify row's snapshot scratch, from the
 // config alone (DESIGN.md section 4).

@@ -562,17 +562,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   report["options"] = opts;
   Json model;
   model["name"] = preset.name;
-  model["total_layers"] = preset.total_layers;
-  model["gdn_layers"] = config.num_layers;
-  model["num_k_heads"] = g.num_k_heads;
-  model["num_v_heads"] = g.num_v_heads;
-  model["head_k_dim"] = g.head_k_dim;
-  model["head_v_dim"] = g.head_v_dim;
-  model["conv_width"] = g.conv_width;
-  model["conv_dim"] = config.conv_dim();
-  model["act_dtype"] = dtype_name(g.act_dtype);
-  model["conv_state_dtype"] = dtype_name(config.conv_state_dtype());
-  model["ssm_state_dtype"] = dtype_name(config.ssm_state_dtype());
+  describe_model(preset, config, model);
   report["model"] = model;
   Json tr;
   tr["source"] = source;
