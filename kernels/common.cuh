@@ -146,4 +146,13 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// Calls f(Act{}, St{}) with the C++ types of the run-time activation and state dtypes, so that
+// every launcher dispatches its four (act, state) instantiations the same way.
+template <typename F>
+cudaError_t dispatch_act_state(ElemType act, ElemType state, F&& f) {
+  const bool st_bf16 = state == ElemType::kBF16;
+  if (act == ElemType::kBF16) return st_bf16 ? f(bf16{}, bf16{}) : f(bf16{}, float{});
+  return st_bf16 ? f(float{}, bf16{}) : f(float{}, float{});
+}
+
 }  // namespace specstate::kernels

@@ -1,6 +1,4 @@
 // Dtype dispatch of launch_conv_update; the kernels are instantiated in conv_update_<act>.cu.
-#include <cstdlib>
-
 #include "conv_update.cuh"
 
 namespace specstate::kernels {
@@ -14,23 +12,11 @@ extern template cudaError_t launch_conv_update_typed<float, bf16>(const ConvUpda
 extern template cudaError_t launch_conv_update_typed<float, float>(const ConvUpdateParams&,
                                                                    cudaStream_t);
 
-int conv_loop_override() {
-  static const int forced = [] {
-    const char* env = std::getenv("SPECSTATE_CONV_LOOP");
-    return env ? (std::atoi(env) != 0 ? 1 : 0) : -1;
-  }();
-  return forced;
-}
-
 cudaError_t launch_conv_update(const ConvUpdateParams& params, ElemType act, ElemType state,
                                cudaStream_t stream) {
-  const bool act_bf16 = act == ElemType::kBF16, st_bf16 = state == ElemType::kBF16;
-  if (act_bf16) {
-    return st_bf16 ? launch_conv_update_typed<bf16, bf16>(params, stream)
-                   : launch_conv_update_typed<bf16, float>(params, stream);
-  }
-  return st_bf16 ? launch_conv_update_typed<float, bf16>(params, stream)
-                 : launch_conv_update_typed<float, float>(params, stream);
+  return dispatch_act_state(act, state, [&](auto a, auto s) {
+    return launch_conv_update_typed<decltype(a), decltype(s)>(params, stream);
+  });
 }
 
 }  // namespace specstate::kernels

@@ -166,9 +166,6 @@ __global__ void __launch_bounds__(kConvThreads)
   }
 }
 
-// SPECSTATE_CONV_LOOP=0/1 forces the verify mode (measurements); -1 when unset.
-int conv_loop_override();
-
 template <typename Act, typename St>
 cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.tokens <= 0) return cudaSuccess;
@@ -176,8 +173,7 @@ cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t str
   // Advance must loop (the committed window is updated in place after the last token). Verify
   // loops from 64 rows on: measured on H200 (Qwen3-Next, T = 2/4/8), the token loop is 1.2-1.5x
   // faster at B = 128 and 1.1-1.2x slower at B = 32 than one token per thread.
-  const int forced = conv_loop_override();
-  const bool loop = p.advance || (forced >= 0 ? forced == 1 : p.rows >= 64);
+  const bool loop = p.advance || p.rows >= 64;
   const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
   switch (p.width) {
     case 2:

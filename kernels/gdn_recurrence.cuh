@@ -262,16 +262,12 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
-// SPECSTATE_GDN_ITEMS=1/2 forces rows per CTA (measurements); 0 when unset.
-int gdn_items_override();
-
 template <typename Act, typename St, int K>
 cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   // Two rows per CTA from 16 rows on when the window is short (the state read is then a large
   // share of the traffic and its latency is exposed once per CTA). Measured on H200, Qwen3-Next,
   // B=128: T=2 74% -> 80% of copy BW; T=4/8 87% -> 85-86% (hence one row per CTA there).
-  const int forced = gdn_items_override();
-  const bool two = forced > 0 ? forced == 2 : p.rows >= 16 && p.tokens <= 3;
+  const bool two = p.rows >= 16 && p.tokens <= 3;
   return two ? launch_gdn_shape<Act, St, K, 8, 2>(p, stream)
              : launch_gdn_shape<Act, St, K, 8, 1>(p, stream);
 }
