@@ -2,7 +2,12 @@
 // opened, so the accessors only look up names and convert bytes.
 #include "specstate/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -20,6 +25,34 @@ using json = nlohmann::json;
 // The reference implementation refuses headers above 100 MB; so do we (a corrupt length field
 // would otherwise make us try to parse the whole file as JSON).
 constexpr uint64_t kMaxHeaderBytes = 100u * 1000u * 1000u;
+// A header is an object of objects of arrays (depth 3); anything nested deeper than this is
+// hostile. nlohmann's parser is iterative, but dump() and comparisons recurse, so 100k levels
+// would overflow the stack: the depth is checked on the raw bytes before parsing.
+constexpr int kMaxJsonDepth = 64;
+
+// The byte offset at which [begin, end) first nests arrays/objects deeper than `limit` (brackets
+// inside strings do not count), or -1.
+int64_t json_depth_exceeded(const uint8_t* begin, const uint8_t* end, int limit) noexcept {
+  int depth = 0;
+  bool in_string = false;
+  for (const uint8_t* p = begin; p < end; ++p) {
+    const uint8_t c = *p;
+    if (in_string) {
+      if (c == '\\') {
+        ++p;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return p - begin;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return -1;
+}
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw Error(Status::kInvalidArgument, "safetensors '" + path + "': " + what);
@@ -130,16 +163,45 @@ std::string SafetensorsTensorInfo::describe() const {
 // --- SafetensorsFile ------------------------------------------------------------------------
 
 SafetensorsFile::SafetensorsFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open the file");
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0) fail(path, "cannot determine the file size");
-  in.seekg(0, std::ios::beg);
-  bytes_.resize(static_cast<std::size_t>(size));
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes_.data()), size)) {
-    fail(path, "read error after " + std::to_string(in.gcount()) + " of " + std::to_string(size) +
-                   " bytes");
+  // Regular files only. A directory "opens" as a stream whose size reads as 2^63-1, and a FIFO
+  // blocks open(2) until a writer appears: opened without blocking, then fstat decides.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(path, std::string("cannot open the file: ") + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    fail(path, std::string("cannot stat the file: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) {
+    fail(path, std::string("is not a regular file (") +
+                   (S_ISDIR(st.st_mode)    ? "a directory"
+                    : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                           : "a device or socket") +
+                   ")");
+  }
+  // A regular file never blocks, so O_NONBLOCK is harmless for the reads below.
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > static_cast<uint64_t>(std::numeric_limits<std::ptrdiff_t>::max())) {
+    fail(path, "size " + std::to_string(size) + " bytes does not fit in memory");
+  }
+  try {
+    bytes_.resize(static_cast<std::size_t>(size));
+  } catch (const std::bad_alloc&) {
+    fail(path, "cannot allocate " + std::to_string(size) + " bytes to read it");
+  }
+  std::size_t done = 0;
+  while (done < bytes_.size()) {
+    const ssize_t got = ::read(fd, bytes_.data() + done, bytes_.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      fail(path, "read error after " + std::to_string(done) + " of " + std::to_string(size) +
+                     " bytes" +
+                     (got < 0 ? std::string(": ") + std::strerror(errno)
+                              : std::string(" (file shrank?)")));
+    }
+    done += static_cast<std::size_t>(got);
   }
   parse(path);
 }
@@ -174,6 +236,12 @@ void SafetensorsFile::parse(const std::string& label) {
   data_start_ = static_cast<int64_t>(8 + header_len);
   const int64_t data_size = static_cast<int64_t>(file_size) - data_start_;
 
+  const int64_t too_deep =
+      json_depth_exceeded(bytes_.data() + 8, bytes_.data() + data_start_, kMaxJsonDepth);
+  if (too_deep >= 0) {
+    fail(path_, "header nests JSON deeper than the limit of " + std::to_string(kMaxJsonDepth) +
+                    " levels (at header byte " + std::to_string(too_deep) + ")");
+  }
   json header;
   try {
     header = json::parse(bytes_.begin() + 8, bytes_.begin() + data_start_);

@@ -1,5 +1,6 @@
 #include "specstate/tensor_view.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "specstate/status.h"
@@ -50,15 +51,21 @@ TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<in
   return view;
 }
 
+namespace {
+// ndim as far as shape/stride can be read: a hand-filled view may hold any ndim, and even the
+// message that rejects it must not read past the arrays.
+int readable_dims(int ndim) noexcept { return ndim < 0 ? 0 : std::min(ndim, TensorView::kMaxDims); }
+}  // namespace
+
 int64_t TensorView::numel() const noexcept {
   int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  for (int i = 0; i < readable_dims(ndim); ++i) n *= shape[i];
   return n;
 }
 
 bool TensorView::is_contiguous() const noexcept {
   int64_t expected = 1;
-  for (int i = ndim - 1; i >= 0; --i) {
+  for (int i = readable_dims(ndim) - 1; i >= 0; --i) {
     if (shape[i] != 1 && stride[i] != expected) return false;
     expected *= shape[i];
   }
@@ -67,11 +74,14 @@ bool TensorView::is_contiguous() const noexcept {
 
 std::string TensorView::describe() const {
   std::ostringstream out;
+  const int dims = readable_dims(ndim);
   out << dtype_name(dtype) << "[";
-  for (int i = 0; i < ndim; ++i) out << (i ? ", " : "") << shape[i];
+  for (int i = 0; i < dims; ++i) out << (i ? ", " : "") << shape[i];
   out << "] strides [";
-  for (int i = 0; i < ndim; ++i) out << (i ? ", " : "") << stride[i];
-  out << "] " << (device == Device::kCuda ? "cuda" : "cpu");
+  for (int i = 0; i < dims; ++i) out << (i ? ", " : "") << stride[i];
+  out << "] ";
+  if (dims != ndim) out << "(ndim = " << ndim << " outside [0, " << kMaxDims << "]) ";
+  out << (device == Device::kCuda ? "cuda" : "cpu");
   if (data == nullptr) out << " (null)";
   return out.str();
 }

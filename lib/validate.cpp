@@ -23,6 +23,14 @@ void check_view(const TensorView& view, const ViewSpec& spec) {
     fail(Status::kInvalidArgument, spec.function,
          name + " is empty (null data), expected " + shape_string(spec.shape));
   }
+  // Checked before anything reads shape[]/stride[] (describe() included): a hand-filled view may
+  // claim any ndim, and only kMaxDims entries exist.
+  if (view.ndim < 0 || view.ndim > TensorView::kMaxDims) {
+    fail(Status::kInvalidArgument, spec.function,
+         name + " has ndim = " + std::to_string(view.ndim) + ", outside [0, " +
+             std::to_string(TensorView::kMaxDims) + "] (expected shape " +
+             shape_string(spec.shape) + ")");
+  }
   if (view.ndim != static_cast<int>(spec.shape.size())) {
     fail(Status::kInvalidArgument, spec.function,
          name + " has " + std::to_string(view.ndim) + " dims (" + view.describe() +

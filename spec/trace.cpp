@@ -228,6 +228,55 @@ TraceRecord parse_record(const Json& j, const Where& where) {
   return rec;
 }
 
+// The byte offset at which `text` first nests arrays/objects deeper than `limit` (brackets inside
+// strings do not count), or -1. Checked before parsing: nlohmann's dump() and comparisons recurse,
+// so a deeply nested value would overflow the stack after a successful parse.
+int64_t json_depth_exceeded(const std::string& text, int limit) noexcept {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return static_cast<int64_t>(i);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return -1;
+}
+
+// std::getline with a bound: reads up to '\n' (dropped) or the end of the input. Returns false at
+// the end of the input with nothing read; sets `too_long` (and stops reading) past `max_bytes`.
+bool read_line(std::istream& in, std::string& line, int64_t max_bytes, bool& too_long) {
+  line.clear();
+  too_long = false;
+  std::streambuf* buf = in.rdbuf();
+  if (buf == nullptr || !in.good()) return false;
+  bool any = false;
+  for (;;) {
+    const int c = buf->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      in.setstate(std::ios::eofbit);
+      return any;
+    }
+    any = true;
+    if (c == '\n') return true;
+    if (static_cast<int64_t>(line.size()) >= max_bytes) {
+      too_long = true;
+      return true;
+    }
+    line.push_back(static_cast<char>(c));
+  }
+}
+
 std::string strip_prefix(const std::string& message) {
   // nlohmann messages start with "[json.exception.parse_error.101] "; the rest says where.
   const auto pos = message.find("] ");
@@ -326,11 +375,27 @@ Trace parse_trace(std::istream& in, const std::string& source) {
   bool have_header = false;
   std::string line;
   int64_t line_no = 0;
-  while (std::getline(in, line)) {
+  bool too_long = false;
+  while (read_line(in, line, kMaxTraceLineBytes, too_long)) {
     ++line_no;
     const Where where{source + ":" + std::to_string(line_no) + ": "};
+    if (too_long) {
+      where.fail("line is longer than the limit of " + std::to_string(kMaxTraceLineBytes) +
+                 " bytes (not a trace?)");
+    }
+    if (line_no > kMaxTraceLines) {
+      where.fail("more than " + std::to_string(kMaxTraceLines) + " lines (the limit)");
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
+    const int64_t too_deep = json_depth_exceeded(line, kMaxTraceJsonDepth);
+    if (too_deep >= 0) {
+      where.fail("JSON nests deeper than the limit of " + std::to_string(kMaxTraceJsonDepth) +
+                 " levels (at column " + std::to_string(too_deep + 1) + ")");
+    }
+    if (have_header && static_cast<int64_t>(trace.records.size()) >= kMaxTraceRecords) {
+      where.fail("more than " + std::to_string(kMaxTraceRecords) + " records (the limit)");
+    }
     Json j;
     try {
       j = Json::parse(line);
@@ -365,6 +430,11 @@ Trace read_trace(const std::string& path) {
 void validate_trace(const Trace& trace) {
   RoundTracker tracker;
   tracker.declare(trace.requests, Where{"spec::validate_trace: "});
+  if (json_depth_exceeded(trace.meta_json, kMaxTraceJsonDepth) >= 0) {
+    throw Error(Status::kInvalidArgument,
+                "spec::validate_trace: meta_json nests JSON deeper than the limit of " +
+                    std::to_string(kMaxTraceJsonDepth) + " levels");
+  }
   Json meta;
   try {
     meta = Json::parse(trace.meta_json);

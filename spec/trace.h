@@ -15,6 +15,14 @@ namespace specstate::spec {
 constexpr int kTraceFormatVersion = 1;
 // Largest window a trace may describe (a sanity bound on the input, not a pool limit).
 constexpr int kMaxTraceWindow = 1024;
+// Bounds on what the reader accepts, so that hostile input (/dev/zero, a line of 100k nested
+// brackets, an endless file) fails with a message naming the line instead of exhausting memory
+// or the stack. A line holds one record (a 1024-node tree is about 10 KB) or the header (the
+// request ids: 16 MiB is about two million of them).
+constexpr int64_t kMaxTraceLineBytes = int64_t{16} << 20;
+constexpr int64_t kMaxTraceRecords = int64_t{1} << 23;    // 8,388,608 records
+constexpr int64_t kMaxTraceLines = 2 * kMaxTraceRecords;  // blank lines included
+constexpr int kMaxTraceJsonDepth = 16;                    // a record nests 2 levels
 
 // One round of one request.
 struct TraceRecord {

@@ -327,6 +327,32 @@ void expect_shape(const TensorStore& store, const std::string& name, const Shape
   }
 }
 
+// params_json is a flat object of scalars; anything nested deeper is hostile (nlohmann's dump()
+// and operator!= recurse, so 100k levels would overflow the stack). Checked on the raw text.
+constexpr int kMaxParamsJsonDepth = 16;
+
+int64_t json_depth_exceeded(const std::string& text, int limit) noexcept {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return static_cast<int64_t>(i);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return -1;
+}
+
 // The params_json of the case's parts (they must agree).
 json case_params(const GoldenCase& golden) {
   json params;
@@ -334,6 +360,12 @@ json case_params(const GoldenCase& golden) {
   for (const auto& file : golden.store.files()) {
     const std::string text = file->metadata_value("params_json");
     if (text.empty()) continue;
+    const int64_t too_deep = json_depth_exceeded(text, kMaxParamsJsonDepth);
+    if (too_deep >= 0) {
+      bad_case("'" + file->path() + "': params_json nests JSON deeper than the limit of " +
+               std::to_string(kMaxParamsJsonDepth) + " levels (at byte " +
+               std::to_string(too_deep) + ")");
+    }
     json parsed;
     try {
       parsed = json::parse(text);
@@ -402,7 +434,17 @@ void check_param(const json& params, const char* key, int64_t value, const std::
   }
 }
 
-int dim(const Shape& shape, std::size_t i) { return static_cast<int>(shape[i]); }
+// A size read from a tensor's shape: every size of a case is at least 1 (a K, V or HV of 0 would
+// divide by zero below) and fits in int.
+int dim(const Shape& shape, std::size_t i, const char* what, const std::string& tensor) {
+  const int64_t d = shape[i];
+  if (d < 1 || d > std::numeric_limits<int>::max()) {
+    bad_case(std::string(what) + " = " + std::to_string(d) + " (dim " + std::to_string(i) + " of " +
+             tensor + " " + shape_string(shape) + ") must be in [1, " +
+             std::to_string(std::numeric_limits<int>::max()) + "]");
+  }
+  return static_cast<int>(d);
+}
 
 CaseSpec read_spec(const GoldenCase& golden, const json& params) {
   const TensorStore& store = golden.store;
@@ -413,26 +455,26 @@ CaseSpec read_spec(const GoldenCase& golden, const json& params) {
   if (spec.L == 0) bad_case("no tensor 'mixed_qkv.l0': not a GDN golden case");
   const Shape x = shape_in(store, "mixed_qkv.l0");
   if (x.size() != 3) bad_case("mixed_qkv.l0 has shape " + shape_string(x) + ", expected [R, T, D]");
-  spec.R = dim(x, 0);
-  spec.T = dim(x, 1);
-  spec.D = dim(x, 2);
+  spec.R = dim(x, 0, "R", "mixed_qkv.l0");
+  spec.T = dim(x, 1, "T", "mixed_qkv.l0");
+  spec.D = dim(x, 2, "conv_dim", "mixed_qkv.l0");
   const Shape cw = shape_in(store, "conv_weight.l0");
   if (cw.size() != 2 || cw[0] != spec.D || cw[1] < 2) {
     bad_case("conv_weight.l0 has shape " + shape_string(cw) + ", expected [" +
              std::to_string(spec.D) + ", W] with W >= 2");
   }
-  spec.W = dim(cw, 1);
+  spec.W = dim(cw, 1, "W", "conv_weight.l0");
   const Shape a = shape_in(store, "a.l0");
   if (a.size() != 3) bad_case("a.l0 has shape " + shape_string(a) + ", expected [R, T, HV]");
-  spec.HV = dim(a, 2);
+  spec.HV = dim(a, 2, "HV", "a.l0");
   const Shape ssm = shape_in(store, "ssm_state_init.l0");
   if (ssm.size() != 4 || ssm[1] != spec.HV) {
     bad_case("ssm_state_init.l0 has shape " + shape_string(ssm) + ", expected [S, " +
              std::to_string(spec.HV) + ", V, K]");
   }
-  spec.S = dim(ssm, 0);
-  spec.V = dim(ssm, 2);
-  spec.K = dim(ssm, 3);
+  spec.S = dim(ssm, 0, "S", "ssm_state_init.l0");
+  spec.V = dim(ssm, 2, "V", "ssm_state_init.l0");
+  spec.K = dim(ssm, 3, "K", "ssm_state_init.l0");
   const int64_t qk = int64_t{spec.D} - int64_t{spec.HV} * spec.V;
   if (qk <= 0 || qk % (2 * spec.K) != 0) {
     bad_case("conv_dim " + std::to_string(spec.D) +
@@ -518,8 +560,26 @@ CaseSpec read_spec(const GoldenCase& golden, const json& params) {
   const auto tree = params.find("tree");
   spec.tree = !chain || (tree != params.end() && tree->is_boolean() && tree->get<bool>());
 
-  if (store.contains("accept_len")) spec.accept_len = store.to_int32("accept_len");
-  if (store.contains("last_step")) spec.last_step = store.to_int32("last_step");
+  // Every index is range-checked before any arithmetic on it (accept_len - 1 of INT32_MIN
+  // overflows) and before it indexes anything.
+  const auto check_range = [&](const std::vector<int32_t>& values, const char* name, int32_t lo,
+                               int32_t hi) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (values[i] < lo || values[i] > hi) {
+        bad_case(std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string(values[i]) +
+                 " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      }
+    }
+  };
+  check_range(spec.parents, "parents", -1, spec.T - 1);
+  if (store.contains("accept_len")) {
+    spec.accept_len = store.to_int32("accept_len");
+    check_range(spec.accept_len, "accept_len", 0, spec.T);
+  }
+  if (store.contains("last_step")) {
+    spec.last_step = store.to_int32("last_step");
+    check_range(spec.last_step, "last_step", -1, spec.T - 1);
+  }
   if (spec.last_step.empty()) {
     if (spec.tree) bad_case("a tree case needs 'last_step' (the accepted node of each row)");
     if (spec.accept_len.empty()) bad_case("the case has neither 'accept_len' nor 'last_step'");

@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -160,6 +162,9 @@ struct InputSet {
   void *qkv_pool = nullptr, *a_pool = nullptr, *b_pool = nullptr;
 };
 
+// The most requests one simulation holds (--requests, or the requests a --trace declares).
+constexpr int kMaxRequests = 4096;
+
 std::vector<int32_t> parse_parents(const std::string& text) {
   std::vector<int32_t> parents;
   std::stringstream in(text);
@@ -186,6 +191,11 @@ spec::Trace make_trace(const SimulateOptions& o, std::string& source) {
     if (trace.records.empty()) {
       throw CLI::ValidationError("--trace", o.trace_path + " has no record");
     }
+    if (trace.requests.size() > static_cast<std::size_t>(kMaxRequests)) {
+      throw CLI::ValidationError(
+          "--trace", o.trace_path + " declares " + std::to_string(trace.requests.size()) +
+                         " requests, more than the limit of " + std::to_string(kMaxRequests));
+    }
     return trace;
   }
   spec::TraceShape shape;
@@ -193,8 +203,14 @@ spec::Trace make_trace(const SimulateOptions& o, std::string& source) {
   shape.rounds = o.rounds;
   shape.seed = o.seed;
   if (!o.tree.empty()) {
+    const std::vector<int32_t> parents = parse_parents(o.tree);
+    if (parents.size() > static_cast<std::size_t>(spec::kMaxTraceWindow)) {
+      throw CLI::ValidationError("--tree", "--tree has " + std::to_string(parents.size()) +
+                                               " nodes, more than the limit of " +
+                                               std::to_string(spec::kMaxTraceWindow));
+    }
     try {
-      shape.window = spec::Window::from_parents(parse_parents(o.tree));
+      shape.window = spec::Window::from_parents(parents);
     } catch (const Error& e) {
       throw CLI::ValidationError("--tree", e.what());
     }
@@ -209,7 +225,9 @@ spec::Trace make_trace(const SimulateOptions& o, std::string& source) {
       try {
         std::size_t used = 0;
         weights.push_back(std::stod(item, &used));
-        if (used != item.size()) throw std::invalid_argument(item);
+        if (used != item.size() || !std::isfinite(weights.back())) {
+          throw std::invalid_argument(item);
+        }
       } catch (const std::exception&) {
         throw CLI::ValidationError("--histogram", "\"" + o.histogram +
                                                       "\" is not a comma-separated list of "
@@ -233,6 +251,10 @@ spec::Trace make_trace(const SimulateOptions& o, std::string& source) {
     return spec::generate_fixed(shape, o.fixed);
   }
   source = "geometric";
+  if (!(o.accept_rate >= 0.0 && o.accept_rate <= 1.0)) {  // NaN fails both comparisons
+    throw CLI::ValidationError("--accept-rate", "--accept-rate " + std::to_string(o.accept_rate) +
+                                                    " must be a number in [0, 1]");
+  }
   return spec::generate_geometric(shape, o.accept_rate);
 }
 
@@ -739,6 +761,60 @@ std::string render_svg(const Json& r) {
   return s.str();
 }
 
+namespace {
+
+// CLI11's Range passes NaN (every comparison with it is false): reject non-finite numbers first.
+CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v)) {
+          return "'" + text + "' is not a finite number";
+        }
+        return "";
+      },
+      "FINITE");
+}
+
+// An integer in [0, 2^64 - 1] in decimal digits: CLI11 would turn -1, 2^64 and 1e23 into
+// 2^64 - 1 without a word.
+CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 20 &&
+                            std::all_of(text.begin(), text.end(),
+                                        [](unsigned char c) { return c >= '0' && c <= '9'; });
+        if (!digits || (text.size() == 20 && text > "18446744073709551615")) {
+          return "'" + text + "' is not an integer in [0, 18446744073709551615]";
+        }
+        return "";
+      },
+      "UINT64");
+}
+
+// Writes `text` to `path`, checking the open, every write and the close (/dev/full accepts the
+// open and fails the flush). Throws specstate::Error naming the option and the file.
+void write_file_checked(const std::string& path, const std::string& text, const char* option) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    throw CLI::ValidationError(option,
+                               std::string("cannot write ") + path + ": " + std::strerror(errno));
+  }
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int write_errno = errno;
+  const bool flushed = std::fflush(f) == 0;
+  const int flush_errno = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!wrote || !flushed || !closed) {
+    const int e = !wrote ? write_errno : !flushed ? flush_errno : errno;
+    throw Error(Status::kInvalidArgument,
+                std::string(option) + ": writing " + path + " failed: " + std::strerror(e));
+  }
+}
+
+}  // namespace
+
 void add_simulate_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<SimulateOptions>();
   auto quiet = std::make_shared<bool>(false);
@@ -749,7 +825,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
                                 "Replay this acceptance trace (JSON Lines, docs/traces.md)")
                     ->check(CLI::ExistingFile);
   auto* requests = cmd->add_option("--requests", o->requests, "Requests (generated trace)")
-                       ->check(CLI::Range(1, 4096))
+                       ->check(CLI::Range(1, kMaxRequests))
                        ->capture_default_str();
   auto* rounds = cmd->add_option("--rounds", o->rounds, "Rounds (generated trace)")
                      ->check(CLI::Range(1, 1000000))
@@ -761,6 +837,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
       "--tree", o->tree, "Tree window as parents, e.g. --tree=-1,0,0,1 (instead of --window)");
   auto* rate = cmd->add_option("--accept-rate", o->accept_rate,
                                "Per-draft acceptance probability alpha (geometric generator)")
+                   ->check(finite_number())
                    ->check(CLI::Range(0.0, 1.0))
                    ->capture_default_str();
   auto* fixed = cmd->add_option("--fixed", o->fixed, "Every round accepts exactly this many tokens")
@@ -774,6 +851,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the generator and the synthetic weights")
+      ->check(unsigned_64())
       ->capture_default_str();
   cmd->add_flag("--check", o->check,
                 "Also replay the accepted tokens through prefill on a CPU pool and compare the "
@@ -794,9 +872,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
     const Json report = run_simulation(*o, tty ? &std::cerr : nullptr);
     print_summary(report, std::cout);
     if (!o->out.empty()) {
-      std::ofstream json_out(o->out);
-      if (!json_out) throw CLI::ValidationError("--out", "cannot write " + o->out);
-      json_out << report.dump(2) << "\n";
+      write_file_checked(o->out, report.dump(2) + "\n", "--out");
       std::string svg_path = o->out;
       const auto dot = svg_path.rfind('.');
       const auto slash = svg_path.rfind('/');
@@ -804,9 +880,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
         svg_path.resize(dot);
       }
       svg_path += ".svg";
-      std::ofstream svg(svg_path);
-      if (!svg) throw CLI::ValidationError("--out", "cannot write " + svg_path);
-      svg << render_svg(report);
+      write_file_checked(svg_path, render_svg(report), "--out");
       std::cout << "  report: " << o->out << ", plots: " << svg_path << "\n";
     }
     exit_code =

@@ -1,0 +1,215 @@
+// Hostile input to the command line and the golden loader (issue 8, defects 3, 4, 6, 8): a case
+// file, a path or an option is hostile input like any other. Each test failed on the old code
+// (SIGFPE, a UBSan overflow, a blocked open, a stack overflow, exit 0 or exit 1 where the option
+// deserved exit 2).
+//
+// Built only with the CLI (SPECSTATE_CLI_PATH is defined then).
+#if defined(SPECSTATE_CLI_PATH)
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/golden_case.h"
+#include "common/cli_run.h"
+#include "specstate/specstate.h"
+
+namespace specstate::cli {
+namespace {
+
+bool contains(const std::string& text, const std::string& fragment) {
+  return text.find(fragment) != std::string::npos;
+}
+
+test::CliRun run_cli(const std::string& args) {
+  return test::run_command(SPECSTATE_CLI_PATH, args);
+}
+
+SafetensorsFile::NewTensor f32_tensor(const std::string& name, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  SafetensorsFile::NewTensor t;
+  t.name = name;
+  t.dtype = SafetensorsDType::kF32;
+  t.shape = std::move(shape);
+  t.bytes.assign(static_cast<std::size_t>(n) * 4, 0);
+  return t;
+}
+
+SafetensorsFile::NewTensor i32_tensor(const std::string& name, const std::vector<int32_t>& v) {
+  SafetensorsFile::NewTensor t;
+  t.name = name;
+  t.dtype = SafetensorsDType::kI32;
+  t.shape = {static_cast<int64_t>(v.size())};
+  t.bytes.resize(v.size() * 4);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(v[i]);
+    for (int b = 0; b < 4; ++b) t.bytes[4 * i + b] = static_cast<uint8_t>(u >> (8 * b));
+  }
+  return t;
+}
+
+// A minimal GDN case R=1, T=2, HV=1, V=1, W=2, S=1 with key dim K (K = 0 is the hostile one).
+GoldenReport run_tiny_case(int K, const std::vector<int32_t>& accept_len,
+                           const std::map<std::string, std::string>& metadata = {}) {
+  const int64_t R = 1, T = 2, HV = 1, V = 1, W = 2, S = 1, H = 1;
+  const int64_t D = K == 0 ? 3 : 2 * H * K + HV * V;
+  std::vector<SafetensorsFile::NewTensor> tensors = {
+      f32_tensor("mixed_qkv.l0", {R, T, D}),
+      f32_tensor("a.l0", {R, T, HV}),
+      f32_tensor("b.l0", {R, T, HV}),
+      f32_tensor("conv_weight.l0", {D, W}),
+      f32_tensor("A_log.l0", {HV}),
+      f32_tensor("dt_bias.l0", {HV}),
+      f32_tensor("conv_state_init.l0", {S, D, W - 1}),
+      f32_tensor("ssm_state_init.l0", {S, HV, V, K}),
+      i32_tensor("cache_indices", {0}),
+      i32_tensor("accept_len", accept_len)};
+  std::vector<SafetensorsFile> parts;
+  parts.push_back(SafetensorsFile::from_bytes(SafetensorsFile::serialize(tensors, metadata),
+                                              "tiny.safetensors"));
+  return run_golden_case(make_golden_case(std::move(parts)), GoldenOptions{});
+}
+
+// --- defect 4 ---------------------------------------------------------------------------------
+
+TEST(HostileGolden, ZeroKeyDimIsACaseErrorNotSigfpe) {
+  const GoldenReport report = run_tiny_case(0, {1});
+  EXPECT_EQ(report.outcome, GoldenOutcome::kError);
+  EXPECT_TRUE(contains(report.message, "K = 0")) << report.message;
+  EXPECT_TRUE(contains(report.message, "ssm_state_init.l0")) << report.message;
+}
+
+TEST(HostileGolden, AcceptLenOutOfRangeIsRejectedBeforeArithmetic) {
+  for (int32_t bad :
+       {std::numeric_limits<int32_t>::min(), -1, 3, std::numeric_limits<int32_t>::max()}) {
+    const GoldenReport report = run_tiny_case(1, {bad});
+    EXPECT_EQ(report.outcome, GoldenOutcome::kError) << bad;
+    EXPECT_TRUE(
+        contains(report.message, "accept_len[0] = " + std::to_string(bad) + " outside [0, 2]"))
+        << report.message;
+  }
+  // The same case with a valid accept_len runs (it is all zeros, so it need not pass; it must
+  // not be a case error).
+  const GoldenReport ok = run_tiny_case(1, {2});
+  EXPECT_NE(ok.outcome, GoldenOutcome::kError) << ok.message;
+}
+
+// --- defect 3 ---------------------------------------------------------------------------------
+
+TEST(HostileGolden, DeeplyNestedParamsJsonIsRejected) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const GoldenReport report = run_tiny_case(1, {1}, {{"params_json", "{\"x\": " + deep + "}"}});
+  EXPECT_EQ(report.outcome, GoldenOutcome::kError);
+  EXPECT_TRUE(contains(report.message, "params_json nests JSON deeper than the limit of 16"))
+      << report.message;
+}
+
+// --- defect 6 ---------------------------------------------------------------------------------
+
+TEST(HostileGolden, FifoDoesNotBlockCheckGolden) {
+  std::string dir = ::testing::TempDir() + "specstate_fifo_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string fifo = dir + "/x.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {  // unblocks the old code after 5 s so the suite cannot hang
+    for (int i = 0; i < 100 && !done; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const GoldenInputs inputs = load_golden_inputs({fifo});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  done = true;
+  writer.join();
+  EXPECT_LT(seconds, 2.0);
+  ASSERT_EQ(inputs.errors.size(), 1u);
+  EXPECT_TRUE(contains(inputs.errors[0].message, "not a regular file (a FIFO)"))
+      << inputs.errors[0].message;
+  ::unlink(fifo.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// --- defect 8 ---------------------------------------------------------------------------------
+
+TEST(HostileCli, OutToDevFullFails) {
+  const test::CliRun run = run_cli("simulate --model tiny --rounds 2 --quiet --out /dev/full");
+  EXPECT_EQ(run.code, 1) << run.output;
+  EXPECT_TRUE(contains(run.output, "--out: writing /dev/full failed")) << run.output;
+  EXPECT_FALSE(contains(run.output, "report: /dev/full")) << run.output;
+}
+
+TEST(HostileCli, NonFiniteAcceptRateIsAUsageError) {
+  for (const char* value : {"nan", "NaN", "inf", "-inf", "1.5", "-0.1"}) {
+    const test::CliRun run =
+        run_cli(std::string("simulate --model tiny --rounds 2 --accept-rate ") + value);
+    EXPECT_EQ(run.code, 2) << value << "\n" << run.output;
+    EXPECT_TRUE(contains(run.output, "--accept-rate")) << run.output;
+  }
+}
+
+TEST(HostileCli, HistogramWithNanIsAUsageError) {
+  const test::CliRun run = run_cli("simulate --model tiny --rounds 2 --histogram 0.5,nan");
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_TRUE(contains(run.output, "--histogram")) << run.output;
+}
+
+TEST(HostileCli, TreeOfMoreThan1024NodesIsAUsageError) {
+  std::string parents = "-1";
+  for (int t = 1; t < 1025; ++t) parents += "," + std::to_string(t - 1);
+  const test::CliRun run = run_cli("simulate --model tiny --rounds 1 --tree=" + parents);
+  EXPECT_EQ(run.code, 2) << run.output.substr(0, 2000);
+  EXPECT_TRUE(contains(run.output, "--tree has 1025 nodes, more than the limit of 1024"))
+      << run.output.substr(0, 2000);
+}
+
+TEST(HostileCli, SeedOutsideUint64IsRejected) {
+  for (const char* value :
+       {"-1", "18446744073709551616", "1e23", "99999999999999999999", "0x10", "1.5", "+3"}) {
+    const test::CliRun run =
+        run_cli(std::string("simulate --model tiny --rounds 1 --seed ") + value);
+    EXPECT_EQ(run.code, 2) << value << "\n" << run.output;
+    EXPECT_TRUE(contains(run.output, "--seed")) << value << "\n" << run.output;
+  }
+  const test::CliRun max =
+      run_cli("simulate --model tiny --rounds 1 --quiet --seed 18446744073709551615");
+  EXPECT_EQ(max.code, 0) << max.output;
+}
+
+TEST(HostileCli, TraceDeclaringTooManyRequestsIsAUsageError) {
+  std::string dir = ::testing::TempDir() + "specstate_req_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string path = dir + "/t.jsonl";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::string ids;
+    for (int r = 0; r < 5000; ++r) ids += (r ? "," : "") + std::to_string(r);
+    std::fprintf(f, "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [%s]}\n",
+                 ids.c_str());
+    std::fprintf(f, "{\"request\": 0, \"round\": 0, \"window\": 2, \"accepted\": 1}\n");
+    std::fclose(f);
+  }
+  const test::CliRun run = run_cli("simulate --model tiny --trace " + path);
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_TRUE(contains(run.output, "declares 5000 requests, more than the limit of 4096"))
+      << run.output;
+  ::unlink(path.c_str());
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace
+}  // namespace specstate::cli
+
+#endif  // SPECSTATE_CLI_PATH

@@ -1,0 +1,238 @@
+// Hostile input to the library's readers and validators (issue 8, defects 1, 3, 6, 7): each must
+// fail with a specstate::Error that names the input and the limit, never crash, overflow the
+// stack, read out of bounds, block or grow memory without bound. Every test here failed (crashed
+// under ASan, hung, or threw the wrong thing) on the code before the fix.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "spec/trace.h"
+#include "specstate/specstate.h"
+
+namespace specstate {
+namespace {
+
+bool contains(const std::string& text, const std::string& fragment) {
+  return text.find(fragment) != std::string::npos;
+}
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no specstate::Error thrown)";
+}
+
+std::string temp_dir() {
+  std::string dir = ::testing::TempDir() + "specstate_hostile_XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) return ::testing::TempDir();
+  return dir;
+}
+
+// --- defect 1: a TensorView with ndim outside [0, 6] -----------------------------------------
+
+GdnConfig tiny_config() {
+  GdnConfig g;
+  g.num_k_heads = 1;
+  g.num_v_heads = 1;
+  g.head_k_dim = 4;
+  g.head_v_dim = 4;
+  g.conv_width = 2;
+  g.act_dtype = g.conv_state_dtype = DType::kF32;
+  return g;
+}
+
+TEST(HostileTensorView, DescribeNeverReadsPastTheArrays) {
+  TensorView v;
+  std::vector<float> data(4, 1.0f);
+  v.data = data.data();
+  v.ndim = 1000;
+  v.shape[0] = 4;
+  v.stride[0] = 1;
+  const std::string text = v.describe();
+  EXPECT_TRUE(contains(text, "ndim = 1000")) << text;
+  EXPECT_TRUE(contains(text, "f32[4, 0, 0, 0, 0, 0]")) << text;
+  v.ndim = -7;
+  EXPECT_TRUE(contains(v.describe(), "ndim = -7")) << v.describe();
+  EXPECT_EQ(v.numel(), 1);  // no dims readable: the empty product
+}
+
+TEST(HostileTensorView, PoolRejectsNdimOutsideZeroToSixAndChangesNothing) {
+  const GdnConfig g = tiny_config();
+  PoolOptions o;
+  StatePool pool(ModelConfig::gated_delta_net(1, g), o);
+  const SlotHandle h = pool.acquire();
+  const int D = g.conv_dim();
+  std::vector<float> w(static_cast<std::size_t>(D) * 2, 0.25f), alog(1, 0.1f), dtb(1, 0.2f);
+  std::vector<float> qkv(D, 0.5f), a(1, 0.3f), b(1, 0.4f), conv_out(D), core_out(4);
+  GdnWeights weights{TensorView::contiguous(w.data(), DType::kF32, {D, 2}),
+                     {},
+                     TensorView::contiguous(alog.data(), DType::kF32, {1}),
+                     TensorView::contiguous(dtb.data(), DType::kF32, {1})};
+  GdnInputs in{TensorView::contiguous(qkv.data(), DType::kF32, {1, D}),
+               TensorView::contiguous(a.data(), DType::kF32, {1, 1}),
+               TensorView::contiguous(b.data(), DType::kF32, {1, 1})};
+  GdnOutputs out{TensorView::contiguous(conv_out.data(), DType::kF32, {1, D}),
+                 TensorView::contiguous(core_out.data(), DType::kF32, {1, 1, 4})};
+  for (int ndim : {7, 1000, std::numeric_limits<int>::max(), -1, std::numeric_limits<int>::min()}) {
+    GdnInputs bad = in;
+    bad.mixed_qkv.ndim = ndim;
+    const std::string message = error_of([&] { pool.prefill(0, h, weights, bad, out); });
+    // A negative ndim may already be refused as "0 tokens" by the caller of check_view; either
+    // way the call is rejected naming the view, and nothing reads past shape[]/stride[].
+    EXPECT_TRUE(contains(message, "mixed_qkv")) << message;
+    if (ndim > 0) {
+      EXPECT_TRUE(contains(message, "mixed_qkv has ndim = " + std::to_string(ndim))) << message;
+      EXPECT_TRUE(contains(message, "outside [0, 6]")) << message;
+    }
+  }
+  // Nothing was written: the slot is still zero, and a valid prefill still works.
+  const TensorView ssm = pool.ssm_state(0);
+  const float* s = static_cast<const float*>(ssm.data);
+  for (int64_t i = 0; i < ssm.numel(); ++i) ASSERT_EQ(s[i], 0.0f) << i;
+  pool.prefill(0, h, weights, in, out);
+  double norm = 0;
+  for (int64_t i = 0; i < ssm.numel(); ++i) norm += double(s[i]) * s[i];
+  EXPECT_GT(norm, 0.0);
+}
+
+// --- defect 3: deeply nested JSON ------------------------------------------------------------
+
+std::vector<uint8_t> safetensors_with_header(const std::string& header) {
+  std::vector<uint8_t> bytes(8 + header.size());
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::copy(header.begin(), header.end(), bytes.begin() + 8);
+  return bytes;
+}
+
+TEST(HostileSafetensors, DeeplyNestedHeaderIsRejectedNamingTheLimit) {
+  // 100k levels inside a tensor's "shape" (the reader dump()s the shape into its message) and as
+  // the metadata value: both used to overflow the stack.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& header :
+       {R"({"t": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 0]}})",
+        R"({"__metadata__": {"k": )" + deep + "}}", deep}) {
+    const std::string message = error_of(
+        [&] { SafetensorsFile::from_bytes(safetensors_with_header(header), "deep.safetensors"); });
+    EXPECT_TRUE(contains(message, "deep.safetensors")) << message;
+    EXPECT_TRUE(contains(message, "deeper than the limit of 64 levels")) << message;
+  }
+  // Brackets inside strings do not count, and a normal header still reads.
+  const std::string in_string = R"({"__metadata__": {"k": ")" + std::string(1000, '[') + R"("}})";
+  const SafetensorsFile ok =
+      SafetensorsFile::from_bytes(safetensors_with_header(in_string), "ok.safetensors");
+  EXPECT_EQ(ok.metadata_value("k").size(), 1000u);
+}
+
+TEST(HostileTrace, DeeplyNestedLineIsRejectedNamingTheLine) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::istringstream in(
+      "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n"
+      "{\"request\": 0, \"round\": 0, \"window\": 2, \"accepted\": " +
+      deep + "}\n");
+  const std::string message = error_of([&] { spec::parse_trace(in, "deep.jsonl"); });
+  EXPECT_TRUE(contains(message, "deep.jsonl:2: JSON nests deeper than the limit of 16")) << message;
+  // In the header too (its "meta" is dump()ed).
+  std::istringstream header(
+      "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0], "
+      "\"meta\": {\"x\": " +
+      deep + "}}\n");
+  const std::string m2 = error_of([&] { spec::parse_trace(header, "deep.jsonl"); });
+  EXPECT_TRUE(contains(m2, "deep.jsonl:1: JSON nests deeper")) << m2;
+  spec::Trace trace;
+  trace.requests = {0};
+  trace.meta_json = "{\"x\": " + deep + "}";
+  const std::string m3 = error_of([&] { spec::validate_trace(trace); });
+  EXPECT_TRUE(contains(m3, "meta_json nests JSON deeper")) << m3;
+}
+
+// --- defect 6: directories and FIFOs are not safetensors files --------------------------------
+
+TEST(HostileSafetensors, DirectoryIsRejectedWithAnError) {
+  const std::string dir = temp_dir();
+  std::string message;
+  try {
+    SafetensorsFile file(dir);
+    message = "(opened)";
+  } catch (const Error& e) {
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = std::string("wrong exception type: ") + e.what();  // std::bad_alloc before
+  }
+  EXPECT_TRUE(contains(message, "is not a regular file (a directory)")) << message;
+  EXPECT_TRUE(contains(message, dir)) << message;
+  ::rmdir(dir.c_str());
+}
+
+TEST(HostileSafetensors, FifoIsRejectedWithoutBlocking) {
+  const std::string dir = temp_dir();
+  const std::string fifo = dir + "/case.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Before the fix the open blocked until a writer came; this writer arrives after 5 s so that
+  // the old code fails the timing check instead of hanging the suite.
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int i = 0; i < 100 && !done; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = error_of([&] { SafetensorsFile file(fifo); });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  done = true;
+  writer.join();
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_TRUE(contains(message, "is not a regular file (a FIFO)")) << message;
+  ::unlink(fifo.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// --- defect 7: unbounded trace input ---------------------------------------------------------
+
+TEST(HostileTrace, DevZeroFailsAtTheLineLengthLimit) {
+  // /dev/zero never ends a line: before the fix getline grew one string without bound.
+  const std::string message = error_of([] { spec::read_trace("/dev/zero"); });
+  EXPECT_TRUE(contains(message, "/dev/zero:1: line is longer than the limit of " +
+                                    std::to_string(spec::kMaxTraceLineBytes) + " bytes"))
+      << message;
+}
+
+TEST(HostileTrace, LongLineFailsNamingItsNumber) {
+  std::string text = "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n\n";
+  text += std::string(static_cast<std::size_t>(spec::kMaxTraceLineBytes) + 10, ' ');
+  text += "\n";
+  std::istringstream in(text);
+  const std::string message = error_of([&] { spec::parse_trace(in, "long.jsonl"); });
+  EXPECT_TRUE(contains(message, "long.jsonl:3: line is longer than the limit")) << message;
+  // A line at the limit is fine (blank, so skipped).
+  std::istringstream at_limit(
+      "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n" +
+      std::string(static_cast<std::size_t>(spec::kMaxTraceLineBytes), ' ') + "\n");
+  EXPECT_EQ(spec::parse_trace(at_limit, "ok.jsonl").records.size(), 0u);
+}
+
+TEST(HostileTrace, LimitsAreStated) {
+  // The record bound is what stops an endless well-formed trace; its value is the documented one.
+  EXPECT_EQ(spec::kMaxTraceRecords, int64_t{1} << 23);
+  EXPECT_EQ(spec::kMaxTraceLines, 2 * spec::kMaxTraceRecords);
+  EXPECT_EQ(spec::kMaxTraceLineBytes, int64_t{16} << 20);
+}
+
+}  // namespace
+}  // namespace specstate
