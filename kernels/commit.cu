@@ -75,6 +75,62 @@ __global__ void __launch_bounds__(kCommitThreads)
   }
 }
 
+// Same checks as commit_kernel; returns the last accepted window index (-1 = keep) or flags.
+__device__ int commit_step(CommitMode mode, int value, int window, int32_t* error) {
+  if (mode == CommitMode::kAcceptedLength) {
+    if (value > window) {
+      *error = kCommitErrorLengthAboveWindow;
+    } else if (value < 0) {
+      *error = kCommitErrorLengthNegative;
+    } else {
+      return value - 1;
+    }
+    return -1;
+  }
+  if (value < -1 || value >= window) {
+    *error = kCommitErrorNodeOutOfRange;
+    return -1;
+  }
+  return value;
+}
+
+// One thread per row.
+__global__ void commit_pending_kernel(const __grid_constant__ CommitPendingParams p) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= p.rows) return;
+  const int slot = p.slots[row];
+  if (slot < 0) return;
+  int32_t error = 0;
+  const int last = commit_step(p.mode, p.accepted[row * p.accepted_stride], p.window, &error);
+  if (error != 0) atomicOr(p.error_flag, error);
+  const int32_t* parents = p.parents ? p.parents + int64_t{row} * p.window : nullptr;
+  int n = 0;
+  for (int t = last; t >= 0; t = parents ? parents[t] : t - 1) ++n;
+  int i = n;
+  for (int t = last; t >= 0; t = parents ? parents[t] : t - 1) {
+    p.path[slot * p.path_stride_slot + --i] = t;
+  }
+  for (int l = 0; l < p.layers; ++l) p.pending[int64_t{l} * p.num_slots + slot] = n;
+}
+
+struct ClearParams {
+  int32_t* pending = nullptr;
+  int num_slots = 0;
+  int layer_begin = 0;
+  int layer_end = 0;
+  int n = 0;
+  int32_t slots[kUploadChunk] = {};
+};
+
+__global__ void clear_pending_kernel(const __grid_constant__ ClearParams p) {
+  for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
+    if (p.slots[i] < 0) continue;
+    for (int l = p.layer_begin; l < p.layer_end; ++l) {
+      p.pending[int64_t{l} * p.num_slots + p.slots[i]] = 0;
+    }
+  }
+}
+
 struct UploadParams {
   int32_t* dst = nullptr;
   int n = 0;
@@ -109,6 +165,29 @@ cudaError_t launch_commit(const CommitParams& p, cudaStream_t stream) {
                    aligned16_host(p.conv) && aligned16_host(p.ssm) && aligned16_host(p.snap_conv) &&
                    aligned16_host(p.snap_ssm);
   return vec ? launch_commit_unit<uint4>(p, stream) : launch_commit_unit<uint16_t>(p, stream);
+}
+
+cudaError_t launch_commit_pending(const CommitPendingParams& p, cudaStream_t stream) {
+  if (p.rows <= 0) return cudaSuccess;
+  commit_pending_kernel<<<(p.rows + 127) / 128, 128, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_clear_pending(int32_t* pending, int num_slots, int layer_begin, int layer_end,
+                                 const int32_t* slots, int n, cudaStream_t stream) {
+  for (int begin = 0; begin < n; begin += kUploadChunk) {
+    ClearParams p;
+    p.pending = pending;
+    p.num_slots = num_slots;
+    p.layer_begin = layer_begin;
+    p.layer_end = layer_end;
+    p.n = std::min(kUploadChunk, n - begin);
+    std::copy(slots + begin, slots + begin + p.n, p.slots);
+    clear_pending_kernel<<<1, 256, 0, stream>>>(p);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t launch_upload_i32(int32_t* dst, const int32_t* values, int n, cudaStream_t stream) {

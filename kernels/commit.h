@@ -52,6 +52,32 @@ struct CommitParams {
 // clears it with cudaMemsetAsync in the same stream, so the pair is capturable).
 cudaError_t launch_commit(const CommitParams& params, cudaStream_t stream);
 
+// Replay commit (DESIGN.md section 6): per row, the accepted steps root..last become the slot's
+// pending steps in every layer: path[slot][0..n) = their window indices, pending[l][slot] = n.
+// No state moves. Values are read and checked as by launch_commit (a flagged row records n = 0,
+// i.e. keeps its state).
+struct CommitPendingParams {
+  int layers = 0;
+  int rows = 0;
+  int window = 0;     // T of the round
+  int num_slots = 0;  // pending is [layers][num_slots]
+  CommitMode mode = CommitMode::kAcceptedLength;
+  int64_t accepted_stride = 1;
+  int64_t path_stride_slot = 0;
+  const int32_t* __restrict__ slots = nullptr;     // [rows] device, -1 = padding
+  const int32_t* __restrict__ accepted = nullptr;  // [rows] device, raw values
+  const int32_t* __restrict__ parents = nullptr;   // [rows, window] device (tree); null: chain
+  int32_t* __restrict__ pending = nullptr;         // [layers, num_slots]
+  int32_t* __restrict__ path = nullptr;            // [num_slots, path_stride_slot]
+  int32_t* __restrict__ error_flag = nullptr;      // device int32, OR-ed error bits
+};
+cudaError_t launch_commit_pending(const CommitPendingParams& params, cudaStream_t stream);
+
+// pending[l][slot] = 0 for l in [layer_begin, layer_end) and every slot of `slots` (host values,
+// carried in the launch parameters).
+cudaError_t launch_clear_pending(int32_t* pending, int num_slots, int layer_begin, int layer_end,
+                                 const int32_t* slots, int n, cudaStream_t stream);
+
 // Writes `n` int32 values to device memory `dst` with kernels that carry the values in their
 // parameters: no host memory is read at execution time, so the upload is capturable and needs
 // no pinned staging buffer.

@@ -1,6 +1,7 @@
 // Kernel of launch_conv_update (see conv_update.h). DESIGN.md section 3, causal conv1d update:
 //   win = [s_0 .. s_{W-2}, x_t];  y_t = silu(bias + sum_j w[j] win[j]);  s <- win[1:]
-// In a tree the window of token t is the last W inputs of (committed history, ancestors of t, t).
+// In a tree the window of token t is the last W inputs of (start history, ancestors of t, t), the
+// start history being the committed window after any replayed steps (DESIGN.md section 6).
 #pragma once
 
 #include "common.cuh"
@@ -11,6 +12,33 @@ namespace specstate::kernels {
 inline constexpr int kConvChannels = 8;  // channels per thread (16-byte bf16 vectors)
 inline constexpr int kConvThreads = 64;
 
+// The extra per-token inputs of a record (GDN: a | b), column j of [extra_count * extra_cols]:
+// the replayed steps' values go to replay_extra (for the recurrence kernel), the window's values
+// into the records. One thread owns column j of its row for every token, so the pending values
+// are read before the same thread overwrites them.
+template <typename Act>
+__device__ void copy_extra_column(const ConvUpdateParams& p, int row, int r, int slot, int j) {
+  const int which = j / p.extra_cols, col = j % p.extra_cols;
+  Act* rec = static_cast<Act*>(p.records) + slot * p.record_stride_slot + p.conv_dim + j;
+  if (p.pending != nullptr) {
+    const int n = p.pending[slot];
+    Act* dst = static_cast<Act*>(p.replay_extra) + row * p.replay_extra_stride_row + j;
+    for (int i = 0; i < n; ++i) {
+      const int t = p.path[slot * p.path_stride_slot + i];
+      dst[i * p.replay_extra_stride_t] = rec[t * p.record_stride_t];
+    }
+  }
+  if (p.write_records) {
+    const Act* src = static_cast<const Act*>(p.extra[which]);
+    const int64_t row_token0 = int64_t{row} * p.tokens;
+    for (int t = 0; t < p.tokens; ++t) {
+      rec[t * p.record_stride_t] =
+          src[(row_token0 + t) * p.extra_stride_token[which] + col * p.extra_stride_c[which]];
+    }
+  }
+  (void)r;
+}
+
 template <typename Act, typename St, int W>
 __global__ void __launch_bounds__(kConvThreads)
     conv_update_kernel(const __grid_constant__ ConvUpdateParams p, bool token_loop) {
@@ -20,10 +48,19 @@ __global__ void __launch_bounds__(kConvThreads)
   // start its conv-independent prologue now; it waits for this grid before reading conv_out.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int groups = (p.conv_dim + C - 1) / C;
+  const bool has_records = p.records != nullptr;
+  const int extra_threads = has_records ? p.extra_count * p.extra_cols : 0;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
-  if (g >= groups) return;
   const int r = blockIdx.y;
   const int row = p.row_begin + r;
+  if (g >= groups) {
+    // Threads past the channels copy the extra record columns (once per row: z = 0).
+    const int j = g - groups;
+    if (j >= extra_threads || blockIdx.z != 0) return;
+    const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
+    if (slot >= 0) copy_extra_column<Act>(p, row, r, slot, j);
+    return;
+  }
   const int c0 = g * C;
   const int nc = min(C, p.conv_dim - c0);
   const bool full = nc == C;
@@ -76,6 +113,61 @@ __global__ void __launch_bounds__(kConvThreads)
     for (int i = 0; i < C * H; ++i) s[i] = i < nc * H ? to_float<St>(st[i]) : 0.0f;
   }
 
+  Act* rec =
+      has_records ? static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0 : nullptr;
+  if (p.pending != nullptr) {
+    // Replay (token_loop): the slot's pending steps, in order, from the committed window. Their
+    // conv outputs feed the recurrence's replay; the window then starts from the result.
+    const int n = p.pending[slot];
+    for (int i = 0; i < n; ++i) {
+      const int t = p.path[slot * p.path_stride_slot + i];
+      float xin[C];
+      const Act* xp = rec + t * p.record_stride_t;
+      if (full && aligned16(xp)) {
+        load_n<Act, C>(xp, xin, true);
+      } else {
+#pragma unroll
+        for (int k = 0; k < C; ++k) xin[k] = k < nc ? to_float<Act>(xp[k]) : 0.0f;
+      }
+      float y[C];
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+        float acc = bias[k];
+#pragma unroll
+        for (int j = 0; j < H; ++j) acc += w[k][j] * s[k * H + j];
+        acc += w[k][H] * xin[k];
+        y[k] = silu(acc);
+      }
+      Act* op = static_cast<Act*>(p.replay_out) + row * p.replay_out_stride_row +
+                i * p.replay_out_stride_t + c0;
+      if (full && aligned16(op)) {
+        store_n<Act, C>(op, y, true);
+      } else {
+#pragma unroll
+        for (int k = 0; k < C; ++k) {
+          if (k < nc) op[k] = from_float<Act>(y[k]);
+        }
+      }
+      // Shift: the input joins the window in the conv state dtype, as a committed window holds it.
+#pragma unroll
+      for (int k = 0; k < C; ++k) {
+#pragma unroll
+        for (int j = 0; j + 1 < H; ++j) s[k * H + j] = s[k * H + j + 1];
+        s[k * H + H - 1] = round_to<St>(xin[k]);
+      }
+    }
+    if (n > 0 && (p.store_replayed || (p.store_final && p.tokens == 0))) {
+      if (full) {
+        store_n<St, C * H>(st, s, aligned16(st));
+      } else {
+#pragma unroll
+        for (int i = 0; i < C * H; ++i) {
+          if (i < nc * H) st[i] = from_float<St>(s[i]);
+        }
+      }
+    }
+  }
+
   const Act* x = static_cast<const Act*>(p.x);
   const bool x_vec = full && p.x_stride_c == 1;
   const bool out_vec = full && p.out_stride_c == 1;
@@ -122,6 +214,18 @@ __global__ void __launch_bounds__(kConvThreads)
         }
       }
     }
+    if (rec != nullptr && p.write_records) {
+      // The token's own input (exact in the act dtype) is its record.
+      Act* rp = rec + t * p.record_stride_t;
+      if (full && aligned16(rp)) {
+        store_n<Act, C>(rp, win[W - 1], true);
+      } else {
+#pragma unroll
+        for (int i = 0; i < C; ++i) {
+          if (i < nc) rp[i] = from_float<Act>(win[W - 1][i]);
+        }
+      }
+    }
     float y[C];
 #pragma unroll
     for (int i = 0; i < C; ++i) {
@@ -147,10 +251,10 @@ __global__ void __launch_bounds__(kConvThreads)
       for (int j = 0; j < H; ++j) next[i * H + j] = win[j + 1][i];
     }
     St* dst = nullptr;
-    if (!p.advance) {
+    if (p.snap != nullptr) {
       dst = static_cast<St*>(p.snap) + row * p.snap_stride_row + t * p.snap_stride_t +
             int64_t{c0} * H;
-    } else if (t == p.tokens - 1) {
+    } else if (p.store_final && t == p.tokens - 1) {
       dst = st;  // every read of the committed window happened above (registers)
     }
     if (dst) {
@@ -168,13 +272,16 @@ __global__ void __launch_bounds__(kConvThreads)
 
 template <typename Act, typename St>
 cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t stream) {
-  if (p.rows <= 0 || p.tokens <= 0) return cudaSuccess;
+  if (p.rows <= 0 || p.tokens < 0) return cudaSuccess;
+  if (p.tokens == 0 && p.pending == nullptr) return cudaSuccess;
   const int groups = (p.conv_dim + kConvChannels - 1) / kConvChannels;
-  // Advance must loop (the committed window is updated in place after the last token). Verify
-  // loops from 64 rows on: measured on H200 (Qwen3-Next, T = 2/4/8), the token loop is 1.2-1.5x
-  // faster at B = 128 and 1.1-1.2x slower at B = 32 than one token per thread.
-  const bool loop = p.advance || p.rows >= 64;
-  const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
+  // A final store and a replay must loop (the committed window is read, then updated in place;
+  // the pending records are read before the same thread overwrites them). Otherwise loop from 64
+  // rows on: measured on H200 (Qwen3-Next, T = 2/4/8), the token loop is 1.2-1.5x faster at
+  // B = 128 and 1.1-1.2x slower at B = 32 than one token per thread.
+  const bool loop = p.store_final || p.pending != nullptr || p.tokens == 0 || p.rows >= 64;
+  const int extra = p.records != nullptr ? p.extra_count * p.extra_cols : 0;
+  const dim3 grid((groups + extra + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
   switch (p.width) {
     case 2:
       conv_update_kernel<Act, St, 2><<<grid, kConvThreads, 0, stream>>>(p, loop);

@@ -1,5 +1,15 @@
-// Causal conv1d update of a GDN layer's conv window (DESIGN.md section 3), verify and advance.
-// Host-safe launcher declaration; the kernel lives in conv_update.cuh.
+// Causal conv1d update of a layer's conv window (DESIGN.md section 3), shared by every layer kind
+// and every strategy. Host-safe launcher declaration; the kernel lives in conv_update.cuh.
+//
+// State I/O (chosen by the strategy, never a mode flag):
+//   start state      the committed window of the row's slot
+//   replay           pending != null: first re-run the slot's pending steps from its records
+//                    (their conv outputs -> replay_out, their extra columns -> replay_extra)
+//   store_replayed   write the committed window after the replayed steps
+//   per-token stores snap != null: the window after every token into row-indexed snapshots
+//   final store      store_final: the window after the last token into the committed window
+//   records          records != null && write_records: each token's inputs (x and the extra
+//                    columns) into the slot's record at the token's window index
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,41 +25,60 @@ namespace specstate::kernels {
 inline constexpr int kConvInlineRows = 256;
 
 struct ConvUpdateParams {
-  int rows = 0;          // rows of this launch
-  int tokens = 0;        // tokens per row: T (verify), n (prefill), 1 (decode)
-  int conv_dim = 0;      // channels
-  int width = 0;         // W: taps; the state keeps W-1 columns
-  int row_begin = 0;     // first row of this launch (token i of row r at r * tokens + i)
-  bool advance = false;  // true: advance the committed window in place; false: verify
+  int rows = 0;       // rows of this launch
+  int tokens = 0;     // tokens per row: T (verify), n (prefill), 1 (decode), 0 (materialize)
+  int conv_dim = 0;   // channels
+  int width = 0;      // W: taps; the state keeps W-1 columns
+  int row_begin = 0;  // first row of this launch (token i of row r at r * tokens + i)
   bool has_bias = false;
+  bool store_replayed = false;
+  bool store_final = false;
+  bool write_records = false;
+  int extra_cols = 0;   // columns of each extra per-token input (GDN: a and b, HV each)
+  int extra_count = 0;  // 0..2 extra inputs carried in the records after x
   ElemType weight_dtype = ElemType::kF32;
   ElemType bias_dtype = ElemType::kF32;
 
-  int64_t x_stride_token = 0;  // mixed_qkv
+  int64_t x_stride_token = 0;  // x (mixed_qkv / xBC)
   int64_t x_stride_c = 1;
   int64_t out_stride_token = 0;  // conv_out
   int64_t out_stride_c = 1;
   int64_t weight_stride_c = 0;
   int64_t weight_stride_tap = 1;
   int64_t bias_stride = 1;
+  int64_t extra_stride_token[2] = {0, 0};
+  int64_t extra_stride_c[2] = {1, 1};
   int64_t state_stride_slot = 0;  // committed window: [slots][conv_dim][W-1], contiguous per slot
   int64_t snap_stride_row = 0;    // snapshot windows: [rows][T][conv_dim][W-1]
   int64_t snap_stride_t = 0;
+  int64_t record_stride_slot = 0;  // records [slots][T_max][conv_dim + extra_count * extra_cols]
+  int64_t record_stride_t = 0;
+  int64_t path_stride_slot = 0;       // path [slots][T_max]
+  int64_t replay_out_stride_row = 0;  // replay_out [rows][T_max][conv_dim]
+  int64_t replay_out_stride_t = 0;
+  int64_t replay_extra_stride_row = 0;  // replay_extra [rows][T_max][extra_count * extra_cols]
+  int64_t replay_extra_stride_t = 0;
 
-  const void* __restrict__ x = nullptr;           // [rows * tokens, conv_dim] act dtype
-  void* __restrict__ out = nullptr;               // [rows * tokens, conv_dim] act dtype
-  const void* __restrict__ weight = nullptr;      // [conv_dim, W] weight_dtype
-  const void* __restrict__ bias = nullptr;        // [conv_dim] bias_dtype, or null
-  void* __restrict__ state = nullptr;             // [slots, conv_dim, W-1] state dtype
-  void* __restrict__ snap = nullptr;              // [rows, T, conv_dim, W-1] state dtype (verify)
+  const void* __restrict__ x = nullptr;                    // [rows * tokens, conv_dim] act dtype
+  void* __restrict__ out = nullptr;                        // [rows * tokens, conv_dim] act dtype
+  const void* __restrict__ weight = nullptr;               // [conv_dim, W] weight_dtype
+  const void* __restrict__ bias = nullptr;                 // [conv_dim] bias_dtype, or null
+  const void* __restrict__ extra[2] = {nullptr, nullptr};  // [rows * tokens, extra_cols] act
+  void* __restrict__ state = nullptr;                      // [slots, conv_dim, W-1] state dtype
+  void* __restrict__ snap = nullptr;              // [rows, T, conv_dim, W-1] state dtype, or null
+  void* __restrict__ records = nullptr;           // [slots, T_max, record] act dtype (replay)
+  const int32_t* __restrict__ pending = nullptr;  // [slots] this layer's pending steps, or null
+  const int32_t* __restrict__ path = nullptr;     // [slots, T_max] window index of each step
+  void* __restrict__ replay_out = nullptr;        // [rows, T_max, conv_dim] act dtype
+  void* __restrict__ replay_extra = nullptr;      // [rows, T_max, extra cols] act dtype
   const int32_t* __restrict__ slots = nullptr;    // [rows] device; null: slot_inline
   const int32_t* __restrict__ parents = nullptr;  // [rows, T] device (tree); null: chain
   int32_t slot_inline[kConvInlineRows] = {};      // [rows] advance: slots by value, -1 = skip
 };
 
-// Verify: per (row, token) the window is the token's ancestor path over the committed window;
-// writes conv_out and the snapshot window of every token; never writes the committed window.
-// Advance: token loop per row from the committed window; writes conv_out and the final window.
+// Per (row, token) the window is the token's ancestor path over the start window (the committed
+// window after any replayed steps); writes conv_out, and stores what the params ask for. Replay
+// and final stores need one thread to walk all tokens of its channels (the launcher picks it).
 // Supports W in 2..4; returns cudaErrorInvalidValue otherwise.
 cudaError_t launch_conv_update(const ConvUpdateParams& params, ElemType act, ElemType state,
                                cudaStream_t stream);

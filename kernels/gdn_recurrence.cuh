@@ -19,11 +19,141 @@
 namespace specstate::kernels {
 
 inline constexpr int kGdnThreads = 128;
-inline constexpr int kGdnChunk = 8;  // tokens staged in shared memory at a time
 
 template <int LANES>
 __host__ __device__ constexpr int gdn_rows_per_cta() {
   return kGdnThreads / LANES;
+}
+
+// Shared-memory staging of a chunk of tokens: normalised q~ and k^, the gates, k^.q~ and this
+// CTA's v rows.
+template <int K, int kRows>
+struct GdnChunk {
+  __align__(16) float q[kGdnChunk][K];
+  __align__(16) float k[kGdnChunk][K];
+  float eg[kGdnChunk];
+  float beta[kGdnChunk];
+  float kq[kGdnChunk];
+  float v[kGdnChunk][kRows];
+};
+
+// Where a chunk's token inputs come from: the window (the conv output and the caller's gates) or
+// the replayed steps (the conv kernel's replay buffers). Token i of the source at tok0 + i.
+template <typename Act>
+struct GdnSource {
+  const Act* qkv;
+  int64_t qkv_stride_token, qkv_stride_c;
+  const Act* a;
+  int64_t a_stride_token, a_stride_h;
+  const Act* b;
+  int64_t b_stride_token, b_stride_h;
+  int64_t tok0;
+};
+
+// Stages tokens [c0, c0 + n) of `src` for value head hv (key head h). Every thread of the CTA
+// calls it; it ends with __syncthreads().
+template <typename Act, int K, int kRows>
+__device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows>& c, const GdnSource<Act>& src,
+                                          const GdnRecurrenceParams& p, int h, int hv, int c0,
+                                          int n, float A, float dt_bias) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int V = p.head_v_dim;
+  // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
+  for (int i = tid; i < n * kRows; i += kGdnThreads) {
+    const int tt = i / kRows, vr = blockIdx.x * kRows + i % kRows;
+    c.v[tt][i % kRows] =
+        vr < V ? to_float<Act>(src.qkv[(src.tok0 + c0 + tt) * src.qkv_stride_token +
+                                       (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + vr) *
+                                           src.qkv_stride_c])
+               : 0.0f;
+  }
+  const int64_t q_off = int64_t{h} * K * src.qkv_stride_c;
+  const int64_t k_off = (int64_t{p.num_k_heads} + h) * K * src.qkv_stride_c;
+  // Warp w normalises q and k of tokens w, w+4, ...; lane 0 computes the gates.
+  for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
+    const int64_t tok = src.tok0 + c0 + tt;
+    const Act* base = src.qkv + tok * src.qkv_stride_token;
+    constexpr int KQ = K / 32;  // q/k elements per lane in the prologue
+    float qv[KQ], kv[KQ];
+    float sq = 0.f, sk = 0.f;
+#pragma unroll
+    for (int i = 0; i < KQ; ++i) {
+      qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * src.qkv_stride_c]);
+      kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * src.qkv_stride_c]);
+      sq += qv[i] * qv[i];
+      sk += kv[i] * kv[i];
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      sq += __shfl_xor_sync(0xffffffffu, sq, m);
+      sk += __shfl_xor_sync(0xffffffffu, sk, m);
+    }
+    const float qf = p.scale / sqrtf(sq + 1e-6f);
+    const float kf = 1.0f / sqrtf(sk + 1e-6f);
+    float kq = 0.f;
+#pragma unroll
+    for (int i = 0; i < KQ; ++i) {
+      const float qn = qv[i] * qf, kn = kv[i] * kf;
+      c.q[tt][i * 32 + lane] = qn;
+      c.k[tt][i * 32 + lane] = kn;
+      kq += qn * kn;
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) kq += __shfl_xor_sync(0xffffffffu, kq, m);
+    if (lane == 0) {
+      const float a = to_float<Act>(src.a[tok * src.a_stride_token + hv * src.a_stride_h]);
+      const float b = to_float<Act>(src.b[tok * src.b_stride_token + hv * src.b_stride_h]);
+      c.eg[tt] = expf(A * softplus(a + dt_bias));
+      c.beta[tt] = sigmoid(b);
+      c.kq[tt] = kq;
+    }
+  }
+  __syncthreads();
+}
+
+// One token step on this thread's slice of S (staged token tt); returns o for this V row.
+template <typename St, int K, int LANES, int kRows>
+__device__ __forceinline__ float gdn_step(float4 (&S)[K / (4 * LANES)], const GdnChunk<K, kRows>& c,
+                                          int tt, int kl, int vrow) {
+  constexpr int NK = K / (4 * LANES);
+  float4 kn[NK], qn[NK];
+  float sk = 0.f, sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
+    qn[i] = *reinterpret_cast<const float4*>(&c.q[tt][i * 4 * LANES + kl * 4]);
+    sk += S[i].x * kn[i].x + S[i].y * kn[i].y + S[i].z * kn[i].z + S[i].w * kn[i].w;
+    sq += S[i].x * qn[i].x + S[i].y * qn[i].y + S[i].z * qn[i].z + S[i].w * qn[i].w;
+  }
+#pragma unroll
+  for (int m = LANES / 2; m > 0; m >>= 1) {
+    sk += __shfl_xor_sync(0xffffffffu, sk, m);
+    sq += __shfl_xor_sync(0xffffffffu, sq, m);
+  }
+  const float eg = c.eg[tt];
+  const float u = c.beta[tt] * (c.v[tt][vrow] - eg * sk);
+  const float o = eg * sq + u * c.kq[tt];
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    S[i].x = round_to<St>(fmaf(u, kn[i].x, eg * S[i].x));
+    S[i].y = round_to<St>(fmaf(u, kn[i].y, eg * S[i].y));
+    S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
+    S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
+  }
+  return o;
+}
+
+template <typename St, int NK, int LANES>
+__device__ __forceinline__ void gdn_store_state(St* dst, const float4 (&S)[NK], int kl,
+                                                bool stream) {
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    if (stream) {
+      store4_stream<St>(dst + i * 4 * LANES + kl * 4, S[i]);
+    } else {
+      store4<St>(dst + i * 4 * LANES + kl * 4, S[i]);
+    }
+  }
 }
 
 // K: head_k_dim; LANES: lanes per V row. Snapshots are stored with an evict-first hint (written
@@ -40,20 +170,16 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   constexpr int NK = K / (4 * LANES);  // float4 per thread
   constexpr int kRowsPerWarp = 32 / LANES;
   static_assert(NK >= 1 && K % (4 * LANES) == 0, "K must be a multiple of 4 * LANES");
-  __shared__ __align__(16) float q_s[kGdnChunk][K];
-  __shared__ __align__(16) float k_s[kGdnChunk][K];
-  __shared__ float eg_s[kGdnChunk];
-  __shared__ float beta_s[kGdnChunk];
-  __shared__ float kq_s[kGdnChunk];
   constexpr int kRows = gdn_rows_per_cta<LANES>();
-  __shared__ float v_s[kGdnChunk][kRows];
+  __shared__ GdnChunk<K, kRows> chunk;
   __shared__ __align__(16) St next_state[kItems > 1 ? kRows * K : 4];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int kl = lane % LANES;
   const int V = p.head_v_dim;
-  const int v = blockIdx.x * gdn_rows_per_cta<LANES>() + warp * kRowsPerWarp + lane / LANES;
+  const int vrow = warp * kRowsPerWarp + lane / LANES;  // this thread's V row within the CTA
+  const int v = blockIdx.x * kRows + vrow;
   const bool v_ok = v < V;
   const int hv = blockIdx.y;
   const int h = hv / (p.num_v_heads / p.num_k_heads);
@@ -63,7 +189,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   const int slot0 = p.slots ? p.slots[p.row_begin + r0] : p.slot_inline[r0];
   const int slot1 =
       kItems > 1 && r1 < p.rows ? (p.slots ? p.slots[p.row_begin + r1] : p.slot_inline[r1]) : -1;
-  St* next_mine = next_state + (kItems > 1 ? (warp * kRowsPerWarp + lane / LANES) * K : 0);
+  St* next_mine = next_state + (kItems > 1 ? vrow * K : 0);
 
   float4 S[NK];
   if (slot0 >= 0) {
@@ -95,15 +221,14 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
 
   // Everything above reads only what the preceding conv kernel does not write (slots, the
   // committed state). With programmatic dependent launch it overlaps that kernel; the conv
-  // output (qkv) is read only after this wait for the preceding grid to complete.
+  // outputs (qkv, the replay buffers) are read only after this wait for the preceding grid.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 
-  const Act* qkv = static_cast<const Act*>(p.qkv);
   const float A = -expf(load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride));
   const float dt_bias = load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);
   Act* out = static_cast<Act*>(p.out);
-  const int64_t q_off = int64_t{h} * K * p.qkv_stride_c;
-  const int64_t k_off = (int64_t{p.num_k_heads} + h) * K * p.qkv_stride_c;
+  // A tree without snapshots recomputes a branch's start state from the row's start state.
+  const bool recompute = p.parents != nullptr && p.snap == nullptr;
 
 #pragma unroll 1
   for (int item = 0; item < kItems; ++item) {
@@ -111,7 +236,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     if (slot < 0) continue;  // padding row or none (uniform over the CTA)
     const int row = p.row_begin + (item == 0 ? r0 : r1);
     St* committed = static_cast<St*>(p.state) + slot * p.state_stride_slot + head_off;
-    St* snap_row = static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off;
+    St* snap_row = p.snap ? static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off : nullptr;
     if constexpr (kItems > 1) {
       if (item > 0) {
         asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's own elements
@@ -122,121 +247,93 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
         }
       }
     }
+
+    if (p.pending != nullptr) {
+      // Replay (DESIGN.md section 6): the slot's pending steps from the committed state, with the
+      // same step as the window; no outputs.
+      const int n = p.pending[slot];
+      const Act* rq = static_cast<const Act*>(p.replay_qkv) + row * p.replay_qkv_stride_row;
+      const Act* rg = static_cast<const Act*>(p.replay_gates) + row * p.replay_gates_stride_row;
+      const GdnSource<Act> src{rq,
+                               p.replay_qkv_stride_t,
+                               1,
+                               rg,
+                               p.replay_gates_stride_t,
+                               1,
+                               rg + p.num_v_heads,
+                               p.replay_gates_stride_t,
+                               1,
+                               0};
+      for (int c0 = 0; c0 < n; c0 += kGdnChunk) {
+        const int m = min(kGdnChunk, n - c0);
+        gdn_stage<Act, K, kRows>(chunk, src, p, h, hv, c0, m, A, dt_bias);
+        for (int tt = 0; tt < m; ++tt) gdn_step<St, K, LANES, kRows>(S, chunk, tt, kl, vrow);
+        __syncthreads();  // the next chunk overwrites the staged tokens
+      }
+      if (n > 0 && v_ok && (p.store_replayed || (p.store_final && p.tokens == 0))) {
+        gdn_store_state<St, NK, LANES>(committed, S, kl, false);
+      }
+    }
+
+    float4 S0[NK];
+    if (recompute) {
+#pragma unroll
+      for (int i = 0; i < NK; ++i) S0[i] = S[i];
+    }
     const int64_t row_token0 = int64_t{row} * p.tokens;
+    const GdnSource<Act> src{static_cast<const Act*>(p.qkv),
+                             p.qkv_stride_token,
+                             p.qkv_stride_c,
+                             static_cast<const Act*>(p.a),
+                             p.a_stride_token,
+                             p.a_stride_h,
+                             static_cast<const Act*>(p.b),
+                             p.b_stride_token,
+                             p.b_stride_h,
+                             row_token0};
     for (int c0 = 0; c0 < p.tokens; c0 += kGdnChunk) {
       const int n = min(kGdnChunk, p.tokens - c0);
-      // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
-      for (int i = tid; i < n * kRows; i += kGdnThreads) {
-        const int tt = i / kRows, vr = blockIdx.x * kRows + i % kRows;
-        v_s[tt][i % kRows] =
-            vr < V
-                ? to_float<Act>(
-                      qkv[(row_token0 + c0 + tt) * p.qkv_stride_token +
-                          (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + vr) * p.qkv_stride_c])
-                : 0.0f;
-      }
-      // Prologue: warp w normalises q and k of tokens w, w+4, ...; lane 0 computes the gates.
-      for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
-        const int64_t tok = row_token0 + c0 + tt;
-        const Act* base = qkv + tok * p.qkv_stride_token;
-        constexpr int KQ = K / 32;  // q/k elements per lane in the prologue
-        float qv[KQ], kv[KQ];
-        float sq = 0.f, sk = 0.f;
-#pragma unroll
-        for (int i = 0; i < KQ; ++i) {
-          qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * p.qkv_stride_c]);
-          kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * p.qkv_stride_c]);
-          sq += qv[i] * qv[i];
-          sk += kv[i] * kv[i];
-        }
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) {
-          sq += __shfl_xor_sync(0xffffffffu, sq, m);
-          sk += __shfl_xor_sync(0xffffffffu, sk, m);
-        }
-        const float qf = p.scale / sqrtf(sq + 1e-6f);
-        const float kf = 1.0f / sqrtf(sk + 1e-6f);
-        float kq = 0.f;
-#pragma unroll
-        for (int i = 0; i < KQ; ++i) {
-          const float qn = qv[i] * qf, kn = kv[i] * kf;
-          q_s[tt][i * 32 + lane] = qn;
-          k_s[tt][i * 32 + lane] = kn;
-          kq += qn * kn;
-        }
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) kq += __shfl_xor_sync(0xffffffffu, kq, m);
-        if (lane == 0) {
-          const float a = to_float<Act>(
-              static_cast<const Act*>(p.a)[tok * p.a_stride_token + hv * p.a_stride_h]);
-          const float b = to_float<Act>(
-              static_cast<const Act*>(p.b)[tok * p.b_stride_token + hv * p.b_stride_h]);
-          eg_s[tt] = expf(A * softplus(a + dt_bias));
-          beta_s[tt] = sigmoid(b);
-          kq_s[tt] = kq;
-        }
-      }
-      __syncthreads();
-
-#pragma unroll
-      for (int tt = 0; tt < kGdnChunk; ++tt) {
-        if (tt < n) {
-          const int t = c0 + tt;
-          if (p.parents != nullptr && t > 0) {
-            // Tree: start from the parent's saved state unless it is the previous token (whose
-            // state is in registers). The parent's snapshot was written by this thread.
-            const int parent = p.parents[row_token0 + t];
-            if (parent != t - 1) {
-              const St* src = snap_row + parent * p.snap_stride_t;
+      gdn_stage<Act, K, kRows>(chunk, src, p, h, hv, c0, n, A, dt_bias);
+      for (int tt = 0; tt < n; ++tt) {
+        const int t = c0 + tt;
+        if (p.parents != nullptr && t > 0) {
+          const int parent = p.parents[row_token0 + t];
+          if (parent != t - 1) {
+            if (!recompute) {
+              // The parent's snapshot was written by this thread.
+              const St* from = snap_row + parent * p.snap_stride_t;
 #pragma unroll
               for (int i = 0; i < NK; ++i) {
-                S[i] = v_ok ? load4<St>(src + i * 4 * LANES + kl * 4)
+                S[i] = v_ok ? load4<St>(from + i * 4 * LANES + kl * 4)
                             : make_float4(0.f, 0.f, 0.f, 0.f);
+              }
+            } else {
+              // The parent's state: the start state advanced along root..parent (all of them
+              // staged: the launcher requires tokens <= kGdnChunk here).
+              int path[kGdnChunk];
+              int depth = 0;
+              for (int a = parent; a >= 0; a = p.parents[row_token0 + a]) path[depth++] = a;
+#pragma unroll
+              for (int i = 0; i < NK; ++i) S[i] = S0[i];
+              for (int d = depth - 1; d >= 0; --d) {
+                gdn_step<St, K, LANES, kRows>(S, chunk, path[d], kl, vrow);
               }
             }
           }
-          float4 kn[NK], qn[NK];
-          float sk = 0.f, sq = 0.f;
-#pragma unroll
-          for (int i = 0; i < NK; ++i) {
-            kn[i] = *reinterpret_cast<const float4*>(&k_s[tt][i * 4 * LANES + kl * 4]);
-            qn[i] = *reinterpret_cast<const float4*>(&q_s[tt][i * 4 * LANES + kl * 4]);
-            sk += S[i].x * kn[i].x + S[i].y * kn[i].y + S[i].z * kn[i].z + S[i].w * kn[i].w;
-            sq += S[i].x * qn[i].x + S[i].y * qn[i].y + S[i].z * qn[i].z + S[i].w * qn[i].w;
-          }
-#pragma unroll
-          for (int m = LANES / 2; m > 0; m >>= 1) {
-            sk += __shfl_xor_sync(0xffffffffu, sk, m);
-            sq += __shfl_xor_sync(0xffffffffu, sq, m);
-          }
-          const float eg = eg_s[tt];
-          const float u = beta_s[tt] * (v_s[tt][warp * kRowsPerWarp + lane / LANES] - eg * sk);
-          const float o = eg * sq + u * kq_s[tt];
-#pragma unroll
-          for (int i = 0; i < NK; ++i) {
-            S[i].x = round_to<St>(fmaf(u, kn[i].x, eg * S[i].x));
-            S[i].y = round_to<St>(fmaf(u, kn[i].y, eg * S[i].y));
-            S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
-            S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
-          }
-          if (!p.advance && v_ok) {
-            St* dst = snap_row + t * p.snap_stride_t;
-#pragma unroll
-            for (int i = 0; i < NK; ++i) {
-              store4_stream<St>(dst + i * 4 * LANES + kl * 4, S[i]);
-            }
-          }
-          if (kl == 0 && v_ok) {
-            out[(row_token0 + t) * p.out_stride_token + hv * p.out_stride_h + v * p.out_stride_v] =
-                from_float<Act>(o);
-          }
+        }
+        const float o = gdn_step<St, K, LANES, kRows>(S, chunk, tt, kl, vrow);
+        if (snap_row != nullptr && v_ok) {
+          gdn_store_state<St, NK, LANES>(snap_row + t * p.snap_stride_t, S, kl, true);
+        }
+        if (kl == 0 && v_ok) {
+          out[(row_token0 + t) * p.out_stride_token + hv * p.out_stride_h + v * p.out_stride_v] =
+              from_float<Act>(o);
         }
       }
       __syncthreads();  // the next chunk's prologue overwrites the shared arrays
     }
-    if (p.advance && v_ok) {
-#pragma unroll
-      for (int i = 0; i < NK; ++i) store4<St>(committed + i * 4 * LANES + kl * 4, S[i]);
+    if (p.store_final && p.tokens > 0 && v_ok) {
+      gdn_store_state<St, NK, LANES>(committed, S, kl, false);
     }
   }
 }
@@ -274,7 +371,11 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
 
 template <typename Act, typename St>
 cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p, cudaStream_t stream) {
-  if (p.rows <= 0 || p.tokens <= 0) return cudaSuccess;
+  if (p.rows <= 0 || p.tokens < 0) return cudaSuccess;
+  if (p.tokens == 0 && p.pending == nullptr) return cudaSuccess;
+  if (p.parents != nullptr && p.snap == nullptr && p.tokens > kGdnChunk) {
+    return cudaErrorInvalidValue;
+  }
   // LANES = 8 everywhere: the 32-lane split (4x the CTAs at B = 1) was measured slower (every
   // CTA repeats the q/k prologue): B=1,T=4 10.1 us vs 7.3 us per layer.
   switch (p.head_k_dim) {

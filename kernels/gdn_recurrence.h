@@ -1,5 +1,17 @@
-// Gated DeltaNet recurrence (DESIGN.md section 3), verify (snapshots) and advance (in place).
-// Host-safe launcher declaration; the kernel lives in gdn_recurrence.cuh.
+// Gated DeltaNet recurrence (DESIGN.md section 3): the one GDN token step of the CUDA backend,
+// shared by decode, prefill, verify and every strategy. Host-safe launcher declaration; the
+// kernel lives in gdn_recurrence.cuh.
+//
+// State I/O (chosen by the strategy, never a mode flag):
+//   start state      the committed state of the row's slot
+//   replay           pending != null: first re-run the slot's pending steps (inputs: the conv
+//                    kernel's replay_qkv / replay_gates), no outputs
+//   store_replayed   write the committed state after the replayed steps
+//   per-token stores snap != null: the state after every token into row-indexed snapshots; a
+//                    tree token then starts from its parent's snapshot. Without snapshots a tree
+//                    token's start state is recomputed from the row's start state along its path
+//                    (tokens <= kGdnChunk).
+//   final store      store_final: the state after the last token into the committed state
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,15 +25,16 @@ namespace specstate::kernels {
 inline constexpr int kGdnInlineRows = 256;
 
 struct GdnRecurrenceParams {
-  int rows = 0;          // rows of this launch
-  int tokens = 0;        // tokens per row: T (verify), n (prefill), 1 (decode)
-  int num_k_heads = 0;   // H
-  int num_v_heads = 0;   // HV
-  int head_k_dim = 0;    // K (32, 64 or 128)
-  int head_v_dim = 0;    // V
-  int row_begin = 0;     // first row of this launch (token i of row r at r * tokens + i)
-  float scale = 1.0f;    // query scale
-  bool advance = false;  // true: advance the committed state in place; false: verify
+  int rows = 0;         // rows of this launch
+  int tokens = 0;       // tokens per row: T (verify), n (prefill), 1 (decode)
+  int num_k_heads = 0;  // H
+  int num_v_heads = 0;  // HV
+  int head_k_dim = 0;   // K (32, 64 or 128)
+  int head_v_dim = 0;   // V
+  int row_begin = 0;    // first row of this launch (token i of row r at r * tokens + i)
+  float scale = 1.0f;   // query scale
+  bool store_replayed = false;
+  bool store_final = false;
   ElemType a_log_dtype = ElemType::kF32;
   ElemType dt_bias_dtype = ElemType::kF32;
 
@@ -39,24 +52,31 @@ struct GdnRecurrenceParams {
   int64_t state_stride_slot = 0;  // committed state [slots][HV][V][K], contiguous per slot
   int64_t snap_stride_row = 0;    // snapshots [rows][T][HV][V][K]
   int64_t snap_stride_t = 0;
+  int64_t replay_qkv_stride_row = 0;  // replay_qkv [rows][T_max][conv_dim] (channel stride 1)
+  int64_t replay_qkv_stride_t = 0;
+  int64_t replay_gates_stride_row = 0;  // replay_gates [rows][T_max][a: HV | b: HV]
+  int64_t replay_gates_stride_t = 0;
 
-  const void* __restrict__ qkv = nullptr;         // [rows * tokens, conv_dim] act dtype
-  const void* __restrict__ a = nullptr;           // [rows * tokens, HV] act dtype
-  const void* __restrict__ b = nullptr;           // [rows * tokens, HV] act dtype
-  const void* __restrict__ A_log = nullptr;       // [HV] a_log_dtype
-  const void* __restrict__ dt_bias = nullptr;     // [HV] dt_bias_dtype
-  void* __restrict__ out = nullptr;               // [rows * tokens, HV, V] act dtype
-  void* __restrict__ state = nullptr;             // [slots, HV, V, K] state dtype
-  void* __restrict__ snap = nullptr;              // [rows, T, HV, V, K] state dtype (verify)
-  const int32_t* __restrict__ slots = nullptr;    // [rows] device; null: slot_inline
-  const int32_t* __restrict__ parents = nullptr;  // [rows, T] device (tree); null: chain
-  int32_t slot_inline[kGdnInlineRows] = {};       // [rows] advance: slots by value, -1 = skip
+  const void* __restrict__ qkv = nullptr;           // [rows * tokens, conv_dim] act dtype
+  const void* __restrict__ a = nullptr;             // [rows * tokens, HV] act dtype
+  const void* __restrict__ b = nullptr;             // [rows * tokens, HV] act dtype
+  const void* __restrict__ A_log = nullptr;         // [HV] a_log_dtype
+  const void* __restrict__ dt_bias = nullptr;       // [HV] dt_bias_dtype
+  void* __restrict__ out = nullptr;                 // [rows * tokens, HV, V] act dtype
+  void* __restrict__ state = nullptr;               // [slots, HV, V, K] state dtype
+  void* __restrict__ snap = nullptr;                // [rows, T, HV, V, K] state dtype, or null
+  const int32_t* __restrict__ pending = nullptr;    // [slots] this layer's pending steps, or null
+  const void* __restrict__ replay_qkv = nullptr;    // [rows, T_max, conv_dim] act dtype
+  const void* __restrict__ replay_gates = nullptr;  // [rows, T_max, 2 * HV] act dtype
+  const int32_t* __restrict__ slots = nullptr;      // [rows] device; null: slot_inline
+  const int32_t* __restrict__ parents = nullptr;    // [rows, T] device (tree); null: chain
+  int32_t slot_inline[kGdnInlineRows] = {};         // [rows] advance: slots by value, -1 = skip
 };
 
-// Verify: token t starts from the state after parent(t) (committed state for the root), writes
-// core_out and the state after every token into the snapshots; the committed state is only read.
-// Advance: token loop from the committed state, written back after the last token.
-// K must be 32, 64 or 128 (cudaErrorInvalidValue otherwise).
+// Token t starts from the state after parent(t) (the start state for the root) and writes
+// core_out; what is stored is what the params ask for. K must be 32, 64 or 128, and a tree
+// without snapshots at most kGdnChunk tokens (cudaErrorInvalidValue otherwise).
+inline constexpr int kGdnChunk = 16;  // tokens staged in shared memory at a time
 cudaError_t launch_gdn_recurrence(const GdnRecurrenceParams& params, ElemType act, ElemType state,
                                   cudaStream_t stream);
 

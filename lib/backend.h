@@ -1,13 +1,17 @@
-// Internal: what a backend (CPU oracle, CUDA) implements. lib/pool.cpp validates every call
-// once and hands the backend resolved, checked work descriptions; a backend never validates
-// user input again and never sees SlotHandles.
+// Internal: what a backend (CPU oracle, CUDA) implements. lib/pool.cpp validates every call once
+// and hands the backend resolved, checked work descriptions; a backend never validates user input
+// again, never sees SlotHandles and never switches on the strategy: the strategy object
+// (lib/strategy/) says what each layer call stores (StateIO) and which commit primitive runs.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "layout.h"
 #include "specstate/config.h"
 #include "specstate/gdn.h"
 #include "specstate/status.h"
@@ -15,39 +19,32 @@
 
 namespace specstate::detail {
 
-// The pool's memory, owned by the backend that allocated it. Layouts (DESIGN.md section 4):
-//   conv      [L, slots, conv_dim, W-1]            conv_state_dtype
-//   ssm       [L, slots, HV, V, K]                 ssm_state_dtype
-//   snap_conv [L, max_rows, max_window, conv_dim, W-1]
-//   snap_ssm  [L, max_rows, max_window, HV, V, K]
+// The pool's memory: the layout and one allocation per buffer it has (null when absent), owned
+// by the backend that allocated it.
 struct PoolStorage {
   ModelConfig config;
-  int num_slots = 0;
-  int max_rows = 0;
-  int max_window = 0;
-  void* conv = nullptr;
-  void* ssm = nullptr;
-  void* snap_conv = nullptr;
-  void* snap_ssm = nullptr;
+  Layout layout;
+  std::array<void*, static_cast<int>(Buf::kCount)> buffers{};
 
-  int64_t conv_elems() const noexcept { return config.conv_state_elems(); }  // one slot, layer
-  int64_t ssm_elems() const noexcept { return config.ssm_state_elems(); }
-  int64_t conv_layer_elems() const noexcept { return conv_elems() * num_slots; }
-  int64_t ssm_layer_elems() const noexcept { return ssm_elems() * num_slots; }
-  int64_t snap_conv_layer_elems() const noexcept { return conv_elems() * max_rows * max_window; }
-  int64_t snap_ssm_layer_elems() const noexcept { return ssm_elems() * max_rows * max_window; }
-  std::size_t conv_bytes() const noexcept {
-    return conv_layer_elems() * config.num_layers * dtype_size(config.conv_state_dtype());
+  void* base(Buf b) const noexcept { return buffers[static_cast<int>(b)]; }
+  char* bytes(Buf b, int64_t offset) const noexcept { return static_cast<char*>(base(b)) + offset; }
+  char* conv(int layer, int slot) const noexcept {
+    return bytes(Buf::kConv, layout.conv_offset(layer, slot));
   }
-  std::size_t ssm_bytes() const noexcept {
-    return ssm_layer_elems() * config.num_layers * dtype_size(config.ssm_state_dtype());
+  char* ssm(int layer, int slot) const noexcept {
+    return bytes(Buf::kSsm, layout.ssm_offset(layer, slot));
   }
-  std::size_t snap_conv_bytes() const noexcept {
-    return snap_conv_layer_elems() * config.num_layers * dtype_size(config.conv_state_dtype());
+  char* snap_conv(int layer, int row, int t) const noexcept {
+    return bytes(Buf::kSnapConv, layout.snap_conv_offset(layer, row, t));
   }
-  std::size_t snap_ssm_bytes() const noexcept {
-    return snap_ssm_layer_elems() * config.num_layers * dtype_size(config.ssm_state_dtype());
+  char* snap_ssm(int layer, int row, int t) const noexcept {
+    return bytes(Buf::kSnapSsm, layout.snap_ssm_offset(layer, row, t));
   }
+  char* record(int layer, int slot, int t) const noexcept {
+    return bytes(Buf::kRecords, layout.record_offset(layer, slot, t));
+  }
+  int32_t* pending() const noexcept { return static_cast<int32_t*>(base(Buf::kPending)); }
+  int32_t* path() const noexcept { return static_cast<int32_t*>(base(Buf::kPath)); }
 };
 
 // A validated verify round. parents is [rows * window], always filled (a chain as
@@ -60,15 +57,29 @@ struct RoundPlan {
   std::vector<int32_t> parents;  // [rows * window]
 };
 
-// Committed-path work: `rows` requests, each advancing by `tokens_per_row` tokens packed at
-// r * tokens_per_row + i. Prefill is rows = 1; decode is tokens_per_row = 1.
-struct AdvanceWork {
-  int layer = 0;
-  int tokens_per_row = 1;
-  std::vector<int32_t> slots;  // [rows]; -1 = padding row (skipped)
+// What one layer call reads and writes of the state, decided by the strategy. Every token step
+// starts from the committed state of its row's slot (or, in a tree, from its parent's state).
+struct StateIO {
+  bool replay = false;          // first re-run each slot's pending steps (records, kPending/kPath)
+  bool store_replayed = false;  // then write the committed state (conv window + SSM) once
+  bool store_tokens = false;    // the state after every token into row-indexed snapshot scratch
+  bool store_final = false;     // the state after the last token into the committed state
+  bool write_records = false;   // each token's record into its slot's record area (window index)
 };
 
-// Commit work: per row the window index whose snapshot becomes the committed state, or -1.
+// One layer call: `rows` rows of `tokens_per_row` tokens packed at r * tokens_per_row + i.
+// Verify: slots and parents are the round's (plan); advance (prefill/decode/materialize): slots
+// given here, a chain, tokens_per_row may be 0 (materialize: only the pending steps).
+struct LayerRun {
+  int layer = 0;
+  int tokens_per_row = 1;
+  const RoundPlan* plan = nullptr;  // verify only
+  std::vector<int32_t> slots;       // advance only: [rows]; -1 = padding row (skipped)
+  StateIO io;
+  int rows() const noexcept { return plan ? plan->rows : static_cast<int>(slots.size()); }
+};
+
+// Commit work: per row the window index of the last accepted step (chain a-1, tree node) or -1.
 // `last_step` is either host values (validated) or, on CUDA, a device int32 [rows] view holding
 // raw accepted values that the kernel checks itself.
 struct CommitWork {
@@ -83,10 +94,23 @@ class BackendImpl {
   virtual Backend kind() const noexcept = 0;
   virtual Device device() const noexcept = 0;
 
-  // Allocates (and zeroes) the storage's four buffers; frees them.
+  // Whether this backend can run a pool of this layout, answered before any allocation:
+  // kSuccess, or the status with a message naming the unsupported value in `why`.
+  virtual Status can_implement(const Layout& layout, const ModelConfig& config,
+                               std::string* why) const = 0;
+  // Whether this backend can run a verify round of this shape (e.g. tree windows).
+  virtual Status can_run_round(const Layout& layout, const RoundPlan& plan,
+                               std::string* why) const {
+    (void)layout;
+    (void)plan;
+    (void)why;
+    return Status::kSuccess;
+  }
+
+  // Allocates (and zeroes) every buffer of the layout; frees them.
   virtual void allocate(PoolStorage& storage) = 0;
   virtual void free(PoolStorage& storage) noexcept = 0;
-  // Zeroes the committed conv and SSM state of `slot` in every layer.
+  // Zeroes the committed conv and SSM state of `slot` in every layer, and its pending steps.
   virtual void zero_slot(const PoolStorage& storage, int slot) = 0;
 
   // Called by begin_verify once the round is validated, outside any verify/commit (so outside a
@@ -97,13 +121,19 @@ class BackendImpl {
     (void)plan;
   }
 
-  virtual void advance_gdn(const PoolStorage& storage, const AdvanceWork& work,
-                           const GdnWeights& weights, const GdnInputs& inputs,
-                           const GdnOutputs& outputs) = 0;
-  virtual void verify_gdn(const PoolStorage& storage, int layer, const RoundPlan& plan,
-                          const GdnWeights& weights, const GdnInputs& inputs,
-                          const GdnOutputs& outputs) = 0;
-  virtual void commit(const PoolStorage& storage, const CommitWork& work) = 0;
+  // One layer call of a Gated DeltaNet layer.
+  virtual void run_gdn(const PoolStorage& storage, const LayerRun& run, const GdnWeights& weights,
+                       const GdnInputs& inputs, const GdnOutputs& outputs) = 0;
+
+  // Commit primitives (the strategy picks one). Copy: each row's snapshot of its last step into
+  // its slot (every layer). Pending: each row's slot records the steps root..last step as
+  // pending in every layer (kPending/kPath); no state moves.
+  virtual void commit_copy(const PoolStorage& storage, const CommitWork& work) = 0;
+  virtual void commit_pending(const PoolStorage& storage, const CommitWork& work) = 0;
+  // Marks `slots` as having no pending steps in layers [layer_begin, layer_end).
+  virtual void clear_pending(const PoolStorage& storage, int layer_begin, int layer_end,
+                             const std::vector<int32_t>& slots) = 0;
+
   // Outcome of the device-side checks of the last commit (waits for it): kOutOfRange when a
   // row's device accepted value was out of range (that row was skipped). Host-validated
   // backends report kSuccess.

@@ -4,12 +4,16 @@
 #include "specstate/pool.h"
 
 #include <atomic>
+#include <limits>
 #include <string>
 #include <utility>
 
 #include "backend.h"
+#include "layers/gdn.h"
+#include "layout.h"
 #include "logging.h"
 #include "slot_allocator.h"
+#include "strategy/strategy.h"
 #include "validate.h"
 
 namespace specstate {
@@ -35,8 +39,11 @@ struct StatePool::Impl {
   PoolOptions options;
   uint64_t pool_id = 0;
   std::unique_ptr<detail::BackendImpl> backend;
+  std::unique_ptr<detail::StrategyImpl> strategy;
   detail::PoolStorage storage;
   detail::SlotAllocator slots;
+  // Each layer's weights of its last verify / advance: what materialize replays with.
+  std::vector<GdnWeights> last_weights;
 
   bool round_open = false;
   VerifyBatch batch;
@@ -103,31 +110,41 @@ struct StatePool::Impl {
 
   void check_gdn(const char* function, const GdnWeights& w, const GdnInputs& in,
                  const GdnOutputs& out, int64_t tokens) const {
-    const GdnConfig& g = config.gdn;
-    const int64_t d = g.conv_dim(), hv = g.num_v_heads;
-    const Device dev = device();
-    const DType act = g.act_dtype;
-    check_view(
-        w.conv_weight,
-        {function, "weights.conv_weight", {d, g.conv_width}, act, DTypeRule::kAnyFloat, dev});
-    if (g.conv_bias) {
-      check_view(w.conv_bias, {function, "weights.conv_bias", {d}, act, DTypeRule::kAnyFloat, dev});
-    } else if (!w.conv_bias.empty()) {
-      fail(Status::kInvalidArgument, function,
-           "weights.conv_bias is given (" + w.conv_bias.describe() +
-               ") but the layer config has conv_bias = false");
+    detail::gdn::check_args(function, config.gdn, device(), w, in, out, tokens);
+  }
+
+  // A slot that is a row of the open round cannot be advanced (its commit would overwrite it).
+  void check_not_in_round(const char* function, const std::string& what, int slot) const {
+    if (!round_open || round_row_of_slot[slot] < 0) return;
+    fail(Status::kFailedPrecondition, function,
+         what + " = slot " + std::to_string(slot) + " is row " +
+             std::to_string(round_row_of_slot[slot]) +
+             " of the open verify round: commit or abort_round() first");
+  }
+
+  void advance(int layer, std::vector<int32_t> slot_list, int tokens, const GdnWeights& w,
+               const GdnInputs& in, const GdnOutputs& out) {
+    detail::LayerRun run;
+    run.layer = layer;
+    run.tokens_per_row = tokens;
+    run.io = strategy->advance_io(layer, slot_list);
+    run.slots = std::move(slot_list);
+    backend->run_gdn(storage, run, w, in, out);
+    last_weights[layer] = w;
+    strategy->after_advance(*backend, storage, layer, run.slots, run.io);
+  }
+
+  // Runs the strategy's deferred work for `slot_list` (all live slots when empty).
+  void materialize_slots(std::vector<int32_t> slot_list) {
+    if (strategy->kind() == Strategy::kSnapshot) return;
+    if (slot_list.empty()) {
+      for (int s = 0; s < options.num_slots; ++s) {
+        if (slots.is_allocated(s)) slot_list.push_back(s);
+      }
     }
-    check_view(w.A_log, {function, "weights.A_log", {hv}, act, DTypeRule::kAnyFloat, dev});
-    check_view(w.dt_bias, {function, "weights.dt_bias", {hv}, act, DTypeRule::kAnyFloat, dev});
-    check_view(in.mixed_qkv,
-               {function, "inputs.mixed_qkv", {tokens, d}, act, DTypeRule::kExact, dev});
-    check_view(in.a, {function, "inputs.a", {tokens, hv}, act, DTypeRule::kExact, dev});
-    check_view(in.b, {function, "inputs.b", {tokens, hv}, act, DTypeRule::kExact, dev});
-    check_optional_view(out.conv_out,
-                        {function, "outputs.conv_out", {tokens, d}, act, DTypeRule::kExact, dev});
-    check_view(
-        out.core_out,
-        {function, "outputs.core_out", {tokens, hv, g.head_v_dim}, act, DTypeRule::kExact, dev});
+    strategy->materialize(*backend, storage, slot_list, [&](const detail::LayerRun& run) {
+      backend->run_gdn(storage, run, last_weights[run.layer], GdnInputs{}, GdnOutputs{});
+    });
   }
 
   // The open round's rows are still live (none released since begin_verify).
@@ -153,24 +170,8 @@ struct StatePool::Impl {
 
 StatePool::StatePool(const ModelConfig& config, const PoolOptions& options) {
   const char* fn = "StatePool";
-  config.validate();
-  if (options.num_slots <= 0) {
-    fail(Status::kInvalidArgument, fn,
-         "options.num_slots = " + std::to_string(options.num_slots) + " must be positive");
-  }
-  if (options.max_rows <= 0) {
-    fail(Status::kInvalidArgument, fn,
-         "options.max_rows = " + std::to_string(options.max_rows) + " must be positive");
-  }
-  if (options.max_window <= 0) {
-    fail(Status::kInvalidArgument, fn,
-         "options.max_window = " + std::to_string(options.max_window) + " must be positive");
-  }
-  if (options.strategy != Strategy::kSnapshot) {
-    fail(Status::kNotSupported, fn,
-         "options.strategy = " + std::to_string(static_cast<int>(options.strategy)) +
-             ": only the snapshot strategy is implemented");
-  }
+  // Every size is validated and overflow-checked before any memory is touched.
+  detail::Layout layout = detail::make_layout(config, options);
   auto impl = std::make_unique<Impl>(config, options);
   impl->pool_id = next_pool_id.fetch_add(1);
   switch (options.backend) {
@@ -184,18 +185,20 @@ StatePool::StatePool(const ModelConfig& config, const PoolOptions& options) {
       fail(Status::kInvalidArgument, fn,
            "options.backend = " + std::to_string(static_cast<int>(options.backend)));
   }
+  std::string why;
+  const Status can = impl->backend->can_implement(layout, config, &why);
+  if (can != Status::kSuccess) fail(can, fn, why);
+  impl->strategy = detail::make_strategy(layout);
   impl->storage.config = config;
-  impl->storage.num_slots = options.num_slots;
-  impl->storage.max_rows = options.max_rows;
-  impl->storage.max_window = options.max_window;
+  impl->storage.layout = layout;
   impl->backend->allocate(impl->storage);
+  impl->last_weights.resize(static_cast<std::size_t>(config.num_layers));
   impl->round_row_of_slot.assign(static_cast<std::size_t>(options.num_slots), -1);
   impl->close_round();
-  detail::logger().debug("pool {}: {} slots, {} layers, {} committed bytes, {} scratch bytes on {}",
-                         impl->pool_id, options.num_slots, config.num_layers,
-                         impl->storage.conv_bytes() + impl->storage.ssm_bytes(),
-                         impl->storage.snap_conv_bytes() + impl->storage.snap_ssm_bytes(),
-                         backend_name(options.backend));
+  detail::logger().debug(
+      "pool {}: {} slots, {} layers, {} strategy, {} committed bytes, {} workspace bytes on {}",
+      impl->pool_id, options.num_slots, config.num_layers, strategy_name(options.strategy),
+      layout.committed_bytes(), layout.workspace_bytes(), backend_name(options.backend));
   impl_ = std::move(impl);
 }
 
@@ -226,6 +229,7 @@ SlotHandle StatePool::acquire() {
   }
   try {
     impl_->backend->zero_slot(impl_->storage, slot);
+    impl_->strategy->reset_slot(slot);
   } catch (...) {
     impl_->slots.free(slot);
     throw;
@@ -238,6 +242,7 @@ SlotHandle StatePool::acquire() {
 void StatePool::release(SlotHandle handle) {
   const int slot = impl_->resolve("StatePool::release", "handle", handle);
   impl_->slots.free(slot);
+  impl_->strategy->reset_slot(slot);
   if (impl_->round_open && impl_->released_row < 0 && impl_->round_row_of_slot[slot] >= 0) {
     impl_->released_row = impl_->round_row_of_slot[slot];
   }
@@ -254,57 +259,107 @@ int StatePool::slot_index(SlotHandle handle) const {
   return impl_->resolve("StatePool::slot_index", "handle", handle);
 }
 
-namespace {
-char* byte_offset(void* base, int64_t elems, DType dtype) {
-  return static_cast<char*>(base) + elems * static_cast<int64_t>(dtype_size(dtype));
-}
-}  // namespace
-
 TensorView StatePool::conv_state(int layer) const {
   impl_->check_layer("StatePool::conv_state", layer);
+  impl_->materialize_slots({});
   const auto& s = impl_->storage;
-  const DType dt = impl_->config.conv_state_dtype();
-  return TensorView::contiguous(
-      byte_offset(s.conv, layer * s.conv_layer_elems(), dt), dt,
-      {s.num_slots, impl_->config.conv_dim(), impl_->config.conv_width() - 1}, impl_->device());
+  const auto& l = s.layout;
+  return TensorView::contiguous(s.conv(layer, 0), l.shapes.conv_dtype,
+                                {l.slots, l.shapes.conv_dim, l.shapes.conv_width - 1},
+                                impl_->device());
 }
 
 TensorView StatePool::ssm_state(int layer) const {
   impl_->check_layer("StatePool::ssm_state", layer);
+  impl_->materialize_slots({});
   const auto& s = impl_->storage;
-  const GdnConfig& g = impl_->config.gdn;
-  const DType dt = impl_->config.ssm_state_dtype();
-  return TensorView::contiguous(byte_offset(s.ssm, layer * s.ssm_layer_elems(), dt), dt,
-                                {s.num_slots, g.num_v_heads, g.head_v_dim, g.head_k_dim},
-                                impl_->device());
+  const auto& l = s.layout;
+  TensorView v;
+  v.data = s.ssm(layer, 0);
+  v.dtype = l.shapes.ssm_dtype;
+  v.device = impl_->device();
+  v.ndim = 1 + static_cast<int>(l.shapes.ssm_shape.size());
+  v.shape[0] = l.slots;
+  for (std::size_t i = 0; i < l.shapes.ssm_shape.size(); ++i)
+    v.shape[i + 1] = l.shapes.ssm_shape[i];
+  int64_t stride = 1;
+  for (int i = v.ndim - 1; i >= 0; --i) {
+    v.stride[i] = stride;
+    stride *= v.shape[i];
+  }
+  return v;
+}
+
+TensorView StatePool::workspace(Workspace which, int layer) const {
+  const char* fn = "StatePool::workspace";
+  impl_->check_layer(fn, layer);
+  const auto& s = impl_->storage;
+  const auto& l = s.layout;
+  const Device dev = impl_->device();
+  auto need = [&](detail::Buf b, const char* name) {
+    if (!l.has(b)) {
+      fail(Status::kFailedPrecondition, fn,
+           std::string("which = ") + name + ": the " + strategy_name(l.strategy) +
+               " strategy keeps no " + detail::buf_name(b));
+    }
+  };
+  switch (which) {
+    case Workspace::kSnapshotConv:
+      need(detail::Buf::kSnapConv, "kSnapshotConv");
+      return TensorView::contiguous(
+          s.snap_conv(layer, 0, 0), l.shapes.conv_dtype,
+          {l.max_rows, l.max_window, l.shapes.conv_dim, l.shapes.conv_width - 1}, dev);
+    case Workspace::kSnapshotSsm: {
+      need(detail::Buf::kSnapSsm, "kSnapshotSsm");
+      const auto& st = l.shapes.ssm_shape;
+      return TensorView::contiguous(s.snap_ssm(layer, 0, 0), l.shapes.ssm_dtype,
+                                    {l.max_rows, l.max_window, st[0], st[1], st[2]}, dev);
+    }
+    case Workspace::kRecords:
+      need(detail::Buf::kRecords, "kRecords");
+      return TensorView::contiguous(s.record(layer, 0, 0), l.shapes.act_dtype,
+                                    {l.slots, l.max_window, l.shapes.record_elems}, dev);
+  }
+  fail(Status::kInvalidArgument, fn,
+       "which = " + std::to_string(static_cast<int>(which)) + " is not a workspace");
 }
 
 TensorView StatePool::snapshot_conv(int layer) const {
-  impl_->check_layer("StatePool::snapshot_conv", layer);
-  const auto& s = impl_->storage;
-  const DType dt = impl_->config.conv_state_dtype();
-  return TensorView::contiguous(
-      byte_offset(s.snap_conv, layer * s.snap_conv_layer_elems(), dt), dt,
-      {s.max_rows, s.max_window, impl_->config.conv_dim(), impl_->config.conv_width() - 1},
-      impl_->device());
+  return workspace(Workspace::kSnapshotConv, layer);
 }
 
 TensorView StatePool::snapshot_ssm(int layer) const {
-  impl_->check_layer("StatePool::snapshot_ssm", layer);
-  const auto& s = impl_->storage;
-  const GdnConfig& g = impl_->config.gdn;
-  const DType dt = impl_->config.ssm_state_dtype();
-  return TensorView::contiguous(
-      byte_offset(s.snap_ssm, layer * s.snap_ssm_layer_elems(), dt), dt,
-      {s.max_rows, s.max_window, g.num_v_heads, g.head_v_dim, g.head_k_dim}, impl_->device());
+  return workspace(Workspace::kSnapshotSsm, layer);
 }
 
 int64_t StatePool::committed_bytes() const noexcept {
-  return static_cast<int64_t>(impl_->storage.conv_bytes() + impl_->storage.ssm_bytes());
+  return impl_->storage.layout.committed_bytes();
 }
 
-int64_t StatePool::scratch_bytes() const noexcept {
-  return static_cast<int64_t>(impl_->storage.snap_conv_bytes() + impl_->storage.snap_ssm_bytes());
+int64_t StatePool::workspace_bytes() const noexcept {
+  return impl_->storage.layout.workspace_bytes();
+}
+
+void StatePool::materialize(const std::vector<SlotHandle>& handles) {
+  const char* fn = "StatePool::materialize";
+  std::vector<int32_t> slot_list;
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    const std::string what = "handles[" + std::to_string(i) + "]";
+    const int slot = impl_->resolve(fn, what, handles[i]);
+    impl_->check_not_in_round(fn, what, slot);
+    slot_list.push_back(slot);
+  }
+  if (handles.empty()) {
+    // All live slots; rows of an open round are made exact by their verify instead.
+    for (int s = 0; s < impl_->options.num_slots; ++s) {
+      if (impl_->slots.is_allocated(s) &&
+          !(impl_->round_open && impl_->round_row_of_slot[s] >= 0)) {
+        slot_list.push_back(s);
+      }
+    }
+    if (slot_list.empty()) return;
+  }
+  impl_->materialize_slots(slot_list);
 }
 
 void StatePool::prefill(int layer, SlotHandle handle, const GdnWeights& weights,
@@ -318,12 +373,14 @@ void StatePool::prefill(int layer, SlotHandle handle, const GdnWeights& weights,
          "inputs.mixed_qkv holds " + std::to_string(tokens) + " tokens (" +
              inputs.mixed_qkv.describe() + "), expected at least 1");
   }
+  if (tokens > std::numeric_limits<int32_t>::max()) {
+    fail(Status::kInvalidArgument, fn,
+         "inputs.mixed_qkv holds " + std::to_string(tokens) +
+             " tokens: at most 2^31 - 1 per call (split the prefill)");
+  }
+  impl_->check_not_in_round(fn, "handle", slot);
   impl_->check_gdn(fn, weights, inputs, outputs, tokens);
-  detail::AdvanceWork work;
-  work.layer = layer;
-  work.tokens_per_row = static_cast<int>(tokens);
-  work.slots = {slot};
-  impl_->backend->advance_gdn(impl_->storage, work, weights, inputs, outputs);
+  impl_->advance(layer, {slot}, static_cast<int>(tokens), weights, inputs, outputs);
 }
 
 void StatePool::decode(int layer, const std::vector<SlotHandle>& rows, const GdnWeights& weights,
@@ -331,12 +388,14 @@ void StatePool::decode(int layer, const std::vector<SlotHandle>& rows, const Gdn
   const char* fn = "StatePool::decode";
   impl_->check_layer(fn, layer);
   if (rows.empty()) fail(Status::kInvalidArgument, fn, "rows is empty");
-  detail::AdvanceWork work;
-  work.layer = layer;
-  work.tokens_per_row = 1;
-  work.slots = impl_->resolve_rows(fn, rows);
+  std::vector<int32_t> slot_list = impl_->resolve_rows(fn, rows);
+  for (std::size_t r = 0; r < slot_list.size(); ++r) {
+    if (slot_list[r] >= 0) {
+      impl_->check_not_in_round(fn, "rows[" + std::to_string(r) + "]", slot_list[r]);
+    }
+  }
   impl_->check_gdn(fn, weights, inputs, outputs, static_cast<int64_t>(rows.size()));
-  impl_->backend->advance_gdn(impl_->storage, work, weights, inputs, outputs);
+  impl_->advance(layer, std::move(slot_list), 1, weights, inputs, outputs);
 }
 
 void StatePool::begin_verify(const VerifyBatch& batch) {
@@ -386,6 +445,13 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
       plan.parents[static_cast<std::size_t>(r) * T + t] = parent;
     }
   }
+  std::string why;
+  const Status can = impl_->backend->can_run_round(impl_->storage.layout, plan, &why);
+  if (can != Status::kSuccess) fail(can, fn, why);
+  if (impl_->round_open) {
+    // The open round is dropped; layers it verified already consumed their deferred work.
+    impl_->strategy->discard_round(*impl_->backend, impl_->storage, impl_->plan, impl_->verified);
+  }
   impl_->backend->begin_round(impl_->storage, plan);
   impl_->close_round();
   impl_->batch = batch;
@@ -406,7 +472,13 @@ void StatePool::verify(int layer, const GdnWeights& weights, const GdnInputs& in
   const auto& plan = impl_->plan;
   impl_->check_rows_live(fn);
   impl_->check_gdn(fn, weights, inputs, outputs, int64_t{plan.rows} * plan.window);
-  impl_->backend->verify_gdn(impl_->storage, layer, plan, weights, inputs, outputs);
+  detail::LayerRun run;
+  run.layer = layer;
+  run.tokens_per_row = plan.window;
+  run.plan = &plan;
+  run.io = impl_->strategy->verify_io(layer, plan, !impl_->verified[layer]);
+  impl_->backend->run_gdn(impl_->storage, run, weights, inputs, outputs);
+  impl_->last_weights[layer] = weights;
   impl_->verified[layer] = true;
 }
 
@@ -463,7 +535,7 @@ void StatePool::commit(const std::vector<int32_t>& accepted) {
                (plan.is_tree ? "-1" : "0") + ")");
     }
   }
-  impl_->backend->commit(impl_->storage, work);
+  impl_->strategy->commit(*impl_->backend, impl_->storage, work);
   impl_->close_round();
 }
 
@@ -486,7 +558,7 @@ void StatePool::commit(const TensorView& accepted) {
   detail::CommitWork work;
   work.plan = &impl_->plan;
   work.device_accepted = accepted;
-  impl_->backend->commit(impl_->storage, work);
+  impl_->strategy->commit(*impl_->backend, impl_->storage, work);
   impl_->close_round();
 }
 

@@ -43,7 +43,13 @@ const char* backend_name(Backend backend) noexcept {
 }
 
 const char* strategy_name(Strategy strategy) noexcept {
-  return strategy == Strategy::kSnapshot ? "snapshot" : "unknown";
+  switch (strategy) {
+    case Strategy::kSnapshot:
+      return "snapshot";
+    case Strategy::kReplay:
+      return "replay";
+  }
+  return "unknown";
 }
 
 const char* version() noexcept { return "0.1.0"; }

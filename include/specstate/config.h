@@ -22,7 +22,9 @@ struct GdnConfig {
   DType conv_state_dtype = DType::kBF16;  // committed conv window and its snapshots
   DType ssm_state_dtype = DType::kF32;    // committed SSM state and its snapshots
 
-  int conv_dim() const noexcept { return 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim; }
+  int64_t conv_dim() const noexcept {
+    return 2 * int64_t{num_k_heads} * head_k_dim + int64_t{num_v_heads} * head_v_dim;
+  }
   float effective_scale() const noexcept;
   // Elements of one SSM state: HV * V * K.
   int64_t ssm_state_elems() const noexcept {
@@ -47,11 +49,11 @@ struct ModelConfig {
     return config;
   }
 
-  int conv_dim() const noexcept { return gdn.conv_dim(); }
+  int64_t conv_dim() const noexcept { return gdn.conv_dim(); }
   int conv_width() const noexcept { return gdn.conv_width; }
   DType conv_state_dtype() const noexcept { return gdn.conv_state_dtype; }
   DType ssm_state_dtype() const noexcept { return gdn.ssm_state_dtype; }
-  int64_t conv_state_elems() const noexcept { return int64_t{conv_dim()} * (conv_width() - 1); }
+  int64_t conv_state_elems() const noexcept { return conv_dim() * (conv_width() - 1); }
   int64_t ssm_state_elems() const noexcept { return gdn.ssm_state_elems(); }
   // Committed bytes of one slot over all layers (conv + SSM).
   int64_t slot_bytes() const noexcept;
@@ -63,8 +65,14 @@ struct ModelConfig {
 // Where the pool's memory lives and where its kernels run.
 enum class Backend : int32_t { kCpu = 0, kCuda = 1 };
 
-// How verify records what commit needs. DESIGN.md section 6. Only kSnapshot exists so far.
-enum class Strategy : int32_t { kSnapshot = 0 };
+// How verify records what commit needs (DESIGN.md section 6); the results are bit-identical.
+//   kSnapshot: verify stores the state after every window token in row-indexed scratch; commit
+//              copies the accepted one into the slot (T states of scratch per row).
+//   kReplay:   verify stores each token's layer inputs (a record of kilobytes) per slot; commit
+//              only records the accepted length / node; the slot's next verify re-runs those
+//              steps from the committed state before its window (one state read + write per
+//              round). The committed memory lags until then: StatePool::materialize.
+enum class Strategy : int32_t { kSnapshot = 0, kReplay = 1 };
 
 const char* backend_name(Backend backend) noexcept;
 const char* strategy_name(Strategy strategy) noexcept;

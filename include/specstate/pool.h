@@ -39,6 +39,14 @@ struct SlotHandle {
   friend bool operator!=(const SlotHandle& x, const SlotHandle& y) noexcept { return !(x == y); }
 };
 
+// Workspace tensors of a strategy (StatePool::workspace).
+enum class Workspace : int32_t {
+  kSnapshotConv = 0,  // snapshot: [max_rows, max_window, conv_dim, W-1] conv dtype
+  kSnapshotSsm = 1,   // snapshot: [max_rows, max_window, HV, V, K] SSM dtype
+  kRecords = 2,       // replay:   [slots, max_window, record] act dtype, record = one token's
+                      //           layer inputs [mixed_qkv | a | b]
+};
+
 // One verify round's batch. Tokens of a layer's inputs are packed by row: token i of row r at
 // r * window + i (padding rows keep their place; their tokens are read by nobody).
 struct VerifyBatch {
@@ -73,15 +81,33 @@ class StatePool {
   int slot_index(SlotHandle handle) const;
 
   // --- memory views (device memory for Backend::kCuda) --------------------------------------
-  TensorView conv_state(int layer) const;     // [slots, conv_dim, W-1], oldest column first
-  TensorView ssm_state(int layer) const;      // [slots, HV, V, K]
+  // Views of the committed state. A strategy that defers work (replay) materializes the pool's
+  // slots first (DESIGN.md section 5.7), so the memory a view shows is exact when it is returned;
+  // it stays exact until the next commit.
+  TensorView conv_state(int layer) const;  // [slots, conv_dim, W-1], oldest column first
+  TensorView ssm_state(int layer) const;   // [slots, HV, V, K]
+  // The strategy's workspace, per layer: snapshot scratch (kSnapshot) or replay records
+  // (kReplay). Throws kFailedPrecondition when the pool's strategy has no such workspace.
+  TensorView workspace(Workspace which, int layer) const;
+  // Shorthands of workspace(kSnapshotConv / kSnapshotSsm, layer).
   TensorView snapshot_conv(int layer) const;  // [max_rows, max_window, conv_dim, W-1]
   TensorView snapshot_ssm(int layer) const;   // [max_rows, max_window, HV, V, K]
   int64_t committed_bytes() const noexcept;   // all slots, all layers
-  int64_t scratch_bytes() const noexcept;     // snapshot scratch, all layers
+  // Everything the strategy needs besides the committed state (snapshot scratch, or replay
+  // records + bookkeeping), all layers.
+  int64_t workspace_bytes() const noexcept;
+  int64_t scratch_bytes() const noexcept { return workspace_bytes(); }
+
+  // --- deferred work (DESIGN.md section 5.7) -------------------------------------------------
+  // Makes the committed memory of `handles` (all live slots when empty) equal their committed
+  // state in every layer. A no-op for the snapshot strategy. Under replay it re-runs the slots'
+  // pending accepted steps with the weights of each layer's last verify, so those views must
+  // still be valid. Rejected for a slot of the open round.
+  void materialize(const std::vector<SlotHandle>& handles = {});
 
   // --- non-speculative path: advances the committed state in place -------------------------
-  // `inputs` hold n tokens of one request, in order.
+  // `inputs` hold n tokens of one request, in order. A slot that is a row of the open round is
+  // rejected (its commit would overwrite the advance).
   void prefill(int layer, SlotHandle handle, const GdnWeights& weights, const GdnInputs& inputs,
                const GdnOutputs& outputs);
   // One token per row (row r's token at r); padding rows are skipped.
@@ -92,8 +118,10 @@ class StatePool {
   // Starts a round: checks rows (live, from this pool, no slot twice), window <= max_window,
   // rows <= max_rows and the tree. A previous uncommitted round is discarded.
   void begin_verify(const VerifyBatch& batch);
-  // Verify one layer of the current round: outputs for every window token, the conv window and
-  // SSM state after every token into row-indexed scratch; the committed state is not written.
+  // Verify one layer of the current round: outputs for every window token, and what commit needs
+  // (snapshot: the conv window and SSM state after every token into row-indexed scratch; replay:
+  // the tokens' records, after re-running the slot's pending steps into the committed memory).
+  // The committed state is unchanged (replay: its memory becomes exact).
   void verify(int layer, const GdnWeights& weights, const GdnInputs& inputs,
               const GdnOutputs& outputs);
   // Ends the round: per row, chain: accepted length a in [0, T] (0 = keep, a = state after

@@ -1,0 +1,130 @@
+#include "layout.h"
+
+#include <limits>
+#include <string>
+
+#include "layers/gdn.h"
+#include "specstate/status.h"
+#include "strategy/strategy.h"
+
+namespace specstate::detail {
+
+const char* buf_name(Buf buf) noexcept {
+  switch (buf) {
+    case Buf::kConv:
+      return "conv state";
+    case Buf::kSsm:
+      return "SSM state";
+    case Buf::kSnapConv:
+      return "snapshot conv scratch";
+    case Buf::kSnapSsm:
+      return "snapshot SSM scratch";
+    case Buf::kRecords:
+      return "replay records";
+    case Buf::kPending:
+      return "replay pending counts";
+    case Buf::kPath:
+      return "replay paths";
+    case Buf::kCount:
+      break;
+  }
+  return "unknown buffer";
+}
+
+int64_t Layout::workspace_bytes() const noexcept {
+  int64_t total = 0;
+  for (int b = static_cast<int>(Buf::kSnapConv); b < static_cast<int>(Buf::kCount); ++b) {
+    total += bytes[b];
+  }
+  return total;
+}
+
+int64_t Layout::records_bytes_per_slot() const noexcept {
+  if (!has(Buf::kRecords)) return 0;
+  return int64_t{layers} * max_window * record_bytes + int64_t{layers} * 4 +
+         int64_t{max_window} * 4;
+}
+
+int64_t Layout::scratch_bytes_per_row() const noexcept {
+  if (!has(Buf::kSnapSsm)) return 0;
+  return int64_t{layers} * max_window * (conv_bytes + ssm_bytes);
+}
+
+LayerShapes layer_shapes(const ModelConfig& config) {
+  switch (config.kind) {
+    case LayerKind::kGatedDeltaNet:
+      return gdn::shapes(config.gdn);
+    default:
+      break;
+  }
+  throw Error(Status::kNotSupported,
+              "ModelConfig: kind = " + std::to_string(static_cast<int>(config.kind)) +
+                  ": only Gated DeltaNet layers are implemented");
+}
+
+int64_t SizeCalc::mul(int64_t a, int64_t b) const {
+  if (a < 0 || b < 0 || (a != 0 && b > std::numeric_limits<int64_t>::max() / a)) {
+    throw Error(Status::kInvalidArgument, std::string(function) + ": " + field + ": " +
+                                              std::to_string(a) + " x " + std::to_string(b) +
+                                              " overflows 64-bit sizes");
+  }
+  return a * b;
+}
+
+int64_t SizeCalc::add(int64_t a, int64_t b) const {
+  if (a > std::numeric_limits<int64_t>::max() - b) {
+    throw Error(Status::kInvalidArgument, std::string(function) + ": " + field + ": " +
+                                              std::to_string(a) + " + " + std::to_string(b) +
+                                              " overflows 64-bit sizes");
+  }
+  return a + b;
+}
+
+Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
+  const char* fn = "StatePool";
+  config.validate();
+  auto positive = [&](const char* name, int value) {
+    if (value <= 0) {
+      throw Error(Status::kInvalidArgument, std::string(fn) + ": options." + name + " = " +
+                                                std::to_string(value) + " must be positive");
+    }
+  };
+  positive("num_slots", options.num_slots);
+  positive("max_rows", options.max_rows);
+  positive("max_window", options.max_window);
+
+  Layout l;
+  l.layers = config.num_layers;
+  l.slots = options.num_slots;
+  l.max_rows = options.max_rows;
+  l.max_window = options.max_window;
+  l.strategy = options.strategy;
+  l.shapes = layer_shapes(config);
+
+  SizeCalc c{fn, "conv state (conv_dim x (conv_width - 1))"};
+  l.conv_elems = c.mul(l.shapes.conv_dim, l.shapes.conv_width - 1);
+  l.conv_bytes = c.mul(l.conv_elems, dtype_size(l.shapes.conv_dtype));
+  c.field = "SSM state (product of the state shape)";
+  l.ssm_elems = 1;
+  for (int64_t extent : l.shapes.ssm_shape) l.ssm_elems = c.mul(l.ssm_elems, extent);
+  l.ssm_bytes = c.mul(l.ssm_elems, dtype_size(l.shapes.ssm_dtype));
+  c.field = "replay record (elements per token)";
+  l.record_bytes = c.mul(l.shapes.record_elems, dtype_size(l.shapes.act_dtype));
+
+  c.field = "committed conv state (num_layers x num_slots x conv state)";
+  const int64_t layer_slots = c.mul(l.layers, l.slots);
+  l.bytes[static_cast<int>(Buf::kConv)] = c.mul(layer_slots, l.conv_bytes);
+  c.field = "committed SSM state (num_layers x num_slots x SSM state)";
+  l.bytes[static_cast<int>(Buf::kSsm)] = c.mul(layer_slots, l.ssm_bytes);
+  c.field = "committed state (conv + SSM)";
+  c.add(l.bytes[static_cast<int>(Buf::kConv)], l.bytes[static_cast<int>(Buf::kSsm)]);
+
+  strategy_workspace(l);
+  // The total must fit too (callers add it up).
+  c.field = "total pool bytes";
+  int64_t total = 0;
+  for (int64_t b : l.bytes) total = c.add(total, b);
+  return l;
+}
+
+}  // namespace specstate::detail

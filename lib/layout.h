@@ -1,0 +1,110 @@
+// Internal: where everything of a pool lives. One value computed once from the model config, the
+// pool options and the strategy (DESIGN.md section 4); the only place that knows where slot s of
+// layer l, snapshot (row, t) or record (slot, t) is. Every size is overflow-checked when the
+// layout is made, so offsets computed from it never wrap.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "specstate/config.h"
+#include "specstate/dtype.h"
+
+namespace specstate::detail {
+
+// The buffers a pool may own. A strategy decides which of the workspace buffers exist (a size of
+// zero means absent).
+enum class Buf : int {
+  kConv = 0,  // committed conv   [L][slots][conv_dim][W-1]          conv dtype
+  kSsm,       // committed SSM    [L][slots][state...]               ssm dtype
+  kSnapConv,  // snapshot conv    [L][max_rows][max_window][conv_dim][W-1]
+  kSnapSsm,   // snapshot SSM     [L][max_rows][max_window][state...]
+  kRecords,   // replay records   [L][slots][max_window][record]     act dtype
+  kPending,   // replay: pending steps per layer and slot, int32 [L][slots]
+  kPath,      // replay: window index of each pending step, int32 [slots][max_window]
+  kCount
+};
+const char* buf_name(Buf buf) noexcept;
+
+// Shapes of one layer kind, from its traits (lib/layers/<kind>.h).
+struct LayerShapes {
+  int64_t conv_dim = 0;
+  int conv_width = 0;
+  std::vector<int64_t> ssm_shape;  // one slot's SSM state, e.g. {HV, V, K}
+  int64_t record_elems = 0;        // one token's replay record (act dtype)
+  DType act_dtype = DType::kF32;
+  DType conv_dtype = DType::kF32;
+  DType ssm_dtype = DType::kF32;
+};
+
+struct Layout {
+  int layers = 0;
+  int slots = 0;
+  int max_rows = 0;
+  int max_window = 0;
+  Strategy strategy = Strategy::kSnapshot;
+  LayerShapes shapes;
+
+  int64_t conv_elems = 0;  // one slot, one layer: conv_dim * (W-1)
+  int64_t ssm_elems = 0;   // one slot, one layer
+  int64_t conv_bytes = 0;  // of one slot-layer conv window
+  int64_t ssm_bytes = 0;
+  int64_t record_bytes = 0;                                    // one token's record
+  std::array<int64_t, static_cast<int>(Buf::kCount)> bytes{};  // whole buffers
+
+  bool has(Buf b) const noexcept { return bytes[static_cast<int>(b)] > 0; }
+  int64_t size(Buf b) const noexcept { return bytes[static_cast<int>(b)]; }
+
+  // Byte offsets into their buffers.
+  int64_t conv_offset(int layer, int slot) const noexcept {
+    return (int64_t{layer} * slots + slot) * conv_bytes;
+  }
+  int64_t ssm_offset(int layer, int slot) const noexcept {
+    return (int64_t{layer} * slots + slot) * ssm_bytes;
+  }
+  int64_t snap_index(int layer, int row, int t) const noexcept {
+    return (int64_t{layer} * max_rows + row) * max_window + t;
+  }
+  int64_t snap_conv_offset(int layer, int row, int t) const noexcept {
+    return snap_index(layer, row, t) * conv_bytes;
+  }
+  int64_t snap_ssm_offset(int layer, int row, int t) const noexcept {
+    return snap_index(layer, row, t) * ssm_bytes;
+  }
+  int64_t record_offset(int layer, int slot, int t) const noexcept {
+    return ((int64_t{layer} * slots + slot) * max_window + t) * record_bytes;
+  }
+  // Element offsets of the int32 replay bookkeeping.
+  int64_t pending_index(int layer, int slot) const noexcept {
+    return int64_t{layer} * slots + slot;
+  }
+  int64_t path_index(int slot, int i) const noexcept { return int64_t{slot} * max_window + i; }
+
+  int64_t committed_bytes() const noexcept { return size(Buf::kConv) + size(Buf::kSsm); }
+  // Everything the strategy needs besides the committed state.
+  int64_t workspace_bytes() const noexcept;
+  int64_t total_bytes() const noexcept { return committed_bytes() + workspace_bytes(); }
+  // Per slot (all layers): committed bytes and replay records; per row: snapshot scratch.
+  int64_t committed_bytes_per_slot() const noexcept {
+    return int64_t{layers} * (conv_bytes + ssm_bytes);
+  }
+  int64_t records_bytes_per_slot() const noexcept;
+  int64_t scratch_bytes_per_row() const noexcept;
+};
+
+// Overflow-checked size arithmetic; the error names the function and the field.
+struct SizeCalc {
+  const char* function;
+  const char* field;
+  int64_t mul(int64_t a, int64_t b) const;
+  int64_t add(int64_t a, int64_t b) const;
+};
+
+LayerShapes layer_shapes(const ModelConfig& config);
+// Validates the options' sizes and computes every buffer size with overflow checks; throws
+// Error(kInvalidArgument) naming the field whose product overflows.
+Layout make_layout(const ModelConfig& config, const PoolOptions& options);
+
+}  // namespace specstate::detail

@@ -1,0 +1,52 @@
+// Internal: a strategy (DESIGN.md section 6) decides what a verify stores, what commit does and
+// how deferred work is made visible (materialize). It owns its workspace in the layout and its
+// host-side bookkeeping; it drives the backend only through the backend's primitives, so no
+// backend ever switches on the strategy.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "../backend.h"
+#include "../layout.h"
+
+namespace specstate::detail {
+
+class StrategyImpl {
+ public:
+  virtual ~StrategyImpl() = default;
+  virtual Strategy kind() const noexcept = 0;
+
+  // State I/O of the verify of `layer` in the open round; `first` is false when the layer was
+  // already verified in this round (a repeated verify).
+  virtual StateIO verify_io(int layer, const RoundPlan& plan, bool first) = 0;
+  // State I/O of an advance (prefill / decode) of `layer` over `slots` (-1 = padding).
+  virtual StateIO advance_io(int layer, const std::vector<int32_t>& slots) = 0;
+  // After the advance launched with `io`.
+  virtual void after_advance(BackendImpl& backend, const PoolStorage& storage, int layer,
+                             const std::vector<int32_t>& slots, const StateIO& io) = 0;
+  // Ends the round: the host- or device-valued commit.
+  virtual void commit(BackendImpl& backend, const PoolStorage& storage, const CommitWork& work) = 0;
+  // The round is dropped without commit after the layers marked in `verified` ran.
+  virtual void discard_round(BackendImpl& backend, const PoolStorage& storage,
+                             const RoundPlan& plan, const std::vector<bool>& verified) = 0;
+  // A slot was acquired (zeroed) or released.
+  virtual void reset_slot(int slot) = 0;
+
+  // Whether `slot` has deferred work in `layer` (the committed memory lags the state).
+  virtual bool deferred(int layer, int slot) const = 0;
+  // Makes the committed memory of `slots` exact in every layer. `run_layer(run)` launches one
+  // layer's call with that layer's weights (the pool keeps the views of the last call).
+  virtual void materialize(BackendImpl& backend, const PoolStorage& storage,
+                           const std::vector<int32_t>& slots,
+                           const std::function<void(const LayerRun&)>& run_layer) = 0;
+};
+
+// The strategy of `layout.strategy`, and the workspace it adds to a layout (sizes overflow-checked;
+// called by make_layout).
+std::unique_ptr<StrategyImpl> make_strategy(const Layout& layout);
+void strategy_workspace(Layout& layout);
+
+}  // namespace specstate::detail
