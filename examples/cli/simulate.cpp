@@ -603,6 +603,8 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   acc["histogram"] = trace.accepted_histogram();
   report["acceptance"] = acc;
   Json mem;
+  // Where the committed state really lives (the pool's own view of it), not the option asked for.
+  mem["state_device"] = pool->conv_state(0).device == Device::kCuda ? "cuda" : "cpu";
   mem["committed_bytes"] = pool->committed_bytes();
   mem["scratch_bytes"] = pool->scratch_bytes();
   mem["committed_bytes_per_request"] = sb.committed_per_request;

@@ -271,13 +271,36 @@ TEST(SimulateCli, TraceOptionsExcludeGeneratorOptions) {
 }
 
 TEST(SimulateCli, CudaBackendOnlyWhereBuilt) {
-  const CliRun run = run_cli("simulate --model tiny --rounds 2 --backend cuda");
-  // Without a CUDA build (or without a device) this is a usage error naming --backend; with
-  // both it runs.
-  if (run.code != 0) {
-    EXPECT_EQ(run.code, 2) << run.output;
-    EXPECT_TRUE(contains(run.output, "--backend")) << run.output;
+  const std::string out = ::testing::TempDir() + "specstate_sim_cuda.json";
+  const CliRun run =
+      run_cli("simulate --model tiny --rounds 2 --quiet --backend cuda --out " + out);
+#ifndef SPECSTATE_TEST_HAVE_CUDA
+  // Without the CUDA backend: a usage error naming --backend, never a silent CPU run.
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_TRUE(contains(run.output, "--backend")) << run.output;
+  EXPECT_TRUE(contains(run.output, "no CUDA backend")) << run.output;
+#else
+  if (run.code == 0) {
+    // It ran: the report must say the state lived on the device.
+    std::ifstream in(out);
+    const auto report = nlohmann::ordered_json::parse(in);
+    EXPECT_EQ(report["options"]["backend"].get<std::string>(), "cuda");
+    EXPECT_EQ(report["memory"]["state_device"].get<std::string>(), "cuda");
+  } else {
+    // No device here: a clear error, not exit 0 on the CPU.
+    EXPECT_TRUE(contains(run.output, "cuda") || contains(run.output, "CUDA")) << run.output;
   }
+#endif
+  std::remove(out.c_str());
+  std::remove((::testing::TempDir() + "specstate_sim_cuda.svg").c_str());
+}
+
+TEST(Simulate, ReportsWhereTheStateLives) {
+  SimulateOptions o;
+  o.model = "tiny";
+  o.rounds = 2;
+  const auto report = run_simulation(o, nullptr);
+  EXPECT_EQ(report["memory"]["state_device"].get<std::string>(), "cpu");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -49,6 +50,19 @@ TEST(TraceGenerators, SeededAndReproducible) {
   EXPECT_NE(text_of(generate_geometric(s, 0.6)), text_of(generate_geometric(other, 0.6)));
   const std::vector<double> w{1, 2, 3};
   EXPECT_EQ(text_of(generate_empirical(s, w)), text_of(generate_empirical(s, w)));
+  // Reproducible across builds and standard libraries, not only within one process: the same
+  // seed gives the traces stored in tests/data/traces (written once by this generator).
+  const auto stored = [](const std::string& name) {
+    std::ifstream in(std::string(SPECSTATE_TEST_DATA) + "/traces/" + name, std::ios::binary);
+    EXPECT_TRUE(in.good()) << name;
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  EXPECT_EQ(text_of(generate_geometric(s, 0.6)),
+            stored("geometric_r4_n50_chain6_a0.6_seed1234.jsonl"));
+  EXPECT_EQ(text_of(generate_empirical(s, w)),
+            stored("empirical_r4_n50_chain6_w123_seed1234.jsonl"));
   // The seed and the generator are recorded in the header's meta.
   EXPECT_NE(generate_geometric(s, 0.6).meta_json.find("\"seed\":1234"), std::string::npos);
   EXPECT_NE(generate_geometric(s, 0.6).meta_json.find("\"generator\":\"geometric\""),
