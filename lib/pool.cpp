@@ -345,21 +345,11 @@ void StatePool::materialize(const std::vector<SlotHandle>& handles) {
   std::vector<int32_t> slot_list;
   for (std::size_t i = 0; i < handles.size(); ++i) {
     const std::string what = "handles[" + std::to_string(i) + "]";
-    const int slot = impl_->resolve(fn, what, handles[i]);
-    impl_->check_not_in_round(fn, what, slot);
-    slot_list.push_back(slot);
+    slot_list.push_back(impl_->resolve(fn, what, handles[i]));
   }
-  if (handles.empty()) {
-    // All live slots; rows of an open round are made exact by their verify instead.
-    for (int s = 0; s < impl_->options.num_slots; ++s) {
-      if (impl_->slots.is_allocated(s) &&
-          !(impl_->round_open && impl_->round_row_of_slot[s] >= 0)) {
-        slot_list.push_back(s);
-      }
-    }
-    if (slot_list.empty()) return;
-  }
-  impl_->materialize_slots(slot_list);
+  // A row of the open round may be materialized too: a layer it has verified has nothing
+  // pending any more, a layer it has not verified replays nothing after this.
+  if (handles.empty() || !slot_list.empty()) impl_->materialize_slots(slot_list);
 }
 
 void StatePool::prefill(int layer, SlotHandle handle, const GdnWeights& weights,

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "replay.h"
 #include "snapshot.h"
 #include "specstate/status.h"
 
@@ -12,6 +13,8 @@ std::unique_ptr<StrategyImpl> make_strategy(const Layout& layout) {
   switch (layout.strategy) {
     case Strategy::kSnapshot:
       return std::make_unique<SnapshotStrategy>();
+    case Strategy::kReplay:
+      return std::make_unique<ReplayStrategy>(layout);
   }
   throw Error(Status::kInvalidArgument,
               "StatePool: options.strategy = " + std::to_string(static_cast<int>(layout.strategy)) +
@@ -22,6 +25,9 @@ void strategy_workspace(Layout& layout) {
   switch (layout.strategy) {
     case Strategy::kSnapshot:
       SnapshotStrategy::workspace(layout);
+      return;
+    case Strategy::kReplay:
+      ReplayStrategy::workspace(layout);
       return;
   }
   throw Error(Status::kInvalidArgument,

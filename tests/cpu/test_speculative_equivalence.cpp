@@ -21,9 +21,12 @@ struct Case {
   bool conv_bias;
   bool tree;
   bool shared_tree;  // one parents array [T] for all rows
+  Strategy strategy = Strategy::kSnapshot;
 };
 
-std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name; }
+std::ostream& operator<<(std::ostream& out, const Case& c) {
+  return out << c.name << "_" << strategy_name(c.strategy);
+}
 
 class SpeculativeEquivalence : public ::testing::TestWithParam<Case> {};
 
@@ -59,7 +62,9 @@ TEST_P(SpeculativeEquivalence, CommittedStateEqualsSequentialDecode) {
   options.num_slots = requests + 2;
   options.max_rows = max_rows;
   options.max_window = T;
-  StatePool spec(model, options), ref(model, options);
+  PoolOptions spec_options = options;
+  spec_options.strategy = c.strategy;
+  StatePool spec(model, spec_options), ref(model, options);
   std::vector<SlotHandle> spec_h, ref_h;
   // Burn a slot in `ref` so the two pools map requests to different slots.
   SlotHandle burn = ref.acquire();
@@ -177,18 +182,30 @@ TEST_P(SpeculativeEquivalence, CommittedStateEqualsSequentialDecode) {
   EXPECT_GT(norm, 0.0) << "committed SSM state is all zeros";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cpu, SpeculativeEquivalence,
-    ::testing::Values(
-        Case{"f32_chain", DType::kF32, DType::kF32, DType::kF32, true, false, false},
-        Case{"f32_tree_per_row", DType::kF32, DType::kF32, DType::kF32, true, true, false},
-        Case{"f32_tree_shared", DType::kF32, DType::kF32, DType::kF32, false, true, true},
-        Case{"bf16_act_f32_ssm_chain", DType::kBF16, DType::kBF16, DType::kF32, false, false,
-             false},
-        Case{"bf16_act_f32_ssm_tree", DType::kBF16, DType::kBF16, DType::kF32, false, true, false},
-        Case{"all_bf16_chain", DType::kBF16, DType::kBF16, DType::kBF16, true, false, false},
-        Case{"f32_act_bf16_conv_tree", DType::kF32, DType::kBF16, DType::kF32, true, true, false}),
-    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+std::vector<Case> cases() {
+  const std::vector<Case> base = {
+      Case{"f32_chain", DType::kF32, DType::kF32, DType::kF32, true, false, false},
+      Case{"f32_tree_per_row", DType::kF32, DType::kF32, DType::kF32, true, true, false},
+      Case{"f32_tree_shared", DType::kF32, DType::kF32, DType::kF32, false, true, true},
+      Case{"bf16_act_f32_ssm_chain", DType::kBF16, DType::kBF16, DType::kF32, false, false, false},
+      Case{"bf16_act_f32_ssm_tree", DType::kBF16, DType::kBF16, DType::kF32, false, true, false},
+      Case{"all_bf16_chain", DType::kBF16, DType::kBF16, DType::kBF16, true, false, false},
+      Case{"f32_act_bf16_conv_tree", DType::kF32, DType::kBF16, DType::kF32, true, true, false}};
+  std::vector<Case> all;
+  for (Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
+    for (Case c : base) {
+      c.strategy = strategy;
+      all.push_back(c);
+    }
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, SpeculativeEquivalence, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(info.param.name) + "_" +
+                                  strategy_name(info.param.strategy);
+                         });
 
 // A tree's snapshot of node t equals the final state of a fresh run over the path root..t.
 TEST(TreeSnapshots, EachNodeSnapshotEqualsAFreshRunOverItsPath) {

@@ -1,0 +1,40 @@
+// Test configuration presets (instead of hand-built configs) and the case table over layer kind x
+// strategy x backend that the equivalence suites run (CPU in tests/cpu, CUDA in tests/gpu).
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "specstate/specstate.h"
+
+namespace specstate::test {
+
+// Named GDN layer configs:
+//   small_f32        H=2 HV=4 K=V=8 W=4, conv bias, all f32
+//   small_bf16       the same, bf16 activations and conv state, f32 SSM state, no bias
+//   small_all_bf16   everything bf16, conv bias
+//   small_bf16_conv  f32 activations, bf16 conv state, conv bias
+//   gpu_k32          H=2 HV=4 K=32 V=16 W=3 (CUDA-sized heads), bf16 act/conv, f32 SSM
+//   gpu_f32          H=2 HV=4 K=V=32 W=4, conv bias, all f32
+//   gpu_k128         H=4 HV=8 K=128 V=64 W=4, bf16 act/conv, f32 SSM
+//   qwen3next_tp1    Qwen3-Next-80B at TP1: H=16 HV=32 K=V=128 W=4, bf16 act/conv, f32 SSM
+GdnConfig gdn_preset(const std::string& name);
+
+struct EquivalenceCase {
+  const char* name;
+  const char* preset;
+  bool tree;
+  int max_window;  // rounds draw T in 1..max_window
+  int requests;
+  int rounds;
+};
+
+// The cases every backend runs (the GPU suite adds the CUDA-sized presets).
+std::vector<EquivalenceCase> cpu_equivalence_cases();
+std::vector<EquivalenceCase> gpu_equivalence_cases();
+
+inline std::string case_name(const EquivalenceCase& c) { return c.name; }
+inline void PrintTo(const EquivalenceCase& c, std::ostream* out) { *out << c.name; }
+
+}  // namespace specstate::test

@@ -1,0 +1,243 @@
+#include "common/strategy_equivalence.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <list>
+#include <random>
+#include <string>
+
+namespace specstate::test {
+namespace {
+
+class HostMemory final : public Memory {
+ public:
+  Backend backend() const override { return Backend::kCpu; }
+  TensorView put(const Buffer& host, bool persistent) override {
+    auto& list = persistent ? persistent_ : round_;
+    list.push_back(host);
+    return list.back().view();
+  }
+  std::vector<uint8_t> bytes(const TensorView& view) override {
+    const auto* p = static_cast<const uint8_t*>(view.data);
+    return std::vector<uint8_t>(p, p + view.numel() * dtype_size(view.dtype));
+  }
+  void clear() override { round_.clear(); }
+
+ private:
+  std::list<Buffer> persistent_, round_;
+};
+
+std::vector<int32_t> random_tree(int T, std::mt19937_64& rng) {
+  std::vector<int32_t> parents(T, -1);
+  for (int t = 1; t < T; ++t) parents[t] = std::uniform_int_distribution<int>(0, t - 1)(rng);
+  return parents;
+}
+
+struct Layer {
+  GdnWeights weights;
+};
+
+// Both pools, side by side.
+struct Pair {
+  StatePool snap, replay;
+  Pair(const ModelConfig& m, PoolOptions o)
+      : snap(m, with(o, Strategy::kSnapshot)), replay(m, with(o, Strategy::kReplay)) {}
+  static PoolOptions with(PoolOptions o, Strategy s) {
+    o.strategy = s;
+    return o;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
+
+void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t seed) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const GdnConfig g = gdn_preset(c.preset);
+  const int L = 2;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  PoolOptions options;
+  options.num_slots = c.requests + 2;
+  options.max_rows = c.requests + 2;
+  options.max_window = c.max_window;
+  options.backend = mem.backend();
+  options.stream = mem.stream();
+  Pair pools(model, options);
+  std::vector<Layer> layers(L);
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights w = random_weights(g, rng);
+    layers[l].weights.conv_weight = mem.put(w.conv_weight, true);
+    if (g.conv_bias) layers[l].weights.conv_bias = mem.put(w.conv_bias, true);
+    layers[l].weights.A_log = mem.put(w.A_log, true);
+    layers[l].weights.dt_bias = mem.put(w.dt_bias, true);
+  }
+  auto inputs = [&](int64_t tokens) {
+    const TokenInputs in = random_inputs(g, tokens, rng);
+    return GdnInputs{mem.put(in.mixed_qkv), mem.put(in.a), mem.put(in.b)};
+  };
+  auto outputs = [&](int64_t tokens) {
+    const TokenOutputs out = make_outputs(g, tokens);
+    return GdnOutputs{mem.put(out.conv_out), mem.put(out.core_out)};
+  };
+  auto same_outputs = [&](const GdnOutputs& a, const GdnOutputs& b, const std::string& what) {
+    ASSERT_EQ(mem.bytes(a.core_out), mem.bytes(b.core_out)) << what << ": core_out differs";
+    ASSERT_EQ(mem.bytes(a.conv_out), mem.bytes(b.conv_out)) << what << ": conv_out differs";
+  };
+  auto same_state = [&](const std::string& what) {
+    for (int l = 0; l < L; ++l) {
+      ASSERT_EQ(mem.bytes(pools.snap.conv_state(l)), mem.bytes(pools.replay.conv_state(l)))
+          << what << ": layer " << l << " committed conv state differs";
+      ASSERT_EQ(mem.bytes(pools.snap.ssm_state(l)), mem.bytes(pools.replay.ssm_state(l)))
+          << what << ": layer " << l << " committed SSM state differs";
+    }
+  };
+  // A request: its handle in each pool (the pools allocate identically, so the slots agree).
+  std::vector<SlotHandle> hs, hr;
+  auto prefill = [&](int i, int n) {
+    for (int l = 0; l < L; ++l) {
+      const GdnInputs in = inputs(n);
+      const GdnOutputs os = outputs(n), orp = outputs(n);
+      pools.snap.prefill(l, hs[i], layers[l].weights, in, os);
+      pools.replay.prefill(l, hr[i], layers[l].weights, in, orp);
+      same_outputs(os, orp, "prefill of request " + std::to_string(i));
+    }
+  };
+  for (int i = 0; i < c.requests; ++i) {
+    hs.push_back(pools.snap.acquire());
+    hr.push_back(pools.replay.acquire());
+    ASSERT_EQ(pools.snap.slot_index(hs[i]), pools.replay.slot_index(hr[i]));
+    prefill(i, 1 + static_cast<int>(rng() % 3));
+  }
+
+  int replayed_rounds = 0, kept_rows = 0, accepted_total = 0;
+  for (int round = 0; round < c.rounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    mem.clear();
+    // Between rounds: a request leaves and another arrives in its slot; a decode step; an
+    // explicit materialize. Each lands on slots that may hold pending replay steps.
+    if (rng() % 8 == 0) {
+      const int i = static_cast<int>(rng() % c.requests);
+      pools.snap.release(hs[i]);
+      pools.replay.release(hr[i]);
+      hs[i] = pools.snap.acquire();
+      hr[i] = pools.replay.acquire();
+      prefill(i, 2);
+    }
+    if (rng() % 6 == 0) {
+      std::vector<SlotHandle> rs, rr;
+      for (int i = 0; i < c.requests; ++i) {
+        if (rng() % 2) {
+          rs.push_back(hs[i]);
+          rr.push_back(hr[i]);
+        }
+      }
+      if (!rs.empty()) {
+        rs.insert(rs.begin(), SlotHandle::padding());
+        rr.insert(rr.begin(), SlotHandle::padding());
+        for (int l = 0; l < L; ++l) {
+          const GdnInputs in = inputs(static_cast<int64_t>(rs.size()));
+          const GdnOutputs os = outputs(static_cast<int64_t>(rs.size()));
+          const GdnOutputs orp = outputs(static_cast<int64_t>(rs.size()));
+          pools.snap.decode(l, rs, layers[l].weights, in, os);
+          pools.replay.decode(l, rr, layers[l].weights, in, orp);
+          ASSERT_EQ(mem.bytes(os.core_out), mem.bytes(orp.core_out)) << "decode differs";
+        }
+      }
+    }
+    if (rng() % 10 == 0) pools.replay.materialize({hr[rng() % c.requests]});
+
+    // The round: T in 1..max_window, a random subset of the requests (the rest sit out) in
+    // random order, padding rows in between.
+    const int T = 1 + static_cast<int>(rng() % c.max_window);
+    std::vector<int> order(c.requests);
+    for (int i = 0; i < c.requests; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    const int live = 1 + static_cast<int>(rng() % c.requests);
+    std::vector<int> row_request(order.begin(), order.begin() + live);
+    while (static_cast<int>(row_request.size()) < options.max_rows && rng() % 3 == 0) {
+      row_request.insert(row_request.begin() + rng() % (row_request.size() + 1), -1);
+    }
+    const int B = static_cast<int>(row_request.size());
+    VerifyBatch bs, br;
+    bs.window = br.window = T;
+    for (int r = 0; r < B; ++r) {
+      const int i = row_request[r];
+      bs.rows.push_back(i < 0 ? SlotHandle::padding() : hs[i]);
+      br.rows.push_back(i < 0 ? SlotHandle::padding() : hr[i]);
+    }
+    if (c.tree) {
+      for (int r = 0; r < B; ++r) {
+        const std::vector<int32_t> p = random_tree(T, rng);
+        bs.parents.insert(bs.parents.end(), p.begin(), p.end());
+      }
+      br.parents = bs.parents;
+    }
+    if (rng() % 8 == 0) {
+      // A round that is verified for some layers and then dropped by the next begin_verify:
+      // the layers it verified consumed their pending steps, the others keep them.
+      pools.snap.begin_verify(bs);
+      pools.replay.begin_verify(br);
+      const int verified = static_cast<int>(rng() % (L + 1));
+      for (int l = 0; l < verified; ++l) {
+        const GdnInputs in = inputs(int64_t{B} * T);
+        const GdnOutputs os = outputs(int64_t{B} * T), orp = outputs(int64_t{B} * T);
+        pools.snap.verify(l, layers[l].weights, in, os);
+        pools.replay.verify(l, layers[l].weights, in, orp);
+        same_outputs(os, orp, "dropped round, layer " + std::to_string(l));
+      }
+    }
+    pools.snap.begin_verify(bs);
+    pools.replay.begin_verify(br);
+    for (int l = 0; l < L; ++l) {
+      const int repeats = rng() % 7 == 0 ? 2 : 1;  // a repeated verify of the layer
+      for (int k = 0; k < repeats; ++k) {
+        const GdnInputs in = inputs(int64_t{B} * T);
+        const GdnOutputs os = outputs(int64_t{B} * T), orp = outputs(int64_t{B} * T);
+        pools.snap.verify(l, layers[l].weights, in, os);
+        pools.replay.verify(l, layers[l].weights, in, orp);
+        same_outputs(os, orp, "verify of layer " + std::to_string(l));
+      }
+    }
+    // An occasional look at the committed memory mid-round (implicit materialize).
+    if (rng() % 9 == 0) same_state("mid-round view");
+    std::vector<int32_t> accepted(B);
+    for (int r = 0; r < B; ++r) {
+      if (row_request[r] < 0) {
+        accepted[r] = c.tree ? -1 : 0;
+      } else {
+        accepted[r] =
+            c.tree ? static_cast<int>(rng() % (T + 1)) - 1 : static_cast<int>(rng() % (T + 1));
+        const bool keep = accepted[r] == (c.tree ? -1 : 0);
+        kept_rows += keep;
+        accepted_total += keep ? 0 : 1;
+      }
+    }
+    if (mem.backend() == Backend::kCuda && round % 2 == 1) {
+      Buffer acc(DType::kI32, {B});
+      for (int r = 0; r < B; ++r) acc.set(r, static_cast<float>(accepted[r]));
+      const TensorView dev = mem.put(acc);
+      pools.snap.commit(dev);
+      pools.replay.commit(dev);
+    } else {
+      pools.snap.commit(accepted);
+      pools.replay.commit(accepted);
+    }
+    ++replayed_rounds;
+    if (round % 5 == 4) same_state("after commit");
+  }
+  same_state("at the end");
+  double norm = 0;
+  for (int l = 0; l < L; ++l) {
+    const std::vector<uint8_t> b = mem.bytes(pools.replay.ssm_state(l));
+    norm += std::count_if(b.begin(), b.end(), [](uint8_t x) { return x != 0; });
+  }
+  EXPECT_GT(norm, 0) << "committed SSM state is all zeros";
+  EXPECT_GT(kept_rows, 0) << "no round kept a row (a = 0)";
+  EXPECT_GT(accepted_total, c.rounds / 2) << "the trace accepted almost nothing";
+  EXPECT_EQ(replayed_rounds, c.rounds);
+}
+
+}  // namespace specstate::test

@@ -1,0 +1,152 @@
+// The replay strategy's own contract (DESIGN.md sections 4-6) beyond bit-equivalence with
+// snapshot (test_strategy_equivalence.cpp): record sizes and contents, the workspace views each
+// strategy has, and calls that would corrupt a deferred state.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "common/gdn_data.h"
+#include "common/presets.h"
+
+namespace specstate::test {
+namespace {
+
+PoolOptions replay_options(int slots, int rows, int window) {
+  PoolOptions o;
+  o.num_slots = slots;
+  o.max_rows = rows;
+  o.max_window = window;
+  o.strategy = Strategy::kReplay;
+  return o;
+}
+
+TEST(Replay, RecordsAreUnderFivePercentOfTheCommittedStateAtQwen3NextT4) {
+  const ModelConfig m = ModelConfig::gated_delta_net(36, gdn_preset("qwen3next_tp1"));
+  StatePool pool(m, replay_options(1, 1, 4));
+  // One slot: committed 77,266,944 B; records 36 x 4 x (8192 + 64) x 2 B + bookkeeping.
+  EXPECT_EQ(pool.committed_bytes(), 77266944);
+  EXPECT_EQ(pool.workspace_bytes(), 36 * 4 * 16512 + 36 * 4 + 4 * 4);
+  EXPECT_LE(static_cast<double>(pool.workspace_bytes()), 0.05 * pool.committed_bytes());
+  PoolOptions snap = replay_options(1, 1, 4);
+  snap.strategy = Strategy::kSnapshot;
+  StatePool reference(m, snap);
+  EXPECT_EQ(reference.workspace_bytes(), 4 * pool.committed_bytes());  // T states per row
+}
+
+TEST(Replay, EachStrategyHasOnlyItsOwnWorkspace) {
+  const ModelConfig m = ModelConfig::gated_delta_net(2, gdn_preset("small_f32"));
+  StatePool replay(m, replay_options(3, 2, 4));
+  const TensorView rec = replay.workspace(Workspace::kRecords, 1);
+  EXPECT_EQ(rec.ndim, 3);
+  EXPECT_EQ(rec.shape[0], 3);
+  EXPECT_EQ(rec.shape[1], 4);
+  EXPECT_EQ(rec.shape[2], m.gdn.conv_dim() + 2 * m.gdn.num_v_heads);
+  try {
+    replay.snapshot_ssm(0);
+    FAIL() << "a replay pool has no snapshot scratch";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("kSnapshotSsm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("replay"), std::string::npos) << e.what();
+  }
+  PoolOptions o = replay_options(3, 2, 4);
+  o.strategy = Strategy::kSnapshot;
+  StatePool snap(m, o);
+  EXPECT_THROW(snap.workspace(Workspace::kRecords, 0), Error);
+  EXPECT_NO_THROW(snap.workspace(Workspace::kSnapshotConv, 0));
+}
+
+TEST(Replay, RecordsHoldEachWindowTokensLayerInputs) {
+  std::mt19937_64 rng(11);
+  const GdnConfig g = gdn_preset("small_bf16");
+  const ModelConfig m = ModelConfig::gated_delta_net(1, g);
+  StatePool pool(m, replay_options(3, 2, 3));
+  SlotHandle a = pool.acquire(), b = pool.acquire();
+  LayerWeights w = random_weights(g, rng);
+  TokenInputs in = random_inputs(g, 6, rng);
+  TokenOutputs out = make_outputs(g, 6);
+  pool.begin_verify(VerifyBatch{{b, a}, 3, {}});
+  pool.verify(0, w.view(), in.view(), out.view());
+  const TensorView rec = pool.workspace(Workspace::kRecords, 0);
+  const int64_t d = g.conv_dim(), hv = g.num_v_heads, width = d + 2 * hv;
+  const auto* data = static_cast<const uint16_t*>(rec.data);
+  for (int r = 0; r < 2; ++r) {
+    const int slot = pool.slot_index(r == 0 ? b : a);
+    for (int t = 0; t < 3; ++t) {
+      const uint16_t* row = data + (int64_t{slot} * 3 + t) * width;
+      const int64_t token = r * 3 + t;
+      for (int64_t c = 0; c < d; ++c) {
+        ASSERT_EQ(float_from_bf16(row[c]), in.mixed_qkv.get(token * d + c)) << "x " << c;
+      }
+      for (int64_t h = 0; h < hv; ++h) {
+        ASSERT_EQ(float_from_bf16(row[d + h]), in.a.get(token * hv + h)) << "a " << h;
+        ASSERT_EQ(float_from_bf16(row[d + hv + h]), in.b.get(token * hv + h)) << "b " << h;
+      }
+    }
+  }
+  EXPECT_GT(sum_squares(in.mixed_qkv.view()), 0.0);
+}
+
+// A slot of the open round cannot be advanced: its commit would overwrite the advance (and under
+// replay the round's records would no longer match the state they start from).
+TEST(Replay, PrefillAndDecodeOfARowOfTheOpenRoundAreRejected) {
+  for (Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
+    SCOPED_TRACE(strategy_name(strategy));
+    std::mt19937_64 rng(5);
+    const GdnConfig g = gdn_preset("small_f32");
+    PoolOptions o = replay_options(3, 2, 2);
+    o.strategy = strategy;
+    StatePool pool(ModelConfig::gated_delta_net(1, g), o);
+    SlotHandle a = pool.acquire(), b = pool.acquire(), c = pool.acquire();
+    LayerWeights w = random_weights(g, rng);
+    TokenInputs in = random_inputs(g, 4, rng);
+    TokenOutputs out = make_outputs(g, 4);
+    pool.begin_verify(VerifyBatch{{a, b}, 2, {}});
+    pool.verify(0, w.view(), in.view(), out.view());
+    const std::vector<uint8_t> before = committed_bytes(pool);
+    try {
+      pool.decode(0, {c, b}, w.view(), in.rows(0, 2), out.rows(0, 2));
+      FAIL() << "decode of a round row was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kFailedPrecondition);
+      EXPECT_NE(std::string(e.what()).find("rows[1] = slot 1 is row 1 of the open verify round"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(pool.prefill(0, a, w.view(), in.rows(0, 2), out.rows(0, 2)), Error);
+    EXPECT_EQ(committed_bytes(pool), before);
+    // A slot outside the round still decodes.
+    EXPECT_NO_THROW(pool.decode(0, {c}, w.view(), in.rows(0, 1), out.rows(0, 1)));
+    pool.commit(std::vector<int32_t>{2, 1});
+    EXPECT_NO_THROW(pool.decode(0, {a, b}, w.view(), in.rows(0, 2), out.rows(0, 2)));
+  }
+}
+
+// Materialize is idempotent and changes nothing a view can see (views materialize themselves).
+TEST(Replay, MaterializeMakesTheMemoryExactOnceAndIsIdempotent) {
+  std::mt19937_64 rng(21);
+  const GdnConfig g = gdn_preset("small_f32");
+  const ModelConfig m = ModelConfig::gated_delta_net(2, g);
+  PoolOptions so = replay_options(2, 1, 3);
+  so.strategy = Strategy::kSnapshot;
+  StatePool replay(m, replay_options(2, 1, 3)), snap(m, so);
+  SlotHandle r = replay.acquire(), s = snap.acquire();
+  std::vector<LayerWeights> w = {random_weights(g, rng), random_weights(g, rng)};
+  TokenInputs in = random_inputs(g, 3, rng);
+  TokenOutputs out = make_outputs(g, 3);
+  for (StatePool* p : {&replay, &snap}) {
+    p->begin_verify(VerifyBatch{{p == &replay ? r : s}, 3, {}});
+    for (int l = 0; l < 2; ++l) p->verify(l, w[l].view(), in.view(), out.view());
+    p->commit(std::vector<int32_t>{2});
+  }
+  replay.materialize({r});
+  replay.materialize({r});
+  replay.materialize();
+  EXPECT_EQ(committed_bytes(replay), committed_bytes(snap));
+  EXPECT_GT(sum_squares(replay.ssm_state(1)), 0.0);
+}
+
+}  // namespace
+}  // namespace specstate::test
