@@ -140,12 +140,15 @@ Case make_case(std::mt19937_64& rng, int tokens, Inputs kind) {
           bt[h] = -10.f + 20.f * uni(rng);
         }
         break;
-      case Inputs::kSoftplusEdge:  // a + dt_bias right at the threshold 20, both sides
+      case Inputs::kSoftplusEdge:  // a + dt_bias at the threshold 20 (both sides) and inside
+                                   // (2, 20), where softplus(x) != x still shows (a threshold
+                                   // moved to 2 would treat x = 3 as the identity)
         for (int h = 0; h < c.HV; ++h) {
-          const float offsets[] = {-0.5f, -1e-3f, 0.f, 1e-3f, 0.5f, 3.f};
-          at[h] = 20.f + offsets[(t + h) % 6] - cs.w.dt_bias[h];
-          // Tiny A so that exp(g) stays away from 0 and the state carries the gate's value.
-          cs.w.A_log[h] = -6.f;
+          const float x[] = {19.5f, 19.999f, 20.f, 20.001f, 20.5f, 3.f, 5.f, 1.f};
+          at[h] = x[(t + h) % 8] - cs.w.dt_bias[h];
+          // A = e^-1: exp(g) stays away from 0 for the x < 20 tokens, so the state carries the
+          // gate's value into the next token.
+          cs.w.A_log[h] = -1.f;
         }
         break;
     }
@@ -396,7 +399,7 @@ TEST(ReferenceF64Edges, SoftplusBelowTheThresholdIsNotTheIdentity) {
   StatePool pool(ModelConfig::gated_delta_net(1, to_gdn(c)), PoolOptions{});
   const SlotHandle h = pool.acquire();
   const GdnWeights w = weights_view(cs);
-  std::vector<float> x(static_cast<std::size_t>(D) * 2, 1.f), a = {5.f, 0.f}, b = {10.f, 10.f};
+  std::vector<float> x(static_cast<std::size_t>(D) * 2, 1.f), a = {0.f, 5.f}, b = {10.f, -3.f};
   std::vector<float> co(static_cast<std::size_t>(D) * 2), oo(8);
   pool.prefill(0, h, w,
                {TensorView::contiguous(x.data(), DType::kF32, {2, D}),
@@ -408,6 +411,9 @@ TEST(ReferenceF64Edges, SoftplusBelowTheThresholdIsNotTheIdentity) {
   std::vector<double> rc, ro;
   for (int t = 0; t < 2; ++t) ref_step(c, cs.w, st, &x[t * D], &a[t], &b[t], rc, ro);
   const float* S = static_cast<const float*>(pool.ssm_state(0).data);
+  // Token 0 builds the state, token 1 (beta small, so the decay does not cancel) decays it by
+  // exp(-0.2 * softplus(5)): 0.13% off if
+  // softplus(5) were taken as 5.
   for (int i = 0; i < 16; ++i) {
     EXPECT_NEAR(S[i], st.S[i], 1e-5 * std::max(1.0, std::abs(st.S[i]))) << i;
   }
