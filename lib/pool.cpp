@@ -12,6 +12,7 @@
 #include "layers/gdn.h"
 #include "layout.h"
 #include "logging.h"
+#include "pool_access.h"
 #include "slot_allocator.h"
 #include "strategy/strategy.h"
 #include "validate.h"
@@ -213,6 +214,10 @@ StatePool& StatePool::operator=(StatePool&& other) noexcept {
     impl_ = std::move(other.impl_);
   }
   return *this;
+}
+
+const detail::PoolStorage& detail::PoolAccess::storage(const StatePool& pool) {
+  return pool.impl_->storage;
 }
 
 const ModelConfig& StatePool::config() const noexcept { return impl_->config; }

@@ -23,6 +23,10 @@
 
 namespace specstate {
 
+namespace detail {
+struct PoolAccess;  // internal (lib/pool_access.h): the layout and memory, for benchmarks
+}  // namespace detail
+
 // A request's slot. The generation makes a handle stale once its slot is released (and maybe
 // handed out again); the pool id makes a handle of another pool foreign. Both are rejected.
 struct SlotHandle {
@@ -141,6 +145,7 @@ class StatePool {
   const VerifyBatch& current_batch() const noexcept;
 
  private:
+  friend struct detail::PoolAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

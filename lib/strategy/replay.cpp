@@ -31,9 +31,12 @@ bool ReplayStrategy::any_deferred(int layer, const std::vector<int32_t>& slots) 
 StateIO ReplayStrategy::verify_io(int layer, const RoundPlan& plan, bool first) {
   StateIO io;
   io.write_records = true;
-  // A repeated verify of the layer in the same round starts from the committed memory, which
-  // the first one made exact.
-  io.replay = first && any_deferred(layer, plan.slots);
+  // The first verify of a layer in a round always runs the replay phase (the device counts say
+  // how many steps; often none): a verify captured in a CUDA graph must replay whatever the
+  // commit of the previous graph launch left, which the host cannot know at capture. A repeated
+  // verify of the layer in the same round starts from the memory the first one made exact.
+  (void)plan;
+  io.replay = first;
   io.store_replayed = io.replay;
   if (first) {
     for (int32_t s : plan.slots) {

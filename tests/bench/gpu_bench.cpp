@@ -1,7 +1,11 @@
 // GPU benchmarks at Qwen3-Next-80B TP1 shapes (H=16, HV=32, K=V=128, W=4, conv_dim 8192,
 // 36 GDN layers, bf16 activations and conv state, fp32 SSM state), T in {2,4,8}, B in
-// {1,8,32,128}: verify conv per layer, verify recurrence per layer, commit over 36 layers, and
-// the whole round (36 layers verify + commit in one CUDA graph).
+// {1,8,32,128}: verify conv per layer, verify recurrence per layer (snapshot and replay),
+// commit over 36 layers, the whole round (36 layers verify + commit in one CUDA graph), and
+// rounds as SGLang's replay figures were measured: a graph of 4 consecutive rounds (begin_verify,
+// 36 verifies, commit with device accepted lengths that differ per round), median / 4, for both
+// strategies, against the floor (read + write every row's state once per layer at the copy
+// bandwidth this binary measures).
 //
 // Method (METHOD.md): random data; slots shuffled; accepted lengths random in [1, T]; every
 // measured region is a CUDA graph replay timed with CUDA events (manual time), the L2 flushed
@@ -25,6 +29,8 @@
 #include "bench_fill.h"
 #include "kernels/conv_update.h"
 #include "kernels/gdn_recurrence.h"
+#include "lib/cuda/gdn_launch.h"
+#include "lib/pool_access.h"
 #include "sglang_baseline.h"
 #include "specstate/specstate.h"
 
@@ -91,8 +97,11 @@ double measure_copy_gbps(cudaStream_t stream) {
 struct World {
   cudaStream_t stream = nullptr;
   double copy_gbps = 0;
-  std::unique_ptr<StatePool> pool;
-  std::vector<SlotHandle> handles;
+  std::unique_ptr<StatePool> pool;   // snapshot
+  std::unique_ptr<StatePool> rpool;  // replay
+  std::vector<SlotHandle> handles, rhandles;
+  detail::cuda::GdnScratch replay_scratch;  // the bench's own replay scratch for kernel launches
+  int32_t* accepted4 = nullptr;             // [4][kMaxB] accepted lengths of 4 consecutive rounds
   GdnConfig g;
   std::vector<void*> qkv, a, b, conv_out, core_out, conv_w, A_log, dt_bias;
   int32_t* slots = nullptr;     // [kMaxB] bench-owned slot list for direct kernel launches
@@ -118,15 +127,20 @@ struct World {
     options.backend = Backend::kCuda;
     options.stream = stream;
     pool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g), options);
+    options.strategy = Strategy::kReplay;
+    rpool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g), options);
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
+    for (int i = 0; i < kMaxB; ++i) rhandles.push_back(rpool->acquire());
     uint64_t seed = 1;
     for (int l = 0; l < kLayers; ++l) {
-      check(fill_random(pool->ssm_state(l).data, pool->ssm_state(l).numel(), false, 0.05f, seed++,
-                        stream),
-            "fill");
-      check(fill_random(pool->conv_state(l).data, pool->conv_state(l).numel(), true, 1.0f, seed++,
-                        stream),
-            "fill");
+      for (StatePool* p : {pool.get(), rpool.get()}) {
+        check(fill_random(p->ssm_state(l).data, p->ssm_state(l).numel(), false, 0.05f, seed++,
+                          stream),
+              "fill");
+        check(fill_random(p->conv_state(l).data, p->conv_state(l).numel(), true, 1.0f, seed++,
+                          stream),
+              "fill");
+      }
       const std::size_t tokens = kMaxB * kMaxT;
       auto make = [&](std::size_t n, bool bf16, float scale) {
         void* p = bf16 ? static_cast<void*>(device_alloc<uint16_t>(n))
@@ -145,6 +159,9 @@ struct World {
     }
     slots = device_alloc<int32_t>(kMaxB);
     accepted = device_alloc<int32_t>(kMaxB);
+    accepted4 = device_alloc<int32_t>(4 * kMaxB);
+    replay_scratch.replay_qkv = device_alloc<uint16_t>(std::size_t{kMaxB} * kMaxT * kConvDim);
+    replay_scratch.replay_gates = device_alloc<uint16_t>(std::size_t{kMaxB} * kMaxT * 2 * kHV);
     flush = device_alloc<char>(kFlushBytes);
     check(cudaEventCreate(&e0), "event");
     check(cudaEventCreate(&e1), "event");
@@ -175,7 +192,8 @@ struct World {
         TensorView::contiguous(core_out[l], DType::kBF16, {tokens, kHV, kV}, Device::kCuda)};
   }
 
-  // A round's batch: B handles in shuffled order; accepted lengths random in [1, T] (device).
+  // A round's batch: B handles in shuffled order (the same slots in both pools); accepted lengths
+  // random in [1, T] (device), and four rounds' worth in accepted4.
   VerifyBatch batch(int T, int B) {
     std::mt19937_64 rng(1000 * T + B);
     std::vector<int> order(kMaxB);
@@ -183,12 +201,15 @@ struct World {
     std::shuffle(order.begin(), order.end(), rng);
     VerifyBatch batch;
     batch.window = T;
-    std::vector<int32_t> slot_index(B), acc(B);
+    std::vector<int32_t> slot_index(B), acc(B), acc4(4 * kMaxB);
     for (int r = 0; r < B; ++r) {
       batch.rows.push_back(handles[order[r]]);
       slot_index[r] = pool->slot_index(handles[order[r]]);
       acc[r] = std::uniform_int_distribution<int>(1, T)(rng);
     }
+    for (int& a : acc4) a = std::uniform_int_distribution<int>(1, T)(rng);
+    check(cudaMemcpy(accepted4, acc4.data(), sizeof(int32_t) * acc4.size(), cudaMemcpyHostToDevice),
+          "accepted4");
     check(cudaMemcpy(slots, slot_index.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice),
           "slots");
     check(cudaMemcpy(accepted, acc.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice),
@@ -196,55 +217,47 @@ struct World {
     return batch;
   }
 
-  k::ConvUpdateParams conv_params(int l, int T, int B) const {
-    k::ConvUpdateParams c;
-    c.rows = B;
-    c.tokens = T;
-    c.conv_dim = kConvDim;
-    c.width = kW;
-    c.weight_dtype = k::ElemType::kBF16;
-    c.x_stride_token = kConvDim;
-    c.out_stride_token = kConvDim;
-    c.weight_stride_c = kW;
-    c.state_stride_slot = int64_t{kConvDim} * (kW - 1);
-    c.snap_stride_t = c.state_stride_slot;
-    c.snap_stride_row = c.snap_stride_t * kMaxT;
-    c.x = qkv[l];
-    c.out = conv_out[l];
-    c.weight = conv_w[l];
-    c.state = pool->conv_state(l).data;
-    c.snap = pool->snapshot_conv(l).data;
-    c.slots = slots;
-    return c;
+  // The batch of `pool`'s handles matching batch(T, B)'s rows (the same slot indices).
+  VerifyBatch batch_of(const StatePool& p, const VerifyBatch& b) const {
+    VerifyBatch out = b;
+    const std::vector<SlotHandle>& hs = &p == pool.get() ? handles : rhandles;
+    for (SlotHandle& h : out.rows) h = hs[pool->slot_index(h)];
+    return out;
   }
 
-  k::GdnRecurrenceParams gdn_params(int l, int T, int B) const {
-    k::GdnRecurrenceParams r;
-    r.rows = B;
-    r.tokens = T;
-    r.num_k_heads = kH;
-    r.num_v_heads = kHV;
-    r.head_k_dim = kK;
-    r.head_v_dim = kV;
-    r.scale = g.effective_scale();
-    r.qkv_stride_token = kConvDim;
-    r.a_stride_token = kHV;
-    r.b_stride_token = kHV;
-    r.out_stride_token = int64_t{kHV} * kV;
-    r.out_stride_h = kV;
-    r.state_stride_slot = int64_t{kHV} * kV * kK;
-    r.snap_stride_t = r.state_stride_slot;
-    r.snap_stride_row = r.snap_stride_t * kMaxT;
-    r.qkv = conv_out[l];
-    r.a = a[l];
-    r.b = b[l];
-    r.A_log = A_log[l];
-    r.dt_bias = dt_bias[l];
-    r.out = core_out[l];
-    r.state = pool->ssm_state(l).data;
-    r.snap = pool->snapshot_ssm(l).data;
-    r.slots = slots;
-    return r;
+  // One eager replay round with the batch's accepted lengths: the rows' slots then hold pending
+  // steps, which the replay kernels re-run (as in service, where every round's verify does).
+  void prime_replay(const VerifyBatch& b, int T, int B) {
+    rpool->begin_verify(batch_of(*rpool, b));
+    for (int l = 0; l < kLayers; ++l) {
+      rpool->verify(l, weights(l), inputs(l, int64_t{B} * T), outputs(l, int64_t{B} * T));
+    }
+    rpool->commit(TensorView::contiguous(accepted, DType::kI32, {B}, Device::kCuda));
+    check(cudaStreamSynchronize(stream), "prime");
+  }
+
+  // The kernels of one verify layer call, built by the backend's own param builder: snapshot
+  // (per-token stores) or replay (pending steps re-run, committed state stored once, records).
+  detail::cuda::GdnLaunch launch_params(int l, int T, int B, bool replay) const {
+    detail::cuda::GdnLaunchArgs a;
+    a.storage = &detail::PoolAccess::storage(replay ? *rpool : *pool);
+    a.layer = l;
+    a.rows = B;
+    a.tokens = T;
+    if (replay) {
+      a.io.replay = a.io.store_replayed = a.io.write_records = true;
+    } else {
+      a.io.store_tokens = true;
+    }
+    a.device_slots = slots;
+    a.scratch = replay_scratch;
+    const GdnWeights w = weights(l);
+    const GdnInputs in = inputs(l, int64_t{B} * T);
+    const GdnOutputs out = outputs(l, int64_t{B} * T);
+    a.weights = &w;
+    a.inputs = &in;
+    a.outputs = &out;
+    return detail::cuda::build_gdn_launch(a);
   }
 };
 
@@ -261,6 +274,23 @@ double gdn_bytes(int T, int B) {
   return B * kSsmBytes * (1 + T) + tokens * kConvDim * 2 + tokens * kHV * 2 * 2 +
          tokens * kHV * kV * 2;
 }
+// Replay verify recurrence, one layer: the state read and written once, the window's inputs and
+// outputs, the pending steps' inputs (about (T+1)/2 accepted per round).
+double gdn_replay_bytes(int T, int B) {
+  const double tokens = double(B) * T, pending = double(B) * (T + 1) / 2;
+  return B * kSsmBytes * 2 + tokens * kConvDim * 2 + tokens * kHV * 2 * 2 + tokens * kHV * kV * 2 +
+         pending * (2 * kH * kK + kHV * kV + 2 * kHV) * 2;
+}
+// Replay verify conv, one layer: the snapshot conv's inputs and outputs without the T windows,
+// plus the records written (window) and read (pending), the replay buffers, one window store.
+double conv_replay_bytes(int T, int B) {
+  const double tokens = double(B) * T, pending = double(B) * (T + 1) / 2;
+  const double record = (kConvDim + 2.0 * kHV) * 2;
+  return tokens * kConvDim * 2 * 2 + 2 * B * kConvStateBytes + kConvDim * kW * 2 + tokens * record +
+         pending * (record + record);
+}
+// The floor of a round: every row's state read and written once per layer.
+double floor_bytes(int B) { return double(kLayers) * B * 2 * (kSsmBytes + kConvStateBytes); }
 double commit_bytes(int B) { return double(kLayers) * B * 2 * (kSsmBytes + kConvStateBytes); }
 
 struct Result {
@@ -325,9 +355,8 @@ void BM_VerifyConv(benchmark::State& state) {
   w.batch(T, B);
   cudaGraphExec_t exec = capture(w, [&] {
     for (int l = 0; l < kLayers; ++l) {
-      check(k::launch_conv_update(w.conv_params(l, T, B), k::ElemType::kBF16, k::ElemType::kBF16,
-                                  w.stream),
-            "conv");
+      const auto L = w.launch_params(l, T, B, false);
+      check(k::launch_conv_update(L.conv, L.act, L.conv_state, w.stream), "conv");
     }
   });
   const double us = time_graph(w, exec, state) / kLayers;
@@ -341,9 +370,8 @@ void BM_VerifyGdn(benchmark::State& state) {
   w.batch(T, B);
   cudaGraphExec_t exec = capture(w, [&] {
     for (int l = 0; l < kLayers; ++l) {
-      check(k::launch_gdn_recurrence(w.gdn_params(l, T, B), k::ElemType::kBF16, k::ElemType::kF32,
-                                     w.stream),
-            "gdn");
+      const auto L = w.launch_params(l, T, B, false);
+      check(k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, w.stream), "gdn");
     }
   });
   const double us = time_graph(w, exec, state) / kLayers;
@@ -386,6 +414,65 @@ void BM_Round(benchmark::State& state) {
   cudaGraphExecDestroy(exec);
 }
 
+void BM_VerifyConvReplay(benchmark::State& state) {
+  const int T = state.range(0), B = state.range(1);
+  World& w = World::get();
+  w.prime_replay(w.batch(T, B), T, B);
+  cudaGraphExec_t exec = capture(w, [&] {
+    for (int l = 0; l < kLayers; ++l) {
+      const auto L = w.launch_params(l, T, B, true);
+      check(k::launch_conv_update(L.conv, L.act, L.conv_state, w.stream), "conv");
+    }
+  });
+  const double us = time_graph(w, exec, state) / kLayers;
+  report(state, w, T, B, "conv_replay", us, conv_replay_bytes(T, B), sglang_row(T, B)->conv_us);
+  cudaGraphExecDestroy(exec);
+}
+
+void BM_VerifyGdnReplay(benchmark::State& state) {
+  const int T = state.range(0), B = state.range(1);
+  World& w = World::get();
+  w.prime_replay(w.batch(T, B), T, B);
+  cudaGraphExec_t exec = capture(w, [&] {
+    for (int l = 0; l < kLayers; ++l) {
+      const auto L = w.launch_params(l, T, B, true);
+      check(k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, w.stream), "gdn");
+    }
+  });
+  const double us = time_graph(w, exec, state) / kLayers;
+  report(state, w, T, B, "gdn_replay", us, gdn_replay_bytes(T, B), sglang_row(T, B)->rec_us);
+  cudaGraphExecDestroy(exec);
+}
+
+// Four consecutive rounds in one graph (accepted lengths differ per round and row), median / 4.
+void rounds4(benchmark::State& state, bool replay) {
+  const int T = state.range(0), B = state.range(1);
+  World& w = World::get();
+  StatePool& p = replay ? *w.rpool : *w.pool;
+  const VerifyBatch batch = w.batch_of(p, w.batch(T, B));
+  auto round = [&](int k) {
+    p.begin_verify(batch);
+    for (int l = 0; l < kLayers; ++l) {
+      p.verify(l, w.weights(l), w.inputs(l, int64_t{B} * T), w.outputs(l, int64_t{B} * T));
+    }
+    p.commit(TensorView::contiguous(w.accepted4 + k * kMaxB, DType::kI32, {B}, Device::kCuda));
+  };
+  round(3);  // leaves pending steps for the first captured round to replay
+  cudaGraphExec_t exec = capture(w, [&] {
+    for (int k = 0; k < 4; ++k) round(k);
+  });
+  const double us = time_graph(w, exec, state) / 4;
+  if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
+  const SglangReplayRow* s = sglang_replay_row(T, B);
+  const double bytes = replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B))
+                              : kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
+  report(state, w, T, B, replay ? "rounds4_replay" : "rounds4_snapshot", us, bytes,
+         replay ? s->circ16_us : s->snapshot_us);
+}
+
+void BM_Rounds4Snapshot(benchmark::State& state) { rounds4(state, false); }
+void BM_Rounds4Replay(benchmark::State& state) { rounds4(state, true); }
+
 void shapes(benchmark::internal::Benchmark* b) {
   for (int T : {2, 4, 8}) {
     for (int B : {1, 8, 32, 128}) b->Args({T, B});
@@ -397,6 +484,10 @@ BENCHMARK(BM_VerifyConv)->Apply(shapes);
 BENCHMARK(BM_VerifyGdn)->Apply(shapes);
 BENCHMARK(BM_Commit36)->Apply(shapes);
 BENCHMARK(BM_Round)->Apply(shapes);
+BENCHMARK(BM_VerifyConvReplay)->Apply(shapes);
+BENCHMARK(BM_VerifyGdnReplay)->Apply(shapes);
+BENCHMARK(BM_Rounds4Snapshot)->Apply(shapes);
+BENCHMARK(BM_Rounds4Replay)->Apply(shapes);
 
 void print_table() {
   World& w = World::get();
@@ -418,6 +509,45 @@ void print_table() {
           "(%7.1f) x%.2f | %8.1f %3.0f%% (%8.1f) x%.2f\n",
           T, B, c.us, 100 * c.frac, c.sglang_us, c.ratio, g.us, 100 * g.frac, g.sglang_us, g.ratio,
           m.us, 100 * m.frac, m.sglang_us, m.ratio, r.us, 100 * r.frac, r.sglang_us, r.ratio);
+    }
+  }
+  std::printf(
+      "\nreplay strategy, per layer: verify conv and GDN recurrence (%% of copy BW) [SGLang's "
+      "snapshot kernels]\n");
+  std::printf("%2s %4s | %-24s | %-26s\n", "T", "B", "conv replay /layer (SGL)",
+              "GDN replay /layer (SGL)");
+  for (int T : {2, 4, 8}) {
+    for (int B : {1, 8, 32, 128}) {
+      auto it_c = results().find({T, B, "conv_replay"});
+      auto it_g = results().find({T, B, "gdn_replay"});
+      const Result c = it_c == results().end() ? Result{} : it_c->second;
+      const Result g = it_g == results().end() ? Result{} : it_g->second;
+      std::printf("%2d %4d | %6.2f %3.0f%% (%5.2f) x%.2f | %7.2f %3.0f%% (%6.2f) x%.2f\n", T, B,
+                  c.us, 100 * c.frac, c.sglang_us, c.ratio, g.us, 100 * g.frac, g.sglang_us,
+                  g.ratio);
+    }
+  }
+  std::printf(
+      "\nrounds (graph of 4 consecutive rounds, median / 4, us): floor = 36 x B x (read + write "
+      "of one state) at %.0f GB/s; SGLang: snapshot, fold-every-commit, ReplaySSM ring of 16\n",
+      w.copy_gbps);
+  std::printf("%2s %4s | %9s %9s | %8s %6s | %9s %9s %9s | %6s %6s %6s | %5s\n", "T", "B",
+              "snapshot", "replay", "floor", "x flr", "SGL snap", "SGL fold", "SGL ring", "/snap",
+              "/fold", "/ring", "%BW");
+  for (int T : {2, 4, 8}) {
+    for (int B : {1, 8, 32, 128}) {
+      auto get = [&](const char* what) {
+        auto it = results().find({T, B, what});
+        return it == results().end() ? Result{} : it->second;
+      };
+      const Result sn = get("rounds4_snapshot"), rp = get("rounds4_replay");
+      const SglangReplayRow* s = sglang_replay_row(T, B);
+      const double floor_us = floor_bytes(B) / (w.copy_gbps * 1e9) * 1e6;
+      std::printf(
+          "%2d %4d | %9.1f %9.1f | %8.1f %6.2f | %9.1f %9.1f %9.1f | %6.2f %6.2f %6.2f | %4.0f%%\n",
+          T, B, sn.us, rp.us, floor_us, rp.us / floor_us, s->snapshot_us, s->fold_us, s->circ16_us,
+          rp.us / s->snapshot_us, rp.us / s->fold_us, rp.us / s->circ16_us,
+          100 * floor_bytes(B) / (rp.us * 1e-6) / 1e9 / w.copy_gbps);
     }
   }
 }

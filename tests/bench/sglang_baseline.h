@@ -33,6 +33,37 @@ inline constexpr SglangRow kSglang[] = {
     {8, 128, 22.36, 0.634, 647.68, 0.878, 5144.7, 0.895, 29265.9, 25575.6},
 };
 
+// SGLang's rounds measured as a CUDA graph of 4 consecutive rounds with different accepted
+// lengths, L2 flushed, median / 4 (shared/baseline/MAMBA2_AND_REPLAY.md part 2): the snapshot
+// path, fold-every-commit, and the ReplaySSM circular rings of 16 and 64 records; floor = read +
+// write every row's state once per layer at copy bandwidth (36 x B x 4 MiB). Microseconds.
+struct SglangReplayRow {
+  int T, B;
+  double snapshot_us, fold_us, circ16_us, circ64_us, floor_us;
+};
+
+inline constexpr SglangReplayRow kSglangReplay[] = {
+    {2, 1, 469.3, 443.9, 510.4, 796.0, 35.2},
+    {2, 8, 1124.6, 860.5, 672.4, 1125.6, 281.2},
+    {2, 32, 3714.0, 2811.2, 1746.8, 3511.1, 1124.9},
+    {2, 128, 13540.2, 10000.4, 5816.1, 11712.1, 4499.5},
+    {4, 1, 626.0, 593.7, 530.0, 794.5, 35.2},
+    {4, 8, 1485.7, 1086.8, 746.8, 1130.0, 281.2},
+    {4, 32, 5019.3, 3621.5, 1984.2, 3589.8, 1124.9},
+    {4, 128, 18667.6, 12781.0, 6688.4, 12101.5, 4499.5},
+    {8, 1, 984.4, 896.5, 710.3, 923.3, 35.2},
+    {8, 8, 2182.2, 1607.9, 1202.5, 1305.7, 281.2},
+    {8, 32, 7669.3, 5686.8, 3526.3, 3985.7, 1124.9},
+    {8, 128, 29342.4, 20723.6, 12798.5, 14426.2, 4499.5},
+};
+
+inline const SglangReplayRow* sglang_replay_row(int T, int B) {
+  for (const SglangReplayRow& r : kSglangReplay) {
+    if (r.T == T && r.B == B) return &r;
+  }
+  return nullptr;
+}
+
 inline const SglangRow* sglang_row(int T, int B) {
   for (const SglangRow& r : kSglang) {
     if (r.T == T && r.B == B) return &r;

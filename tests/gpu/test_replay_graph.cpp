@@ -1,0 +1,258 @@
+// CUDA graphs under the replay strategy: several consecutive rounds (begin_verify, verify of every
+// layer, commit with device accepted values) captured once in one graph, so that each round's
+// verify re-runs the steps the previous round committed inside the graph, including across graph
+// launches. Replayed with new inputs and accepted values; equals the CPU oracle run eagerly.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "common/presets.h"
+#include "gpu_util.h"
+
+namespace specstate::test {
+namespace {
+
+class ReplayGraph : public ::testing::TestWithParam<bool> {};  // param: tree window
+
+TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
+  SPECSTATE_REQUIRE_GPU();
+  const bool tree = GetParam();
+  const uint64_t seed = tree ? 9191 : 9090;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const GdnConfig g = gdn_preset("gpu_f32");
+  const int L = 3, requests = 4, T = 4, rounds_per_graph = 3, launches = 4;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  PoolOptions options;
+  options.num_slots = requests + 1;
+  options.max_rows = requests + 1;
+  options.max_window = T;
+  options.strategy = Strategy::kReplay;
+  CudaStream owned_stream(cudaStreamNonBlocking);
+  cudaStream_t stream = owned_stream.get();
+  ASSERT_NE(stream, nullptr);
+  PoolOptions gpu_options = options;
+  gpu_options.backend = Backend::kCuda;
+  gpu_options.stream = stream;
+  StatePool cpu(model, options), gpu(model, gpu_options);
+  std::vector<SlotHandle> ch, gh;
+  for (int i = 0; i < requests; ++i) {
+    ch.push_back(cpu.acquire());
+    gh.push_back(gpu.acquire());
+  }
+  std::vector<LayerWeights> weights;
+  std::vector<DeviceWeights> dweights;
+  for (int l = 0; l < L; ++l) {
+    weights.push_back(random_weights(g, rng));
+    dweights.emplace_back(weights.back());
+  }
+  for (int req = 0; req < requests; ++req) {
+    for (int l = 0; l < L; ++l) {
+      const TokenInputs in = random_inputs(g, 3, rng);
+      TokenOutputs out = make_outputs(g, 3);
+      cpu.prefill(l, ch[req], weights[l].view(), in.view(), out.view());
+      DeviceInputs din(in, 0);
+      DeviceOutputs dout(out, 0, true);
+      gpu.prefill(l, gh[req], dweights[l].view(), din.view(), dout.view());
+      SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+    }
+  }
+  // Rows: every request, a padding row at index 1; the same batch in every round.
+  const int B = requests + 1, pad_row = 1;
+  VerifyBatch cb, gb;
+  cb.window = gb.window = T;
+  for (int r = 0, req = 0; r < B; ++r) {
+    cb.rows.push_back(r == pad_row ? SlotHandle::padding() : ch[req]);
+    gb.rows.push_back(r == pad_row ? SlotHandle::padding() : gh[req]);
+    if (r != pad_row) ++req;
+  }
+  if (tree) {
+    for (int r = 0; r < B; ++r) {
+      const std::vector<int32_t> p =
+          r % 2 ? std::vector<int32_t>{-1, 0, 0, 2} : std::vector<int32_t>{-1, 0, 1, 0};
+      cb.parents.insert(cb.parents.end(), p.begin(), p.end());
+    }
+    gb.parents = cb.parents;
+  }
+  // Fixed device buffers per (round of the graph, layer).
+  std::vector<std::vector<DeviceInputs>> din(rounds_per_graph);
+  std::vector<std::vector<DeviceOutputs>> dout(rounds_per_graph);
+  std::vector<std::vector<TokenOutputs>> host_out(rounds_per_graph);
+  int32_t* d_accepted = nullptr;
+  SPECSTATE_CUDA_OK(
+      cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * B * rounds_per_graph));
+  SPECSTATE_CUDA_OK(cudaMemset(d_accepted, 0, sizeof(int32_t) * B * rounds_per_graph));
+  for (int k = 0; k < rounds_per_graph; ++k) {
+    for (int l = 0; l < L; ++l) {
+      din[k].emplace_back(random_inputs(g, int64_t{B} * T, rng), 0);
+      host_out[k].push_back(make_outputs(g, int64_t{B} * T));
+      dout[k].emplace_back(host_out[k].back(), 0, true);
+    }
+  }
+
+  cudaGraph_t graph = nullptr;
+  SPECSTATE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int k = 0; k < rounds_per_graph; ++k) {
+    gpu.begin_verify(gb);
+    for (int l = 0; l < L; ++l) {
+      gpu.verify(l, dweights[l].view(), din[k][l].view(), dout[k][l].view());
+    }
+    gpu.commit(TensorView::contiguous(d_accepted + k * B, DType::kI32, {B}, Device::kCuda));
+  }
+  SPECSTATE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  SPECSTATE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+  int accepted_total = 0;
+  for (int launch = 0; launch < launches; ++launch) {
+    SCOPED_TRACE("launch " + std::to_string(launch));
+    std::vector<std::vector<TokenInputs>> in(rounds_per_graph);
+    std::vector<std::vector<TokenOutputs>> ref(rounds_per_graph);
+    std::vector<int32_t> accepted(B * rounds_per_graph);
+    for (int k = 0; k < rounds_per_graph; ++k) {
+      for (int l = 0; l < L; ++l) {
+        in[k].push_back(random_inputs(g, int64_t{B} * T, rng));
+        din[k][l].mixed_qkv.upload(in[k][l].mixed_qkv);
+        din[k][l].a.upload(in[k][l].a);
+        din[k][l].b.upload(in[k][l].b);
+        ref[k].push_back(make_outputs(g, int64_t{B} * T));
+      }
+      for (int r = 0; r < B; ++r) {
+        int32_t& a = accepted[k * B + r];
+        a = r == pad_row ? (tree ? -1 : 0)
+                         : std::uniform_int_distribution<int>(tree ? -1 : 0, tree ? T - 1 : T)(rng);
+        accepted_total += a > 0;
+      }
+      cpu.begin_verify(cb);
+      for (int l = 0; l < L; ++l) {
+        cpu.verify(l, weights[l].view(), in[k][l].view(), ref[k][l].view());
+      }
+      cpu.commit(std::vector<int32_t>(accepted.begin() + k * B, accepted.begin() + (k + 1) * B));
+    }
+    SPECSTATE_CUDA_OK(cudaMemcpy(d_accepted, accepted.data(), sizeof(int32_t) * accepted.size(),
+                                 cudaMemcpyHostToDevice));
+    SPECSTATE_CUDA_OK(cudaGraphLaunch(exec, stream));
+    SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(gpu.last_commit_status(), Status::kSuccess);
+    for (int k = 0; k < rounds_per_graph; ++k) {
+      for (int l = 0; l < L; ++l) {
+        dout[k][l].download(host_out[k][l]);
+        for (int r = 0; r < B; ++r) {
+          if (r == pad_row) continue;
+          expect_close(rows_to_floats(ref[k][l].core_out.view(), int64_t{r} * T, T),
+                       rows_to_floats(host_out[k][l].core_out.view(), int64_t{r} * T, T),
+                       output_tolerance(g),
+                       "round " + std::to_string(k) + " layer " + std::to_string(l) + " row " +
+                           std::to_string(r) + ": core_out");
+        }
+      }
+    }
+    // Every other launch looks at the committed memory (materializing it); the others leave the
+    // pending steps for the next launch's first round to replay.
+    if (launch % 2 == 1 || launch + 1 == launches) {
+      for (int l = 0; l < L; ++l) {
+        expect_close(to_floats(cpu.ssm_state(l)), to_floats(gpu.ssm_state(l)), state_tolerance(g),
+                     "committed ssm, layer " + std::to_string(l));
+        expect_close(to_floats(cpu.conv_state(l)), to_floats(gpu.conv_state(l)), state_tolerance(g),
+                     "committed conv, layer " + std::to_string(l));
+      }
+    }
+    if (HasFailure()) break;
+  }
+  EXPECT_GT(accepted_total, launches * rounds_per_graph) << "the trace committed almost nothing";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(d_accepted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, ReplayGraph, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "tree" : "chain");
+                         });
+
+// Device-side accepted values out of range under replay: the row records no pending steps (it
+// keeps its state, bit-identical), the other rows commit, and the flag is raised.
+TEST(ReplayCommitChecks, OutOfRangeDeviceValuesKeepTheirRowsAndFlag) {
+  SPECSTATE_REQUIRE_GPU();
+  std::mt19937_64 rng(31);
+  const GdnConfig g = gdn_preset("gpu_f32");
+  const int L = 2, T = 3;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  PoolOptions options;
+  options.num_slots = 4;
+  options.max_rows = 4;
+  options.max_window = T;
+  options.strategy = Strategy::kReplay;
+  CudaStream stream;
+  PoolOptions gpu_options = options;
+  gpu_options.backend = Backend::kCuda;
+  gpu_options.stream = stream.get();
+  StatePool cpu(model, options), gpu(model, gpu_options);
+  std::vector<SlotHandle> ch, gh;
+  for (int i = 0; i < 4; ++i) {
+    ch.push_back(cpu.acquire());
+    gh.push_back(gpu.acquire());
+  }
+  std::vector<LayerWeights> weights;
+  std::vector<DeviceWeights> dweights;
+  for (int l = 0; l < L; ++l) {
+    weights.push_back(random_weights(g, rng));
+    dweights.emplace_back(weights.back());
+  }
+  int32_t* d_accepted = nullptr;
+  SPECSTATE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * 4));
+  for (int round = 0; round < 3; ++round) {
+    cpu.begin_verify(VerifyBatch{ch, T, {}});
+    gpu.begin_verify(VerifyBatch{gh, T, {}});
+    for (int l = 0; l < L; ++l) {
+      const TokenInputs in = random_inputs(g, 4 * T, rng);
+      TokenOutputs out = make_outputs(g, 4 * T);
+      cpu.verify(l, weights[l].view(), in.view(), out.view());
+      DeviceInputs din(in, 0);
+      DeviceOutputs dout(out, 0, true);
+      gpu.verify(l, dweights[l].view(), din.view(), dout.view());
+    }
+    // Row 1: a > T; row 3: a < 0 (rounds 1, 2). The oracle keeps those rows (a = 0).
+    const std::vector<int32_t> raw = {2, round > 0 ? T + 1 : 3, 1, round > 0 ? -2 : 2};
+    const std::vector<int32_t> kept = {2, round > 0 ? 0 : 3, 1, round > 0 ? 0 : 2};
+    SPECSTATE_CUDA_OK(
+        cudaMemcpy(d_accepted, raw.data(), sizeof(int32_t) * 4, cudaMemcpyHostToDevice));
+    gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {4}, Device::kCuda));
+    cpu.commit(kept);
+    EXPECT_EQ(gpu.last_commit_status(), round > 0 ? Status::kOutOfRange : Status::kSuccess);
+  }
+  for (int l = 0; l < L; ++l) {
+    expect_close(to_floats(cpu.ssm_state(l)), to_floats(gpu.ssm_state(l)), state_tolerance(g),
+                 "committed ssm, layer " + std::to_string(l));
+    expect_close(to_floats(cpu.conv_state(l)), to_floats(gpu.conv_state(l)), state_tolerance(g),
+                 "committed conv, layer " + std::to_string(l));
+  }
+  cudaFree(d_accepted);
+}
+
+// A tree window longer than the recurrence kernel stages is refused before anything runs.
+TEST(ReplayCommitChecks, TreeWindowAboveTheKernelLimitIsRefusedAtBeginVerify) {
+  SPECSTATE_REQUIRE_GPU();
+  PoolOptions options;
+  options.num_slots = 1;
+  options.max_rows = 1;
+  options.max_window = 20;
+  options.strategy = Strategy::kReplay;
+  options.backend = Backend::kCuda;
+  StatePool gpu(ModelConfig::gated_delta_net(1, gdn_preset("gpu_f32")), options);
+  SlotHandle h = gpu.acquire();
+  std::vector<int32_t> parents(20);
+  for (int t = 0; t < 20; ++t) parents[t] = t - 1;
+  try {
+    gpu.begin_verify(VerifyBatch{{h}, 20, parents});
+    FAIL() << "accepted a 20-token tree";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("batch.window = 20"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(gpu.begin_verify(VerifyBatch{{h}, 20, {}}));  // a chain of 20 is fine
+}
+
+}  // namespace
+}  // namespace specstate::test
