@@ -27,14 +27,14 @@ __host__ __device__ constexpr int gdn_rows_per_cta() {
 
 // Shared-memory staging of a chunk of tokens: normalised q~ and k^, the gates, k^.q~ and this
 // CTA's v rows.
-template <int K, int kRows>
+template <int K, int kRows, int kChunk>
 struct GdnChunk {
-  __align__(16) float q[kGdnChunk][K];
-  __align__(16) float k[kGdnChunk][K];
-  float eg[kGdnChunk];
-  float beta[kGdnChunk];
-  float kq[kGdnChunk];
-  float v[kGdnChunk][kRows];
+  __align__(16) float q[kChunk][K];
+  __align__(16) float k[kChunk][K];
+  float eg[kChunk];
+  float beta[kChunk];
+  float kq[kChunk];
+  float v[kChunk][kRows];
 };
 
 // Where a chunk's token inputs come from: the window (the conv output and the caller's gates) or
@@ -50,10 +50,13 @@ struct GdnSource {
   int64_t tok0;
 };
 
-// Stages tokens [c0, c0 + n) of `src` for value head hv (key head h). Every thread of the CTA
-// calls it; it ends with __syncthreads().
-template <typename Act, int K, int kRows>
-__device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows>& c, const GdnSource<Act>& src,
+// Stages virtual tokens [c0, c0 + n) for value head hv (key head h): virtual token i is token i
+// of `first` for i < n_first (the replayed steps), token i - n_first of `second` otherwise (the
+// window). Every thread of the CTA calls it; it ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
+                                          const GdnSource<Act>& first, int n_first,
+                                          const GdnSource<Act>& second,
                                           const GdnRecurrenceParams& p, int h, int hv, int c0,
                                           int n, float A, float dt_bias) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -61,25 +64,34 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows>& c, const GdnSource
   // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
   for (int i = tid; i < n * kRows; i += kGdnThreads) {
     const int tt = i / kRows, vr = blockIdx.x * kRows + i % kRows;
+    const int vt = c0 + tt;
+    const bool f = vt < n_first;
+    const Act* qkv = f ? first.qkv : second.qkv;
+    const int64_t st = f ? first.qkv_stride_token : second.qkv_stride_token;
+    const int64_t sc = f ? first.qkv_stride_c : second.qkv_stride_c;
+    const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
     c.v[tt][i % kRows] =
-        vr < V ? to_float<Act>(src.qkv[(src.tok0 + c0 + tt) * src.qkv_stride_token +
-                                       (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + vr) *
-                                           src.qkv_stride_c])
+        vr < V ? to_float<Act>(
+                     qkv[tok * st + (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + vr) * sc])
                : 0.0f;
   }
-  const int64_t q_off = int64_t{h} * K * src.qkv_stride_c;
-  const int64_t k_off = (int64_t{p.num_k_heads} + h) * K * src.qkv_stride_c;
   // Warp w normalises q and k of tokens w, w+4, ...; lane 0 computes the gates.
   for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
-    const int64_t tok = src.tok0 + c0 + tt;
-    const Act* base = src.qkv + tok * src.qkv_stride_token;
+    const int vt = c0 + tt;
+    const bool f = vt < n_first;
+    const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
+    const int64_t sc = f ? first.qkv_stride_c : second.qkv_stride_c;
+    const int64_t q_off = int64_t{h} * K * sc;
+    const int64_t k_off = (int64_t{p.num_k_heads} + h) * K * sc;
+    const Act* base =
+        (f ? first.qkv : second.qkv) + tok * (f ? first.qkv_stride_token : second.qkv_stride_token);
     constexpr int KQ = K / 32;  // q/k elements per lane in the prologue
     float qv[KQ], kv[KQ];
     float sq = 0.f, sk = 0.f;
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
-      qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * src.qkv_stride_c]);
-      kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * src.qkv_stride_c]);
+      qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * sc]);
+      kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * sc]);
       sq += qv[i] * qv[i];
       sk += kv[i] * kv[i];
     }
@@ -101,8 +113,12 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows>& c, const GdnSource
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) kq += __shfl_xor_sync(0xffffffffu, kq, m);
     if (lane == 0) {
-      const float a = to_float<Act>(src.a[tok * src.a_stride_token + hv * src.a_stride_h]);
-      const float b = to_float<Act>(src.b[tok * src.b_stride_token + hv * src.b_stride_h]);
+      const float a =
+          f ? to_float<Act>(first.a[tok * first.a_stride_token + hv * first.a_stride_h])
+            : to_float<Act>(second.a[tok * second.a_stride_token + hv * second.a_stride_h]);
+      const float b =
+          f ? to_float<Act>(first.b[tok * first.b_stride_token + hv * first.b_stride_h])
+            : to_float<Act>(second.b[tok * second.b_stride_token + hv * second.b_stride_h]);
       c.eg[tt] = expf(A * softplus(a + dt_bias));
       c.beta[tt] = sigmoid(b);
       c.kq[tt] = kq;
@@ -112,9 +128,10 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows>& c, const GdnSource
 }
 
 // One token step on this thread's slice of S (staged token tt); returns o for this V row.
-template <typename St, int K, int LANES, int kRows>
-__device__ __forceinline__ float gdn_step(float4 (&S)[K / (4 * LANES)], const GdnChunk<K, kRows>& c,
-                                          int tt, int kl, int vrow) {
+template <typename St, int K, int LANES, int kRows, int kChunk>
+__device__ __forceinline__ float gdn_step(float4 (&S)[K / (4 * LANES)],
+                                          const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                          int vrow) {
   constexpr int NK = K / (4 * LANES);
   float4 kn[NK], qn[NK];
   float sk = 0.f, sq = 0.f;
@@ -163,7 +180,9 @@ __device__ __forceinline__ void gdn_store_state(St* dst, const float4 (&S)[NK], 
 // kItems: rows of the batch one CTA handles in turn (same V slice and head): the next row's
 // committed state lands in shared memory (cp.async) while the current row is computed, so only
 // the first read of a CTA has its latency exposed.
-template <typename Act, typename St, int K, int LANES, int kItems>
+// kChunk: tokens staged at a time; the replay instantiation stages 16 so that a round's replayed
+// steps and its window usually fit one chunk (one prologue, one barrier pair per row).
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk>
 __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   static_assert(kItems == 1 || kItems == 2, "one or two rows per CTA");
@@ -171,7 +190,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   constexpr int kRowsPerWarp = 32 / LANES;
   static_assert(NK >= 1 && K % (4 * LANES) == 0, "K must be a multiple of 4 * LANES");
   constexpr int kRows = gdn_rows_per_cta<LANES>();
-  __shared__ GdnChunk<K, kRows> chunk;
+  __shared__ GdnChunk<K, kRows, kChunk> chunk;
   __shared__ __align__(16) St next_state[kItems > 1 ? kRows * K : 4];
 
   const int tid = threadIdx.x;
@@ -248,40 +267,23 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
       }
     }
 
-    if (p.pending != nullptr) {
-      // Replay (DESIGN.md section 6): the slot's pending steps from the committed state, with the
-      // same step as the window; no outputs.
-      const int n = p.pending[slot];
-      const Act* rq = static_cast<const Act*>(p.replay_qkv) + row * p.replay_qkv_stride_row;
-      const Act* rg = static_cast<const Act*>(p.replay_gates) + row * p.replay_gates_stride_row;
-      const GdnSource<Act> src{rq,
-                               p.replay_qkv_stride_t,
-                               1,
-                               rg,
-                               p.replay_gates_stride_t,
-                               1,
-                               rg + p.num_v_heads,
-                               p.replay_gates_stride_t,
-                               1,
-                               0};
-      for (int c0 = 0; c0 < n; c0 += kGdnChunk) {
-        const int m = min(kGdnChunk, n - c0);
-        gdn_stage<Act, K, kRows>(chunk, src, p, h, hv, c0, m, A, dt_bias);
-        for (int tt = 0; tt < m; ++tt) gdn_step<St, K, LANES, kRows>(S, chunk, tt, kl, vrow);
-        __syncthreads();  // the next chunk overwrites the staged tokens
-      }
-      if (n > 0 && v_ok && (p.store_replayed || (p.store_final && p.tokens == 0))) {
-        gdn_store_state<St, NK, LANES>(committed, S, kl, false);
-      }
-    }
-
-    float4 S0[NK];
-    if (recompute) {
-#pragma unroll
-      for (int i = 0; i < NK; ++i) S0[i] = S[i];
-    }
+    // Virtual tokens: the slot's pending steps (replay, DESIGN.md section 6: re-run from the
+    // committed state with the same step as the window, no outputs), then the window.
+    const int n_rep = p.pending != nullptr ? p.pending[slot] : 0;
+    const Act* rq = static_cast<const Act*>(p.replay_qkv) + row * p.replay_qkv_stride_row;
+    const Act* rg = static_cast<const Act*>(p.replay_gates) + row * p.replay_gates_stride_row;
+    const GdnSource<Act> rep{rq,
+                             p.replay_qkv_stride_t,
+                             1,
+                             rg,
+                             p.replay_gates_stride_t,
+                             1,
+                             rg + p.num_v_heads,
+                             p.replay_gates_stride_t,
+                             1,
+                             0};
     const int64_t row_token0 = int64_t{row} * p.tokens;
-    const GdnSource<Act> src{static_cast<const Act*>(p.qkv),
+    const GdnSource<Act> win{static_cast<const Act*>(p.qkv),
                              p.qkv_stride_token,
                              p.qkv_stride_c,
                              static_cast<const Act*>(p.a),
@@ -291,11 +293,23 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
                              p.b_stride_token,
                              p.b_stride_h,
                              row_token0};
-    for (int c0 = 0; c0 < p.tokens; c0 += kGdnChunk) {
-      const int n = min(kGdnChunk, p.tokens - c0);
-      gdn_stage<Act, K, kRows>(chunk, src, p, h, hv, c0, n, A, dt_bias);
-      for (int tt = 0; tt < n; ++tt) {
-        const int t = c0 + tt;
+    const int total = n_rep + p.tokens;
+    // A tree without snapshots needs its whole window staged in one chunk.
+    const bool split = recompute && total > kChunk;
+    for (int c0 = 0; c0 < total;) {
+      int m = min(kChunk, total - c0);
+      if (split && c0 < n_rep) m = min(m, n_rep - c0);
+      gdn_stage<Act, K, kRows, kChunk>(chunk, rep, n_rep, win, p, h, hv, c0, m, A, dt_bias);
+      for (int tt = 0; tt < m; ++tt) {
+        const int vt = c0 + tt;
+        if (vt < n_rep) {
+          gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow);
+          if (vt == n_rep - 1 && v_ok && (p.store_replayed || (p.store_final && p.tokens == 0))) {
+            gdn_store_state<St, NK, LANES>(committed, S, kl, false);
+          }
+          continue;
+        }
+        const int t = vt - n_rep;
         if (p.parents != nullptr && t > 0) {
           const int parent = p.parents[row_token0 + t];
           if (parent != t - 1) {
@@ -308,20 +322,27 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
                             : make_float4(0.f, 0.f, 0.f, 0.f);
               }
             } else {
-              // The parent's state: the start state advanced along root..parent (all of them
-              // staged: the launcher requires tokens <= kGdnChunk here).
-              int path[kGdnChunk];
-              int depth = 0;
-              for (int a = parent; a >= 0; a = p.parents[row_token0 + a]) path[depth++] = a;
+              // The parent's state: the row's start state (the committed memory, which holds it
+              // exactly: written above by this thread after a replay, or untouched) advanced
+              // along root..parent, all staged in this chunk.
+              // The path's indices increase from the root (parents[t] < t): a bit mask of them,
+              // walked from the lowest bit, is the path in order (windows <= 32 tokens here).
+              uint32_t path = 0;
+              for (int a = parent; a >= 0; a = p.parents[row_token0 + a]) path |= 1u << a;
 #pragma unroll
-              for (int i = 0; i < NK; ++i) S[i] = S0[i];
-              for (int d = depth - 1; d >= 0; --d) {
-                gdn_step<St, K, LANES, kRows>(S, chunk, path[d], kl, vrow);
+              for (int i = 0; i < NK; ++i) {
+                S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+              }
+              while (path != 0) {
+                const int a = __ffs(path) - 1;
+                path &= path - 1;
+                gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, n_rep + a - c0, kl, vrow);
               }
             }
           }
         }
-        const float o = gdn_step<St, K, LANES, kRows>(S, chunk, tt, kl, vrow);
+        const float o = gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow);
         if (snap_row != nullptr && v_ok) {
           gdn_store_state<St, NK, LANES>(snap_row + t * p.snap_stride_t, S, kl, true);
         }
@@ -331,6 +352,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
         }
       }
       __syncthreads();  // the next chunk's prologue overwrites the shared arrays
+      c0 += m;
     }
     if (p.store_final && p.tokens > 0 && v_ok) {
       gdn_store_state<St, NK, LANES>(committed, S, kl, false);
@@ -338,7 +360,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   }
 }
 
-template <typename Act, typename St, int K, int LANES, int kItems>
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
   cudaLaunchConfig_t config = {};
@@ -355,7 +377,7 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
   config.attrs = attribute;
   config.numAttrs = 1;
   const cudaError_t err =
-      cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES, kItems>, p);
+      cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk>, p);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
@@ -365,8 +387,12 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   // share of the traffic and its latency is exposed once per CTA). Measured on H200, Qwen3-Next,
   // B=128: T=2 74% -> 80% of copy BW; T=4/8 87% -> 85-86% (hence one row per CTA there).
   const bool two = p.rows >= 16 && p.tokens <= 3;
-  return two ? launch_gdn_shape<Act, St, K, 8, 2>(p, stream)
-             : launch_gdn_shape<Act, St, K, 8, 1>(p, stream);
+  if (p.pending != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
+    return two ? launch_gdn_shape<Act, St, K, 8, 2, 16>(p, stream)
+               : launch_gdn_shape<Act, St, K, 8, 1, 16>(p, stream);
+  }
+  return two ? launch_gdn_shape<Act, St, K, 8, 2, 8>(p, stream)
+             : launch_gdn_shape<Act, St, K, 8, 1, 8>(p, stream);
 }
 
 template <typename Act, typename St>

@@ -112,6 +112,28 @@ struct StatePool::Impl {
   void check_gdn(const char* function, const GdnWeights& w, const GdnInputs& in,
                  const GdnOutputs& out, int64_t tokens) const {
     detail::gdn::check_args(function, config.gdn, device(), w, in, out, tokens);
+    check_no_alias(function, "outputs.conv_out", out.conv_out);
+    check_no_alias(function, "outputs.core_out", out.core_out);
+  }
+
+  // An output view must not overlap the pool's own memory (committed state or workspace): the
+  // call would overwrite what it reads, and the strategy's state with it.
+  void check_no_alias(const char* function, const char* name, const TensorView& view) const {
+    if (view.empty()) return;
+    const auto begin = reinterpret_cast<uintptr_t>(view.data);
+    const auto end = begin + static_cast<uintptr_t>(detail::span_bytes(view));
+    for (int b = 0; b < static_cast<int>(detail::Buf::kCount); ++b) {
+      const int64_t size = storage.layout.bytes[b];
+      if (size == 0 || storage.buffers[b] == nullptr) continue;
+      const auto base = reinterpret_cast<uintptr_t>(storage.buffers[b]);
+      if (begin < base + static_cast<uintptr_t>(size) && base < end) {
+        fail(Status::kInvalidArgument, function,
+             std::string(name) + " (" + view.describe() + ") overlaps the pool's " +
+                 detail::buf_name(static_cast<detail::Buf>(b)) +
+                 ": outputs must be the caller's "
+                 "own memory");
+      }
+    }
   }
 
   // A slot that is a row of the open round cannot be advanced (its commit would overwrite it).

@@ -8,6 +8,16 @@ void fail(Status status, const char* function, const std::string& message) {
   throw Error(status, std::string(function) + ": " + message);
 }
 
+int64_t span_bytes(const TensorView& view) {
+  if (view.empty()) return 0;
+  int64_t last = 0;
+  for (int d = 0; d < view.ndim; ++d) {
+    if (view.shape[d] == 0) return 0;
+    last += (view.shape[d] - 1) * view.stride[d];
+  }
+  return (last + 1) * static_cast<int64_t>(dtype_size(view.dtype));
+}
+
 std::string shape_string(std::initializer_list<int64_t> shape) {
   std::ostringstream out;
   out << "[";
@@ -50,6 +60,24 @@ void check_view(const TensorView& view, const ViewSpec& spec) {
                " is negative");
     }
     ++dim;
+  }
+  // The furthest element must be addressable without wrapping: no real buffer spans 2^48 bytes,
+  // and an offset computed from a larger stride would overflow in the kernels' arithmetic.
+  {
+    constexpr int64_t kMaxSpanBytes = int64_t{1} << 48;
+    int64_t span = 0;
+    for (int d = 0; d < view.ndim; ++d) {
+      int64_t term = 0;
+      if (view.shape[d] > 1 &&
+          (__builtin_mul_overflow(view.shape[d] - 1, view.stride[d], &term) ||
+           __builtin_add_overflow(span, term, &span) ||
+           span > kMaxSpanBytes / static_cast<int64_t>(dtype_size(view.dtype)))) {
+        fail(Status::kInvalidArgument, spec.function,
+             name + " stride " + std::to_string(d) + " = " + std::to_string(view.stride[d]) +
+                 " (shape " + std::to_string(view.shape[d]) +
+                 "): the view would span more than 2^48 bytes");
+      }
+    }
   }
   const bool float_dtype = view.dtype == DType::kF32 || view.dtype == DType::kBF16;
   if ((spec.dtype_rule == DTypeRule::kExact && view.dtype != spec.dtype) ||

@@ -31,4 +31,7 @@ void check_optional_view(const TensorView& view, const ViewSpec& spec);
 
 std::string shape_string(std::initializer_list<int64_t> shape);
 
+// Bytes from a checked view's first element to one past its last (0 for an empty view).
+int64_t span_bytes(const TensorView& view);
+
 }  // namespace specstate::detail

@@ -86,8 +86,9 @@ class StatePool {
 
   // --- memory views (device memory for Backend::kCuda) --------------------------------------
   // Views of the committed state. A strategy that defers work (replay) materializes the pool's
-  // slots first (DESIGN.md section 5.7), so the memory a view shows is exact when it is returned;
-  // it stays exact until the next commit.
+  // slots first (DESIGN.md section 5.7), so the memory a view shows is exact once that work has
+  // run: on CUDA it is queued on the pool's stream, so read the view in stream order (or after
+  // synchronizing the stream). It stays exact until the next commit.
   TensorView conv_state(int layer) const;  // [slots, conv_dim, W-1], oldest column first
   TensorView ssm_state(int layer) const;   // [slots, HV, V, K]
   // The strategy's workspace, per layer: snapshot scratch (kSnapshot) or replay records

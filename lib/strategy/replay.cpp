@@ -15,10 +15,13 @@ void ReplayStrategy::workspace(Layout& l) {
 ReplayStrategy::ReplayStrategy(const Layout& layout)
     : layers_(layout.layers),
       slots_(layout.slots),
-      deferred_(static_cast<std::size_t>(layout.layers) * layout.slots, 0) {}
+      deferred_(static_cast<std::size_t>(layout.layers) * layout.slots, 0),
+      sticky_(static_cast<std::size_t>(layout.slots), 0),
+      consumed_(deferred_.size(), 0) {}
 
 bool ReplayStrategy::deferred(int layer, int slot) const {
-  return deferred_[static_cast<std::size_t>(layer) * slots_ + slot] != 0;
+  const std::size_t i = static_cast<std::size_t>(layer) * slots_ + slot;
+  return consumed_[i] == 0 && (sticky_[slot] != 0 || deferred_[i] != 0);
 }
 
 bool ReplayStrategy::any_deferred(int layer, const std::vector<int32_t>& slots) const {
@@ -40,7 +43,9 @@ StateIO ReplayStrategy::verify_io(int layer, const RoundPlan& plan, bool first) 
   io.store_replayed = io.replay;
   if (first) {
     for (int32_t s : plan.slots) {
-      if (s >= 0) set(layer, s, false);
+      if (s < 0) continue;
+      set(layer, s, false);
+      consumed_[static_cast<std::size_t>(layer) * slots_ + s] = 1;
     }
   }
   return io;
@@ -74,9 +79,14 @@ void ReplayStrategy::commit(BackendImpl& backend, const PoolStorage& storage,
   for (int r = 0; r < plan.rows; ++r) {
     const int32_t s = plan.slots[r];
     if (s < 0) continue;
-    // Device-valued commits: the value is unknown here, so the slot may be pending.
+    // Device-valued commits: the value is unknown here, so the slot may be pending (and may be
+    // committed again by later launches of a graph holding this commit).
     const bool pending = device || work.last_step[r] >= 0;
-    for (int l = 0; l < layers_; ++l) set(l, s, pending);
+    for (int l = 0; l < layers_; ++l) {
+      set(l, s, pending);
+      consumed_[static_cast<std::size_t>(l) * slots_ + s] = 0;
+    }
+    if (device) sticky_[s] = 1;
   }
 }
 
@@ -86,7 +96,9 @@ void ReplayStrategy::discard_round(BackendImpl& backend, const PoolStorage& stor
   // records: their device counts must not be replayed again. Unverified layers keep theirs.
   std::vector<int32_t> live;
   for (int32_t s : plan.slots) {
-    if (s >= 0) live.push_back(s);
+    if (s < 0) continue;
+    live.push_back(s);
+    for (int l = 0; l < layers_; ++l) consumed_[static_cast<std::size_t>(l) * slots_ + s] = 0;
   }
   if (live.empty()) return;
   for (int l = 0; l < layers_; ++l) {
@@ -95,7 +107,11 @@ void ReplayStrategy::discard_round(BackendImpl& backend, const PoolStorage& stor
 }
 
 void ReplayStrategy::reset_slot(int slot) {
-  for (int l = 0; l < layers_; ++l) set(l, slot, false);
+  for (int l = 0; l < layers_; ++l) {
+    set(l, slot, false);
+    consumed_[static_cast<std::size_t>(l) * slots_ + slot] = 0;
+  }
+  sticky_[slot] = 0;
 }
 
 void ReplayStrategy::materialize(BackendImpl& backend, const PoolStorage& storage,

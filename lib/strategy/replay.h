@@ -9,7 +9,10 @@
 // layer (set by commit, cleared when a call re-ran them). It only decides whether a launch needs
 // its replay phase; the device-side counts (kPending) are the truth and are 0 wherever the flag
 // is clear, except for layers a still-open round has verified (they are overwritten by commit or
-// cleared by discard_round).
+// cleared by discard_round). A slot committed with device-resident values may be in a CUDA graph
+// whose later launches commit again without the host seeing it: such a slot is `sticky` (always
+// possibly pending) until it is released, except in a layer an open round has verified
+// (`consumed_`: that layer's device count is stale until the round's commit overwrites it).
 #pragma once
 
 #include <vector>
@@ -49,6 +52,8 @@ class ReplayStrategy final : public StrategyImpl {
   int layers_ = 0;
   int slots_ = 0;
   std::vector<uint8_t> deferred_;  // [L][slots]
+  std::vector<uint8_t> sticky_;    // [slots]
+  std::vector<uint8_t> consumed_;  // [L][slots] verified in the open round, not yet committed
 };
 
 }  // namespace specstate::detail

@@ -151,6 +151,9 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
     // Every other launch looks at the committed memory (materializing it); the others leave the
     // pending steps for the next launch's first round to replay.
     if (launch % 2 == 1 || launch + 1 == launches) {
+      // The materialize runs on the pool's (non-blocking) stream: wait for it before reading.
+      gpu.materialize();
+      SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
       for (int l = 0; l < L; ++l) {
         expect_close(to_floats(cpu.ssm_state(l)), to_floats(gpu.ssm_state(l)), state_tolerance(g),
                      "committed ssm, layer " + std::to_string(l));
