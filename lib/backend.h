@@ -14,6 +14,7 @@
 #include "layout.h"
 #include "specstate/config.h"
 #include "specstate/gdn.h"
+#include "specstate/mamba2.h"
 #include "specstate/status.h"
 #include "specstate/tensor_view.h"
 
@@ -121,9 +122,14 @@ class BackendImpl {
     (void)plan;
   }
 
-  // One layer call of a Gated DeltaNet layer.
+  // One layer call of the pool's layer kind (the pool calls the one of storage.config.kind).
+  // Materialize (LayerRun without a plan, tokens_per_row = 0) passes empty inputs and outputs:
+  // only recorded steps are re-run.
   virtual void run_gdn(const PoolStorage& storage, const LayerRun& run, const GdnWeights& weights,
                        const GdnInputs& inputs, const GdnOutputs& outputs) = 0;
+  virtual void run_mamba2(const PoolStorage& storage, const LayerRun& run,
+                          const Mamba2Weights& weights, const Mamba2Inputs& inputs,
+                          const Mamba2Outputs& outputs) = 0;
 
   // Commit primitives (the strategy picks one). Copy: each row's snapshot of its last step into
   // its slot (every layer). Pending: each row's slot records the steps root..last step as

@@ -4,12 +4,23 @@
 #include <string>
 
 #include "layers/gdn.h"
+#include "layers/mamba2.h"
 #include "specstate/status.h"
 
 namespace specstate {
 
 float GdnConfig::effective_scale() const noexcept {
   return scale ? *scale : 1.0f / std::sqrt(static_cast<float>(head_k_dim));
+}
+
+const char* layer_kind_name(LayerKind kind) noexcept {
+  switch (kind) {
+    case LayerKind::kGatedDeltaNet:
+      return "gated_delta_net";
+    case LayerKind::kMamba2:
+      return "mamba2";
+  }
+  return "unknown";
 }
 
 int64_t ModelConfig::slot_bytes() const noexcept {
@@ -26,12 +37,13 @@ void ModelConfig::validate() const {
     case LayerKind::kGatedDeltaNet:
       detail::gdn::validate(gdn);
       return;
-    default:
-      break;
+    case LayerKind::kMamba2:
+      detail::mamba2::validate(mamba);
+      return;
   }
-  throw Error(Status::kNotSupported,
+  throw Error(Status::kInvalidArgument,
               "ModelConfig: kind = " + std::to_string(static_cast<int>(kind)) +
-                  ": only Gated DeltaNet layers are implemented");
+                  " is not a layer kind (gated_delta_net = 0, mamba2 = 1)");
 }
 
 }  // namespace specstate

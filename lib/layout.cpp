@@ -4,6 +4,7 @@
 #include <string>
 
 #include "layers/gdn.h"
+#include "layers/mamba2.h"
 #include "specstate/status.h"
 #include "strategy/strategy.h"
 
@@ -54,12 +55,12 @@ LayerShapes layer_shapes(const ModelConfig& config) {
   switch (config.kind) {
     case LayerKind::kGatedDeltaNet:
       return gdn::shapes(config.gdn);
-    default:
-      break;
+    case LayerKind::kMamba2:
+      return mamba2::shapes(config.mamba);
   }
-  throw Error(Status::kNotSupported,
+  throw Error(Status::kInvalidArgument,
               "ModelConfig: kind = " + std::to_string(static_cast<int>(config.kind)) +
-                  ": only Gated DeltaNet layers are implemented");
+                  " is not a layer kind");
 }
 
 int64_t SizeCalc::mul(int64_t a, int64_t b) const {

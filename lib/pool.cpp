@@ -7,9 +7,11 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "backend.h"
 #include "layers/gdn.h"
+#include "layers/mamba2.h"
 #include "layout.h"
 #include "logging.h"
 #include "pool_access.h"
@@ -33,6 +35,58 @@ std::string handle_string(const SlotHandle& handle) {
          std::to_string(handle.generation) + ", pool " + std::to_string(handle.pool_id) + "}";
 }
 
+// The per-kind side of the layer entry points (prefill, decode, verify): the argument types, their
+// validation, the outputs that must not alias the pool, and the backend's run_<kind>. Everything
+// else of those entry points is kind-agnostic (Impl's templates below).
+template <typename Weights>
+struct KindArgs;
+
+template <>
+struct KindArgs<GdnWeights> {
+  using Inputs = GdnInputs;
+  using Outputs = GdnOutputs;
+  static constexpr LayerKind kKind = LayerKind::kGatedDeltaNet;
+  static constexpr const char* kArgs = "GdnWeights / GdnInputs / GdnOutputs";
+  static constexpr const char* kTokenInput = "inputs.mixed_qkv";  // its rows are the tokens
+  static const TensorView& token_input(const Inputs& in) { return in.mixed_qkv; }
+  static void check(const char* fn, const ModelConfig& c, Device dev, const GdnWeights& w,
+                    const Inputs& in, const Outputs& out, int64_t tokens) {
+    detail::gdn::check_args(fn, c.gdn, dev, w, in, out, tokens);
+  }
+  template <typename F>
+  static void for_each_output(const Outputs& out, F&& f) {
+    f("outputs.conv_out", out.conv_out);
+    f("outputs.core_out", out.core_out);
+  }
+  static void run(detail::BackendImpl& b, const detail::PoolStorage& s, const detail::LayerRun& r,
+                  const GdnWeights& w, const Inputs& in, const Outputs& out) {
+    b.run_gdn(s, r, w, in, out);
+  }
+};
+
+template <>
+struct KindArgs<Mamba2Weights> {
+  using Inputs = Mamba2Inputs;
+  using Outputs = Mamba2Outputs;
+  static constexpr LayerKind kKind = LayerKind::kMamba2;
+  static constexpr const char* kArgs = "Mamba2Weights / Mamba2Inputs / Mamba2Outputs";
+  static constexpr const char* kTokenInput = "inputs.xBC";
+  static const TensorView& token_input(const Inputs& in) { return in.xBC; }
+  static void check(const char* fn, const ModelConfig& c, Device dev, const Mamba2Weights& w,
+                    const Inputs& in, const Outputs& out, int64_t tokens) {
+    detail::mamba2::check_args(fn, c.mamba, dev, w, in, out, tokens);
+  }
+  template <typename F>
+  static void for_each_output(const Outputs& out, F&& f) {
+    f("outputs.conv_out", out.conv_out);
+    f("outputs.y", out.y);
+  }
+  static void run(detail::BackendImpl& b, const detail::PoolStorage& s, const detail::LayerRun& r,
+                  const Mamba2Weights& w, const Inputs& in, const Outputs& out) {
+    b.run_mamba2(s, r, w, in, out);
+  }
+};
+
 }  // namespace
 
 struct StatePool::Impl {
@@ -43,8 +97,9 @@ struct StatePool::Impl {
   std::unique_ptr<detail::StrategyImpl> strategy;
   detail::PoolStorage storage;
   detail::SlotAllocator slots;
-  // Each layer's weights of its last verify / advance: what materialize replays with.
-  std::vector<GdnWeights> last_weights;
+  // Each layer's weights of its last verify / advance (of the pool's kind): what materialize
+  // replays with.
+  std::vector<std::variant<std::monostate, GdnWeights, Mamba2Weights>> last_weights;
 
   bool round_open = false;
   VerifyBatch batch;
@@ -109,11 +164,24 @@ struct StatePool::Impl {
     }
   }
 
-  void check_gdn(const char* function, const GdnWeights& w, const GdnInputs& in,
-                 const GdnOutputs& out, int64_t tokens) const {
-    detail::gdn::check_args(function, config.gdn, device(), w, in, out, tokens);
-    check_no_alias(function, "outputs.conv_out", out.conv_out);
-    check_no_alias(function, "outputs.core_out", out.core_out);
+  // A layer call with another kind's argument types is refused before anything else.
+  template <typename Weights>
+  void check_kind(const char* function) const {
+    using K = KindArgs<Weights>;
+    if (config.kind == K::kKind) return;
+    fail(Status::kInvalidArgument, function,
+         std::string("called with ") + K::kArgs + " (kind = " + layer_kind_name(K::kKind) +
+             ") but the pool's layers are kind = " + layer_kind_name(config.kind));
+  }
+
+  template <typename Weights>
+  void check_args(const char* function, const Weights& w,
+                  const typename KindArgs<Weights>::Inputs& in,
+                  const typename KindArgs<Weights>::Outputs& out, int64_t tokens) const {
+    KindArgs<Weights>::check(function, config, device(), w, in, out, tokens);
+    KindArgs<Weights>::for_each_output(out, [&](const char* name, const TensorView& view) {
+      check_no_alias(function, name, view);
+    });
   }
 
   // An output view must not overlap the pool's own memory (committed state or workspace): the
@@ -145,16 +213,40 @@ struct StatePool::Impl {
              " of the open verify round: commit or abort_round() first");
   }
 
-  void advance(int layer, std::vector<int32_t> slot_list, int tokens, const GdnWeights& w,
-               const GdnInputs& in, const GdnOutputs& out) {
+  template <typename Weights>
+  void advance(int layer, std::vector<int32_t> slot_list, int tokens, const Weights& w,
+               const typename KindArgs<Weights>::Inputs& in,
+               const typename KindArgs<Weights>::Outputs& out) {
     detail::LayerRun run;
     run.layer = layer;
     run.tokens_per_row = tokens;
     run.io = strategy->advance_io(layer, slot_list);
     run.slots = std::move(slot_list);
-    backend->run_gdn(storage, run, w, in, out);
+    KindArgs<Weights>::run(*backend, storage, run, w, in, out);
     last_weights[layer] = w;
     strategy->after_advance(*backend, storage, layer, run.slots, run.io);
+  }
+
+  // Re-runs recorded steps of one layer with that layer's last weights (no inputs, no outputs):
+  // the pool's one switch on the layer kind.
+  void run_recorded(const detail::LayerRun& run) {
+    const auto& w = last_weights[static_cast<std::size_t>(run.layer)];
+    switch (config.kind) {
+      case LayerKind::kGatedDeltaNet:
+        if (const auto* g = std::get_if<GdnWeights>(&w)) {
+          backend->run_gdn(storage, run, *g, GdnInputs{}, GdnOutputs{});
+          return;
+        }
+        break;
+      case LayerKind::kMamba2:
+        if (const auto* m = std::get_if<Mamba2Weights>(&w)) {
+          backend->run_mamba2(storage, run, *m, Mamba2Inputs{}, Mamba2Outputs{});
+          return;
+        }
+        break;
+    }
+    fail(Status::kFailedPrecondition, "StatePool::materialize",
+         "layer " + std::to_string(run.layer) + " has pending steps but was never run");
   }
 
   // Runs the strategy's deferred work for `slot_list` (all live slots when empty).
@@ -165,9 +257,73 @@ struct StatePool::Impl {
         if (slots.is_allocated(s)) slot_list.push_back(s);
       }
     }
-    strategy->materialize(*backend, storage, slot_list, [&](const detail::LayerRun& run) {
-      backend->run_gdn(storage, run, last_weights[run.layer], GdnInputs{}, GdnOutputs{});
-    });
+    strategy->materialize(*backend, storage, slot_list,
+                          [&](const detail::LayerRun& run) { run_recorded(run); });
+  }
+
+  template <typename Weights>
+  void prefill(int layer, SlotHandle handle, const Weights& weights,
+               const typename KindArgs<Weights>::Inputs& inputs,
+               const typename KindArgs<Weights>::Outputs& outputs) {
+    using K = KindArgs<Weights>;
+    const char* fn = "StatePool::prefill";
+    check_kind<Weights>(fn);
+    check_layer(fn, layer);
+    const int slot = resolve(fn, "handle", handle);
+    const TensorView& x = K::token_input(inputs);
+    const int64_t tokens = x.ndim >= 1 ? x.shape[0] : 0;
+    if (tokens <= 0) {
+      fail(Status::kInvalidArgument, fn,
+           std::string(K::kTokenInput) + " holds " + std::to_string(tokens) + " tokens (" +
+               (x.ndim >= 0 && x.ndim <= TensorView::kMaxDims ? x.describe() : "bad ndim") +
+               "), expected at least 1");
+    }
+    if (tokens > std::numeric_limits<int32_t>::max()) {
+      fail(Status::kInvalidArgument, fn,
+           std::string(K::kTokenInput) + " holds " + std::to_string(tokens) +
+               " tokens: at most 2^31 - 1 per call (split the prefill)");
+    }
+    check_not_in_round(fn, "handle", slot);
+    check_args(fn, weights, inputs, outputs, tokens);
+    advance(layer, {slot}, static_cast<int>(tokens), weights, inputs, outputs);
+  }
+
+  template <typename Weights>
+  void decode(int layer, const std::vector<SlotHandle>& rows, const Weights& weights,
+              const typename KindArgs<Weights>::Inputs& inputs,
+              const typename KindArgs<Weights>::Outputs& outputs) {
+    const char* fn = "StatePool::decode";
+    check_kind<Weights>(fn);
+    check_layer(fn, layer);
+    if (rows.empty()) fail(Status::kInvalidArgument, fn, "rows is empty");
+    std::vector<int32_t> slot_list = resolve_rows(fn, rows);
+    for (std::size_t r = 0; r < slot_list.size(); ++r) {
+      if (slot_list[r] >= 0)
+        check_not_in_round(fn, "rows[" + std::to_string(r) + "]", slot_list[r]);
+    }
+    check_args(fn, weights, inputs, outputs, static_cast<int64_t>(rows.size()));
+    advance(layer, std::move(slot_list), 1, weights, inputs, outputs);
+  }
+
+  template <typename Weights>
+  void verify(int layer, const Weights& weights, const typename KindArgs<Weights>::Inputs& inputs,
+              const typename KindArgs<Weights>::Outputs& outputs) {
+    const char* fn = "StatePool::verify";
+    if (!round_open) {
+      fail(Status::kFailedPrecondition, fn, "no open round: call begin_verify first");
+    }
+    check_kind<Weights>(fn);
+    check_layer(fn, layer);
+    check_rows_live(fn);
+    check_args(fn, weights, inputs, outputs, int64_t{plan.rows} * plan.window);
+    detail::LayerRun run;
+    run.layer = layer;
+    run.tokens_per_row = plan.window;
+    run.plan = &plan;
+    run.io = strategy->verify_io(layer, plan, !verified[layer]);
+    KindArgs<Weights>::run(*backend, storage, run, weights, inputs, outputs);
+    last_weights[layer] = weights;
+    verified[layer] = true;
   }
 
   // The open round's rows are still live (none released since begin_verify).
@@ -381,38 +537,22 @@ void StatePool::materialize(const std::vector<SlotHandle>& handles) {
 
 void StatePool::prefill(int layer, SlotHandle handle, const GdnWeights& weights,
                         const GdnInputs& inputs, const GdnOutputs& outputs) {
-  const char* fn = "StatePool::prefill";
-  impl_->check_layer(fn, layer);
-  const int slot = impl_->resolve(fn, "handle", handle);
-  const int64_t tokens = inputs.mixed_qkv.ndim >= 1 ? inputs.mixed_qkv.shape[0] : 0;
-  if (tokens <= 0) {
-    fail(Status::kInvalidArgument, fn,
-         "inputs.mixed_qkv holds " + std::to_string(tokens) + " tokens (" +
-             inputs.mixed_qkv.describe() + "), expected at least 1");
-  }
-  if (tokens > std::numeric_limits<int32_t>::max()) {
-    fail(Status::kInvalidArgument, fn,
-         "inputs.mixed_qkv holds " + std::to_string(tokens) +
-             " tokens: at most 2^31 - 1 per call (split the prefill)");
-  }
-  impl_->check_not_in_round(fn, "handle", slot);
-  impl_->check_gdn(fn, weights, inputs, outputs, tokens);
-  impl_->advance(layer, {slot}, static_cast<int>(tokens), weights, inputs, outputs);
+  impl_->prefill(layer, handle, weights, inputs, outputs);
+}
+
+void StatePool::prefill(int layer, SlotHandle handle, const Mamba2Weights& weights,
+                        const Mamba2Inputs& inputs, const Mamba2Outputs& outputs) {
+  impl_->prefill(layer, handle, weights, inputs, outputs);
 }
 
 void StatePool::decode(int layer, const std::vector<SlotHandle>& rows, const GdnWeights& weights,
                        const GdnInputs& inputs, const GdnOutputs& outputs) {
-  const char* fn = "StatePool::decode";
-  impl_->check_layer(fn, layer);
-  if (rows.empty()) fail(Status::kInvalidArgument, fn, "rows is empty");
-  std::vector<int32_t> slot_list = impl_->resolve_rows(fn, rows);
-  for (std::size_t r = 0; r < slot_list.size(); ++r) {
-    if (slot_list[r] >= 0) {
-      impl_->check_not_in_round(fn, "rows[" + std::to_string(r) + "]", slot_list[r]);
-    }
-  }
-  impl_->check_gdn(fn, weights, inputs, outputs, static_cast<int64_t>(rows.size()));
-  impl_->advance(layer, std::move(slot_list), 1, weights, inputs, outputs);
+  impl_->decode(layer, rows, weights, inputs, outputs);
+}
+
+void StatePool::decode(int layer, const std::vector<SlotHandle>& rows, const Mamba2Weights& weights,
+                       const Mamba2Inputs& inputs, const Mamba2Outputs& outputs) {
+  impl_->decode(layer, rows, weights, inputs, outputs);
 }
 
 void StatePool::begin_verify(const VerifyBatch& batch) {
@@ -481,22 +621,12 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
 
 void StatePool::verify(int layer, const GdnWeights& weights, const GdnInputs& inputs,
                        const GdnOutputs& outputs) {
-  const char* fn = "StatePool::verify";
-  if (!impl_->round_open) {
-    fail(Status::kFailedPrecondition, fn, "no open round: call begin_verify first");
-  }
-  impl_->check_layer(fn, layer);
-  const auto& plan = impl_->plan;
-  impl_->check_rows_live(fn);
-  impl_->check_gdn(fn, weights, inputs, outputs, int64_t{plan.rows} * plan.window);
-  detail::LayerRun run;
-  run.layer = layer;
-  run.tokens_per_row = plan.window;
-  run.plan = &plan;
-  run.io = impl_->strategy->verify_io(layer, plan, !impl_->verified[layer]);
-  impl_->backend->run_gdn(impl_->storage, run, weights, inputs, outputs);
-  impl_->last_weights[layer] = weights;
-  impl_->verified[layer] = true;
+  impl_->verify(layer, weights, inputs, outputs);
+}
+
+void StatePool::verify(int layer, const Mamba2Weights& weights, const Mamba2Inputs& inputs,
+                       const Mamba2Outputs& outputs) {
+  impl_->verify(layer, weights, inputs, outputs);
 }
 
 namespace {

@@ -32,14 +32,42 @@ struct GdnConfig {
   }
 };
 
+// One Mamba2 layer (Nemotron-H, Falcon-H1, Granite-4.0-H): a causal conv over xBC followed by
+// the selective state update. DESIGN.md section 3. Defaults: Nemotron-H-8B at TP1.
+struct Mamba2Config {
+  int num_heads = 128;                    // nheads
+  int head_dim = 64;                      // P: channels per head
+  int d_state = 128;                      // N: state size per channel
+  int n_groups = 8;                       // G: groups of B and C; num_heads is a multiple of G
+  int conv_width = 4;                     // W: conv taps; the conv state keeps W-1 columns
+  bool conv_bias = true;                  // whether the weights carry a conv bias
+  bool d_skip = true;                     // y += D[h] * x (weights.D given)
+  bool gate = false;                      // y *= silu(z) (inputs.z given); Nemotron-H gates later
+  std::optional<float> dt_min;            // optional clamp of softplus(dt + dt_bias) from below
+  std::optional<float> dt_max;            // ... and from above
+  DType act_dtype = DType::kBF16;         // xBC, dt, z, conv_out, y
+  DType conv_state_dtype = DType::kBF16;  // committed conv window and its snapshots
+  DType ssm_state_dtype = DType::kF32;    // committed SSM state and its snapshots
+
+  // The xBC column: x (num_heads * P) | B (G * N) | C (G * N).
+  int64_t conv_dim() const noexcept {
+    return int64_t{num_heads} * head_dim + 2 * int64_t{n_groups} * d_state;
+  }
+  // Elements of one SSM state: nheads * P * N (N contiguous).
+  int64_t ssm_state_elems() const noexcept { return int64_t{num_heads} * head_dim * d_state; }
+};
+
 enum class LayerKind : int32_t { kGatedDeltaNet = 0, kMamba2 = 1 };
+// "gated_delta_net", "mamba2" (or "unknown").
+const char* layer_kind_name(LayerKind kind) noexcept;
 
 // A model is `num_layers` recurrent layers of one configuration (the pool is layer-major, so a
 // slot's layers are one launch). Attention layers are not specstate's business.
 struct ModelConfig {
   LayerKind kind = LayerKind::kGatedDeltaNet;
   int num_layers = 1;
-  GdnConfig gdn;
+  GdnConfig gdn;       // kind == kGatedDeltaNet
+  Mamba2Config mamba;  // kind == kMamba2
 
   static ModelConfig gated_delta_net(int num_layers, const GdnConfig& layer) {
     ModelConfig config;
@@ -48,13 +76,34 @@ struct ModelConfig {
     config.gdn = layer;
     return config;
   }
+  static ModelConfig mamba2(int num_layers, const Mamba2Config& layer) {
+    ModelConfig config;
+    config.kind = LayerKind::kMamba2;
+    config.num_layers = num_layers;
+    config.mamba = layer;
+    return config;
+  }
 
-  int64_t conv_dim() const noexcept { return gdn.conv_dim(); }
-  int conv_width() const noexcept { return gdn.conv_width; }
-  DType conv_state_dtype() const noexcept { return gdn.conv_state_dtype; }
-  DType ssm_state_dtype() const noexcept { return gdn.ssm_state_dtype; }
+  // The layer kind's values (whatever the kind).
+  int64_t conv_dim() const noexcept {
+    return kind == LayerKind::kMamba2 ? mamba.conv_dim() : gdn.conv_dim();
+  }
+  int conv_width() const noexcept {
+    return kind == LayerKind::kMamba2 ? mamba.conv_width : gdn.conv_width;
+  }
+  DType act_dtype() const noexcept {
+    return kind == LayerKind::kMamba2 ? mamba.act_dtype : gdn.act_dtype;
+  }
+  DType conv_state_dtype() const noexcept {
+    return kind == LayerKind::kMamba2 ? mamba.conv_state_dtype : gdn.conv_state_dtype;
+  }
+  DType ssm_state_dtype() const noexcept {
+    return kind == LayerKind::kMamba2 ? mamba.ssm_state_dtype : gdn.ssm_state_dtype;
+  }
   int64_t conv_state_elems() const noexcept { return conv_dim() * (conv_width() - 1); }
-  int64_t ssm_state_elems() const noexcept { return gdn.ssm_state_elems(); }
+  int64_t ssm_state_elems() const noexcept {
+    return kind == LayerKind::kMamba2 ? mamba.ssm_state_elems() : gdn.ssm_state_elems();
+  }
   // Committed bytes of one slot over all layers (conv + SSM).
   int64_t slot_bytes() const noexcept;
 

@@ -18,6 +18,7 @@
 
 #include "specstate/config.h"
 #include "specstate/gdn.h"
+#include "specstate/mamba2.h"
 #include "specstate/status.h"
 #include "specstate/tensor_view.h"
 
@@ -46,9 +47,9 @@ struct SlotHandle {
 // Workspace tensors of a strategy (StatePool::workspace).
 enum class Workspace : int32_t {
   kSnapshotConv = 0,  // snapshot: [max_rows, max_window, conv_dim, W-1] conv dtype
-  kSnapshotSsm = 1,   // snapshot: [max_rows, max_window, HV, V, K] SSM dtype
+  kSnapshotSsm = 1,   // snapshot: [max_rows, max_window, HV, V, K] SSM dtype (Mamba2: nheads, P, N)
   kRecords = 2,       // replay:   [slots, max_window, record] act dtype, record = one token's
-                      //           layer inputs [mixed_qkv | a | b]
+                      //           layer inputs [mixed_qkv | a | b] (Mamba2: [xBC | dt])
 };
 
 // One verify round's batch. Tokens of a layer's inputs are packed by row: token i of row r at
@@ -90,7 +91,7 @@ class StatePool {
   // run: on CUDA it is queued on the pool's stream, so read the view in stream order (or after
   // synchronizing the stream). It stays exact until the next commit.
   TensorView conv_state(int layer) const;  // [slots, conv_dim, W-1], oldest column first
-  TensorView ssm_state(int layer) const;   // [slots, HV, V, K]
+  TensorView ssm_state(int layer) const;   // [slots, HV, V, K]; Mamba2: [slots, nheads, P, N]
   // The strategy's workspace, per layer: snapshot scratch (kSnapshot) or replay records
   // (kReplay). Throws kFailedPrecondition when the pool's strategy has no such workspace.
   TensorView workspace(Workspace which, int layer) const;
@@ -113,11 +114,17 @@ class StatePool {
   // --- non-speculative path: advances the committed state in place -------------------------
   // `inputs` hold n tokens of one request, in order. A slot that is a row of the open round is
   // rejected (its commit would overwrite the advance).
+  // Each layer call comes in one overload per layer kind; the pool's kind (config().kind) must
+  // match the argument types, otherwise the call is rejected (kInvalidArgument).
   void prefill(int layer, SlotHandle handle, const GdnWeights& weights, const GdnInputs& inputs,
                const GdnOutputs& outputs);
+  void prefill(int layer, SlotHandle handle, const Mamba2Weights& weights,
+               const Mamba2Inputs& inputs, const Mamba2Outputs& outputs);
   // One token per row (row r's token at r); padding rows are skipped.
   void decode(int layer, const std::vector<SlotHandle>& rows, const GdnWeights& weights,
               const GdnInputs& inputs, const GdnOutputs& outputs);
+  void decode(int layer, const std::vector<SlotHandle>& rows, const Mamba2Weights& weights,
+              const Mamba2Inputs& inputs, const Mamba2Outputs& outputs);
 
   // --- speculative path ----------------------------------------------------------------------
   // Starts a round: checks rows (live, from this pool, no slot twice), window <= max_window,
@@ -129,6 +136,8 @@ class StatePool {
   // The committed state is unchanged (replay: its memory becomes exact).
   void verify(int layer, const GdnWeights& weights, const GdnInputs& inputs,
               const GdnOutputs& outputs);
+  void verify(int layer, const Mamba2Weights& weights, const Mamba2Inputs& inputs,
+              const Mamba2Outputs& outputs);
   // Ends the round: per row, chain: accepted length a in [0, T] (0 = keep, a = state after
   // token a-1); tree: accepted node in [-1, T-1] (-1 = keep). Every layer must have been
   // verified. Validated as a whole before anything is written.

@@ -5,6 +5,7 @@
 #include "specstate/dtype.h"
 #include "specstate/gdn.h"
 #include "specstate/log.h"
+#include "specstate/mamba2.h"
 #include "specstate/pool.h"
 #include "specstate/safetensors.h"
 #include "specstate/status.h"

@@ -9,6 +9,7 @@
 #include "../backend.h"
 #include "../logging.h"
 #include "gdn_step.h"
+#include "mamba2_step.h"
 #include "specstate/status.h"
 
 namespace specstate::detail {
@@ -143,6 +144,12 @@ class CpuBackend final : public BackendImpl {
   void run_gdn(const PoolStorage& s, const LayerRun& run, const GdnWeights& weights,
                const GdnInputs& inputs, const GdnOutputs& outputs) override {
     cpu::GdnStep step(s.config.gdn, weights, inputs, outputs);
+    run_rows(s, run, step);
+  }
+
+  void run_mamba2(const PoolStorage& s, const LayerRun& run, const Mamba2Weights& weights,
+                  const Mamba2Inputs& inputs, const Mamba2Outputs& outputs) override {
+    cpu::Mamba2Step step(s.config.mamba, weights, inputs, outputs);
     run_rows(s, run, step);
   }
 

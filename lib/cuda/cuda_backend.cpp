@@ -74,6 +74,13 @@ class CudaBackend final : public BackendImpl {
 
   Status can_implement(const Layout& layout, const ModelConfig& config,
                        std::string* why) const override {
+    if (config.kind != LayerKind::kGatedDeltaNet) {
+      // Not supported on this backend yet (the Mamba2 recurrence kernel is not written): refused
+      // when the pool is created, before any allocation. The CPU backend runs every kind.
+      *why = std::string("cuda backend: kind = ") + layer_kind_name(config.kind) +
+             ": the CUDA backend runs Gated DeltaNet layers only so far (use Backend::kCpu)";
+      return Status::kNotSupported;
+    }
     const GdnConfig& g = config.gdn;
     const int K = g.head_k_dim;
     if (K != 32 && K != 64 && K != 128) {
@@ -235,6 +242,14 @@ class CudaBackend final : public BackendImpl {
       a.inline_slots = run.slots.data() + r0;
       launch(a, n == 0 ? "materialize" : "decode");
     }
+  }
+
+  // Unreachable through the pool (can_implement refuses Mamba2 pools); it throws rather than
+  // pretend, should a caller bypass that check.
+  void run_mamba2(const PoolStorage&, const LayerRun&, const Mamba2Weights&, const Mamba2Inputs&,
+                  const Mamba2Outputs&) override {
+    throw Error(Status::kNotSupported,
+                "cuda backend: kind = mamba2: no Mamba2 kernel on this backend yet");
   }
 
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {

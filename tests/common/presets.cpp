@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "common/gdn_data.h"
+#include "common/mamba2_data.h"
 
 namespace specstate::test {
 
@@ -55,6 +56,34 @@ GdnConfig gdn_preset(const std::string& name) {
   throw std::invalid_argument("gdn_preset: unknown preset " + name);
 }
 
+bool is_mamba2_preset(const std::string& name) {
+  return name.rfind("m2_", 0) == 0 || name == "nemotron_h_8b_tp1";
+}
+
+Mamba2Config mamba2_preset(const std::string& name) {
+  const DType f32 = DType::kF32, bf16 = DType::kBF16;
+  if (name == "m2_small_f32") return small_mamba2_config(f32, f32, f32, true, true, true);
+  if (name == "m2_small_bf16") return small_mamba2_config(bf16, bf16, f32, true, true, false);
+  if (name == "m2_all_bf16") return small_mamba2_config(bf16, bf16, bf16, false, false, true);
+  if (name == "m2_bf16_conv") {
+    Mamba2Config m = small_mamba2_config(f32, bf16, f32, true, true, false);
+    m.dt_min = 0.01f;
+    m.dt_max = 0.05f;
+    return m;
+  }
+  if (name == "m2_g1") {
+    Mamba2Config m = small_mamba2_config(f32, f32, f32, false, true, true);
+    m.num_heads = 6;
+    m.head_dim = 4;
+    m.d_state = 16;
+    m.n_groups = 1;
+    m.conv_width = 3;
+    return m;
+  }
+  if (name == "nemotron_h_8b_tp1") return Mamba2Config{};  // the defaults
+  throw std::invalid_argument("mamba2_preset: unknown preset " + name);
+}
+
 std::vector<EquivalenceCase> cpu_equivalence_cases() {
   return {
       {"f32_chain", "small_f32", false, 5, 5, 40},
@@ -63,6 +92,13 @@ std::vector<EquivalenceCase> cpu_equivalence_cases() {
       {"bf16_tree", "small_bf16", true, 5, 6, 40},
       {"all_bf16_chain", "small_all_bf16", false, 5, 4, 30},
       {"bf16_conv_tree", "small_bf16_conv", true, 4, 4, 30},
+      {"mamba2_f32_chain", "m2_small_f32", false, 5, 5, 40},
+      {"mamba2_f32_tree", "m2_small_f32", true, 6, 5, 40},
+      {"mamba2_bf16_chain", "m2_small_bf16", false, 4, 6, 40},
+      {"mamba2_bf16_tree", "m2_small_bf16", true, 5, 6, 40},
+      {"mamba2_all_bf16_chain", "m2_all_bf16", false, 5, 4, 30},
+      {"mamba2_bf16_conv_clamp_tree", "m2_bf16_conv", true, 4, 4, 30},
+      {"mamba2_g1_chain", "m2_g1", false, 3, 4, 30},
   };
 }
 

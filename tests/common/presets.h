@@ -21,9 +21,22 @@ namespace specstate::test {
 //   qwen3next_tp1    Qwen3-Next-80B at TP1: H=16 HV=32 K=V=128 W=4, bf16 act/conv, f32 SSM
 GdnConfig gdn_preset(const std::string& name);
 
+// Named Mamba2 layer configs (names start with "m2_"); nheads=4 P=8 N=8 G=2 W=4 unless said:
+//   m2_small_f32       all f32, conv bias, D skip, z gate (the golden case's options)
+//   m2_small_bf16      bf16 activations and conv state, f32 SSM, conv bias, D skip, no gate
+//                      (Nemotron-H's options)
+//   m2_all_bf16        everything bf16, no conv bias, no D, z gate
+//   m2_bf16_conv       f32 activations, bf16 conv state, f32 SSM, D skip, dt clamped to
+//                      [0.01, 0.05] (both bounds bind for the preset's dt distribution)
+//   m2_g1              nheads=6 P=4 N=16 G=1 W=3, f32, no bias, D skip, gate
+//   nemotron_h_8b_tp1  Nemotron-H-8B at TP1: nheads=128 P=64 N=128 G=8 W=4, conv bias, D,
+//                      bf16 act/conv, f32 SSM
+Mamba2Config mamba2_preset(const std::string& name);
+bool is_mamba2_preset(const std::string& name);
+
 struct EquivalenceCase {
   const char* name;
-  const char* preset;
+  const char* preset;  // gdn_preset or mamba2_preset name (the layer kind follows)
   bool tree;
   int max_window;  // rounds draw T in 1..max_window
   int requests;

@@ -7,6 +7,8 @@
 #include <random>
 #include <string>
 
+#include "common/layer_kinds.h"
+
 namespace specstate::test {
 namespace {
 
@@ -34,8 +36,9 @@ std::vector<int32_t> random_tree(int T, std::mt19937_64& rng) {
   return parents;
 }
 
+template <typename Kind>
 struct Layer {
-  GdnWeights weights;
+  typename Kind::Weights weights;
 };
 
 // Both pools, side by side.
@@ -49,16 +52,16 @@ struct Pair {
   }
 };
 
-}  // namespace
-
-std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
-
-void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t seed) {
+// The driver, for any layer kind (common/layer_kinds.h).
+template <typename Kind>
+void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& mem,
+              uint64_t seed) {
+  using Inputs = typename Kind::Inputs;
+  using Outputs = typename Kind::Outputs;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  const GdnConfig g = gdn_preset(c.preset);
   const int L = 2;
-  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  const ModelConfig model = Kind::model(L, g);
   PoolOptions options;
   options.num_slots = c.requests + 2;
   options.max_rows = c.requests + 2;
@@ -66,25 +69,20 @@ void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t se
   options.backend = mem.backend();
   options.stream = mem.stream();
   Pair pools(model, options);
-  std::vector<Layer> layers(L);
+  const PutBuffer put_round = [&](const Buffer& b) { return mem.put(b); };
+  const PutBuffer put_persistent = [&](const Buffer& b) { return mem.put(b, true); };
+  std::vector<Layer<Kind>> layers(L);
   for (int l = 0; l < L; ++l) {
-    const LayerWeights w = random_weights(g, rng);
-    layers[l].weights.conv_weight = mem.put(w.conv_weight, true);
-    if (g.conv_bias) layers[l].weights.conv_bias = mem.put(w.conv_bias, true);
-    layers[l].weights.A_log = mem.put(w.A_log, true);
-    layers[l].weights.dt_bias = mem.put(w.dt_bias, true);
+    layers[l].weights = Kind::put(random_weights(g, rng), put_persistent);
   }
-  auto inputs = [&](int64_t tokens) {
-    const TokenInputs in = random_inputs(g, tokens, rng);
-    return GdnInputs{mem.put(in.mixed_qkv), mem.put(in.a), mem.put(in.b)};
-  };
-  auto outputs = [&](int64_t tokens) {
-    const TokenOutputs out = make_outputs(g, tokens);
-    return GdnOutputs{mem.put(out.conv_out), mem.put(out.core_out)};
-  };
-  auto same_outputs = [&](const GdnOutputs& a, const GdnOutputs& b, const std::string& what) {
-    ASSERT_EQ(mem.bytes(a.core_out), mem.bytes(b.core_out)) << what << ": core_out differs";
-    ASSERT_EQ(mem.bytes(a.conv_out), mem.bytes(b.conv_out)) << what << ": conv_out differs";
+  auto inputs = [&](int64_t tokens) { return Kind::put(random_inputs(g, tokens, rng), put_round); };
+  auto outputs = [&](int64_t tokens) { return Kind::put(make_outputs(g, tokens), put_round); };
+  auto same_outputs = [&](const Outputs& a, const Outputs& b, const std::string& what) {
+    const NamedViews x = Kind::tensors(a), y = Kind::tensors(b);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(mem.bytes(x[i].second), mem.bytes(y[i].second))
+          << what << ": " << x[i].first << " differs";
+    }
   };
   auto same_state = [&](const std::string& what) {
     for (int l = 0; l < L; ++l) {
@@ -98,8 +96,8 @@ void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t se
   std::vector<SlotHandle> hs, hr;
   auto prefill = [&](int i, int n) {
     for (int l = 0; l < L; ++l) {
-      const GdnInputs in = inputs(n);
-      const GdnOutputs os = outputs(n), orp = outputs(n);
+      const Inputs in = inputs(n);
+      const Outputs os = outputs(n), orp = outputs(n);
       pools.snap.prefill(l, hs[i], layers[l].weights, in, os);
       pools.replay.prefill(l, hr[i], layers[l].weights, in, orp);
       same_outputs(os, orp, "prefill of request " + std::to_string(i));
@@ -138,12 +136,12 @@ void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t se
         rs.insert(rs.begin(), SlotHandle::padding());
         rr.insert(rr.begin(), SlotHandle::padding());
         for (int l = 0; l < L; ++l) {
-          const GdnInputs in = inputs(static_cast<int64_t>(rs.size()));
-          const GdnOutputs os = outputs(static_cast<int64_t>(rs.size()));
-          const GdnOutputs orp = outputs(static_cast<int64_t>(rs.size()));
+          const Inputs in = inputs(static_cast<int64_t>(rs.size()));
+          const Outputs os = outputs(static_cast<int64_t>(rs.size()));
+          const Outputs orp = outputs(static_cast<int64_t>(rs.size()));
           pools.snap.decode(l, rs, layers[l].weights, in, os);
           pools.replay.decode(l, rr, layers[l].weights, in, orp);
-          ASSERT_EQ(mem.bytes(os.core_out), mem.bytes(orp.core_out)) << "decode differs";
+          same_outputs(os, orp, "decode");
         }
       }
     }
@@ -182,8 +180,8 @@ void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t se
       pools.replay.begin_verify(br);
       const int verified = static_cast<int>(rng() % (L + 1));
       for (int l = 0; l < verified; ++l) {
-        const GdnInputs in = inputs(int64_t{B} * T);
-        const GdnOutputs os = outputs(int64_t{B} * T), orp = outputs(int64_t{B} * T);
+        const Inputs in = inputs(int64_t{B} * T);
+        const Outputs os = outputs(int64_t{B} * T), orp = outputs(int64_t{B} * T);
         pools.snap.verify(l, layers[l].weights, in, os);
         pools.replay.verify(l, layers[l].weights, in, orp);
         same_outputs(os, orp, "dropped round, layer " + std::to_string(l));
@@ -194,8 +192,8 @@ void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t se
     for (int l = 0; l < L; ++l) {
       const int repeats = rng() % 7 == 0 ? 2 : 1;  // a repeated verify of the layer
       for (int k = 0; k < repeats; ++k) {
-        const GdnInputs in = inputs(int64_t{B} * T);
-        const GdnOutputs os = outputs(int64_t{B} * T), orp = outputs(int64_t{B} * T);
+        const Inputs in = inputs(int64_t{B} * T);
+        const Outputs os = outputs(int64_t{B} * T), orp = outputs(int64_t{B} * T);
         pools.snap.verify(l, layers[l].weights, in, os);
         pools.replay.verify(l, layers[l].weights, in, orp);
         same_outputs(os, orp, "verify of layer " + std::to_string(l));
@@ -238,6 +236,18 @@ void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t se
   EXPECT_GT(kept_rows, 0) << "no round kept a row (a = 0)";
   EXPECT_GT(accepted_total, c.rounds / 2) << "the trace accepted almost nothing";
   EXPECT_EQ(replayed_rounds, c.rounds);
+}
+
+}  // namespace
+
+std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
+
+void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t seed) {
+  if (is_mamba2_preset(c.preset)) {
+    run_case<Mamba2Kind>(c, mamba2_preset(c.preset), mem, seed);
+  } else {
+    run_case<GdnKind>(c, gdn_preset(c.preset), mem, seed);
+  }
 }
 
 }  // namespace specstate::test
