@@ -1,0 +1,99 @@
+// `plan` and `check_golden` of the command line as functions (examples/cli).
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+#ifdef SPECSTATE_PY_CLI
+#include "cli/commands.h"
+#include "cli/golden_case.h"
+#endif
+
+namespace specstate::py {
+
+#ifdef SPECSTATE_PY_CLI
+namespace {
+
+// Sends std::cout to a string while alive.
+class CaptureCout {
+ public:
+  CaptureCout() : previous_(std::cout.rdbuf(text_.rdbuf())) {}
+  ~CaptureCout() { std::cout.rdbuf(previous_); }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::streambuf* previous_;
+};
+
+}  // namespace
+#endif
+
+void bind_cli(nb::module_& m) {
+#ifdef SPECSTATE_PY_CLI
+  m.attr("HAS_CLI") = true;
+  m.def(
+      "plan",
+      [](const std::string& model, int tp, int max_requests, int max_rows, int window) {
+        std::vector<std::string> args = {"specstate",      "plan",
+                                         "--model",        model,
+                                         "--tp",           std::to_string(tp),
+                                         "--max-requests", std::to_string(max_requests),
+                                         "--window",       std::to_string(window),
+                                         "--json"};
+        if (max_rows > 0) {
+          args.push_back("--max-rows");
+          args.push_back(std::to_string(max_rows));
+        }
+        std::vector<char*> argv;
+        for (std::string& a : args) argv.push_back(a.data());
+        std::string text;
+        int code = 0;
+        {
+          CLI::App app("specstate");
+          app.require_subcommand(1);
+          cli::add_plan_command(app, code);
+          CaptureCout capture;
+          try {
+            app.parse(static_cast<int>(argv.size()), argv.data());
+          } catch (const CLI::ParseError& e) {
+            throw nb::value_error(("plan: " + std::string(e.what())).c_str());
+          }
+          text = capture.text();
+        }
+        if (code != 0) throw nb::value_error(("plan: exit status " + std::to_string(code)).c_str());
+        return nb::module_::import_("json").attr("loads")(text);
+      },
+      nb::kw_only(), nb::arg("model") = "qwen3-next-80b", nb::arg("tp") = 1,
+      nb::arg("max_requests") = 64, nb::arg("max_rows") = 0, nb::arg("window") = 4,
+      "`specstate plan --json`: memory of the committed pool and the snapshot scratch for a "
+      "model preset ('tiny', 'small', 'qwen3-next-80b'), as a dict. max_rows 0: max_requests.");
+  m.def(
+      "check_golden",
+      [](const std::vector<std::string>& paths, const std::string& backend) {
+        if (backend != "cpu" && backend != "cuda")
+          throw nb::value_error(("backend: '" + backend + "', expected 'cpu' or 'cuda'").c_str());
+        cli::GoldenOptions options;
+        options.backend = backend == "cuda" ? Backend::kCuda : Backend::kCpu;
+        std::ostringstream out;
+        int code = 0;
+        {
+          nb::gil_scoped_release release;
+          code = cli::check_golden(paths, options, out);
+        }
+        return nb::make_tuple(code, out.str());
+      },
+      nb::arg("paths"), nb::arg("backend") = "cpu",
+      "`specstate check-golden`: runs the golden cases (files or folders) and returns "
+      "(exit_code, report): 0 when every case passed, 1 otherwise.");
+#else
+  m.attr("HAS_CLI") = false;
+#endif
+}
+
+}  // namespace specstate::py

@@ -1,0 +1,64 @@
+// Shared pieces of the Python bindings: arrays taken through DLPack (zero copies) as TensorViews,
+// CUDA stream handles, and the registration functions of each part of the module.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "specstate/specstate.h"
+
+namespace specstate::py {
+
+namespace nb = nanobind;
+
+// One array argument: the caller's object (kept alive while held), the imported DLPack tensor
+// and the TensorView of its memory. An empty Arg (None) has an empty view.
+struct Arg {
+  nb::object object;  // what the caller passed (None when empty)
+  nb::ndarray<> array;
+  TensorView view;
+  int device_id = 0;  // CUDA ordinal for device arrays
+};
+
+// Imports `object` through DLPack / the buffer protocol without copying. `name` names the
+// argument in errors ("inputs.mixed_qkv"). Raises TypeError (not an array, unsupported dtype)
+// or ValueError (device, rank, read-only output). NumPy arrays of ml_dtypes.bfloat16 are taken
+// as bf16. `allow_none`: None gives an empty Arg.
+Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none);
+
+// A CUDA stream from an int handle, an object with `cuda_stream` (torch.cuda.Stream) or
+// `__cuda_stream__` (the CUDA stream protocol), or None (nullopt).
+std::optional<uintptr_t> to_stream(nb::handle object, const char* name);
+
+// Returns `view` (memory owned by `owner`) as an ndarray object supporting __dlpack__ /
+// __dlpack_device__ and the buffer protocol; `owner` stays alive as long as the array.
+nb::object view_to_python(const TensorView& view, int device_id, nb::handle owner);
+
+// The per-layer arguments as Python objects: each field converted (and named) when it is set, so
+// an engine can build them once over static buffers (CUDA graphs) and pass them every round.
+struct PyGdnWeights {
+  Arg conv_weight, conv_bias, A_log, dt_bias;
+  GdnWeights views() const {
+    return GdnWeights{conv_weight.view, conv_bias.view, A_log.view, dt_bias.view};
+  }
+};
+struct PyGdnInputs {
+  Arg mixed_qkv, a, b;
+  GdnInputs views() const { return GdnInputs{mixed_qkv.view, a.view, b.view}; }
+};
+struct PyGdnOutputs {
+  Arg conv_out, core_out;
+  GdnOutputs views() const { return GdnOutputs{conv_out.view, core_out.view}; }
+};
+
+void bind_tensors(nb::module_& m);
+void bind_config(nb::module_& m);
+void bind_pool(nb::module_& m);
+void bind_spec(nb::module_& m);
+void bind_cli(nb::module_& m);
+
+}  // namespace specstate::py

@@ -1,0 +1,247 @@
+// The extension module specstate._specstate: errors, enums, configs and the parts bound in the
+// other files. The package specstate (python/specstate/__init__.py) re-exports it.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <exception>
+#include <string>
+
+#include "common.h"
+
+namespace specstate::py {
+namespace {
+
+// specstate.Error and one subclass per Status (kInvalidArgument and kOutOfRange are also
+// ValueErrors, kNotSupported a NotImplementedError).
+PyObject* g_error = nullptr;
+PyObject* g_errors[8] = {};
+
+PyObject* make_error(nb::module_& m, const char* name, const char* doc, PyObject* bases) {
+  const std::string qualified = std::string("specstate.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
+  if (!cls) throw nb::python_error();
+  m.attr(name) = nb::handle(cls);
+  return cls;
+}
+
+void bind_errors(nb::module_& m) {
+  g_error = make_error(m, "Error",
+                       "Raised by every specstate call that rejects its input (a rejected call "
+                       "changes nothing). `status` is the specstate.Status; the message names "
+                       "the function, the argument and its value.",
+                       PyExc_RuntimeError);
+  auto sub = [&](Status status, const char* name, const char* doc, PyObject* extra) {
+    nb::tuple bases = extra ? nb::make_tuple(nb::handle(g_error), nb::handle(extra))
+                            : nb::make_tuple(nb::handle(g_error));
+    g_errors[static_cast<int>(status)] = make_error(m, name, doc, bases.ptr());
+  };
+  sub(Status::kInvalidArgument, "InvalidArgumentError",
+      "A value, shape, stride or dtype the call cannot accept (also a ValueError).",
+      PyExc_ValueError);
+  sub(Status::kOutOfRange, "OutOfRangeError",
+      "An index (slot, layer, row, token, tree node) outside its range (also a ValueError).",
+      PyExc_ValueError);
+  sub(Status::kResourceExhausted, "ResourceExhaustedError", "The pool has no free slot.", nullptr);
+  sub(Status::kFailedPrecondition, "FailedPreconditionError",
+      "A stale / released / foreign handle, or a call out of protocol order.", nullptr);
+  sub(Status::kNotSupported, "NotSupportedError",
+      "A configuration this build or backend does not implement (also a NotImplementedError).",
+      PyExc_NotImplementedError);
+  sub(Status::kBackendError, "BackendError", "The device reported an error (CUDA).", nullptr);
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      const int index = static_cast<int>(e.status());
+      PyObject* cls = (index >= 0 && index < 8 && g_errors[index]) ? g_errors[index] : g_error;
+      nb::object instance = nb::steal(PyObject_CallFunction(cls, "s", e.what()));
+      if (!instance.is_valid()) return;  // the call set a Python error already
+      instance.attr("status") = nb::cast(e.status());
+      PyErr_SetObject(cls, instance.ptr());
+    }
+  });
+}
+
+}  // namespace
+
+void bind_config(nb::module_& m) {
+  nb::enum_<Status>(m, "Status", "Outcome of a call (specstate.Error.status).")
+      .value("SUCCESS", Status::kSuccess)
+      .value("INVALID_ARGUMENT", Status::kInvalidArgument)
+      .value("OUT_OF_RANGE", Status::kOutOfRange)
+      .value("RESOURCE_EXHAUSTED", Status::kResourceExhausted)
+      .value("FAILED_PRECONDITION", Status::kFailedPrecondition)
+      .value("NOT_SUPPORTED", Status::kNotSupported)
+      .value("BACKEND_ERROR", Status::kBackendError);
+  nb::enum_<DType>(m, "DType", "Storage dtype of activations and states.")
+      .value("F32", DType::kF32)
+      .value("BF16", DType::kBF16)
+      .value("I32", DType::kI32);
+  nb::enum_<Device>(m, "Device", "Where an array's memory lives.")
+      .value("CPU", Device::kCpu)
+      .value("CUDA", Device::kCuda);
+  nb::enum_<Backend>(m, "Backend", "Where the pool's memory lives and its kernels run.")
+      .value("CPU", Backend::kCpu)
+      .value("CUDA", Backend::kCuda);
+  nb::enum_<Strategy>(
+      m, "Strategy",
+      "How verify records what commit needs (bit-identical results). SNAPSHOT: the state after "
+      "every window token in row-indexed scratch, commit copies the accepted one. REPLAY: "
+      "per-token records per slot, commit only records the accepted length, the next verify "
+      "re-runs those steps (committed memory lags until then: StatePool.materialize).")
+      .value("SNAPSHOT", Strategy::kSnapshot)
+      .value("REPLAY", Strategy::kReplay);
+  nb::enum_<Workspace>(m, "Workspace", "Workspace tensors of a strategy (StatePool.workspace).")
+      .value("SNAPSHOT_CONV", Workspace::kSnapshotConv,
+             "snapshot: [max_rows, max_window, conv_dim, W-1]")
+      .value("SNAPSHOT_SSM", Workspace::kSnapshotSsm, "snapshot: [max_rows, max_window, HV, V, K]")
+      .value("RECORDS", Workspace::kRecords, "replay: [slots, max_window, record]");
+  nb::enum_<LayerKind>(m, "LayerKind", "The recurrent layer type of a model.")
+      .value("GATED_DELTA_NET", LayerKind::kGatedDeltaNet)
+      .value("MAMBA2", LayerKind::kMamba2);
+  nb::enum_<LogLevel>(m, "LogLevel", "Level of the spdlog logger 'specstate'.")
+      .value("TRACE", LogLevel::kTrace)
+      .value("DEBUG", LogLevel::kDebug)
+      .value("INFO", LogLevel::kInfo)
+      .value("WARN", LogLevel::kWarn)
+      .value("ERROR", LogLevel::kError)
+      .value("OFF", LogLevel::kOff);
+
+  m.def("set_log_level", &set_log_level, nb::arg("level"), "Sets the level of specstate's logger.");
+  m.def("log_level", &log_level, "The level of specstate's logger.");
+  m.def(
+      "version", [] { return std::string(specstate::version()); },
+      "The C++ library's version, e.g. '0.1.0'.");
+
+  nb::class_<GdnConfig>(m, "GdnConfig",
+                        "One Gated DeltaNet layer (Qwen3-Next). Defaults: Qwen3-Next-80B at TP1 "
+                        "(H=16, HV=32, K=V=128, W=4, bf16 activations and conv state, f32 SSM).")
+      .def(
+          "__init__",
+          [](GdnConfig* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
+             int conv_width, std::optional<float> scale, bool conv_bias, DType act_dtype,
+             DType conv_state_dtype, DType ssm_state_dtype) {
+            new (self) GdnConfig();
+            self->num_k_heads = num_k_heads;
+            self->num_v_heads = num_v_heads;
+            self->head_k_dim = head_k_dim;
+            self->head_v_dim = head_v_dim;
+            self->conv_width = conv_width;
+            self->scale = scale;
+            self->conv_bias = conv_bias;
+            self->act_dtype = act_dtype;
+            self->conv_state_dtype = conv_state_dtype;
+            self->ssm_state_dtype = ssm_state_dtype;
+          },
+          nb::kw_only(), nb::arg("num_k_heads") = 16, nb::arg("num_v_heads") = 32,
+          nb::arg("head_k_dim") = 128, nb::arg("head_v_dim") = 128, nb::arg("conv_width") = 4,
+          nb::arg("scale").none() = nb::none(), nb::arg("conv_bias") = false,
+          nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
+          nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.")
+      .def_rw("num_k_heads", &GdnConfig::num_k_heads, "H: query/key heads.")
+      .def_rw("num_v_heads", &GdnConfig::num_v_heads, "HV: value heads, a multiple of H.")
+      .def_rw("head_k_dim", &GdnConfig::head_k_dim, "K.")
+      .def_rw("head_v_dim", &GdnConfig::head_v_dim, "V.")
+      .def_rw("conv_width", &GdnConfig::conv_width,
+              "W: conv taps; the conv state keeps W-1 columns.")
+      .def_rw("scale", &GdnConfig::scale, nb::arg("value").none(),
+              "Query scale; K**-0.5 when None.")
+      .def_rw("conv_bias", &GdnConfig::conv_bias, "Whether verify/decode take a conv bias.")
+      .def_rw("act_dtype", &GdnConfig::act_dtype,
+              "dtype of mixed_qkv, a, b, conv_out and core_out.")
+      .def_rw("conv_state_dtype", &GdnConfig::conv_state_dtype, "Committed conv window dtype.")
+      .def_rw("ssm_state_dtype", &GdnConfig::ssm_state_dtype, "Committed SSM state dtype.")
+      .def("conv_dim", &GdnConfig::conv_dim, "2*H*K + HV*V.")
+      .def("effective_scale", &GdnConfig::effective_scale, "scale, or K**-0.5 when unset.")
+      .def("ssm_state_elems", &GdnConfig::ssm_state_elems, "HV * V * K.")
+      .def("__repr__", [](const GdnConfig& c) {
+        return "GdnConfig(num_k_heads=" + std::to_string(c.num_k_heads) +
+               ", num_v_heads=" + std::to_string(c.num_v_heads) +
+               ", head_k_dim=" + std::to_string(c.head_k_dim) +
+               ", head_v_dim=" + std::to_string(c.head_v_dim) +
+               ", conv_width=" + std::to_string(c.conv_width) +
+               ", act_dtype=" + dtype_name(c.act_dtype) +
+               ", conv_state_dtype=" + dtype_name(c.conv_state_dtype) +
+               ", ssm_state_dtype=" + dtype_name(c.ssm_state_dtype) + ")";
+      });
+
+  nb::class_<ModelConfig>(m, "ModelConfig",
+                          "A model: num_layers recurrent layers of one configuration (attention "
+                          "layers are not specstate's business).")
+      .def(nb::init<>())
+      .def_static("gated_delta_net", &ModelConfig::gated_delta_net, nb::arg("num_layers"),
+                  nb::arg("layer"), "num_layers Gated DeltaNet layers of config `layer`.")
+      .def_rw("kind", &ModelConfig::kind, "The layer kind.")
+      .def_rw("num_layers", &ModelConfig::num_layers, "Recurrent layers.")
+      .def_rw("gdn", &ModelConfig::gdn, "The GDN layer config.")
+      .def("conv_dim", &ModelConfig::conv_dim, "Channels of the conv.")
+      .def("conv_width", &ModelConfig::conv_width, "W.")
+      .def("conv_state_dtype", &ModelConfig::conv_state_dtype, "Committed conv dtype.")
+      .def("ssm_state_dtype", &ModelConfig::ssm_state_dtype, "Committed SSM dtype.")
+      .def("conv_state_elems", &ModelConfig::conv_state_elems, "conv_dim * (W-1).")
+      .def("ssm_state_elems", &ModelConfig::ssm_state_elems, "Elements of one SSM state.")
+      .def("slot_bytes", &ModelConfig::slot_bytes, "Committed bytes of one slot over all layers.")
+      .def("validate", &ModelConfig::validate,
+           "Raises specstate.InvalidArgumentError naming the first field out of range.")
+      .def("__repr__", [](const ModelConfig& c) {
+        return "ModelConfig(num_layers=" + std::to_string(c.num_layers) +
+               ", conv_dim=" + std::to_string(c.conv_dim()) + ")";
+      });
+
+  nb::class_<PoolOptions>(m, "PoolOptions", "The options a StatePool is created with.")
+      .def(
+          "__init__",
+          [](PoolOptions* self, int num_slots, int max_rows, int max_window, Backend backend,
+             Strategy strategy, int device, nb::handle stream) {
+            new (self) PoolOptions();
+            self->num_slots = num_slots;
+            self->max_rows = max_rows;
+            self->max_window = max_window;
+            self->backend = backend;
+            self->strategy = strategy;
+            self->device = device;
+            auto s = to_stream(stream, "stream");
+            self->stream = reinterpret_cast<void*>(s.value_or(0));
+          },
+          nb::kw_only(), nb::arg("num_slots") = 1, nb::arg("max_rows") = 1,
+          nb::arg("max_window") = 1, nb::arg("backend") = Backend::kCpu,
+          nb::arg("strategy") = Strategy::kSnapshot, nb::arg("device") = 0,
+          nb::arg("stream").none() = nb::none(), "Keyword arguments set the fields.")
+      .def_rw("num_slots", &PoolOptions::num_slots,
+              "Requests whose committed state the pool holds.")
+      .def_rw("max_rows", &PoolOptions::max_rows, "Largest verify batch (padding included).")
+      .def_rw("max_window", &PoolOptions::max_window, "Largest window T.")
+      .def_rw("backend", &PoolOptions::backend, "CPU or CUDA.")
+      .def_rw("strategy", &PoolOptions::strategy, "SNAPSHOT or REPLAY.")
+      .def_rw("device", &PoolOptions::device, "CUDA device ordinal (CUDA only).")
+      .def_prop_rw(
+          "stream", [](const PoolOptions& o) { return reinterpret_cast<uintptr_t>(o.stream); },
+          [](PoolOptions& o, nb::handle value) {
+            o.stream = reinterpret_cast<void*>(to_stream(value, "stream").value_or(0));
+          },
+          nb::arg("value").none(),
+          "cudaStream_t (int handle) the pool's work runs on (CUDA only; 0 = the default "
+          "stream). Give a non-default stream to capture CUDA graphs.");
+
+  m.def("backend_name", &backend_name, nb::arg("backend"), "'cpu' or 'cuda'.");
+  m.def("strategy_name", &strategy_name, nb::arg("strategy"), "'snapshot' or 'replay'.");
+  m.def("dtype_name", &dtype_name, nb::arg("dtype"), "'f32', 'bf16' or 'i32'.");
+  m.def("status_name", &status_name, nb::arg("status"), "The status's name.");
+}
+
+}  // namespace specstate::py
+
+NB_MODULE(_specstate, m) {
+  using namespace specstate::py;
+  m.doc() =
+      "specstate: the recurrent state of hybrid LLMs (Gated DeltaNet) during speculative "
+      "decoding. Arrays are taken through DLPack with zero copies; see docs/python.md.";
+  m.attr("__version__") = SPECSTATE_PY_VERSION;
+  bind_config(m);
+  bind_errors(m);
+  bind_tensors(m);
+  bind_pool(m);
+  bind_spec(m);
+  bind_cli(m);
+}

@@ -1,0 +1,423 @@
+// StatePool, SlotHandle and VerifyBatch. Pool calls release the GIL; on a CUDA pool every call
+// takes an optional `stream`: the caller's stream, ordered with the pool's stream through events
+// (no host synchronisation; capturable under CUDA graphs).
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+#ifdef SPECSTATE_PY_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace specstate::py {
+namespace {
+
+class PyPool {
+ public:
+  PyPool(const ModelConfig& config, const PoolOptions& options)
+      : pool_(config, options), stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
+  ~PyPool() {
+#ifdef SPECSTATE_PY_CUDA
+    if (events_ready_) {
+      cudaEventDestroy(ready_);
+      cudaEventDestroy(done_);
+    }
+#endif
+  }
+
+  StatePool& pool() { return pool_; }
+  std::mutex& mutex() { return mutex_; }
+  uintptr_t stream() const { return stream_; }
+  void set_stream(uintptr_t s) { stream_ = s; }
+  bool is_cuda() const { return pool_.options().backend == Backend::kCuda; }
+
+  // Orders the pool's stream after `caller` (enter) and `caller` after the pool's work (leave).
+  // A no-op on CPU pools and when the caller's stream is the pool's.
+  class Bridge {
+   public:
+    Bridge(PyPool& p, std::optional<uintptr_t> caller) : p_(p) {
+#ifdef SPECSTATE_PY_CUDA
+      if (!p.is_cuda()) return;
+      caller_ = caller.value_or(p.stream_);
+      pool_stream_ = reinterpret_cast<uintptr_t>(p.pool_.options().stream);
+      if (caller_ == pool_stream_) return;
+      p.ensure_events();
+      check(cudaEventRecord(p.ready_, as_stream(caller_)), "recording on the caller's stream");
+      check(cudaStreamWaitEvent(as_stream(pool_stream_), p.ready_, 0), "ordering the pool");
+      active_ = true;
+#else
+      (void)caller;
+#endif
+    }
+    ~Bridge() noexcept(false) {
+#ifdef SPECSTATE_PY_CUDA
+      if (!active_) return;
+      cudaError_t e = cudaEventRecord(p_.done_, as_stream(pool_stream_));
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(as_stream(caller_), p_.done_, 0);
+      if (e != cudaSuccess && std::uncaught_exceptions() == 0)
+        throw Error(
+            Status::kBackendError,
+            std::string("ordering the caller's stream after the pool: ") + cudaGetErrorString(e));
+#endif
+    }
+
+   private:
+    PyPool& p_;
+#ifdef SPECSTATE_PY_CUDA
+    static cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+    static void check(cudaError_t e, const char* what) {
+      if (e != cudaSuccess)
+        throw Error(Status::kBackendError, std::string(what) + ": " + cudaGetErrorString(e));
+    }
+    uintptr_t caller_ = 0, pool_stream_ = 0;
+    bool active_ = false;
+#endif
+  };
+
+ private:
+#ifdef SPECSTATE_PY_CUDA
+  void ensure_events() {
+    if (events_ready_) return;
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(pool_.options().device);
+    cudaError_t e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+    cudaSetDevice(previous);
+    if (e != cudaSuccess)
+      throw Error(Status::kBackendError, std::string("creating events: ") + cudaGetErrorString(e));
+    events_ready_ = true;
+  }
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  bool events_ready_ = false;
+#endif
+  StatePool pool_;
+  uintptr_t stream_ = 0;  // the caller's stream when a call names none
+  std::mutex mutex_;
+};
+
+// Runs `fn` on the pool without the GIL, under the pool's lock, in stream order with `stream`.
+template <typename Fn>
+auto locked(PyPool& p, nb::handle stream, Fn&& fn) {
+  const std::optional<uintptr_t> s = to_stream(stream, "stream");
+  nb::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock(p.mutex());
+  PyPool::Bridge bridge(p, s);
+  return fn(p.pool());
+}
+
+void check_device(const PyPool& p, const Arg& a, const char* name) {
+  (void)name;
+  if (a.view.empty() || a.view.device != Device::kCuda) return;
+  const int want = const_cast<PyPool&>(p).pool().options().device;
+  if (a.device_id != want)
+    throw nb::value_error((std::string(name) + ": array on cuda:" + std::to_string(a.device_id) +
+                           ", the pool is on cuda:" + std::to_string(want))
+                              .c_str());
+}
+
+void check_layer_args(const PyPool& p, const PyGdnWeights& w, const PyGdnInputs& in,
+                      const PyGdnOutputs& out) {
+  check_device(p, w.conv_weight, "weights.conv_weight");
+  check_device(p, w.conv_bias, "weights.conv_bias");
+  check_device(p, w.A_log, "weights.A_log");
+  check_device(p, w.dt_bias, "weights.dt_bias");
+  check_device(p, in.mixed_qkv, "inputs.mixed_qkv");
+  check_device(p, in.a, "inputs.a");
+  check_device(p, in.b, "inputs.b");
+  check_device(p, out.conv_out, "outputs.conv_out");
+  check_device(p, out.core_out, "outputs.core_out");
+}
+
+std::string handle_repr(const SlotHandle& h) {
+  if (h.is_padding()) return "SlotHandle.padding()";
+  return "SlotHandle(slot=" + std::to_string(h.slot) +
+         ", generation=" + std::to_string(h.generation) + ")";
+}
+
+const char* kStreamDoc =
+    " `stream`: CUDA pools only, the caller's stream (int handle, e.g. "
+    "torch.cuda.current_stream().cuda_stream, or a stream object); the call is ordered after "
+    "the work queued there and the caller's later work after the call, without a host sync. "
+    "None: StatePool.stream.";
+
+}  // namespace
+
+void bind_pool(nb::module_& m) {
+  nb::class_<SlotHandle>(m, "SlotHandle",
+                         "A request's slot. Generation-checked: a released handle is stale.")
+      .def(nb::init<>())
+      .def_static("padding", &SlotHandle::padding, "The handle of a padding row.")
+      .def_ro("slot", &SlotHandle::slot, "Slot index (-1: padding).")
+      .def_ro("generation", &SlotHandle::generation, "Generation of the slot.")
+      .def_ro("pool_id", &SlotHandle::pool_id, "Id of the pool that issued it.")
+      .def("is_padding", &SlotHandle::is_padding, "Whether this is a padding row.")
+      .def("__eq__", [](const SlotHandle& a, const SlotHandle& b) { return a == b; })
+      .def("__ne__", [](const SlotHandle& a, const SlotHandle& b) { return a != b; })
+      .def("__hash__",
+           [](const SlotHandle& h) {
+             return nb::hash(nb::make_tuple(h.slot, h.generation, h.pool_id));
+           })
+      .def("__repr__", &handle_repr);
+
+  nb::class_<VerifyBatch>(m, "VerifyBatch",
+                          "One verify round: rows -> slots (SlotHandle.padding() for padding "
+                          "rows), the window T and, for trees, parents ([T] shared or [B*T]).")
+      .def(
+          "__init__",
+          [](VerifyBatch* self, std::vector<SlotHandle> rows, int window,
+             std::vector<int32_t> parents) {
+            new (self) VerifyBatch{std::move(rows), window, std::move(parents)};
+          },
+          nb::arg("rows"), nb::arg("window") = 1, nb::arg("parents") = std::vector<int32_t>{},
+          "rows: list of SlotHandle; window: T; parents: [] (chain), [T] or [B*T].")
+      .def_rw("rows", &VerifyBatch::rows, "The rows' handles.")
+      .def_rw("window", &VerifyBatch::window, "T tokens per row; token 0 is the root.")
+      .def_rw("parents", &VerifyBatch::parents, "Empty (chain) or the tree's parents.")
+      .def("is_tree", &VerifyBatch::is_tree, "Whether parents is non-empty.")
+      .def("__repr__", [](const VerifyBatch& b) {
+        return "VerifyBatch(rows=" + std::to_string(b.rows.size()) +
+               ", window=" + std::to_string(b.window) + (b.is_tree() ? ", tree" : "") + ")";
+      });
+
+  nb::class_<PyPool>(
+      m, "StatePool",
+      "Committed per-layer states of every request (a slot each), the verify scratch, and the "
+      "protocol: acquire, prefill/decode, begin_verify, verify (every layer), commit, release. "
+      "Every call validates its whole input first and raises specstate.Error without changing "
+      "anything when it rejects.")
+      .def(nb::init<const ModelConfig&, const PoolOptions&>(), nb::arg("config"),
+           nb::arg("options"), "Allocates the pool (zeroed). Raises specstate.Error.")
+      .def_prop_ro(
+          "config", [](PyPool& p) { return p.pool().config(); }, "The ModelConfig (a copy).")
+      .def_prop_ro(
+          "options", [](PyPool& p) { return p.pool().options(); }, "The PoolOptions (a copy).")
+      .def_prop_rw(
+          "stream", [](const PyPool& p) { return p.stream(); },
+          [](PyPool& p, nb::handle s) {
+            p.set_stream(to_stream(s, "stream")
+                             .value_or(reinterpret_cast<uintptr_t>(p.pool().options().stream)));
+          },
+          nb::arg("value").none(),
+          "The caller stream of calls that name none (CUDA pools; default: the pool's own "
+          "stream, PoolOptions.stream). Settable between rounds; None restores the default.")
+      .def(
+          "acquire",
+          [](PyPool& p) { return locked(p, nb::none(), [](StatePool& s) { return s.acquire(); }); },
+          "The lowest free slot, zeroed. Raises ResourceExhaustedError when the pool is full.")
+      .def(
+          "release",
+          [](PyPool& p, SlotHandle h) {
+            locked(p, nb::none(), [&](StatePool& s) {
+              s.release(h);
+              return 0;
+            });
+          },
+          nb::arg("handle"), "Frees the slot; the handle becomes stale.")
+      .def(
+          "is_live", [](PyPool& p, SlotHandle h) { return p.pool().is_live(h); }, nb::arg("handle"),
+          "Whether `handle` is a live slot of this pool.")
+      .def(
+          "free_slots", [](PyPool& p) { return p.pool().free_slots(); }, "Free slots.")
+      .def(
+          "slot_index", [](PyPool& p, SlotHandle h) { return p.pool().slot_index(h); },
+          nb::arg("handle"), "Index of a live handle into the state views; raises otherwise.")
+      .def(
+          "conv_state",
+          [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
+            PyPool& p = nb::cast<PyPool&>(self);
+            TensorView v = locked(p, stream, [&](StatePool& s) { return s.conv_state(layer); });
+            return view_to_python(v, p.pool().options().device, self);
+          },
+          nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+          (std::string("Committed conv windows of `layer`, [slots, conv_dim, W-1] (oldest column "
+                       "first), as a zero-copy array supporting __dlpack__ that keeps the pool "
+                       "alive. Materializes deferred work first (replay); exact until the next "
+                       "commit.") +
+           kStreamDoc)
+              .c_str())
+      .def(
+          "ssm_state",
+          [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
+            PyPool& p = nb::cast<PyPool&>(self);
+            TensorView v = locked(p, stream, [&](StatePool& s) { return s.ssm_state(layer); });
+            return view_to_python(v, p.pool().options().device, self);
+          },
+          nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+          (std::string("Committed SSM states of `layer`, [slots, HV, V, K], zero-copy (see "
+                       "conv_state).") +
+           kStreamDoc)
+              .c_str())
+      .def(
+          "workspace",
+          [](nb::handle_t<PyPool> self, Workspace which, int layer) {
+            PyPool& p = nb::cast<PyPool&>(self);
+            TensorView v =
+                locked(p, nb::none(), [&](StatePool& s) { return s.workspace(which, layer); });
+            return view_to_python(v, p.pool().options().device, self);
+          },
+          nb::arg("which"), nb::arg("layer"),
+          "The strategy's workspace of `layer` (snapshot scratch or replay records), zero-copy. "
+          "Raises FailedPreconditionError when the strategy has no such workspace.")
+      .def(
+          "snapshot_conv",
+          [](nb::handle_t<PyPool> self, int layer) {
+            PyPool& p = nb::cast<PyPool&>(self);
+            TensorView v =
+                locked(p, nb::none(), [&](StatePool& s) { return s.snapshot_conv(layer); });
+            return view_to_python(v, p.pool().options().device, self);
+          },
+          nb::arg("layer"), "workspace(Workspace.SNAPSHOT_CONV, layer).")
+      .def(
+          "snapshot_ssm",
+          [](nb::handle_t<PyPool> self, int layer) {
+            PyPool& p = nb::cast<PyPool&>(self);
+            TensorView v =
+                locked(p, nb::none(), [&](StatePool& s) { return s.snapshot_ssm(layer); });
+            return view_to_python(v, p.pool().options().device, self);
+          },
+          nb::arg("layer"), "workspace(Workspace.SNAPSHOT_SSM, layer).")
+      .def(
+          "committed_bytes", [](PyPool& p) { return p.pool().committed_bytes(); },
+          "Committed state bytes, all slots, all layers.")
+      .def(
+          "workspace_bytes", [](PyPool& p) { return p.pool().workspace_bytes(); },
+          "Bytes the strategy needs besides the committed state, all layers.")
+      .def(
+          "scratch_bytes", [](PyPool& p) { return p.pool().scratch_bytes(); },
+          "Same as workspace_bytes.")
+      .def(
+          "materialize",
+          [](PyPool& p, std::vector<SlotHandle> handles, nb::handle stream) {
+            locked(p, stream, [&](StatePool& s) {
+              s.materialize(handles);
+              return 0;
+            });
+          },
+          nb::arg("handles") = std::vector<SlotHandle>{}, nb::arg("stream").none() = nb::none(),
+          (std::string("Makes the committed memory of `handles` (all live slots when empty) "
+                       "equal their committed state (replay; a no-op for snapshot). Uses the "
+                       "weights of each layer's last verify: those arrays must still be alive.") +
+           kStreamDoc)
+              .c_str())
+      .def(
+          "prefill",
+          [](PyPool& p, int layer, SlotHandle h, const PyGdnWeights& w, const PyGdnInputs& in,
+             const PyGdnOutputs& out, nb::handle stream) {
+            check_layer_args(p, w, in, out);
+            const GdnWeights wv = w.views();
+            const GdnInputs iv = in.views();
+            const GdnOutputs ov = out.views();
+            locked(p, stream, [&](StatePool& s) {
+              s.prefill(layer, h, wv, iv, ov);
+              return 0;
+            });
+          },
+          nb::arg("layer"), nb::arg("handle"), nb::arg("weights"), nb::arg("inputs"),
+          nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
+          (std::string("Advances one request's committed state of `layer` in place over n "
+                       "tokens (inputs [n, ...], in order).") +
+           kStreamDoc)
+              .c_str())
+      .def(
+          "decode",
+          [](PyPool& p, int layer, std::vector<SlotHandle> rows, const PyGdnWeights& w,
+             const PyGdnInputs& in, const PyGdnOutputs& out, nb::handle stream) {
+            check_layer_args(p, w, in, out);
+            const GdnWeights wv = w.views();
+            const GdnInputs iv = in.views();
+            const GdnOutputs ov = out.views();
+            locked(p, stream, [&](StatePool& s) {
+              s.decode(layer, rows, wv, iv, ov);
+              return 0;
+            });
+          },
+          nb::arg("layer"), nb::arg("rows"), nb::arg("weights"), nb::arg("inputs"),
+          nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
+          (std::string("One token per row (row r's token at r), advancing the committed state; "
+                       "padding rows are skipped.") +
+           kStreamDoc)
+              .c_str())
+      .def(
+          "begin_verify",
+          [](PyPool& p, const VerifyBatch& batch, nb::handle stream) {
+            locked(p, stream, [&](StatePool& s) {
+              s.begin_verify(batch);
+              return 0;
+            });
+          },
+          nb::arg("batch"), nb::arg("stream").none() = nb::none(),
+          (std::string("Starts a round: rows (live, of this pool, no slot twice), window <= "
+                       "max_window, rows <= max_rows, the tree.") +
+           kStreamDoc)
+              .c_str())
+      .def(
+          "verify",
+          [](PyPool& p, int layer, const PyGdnWeights& w, const PyGdnInputs& in,
+             const PyGdnOutputs& out, nb::handle stream) {
+            check_layer_args(p, w, in, out);
+            const GdnWeights wv = w.views();
+            const GdnInputs iv = in.views();
+            const GdnOutputs ov = out.views();
+            locked(p, stream, [&](StatePool& s) {
+              s.verify(layer, wv, iv, ov);
+              return 0;
+            });
+          },
+          nb::arg("layer"), nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
+          nb::arg("stream").none() = nb::none(),
+          (std::string("Verifies `layer` for the open round: outputs for every window token "
+                       "(inputs packed by row, [rows*T, ...]); the committed state is unchanged.") +
+           kStreamDoc)
+              .c_str())
+      .def(
+          "commit",
+          [](PyPool& p, nb::handle accepted, nb::handle stream) {
+            if (nb::isinstance<nb::list>(accepted) || nb::isinstance<nb::tuple>(accepted)) {
+              std::vector<int32_t> values;
+              try {
+                values = nb::cast<std::vector<int32_t>>(accepted);
+              } catch (const nb::cast_error&) {
+                throw nb::type_error("accepted: expected a list of int32 values");
+              }
+              locked(p, stream, [&](StatePool& s) {
+                s.commit(values);
+                return 0;
+              });
+              return;
+            }
+            Arg a = to_arg(accepted, "accepted", false, false);
+            check_device(p, a, "accepted");
+            const TensorView v = a.view;
+            locked(p, stream, [&](StatePool& s) {
+              s.commit(v);
+              return 0;
+            });
+          },
+          nb::arg("accepted"), nb::arg("stream").none() = nb::none(),
+          (std::string("Ends the round, all layers at once, all-or-nothing. Per row: chain: the "
+                       "accepted length a in [0, T] (0 = keep); tree: the accepted node in [-1, "
+                       "T-1] (-1 = keep). A list of ints, or an int32 [rows] array (host; or "
+                       "device memory on CUDA pools: checked by the kernel, no host sync, see "
+                       "last_commit_status).") +
+           kStreamDoc)
+              .c_str())
+      .def(
+          "last_commit_status",
+          [](PyPool& p) {
+            return locked(p, nb::none(), [](StatePool& s) { return s.last_commit_status(); });
+          },
+          "Status.OUT_OF_RANGE if the last device-valued commit skipped a row whose value was "
+          "out of range, else Status.SUCCESS. Waits for the pool's stream.")
+      .def_prop_ro(
+          "current_batch", [](PyPool& p) { return p.pool().current_batch(); },
+          "The open round's batch (no rows when none is open).");
+}
+
+}  // namespace specstate::py

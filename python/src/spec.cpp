@@ -1,0 +1,231 @@
+// The protocol helpers of spec/ (namespace specstate::spec): windows, greedy acceptance, the
+// verify batch builder and acceptance traces.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "spec/acceptance.h"
+#include "spec/trace.h"
+#include "spec/verify_batch.h"
+#include "spec/window.h"
+
+namespace specstate::py {
+namespace {
+
+using spec::Acceptance;
+using spec::BatchPlan;
+using spec::Trace;
+using spec::TraceRecord;
+using spec::TraceShape;
+using spec::VerifyBatchBuilder;
+using spec::Window;
+
+void check_len(const std::vector<int32_t>& v, std::size_t n, const char* name) {
+  if (v.size() != n)
+    throw nb::value_error((std::string(name) + ": " + std::to_string(v.size()) +
+                           " entries, the window has " + std::to_string(n))
+                              .c_str());
+}
+
+}  // namespace
+
+void bind_spec(nb::module_& m) {
+  nb::class_<Window>(m, "Window",
+                     "One row's verify window: a chain of T tokens or a draft tree (index 0 is "
+                     "the root, every parent has a smaller index).")
+      .def(nb::init<>(), "A chain of one token (the root alone).")
+      .def_static("chain", &Window::chain, nb::arg("length"),
+                  "A chain of `length` tokens (root + length-1 drafts).")
+      .def_static("from_parents", &Window::from_parents, nb::arg("parents"),
+                  "A tree from parents[t] (parents[0] = -1, 0 <= parents[t] < t).")
+      .def_static("from_links", &Window::from_links, nb::arg("first_child"),
+                  nb::arg("next_sibling"),
+                  "A tree from EAGLE / SGLang first-child / next-sibling links.")
+      .def("size", &Window::size, "T: nodes of the window.")
+      .def("__len__", &Window::size)
+      .def("is_chain", &Window::is_chain, "Whether the window is a chain.")
+      .def("parents", &Window::parents, "parents[t] of every node (parents[0] = -1).")
+      .def("parent", &Window::parent, nb::arg("node"), "The parent of `node`.")
+      .def("children", &Window::children, nb::arg("node"), "Children of `node`, ascending.")
+      .def("path_to", &Window::path_to, nb::arg("node"), "Nodes root..node.")
+      .def("depth", &Window::depth, nb::arg("node"), "Nodes on the path root..node.")
+      .def("max_depth", &Window::max_depth, "The most tokens one round can accept.")
+      .def(
+          "to_links",
+          [](const Window& w) {
+            std::vector<int32_t> first_child, next_sibling;
+            w.to_links(first_child, next_sibling);
+            return nb::make_tuple(first_child, next_sibling);
+          },
+          "(first_child, next_sibling) links of this window.")
+      .def("describe", &Window::describe, "'chain(4)' or 'tree[-1,0,0,1]'.")
+      .def("__repr__", [](const Window& w) { return "Window." + w.describe(); })
+      .def("__eq__", [](const Window& a, const Window& b) { return a == b; })
+      .def("__ne__", [](const Window& a, const Window& b) { return a != b; });
+  m.def("check_path", &spec::check_path, nb::arg("window"), nb::arg("path"),
+        nb::arg("what") = "path",
+        "Raises InvalidArgumentError unless `path` is a root-to-node path of `window` (empty "
+        "is allowed).");
+
+  nb::class_<Acceptance>(m, "Acceptance",
+                         "One row's greedy acceptance: the accepted window indices root..last "
+                         "and the bonus token.")
+      .def(nb::init<>())
+      .def_rw("path", &Acceptance::path, "Accepted window indices, root first.")
+      .def_rw("bonus_token", &Acceptance::bonus_token, "target[last accepted node].")
+      .def("accepted_length", &Acceptance::accepted_length, "len(path).")
+      .def("last_node", &Acceptance::last_node, "path[-1] (-1 when empty).")
+      .def("commit_value", &Acceptance::commit_value, nb::arg("tree"),
+           "What StatePool.commit takes for this row: the accepted length (chain) or the last "
+           "node (tree).")
+      .def(
+          "emitted",
+          [](const Acceptance& a, const std::vector<int32_t>& tokens) {
+            for (int32_t node : a.path)
+              if (node < 0 || static_cast<std::size_t>(node) >= tokens.size())
+                throw nb::value_error(("tokens: " + std::to_string(tokens.size()) +
+                                       " entries, the path reaches node " + std::to_string(node))
+                                          .c_str());
+            return a.emitted(tokens.data());
+          },
+          nb::arg("tokens"), "Tokens the round emits: tokens[path[1:]] then the bonus token.")
+      .def("__repr__", [](const Acceptance& a) {
+        std::string s = "Acceptance(path=[";
+        for (std::size_t i = 0; i < a.path.size(); ++i)
+          s += (i ? ", " : "") + std::to_string(a.path[i]);
+        return s + "], bonus_token=" + std::to_string(a.bonus_token) + ")";
+      });
+
+  m.def(
+      "accept_greedy_chain",
+      [](const std::vector<int32_t>& tokens, const std::vector<int32_t>& target) {
+        return spec::accept_greedy_chain(tokens, target);
+      },
+      nb::arg("tokens"), nb::arg("target"),
+      "Chain acceptance: a = 1 + the longest prefix of drafts with tokens[t] == target[t-1]; "
+      "target[t] is the target's argmax after token t.");
+  m.def(
+      "accept_greedy_tree",
+      [](const Window& w, const std::vector<int32_t>& tokens, const std::vector<int32_t>& target) {
+        return spec::accept_greedy_tree(w, tokens, target);
+      },
+      nb::arg("window"), nb::arg("tokens"), nb::arg("target"),
+      "Tree acceptance: from the root, step to the first child whose token equals the target's "
+      "argmax at the current node.");
+  m.def(
+      "accept_greedy",
+      [](const Window& w, const std::vector<int32_t>& tokens, const std::vector<int32_t>& target) {
+        check_len(tokens, static_cast<std::size_t>(w.size()), "tokens");
+        check_len(target, static_cast<std::size_t>(w.size()), "target");
+        return spec::accept_greedy(w, tokens.data(), target.data());
+      },
+      nb::arg("window"), nb::arg("tokens"), nb::arg("target"),
+      "Chain or tree acceptance, chosen by window.is_chain().");
+
+  nb::class_<BatchPlan>(m, "BatchPlan", "One round's batch as built by VerifyBatchBuilder.")
+      .def_rw("batch", &BatchPlan::batch, "What StatePool.begin_verify takes.")
+      .def_rw("live_rows", &BatchPlan::live_rows, "Rows added (the rest are padding).")
+      .def_rw("windows", &BatchPlan::windows, "The window each row really has.")
+      .def_rw("token_offsets", &BatchPlan::token_offsets, "[rows+1] cu_seqlens (r*T).")
+      .def("rows", &BatchPlan::rows, "Rows, padding included.")
+      .def("window", &BatchPlan::window, "T.")
+      .def("num_tokens", &BatchPlan::num_tokens, "rows * T.")
+      .def("is_tree", &BatchPlan::is_tree, "Whether the batch has a tree.")
+      .def("commit_values", &BatchPlan::commit_values, nb::arg("accepted"),
+           "StatePool.commit's list from one Acceptance per live row.")
+      .def("commit_lengths", &BatchPlan::commit_lengths, nb::arg("accepted_lengths"),
+           "StatePool.commit's list from accepted lengths (chains; 0 = keep).")
+      .def("accept_greedy", &BatchPlan::accept_greedy, nb::arg("tokens"), nb::arg("target"),
+           "Greedy acceptance of every live row from [rows*T] tokens and target argmax.");
+
+  nb::class_<VerifyBatchBuilder>(m, "VerifyBatchBuilder",
+                                 "Builds a round's batch: requests -> rows, the shared T, trees, "
+                                 "padding up to a CUDA-graph bucket.")
+      .def(nb::init<std::vector<int>>(), nb::arg("buckets") = std::vector<int>{},
+           "buckets: the batch sizes CUDA graphs were captured for (empty: no padding).")
+      .def_static("power_of_two_buckets", &VerifyBatchBuilder::power_of_two_buckets,
+                  nb::arg("max_rows"), "1, 2, 4, ... up to and including max_rows.")
+      .def("add", &VerifyBatchBuilder::add, nb::arg("handle"), nb::arg("window"),
+           "Adds a live row; returns its row index.")
+      .def("clear", &VerifyBatchBuilder::clear, "Removes every row.")
+      .def("size", &VerifyBatchBuilder::size, "Rows added.")
+      .def("buckets", &VerifyBatchBuilder::buckets, "The buckets.")
+      .def("build", &VerifyBatchBuilder::build, "The BatchPlan.");
+
+  nb::class_<TraceRecord>(m, "TraceRecord", "One round of one request in a trace.")
+      .def(nb::init<>())
+      .def_rw("request", &TraceRecord::request, "Request id.")
+      .def_rw("round", &TraceRecord::round, "Round index.")
+      .def_rw("window", &TraceRecord::window, "The round's window.")
+      .def_rw("path", &TraceRecord::path, "Accepted indices, root first (empty: a = 0).")
+      .def("accepted_length", &TraceRecord::accepted_length, "len(path).")
+      .def("commit_value", &TraceRecord::commit_value, nb::arg("tree"),
+           "What StatePool.commit takes.");
+
+  nb::class_<Trace>(m, "Trace", "An acceptance trace (docs/traces.md).")
+      .def(nb::init<>())
+      .def_rw("requests", &Trace::requests, "Declared request ids.")
+      .def_rw("records", &Trace::records, "Records in file order.")
+      .def_rw("meta_json", &Trace::meta_json, "The header's 'meta' object (JSON text).")
+      .def("num_rounds", &Trace::num_rounds, "1 + the largest round index.")
+      .def("max_window", &Trace::max_window, "Largest window of any record.")
+      .def(
+          "round",
+          [](const Trace& t, int64_t r) {
+            std::vector<TraceRecord> out;
+            for (const TraceRecord* rec : t.round(r)) out.push_back(*rec);
+            return out;
+          },
+          nb::arg("round"), "Copies of the records of round `round`.")
+      .def("accepted_histogram", &Trace::accepted_histogram,
+           "histogram[a] = records that accepted a tokens.")
+      .def("mean_accepted_length", &Trace::mean_accepted_length, "Mean accepted length.");
+
+  m.def(
+      "parse_trace",
+      [](const std::string& text, const std::string& source) {
+        std::istringstream in(text);
+        return spec::parse_trace(in, source);
+      },
+      nb::arg("text"), nb::arg("source") = "<trace>",
+      "Parses a trace from JSON Lines text; InvalidArgumentError names '<source>:<line>'.");
+  m.def("read_trace", &spec::read_trace, nb::arg("path"), "Reads a trace file.");
+  m.def(
+      "write_trace",
+      [](const Trace& t) {
+        std::ostringstream out;
+        spec::write_trace(out, t);
+        return out.str();
+      },
+      nb::arg("trace"), "The trace as JSON Lines text (validated first).");
+  m.def("write_trace_file", &spec::write_trace_file, nb::arg("path"), nb::arg("trace"),
+        "Writes a trace file (validated first).");
+  m.def("validate_trace", &spec::validate_trace, nb::arg("trace"),
+        "Raises InvalidArgumentError naming the first bad record.");
+
+  nb::class_<TraceShape>(m, "TraceShape", "Shape of a generated trace.")
+      .def(
+          "__init__",
+          [](TraceShape* self, int requests, int rounds, const Window& window, uint64_t seed) {
+            new (self) TraceShape{requests, rounds, window, seed};
+          },
+          nb::kw_only(), nb::arg("requests") = 1, nb::arg("rounds") = 1,
+          nb::arg("window") = Window::chain(4), nb::arg("seed") = 0,
+          "Keyword arguments set the fields.")
+      .def_rw("requests", &TraceShape::requests, "Requests 0 .. requests-1.")
+      .def_rw("rounds", &TraceShape::rounds, "Rounds per request.")
+      .def_rw("window", &TraceShape::window, "Window of every round.")
+      .def_rw("seed", &TraceShape::seed, "std::mt19937_64 seed.");
+  m.def("generate_fixed", &spec::generate_fixed, nb::arg("shape"), nb::arg("accepted_length"),
+        "Every round accepts `accepted_length` tokens.");
+  m.def("generate_geometric", &spec::generate_geometric, nb::arg("shape"), nb::arg("alpha"),
+        "Each draft accepted with probability alpha given its parent was.");
+  m.def("generate_empirical", &spec::generate_empirical, nb::arg("shape"), nb::arg("weights"),
+        "Accepted lengths drawn from weights[a-1].");
+}
+
+}  // namespace specstate::py

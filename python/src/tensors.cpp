@@ -1,0 +1,299 @@
+// Arrays in (DLPack / buffer protocol, zero copies) and pool memory out (__dlpack__ objects).
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#include "common.h"
+
+namespace specstate::py {
+namespace {
+
+namespace dl = nb::dlpack;
+
+std::string py_type_name(nb::handle object) {
+  return nb::cast<std::string>(
+      nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr()))).attr("__qualname__")));
+}
+
+std::string dtype_text(dl::dtype d) {
+  const char* code = "?";
+  switch (static_cast<dl::dtype_code>(d.code)) {
+    case dl::dtype_code::Int:
+      code = "int";
+      break;
+    case dl::dtype_code::UInt:
+      code = "uint";
+      break;
+    case dl::dtype_code::Float:
+      code = "float";
+      break;
+    case dl::dtype_code::Bfloat:
+      code = "bfloat";
+      break;
+    case dl::dtype_code::Complex:
+      code = "complex";
+      break;
+    case dl::dtype_code::Bool:
+      code = "bool";
+      break;
+    default:
+      break;
+  }
+  std::string out = std::string(code) + std::to_string(d.bits);
+  if (d.lanes != 1) out += "x" + std::to_string(d.lanes);
+  return out;
+}
+
+const char* device_text(int type) {
+  switch (type) {
+    case nb::device::cpu::value:
+      return "cpu";
+    case nb::device::cuda::value:
+      return "cuda";
+    case nb::device::cuda_host::value:
+      return "cuda_host";
+    case nb::device::cuda_managed::value:
+      return "cuda_managed";
+    case nb::device::rocm::value:
+      return "rocm";
+    case nb::device::metal::value:
+      return "metal";
+    default:
+      return "unknown";
+  }
+}
+
+bool is_numpy_bf16(nb::handle object) {
+  if (!nb::hasattr(object, "dtype") || !nb::hasattr(object, "view")) return false;
+  nb::object dtype = object.attr("dtype");
+  if (!nb::hasattr(dtype, "name")) return false;
+  nb::object name = dtype.attr("name");
+  return nb::isinstance<nb::str>(name) && nb::cast<std::string>(name) == "bfloat16";
+}
+
+bool import_array(nb::handle object, bool writable, nb::ndarray<>& out) {
+  if (writable) return nb::try_cast<nb::ndarray<>>(object, out, /*convert=*/false);
+  nb::ndarray<nb::ro> ro;
+  if (!nb::try_cast<nb::ndarray<nb::ro>>(object, ro, /*convert=*/false)) return false;
+  // Same tensor, const dropped: inputs are only read.
+  out = nb::ndarray<>(ro);
+  return true;
+}
+
+}  // namespace
+
+Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) {
+  Arg arg;
+  if (object.is_none()) {
+    if (!allow_none) throw nb::type_error((std::string(name) + ": None is not an array").c_str());
+    arg.object = nb::none();
+    return arg;
+  }
+  arg.object = nb::borrow(object);
+  bool bf16_bits = false;
+  nb::object source = arg.object;
+  bool imported = import_array(source, writable, arg.array);
+  // NumPy has no DLPack code for ml_dtypes.bfloat16: take the same memory as uint16 bits.
+  if (!imported && is_numpy_bf16(object)) {
+    source = object.attr("view")("uint16");
+    bf16_bits = true;
+    imported = import_array(source, writable, arg.array);
+  }
+  if (!imported) {
+    nb::ndarray<nb::ro> probe;
+    if (writable && nb::try_cast<nb::ndarray<nb::ro>>(source, probe, false))
+      throw nb::value_error(
+          (std::string(name) + ": the array is read-only, an output must be writable").c_str());
+    throw nb::type_error((std::string(name) + ": expected an array (DLPack or buffer protocol: " +
+                          "NumPy, torch, CuPy, JAX), got " + py_type_name(object))
+                             .c_str());
+  }
+  const nb::ndarray<>& a = arg.array;
+  const dl::dtype d = a.dtype();
+  TensorView& v = arg.view;
+  if (bf16_bits || (d.code == uint8_t(dl::dtype_code::Bfloat) && d.bits == 16 && d.lanes == 1)) {
+    v.dtype = DType::kBF16;
+  } else if (d.code == uint8_t(dl::dtype_code::Float) && d.bits == 32 && d.lanes == 1) {
+    v.dtype = DType::kF32;
+  } else if (d.code == uint8_t(dl::dtype_code::Int) && d.bits == 32 && d.lanes == 1) {
+    v.dtype = DType::kI32;
+  } else {
+    throw nb::type_error((std::string(name) + ": dtype " + dtype_text(d) +
+                          " is not supported (float32, bfloat16 or int32)")
+                             .c_str());
+  }
+  const int dev = a.device_type();
+  if (dev == nb::device::cpu::value || dev == nb::device::cuda_host::value) {
+    v.device = Device::kCpu;
+  } else if (dev == nb::device::cuda::value || dev == nb::device::cuda_managed::value) {
+    v.device = Device::kCuda;
+    arg.device_id = a.device_id();
+  } else {
+    throw nb::value_error(
+        (std::string(name) + ": device " + device_text(dev) + " is not supported (cpu or cuda)")
+            .c_str());
+  }
+  if (a.ndim() > static_cast<size_t>(TensorView::kMaxDims))
+    throw nb::value_error((std::string(name) + ": " + std::to_string(a.ndim()) +
+                           " dimensions, at most " + std::to_string(TensorView::kMaxDims))
+                              .c_str());
+  v.ndim = static_cast<int>(a.ndim());
+  for (int i = 0; i < v.ndim; ++i) {
+    v.shape[i] = static_cast<int64_t>(a.shape(i));
+    v.stride[i] = a.stride(i);  // nanobind strides are in elements
+  }
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  if (v.data == nullptr && a.size() == 0) {
+    // An empty array may carry no pointer; the library takes a null pointer as "no tensor".
+    static char dummy alignas(16)[16];
+    v.data = dummy;
+  }
+  return arg;
+}
+
+std::optional<uintptr_t> to_stream(nb::handle object, const char* name) {
+  if (object.is_none()) return std::nullopt;
+  if (nb::isinstance<nb::int_>(object)) return nb::cast<uintptr_t>(object);
+  if (nb::hasattr(object, "__cuda_stream__")) {
+    nb::object pair = object.attr("__cuda_stream__")();
+    return nb::cast<uintptr_t>(pair[1]);
+  }
+  if (nb::hasattr(object, "cuda_stream")) return nb::cast<uintptr_t>(object.attr("cuda_stream"));
+  throw nb::type_error((std::string(name) + ": expected a CUDA stream (an int handle such as " +
+                        "torch.cuda.current_stream().cuda_stream, or a stream object), got " +
+                        py_type_name(object))
+                           .c_str());
+}
+
+nb::object view_to_python(const TensorView& view, int device_id, nb::handle owner) {
+  size_t shape[TensorView::kMaxDims];
+  int64_t strides[TensorView::kMaxDims];
+  for (int i = 0; i < view.ndim; ++i) {
+    shape[i] = static_cast<size_t>(view.shape[i]);
+    strides[i] = view.stride[i];
+  }
+  dl::dtype d{};
+  d.lanes = 1;
+  switch (view.dtype) {
+    case DType::kF32:
+      d.code = uint8_t(dl::dtype_code::Float);
+      d.bits = 32;
+      break;
+    case DType::kBF16:
+      d.code = uint8_t(dl::dtype_code::Bfloat);
+      d.bits = 16;
+      break;
+    case DType::kI32:
+      d.code = uint8_t(dl::dtype_code::Int);
+      d.bits = 32;
+      break;
+  }
+  const int device =
+      view.device == Device::kCuda ? nb::device::cuda::value : nb::device::cpu::value;
+  nb::ndarray<nb::array_api> array(view.data, static_cast<size_t>(view.ndim), shape, owner, strides,
+                                   d, device, view.device == Device::kCuda ? device_id : 0);
+  return nb::cast(std::move(array));
+}
+
+void bind_tensors(nb::module_& m) {
+  m.def(
+      "describe", [](nb::handle x) { return to_arg(x, "x", false, false).view.describe(); },
+      nb::arg("x"),
+      "How specstate sees an array: dtype, shape, element strides and device, e.g. "
+      "'f32[4, 8192] strides [8192, 1] cpu'. No copy is made; raises TypeError / ValueError "
+      "for what specstate cannot take.");
+  m.def(
+      "_bf16_bits",
+      [](nb::handle x) {
+        Arg a = to_arg(x, "x", false, false);
+        if (a.view.dtype != DType::kBF16) throw nb::type_error("x: not a bfloat16 array");
+        TensorView bits = a.view;
+        bits.dtype = DType::kI32;  // placeholder, replaced below
+        size_t shape[TensorView::kMaxDims];
+        int64_t strides[TensorView::kMaxDims];
+        for (int i = 0; i < bits.ndim; ++i) {
+          shape[i] = static_cast<size_t>(bits.shape[i]);
+          strides[i] = bits.stride[i];
+        }
+        nb::ndarray<nb::array_api> array(bits.data, static_cast<size_t>(bits.ndim), shape, x,
+                                         strides, nb::dtype<uint16_t>(), a.array.device_type(),
+                                         a.array.device_id());
+        return nb::cast(std::move(array));
+      },
+      nb::arg("x"),
+      "The same memory as a bfloat16 array `x`, as uint16 bits (no copy; keeps `x` alive). "
+      "Used by specstate.to_numpy for NumPy, which has no DLPack bfloat16.");
+
+#define SPECSTATE_ARG_RW(Cls, field, prefix, writable, optional, doc)      \
+  def_prop_rw(                                                             \
+      #field, [](const Cls& self) { return self.field.object; },           \
+      [](Cls& self, nb::handle value) {                                    \
+        self.field = to_arg(value, prefix "." #field, writable, optional); \
+      },                                                                   \
+      nb::arg("value").none(), doc)
+
+  nb::class_<PyGdnWeights>(
+      m, "GdnWeights",
+      "One Gated DeltaNet layer's weights, as views of the caller's arrays (no copies; the "
+      "arrays stay alive while this object holds them).")
+      .def(
+          "__init__",
+          [](PyGdnWeights* self, nb::handle conv_weight, nb::handle A_log, nb::handle dt_bias,
+             nb::handle conv_bias) {
+            new (self) PyGdnWeights();
+            self->conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
+            self->A_log = to_arg(A_log, "weights.A_log", false, false);
+            self->dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
+            self->conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
+          },
+          nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
+          nb::arg("conv_bias").none() = nb::none(),
+          "conv_weight [conv_dim, W] (tap W-1 multiplies the current token), A_log [HV], "
+          "dt_bias [HV], conv_bias [conv_dim] or None; float32 or bfloat16.")
+      .SPECSTATE_ARG_RW(PyGdnWeights, conv_weight, "weights", false, false,
+                        "[conv_dim, W] depthwise conv weight.")
+      .SPECSTATE_ARG_RW(PyGdnWeights, conv_bias, "weights", false, true,
+                        "[conv_dim] conv bias, or None (GdnConfig.conv_bias False).")
+      .SPECSTATE_ARG_RW(PyGdnWeights, A_log, "weights", false, false, "[HV] log decay.")
+      .SPECSTATE_ARG_RW(PyGdnWeights, dt_bias, "weights", false, false, "[HV] gate bias.");
+
+  nb::class_<PyGdnInputs>(
+      m, "GdnInputs",
+      "Per-token layer inputs, packed by row (token i of row r at r*T + i in verify), as views "
+      "of the caller's arrays.")
+      .def(
+          "__init__",
+          [](PyGdnInputs* self, nb::handle mixed_qkv, nb::handle a, nb::handle b) {
+            new (self) PyGdnInputs();
+            self->mixed_qkv = to_arg(mixed_qkv, "inputs.mixed_qkv", false, false);
+            self->a = to_arg(a, "inputs.a", false, false);
+            self->b = to_arg(b, "inputs.b", false, false);
+          },
+          nb::arg("mixed_qkv"), nb::arg("a"), nb::arg("b"),
+          "mixed_qkv [tokens, conv_dim] = [q | k | v] before the conv, a [tokens, HV] (decay "
+          "gate input), b [tokens, HV] (beta gate input); in the layer's act dtype.")
+      .SPECSTATE_ARG_RW(PyGdnInputs, mixed_qkv, "inputs", false, false,
+                        "[tokens, conv_dim] conv input.")
+      .SPECSTATE_ARG_RW(PyGdnInputs, a, "inputs", false, false, "[tokens, HV] decay gate input.")
+      .SPECSTATE_ARG_RW(PyGdnInputs, b, "inputs", false, false, "[tokens, HV] beta gate input.");
+
+  nb::class_<PyGdnOutputs>(m, "GdnOutputs",
+                           "Per-token layer outputs, written into the caller's arrays.")
+      .def(
+          "__init__",
+          [](PyGdnOutputs* self, nb::handle core_out, nb::handle conv_out) {
+            new (self) PyGdnOutputs();
+            self->core_out = to_arg(core_out, "outputs.core_out", true, false);
+            self->conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
+          },
+          nb::arg("core_out"), nb::arg("conv_out").none() = nb::none(),
+          "core_out [tokens, HV, V] recurrence output; conv_out [tokens, conv_dim] (conv + "
+          "SiLU) or None; in the layer's act dtype.")
+      .SPECSTATE_ARG_RW(PyGdnOutputs, core_out, "outputs", true, false,
+                        "[tokens, HV, V] recurrence output.")
+      .SPECSTATE_ARG_RW(PyGdnOutputs, conv_out, "outputs", true, true,
+                        "[tokens, conv_dim] conv output after SiLU, or None.");
+#undef SPECSTATE_ARG_RW
+}
+
+}  // namespace specstate::py
