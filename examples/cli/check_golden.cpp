@@ -1,6 +1,6 @@
-// `specstate check-golden FILE... [--backend cpu|cuda]`: replays the golden verify + commit cases
-// (tests/data/golden, docs/golden.md) through the public API and compares with SGLang and float64.
-// The work is in golden_case.cpp, which the tests call directly.
+// `specstate check-golden FILE... [--backend cpu|cuda] [--strategy snapshot|replay]`: replays the
+// golden verify + commit cases (tests/data/golden, docs/golden.md) through the public API and
+// compares with SGLang and float64. The work is in golden_case.cpp, which the tests call directly.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -15,6 +15,7 @@ void add_check_golden_command(CLI::App& app, int& exit_code) {
   struct Args {
     std::vector<std::string> files;
     std::string backend = "cpu";
+    std::string strategy = "snapshot";
   };
   auto args = std::make_shared<Args>();
   CLI::App* command = app.add_subcommand(
@@ -27,9 +28,16 @@ void add_check_golden_command(CLI::App& app, int& exit_code) {
       ->check(CLI::ExistingPath);
   command->add_option("--backend", args->backend, "backend of the state pool (default cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  command
+      ->add_option("--strategy", args->strategy,
+                   "strategy of the state pool (default snapshot); replay keeps no intermediate "
+                   "snapshots, so those comparisons are n/a and its outputs and commits are also "
+                   "checked bit for bit against a snapshot run")
+      ->check(CLI::IsMember({"snapshot", "replay"}));
   command->callback([args, &exit_code] {
     GoldenOptions options;
     options.backend = args->backend == "cuda" ? Backend::kCuda : Backend::kCpu;
+    options.strategy = args->strategy == "replay" ? Strategy::kReplay : Strategy::kSnapshot;
     exit_code = check_golden(args->files, options, std::cout);
   });
 }

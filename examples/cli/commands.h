@@ -6,7 +6,7 @@
 
 namespace specstate::cli {
 
-// specstate check-golden FILE... [--backend cpu|cuda]
+// specstate check-golden FILE... [--backend cpu|cuda] [--strategy snapshot|replay]
 void add_check_golden_command(CLI::App& app, int& exit_code);
 // specstate simulate ...
 void add_simulate_command(CLI::App& app, int& exit_code);

@@ -738,22 +738,46 @@ class Comparison {
   std::string worst_;
 };
 
-std::string describe(const CaseSpec& s, Backend backend) {
+std::string describe(const CaseSpec& s, const GoldenOptions& options) {
   std::ostringstream out;
   out << "GDN " << (s.tree ? "tree" : "chain") << " T=" << s.T << ", rows=" << s.R << " ("
       << s.n_real << " real), L=" << s.L << ", H=" << s.H << " HV=" << s.HV << " K=" << s.K
       << " V=" << s.V << " W=" << s.W << ", slots=" << s.S << ", act " << dtype_name(s.act)
       << ", conv state " << dtype_name(s.conv_state) << ", ssm state " << dtype_name(s.ssm_state)
       << ", " << (s.conv_bias ? "conv bias" : "no conv bias") << ", backend "
-      << backend_name(backend);
+      << backend_name(options.backend) << ", strategy " << strategy_name(options.strategy);
   for (const std::string& note : s.notes) out << "; " << note;
   return out.str();
 }
 
-// Runs the round and fills the report. Throws specstate::Error for problems of the case or the
-// backend; the caller turns them into kError.
+// The raw bytes of a run, per layer: what two strategies must agree on bit for bit.
+struct RunBytes {
+  std::vector<std::vector<unsigned char>> conv_out, core_out, conv_committed, ssm_committed;
+};
+
+// The first layer and tensor where two runs differ, or "" when they are bit-identical.
+std::string first_difference(const RunBytes& x, const RunBytes& y) {
+  const std::pair<const char*, const std::vector<std::vector<unsigned char>> RunBytes::*>
+      tensors[] = {{"conv_out", &RunBytes::conv_out},
+                   {"core_out", &RunBytes::core_out},
+                   {"conv_state_committed", &RunBytes::conv_committed},
+                   {"ssm_state_committed", &RunBytes::ssm_committed}};
+  for (const auto& [name, member] : tensors) {
+    const auto& xs = x.*member;
+    const auto& ys = y.*member;
+    if (xs.size() != ys.size()) return std::string(name) + ": different layer counts";
+    for (std::size_t l = 0; l < xs.size(); ++l) {
+      if (xs[l] != ys[l]) return layer_name(name, static_cast<int>(l)) + " differs";
+    }
+  }
+  return "";
+}
+
+// Runs the round and fills the report (and `bytes`, when given). Throws specstate::Error for
+// problems of the case or the backend; the caller turns them into kError.
 void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& options,
-             GoldenReport& report) {
+             GoldenReport& report, RunBytes* bytes = nullptr) {
+  const bool snapshots = options.strategy == Strategy::kSnapshot;
   const TensorStore& store = golden.store;
   GdnConfig layer;
   layer.num_k_heads = s.H;
@@ -771,6 +795,7 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
   pool_options.max_rows = s.R;
   pool_options.max_window = s.T;
   pool_options.backend = options.backend;
+  pool_options.strategy = options.strategy;
   StatePool pool(ModelConfig::gated_delta_net(s.L, layer), pool_options);
   std::unique_ptr<Memory> memory = make_memory(options.backend, pool_options.device);
   Memory& mem = *memory;
@@ -803,6 +828,9 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
   const int64_t tokens = int64_t{s.R} * s.T;
   const std::vector<bool>& real = s.real;
   std::vector<LayerResult> ours(s.L);
+  RunBytes run;
+  run.conv_out.resize(s.L);
+  run.core_out.resize(s.L);
   std::vector<std::vector<unsigned char>> snap_conv_bytes(s.L), snap_ssm_bytes(s.L);
   bool outputs_written = true;
   std::string unwritten;
@@ -832,14 +860,19 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
     pool.verify(l, weights, inputs, outputs);
 
     LayerResult& res = ours[l];
-    res.conv_out = read_floats(mem, outputs.conv_out, "conv_out");
-    res.core_out = read_floats(mem, outputs.core_out, "core_out");
-    const TensorView snap_conv = leading_block(pool.snapshot_conv(l), s.R, s.T);
-    const TensorView snap_ssm = leading_block(pool.snapshot_ssm(l), s.R, s.T);
-    snap_conv_bytes[l] = read_bytes(mem, snap_conv, "snapshot_conv");
-    snap_ssm_bytes[l] = read_bytes(mem, snap_ssm, "snapshot_ssm");
-    res.snap_conv = decode(snap_conv_bytes[l], snap_conv.dtype);
-    res.snap_ssm = decode(snap_ssm_bytes[l], snap_ssm.dtype);
+    run.conv_out[l] = read_bytes(mem, outputs.conv_out, "conv_out");
+    run.core_out[l] = read_bytes(mem, outputs.core_out, "core_out");
+    res.conv_out = decode(run.conv_out[l], s.act);
+    res.core_out = decode(run.core_out[l], s.act);
+    if (snapshots) {
+      // Replay keeps no snapshots (records only): there is nothing to read.
+      const TensorView snap_conv = leading_block(pool.snapshot_conv(l), s.R, s.T);
+      const TensorView snap_ssm = leading_block(pool.snapshot_ssm(l), s.R, s.T);
+      snap_conv_bytes[l] = read_bytes(mem, snap_conv, "snapshot_conv");
+      snap_ssm_bytes[l] = read_bytes(mem, snap_ssm, "snapshot_ssm");
+      res.snap_conv = decode(snap_conv_bytes[l], snap_conv.dtype);
+      res.snap_ssm = decode(snap_ssm_bytes[l], snap_ssm.dtype);
+    }
 
     const int64_t per_row_conv = int64_t{s.T} * s.D, per_row_core = int64_t{s.T} * s.HV * s.V;
     for (int r = 0; r < s.R && outputs_written; ++r) {
@@ -860,7 +893,8 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
     }
   }
 
-  // Verify is pure (DESIGN.md section 7): the committed pool is bit-identical to before.
+  // Verify is pure (DESIGN.md section 7): the committed pool is bit-identical to before. (Under
+  // replay too: the views materialize, and no slot of the case had pending steps.)
   std::string impure;
   for (int l = 0; l < s.L && impure.empty(); ++l) {
     if (read_bytes(mem, pool.conv_state(l), "conv_state") != conv_before[l]) {
@@ -887,6 +921,8 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
     pool.commit(accepted);
   }
 
+  // Under replay the views materialize the accepted steps (re-run from the records with the
+  // weights of the last verify, which are still alive in `mem`).
   std::vector<std::vector<unsigned char>> conv_after(s.L), ssm_after(s.L);
   for (int l = 0; l < s.L; ++l) {
     conv_after[l] = read_bytes(mem, pool.conv_state(l), "conv_state");
@@ -919,7 +955,7 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
         continue;
       }
       const std::size_t snap = static_cast<std::size_t>(r) * s.T + s.last_step[r];
-      if (copy_error.empty() &&
+      if (snapshots && copy_error.empty() &&
           (std::memcmp(conv_now, snap_conv_bytes[l].data() + snap * conv_slot, conv_slot) != 0 ||
            std::memcmp(ssm_now, snap_ssm_bytes[l].data() + snap * ssm_slot, ssm_slot) != 0)) {
         copy_error = "slot " + std::to_string(slot) + " layer " + std::to_string(l) +
@@ -932,8 +968,23 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
       {"verify left the committed pool unchanged (bit-exact)", impure.empty(), impure});
   report.checks.push_back({"outputs of every real row written", outputs_written,
                            unwritten.empty() ? "" : unwritten + " still holds the NaN sentinel"});
-  report.checks.push_back(
-      {"commit = own snapshot at the accepted step (bit-exact)", copy_error.empty(), copy_error});
+  if (snapshots) {
+    report.checks.push_back(
+        {"commit = own snapshot at the accepted step (bit-exact)", copy_error.empty(), copy_error});
+  } else {
+    // The strategy-equivalence invariant (DESIGN.md section 7) on the golden inputs: the same
+    // case through a snapshot pool on the same backend gives the same bytes.
+    run.conv_committed = conv_after;
+    run.ssm_committed = ssm_after;
+    GoldenOptions snapshot_options = options;
+    snapshot_options.strategy = Strategy::kSnapshot;
+    GoldenReport snapshot_report;
+    RunBytes snapshot_run;
+    run_gdn(golden, s, snapshot_options, snapshot_report, &snapshot_run);
+    const std::string differs = first_difference(run, snapshot_run);
+    report.checks.push_back(
+        {"outputs and commit = the snapshot strategy's (bit-exact)", differs.empty(), differs});
+  }
   report.checks.push_back({"slots without a commit unchanged " + list_string(kept) + " (bit-exact)",
                            keep_error.empty(), keep_error});
 
@@ -948,28 +999,43 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
   for (int l = 0; l < s.L; ++l) {
     const LayerResult& res = ours[l];
     conv_out.add_layer(store, layer_name("conv_out", l), res.conv_out, {s.R, s.T, s.D}, &real);
-    window.add_layer(store, layer_name("inter_conv_window", l), res.snap_conv,
-                     {s.R, s.T, s.D, s.W - 1}, &real);
     core_out.add_layer(store, layer_name("core_out", l), res.core_out, {s.R, s.T, s.HV, s.V},
                        &real);
-    std::vector<std::string> names;
-    std::vector<std::vector<float>> rows;
-    const int64_t per_row = int64_t{s.T} * s.HV * s.V * s.K;
-    for (int r = 0; r < s.R; ++r) {
-      if (!real[r]) continue;
-      names.push_back(layer_name("inter_ssm", l) + ".r" + std::to_string(r));
-      rows.emplace_back(res.snap_ssm.begin() + r * per_row,
-                        res.snap_ssm.begin() + (r + 1) * per_row);
+    if (snapshots) {
+      window.add_layer(store, layer_name("inter_conv_window", l), res.snap_conv,
+                       {s.R, s.T, s.D, s.W - 1}, &real);
+      std::vector<std::string> names;
+      std::vector<std::vector<float>> rows;
+      const int64_t per_row = int64_t{s.T} * s.HV * s.V * s.K;
+      for (int r = 0; r < s.R; ++r) {
+        if (!real[r]) continue;
+        names.push_back(layer_name("inter_ssm", l) + ".r" + std::to_string(r));
+        rows.emplace_back(res.snap_ssm.begin() + r * per_row,
+                          res.snap_ssm.begin() + (r + 1) * per_row);
+      }
+      inter_ssm.add_rows(store, names, rows, {s.T, s.HV, s.V, s.K});
     }
-    inter_ssm.add_rows(store, names, rows, {s.T, s.HV, s.V, s.K});
     conv_committed.add_layer(store, layer_name("conv_state_committed", l), res.conv_committed,
                              {s.S, s.D, s.W - 1}, nullptr);
     ssm_committed.add_layer(store, layer_name("ssm_state_committed", l), res.ssm_committed,
                             {s.S, s.HV, s.V, s.K}, nullptr);
   }
-  report.tensors = {conv_out.result(true),       window.result(false),
-                    core_out.result(true),       inter_ssm.result(false),
-                    conv_committed.result(true), ssm_committed.result(true)};
+  if (snapshots) {
+    report.tensors = {conv_out.result(true),       window.result(false),
+                      core_out.result(true),       inter_ssm.result(false),
+                      conv_committed.result(true), ssm_committed.result(true)};
+  } else {
+    report.tensors = {conv_out.result(true), core_out.result(true), conv_committed.result(true),
+                      ssm_committed.result(true)};
+    report.notes.push_back(
+        "intermediate snapshots (inter_conv_window, inter_ssm): n/a under replay (the strategy "
+        "keeps none)");
+  }
+  if (bytes != nullptr) {
+    run.conv_committed = std::move(conv_after);
+    run.ssm_committed = std::move(ssm_after);
+    *bytes = std::move(run);
+  }
 
   bool pass = true;
   for (const auto& t : report.tensors) pass = pass && t.pass;
@@ -1153,7 +1219,7 @@ GoldenReport run_golden_case(const GoldenCase& golden, const GoldenOptions& opti
       return report;
     }
     const CaseSpec spec = read_spec(golden, params);
-    report.description = describe(spec, options.backend);
+    report.description = describe(spec, options);
     run_gdn(golden, spec, options, report);
   } catch (const Error& e) {
     report.outcome = GoldenOutcome::kError;
@@ -1207,6 +1273,7 @@ void print_golden_report(std::ostream& out, const GoldenReport& report) {
     }
     out << "\n";
   }
+  for (const std::string& note : report.notes) out << "  " << note << "\n";
   for (const PropertyCheck& c : report.checks) {
     out << "  check " << c.name << ": " << (c.pass ? "ok" : "FAIL");
     if (!c.pass && !c.detail.empty()) out << " (" << c.detail << ")";
@@ -1238,8 +1305,8 @@ int check_golden(const std::vector<std::string>& paths, const GoldenOptions& opt
     out << "error: no golden case given\n";
     ++failed;
   }
-  out << "check-golden (" << backend_name(options.backend) << "): " << passed << " passed, "
-      << failed << " failed";
+  out << "check-golden (" << backend_name(options.backend) << ", "
+      << strategy_name(options.strategy) << "): " << passed << " passed, " << failed << " failed";
   if (skipped > 0) out << ", " << skipped << " not supported (not counted)";
   out << "\n";
   return failed == 0 ? 0 : 1;

@@ -47,6 +47,9 @@ GoldenCase make_golden_case(std::vector<SafetensorsFile> parts, bool named_expli
 
 struct GoldenOptions {
   Backend backend = Backend::kCpu;
+  // kReplay keeps no intermediate snapshots: their comparison is reported as n/a (a note), and
+  // the outputs and committed states are also checked bit for bit against a snapshot run.
+  Strategy strategy = Strategy::kSnapshot;
 };
 
 // One compared tensor, over all layers (the worst layer counts). max_rel = max|ours - x| / max|x|
@@ -76,11 +79,12 @@ struct GoldenReport {
   std::string case_name;
   std::vector<std::string> files;
   bool named_explicitly = true;
-  std::string description;  // sizes, dtypes, chain/tree, backend
+  std::string description;  // sizes, dtypes, chain/tree, backend, strategy
   GoldenOutcome outcome = GoldenOutcome::kError;
   std::string message;  // why, for kNotSupported and kError
   std::vector<TensorComparison> tensors;
   std::vector<PropertyCheck> checks;
+  std::vector<std::string> notes;  // lines printed after the tensors (e.g. what does not apply)
 
   // Whether this case makes check-golden exit non-zero: a failed or broken case, or an
   // unsupported one that was named explicitly (one found in a folder is only reported).

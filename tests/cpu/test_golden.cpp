@@ -158,22 +158,84 @@ const TensorComparison& find_tensor(const GoldenReport& report, const std::strin
   return none;
 }
 
-GoldenReport run_file(const std::string& path) {
+GoldenOptions options_for(Backend backend, Strategy strategy) {
+  GoldenOptions options;
+  options.backend = backend;
+  options.strategy = strategy;
+  return options;
+}
+
+GoldenReport run_file(const std::string& path, const GoldenOptions& options = {}) {
   GoldenInputs inputs = load_golden_inputs({path});
   EXPECT_TRUE(inputs.errors.empty()) << (inputs.errors.empty() ? "" : inputs.errors[0].message);
   EXPECT_EQ(inputs.cases.size(), 1u);
   if (inputs.cases.empty()) return {};
-  return run_golden_case(inputs.cases[0], GoldenOptions{});
+  return run_golden_case(inputs.cases[0], options);
+}
+
+bool has_note(const GoldenReport& report, const std::string& text) {
+  for (const std::string& note : report.notes) {
+    if (note.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool has_tensor(const GoldenReport& report, const std::string& name) {
+  for (const auto& t : report.tensors) {
+    if (t.tensor == name) return true;
+  }
+  return false;
+}
+
+// What replay must report instead of the intermediate snapshots: a note, no comparison, and the
+// bit-exact check against a snapshot run (which passed).
+void expect_replay_shape(const GoldenReport& report) {
+  EXPECT_NE(report.description.find("strategy replay"), std::string::npos) << report.description;
+  EXPECT_TRUE(has_note(report, "n/a under replay (the strategy keeps none)"));
+  EXPECT_NE(report_text(report).find("n/a under replay"), std::string::npos);
+  EXPECT_FALSE(has_tensor(report, "inter_conv_window"));
+  EXPECT_FALSE(has_tensor(report, "inter_ssm"));
+  bool found = false;
+  for (const PropertyCheck& c : report.checks) {
+    if (c.name.find("snapshot strategy's (bit-exact)") == std::string::npos) continue;
+    found = true;
+    EXPECT_TRUE(c.pass) << c.detail;
+  }
+  EXPECT_TRUE(found) << report_text(report);
 }
 
 // Every tensor compared against both SGLang and float64, within the f32 tolerances; the
 // non-trivial ones with a non-zero error (so that a comparison of a tensor with itself, or of
 // two all-zero tensors, cannot pass unnoticed).
-void expect_f32_case_passes(const GoldenReport& report, const std::string& name) {
+// Under replay the intermediate snapshots do not exist: the other four tensors pass the same
+// tolerances, and the check against a snapshot run replaces "commit = own snapshot".
+void expect_f32_case_passes(const GoldenReport& report, const std::string& name,
+                            Strategy strategy = Strategy::kSnapshot) {
   SCOPED_TRACE(report_text(report));
   EXPECT_EQ(report.case_name, name);
   ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << report.message;
   EXPECT_FALSE(report.counts_as_failure());
+  ASSERT_EQ(report.checks.size(), 4u);
+  for (const PropertyCheck& c : report.checks) EXPECT_TRUE(c.pass) << c.name << ": " << c.detail;
+  if (strategy == Strategy::kReplay) {
+    expect_replay_shape(report);
+    ASSERT_EQ(report.tensors.size(), 4u);
+    for (const char* tensor :
+         {"conv_out", "core_out", "conv_state_committed", "ssm_state_committed"}) {
+      const TensorComparison& t = find_tensor(report, tensor);
+      EXPECT_TRUE(t.pass) << tensor;
+      EXPECT_TRUE(t.has_sglang && t.has_ref) << tensor;
+      EXPECT_LE(t.vs_ref, 1e-5) << tensor;
+      EXPECT_LE(t.vs_sglang, 2e-5) << tensor;
+    }
+    for (const char* tensor : {"conv_out", "core_out", "ssm_state_committed"}) {
+      EXPECT_GT(find_tensor(report, tensor).vs_ref, 0.0) << tensor;
+    }
+    EXPECT_EQ(find_tensor(report, "conv_state_committed").vs_sglang, 0.0);
+    return;
+  }
+  EXPECT_NE(report.description.find("strategy snapshot"), std::string::npos);
+  EXPECT_TRUE(report.notes.empty());
   ASSERT_EQ(report.tensors.size(), 6u);
   for (const char* tensor : kTensors) {
     const TensorComparison& t = find_tensor(report, tensor);
@@ -188,8 +250,6 @@ void expect_f32_case_passes(const GoldenReport& report, const std::string& name)
   }
   EXPECT_EQ(find_tensor(report, "inter_conv_window").vs_ref, 0.0);
   EXPECT_EQ(find_tensor(report, "conv_state_committed").vs_sglang, 0.0);
-  ASSERT_EQ(report.checks.size(), 4u);
-  for (const PropertyCheck& c : report.checks) EXPECT_TRUE(c.pass) << c.name << ": " << c.detail;
 }
 
 TEST(Golden, CaseAChainWithPaddingPasses) {
@@ -203,6 +263,74 @@ TEST(Golden, CaseCTreePasses) {
   const GoldenReport report = run_file(kCaseC);
   expect_f32_case_passes(report, "C");
   EXPECT_NE(report.description.find("tree T=6"), std::string::npos) << report.description;
+}
+
+TEST(GoldenReplay, CaseAChainWithPaddingPasses) {
+  const GoldenReport report = run_file(kCaseA, options_for(Backend::kCpu, Strategy::kReplay));
+  expect_f32_case_passes(report, "A", Strategy::kReplay);
+  EXPECT_NE(report.description.find("rows=4 (3 real)"), std::string::npos) << report.description;
+}
+
+TEST(GoldenReplay, CaseCTreePasses) {
+  const GoldenReport report = run_file(kCaseC, options_for(Backend::kCpu, Strategy::kReplay));
+  expect_f32_case_passes(report, "C", Strategy::kReplay);
+  EXPECT_NE(report.description.find("tree T=6"), std::string::npos) << report.description;
+}
+
+// Replay gives the same numbers as snapshot on the golden cases: not merely within tolerance.
+TEST(GoldenReplay, SameErrorsAsSnapshot) {
+  for (const std::string& path : {kCaseA, kCaseC}) {
+    const GoldenReport snap = run_file(path, options_for(Backend::kCpu, Strategy::kSnapshot));
+    const GoldenReport replay = run_file(path, options_for(Backend::kCpu, Strategy::kReplay));
+    for (const char* tensor :
+         {"conv_out", "core_out", "conv_state_committed", "ssm_state_committed"}) {
+      EXPECT_EQ(find_tensor(snap, tensor).vs_ref, find_tensor(replay, tensor).vs_ref) << tensor;
+      EXPECT_EQ(find_tensor(snap, tensor).vs_sglang, find_tensor(replay, tensor).vs_sglang)
+          << tensor;
+    }
+  }
+}
+
+TEST(GoldenReplay, FolderRunsEveryCaseAndSkipsMamba2) {
+  std::ostringstream out;
+  EXPECT_EQ(check_golden({kGoldenDir}, options_for(Backend::kCpu, Strategy::kReplay), out), 0)
+      << out.str();
+  EXPECT_NE(out.str().find("check-golden (cpu, replay): 2 passed, 0 failed, 1 not supported"),
+            std::string::npos)
+      << out.str();
+}
+
+// A wrong accepted length changes what the replayed commit re-runs: the committed state fails.
+TEST(GoldenReplay, WrongAcceptedLengthFails) {
+  CaseEditor edited(kCaseA);
+  std::vector<int32_t> accept = edited.ints("accept_len");
+  std::vector<int32_t> last = edited.ints("last_step");
+  accept[1] -= 1;
+  last[1] -= 1;
+  edited.set_ints("accept_len", accept);
+  edited.set_ints("last_step", last);
+  const GoldenReport report =
+      run_golden_case(edited.to_case(), options_for(Backend::kCpu, Strategy::kReplay));
+  SCOPED_TRACE(report_text(report));
+  EXPECT_EQ(report.outcome, GoldenOutcome::kFail);
+  EXPECT_FALSE(find_tensor(report, "ssm_state_committed").pass);
+  EXPECT_FALSE(find_tensor(report, "conv_state_committed").pass);
+  EXPECT_TRUE(find_tensor(report, "core_out").pass);
+  // Both strategies commit the same wrong step: the bit-exact check between them still holds.
+  for (const PropertyCheck& c : report.checks) EXPECT_TRUE(c.pass) << c.name;
+}
+
+TEST(GoldenReplay, TreeParentsChangedFails) {
+  CaseEditor edited(kCaseC);
+  std::vector<int32_t> parents = edited.ints("parents");
+  parents[4] = 2;
+  edited.set_ints("parents", parents);
+  const GoldenReport report =
+      run_golden_case(edited.to_case(), options_for(Backend::kCpu, Strategy::kReplay));
+  SCOPED_TRACE(report_text(report));
+  EXPECT_EQ(report.outcome, GoldenOutcome::kFail);
+  EXPECT_FALSE(find_tensor(report, "core_out").pass);
+  EXPECT_FALSE(find_tensor(report, "ssm_state_committed").pass);
 }
 
 TEST(Golden, FolderRunsEveryCaseAndSkipsMamba2) {
@@ -526,9 +654,8 @@ std::vector<float> round_all_to_bf16(std::vector<float> values) {
 // the reference rounded the way SGLang stores them (conv_out, core_out in bf16), intermediates
 // absent, split in two parts.
 // The CPU and CUDA halves are separate tests (below): a CUDA half that cannot run skips visibly.
-void bf16_two_part_case(Backend backend) {
-  GoldenOptions options;
-  options.backend = backend;
+void bf16_two_part_case(Backend backend, Strategy strategy) {
+  const GoldenOptions options = options_for(backend, strategy);
   TempDir dir;
   CaseEditor c(kCaseA);
   const int R = 4, T = 4, H = 2, HV = 4, K = 32, V = 32, W = 4, S = 5, L = 2;
@@ -592,8 +719,12 @@ void bf16_two_part_case(Backend backend) {
   EXPECT_LE(conv.vs_ref, 1e-2);
   EXPECT_GT(find_tensor(report, "core_out").vs_ref, 1e-4);
   EXPECT_EQ(find_tensor(report, "conv_state_committed").vs_sglang, 0.0);
-  EXPECT_EQ(find_tensor(report, "inter_conv_window").vs_sglang, 0.0);
-  EXPECT_FALSE(find_tensor(report, "inter_ssm").has_sglang);
+  if (strategy == Strategy::kSnapshot) {
+    EXPECT_EQ(find_tensor(report, "inter_conv_window").vs_sglang, 0.0);
+    EXPECT_FALSE(find_tensor(report, "inter_ssm").has_sglang);
+  } else {
+    expect_replay_shape(report);
+  }
 
   // The same case declared f32: our f32 conv no longer matches the bf16-rounded outputs.
   const std::string f32_params = [&] {
@@ -620,14 +751,25 @@ void bf16_two_part_case(Backend backend) {
 // softplus^-1(dt), dt log-uniform in [1e-3, 1e-1]) and the float64 reference above. It pins down
 // the margin of our bf16 path against the 1e-2 tolerance at realistic head sizes.
 
-TEST(GoldenBf16, Bf16CaseWithoutBiasInTwoPartsPasses) { bf16_two_part_case(Backend::kCpu); }
+TEST(GoldenBf16, Bf16CaseWithoutBiasInTwoPartsPasses) {
+  bf16_two_part_case(Backend::kCpu, Strategy::kSnapshot);
+}
+
+TEST(GoldenBf16, Bf16CaseWithoutBiasInTwoPartsPassesUnderReplay) {
+  bf16_two_part_case(Backend::kCpu, Strategy::kReplay);
+}
 
 TEST(GoldenCuda, Bf16CaseWithoutBiasInTwoPartsPassesOnTheCudaBackend) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
-  bf16_two_part_case(Backend::kCuda);
+  bf16_two_part_case(Backend::kCuda, Strategy::kSnapshot);
 }
 
-void realistic_sizes_case(Backend backend) {
+TEST(GoldenCuda, Bf16CaseWithoutBiasInTwoPartsPassesOnTheCudaBackendUnderReplay) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  bf16_two_part_case(Backend::kCuda, Strategy::kReplay);
+}
+
+void realistic_sizes_case(Backend backend, Strategy strategy) {
   const uint64_t seed = 20240612;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -695,13 +837,16 @@ void realistic_sizes_case(Backend backend) {
                                   R"( "ssm_state_dtype": "f32", "has_conv_bias": false,)"
                                   R"( "tree": false, "scale": 0.08838834764831845})"}};
   {
-    GoldenOptions options;
-    options.backend = backend;
-    const GoldenReport report = run_golden_case(c.to_case(), options);
+    const GoldenReport report = run_golden_case(c.to_case(), options_for(backend, strategy));
     SCOPED_TRACE("seed " + std::to_string(seed) + "\n" + report_text(report));
     ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << report.message;
+    if (strategy == Strategy::kReplay) expect_replay_shape(report);
     // bf16 rounding is visible, and well inside the tolerance.
-    for (const char* tensor : {"conv_out", "core_out", "inter_ssm"}) {
+    const std::vector<const char*> tensors =
+        strategy == Strategy::kSnapshot
+            ? std::vector<const char*>{"conv_out", "core_out", "inter_ssm"}
+            : std::vector<const char*>{"conv_out", "core_out"};
+    for (const char* tensor : tensors) {
       EXPECT_GT(find_tensor(report, tensor).vs_ref, 1e-4) << tensor;
       EXPECT_LT(find_tensor(report, tensor).vs_ref, 5e-3) << tensor;
     }
@@ -709,11 +854,22 @@ void realistic_sizes_case(Backend backend) {
   }
 }
 
-TEST(GoldenBf16, RealisticSizesWithinTolerance) { realistic_sizes_case(Backend::kCpu); }
+TEST(GoldenBf16, RealisticSizesWithinTolerance) {
+  realistic_sizes_case(Backend::kCpu, Strategy::kSnapshot);
+}
+
+TEST(GoldenBf16, RealisticSizesWithinToleranceUnderReplay) {
+  realistic_sizes_case(Backend::kCpu, Strategy::kReplay);
+}
 
 TEST(GoldenCuda, RealisticSizesWithinToleranceOnTheCudaBackend) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
-  realistic_sizes_case(Backend::kCuda);
+  realistic_sizes_case(Backend::kCuda, Strategy::kSnapshot);
+}
+
+TEST(GoldenCuda, RealisticSizesWithinToleranceOnTheCudaBackendUnderReplay) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  realistic_sizes_case(Backend::kCuda, Strategy::kReplay);
 }
 
 // --- the CUDA backend: the same cases, views into device memory ------------------------------
@@ -728,6 +884,15 @@ TEST(GoldenCuda, CasesAAndCPassOnTheCudaBackend) {
     const GoldenReport report = run_golden_case(inputs.cases[0], options);
     EXPECT_NE(report.description.find("backend cuda"), std::string::npos) << report.description;
     expect_f32_case_passes(report, name);
+  }
+}
+
+TEST(GoldenCuda, CasesAAndCPassOnTheCudaBackendUnderReplay) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  for (const auto& [path, name] : {std::pair{kCaseA, "A"}, std::pair{kCaseC, "C"}}) {
+    const GoldenReport report = run_file(path, options_for(Backend::kCuda, Strategy::kReplay));
+    EXPECT_NE(report.description.find("backend cuda"), std::string::npos) << report.description;
+    expect_f32_case_passes(report, name, Strategy::kReplay);
   }
 }
 
@@ -763,6 +928,25 @@ TEST(GoldenCli, PassesCasesAAndC) {
   EXPECT_EQ(text.find("FAIL"), std::string::npos) << text;
 }
 
+TEST(GoldenCli, ReplayPassesCasesAAndCAndSaysSnapshotsAreNa) {
+  TempDir dir;
+  const std::string out = dir.file("out.txt");
+  EXPECT_EQ(run_cli("check-golden --strategy replay \"" + kCaseA + "\" \"" + kCaseC + "\"", out), 0)
+      << slurp(out);
+  const std::string text = slurp(out);
+  EXPECT_NE(text.find("check-golden (cpu, replay): 2 passed, 0 failed"), std::string::npos) << text;
+  EXPECT_NE(text.find("intermediate snapshots (inter_conv_window, inter_ssm): n/a under replay "
+                      "(the strategy keeps none)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("snapshot strategy's (bit-exact): ok"), std::string::npos) << text;
+  EXPECT_EQ(text.find("inter_ssm    "), std::string::npos) << text;
+  EXPECT_EQ(text.find("FAIL"), std::string::npos) << text;
+  EXPECT_EQ(run_cli("check-golden --strategy snapshot \"" + kCaseA + "\"", out), 0) << slurp(out);
+  EXPECT_NE(slurp(out).find("check-golden (cpu, snapshot): 1 passed"), std::string::npos)
+      << slurp(out);
+}
+
 TEST(GoldenCli, FailsOnCorruptedCopy) {
   TempDir dir;
   CaseEditor edited(kCaseC);
@@ -791,6 +975,9 @@ TEST(GoldenCli, ReportsUnreadableFilesAndBadArguments) {
   EXPECT_EQ(run_cli("check-golden \"" + kMamba2 + "\"", out), 1) << slurp(out);
   EXPECT_NE(slurp(out).find("not supported: Mamba2 case"), std::string::npos) << slurp(out);
   EXPECT_EQ(run_cli("check-golden --backend tpu \"" + kCaseA + "\"", out), 2) << slurp(out);
+  EXPECT_EQ(run_cli("check-golden --strategy foo \"" + kCaseA + "\"", out), 2) << slurp(out);
+  EXPECT_NE(slurp(out).find("--strategy"), std::string::npos) << slurp(out);
+  EXPECT_NE(slurp(out).find("foo"), std::string::npos) << slurp(out);
   EXPECT_EQ(run_cli("check-golden \"" + dir.file("missing.safetensors") + "\"", out), 2)
       << slurp(out);
 }
