@@ -21,7 +21,9 @@ namespace {
 class PyPool {
  public:
   PyPool(const ModelConfig& config, const PoolOptions& options)
-      : pool_(config, options), stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
+      : pool_(config, options),
+        stream_(reinterpret_cast<uintptr_t>(options.stream)),
+        last_weights_(static_cast<std::size_t>(config.num_layers)) {}
   ~PyPool() {
 #ifdef SPECSTATE_PY_CUDA
     if (events_ready_) {
@@ -36,6 +38,12 @@ class PyPool {
   uintptr_t stream() const { return stream_; }
   void set_stream(uintptr_t s) { stream_ = s; }
   bool is_cuda() const { return pool_.options().backend == Backend::kCuda; }
+  // Replay re-runs pending steps with the weights of each layer's last verify / advance: the
+  // pool holds those weights (and so their arrays) until the layer's next call.
+  void hold_weights(int layer, nb::handle weights) {
+    if (layer >= 0 && static_cast<std::size_t>(layer) < last_weights_.size())
+      last_weights_[static_cast<std::size_t>(layer)] = nb::borrow(weights);
+  }
 
   // Orders the pool's stream after `caller` (enter) and `caller` after the pool's work (leave).
   // A no-op on CPU pools and when the caller's stream is the pool's.
@@ -99,6 +107,7 @@ class PyPool {
 #endif
   StatePool pool_;
   uintptr_t stream_ = 0;  // the caller's stream when a call names none
+  std::vector<nb::object> last_weights_;
   std::mutex mutex_;
 };
 
@@ -308,8 +317,9 @@ void bind_pool(nb::module_& m) {
               .c_str())
       .def(
           "prefill",
-          [](PyPool& p, int layer, SlotHandle h, const PyGdnWeights& w, const PyGdnInputs& in,
-             const PyGdnOutputs& out, nb::handle stream) {
+          [](PyPool& p, int layer, SlotHandle h, nb::handle_t<PyGdnWeights> weights,
+             const PyGdnInputs& in, const PyGdnOutputs& out, nb::handle stream) {
+            const PyGdnWeights& w = nb::cast<const PyGdnWeights&>(weights);
             check_layer_args(p, w, in, out);
             const GdnWeights wv = w.views();
             const GdnInputs iv = in.views();
@@ -318,6 +328,7 @@ void bind_pool(nb::module_& m) {
               s.prefill(layer, h, wv, iv, ov);
               return 0;
             });
+            p.hold_weights(layer, weights);
           },
           nb::arg("layer"), nb::arg("handle"), nb::arg("weights"), nb::arg("inputs"),
           nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
@@ -327,8 +338,9 @@ void bind_pool(nb::module_& m) {
               .c_str())
       .def(
           "decode",
-          [](PyPool& p, int layer, std::vector<SlotHandle> rows, const PyGdnWeights& w,
+          [](PyPool& p, int layer, std::vector<SlotHandle> rows, nb::handle_t<PyGdnWeights> weights,
              const PyGdnInputs& in, const PyGdnOutputs& out, nb::handle stream) {
+            const PyGdnWeights& w = nb::cast<const PyGdnWeights&>(weights);
             check_layer_args(p, w, in, out);
             const GdnWeights wv = w.views();
             const GdnInputs iv = in.views();
@@ -337,6 +349,7 @@ void bind_pool(nb::module_& m) {
               s.decode(layer, rows, wv, iv, ov);
               return 0;
             });
+            p.hold_weights(layer, weights);
           },
           nb::arg("layer"), nb::arg("rows"), nb::arg("weights"), nb::arg("inputs"),
           nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
@@ -359,8 +372,9 @@ void bind_pool(nb::module_& m) {
               .c_str())
       .def(
           "verify",
-          [](PyPool& p, int layer, const PyGdnWeights& w, const PyGdnInputs& in,
+          [](PyPool& p, int layer, nb::handle_t<PyGdnWeights> weights, const PyGdnInputs& in,
              const PyGdnOutputs& out, nb::handle stream) {
+            const PyGdnWeights& w = nb::cast<const PyGdnWeights&>(weights);
             check_layer_args(p, w, in, out);
             const GdnWeights wv = w.views();
             const GdnInputs iv = in.views();
@@ -369,6 +383,7 @@ void bind_pool(nb::module_& m) {
               s.verify(layer, wv, iv, ov);
               return 0;
             });
+            p.hold_weights(layer, weights);
           },
           nb::arg("layer"), nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
           nb::arg("stream").none() = nb::none(),

@@ -1,0 +1,319 @@
+"""StatePool through the Python package on the CPU backend: speculative rounds equal plain decode,
+both strategies are bit-identical, bad input names the argument, DLPack round trips, strides."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import specstate
+from specstate import DType, Strategy
+from conftest import Model, bits, states
+
+STRATEGIES = [Strategy.SNAPSHOT, Strategy.REPLAY]
+ACTS = [DType.F32, DType.BF16]
+
+
+def prefill(pool, model, handle, n):
+    for layer, (x, a, b) in enumerate(model.inputs(n)):
+        pool.prefill(layer, handle, model.weights[layer], specstate.GdnInputs(x, a, b),
+                     model.outputs(n))
+
+
+def run_rounds(model, strategy, rounds, T=4, seed=1):
+    """Speculative rounds on one pool and plain decode of the accepted tokens on another.
+    Returns both pools' states and checks every accepted verify output against decode."""
+    spec, ref = model.pool(strategy), model.pool(strategy)
+    hs, hr = spec.acquire(), ref.acquire()
+    rng = np.random.default_rng(seed)
+    prompt = model.inputs(5)
+    for layer, (x, a, b) in enumerate(prompt):
+        for pool, h in ((spec, hs), (ref, hr)):
+            pool.prefill(layer, h, model.weights[layer], specstate.GdnInputs(x, a, b),
+                         model.outputs(5))
+    for r in range(rounds):
+        window = model.inputs(T)
+        accepted = int(rng.integers(0, T + 1))  # 0 = keep
+        spec.begin_verify(specstate.VerifyBatch([hs], window=T))
+        outs = []
+        for layer, (x, a, b) in enumerate(window):
+            out = model.outputs(T)
+            spec.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), out)
+            outs.append(out)
+        spec.commit([accepted])
+        for layer, (x, a, b) in enumerate(window):
+            for t in range(accepted):
+                out = model.outputs(1)
+                ref.decode(layer, [hr], model.weights[layer],
+                           specstate.GdnInputs(x[t:t + 1], a[t:t + 1], b[t:t + 1]), out)
+                assert np.array_equal(bits(out.core_out[0]), bits(outs[layer].core_out[t])), \
+                    f"round {r} layer {layer} token {t}: verify core_out != decode"
+                assert np.array_equal(bits(out.conv_out[0]), bits(outs[layer].conv_out[t]))
+    return states(spec, model.layers), states(ref, model.layers)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+@pytest.mark.parametrize("act", ACTS, ids=lambda d: d.name)
+def test_verify_commit_equals_decode(strategy, act):
+    got, want = run_rounds(Model(act=act), strategy, rounds=6)
+    for layer, ((gc_, gs), (wc, ws)) in enumerate(zip(got, want)):
+        assert np.array_equal(bits(gc_), bits(wc)), f"layer {layer} conv state"
+        assert np.array_equal(bits(gs), bits(ws)), f"layer {layer} ssm state"
+
+
+def tree_and_chain_rounds(strategy, act):
+    """Chains, a tree, padding and a = 0 through one pool; returns outputs and final states."""
+    model = Model(act=act, seed=3)
+    pool = model.pool(strategy)
+    h0, h1 = pool.acquire(), pool.acquire()
+    prefill(pool, model, h0, 3)
+    prefill(pool, model, h1, 2)
+    rounds = [
+        (specstate.VerifyBatch([h0, h1], window=4), [3, 1]),
+        (specstate.VerifyBatch([h1, specstate.SlotHandle.padding(), h0], window=3), [2, 0, 0]),
+        (specstate.VerifyBatch([h0, h1], window=4, parents=[-1, 0, 0, 1]), [3, 2]),
+        (specstate.VerifyBatch([h0], window=2), [2]),
+    ]
+    outputs = []
+    for batch, accepted in rounds:
+        n = len(batch.rows) * batch.window
+        pool.begin_verify(batch)
+        for layer, (x, a, b) in enumerate(model.inputs(n)):
+            out = model.outputs(n)
+            pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), out)
+            outputs.append(np.array(out.core_out))
+        pool.commit(accepted)
+    return outputs, states(pool, model.layers)
+
+
+@pytest.mark.parametrize("act", ACTS, ids=lambda d: d.name)
+def test_strategies_bit_identical(act):
+    out_s, st_s = tree_and_chain_rounds(Strategy.SNAPSHOT, act)
+    out_r, st_r = tree_and_chain_rounds(Strategy.REPLAY, act)
+    for i, (x, y) in enumerate(zip(out_s, out_r)):
+        assert np.array_equal(bits(x), bits(y)), f"verify output {i}"
+    for (cs, ss), (cr, sr) in zip(st_s, st_r):
+        assert np.array_equal(bits(cs), bits(cr)) and np.array_equal(bits(ss), bits(sr))
+
+
+def test_commit_array_and_tuple():
+    model = Model()
+    results = []
+    for accepted in ([2], (2,), np.array([2], np.int32)):
+        pool = model.pool()
+        model.rng = np.random.default_rng(7)
+        h = pool.acquire()
+        pool.begin_verify(specstate.VerifyBatch([h], window=4))
+        for layer, (x, a, b) in enumerate(model.inputs(4)):
+            pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b),
+                        model.outputs(4))
+        pool.commit(accepted)
+        assert pool.last_commit_status() == specstate.Status.SUCCESS
+        results.append(states(pool, model.layers))
+    for other in results[1:]:
+        for (c0, s0), (c1, s1) in zip(results[0], other):
+            assert np.array_equal(c0, c1) and np.array_equal(s0, s1)
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+def open_round(model, pool, T=4):
+    h = pool.acquire()
+    pool.begin_verify(specstate.VerifyBatch([h], window=T))
+    return h, model.inputs(T)[0]
+
+
+def test_bad_dtype_names_argument():
+    model = Model()
+    x, a, b = model.inputs(4)[0]
+    with pytest.raises(TypeError, match=r"inputs\.mixed_qkv: dtype float64"):
+        specstate.GdnInputs(x.astype(np.float64), a, b)
+    with pytest.raises(TypeError, match=r"inputs\.a: dtype float16"):
+        specstate.GdnInputs(x, a.astype(np.float16), b)
+    with pytest.raises(TypeError, match=r"inputs\.b: expected an array .* got str"):
+        specstate.GdnInputs(x, a, "nope")
+    with pytest.raises(TypeError, match=r"weights\.conv_weight: dtype int64"):
+        specstate.GdnWeights(conv_weight=np.zeros((4, 4), np.int64), A_log=a[0], dt_bias=a[0])
+
+
+def test_bad_shape_names_argument():
+    model = Model()
+    pool = model.pool()
+    h, (x, a, b) = open_round(model, pool)
+    with pytest.raises(specstate.InvalidArgumentError, match="mixed_qkv") as info:
+        pool.verify(0, model.weights[0], specstate.GdnInputs(x[:, :-1], a, b), model.outputs(4))
+    assert isinstance(info.value, ValueError)
+    assert info.value.status == specstate.Status.INVALID_ARGUMENT
+    with pytest.raises(ValueError, match="core_out"):
+        out = model.outputs(4)
+        out.core_out = np.zeros((3, 4, 16), np.float32)
+        pool.verify(0, model.weights[0], specstate.GdnInputs(x, a, b), out)
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.zeros((4, 4, 16), np.float32)
+        ro.flags.writeable = False
+        specstate.GdnOutputs(core_out=ro)
+
+
+def test_bad_protocol_and_values():
+    model = Model()
+    pool = model.pool(slots=1)
+    h, (x, a, b) = open_round(model, pool)
+    with pytest.raises(specstate.FailedPreconditionError):  # not every layer verified
+        pool.commit([1])
+    for layer, (x, a, b) in enumerate(model.inputs(4)):
+        pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), model.outputs(4))
+    with pytest.raises(specstate.OutOfRangeError, match=r"accepted\[0\] = 9") as info:
+        pool.commit([9])
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(TypeError, match="accepted: dtype int64"):
+        pool.commit(np.array([1], np.int64))
+    with pytest.raises(TypeError, match="accepted"):
+        pool.commit(["x"])
+    pool.commit([1])
+    with pytest.raises(specstate.ResourceExhaustedError):
+        pool.acquire()
+    pool.release(h)
+    assert not pool.is_live(h)
+    with pytest.raises(specstate.FailedPreconditionError):
+        pool.slot_index(h)
+    with pytest.raises(specstate.Error):
+        pool.conv_state(5)
+    with pytest.raises(TypeError, match="stream"):
+        pool.materialize(stream="fast")
+
+
+# --- DLPack round trips and strides -----------------------------------------------------------
+
+def test_views_are_zero_copy_and_keep_pool_alive():
+    model = Model()
+    pool = model.pool()
+    h = pool.acquire()
+    prefill(pool, model, h, 3)
+    view = pool.ssm_state(1)
+    assert view.__dlpack_device__() == (1, 0)
+    arr = np.from_dlpack(view)
+    cfg = model.cfg
+    assert arr.shape == (4, cfg.num_v_heads, cfg.head_v_dim, cfg.head_k_dim)
+    assert arr.dtype == np.float32
+    again = np.from_dlpack(pool.ssm_state(1))
+    assert np.shares_memory(arr, again)  # both are the pool's memory
+    slot = pool.slot_index(h)
+    assert np.any(arr[slot] != 0)
+    expect = arr.copy()
+    del pool, view, again
+    gc.collect()
+    assert np.array_equal(arr, expect)  # the array keeps the pool alive
+
+
+def test_bf16_views():
+    model = Model(act=DType.BF16)
+    pool = model.pool()
+    h = pool.acquire()
+    prefill(pool, model, h, 3)
+    conv = specstate.to_numpy(pool.conv_state(0))
+    assert conv.dtype.name == "bfloat16"
+    assert conv.shape == (4, model.cfg.conv_dim(), model.cfg.conv_width - 1)
+    assert np.any(conv[pool.slot_index(h)].astype(np.float32) != 0)
+    assert specstate.describe(conv).startswith("bf16[4, ")
+
+
+def test_outputs_written_in_place():
+    model = Model()
+    pool = model.pool()
+    h, (x, a, b) = open_round(model, pool)
+    core = np.zeros((4, 4, 16), np.float32)
+    out = specstate.GdnOutputs(core_out=core)
+    assert out.core_out is core and out.conv_out is None
+    pool.verify(0, model.weights[0], specstate.GdnInputs(x, a, b), out)
+    assert np.any(core != 0)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_strided_arrays(strategy):
+    """Non-contiguous inputs and outputs (every other row of larger arrays, transposed
+    weights) give the same bits as contiguous ones."""
+    model = Model()
+    T = 4
+    window = model.inputs(T)
+
+    def run(strided):
+        pool = model.pool(strategy)
+        h = pool.acquire()
+        pool.begin_verify(specstate.VerifyBatch([h], window=T))
+        cores = []
+        for layer, (x, a, b) in enumerate(window):
+            w = model.weights[layer]
+            if strided:
+                big = np.zeros((2 * T, x.shape[1] + 3), np.float32)
+                big[::2, 1:1 + x.shape[1]] = x
+                xs = big[::2, 1:1 + x.shape[1]]
+                at = np.ascontiguousarray(a.T).T  # column-major [T, HV]
+                core_buf = np.zeros((4, 16, T * 2), np.float32)
+                core = core_buf[:, :, ::2].transpose(2, 0, 1)  # [T, HV, V], odd strides
+                cw = np.ascontiguousarray(w.conv_weight.T).T
+                weights = specstate.GdnWeights(conv_weight=cw, A_log=w.A_log, dt_bias=w.dt_bias)
+                assert not xs.flags.c_contiguous and not core.flags.c_contiguous
+                inputs, out = specstate.GdnInputs(xs, at, b), specstate.GdnOutputs(core_out=core)
+            else:
+                weights, inputs = w, specstate.GdnInputs(x, a, b)
+                out = specstate.GdnOutputs(core_out=np.zeros((T, 4, 16), np.float32))
+            pool.verify(layer, weights, inputs, out)
+            cores.append(np.array(out.core_out))
+        pool.commit([3])
+        return cores, states(pool, model.layers)
+
+    c0, s0 = run(False)
+    c1, s1 = run(True)
+    for x, y in zip(c0, c1):
+        assert np.array_equal(x, y)
+    for (a0, b0), (a1, b1) in zip(s0, s1):
+        assert np.array_equal(a0, a1) and np.array_equal(b0, b1)
+
+
+def test_describe_strides():
+    x = np.zeros((6, 10), np.float32)[::2, 3:]
+    assert specstate.describe(x) == "f32[3, 7] strides [20, 1] cpu"
+    assert specstate.describe(np.zeros(3, np.int32)) == "i32[3] strides [1] cpu"
+
+
+def test_configs_and_enums():
+    cfg = specstate.GdnConfig()
+    assert (cfg.num_k_heads, cfg.num_v_heads, cfg.head_k_dim) == (16, 32, 128)
+    assert cfg.act_dtype == DType.BF16 and cfg.scale is None
+    cfg.scale = 0.5
+    assert cfg.effective_scale() == 0.5
+    cfg.scale = None
+    assert abs(cfg.effective_scale() - 128 ** -0.5) < 1e-7
+    model = specstate.ModelConfig.gated_delta_net(36, specstate.GdnConfig())
+    assert model.slot_bytes() == 77266944
+    opts = specstate.PoolOptions(num_slots=3, strategy=Strategy.REPLAY, stream=0)
+    assert (opts.num_slots, opts.strategy, opts.stream) == (3, Strategy.REPLAY, 0)
+    assert specstate.strategy_name(Strategy.REPLAY) == "replay"
+    assert specstate.__version__ == specstate.version()
+    bad = specstate.ModelConfig.gated_delta_net(1, specstate.GdnConfig(num_v_heads=3))
+    with pytest.raises(specstate.InvalidArgumentError):
+        bad.validate()
+
+
+def test_replay_holds_the_weights_of_the_last_verify():
+    """Replay re-runs pending steps with each layer's last verify weights: the pool keeps them
+    alive even when the caller passed temporaries."""
+    model = Model(seed=5)
+    window = model.inputs(4)
+    final = []
+    for strategy in STRATEGIES:
+        pool = model.pool(strategy)
+        h = pool.acquire()
+        pool.begin_verify(specstate.VerifyBatch([h], window=4))
+        for layer, (x, a, b) in enumerate(window):
+            w = model.weights[layer]
+            temp = specstate.GdnWeights(conv_weight=w.conv_weight.copy(), A_log=w.A_log.copy(),
+                                        dt_bias=w.dt_bias.copy())
+            pool.verify(layer, temp, specstate.GdnInputs(x, a, b), model.outputs(4))
+            del temp
+        pool.commit([3])
+        gc.collect()
+        np.ones(100000, np.float32)  # reuse freed memory, if any was freed
+        final.append(states(pool, model.layers))
+    for (c0, s0), (c1, s1) in zip(*final):
+        assert np.array_equal(c0, c1) and np.array_equal(s0, s1)

@@ -1,0 +1,112 @@
+"""The spec/ helpers (windows, greedy acceptance, batch builder, traces) and the CLI functions."""
+
+import os
+
+import pytest
+
+import specstate
+from specstate import Window
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_windows():
+    w = Window.chain(4)
+    assert w.is_chain() and w.size() == 4 and len(w) == 4 and w.parents() == [-1, 0, 1, 2]
+    t = Window.from_parents([-1, 0, 0, 1])
+    assert not t.is_chain() and t.children(0) == [1, 2] and t.path_to(3) == [0, 1, 3]
+    assert t.depth(3) == 3 and t.max_depth() == 3 and t.describe() == "tree[-1,0,0,1]"
+    fc, ns = t.to_links()
+    assert Window.from_links(fc, ns) == t
+    assert Window.from_parents([-1, 0, 1]) == Window.chain(3)
+    with pytest.raises(specstate.InvalidArgumentError, match="parents"):
+        Window.from_parents([-1, 2])
+    with pytest.raises(specstate.InvalidArgumentError):
+        Window.chain(0)
+    specstate.check_path(t, [0, 1, 3])
+    with pytest.raises(specstate.InvalidArgumentError, match="mypath"):
+        specstate.check_path(t, [0, 3], "mypath")
+
+
+def test_greedy_acceptance():
+    acc = specstate.accept_greedy_chain([5, 7, 9, 4], [7, 9, 1, 8])
+    assert acc.path == [0, 1, 2] and acc.bonus_token == 1 and acc.accepted_length() == 3
+    assert acc.commit_value(False) == 3 and acc.emitted([5, 7, 9, 4]) == [7, 9, 1]
+    t = Window.from_parents([-1, 0, 0, 1])
+    acc = specstate.accept_greedy_tree(t, [5, 6, 7, 8], [7, 0, 3, 0])
+    assert acc.path == [0, 2] and acc.bonus_token == 3 and acc.commit_value(True) == 2
+    assert specstate.accept_greedy(t, [5, 6, 7, 8], [7, 0, 3, 0]).path == [0, 2]
+    with pytest.raises(ValueError, match="tokens: 3 entries"):
+        specstate.accept_greedy(t, [5, 6, 7], [7, 0, 3, 0])
+
+
+def test_batch_builder():
+    cfg = specstate.GdnConfig(num_k_heads=1, num_v_heads=1, head_k_dim=4, head_v_dim=4)
+    pool = specstate.StatePool(specstate.ModelConfig.gated_delta_net(1, cfg),
+                               specstate.PoolOptions(num_slots=3, max_rows=4, max_window=4))
+    a, b, c = pool.acquire(), pool.acquire(), pool.acquire()
+    builder = specstate.VerifyBatchBuilder(specstate.VerifyBatchBuilder.power_of_two_buckets(4))
+    assert builder.buckets() == [1, 2, 4]
+    assert builder.add(a, Window.chain(4)) == 0
+    builder.add(b, Window.chain(3))
+    builder.add(c, Window.chain(2))
+    plan = builder.build()
+    assert plan.rows() == 4 and plan.live_rows == 3 and plan.window() == 4
+    assert plan.batch.rows[3].is_padding() and plan.token_offsets == [0, 4, 8, 12, 16]
+    assert plan.commit_lengths([2, 1, 0]) == [2, 1, 0, 0]
+    tokens = [1, 2, 3, 4] * 4
+    target = [2, 3, 0, 0] * 4
+    accs = plan.accept_greedy(tokens, target)
+    assert [x.accepted_length() for x in accs] == [3, 3, 2]
+    assert plan.commit_values(accs) == [3, 3, 2, 0]
+    pool.begin_verify(plan.batch)
+    assert len(pool.current_batch.rows) == 4
+    with pytest.raises(specstate.InvalidArgumentError):
+        builder.add(a, Window.chain(2))  # slot already in the batch
+
+
+def test_traces_round_trip(tmp_path):
+    shape = specstate.TraceShape(requests=3, rounds=5, window=Window.chain(4), seed=7)
+    trace = specstate.generate_geometric(shape, 0.6)
+    assert len(trace.records) == 15 and trace.num_rounds() == 5 and trace.max_window() == 4
+    text = specstate.write_trace(trace)
+    back = specstate.parse_trace(text, "mem")
+    assert specstate.write_trace(back) == text
+    assert [r.path for r in back.records] == [r.path for r in trace.records]
+    path = str(tmp_path / "t.jsonl")
+    specstate.write_trace_file(path, trace)
+    assert specstate.write_trace(specstate.read_trace(path)) == text
+    assert len(trace.round(2)) == 3 and sum(trace.accepted_histogram()) == 15
+    fixed = specstate.generate_fixed(shape, 2)
+    assert fixed.mean_accepted_length() == 2.0
+    emp = specstate.generate_empirical(shape, [0.0, 1.0])
+    assert all(r.accepted_length() == 2 for r in emp.records)
+    with pytest.raises(specstate.InvalidArgumentError, match=r"mem:1"):
+        specstate.parse_trace("{not json\n", "mem")
+    bad = specstate.Trace()
+    rec = specstate.TraceRecord()
+    rec.request, rec.path = 9, [0]
+    bad.records = [rec]
+    with pytest.raises(specstate.InvalidArgumentError):
+        specstate.validate_trace(bad)
+
+
+@pytest.mark.skipif(not specstate.HAS_CLI, reason="built without CLI11: no plan/check_golden")
+def test_plan():
+    p = specstate.plan(model="qwen3-next-80b", tp=1, max_requests=64, window=4)
+    assert p["committed_bytes_per_request"] == 77266944
+    assert p["committed_bytes_total"] == 64 * 77266944
+    with pytest.raises(ValueError, match="plan"):
+        specstate.plan(model="no-such-model")
+
+
+@pytest.mark.skipif(not specstate.HAS_CLI, reason="built without CLI11: no plan/check_golden")
+def test_check_golden():
+    golden = os.path.join(ROOT, "tests", "data", "golden")
+    if not os.path.isdir(golden):
+        pytest.skip("no golden cases in this checkout")
+    code, report = specstate.check_golden([golden])
+    assert code == 0, report
+    assert "caseA" in report or "case A" in report or "A" in report
+    with pytest.raises(ValueError, match="backend"):
+        specstate.check_golden([golden], backend="tpu")
