@@ -1,0 +1,240 @@
+"""CUDA backend through torch (skipped without torch, a GPU, or the CUDA backend): verify/commit
+against the CPU backend, device-valued commits, CUDA graph capture and replay, and stream
+ordering with torch work on another stream."""
+
+import numpy as np
+import pytest
+
+import specstate
+from specstate import DType, Strategy
+from conftest import Model, states
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+STRATEGIES = [Strategy.SNAPSHOT, Strategy.REPLAY]
+
+
+def cuda_pool(model, strategy, stream=None, slots=4, rows=4, window=4):
+    try:
+        return specstate.StatePool(model.config, specstate.PoolOptions(
+            num_slots=slots, max_rows=rows, max_window=window, strategy=strategy,
+            backend=specstate.Backend.CUDA, stream=stream))
+    except specstate.NotSupportedError as e:
+        pytest.skip(f"specstate built without its CUDA backend: {e}")
+
+
+def dev(x):
+    return torch.from_numpy(np.ascontiguousarray(x)).cuda()
+
+
+def dev_weights(w):
+    return specstate.GdnWeights(conv_weight=dev(w.conv_weight), A_log=dev(w.A_log),
+                                dt_bias=dev(w.dt_bias))
+
+
+def dev_outputs(n, cfg):
+    return specstate.GdnOutputs(
+        core_out=torch.zeros(n, cfg.num_v_heads, cfg.head_v_dim, device="cuda"),
+        conv_out=torch.zeros(n, cfg.conv_dim(), device="cuda"))
+
+
+def close(got, want, what, tol=1e-5):
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    scale = max(np.abs(want).max(), 1e-30)
+    err = np.abs(got - want).max() / scale
+    assert err <= tol, f"{what}: max rel error {err:.3g} > {tol}"
+
+
+def gpu_states(pool, layers):
+    pool.materialize()
+    torch.cuda.synchronize()
+    return [(torch.from_dlpack(pool.conv_state(l)).cpu().numpy(),
+             torch.from_dlpack(pool.ssm_state(l)).cpu().numpy()) for l in range(layers)]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_cuda_matches_cpu(strategy):
+    model = Model(seed=11)
+    cpu = model.pool(strategy)
+    gpu = cuda_pool(model, strategy)
+    dw = [dev_weights(w) for w in model.weights]
+    hc, hg = [cpu.acquire(), cpu.acquire()], [gpu.acquire(), gpu.acquire()]
+    rng = np.random.default_rng(2)
+    T, B = 4, 2
+    for r in range(5):
+        window = model.inputs(B * T)
+        accepted = [int(x) for x in rng.integers(0, T + 1, B)]
+        cpu.begin_verify(specstate.VerifyBatch(hc, window=T))
+        gpu.begin_verify(specstate.VerifyBatch(hg, window=T))
+        for layer, (x, a, b) in enumerate(window):
+            co = model.outputs(B * T)
+            cpu.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), co)
+            go = dev_outputs(B * T, model.cfg)
+            gpu.verify(layer, dw[layer], specstate.GdnInputs(dev(x), dev(a), dev(b)), go)
+            close(go.core_out.cpu().numpy(), co.core_out, f"round {r} layer {layer} core_out")
+        cpu.commit(accepted)
+        gpu.commit(torch.tensor(accepted, dtype=torch.int32, device="cuda"))
+        assert gpu.last_commit_status() == specstate.Status.SUCCESS
+    for layer, ((cc, cs), (gc_, gs)) in enumerate(zip(states(cpu, 2), gpu_states(gpu, 2))):
+        close(gc_, cc, f"layer {layer} conv")
+        close(gs, cs, f"layer {layer} ssm")
+
+
+def test_device_commit_out_of_range_is_reported():
+    model = Model()
+    gpu = cuda_pool(model, Strategy.SNAPSHOT)
+    dw = [dev_weights(w) for w in model.weights]
+    h = gpu.acquire()
+    gpu.begin_verify(specstate.VerifyBatch([h], window=4))
+    for layer, (x, a, b) in enumerate(model.inputs(4)):
+        gpu.verify(layer, dw[layer], specstate.GdnInputs(dev(x), dev(a), dev(b)),
+                   dev_outputs(4, model.cfg))
+    gpu.commit(torch.tensor([9], dtype=torch.int32, device="cuda"))
+    assert gpu.last_commit_status() == specstate.Status.OUT_OF_RANGE
+
+
+def test_views_are_torch_tensors_on_the_device():
+    model = Model()
+    gpu = cuda_pool(model, Strategy.SNAPSHOT)
+    v = gpu.ssm_state(0)
+    assert v.__dlpack_device__()[0] == 2  # kDLCUDA
+    t = torch.from_dlpack(v)
+    assert t.is_cuda and t.shape == (4, 4, 16, 8) and t.dtype == torch.float32
+    with pytest.raises(ValueError, match=r"inputs\.mixed_qkv"):
+        # a CPU array into a CUDA pool is named
+        x, a, b = model.inputs(4)[0]
+        gpu.begin_verify(specstate.VerifyBatch([gpu.acquire()], window=4))
+        gpu.verify(0, dev_weights(model.weights[0]), specstate.GdnInputs(x, dev(a), dev(b)),
+                   dev_outputs(4, model.cfg))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_graph_capture_and_replay(strategy):
+    """verify of every layer + commit (device accepted lengths) captured once under
+    torch.cuda.graph, replayed with new inputs and accepted values, against the CPU backend."""
+    model = Model(seed=21)
+    T, B = 4, 3
+    s = torch.cuda.Stream()
+    gpu = cuda_pool(model, strategy, stream=s.cuda_stream)
+    cpu = model.pool(strategy)
+    dw = [dev_weights(w) for w in model.weights]
+    hg = [gpu.acquire() for _ in range(B - 1)] + [specstate.SlotHandle.padding()]
+    hc = [cpu.acquire() for _ in range(B - 1)] + [specstate.SlotHandle.padding()]
+    c, hv = model.cfg.conv_dim(), model.cfg.num_v_heads
+    static_in = [specstate.GdnInputs(torch.zeros(B * T, c, device="cuda"),
+                                     torch.zeros(B * T, hv, device="cuda"),
+                                     torch.zeros(B * T, hv, device="cuda")) for _ in dw]
+    static_out = [dev_outputs(B * T, model.cfg) for _ in dw]
+    accepted_dev = torch.zeros(B, dtype=torch.int32, device="cuda")
+    batch = specstate.VerifyBatch(hg, window=T)
+
+    def round_body():
+        for layer in range(model.layers):
+            gpu.verify(layer, dw[layer], static_in[layer], static_out[layer])
+        gpu.commit(accepted_dev)
+
+    # warm up on the capture stream (accepted 0: nothing changes), then capture
+    gpu.begin_verify(batch)
+    with torch.cuda.stream(s):
+        round_body()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    gpu.begin_verify(batch)
+    with torch.cuda.graph(graph, stream=s):
+        round_body()
+    rng = np.random.default_rng(5)
+    for r in range(6):
+        window = model.inputs(B * T)
+        accepted = [int(x) for x in rng.integers(0, T + 1, B - 1)] + [0]
+        with torch.cuda.stream(s):
+            for layer, (x, a, b) in enumerate(window):
+                static_in[layer].mixed_qkv.copy_(dev(x))
+                static_in[layer].a.copy_(dev(a))
+                static_in[layer].b.copy_(dev(b))
+            accepted_dev.copy_(torch.tensor(accepted, dtype=torch.int32))
+        gpu.begin_verify(batch)
+        graph.replay()
+        cpu.begin_verify(specstate.VerifyBatch(hc, window=T))
+        outs = []
+        for layer, (x, a, b) in enumerate(window):
+            o = model.outputs(B * T)
+            cpu.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), o)
+            outs.append(o)
+        cpu.commit(accepted)
+        s.synchronize()
+        assert gpu.last_commit_status() == specstate.Status.SUCCESS
+        for layer in range(model.layers):
+            got = static_out[layer].core_out.cpu().numpy()[: (B - 1) * T]
+            close(got, outs[layer].core_out[: (B - 1) * T], f"replay {r} layer {layer}")
+    with torch.cuda.stream(s):
+        got = gpu_states(gpu, model.layers)
+    for layer, ((cc, cs), (gc_, gs)) in enumerate(zip(states(cpu, model.layers), got)):
+        close(gs, cs, f"layer {layer} ssm")
+        close(gc_, cc, f"layer {layer} conv")
+
+
+def test_stream_ordering_with_torch_work():
+    """Inputs written by torch on another stream after a long sleep: a verify given that stream
+    sees them, and torch work queued after it on that stream sees the outputs."""
+    model = Model(seed=31)
+    pool_stream = torch.cuda.Stream()
+    gpu = cuda_pool(model, Strategy.REPLAY, stream=pool_stream.cuda_stream)
+    cpu = model.pool(Strategy.REPLAY)
+    h, hc = gpu.acquire(), cpu.acquire()
+    dw = [dev_weights(w) for w in model.weights]
+    T = 4
+    window = model.inputs(T)
+    work = torch.cuda.Stream()
+    results = []
+    with torch.cuda.stream(work):
+        gpu.begin_verify(specstate.VerifyBatch([h], window=T), stream=work.cuda_stream)
+        for layer, (x, a, b) in enumerate(window):
+            host = [torch.from_numpy(v).pin_memory() for v in (x, a, b)]
+            torch.cuda._sleep(50_000_000)  # keeps `work` busy: an unordered verify reads zeros
+            ins = [torch.zeros(v.shape, device="cuda") for v in host]
+            for d, hsrc in zip(ins, host):
+                d.copy_(hsrc, non_blocking=True)
+            out = dev_outputs(T, model.cfg)
+            gpu.verify(layer, dw[layer], specstate.GdnInputs(*ins), out, stream=work)
+            results.append(out.core_out * 1.0)  # torch work after the verify, same stream
+        gpu.commit([3], stream=work.cuda_stream)
+    work.synchronize()
+    cpu.begin_verify(specstate.VerifyBatch([hc], window=T))
+    for layer, (x, a, b) in enumerate(window):
+        o = model.outputs(T)
+        cpu.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), o)
+        close(results[layer].cpu().numpy(), o.core_out, f"layer {layer} core_out")
+    cpu.commit([3])
+    gpu.stream = work.cuda_stream  # settable between rounds
+    assert gpu.stream == work.cuda_stream
+    got = gpu_states(gpu, model.layers)
+    for layer, ((cc, cs), (gc_, gs)) in enumerate(zip(states(cpu, model.layers), got)):
+        close(gs, cs, f"layer {layer} ssm")
+
+
+def test_bf16_torch_inputs():
+    model = Model(act=DType.BF16, seed=41)
+    cpu = model.pool(Strategy.SNAPSHOT)
+    gpu = cuda_pool(model, Strategy.SNAPSHOT)
+    hc, hg = cpu.acquire(), gpu.acquire()
+    bf = lambda x: torch.from_numpy(np.ascontiguousarray(x).view(np.uint16).astype(np.int32)
+                                    ).to(torch.int16).view(torch.bfloat16).cuda()  # noqa: E731
+    dw = [specstate.GdnWeights(conv_weight=bf(w.conv_weight), A_log=bf(w.A_log),
+                               dt_bias=bf(w.dt_bias)) for w in model.weights]
+    T = 4
+    cpu.begin_verify(specstate.VerifyBatch([hc], window=T))
+    gpu.begin_verify(specstate.VerifyBatch([hg], window=T))
+    cfg = model.cfg
+    for layer, (x, a, b) in enumerate(model.inputs(T)):
+        co = model.outputs(T)
+        cpu.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), co)
+        go = specstate.GdnOutputs(core_out=torch.zeros(T, cfg.num_v_heads, cfg.head_v_dim,
+                                                       dtype=torch.bfloat16, device="cuda"))
+        gpu.verify(layer, dw[layer], specstate.GdnInputs(bf(x), bf(a), bf(b)), go)
+        close(go.core_out.float().cpu().numpy(), co.core_out.astype(np.float32),
+              f"layer {layer} bf16 core_out", tol=2e-2)
+    cpu.commit([2])
+    gpu.commit([2])
