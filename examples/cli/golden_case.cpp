@@ -21,6 +21,7 @@
 #include <sstream>
 #include <utility>
 
+#include "cli/golden_mamba2.h"
 #include "specstate/specstate.h"
 
 #if defined(SPECSTATE_CLI_CUDA)
@@ -1213,9 +1214,7 @@ GoldenReport run_golden_case(const GoldenCase& golden, const GoldenOptions& opti
   try {
     const json params = case_params(golden);
     if (is_mamba2(golden, params)) {
-      report.outcome = GoldenOutcome::kNotSupported;
-      report.description = "Mamba2";
-      report.message = "not supported: Mamba2 case (specstate implements GDN layers only so far)";
+      run_mamba2_golden_case(golden, params, options, report);  // cli/golden_mamba2.cpp
       return report;
     }
     const CaseSpec spec = read_spec(golden, params);

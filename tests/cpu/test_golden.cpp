@@ -291,12 +291,11 @@ TEST(GoldenReplay, SameErrorsAsSnapshot) {
   }
 }
 
-TEST(GoldenReplay, FolderRunsEveryCaseAndSkipsMamba2) {
+TEST(GoldenReplay, FolderRunsEveryCase) {
   std::ostringstream out;
   EXPECT_EQ(check_golden({kGoldenDir}, options_for(Backend::kCpu, Strategy::kReplay), out), 0)
       << out.str();
-  EXPECT_NE(out.str().find("check-golden (cpu, replay): 2 passed, 0 failed, 1 not supported"),
-            std::string::npos)
+  EXPECT_NE(out.str().find("check-golden (cpu, replay): 3 passed, 0 failed"), std::string::npos)
       << out.str();
 }
 
@@ -333,24 +332,15 @@ TEST(GoldenReplay, TreeParentsChangedFails) {
   EXPECT_FALSE(find_tensor(report, "ssm_state_committed").pass);
 }
 
-TEST(Golden, FolderRunsEveryCaseAndSkipsMamba2) {
+// The Mamba2 case itself is tests/cpu/test_golden_mamba2.cpp's.
+TEST(Golden, FolderRunsEveryCase) {
   const GoldenInputs inputs = load_golden_inputs({kGoldenDir});
   EXPECT_TRUE(inputs.errors.empty());
   ASSERT_EQ(inputs.cases.size(), 3u);
   std::ostringstream out;
   EXPECT_EQ(check_golden({kGoldenDir}, GoldenOptions{}, out), 0) << out.str();
-  EXPECT_NE(out.str().find("2 passed, 0 failed, 1 not supported"), std::string::npos) << out.str();
-  EXPECT_NE(out.str().find("not supported: Mamba2 case"), std::string::npos) << out.str();
-}
-
-TEST(Golden, Mamba2NamedExplicitlyIsAFailure) {
-  const GoldenReport report = run_file(kMamba2);
-  EXPECT_EQ(report.outcome, GoldenOutcome::kNotSupported);
-  EXPECT_TRUE(report.counts_as_failure());
-  EXPECT_NE(report_text(report).find("not supported: Mamba2 case"), std::string::npos);
-  std::ostringstream out;
-  EXPECT_EQ(check_golden({kCaseA, kMamba2}, GoldenOptions{}, out), 1) << out.str();
-  EXPECT_NE(out.str().find("1 passed, 1 failed"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("3 passed, 0 failed"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("Mamba2 chain"), std::string::npos) << out.str();
 }
 
 // --- corrupted copies -----------------------------------------------------------------------
@@ -972,8 +962,6 @@ TEST(GoldenCli, ReportsUnreadableFilesAndBadArguments) {
   const std::string out = dir.file("out.txt");
   EXPECT_EQ(run_cli("check-golden \"" + junk + "\"", out), 1) << slurp(out);
   EXPECT_NE(slurp(out).find("junk.safetensors"), std::string::npos) << slurp(out);
-  EXPECT_EQ(run_cli("check-golden \"" + kMamba2 + "\"", out), 1) << slurp(out);
-  EXPECT_NE(slurp(out).find("not supported: Mamba2 case"), std::string::npos) << slurp(out);
   EXPECT_EQ(run_cli("check-golden --backend tpu \"" + kCaseA + "\"", out), 2) << slurp(out);
   EXPECT_EQ(run_cli("check-golden --strategy foo \"" + kCaseA + "\"", out), 2) << slurp(out);
   EXPECT_NE(slurp(out).find("--strategy"), std::string::npos) << slurp(out);
