@@ -1,7 +1,9 @@
-// `specstate plan`: how much memory the committed pool and the snapshot scratch take for a model,
-// per request and in total, computed from the ModelConfig (DESIGN.md section 4).
+// `specstate plan`: how much memory a strategy needs for a model, per request and in total: the
+// committed pool, and the strategy's workspace (snapshot scratch per verify row, or replay
+// records per slot), computed from the ModelConfig's fields (DESIGN.md section 4).
 //
 //   specstate plan --model qwen3-next-80b --tp 1 --max-requests 64 --window 4 [--json]
+//                  [--strategy snapshot|replay]
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -21,6 +23,7 @@ struct PlanArgs {
   int max_requests = 64;
   int max_rows = 0;  // 0: max_requests
   int window = 4;
+  std::string strategy = "snapshot";
   bool json = false;
 };
 
@@ -32,10 +35,17 @@ int run_plan(const PlanArgs& args) {
   const ModelPreset& preset = find_preset(args.model);
   const ModelConfig config = apply_tp(preset, args.tp);
   config.validate();
+  const Strategy strategy = parse_strategy(args.strategy, "--strategy");
+  const bool replay = strategy == Strategy::kReplay;
   const int rows = args.max_rows > 0 ? args.max_rows : args.max_requests;
   const StateBytes b = state_bytes(config, args.window);
   const int64_t committed_total = b.committed_per_request * args.max_requests;
-  const int64_t scratch_total = b.scratch_per_row * rows;
+  // Only the strategy's own workspace exists: snapshot scratch per row, or records per slot.
+  const int64_t scratch_per_row = replay ? 0 : b.scratch_per_row;
+  const int64_t scratch_total = scratch_per_row * rows;
+  const int64_t records_per_slot = replay ? b.records_per_slot : 0;
+  const int64_t records_total = records_per_slot * args.max_requests;
+  const int64_t workspace_total = workspace_bytes(b, strategy, args.max_requests, rows);
   const GdnConfig& g = config.gdn;
 
   if (args.json) {
@@ -50,34 +60,59 @@ int run_plan(const PlanArgs& args) {
     j["ssm_bytes_per_layer"] = b.ssm_per_layer;
     j["committed_bytes_per_request"] = b.committed_per_request;
     j["committed_bytes_total"] = committed_total;
-    j["scratch_bytes_per_row"] = b.scratch_per_row;
+    j["scratch_bytes_per_row"] = scratch_per_row;
     j["scratch_bytes_total"] = scratch_total;
-    j["total_bytes"] = committed_total + scratch_total;
+    j["strategy"] = strategy_name(strategy);
+    j["record_bytes_per_token_layer"] = b.record_per_token;
+    j["records_bytes_per_slot"] = records_per_slot;
+    j["records_bytes_total"] = records_total;
+    j["workspace_bytes_total"] = workspace_total;
+    // All the memory the strategy needs: committed state + its workspace.
+    j["total_bytes"] = committed_total + workspace_total;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
 
-  std::printf("specstate plan: %s, TP %d (memory per GPU)\n", preset.name.c_str(), args.tp);
+  std::printf("specstate plan: %s, TP %d, strategy %s (memory per GPU)\n", preset.name.c_str(),
+              args.tp, strategy_name(strategy));
   std::printf(
       "  layers        %d, of which %d Gated DeltaNet (the rest hold a KV cache, not ours)\n",
       preset.total_layers, config.num_layers);
-  std::printf("  GDN layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %d\n", g.num_k_heads,
-              g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width, config.conv_dim());
-  std::printf("  per layer     conv %d x %d x %s = %s B; SSM %d x %d x %d x %s = %s B\n",
-              config.conv_dim(), g.conv_width - 1, dtype_name(config.conv_state_dtype()),
+  std::printf("  GDN layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %lld\n", g.num_k_heads,
+              g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width,
+              static_cast<long long>(b.conv_dim));
+  std::printf("  per layer     conv %lld x %d x %s = %s B; SSM %d x %d x %d x %s = %s B\n",
+              static_cast<long long>(b.conv_dim), g.conv_width - 1, dtype_name(g.conv_state_dtype),
               with_commas(b.conv_per_layer).c_str(), g.num_v_heads, g.head_v_dim, g.head_k_dim,
-              dtype_name(config.ssm_state_dtype()), with_commas(b.ssm_per_layer).c_str());
+              dtype_name(g.ssm_state_dtype), with_commas(b.ssm_per_layer).c_str());
+  if (replay) {
+    std::printf("  record        (%lld + 2 x %d) x %s = %s B per token and layer\n",
+                static_cast<long long>(b.conv_dim), g.num_v_heads, dtype_name(g.act_dtype),
+                with_commas(b.record_per_token).c_str());
+  }
   std::printf("\n");
   std::printf("  %-30s %-32s %s\n", "", "per request", "total");
   std::printf("  %-30s %-32s %s  (%d requests)\n", "committed state",
               bytes_cell(b.committed_per_request).c_str(), bytes_cell(committed_total).c_str(),
               args.max_requests);
-  const std::string scratch_label = "snapshot scratch (T=" + std::to_string(args.window) + ")";
-  std::printf("  %-30s %-32s %s  (%d rows)\n", scratch_label.c_str(),
-              bytes_cell(b.scratch_per_row).c_str(), bytes_cell(scratch_total).c_str(), rows);
-  std::printf("  %-30s %-32s %s\n", "total",
-              bytes_cell(b.committed_per_request + b.scratch_per_row).c_str(),
-              bytes_cell(committed_total + scratch_total).c_str());
+  const std::string window = "(T=" + std::to_string(args.window) + ")";
+  if (replay) {
+    const std::string label = "replay records " + window;
+    std::printf("  %-30s %-32s %s  (%d slots)\n", label.c_str(),
+                bytes_cell(records_per_slot).c_str(), bytes_cell(records_total).c_str(),
+                args.max_requests);
+    std::printf("  %-30s %s\n", "snapshot scratch", "none under replay");
+    std::printf("  %-30s %-32s %s\n", "total",
+                bytes_cell(b.committed_per_request + records_per_slot).c_str(),
+                bytes_cell(committed_total + workspace_total).c_str());
+  } else {
+    const std::string label = "snapshot scratch " + window;
+    std::printf("  %-30s %-32s %s  (%d rows)\n", label.c_str(), bytes_cell(scratch_per_row).c_str(),
+                bytes_cell(scratch_total).c_str(), rows);
+    std::printf("  %-30s %-32s %s\n", "total",
+                bytes_cell(b.committed_per_request + scratch_per_row).c_str(),
+                bytes_cell(committed_total + workspace_total).c_str());
+  }
   return 0;
 }
 
@@ -86,7 +121,9 @@ int run_plan(const PlanArgs& args) {
 void add_plan_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "plan", "Memory of the committed state pool and the snapshot scratch for a model");
+      "plan",
+      "Memory of the committed state pool and the strategy's workspace (snapshot scratch or "
+      "replay records) for a model");
   add_model_options(cmd, args->model, args->tp);
   cmd->add_option("--max-requests", args->max_requests, "Requests the pool holds (slots)")
       ->check(CLI::Range(1, 1 << 20))
@@ -96,6 +133,11 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--window", args->window, "Tokens verified per request per round (T)")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--strategy", args->strategy,
+                  "snapshot (T states of scratch per verify row) or replay (records of a few "
+                  "KiB per token per slot)")
+      ->check(CLI::IsMember({"snapshot", "replay"}))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
   cmd->callback([args, &exit_code] { exit_code = run_plan(*args); });

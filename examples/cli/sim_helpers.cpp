@@ -71,14 +71,31 @@ ModelConfig apply_tp(const ModelPreset& preset, int tp) {
 }
 
 StateBytes state_bytes(const ModelConfig& config, int window) {
+  const GdnConfig& g = config.gdn;
+  const int64_t layers = config.num_layers, hv = g.num_v_heads;
   StateBytes out;
+  out.conv_dim = 2 * int64_t{g.num_k_heads} * g.head_k_dim + hv * g.head_v_dim;
   out.conv_per_layer =
-      config.conv_state_elems() * static_cast<int64_t>(dtype_size(config.conv_state_dtype()));
+      out.conv_dim * (g.conv_width - 1) * static_cast<int64_t>(dtype_size(g.conv_state_dtype));
   out.ssm_per_layer =
-      config.ssm_state_elems() * static_cast<int64_t>(dtype_size(config.ssm_state_dtype()));
-  out.committed_per_request = int64_t{config.num_layers} * (out.conv_per_layer + out.ssm_per_layer);
+      hv * g.head_v_dim * g.head_k_dim * static_cast<int64_t>(dtype_size(g.ssm_state_dtype));
+  out.committed_per_request = layers * (out.conv_per_layer + out.ssm_per_layer);
   out.scratch_per_row = out.committed_per_request * window;
+  out.record_per_token = (out.conv_dim + 2 * hv) * static_cast<int64_t>(dtype_size(g.act_dtype));
+  out.records_per_slot = layers * window * out.record_per_token + layers * 4 + int64_t{window} * 4;
   return out;
+}
+
+int64_t workspace_bytes(const StateBytes& bytes, Strategy strategy, int64_t slots, int64_t rows) {
+  return strategy == Strategy::kReplay ? bytes.records_per_slot * slots
+                                       : bytes.scratch_per_row * rows;
+}
+
+Strategy parse_strategy(const std::string& text, const char* option) {
+  if (text == "snapshot") return Strategy::kSnapshot;
+  if (text == "replay") return Strategy::kReplay;
+  throw CLI::ValidationError(option,
+                             std::string(option) + " " + text + " must be snapshot or replay");
 }
 
 std::string with_commas(int64_t value) {

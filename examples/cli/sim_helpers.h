@@ -37,15 +37,31 @@ void add_model_options(CLI::App* cmd, std::string& model, int& tp);
 void describe_model(const ModelPreset& preset, const ModelConfig& config,
                     nlohmann::ordered_json& out);
 
-// Memory of one request's committed state and of one verify row's snapshot scratch, from the
-// config alone (DESIGN.md section 4).
+// Memory of one request's committed state, of one verify row's snapshot scratch and of one
+// slot's replay records, from the config's fields alone (DESIGN.md section 4). Computed here,
+// not asked of the library, so that the tests can hold one against the other.
 struct StateBytes {
+  int64_t conv_dim = 0;               // 2 * H * K + HV * V
   int64_t conv_per_layer = 0;         // conv_dim * (W-1) * sizeof(conv dtype)
   int64_t ssm_per_layer = 0;          // HV * V * K * sizeof(ssm dtype)
   int64_t committed_per_request = 0;  // layers * (conv + ssm)
-  int64_t scratch_per_row = 0;        // layers * window * (conv + ssm)
+  // Snapshot: the conv window and SSM state after every window token, per verify row.
+  int64_t scratch_per_row = 0;  // layers * window * (conv + ssm)
+  // Replay: one token's record per layer is its layer inputs [mixed_qkv | a | b].
+  int64_t record_per_token = 0;  // (conv_dim + 2 * HV) * sizeof(act dtype)
+  // Per slot: the records of a window in every layer, a pending count (int32) per layer and the
+  // window index of each pending step (int32 per window token).
+  int64_t records_per_slot = 0;  // layers * window * record + layers * 4 + window * 4
 };
 StateBytes state_bytes(const ModelConfig& config, int window);
+
+// The strategy's workspace (everything besides the committed state) of a pool with `slots`
+// slots, `rows` verify rows and windows up to `window`: snapshot scratch * rows, or replay
+// records * slots.
+int64_t workspace_bytes(const StateBytes& bytes, Strategy strategy, int64_t slots, int64_t rows);
+
+// "snapshot" / "replay"; throws CLI::ValidationError naming `option` for anything else.
+Strategy parse_strategy(const std::string& text, const char* option);
 
 // "77,266,944"
 std::string with_commas(int64_t value);

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -275,6 +276,18 @@ Json percentiles(std::vector<double> v) {
   return j;
 }
 
+// FNV-1a over bytes: fingerprints of outputs and states, so that --strategy both can compare
+// two runs bit for bit without holding either in memory.
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+uint64_t fnv1a(uint64_t h, const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 void draw_progress(std::ostream& out, int64_t done, int64_t total) {
   constexpr int kWidth = 40;
   const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
@@ -290,6 +303,18 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   if (o.backend != "cpu" && o.backend != "cuda") {
     throw CLI::ValidationError("--backend", "--backend " + o.backend + " must be cpu or cuda");
   }
+  // --strategy both: the same trace, weights and inputs through a snapshot pool, then through a
+  // replay pool (one pool alive at a time).
+  std::vector<Strategy> strategies;
+  if (o.strategy == "both") {
+    strategies = {Strategy::kSnapshot, Strategy::kReplay};
+  } else if (o.strategy == "snapshot" || o.strategy == "replay") {
+    strategies = {parse_strategy(o.strategy, "--strategy")};
+  } else {
+    throw CLI::ValidationError("--strategy",
+                               "--strategy " + o.strategy + " must be snapshot, replay or both");
+  }
+  const bool both = strategies.size() == 2;
   const bool cuda = o.backend == "cuda";
   if (cuda && !kHaveCuda) {
     throw CLI::ValidationError("--backend",
@@ -317,28 +342,30 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   options.max_rows = num_requests;
   options.max_window = max_window;
   options.backend = cuda ? Backend::kCuda : Backend::kCpu;
-  std::unique_ptr<StatePool> pool;
-  try {
-    pool = std::make_unique<StatePool>(config, options);
-  } catch (const Error& e) {
-    if (e.status() == Status::kNotSupported) throw CLI::ValidationError("--backend", e.what());
-    throw;
-  }
-  std::unique_ptr<StatePool> reference;  // --check: the accepted tokens through prefill
-  if (o.check) {
-    PoolOptions ref_options = options;
-    ref_options.backend = Backend::kCpu;
-    ref_options.max_rows = 1;
-    ref_options.max_window = 1;
-    reference = std::make_unique<StatePool>(config, ref_options);
-  }
+  const auto make_pool = [&](Strategy strategy) {
+    PoolOptions po = options;
+    po.strategy = strategy;
+    try {
+      return std::make_unique<StatePool>(config, po);
+    } catch (const Error& e) {
+      if (e.status() == Status::kNotSupported) {
+        throw CLI::ValidationError(strategy == Strategy::kReplay ? "--strategy" : "--backend",
+                                   e.what());
+      }
+      throw;
+    }
+  };
+  // Refuse an impossible pool (or strategy) before anything is generated or allocated.
+  for (Strategy strategy : strategies) make_pool(strategy).reset();
+
   Memory memory(cuda);
 
   // Weights shaped like real ones: A = exp(A_log) in [1, 16], dt = softplus(dt_bias) in
   // [1e-3, 1e-1] log-uniform, conv taps ~ N(0, 0.5^2).
   std::mt19937_64 rng(o.seed ^ 0x5eedf00dull);
   const int64_t D = config.conv_dim(), W = g.conv_width, HV = g.num_v_heads, V = g.head_v_dim;
-  std::vector<LayerWeightsHost> weights(static_cast<std::size_t>(config.num_layers));
+  const int L = config.num_layers;
+  std::vector<LayerWeightsHost> weights(static_cast<std::size_t>(L));
   for (auto& w : weights) {
     w.conv_weight = HostBuffer(DType::kF32, D * W);
     w.A_log = HostBuffer(DType::kF32, HV);
@@ -374,131 +401,59 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     in.a_pool = memory.place(in.a);
     in.b_pool = memory.place(in.b);
   }
-  HostBuffer core_out_host(g.act_dtype, max_tokens * HV * V);
-  void* core_out = memory.place(core_out_host);
-
-  std::map<int64_t, SlotHandle> handle_of, reference_handle_of;
-  for (int64_t id : trace.requests) {
-    handle_of[id] = pool->acquire();
-    if (reference) reference_handle_of[id] = reference->acquire();
+  const auto input_set = [&](int64_t round, int layer) -> const InputSet& {
+    return inputs[static_cast<std::size_t>((round * L + layer) % kInputSets)];
+  };
+  // The core output of verify: one buffer, or with --check one per layer, so that every layer's
+  // output can be read after the round, outside the timing.
+  const std::size_t es = dtype_size(g.act_dtype);
+  std::vector<HostBuffer> core_out_host(o.check ? static_cast<std::size_t>(L) : 1);
+  std::vector<void*> core_out;
+  for (auto& buffer : core_out_host) {
+    buffer = HostBuffer(g.act_dtype, max_tokens * HV * V);
+    core_out.push_back(memory.place(buffer));
   }
+  const auto core_out_of = [&](int layer) { return core_out[o.check ? layer : 0]; };
+
   std::vector<std::vector<const spec::TraceRecord*>> by_round(static_cast<std::size_t>(num_rounds));
   for (const auto& rec : trace.records)
     by_round[static_cast<std::size_t>(rec.round)].push_back(&rec);
-
-  const StateBytes sb = state_bytes(config, max_window);
-  const int64_t state_layer_bytes = sb.conv_per_layer + sb.ssm_per_layer;
   const auto buckets = spec::VerifyBatchBuilder::power_of_two_buckets(num_requests);
-
-  // Warm-up rounds (first-touch of scratch, kernel loading, allocator): the first round's batch
-  // verified on every layer, then committed with "keep" for every row, which leaves every
-  // committed state bit-identical (DESIGN.md section 5) -- --check verifies that too.
-  for (int w = 0; w < o.warmup && num_rounds > 0; ++w) {
-    const auto& records = by_round.front();
-    if (records.empty()) break;
+  const auto plan_of = [&](int64_t round, const std::map<int64_t, SlotHandle>& handles) {
     spec::VerifyBatchBuilder builder(buckets);
-    for (const auto* rec : records) builder.add(handle_of.at(rec->request), rec->window);
-    const spec::BatchPlan plan = builder.build();
-    const int64_t tokens = plan.num_tokens();
-    pool->begin_verify(plan.batch);
-    for (int layer = 0; layer < config.num_layers; ++layer) {
-      const InputSet& in = inputs[static_cast<std::size_t>(layer % kInputSets)];
-      pool->verify(
-          layer, weights[static_cast<std::size_t>(layer)].pool,
-          GdnInputs{TensorView::contiguous(in.qkv_pool, g.act_dtype, {tokens, D}, memory.device()),
-                    TensorView::contiguous(in.a_pool, g.act_dtype, {tokens, HV}, memory.device()),
-                    TensorView::contiguous(in.b_pool, g.act_dtype, {tokens, HV}, memory.device())},
-          GdnOutputs{
-              {}, TensorView::contiguous(core_out, g.act_dtype, {tokens, HV, V}, memory.device())});
+    for (const auto* rec : by_round[static_cast<std::size_t>(round)]) {
+      builder.add(handles.at(rec->request), rec->window);
     }
-    pool->commit(
-        std::vector<int32_t>(static_cast<std::size_t>(plan.rows()), plan.is_tree() ? -1 : 0));
-    memory.synchronize();
-  }
+    return builder.build();
+  };
 
-  Json rounds = Json::array();
-  std::vector<double> verify_times, commit_times;
-  double verify_total = 0, commit_total = 0;
-  int64_t verify_bytes_total = 0, commit_bytes_total = 0, tokens_total = 0;
-  int64_t padding_rows_total = 0;
-  const bool draw = progress != nullptr;
-  for (int64_t round = 0; round < num_rounds; ++round) {
-    const auto& records = by_round[static_cast<std::size_t>(round)];
-    if (records.empty()) continue;
-    spec::VerifyBatchBuilder builder(buckets);
-    for (const auto* rec : records) builder.add(handle_of.at(rec->request), rec->window);
-    const spec::BatchPlan plan = builder.build();
-    std::vector<spec::Acceptance> accepted;
-    for (const auto* rec : records) accepted.push_back(spec::Acceptance{rec->path, -1});
-    const std::vector<int32_t> commit_values = plan.commit_values(accepted);
-    const int64_t tokens = plan.num_tokens();
-
-    const auto verify_start = Clock::now();
-    pool->begin_verify(plan.batch);
-    for (int layer = 0; layer < config.num_layers; ++layer) {
-      const InputSet& in =
-          inputs[static_cast<std::size_t>((round * config.num_layers + layer) % kInputSets)];
-      const GdnInputs view{
-          TensorView::contiguous(in.qkv_pool, g.act_dtype, {tokens, D}, memory.device()),
-          TensorView::contiguous(in.a_pool, g.act_dtype, {tokens, HV}, memory.device()),
-          TensorView::contiguous(in.b_pool, g.act_dtype, {tokens, HV}, memory.device())};
-      const GdnOutputs out{
-          {}, TensorView::contiguous(core_out, g.act_dtype, {tokens, HV, V}, memory.device())};
-      pool->verify(layer, weights[static_cast<std::size_t>(layer)].pool, view, out);
-    }
-    memory.synchronize();
-    const double verify_s = seconds_since(verify_start);
-    const auto commit_start = Clock::now();
-    pool->commit(commit_values);
-    memory.synchronize();
-    const double commit_s = seconds_since(commit_start);
-
-    // Bytes the snapshot strategy must move at least (DESIGN.md section 8): verify reads the
-    // committed state and writes T snapshots per live row; commit reads and writes one state
-    // per advancing row.
-    int64_t round_tokens = 0, advancing = 0;
-    for (const auto* rec : records) {
-      round_tokens += rec->accepted_length();
-      advancing += rec->accepted_length() > 0 ? 1 : 0;
-    }
-    const int64_t vbytes =
-        int64_t{plan.live_rows} * config.num_layers * state_layer_bytes * (1 + plan.window());
-    const int64_t cbytes = advancing * config.num_layers * state_layer_bytes * 2;
-    verify_times.push_back(verify_s);
-    commit_times.push_back(commit_s);
-    verify_total += verify_s;
-    commit_total += commit_s;
-    verify_bytes_total += vbytes;
-    commit_bytes_total += cbytes;
-    tokens_total += round_tokens;
-    padding_rows_total += plan.rows() - plan.live_rows;
-    Json r;
-    r["round"] = round;
-    r["live_rows"] = plan.live_rows;
-    r["rows"] = plan.rows();
-    r["window"] = plan.window();
-    r["tokens"] = round_tokens;
-    r["verify_seconds"] = verify_s;
-    r["commit_seconds"] = commit_s;
-    r["verify_bytes"] = vbytes;
-    r["commit_bytes"] = cbytes;
-    rounds.push_back(std::move(r));
-
-    if (reference) {
-      // The accepted tokens of every row, gathered in path order, through the plain path.
+  // --check: the accepted tokens of every round through plain prefill on a CPU snapshot pool,
+  // once; every strategy's committed states are compared with it.
+  std::unique_ptr<StatePool> reference;
+  std::map<int64_t, SlotHandle> reference_handle_of;
+  if (o.check) {
+    PoolOptions ref_options = options;
+    ref_options.backend = Backend::kCpu;
+    ref_options.strategy = Strategy::kSnapshot;
+    ref_options.max_rows = 1;
+    ref_options.max_window = 1;
+    reference = std::make_unique<StatePool>(config, ref_options);
+    for (int64_t id : trace.requests) reference_handle_of[id] = reference->acquire();
+    for (int64_t round = 0; round < num_rounds; ++round) {
+      const auto& records = by_round[static_cast<std::size_t>(round)];
+      if (records.empty()) continue;
+      const int T = plan_of(round, reference_handle_of).window();
+      // Row i of the round's batch is records[i] (live rows first, in add() order).
       for (std::size_t i = 0; i < records.size(); ++i) {
         const auto& path = records[i]->path;
         if (path.empty()) continue;
         const int64_t n = static_cast<int64_t>(path.size());
-        for (int layer = 0; layer < config.num_layers; ++layer) {
-          const InputSet& in =
-              inputs[static_cast<std::size_t>((round * config.num_layers + layer) % kInputSets)];
+        for (int layer = 0; layer < L; ++layer) {
+          const InputSet& in = input_set(round, layer);
           HostBuffer qkv(g.act_dtype, n * D), a(g.act_dtype, n * HV), b(g.act_dtype, n * HV),
               out(g.act_dtype, n * HV * V);
-          const std::size_t es = dtype_size(g.act_dtype);
           for (int64_t j = 0; j < n; ++j) {
-            const int64_t token =
-                static_cast<int64_t>(i) * plan.window() + path[static_cast<std::size_t>(j)];
+            const int64_t token = static_cast<int64_t>(i) * T + path[static_cast<std::size_t>(j)];
             std::memcpy(static_cast<uint8_t*>(qkv.data()) + j * D * es,
                         static_cast<const uint8_t*>(in.qkv.data()) + token * D * es, D * es);
             std::memcpy(static_cast<uint8_t*>(a.data()) + j * HV * es,
@@ -516,59 +471,250 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
         }
       }
     }
-    if (draw) draw_progress(*progress, round + 1, num_rounds);
+  }
+
+  const StateBytes sb = state_bytes(config, max_window);
+  const int64_t state_layer_bytes = sb.conv_per_layer + sb.ssm_per_layer;
+  const int64_t total_rounds_drawn = num_rounds * static_cast<int64_t>(strategies.size());
+  int64_t rounds_drawn = 0;
+  const bool draw = progress != nullptr;
+
+  // One strategy's run: warm-up, the timed rounds, the final materialize and the check.
+  struct Fingerprints {
+    std::vector<uint64_t> outputs;  // per timed round: the live rows' core outputs, all layers
+    std::vector<uint64_t> states;   // per request (trace order): its committed bytes, all layers
+  };
+  int64_t tokens_total = 0;
+  const auto run_strategy = [&](Strategy strategy, Fingerprints& prints) {
+    const bool replay = strategy == Strategy::kReplay;
+    std::unique_ptr<StatePool> pool = make_pool(strategy);
+    std::map<int64_t, SlotHandle> handle_of;
+    for (int64_t id : trace.requests) handle_of[id] = pool->acquire();
+    const auto verify_all_layers = [&](int64_t round, int64_t tokens) {
+      for (int layer = 0; layer < L; ++layer) {
+        const InputSet& in = input_set(round, layer);
+        pool->verify(
+            layer, weights[static_cast<std::size_t>(layer)].pool,
+            GdnInputs{
+                TensorView::contiguous(in.qkv_pool, g.act_dtype, {tokens, D}, memory.device()),
+                TensorView::contiguous(in.a_pool, g.act_dtype, {tokens, HV}, memory.device()),
+                TensorView::contiguous(in.b_pool, g.act_dtype, {tokens, HV}, memory.device())},
+            GdnOutputs{{},
+                       TensorView::contiguous(core_out_of(layer), g.act_dtype, {tokens, HV, V},
+                                              memory.device())});
+      }
+    };
+
+    // Warm-up rounds (first-touch of the workspace, kernel loading, allocator): the first
+    // round's batch verified on every layer, then committed with "keep" for every row, which
+    // leaves every committed state bit-identical (DESIGN.md section 5) -- --check verifies that.
+    for (int w = 0; w < o.warmup && num_rounds > 0; ++w) {
+      if (by_round.front().empty()) break;
+      const spec::BatchPlan plan = plan_of(0, handle_of);
+      pool->begin_verify(plan.batch);
+      verify_all_layers(0, plan.num_tokens());
+      pool->commit(
+          std::vector<int32_t>(static_cast<std::size_t>(plan.rows()), plan.is_tree() ? -1 : 0));
+      memory.synchronize();
+    }
+
+    Json rounds = Json::array();
+    std::vector<double> verify_times, commit_times;
+    double verify_total = 0, commit_total = 0;
+    int64_t verify_bytes_total = 0, commit_bytes_total = 0, padding_rows_total = 0;
+    tokens_total = 0;
+    // Replay: accepted steps a slot's next verify (or the final materialize) re-runs.
+    std::map<int64_t, int64_t> pending;
+    for (int64_t round = 0; round < num_rounds; ++round) {
+      const auto& records = by_round[static_cast<std::size_t>(round)];
+      if (records.empty()) continue;
+      const spec::BatchPlan plan = plan_of(round, handle_of);
+      std::vector<spec::Acceptance> accepted;
+      for (const auto* rec : records) accepted.push_back(spec::Acceptance{rec->path, -1});
+      const std::vector<int32_t> commit_values = plan.commit_values(accepted);
+      const int64_t tokens = plan.num_tokens();
+
+      const auto verify_start = Clock::now();
+      pool->begin_verify(plan.batch);
+      verify_all_layers(round, tokens);
+      memory.synchronize();
+      const double verify_s = seconds_since(verify_start);
+      const auto commit_start = Clock::now();
+      pool->commit(commit_values);
+      memory.synchronize();
+      const double commit_s = seconds_since(commit_start);
+
+      // Bytes the strategy must move at least (DESIGN.md section 8; docs/simulate.md):
+      // snapshot: verify reads the state and writes T states per live row-layer, commit reads
+      // and writes one per advancing row-layer; replay: verify reads and writes the state once
+      // per live row-layer, writes a record per window token and reads back the records of the
+      // slot's pending steps, commit moves no state.
+      int64_t round_tokens = 0, advancing = 0, replayed_tokens = 0;
+      for (const auto* rec : records) {
+        round_tokens += rec->accepted_length();
+        advancing += rec->accepted_length() > 0 ? 1 : 0;
+        replayed_tokens += pending[rec->request];
+        pending[rec->request] = rec->accepted_length();
+      }
+      const int64_t live_layers = int64_t{plan.live_rows} * L;
+      int64_t vbytes = 0, cbytes = 0;
+      if (replay) {
+        vbytes = live_layers * state_layer_bytes * 2 +
+                 live_layers * plan.window() * sb.record_per_token +
+                 replayed_tokens * L * sb.record_per_token;
+      } else {
+        vbytes = live_layers * state_layer_bytes * (1 + plan.window());
+        cbytes = advancing * L * state_layer_bytes * 2;
+      }
+      verify_times.push_back(verify_s);
+      commit_times.push_back(commit_s);
+      verify_total += verify_s;
+      commit_total += commit_s;
+      verify_bytes_total += vbytes;
+      commit_bytes_total += cbytes;
+      tokens_total += round_tokens;
+      padding_rows_total += plan.rows() - plan.live_rows;
+      Json r;
+      r["round"] = round;
+      r["live_rows"] = plan.live_rows;
+      r["rows"] = plan.rows();
+      r["window"] = plan.window();
+      r["tokens"] = round_tokens;
+      r["verify_seconds"] = verify_s;
+      r["commit_seconds"] = commit_s;
+      r["verify_bytes"] = vbytes;
+      r["commit_bytes"] = cbytes;
+      rounds.push_back(std::move(r));
+
+      if (o.check) {
+        // The live rows' outputs of every layer (padding rows' tokens are nobody's).
+        uint64_t h = kFnvOffset;
+        const std::size_t row_bytes = static_cast<std::size_t>(plan.window() * HV * V) * es;
+        std::vector<uint8_t> bytes(row_bytes * static_cast<std::size_t>(plan.live_rows));
+        for (int layer = 0; layer < L; ++layer) {
+          memory.download(bytes.data(), core_out_of(layer), bytes.size());
+          h = fnv1a(h, bytes.data(), bytes.size());
+        }
+        prints.outputs.push_back(h);
+      }
+      if (draw) draw_progress(*progress, ++rounds_drawn, total_rounds_drawn);
+    }
+    // What replay still owes at the end: the last commits' steps, re-run by materialize.
+    int64_t owed_tokens = 0, owed_slots = 0;
+    for (const auto& [request, steps] : pending) {
+      owed_tokens += steps;
+      owed_slots += steps > 0 ? 1 : 0;
+    }
+    const auto materialize_start = Clock::now();
+    pool->materialize();
+    memory.synchronize();
+    const double materialize_s = seconds_since(materialize_start);
+    const int64_t materialize_bytes =
+        replay ? owed_slots * L * state_layer_bytes * 2 + owed_tokens * L * sb.record_per_token : 0;
+
+    Json check;
+    check["ran"] = o.check;
+    if (reference) {
+      double max_abs = 0, max_ref = 0;
+      bool identical = true;
+      int64_t compared = 0;
+      for (int64_t id : trace.requests) {
+        const int slot = pool->slot_index(handle_of.at(id));
+        const int ref_slot = reference->slot_index(reference_handle_of.at(id));
+        uint64_t h = kFnvOffset;
+        for (int layer = 0; layer < L; ++layer) {
+          for (int kind = 0; kind < 2; ++kind) {
+            // The views materialize (replay) before they are read.
+            const TensorView got = kind == 0 ? pool->conv_state(layer) : pool->ssm_state(layer);
+            const TensorView want =
+                kind == 0 ? reference->conv_state(layer) : reference->ssm_state(layer);
+            const int64_t elems = kind == 0 ? config.conv_state_elems() : config.ssm_state_elems();
+            const std::size_t ses = dtype_size(got.dtype);
+            std::vector<uint8_t> a(static_cast<std::size_t>(elems) * ses), b(a.size());
+            memory.synchronize();
+            memory.download(a.data(),
+                            static_cast<const uint8_t*>(got.data) + slot * got.stride[0] * ses,
+                            a.size());
+            std::memcpy(b.data(),
+                        static_cast<const uint8_t*>(want.data) + ref_slot * want.stride[0] * ses,
+                        b.size());
+            h = fnv1a(h, a.data(), a.size());
+            identical = identical && a == b;
+            for (int64_t e = 0; e < elems; ++e) {
+              const float x = element(a.data(), got.dtype, e), y = element(b.data(), want.dtype, e);
+              max_abs = std::max(max_abs, static_cast<double>(std::fabs(x - y)));
+              max_ref = std::max(max_ref, static_cast<double>(std::fabs(y)));
+            }
+            compared += static_cast<int64_t>(a.size());
+          }
+        }
+        prints.states.push_back(h);
+      }
+      // CPU is bit-exact by contract. A device backend sums in another order: fp32 relative
+      // error <= 1e-5 (DESIGN.md section 7); with bf16 activations or SSM state a rounding that
+      // lands on the other side of a tie moves an element by a bf16 ulp, so the tolerance is
+      // 2e-2 there (the GPU test suite uses the same rule).
+      const double rel = max_ref > 0 ? max_abs / max_ref : max_abs;
+      const bool bf16 = g.act_dtype == DType::kBF16 || config.ssm_state_dtype() == DType::kBF16;
+      const double tolerance = cuda ? (bf16 ? 2e-2 : 1e-5) : 0.0;
+      check["bit_identical"] = identical;
+      check["max_abs_error"] = max_abs;
+      check["max_rel_error"] = rel;
+      check["tolerance"] = tolerance;
+      check["compared_bytes"] = compared;
+      check["state_norm_nonzero"] = max_ref > 0;
+      check["passed"] = (cuda ? rel <= tolerance : identical) && max_ref > 0;
+    }
+
+    Json section;
+    section["strategy"] = strategy_name(strategy);
+    Json mem;
+    // Where the committed state really lives (the pool's own view of it), not the option asked.
+    mem["state_device"] = pool->conv_state(0).device == Device::kCuda ? "cuda" : "cpu";
+    mem["committed_bytes"] = pool->committed_bytes();
+    mem["workspace_bytes"] = pool->workspace_bytes();
+    mem["scratch_bytes"] = pool->scratch_bytes();
+    mem["committed_bytes_per_request"] = sb.committed_per_request;
+    mem["scratch_bytes_per_row"] = replay ? 0 : sb.scratch_per_row;
+    mem["records_bytes_per_slot"] = replay ? sb.records_per_slot : 0;
+    section["memory"] = mem;
+    for (int64_t id : trace.requests) pool->release(handle_of.at(id));
+    pool.reset();
+
+    Json timing;
+    timing["verify_seconds"] = verify_total;
+    timing["commit_seconds"] = commit_total;
+    timing["verify_seconds_per_round"] = percentiles(verify_times);
+    timing["commit_seconds_per_round"] = percentiles(commit_times);
+    timing["materialize_seconds"] = materialize_s;
+    section["timing"] = timing;
+    Json bytes;
+    bytes["model"] = replay ? "replay: verify 2 states per live row-layer + a record per window "
+                              "token written + the pending steps' records read; commit 0"
+                            : "snapshot: verify (1 + T) states per live row-layer; commit 2 "
+                              "states per advancing row-layer";
+    bytes["verify_bytes"] = verify_bytes_total;
+    bytes["commit_bytes"] = commit_bytes_total;
+    bytes["verify_bytes_per_round"] =
+        rounds.empty() ? 0.0 : double(verify_bytes_total) / rounds.size();
+    bytes["commit_bytes_per_round"] =
+        rounds.empty() ? 0.0 : double(commit_bytes_total) / rounds.size();
+    bytes["verify_gb_per_s"] = verify_total > 0 ? verify_bytes_total / verify_total / 1e9 : 0.0;
+    bytes["commit_gb_per_s"] = commit_total > 0 ? commit_bytes_total / commit_total / 1e9 : 0.0;
+    bytes["materialize_bytes"] = materialize_bytes;
+    bytes["padding_rows"] = padding_rows_total;
+    section["bytes"] = bytes;
+    section["check"] = check;
+    section["rounds"] = std::move(rounds);
+    return section;
+  };
+
+  std::vector<Json> sections;
+  std::vector<Fingerprints> prints(strategies.size());
+  for (std::size_t i = 0; i < strategies.size(); ++i) {
+    sections.push_back(run_strategy(strategies[i], prints[i]));
   }
   if (draw) *progress << "\n";
-
-  Json check;
-  check["ran"] = o.check;
-  if (reference) {
-    double max_abs = 0, max_ref = 0;
-    bool identical = true;
-    int64_t compared = 0;
-    for (int64_t id : trace.requests) {
-      const int slot = pool->slot_index(handle_of.at(id));
-      const int ref_slot = reference->slot_index(reference_handle_of.at(id));
-      for (int layer = 0; layer < config.num_layers; ++layer) {
-        for (int kind = 0; kind < 2; ++kind) {
-          const TensorView got = kind == 0 ? pool->conv_state(layer) : pool->ssm_state(layer);
-          const TensorView want =
-              kind == 0 ? reference->conv_state(layer) : reference->ssm_state(layer);
-          const int64_t elems = kind == 0 ? config.conv_state_elems() : config.ssm_state_elems();
-          const std::size_t es = dtype_size(got.dtype);
-          std::vector<uint8_t> a(static_cast<std::size_t>(elems) * es), b(a.size());
-          memory.download(a.data(),
-                          static_cast<const uint8_t*>(got.data) + slot * got.stride[0] * es,
-                          a.size());
-          std::memcpy(b.data(),
-                      static_cast<const uint8_t*>(want.data) + ref_slot * want.stride[0] * es,
-                      b.size());
-          identical = identical && a == b;
-          for (int64_t e = 0; e < elems; ++e) {
-            const float x = element(a.data(), got.dtype, e), y = element(b.data(), want.dtype, e);
-            max_abs = std::max(max_abs, static_cast<double>(std::fabs(x - y)));
-            max_ref = std::max(max_ref, static_cast<double>(std::fabs(y)));
-          }
-          compared += static_cast<int64_t>(a.size());
-        }
-      }
-    }
-    // CPU snapshot is bit-exact by contract. A device backend sums in another order: fp32
-    // relative error <= 1e-5 (DESIGN.md section 7); with bf16 activations or SSM state a
-    // rounding that lands on the other side of a tie moves an element by a bf16 ulp, so the
-    // tolerance is 2e-2 there (the GPU test suite uses the same rule).
-    const double rel = max_ref > 0 ? max_abs / max_ref : max_abs;
-    const bool bf16 = g.act_dtype == DType::kBF16 || config.ssm_state_dtype() == DType::kBF16;
-    const double tolerance = cuda ? (bf16 ? 2e-2 : 1e-5) : 0.0;
-    check["bit_identical"] = identical;
-    check["max_abs_error"] = max_abs;
-    check["max_rel_error"] = rel;
-    check["tolerance"] = tolerance;
-    check["compared_bytes"] = compared;
-    check["state_norm_nonzero"] = max_ref > 0;
-    check["passed"] = (cuda ? rel <= tolerance : identical) && max_ref > 0;
-  }
-  for (int64_t id : trace.requests) pool->release(handle_of.at(id));
 
   Json report;
   report["tool"] = "specstate simulate";
@@ -578,6 +724,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   opts["model"] = o.model;
   opts["tp"] = o.tp;
   opts["backend"] = o.backend;
+  opts["strategy"] = o.strategy;
   opts["seed"] = o.seed;
   opts["warmup"] = o.warmup;
   opts["trace"] = o.trace_path.empty() ? Json(nullptr) : Json(o.trace_path);
@@ -596,57 +743,106 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   tr["saved_to"] = o.save_trace.empty() ? Json(nullptr) : Json(o.save_trace);
   report["trace"] = tr;
   Json acc;
+  const std::size_t timed_rounds = sections.front()["rounds"].size();
   acc["mean_accepted_length"] = trace.mean_accepted_length();
   acc["tokens_per_round"] =
-      rounds.empty() ? 0.0 : static_cast<double>(tokens_total) / rounds.size();
+      timed_rounds == 0 ? 0.0 : static_cast<double>(tokens_total) / timed_rounds;
   acc["tokens_total"] = tokens_total;
   acc["histogram"] = trace.accepted_histogram();
   report["acceptance"] = acc;
-  Json mem;
-  // Where the committed state really lives (the pool's own view of it), not the option asked for.
-  mem["state_device"] = pool->conv_state(0).device == Device::kCuda ? "cuda" : "cpu";
-  mem["committed_bytes"] = pool->committed_bytes();
-  mem["scratch_bytes"] = pool->scratch_bytes();
-  mem["committed_bytes_per_request"] = sb.committed_per_request;
-  mem["scratch_bytes_per_row"] = sb.scratch_per_row;
-  report["memory"] = mem;
-  Json timing;
-  timing["wall_seconds"] = seconds_since(wall_start);
-  timing["verify_seconds"] = verify_total;
-  timing["commit_seconds"] = commit_total;
-  timing["verify_seconds_per_round"] = percentiles(verify_times);
-  timing["commit_seconds_per_round"] = percentiles(commit_times);
-  report["timing"] = timing;
-  Json bytes;
-  bytes["verify_bytes"] = verify_bytes_total;
-  bytes["commit_bytes"] = commit_bytes_total;
-  bytes["verify_bytes_per_round"] =
-      rounds.empty() ? 0.0 : double(verify_bytes_total) / rounds.size();
-  bytes["commit_bytes_per_round"] =
-      rounds.empty() ? 0.0 : double(commit_bytes_total) / rounds.size();
-  bytes["verify_gb_per_s"] = verify_total > 0 ? verify_bytes_total / verify_total / 1e9 : 0.0;
-  bytes["commit_gb_per_s"] = commit_total > 0 ? commit_bytes_total / commit_total / 1e9 : 0.0;
-  bytes["padding_rows"] = padding_rows_total;
-  report["bytes"] = bytes;
+  if (!both) {
+    // One strategy: the sections' keys at the top level, as before --strategy existed.
+    Json& s = sections.front();
+    report["memory"] = std::move(s["memory"]);
+    report["timing"] = std::move(s["timing"]);
+    report["timing"]["wall_seconds"] = seconds_since(wall_start);
+    report["bytes"] = std::move(s["bytes"]);
+    report["check"] = std::move(s["check"]);
+    report["rounds"] = std::move(s["rounds"]);
+    return report;
+  }
+  Json by_strategy;
+  for (Json& s : sections) {
+    const std::string name = s["strategy"].get<std::string>();
+    s.erase("strategy");
+    by_strategy[name] = std::move(s);
+  }
+  report["strategies"] = std::move(by_strategy);
+  report["timing"] = Json{{"wall_seconds", seconds_since(wall_start)}};
+  Json check;
+  check["ran"] = o.check;
+  if (o.check) {
+    // Each strategy against plain prefill, and the two against each other, bit for bit (the
+    // strategy-equivalence invariant, DESIGN.md section 7, holds on every backend).
+    const Fingerprints &x = prints[0], &y = prints[1];
+    std::string difference;
+    for (std::size_t i = 0; i < x.outputs.size() && difference.empty(); ++i) {
+      if (i >= y.outputs.size() || x.outputs[i] != y.outputs[i]) {
+        difference = "outputs of timed round " + std::to_string(i) + " differ";
+      }
+    }
+    for (std::size_t i = 0; i < x.states.size() && difference.empty(); ++i) {
+      if (i >= y.states.size() || x.states[i] != y.states[i]) {
+        difference = "committed state of request " + std::to_string(trace.requests[i]) + " differs";
+      }
+    }
+    const bool outputs_identical = x.outputs == y.outputs;
+    const bool states_identical = x.states == y.states && !x.states.empty();
+    bool each = true;
+    for (const auto& [name, s] : report["strategies"].items()) {
+      each = each && s["check"]["passed"].get<bool>();
+    }
+    check["strategies_passed"] = each;
+    check["outputs_identical"] = outputs_identical;
+    check["committed_states_identical"] = states_identical;
+    check["compared_rounds"] = x.outputs.size();
+    check["compared_requests"] = x.states.size();
+    check["difference"] = difference.empty() ? Json(nullptr) : Json(difference);
+    check["passed"] = each && outputs_identical && states_identical;
+  }
   report["check"] = check;
-  report["rounds"] = std::move(rounds);
   return report;
 }
+
+namespace {
+
+// The per-strategy sections of a report: [(name, section)], one for a single-strategy run (its
+// keys sit at the top level), two for --strategy both.
+std::vector<std::pair<std::string, const Json*>> strategy_sections(const Json& r) {
+  std::vector<std::pair<std::string, const Json*>> out;
+  if (r.contains("strategies")) {
+    for (const auto& [name, s] : r["strategies"].items()) out.emplace_back(name, &s);
+  } else {
+    out.emplace_back(r["options"]["strategy"].get<std::string>(), &r);
+  }
+  return out;
+}
+
+std::string check_cell(const Json& chk) {
+  if (!chk["ran"].get<bool>()) return "not run";
+  char cell[128];
+  std::snprintf(cell, sizeof(cell), "%s (bit-identical %s, max rel %.3g)",
+                chk["passed"].get<bool>() ? "PASS" : "FAIL",
+                chk["bit_identical"].get<bool>() ? "yes" : "no",
+                chk["max_rel_error"].get<double>());
+  return cell;
+}
+
+}  // namespace
 
 void print_summary(const Json& r, std::ostream& out) {
   const Json& m = r["model"];
   const Json& t = r["trace"];
   const Json& acc = r["acceptance"];
-  const Json& mem = r["memory"];
-  const Json& tim = r["timing"];
-  const Json& by = r["bytes"];
   char line[512];
   std::snprintf(line, sizeof(line),
-                "specstate simulate: %s (TP %d: %d GDN layers, H=%d HV=%d K=%d V=%d), backend %s\n",
+                "specstate simulate: %s (TP %d: %d GDN layers, H=%d HV=%d K=%d V=%d), backend %s, "
+                "strategy %s\n",
                 m["name"].get<std::string>().c_str(), r["options"]["tp"].get<int>(),
                 m["gdn_layers"].get<int>(), m["num_k_heads"].get<int>(),
                 m["num_v_heads"].get<int>(), m["head_k_dim"].get<int>(), m["head_v_dim"].get<int>(),
-                r["options"]["backend"].get<std::string>().c_str());
+                r["options"]["backend"].get<std::string>().c_str(),
+                r["options"]["strategy"].get<std::string>().c_str());
   out << line;
   out << "  trace: " << t["source"].get<std::string>() << ", " << t["requests"].get<int>()
       << " requests, " << t["rounds"].get<int64_t>() << " rounds, window up to "
@@ -666,42 +862,138 @@ void print_summary(const Json& r, std::ostream& out) {
                   std::string(static_cast<std::size_t>(bar), '#').c_str());
     out << line;
   }
-  out << "  memory: committed " << human_bytes(mem["committed_bytes"].get<double>()) << " ("
-      << human_bytes(mem["committed_bytes_per_request"].get<double>()) << " per request), scratch "
-      << human_bytes(mem["scratch_bytes"].get<double>()) << " ("
-      << human_bytes(mem["scratch_bytes_per_row"].get<double>()) << " per row)\n";
-  const Json& v = tim["verify_seconds_per_round"];
-  const Json& c = tim["commit_seconds_per_round"];
-  out << "  time per round: verify " << human_seconds(v["mean"].get<double>()) << " (p50 "
-      << human_seconds(v["p50"].get<double>()) << ", max " << human_seconds(v["max"].get<double>())
-      << "), commit " << human_seconds(c["mean"].get<double>()) << " (p50 "
-      << human_seconds(c["p50"].get<double>()) << ", max " << human_seconds(c["max"].get<double>())
-      << ")\n";
-  std::snprintf(line, sizeof(line),
-                "  bytes moved per round (state, lower bound): verify %s (%.2f GB/s), commit %s "
-                "(%.2f GB/s)\n",
-                human_bytes(by["verify_bytes_per_round"].get<double>()).c_str(),
-                by["verify_gb_per_s"].get<double>(),
-                human_bytes(by["commit_bytes_per_round"].get<double>()).c_str(),
-                by["commit_gb_per_s"].get<double>());
-  out << line;
-  out << "  wall time: " << human_seconds(tim["wall_seconds"].get<double>()) << "\n";
+  const auto sections = strategy_sections(r);
+  if (sections.size() == 1) {
+    const Json& s = *sections.front().second;
+    const bool replay = sections.front().first == "replay";
+    const Json& mem = s["memory"];
+    const Json& tim = s["timing"];
+    const Json& by = s["bytes"];
+    out << "  memory: committed " << human_bytes(mem["committed_bytes"].get<double>()) << " ("
+        << human_bytes(mem["committed_bytes_per_request"].get<double>()) << " per request), ";
+    if (replay) {
+      out << "workspace (replay records) " << human_bytes(mem["workspace_bytes"].get<double>())
+          << " (" << human_bytes(mem["records_bytes_per_slot"].get<double>())
+          << " per slot), no snapshot scratch\n";
+    } else {
+      out << "scratch " << human_bytes(mem["scratch_bytes"].get<double>()) << " ("
+          << human_bytes(mem["scratch_bytes_per_row"].get<double>()) << " per row)\n";
+    }
+    const Json& v = tim["verify_seconds_per_round"];
+    const Json& c = tim["commit_seconds_per_round"];
+    out << "  time per round: verify " << human_seconds(v["mean"].get<double>()) << " (p50 "
+        << human_seconds(v["p50"].get<double>()) << ", max "
+        << human_seconds(v["max"].get<double>()) << "), commit "
+        << human_seconds(c["mean"].get<double>()) << " (p50 "
+        << human_seconds(c["p50"].get<double>()) << ", max "
+        << human_seconds(c["max"].get<double>()) << ")";
+    if (replay) {
+      out << "; materialize at the end " << human_seconds(tim["materialize_seconds"].get<double>());
+    }
+    out << "\n";
+    std::snprintf(line, sizeof(line),
+                  "  bytes moved per round (state%s, lower bound): verify %s (%.2f GB/s), "
+                  "commit %s (%.2f GB/s)\n",
+                  replay ? " + records" : "",
+                  human_bytes(by["verify_bytes_per_round"].get<double>()).c_str(),
+                  by["verify_gb_per_s"].get<double>(),
+                  human_bytes(by["commit_bytes_per_round"].get<double>()).c_str(),
+                  by["commit_gb_per_s"].get<double>());
+    out << line;
+    out << "  wall time: " << human_seconds(tim["wall_seconds"].get<double>()) << "\n";
+    const Json& chk = s["check"];
+    if (chk["ran"].get<bool>()) {
+      std::snprintf(line, sizeof(line),
+                    "  check: committed states vs plain prefill of the accepted tokens (CPU): %s "
+                    "(bit-identical %s, max abs error %.3g, max rel error %.3g, tolerance %.0e)\n",
+                    chk["passed"].get<bool>() ? "PASS" : "FAIL",
+                    chk["bit_identical"].get<bool>() ? "yes" : "no",
+                    chk["max_abs_error"].get<double>(), chk["max_rel_error"].get<double>(),
+                    chk["tolerance"].get<double>());
+      out << line;
+    }
+    return;
+  }
+
+  // --strategy both: one column per strategy.
+  out << "  side by side (the same trace, weights and inputs; means per round):\n";
+  const auto row = [&](const std::string& label, const std::function<std::string(const Json&)>& f) {
+    std::string text = "    " + label;
+    text.resize(34, ' ');
+    for (const auto& [name, s] : sections) {
+      std::string cell = " " + f(*s);
+      cell.resize(std::max<std::size_t>(cell.size(), 40), ' ');
+      text += cell;
+    }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out << text << "\n";
+  };
+  const auto mean = [](const Json& s, const char* key) {
+    return s["timing"][key]["mean"].get<double>();
+  };
+  row("", [&](const Json& s) {
+    for (const auto& [name, sec] : sections) {
+      if (sec == &s) return name;
+    }
+    return std::string();
+  });
+  row("time: verify", [&](const Json& s) {
+    return human_seconds(mean(s, "verify_seconds_per_round")) + " (p50 " +
+           human_seconds(s["timing"]["verify_seconds_per_round"]["p50"].get<double>()) + ")";
+  });
+  row("time: commit", [&](const Json& s) {
+    return human_seconds(mean(s, "commit_seconds_per_round")) + " (p50 " +
+           human_seconds(s["timing"]["commit_seconds_per_round"]["p50"].get<double>()) + ")";
+  });
+  row("time: round (verify + commit)", [&](const Json& s) {
+    return human_seconds(mean(s, "verify_seconds_per_round") + mean(s, "commit_seconds_per_round"));
+  });
+  row("time: materialize at the end", [&](const Json& s) {
+    return human_seconds(s["timing"]["materialize_seconds"].get<double>());
+  });
+  row("bytes moved: verify", [&](const Json& s) {
+    return human_bytes(s["bytes"]["verify_bytes_per_round"].get<double>());
+  });
+  row("bytes moved: commit", [&](const Json& s) {
+    return human_bytes(s["bytes"]["commit_bytes_per_round"].get<double>());
+  });
+  row("memory: committed",
+      [&](const Json& s) { return human_bytes(s["memory"]["committed_bytes"].get<double>()); });
+  row("memory: workspace", [&](const Json& s) {
+    const Json& mem = s["memory"];
+    const bool replay = mem["records_bytes_per_slot"].get<int64_t>() > 0;
+    return human_bytes(mem["workspace_bytes"].get<double>()) + " (" +
+           human_bytes(replay ? mem["records_bytes_per_slot"].get<double>()
+                              : mem["scratch_bytes_per_row"].get<double>()) +
+           (replay ? " per slot)" : " per row)");
+  });
+  if (r["check"]["ran"].get<bool>()) {
+    row("check vs plain prefill (CPU)", [&](const Json& s) { return check_cell(s["check"]); });
+  }
+  out << "  bytes model: " << sections[0].second->at("bytes")["model"].get<std::string>() << "; "
+      << sections[1].second->at("bytes")["model"].get<std::string>() << "\n";
+  out << "  wall time: " << human_seconds(r["timing"]["wall_seconds"].get<double>()) << "\n";
   const Json& chk = r["check"];
   if (chk["ran"].get<bool>()) {
     std::snprintf(line, sizeof(line),
-                  "  check: committed states vs plain prefill of the accepted tokens (CPU): %s "
-                  "(bit-identical %s, max abs error %.3g, max rel error %.3g, tolerance %.0e)\n",
-                  chk["passed"].get<bool>() ? "PASS" : "FAIL",
-                  chk["bit_identical"].get<bool>() ? "yes" : "no",
-                  chk["max_abs_error"].get<double>(), chk["max_rel_error"].get<double>(),
-                  chk["tolerance"].get<double>());
+                  "  check: both strategies vs plain prefill %s; snapshot vs replay bit-identical: "
+                  "outputs %s (%lld rounds), committed states %s (%lld requests): %s\n",
+                  chk["strategies_passed"].get<bool>() ? "PASS" : "FAIL",
+                  chk["outputs_identical"].get<bool>() ? "yes" : "no",
+                  static_cast<long long>(chk["compared_rounds"].get<int64_t>()),
+                  chk["committed_states_identical"].get<bool>() ? "yes" : "no",
+                  static_cast<long long>(chk["compared_requests"].get<int64_t>()),
+                  chk["passed"].get<bool>() ? "PASS" : "FAIL");
     out << line;
+    if (!chk["difference"].is_null()) {
+      out << "    first difference: " << chk["difference"].get<std::string>() << "\n";
+    }
   }
 }
 
 std::string render_svg(const Json& r) {
   const auto hist = r["acceptance"]["histogram"].get<std::vector<int64_t>>();
-  const Json& rounds = r["rounds"];
+  const auto sections = strategy_sections(r);
   constexpr int kW = 900, kH = 360, kPanel = 400, kTop = 50, kPlotH = 240;
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH
@@ -729,35 +1021,51 @@ std::string render_svg(const Json& r) {
     s << "<text x=\"" << x0 + (kPanel - 20) / 2 << "\" y=\"" << y0 + 34
       << "\" text-anchor=\"middle\">accepted tokens a</text>\n";
   }
-  // Panel 2: time per round, verify and commit stacked.
+  // Panel 2: time per round, verify and commit stacked; one bar per strategy in each round
+  // (snapshot left, replay right, replay's bars in darker colours).
   {
     const int x0 = 480, y0 = kTop + kPlotH, width = kPanel;
+    const char* verify_colour[] = {"#4878d0", "#1f3f80"};
+    const char* commit_colour[] = {"#ee854a", "#a0461a"};
     double peak = 0;
-    for (const auto& rd : rounds) {
-      peak =
-          std::max(peak, rd["verify_seconds"].get<double>() + rd["commit_seconds"].get<double>());
+    std::size_t n = 0;
+    for (const auto& [name, sec] : sections) {
+      n = std::max(n, (*sec)["rounds"].size());
+      for (const auto& rd : (*sec)["rounds"]) {
+        peak =
+            std::max(peak, rd["verify_seconds"].get<double>() + rd["commit_seconds"].get<double>());
+      }
     }
     if (peak <= 0) peak = 1e-9;
     s << "<text x=\"" << x0 << "\" y=\"30\" font-size=\"14\">Time per round (max "
       << human_seconds(peak) << ")</text>\n";
-    const double bw = static_cast<double>(width) / std::max<std::size_t>(1, rounds.size());
-    for (std::size_t i = 0; i < rounds.size(); ++i) {
-      const double v = kPlotH * rounds[i]["verify_seconds"].get<double>() / peak;
-      const double c = kPlotH * rounds[i]["commit_seconds"].get<double>() / peak;
-      s << "<rect x=\"" << x0 + i * bw << "\" y=\"" << y0 - v << "\" width=\""
-        << std::max(bw - 1, 0.5) << "\" height=\"" << v << "\" fill=\"#4878d0\"/>\n";
-      s << "<rect x=\"" << x0 + i * bw << "\" y=\"" << y0 - v - c << "\" width=\""
-        << std::max(bw - 1, 0.5) << "\" height=\"" << c << "\" fill=\"#ee854a\"/>\n";
+    const double bw = static_cast<double>(width) / std::max<std::size_t>(1, n);
+    const double sub = bw / static_cast<double>(sections.size());
+    for (std::size_t k = 0; k < sections.size(); ++k) {
+      const Json& rounds = (*sections[k].second)["rounds"];
+      for (std::size_t i = 0; i < rounds.size(); ++i) {
+        const double v = kPlotH * rounds[i]["verify_seconds"].get<double>() / peak;
+        const double c = kPlotH * rounds[i]["commit_seconds"].get<double>() / peak;
+        const double x = x0 + i * bw + k * sub;
+        s << "<rect x=\"" << x << "\" y=\"" << y0 - v << "\" width=\"" << std::max(sub - 1, 0.5)
+          << "\" height=\"" << v << "\" fill=\"" << verify_colour[k % 2] << "\"/>\n";
+        s << "<rect x=\"" << x << "\" y=\"" << y0 - v - c << "\" width=\"" << std::max(sub - 1, 0.5)
+          << "\" height=\"" << c << "\" fill=\"" << commit_colour[k % 2] << "\"/>\n";
+      }
     }
     s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 + width << "\" y2=\"" << y0
       << "\" stroke=\"black\"/>\n";
     s << "<text x=\"" << x0 + width / 2 << "\" y=\"" << y0 + 20
       << "\" text-anchor=\"middle\">round</text>\n";
-    s << "<rect x=\"" << x0 << "\" y=\"" << y0 + 30 << "\" width=\"10\" height=\"10\" "
-      << "fill=\"#4878d0\"/><text x=\"" << x0 + 14 << "\" y=\"" << y0 + 39
-      << "\">verify (all layers)</text>\n";
-    s << "<rect x=\"" << x0 + 150 << "\" y=\"" << y0 + 30 << "\" width=\"10\" height=\"10\" "
-      << "fill=\"#ee854a\"/><text x=\"" << x0 + 164 << "\" y=\"" << y0 + 39 << "\">commit</text>\n";
+    for (std::size_t k = 0; k < sections.size(); ++k) {
+      const int y = y0 + 30 + 14 * static_cast<int>(k);
+      s << "<rect x=\"" << x0 << "\" y=\"" << y << "\" width=\"10\" height=\"10\" fill=\""
+        << verify_colour[k % 2] << "\"/><text x=\"" << x0 + 14 << "\" y=\"" << y + 9
+        << "\">verify (all layers), " << sections[k].first << "</text>\n";
+      s << "<rect x=\"" << x0 + 220 << "\" y=\"" << y << "\" width=\"10\" height=\"10\" fill=\""
+        << commit_colour[k % 2] << "\"/><text x=\"" << x0 + 234 << "\" y=\"" << y + 9
+        << "\">commit, " << sections[k].first << "</text>\n";
+    }
   }
   s << "</svg>\n";
   return s.str();
@@ -852,12 +1160,17 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--backend", o->backend, "cpu or cuda (cuda only where built)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--strategy", o->strategy,
+                  "snapshot, replay, or both (the same trace through each, side by side)")
+      ->check(CLI::IsMember({"snapshot", "replay", "both"}))
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the generator and the synthetic weights")
       ->check(unsigned_64())
       ->capture_default_str();
   cmd->add_flag("--check", o->check,
-                "Also replay the accepted tokens through prefill on a CPU pool and compare the "
-                "committed states (exit 1 on mismatch)");
+                "Also replay the accepted tokens through prefill on a CPU pool and compare each "
+                "strategy's committed states; with --strategy both also the two strategies' "
+                "outputs and committed states, bit for bit (exit 1 on mismatch)");
   cmd->add_option("--warmup", o->warmup,
                   "Untimed rounds first (verify, then commit with a = 0, which keeps the state)")
       ->check(CLI::Range(0, 1000))

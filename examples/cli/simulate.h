@@ -23,10 +23,15 @@ struct SimulateOptions {
   std::string histogram;   // "w1,w2,...": accepted length a drawn with weight w_a (empirical)
   std::string save_trace;  // write the replayed trace here (JSON Lines, docs/traces.md)
   std::string backend = "cpu";
+  // snapshot, replay, or both: the same trace through a snapshot pool and a replay pool, side by
+  // side (the report's per-strategy keys then sit under "strategies").
+  std::string strategy = "snapshot";
   uint64_t seed = 0;
-  bool check = false;  // replay accepted tokens through prefill on a CPU pool and compare
-  int warmup = 1;      // untimed rounds first: a full verify, then a commit that keeps (a = 0)
-  std::string out;     // FILE.json: report; FILE.svg beside it: the plots
+  // Replay the accepted tokens through prefill on a CPU pool and compare every strategy's
+  // committed states with it; with `both` also the strategies' outputs and states bit for bit.
+  bool check = false;
+  int warmup = 1;   // untimed rounds first: a full verify, then a commit that keeps (a = 0)
+  std::string out;  // FILE.json: report; FILE.svg beside it: the plots
 };
 
 // Runs the simulation; `progress` (may be null) receives a progress bar. Returns the report

@@ -1,13 +1,16 @@
 // `specstate simulate`: the simulation in-process (report schema, acceptance statistics equal
-// to the trace's, memory equal to the pool's, states checked against plain prefill) and the
-// command line (exit codes, usage messages naming the argument, --out files).
+// to the trace's, memory and bytes computed here by hand, states checked against plain prefill,
+// --strategy snapshot|replay|both) and the command line (exit codes, usage messages naming the
+// argument, --out files).
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
 #include <array>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/simulate.h"
 #include "common/cli_run.h"
@@ -25,7 +28,54 @@ bool contains(const std::string& text, const std::string& fragment) {
   return text.find(fragment) != std::string::npos;
 }
 
+// The tiny preset's sizes, by hand (not from the code under test): 2 GDN layers, H=1, HV=2,
+// K=V=16, W=4, everything f32. conv_dim = 2*1*16 + 2*16 = 64.
+constexpr int64_t kTinyLayers = 2;
+constexpr int64_t kTinyConvLayer = 64 * 3 * 4;                       // conv_dim x (W-1) x f32
+constexpr int64_t kTinySsmLayer = 2 * 16 * 16 * 4;                   // HV x V x K x f32
+constexpr int64_t kTinyStateLayer = kTinyConvLayer + kTinySsmLayer;  // 2816
+constexpr int64_t kTinyRecord = (64 + 2 * 2) * 4;                    // (conv_dim + 2 HV) x f32
+
+GdnConfig tiny_gdn() {
+  GdnConfig g;
+  g.num_k_heads = 1;
+  g.num_v_heads = 2;
+  g.head_k_dim = 16;
+  g.head_v_dim = 16;
+  g.act_dtype = g.conv_state_dtype = DType::kF32;
+  return g;
+}
+
+// Replay workspace of the tiny preset: records, a pending count per layer and slot, the path.
+int64_t tiny_replay_workspace(int64_t slots, int64_t window) {
+  return kTinyLayers * slots * window * kTinyRecord + kTinyLayers * slots * 4 + slots * window * 4;
+}
+// Snapshot workspace: the state after every window token, per row and layer.
+int64_t tiny_snapshot_workspace(int64_t rows, int64_t window) {
+  return kTinyLayers * rows * window * kTinyStateLayer;
+}
+
+// Accepted lengths of a JSON Lines trace, read with nlohmann (not the trace reader under test).
+std::vector<int64_t> accepted_lengths(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<int64_t> out;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    if (header) {
+      header = false;
+      continue;
+    }
+    out.push_back(j.contains("accepted") ? j["accepted"].get<int64_t>()
+                                         : static_cast<int64_t>(j["path"].size()));
+  }
+  return out;
+}
+
 TEST(Simulate, ReportSchemaAndStatistics) {
+  const std::string saved = ::testing::TempDir() + "specstate_schema_trace.jsonl";
   SimulateOptions o;
   o.model = "tiny";
   o.requests = 3;
@@ -33,44 +83,48 @@ TEST(Simulate, ReportSchemaAndStatistics) {
   o.window = 4;
   o.accept_rate = 0.6;
   o.seed = 5;
+  o.save_trace = saved;
   const auto report = run_simulation(o, nullptr);
   for (const char* key : {"tool", "report_version", "specstate_version", "options", "model",
                           "trace", "acceptance", "memory", "timing", "bytes", "check", "rounds"}) {
     EXPECT_TRUE(report.contains(key)) << key;
   }
-  // The acceptance statistics are the generated trace's.
-  spec::TraceShape shape;
-  shape.requests = 3;
-  shape.rounds = 12;
-  shape.window = spec::Window::chain(4);
-  shape.seed = 5;
-  const spec::Trace trace = spec::generate_geometric(shape, 0.6);
-  EXPECT_EQ(report["acceptance"]["histogram"].get<std::vector<int64_t>>(),
-            trace.accepted_histogram());
-  EXPECT_DOUBLE_EQ(report["acceptance"]["mean_accepted_length"].get<double>(),
-                   trace.mean_accepted_length());
-  EXPECT_DOUBLE_EQ(report["acceptance"]["tokens_per_round"].get<double>(),
-                   3 * trace.mean_accepted_length());
-  // Memory: what a pool of that shape holds.
-  GdnConfig g;
-  g.num_k_heads = 1;
-  g.num_v_heads = 2;
-  g.head_k_dim = 16;
-  g.head_v_dim = 16;
-  g.act_dtype = g.conv_state_dtype = DType::kF32;
+  EXPECT_FALSE(report.contains("strategies"));
+  EXPECT_EQ(report["options"]["strategy"].get<std::string>(), "snapshot");
+  // The acceptance statistics are those of the trace it replayed (read back independently).
+  const std::vector<int64_t> lengths = accepted_lengths(saved);
+  ASSERT_EQ(lengths.size(), 36u);
+  std::vector<int64_t> histogram(5, 0);
+  int64_t tokens = 0, advancing = 0;
+  for (int64_t a : lengths) {
+    ++histogram.at(static_cast<std::size_t>(a));
+    tokens += a;
+    advancing += a > 0;
+  }
+  EXPECT_GT(histogram[0] + histogram[1] + histogram[2] + histogram[3], 0);  // not all a = 4
+  EXPECT_EQ(report["acceptance"]["histogram"].get<std::vector<int64_t>>(), histogram);
+  EXPECT_EQ(report["acceptance"]["tokens_total"].get<int64_t>(), tokens);
+  EXPECT_DOUBLE_EQ(report["acceptance"]["mean_accepted_length"].get<double>(), tokens / 36.0);
+  EXPECT_DOUBLE_EQ(report["acceptance"]["tokens_per_round"].get<double>(), tokens / 12.0);
+  // Memory: by hand, and what a real pool of that shape holds.
+  const int64_t committed = 3 * kTinyLayers * kTinyStateLayer;  // 16,896
+  EXPECT_EQ(report["memory"]["committed_bytes"].get<int64_t>(), committed);
+  EXPECT_EQ(report["memory"]["scratch_bytes"].get<int64_t>(), tiny_snapshot_workspace(3, 4));
+  EXPECT_EQ(report["memory"]["workspace_bytes"].get<int64_t>(), tiny_snapshot_workspace(3, 4));
+  EXPECT_EQ(report["memory"]["committed_bytes_per_request"].get<int64_t>(), committed / 3);
+  EXPECT_EQ(report["memory"]["scratch_bytes_per_row"].get<int64_t>(),
+            kTinyLayers * 4 * kTinyStateLayer);
   PoolOptions po;
   po.num_slots = 3;
   po.max_rows = 3;
   po.max_window = 4;
-  const StatePool pool(ModelConfig::gated_delta_net(2, g), po);
-  EXPECT_EQ(report["memory"]["committed_bytes"].get<int64_t>(), pool.committed_bytes());
-  EXPECT_EQ(report["memory"]["scratch_bytes"].get<int64_t>(), pool.scratch_bytes());
-  EXPECT_EQ(report["memory"]["committed_bytes_per_request"].get<int64_t>(),
-            pool.committed_bytes() / 3);
+  const StatePool pool(ModelConfig::gated_delta_net(2, tiny_gdn()), po);
+  EXPECT_EQ(pool.committed_bytes(), committed);
+  EXPECT_EQ(pool.workspace_bytes(), tiny_snapshot_workspace(3, 4));
   // Rounds and timing.
   ASSERT_EQ(report["rounds"].size(), 12u);
   double verify = 0;
-  int64_t vbytes = 0;
+  int64_t vbytes = 0, cbytes = 0;
   for (const auto& r : report["rounds"]) {
     EXPECT_EQ(r["live_rows"].get<int>(), 3);
     EXPECT_EQ(r["rows"].get<int>(), 3);
@@ -78,12 +132,75 @@ TEST(Simulate, ReportSchemaAndStatistics) {
     EXPECT_GE(r["commit_seconds"].get<double>(), 0.0);
     verify += r["verify_seconds"].get<double>();
     vbytes += r["verify_bytes"].get<int64_t>();
+    cbytes += r["commit_bytes"].get<int64_t>();
   }
   EXPECT_NEAR(report["timing"]["verify_seconds"].get<double>(), verify, 1e-12);
-  // Verify moves at least (1 + T) states per live row per layer.
-  const int64_t per_layer = pool.committed_bytes() / 3 / 2;
-  EXPECT_EQ(vbytes, int64_t{12} * 3 * 2 * per_layer * 5);
+  // Snapshot: verify moves (1 + T) states per live row-layer, commit 2 per advancing row-layer.
+  EXPECT_EQ(vbytes, int64_t{12} * 3 * kTinyLayers * kTinyStateLayer * 5);
+  EXPECT_EQ(cbytes, advancing * kTinyLayers * kTinyStateLayer * 2);
+  EXPECT_EQ(report["bytes"]["verify_bytes"].get<int64_t>(), vbytes);
+  EXPECT_EQ(report["bytes"]["commit_bytes"].get<int64_t>(), cbytes);
   EXPECT_FALSE(report["check"]["ran"].get<bool>());
+  std::remove(saved.c_str());
+}
+
+// Replay's report keeps the single-strategy keys; memory and the bytes model by hand.
+TEST(Simulate, ReplayReportMemoryAndBytesModel) {
+  SimulateOptions o;
+  o.model = "tiny";
+  o.strategy = "replay";
+  o.requests = 3;
+  o.rounds = 5;
+  o.window = 4;
+  o.fixed = 2;
+  const auto report = run_simulation(o, nullptr);
+  EXPECT_FALSE(report.contains("strategies"));
+  EXPECT_EQ(report["options"]["strategy"].get<std::string>(), "replay");
+  const auto& mem = report["memory"];
+  EXPECT_EQ(mem["committed_bytes"].get<int64_t>(), 3 * kTinyLayers * kTinyStateLayer);
+  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), tiny_replay_workspace(3, 4));  // 6,600
+  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), 6600);
+  EXPECT_EQ(mem["records_bytes_per_slot"].get<int64_t>(), tiny_replay_workspace(1, 4));
+  EXPECT_EQ(mem["scratch_bytes_per_row"].get<int64_t>(), 0);
+  PoolOptions po;
+  po.num_slots = 3;
+  po.max_rows = 3;
+  po.max_window = 4;
+  po.strategy = Strategy::kReplay;
+  const StatePool pool(ModelConfig::gated_delta_net(2, tiny_gdn()), po);
+  EXPECT_EQ(pool.workspace_bytes(), tiny_replay_workspace(3, 4));
+  // Every round: 3 live rows read + write the state once per layer and write 4 records per
+  // layer; from round 1 on they also read back the 2 records of the steps the last commit left.
+  const int64_t base = 3 * kTinyLayers * (2 * kTinyStateLayer + 4 * kTinyRecord);
+  ASSERT_EQ(report["rounds"].size(), 5u);
+  for (std::size_t r = 0; r < 5; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    const int64_t replayed = r == 0 ? 0 : 3 * 2;
+    EXPECT_EQ(report["rounds"][r]["verify_bytes"].get<int64_t>(),
+              base + replayed * kTinyLayers * kTinyRecord);
+    EXPECT_EQ(report["rounds"][r]["commit_bytes"].get<int64_t>(), 0);
+  }
+  // The last commit's steps are re-run by the final materialize.
+  EXPECT_EQ(report["bytes"]["materialize_bytes"].get<int64_t>(),
+            3 * kTinyLayers * 2 * kTinyStateLayer + 3 * 2 * kTinyLayers * kTinyRecord);
+  EXPECT_GE(report["timing"]["materialize_seconds"].get<double>(), 0.0);
+}
+
+TEST(Simulate, ReplayCheckPassesForChainsTreesAndTraceFiles) {
+  SimulateOptions o;
+  o.model = "tiny";
+  o.strategy = "replay";
+  o.requests = 5;
+  o.rounds = 6;
+  o.check = true;
+  auto report = run_simulation(o, nullptr);
+  EXPECT_TRUE(report["check"]["passed"].get<bool>()) << report["check"].dump();
+  EXPECT_TRUE(report["check"]["bit_identical"].get<bool>());
+  EXPECT_TRUE(report["check"]["state_norm_nonzero"].get<bool>());
+  o.tree = "-1,0,0,1,2";
+  o.accept_rate = 0.9;
+  report = run_simulation(o, nullptr);
+  EXPECT_TRUE(report["check"]["passed"].get<bool>()) << report["check"].dump();
 }
 
 TEST(Simulate, CheckPassesForChainsAndTrees) {
@@ -105,6 +222,82 @@ TEST(Simulate, CheckPassesForChainsAndTrees) {
   report = run_simulation(o, nullptr);
   EXPECT_TRUE(report["check"]["passed"].get<bool>()) << report["check"].dump();
   EXPECT_EQ(report["trace"]["max_window"].get<int>(), 5);
+}
+
+// --strategy both: the same trace through each strategy; --check proves each against plain
+// prefill and the two against each other, bit for bit.
+TEST(Simulate, BothRunsEachStrategyAndChecksThemAgainstEachOther) {
+  for (const char* tree : {"", "-1,0,0,1,2"}) {
+    SCOPED_TRACE(std::string("tree ") + tree);
+    SimulateOptions o;
+    o.model = "tiny";
+    o.strategy = "both";
+    o.requests = 5;
+    o.rounds = 7;
+    o.tree = tree;
+    o.accept_rate = 0.8;
+    o.check = true;
+    const auto report = run_simulation(o, nullptr);
+    ASSERT_TRUE(report.contains("strategies"));
+    EXPECT_EQ(report["options"]["strategy"].get<std::string>(), "both");
+    const int T = *tree ? 5 : 4;
+    for (const char* name : {"snapshot", "replay"}) {
+      SCOPED_TRACE(name);
+      const auto& s = report["strategies"][name];
+      for (const char* key : {"memory", "timing", "bytes", "check", "rounds"}) {
+        EXPECT_TRUE(s.contains(key)) << key;
+      }
+      EXPECT_EQ(s["rounds"].size(), 7u);
+      EXPECT_TRUE(s["check"]["passed"].get<bool>()) << s["check"].dump();
+      EXPECT_TRUE(s["check"]["bit_identical"].get<bool>());
+      EXPECT_EQ(s["memory"]["committed_bytes"].get<int64_t>(), 5 * kTinyLayers * kTinyStateLayer);
+    }
+    EXPECT_EQ(report["strategies"]["snapshot"]["memory"]["workspace_bytes"].get<int64_t>(),
+              tiny_snapshot_workspace(5, T));
+    EXPECT_EQ(report["strategies"]["replay"]["memory"]["workspace_bytes"].get<int64_t>(),
+              tiny_replay_workspace(5, T));
+    // The bytes models differ the way DESIGN.md section 8 says: replay never moves a state in
+    // commit, and moves fewer bytes per round whenever T >= 2.
+    EXPECT_EQ(report["strategies"]["replay"]["bytes"]["commit_bytes"].get<int64_t>(), 0);
+    EXPECT_GT(report["strategies"]["snapshot"]["bytes"]["commit_bytes"].get<int64_t>(), 0);
+    EXPECT_LT(report["strategies"]["replay"]["bytes"]["verify_bytes"].get<int64_t>(),
+              report["strategies"]["snapshot"]["bytes"]["verify_bytes"].get<int64_t>());
+    const auto& chk = report["check"];
+    EXPECT_TRUE(chk["ran"].get<bool>());
+    EXPECT_TRUE(chk["passed"].get<bool>()) << chk.dump();
+    EXPECT_TRUE(chk["strategies_passed"].get<bool>());
+    EXPECT_TRUE(chk["outputs_identical"].get<bool>());
+    EXPECT_TRUE(chk["committed_states_identical"].get<bool>());
+    EXPECT_TRUE(chk["difference"].is_null());
+    // Not vacuous: every timed round and every request was compared.
+    EXPECT_EQ(chk["compared_rounds"].get<int64_t>(), 7);
+    EXPECT_EQ(chk["compared_requests"].get<int64_t>(), 5);
+  }
+}
+
+TEST(Simulate, BothWithoutCheckComparesNothing) {
+  SimulateOptions o;
+  o.model = "tiny";
+  o.strategy = "both";
+  o.rounds = 3;
+  const auto report = run_simulation(o, nullptr);
+  EXPECT_FALSE(report["check"]["ran"].get<bool>());
+  EXPECT_FALSE(report.contains("memory"));  // per strategy, under "strategies"
+  EXPECT_TRUE(report["strategies"]["snapshot"].contains("memory"));
+  EXPECT_TRUE(report["strategies"]["replay"].contains("memory"));
+}
+
+TEST(Simulate, BadStrategyNamesTheOption) {
+  SimulateOptions o;
+  o.model = "tiny";
+  o.strategy = "foo";
+  try {
+    run_simulation(o, nullptr);
+    FAIL() << "accepted --strategy foo";
+  } catch (const CLI::ValidationError& e) {
+    EXPECT_TRUE(contains(e.what(), "--strategy")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "foo")) << e.what();
+  }
 }
 
 TEST(Simulate, ReplaysATraceFileWithPaddingRowsAndZeroAcceptance) {
@@ -131,6 +324,11 @@ TEST(Simulate, ReplaysATraceFileWithPaddingRowsAndZeroAcceptance) {
   o.model = "tiny";
   o.trace_path = path;
   o.check = true;
+  // Under both strategies (a slot that sits out rounds keeps replay's pending steps).
+  o.strategy = "both";
+  const auto both = run_simulation(o, nullptr);
+  EXPECT_TRUE(both["check"]["passed"].get<bool>()) << both["check"].dump();
+  o.strategy = "snapshot";
   const auto report = run_simulation(o, nullptr);
   EXPECT_TRUE(report["check"]["passed"].get<bool>()) << report["check"].dump();
   ASSERT_EQ(report["rounds"].size(), 3u);
@@ -158,12 +356,60 @@ TEST(Simulate, SvgHasBothPlots) {
 TEST(SimulateCli, DefaultRunSucceeds) {
   const CliRun run = run_cli("simulate --check");
   EXPECT_EQ(run.code, 0) << run.output;
-  for (const char* f : {"tokens per round", "accepted length histogram", "committed", "scratch",
-                        "verify", "commit", "bytes moved", "check", "PASS"}) {
+  for (const char* f :
+       {"strategy snapshot", "tokens per round", "accepted length histogram", "committed",
+        "scratch", "verify", "commit", "bytes moved", "check", "PASS"}) {
     EXPECT_TRUE(contains(run.output, f)) << f << " missing in\n" << run.output;
   }
   // Not a terminal: no progress bar.
   EXPECT_FALSE(contains(run.output, "] 32/32 rounds"));
+}
+
+TEST(SimulateCli, BothPrintsSideBySideAndChecks) {
+  const std::string base = ::testing::TempDir() + "specstate_sim_both";
+  std::remove((base + ".json").c_str());
+  const CliRun run =
+      run_cli("simulate --model tiny --rounds 6 --strategy both --check --out " + base + ".json");
+  ASSERT_EQ(run.code, 0) << run.output;
+  for (const char* f :
+       {"strategy both", "side by side", "snapshot", "replay", "time: verify", "time: commit",
+        "bytes moved: verify", "memory: committed", "memory: workspace", "check vs plain prefill",
+        "snapshot vs replay bit-identical: outputs yes (6 rounds), "
+        "committed states yes (8 requests): PASS"}) {
+    EXPECT_TRUE(contains(run.output, f)) << f << " missing in\n" << run.output;
+  }
+  std::ifstream in(base + ".json");
+  ASSERT_TRUE(in.good());
+  const auto report = nlohmann::json::parse(in);
+  EXPECT_EQ(report["options"]["strategy"], "both");
+  EXPECT_EQ(report["strategies"]["snapshot"]["rounds"].size(), 6u);
+  EXPECT_EQ(report["strategies"]["replay"]["rounds"].size(), 6u);
+  EXPECT_TRUE(report["check"]["passed"].get<bool>());
+  std::ifstream svg_in(base + ".svg");
+  std::stringstream svg;
+  svg << svg_in.rdbuf();
+  EXPECT_TRUE(contains(svg.str(), "commit, replay")) << svg.str();
+  std::remove((base + ".json").c_str());
+  std::remove((base + ".svg").c_str());
+}
+
+TEST(SimulateCli, ReplayRunKeepsTheSingleStrategyReport) {
+  const std::string base = ::testing::TempDir() + "specstate_sim_replay";
+  const CliRun run =
+      run_cli("simulate --model tiny --rounds 4 --strategy replay --check --out " + base + ".json");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "strategy replay")) << run.output;
+  EXPECT_TRUE(contains(run.output, "replay records")) << run.output;
+  EXPECT_TRUE(contains(run.output, "PASS")) << run.output;
+  std::ifstream in(base + ".json");
+  const auto report = nlohmann::json::parse(in);
+  for (const char* key : {"memory", "timing", "bytes", "check", "rounds"}) {
+    EXPECT_TRUE(report.contains(key)) << key;
+  }
+  EXPECT_EQ(report["options"]["strategy"], "replay");
+  EXPECT_EQ(report["memory"]["workspace_bytes"].get<int64_t>(), tiny_replay_workspace(8, 4));
+  std::remove((base + ".json").c_str());
+  std::remove((base + ".svg").c_str());
 }
 
 TEST(SimulateCli, OutWritesReportAndPlot) {
@@ -235,6 +481,9 @@ TEST(SimulateCli, BadArgumentsExitTwoNamingTheArgument) {
       {"simulate --histogram 1,1,1,1,1 --window 4", "--histogram"},
       {"simulate --histogram 1,1 --accept-rate 0.5", "--histogram"},
       {"simulate --save-trace /nonexistent/dir/t.jsonl", "--save-trace"},
+      {"simulate --strategy foo", "--strategy: foo"},
+      {"simulate --strategy", "--strategy"},
+      {"simulate --strategy Replay", "--strategy: Replay"},
   };
   for (const Bad& b : cases) {
     const CliRun run = run_cli(b.args);
