@@ -140,7 +140,9 @@ __global__ void __launch_bounds__(kConvThreads)
       }
       Act* op = static_cast<Act*>(p.replay_out) + row * p.replay_out_stride_row +
                 i * p.replay_out_stride_t + c0;
-      if (full && aligned16(op)) {
+      if (c0 + C <= p.replay_out_from) {
+        // not read by the recurrence's replay
+      } else if (full && aligned16(op)) {
         store_n<Act, C>(op, y, true);
       } else {
 #pragma unroll

@@ -34,8 +34,10 @@ struct ConvUpdateParams {
   bool store_replayed = false;
   bool store_final = false;
   bool write_records = false;
-  int extra_cols = 0;   // columns of each extra per-token input (GDN: a and b, HV each)
-  int extra_count = 0;  // 0..2 extra inputs carried in the records after x
+  int extra_cols = 0;       // columns of each extra per-token input (GDN: a and b, HV each)
+  int extra_count = 0;      // 0..2 extra inputs carried in the records after x
+  int replay_out_from = 0;  // replayed steps' conv outputs are written from this channel on
+                            // (GDN: its q channels [0, H*K) are not needed by a replayed step)
   ElemType weight_dtype = ElemType::kF32;
   ElemType bias_dtype = ElemType::kF32;
 

@@ -53,7 +53,7 @@ struct GdnSource {
 // Stages virtual tokens [c0, c0 + n) for value head hv (key head h): virtual token i is token i
 // of `first` for i < n_first (the replayed steps), token i - n_first of `second` otherwise (the
 // window). Every thread of the CTA calls it; it ends with __syncthreads().
-template <typename Act, int K, int kRows, int kChunk>
+template <typename Act, int K, int kRows, int kChunk, bool kTwoSources>
 __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
                                           const GdnSource<Act>& first, int n_first,
                                           const GdnSource<Act>& second,
@@ -65,7 +65,7 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
   for (int i = tid; i < n * kRows; i += kGdnThreads) {
     const int tt = i / kRows, vr = blockIdx.x * kRows + i % kRows;
     const int vt = c0 + tt;
-    const bool f = vt < n_first;
+    const bool f = kTwoSources && vt < n_first;
     const Act* qkv = f ? first.qkv : second.qkv;
     const int64_t st = f ? first.qkv_stride_token : second.qkv_stride_token;
     const int64_t sc = f ? first.qkv_stride_c : second.qkv_stride_c;
@@ -78,7 +78,7 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
   // Warp w normalises q and k of tokens w, w+4, ...; lane 0 computes the gates.
   for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
     const int vt = c0 + tt;
-    const bool f = vt < n_first;
+    const bool f = kTwoSources && vt < n_first;
     const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
     const int64_t sc = f ? first.qkv_stride_c : second.qkv_stride_c;
     const int64_t q_off = int64_t{h} * K * sc;
@@ -90,7 +90,8 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
     float sq = 0.f, sk = 0.f;
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
-      qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * sc]);
+      // A replayed step produces no output: its q is not needed (nor read).
+      qv[i] = f ? 0.0f : to_float<Act>(base[q_off + (i * 32 + lane) * sc]);
       kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * sc]);
       sq += qv[i] * qv[i];
       sk += kv[i] * kv[i];
@@ -128,24 +129,28 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
 }
 
 // One token step on this thread's slice of S (staged token tt); returns o for this V row.
-template <typename St, int K, int LANES, int kRows, int kChunk>
+// kOutput = false (a replayed step): S q~ and the output are not computed; the state update is
+// the same arithmetic, so the states stay bit-identical.
+template <typename St, int K, int LANES, int kRows, int kChunk, bool kOutput = true>
 __device__ __forceinline__ float gdn_step(float4 (&S)[K / (4 * LANES)],
                                           const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
                                           int vrow) {
   constexpr int NK = K / (4 * LANES);
-  float4 kn[NK], qn[NK];
+  float4 kn[NK];
   float sk = 0.f, sq = 0.f;
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
     kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
-    qn[i] = *reinterpret_cast<const float4*>(&c.q[tt][i * 4 * LANES + kl * 4]);
     sk += S[i].x * kn[i].x + S[i].y * kn[i].y + S[i].z * kn[i].z + S[i].w * kn[i].w;
-    sq += S[i].x * qn[i].x + S[i].y * qn[i].y + S[i].z * qn[i].z + S[i].w * qn[i].w;
+    if constexpr (kOutput) {
+      const float4 qn = *reinterpret_cast<const float4*>(&c.q[tt][i * 4 * LANES + kl * 4]);
+      sq += S[i].x * qn.x + S[i].y * qn.y + S[i].z * qn.z + S[i].w * qn.w;
+    }
   }
 #pragma unroll
   for (int m = LANES / 2; m > 0; m >>= 1) {
     sk += __shfl_xor_sync(0xffffffffu, sk, m);
-    sq += __shfl_xor_sync(0xffffffffu, sq, m);
+    if constexpr (kOutput) sq += __shfl_xor_sync(0xffffffffu, sq, m);
   }
   const float eg = c.eg[tt];
   const float u = c.beta[tt] * (c.v[tt][vrow] - eg * sk);
@@ -182,7 +187,9 @@ __device__ __forceinline__ void gdn_store_state(St* dst, const float4 (&S)[NK], 
 // the first read of a CTA has its latency exposed.
 // kChunk: tokens staged at a time; the replay instantiation stages 16 so that a round's replayed
 // steps and its window usually fit one chunk (one prologue, one barrier pair per row).
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk>
+// kReplay: the instantiation that may run a replay phase or recompute tree states (the snapshot
+// and advance instantiation carries none of that code).
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
 __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   static_assert(kItems == 1 || kItems == 2, "one or two rows per CTA");
@@ -209,6 +216,9 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   const int slot1 =
       kItems > 1 && r1 < p.rows ? (p.slots ? p.slots[p.row_begin + r1] : p.slot_inline[r1]) : -1;
   St* next_mine = next_state + (kItems > 1 ? vrow * K : 0);
+  // The pending counts do not depend on the preceding conv kernel: read them before the wait.
+  const int pend0 = kReplay && p.pending != nullptr && slot0 >= 0 ? p.pending[slot0] : 0;
+  const int pend1 = kReplay && p.pending != nullptr && slot1 >= 0 ? p.pending[slot1] : 0;
 
   float4 S[NK];
   if (slot0 >= 0) {
@@ -247,7 +257,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   const float dt_bias = load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);
   Act* out = static_cast<Act*>(p.out);
   // A tree without snapshots recomputes a branch's start state from the row's start state.
-  const bool recompute = p.parents != nullptr && p.snap == nullptr;
+  const bool recompute = kReplay && p.parents != nullptr && p.snap == nullptr;
 
 #pragma unroll 1
   for (int item = 0; item < kItems; ++item) {
@@ -269,7 +279,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
 
     // Virtual tokens: the slot's pending steps (replay, DESIGN.md section 6: re-run from the
     // committed state with the same step as the window, no outputs), then the window.
-    const int n_rep = p.pending != nullptr ? p.pending[slot] : 0;
+    const int n_rep = item == 0 ? pend0 : pend1;
     const Act* rq = static_cast<const Act*>(p.replay_qkv) + row * p.replay_qkv_stride_row;
     const Act* rg = static_cast<const Act*>(p.replay_gates) + row * p.replay_gates_stride_row;
     const GdnSource<Act> rep{rq,
@@ -299,11 +309,12 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     for (int c0 = 0; c0 < total;) {
       int m = min(kChunk, total - c0);
       if (split && c0 < n_rep) m = min(m, n_rep - c0);
-      gdn_stage<Act, K, kRows, kChunk>(chunk, rep, n_rep, win, p, h, hv, c0, m, A, dt_bias);
+      gdn_stage<Act, K, kRows, kChunk, kReplay>(chunk, rep, n_rep, win, p, h, hv, c0, m, A,
+                                                dt_bias);
       for (int tt = 0; tt < m; ++tt) {
         const int vt = c0 + tt;
         if (vt < n_rep) {
-          gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow);
+          gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, tt, kl, vrow);
           if (vt == n_rep - 1 && v_ok && (p.store_replayed || (p.store_final && p.tokens == 0))) {
             gdn_store_state<St, NK, LANES>(committed, S, kl, false);
           }
@@ -337,7 +348,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
               while (path != 0) {
                 const int a = __ffs(path) - 1;
                 path &= path - 1;
-                gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, n_rep + a - c0, kl, vrow);
+                gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, n_rep + a - c0, kl, vrow);
               }
             }
           }
@@ -360,7 +371,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   }
 }
 
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk>
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
   cudaLaunchConfig_t config = {};
@@ -376,8 +387,8 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  const cudaError_t err =
-      cudaLaunchKernelEx(&config, gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk>, p);
+  const cudaError_t err = cudaLaunchKernelEx(
+      &config, gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay>, p);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
@@ -386,13 +397,17 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   // Two rows per CTA from 16 rows on when the window is short (the state read is then a large
   // share of the traffic and its latency is exposed once per CTA). Measured on H200, Qwen3-Next,
   // B=128: T=2 74% -> 80% of copy BW; T=4/8 87% -> 85-86% (hence one row per CTA there).
-  const bool two = p.rows >= 16 && p.tokens <= 3;
   if (p.pending != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
-    return two ? launch_gdn_shape<Act, St, K, 8, 2, 16>(p, stream)
-               : launch_gdn_shape<Act, St, K, 8, 1, 16>(p, stream);
+    // One row per CTA: the replay kernel is issue-bound at large batches (measured on H200,
+    // Qwen3-Next, T=4, B=128: 74% SM throughput, 29% DRAM), and two rows per CTA were slower
+    // (315 vs 295 us per layer).
+    const bool two = false;
+    return two ? launch_gdn_shape<Act, St, K, 8, 2, 16, true>(p, stream)
+               : launch_gdn_shape<Act, St, K, 8, 1, 16, true>(p, stream);
   }
-  return two ? launch_gdn_shape<Act, St, K, 8, 2, 8>(p, stream)
-             : launch_gdn_shape<Act, St, K, 8, 1, 8>(p, stream);
+  const bool two = p.rows >= 16 && p.tokens <= 3;
+  return two ? launch_gdn_shape<Act, St, K, 8, 2, 8, false>(p, stream)
+             : launch_gdn_shape<Act, St, K, 8, 1, 8, false>(p, stream);
 }
 
 template <typename Act, typename St>

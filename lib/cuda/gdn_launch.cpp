@@ -86,6 +86,7 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
     c.path = s.path();
     c.path_stride_slot = T_max;
     c.replay_out = a.scratch.replay_qkv;
+    c.replay_out_from = g.num_k_heads * g.head_k_dim;
     c.replay_out_stride_t = d;
     c.replay_out_stride_row = int64_t{d} * T_max;
     c.replay_extra = a.scratch.replay_gates;
