@@ -75,20 +75,41 @@ int run_plan(const PlanArgs& args) {
 
   std::printf("specstate plan: %s, TP %d, strategy %s (memory per GPU)\n", preset.name.c_str(),
               args.tp, strategy_name(strategy));
-  std::printf(
-      "  layers        %d, of which %d Gated DeltaNet (the rest hold a KV cache, not ours)\n",
-      preset.total_layers, config.num_layers);
-  std::printf("  GDN layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %lld\n", g.num_k_heads,
-              g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width,
-              static_cast<long long>(b.conv_dim));
-  std::printf("  per layer     conv %lld x %d x %s = %s B; SSM %d x %d x %d x %s = %s B\n",
-              static_cast<long long>(b.conv_dim), g.conv_width - 1, dtype_name(g.conv_state_dtype),
-              with_commas(b.conv_per_layer).c_str(), g.num_v_heads, g.head_v_dim, g.head_k_dim,
-              dtype_name(g.ssm_state_dtype), with_commas(b.ssm_per_layer).c_str());
-  if (replay) {
-    std::printf("  record        (%lld + 2 x %d) x %s = %s B per token and layer\n",
-                static_cast<long long>(b.conv_dim), g.num_v_heads, dtype_name(g.act_dtype),
-                with_commas(b.record_per_token).c_str());
+  if (config.kind == LayerKind::kMamba2) {
+    const Mamba2Config& m = config.mamba;
+    std::printf(
+        "  layers        %d, of which %d Mamba2 (the rest are attention or MLP, not ours)\n",
+        preset.total_layers, config.num_layers);
+    std::printf("  Mamba2 layer  nheads=%d P=%d N=%d G=%d W=%d, conv_dim %lld\n", m.num_heads,
+                m.head_dim, m.d_state, m.n_groups, m.conv_width,
+                static_cast<long long>(b.conv_dim));
+    std::printf("  per layer     conv %lld x %d x %s = %s B; SSM %d x %d x %d x %s = %s B\n",
+                static_cast<long long>(b.conv_dim), m.conv_width - 1,
+                dtype_name(m.conv_state_dtype), with_commas(b.conv_per_layer).c_str(), m.num_heads,
+                m.head_dim, m.d_state, dtype_name(m.ssm_state_dtype),
+                with_commas(b.ssm_per_layer).c_str());
+    if (replay) {
+      std::printf("  record        (%lld + %d) x %s = %s B per token and layer ([xBC | dt])\n",
+                  static_cast<long long>(b.conv_dim), m.num_heads, dtype_name(m.act_dtype),
+                  with_commas(b.record_per_token).c_str());
+    }
+  } else {
+    std::printf(
+        "  layers        %d, of which %d Gated DeltaNet (the rest hold a KV cache, not ours)\n",
+        preset.total_layers, config.num_layers);
+    std::printf("  GDN layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %lld\n", g.num_k_heads,
+                g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width,
+                static_cast<long long>(b.conv_dim));
+    std::printf("  per layer     conv %lld x %d x %s = %s B; SSM %d x %d x %d x %s = %s B\n",
+                static_cast<long long>(b.conv_dim), g.conv_width - 1,
+                dtype_name(g.conv_state_dtype), with_commas(b.conv_per_layer).c_str(),
+                g.num_v_heads, g.head_v_dim, g.head_k_dim, dtype_name(g.ssm_state_dtype),
+                with_commas(b.ssm_per_layer).c_str());
+    if (replay) {
+      std::printf("  record        (%lld + 2 x %d) x %s = %s B per token and layer\n",
+                  static_cast<long long>(b.conv_dim), g.num_v_heads, dtype_name(g.act_dtype),
+                  with_commas(b.record_per_token).c_str());
+    }
   }
   std::printf("\n");
   std::printf("  %-30s %-32s %s\n", "", "per request", "total");

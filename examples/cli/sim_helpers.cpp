@@ -24,6 +24,27 @@ ModelPreset make_preset(std::string name, std::string description, int total_lay
                      ModelConfig::gated_delta_net(gdn_layers, layer)};
 }
 
+// A Mamba2 model as Nemotron-H configures its layers: conv bias, D skip, no gate inside the
+// recurrence (a gated RMSNorm follows it), conv width 4, bf16 activations and conv state, f32 SSM.
+ModelPreset make_mamba2_preset(std::string name, std::string description, int total_layers,
+                               int mamba_layers, int nheads, int head_dim, int d_state,
+                               int n_groups) {
+  Mamba2Config layer;
+  layer.num_heads = nheads;
+  layer.head_dim = head_dim;
+  layer.d_state = d_state;
+  layer.n_groups = n_groups;
+  layer.conv_width = 4;
+  layer.conv_bias = true;
+  layer.d_skip = true;
+  layer.gate = false;
+  layer.act_dtype = DType::kBF16;
+  layer.conv_state_dtype = DType::kBF16;
+  layer.ssm_state_dtype = DType::kF32;
+  return ModelPreset{std::move(name), std::move(description), total_layers,
+                     ModelConfig::mamba2(mamba_layers, layer)};
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
@@ -38,6 +59,22 @@ const std::vector<ModelPreset>& model_presets() {
                   "Qwen3-Next-80B-A3B: 48 layers of which 36 GDN, H=16 HV=32 K=V=128 W=4, "
                   "bf16 act+conv, f32 SSM",
                   48, 36, 16, 32, 128, 128, DType::kBF16, DType::kBF16),
+      // Nemotron-H (Megatron-Bridge's NemotronH providers, HF nvidia/Nemotron-H-*-Base-8K): the
+      // hybrid_override_pattern's "M" layers are Mamba2 with mamba_head_dim 64, 8 groups, conv
+      // kernel 4. 8B: 52 layers, 24 Mamba2, 128 heads, d_state 128. 47B: 98 layers, 45 Mamba2,
+      // 256 heads, d_state 256. 56B: 118 layers, 54 Mamba2, 256 heads, d_state 256.
+      make_mamba2_preset("nemotron-h-8b",
+                         "Nemotron-H-8B: 52 layers of which 24 Mamba2, nheads=128 P=64 N=128 G=8 "
+                         "W=4, conv bias, D, bf16 act+conv, f32 SSM",
+                         52, 24, 128, 64, 128, 8),
+      make_mamba2_preset("nemotron-h-47b",
+                         "Nemotron-H-47B: 98 layers of which 45 Mamba2, nheads=256 P=64 N=256 G=8 "
+                         "W=4, conv bias, D, bf16 act+conv, f32 SSM",
+                         98, 45, 256, 64, 256, 8),
+      make_mamba2_preset("nemotron-h-56b",
+                         "Nemotron-H-56B: 118 layers of which 54 Mamba2, nheads=256 P=64 N=256 "
+                         "G=8 W=4, conv bias, D, bf16 act+conv, f32 SSM",
+                         118, 54, 256, 64, 256, 8),
   };
   return presets;
 }
@@ -59,6 +96,18 @@ const ModelPreset& find_preset(const std::string& name) {
 
 ModelConfig apply_tp(const ModelPreset& preset, int tp) {
   ModelConfig config = preset.config;
+  if (config.kind == LayerKind::kMamba2) {
+    // Heads and B/C groups are split over the ranks (P, N, W unchanged).
+    const int nh = config.mamba.num_heads, g = config.mamba.n_groups;
+    if (tp < 1 || nh % tp != 0 || g % tp != 0) {
+      throw CLI::ValidationError("--tp", "--tp " + std::to_string(tp) + " must divide the " +
+                                             std::to_string(nh) + " heads and " +
+                                             std::to_string(g) + " groups of " + preset.name);
+    }
+    config.mamba.num_heads = nh / tp;
+    config.mamba.n_groups = g / tp;
+    return config;
+  }
   const int h = config.gdn.num_k_heads, hv = config.gdn.num_v_heads;
   if (tp < 1 || h % tp != 0 || hv % tp != 0) {
     throw CLI::ValidationError("--tp", "--tp " + std::to_string(tp) + " must divide the " +
@@ -71,9 +120,26 @@ ModelConfig apply_tp(const ModelPreset& preset, int tp) {
 }
 
 StateBytes state_bytes(const ModelConfig& config, int window) {
-  const GdnConfig& g = config.gdn;
-  const int64_t layers = config.num_layers, hv = g.num_v_heads;
+  const int64_t layers = config.num_layers;
   StateBytes out;
+  if (config.kind == LayerKind::kMamba2) {
+    // conv_dim = nheads * P + 2 * G * N; SSM nheads x P x N; record [xBC | dt].
+    const Mamba2Config& m = config.mamba;
+    out.conv_dim = int64_t{m.num_heads} * m.head_dim + 2 * int64_t{m.n_groups} * m.d_state;
+    out.conv_per_layer =
+        out.conv_dim * (m.conv_width - 1) * static_cast<int64_t>(dtype_size(m.conv_state_dtype));
+    out.ssm_per_layer = int64_t{m.num_heads} * m.head_dim * m.d_state *
+                        static_cast<int64_t>(dtype_size(m.ssm_state_dtype));
+    out.committed_per_request = layers * (out.conv_per_layer + out.ssm_per_layer);
+    out.scratch_per_row = out.committed_per_request * window;
+    out.record_per_token =
+        (out.conv_dim + m.num_heads) * static_cast<int64_t>(dtype_size(m.act_dtype));
+    out.records_per_slot =
+        layers * window * out.record_per_token + layers * 4 + int64_t{window} * 4;
+    return out;
+  }
+  const GdnConfig& g = config.gdn;
+  const int64_t hv = g.num_v_heads;
   out.conv_dim = 2 * int64_t{g.num_k_heads} * g.head_k_dim + hv * g.head_v_dim;
   out.conv_per_layer =
       out.conv_dim * (g.conv_width - 1) * static_cast<int64_t>(dtype_size(g.conv_state_dtype));
@@ -147,6 +213,22 @@ void add_model_options(CLI::App* cmd, std::string& model, int& tp) {
 
 void describe_model(const ModelPreset& preset, const ModelConfig& config,
                     nlohmann::ordered_json& out) {
+  if (config.kind == LayerKind::kMamba2) {
+    const Mamba2Config& m = config.mamba;
+    out["layer_kind"] = layer_kind_name(config.kind);
+    out["total_layers"] = preset.total_layers;
+    out["mamba2_layers"] = config.num_layers;
+    out["num_heads"] = m.num_heads;
+    out["head_dim"] = m.head_dim;
+    out["d_state"] = m.d_state;
+    out["n_groups"] = m.n_groups;
+    out["conv_width"] = m.conv_width;
+    out["conv_dim"] = config.conv_dim();
+    out["act_dtype"] = dtype_name(m.act_dtype);
+    out["conv_state_dtype"] = dtype_name(config.conv_state_dtype());
+    out["ssm_state_dtype"] = dtype_name(config.ssm_state_dtype());
+    return;
+  }
   const GdnConfig& g = config.gdn;
   out["total_layers"] = preset.total_layers;
   out["gdn_layers"] = config.num_layers;

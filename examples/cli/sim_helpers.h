@@ -19,7 +19,8 @@ struct ModelPreset {
   ModelConfig config;    // at TP 1
 };
 
-// The embedded presets: "tiny", "small" (the simulate default), "qwen3-next-80b".
+// The embedded presets: "tiny", "small" (the simulate default), "qwen3-next-80b" (GDN);
+// "nemotron-h-8b", "nemotron-h-47b", "nemotron-h-56b" (Mamba2: plan only so far).
 const std::vector<ModelPreset>& model_presets();
 std::vector<std::string> model_preset_names();
 // Throws CLI::ValidationError naming --model when `name` is not a preset.
@@ -33,7 +34,9 @@ void add_model_options(CLI::App* cmd, std::string& model, int& tp);
 
 // Writes the preset's layer counts, shapes and dtypes (under TP) into `out`, the same keys in
 // every report: total_layers, gdn_layers, num_k_heads, num_v_heads, head_k_dim, head_v_dim,
-// conv_width, conv_dim, act_dtype, conv_state_dtype, ssm_state_dtype.
+// conv_width, conv_dim, act_dtype, conv_state_dtype, ssm_state_dtype. A Mamba2 preset writes
+// layer_kind "mamba2", total_layers, mamba2_layers, num_heads, head_dim, d_state, n_groups,
+// conv_width, conv_dim and the dtypes instead.
 void describe_model(const ModelPreset& preset, const ModelConfig& config,
                     nlohmann::ordered_json& out);
 

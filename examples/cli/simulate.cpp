@@ -322,6 +322,12 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   }
   const ModelPreset& preset = find_preset(o.model);
   const ModelConfig config = apply_tp(preset, o.tp);
+  if (config.kind != LayerKind::kGatedDeltaNet) {
+    throw CLI::ValidationError("--model", "--model " + preset.name + " has " +
+                                              layer_kind_name(config.kind) +
+                                              " layers: simulate runs Gated DeltaNet presets only "
+                                              "so far (plan and check-golden take Mamba2)");
+  }
   config.validate();
   const GdnConfig& g = config.gdn;
   std::string source;
