@@ -14,3 +14,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# The Python package's build and test requirements (scripts/test.sh): pip-installs what is missing.
+SPECSTATE_PY_PACKAGES=(nanobind scikit-build-core numpy ml_dtypes pytest)
+specstate_python_deps() {
+  local py="${PYTHON:-python3}" missing=() pkg mod
+  for pkg in "${SPECSTATE_PY_PACKAGES[@]}"; do
+    mod="${pkg//-/_}"
+    "$py" -c "import $mod" 2>/dev/null || missing+=("$pkg")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "specstate: pip-installing ${missing[*]}" >&2
+    "$py" -m pip install -q --disable-pip-version-check "${missing[@]}"
+  fi
+}
