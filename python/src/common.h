@@ -40,19 +40,60 @@ nb::object view_to_python(const TensorView& view, int device_id, nb::handle owne
 
 // The per-layer arguments as Python objects: each field converted (and named) when it is set, so
 // an engine can build them once over static buffers (CUDA graphs) and pass them every round.
+// each(f) calls f(arg, name) for every field (device checks).
 struct PyGdnWeights {
   Arg conv_weight, conv_bias, A_log, dt_bias;
   GdnWeights views() const {
     return GdnWeights{conv_weight.view, conv_bias.view, A_log.view, dt_bias.view};
   }
+  template <typename F>
+  void each(F f) const {
+    f(conv_weight, "weights.conv_weight"), f(conv_bias, "weights.conv_bias");
+    f(A_log, "weights.A_log"), f(dt_bias, "weights.dt_bias");
+  }
 };
 struct PyGdnInputs {
   Arg mixed_qkv, a, b;
   GdnInputs views() const { return GdnInputs{mixed_qkv.view, a.view, b.view}; }
+  template <typename F>
+  void each(F f) const {
+    f(mixed_qkv, "inputs.mixed_qkv"), f(a, "inputs.a"), f(b, "inputs.b");
+  }
 };
 struct PyGdnOutputs {
   Arg conv_out, core_out;
   GdnOutputs views() const { return GdnOutputs{conv_out.view, core_out.view}; }
+  template <typename F>
+  void each(F f) const {
+    f(conv_out, "outputs.conv_out"), f(core_out, "outputs.core_out");
+  }
+};
+struct PyMamba2Weights {
+  Arg conv_weight, conv_bias, A_log, dt_bias, D;
+  Mamba2Weights views() const {
+    return Mamba2Weights{conv_weight.view, conv_bias.view, A_log.view, dt_bias.view, D.view};
+  }
+  template <typename F>
+  void each(F f) const {
+    f(conv_weight, "weights.conv_weight"), f(conv_bias, "weights.conv_bias");
+    f(A_log, "weights.A_log"), f(dt_bias, "weights.dt_bias"), f(D, "weights.D");
+  }
+};
+struct PyMamba2Inputs {
+  Arg xBC, dt, z;
+  Mamba2Inputs views() const { return Mamba2Inputs{xBC.view, dt.view, z.view}; }
+  template <typename F>
+  void each(F f) const {
+    f(xBC, "inputs.xBC"), f(dt, "inputs.dt"), f(z, "inputs.z");
+  }
+};
+struct PyMamba2Outputs {
+  Arg conv_out, y;
+  Mamba2Outputs views() const { return Mamba2Outputs{conv_out.view, y.view}; }
+  template <typename F>
+  void each(F f) const {
+    f(conv_out, "outputs.conv_out"), f(y, "outputs.y");
+  }
 };
 
 void bind_tensors(nb::module_& m);

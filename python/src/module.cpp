@@ -166,6 +166,54 @@ void bind_config(nb::module_& m) {
                ", ssm_state_dtype=" + dtype_name(c.ssm_state_dtype) + ")";
       });
 
+  nb::class_<Mamba2Config>(m, "Mamba2Config",
+                           "One Mamba2 layer (Nemotron-H, Falcon-H1, Granite-4.0-H). Defaults: "
+                           "Nemotron-H-8B at TP1.")
+      .def(
+          "__init__",
+          [](Mamba2Config* self, int num_heads, int head_dim, int d_state, int n_groups,
+             int conv_width, bool conv_bias, bool d_skip, bool gate, std::optional<float> dt_min,
+             std::optional<float> dt_max, DType act_dtype, DType conv_state_dtype,
+             DType ssm_state_dtype) {
+            new (self) Mamba2Config();
+            self->num_heads = num_heads;
+            self->head_dim = head_dim;
+            self->d_state = d_state;
+            self->n_groups = n_groups;
+            self->conv_width = conv_width;
+            self->conv_bias = conv_bias;
+            self->d_skip = d_skip;
+            self->gate = gate;
+            self->dt_min = dt_min;
+            self->dt_max = dt_max;
+            self->act_dtype = act_dtype;
+            self->conv_state_dtype = conv_state_dtype;
+            self->ssm_state_dtype = ssm_state_dtype;
+          },
+          nb::kw_only(), nb::arg("num_heads") = 128, nb::arg("head_dim") = 64,
+          nb::arg("d_state") = 128, nb::arg("n_groups") = 8, nb::arg("conv_width") = 4,
+          nb::arg("conv_bias") = true, nb::arg("d_skip") = true, nb::arg("gate") = false,
+          nb::arg("dt_min").none() = nb::none(), nb::arg("dt_max").none() = nb::none(),
+          nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
+          nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.")
+      .def_rw("num_heads", &Mamba2Config::num_heads, "nheads.")
+      .def_rw("head_dim", &Mamba2Config::head_dim, "P: channels per head.")
+      .def_rw("d_state", &Mamba2Config::d_state, "N: state size per channel.")
+      .def_rw("n_groups", &Mamba2Config::n_groups, "G: groups of B and C.")
+      .def_rw("conv_width", &Mamba2Config::conv_width, "W: conv taps.")
+      .def_rw("conv_bias", &Mamba2Config::conv_bias, "Whether the weights carry a conv bias.")
+      .def_rw("d_skip", &Mamba2Config::d_skip, "y += D[h] * x (weights.D given).")
+      .def_rw("gate", &Mamba2Config::gate, "y *= silu(z) (inputs.z given).")
+      .def_rw("dt_min", &Mamba2Config::dt_min, nb::arg("value").none(),
+              "Optional lower clamp of softplus(dt + dt_bias).")
+      .def_rw("dt_max", &Mamba2Config::dt_max, nb::arg("value").none(),
+              "Optional upper clamp of softplus(dt + dt_bias).")
+      .def_rw("act_dtype", &Mamba2Config::act_dtype, "dtype of xBC, dt, z, conv_out, y.")
+      .def_rw("conv_state_dtype", &Mamba2Config::conv_state_dtype, "Committed conv dtype.")
+      .def_rw("ssm_state_dtype", &Mamba2Config::ssm_state_dtype, "Committed SSM dtype.")
+      .def("conv_dim", &Mamba2Config::conv_dim, "nheads*P + 2*G*N.")
+      .def("ssm_state_elems", &Mamba2Config::ssm_state_elems, "nheads * P * N.");
+
   nb::class_<ModelConfig>(m, "ModelConfig",
                           "A model: num_layers recurrent layers of one configuration (attention "
                           "layers are not specstate's business).")
@@ -174,7 +222,10 @@ void bind_config(nb::module_& m) {
                   nb::arg("layer"), "num_layers Gated DeltaNet layers of config `layer`.")
       .def_rw("kind", &ModelConfig::kind, "The layer kind.")
       .def_rw("num_layers", &ModelConfig::num_layers, "Recurrent layers.")
-      .def_rw("gdn", &ModelConfig::gdn, "The GDN layer config.")
+      .def_static("mamba2", &ModelConfig::mamba2, nb::arg("num_layers"), nb::arg("layer"),
+                  "num_layers Mamba2 layers of config `layer`.")
+      .def_rw("gdn", &ModelConfig::gdn, "The GDN layer config (kind GATED_DELTA_NET).")
+      .def_rw("mamba", &ModelConfig::mamba, "The Mamba2 layer config (kind MAMBA2).")
       .def("conv_dim", &ModelConfig::conv_dim, "Channels of the conv.")
       .def("conv_width", &ModelConfig::conv_width, "W.")
       .def("conv_state_dtype", &ModelConfig::conv_state_dtype, "Committed conv dtype.")

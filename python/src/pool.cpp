@@ -131,17 +131,12 @@ void check_device(const PyPool& p, const Arg& a, const char* name) {
                               .c_str());
 }
 
-void check_layer_args(const PyPool& p, const PyGdnWeights& w, const PyGdnInputs& in,
-                      const PyGdnOutputs& out) {
-  check_device(p, w.conv_weight, "weights.conv_weight");
-  check_device(p, w.conv_bias, "weights.conv_bias");
-  check_device(p, w.A_log, "weights.A_log");
-  check_device(p, w.dt_bias, "weights.dt_bias");
-  check_device(p, in.mixed_qkv, "inputs.mixed_qkv");
-  check_device(p, in.a, "inputs.a");
-  check_device(p, in.b, "inputs.b");
-  check_device(p, out.conv_out, "outputs.conv_out");
-  check_device(p, out.core_out, "outputs.core_out");
+template <typename W, typename I, typename O>
+void check_layer_args(const PyPool& p, const W& w, const I& in, const O& out) {
+  auto check = [&](const Arg& a, const char* name) { check_device(p, a, name); };
+  w.each(check);
+  in.each(check);
+  out.each(check);
 }
 
 std::string handle_repr(const SlotHandle& h) {
@@ -155,6 +150,76 @@ const char* kStreamDoc =
     "torch.cuda.current_stream().cuda_stream, or a stream object); the call is ordered after "
     "the work queued there and the caller's later work after the call, without a host sync. "
     "None: StatePool.stream.";
+
+// prefill / decode / verify for one layer kind's argument types (GDN or Mamba2 overloads).
+template <typename W, typename I, typename O, typename Cls>
+void bind_layer_calls(Cls& cls, const char* kind) {
+  const std::string of = std::string(" (") + kind + " overload.)";
+  cls.def(
+         "prefill",
+         [](PyPool& p, int layer, SlotHandle h, nb::handle_t<W> weights, const I& in, const O& out,
+            nb::handle stream) {
+           const W& w = nb::cast<const W&>(weights);
+           check_layer_args(p, w, in, out);
+           const auto wv = w.views();
+           const auto iv = in.views();
+           const auto ov = out.views();
+           locked(p, stream, [&](StatePool& s) {
+             s.prefill(layer, h, wv, iv, ov);
+             return 0;
+           });
+           p.hold_weights(layer, weights);
+         },
+         nb::arg("layer"), nb::arg("handle"), nb::arg("weights"), nb::arg("inputs"),
+         nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
+         (std::string("Advances one request's committed state of `layer` in place over n "
+                      "tokens (inputs [n, ...], in order).") +
+          kStreamDoc + of)
+             .c_str())
+      .def(
+          "decode",
+          [](PyPool& p, int layer, std::vector<SlotHandle> rows, nb::handle_t<W> weights,
+             const I& in, const O& out, nb::handle stream) {
+            const W& w = nb::cast<const W&>(weights);
+            check_layer_args(p, w, in, out);
+            const auto wv = w.views();
+            const auto iv = in.views();
+            const auto ov = out.views();
+            locked(p, stream, [&](StatePool& s) {
+              s.decode(layer, rows, wv, iv, ov);
+              return 0;
+            });
+            p.hold_weights(layer, weights);
+          },
+          nb::arg("layer"), nb::arg("rows"), nb::arg("weights"), nb::arg("inputs"),
+          nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
+          (std::string("One token per row (row r's token at r), advancing the committed state; "
+                       "padding rows are skipped.") +
+           kStreamDoc + of)
+              .c_str())
+      .def(
+          "verify",
+          [](PyPool& p, int layer, nb::handle_t<W> weights, const I& in, const O& out,
+             nb::handle stream) {
+            const W& w = nb::cast<const W&>(weights);
+            check_layer_args(p, w, in, out);
+            const auto wv = w.views();
+            const auto iv = in.views();
+            const auto ov = out.views();
+            locked(p, stream, [&](StatePool& s) {
+              s.verify(layer, wv, iv, ov);
+              return 0;
+            });
+            p.hold_weights(layer, weights);
+          },
+          nb::arg("layer"), nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
+          nb::arg("stream").none() = nb::none(),
+          (std::string("Verifies `layer` for the open round: outputs for every window token "
+                       "(inputs packed by row, [rows*T, ...]); the committed state is "
+                       "unchanged.") +
+           kStreamDoc + of)
+              .c_str());
+}
 
 }  // namespace
 
@@ -195,244 +260,190 @@ void bind_pool(nb::module_& m) {
                ", window=" + std::to_string(b.window) + (b.is_tree() ? ", tree" : "") + ")";
       });
 
-  nb::class_<PyPool>(
-      m, "StatePool",
-      "Committed per-layer states of every request (a slot each), the verify scratch, and the "
-      "protocol: acquire, prefill/decode, begin_verify, verify (every layer), commit, release. "
-      "Every call validates its whole input first and raises specstate.Error without changing "
-      "anything when it rejects.")
-      .def(nb::init<const ModelConfig&, const PoolOptions&>(), nb::arg("config"),
-           nb::arg("options"), "Allocates the pool (zeroed). Raises specstate.Error.")
-      .def_prop_ro(
-          "config", [](PyPool& p) { return p.pool().config(); }, "The ModelConfig (a copy).")
-      .def_prop_ro(
-          "options", [](PyPool& p) { return p.pool().options(); }, "The PoolOptions (a copy).")
-      .def_prop_rw(
-          "stream", [](const PyPool& p) { return p.stream(); },
-          [](PyPool& p, nb::handle s) {
-            p.set_stream(to_stream(s, "stream")
-                             .value_or(reinterpret_cast<uintptr_t>(p.pool().options().stream)));
-          },
-          nb::arg("value").none(),
-          "The caller stream of calls that name none (CUDA pools; default: the pool's own "
-          "stream, PoolOptions.stream). Settable between rounds; None restores the default.")
-      .def(
-          "acquire",
-          [](PyPool& p) { return locked(p, nb::none(), [](StatePool& s) { return s.acquire(); }); },
-          "The lowest free slot, zeroed. Raises ResourceExhaustedError when the pool is full.")
-      .def(
-          "release",
-          [](PyPool& p, SlotHandle h) {
-            locked(p, nb::none(), [&](StatePool& s) {
-              s.release(h);
-              return 0;
-            });
-          },
-          nb::arg("handle"), "Frees the slot; the handle becomes stale.")
-      .def(
-          "is_live", [](PyPool& p, SlotHandle h) { return p.pool().is_live(h); }, nb::arg("handle"),
-          "Whether `handle` is a live slot of this pool.")
-      .def(
-          "free_slots", [](PyPool& p) { return p.pool().free_slots(); }, "Free slots.")
-      .def(
-          "slot_index", [](PyPool& p, SlotHandle h) { return p.pool().slot_index(h); },
-          nb::arg("handle"), "Index of a live handle into the state views; raises otherwise.")
-      .def(
-          "conv_state",
-          [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
-            PyPool& p = nb::cast<PyPool&>(self);
-            TensorView v = locked(p, stream, [&](StatePool& s) { return s.conv_state(layer); });
-            return view_to_python(v, p.pool().options().device, self);
-          },
-          nb::arg("layer"), nb::arg("stream").none() = nb::none(),
-          (std::string("Committed conv windows of `layer`, [slots, conv_dim, W-1] (oldest column "
-                       "first), as a zero-copy array supporting __dlpack__ that keeps the pool "
-                       "alive. Materializes deferred work first (replay); exact until the next "
-                       "commit.") +
-           kStreamDoc)
-              .c_str())
-      .def(
-          "ssm_state",
-          [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
-            PyPool& p = nb::cast<PyPool&>(self);
-            TensorView v = locked(p, stream, [&](StatePool& s) { return s.ssm_state(layer); });
-            return view_to_python(v, p.pool().options().device, self);
-          },
-          nb::arg("layer"), nb::arg("stream").none() = nb::none(),
-          (std::string("Committed SSM states of `layer`, [slots, HV, V, K], zero-copy (see "
-                       "conv_state).") +
-           kStreamDoc)
-              .c_str())
-      .def(
-          "workspace",
-          [](nb::handle_t<PyPool> self, Workspace which, int layer) {
-            PyPool& p = nb::cast<PyPool&>(self);
-            TensorView v =
-                locked(p, nb::none(), [&](StatePool& s) { return s.workspace(which, layer); });
-            return view_to_python(v, p.pool().options().device, self);
-          },
-          nb::arg("which"), nb::arg("layer"),
-          "The strategy's workspace of `layer` (snapshot scratch or replay records), zero-copy. "
-          "Raises FailedPreconditionError when the strategy has no such workspace.")
-      .def(
-          "snapshot_conv",
-          [](nb::handle_t<PyPool> self, int layer) {
-            PyPool& p = nb::cast<PyPool&>(self);
-            TensorView v =
-                locked(p, nb::none(), [&](StatePool& s) { return s.snapshot_conv(layer); });
-            return view_to_python(v, p.pool().options().device, self);
-          },
-          nb::arg("layer"), "workspace(Workspace.SNAPSHOT_CONV, layer).")
-      .def(
-          "snapshot_ssm",
-          [](nb::handle_t<PyPool> self, int layer) {
-            PyPool& p = nb::cast<PyPool&>(self);
-            TensorView v =
-                locked(p, nb::none(), [&](StatePool& s) { return s.snapshot_ssm(layer); });
-            return view_to_python(v, p.pool().options().device, self);
-          },
-          nb::arg("layer"), "workspace(Workspace.SNAPSHOT_SSM, layer).")
-      .def(
-          "committed_bytes", [](PyPool& p) { return p.pool().committed_bytes(); },
-          "Committed state bytes, all slots, all layers.")
-      .def(
-          "workspace_bytes", [](PyPool& p) { return p.pool().workspace_bytes(); },
-          "Bytes the strategy needs besides the committed state, all layers.")
-      .def(
-          "scratch_bytes", [](PyPool& p) { return p.pool().scratch_bytes(); },
-          "Same as workspace_bytes.")
-      .def(
-          "materialize",
-          [](PyPool& p, std::vector<SlotHandle> handles, nb::handle stream) {
-            locked(p, stream, [&](StatePool& s) {
-              s.materialize(handles);
-              return 0;
-            });
-          },
-          nb::arg("handles") = std::vector<SlotHandle>{}, nb::arg("stream").none() = nb::none(),
-          (std::string("Makes the committed memory of `handles` (all live slots when empty) "
-                       "equal their committed state (replay; a no-op for snapshot). Uses the "
-                       "weights of each layer's last verify: those arrays must still be alive.") +
-           kStreamDoc)
-              .c_str())
-      .def(
-          "prefill",
-          [](PyPool& p, int layer, SlotHandle h, nb::handle_t<PyGdnWeights> weights,
-             const PyGdnInputs& in, const PyGdnOutputs& out, nb::handle stream) {
-            const PyGdnWeights& w = nb::cast<const PyGdnWeights&>(weights);
-            check_layer_args(p, w, in, out);
-            const GdnWeights wv = w.views();
-            const GdnInputs iv = in.views();
-            const GdnOutputs ov = out.views();
-            locked(p, stream, [&](StatePool& s) {
-              s.prefill(layer, h, wv, iv, ov);
-              return 0;
-            });
-            p.hold_weights(layer, weights);
-          },
-          nb::arg("layer"), nb::arg("handle"), nb::arg("weights"), nb::arg("inputs"),
-          nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
-          (std::string("Advances one request's committed state of `layer` in place over n "
-                       "tokens (inputs [n, ...], in order).") +
-           kStreamDoc)
-              .c_str())
-      .def(
-          "decode",
-          [](PyPool& p, int layer, std::vector<SlotHandle> rows, nb::handle_t<PyGdnWeights> weights,
-             const PyGdnInputs& in, const PyGdnOutputs& out, nb::handle stream) {
-            const PyGdnWeights& w = nb::cast<const PyGdnWeights&>(weights);
-            check_layer_args(p, w, in, out);
-            const GdnWeights wv = w.views();
-            const GdnInputs iv = in.views();
-            const GdnOutputs ov = out.views();
-            locked(p, stream, [&](StatePool& s) {
-              s.decode(layer, rows, wv, iv, ov);
-              return 0;
-            });
-            p.hold_weights(layer, weights);
-          },
-          nb::arg("layer"), nb::arg("rows"), nb::arg("weights"), nb::arg("inputs"),
-          nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
-          (std::string("One token per row (row r's token at r), advancing the committed state; "
-                       "padding rows are skipped.") +
-           kStreamDoc)
-              .c_str())
-      .def(
-          "begin_verify",
-          [](PyPool& p, const VerifyBatch& batch, nb::handle stream) {
-            locked(p, stream, [&](StatePool& s) {
-              s.begin_verify(batch);
-              return 0;
-            });
-          },
-          nb::arg("batch"), nb::arg("stream").none() = nb::none(),
-          (std::string("Starts a round: rows (live, of this pool, no slot twice), window <= "
-                       "max_window, rows <= max_rows, the tree.") +
-           kStreamDoc)
-              .c_str())
-      .def(
-          "verify",
-          [](PyPool& p, int layer, nb::handle_t<PyGdnWeights> weights, const PyGdnInputs& in,
-             const PyGdnOutputs& out, nb::handle stream) {
-            const PyGdnWeights& w = nb::cast<const PyGdnWeights&>(weights);
-            check_layer_args(p, w, in, out);
-            const GdnWeights wv = w.views();
-            const GdnInputs iv = in.views();
-            const GdnOutputs ov = out.views();
-            locked(p, stream, [&](StatePool& s) {
-              s.verify(layer, wv, iv, ov);
-              return 0;
-            });
-            p.hold_weights(layer, weights);
-          },
-          nb::arg("layer"), nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
-          nb::arg("stream").none() = nb::none(),
-          (std::string("Verifies `layer` for the open round: outputs for every window token "
-                       "(inputs packed by row, [rows*T, ...]); the committed state is unchanged.") +
-           kStreamDoc)
-              .c_str())
-      .def(
-          "commit",
-          [](PyPool& p, nb::handle accepted, nb::handle stream) {
-            if (nb::isinstance<nb::list>(accepted) || nb::isinstance<nb::tuple>(accepted)) {
-              std::vector<int32_t> values;
-              try {
-                values = nb::cast<std::vector<int32_t>>(accepted);
-              } catch (const nb::cast_error&) {
-                throw nb::type_error("accepted: expected a list of int32 values");
-              }
-              locked(p, stream, [&](StatePool& s) {
-                s.commit(values);
-                return 0;
-              });
-              return;
-            }
-            Arg a = to_arg(accepted, "accepted", false, false);
-            check_device(p, a, "accepted");
-            const TensorView v = a.view;
-            locked(p, stream, [&](StatePool& s) {
-              s.commit(v);
-              return 0;
-            });
-          },
-          nb::arg("accepted"), nb::arg("stream").none() = nb::none(),
-          (std::string("Ends the round, all layers at once, all-or-nothing. Per row: chain: the "
-                       "accepted length a in [0, T] (0 = keep); tree: the accepted node in [-1, "
-                       "T-1] (-1 = keep). A list of ints, or an int32 [rows] array (host; or "
-                       "device memory on CUDA pools: checked by the kernel, no host sync, see "
-                       "last_commit_status).") +
-           kStreamDoc)
-              .c_str())
-      .def(
-          "last_commit_status",
-          [](PyPool& p) {
-            return locked(p, nb::none(), [](StatePool& s) { return s.last_commit_status(); });
-          },
-          "Status.OUT_OF_RANGE if the last device-valued commit skipped a row whose value was "
-          "out of range, else Status.SUCCESS. Waits for the pool's stream.")
-      .def_prop_ro(
-          "current_batch", [](PyPool& p) { return p.pool().current_batch(); },
-          "The open round's batch (no rows when none is open).");
+  auto pool =
+      nb::class_<PyPool>(
+          m, "StatePool",
+          "Committed per-layer states of every request (a slot each), the verify scratch, and the "
+          "protocol: acquire, prefill/decode, begin_verify, verify (every layer), commit, release. "
+          "Every call validates its whole input first and raises specstate.Error without changing "
+          "anything when it rejects.")
+          .def(nb::init<const ModelConfig&, const PoolOptions&>(), nb::arg("config"),
+               nb::arg("options"), "Allocates the pool (zeroed). Raises specstate.Error.")
+          .def_prop_ro(
+              "config", [](PyPool& p) { return p.pool().config(); }, "The ModelConfig (a copy).")
+          .def_prop_ro(
+              "options", [](PyPool& p) { return p.pool().options(); }, "The PoolOptions (a copy).")
+          .def_prop_rw(
+              "stream", [](const PyPool& p) { return p.stream(); },
+              [](PyPool& p, nb::handle s) {
+                p.set_stream(to_stream(s, "stream")
+                                 .value_or(reinterpret_cast<uintptr_t>(p.pool().options().stream)));
+              },
+              nb::arg("value").none(),
+              "The caller stream of calls that name none (CUDA pools; default: the pool's own "
+              "stream, PoolOptions.stream). Settable between rounds; None restores the default.")
+          .def(
+              "acquire",
+              [](PyPool& p) {
+                return locked(p, nb::none(), [](StatePool& s) { return s.acquire(); });
+              },
+              "The lowest free slot, zeroed. Raises ResourceExhaustedError when the pool is full.")
+          .def(
+              "release",
+              [](PyPool& p, SlotHandle h) {
+                locked(p, nb::none(), [&](StatePool& s) {
+                  s.release(h);
+                  return 0;
+                });
+              },
+              nb::arg("handle"), "Frees the slot; the handle becomes stale.")
+          .def(
+              "is_live", [](PyPool& p, SlotHandle h) { return p.pool().is_live(h); },
+              nb::arg("handle"), "Whether `handle` is a live slot of this pool.")
+          .def(
+              "free_slots", [](PyPool& p) { return p.pool().free_slots(); }, "Free slots.")
+          .def(
+              "slot_index", [](PyPool& p, SlotHandle h) { return p.pool().slot_index(h); },
+              nb::arg("handle"), "Index of a live handle into the state views; raises otherwise.")
+          .def(
+              "conv_state",
+              [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
+                PyPool& p = nb::cast<PyPool&>(self);
+                TensorView v = locked(p, stream, [&](StatePool& s) { return s.conv_state(layer); });
+                return view_to_python(v, p.pool().options().device, self);
+              },
+              nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+              (std::string(
+                   "Committed conv windows of `layer`, [slots, conv_dim, W-1] (oldest column "
+                   "first), as a zero-copy array supporting __dlpack__ that keeps the pool "
+                   "alive. Materializes deferred work first (replay); exact until the next "
+                   "commit.") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "ssm_state",
+              [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
+                PyPool& p = nb::cast<PyPool&>(self);
+                TensorView v = locked(p, stream, [&](StatePool& s) { return s.ssm_state(layer); });
+                return view_to_python(v, p.pool().options().device, self);
+              },
+              nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+              (std::string("Committed SSM states of `layer`, [slots, HV, V, K], zero-copy (see "
+                           "conv_state).") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "workspace",
+              [](nb::handle_t<PyPool> self, Workspace which, int layer) {
+                PyPool& p = nb::cast<PyPool&>(self);
+                TensorView v =
+                    locked(p, nb::none(), [&](StatePool& s) { return s.workspace(which, layer); });
+                return view_to_python(v, p.pool().options().device, self);
+              },
+              nb::arg("which"), nb::arg("layer"),
+              "The strategy's workspace of `layer` (snapshot scratch or replay records), "
+              "zero-copy. "
+              "Raises FailedPreconditionError when the strategy has no such workspace.")
+          .def(
+              "snapshot_conv",
+              [](nb::handle_t<PyPool> self, int layer) {
+                PyPool& p = nb::cast<PyPool&>(self);
+                TensorView v =
+                    locked(p, nb::none(), [&](StatePool& s) { return s.snapshot_conv(layer); });
+                return view_to_python(v, p.pool().options().device, self);
+              },
+              nb::arg("layer"), "workspace(Workspace.SNAPSHOT_CONV, layer).")
+          .def(
+              "snapshot_ssm",
+              [](nb::handle_t<PyPool> self, int layer) {
+                PyPool& p = nb::cast<PyPool&>(self);
+                TensorView v =
+                    locked(p, nb::none(), [&](StatePool& s) { return s.snapshot_ssm(layer); });
+                return view_to_python(v, p.pool().options().device, self);
+              },
+              nb::arg("layer"), "workspace(Workspace.SNAPSHOT_SSM, layer).")
+          .def(
+              "committed_bytes", [](PyPool& p) { return p.pool().committed_bytes(); },
+              "Committed state bytes, all slots, all layers.")
+          .def(
+              "workspace_bytes", [](PyPool& p) { return p.pool().workspace_bytes(); },
+              "Bytes the strategy needs besides the committed state, all layers.")
+          .def(
+              "scratch_bytes", [](PyPool& p) { return p.pool().scratch_bytes(); },
+              "Same as workspace_bytes.")
+          .def(
+              "materialize",
+              [](PyPool& p, std::vector<SlotHandle> handles, nb::handle stream) {
+                locked(p, stream, [&](StatePool& s) {
+                  s.materialize(handles);
+                  return 0;
+                });
+              },
+              nb::arg("handles") = std::vector<SlotHandle>{}, nb::arg("stream").none() = nb::none(),
+              (std::string(
+                   "Makes the committed memory of `handles` (all live slots when empty) "
+                   "equal their committed state (replay; a no-op for snapshot). Uses the "
+                   "weights of each layer's last verify: those arrays must still be alive.") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "begin_verify",
+              [](PyPool& p, const VerifyBatch& batch, nb::handle stream) {
+                locked(p, stream, [&](StatePool& s) {
+                  s.begin_verify(batch);
+                  return 0;
+                });
+              },
+              nb::arg("batch"), nb::arg("stream").none() = nb::none(),
+              (std::string("Starts a round: rows (live, of this pool, no slot twice), window <= "
+                           "max_window, rows <= max_rows, the tree.") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "commit",
+              [](PyPool& p, nb::handle accepted, nb::handle stream) {
+                if (nb::isinstance<nb::list>(accepted) || nb::isinstance<nb::tuple>(accepted)) {
+                  std::vector<int32_t> values;
+                  try {
+                    values = nb::cast<std::vector<int32_t>>(accepted);
+                  } catch (const nb::cast_error&) {
+                    throw nb::type_error("accepted: expected a list of int32 values");
+                  }
+                  locked(p, stream, [&](StatePool& s) {
+                    s.commit(values);
+                    return 0;
+                  });
+                  return;
+                }
+                Arg a = to_arg(accepted, "accepted", false, false);
+                check_device(p, a, "accepted");
+                const TensorView v = a.view;
+                locked(p, stream, [&](StatePool& s) {
+                  s.commit(v);
+                  return 0;
+                });
+              },
+              nb::arg("accepted"), nb::arg("stream").none() = nb::none(),
+              (std::string(
+                   "Ends the round, all layers at once, all-or-nothing. Per row: chain: the "
+                   "accepted length a in [0, T] (0 = keep); tree: the accepted node in [-1, "
+                   "T-1] (-1 = keep). A list of ints, or an int32 [rows] array (host; or "
+                   "device memory on CUDA pools: checked by the kernel, no host sync, see "
+                   "last_commit_status).") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "last_commit_status",
+              [](PyPool& p) {
+                return locked(p, nb::none(), [](StatePool& s) { return s.last_commit_status(); });
+              },
+              "Status.OUT_OF_RANGE if the last device-valued commit skipped a row whose value was "
+              "out of range, else Status.SUCCESS. Waits for the pool's stream.")
+          .def_prop_ro(
+              "current_batch", [](PyPool& p) { return p.pool().current_batch(); },
+              "The open round's batch (no rows when none is open).");
+  bind_layer_calls<PyGdnWeights, PyGdnInputs, PyGdnOutputs>(pool, "GdnWeights");
+  bind_layer_calls<PyMamba2Weights, PyMamba2Inputs, PyMamba2Outputs>(pool, "Mamba2Weights");
 }
 
 }  // namespace specstate::py

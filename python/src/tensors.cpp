@@ -293,6 +293,61 @@ void bind_tensors(nb::module_& m) {
                         "[tokens, HV, V] recurrence output.")
       .SPECSTATE_ARG_RW(PyGdnOutputs, conv_out, "outputs", true, true,
                         "[tokens, conv_dim] conv output after SiLU, or None.");
+
+  nb::class_<PyMamba2Weights>(m, "Mamba2Weights",
+                              "One Mamba2 layer's weights, as views of the caller's arrays.")
+      .def(
+          "__init__",
+          [](PyMamba2Weights* self, nb::handle conv_weight, nb::handle A_log, nb::handle dt_bias,
+             nb::handle conv_bias, nb::handle D) {
+            new (self) PyMamba2Weights();
+            self->conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
+            self->A_log = to_arg(A_log, "weights.A_log", false, false);
+            self->dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
+            self->conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
+            self->D = to_arg(D, "weights.D", false, true);
+          },
+          nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
+          nb::arg("conv_bias").none() = nb::none(), nb::arg("D").none() = nb::none(),
+          "conv_weight [conv_dim, W], A_log [nheads] (A = -exp(A_log)), dt_bias [nheads], "
+          "conv_bias [conv_dim] or None, D [nheads] or None; float32 or bfloat16.")
+      .SPECSTATE_ARG_RW(PyMamba2Weights, conv_weight, "weights", false, false,
+                        "[conv_dim, W] depthwise conv weight.")
+      .SPECSTATE_ARG_RW(PyMamba2Weights, conv_bias, "weights", false, true,
+                        "[conv_dim] conv bias, or None.")
+      .SPECSTATE_ARG_RW(PyMamba2Weights, A_log, "weights", false, false, "[nheads] log decay.")
+      .SPECSTATE_ARG_RW(PyMamba2Weights, dt_bias, "weights", false, false, "[nheads] dt bias.")
+      .SPECSTATE_ARG_RW(PyMamba2Weights, D, "weights", false, true,
+                        "[nheads] skip coefficient, or None (Mamba2Config.d_skip False).");
+  nb::class_<PyMamba2Inputs>(m, "Mamba2Inputs", "Per-token Mamba2 layer inputs, packed by row.")
+      .def(
+          "__init__",
+          [](PyMamba2Inputs* self, nb::handle xBC, nb::handle dt, nb::handle z) {
+            new (self) PyMamba2Inputs();
+            self->xBC = to_arg(xBC, "inputs.xBC", false, false);
+            self->dt = to_arg(dt, "inputs.dt", false, false);
+            self->z = to_arg(z, "inputs.z", false, true);
+          },
+          nb::arg("xBC"), nb::arg("dt"), nb::arg("z").none() = nb::none(),
+          "xBC [tokens, conv_dim] = [x | B | C] before the conv, dt [tokens, nheads] raw time "
+          "step, z [tokens, nheads*P] output gate or None (Mamba2Config.gate False).")
+      .SPECSTATE_ARG_RW(PyMamba2Inputs, xBC, "inputs", false, false, "[tokens, conv_dim].")
+      .SPECSTATE_ARG_RW(PyMamba2Inputs, dt, "inputs", false, false, "[tokens, nheads].")
+      .SPECSTATE_ARG_RW(PyMamba2Inputs, z, "inputs", false, true, "[tokens, nheads*P] or None.");
+  nb::class_<PyMamba2Outputs>(m, "Mamba2Outputs", "Per-token Mamba2 layer outputs.")
+      .def(
+          "__init__",
+          [](PyMamba2Outputs* self, nb::handle y, nb::handle conv_out) {
+            new (self) PyMamba2Outputs();
+            self->y = to_arg(y, "outputs.y", true, false);
+            self->conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
+          },
+          nb::arg("y"), nb::arg("conv_out").none() = nb::none(),
+          "y [tokens, nheads, P] selective-state-update output; conv_out [tokens, conv_dim] or "
+          "None.")
+      .SPECSTATE_ARG_RW(PyMamba2Outputs, y, "outputs", true, false, "[tokens, nheads, P].")
+      .SPECSTATE_ARG_RW(PyMamba2Outputs, conv_out, "outputs", true, true,
+                        "[tokens, conv_dim] or None.");
 #undef SPECSTATE_ARG_RW
 }
 
