@@ -15,7 +15,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 OUT="${OUT:-$root/out}"
 mkdir -p "$OUT"
-STAGES="${STAGES:-build tests sanitizer bench}"
+STAGES="${STAGES:-build tests sanitizer bench m2bench}"
 BUILD="${BUILD_DIR:-$root/build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 status=0
@@ -39,13 +39,16 @@ if [ -d "$deps" ]; then
 fi
 
 tests_bin="$BUILD/tests/gpu/specstate_gpu_tests"
+cpu_tests_bin="$BUILD/tests/specstate_cpu_tests"  # holds the golden cases' CUDA halves
 bench_bin="$BUILD/tests/bench/specstate_gpu_bench"
+m2_bench_bin="$BUILD/tests/bench/specstate_mamba2_bench"
 if has build; then
   echo "== configure + build (CMAKE_CUDA_ARCHITECTURES=90) [t=${SECONDS}s]"
   if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-       -DSPECSTATE_CUDA=ON -DSPECSTATE_BUILD_EXAMPLES=OFF -DSPECSTATE_INSTALL=OFF \
+       -DSPECSTATE_CUDA=ON -DSPECSTATE_BUILD_EXAMPLES=ON -DSPECSTATE_INSTALL=OFF \
        "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 &&
      cmake --build "$BUILD" -j "$JOBS" --target specstate_gpu_tests specstate_gpu_bench \
+       specstate_mamba2_bench specstate_cpu_tests \
        >>"$OUT/build.log" 2>&1; then
     grep -E "warning" "$OUT/build.log" | grep -v "Wno" | head -5
     echo "build ok"
@@ -69,6 +72,14 @@ if has tests; then
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure|error|expected|Which is" \
     "$OUT/gpu_tests.log" | head -60
   echo "gpu tests rc=$rc"
+  [ $rc -ne 0 ] && status=1
+  echo "== golden cases on CUDA (GDN A and C, bf16, realistic sizes, Mamba2 A; both strategies)"
+  "$cpu_tests_bin" --gtest_color=no --gtest_filter='*GoldenCuda*:*GoldenMamba2Cuda*' \
+    >"$OUT/golden_cuda.log" 2>&1
+  rc=$?
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure" "$OUT/golden_cuda.log" | head -20
+  grep -E "max_rel|vs f64|tensor" "$OUT/golden_cuda.log" | head -40 >"$OUT/golden_cuda_summary.log"
+  echo "golden cuda rc=$rc"
   [ $rc -ne 0 ] && status=1
 fi
 
@@ -101,5 +112,15 @@ if has bench; then
   sed -n '/specstate CUDA vs SGLang/,$p' "$OUT/bench.log"
   echo "bench rc=$rc"
   [ $rc -ne 0 ] && { tail -20 "$OUT/bench.log"; status=1; }
+fi
+
+if has m2bench; then
+  echo "== Mamba2 benchmarks [t=${SECONDS}s]"
+  "$m2_bench_bin" --benchmark_out="$OUT/mamba2_bench.json" --benchmark_out_format=json \
+    ${M2_BENCH_ARGS:-} >"$OUT/mamba2_bench.log" 2>&1
+  rc=$?
+  sed -n '/Mamba2 rounds/,$p' "$OUT/mamba2_bench.log"
+  echo "mamba2 bench rc=$rc"
+  [ $rc -ne 0 ] && { tail -20 "$OUT/mamba2_bench.log"; status=1; }
 fi
 exit $status

@@ -9,10 +9,10 @@ cd "$root"
 source scripts/deps.sh
 D=.gpudeps
 mkdir -p $D/include $D/lib/x86_64-linux-gnu/cmake $D/share/cmake $D/share/eigen3 $D/fallback
-cp -r /usr/include/{eigen3,spdlog,fmt,nlohmann,gtest,gmock,benchmark} $D/include/
+cp -r /usr/include/{eigen3,spdlog,fmt,nlohmann,gtest,gmock,benchmark,CLI} $D/include/
 cp -r /usr/lib/x86_64-linux-gnu/cmake/{GTest,benchmark,fmt,spdlog} $D/lib/x86_64-linux-gnu/cmake/
 cp -r /usr/share/eigen3/cmake $D/share/eigen3/
-cp -r /usr/share/cmake/nlohmann_json $D/share/cmake/
+cp -r /usr/share/cmake/nlohmann_json /usr/share/cmake/CLI11 $D/share/cmake/
 cp -a /usr/lib/x86_64-linux-gnu/{libgtest*.a,libgmock*.a,libbenchmark*,libspdlog.so*,libfmt.so*} \
   $D/lib/x86_64-linux-gnu/
 cp -L /usr/lib/x86_64-linux-gnu/libstdc++.so.6 $D/fallback/  # used only if the machine's is older

@@ -14,6 +14,7 @@
 #include "kernels/commit.h"
 #include "kernels/conv_update.h"
 #include "kernels/gdn_recurrence.h"
+#include "kernels/mamba2_recurrence.h"
 #include "specstate/status.h"
 
 namespace specstate::detail {
@@ -74,22 +75,32 @@ class CudaBackend final : public BackendImpl {
 
   Status can_implement(const Layout& layout, const ModelConfig& config,
                        std::string* why) const override {
-    if (config.kind != LayerKind::kGatedDeltaNet) {
-      // Not supported on this backend yet (the Mamba2 recurrence kernel is not written): refused
-      // when the pool is created, before any allocation. The CPU backend runs every kind.
-      *why = std::string("cuda backend: kind = ") + layer_kind_name(config.kind) +
-             ": the CUDA backend runs Gated DeltaNet layers only so far (use Backend::kCpu)";
+    const int W = layout.shapes.conv_width;
+    if (W < 2 || W > 4) {
+      *why = "cuda backend: conv_width = " + std::to_string(W) + ", supported: 2, 3, 4";
       return Status::kNotSupported;
     }
-    const GdnConfig& g = config.gdn;
-    const int K = g.head_k_dim;
-    if (K != 32 && K != 64 && K != 128) {
-      *why = "cuda backend: head_k_dim = " + std::to_string(K) + ", supported: 32, 64, 128";
-      return Status::kNotSupported;
-    }
-    if (g.conv_width < 2 || g.conv_width > 4) {
-      *why = "cuda backend: conv_width = " + std::to_string(g.conv_width) + ", supported: 2, 3, 4";
-      return Status::kNotSupported;
+    switch (config.kind) {
+      case LayerKind::kGatedDeltaNet: {
+        const int K = config.gdn.head_k_dim;
+        if (K != 32 && K != 64 && K != 128) {
+          *why = "cuda backend: head_k_dim = " + std::to_string(K) + ", supported: 32, 64, 128";
+          return Status::kNotSupported;
+        }
+        break;
+      }
+      case LayerKind::kMamba2: {
+        const int N = config.mamba.d_state;
+        if (N != 16 && N != 32 && N != 64 && N != 128 && N != 256) {
+          *why =
+              "cuda backend: d_state = " + std::to_string(N) + ", supported: 16, 32, 64, 128, 256";
+          return Status::kNotSupported;
+        }
+        break;
+      }
+      default:
+        *why = std::string("cuda backend: kind = ") + layer_kind_name(config.kind);
+        return Status::kNotSupported;
     }
     if (layout.max_rows > 65535) {
       *why = "cuda backend: max_rows = " + std::to_string(layout.max_rows) + " > 65535";
@@ -111,6 +122,7 @@ class CudaBackend final : public BackendImpl {
 
   Status can_run_round(const Layout& layout, const RoundPlan& plan,
                        std::string* why) const override {
+    static_assert(k::kGdnChunk == k::kMamba2Chunk, "one tree limit for every kind");
     if (plan.is_tree && !layout.has(Buf::kSnapSsm) && plan.window > k::kGdnChunk) {
       *why = "batch.window = " + std::to_string(plan.window) + ": a tree window under the " +
              strategy_name(layout.strategy) + " strategy on cuda holds at most " +
@@ -199,57 +211,22 @@ class CudaBackend final : public BackendImpl {
 
   void run_gdn(const PoolStorage& s, const LayerRun& run, const GdnWeights& weights,
                const GdnInputs& inputs, const GdnOutputs& outputs) override {
-    DeviceGuard guard(device_);
-    cuda::GdnLaunchArgs a;
-    a.storage = &s;
-    a.layer = run.layer;
-    a.io = run.io;
-    a.scratch = scratch_;
-    a.weights = &weights;
-    a.inputs = &inputs;
-    a.outputs = &outputs;
-    if (run.plan) {
-      a.rows = run.plan->rows;
-      a.tokens = run.plan->window;
-      a.device_slots = slots_;
-      a.device_parents = run.plan->is_tree ? parents_ : nullptr;
-      launch(a, "verify");
-      return;
-    }
-    const int rows = static_cast<int>(run.slots.size());
-    const int n = run.tokens_per_row;
-    if (rows == 1 && n > 1) {
-      // Prefill: chunks of tokens, each advancing the committed state in place; the pending
-      // steps are replayed by the first chunk only.
-      for (int t0 = 0; t0 < n; t0 += static_cast<int>(scratch_tokens_)) {
-        a.rows = 1;
-        a.tokens = std::min<int>(n - t0, static_cast<int>(scratch_tokens_));
-        a.token0 = t0;
-        a.inline_slots = run.slots.data();
-        if (t0 > 0) a.io.replay = false;
-        launch(a, "prefill");
-      }
-      return;
-    }
-    int per_launch = std::min<int>({k::kConvInlineRows, k::kGdnInlineRows,
-                                    static_cast<int>(scratch_tokens_ / std::max(n, 1))});
-    if (run.io.replay) per_launch = std::min(per_launch, replay_rows_);
-    per_launch = std::max(1, per_launch);
-    for (int r0 = 0; r0 < rows; r0 += per_launch) {
-      a.rows = std::min(per_launch, rows - r0);
-      a.tokens = n;
-      a.token0 = int64_t{r0} * n;
-      a.inline_slots = run.slots.data() + r0;
-      launch(a, n == 0 ? "materialize" : "decode");
-    }
+    run_layer<cuda::GdnLaunchArgs>(
+        s, run, weights, inputs, outputs, [&](const cuda::GdnLaunchArgs& a, const char* what) {
+          const cuda::GdnLaunch L = cuda::build_gdn_launch(a);
+          check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
+          check(k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
+        });
   }
 
-  // Unreachable through the pool (can_implement refuses Mamba2 pools); it throws rather than
-  // pretend, should a caller bypass that check.
-  void run_mamba2(const PoolStorage&, const LayerRun&, const Mamba2Weights&, const Mamba2Inputs&,
-                  const Mamba2Outputs&) override {
-    throw Error(Status::kNotSupported,
-                "cuda backend: kind = mamba2: no Mamba2 kernel on this backend yet");
+  void run_mamba2(const PoolStorage& s, const LayerRun& run, const Mamba2Weights& weights,
+                  const Mamba2Inputs& inputs, const Mamba2Outputs& outputs) override {
+    run_layer<cuda::Mamba2LaunchArgs>(
+        s, run, weights, inputs, outputs, [&](const cuda::Mamba2LaunchArgs& a, const char* what) {
+          const cuda::Mamba2Launch L = cuda::build_mamba2_launch(a);
+          check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
+          check(k::launch_mamba2_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
+        });
   }
 
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {
@@ -331,6 +308,56 @@ class CudaBackend final : public BackendImpl {
   }
 
  private:
+  // One layer call as launches (the same for every kind): verify in one launch over the round's
+  // device buffers; prefill in chunks of tokens (the pending steps replayed by the first);
+  // decode and materialize in chunks of rows whose slots travel by value.
+  template <typename Args, typename Weights, typename Inputs, typename Outputs, typename Launch>
+  void run_layer(const PoolStorage& s, const LayerRun& run, const Weights& weights,
+                 const Inputs& inputs, const Outputs& outputs, Launch&& launch) {
+    DeviceGuard guard(device_);
+    Args a;
+    a.storage = &s;
+    a.layer = run.layer;
+    a.io = run.io;
+    a.scratch = scratch_;
+    a.weights = &weights;
+    a.inputs = &inputs;
+    a.outputs = &outputs;
+    if (run.plan) {
+      a.rows = run.plan->rows;
+      a.tokens = run.plan->window;
+      a.device_slots = slots_;
+      a.device_parents = run.plan->is_tree ? parents_ : nullptr;
+      launch(a, "verify");
+      return;
+    }
+    const int rows = static_cast<int>(run.slots.size());
+    const int n = run.tokens_per_row;
+    if (rows == 1 && n > 1) {
+      for (int t0 = 0; t0 < n; t0 += static_cast<int>(scratch_tokens_)) {
+        a.rows = 1;
+        a.tokens = std::min<int>(n - t0, static_cast<int>(scratch_tokens_));
+        a.token0 = t0;
+        a.inline_slots = run.slots.data();
+        if (t0 > 0) a.io.replay = false;
+        launch(a, "prefill");
+      }
+      return;
+    }
+    static_assert(k::kGdnInlineRows == k::kMamba2InlineRows, "one inline row limit");
+    int per_launch = std::min<int>({k::kConvInlineRows, k::kGdnInlineRows,
+                                    static_cast<int>(scratch_tokens_ / std::max(n, 1))});
+    if (run.io.replay) per_launch = std::min(per_launch, replay_rows_);
+    per_launch = std::max(1, per_launch);
+    for (int r0 = 0; r0 < rows; r0 += per_launch) {
+      a.rows = std::min(per_launch, rows - r0);
+      a.tokens = n;
+      a.token0 = int64_t{r0} * n;
+      a.inline_slots = run.slots.data() + r0;
+      launch(a, n == 0 ? "materialize" : "decode");
+    }
+  }
+
   void alloc(void** p, std::size_t bytes) {
     const std::size_t n = std::max<std::size_t>(bytes, 16);
     check(cudaMalloc(p, n), "cudaMalloc");
@@ -353,12 +380,6 @@ class CudaBackend final : public BackendImpl {
     *mode = k::CommitMode::kNode;
     *accepted = steps_;
     *stride = 1;
-  }
-
-  void launch(const cuda::GdnLaunchArgs& a, const char* what) {
-    const cuda::GdnLaunch L = cuda::build_gdn_launch(a);
-    check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
-    check(k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
   }
 
   int device_ = 0;

@@ -10,38 +10,35 @@ char* offset_bytes(const TensorView& view, int64_t elems) {
   return static_cast<char*>(view.data) + elems * static_cast<int64_t>(dtype_size(view.dtype));
 }
 
-}  // namespace
-
-GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
+// The conv kernel's params of a call (shared by the kinds): x is the kind's conv input, extras
+// the per-token columns its records carry after x (GDN: a, b; Mamba2: dt).
+template <typename Args>
+kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
+                                      const TensorView& conv_out_view, const TensorView* extras,
+                                      int extra_count, int extra_cols, int replay_out_from,
+                                      void** conv_out, int64_t* out_stride_token,
+                                      int64_t* out_stride_c) {
   namespace k = specstate::kernels;
   const PoolStorage& s = *a.storage;
   const Layout& lay = s.layout;
-  const GdnConfig& g = s.config.gdn;
-  const GdnWeights& w = *a.weights;
-  const GdnInputs& in = *a.inputs;
-  const GdnOutputs& out = *a.outputs;
+  const auto& w = *a.weights;
   const StateIO& io = a.io;
-  const int d = static_cast<int>(g.conv_dim());
-  const int hist = g.conv_width - 1;
-  const bool user_conv_out = !out.conv_out.empty();
-  void* conv_out = user_conv_out ? offset_bytes(out.conv_out, a.token0 * out.conv_out.stride[0])
-                                 : a.scratch.conv_out;
-  const int64_t conv_out_stride_token = user_conv_out ? out.conv_out.stride[0] : d;
-  const int64_t conv_out_stride_c = user_conv_out ? out.conv_out.stride[1] : 1;
+  const int d = static_cast<int>(lay.shapes.conv_dim);
+  const int hist = lay.shapes.conv_width - 1;
+  const bool user_conv_out = !conv_out_view.empty();
+  *conv_out = user_conv_out ? offset_bytes(conv_out_view, a.token0 * conv_out_view.stride[0])
+                            : a.scratch.conv_out;
+  *out_stride_token = user_conv_out ? conv_out_view.stride[0] : d;
+  *out_stride_c = user_conv_out ? conv_out_view.stride[1] : 1;
   const bool replay = io.replay && s.base(Buf::kPending) != nullptr;
   const bool records = s.base(Buf::kRecords) != nullptr;
   const int64_t T_max = lay.max_window;
 
-  GdnLaunch L;
-  L.act = elem(g.act_dtype);
-  L.conv_state = elem(g.conv_state_dtype);
-  L.ssm_state = elem(g.ssm_state_dtype);
-
-  k::ConvUpdateParams& c = L.conv;
+  k::ConvUpdateParams c;
   c.rows = a.rows;
   c.tokens = a.tokens;
   c.conv_dim = d;
-  c.width = g.conv_width;
+  c.width = lay.shapes.conv_width;
   c.has_bias = !w.conv_bias.empty();
   c.store_replayed = io.store_replayed;
   c.store_final = io.store_final;
@@ -53,22 +50,21 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   c.bias_stride = c.has_bias ? w.conv_bias.stride[0] : 0;
   c.weight = w.conv_weight.data;
   c.bias = c.has_bias ? w.conv_bias.data : nullptr;
+  c.extra_count = extra_count;
+  c.extra_cols = extra_cols;
   if (a.tokens > 0) {
-    c.x_stride_token = in.mixed_qkv.stride[0];
-    c.x_stride_c = in.mixed_qkv.stride[1];
-    c.x = offset_bytes(in.mixed_qkv, a.token0 * in.mixed_qkv.stride[0]);
-    c.out = conv_out;
-    c.out_stride_token = conv_out_stride_token;
-    c.out_stride_c = conv_out_stride_c;
-    c.extra[0] = offset_bytes(in.a, a.token0 * in.a.stride[0]);
-    c.extra[1] = offset_bytes(in.b, a.token0 * in.b.stride[0]);
-    c.extra_stride_token[0] = in.a.stride[0];
-    c.extra_stride_c[0] = in.a.stride[1];
-    c.extra_stride_token[1] = in.b.stride[0];
-    c.extra_stride_c[1] = in.b.stride[1];
+    c.x_stride_token = x.stride[0];
+    c.x_stride_c = x.stride[1];
+    c.x = offset_bytes(x, a.token0 * x.stride[0]);
+    c.out = *conv_out;
+    c.out_stride_token = *out_stride_token;
+    c.out_stride_c = *out_stride_c;
+    for (int i = 0; i < extra_count; ++i) {
+      c.extra[i] = offset_bytes(extras[i], a.token0 * extras[i].stride[0]);
+      c.extra_stride_token[i] = extras[i].stride[0];
+      c.extra_stride_c[i] = extras[i].stride[1];
+    }
   }
-  c.extra_count = 2;
-  c.extra_cols = g.num_v_heads;
   c.state_stride_slot = int64_t{d} * hist;
   c.state = s.conv(a.layer, 0);
   if (io.store_tokens) {
@@ -86,14 +82,48 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
     c.path = s.path();
     c.path_stride_slot = T_max;
     c.replay_out = a.scratch.replay_qkv;
-    c.replay_out_from = g.num_k_heads * g.head_k_dim;
     c.replay_out_stride_t = d;
     c.replay_out_stride_row = int64_t{d} * T_max;
+    c.replay_out_from = replay_out_from;
     c.replay_extra = a.scratch.replay_gates;
-    c.replay_extra_stride_t = 2 * int64_t{g.num_v_heads};
+    c.replay_extra_stride_t = int64_t{extra_count} * extra_cols;
     c.replay_extra_stride_row = c.replay_extra_stride_t * T_max;
   }
+  if (a.device_slots) {
+    c.slots = a.device_slots;
+  } else {
+    for (int i = 0; i < a.rows; ++i) c.slot_inline[i] = a.inline_slots[i];
+  }
+  c.parents = a.device_parents;
+  return c;
+}
 
+}  // namespace
+
+GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
+  namespace k = specstate::kernels;
+  const PoolStorage& s = *a.storage;
+  const Layout& lay = s.layout;
+  const GdnConfig& g = s.config.gdn;
+  const GdnWeights& w = *a.weights;
+  const GdnInputs& in = *a.inputs;
+  const GdnOutputs& out = *a.outputs;
+  const StateIO& io = a.io;
+  const int d = static_cast<int>(g.conv_dim());
+  const bool replay = io.replay && s.base(Buf::kPending) != nullptr;
+  const int64_t T_max = lay.max_window;
+
+  GdnLaunch L;
+  L.act = elem(g.act_dtype);
+  L.conv_state = elem(g.conv_state_dtype);
+  L.ssm_state = elem(g.ssm_state_dtype);
+  void* conv_out = nullptr;
+  int64_t conv_out_stride_token = 0, conv_out_stride_c = 1;
+  const TensorView extras[2] = {in.a, in.b};
+  L.conv = conv_params(a, in.mixed_qkv, out.conv_out, extras, 2, g.num_v_heads,
+                       g.num_k_heads * g.head_k_dim, &conv_out, &conv_out_stride_token,
+                       &conv_out_stride_c);
+  const k::ConvUpdateParams& c = L.conv;
   k::GdnRecurrenceParams& r = L.rec;
   r.rows = a.rows;
   r.tokens = a.tokens;
@@ -143,11 +173,102 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   }
 
   if (a.device_slots) {
-    c.slots = r.slots = a.device_slots;
+    r.slots = a.device_slots;
   } else {
-    for (int i = 0; i < a.rows; ++i) c.slot_inline[i] = r.slot_inline[i] = a.inline_slots[i];
+    for (int i = 0; i < a.rows; ++i) r.slot_inline[i] = a.inline_slots[i];
   }
-  c.parents = r.parents = a.device_parents;
+  r.parents = a.device_parents;
+  return L;
+}
+
+Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
+  namespace k = specstate::kernels;
+  const PoolStorage& s = *a.storage;
+  const Layout& lay = s.layout;
+  const Mamba2Config& m = s.config.mamba;
+  const Mamba2Weights& w = *a.weights;
+  const Mamba2Inputs& in = *a.inputs;
+  const Mamba2Outputs& out = *a.outputs;
+  const StateIO& io = a.io;
+  const int d = static_cast<int>(m.conv_dim());
+  const bool replay = io.replay && s.base(Buf::kPending) != nullptr;
+  const int64_t T_max = lay.max_window;
+
+  Mamba2Launch L;
+  L.act = elem(m.act_dtype);
+  L.conv_state = elem(m.conv_state_dtype);
+  L.ssm_state = elem(m.ssm_state_dtype);
+  void* conv_out = nullptr;
+  int64_t conv_out_stride_token = 0, conv_out_stride_c = 1;
+  const TensorView extras[1] = {in.dt};
+  L.conv = conv_params(a, in.xBC, out.conv_out, extras, 1, m.num_heads, 0, &conv_out,
+                       &conv_out_stride_token, &conv_out_stride_c);
+
+  k::Mamba2RecurrenceParams& r = L.rec;
+  r.rows = a.rows;
+  r.tokens = a.tokens;
+  r.num_heads = m.num_heads;
+  r.head_dim = m.head_dim;
+  r.d_state = m.d_state;
+  r.n_groups = m.n_groups;
+  r.d_skip = m.d_skip;
+  r.gate = m.gate;
+  r.has_dt_min = m.dt_min.has_value();
+  r.has_dt_max = m.dt_max.has_value();
+  r.dt_min = m.dt_min.value_or(0.0f);
+  r.dt_max = m.dt_max.value_or(0.0f);
+  r.store_replayed = io.store_replayed;
+  r.store_final = io.store_final;
+  r.a_log_dtype = elem(w.A_log.dtype);
+  r.dt_bias_dtype = elem(w.dt_bias.dtype);
+  r.a_log_stride = w.A_log.stride[0];
+  r.dt_bias_stride = w.dt_bias.stride[0];
+  r.A_log = w.A_log.data;
+  r.dt_bias = w.dt_bias.data;
+  if (m.d_skip) {
+    r.d_dtype = elem(w.D.dtype);
+    r.d_stride = w.D.stride[0];
+    r.D = w.D.data;
+  }
+  if (a.tokens > 0) {
+    r.xbc_stride_token = conv_out_stride_token;
+    r.xbc_stride_c = conv_out_stride_c;
+    r.xbc = conv_out;
+    r.dt_stride_token = in.dt.stride[0];
+    r.dt_stride_h = in.dt.stride[1];
+    r.dt = offset_bytes(in.dt, a.token0 * in.dt.stride[0]);
+    if (m.gate) {
+      r.z_stride_token = in.z.stride[0];
+      r.z_stride_c = in.z.stride[1];
+      r.z = offset_bytes(in.z, a.token0 * in.z.stride[0]);
+    }
+    r.out_stride_token = out.y.stride[0];
+    r.out_stride_h = out.y.stride[1];
+    r.out_stride_p = out.y.stride[2];
+    r.out = offset_bytes(out.y, a.token0 * out.y.stride[0]);
+  }
+  r.state_stride_slot = lay.ssm_elems;
+  r.state = s.ssm(a.layer, 0);
+  if (io.store_tokens) {
+    r.snap_stride_t = lay.ssm_elems;
+    r.snap_stride_row = lay.ssm_elems * T_max;
+    r.snap = s.snap_ssm(a.layer, 0, 0);
+  }
+  if (replay) {
+    r.pending = L.conv.pending;
+    r.replay_xbc = a.scratch.replay_qkv;
+    r.replay_xbc_stride_t = d;
+    r.replay_xbc_stride_row = int64_t{d} * T_max;
+    r.replay_dt = a.scratch.replay_gates;
+    r.replay_dt_stride_t = m.num_heads;
+    r.replay_dt_stride_row = int64_t{m.num_heads} * T_max;
+  }
+  if (a.device_slots) {
+    r.slots = a.device_slots;
+  } else {
+    for (int i = 0; i < a.rows; ++i) r.slot_inline[i] = a.inline_slots[i];
+  }
+  r.parents = a.device_parents;
   return L;
 }
 

@@ -80,6 +80,33 @@ Mamba2Config mamba2_preset(const std::string& name) {
     m.conv_width = 3;
     return m;
   }
+  if (name == "m2_gpu_bf16") {  // CUDA-sized: N = 64, P = 32 (two channel blocks), z gate
+    Mamba2Config m = small_mamba2_config(bf16, bf16, f32, true, true, true);
+    m.num_heads = 8;
+    m.head_dim = 32;
+    m.d_state = 64;
+    m.n_groups = 2;
+    return m;
+  }
+  if (name == "m2_gpu_f32") {  // CUDA-sized: N = 128, P = 24 (a partial channel block), clamp
+    Mamba2Config m = small_mamba2_config(f32, f32, f32, false, true, false);
+    m.num_heads = 4;
+    m.head_dim = 24;
+    m.d_state = 128;
+    m.n_groups = 1;
+    m.conv_width = 3;
+    m.dt_min = 0.001f;
+    m.dt_max = 0.08f;
+    return m;
+  }
+  if (name == "m2_gpu_n256") {  // CUDA-sized: N = 256 (Nemotron-H-47B/56B), all bf16
+    Mamba2Config m = small_mamba2_config(bf16, bf16, bf16, true, true, false);
+    m.num_heads = 4;
+    m.head_dim = 16;
+    m.d_state = 256;
+    m.n_groups = 2;
+    return m;
+  }
   if (name == "nemotron_h_8b_tp1") return Mamba2Config{};  // the defaults
   throw std::invalid_argument("mamba2_preset: unknown preset " + name);
 }
@@ -104,9 +131,16 @@ std::vector<EquivalenceCase> cpu_equivalence_cases() {
 
 std::vector<EquivalenceCase> gpu_equivalence_cases() {
   return {
-      {"k32_chain", "gpu_k32", false, 5, 6, 24},   {"k32_tree", "gpu_k32", true, 6, 6, 24},
-      {"k128_chain", "gpu_k128", false, 4, 5, 16}, {"k128_tree", "gpu_k128", true, 5, 5, 16},
+      {"k32_chain", "gpu_k32", false, 5, 6, 24},
+      {"k32_tree", "gpu_k32", true, 6, 6, 24},
+      {"k128_chain", "gpu_k128", false, 4, 5, 16},
+      {"k128_tree", "gpu_k128", true, 5, 5, 16},
       {"f32_chain", "gpu_f32", false, 8, 3, 12},
+      {"mamba2_bf16_chain", "m2_gpu_bf16", false, 5, 5, 16},
+      {"mamba2_bf16_tree", "m2_gpu_bf16", true, 6, 5, 16},
+      {"mamba2_f32_clamp_chain", "m2_gpu_f32", false, 8, 3, 12},
+      {"mamba2_f32_clamp_tree", "m2_gpu_f32", true, 5, 3, 12},
+      {"mamba2_n256_tree", "m2_gpu_n256", true, 4, 3, 10},
   };
 }
 

@@ -301,14 +301,22 @@ TEST(ConfigMamba2, AccessorsFollowTheKind) {
 // A Mamba2 pool on the CUDA backend: refused when the pool is created (no CUDA backend in this
 // build, no device, or no Mamba2 kernel yet: "kind = mamba2"), never a pool that cannot run.
 // When the CUDA Mamba2 kernel lands, this test moves to tests/gpu as a positive test.
-TEST(ConfigMamba2, CudaPoolIsRefusedCleanly) {
+// A Mamba2 CUDA pool whose d_state the kernel cannot run is refused at construction, naming the
+// value (kNotSupported); without a device any CUDA pool is refused the same way.
+TEST(ConfigMamba2, CudaPoolOfAnUnsupportedStateSizeIsRefusedCleanly) {
   PoolOptions options;
   options.backend = Backend::kCuda;
+  Mamba2Config m = small_mamba2_config();  // d_state = 8
   try {
-    StatePool pool(ModelConfig::mamba2(1, small_mamba2_config()), options);
-    ADD_FAILURE() << "a Mamba2 CUDA pool was created";
+    StatePool pool(ModelConfig::mamba2(1, m), options);
+    ADD_FAILURE() << "a Mamba2 CUDA pool with d_state = 8 was created";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kNotSupported) << e.what();
+    const std::string what = e.what();
+    EXPECT_TRUE(what.find("d_state = 8") != std::string::npos ||
+                what.find("no CUDA device") != std::string::npos ||
+                what.find("no CUDA backend") != std::string::npos)
+        << what;
   }
 }
 

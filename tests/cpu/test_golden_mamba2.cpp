@@ -256,6 +256,35 @@ INSTANTIATE_TEST_SUITE_P(Cpu, GoldenMamba2,
                          ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),
                          [](const auto& info) { return std::string(strategy_name(info.param)); });
 
+// The CUDA backend (device-memory views, the Mamba2 recurrence kernel): the same case, the same
+// tolerances; it skips visibly without a device.
+class GoldenMamba2Cuda : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(GoldenMamba2Cuda, CaseAPassesOnTheCudaBackend) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  GoldenOptions o = options_for(GetParam());
+  o.backend = Backend::kCuda;
+  std::vector<SafetensorsFile> parts;
+  parts.emplace_back(kFile);
+  const GoldenReport report = run_golden_case(make_golden_case(std::move(parts)), o);
+  const std::string text = report_text(report);
+  std::cout << text;
+  ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << text;
+  EXPECT_NE(report.description.find("backend cuda"), std::string::npos) << report.description;
+  for (const char* name : {"conv_out", "core_out", "ssm_state_committed"}) {
+    const TensorComparison* t = find(report, name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_TRUE(t->pass) << name;
+    EXPECT_GT(t->vs_ref, 0.0) << name << ": compared against nothing?";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, GoldenMamba2Cuda,
+                         ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),
+                         [](const ::testing::TestParamInfo<Strategy>& info) {
+                           return std::string(strategy_name(info.param));
+                         });
+
 TEST(GoldenMamba2Cli, PassesThroughTheBinaryForBothStrategies) {
   for (const char* strategy : {"snapshot", "replay"}) {
     const test::CliRun run =

@@ -1,0 +1,308 @@
+// Mamba2 benchmarks at Nemotron-H-8B TP1 shapes (128 heads, P=64, N=128, G=8, W=4, conv bias,
+// D skip, no gate, bf16 activations and conv state, fp32 SSM state [slots, H, P, N]: 4 MiB per
+// row and layer, 24 Mamba2 layers), T in {2,4,8}, B in {1,8,32,128}: whole rounds as SGLang's
+// were measured for the replay comparison (a CUDA graph of 4 consecutive rounds: begin_verify,
+// 24 verifies, commit with device accepted lengths that differ per round; L2 flushed; median / 4)
+// for the snapshot and the replay strategy, against the floor (read + write every row's state
+// once per layer at the copy bandwidth this binary measures) and SGLang's Mamba2 snapshot path
+// (shared/baseline/MAMBA2_AND_REPLAY.md part 1: roundEst = 24 x (convG + ssuG) + cmtF).
+//
+// One pool at a time (the snapshot scratch at T=8, B=128 is 96 GiB).
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench_fill.h"
+#include "specstate/specstate.h"
+
+namespace specstate::bench {
+namespace {
+
+constexpr int kLayers = 24, kH = 128, kP = 64, kN = 128, kG = 8, kW = 4;
+constexpr int kConvDim = kH * kP + 2 * kG * kN;  // 10240
+constexpr int kMaxB = 128;
+constexpr std::size_t kFlushBytes = 256u << 20;
+constexpr double kStateBytes = double(kH) * kP * kN * 4;  // 4 MiB
+
+// SGLang's Mamba2 snapshot path on the H200 (roundEst, us) and the floor it quotes.
+struct SglangM2 {
+  int T, B;
+  double round_est_us, floor_us;
+};
+constexpr SglangM2 kSglang[] = {
+    {2, 1, 348.1, 46.9}, {2, 8, 1519.1, 375.0}, {2, 32, 5364.9, 1500.0},  {2, 128, 21114.4, 6000.0},
+    {4, 1, 496.2, 46.9}, {4, 8, 2237.6, 375.0}, {4, 32, 7702.7, 1500.0},  {4, 128, 30728.7, 6000.0},
+    {8, 1, 791.2, 46.9}, {8, 8, 3736.8, 375.0}, {8, 32, 12670.1, 1500.0}, {8, 128, 54859.4, 6000.0},
+};
+const SglangM2& sglang(int T, int B) {
+  for (const SglangM2& r : kSglang) {
+    if (r.T == T && r.B == B) return r;
+  }
+  throw std::runtime_error("no SGLang row");
+}
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+void* dalloc(std::size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc");
+  return p;
+}
+
+Mamba2Config nemotron_h_8b() {
+  Mamba2Config m;
+  m.num_heads = kH;
+  m.head_dim = kP;
+  m.d_state = kN;
+  m.n_groups = kG;
+  m.conv_width = kW;
+  m.conv_bias = true;
+  m.d_skip = true;
+  m.gate = false;
+  m.act_dtype = DType::kBF16;
+  m.conv_state_dtype = DType::kBF16;
+  m.ssm_state_dtype = DType::kF32;
+  return m;
+}
+
+struct World {
+  cudaStream_t stream = nullptr;
+  double copy_gbps = 0;
+  std::vector<void*> xbc, dt, conv_out, y, conv_w, conv_b, A_log, dt_bias, D;
+  int32_t* accepted4 = nullptr;  // [4][kMaxB]
+  void* flush = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  // The one live pool.
+  std::unique_ptr<StatePool> pool;
+  Strategy pool_strategy = Strategy::kSnapshot;
+  int pool_T = 0;
+  std::vector<SlotHandle> handles;
+
+  World() {
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    {
+      const std::size_t bytes = std::size_t{4} << 30;
+      void* a = dalloc(bytes);
+      void* b = dalloc(bytes);
+      check(fill_random(a, bytes / 4, false, 1.0f, 7, stream), "fill");
+      check(cudaEventCreate(&e0), "event");
+      check(cudaEventCreate(&e1), "event");
+      std::vector<double> ms;
+      for (int i = 0; i < 10; ++i) {
+        cudaEventRecord(e0, stream);
+        cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream);
+        cudaEventRecord(e1, stream);
+        check(cudaEventSynchronize(e1), "copy");
+        float t = 0;
+        cudaEventElapsedTime(&t, e0, e1);
+        if (i >= 2) ms.push_back(t);
+      }
+      copy_gbps = 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
+      std::printf("copy bandwidth (4096 MiB, read + write): %.1f GB/s\n", copy_gbps);
+      cudaFree(a);
+      cudaFree(b);
+    }
+    uint64_t seed = 11;
+    auto make = [&](std::size_t n, bool bf16, float scale) {
+      void* p = dalloc(n * (bf16 ? 2 : 4));
+      check(fill_random(p, n, bf16, scale, seed++, stream), "fill");
+      return p;
+    };
+    const std::size_t tokens = std::size_t{kMaxB} * 8;
+    for (int l = 0; l < kLayers; ++l) {
+      xbc.push_back(make(tokens * kConvDim, true, 1.0f));
+      dt.push_back(make(tokens * kH, true, 1.0f));
+      conv_out.push_back(make(tokens * kConvDim, true, 1.0f));
+      y.push_back(make(tokens * kH * kP, true, 1.0f));
+      conv_w.push_back(make(std::size_t{kConvDim} * kW, true, 0.5f));
+      conv_b.push_back(make(kConvDim, true, 0.1f));
+      A_log.push_back(make(kH, false, 1.0f));
+      dt_bias.push_back(make(kH, false, 1.0f));
+      D.push_back(make(kH, false, 1.0f));
+    }
+    accepted4 = static_cast<int32_t*>(dalloc(sizeof(int32_t) * 4 * kMaxB));
+    flush = dalloc(kFlushBytes);
+    check(cudaStreamSynchronize(stream), "setup");
+  }
+  static World& get() {
+    static World w;
+    return w;
+  }
+
+  StatePool& pool_for(Strategy s, int T) {
+    if (pool && pool_strategy == s && pool_T == T) return *pool;
+    pool.reset();
+    handles.clear();
+    PoolOptions o;
+    o.num_slots = kMaxB;
+    o.max_rows = kMaxB;
+    o.max_window = T;
+    o.backend = Backend::kCuda;
+    o.strategy = s;
+    o.stream = stream;
+    pool = std::make_unique<StatePool>(ModelConfig::mamba2(kLayers, nemotron_h_8b()), o);
+    pool_strategy = s;
+    pool_T = T;
+    for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
+    for (int l = 0; l < kLayers; ++l) {
+      const TensorView ssm = pool->ssm_state(l), conv = pool->conv_state(l);
+      check(fill_random(ssm.data, ssm.numel(), false, 0.05f, 100 + l, stream), "fill");
+      check(fill_random(conv.data, conv.numel(), true, 1.0f, 200 + l, stream), "fill");
+    }
+    return *pool;
+  }
+
+  Mamba2Weights weights(int l) const {
+    Mamba2Weights w;
+    w.conv_weight = TensorView::contiguous(conv_w[l], DType::kBF16, {kConvDim, kW}, Device::kCuda);
+    w.conv_bias = TensorView::contiguous(conv_b[l], DType::kBF16, {kConvDim}, Device::kCuda);
+    w.A_log = TensorView::contiguous(A_log[l], DType::kF32, {kH}, Device::kCuda);
+    w.dt_bias = TensorView::contiguous(dt_bias[l], DType::kF32, {kH}, Device::kCuda);
+    w.D = TensorView::contiguous(D[l], DType::kF32, {kH}, Device::kCuda);
+    return w;
+  }
+  Mamba2Inputs inputs(int l, int64_t tokens) const {
+    Mamba2Inputs in;
+    in.xBC = TensorView::contiguous(xbc[l], DType::kBF16, {tokens, kConvDim}, Device::kCuda);
+    in.dt = TensorView::contiguous(dt[l], DType::kBF16, {tokens, kH}, Device::kCuda);
+    return in;
+  }
+  Mamba2Outputs outputs(int l, int64_t tokens) const {
+    Mamba2Outputs out;
+    out.conv_out =
+        TensorView::contiguous(conv_out[l], DType::kBF16, {tokens, kConvDim}, Device::kCuda);
+    out.y = TensorView::contiguous(y[l], DType::kBF16, {tokens, kH, kP}, Device::kCuda);
+    return out;
+  }
+};
+
+std::map<std::tuple<int, int, int>, double>& results() {
+  static std::map<std::tuple<int, int, int>, double> r;
+  return r;
+}
+
+void rounds4(benchmark::State& state, Strategy strategy) {
+  const int T = state.range(0), B = state.range(1);
+  World& w = World::get();
+  StatePool& p = w.pool_for(strategy, T);
+  std::mt19937_64 rng(1000 * T + B);
+  std::vector<int> order(kMaxB);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  VerifyBatch batch;
+  batch.window = T;
+  for (int r = 0; r < B; ++r) batch.rows.push_back(w.handles[order[r]]);
+  std::vector<int32_t> acc(4 * kMaxB);
+  for (int32_t& a : acc) a = std::uniform_int_distribution<int>(1, T)(rng);
+  check(cudaMemcpy(w.accepted4, acc.data(), sizeof(int32_t) * acc.size(), cudaMemcpyHostToDevice),
+        "accepted");
+  auto round = [&](int k) {
+    p.begin_verify(batch);
+    for (int l = 0; l < kLayers; ++l) {
+      p.verify(l, w.weights(l), w.inputs(l, int64_t{B} * T), w.outputs(l, int64_t{B} * T));
+    }
+    p.commit(TensorView::contiguous(w.accepted4 + k * kMaxB, DType::kI32, {B}, Device::kCuda));
+  };
+  round(3);  // leaves pending steps for the first captured round (replay)
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamBeginCapture(w.stream, cudaStreamCaptureModeGlobal), "capture");
+  for (int k = 0; k < 4; ++k) round(k);
+  check(cudaStreamEndCapture(w.stream, &graph), "end capture");
+  cudaGraphExec_t exec = nullptr;
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaGraphDestroy(graph);
+  for (int i = 0; i < 2; ++i) check(cudaGraphLaunch(exec, w.stream), "warm-up");
+  check(cudaStreamSynchronize(w.stream), "warm-up");
+  std::vector<double> us;
+  int i = 0;
+  for (auto _ : state) {
+    check(cudaMemsetAsync(w.flush, i++ & 0xff, kFlushBytes, w.stream), "flush");
+    check(cudaEventRecord(w.e0, w.stream), "event");
+    check(cudaGraphLaunch(exec, w.stream), "replay");
+    check(cudaEventRecord(w.e1, w.stream), "event");
+    check(cudaEventSynchronize(w.e1), "sync");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, w.e0, w.e1);
+    state.SetIterationTime(ms * 1e-3);
+    us.push_back(ms * 1e3 / 4);
+  }
+  cudaGraphExecDestroy(exec);
+  if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
+  const double t = median(us);
+  results()[{T, B, static_cast<int>(strategy)}] = t;
+  const double floor_us = kLayers * B * 2 * kStateBytes / (w.copy_gbps * 1e9) * 1e6;
+  state.counters["us"] = t;
+  state.counters["x_floor"] = t / floor_us;
+  state.counters["sglang_us"] = sglang(T, B).round_est_us;
+}
+
+void BM_M2Rounds4Snapshot(benchmark::State& s) { rounds4(s, Strategy::kSnapshot); }
+void BM_M2Rounds4Replay(benchmark::State& s) { rounds4(s, Strategy::kReplay); }
+
+void shapes(benchmark::internal::Benchmark* b) {
+  for (int T : {2, 4, 8}) {
+    for (int B : {1, 8, 32, 128}) b->Args({T, B});
+  }
+  b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+}
+BENCHMARK(BM_M2Rounds4Snapshot)->Apply(shapes);
+BENCHMARK(BM_M2Rounds4Replay)->Apply(shapes);
+
+void print_table() {
+  World& w = World::get();
+  std::printf(
+      "\nMamba2 rounds, Nemotron-H-8B TP1 (24 layers; graph of 4 consecutive rounds, median / 4, "
+      "us); floor = 24 x B x (read + write of a 4 MiB state) at %.0f GB/s; SGLang = its snapshot "
+      "path's roundEst\n",
+      w.copy_gbps);
+  std::printf("%2s %4s | %9s %9s | %8s %6s %6s | %9s %6s %6s\n", "T", "B", "snapshot", "replay",
+              "floor", "snap/f", "rep/f", "SGLang", "snap/S", "rep/S");
+  for (int T : {2, 4, 8}) {
+    for (int B : {1, 8, 32, 128}) {
+      auto get = [&](Strategy s) {
+        auto it = results().find({T, B, static_cast<int>(s)});
+        return it == results().end() ? 0.0 : it->second;
+      };
+      const double sn = get(Strategy::kSnapshot), rp = get(Strategy::kReplay);
+      const double floor_us = kLayers * B * 2 * kStateBytes / (w.copy_gbps * 1e9) * 1e6;
+      const double sg = sglang(T, B).round_est_us;
+      std::printf("%2d %4d | %9.1f %9.1f | %8.1f %6.2f %6.2f | %9.1f %6.2f %6.2f\n", T, B, sn, rp,
+                  floor_us, sn / floor_us, rp / floor_us, sg, sn / sg, rp / sg);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace specstate::bench
+
+int main(int argc, char** argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: GPU benchmarks skipped\n");
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  specstate::bench::print_table();
+  benchmark::Shutdown();
+  return 0;
+}
