@@ -121,7 +121,8 @@ class PerturbedDrafter:
         gen = torch.Generator(device="cpu").manual_seed(seed)
         with torch.no_grad():
             for p in self.model.parameters():
-                p.add_((torch.randn(p.shape, generator=gen) * noise * p.float().std()).to(p))
+                delta = torch.randn(p.shape, generator=gen).to(p.device) * p.float().std()
+                p.add_((delta * noise).to(p.dtype))
 
     def propose(self, context, k):
         ids = torch.tensor([context], device=self.model.device)

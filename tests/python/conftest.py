@@ -17,8 +17,8 @@ if BF16 is not None:
     NP_DTYPE[specstate.DType.BF16] = BF16
 
 
-def layer_config(act=specstate.DType.F32, conv_bias=False):
-    return specstate.GdnConfig(num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=16,
+def layer_config(act=specstate.DType.F32, conv_bias=False, head_k_dim=8):
+    return specstate.GdnConfig(num_k_heads=2, num_v_heads=4, head_k_dim=head_k_dim, head_v_dim=16,
                                conv_width=4, conv_bias=conv_bias, act_dtype=act,
                                conv_state_dtype=act, ssm_state_dtype=specstate.DType.F32)
 
@@ -26,10 +26,10 @@ def layer_config(act=specstate.DType.F32, conv_bias=False):
 class Model:
     """L GDN layers with random weights; makes inputs and outputs for n tokens."""
 
-    def __init__(self, layers=2, act=specstate.DType.F32, seed=0, conv_bias=False):
+    def __init__(self, layers=2, act=specstate.DType.F32, seed=0, conv_bias=False, head_k_dim=8):
         if act not in NP_DTYPE:
             pytest.skip("ml_dtypes is not installed")
-        self.cfg = layer_config(act, conv_bias)
+        self.cfg = layer_config(act, conv_bias, head_k_dim)
         self.config = specstate.ModelConfig.gated_delta_net(layers, self.cfg)
         self.layers = layers
         self.dtype = NP_DTYPE[act]

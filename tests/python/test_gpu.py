@@ -14,6 +14,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 STRATEGIES = [Strategy.SNAPSHOT, Strategy.REPLAY]
+K = 32  # the CUDA kernels take head_k_dim 32, 64 or 128
 
 
 def cuda_pool(model, strategy, stream=None, slots=4, rows=4, window=4):
@@ -57,7 +58,7 @@ def gpu_states(pool, layers):
 
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
 def test_cuda_matches_cpu(strategy):
-    model = Model(seed=11)
+    model = Model(seed=11, head_k_dim=K)
     cpu = model.pool(strategy)
     gpu = cuda_pool(model, strategy)
     dw = [dev_weights(w) for w in model.weights]
@@ -84,7 +85,7 @@ def test_cuda_matches_cpu(strategy):
 
 
 def test_device_commit_out_of_range_is_reported():
-    model = Model()
+    model = Model(head_k_dim=K)
     gpu = cuda_pool(model, Strategy.SNAPSHOT)
     dw = [dev_weights(w) for w in model.weights]
     h = gpu.acquire()
@@ -97,12 +98,12 @@ def test_device_commit_out_of_range_is_reported():
 
 
 def test_views_are_torch_tensors_on_the_device():
-    model = Model()
+    model = Model(head_k_dim=K)
     gpu = cuda_pool(model, Strategy.SNAPSHOT)
     v = gpu.ssm_state(0)
     assert v.__dlpack_device__()[0] == 2  # kDLCUDA
     t = torch.from_dlpack(v)
-    assert t.is_cuda and t.shape == (4, 4, 16, 8) and t.dtype == torch.float32
+    assert t.is_cuda and t.shape == (4, 4, 16, K) and t.dtype == torch.float32
     with pytest.raises(ValueError, match=r"inputs\.mixed_qkv"):
         # a CPU array into a CUDA pool is named
         x, a, b = model.inputs(4)[0]
@@ -115,7 +116,7 @@ def test_views_are_torch_tensors_on_the_device():
 def test_graph_capture_and_replay(strategy):
     """verify of every layer + commit (device accepted lengths) captured once under
     torch.cuda.graph, replayed with new inputs and accepted values, against the CPU backend."""
-    model = Model(seed=21)
+    model = Model(seed=21, head_k_dim=K)
     T, B = 4, 3
     s = torch.cuda.Stream()
     gpu = cuda_pool(model, strategy, stream=s.cuda_stream)
@@ -179,7 +180,7 @@ def test_graph_capture_and_replay(strategy):
 def test_stream_ordering_with_torch_work():
     """Inputs written by torch on another stream after a long sleep: a verify given that stream
     sees them, and torch work queued after it on that stream sees the outputs."""
-    model = Model(seed=31)
+    model = Model(seed=31, head_k_dim=K)
     pool_stream = torch.cuda.Stream()
     gpu = cuda_pool(model, Strategy.REPLAY, stream=pool_stream.cuda_stream)
     cpu = model.pool(Strategy.REPLAY)
@@ -216,7 +217,7 @@ def test_stream_ordering_with_torch_work():
 
 
 def test_bf16_torch_inputs():
-    model = Model(act=DType.BF16, seed=41)
+    model = Model(act=DType.BF16, seed=41, head_k_dim=K)
     cpu = model.pool(Strategy.SNAPSHOT)
     gpu = cuda_pool(model, Strategy.SNAPSHOT)
     hc, hg = cpu.acquire(), gpu.acquire()

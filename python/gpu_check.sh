@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The Python package on a GPU machine with no package access (the H200 device machine: torch,
+# transformers, nanobind, pytest; no scikit-build-core, no Debian -dev packages). Carry
+# .gpudeps (scripts/make-gpudeps.sh) and .whl (pip download scikit-build-core pathspec packaging
+# --no-deps -d .whl). Builds the package with the CUDA backend (sm_90), runs tests/python (GPU
+# tests included) and the real client on the GPU for both strategies. Logs to $OUT (./out).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+OUT="${OUT:-$root/out}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+deps="$root/.gpudeps"
+if [ -d "$deps" ]; then
+  export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export CMAKE_PREFIX_PATH="$deps"
+  if ! strings "$(g++ -print-file-name=libstdc++.so.6 2>/dev/null)" 2>/dev/null |
+      grep -q GLIBCXX_3.4.30 && [ -f "$deps/fallback/libstdc++.so.6" ]; then
+    export LD_LIBRARY_PATH="$deps/fallback:$LD_LIBRARY_PATH"
+  fi
+fi
+status=0
+echo "== build [t=${SECONDS}s]"
+"$PY" -c "import scikit_build_core" 2>/dev/null ||
+  "$PY" -m pip install -q --no-index --find-links .whl scikit-build-core >"$OUT/pip-deps.log" 2>&1
+export CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc)}"
+if "$PY" -m pip install --no-build-isolation --no-index --no-deps . \
+     -Ccmake.define.SPECSTATE_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 \
+     >"$OUT/py-build.log" 2>&1; then
+  echo "pip install . ok"
+  unset PYTHONPATH
+else
+  tail -20 "$OUT/py-build.log"
+  echo "pip install . FAILED: building with CMake, PYTHONPATH=build-pyg/python"
+  cmake -S . -B build-pyg -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECSTATE_PYTHON=ON \
+    -DSPECSTATE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DSPECSTATE_BUILD_TESTS=OFF \
+    -DSPECSTATE_BUILD_BENCH=OFF -DSPECSTATE_BUILD_EXAMPLES=OFF -DSPECSTATE_INSTALL=OFF \
+    >>"$OUT/py-build.log" 2>&1 &&
+    cmake --build build-pyg --target _specstate >>"$OUT/py-build.log" 2>&1 ||
+    { tail -30 "$OUT/py-build.log"; exit 1; }
+  export PYTHONPATH="$root/build-pyg/python"
+fi
+"$PY" -c "import torch, specstate; print('specstate', specstate.__version__, 'torch', torch.__version__)"
+"$PY" -X faulthandler -c "import specstate, torch; print('import order specstate, torch: ok', flush=True)" ||
+  echo "import specstate before torch: aborted (rc $?)"
+echo "== pytest tests/python [t=${SECONDS}s]"
+"$PY" -m pytest -q -rs tests/python 2>&1 | tee "$OUT/pytest.log" | tail -25
+[ "${PIPESTATUS[0]}" -ne 0 ] && status=1
+for strategy in snapshot replay; do
+  echo "== client: --device cuda --strategy $strategy [t=${SECONDS}s]"
+  "$PY" examples/python/qwen3_next_spec.py --device cuda --strategy "$strategy" 2>&1 |
+    grep -v "falling back\|FutureWarning\|output = func" | tee "$OUT/client-$strategy.log"
+  [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
+done
+echo "== client: --device cuda --dtype bfloat16 [t=${SECONDS}s]"
+"$PY" examples/python/qwen3_next_spec.py --device cuda --dtype bfloat16 2>&1 |
+  grep -v "falling back\|FutureWarning\|output = func" | tee "$OUT/client-bf16.log"
+exit $status
