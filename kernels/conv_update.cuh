@@ -39,7 +39,10 @@ __device__ void copy_extra_column(const ConvUpdateParams& p, int row, int r, int
   (void)r;
 }
 
-template <typename Act, typename St, int W>
+// kRecords: the instantiation that reads or writes replay records (the snapshot and plain advance
+// instantiation carries none of that code: at small batches every instruction before the loads
+// is latency).
+template <typename Act, typename St, int W, bool kRecords>
 __global__ void __launch_bounds__(kConvThreads)
     conv_update_kernel(const __grid_constant__ ConvUpdateParams p, bool token_loop) {
   constexpr int C = kConvChannels;
@@ -48,7 +51,7 @@ __global__ void __launch_bounds__(kConvThreads)
   // start its conv-independent prologue now; it waits for this grid before reading conv_out.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int groups = (p.conv_dim + C - 1) / C;
-  const bool has_records = p.records != nullptr;
+  const bool has_records = kRecords && p.records != nullptr;
   const int extra_threads = has_records ? p.extra_count * p.extra_cols : 0;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   const int r = blockIdx.y;
@@ -115,7 +118,7 @@ __global__ void __launch_bounds__(kConvThreads)
 
   Act* rec =
       has_records ? static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0 : nullptr;
-  if (p.pending != nullptr) {
+  if (kRecords && p.pending != nullptr) {
     // Replay (token_loop): the slot's pending steps, in order, from the committed window. Their
     // conv outputs feed the recurrence's replay; the window then starts from the result.
     const int n = p.pending[slot];
@@ -216,7 +219,7 @@ __global__ void __launch_bounds__(kConvThreads)
         }
       }
     }
-    if (rec != nullptr && p.write_records) {
+    if (kRecords && rec != nullptr && p.write_records) {
       // The token's own input (exact in the act dtype) is its record.
       Act* rp = rec + t * p.record_stride_t;
       if (full && aligned16(rp)) {
@@ -284,15 +287,25 @@ cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t str
   const bool loop = p.store_final || p.pending != nullptr || p.tokens == 0 || p.rows >= 64;
   const int extra = p.records != nullptr ? p.extra_count * p.extra_cols : 0;
   const dim3 grid((groups + extra + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
-  switch (p.width) {
-    case 2:
-      conv_update_kernel<Act, St, 2><<<grid, kConvThreads, 0, stream>>>(p, loop);
-      break;
-    case 3:
-      conv_update_kernel<Act, St, 3><<<grid, kConvThreads, 0, stream>>>(p, loop);
-      break;
+  const bool records = p.records != nullptr || p.pending != nullptr;
+  switch (p.width * 2 + (records ? 1 : 0)) {
     case 4:
-      conv_update_kernel<Act, St, 4><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      conv_update_kernel<Act, St, 2, false><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      break;
+    case 5:
+      conv_update_kernel<Act, St, 2, true><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      break;
+    case 6:
+      conv_update_kernel<Act, St, 3, false><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      break;
+    case 7:
+      conv_update_kernel<Act, St, 3, true><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      break;
+    case 8:
+      conv_update_kernel<Act, St, 4, false><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      break;
+    case 9:
+      conv_update_kernel<Act, St, 4, true><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     default:
       return cudaErrorInvalidValue;

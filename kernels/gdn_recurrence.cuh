@@ -50,6 +50,21 @@ struct GdnSource {
   int64_t tok0;
 };
 
+// KQ consecutive elements (16-byte aligned run start) as one vector load where it fits.
+template <typename Act, int KQ>
+__device__ __forceinline__ void load_lane_elems(const Act* p, float (&out)[KQ]) {
+  if constexpr (KQ == 4) {
+    const float4 v = load4<Act>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < KQ; ++i) out[i] = to_float<Act>(p[i]);
+  }
+}
+
 // Stages virtual tokens [c0, c0 + n) for value head hv (key head h): virtual token i is token i
 // of `first` for i < n_first (the replayed steps), token i - n_first of `second` otherwise (the
 // window). Every thread of the CTA calls it; it ends with __syncthreads().
@@ -87,12 +102,24 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
         (f ? first.qkv : second.qkv) + tok * (f ? first.qkv_stride_token : second.qkv_stride_token);
     constexpr int KQ = K / 32;  // q/k elements per lane in the prologue
     float qv[KQ], kv[KQ];
+    // Contiguous channels (the usual case): lane l holds elements [l*KQ, l*KQ + KQ) and loads
+    // them as one vector; otherwise element i*32 + l, strided.
+    const bool vec = sc == 1 && aligned16(base + q_off) && aligned16(base + k_off);
+    if (vec) {
+      if (!f) load_lane_elems<Act, KQ>(base + q_off + lane * KQ, qv);
+      load_lane_elems<Act, KQ>(base + k_off + lane * KQ, kv);
+    } else {
+#pragma unroll
+      for (int i = 0; i < KQ; ++i) {
+        if (!f) qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * sc]);
+        kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * sc]);
+      }
+    }
     float sq = 0.f, sk = 0.f;
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
       // A replayed step produces no output: its q is not needed (nor read).
-      qv[i] = f ? 0.0f : to_float<Act>(base[q_off + (i * 32 + lane) * sc]);
-      kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * sc]);
+      if (f) qv[i] = 0.0f;
       sq += qv[i] * qv[i];
       sk += kv[i] * kv[i];
     }
@@ -107,8 +134,9 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
       const float qn = qv[i] * qf, kn = kv[i] * kf;
-      c.q[tt][i * 32 + lane] = qn;
-      c.k[tt][i * 32 + lane] = kn;
+      const int e = vec ? lane * KQ + i : i * 32 + lane;
+      c.q[tt][e] = qn;
+      c.k[tt][e] = kn;
       kq += qn * kn;
     }
 #pragma unroll
