@@ -1,4 +1,4 @@
-#include "spec/acceptance.h"
+#include "specstate/spec/acceptance.h"
 
 #include <string>
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "spec/window.h"
+#include "specstate/spec/window.h"
 
 namespace specstate::spec {
 

@@ -1,5 +1,5 @@
 // Acceptance traces: JSON Lines reader, writer and generators. Format: docs/traces.md.
-#include "spec/trace.h"
+#include "specstate/spec/trace.h"
 
 #include <algorithm>
 #include <cmath>

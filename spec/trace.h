@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "spec/window.h"
+#include "specstate/spec/window.h"
 
 namespace specstate::spec {
 

@@ -1,4 +1,4 @@
-#include "spec/verify_batch.h"
+#include "specstate/spec/verify_batch.h"
 
 #include <algorithm>
 #include <string>

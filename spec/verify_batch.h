@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "spec/acceptance.h"
-#include "spec/window.h"
 #include "specstate/pool.h"
+#include "specstate/spec/acceptance.h"
+#include "specstate/spec/window.h"
 
 namespace specstate::spec {
 

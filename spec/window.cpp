@@ -1,4 +1,4 @@
-#include "spec/window.h"
+#include "specstate/spec/window.h"
 
 #include <sstream>
 #include <string>

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "spec/acceptance.h"
-#include "spec/verify_batch.h"
-#include "spec/window.h"
+#include "specstate/spec/acceptance.h"
+#include "specstate/spec/verify_batch.h"
+#include "specstate/spec/window.h"
 #include "specstate/specstate.h"
 
 namespace draft_verify_loop {

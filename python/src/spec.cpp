@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "common.h"
-#include "spec/acceptance.h"
-#include "spec/trace.h"
-#include "spec/verify_batch.h"
-#include "spec/window.h"
+#include "specstate/spec/acceptance.h"
+#include "specstate/spec/trace.h"
+#include "specstate/spec/verify_batch.h"
+#include "specstate/spec/window.h"
 
 namespace specstate::py {
 namespace {

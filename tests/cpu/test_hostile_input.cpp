@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "spec/trace.h"
+#include "specstate/spec/trace.h"
 #include "specstate/specstate.h"
 
 namespace specstate {

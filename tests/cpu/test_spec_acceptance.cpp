@@ -4,7 +4,7 @@
 #include <random>
 #include <string>
 
-#include "spec/acceptance.h"
+#include "specstate/spec/acceptance.h"
 #include "specstate/status.h"
 
 namespace specstate::spec {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/gdn_data.h"
-#include "spec/verify_batch.h"
+#include "specstate/spec/verify_batch.h"
 
 namespace specstate::spec {
 namespace {

@@ -5,7 +5,7 @@
 #include <random>
 #include <string>
 
-#include "spec/window.h"
+#include "specstate/spec/window.h"
 #include "specstate/status.h"
 
 namespace specstate::spec {

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "spec/trace.h"
+#include "specstate/spec/trace.h"
 #include "specstate/status.h"
 
 namespace specstate::spec {

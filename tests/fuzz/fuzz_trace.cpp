@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "spec/trace.h"
+#include "specstate/spec/trace.h"
 #include "specstate/status.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
