@@ -4,6 +4,8 @@
 //
 //   specstate plan --model qwen3-next-80b --tp 1 --max-requests 64 --window 4 [--json]
 //                  [--strategy snapshot|replay]
+//   specstate plan --layers 24 --heads 8 --v-heads 16 --head-k-dim 128 --head-v-dim 128
+//   specstate plan --model-file model.json
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -18,7 +20,9 @@ namespace specstate::cli {
 namespace {
 
 struct PlanArgs {
-  std::string model = "qwen3-next-80b";
+  std::string model = kDefaultModel;
+  std::string model_file;
+  ModelDims dims;
   int tp = 1;
   int max_requests = 64;
   int max_rows = 0;  // 0: max_requests
@@ -32,7 +36,7 @@ std::string bytes_cell(int64_t bytes) {
 }
 
 int run_plan(const PlanArgs& args) {
-  const ModelPreset& preset = find_preset(args.model);
+  const ModelPreset preset = resolve_model(args.model, args.model_file, args.dims);
   const ModelConfig config = apply_tp(preset, args.tp);
   config.validate();
   const Strategy strategy = parse_strategy(args.strategy, "--strategy");
@@ -77,9 +81,13 @@ int run_plan(const PlanArgs& args) {
               args.tp, strategy_name(strategy));
   if (config.kind == LayerKind::kMamba2) {
     const Mamba2Config& m = config.mamba;
-    std::printf(
-        "  layers        %d, of which %d Mamba2 (the rest are attention or MLP, not ours)\n",
-        preset.total_layers, config.num_layers);
+    if (preset.total_layers > config.num_layers) {
+      std::printf(
+          "  layers        %d, of which %d Mamba2 (the rest are attention or MLP, not ours)\n",
+          preset.total_layers, config.num_layers);
+    } else {
+      std::printf("  layers        %d, all Mamba2\n", config.num_layers);
+    }
     std::printf("  Mamba2 layer  nheads=%d P=%d N=%d G=%d W=%d, conv_dim %lld\n", m.num_heads,
                 m.head_dim, m.d_state, m.n_groups, m.conv_width,
                 static_cast<long long>(b.conv_dim));
@@ -94,9 +102,13 @@ int run_plan(const PlanArgs& args) {
                   with_commas(b.record_per_token).c_str());
     }
   } else {
-    std::printf(
-        "  layers        %d, of which %d Gated DeltaNet (the rest hold a KV cache, not ours)\n",
-        preset.total_layers, config.num_layers);
+    if (preset.total_layers > config.num_layers) {
+      std::printf(
+          "  layers        %d, of which %d Gated DeltaNet (the rest hold a KV cache, not ours)\n",
+          preset.total_layers, config.num_layers);
+    } else {
+      std::printf("  layers        %d, all Gated DeltaNet\n", config.num_layers);
+    }
     std::printf("  GDN layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %lld\n", g.num_k_heads,
                 g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width,
                 static_cast<long long>(b.conv_dim));
@@ -145,7 +157,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       "plan",
       "Memory of the committed state pool and the strategy's workspace (snapshot scratch or "
       "replay records) for a model");
-  add_model_options(cmd, args->model, args->tp);
+  add_model_options(cmd, args->model, args->model_file, args->tp, args->dims);
   cmd->add_option("--max-requests", args->max_requests, "Requests the pool holds (slots)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -1,10 +1,19 @@
 #include "cli/sim_helpers.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <tuple>
 
 #include "specstate/dtype.h"
+#include "specstate/status.h"
 
 namespace specstate::cli {
 namespace {
@@ -202,13 +211,295 @@ std::string human_seconds(double seconds) {
   return buf;
 }
 
-void add_model_options(CLI::App* cmd, std::string& model, int& tp) {
+namespace {
+
+// "f32" / "bf16" (the names dtype_name prints); throws CLI::ValidationError naming `option`.
+DType parse_dtype(const std::string& text, const std::string& option) {
+  if (text == "f32" || text == "float32") return DType::kF32;
+  if (text == "bf16" || text == "bfloat16") return DType::kBF16;
+  throw CLI::ValidationError(option, "\"" + text +
+                                         "\" is not a state or activation dtype "
+                                         "(f32 or bf16)");
+}
+
+LayerKind parse_kind(const std::string& text, const std::string& option) {
+  if (text == "gdn" || text == "gated_delta_net") return LayerKind::kGatedDeltaNet;
+  if (text == "mamba2") return LayerKind::kMamba2;
+  throw CLI::ValidationError(option, "\"" + text + "\" is not a layer kind (gdn or mamba2)");
+}
+
+}  // namespace
+
+bool ModelDims::any() const {
+  return !kind.empty() || layers > 0 || total_layers > 0 || heads > 0 || v_heads > 0 ||
+         head_k_dim > 0 || head_v_dim > 0 || head_dim > 0 || d_state > 0 || groups > 0 ||
+         conv_width > 0 || !act_dtype.empty() || !conv_dtype.empty() || !ssm_dtype.empty();
+}
+
+ModelPreset read_model_file(const std::string& path) {
+  const std::string option = "--model-file";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CLI::ValidationError(option, "cannot read " + path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw CLI::ValidationError(option, path + " is no JSON: " + e.what());
+  }
+  if (!j.is_object()) throw CLI::ValidationError(option, path + ": a model file is a JSON object");
+  const auto fail = [&](const std::string& what) {
+    throw CLI::ValidationError(option, path + ": " + what);
+  };
+  if (!j.contains("kind")) fail("\"kind\" missing (\"gdn\" or \"mamba2\")");
+  if (!j.contains("layers")) fail("\"layers\" missing (the recurrent layers)");
+  if (!j["kind"].is_string()) fail("\"kind\" must be \"gdn\" or \"mamba2\"");
+  const LayerKind kind = parse_kind(j["kind"].get<std::string>(), option);
+  const bool mamba = kind == LayerKind::kMamba2;
+  const std::set<std::string> common = {
+      "name",       "description", "kind",      "layers",           "total_layers",
+      "conv_width", "conv_bias",   "act_dtype", "conv_state_dtype", "ssm_state_dtype"};
+  const std::set<std::string> gdn_keys = {"num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"};
+  const std::set<std::string> mamba_keys = {"num_heads", "head_dim", "d_state",
+                                            "n_groups",  "d_skip",   "gate"};
+  const std::set<std::string>& own = mamba ? mamba_keys : gdn_keys;
+  for (const auto& [key, value] : j.items()) {
+    if (common.count(key) == 0 && own.count(key) == 0) {
+      std::string known;
+      for (const auto* keys : {&common, &own}) {
+        for (const auto& k : *keys) known += (known.empty() ? "" : ", ") + k;
+      }
+      fail("unknown key \"" + key + "\" for a " + (mamba ? "mamba2" : "gdn") +
+           " model (known: " + known + ")");
+    }
+  }
+  const auto integer = [&](const char* key, int fallback) {
+    if (!j.contains(key)) return fallback;
+    const auto& v = j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 20)) {
+      fail(std::string("\"") + key + "\" = " + v.dump() + ": an integer in [1, 1048576]");
+    }
+    return static_cast<int>(v.get<int64_t>());
+  };
+  const auto boolean = [&](const char* key, bool fallback) {
+    if (!j.contains(key)) return fallback;
+    if (!j[key].is_boolean())
+      fail(std::string("\"") + key + "\" = " + j[key].dump() + ": true or false");
+    return j[key].get<bool>();
+  };
+  const auto dtype = [&](const char* key, DType fallback) {
+    if (!j.contains(key)) return fallback;
+    if (!j[key].is_string())
+      fail(std::string("\"") + key + "\" = " + j[key].dump() + ": f32 or bf16");
+    try {
+      return parse_dtype(j[key].get<std::string>(), option);
+    } catch (const CLI::ValidationError&) {
+      fail(std::string("\"") + key + "\" = " + j[key].dump() + ": f32 or bf16");
+    }
+    return fallback;
+  };
+  const auto text = [&](const char* key, const std::string& fallback) {
+    if (!j.contains(key)) return fallback;
+    if (!j[key].is_string()) fail(std::string("\"") + key + "\" must be a string");
+    return j[key].get<std::string>();
+  };
+  std::string stem =
+      path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".json") == 0)
+    stem.resize(stem.size() - 5);
+  ModelPreset out;
+  out.name = text("name", stem);
+  out.description = text("description", "model file " + path);
+  const int layers = integer("layers", 1);
+  out.total_layers = integer("total_layers", layers);
+  if (out.total_layers < layers) {
+    fail("\"total_layers\" = " + std::to_string(out.total_layers) +
+         " is less than \"layers\" = " + std::to_string(layers));
+  }
+  if (mamba) {
+    Mamba2Config m;
+    m.num_heads = integer("num_heads", m.num_heads);
+    m.head_dim = integer("head_dim", m.head_dim);
+    m.d_state = integer("d_state", m.d_state);
+    m.n_groups = integer("n_groups", m.n_groups);
+    m.conv_width = integer("conv_width", m.conv_width);
+    m.conv_bias = boolean("conv_bias", m.conv_bias);
+    m.d_skip = boolean("d_skip", m.d_skip);
+    m.gate = boolean("gate", m.gate);
+    m.act_dtype = dtype("act_dtype", m.act_dtype);
+    m.conv_state_dtype = dtype("conv_state_dtype", m.conv_state_dtype);
+    m.ssm_state_dtype = dtype("ssm_state_dtype", m.ssm_state_dtype);
+    out.config = ModelConfig::mamba2(layers, m);
+  } else {
+    GdnConfig g;
+    g.num_k_heads = integer("num_k_heads", g.num_k_heads);
+    g.num_v_heads = integer("num_v_heads", g.num_v_heads);
+    g.head_k_dim = integer("head_k_dim", g.head_k_dim);
+    g.head_v_dim = integer("head_v_dim", g.head_v_dim);
+    g.conv_width = integer("conv_width", g.conv_width);
+    g.conv_bias = boolean("conv_bias", g.conv_bias);
+    g.act_dtype = dtype("act_dtype", g.act_dtype);
+    g.conv_state_dtype = dtype("conv_state_dtype", g.conv_state_dtype);
+    g.ssm_state_dtype = dtype("ssm_state_dtype", g.ssm_state_dtype);
+    out.config = ModelConfig::gated_delta_net(layers, g);
+  }
+  try {
+    out.config.validate();
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+  return out;
+}
+
+ModelPreset resolve_model(const std::string& model, const std::string& model_file,
+                          const ModelDims& d) {
+  ModelPreset out = model_file.empty() ? find_preset(model) : read_model_file(model_file);
+  if (!d.any()) return out;
+  const int others = out.total_layers - out.config.num_layers;  // attention, MLP: not ours
+  ModelConfig& c = out.config;
+  bool switched = false;  // another layer kind than the model's
+  if (!d.kind.empty()) {
+    const LayerKind kind = parse_kind(d.kind, "--kind");
+    if (kind != c.kind) {
+      if (d.layers == 0) {
+        throw CLI::ValidationError("--kind", "--kind " + d.kind + " changes the layers of " +
+                                                 out.name + " (" + layer_kind_name(c.kind) +
+                                                 "): give --layers too");
+      }
+      // Another kind: the library's defaults of that layer (Qwen3-Next-80B / Nemotron-H-8B at
+      // TP 1), every layer recurrent unless --total-layers says otherwise.
+      c = kind == LayerKind::kMamba2 ? ModelConfig::mamba2(d.layers, Mamba2Config{})
+                                     : ModelConfig::gated_delta_net(d.layers, GdnConfig{});
+      out.name = "custom";
+      out.total_layers = d.layers;
+      switched = true;
+    }
+  }
+  const bool mamba = c.kind == LayerKind::kMamba2;
+  const auto other_kind = [&](int value, const char* option) {
+    if (value > 0) {
+      throw CLI::ValidationError(
+          option, std::string(option) + " is a " + (mamba ? "Gated DeltaNet" : "Mamba2") +
+                      " dimension; the layers of " + out.name + " are " + layer_kind_name(c.kind));
+    }
+  };
+  const auto set = [](int value, int& field) {
+    if (value > 0) field = value;
+  };
+  if (d.layers > 0 && !switched) {
+    c.num_layers = d.layers;
+    out.total_layers = d.layers + others;
+  }
+  if (d.total_layers > 0) {
+    if (d.total_layers < c.num_layers) {
+      throw CLI::ValidationError("--total-layers",
+                                 "--total-layers " + std::to_string(d.total_layers) +
+                                     " is less than the " + std::to_string(c.num_layers) +
+                                     " recurrent layers");
+    }
+    out.total_layers = d.total_layers;
+  }
+  if (mamba) {
+    other_kind(d.v_heads, "--v-heads");
+    other_kind(d.head_k_dim, "--head-k-dim");
+    other_kind(d.head_v_dim, "--head-v-dim");
+    Mamba2Config& m = c.mamba;
+    set(d.heads, m.num_heads);
+    set(d.head_dim, m.head_dim);
+    set(d.d_state, m.d_state);
+    set(d.groups, m.n_groups);
+    set(d.conv_width, m.conv_width);
+    if (!d.act_dtype.empty()) m.act_dtype = parse_dtype(d.act_dtype, "--act-dtype");
+    if (!d.conv_dtype.empty()) m.conv_state_dtype = parse_dtype(d.conv_dtype, "--conv-dtype");
+    if (!d.ssm_dtype.empty()) m.ssm_state_dtype = parse_dtype(d.ssm_dtype, "--ssm-dtype");
+  } else {
+    other_kind(d.head_dim, "--head-dim");
+    other_kind(d.d_state, "--d-state");
+    other_kind(d.groups, "--groups");
+    GdnConfig& g = c.gdn;
+    set(d.heads, g.num_k_heads);
+    set(d.v_heads, g.num_v_heads);
+    set(d.head_k_dim, g.head_k_dim);
+    set(d.head_v_dim, g.head_v_dim);
+    set(d.conv_width, g.conv_width);
+    if (!d.act_dtype.empty()) g.act_dtype = parse_dtype(d.act_dtype, "--act-dtype");
+    if (!d.conv_dtype.empty()) g.conv_state_dtype = parse_dtype(d.conv_dtype, "--conv-dtype");
+    if (!d.ssm_dtype.empty()) g.ssm_state_dtype = parse_dtype(d.ssm_dtype, "--ssm-dtype");
+  }
+  if (!switched) out.name += " (custom)";
+  out.description = "custom dimensions";
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw CLI::ValidationError("custom dimensions (--heads, --layers, ...)", e.what());
+  }
+  return out;
+}
+
+void check_writable(const std::string& path, const char* option) {
+  const auto fail = [&](const std::string& why) {
+    throw CLI::ValidationError(option, std::string(option) + " " + path + ": " + why);
+  };
+  if (path.empty()) fail("empty file name");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) fail("is a directory");
+    if (::access(path.c_str(), W_OK) != 0)
+      fail(std::string("cannot write: ") + std::strerror(errno));
+    return;
+  }
+  if (errno != ENOENT) fail(std::strerror(errno));
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0) fail("directory " + dir + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) fail(dir + " is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    fail("cannot create a file in " + dir + ": " + std::strerror(errno));
+  }
+}
+
+void add_model_options(CLI::App* cmd, std::string& model, std::string& model_file, int& tp,
+                       ModelDims& dims) {
   std::string models;
   for (const auto& n : model_preset_names()) models += (models.empty() ? "" : ", ") + n;
-  cmd->add_option("--model", model, "Model preset: " + models)->capture_default_str();
+  auto* preset =
+      cmd->add_option("--model", model, "Model preset: " + models)->capture_default_str();
+  auto* file =
+      cmd->add_option("--model-file", model_file,
+                      "JSON model file instead of a preset: {\"kind\": \"gdn\"|\"mamba2\", "
+                      "\"layers\": N, ...} (docs/simulate.md)")
+          ->check(CLI::ExistingFile);
+  file->excludes(preset);
   cmd->add_option("--tp", tp, "Tensor-parallel ranks (heads split over them)")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
+  const auto dim = [&](const char* name, int& field, const char* help) {
+    cmd->add_option(name, field, help)->check(CLI::Range(1, 1 << 20))->group("Model dimensions");
+  };
+  cmd->add_option("--kind", dims.kind, "Layer kind of custom dimensions: gdn or mamba2")
+      ->check(CLI::IsMember({"gdn", "mamba2"}))
+      ->group("Model dimensions");
+  dim("--layers", dims.layers, "Recurrent (GDN or Mamba2) layers");
+  dim("--total-layers", dims.total_layers,
+      "All layers, attention included (default: --layers + the model's other layers)");
+  dim("--heads", dims.heads, "GDN: key heads H; Mamba2: heads");
+  dim("--v-heads", dims.v_heads, "GDN: value heads HV (a multiple of H)");
+  dim("--head-k-dim", dims.head_k_dim, "GDN: key head dim K");
+  dim("--head-v-dim", dims.head_v_dim, "GDN: value head dim V");
+  dim("--head-dim", dims.head_dim, "Mamba2: channels per head P");
+  dim("--d-state", dims.d_state, "Mamba2: state size N");
+  dim("--groups", dims.groups, "Mamba2: groups G of B and C");
+  dim("--conv-width", dims.conv_width, "Conv taps W");
+  for (auto [name, field, help] :
+       {std::tuple<const char*, std::string*, const char*>{"--act-dtype", &dims.act_dtype,
+                                                           "Activation dtype: f32 or bf16"},
+        {"--conv-dtype", &dims.conv_dtype, "Conv state dtype: f32 or bf16"},
+        {"--ssm-dtype", &dims.ssm_dtype, "SSM state dtype: f32 or bf16"}}) {
+    cmd->add_option(name, *field, help)
+        ->check(CLI::IsMember({"f32", "bf16"}))
+        ->group("Model dimensions");
+  }
 }
 
 void describe_model(const ModelPreset& preset, const ModelConfig& config,

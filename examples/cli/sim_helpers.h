@@ -19,8 +19,8 @@ struct ModelPreset {
   ModelConfig config;    // at TP 1
 };
 
-// The embedded presets: "tiny", "small" (the simulate default), "qwen3-next-80b" (GDN);
-// "nemotron-h-8b", "nemotron-h-47b", "nemotron-h-56b" (Mamba2: plan only so far).
+// The embedded presets: "tiny", "small" (the default of plan and simulate), "qwen3-next-80b"
+// (GDN); "nemotron-h-8b", "nemotron-h-47b", "nemotron-h-56b" (Mamba2: plan only so far).
 const std::vector<ModelPreset>& model_presets();
 std::vector<std::string> model_preset_names();
 // Throws CLI::ValidationError naming --model when `name` is not a preset.
@@ -29,8 +29,51 @@ const ModelPreset& find_preset(const std::string& name);
 // K, V, W unchanged). Throws CLI::ValidationError naming --tp when tp does not divide H and HV.
 ModelConfig apply_tp(const ModelPreset& preset, int tp);
 
-// Adds --model (one of the presets) and --tp (1..8) to a subcommand.
-void add_model_options(CLI::App* cmd, std::string& model, int& tp);
+// The preset both `plan` and `simulate` use when no model is given.
+inline constexpr const char* kDefaultModel = "small";
+
+// Custom dimensions over the model (a preset or a model file); 0 or empty: the model's value.
+struct ModelDims {
+  std::string kind;      // --kind gdn|mamba2 (another kind than the model's needs --layers)
+  int layers = 0;        // --layers: recurrent layers (GDN or Mamba2)
+  int total_layers = 0;  // --total-layers: all layers (default: --layers + the model's others)
+  int heads = 0;         // --heads: GDN key heads H, or Mamba2 heads
+  int v_heads = 0;       // --v-heads: GDN value heads HV
+  int head_k_dim = 0;    // --head-k-dim: GDN K
+  int head_v_dim = 0;    // --head-v-dim: GDN V
+  int head_dim = 0;      // --head-dim: Mamba2 P
+  int d_state = 0;       // --d-state: Mamba2 N
+  int groups = 0;        // --groups: Mamba2 G
+  int conv_width = 0;    // --conv-width: W (both kinds)
+  std::string act_dtype, conv_dtype, ssm_dtype;  // --act-dtype, --conv-dtype, --ssm-dtype
+  bool any() const;
+};
+
+// The model a command runs on, at TP 1: `model_file` (JSON, see docs/simulate.md) when given,
+// else the preset `model`; then `dims` over it. The name is the preset's (or the file's "name",
+// or its file name), with " (custom)" appended when dims changed something. Throws
+// CLI::ValidationError naming the option at fault (--model, --model-file, --kind, --layers,
+// ...), also for a config the library's validation rejects.
+ModelPreset resolve_model(const std::string& model, const std::string& model_file,
+                          const ModelDims& dims);
+// Reads a JSON model file: {"kind": "gdn" | "mamba2", "layers": N, optional "name",
+// "description", "total_layers" and the layer's fields (GDN: num_k_heads, num_v_heads,
+// head_k_dim, head_v_dim; Mamba2: num_heads, head_dim, d_state, n_groups, d_skip, gate; both:
+// conv_width, conv_bias, act_dtype, conv_state_dtype, ssm_state_dtype); fields left out keep
+// the library's defaults (GdnConfig, Mamba2Config). Throws CLI::ValidationError naming
+// --model-file, the key and the value.
+ModelPreset read_model_file(const std::string& path);
+
+// Adds --model (one of the presets), --model-file, --tp (1..8) and the custom dimensions
+// (--kind, --layers, --total-layers, --heads, --v-heads, --head-k-dim, --head-v-dim,
+// --head-dim, --d-state, --groups, --conv-width, --act-dtype, --conv-dtype, --ssm-dtype).
+void add_model_options(CLI::App* cmd, std::string& model, std::string& model_file, int& tp,
+                       ModelDims& dims);
+
+// Throws CLI::ValidationError naming `option` unless `path` can be written: an existing file
+// that is writable and no directory, or a new file in an existing, writable directory. Called
+// before a run, so that a bad --out costs nothing.
+void check_writable(const std::string& path, const char* option);
 
 // Writes the preset's layer counts, shapes and dtypes (under TP) into `out`, the same keys in
 // every report: total_layers, gdn_layers, num_k_heads, num_v_heads, head_k_dim, head_v_dim,

@@ -31,8 +31,8 @@
 
 #include "cli/commands.h"
 #include "cli/sim_helpers.h"
-#include "spec/trace.h"
-#include "spec/verify_batch.h"
+#include "specstate/spec/trace.h"
+#include "specstate/spec/verify_batch.h"
 #include "specstate/specstate.h"
 
 namespace specstate::cli {
@@ -315,18 +315,23 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
                                "--strategy " + o.strategy + " must be snapshot, replay or both");
   }
   const bool both = strategies.size() == 2;
+  // A report or plot that cannot be written fails now, not after the run.
+  if (!o.out.empty()) {
+    check_writable(o.out, "--out");
+    check_writable(svg_path_for(o.out), "--out");
+  }
   const bool cuda = o.backend == "cuda";
   if (cuda && !kHaveCuda) {
     throw CLI::ValidationError("--backend",
                                "--backend cuda: this build of specstate has no CUDA backend");
   }
-  const ModelPreset& preset = find_preset(o.model);
+  const ModelPreset preset = resolve_model(o.model, o.model_file, o.dims);
   const ModelConfig config = apply_tp(preset, o.tp);
   if (config.kind != LayerKind::kGatedDeltaNet) {
-    throw CLI::ValidationError("--model", "--model " + preset.name + " has " +
-                                              layer_kind_name(config.kind) +
-                                              " layers: simulate runs Gated DeltaNet presets only "
-                                              "so far (plan and check-golden take Mamba2)");
+    throw CLI::ValidationError(o.model_file.empty() ? "--model" : "--model-file",
+                               "model " + preset.name + " has " + layer_kind_name(config.kind) +
+                                   " layers: simulate runs Gated DeltaNet presets only "
+                                   "so far (plan and check-golden take Mamba2)");
   }
   config.validate();
   const GdnConfig& g = config.gdn;
@@ -728,6 +733,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   report["specstate_version"] = version();
   Json opts;
   opts["model"] = o.model;
+  opts["model_file"] = o.model_file.empty() ? Json(nullptr) : Json(o.model_file);
   opts["tp"] = o.tp;
   opts["backend"] = o.backend;
   opts["strategy"] = o.strategy;
@@ -754,8 +760,33 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   acc["tokens_per_round"] =
       timed_rounds == 0 ? 0.0 : static_cast<double>(tokens_total) / timed_rounds;
   acc["tokens_total"] = tokens_total;
-  acc["histogram"] = trace.accepted_histogram();
+  // Only the accepted lengths a window can reach: a tree of depth d accepts at most d tokens.
+  int reachable = 0;
+  bool one_window = true;
+  for (const auto& rec : trace.records) {
+    reachable = std::max(reachable, rec.window.max_depth());
+    one_window = one_window && rec.window == trace.records.front().window;
+  }
+  std::vector<int64_t> histogram = trace.accepted_histogram();
+  histogram.resize(static_cast<std::size_t>(reachable) + 1, 0);
+  acc["histogram"] = histogram;
+  acc["max_accepted_length"] = reachable;
+  // What the acceptance came from, for the plot's title.
+  char label[160];
+  if (source == "geometric") {
+    std::snprintf(label, sizeof(label), "geometric, alpha %.2f", o.accept_rate);
+  } else if (source == "fixed") {
+    std::snprintf(label, sizeof(label), "fixed a = %d", o.fixed);
+  } else if (source == "empirical") {
+    std::snprintf(label, sizeof(label), "empirical %s", o.histogram.c_str());
+  } else {
+    std::snprintf(label, sizeof(label), "trace %s", source.c_str());
+  }
+  acc["source"] = label;
   report["acceptance"] = acc;
+  report["trace"]["window"] = one_window && !trace.records.empty()
+                                  ? trace.records.front().window.describe()
+                                  : "windows up to T = " + std::to_string(max_window);
   if (!both) {
     // One strategy: the sections' keys at the top level, as before --strategy existed.
     Json& s = sections.front();
@@ -997,24 +1028,129 @@ void print_summary(const Json& r, std::ostream& out) {
   }
 }
 
+std::string svg_path_for(const std::string& out) {
+  std::string svg_path = out;
+  const auto dot = svg_path.rfind('.');
+  const auto slash = svg_path.rfind('/');
+  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) {
+    svg_path.resize(dot);
+  }
+  return svg_path + ".svg";
+}
+
+namespace {
+
+// Tick values 0, step, 2 step, ... covering [0, peak], step 1, 2 or 5 x 10^k (about 4 ticks).
+std::vector<double> nice_ticks(double peak, bool integers) {
+  if (!(peak > 0)) peak = 1;
+  const double raw = peak / 4;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * mag;
+    if (step >= raw) break;
+  }
+  if (integers) step = std::max(1.0, std::ceil(step));
+  std::vector<double> ticks;
+  for (int i = 0; i * step <= peak * (1 + 1e-9); ++i) ticks.push_back(i * step);
+  if (ticks.back() < peak) ticks.push_back(ticks.back() + step);  // the axis covers the peak
+  return ticks;
+}
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// A y axis at x0 from y0 (value 0) up `height` pixels (value ticks.back()): the line, the ticks
+// with their labels, and the axis label rotated beside them.
+void y_axis(std::ostringstream& s, int x0, int y0, int height, const std::vector<double>& ticks,
+            const std::function<std::string(double)>& label, const std::string& title) {
+  s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\"" << y0 - height
+    << "\" stroke=\"black\"/>\n";
+  for (double t : ticks) {
+    const double y = y0 - height * t / ticks.back();
+    s << "<line class=\"ytick\" x1=\"" << x0 - 4 << "\" y1=\"" << y << "\" x2=\"" << x0
+      << "\" y2=\"" << y << "\" stroke=\"black\"/>\n";
+    s << "<text class=\"ytick-label\" x=\"" << x0 - 6 << "\" y=\"" << y + 4
+      << "\" text-anchor=\"end\">" << xml_escape(label(t)) << "</text>\n";
+  }
+  const int lx = x0 - 52, ly = y0 - height / 2;
+  s << "<text class=\"ylabel\" x=\"" << lx << "\" y=\"" << ly << "\" text-anchor=\"middle\" "
+    << "transform=\"rotate(-90 " << lx << " " << ly << ")\">" << xml_escape(title) << "</text>\n";
+}
+
+}  // namespace
+
 std::string render_svg(const Json& r) {
   const auto hist = r["acceptance"]["histogram"].get<std::vector<int64_t>>();
   const auto sections = strategy_sections(r);
-  constexpr int kW = 900, kH = 360, kPanel = 400, kTop = 50, kPlotH = 240;
+  constexpr int kW = 1000, kH = 420, kTop = 90, kPlotH = 240;
+  const int y0 = kTop + kPlotH;
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  // Panel 1: accepted-length histogram.
+  // The run: model (TP, layers), window, acceptance, backend, strategy.
   {
-    const int x0 = 50, y0 = kTop + kPlotH;
+    const Json& m = r["model"];
+    const Json& opts = r["options"];
+    const Json& acc = r["acceptance"];
+    const std::string layers = m.contains("gdn_layers")
+                                   ? std::to_string(m["gdn_layers"].get<int>()) + " GDN layers"
+                                   : std::to_string(m.value("mamba2_layers", 0)) + " Mamba2 layers";
+    const std::string window = r["trace"].value("window", std::string());
+    std::string strategies;
+    for (const auto& [name, sec] : sections)
+      strategies += (strategies.empty() ? "" : " vs ") + name;
+    char mean[64];
+    std::snprintf(mean, sizeof(mean), "%.2f", acc["mean_accepted_length"].get<double>());
+    const std::string title = "specstate simulate: " + m["name"].get<std::string>() + " (TP " +
+                              std::to_string(opts["tp"].get<int>()) + ", " + layers + ")";
+    const std::string detail = "T = " + std::to_string(r["trace"]["max_window"].get<int>()) +
+                               (window.empty() ? "" : " (" + window + ")") + ", acceptance " +
+                               acc.value("source", std::string("?")) + " (mean accepted " + mean +
+                               "), backend " + opts["backend"].get<std::string>() + ", strategy " +
+                               strategies + ", " +
+                               std::to_string(r["trace"]["requests"].get<int>()) + " requests";
+    s << "<text class=\"title\" x=\"20\" y=\"24\" font-size=\"15\" font-weight=\"bold\">"
+      << xml_escape(title) << "</text>\n";
+    s << "<text class=\"subtitle\" x=\"20\" y=\"44\">" << xml_escape(detail) << "</text>\n";
+  }
+  // Panel 1: accepted-length histogram (the lengths the window can reach).
+  {
+    const int x0 = 80, width = 360;
     int64_t peak = 1;
     for (int64_t c : hist) peak = std::max(peak, c);
-    s << "<text x=\"" << x0 << "\" y=\"30\" font-size=\"14\">Accepted length per request-round"
-      << "</text>\n";
-    const double bw = static_cast<double>(kPanel - 20) / std::max<std::size_t>(1, hist.size());
+    const std::vector<double> ticks = nice_ticks(static_cast<double>(peak), true);
+    const double top = ticks.back();
+    s << "<text x=\"" << x0 << "\" y=\"" << kTop - 16
+      << "\" font-size=\"14\">Accepted length per request-round</text>\n";
+    y_axis(
+        s, x0, y0, kPlotH, ticks,
+        [](double v) { return std::to_string(static_cast<long long>(std::llround(v))); },
+        "request-rounds");
+    const double bw = static_cast<double>(width) / std::max<std::size_t>(1, hist.size());
     for (std::size_t a = 0; a < hist.size(); ++a) {
-      const double h = static_cast<double>(kPlotH) * hist[a] / peak;
+      const double h = kPlotH * static_cast<double>(hist[a]) / top;
       s << "<rect x=\"" << x0 + a * bw + 2 << "\" y=\"" << y0 - h << "\" width=\"" << bw - 4
         << "\" height=\"" << h << "\" fill=\"#4878d0\"/>\n";
       s << "<text x=\"" << x0 + a * bw + bw / 2 << "\" y=\"" << y0 + 16
@@ -1022,15 +1158,15 @@ std::string render_svg(const Json& r) {
       s << "<text x=\"" << x0 + a * bw + bw / 2 << "\" y=\"" << y0 - h - 4
         << "\" text-anchor=\"middle\">" << hist[a] << "</text>\n";
     }
-    s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 + kPanel - 20 << "\" y2=\""
-      << y0 << "\" stroke=\"black\"/>\n";
-    s << "<text x=\"" << x0 + (kPanel - 20) / 2 << "\" y=\"" << y0 + 34
+    s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 + width << "\" y2=\"" << y0
+      << "\" stroke=\"black\"/>\n";
+    s << "<text class=\"xlabel\" x=\"" << x0 + width / 2 << "\" y=\"" << y0 + 34
       << "\" text-anchor=\"middle\">accepted tokens a</text>\n";
   }
   // Panel 2: time per round, verify and commit stacked; one bar per strategy in each round
   // (snapshot left, replay right, replay's bars in darker colours).
   {
-    const int x0 = 480, y0 = kTop + kPlotH, width = kPanel;
+    const int x0 = 580, width = 400;
     const char* verify_colour[] = {"#4878d0", "#1f3f80"};
     const char* commit_colour[] = {"#ee854a", "#a0461a"};
     double peak = 0;
@@ -1043,26 +1179,33 @@ std::string render_svg(const Json& r) {
       }
     }
     if (peak <= 0) peak = 1e-9;
-    s << "<text x=\"" << x0 << "\" y=\"30\" font-size=\"14\">Time per round (max "
+    const std::vector<double> ticks = nice_ticks(peak, false);
+    const double top = ticks.back();
+    s << "<text x=\"" << x0 << "\" y=\"" << kTop - 16 << "\" font-size=\"14\">Time per round (max "
       << human_seconds(peak) << ")</text>\n";
+    y_axis(
+        s, x0, y0, kPlotH, ticks, [](double v) { return v == 0 ? "0" : human_seconds(v); },
+        "time per round (verify + commit)");
     const double bw = static_cast<double>(width) / std::max<std::size_t>(1, n);
     const double sub = bw / static_cast<double>(sections.size());
     for (std::size_t k = 0; k < sections.size(); ++k) {
       const Json& rounds = (*sections[k].second)["rounds"];
       for (std::size_t i = 0; i < rounds.size(); ++i) {
-        const double v = kPlotH * rounds[i]["verify_seconds"].get<double>() / peak;
-        const double c = kPlotH * rounds[i]["commit_seconds"].get<double>() / peak;
+        const double v = kPlotH * rounds[i]["verify_seconds"].get<double>() / top;
+        const double c = kPlotH * rounds[i]["commit_seconds"].get<double>() / top;
         const double x = x0 + i * bw + k * sub;
-        s << "<rect x=\"" << x << "\" y=\"" << y0 - v << "\" width=\"" << std::max(sub - 1, 0.5)
-          << "\" height=\"" << v << "\" fill=\"" << verify_colour[k % 2] << "\"/>\n";
-        s << "<rect x=\"" << x << "\" y=\"" << y0 - v - c << "\" width=\"" << std::max(sub - 1, 0.5)
-          << "\" height=\"" << c << "\" fill=\"" << commit_colour[k % 2] << "\"/>\n";
+        s << "<rect class=\"bar-" << sections[k].first << "\" x=\"" << x << "\" y=\"" << y0 - v
+          << "\" width=\"" << std::max(sub - 1, 0.5) << "\" height=\"" << v << "\" fill=\""
+          << verify_colour[k % 2] << "\"/>\n";
+        s << "<rect class=\"bar-" << sections[k].first << "\" x=\"" << x << "\" y=\"" << y0 - v - c
+          << "\" width=\"" << std::max(sub - 1, 0.5) << "\" height=\"" << c << "\" fill=\""
+          << commit_colour[k % 2] << "\"/>\n";
       }
     }
     s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 + width << "\" y2=\"" << y0
       << "\" stroke=\"black\"/>\n";
-    s << "<text x=\"" << x0 + width / 2 << "\" y=\"" << y0 + 20
-      << "\" text-anchor=\"middle\">round</text>\n";
+    s << "<text class=\"xlabel\" x=\"" << x0 + width / 2 << "\" y=\"" << y0 + 20
+      << "\" text-anchor=\"middle\">round (timed rounds, in order)</text>\n";
     for (std::size_t k = 0; k < sections.size(); ++k) {
       const int y = y0 + 30 + 14 * static_cast<int>(k);
       s << "<rect x=\"" << x0 << "\" y=\"" << y << "\" width=\"10\" height=\"10\" fill=\""
@@ -1136,7 +1279,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   auto quiet = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "simulate", "Replay an acceptance trace through the state pool and time verify/commit");
-  add_model_options(cmd, o->model, o->tp);
+  add_model_options(cmd, o->model, o->model_file, o->tp, o->dims);
   auto* trace = cmd->add_option("--trace", o->trace_path,
                                 "Replay this acceptance trace (JSON Lines, docs/traces.md)")
                     ->check(CLI::ExistingFile);
@@ -1189,18 +1332,17 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   histogram->excludes(rate);
   histogram->excludes(fixed);
   cmd->callback([o, quiet, &exit_code] {
+    // Before anything runs: a bad --out is a usage error (exit 2) naming the option.
+    if (!o->out.empty()) {
+      check_writable(o->out, "--out");
+      check_writable(svg_path_for(o->out), "--out");
+    }
     const bool tty = !*quiet && isatty(fileno(stderr)) != 0;
     const Json report = run_simulation(*o, tty ? &std::cerr : nullptr);
     print_summary(report, std::cout);
     if (!o->out.empty()) {
       write_file_checked(o->out, report.dump(2) + "\n", "--out");
-      std::string svg_path = o->out;
-      const auto dot = svg_path.rfind('.');
-      const auto slash = svg_path.rfind('/');
-      if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) {
-        svg_path.resize(dot);
-      }
-      svg_path += ".svg";
+      const std::string svg_path = svg_path_for(o->out);
       write_file_checked(svg_path, render_svg(report), "--out");
       std::cout << "  report: " << o->out << ", plots: " << svg_path << "\n";
     }

@@ -8,10 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/sim_helpers.h"
+
 namespace specstate::cli {
 
 struct SimulateOptions {
-  std::string model = "small";
+  std::string model = kDefaultModel;  // a preset, the same default as `plan`
+  std::string model_file;             // a JSON model file instead of a preset
+  ModelDims dims;                     // custom dimensions over the model
   int tp = 1;
   int requests = 8;
   int rounds = 32;
@@ -31,8 +35,11 @@ struct SimulateOptions {
   // committed states with it; with `both` also the strategies' outputs and states bit for bit.
   bool check = false;
   int warmup = 1;   // untimed rounds first: a full verify, then a commit that keeps (a = 0)
-  std::string out;  // FILE.json: report; FILE.svg beside it: the plots
+  std::string out;  // FILE.json: report; FILE.svg beside it: the plots (checked before the run)
 };
+
+// Where the plots of `--out FILE` go: FILE with its extension replaced by .svg.
+std::string svg_path_for(const std::string& out);
 
 // Runs the simulation; `progress` (may be null) receives a progress bar. Returns the report
 // (schema in docs/simulate.md). Throws CLI::ValidationError for bad options and
@@ -40,7 +47,9 @@ struct SimulateOptions {
 nlohmann::ordered_json run_simulation(const SimulateOptions& options, std::ostream* progress);
 // The human-readable summary of a report.
 void print_summary(const nlohmann::ordered_json& report, std::ostream& out);
-// An SVG with the accepted-length histogram and the time per round (verify / commit).
+// An SVG with a title naming the run (model, window, acceptance, backend, strategy), the
+// accepted-length histogram and the time per round (verify / commit, one bar per strategy), both
+// with y ticks and axis labels.
 std::string render_svg(const nlohmann::ordered_json& report);
 
 }  // namespace specstate::cli

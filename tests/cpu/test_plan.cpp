@@ -150,6 +150,193 @@ TEST(PlanCli, BadArgumentsExitTwo) {
   EXPECT_EQ(bad.output.find("\"model\""), std::string::npos) << bad.output;  // no plan printed
 }
 
+TEST(PlanCli, DefaultModelIsSimulatesDefault) {
+  const CliRun run = run_cli("plan --json");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_EQ(nlohmann::json::parse(run.output)["model"].get<std::string>(), kDefaultModel);
+  EXPECT_EQ(std::string(kDefaultModel), "small");
+}
+
+// "the rest hold a KV cache" only where there is a rest.
+TEST(PlanCli, KvCacheSentenceOnlyWhenSomeLayersAreNotRecurrent) {
+  const CliRun qwen = run_cli("plan --model qwen3-next-80b");
+  ASSERT_EQ(qwen.code, 0) << qwen.output;
+  EXPECT_NE(qwen.output.find("48, of which 36 Gated DeltaNet (the rest hold a KV cache"),
+            std::string::npos)
+      << qwen.output;
+  for (const char* args : {"plan --model small", "plan --model tiny", "plan --layers 5",
+                           "plan --model qwen3-next-80b --total-layers 36"}) {
+    const CliRun run = run_cli(args);
+    ASSERT_EQ(run.code, 0) << args << "\n" << run.output;
+    EXPECT_EQ(run.output.find("KV cache"), std::string::npos) << args << "\n" << run.output;
+    EXPECT_EQ(run.output.find("the rest"), std::string::npos) << args << "\n" << run.output;
+    EXPECT_NE(run.output.find("all Gated DeltaNet"), std::string::npos) << run.output;
+  }
+  const CliRun mamba = run_cli("plan --kind mamba2 --layers 6");
+  ASSERT_EQ(mamba.code, 0) << mamba.output;
+  EXPECT_EQ(mamba.output.find("the rest"), std::string::npos) << mamba.output;
+  EXPECT_NE(mamba.output.find("6, all Mamba2"), std::string::npos) << mamba.output;
+  const CliRun nemotron = run_cli("plan --model nemotron-h-8b");
+  EXPECT_NE(nemotron.output.find("52, of which 24 Mamba2 (the rest are attention or MLP"),
+            std::string::npos)
+      << nemotron.output;
+}
+
+// Custom GDN dimensions: every field reaches the plan, and the plan equals a real pool.
+TEST(PlanCli, CustomGdnDimensionsEqualARealPool) {
+  const CliRun run = run_cli(
+      "plan --layers 5 --heads 2 --v-heads 6 --head-k-dim 32 --head-v-dim 64 --conv-width 3 "
+      "--act-dtype f32 --conv-dtype f32 --ssm-dtype bf16 --max-requests 3 --window 2 --json");
+  ASSERT_EQ(run.code, 0) << run.output;
+  const auto j = nlohmann::json::parse(run.output);
+  EXPECT_EQ(j["model"].get<std::string>(), "small (custom)");
+  EXPECT_EQ(j["gdn_layers"].get<int>(), 5);
+  EXPECT_EQ(j["total_layers"].get<int>(), 5);  // small has no other layers
+  EXPECT_EQ(j["num_k_heads"].get<int>(), 2);
+  EXPECT_EQ(j["num_v_heads"].get<int>(), 6);
+  EXPECT_EQ(j["conv_width"].get<int>(), 3);
+  EXPECT_EQ(j["ssm_state_dtype"].get<std::string>(), "bf16");
+  // conv_dim 2*2*32 + 6*64 = 512; conv 512 x 2 x f32; SSM 6 x 64 x 32 x bf16.
+  const int64_t layer = 512 * 2 * 4 + 6 * 64 * 32 * 2;
+  EXPECT_EQ(j["committed_bytes_per_request"].get<int64_t>(), 5 * layer);
+  GdnConfig g;
+  g.num_k_heads = 2;
+  g.num_v_heads = 6;
+  g.head_k_dim = 32;
+  g.head_v_dim = 64;
+  g.conv_width = 3;
+  g.act_dtype = DType::kF32;
+  g.conv_state_dtype = DType::kF32;
+  g.ssm_state_dtype = DType::kBF16;
+  PoolOptions po;
+  po.num_slots = 3;
+  po.max_rows = 3;
+  po.max_window = 2;
+  const StatePool pool(ModelConfig::gated_delta_net(5, g), po);
+  EXPECT_EQ(j["committed_bytes_total"].get<int64_t>(), pool.committed_bytes());
+  EXPECT_EQ(j["workspace_bytes_total"].get<int64_t>(), pool.workspace_bytes());
+  // Over a preset with attention layers, the other layers stay: 12 of Qwen3-Next's 48.
+  const CliRun qwen = run_cli("plan --model qwen3-next-80b --layers 24 --json");
+  ASSERT_EQ(qwen.code, 0) << qwen.output;
+  const auto q = nlohmann::json::parse(qwen.output);
+  EXPECT_EQ(q["total_layers"].get<int>(), 36);
+  EXPECT_EQ(q["committed_bytes_per_request"].get<int64_t>(), 24 * kQwenLayer);
+}
+
+TEST(PlanCli, CustomMamba2DimensionsEqualARealPool) {
+  const CliRun run = run_cli(
+      "plan --kind mamba2 --layers 3 --total-layers 7 --heads 8 --head-dim 16 --d-state 32 "
+      "--groups 2 --conv-width 4 --max-requests 2 --window 3 --strategy replay --json");
+  ASSERT_EQ(run.code, 0) << run.output;
+  const auto j = nlohmann::json::parse(run.output);
+  EXPECT_EQ(j["model"].get<std::string>(), "custom");
+  EXPECT_EQ(j["layer_kind"].get<std::string>(), "mamba2");
+  EXPECT_EQ(j["mamba2_layers"].get<int>(), 3);
+  EXPECT_EQ(j["total_layers"].get<int>(), 7);
+  // conv_dim 8*16 + 2*2*32 = 256; conv 256 x 3 x bf16; SSM 8 x 16 x 32 x f32.
+  EXPECT_EQ(j["committed_bytes_per_request"].get<int64_t>(), 3 * (256 * 3 * 2 + 8 * 16 * 32 * 4));
+  Mamba2Config m;
+  m.num_heads = 8;
+  m.head_dim = 16;
+  m.d_state = 32;
+  m.n_groups = 2;
+  PoolOptions po;
+  po.num_slots = 2;
+  po.max_rows = 2;
+  po.max_window = 3;
+  po.strategy = Strategy::kReplay;
+  const StatePool pool(ModelConfig::mamba2(3, m), po);
+  EXPECT_EQ(j["committed_bytes_total"].get<int64_t>(), pool.committed_bytes());
+  EXPECT_EQ(j["workspace_bytes_total"].get<int64_t>(), pool.workspace_bytes());
+  // Over a Mamba2 preset: its heads split under TP like the preset's.
+  const CliRun tp = run_cli("plan --model nemotron-h-8b --d-state 64 --tp 2 --json");
+  ASSERT_EQ(tp.code, 0) << tp.output;
+  const auto t = nlohmann::json::parse(tp.output);
+  EXPECT_EQ(t["d_state"].get<int>(), 64);
+  EXPECT_EQ(t["num_heads"].get<int>(), 64);
+  EXPECT_EQ(t["model"].get<std::string>(), "nemotron-h-8b (custom)");
+}
+
+std::string write_model_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  return path;
+}
+
+TEST(PlanCli, ModelFileGivesTheModelAndDimensionsOverrideIt) {
+  const std::string path = write_model_file("specstate_plan_model.json", R"({
+    "name": "my-hybrid", "kind": "gdn", "layers": 12, "total_layers": 16,
+    "num_k_heads": 8, "num_v_heads": 16, "head_k_dim": 128, "head_v_dim": 128,
+    "conv_width": 4, "act_dtype": "bf16", "conv_state_dtype": "bf16", "ssm_state_dtype": "f32"})");
+  const CliRun run = run_cli("plan --model-file " + path + " --json");
+  ASSERT_EQ(run.code, 0) << run.output;
+  const auto j = nlohmann::json::parse(run.output);
+  EXPECT_EQ(j["model"].get<std::string>(), "my-hybrid");
+  EXPECT_EQ(j["total_layers"].get<int>(), 16);
+  const int64_t layer = (2 * 8 * 128 + 16 * 128) * 3 * 2 + 16 * 128 * 128 * 4;
+  EXPECT_EQ(j["committed_bytes_per_request"].get<int64_t>(), 12 * layer);
+  const CliRun text = run_cli("plan --model-file " + path);
+  EXPECT_NE(text.output.find("16, of which 12 Gated DeltaNet (the rest hold a KV cache"),
+            std::string::npos)
+      << text.output;
+  const CliRun over = run_cli("plan --model-file " + path + " --layers 6 --tp 2 --json");
+  ASSERT_EQ(over.code, 0) << over.output;
+  const auto o = nlohmann::json::parse(over.output);
+  EXPECT_EQ(o["model"].get<std::string>(), "my-hybrid (custom)");
+  EXPECT_EQ(o["total_layers"].get<int>(), 10);
+  EXPECT_EQ(o["committed_bytes_per_request"].get<int64_t>(), 6 * layer / 2);
+  std::remove(path.c_str());
+  const std::string mamba = write_model_file("specstate_plan_mamba.json",
+                                             R"({"kind": "mamba2", "layers": 2, "d_state": 64})");
+  const CliRun m = run_cli("plan --model-file " + mamba + " --json");
+  ASSERT_EQ(m.code, 0) << m.output;
+  const auto mj = nlohmann::json::parse(m.output);
+  EXPECT_EQ(mj["model"].get<std::string>(), "specstate_plan_mamba");  // the file's name
+  EXPECT_EQ(mj["d_state"].get<int>(), 64);
+  EXPECT_EQ(mj["num_heads"].get<int>(), Mamba2Config{}.num_heads);  // the library's default
+  std::remove(mamba.c_str());
+}
+
+TEST(PlanCli, BadModelsExitTwoNamingTheOption) {
+  struct Bad {
+    std::string args, names;
+  };
+  const std::string bad_key =
+      write_model_file("specstate_bad_key.json", R"({"kind": "gdn", "layers": 2, "heads": 4})");
+  const std::string bad_json = write_model_file("specstate_bad_json.json", R"({"kind": "gdn",)");
+  const std::string no_kind = write_model_file("specstate_no_kind.json", R"({"layers": 2})");
+  const std::string bad_value = write_model_file(
+      "specstate_bad_value.json", R"({"kind": "gdn", "layers": 2, "num_v_heads": 0})");
+  const std::string bad_heads = write_model_file(
+      "specstate_bad_heads.json", R"({"kind": "gdn", "layers": 2, "num_k_heads": 3})");
+  for (const Bad& b : {
+           Bad{"plan --d-state 64", "--d-state"},
+           Bad{"plan --model nemotron-h-8b --v-heads 4", "--v-heads"},
+           Bad{"plan --kind mamba2", "--layers"},
+           Bad{"plan --kind lstm --layers 2", "--kind"},
+           Bad{"plan --layers 0", "--layers"},
+           Bad{"plan --layers 4 --total-layers 3", "--total-layers"},
+           Bad{"plan --heads 3", "num_v_heads"},
+           Bad{"plan --act-dtype f16", "--act-dtype"},
+           Bad{"plan --model tiny --model-file " + bad_key, "--model"},
+           Bad{"plan --model-file /nonexistent/model.json", "--model-file"},
+           Bad{"plan --model-file " + bad_key, "unknown key \"heads\""},
+           Bad{"plan --model-file " + bad_json, "--model-file"},
+           Bad{"plan --model-file " + no_kind, "\"kind\" missing"},
+           Bad{"plan --model-file " + bad_value, "\"num_v_heads\" = 0"},
+           Bad{"plan --model-file " + bad_heads, "--model-file"},
+       }) {
+    const CliRun run = run_cli(b.args);
+    EXPECT_EQ(run.code, 2) << b.args << "\n" << run.output;
+    EXPECT_NE(run.output.find(b.names), std::string::npos) << b.args << "\n" << run.output;
+  }
+  for (const auto& path : {bad_key, bad_json, no_kind, bad_value, bad_heads}) {
+    std::remove(path.c_str());
+  }
+}
+
 TEST(PlanHelpers, Formatting) {
   EXPECT_EQ(with_commas(77266944), "77,266,944");
   EXPECT_EQ(with_commas(0), "0");

@@ -3,6 +3,8 @@
 // --strategy snapshot|replay|both) and the command line (exit codes, usage messages naming the
 // argument, --out files).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <array>
@@ -14,7 +16,7 @@
 
 #include "cli/simulate.h"
 #include "common/cli_run.h"
-#include "spec/trace.h"
+#include "specstate/spec/trace.h"
 #include "specstate/specstate.h"
 
 namespace specstate::cli {
@@ -336,8 +338,9 @@ TEST(Simulate, ReplaysATraceFileWithPaddingRowsAndZeroAcceptance) {
   EXPECT_EQ(report["rounds"][1]["live_rows"].get<int>(), 2);
   EXPECT_EQ(report["rounds"][1]["window"].get<int>(), 4);
   EXPECT_EQ(report["rounds"][2]["rows"].get<int>(), 1);
+  // Windows of depth 3 at most (chains of 3, a 4-node tree of depth 3): a = 0..3 only.
   EXPECT_EQ(report["acceptance"]["histogram"].get<std::vector<int64_t>>(),
-            (std::vector<int64_t>{1, 2, 1, 2, 0}));
+            (std::vector<int64_t>{1, 2, 1, 2}));
   EXPECT_EQ(report["acceptance"]["tokens_total"].get<int64_t>(), 3 + 0 + 1 + 2 + 3 + 1);
   std::remove(path.c_str());
 }
@@ -351,6 +354,140 @@ TEST(Simulate, SvgHasBothPlots) {
   EXPECT_TRUE(contains(svg, "Accepted length"));
   EXPECT_TRUE(contains(svg, "Time per round"));
   EXPECT_TRUE(contains(svg, "</svg>"));
+}
+
+// A tree of 4 nodes whose deepest path has 3 nodes accepts 0..3 tokens: a = 4 is no bar.
+TEST(Simulate, TreeHistogramShowsOnlyReachableAcceptedLengths) {
+  SimulateOptions o;
+  o.model = "tiny";
+  o.rounds = 6;
+  o.tree = "-1,0,0,1";
+  const auto report = run_simulation(o, nullptr);
+  EXPECT_EQ(report["trace"]["max_window"].get<int>(), 4);
+  EXPECT_EQ(report["acceptance"]["max_accepted_length"].get<int>(), 3);
+  const auto hist = report["acceptance"]["histogram"].get<std::vector<int64_t>>();
+  ASSERT_EQ(hist.size(), 4u);
+  int64_t total = 0;
+  for (int64_t c : hist) total += c;
+  EXPECT_EQ(total, report["trace"]["records"].get<int64_t>());
+  const std::string svg = render_svg(report);
+  EXPECT_FALSE(contains(svg, "text-anchor=\"middle\">4</text>")) << svg;
+  // A chain of T reaches T.
+  o.tree.clear();
+  o.window = 4;
+  EXPECT_EQ(run_simulation(o, nullptr)["acceptance"]["histogram"].size(), 5u);
+}
+
+int count_of(const std::string& text, const std::string& fragment) {
+  int n = 0;
+  for (auto at = text.find(fragment); at != std::string::npos; at = text.find(fragment, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(Simulate, SvgNamesTheRunAndHasYTicksAndLabels) {
+  SimulateOptions o;
+  o.model = "tiny";
+  o.rounds = 4;
+  o.window = 3;
+  o.accept_rate = 0.6;
+  const std::string svg = render_svg(run_simulation(o, nullptr));
+  // model, window, acceptance, backend, strategy
+  EXPECT_TRUE(contains(svg, "specstate simulate: tiny (TP 1, 2 GDN layers)")) << svg;
+  EXPECT_TRUE(contains(svg, "T = 3 (chain")) << svg;
+  EXPECT_TRUE(contains(svg, "acceptance geometric, alpha 0.60")) << svg;
+  EXPECT_TRUE(contains(svg, "backend cpu")) << svg;
+  EXPECT_TRUE(contains(svg, "strategy snapshot")) << svg;
+  // Both panels: a y axis with at least 3 ticks, each labelled, and an axis label.
+  EXPECT_GE(count_of(svg, "class=\"ytick\""), 6) << svg;
+  EXPECT_EQ(count_of(svg, "class=\"ytick\""), count_of(svg, "class=\"ytick-label\""));
+  EXPECT_TRUE(contains(svg, ">request-rounds</text>")) << svg;
+  EXPECT_TRUE(contains(svg, ">time per round (verify + commit)</text>")) << svg;
+  EXPECT_TRUE(contains(svg, "Accepted length"));
+  EXPECT_TRUE(contains(svg, "Time per round"));
+}
+
+TEST(Simulate, SvgShowsBothStrategiesWhenBothRan) {
+  SimulateOptions o;
+  o.model = "tiny";
+  o.rounds = 3;
+  o.fixed = 2;
+  o.strategy = "both";
+  const std::string svg = render_svg(run_simulation(o, nullptr));
+  EXPECT_TRUE(contains(svg, "strategy snapshot vs replay")) << svg;
+  EXPECT_TRUE(contains(svg, "acceptance fixed a = 2")) << svg;
+  // Every timed round has a verify and a commit bar per strategy, and the legend names both.
+  EXPECT_EQ(count_of(svg, "class=\"bar-snapshot\""), 2 * 3) << svg;
+  EXPECT_EQ(count_of(svg, "class=\"bar-replay\""), 2 * 3) << svg;
+  EXPECT_TRUE(contains(svg, "verify (all layers), snapshot"));
+  EXPECT_TRUE(contains(svg, "verify (all layers), replay"));
+  EXPECT_TRUE(contains(svg, "commit, replay"));
+}
+
+TEST(Simulate, SameDefaultModelAsPlan) {
+  EXPECT_EQ(SimulateOptions{}.model, std::string(kDefaultModel));
+  const CliRun run = run_cli("plan --json");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_EQ(nlohmann::json::parse(run.output)["model"].get<std::string>(), SimulateOptions{}.model);
+}
+
+// Custom GDN dimensions (no preset has them) run and pass the check against plain prefill.
+TEST(SimulateCli, CustomDimensionsRunAndCheck) {
+  const CliRun run = run_cli(
+      "simulate --layers 3 --heads 2 --v-heads 4 --head-k-dim 32 --head-v-dim 16 --conv-width 3 "
+      "--act-dtype f32 --conv-dtype f32 --rounds 3 --requests 2 --check --quiet");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "small (custom) (TP 1: 3 GDN layers, H=2 HV=4 K=32 V=16)"))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "PASS")) << run.output;
+}
+
+TEST(Simulate, ModelFileRunsAndNamesTheModel) {
+  const std::string path = ::testing::TempDir() + "specstate_sim_model.json";
+  {
+    std::ofstream out(path);
+    out << R"({"name": "toy-gdn", "kind": "gdn", "layers": 2, "total_layers": 4,
+               "num_k_heads": 1, "num_v_heads": 2, "head_k_dim": 32, "head_v_dim": 32,
+               "act_dtype": "f32", "conv_state_dtype": "f32", "ssm_state_dtype": "f32"})";
+  }
+  SimulateOptions o;
+  o.model_file = path;
+  o.rounds = 3;
+  o.check = true;
+  const auto report = run_simulation(o, nullptr);
+  EXPECT_TRUE(report["check"]["passed"].get<bool>()) << report["check"].dump();
+  EXPECT_EQ(report["model"]["name"].get<std::string>(), "toy-gdn");
+  EXPECT_EQ(report["model"]["gdn_layers"].get<int>(), 2);
+  EXPECT_EQ(report["model"]["total_layers"].get<int>(), 4);
+  EXPECT_EQ(report["model"]["head_k_dim"].get<int>(), 32);
+  // 2 layers x (conv_dim 2*32 + 2*32 = 128 x 3 x 4 + 2 x 32 x 32 x 4) per request.
+  EXPECT_EQ(report["memory"]["committed_bytes_per_request"].get<int64_t>(),
+            2 * (128 * 3 * 4 + 2 * 32 * 32 * 4));
+  std::remove(path.c_str());
+}
+
+// --out is checked before anything runs: a million rounds would take minutes, the usage error
+// takes none, and no summary is printed.
+TEST(SimulateCli, UnwritableOutFailsBeforeTheRun) {
+  const std::string dir = ::testing::TempDir() + "specstate_out_dir";
+  std::remove((dir + "/r.svg").c_str());
+  ::mkdir(dir.c_str(), 0755);
+  ::mkdir((dir + "/r.svg").c_str(), 0755);  // the plot's path is a directory
+  for (const std::string& out : {std::string("/nonexistent-dir/r.json"), dir, dir + "/r.json"}) {
+    SCOPED_TRACE(out);
+    const CliRun run = run_cli("simulate --model tiny --rounds 1000000 --quiet --out " + out);
+    EXPECT_EQ(run.code, 2) << run.output;
+    EXPECT_TRUE(contains(run.output, "--out")) << run.output;
+    EXPECT_FALSE(contains(run.output, "tokens per round")) << run.output;
+    SimulateOptions o;
+    o.model = "tiny";
+    o.rounds = 1000000;
+    o.out = out;
+    EXPECT_THROW(run_simulation(o, nullptr), CLI::ValidationError);
+  }
+  ::rmdir((dir + "/r.svg").c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST(SimulateCli, DefaultRunSucceeds) {
