@@ -114,9 +114,22 @@ class BackendImpl {
   // Zeroes the committed conv and SSM state of `slot` in every layer, and its pending steps.
   virtual void zero_slot(const PoolStorage& storage, int slot) = 0;
 
+  // Slot operations (all layers; the pool has validated the slots and materialized the source).
+  // copy_slot: src's committed conv and SSM state into dst. export_slot / import_slot: the
+  // slot's committed state to / from `buffer` (host or device memory as `buffer_device` says;
+  // the pool only passes kCuda to a CUDA backend) in the export layout: for each layer, the conv
+  // window (layout.conv_bytes) then the SSM state (layout.ssm_bytes), no padding. Host buffers
+  // are done on return; device buffers may complete asynchronously in the backend's order.
+  virtual void copy_slot(const PoolStorage& storage, int src, int dst) = 0;
+  virtual void export_slot(const PoolStorage& storage, int slot, void* buffer,
+                           Device buffer_device) = 0;
+  virtual void import_slot(const PoolStorage& storage, int slot, const void* buffer,
+                           Device buffer_device) = 0;
+
   // Called by begin_verify once the round is validated, outside any verify/commit (so outside a
   // CUDA graph that captures them): a device backend uploads slots and parents here to buffers
-  // of fixed address that the captured kernels read.
+  // of fixed address that the captured kernels read. Called again (outside any graph) when a row
+  // is released mid-round, with that row's slot set to -1, so device-side commits skip it.
   virtual void begin_round(const PoolStorage& storage, const RoundPlan& plan) {
     (void)storage;
     (void)plan;

@@ -4,7 +4,11 @@
 #include "specstate/pool.h"
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <variant>
@@ -16,6 +20,7 @@
 #include "logging.h"
 #include "pool_access.h"
 #include "slot_allocator.h"
+#include "specstate/safetensors.h"
 #include "strategy/strategy.h"
 #include "validate.h"
 
@@ -105,10 +110,11 @@ struct StatePool::Impl {
   VerifyBatch batch;
   detail::RoundPlan plan;
   std::vector<bool> verified;  // [L] layers verified in the open round
-  // Row of each slot in the open round (-1: none), and the first row whose slot was released
-  // since begin_verify: verify and commit check one integer instead of every handle.
+  // Row of each slot in the open round (-1: none). A row whose slot is released mid-round
+  // becomes padding (plan.slots[r] = -1, batch.rows[r] = padding); released_rows[r] keeps the
+  // handle it had, for the commit's message (padding otherwise).
   std::vector<int32_t> round_row_of_slot;
-  int released_row = -1;
+  std::vector<SlotHandle> released_rows;
 
   Impl(const ModelConfig& c, const PoolOptions& o) : config(c), options(o), slots(o.num_slots) {}
 
@@ -314,7 +320,6 @@ struct StatePool::Impl {
     }
     check_kind<Weights>(fn);
     check_layer(fn, layer);
-    check_rows_live(fn);
     check_args(fn, weights, inputs, outputs, int64_t{plan.rows} * plan.window);
     detail::LayerRun run;
     run.layer = layer;
@@ -326,20 +331,89 @@ struct StatePool::Impl {
     verified[layer] = true;
   }
 
-  // The open round's rows are still live (none released since begin_verify).
-  void check_rows_live(const char* function) const {
-    if (released_row < 0) return;
-    fail(Status::kFailedPrecondition, function,
-         "batch.rows[" + std::to_string(released_row) +
-             "] = " + handle_string(batch.rows[released_row]) +
-             " was released after begin_verify; begin a new round");
+  // "layers 0, 1, 2" of the layers the open round has verified.
+  std::string verified_layers() const {
+    std::string out;
+    for (std::size_t l = 0; l < verified.size(); ++l) {
+      if (!verified[l]) continue;
+      out += (out.empty() ? "" : ", ") + std::to_string(l);
+    }
+    return out;
+  }
+
+  // The open round's row `row` becomes padding: its slot was released. The backend gets the
+  // round's slot list again (a device backend re-uploads it, so a device-valued commit skips the
+  // row); on failure nothing changed.
+  void make_row_padding(int row) {
+    const int32_t slot = plan.slots[static_cast<std::size_t>(row)];
+    plan.slots[static_cast<std::size_t>(row)] = -1;
+    try {
+      backend->begin_round(storage, plan);
+    } catch (...) {
+      plan.slots[static_cast<std::size_t>(row)] = slot;
+      throw;
+    }
+    released_rows[static_cast<std::size_t>(row)] = batch.rows[static_cast<std::size_t>(row)];
+    batch.rows[static_cast<std::size_t>(row)] = SlotHandle::padding();
+    round_row_of_slot[slot] = -1;
+  }
+
+  // A slot's committed memory was overwritten with an exact state: no pending steps remain.
+  void mark_overwritten(int slot) {
+    if (storage.layout.has(detail::Buf::kPending)) {
+      backend->clear_pending(storage, 0, config.num_layers, {slot});
+    }
+    strategy->slot_overwritten(slot);
+  }
+
+  // A contiguous 1-D byte-carrying view of exactly ceil(slot_state_bytes / dtype size) elements
+  // on a device the backend can copy to / from, not overlapping the pool.
+  void check_state_buffer(const char* function, const char* name, const TensorView& v) const {
+    const int64_t bytes = storage.layout.committed_bytes_per_slot();
+    if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kI32) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + ".dtype = " + std::to_string(static_cast<int>(v.dtype)) +
+               " is not a dtype (f32, bf16 or i32)");
+    }
+    const int64_t elem = static_cast<int64_t>(dtype_size(v.dtype));
+    const int64_t want = (bytes + elem - 1) / elem;
+    if (v.data == nullptr) {
+      fail(Status::kInvalidArgument, function, std::string(name) + ".data is null");
+    }
+    if (v.ndim != 1) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + ".ndim = " + std::to_string(v.ndim) + ", expected 1 (a " +
+               dtype_name(v.dtype) + "[" + std::to_string(want) + "] byte buffer)");
+    }
+    if (v.shape[0] != want) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + " (" + v.describe() + ") holds " + std::to_string(v.shape[0]) +
+               " elements, expected " + std::to_string(want) + " (slot_state_bytes() = " +
+               std::to_string(bytes) + " bytes as " + dtype_name(v.dtype) + ")");
+    }
+    if (v.shape[0] > 1 && v.stride[0] != 1) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + " (" + v.describe() + ") has stride " + std::to_string(v.stride[0]) +
+               ", expected a contiguous buffer (stride 1)");
+    }
+    if (v.device != Device::kCpu && v.device != Device::kCuda) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + ".device = " + std::to_string(static_cast<int>(v.device)) +
+               " is not a device");
+    }
+    if (v.device == Device::kCuda && device() != Device::kCuda) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + " (" + v.describe() +
+               ") lives on cuda, the pool's backend is cpu: give a host buffer");
+    }
+    check_no_alias(function, name, v);
   }
 
   void close_round() noexcept {
     for (int32_t slot : plan.slots) {
       if (slot >= 0) round_row_of_slot[slot] = -1;
     }
-    released_row = -1;
+    released_rows.clear();
     round_open = false;
     batch = VerifyBatch{};
     plan = detail::RoundPlan{};
@@ -424,12 +498,15 @@ SlotHandle StatePool::acquire() {
 
 void StatePool::release(SlotHandle handle) {
   const int slot = impl_->resolve("StatePool::release", "handle", handle);
+  const int row = impl_->round_open ? impl_->round_row_of_slot[slot] : -1;
+  if (row >= 0) impl_->make_row_padding(row);
   impl_->slots.free(slot);
+  // The slot's host-side deferred work is dropped here; its device-side pending counts (stale
+  // for layers the open round verified) are zeroed by the next acquire's zero_slot.
   impl_->strategy->reset_slot(slot);
-  if (impl_->round_open && impl_->released_row < 0 && impl_->round_row_of_slot[slot] >= 0) {
-    impl_->released_row = impl_->round_row_of_slot[slot];
-  }
-  detail::logger().trace("pool {}: release slot {}", impl_->pool_id, slot);
+  detail::logger().trace(
+      "pool {}: release slot {}{}", impl_->pool_id, slot,
+      row >= 0 ? " (row " + std::to_string(row) + " of the round is padding now)" : std::string());
 }
 
 bool StatePool::is_live(SlotHandle handle) const noexcept {
@@ -471,6 +548,28 @@ TensorView StatePool::ssm_state(int layer) const {
     stride *= v.shape[i];
   }
   return v;
+}
+
+TensorView StatePool::conv_state(int layer, SlotHandle handle) const {
+  const char* fn = "StatePool::conv_state";
+  impl_->check_layer(fn, layer);
+  const int slot = impl_->resolve(fn, "handle", handle);
+  impl_->materialize_slots({slot});
+  const auto& s = impl_->storage;
+  const auto& l = s.layout;
+  return TensorView::contiguous(s.conv(layer, slot), l.shapes.conv_dtype,
+                                {l.shapes.conv_dim, l.shapes.conv_width - 1}, impl_->device());
+}
+
+TensorView StatePool::ssm_state(int layer, SlotHandle handle) const {
+  const char* fn = "StatePool::ssm_state";
+  impl_->check_layer(fn, layer);
+  const int slot = impl_->resolve(fn, "handle", handle);
+  impl_->materialize_slots({slot});
+  const auto& s = impl_->storage;
+  const auto& st = s.layout.shapes.ssm_shape;
+  return TensorView::contiguous(s.ssm(layer, slot), s.layout.shapes.ssm_dtype,
+                                {st[0], st[1], st[2]}, impl_->device());
 }
 
 TensorView StatePool::workspace(Workspace which, int layer) const {
@@ -606,7 +705,15 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
   const Status can = impl_->backend->can_run_round(impl_->storage.layout, plan, &why);
   if (can != Status::kSuccess) fail(can, fn, why);
   if (impl_->round_open) {
-    // The open round is dropped; layers it verified already consumed their deferred work.
+    const std::string layers = impl_->verified_layers();
+    if (!layers.empty()) {
+      fail(Status::kFailedPrecondition, fn,
+           "the open round (" + std::to_string(impl_->plan.rows) + " rows, window " +
+               std::to_string(impl_->plan.window) + ") has verified layers " + layers + " of " +
+               std::to_string(impl_->config.num_layers) +
+               " and was not committed: commit it or call abort_round() first");
+    }
+    // A round that verified nothing has nothing to undo: it is replaced.
     impl_->strategy->discard_round(*impl_->backend, impl_->storage, impl_->plan, impl_->verified);
   }
   impl_->backend->begin_round(impl_->storage, plan);
@@ -616,8 +723,23 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
   for (int r = 0; r < rows; ++r) {
     if (impl_->plan.slots[r] >= 0) impl_->round_row_of_slot[impl_->plan.slots[r]] = r;
   }
+  impl_->released_rows.assign(static_cast<std::size_t>(rows), SlotHandle::padding());
   impl_->round_open = true;
 }
+
+void StatePool::abort_round() {
+  if (!impl_->round_open) {
+    fail(Status::kFailedPrecondition, "StatePool::abort_round", "no open round to abort");
+  }
+  // Layers the round verified already consumed their deferred work (replay); the strategy
+  // keeps the rest pending. Nothing was committed.
+  impl_->strategy->discard_round(*impl_->backend, impl_->storage, impl_->plan, impl_->verified);
+  detail::logger().trace("pool {}: round of {} rows aborted (verified layers: {})", impl_->pool_id,
+                         impl_->plan.rows, impl_->verified_layers());
+  impl_->close_round();
+}
+
+bool StatePool::round_open() const noexcept { return impl_->round_open; }
 
 void StatePool::verify(int layer, const GdnWeights& weights, const GdnInputs& inputs,
                        const GdnOutputs& outputs) {
@@ -647,7 +769,6 @@ void check_round_for_commit(const char* fn, bool round_open, const std::vector<b
 void StatePool::commit(const std::vector<int32_t>& accepted) {
   const char* fn = "StatePool::commit";
   check_round_for_commit(fn, impl_->round_open, impl_->verified);
-  impl_->check_rows_live(fn);
   const auto& plan = impl_->plan;
   if (accepted.size() != static_cast<std::size_t>(plan.rows)) {
     fail(Status::kInvalidArgument, fn,
@@ -676,6 +797,13 @@ void StatePool::commit(const std::vector<int32_t>& accepted) {
       }
       work.last_step[r] = value - 1;
     }
+    if (plan.slots[r] < 0 && work.last_step[r] >= 0 && !impl_->released_rows[r].is_padding()) {
+      fail(Status::kFailedPrecondition, fn,
+           arg() + ": batch.rows[" + std::to_string(r) +
+               "] = " + handle_string(impl_->released_rows[r]) +
+               " was released during the round, so row " + std::to_string(r) +
+               " is a padding row now and must keep (" + (plan.is_tree ? "-1" : "0") + ")");
+    }
     if (plan.slots[r] < 0 && work.last_step[r] >= 0) {
       fail(Status::kInvalidArgument, fn,
            arg() + ": row " + std::to_string(r) + " is a padding row and must keep (" +
@@ -701,12 +829,211 @@ void StatePool::commit(const TensorView& accepted) {
   if (impl_->device() != Device::kCuda) {
     fail(Status::kInvalidArgument, fn, "accepted lives on cuda, the pool's backend is cpu");
   }
-  impl_->check_rows_live(fn);
+  // A row released mid-round is -1 in the device slot list (make_row_padding): the kernel
+  // skips it whatever its value.
   detail::CommitWork work;
   work.plan = &impl_->plan;
   work.device_accepted = accepted;
   impl_->strategy->commit(*impl_->backend, impl_->storage, work);
   impl_->close_round();
+}
+
+// --- slot operations ------------------------------------------------------------------------
+
+void StatePool::copy_slot(SlotHandle src, SlotHandle dst) {
+  const char* fn = "StatePool::copy_slot";
+  const int from = impl_->resolve(fn, "src", src);
+  const int to = impl_->resolve(fn, "dst", dst);
+  if (from == to) {
+    fail(Status::kInvalidArgument, fn,
+         "src = dst = " + handle_string(src) + ": copying a slot onto itself does nothing");
+  }
+  impl_->check_not_in_round(fn, "dst", to);
+  impl_->materialize_slots({from});
+  impl_->backend->copy_slot(impl_->storage, from, to);
+  impl_->mark_overwritten(to);
+  detail::logger().trace("pool {}: copy slot {} -> {}", impl_->pool_id, from, to);
+}
+
+SlotHandle StatePool::fork(SlotHandle src) {
+  impl_->resolve("StatePool::fork", "src", src);
+  const SlotHandle dst = acquire();
+  try {
+    copy_slot(src, dst);
+  } catch (...) {
+    release(dst);
+    throw;
+  }
+  return dst;
+}
+
+void StatePool::reset(SlotHandle handle) {
+  const char* fn = "StatePool::reset";
+  const int slot = impl_->resolve(fn, "handle", handle);
+  impl_->check_not_in_round(fn, "handle", slot);
+  impl_->backend->zero_slot(impl_->storage, slot);  // the device pending counts too
+  impl_->strategy->slot_overwritten(slot);
+}
+
+int64_t StatePool::slot_state_bytes() const noexcept {
+  return impl_->storage.layout.committed_bytes_per_slot();
+}
+
+void StatePool::export_slot(SlotHandle handle, const TensorView& dst) {
+  const char* fn = "StatePool::export_slot";
+  const int slot = impl_->resolve(fn, "handle", handle);
+  impl_->check_state_buffer(fn, "dst", dst);
+  impl_->materialize_slots({slot});
+  impl_->backend->export_slot(impl_->storage, slot, dst.data, dst.device);
+}
+
+void StatePool::import_slot(SlotHandle handle, const TensorView& src) {
+  const char* fn = "StatePool::import_slot";
+  const int slot = impl_->resolve(fn, "handle", handle);
+  impl_->check_not_in_round(fn, "handle", slot);
+  impl_->check_state_buffer(fn, "src", src);
+  impl_->backend->import_slot(impl_->storage, slot, src.data, src.device);
+  impl_->mark_overwritten(slot);
+}
+
+namespace {
+
+constexpr const char* kSlotStateFormat = "specstate.slot_state";
+constexpr const char* kSlotStateVersion = "1";
+
+SafetensorsDType safetensors_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return SafetensorsDType::kF32;
+    case DType::kBF16:
+      return SafetensorsDType::kBF16;
+    case DType::kI32:
+      return SafetensorsDType::kI32;
+  }
+  return SafetensorsDType::kF32;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+std::string layer_tensor_name(int layer, const char* what) {
+  return "layers." + std::to_string(layer) + "." + what;
+}
+
+}  // namespace
+
+void StatePool::export_slot(SlotHandle handle, const std::string& path) {
+  const char* fn = "StatePool::export_slot";
+  const int slot = impl_->resolve(fn, "handle", handle);
+  if (path.empty()) fail(Status::kInvalidArgument, fn, "path is empty");
+  const auto& l = impl_->storage.layout;
+  std::vector<uint8_t> bytes(static_cast<std::size_t>(l.committed_bytes_per_slot()));
+  impl_->materialize_slots({slot});
+  impl_->backend->export_slot(impl_->storage, slot, bytes.data(), Device::kCpu);
+  const std::vector<int64_t> conv_shape = {l.shapes.conv_dim, l.shapes.conv_width - 1};
+  std::vector<SafetensorsFile::NewTensor> tensors;
+  const uint8_t* at = bytes.data();
+  for (int layer = 0; layer < l.layers; ++layer) {
+    SafetensorsFile::NewTensor conv{layer_tensor_name(layer, "conv_state"),
+                                    safetensors_dtype(l.shapes.conv_dtype), conv_shape,
+                                    std::vector<uint8_t>(at, at + l.conv_bytes)};
+    at += l.conv_bytes;
+    SafetensorsFile::NewTensor ssm{layer_tensor_name(layer, "ssm_state"),
+                                   safetensors_dtype(l.shapes.ssm_dtype), l.shapes.ssm_shape,
+                                   std::vector<uint8_t>(at, at + l.ssm_bytes)};
+    at += l.ssm_bytes;
+    tensors.push_back(std::move(conv));
+    tensors.push_back(std::move(ssm));
+  }
+  const std::map<std::string, std::string> metadata = {
+      {"format", kSlotStateFormat},
+      {"version", kSlotStateVersion},
+      {"kind", layer_kind_name(impl_->config.kind)},
+      {"num_layers", std::to_string(l.layers)},
+      {"conv_dim", std::to_string(l.shapes.conv_dim)},
+      {"conv_width", std::to_string(l.shapes.conv_width)},
+      {"ssm_shape", shape_text(l.shapes.ssm_shape)},
+      {"conv_dtype", dtype_name(l.shapes.conv_dtype)},
+      {"ssm_dtype", dtype_name(l.shapes.ssm_dtype)},
+  };
+  const std::vector<uint8_t> file = SafetensorsFile::serialize(tensors, metadata);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (out) out.write(reinterpret_cast<const char*>(file.data()), std::streamsize(file.size()));
+  if (out) out.flush();
+  if (!out) {
+    const int err = errno;
+    fail(Status::kInvalidArgument, fn,
+         "path = '" + path + "': cannot write the file (" + std::strerror(err) + ")");
+  }
+}
+
+void StatePool::import_slot(SlotHandle handle, const std::string& path) {
+  const char* fn = "StatePool::import_slot";
+  const int slot = impl_->resolve(fn, "handle", handle);
+  impl_->check_not_in_round(fn, "handle", slot);
+  if (path.empty()) fail(Status::kInvalidArgument, fn, "path is empty");
+  const SafetensorsFile file(path);  // throws naming the file when it is no safetensors file
+  const auto& l = impl_->storage.layout;
+  auto mismatch = [&](const std::string& what) {
+    fail(Status::kInvalidArgument, fn, "'" + path + "': " + what);
+  };
+  auto expect_meta = [&](const char* key, const std::string& want) {
+    const std::string got = file.metadata_value(key);
+    if (!got.empty() && got != want) {
+      mismatch(std::string("metadata ") + key + " = '" + got + "', the pool has '" + want + "'");
+    }
+  };
+  expect_meta("format", kSlotStateFormat);
+  expect_meta("kind", layer_kind_name(impl_->config.kind));
+  expect_meta("num_layers", std::to_string(l.layers));
+  const std::vector<int64_t> conv_shape = {l.shapes.conv_dim, l.shapes.conv_width - 1};
+  struct Expected {
+    std::string name;
+    SafetensorsDType dtype;
+    const std::vector<int64_t>* shape;
+  };
+  std::vector<Expected> expected;
+  for (int layer = 0; layer < l.layers; ++layer) {
+    expected.push_back({layer_tensor_name(layer, "conv_state"),
+                        safetensors_dtype(l.shapes.conv_dtype), &conv_shape});
+    expected.push_back({layer_tensor_name(layer, "ssm_state"),
+                        safetensors_dtype(l.shapes.ssm_dtype), &l.shapes.ssm_shape});
+  }
+  for (const Expected& e : expected) {
+    if (!file.contains(e.name)) {
+      mismatch("no tensor named '" + e.name + "' (the pool has " + std::to_string(l.layers) + " " +
+               layer_kind_name(impl_->config.kind) + " layers)");
+    }
+    const SafetensorsTensorInfo& info = file.info(e.name);
+    if (info.dtype != e.dtype || info.shape != *e.shape) {
+      mismatch("tensor '" + e.name + "' is " + info.describe() + ", the pool expects " +
+               safetensors_dtype_name(e.dtype) + shape_text(*e.shape));
+    }
+  }
+  if (file.size() != expected.size()) {
+    for (const std::string& name : file.names()) {
+      bool known = false;
+      for (const Expected& e : expected) known = known || e.name == name;
+      if (!known) {
+        mismatch("tensor '" + name + "' is not part of a slot state of this pool (expected " +
+                 "layers.{0.." + std::to_string(l.layers - 1) + "}.conv_state / .ssm_state)");
+      }
+    }
+  }
+  std::vector<uint8_t> bytes;
+  bytes.reserve(static_cast<std::size_t>(l.committed_bytes_per_slot()));
+  for (const Expected& e : expected) {
+    const SafetensorsTensorInfo& info = file.info(e.name);
+    const uint8_t* data = file.raw_data(e.name);
+    bytes.insert(bytes.end(), data, data + (info.data_end - info.data_begin));
+  }
+  impl_->backend->import_slot(impl_->storage, slot, bytes.data(), Device::kCpu);
+  impl_->mark_overwritten(slot);
 }
 
 Status StatePool::last_commit_status() const { return impl_->backend->last_commit_status(); }

@@ -8,12 +8,19 @@
 //   pool.commit(accepted);                         // once per round, all layers, all-or-nothing
 //   pool.release(h);                               // when the request ends
 //
+// Round lifecycle (DESIGN.md section 5.6, docs/lifecycle.md): while a round is open (begin_verify
+// .. commit / abort_round) its rows' slots cannot be advanced, reset, copied or imported into; a
+// row released mid-round becomes a padding row (its commit value must be 0 / -1) and the other
+// rows still commit; begin_verify over a round that has verified a layer is an error (commit it
+// or abort_round() first).
+//
 // Every call validates its whole input before touching memory and throws specstate::Error
 // (naming the function, argument and value) without changing any state when it rejects.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "specstate/config.h"
@@ -79,6 +86,9 @@ class StatePool {
   // --- slots -------------------------------------------------------------------------------
   // The lowest free slot, zeroed (conv window and SSM state of every layer).
   SlotHandle acquire();
+  // Frees the slot. A row of the open round becomes a padding row of that round: its commit
+  // value must be 0 (chain) / -1 (tree), the other rows commit as usual (on CUDA the round's
+  // slot list is re-uploaded with the row as -1, so a device-valued commit skips it too).
   void release(SlotHandle handle);
   bool is_live(SlotHandle handle) const noexcept;
   int free_slots() const noexcept;
@@ -92,6 +102,9 @@ class StatePool {
   // synchronizing the stream). It stays exact until the next commit.
   TensorView conv_state(int layer) const;  // [slots, conv_dim, W-1], oldest column first
   TensorView ssm_state(int layer) const;   // [slots, HV, V, K]; Mamba2: [slots, nheads, P, N]
+  // One slot's committed state (materializes only that slot): no stride arithmetic needed.
+  TensorView conv_state(int layer, SlotHandle handle) const;  // [conv_dim, W-1]
+  TensorView ssm_state(int layer, SlotHandle handle) const;   // [HV, V, K]; Mamba2: [nheads, P, N]
   // The strategy's workspace, per layer: snapshot scratch (kSnapshot) or replay records
   // (kReplay). Throws kFailedPrecondition when the pool's strategy has no such workspace.
   TensorView workspace(Workspace which, int layer) const;
@@ -126,10 +139,56 @@ class StatePool {
   void decode(int layer, const std::vector<SlotHandle>& rows, const Mamba2Weights& weights,
               const Mamba2Inputs& inputs, const Mamba2Outputs& outputs);
 
+  // --- slot operations (prefix caching, parallel sampling, preemption, hand-off) --------------
+  // Each materializes its source first (DESIGN.md section 5.7) and leaves its destination with
+  // no pending steps. A destination that is a row of the open round is rejected
+  // (kFailedPrecondition): its commit would overwrite the write. A source may be one.
+  //
+  // Copies src's committed state (every layer) into dst. On CUDA: asynchronous on the pool's
+  // stream, one strided copy per buffer.
+  void copy_slot(SlotHandle src, SlotHandle dst);
+  // acquire() + copy_slot(src, new handle): a new request with src's state (kResourceExhausted
+  // when the pool is full; nothing is acquired when the copy is rejected).
+  SlotHandle fork(SlotHandle src);
+  // Zeroes the slot's committed state (every layer) and drops its pending steps, as acquire.
+  void reset(SlotHandle handle);
+
+  // Export / import of one slot's committed state as bytes, the same on every backend and
+  // strategy, so a CPU <-> GPU or GPU <-> GPU hand-off is a copy. Layout (slot_state_bytes()
+  // bytes, little-endian, no padding): for each layer l = 0..L-1, the conv window
+  // [conv_dim][W-1] in the conv dtype (oldest column first), then the SSM state ([HV][V][K];
+  // Mamba2 [nheads][P][N]) in the SSM dtype.
+  int64_t slot_state_bytes() const noexcept;
+  // `dst` / `src`: a contiguous 1-D view of any dtype (i32, f32 or bf16) of exactly
+  // ceil(slot_state_bytes() / dtype size) elements; only the first slot_state_bytes() bytes are
+  // written / read. Host memory on either backend; device memory on kCuda only (a CPU pool
+  // rejects a cuda view). On CUDA, device buffers are copied asynchronously on the pool's
+  // stream; host buffers are done when the call returns (it waits for the stream). The buffer
+  // must not overlap the pool's memory.
+  void export_slot(SlotHandle handle, const TensorView& dst);
+  void import_slot(SlotHandle handle, const TensorView& src);
+  // The same through a safetensors file: tensors `layers.{l}.conv_state` [conv_dim, W-1] and
+  // `layers.{l}.ssm_state` [HV, V, K] (Mamba2 [nheads, P, N]) in the pool's dtypes, metadata
+  // format = "specstate.slot_state", version, kind, num_layers, conv_dim, conv_width, ssm_shape,
+  // conv_dtype, ssm_dtype. Import checks the kind, the layer count and every tensor's name,
+  // dtype and shape against the pool, and rejects a mismatch (kInvalidArgument, naming the
+  // file and tensor) before writing anything.
+  void export_slot(SlotHandle handle, const std::string& path);
+  void import_slot(SlotHandle handle, const std::string& path);
+
   // --- speculative path ----------------------------------------------------------------------
   // Starts a round: checks rows (live, from this pool, no slot twice), window <= max_window,
-  // rows <= max_rows and the tree. A previous uncommitted round is discarded.
+  // rows <= max_rows and the tree. An open round that has verified at least one layer is an
+  // error (kFailedPrecondition, naming the round and its verified layers): commit it or call
+  // abort_round() first; nothing changes. An open round that has verified no layer yet is
+  // replaced (it has done nothing the new one would not redo).
   void begin_verify(const VerifyBatch& batch);
+  // Drops the open round without committing (kFailedPrecondition when none is open): every
+  // row's committed state stays what it was before begin_verify (replay: pending steps the
+  // round's verifies re-ran stay in the committed memory, the others stay pending).
+  void abort_round();
+  // Whether a round is open (begin_verify called, not yet committed or aborted).
+  bool round_open() const noexcept;
   // Verify one layer of the current round: outputs for every window token, and what commit needs
   // (snapshot: the conv window and SSM state after every token into row-indexed scratch; replay:
   // the tokens' records, after re-running the slot's pending steps into the committed memory).
@@ -151,7 +210,8 @@ class StatePool {
   // kSuccess otherwise (always kSuccess for host-validated commits and the CPU backend).
   Status last_commit_status() const;
 
-  // The batch of the current round (empty rows when none is open).
+  // The batch of the current round (empty rows when none is open); a row released during the
+  // round shows as SlotHandle::padding().
   const VerifyBatch& current_batch() const noexcept;
 
  private:

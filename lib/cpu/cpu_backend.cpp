@@ -141,6 +141,33 @@ class CpuBackend final : public BackendImpl {
     }
   }
 
+  void copy_slot(const PoolStorage& s, int src, int dst) override {
+    for (int l = 0; l < s.layout.layers; ++l) {
+      std::memcpy(s.conv(l, dst), s.conv(l, src), s.layout.conv_bytes);
+      std::memcpy(s.ssm(l, dst), s.ssm(l, src), s.layout.ssm_bytes);
+    }
+  }
+
+  void export_slot(const PoolStorage& s, int slot, void* buffer, Device) override {
+    char* out = static_cast<char*>(buffer);
+    for (int l = 0; l < s.layout.layers; ++l) {
+      std::memcpy(out, s.conv(l, slot), s.layout.conv_bytes);
+      out += s.layout.conv_bytes;
+      std::memcpy(out, s.ssm(l, slot), s.layout.ssm_bytes);
+      out += s.layout.ssm_bytes;
+    }
+  }
+
+  void import_slot(const PoolStorage& s, int slot, const void* buffer, Device) override {
+    const char* in = static_cast<const char*>(buffer);
+    for (int l = 0; l < s.layout.layers; ++l) {
+      std::memcpy(s.conv(l, slot), in, s.layout.conv_bytes);
+      in += s.layout.conv_bytes;
+      std::memcpy(s.ssm(l, slot), in, s.layout.ssm_bytes);
+      in += s.layout.ssm_bytes;
+    }
+  }
+
   void run_gdn(const PoolStorage& s, const LayerRun& run, const GdnWeights& weights,
                const GdnInputs& inputs, const GdnOutputs& outputs) override {
     cpu::GdnStep step(s.config.gdn, weights, inputs, outputs);

@@ -197,6 +197,52 @@ class CudaBackend final : public BackendImpl {
     }
   }
 
+  void copy_slot(const PoolStorage& s, int src, int dst) override {
+    DeviceGuard guard(device_);
+    const Layout& l = s.layout;
+    // One strided copy per buffer covers the slot in every layer (pitch: one layer's slots).
+    copy_2d(s.conv(0, dst), l.conv_bytes * l.slots, s.conv(0, src), l.conv_bytes * l.slots,
+            l.conv_bytes, l.layers, cudaMemcpyDeviceToDevice, "copying a slot's conv state");
+    copy_2d(s.ssm(0, dst), l.ssm_bytes * l.slots, s.ssm(0, src), l.ssm_bytes * l.slots, l.ssm_bytes,
+            l.layers, cudaMemcpyDeviceToDevice, "copying a slot's SSM state");
+  }
+
+  void export_slot(const PoolStorage& s, int slot, void* buffer, Device buffer_device) override {
+    DeviceGuard guard(device_);
+    const Layout& l = s.layout;
+    const cudaMemcpyKind kind =
+        buffer_device == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+    // The export layout interleaves the layers' conv windows and SSM states: one strided copy
+    // per buffer, the destination pitch being one layer's conv + SSM bytes.
+    char* out = static_cast<char*>(buffer);
+    const int64_t pitch = l.conv_bytes + l.ssm_bytes;
+    copy_2d(out, pitch, s.conv(0, slot), l.conv_bytes * l.slots, l.conv_bytes, l.layers, kind,
+            "exporting a slot's conv state");
+    copy_2d(out + l.conv_bytes, pitch, s.ssm(0, slot), l.ssm_bytes * l.slots, l.ssm_bytes, l.layers,
+            kind, "exporting a slot's SSM state");
+    if (buffer_device == Device::kCpu) {
+      check(cudaStreamSynchronize(stream_), "waiting for a slot export");
+    }
+  }
+
+  void import_slot(const PoolStorage& s, int slot, const void* buffer,
+                   Device buffer_device) override {
+    DeviceGuard guard(device_);
+    const Layout& l = s.layout;
+    const cudaMemcpyKind kind =
+        buffer_device == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+    const char* in = static_cast<const char*>(buffer);
+    const int64_t pitch = l.conv_bytes + l.ssm_bytes;
+    copy_2d(s.conv(0, slot), l.conv_bytes * l.slots, in, pitch, l.conv_bytes, l.layers, kind,
+            "importing a slot's conv state");
+    copy_2d(s.ssm(0, slot), l.ssm_bytes * l.slots, in + l.conv_bytes, pitch, l.ssm_bytes, l.layers,
+            kind, "importing a slot's SSM state");
+    if (buffer_device == Device::kCpu) {
+      // The caller may free or reuse its host buffer once the call returns.
+      check(cudaStreamSynchronize(stream_), "waiting for a slot import");
+    }
+  }
+
   void begin_round(const PoolStorage& s, const RoundPlan& plan) override {
     (void)s;
     DeviceGuard guard(device_);
@@ -358,6 +404,31 @@ class CudaBackend final : public BackendImpl {
     }
   }
 
+  // `height` rows of `width` bytes, asynchronous on the pool's stream: one cudaMemcpy2DAsync,
+  // or one copy per row where a pitch exceeds the device's maximum (a pool of very many slots).
+  void copy_2d(void* dst, int64_t dpitch, const void* src, int64_t spitch, int64_t width,
+               int height, cudaMemcpyKind kind, const char* what) {
+    if (max_pitch_ < 0) {
+      int value = 0;
+      max_pitch_ =
+          cudaDeviceGetAttribute(&value, cudaDevAttrMaxPitch, device_) == cudaSuccess ? value : 0;
+    }
+    if (height <= 0 || width <= 0) return;
+    if (height == 1 || std::max(dpitch, spitch) > max_pitch_) {
+      for (int i = 0; i < height; ++i) {
+        check(cudaMemcpyAsync(static_cast<char*>(dst) + i * dpitch,
+                              static_cast<const char*>(src) + i * spitch,
+                              static_cast<std::size_t>(width), kind, stream_),
+              what);
+      }
+      return;
+    }
+    check(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dpitch), src,
+                            static_cast<std::size_t>(spitch), static_cast<std::size_t>(width),
+                            static_cast<std::size_t>(height), kind, stream_),
+          what);
+  }
+
   void alloc(void** p, std::size_t bytes) {
     const std::size_t n = std::max<std::size_t>(bytes, 16);
     check(cudaMalloc(p, n), "cudaMalloc");
@@ -386,6 +457,7 @@ class CudaBackend final : public BackendImpl {
   cudaStream_t stream_ = nullptr;
   int64_t scratch_tokens_ = 0;
   int replay_rows_ = 0;
+  int64_t max_pitch_ = -1;      // cudaDevAttrMaxPitch, queried on first use
   int32_t* slots_ = nullptr;    // [max_rows] the round's slots (begin_round)
   int32_t* parents_ = nullptr;  // [max_rows, max_window] the round's parents (begin_round)
   int32_t* steps_ = nullptr;    // [max_rows] host-path commit steps

@@ -114,6 +114,13 @@ void ReplayStrategy::reset_slot(int slot) {
   sticky_[slot] = 0;
 }
 
+void ReplayStrategy::slot_overwritten(int slot) {
+  for (int l = 0; l < layers_; ++l) {
+    set(l, slot, false);
+    consumed_[static_cast<std::size_t>(l) * slots_ + slot] = 0;
+  }
+}
+
 void ReplayStrategy::materialize(BackendImpl& backend, const PoolStorage& storage,
                                  const std::vector<int32_t>& slots,
                                  const std::function<void(const LayerRun&)>& run_layer) {

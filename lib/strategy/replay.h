@@ -38,6 +38,7 @@ class ReplayStrategy final : public StrategyImpl {
   void discard_round(BackendImpl& backend, const PoolStorage& storage, const RoundPlan& plan,
                      const std::vector<bool>& verified) override;
   void reset_slot(int slot) override;
+  void slot_overwritten(int slot) override;
   bool deferred(int layer, int slot) const override;
   void materialize(BackendImpl& backend, const PoolStorage& storage,
                    const std::vector<int32_t>& slots,

@@ -34,6 +34,10 @@ class StrategyImpl {
                              const RoundPlan& plan, const std::vector<bool>& verified) = 0;
   // A slot was acquired (zeroed) or released.
   virtual void reset_slot(int slot) = 0;
+  // The slot's committed memory was overwritten with an exact state (copy_slot, import_slot,
+  // reset) and its device-side pending counts were cleared: it has no deferred work. Unlike
+  // reset_slot, what a CUDA graph may still do to the slot (replay's sticky flag) is kept.
+  virtual void slot_overwritten(int slot) { (void)slot; }
 
   // Whether `slot` has deferred work in `layer` (the committed memory lags the state).
   virtual bool deferred(int layer, int slot) const = 0;

@@ -174,8 +174,9 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
       br.parents = bs.parents;
     }
     if (rng() % 8 == 0) {
-      // A round that is verified for some layers and then dropped by the next begin_verify:
-      // the layers it verified consumed their pending steps, the others keep them.
+      // A round that is verified for some layers and then dropped by abort_round(): the layers
+      // it verified consumed their pending steps, the others keep them. A round that verified
+      // no layer may also be replaced by the next begin_verify (DESIGN.md section 5.6).
       pools.snap.begin_verify(bs);
       pools.replay.begin_verify(br);
       const int verified = static_cast<int>(rng() % (L + 1));
@@ -185,6 +186,10 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
         pools.snap.verify(l, layers[l].weights, in, os);
         pools.replay.verify(l, layers[l].weights, in, orp);
         same_outputs(os, orp, "dropped round, layer " + std::to_string(l));
+      }
+      if (verified > 0 || rng() % 2 == 0) {
+        pools.snap.abort_round();
+        pools.replay.abort_round();
       }
     }
     pools.snap.begin_verify(bs);

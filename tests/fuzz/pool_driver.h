@@ -2,12 +2,15 @@
 // (choices from the fuzzer's bytes) and the soak test (choices from a seeded std::mt19937_64).
 //
 // Two pools of one config: `pool`, the one under test, takes every call (acquire, release,
-// prefill, decode, begin_verify/verify/commit, and invalid calls of each); `shadow` only ever
-// prefills and decodes. The oracle (DESIGN.md section 7):
+// prefill, decode, begin_verify/verify/commit or abort_round, releases in the middle of a round,
+// and invalid calls of each); `shadow` only ever prefills and decodes. The oracle (DESIGN.md
+// sections 5.6 and 7):
 //   - a rejected call throws specstate::Error and leaves both pools byte-identical;
 //   - verify outputs of window token t equal the shadow's decode output of the same token;
 //   - after every commit, every live slot of `pool` equals the shadow's slot bit for bit, where
-//     the shadow has decoded exactly the accepted tokens (root .. accepted node) of each row.
+//     the shadow has decoded exactly the accepted tokens (root .. accepted node) of each row;
+//   - begin_verify over a verified round is rejected; after abort_round every slot is as before;
+//   - a row released mid-round is padding: advancing it is rejected, the other rows commit.
 // Uses only include/specstate (a user's view of the library). Any violation prints what differs
 // and aborts, which libFuzzer and ctest both report.
 #pragma once
@@ -141,6 +144,7 @@ struct Outs {
 struct DriverStats {
   int64_t ops = 0, rounds = 0, commits = 0, rejected = 0, tree_rounds = 0, padded_rows = 0;
   int64_t acquired = 0, released = 0, compared_slots = 0;
+  int64_t aborted = 0, released_mid_round = 0;  // rounds dropped by abort_round, rows released
 };
 
 class PoolDriver {
@@ -264,6 +268,33 @@ class PoolDriver {
     }
     if (committed(*pool_) != before) violation("verify changed the committed state");
 
+    // DESIGN.md section 5.6: a verified round is committed or aborted, never replaced.
+    if (src_.below(8) == 0) {
+      expect_rejected("begin_verify over a verified round", [&] { pool_->begin_verify(batch); });
+    }
+    if (src_.below(16) == 0) {
+      pool_->abort_round();
+      ++stats_.rounds;
+      ++stats_.aborted;
+      compare_all("after abort_round");
+      return;
+    }
+    // A request that leaves mid-round: its row becomes padding, the others still commit.
+    int released_req = -1;
+    if (src_.below(8) == 0) {
+      const int r = static_cast<int>(src_.below(static_cast<uint32_t>(B)));
+      if (row_req[r] >= 0) {
+        released_req = row_req[r];
+        row_req[r] = -1;
+        pool_->release(live_[released_req].pool);
+        shadow_->release(live_[released_req].shadow);
+        std::vector<int32_t> bad(B, tree ? -1 : 0);
+        bad[r] = tree ? 0 : 1;
+        expect_rejected("commit advancing a released row", [&] { pool_->commit(bad); });
+        ++stats_.released_mid_round;
+      }
+    }
+
     // Invalid commits first: each rejected, nothing changed, the round still open.
     if (src_.coin()) {
       std::vector<int32_t> bad(B, tree ? -1 : 0);
@@ -333,6 +364,11 @@ class PoolDriver {
           same_row(outs[l].conv_out, tok, o.conv_out, i, "conv_out", l, r, path[i]);
         }
       }
+    }
+    if (released_req >= 0) {
+      stale_.push_back(live_[released_req].pool);
+      live_.erase(live_.begin() + released_req);
+      ++stats_.released;
     }
     compare_all("after commit");
   }

@@ -1,0 +1,147 @@
+// Test helper of the lifecycle and slot-operation suites (tests/cpu/test_lifecycle.cpp,
+// tests/cpu/test_slot_ops.cpp, tests/gpu/test_slot_ops_gpu.cpp): one model of L layers of a
+// layer kind (GdnKind / Mamba2Kind) with random weights, random per-layer inputs, and the calls
+// of a round (prefill, verify of a layer range) through a PutBuffer, so the same code drives a
+// CPU pool (host views) and a CUDA pool (device copies made by the caller's PutBuffer).
+// Header-only; the state of a slot is read through StatePool::export_slot (host bytes).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/layer_kinds.h"
+#include "common/presets.h"
+#include "specstate/specstate.h"
+
+namespace specstate::test {
+
+// Host views of host buffers (the CPU backend's PutBuffer).
+inline TensorView host_put(const Buffer& b) { return b.view(); }
+
+// The bytes of a contiguous host view.
+inline std::vector<uint8_t> view_bytes(const TensorView& v) {
+  const auto* p = static_cast<const uint8_t*>(v.data);
+  return std::vector<uint8_t>(p, p + v.numel() * static_cast<int64_t>(dtype_size(v.dtype)));
+}
+
+// A slot's committed state as exported bytes (host), any backend.
+inline std::vector<uint8_t> exported(StatePool& pool, SlotHandle h) {
+  std::vector<uint8_t> bytes(static_cast<std::size_t>(pool.slot_state_bytes()));
+  const int64_t n = (pool.slot_state_bytes() + 3) / 4;
+  std::vector<int32_t> words(static_cast<std::size_t>(n));
+  pool.export_slot(h, TensorView::contiguous(words.data(), DType::kI32, {n}));
+  std::memcpy(bytes.data(), words.data(), bytes.size());
+  return bytes;
+}
+
+template <typename Kind>
+class PoolRounds {
+ public:
+  using Config = typename Kind::Config;
+  using HostInputs = typename Kind::HostInputs;
+  using HostOutputs = typename Kind::HostOutputs;
+
+  PoolRounds(const Config& layer, int layers, uint64_t seed, PutBuffer put = host_put)
+      : layer_(layer), layers_(layers), rng_(seed), put_(std::move(put)) {
+    for (int l = 0; l < layers; ++l) host_weights_.push_back(random_weights(layer_, rng_));
+    for (const auto& w : host_weights_) weights_.push_back(Kind::put(w, put_));
+  }
+
+  int layers() const { return layers_; }
+  const Config& layer() const { return layer_; }
+  ModelConfig model() const { return Kind::model(layers_, layer_); }
+  PoolOptions options(Strategy strategy, int slots = 6, int rows = 4, int window = 4) const {
+    PoolOptions o;
+    o.num_slots = slots;
+    o.max_rows = rows;
+    o.max_window = window;
+    o.strategy = strategy;
+    return o;
+  }
+  StatePool pool(Strategy strategy, int slots = 6, int rows = 4, int window = 4) const {
+    return StatePool(model(), options(strategy, slots, rows, window));
+  }
+
+  // Random inputs of `tokens` tokens for every layer.
+  std::vector<HostInputs> inputs(int64_t tokens) {
+    std::vector<HostInputs> in;
+    for (int l = 0; l < layers_; ++l) in.push_back(random_inputs(layer_, tokens, rng_));
+    return in;
+  }
+  // Output buffers of `tokens` tokens for every layer.
+  std::vector<HostOutputs> outputs(int64_t tokens) const {
+    std::vector<HostOutputs> out;
+    for (int l = 0; l < layers_; ++l) out.push_back(make_outputs(layer_, tokens));
+    return out;
+  }
+
+  // Prefills every layer of `h` with `in` (one request's tokens).
+  void prefill(StatePool& pool, SlotHandle h, const std::vector<HostInputs>& in) {
+    for (int l = 0; l < layers_; ++l) {
+      HostOutputs out = make_outputs(layer_, tokens(in[l]));
+      pool.prefill(l, h, weights_[l], Kind::put(in[l], put_), Kind::put(out, put_));
+    }
+  }
+
+  // Verifies layers [begin, end) of the open round with `in` (the batch's tokens); the outputs
+  // go to `out` (host buffers; on a device PutBuffer they stay in the device copies).
+  void verify(StatePool& pool, const std::vector<HostInputs>& in, std::vector<HostOutputs>& out,
+              int begin, int end) {
+    for (int l = begin; l < end; ++l) {
+      pool.verify(l, weights_[l], Kind::put(in[l], put_), Kind::put(out[l], put_));
+    }
+  }
+  // begin_verify + verify of every layer + commit.
+  std::vector<HostOutputs> round(StatePool& pool, const VerifyBatch& batch,
+                                 const std::vector<int32_t>& accepted) {
+    const int64_t n = int64_t{static_cast<int64_t>(batch.rows.size())} * batch.window;
+    std::vector<HostInputs> in = inputs(n);
+    return round(pool, batch, in, accepted);
+  }
+  std::vector<HostOutputs> round(StatePool& pool, const VerifyBatch& batch,
+                                 const std::vector<HostInputs>& in,
+                                 const std::vector<int32_t>& accepted) {
+    const int64_t n = int64_t{static_cast<int64_t>(batch.rows.size())} * batch.window;
+    std::vector<HostOutputs> out = outputs(n);
+    pool.begin_verify(batch);
+    verify(pool, in, out, 0, layers_);
+    pool.commit(accepted);
+    return out;
+  }
+
+  // Bytes of tokens [begin, begin + count) of every output tensor of every layer (host).
+  static std::vector<uint8_t> output_bytes(const std::vector<HostOutputs>& out, int64_t begin,
+                                           int64_t count) {
+    std::vector<uint8_t> bytes;
+    for (const HostOutputs& o : out) {
+      for (const auto& named : Kind::tensors(Kind::put(o, host_put))) {
+        const TensorView& v = named.second;
+        const int64_t row = v.numel() / v.shape[0] * static_cast<int64_t>(dtype_size(v.dtype));
+        const auto* p = static_cast<const uint8_t*>(v.data) + begin * row;
+        bytes.insert(bytes.end(), p, p + count * row);
+      }
+    }
+    return bytes;
+  }
+
+  const typename Kind::Weights& weights(int l) const { return weights_[l]; }
+  const PutBuffer& put() const { return put_; }
+
+ private:
+  static int64_t tokens(const TokenInputs& in) { return in.mixed_qkv.shape()[0]; }
+  static int64_t tokens(const Mamba2TokenInputs& in) { return in.xBC.shape()[0]; }
+
+  Config layer_;
+  int layers_;
+  std::mt19937_64 rng_;
+  PutBuffer put_;
+  std::vector<typename Kind::HostWeights> host_weights_;
+  std::vector<typename Kind::Weights> weights_;
+};
+
+}  // namespace specstate::test

@@ -1,0 +1,299 @@
+// The round lifecycle (DESIGN.md section 5.6, docs/lifecycle.md), for both layer kinds, both
+// strategies, chains and trees, bit-exact against a reference pool that never made the call:
+//   - begin_verify over a round that verified a layer is rejected and changes nothing; over a
+//     round that verified none it replaces it;
+//   - abort_round() then a new round equals never having started the first;
+//   - a row released mid-round becomes padding (its commit value must be keep), the other rows
+//     commit, and the released slot's pending steps do not leak into its next occupant.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/pool_rounds.h"
+
+namespace specstate::test {
+namespace {
+
+struct LifecycleCase {
+  const char* name;
+  const char* preset;
+  Strategy strategy;
+  bool tree;
+};
+
+void PrintTo(const LifecycleCase& c, std::ostream* out) { *out << c.name; }
+
+const std::vector<LifecycleCase>& cases() {
+  static const std::vector<LifecycleCase> all = {
+      {"gdn_f32_chain_snapshot", "small_f32", Strategy::kSnapshot, false},
+      {"gdn_f32_chain_replay", "small_f32", Strategy::kReplay, false},
+      {"gdn_bf16_tree_snapshot", "small_bf16", Strategy::kSnapshot, true},
+      {"gdn_bf16_tree_replay", "small_bf16", Strategy::kReplay, true},
+      {"m2_f32_tree_snapshot", "m2_small_f32", Strategy::kSnapshot, true},
+      {"m2_f32_tree_replay", "m2_small_f32", Strategy::kReplay, true},
+      {"m2_bf16_chain_snapshot", "m2_small_bf16", Strategy::kSnapshot, false},
+      {"m2_bf16_chain_replay", "m2_small_bf16", Strategy::kReplay, false},
+  };
+  return all;
+}
+
+constexpr int kLayers = 3;
+constexpr int kT = 4;
+const std::vector<int32_t> kTree = {-1, 0, 0, 1};
+
+// Runs f(Kind{}, layer config) for the case's layer kind.
+template <typename F>
+void for_kind(const LifecycleCase& c, F&& f) {
+  if (is_mamba2_preset(c.preset)) {
+    f(Mamba2Kind{}, mamba2_preset(c.preset));
+  } else {
+    f(GdnKind{}, gdn_preset(c.preset));
+  }
+}
+
+VerifyBatch batch_of(const LifecycleCase& c, std::vector<SlotHandle> rows) {
+  VerifyBatch b;
+  b.rows = std::move(rows);
+  b.window = kT;
+  if (c.tree) b.parents = kTree;
+  return b;
+}
+
+// Commit values: `steps` = number of accepted tokens per row (0 = keep). A tree accepts the
+// path ending at node steps - 1 of the chain-shaped branch 0 -> 1 -> 3 (nodes 0, 1, 3).
+std::vector<int32_t> accept(const LifecycleCase& c, const std::vector<int>& steps) {
+  static const int32_t kNodes[] = {-1, 0, 1, 3};
+  std::vector<int32_t> out;
+  for (int s : steps) out.push_back(c.tree ? kNodes[s] : s);
+  return out;
+}
+
+template <typename Fn>
+void expect_rejected(Fn&& fn, Status status, const std::vector<std::string>& words) {
+  try {
+    fn();
+    ADD_FAILURE() << "the call was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    for (const std::string& w : words) {
+      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
+          << "'" << w << "' not in: " << e.what();
+    }
+  }
+}
+
+// Both pools: the same requests, prefilled alike, and one committed round (so that replay has
+// pending steps when the test's round begins).
+template <typename Kind>
+struct Twins {
+  PoolRounds<Kind>& r;
+  const LifecycleCase& c;
+  StatePool p, ref;
+  std::vector<SlotHandle> hp, hr;
+
+  Twins(PoolRounds<Kind>& rounds, const LifecycleCase& cs, int requests)
+      : r(rounds), c(cs), p(rounds.pool(cs.strategy)), ref(rounds.pool(cs.strategy)) {
+    for (int i = 0; i < requests; ++i) {
+      hp.push_back(p.acquire());
+      hr.push_back(ref.acquire());
+      const auto in = r.inputs(3 + i);
+      r.prefill(p, hp.back(), in);
+      r.prefill(ref, hr.back(), in);
+    }
+    const auto in = r.inputs(int64_t{requests} * kT);
+    std::vector<int> steps;
+    for (int i = 0; i < requests; ++i) steps.push_back(1 + (i + 1) % kT);
+    r.round(p, batch_of(c, hp), in, accept(c, steps));
+    r.round(ref, batch_of(c, hr), in, accept(c, steps));
+  }
+
+  void expect_same_state(int i, const std::string& when) {
+    const auto a = exported(p, hp[i]);
+    EXPECT_EQ(a, exported(ref, hr[i])) << when << ": request " << i;
+    double norm = 0;
+    for (uint8_t byte : a) norm += byte;
+    EXPECT_GT(norm, 0) << when << ": request " << i << " is all zero";
+  }
+};
+
+class Lifecycle : public ::testing::TestWithParam<LifecycleCase> {};
+
+TEST_P(Lifecycle, BeginVerifyOverAVerifiedRoundIsRejectedAndChangesNothing) {
+  const LifecycleCase& c = GetParam();
+  for_kind(c, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> r(layer, kLayers, 101);
+    Twins<Kind> t(r, c, 2);
+    const auto in = r.inputs(2 * kT);
+    auto out_p = r.outputs(2 * kT), out_r = r.outputs(2 * kT);
+    t.p.begin_verify(batch_of(c, t.hp));
+    r.verify(t.p, in, out_p, 0, 2);
+    const auto a = exported(t.p, t.hp[0]), b = exported(t.p, t.hp[1]);
+    expect_rejected([&] { t.p.begin_verify(batch_of(c, {t.hp[1]})); }, Status::kFailedPrecondition,
+                    {"StatePool::begin_verify", "open round (2 rows, window 4)",
+                     "verified layers 0, 1 of 3", "abort_round()"});
+    EXPECT_TRUE(t.p.round_open());
+    ASSERT_EQ(t.p.current_batch().rows.size(), 2u);
+    EXPECT_EQ(t.p.current_batch().rows[0], t.hp[0]);
+    EXPECT_EQ(exported(t.p, t.hp[0]), a);
+    EXPECT_EQ(exported(t.p, t.hp[1]), b);
+    // The round goes on as if the call had not been made.
+    r.verify(t.p, in, out_p, 2, kLayers);
+    t.p.commit(accept(c, {3, 2}));
+    t.ref.begin_verify(batch_of(c, t.hr));
+    r.verify(t.ref, in, out_r, 0, kLayers);
+    t.ref.commit(accept(c, {3, 2}));
+    EXPECT_EQ(r.output_bytes(out_p, 0, 2 * kT), r.output_bytes(out_r, 0, 2 * kT));
+    t.expect_same_state(0, "after commit");
+    t.expect_same_state(1, "after commit");
+  });
+}
+
+TEST_P(Lifecycle, BeginVerifyOverAnUnverifiedRoundReplacesIt) {
+  const LifecycleCase& c = GetParam();
+  for_kind(c, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> r(layer, kLayers, 102);
+    Twins<Kind> t(r, c, 2);
+    t.p.begin_verify(batch_of(c, {t.hp[0]}));
+    const auto in = r.inputs(2 * kT);
+    r.round(t.p, batch_of(c, {t.hp[1], t.hp[0]}), in, accept(c, {2, 4}));
+    r.round(t.ref, batch_of(c, {t.hr[1], t.hr[0]}), in, accept(c, {2, 4}));
+    t.expect_same_state(0, "after the replacing round");
+    t.expect_same_state(1, "after the replacing round");
+  });
+}
+
+TEST_P(Lifecycle, AbortRoundThenANewRoundEqualsNeverStartingTheFirst) {
+  const LifecycleCase& c = GetParam();
+  for_kind(c, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    for (int verified = 0; verified <= kLayers; ++verified) {
+      SCOPED_TRACE("layers verified before abort_round: " + std::to_string(verified));
+      PoolRounds<Kind> r(layer, kLayers, 103 + verified);
+      Twins<Kind> t(r, c, 3);
+      expect_rejected([&] { t.p.abort_round(); }, Status::kFailedPrecondition,
+                      {"StatePool::abort_round", "no open round"});
+      const auto dropped = r.inputs(3 * kT);
+      auto out = r.outputs(3 * kT);
+      t.p.begin_verify(batch_of(c, t.hp));
+      r.verify(t.p, dropped, out, 0, verified);
+      t.p.abort_round();
+      EXPECT_FALSE(t.p.round_open());
+      EXPECT_TRUE(t.p.current_batch().rows.empty());
+      expect_rejected(
+          [&] {
+            t.p.commit(accept(c, {1, 1, 1}));
+          },
+          Status::kFailedPrecondition, {"no open round"});
+      expect_rejected([&] { t.p.abort_round(); }, Status::kFailedPrecondition, {"no open round"});
+      for (int i = 0; i < 3; ++i) t.expect_same_state(i, "after abort_round");
+      // A new round (other rows, other order) equals the reference's only round.
+      const auto in = r.inputs(2 * kT);
+      const auto op = r.round(t.p, batch_of(c, {t.hp[2], t.hp[0]}), in, accept(c, {4, 1}));
+      const auto orf = r.round(t.ref, batch_of(c, {t.hr[2], t.hr[0]}), in, accept(c, {4, 1}));
+      EXPECT_EQ(r.output_bytes(op, 0, 2 * kT), r.output_bytes(orf, 0, 2 * kT));
+      for (int i = 0; i < 3; ++i) t.expect_same_state(i, "after the next round");
+      // And a prefill of the aborted round's rows is allowed again.
+      const auto more = r.inputs(2);
+      r.prefill(t.p, t.hp[1], more);
+      r.prefill(t.ref, t.hr[1], more);
+      t.expect_same_state(1, "after a prefill");
+    }
+  });
+}
+
+TEST_P(Lifecycle, ARowReleasedMidRoundBecomesPaddingAndTheOthersCommit) {
+  const LifecycleCase& c = GetParam();
+  for_kind(c, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    for (int verified = 0; verified <= kLayers; ++verified) {
+      SCOPED_TRACE("layers verified before release: " + std::to_string(verified));
+      PoolRounds<Kind> r(layer, kLayers, 107 + verified);
+      Twins<Kind> t(r, c, 3);
+      const auto in = r.inputs(3 * kT);
+      auto out_p = r.outputs(3 * kT), out_r = r.outputs(3 * kT);
+      const SlotHandle gone = t.hp[1];
+      t.p.begin_verify(batch_of(c, t.hp));
+      r.verify(t.p, in, out_p, 0, verified);
+      t.p.release(gone);
+      EXPECT_TRUE(t.p.round_open());
+      EXPECT_TRUE(t.p.current_batch().rows[1].is_padding());
+      EXPECT_EQ(t.p.current_batch().rows[0], t.hp[0]);
+      r.verify(t.p, in, out_p, verified, kLayers);
+      const auto a0 = exported(t.p, t.hp[0]), a2 = exported(t.p, t.hp[2]);
+      // The released row must keep: anything else is rejected naming the row, nothing changes.
+      expect_rejected(
+          [&] {
+            t.p.commit(accept(c, {3, 2, 1}));
+          },
+          Status::kFailedPrecondition,
+          {"accepted[1]", "batch.rows[1]", "released during the round",
+           c.tree ? "must keep (-1)" : "must keep (0)"});
+      EXPECT_TRUE(t.p.round_open());
+      EXPECT_EQ(exported(t.p, t.hp[0]), a0);
+      EXPECT_EQ(exported(t.p, t.hp[2]), a2);
+      t.p.commit(accept(c, {3, 0, 1}));
+      // The reference: the same round with a padding row from the start.
+      t.ref.begin_verify(batch_of(c, {t.hr[0], SlotHandle::padding(), t.hr[2]}));
+      r.verify(t.ref, in, out_r, 0, kLayers);
+      t.ref.commit(accept(c, {3, 0, 1}));
+      t.ref.release(t.hr[1]);
+      EXPECT_EQ(r.output_bytes(out_p, 0, kT), r.output_bytes(out_r, 0, kT));
+      EXPECT_EQ(r.output_bytes(out_p, 2 * kT, kT), r.output_bytes(out_r, 2 * kT, kT));
+      t.expect_same_state(0, "after commit");
+      t.expect_same_state(2, "after commit");
+      // The slot's next occupant starts from zero: no pending step of the released request
+      // leaks into it (replay: its device counts of the verified layers were stale).
+      const SlotHandle next = t.p.acquire(), next_ref = t.ref.acquire();
+      ASSERT_EQ(next.slot, gone.slot);
+      for (uint8_t byte : exported(t.p, next)) ASSERT_EQ(byte, 0);
+      t.hp[1] = next;
+      t.hr[1] = next_ref;
+      const auto fresh = r.inputs(2);
+      r.prefill(t.p, next, fresh);
+      r.prefill(t.ref, next_ref, fresh);
+      const auto in2 = r.inputs(3 * kT);
+      r.round(t.p, batch_of(c, t.hp), in2, accept(c, {1, 2, 3}));
+      r.round(t.ref, batch_of(c, t.hr), in2, accept(c, {1, 2, 3}));
+      for (int i = 0; i < 3; ++i) t.expect_same_state(i, "after the next occupant's round");
+    }
+  });
+}
+
+TEST_P(Lifecycle, AReleasedRowsSlotMayBeReacquiredAndAdvancedInsideTheRound) {
+  const LifecycleCase& c = GetParam();
+  for_kind(c, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> r(layer, kLayers, 111);
+    Twins<Kind> t(r, c, 2);
+    const auto in = r.inputs(2 * kT);
+    auto out = r.outputs(2 * kT);
+    t.p.begin_verify(batch_of(c, t.hp));
+    r.verify(t.p, in, out, 0, 1);
+    t.p.release(t.hp[0]);
+    const SlotHandle again = t.p.acquire();
+    ASSERT_EQ(again.slot, t.hp[0].slot);
+    // The new occupant is no row of the round: it may be advanced, and the commit leaves it.
+    const auto fresh = r.inputs(3);
+    r.prefill(t.p, again, fresh);
+    const auto before = exported(t.p, again);
+    r.verify(t.p, in, out, 1, kLayers);
+    t.p.commit(accept(c, {0, 2}));
+    EXPECT_EQ(exported(t.p, again), before);
+    // Bit-identical to a fresh request that never was in a round.
+    t.ref.release(t.hr[0]);
+    const SlotHandle ref_again = t.ref.acquire();
+    r.prefill(t.ref, ref_again, fresh);
+    EXPECT_EQ(exported(t.ref, ref_again), before);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, Lifecycle, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<LifecycleCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+}  // namespace
+}  // namespace specstate::test
