@@ -114,6 +114,21 @@ class PoolRounds {
     return out;
   }
 
+  // The same with each layer's inputs as views: inputs_of(layer) -> Kind::Inputs (views the
+  // pool can read, e.g. rows of a larger host batch).
+  template <typename InputsOf>
+  std::vector<HostOutputs> round_with(StatePool& pool, const VerifyBatch& batch,
+                                      InputsOf&& inputs_of, const std::vector<int32_t>& accepted) {
+    const int64_t n = int64_t{static_cast<int64_t>(batch.rows.size())} * batch.window;
+    std::vector<HostOutputs> out = outputs(n);
+    pool.begin_verify(batch);
+    for (int l = 0; l < layers_; ++l) {
+      pool.verify(l, weights_[l], inputs_of(l), Kind::put(out[l], put_));
+    }
+    pool.commit(accepted);
+    return out;
+  }
+
   // Bytes of tokens [begin, begin + count) of every output tensor of every layer (host).
   static std::vector<uint8_t> output_bytes(const std::vector<HostOutputs>& out, int64_t begin,
                                            int64_t count) {
