@@ -546,6 +546,8 @@ inline LoopResult run_speculative(const HybridModel& target, const HybridModel& 
       spec::VerifyBatchBuilder db(buckets);
       for (int r : live) db.add(dslot[r], w);
       draft_plan = db.build();
+      // The previous pass verified a round that is never committed: drop it explicitly.
+      if (draft_pool.round_open()) draft_pool.abort_round();
       draft_pool.begin_verify(draft_plan.batch);
       draft_fr = forward(drafter, window_batch(w, window_tokens, draft_caches),
                          [&](int l, const GdnInputs& in, const GdnOutputs& out) {
