@@ -1093,7 +1093,7 @@ void y_axis(std::ostringstream& s, int x0, int y0, int height, const std::vector
     s << "<text class=\"ytick-label\" x=\"" << x0 - 6 << "\" y=\"" << y + 4
       << "\" text-anchor=\"end\">" << xml_escape(label(t)) << "</text>\n";
   }
-  const int lx = x0 - 52, ly = y0 - height / 2;
+  const int lx = x0 - 64, ly = y0 - height / 2;  // clear of labels like "200.0 us"
   s << "<text class=\"ylabel\" x=\"" << lx << "\" y=\"" << ly << "\" text-anchor=\"middle\" "
     << "transform=\"rotate(-90 " << lx << " " << ly << ")\">" << xml_escape(title) << "</text>\n";
 }
