@@ -88,6 +88,9 @@ void DeviceTensor::upload(const Buffer& host) {
   cuda_check(cudaMemcpy2D(data_, row_stride_ * es, host.bytes().data(), row_elems_ * es,
                           row_elems_ * es, nrows, cudaMemcpyHostToDevice),
              "upload");
+  // A pageable host-to-device copy (and the cudaMemset before it) may still be in flight on the
+  // legacy stream when cudaMemcpy2D returns; pools on non-blocking streams do not wait for it.
+  cuda_check(cudaDeviceSynchronize(), "upload");
 }
 
 void DeviceTensor::download(Buffer& host) const {
