@@ -387,6 +387,86 @@ void bind_pool(nb::module_& m) {
                kStreamDoc)
                   .c_str())
           .def(
+              "abort_round",
+              [](PyPool& p, nb::handle stream) {
+                locked(p, stream, [&](StatePool& s) {
+                  s.abort_round();
+                  return 0;
+                });
+              },
+              nb::arg("stream").none() = nb::none(),
+              (std::string("Drops the open round (raises when none is open); begin_verify over a "
+                           "verified, uncommitted round raises instead.") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "round_open", [](PyPool& p) { return p.pool().round_open(); },
+              "Whether a verify round is open.")
+          .def(
+              "copy_slot",
+              [](PyPool& p, SlotHandle src, SlotHandle dst, nb::handle stream) {
+                locked(p, stream, [&](StatePool& s) {
+                  s.copy_slot(src, dst);
+                  return 0;
+                });
+              },
+              nb::arg("src"), nb::arg("dst"), nb::arg("stream").none() = nb::none(),
+              (std::string("Copies src's committed state (all layers, materialized) into dst; dst "
+                           "must not be a row of the open round.") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "fork",
+              [](PyPool& p, SlotHandle src, nb::handle stream) {
+                return locked(p, stream, [&](StatePool& s) { return s.fork(src); });
+              },
+              nb::arg("src"), nb::arg("stream").none() = nb::none(),
+              (std::string("A new slot holding a copy of src's state (parallel sampling, prefix "
+                           "caching).") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "reset",
+              [](PyPool& p, SlotHandle h, nb::handle stream) {
+                locked(p, stream, [&](StatePool& s) {
+                  s.reset(h);
+                  return 0;
+                });
+              },
+              nb::arg("handle"), nb::arg("stream").none() = nb::none(),
+              (std::string("Zeroes the slot's committed state and drops its pending steps.") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "slot_state_bytes", [](PyPool& p) { return p.pool().slot_state_bytes(); },
+              "Bytes of one slot's exported state (every layer: conv window, then SSM state).")
+          .def(
+              "export_slot",
+              [](PyPool& p, SlotHandle h, const std::string& path, nb::handle stream) {
+                locked(p, stream, [&](StatePool& s) {
+                  s.export_slot(h, path);
+                  return 0;
+                });
+              },
+              nb::arg("handle"), nb::arg("path"), nb::arg("stream").none() = nb::none(),
+              (std::string("Writes the slot's committed state to a safetensors file (the same "
+                           "bytes on every backend and strategy).") +
+               kStreamDoc)
+                  .c_str())
+          .def(
+              "import_slot",
+              [](PyPool& p, SlotHandle h, const std::string& path, nb::handle stream) {
+                locked(p, stream, [&](StatePool& s) {
+                  s.import_slot(h, path);
+                  return 0;
+                });
+              },
+              nb::arg("handle"), nb::arg("path"), nb::arg("stream").none() = nb::none(),
+              (std::string("Reads a slot's committed state from a safetensors file written by "
+                           "export_slot (shapes, dtypes and the model checked).") +
+               kStreamDoc)
+                  .c_str())
+          .def(
               "begin_verify",
               [](PyPool& p, const VerifyBatch& batch, nb::handle stream) {
                 locked(p, stream, [&](StatePool& s) {
