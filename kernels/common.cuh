@@ -146,6 +146,37 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// Launches a recurrence kernel with programmatic dependent launch: it may start while the conv
+// kernel before it runs (captured as a programmatic edge in CUDA graphs) and waits
+// (griddepcontrol.wait) before reading the conv output.
+template <typename Params>
+cudaError_t launch_after_conv(void (*kernel)(Params), dim3 grid, dim3 block, const Params& p,
+                              cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, p);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
+// The state-I/O checks every recurrence launcher makes: *skip = nothing to run (no rows, or no
+// tokens and no replay phase); cudaErrorInvalidValue for a tree without snapshots longer than
+// the kernel stages at once (`chunk`).
+template <typename Params>
+cudaError_t check_recurrence_launch(const Params& p, int chunk, bool* skip) {
+  *skip = p.rows <= 0 || p.tokens < 0 || (p.tokens == 0 && p.pending == nullptr);
+  if (!*skip && p.parents != nullptr && p.snap == nullptr && p.tokens > chunk) {
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
 // Calls f(Act{}, St{}) with the C++ types of the run-time activation and state dtypes, so that
 // every launcher dispatches its four (act, state) instantiations the same way.
 template <typename F>

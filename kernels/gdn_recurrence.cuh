@@ -402,22 +402,10 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
 template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads,
-                        (p.rows + kItems - 1) / kItems);
-  config.blockDim = dim3(kGdnThreads);
-  config.stream = stream;
-  // Programmatic dependent launch: the kernel may start while the conv kernel before it runs
-  // (captured as a programmatic edge in CUDA graphs); it waits (griddepcontrol.wait) before
-  // reading the conv output.
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(
-      &config, gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay>, p);
-  return err != cudaSuccess ? err : cudaGetLastError();
+  return launch_after_conv(gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay>,
+                           dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads,
+                                (p.rows + kItems - 1) / kItems),
+                           dim3(kGdnThreads), p, stream);
 }
 
 template <typename Act, typename St, int K>
@@ -440,11 +428,9 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
 
 template <typename Act, typename St>
 cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p, cudaStream_t stream) {
-  if (p.rows <= 0 || p.tokens < 0) return cudaSuccess;
-  if (p.tokens == 0 && p.pending == nullptr) return cudaSuccess;
-  if (p.parents != nullptr && p.snap == nullptr && p.tokens > kGdnChunk) {
-    return cudaErrorInvalidValue;
-  }
+  bool skip = false;
+  const cudaError_t bad = check_recurrence_launch(p, kGdnChunk, &skip);
+  if (bad != cudaSuccess || skip) return bad;
   // LANES = 8 everywhere: the 32-lane split (4x the CTAs at B = 1) was measured slower (every
   // CTA repeats the q/k prologue): B=1,T=4 10.1 us vs 7.3 us per layer.
   switch (p.head_k_dim) {

@@ -268,19 +268,10 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
 
 template <typename Act, typename St, int N, int kChunk, bool kReplay>
 cudaError_t launch_mamba2_shape(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
   constexpr int kRows = mamba2_rows<N>();
-  config.gridDim = dim3((p.head_dim + kRows - 1) / kRows, p.num_heads, p.rows);
-  config.blockDim = dim3(kMamba2Threads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  const cudaError_t err =
-      cudaLaunchKernelEx(&config, mamba2_recurrence_kernel<Act, St, N, kChunk, kReplay>, p);
-  return err != cudaSuccess ? err : cudaGetLastError();
+  return launch_after_conv(mamba2_recurrence_kernel<Act, St, N, kChunk, kReplay>,
+                           dim3((p.head_dim + kRows - 1) / kRows, p.num_heads, p.rows),
+                           dim3(kMamba2Threads), p, stream);
 }
 
 template <typename Act, typename St, int N>
@@ -293,11 +284,9 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
 
 template <typename Act, typename St>
 cudaError_t launch_mamba2_recurrence_typed(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
-  if (p.rows <= 0 || p.tokens < 0) return cudaSuccess;
-  if (p.tokens == 0 && p.pending == nullptr) return cudaSuccess;
-  if (p.parents != nullptr && p.snap == nullptr && p.tokens > kMamba2Chunk) {
-    return cudaErrorInvalidValue;
-  }
+  bool skip = false;
+  const cudaError_t bad = check_recurrence_launch(p, kMamba2Chunk, &skip);
+  if (bad != cudaSuccess || skip) return bad;
   switch (p.d_state) {
     case 16:
       return launch_mamba2_n<Act, St, 16>(p, stream);

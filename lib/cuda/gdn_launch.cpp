@@ -98,6 +98,32 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
   return c;
 }
 
+// The state-I/O fields every recurrence kernel's params share (same names in each kind's
+// struct): rows and slots, committed state, per-token snapshots, store flags, pending counts.
+template <typename Rec, typename Args>
+void state_io_params(Rec& r, const Args& a, const kernels::ConvUpdateParams& conv) {
+  const PoolStorage& s = *a.storage;
+  const Layout& lay = s.layout;
+  r.rows = a.rows;
+  r.tokens = a.tokens;
+  r.store_replayed = a.io.store_replayed;
+  r.store_final = a.io.store_final;
+  r.state_stride_slot = lay.ssm_elems;
+  r.state = s.ssm(a.layer, 0);
+  if (a.io.store_tokens) {
+    r.snap_stride_t = lay.ssm_elems;
+    r.snap_stride_row = lay.ssm_elems * lay.max_window;
+    r.snap = s.snap_ssm(a.layer, 0, 0);
+  }
+  r.pending = conv.pending;  // null unless the conv runs the replay phase
+  if (a.device_slots) {
+    r.slots = a.device_slots;
+  } else {
+    for (int i = 0; i < a.rows; ++i) r.slot_inline[i] = a.inline_slots[i];
+  }
+  r.parents = a.device_parents;
+}
+
 }  // namespace
 
 GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
@@ -123,17 +149,12 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   L.conv = conv_params(a, in.mixed_qkv, out.conv_out, extras, 2, g.num_v_heads,
                        g.num_k_heads * g.head_k_dim, &conv_out, &conv_out_stride_token,
                        &conv_out_stride_c);
-  const k::ConvUpdateParams& c = L.conv;
   k::GdnRecurrenceParams& r = L.rec;
-  r.rows = a.rows;
-  r.tokens = a.tokens;
   r.num_k_heads = g.num_k_heads;
   r.num_v_heads = g.num_v_heads;
   r.head_k_dim = g.head_k_dim;
   r.head_v_dim = g.head_v_dim;
   r.scale = g.effective_scale();
-  r.store_replayed = io.store_replayed;
-  r.store_final = io.store_final;
   r.a_log_dtype = elem(w.A_log.dtype);
   r.dt_bias_dtype = elem(w.dt_bias.dtype);
   r.a_log_stride = w.A_log.stride[0];
@@ -155,15 +176,7 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
     r.b = offset_bytes(in.b, a.token0 * in.b.stride[0]);
     r.out = offset_bytes(out.core_out, a.token0 * out.core_out.stride[0]);
   }
-  r.state_stride_slot = lay.ssm_elems;
-  r.state = s.ssm(a.layer, 0);
-  if (io.store_tokens) {
-    r.snap_stride_t = lay.ssm_elems;
-    r.snap_stride_row = lay.ssm_elems * T_max;
-    r.snap = s.snap_ssm(a.layer, 0, 0);
-  }
   if (replay) {
-    r.pending = c.pending;
     r.replay_qkv = a.scratch.replay_qkv;
     r.replay_qkv_stride_t = d;
     r.replay_qkv_stride_row = int64_t{d} * T_max;
@@ -172,12 +185,7 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
     r.replay_gates_stride_row = r.replay_gates_stride_t * T_max;
   }
 
-  if (a.device_slots) {
-    r.slots = a.device_slots;
-  } else {
-    for (int i = 0; i < a.rows; ++i) r.slot_inline[i] = a.inline_slots[i];
-  }
-  r.parents = a.device_parents;
+  state_io_params(r, a, L.conv);
   return L;
 }
 
@@ -205,8 +213,6 @@ Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
                        &conv_out_stride_token, &conv_out_stride_c);
 
   k::Mamba2RecurrenceParams& r = L.rec;
-  r.rows = a.rows;
-  r.tokens = a.tokens;
   r.num_heads = m.num_heads;
   r.head_dim = m.head_dim;
   r.d_state = m.d_state;
@@ -217,8 +223,6 @@ Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
   r.has_dt_max = m.dt_max.has_value();
   r.dt_min = m.dt_min.value_or(0.0f);
   r.dt_max = m.dt_max.value_or(0.0f);
-  r.store_replayed = io.store_replayed;
-  r.store_final = io.store_final;
   r.a_log_dtype = elem(w.A_log.dtype);
   r.dt_bias_dtype = elem(w.dt_bias.dtype);
   r.a_log_stride = w.A_log.stride[0];
@@ -247,15 +251,7 @@ Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
     r.out_stride_p = out.y.stride[2];
     r.out = offset_bytes(out.y, a.token0 * out.y.stride[0]);
   }
-  r.state_stride_slot = lay.ssm_elems;
-  r.state = s.ssm(a.layer, 0);
-  if (io.store_tokens) {
-    r.snap_stride_t = lay.ssm_elems;
-    r.snap_stride_row = lay.ssm_elems * T_max;
-    r.snap = s.snap_ssm(a.layer, 0, 0);
-  }
   if (replay) {
-    r.pending = L.conv.pending;
     r.replay_xbc = a.scratch.replay_qkv;
     r.replay_xbc_stride_t = d;
     r.replay_xbc_stride_row = int64_t{d} * T_max;
@@ -263,12 +259,7 @@ Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
     r.replay_dt_stride_t = m.num_heads;
     r.replay_dt_stride_row = int64_t{m.num_heads} * T_max;
   }
-  if (a.device_slots) {
-    r.slots = a.device_slots;
-  } else {
-    for (int i = 0; i < a.rows; ++i) r.slot_inline[i] = a.inline_slots[i];
-  }
-  r.parents = a.device_parents;
+  state_io_params(r, a, L.conv);
   return L;
 }
 
