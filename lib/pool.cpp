@@ -257,7 +257,7 @@ struct StatePool::Impl {
 
   // Runs the strategy's deferred work for `slot_list` (all live slots when empty).
   void materialize_slots(std::vector<int32_t> slot_list) {
-    if (strategy->kind() == Strategy::kSnapshot) return;
+    if (!strategy->defers_work()) return;
     if (slot_list.empty()) {
       for (int s = 0; s < options.num_slots; ++s) {
         if (slots.is_allocated(s)) slot_list.push_back(s);

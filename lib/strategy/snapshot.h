@@ -13,6 +13,7 @@ class SnapshotStrategy final : public StrategyImpl {
   static void workspace(Layout& layout);
 
   Strategy kind() const noexcept override { return Strategy::kSnapshot; }
+  bool defers_work() const noexcept override { return false; }
   StateIO verify_io(int layer, const RoundPlan& plan, bool first) override;
   StateIO advance_io(int layer, const std::vector<int32_t>& slots) override;
   void after_advance(BackendImpl&, const PoolStorage&, int, const std::vector<int32_t>&,

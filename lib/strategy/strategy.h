@@ -18,6 +18,8 @@ class StrategyImpl {
  public:
   virtual ~StrategyImpl() = default;
   virtual Strategy kind() const noexcept = 0;
+  // Whether the committed memory may lag the committed state (then views and copies materialize).
+  virtual bool defers_work() const noexcept = 0;
 
   // State I/O of the verify of `layer` in the open round; `first` is false when the layer was
   // already verified in this round (a repeated verify).
