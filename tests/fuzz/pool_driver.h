@@ -167,7 +167,11 @@ class PoolDriver {
     options_.max_rows = 1 + static_cast<int>(src.below(4));
     options_.max_window = 1 + static_cast<int>(src.below(5));
     rng_.seed(src.below(1u << 16));
-    pool_ = std::make_unique<StatePool>(config_, options_);
+    // The pool under test runs either strategy; the shadow only decodes (the strategy does not
+    // matter there). Under replay every comparison goes through views, which materialize.
+    PoolOptions tested = options_;
+    tested.strategy = src.coin() ? Strategy::kReplay : Strategy::kSnapshot;
+    pool_ = std::make_unique<StatePool>(config_, tested);
     shadow_ = std::make_unique<StatePool>(config_, options_);
     const int D = g.conv_dim(), HV = g.num_v_heads;
     std::normal_distribution<float> normal(0.0f, 1.0f);
