@@ -8,6 +8,7 @@
 #include "specstate/mamba2.h"
 #include "specstate/pool.h"
 #include "specstate/safetensors.h"
+#include "specstate/shard.h"
 #include "specstate/status.h"
 #include "specstate/tensor_view.h"
 #include "specstate/version.h"

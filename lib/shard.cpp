@@ -1,0 +1,128 @@
+#include "specstate/shard.h"
+
+#include <cstring>
+#include <string>
+
+#include "specstate/status.h"
+
+namespace specstate {
+
+namespace {
+[[noreturn]] void bad(const std::string& what) {
+  throw Error(Status::kInvalidArgument, "shard: " + what);
+}
+ColumnRange part(int64_t total, int tp, int rank) {
+  return ColumnRange{total / tp * rank, total / tp};
+}
+}  // namespace
+
+int64_t ShardMap::conv_dim() const noexcept {
+  int64_t n = 0;
+  for (const ColumnRange& r : conv) n += r.count;
+  return n;
+}
+
+ShardMap shard_map(const ModelConfig& tp1, int tp, int rank) {
+  tp1.validate();
+  if (tp < 1) bad("tp = " + std::to_string(tp) + " must be positive");
+  if (rank < 0 || rank >= tp) {
+    bad("rank = " + std::to_string(rank) + " outside [0, " + std::to_string(tp) + ")");
+  }
+  ShardMap m;
+  m.tp = tp;
+  m.rank = rank;
+  m.config = tp1;
+  if (tp1.kind == LayerKind::kMamba2) {
+    const Mamba2Config& c = tp1.mamba;
+    if (c.num_heads % tp != 0) {
+      bad("mamba.num_heads = " + std::to_string(c.num_heads) +
+          " is not a multiple of tp = " + std::to_string(tp));
+    }
+    if (c.n_groups % tp != 0) {
+      bad("mamba.n_groups = " + std::to_string(c.n_groups) +
+          " is not a multiple of tp = " + std::to_string(tp));
+    }
+    m.config.mamba.num_heads = c.num_heads / tp;
+    m.config.mamba.n_groups = c.n_groups / tp;
+    const int64_t x = int64_t{c.num_heads} * c.head_dim, bc = int64_t{c.n_groups} * c.d_state;
+    // xBC = [x: heads * P | B: groups * N | C: groups * N]
+    m.conv = {part(x, tp, rank),
+              {x + part(bc, tp, rank).begin, bc / tp},
+              {x + bc + part(bc, tp, rank).begin, bc / tp}};
+    m.heads = part(c.num_heads, tp, rank);
+    m.head_elems = c.head_dim;
+    return m;
+  }
+  const GdnConfig& g = tp1.gdn;
+  if (g.num_k_heads % tp != 0) {
+    bad("gdn.num_k_heads = " + std::to_string(g.num_k_heads) +
+        " is not a multiple of tp = " + std::to_string(tp));
+  }
+  if (g.num_v_heads % tp != 0) {
+    bad("gdn.num_v_heads = " + std::to_string(g.num_v_heads) +
+        " is not a multiple of tp = " + std::to_string(tp));
+  }
+  m.config.gdn.num_k_heads = g.num_k_heads / tp;
+  m.config.gdn.num_v_heads = g.num_v_heads / tp;
+  const int64_t qk = int64_t{g.num_k_heads} * g.head_k_dim;
+  const int64_t v = int64_t{g.num_v_heads} * g.head_v_dim;
+  // mixed_qkv = [q: H * K | k: H * K | v: HV * V]
+  m.conv = {part(qk, tp, rank),
+            {qk + part(qk, tp, rank).begin, qk / tp},
+            {2 * qk + part(v, tp, rank).begin, v / tp}};
+  m.heads = part(g.num_v_heads, tp, rank);
+  m.head_elems = g.head_v_dim;
+  return m;
+}
+
+void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>& ranges,
+                  const TensorView& dst) {
+  if (src.empty() || dst.empty()) bad("src and dst must not be empty");
+  if (src.device != Device::kCpu || dst.device != Device::kCpu) {
+    bad("src and dst must be host memory (copy device tensors with cudaMemcpy2D per range)");
+  }
+  if (src.ndim != dst.ndim || src.ndim < 1 || src.ndim > TensorView::kMaxDims) {
+    bad("src has " + std::to_string(src.ndim) + " dims, dst " + std::to_string(dst.ndim));
+  }
+  if (dim < 0 || dim >= src.ndim) bad("dim = " + std::to_string(dim) + " outside the dims");
+  if (src.dtype != dst.dtype) bad("src and dst dtypes differ");
+  int64_t total = 0;
+  for (const ColumnRange& r : ranges) {
+    if (r.begin < 0 || r.count < 0 || r.begin + r.count > src.shape[dim]) {
+      bad("range [" + std::to_string(r.begin) + ", " + std::to_string(r.begin + r.count) +
+          ") outside src dim " + std::to_string(dim) + " = " + std::to_string(src.shape[dim]));
+    }
+    total += r.count;
+  }
+  for (int d = 0; d < src.ndim; ++d) {
+    const int64_t want = d == dim ? total : src.shape[d];
+    if (dst.shape[d] != want) {
+      bad("dst dim " + std::to_string(d) + " = " + std::to_string(dst.shape[d]) + ", expected " +
+          std::to_string(want));
+    }
+  }
+  const std::size_t es = dtype_size(src.dtype);
+  // Walk every element of dst; map its index along `dim` to src through the ranges.
+  std::vector<int64_t> map;
+  map.reserve(static_cast<std::size_t>(total));
+  for (const ColumnRange& r : ranges) {
+    for (int64_t i = 0; i < r.count; ++i) map.push_back(r.begin + i);
+  }
+  std::vector<int64_t> idx(static_cast<std::size_t>(dst.ndim), 0);
+  const int64_t n = dst.numel();
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t so = 0, doff = 0;
+    for (int d = 0; d < dst.ndim; ++d) {
+      so += (d == dim ? map[idx[d]] : idx[d]) * src.stride[d];
+      doff += idx[d] * dst.stride[d];
+    }
+    std::memcpy(static_cast<char*>(dst.data) + doff * es,
+                static_cast<const char*>(src.data) + so * es, es);
+    for (int d = dst.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < dst.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace specstate

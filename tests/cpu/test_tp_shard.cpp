@@ -1,0 +1,302 @@
+// Tensor-parallel shards (issue 12 item 1): running every rank's pool of the sharded config on
+// the rank's columns of the TP1 weights and inputs gives, concatenated, bit for bit the TP1 pool's
+// outputs and committed states, for both strategies and both layer kinds (tp = 2 and 4; chains
+// and trees; prefill, then verify + commit rounds).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/gdn_data.h"
+#include "common/mamba2_data.h"
+
+namespace specstate::test {
+namespace {
+
+// rank r's copy of a TP1 buffer: columns `ranges` of dimension `dim`.
+Buffer gather(const Buffer& src, int dim, const std::vector<ColumnRange>& ranges) {
+  if (src.numel() == 0) return Buffer();
+  std::vector<int64_t> shape = src.shape();
+  int64_t n = 0;
+  for (const ColumnRange& r : ranges) n += r.count;
+  shape[dim] = n;
+  Buffer dst(src.dtype(), shape);
+  shard_gather(src.view(), dim, ranges, dst.view());
+  return dst;
+}
+std::vector<uint8_t> gathered_bytes(const TensorView& src, int dim,
+                                    const std::vector<ColumnRange>& ranges) {
+  std::vector<int64_t> shape(src.shape.begin(), src.shape.begin() + src.ndim);
+  int64_t n = 0;
+  for (const ColumnRange& r : ranges) n += r.count;
+  shape[dim] = n;
+  Buffer dst(src.dtype, shape);
+  shard_gather(src, dim, ranges, dst.view());
+  return dst.bytes();
+}
+std::vector<uint8_t> bytes_of(const TensorView& v) {
+  const auto* p = static_cast<const uint8_t*>(v.data);
+  return std::vector<uint8_t>(p, p + v.numel() * dtype_size(v.dtype));
+}
+ColumnRange times(ColumnRange r, int64_t k) { return ColumnRange{r.begin * k, r.count * k}; }
+
+// Per kind: the TP1 config, its random data, and the shard's copies.
+struct GdnSide {
+  using W = LayerWeights;
+  using In = TokenInputs;
+  using Out = TokenOutputs;
+  static GdnConfig config(DType act) {
+    GdnConfig g = small_config(act, act, DType::kF32, true);
+    g.num_k_heads = 4;
+    g.num_v_heads = 8;
+    return g;
+  }
+  static ModelConfig model(int L, const GdnConfig& g) { return ModelConfig::gated_delta_net(L, g); }
+  static const GdnConfig& layer(const ModelConfig& m) { return m.gdn; }
+  static W shard(const ShardMap& m, const W& w) {
+    W s;
+    s.conv_weight = gather(w.conv_weight, 0, m.conv);
+    s.conv_bias = gather(w.conv_bias, 0, m.conv);
+    s.A_log = gather(w.A_log, 0, {m.heads});
+    s.dt_bias = gather(w.dt_bias, 0, {m.heads});
+    return s;
+  }
+  static In shard(const ShardMap& m, const In& in) {
+    In s;
+    s.mixed_qkv = gather(in.mixed_qkv, 1, m.conv);
+    s.a = gather(in.a, 1, {m.heads});
+    s.b = gather(in.b, 1, {m.heads});
+    return s;
+  }
+  static const Buffer& main_out(const Out& o) { return o.core_out; }
+};
+
+struct Mamba2Side {
+  using W = Mamba2LayerWeights;
+  using In = Mamba2TokenInputs;
+  using Out = Mamba2TokenOutputs;
+  static Mamba2Config config(DType act) {
+    Mamba2Config m = small_mamba2_config(act, act, DType::kF32, true, true, true);
+    m.num_heads = 8;
+    m.head_dim = 4;
+    m.n_groups = 4;
+    return m;
+  }
+  static ModelConfig model(int L, const Mamba2Config& m) { return ModelConfig::mamba2(L, m); }
+  static const Mamba2Config& layer(const ModelConfig& m) { return m.mamba; }
+  static W shard(const ShardMap& m, const W& w) {
+    W s;
+    s.conv_weight = gather(w.conv_weight, 0, m.conv);
+    s.conv_bias = gather(w.conv_bias, 0, m.conv);
+    s.A_log = gather(w.A_log, 0, {m.heads});
+    s.dt_bias = gather(w.dt_bias, 0, {m.heads});
+    s.D = gather(w.D, 0, {m.heads});
+    return s;
+  }
+  static In shard(const ShardMap& m, const In& in) {
+    In s;
+    s.xBC = gather(in.xBC, 1, m.conv);
+    s.dt = gather(in.dt, 1, {m.heads});
+    s.z = gather(in.z, 1, {times(m.heads, m.head_elems)});
+    return s;
+  }
+  static const Buffer& main_out(const Out& o) { return o.y; }
+};
+
+struct ShardCase {
+  const char* name;
+  bool mamba2;
+  int tp;
+  bool tree;
+  Strategy strategy;
+  DType act;
+};
+void PrintTo(const ShardCase& c, std::ostream* out) { *out << c.name; }
+
+template <typename Side>
+void run(const ShardCase& c) {
+  const uint64_t seed = 0x5a4d + c.tp * 10 + c.tree + 100 * static_cast<int>(c.strategy);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int L = 2, requests = 3, T = 4, rounds = 6;
+  const auto layer = Side::config(c.act);
+  const ModelConfig tp1 = Side::model(L, layer);
+  PoolOptions o;
+  o.num_slots = requests;
+  o.max_rows = requests;
+  o.max_window = T;
+  o.strategy = c.strategy;
+  StatePool full(tp1, o);
+  std::vector<ShardMap> maps;
+  std::vector<StatePool> ranks;
+  for (int r = 0; r < c.tp; ++r) {
+    maps.push_back(shard_map(tp1, c.tp, r));
+    ranks.emplace_back(maps[r].config, o);
+  }
+  std::vector<SlotHandle> hf;
+  std::vector<std::vector<SlotHandle>> hr(c.tp);
+  for (int i = 0; i < requests; ++i) {
+    hf.push_back(full.acquire());
+    for (int r = 0; r < c.tp; ++r) hr[r].push_back(ranks[r].acquire());
+  }
+  std::vector<typename Side::W> w;
+  std::vector<std::vector<typename Side::W>> ws(c.tp);
+  for (int l = 0; l < L; ++l) {
+    w.push_back(random_weights(layer, rng));
+    for (int r = 0; r < c.tp; ++r) ws[r].push_back(Side::shard(maps[r], w[l]));
+  }
+  // Compares every rank's outputs with its columns of the TP1 outputs.
+  auto same_outputs = [&](const typename Side::Out& f, const std::vector<typename Side::Out>& s,
+                          const std::string& what) {
+    for (int r = 0; r < c.tp; ++r) {
+      ASSERT_EQ(gathered_bytes(Side::main_out(f).view(), 1, {maps[r].heads}),
+                Side::main_out(s[r]).bytes())
+          << what << ", rank " << r << ": the core output differs";
+      ASSERT_EQ(gathered_bytes(f.conv_out.view(), 1, maps[r].conv), s[r].conv_out.bytes())
+          << what << ", rank " << r << ": conv_out differs";
+    }
+  };
+  auto same_states = [&](const std::string& what) {
+    for (int l = 0; l < L; ++l) {
+      for (int r = 0; r < c.tp; ++r) {
+        ASSERT_EQ(gathered_bytes(full.ssm_state(l), 1, {maps[r].heads}),
+                  bytes_of(ranks[r].ssm_state(l)))
+            << what << ", layer " << l << " rank " << r << ": SSM state differs";
+        ASSERT_EQ(gathered_bytes(full.conv_state(l), 1, maps[r].conv),
+                  bytes_of(ranks[r].conv_state(l)))
+            << what << ", layer " << l << " rank " << r << ": conv state differs";
+      }
+    }
+  };
+  // One layer call on every pool: TP1 inputs, each rank's columns of them.
+  auto call = [&](int l, int64_t tokens, auto&& on_full, auto&& on_rank, const std::string& what) {
+    const typename Side::In in = random_inputs(layer, tokens, rng);
+    typename Side::Out fo = make_outputs(layer, tokens);
+    on_full(in, fo);
+    std::vector<typename Side::Out> so;
+    for (int r = 0; r < c.tp; ++r) {
+      const typename Side::In sin = Side::shard(maps[r], in);
+      so.push_back(make_outputs(Side::layer(maps[r].config), tokens));
+      on_rank(r, sin, so[r]);
+    }
+    same_outputs(fo, so, what);
+  };
+  for (int i = 0; i < requests; ++i) {
+    for (int l = 0; l < L; ++l) {
+      call(
+          l, 3,
+          [&](const typename Side::In& in, typename Side::Out& o) {
+            full.prefill(l, hf[i], w[l].view(), in.view(), o.view());
+          },
+          [&](int r, const typename Side::In& in, typename Side::Out& o) {
+            ranks[r].prefill(l, hr[r][i], ws[r][l].view(), in.view(), o.view());
+          },
+          "prefill " + std::to_string(i));
+    }
+  }
+  same_states("after prefill");
+  int accepted_total = 0;
+  for (int round = 0; round < rounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    VerifyBatch bf{hf, T, {}};
+    std::vector<VerifyBatch> br;
+    if (c.tree) {
+      for (int i = 0; i < requests; ++i) {
+        for (int t = 0; t < T; ++t) {
+          bf.parents.push_back(t == 0 ? -1 : static_cast<int32_t>(rng() % t));
+        }
+      }
+    }
+    full.begin_verify(bf);
+    for (int r = 0; r < c.tp; ++r) {
+      br.push_back(VerifyBatch{hr[r], T, bf.parents});
+      ranks[r].begin_verify(br[r]);
+    }
+    for (int l = 0; l < L; ++l) {
+      call(
+          l, int64_t{requests} * T,
+          [&](const typename Side::In& in, typename Side::Out& o) {
+            full.verify(l, w[l].view(), in.view(), o.view());
+          },
+          [&](int r, const typename Side::In& in, typename Side::Out& o) {
+            ranks[r].verify(l, ws[r][l].view(), in.view(), o.view());
+          },
+          "verify layer " + std::to_string(l));
+    }
+    std::vector<int32_t> accepted(requests);
+    for (int32_t& a : accepted) {
+      a = c.tree ? static_cast<int32_t>(rng() % (T + 1)) - 1
+                 : static_cast<int32_t>(rng() % (T + 1));
+      accepted_total += a > 0;
+    }
+    full.commit(accepted);
+    for (int r = 0; r < c.tp; ++r) ranks[r].commit(accepted);
+    if (round % 2 == 1) same_states("after commit");
+  }
+  same_states("at the end");
+  EXPECT_GT(accepted_total, rounds);
+  double norm = 0;
+  for (int l = 0; l < L; ++l) norm += sum_squares(full.ssm_state(l));
+  EXPECT_GT(norm, 0.0);
+}
+
+class TpShard : public ::testing::TestWithParam<ShardCase> {};
+
+TEST_P(TpShard, ShardsConcatenatedEqualTheTp1PoolBitForBit) {
+  const ShardCase c = GetParam();
+  if (c.mamba2) {
+    run<Mamba2Side>(c);
+  } else {
+    run<GdnSide>(c);
+  }
+}
+
+std::vector<ShardCase> cases() {
+  std::vector<ShardCase> all;
+  for (Strategy s : {Strategy::kSnapshot, Strategy::kReplay}) {
+    const bool replay = s == Strategy::kReplay;
+    all.push_back({replay ? "gdn_tp2_chain_replay" : "gdn_tp2_chain_snapshot", false, 2, false, s,
+                   DType::kF32});
+    all.push_back({replay ? "gdn_tp4_tree_bf16_replay" : "gdn_tp4_tree_bf16_snapshot", false, 4,
+                   true, s, DType::kBF16});
+    all.push_back({replay ? "mamba2_tp2_tree_replay" : "mamba2_tp2_tree_snapshot", true, 2, true, s,
+                   DType::kF32});
+    all.push_back({replay ? "mamba2_tp4_chain_bf16_replay" : "mamba2_tp4_chain_bf16_snapshot", true,
+                   4, false, s, DType::kBF16});
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, TpShard, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<ShardCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(TpShardMap, ColumnsAndBadArguments) {
+  const ModelConfig m = ModelConfig::gated_delta_net(1, GdnSide::config(DType::kF32));
+  const ShardMap s = shard_map(m, 2, 1);  // H=4 K=8: q cols 16..31, k 48..63, v 32*... of 128
+  ASSERT_EQ(s.conv.size(), 3u);
+  EXPECT_EQ(s.conv[0].begin, 16);
+  EXPECT_EQ(s.conv[0].count, 16);
+  EXPECT_EQ(s.conv[1].begin, 32 + 16);
+  EXPECT_EQ(s.conv[2].begin, 64 + 32);
+  EXPECT_EQ(s.conv[2].count, 32);
+  EXPECT_EQ(s.heads.begin, 4);
+  EXPECT_EQ(s.conv_dim(), s.config.conv_dim());
+  try {
+    shard_map(m, 3, 0);
+    FAIL() << "tp = 3 does not divide 4 key heads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gdn.num_k_heads = 4"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(shard_map(m, 2, 2), Error);
+  const ModelConfig mm = ModelConfig::mamba2(1, Mamba2Side::config(DType::kF32));
+  EXPECT_EQ(shard_map(mm, 4, 3).conv_dim(), shard_map(mm, 4, 3).config.conv_dim());
+  Buffer src(DType::kF32, {2, 4}), dst(DType::kF32, {2, 3});
+  EXPECT_THROW(shard_gather(src.view(), 1, {{2, 3}}, dst.view()), Error);  // past the end
+}
+
+}  // namespace
+}  // namespace specstate::test
