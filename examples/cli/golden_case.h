@@ -96,7 +96,7 @@ struct GoldenReport {
 bool cuda_device_available() noexcept;
 
 // Runs one case. Never throws for problems of the case or the backend: they become kError (or
-// kNotSupported for Mamba2 cases) with a message.
+// kNotSupported for a case whose kind or shape the backend cannot run) with a message.
 GoldenReport run_golden_case(const GoldenCase& golden, const GoldenOptions& options);
 
 void print_golden_report(std::ostream& out, const GoldenReport& report);
