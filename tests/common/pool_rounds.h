@@ -8,10 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/layer_kinds.h"
@@ -19,6 +21,37 @@
 #include "specstate/specstate.h"
 
 namespace specstate::test {
+
+// The round shape the lifecycle and slot-operation suites share: T = 4 and, for trees, one tree
+// {-1, 0, 0, 1} for every row, whose deepest path is 0 -> 1 -> 3.
+inline constexpr int kRoundT = 4;
+
+// Runs f(Kind{}, layer config) for a preset's layer kind.
+template <typename F>
+void for_kind(const char* preset, F&& f) {
+  if (is_mamba2_preset(preset)) {
+    f(Mamba2Kind{}, mamba2_preset(preset));
+  } else {
+    f(GdnKind{}, gdn_preset(preset));
+  }
+}
+
+inline VerifyBatch round_batch(bool tree, std::vector<SlotHandle> rows) {
+  VerifyBatch b;
+  b.rows = std::move(rows);
+  b.window = kRoundT;
+  if (tree) b.parents = {-1, 0, 0, 1};
+  return b;
+}
+
+// Commit values: `steps` accepted tokens per row (0 = keep). A tree accepts the path ending at
+// node steps - 1 of the branch 0 -> 1 -> 3; a longer acceptance takes the whole branch.
+inline std::vector<int32_t> round_accept(bool tree, const std::vector<int>& steps) {
+  static const int32_t kNodes[] = {-1, 0, 1, 3};
+  std::vector<int32_t> out;
+  for (int s : steps) out.push_back(tree ? kNodes[std::min(s, 3)] : s);
+  return out;
+}
 
 // Host views of host buffers (the CPU backend's PutBuffer).
 inline TensorView host_put(const Buffer& b) { return b.view(); }

@@ -40,35 +40,19 @@ const std::vector<LifecycleCase>& cases() {
 }
 
 constexpr int kLayers = 3;
-constexpr int kT = 4;
-const std::vector<int32_t> kTree = {-1, 0, 0, 1};
+constexpr int kT = kRoundT;
 
-// Runs f(Kind{}, layer config) for the case's layer kind.
 template <typename F>
 void for_kind(const LifecycleCase& c, F&& f) {
-  if (is_mamba2_preset(c.preset)) {
-    f(Mamba2Kind{}, mamba2_preset(c.preset));
-  } else {
-    f(GdnKind{}, gdn_preset(c.preset));
-  }
+  specstate::test::for_kind(c.preset, std::forward<F>(f));
 }
 
 VerifyBatch batch_of(const LifecycleCase& c, std::vector<SlotHandle> rows) {
-  VerifyBatch b;
-  b.rows = std::move(rows);
-  b.window = kT;
-  if (c.tree) b.parents = kTree;
-  return b;
+  return round_batch(c.tree, std::move(rows));
 }
 
-// Commit values: `steps` = number of accepted tokens per row (0 = keep). A tree accepts the
-// path ending at node steps - 1 of the chain-shaped branch 0 -> 1 -> 3 (nodes 0, 1, 3).
 std::vector<int32_t> accept(const LifecycleCase& c, const std::vector<int>& steps) {
-  static const int32_t kNodes[] = {-1, 0, 1, 3};
-  std::vector<int32_t> out;
-  // The tree's deepest path has 3 nodes: a longer acceptance takes all of it.
-  for (int s : steps) out.push_back(c.tree ? kNodes[std::min(s, 3)] : s);
-  return out;
+  return round_accept(c.tree, steps);
 }
 
 template <typename Fn>

@@ -41,33 +41,14 @@ const std::vector<SlotCase>& cases() {
 }
 
 constexpr int kLayers = 3;
-constexpr int kT = 4;
-const std::vector<int32_t> kTree = {-1, 0, 0, 1};
-
-template <typename F>
-void for_kind(const char* preset, F&& f) {
-  if (is_mamba2_preset(preset)) {
-    f(Mamba2Kind{}, mamba2_preset(preset));
-  } else {
-    f(GdnKind{}, gdn_preset(preset));
-  }
-}
+constexpr int kT = kRoundT;
 
 VerifyBatch batch_of(const SlotCase& c, std::vector<SlotHandle> rows) {
-  VerifyBatch b;
-  b.rows = std::move(rows);
-  b.window = kT;
-  if (c.tree) b.parents = kTree;
-  return b;
+  return round_batch(c.tree, std::move(rows));
 }
 
-// steps = accepted tokens per row (0 = keep); a tree accepts along nodes 0 -> 1 -> 3.
 std::vector<int32_t> accept(const SlotCase& c, const std::vector<int>& steps) {
-  static const int32_t kNodes[] = {-1, 0, 1, 3};
-  std::vector<int32_t> out;
-  // The tree's deepest path has 3 nodes: a longer acceptance takes all of it.
-  for (int s : steps) out.push_back(c.tree ? kNodes[std::min(s, 3)] : s);
-  return out;
+  return round_accept(c.tree, steps);
 }
 
 Strategy other(Strategy s) {
