@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_fill.h"
+#include "bench_util.h"
 #include "specstate/specstate.h"
 
 namespace specstate::bench {
@@ -49,16 +50,6 @@ const SglangM2& sglang(int T, int B) {
     if (r.T == T && r.B == B) return r;
   }
   throw std::runtime_error("no SGLang row");
-}
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 void* dalloc(std::size_t bytes) {
@@ -98,28 +89,9 @@ struct World {
 
   World() {
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-    {
-      const std::size_t bytes = std::size_t{4} << 30;
-      void* a = dalloc(bytes);
-      void* b = dalloc(bytes);
-      check(fill_random(a, bytes / 4, false, 1.0f, 7, stream), "fill");
-      check(cudaEventCreate(&e0), "event");
-      check(cudaEventCreate(&e1), "event");
-      std::vector<double> ms;
-      for (int i = 0; i < 10; ++i) {
-        cudaEventRecord(e0, stream);
-        cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream);
-        cudaEventRecord(e1, stream);
-        check(cudaEventSynchronize(e1), "copy");
-        float t = 0;
-        cudaEventElapsedTime(&t, e0, e1);
-        if (i >= 2) ms.push_back(t);
-      }
-      copy_gbps = 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
-      std::printf("copy bandwidth (4096 MiB, read + write): %.1f GB/s\n", copy_gbps);
-      cudaFree(a);
-      cudaFree(b);
-    }
+    copy_gbps = measure_copy_gbps(stream);
+    check(cudaEventCreate(&e0), "event");
+    check(cudaEventCreate(&e1), "event");
     uint64_t seed = 11;
     auto make = [&](std::size_t n, bool bf16, float scale) {
       void* p = dalloc(n * (bf16 ? 2 : 4));
