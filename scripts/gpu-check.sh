@@ -15,7 +15,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 OUT="${OUT:-$root/out}"
 mkdir -p "$OUT"
-STAGES="${STAGES:-build tests sanitizer bench m2bench}"
+STAGES="${STAGES:-build tests sanitizer bench m2bench tp}"
 BUILD="${BUILD_DIR:-$root/build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 status=0
@@ -122,5 +122,41 @@ if has m2bench; then
   sed -n '/Mamba2 rounds/,$p' "$OUT/mamba2_bench.log"
   echo "mamba2 bench rc=$rc"
   [ $rc -ne 0 ] && { tail -20 "$OUT/mamba2_bench.log"; status=1; }
+fi
+
+if has tp; then
+  # examples/tp_verify_loop (docs/multi_gpu.md): NCCL from python3's nvidia-nccl wheel (torch's),
+  # NCCL_ROOT or libnccl-dev. TP=1 and the hand-off always (one GPU: a same-device copy, labelled);
+  # TP=2/4/8 where the machine has the GPUs.
+  echo "== tensor-parallel verify loop and slot hand-off (NCCL) [t=${SECONDS}s]"
+  tp_bin="$BUILD/examples/tp_verify_loop/tp_verify_loop"
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+       -DSPECSTATE_CUDA=ON -DSPECSTATE_BUILD_EXAMPLES=ON -DSPECSTATE_INSTALL=OFF \
+       "${cmake_extra[@]}" >"$OUT/tp_build.log" 2>&1; then
+    tail -30 "$OUT/tp_build.log"; echo "tp configure FAILED"; status=1
+  elif grep -q "tp_verify_loop skipped" "$OUT/tp_build.log"; then
+    grep "tp_verify_loop skipped" "$OUT/tp_build.log"
+  elif ! cmake --build "$BUILD" -j "$JOBS" --target tp_verify_loop >>"$OUT/tp_build.log" 2>&1; then
+    tail -30 "$OUT/tp_build.log"; echo "tp build FAILED"; status=1
+  else
+    grep "specstate: tp_verify_loop" "$OUT/tp_build.log"
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+    q="--model qwen3-next-80b --batch 4 --rounds 4"
+    runs=("--tp 1" "--tp 1 $q" "--tp 1 $q --strategy replay" "--handoff" "--handoff $q")
+    [ "$ngpu" -ge 2 ] && runs+=("--tp 2" "--tp 2 $q")
+    [ "$ngpu" -ge 4 ] && runs+=("--tp 4 $q")
+    [ "$ngpu" -ge 8 ] && runs+=("--tp 8 $q")
+    i=0
+    for args in "${runs[@]}"; do
+      log="$OUT/tp_$i.log"
+      i=$((i + 1))
+      # shellcheck disable=SC2086  # $args holds several arguments
+      timeout 300 "$tp_bin" $args >"$log" 2>&1
+      rc=$?
+      grep -E "^(SKIP|NOTE|PASS|FAIL)|median|GB/s|DIFFER|rank .*: |tp_verify_loop:" "$log" | head -24
+      echo "tp_verify_loop $args: rc=$rc (log $log)"
+      [ $rc -ne 0 ] && [ $rc -ne 77 ] && { tail -20 "$log"; status=1; }
+    done
+  fi
 fi
 exit $status
