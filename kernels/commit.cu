@@ -11,6 +11,38 @@ namespace {
 constexpr int kCommitThreads = 256;
 constexpr int kCommitUnroll = 4;  // independent 16-byte loads in flight per thread
 
+// The window of `row` (T, or T_r under variable windows); a malformed range flags the row.
+__device__ int row_window(const RowTokensParams& v, int row, int window, int32_t* error) {
+  if (v.cu == nullptr) return window;
+  const int64_t b = v.cu[row], e = v.cu[row + 1];
+  if (b < 0 || e < b || e - b > window || e > v.capacity) {
+    *error = kCommitErrorBadLengths;
+    return -1;
+  }
+  return static_cast<int>(e - b);
+}
+
+// The checks of both commits: the last accepted window index (-1 = keep), or flags the row
+// (window < 0: already flagged by row_window).
+__device__ int commit_step(CommitMode mode, int value, int window, int32_t* error) {
+  if (window < 0) return -1;
+  if (mode == CommitMode::kAcceptedLength) {
+    if (value > window) {
+      *error = kCommitErrorLengthAboveWindow;
+    } else if (value < 0) {
+      *error = kCommitErrorLengthNegative;
+    } else {
+      return value - 1;
+    }
+    return -1;
+  }
+  if (value < -1 || value >= window) {
+    *error = kCommitErrorNodeOutOfRange;
+    return -1;
+  }
+  return value;
+}
+
 // Grid: x = chunks (SSM chunks first, then conv chunks), y = row, z = layer.
 template <typename U>
 __global__ void __launch_bounds__(kCommitThreads)
@@ -19,24 +51,9 @@ __global__ void __launch_bounds__(kCommitThreads)
   const int layer = blockIdx.z;
   const int slot = p.slots[row];
   if (slot < 0) return;
-  const int value = p.accepted[row * p.accepted_stride];
-  int step = -1;
   int32_t error = 0;
-  if (p.mode == CommitMode::kAcceptedLength) {
-    if (value > p.window) {
-      error = kCommitErrorLengthAboveWindow;
-    } else if (value < 0) {
-      error = kCommitErrorLengthNegative;
-    } else {
-      step = value - 1;
-    }
-  } else {
-    if (value < -1 || value >= p.window) {
-      error = kCommitErrorNodeOutOfRange;
-    } else {
-      step = value;
-    }
-  }
+  const int step = commit_step(p.mode, p.accepted[row * p.accepted_stride],
+                               row_window(p.varlen, row, p.window, &error), &error);
   if (error != 0) {
     // Reported once per row; the row is skipped in every layer.
     if (layer == 0 && blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_flag, error);
@@ -75,25 +92,6 @@ __global__ void __launch_bounds__(kCommitThreads)
   }
 }
 
-// Same checks as commit_kernel; returns the last accepted window index (-1 = keep) or flags.
-__device__ int commit_step(CommitMode mode, int value, int window, int32_t* error) {
-  if (mode == CommitMode::kAcceptedLength) {
-    if (value > window) {
-      *error = kCommitErrorLengthAboveWindow;
-    } else if (value < 0) {
-      *error = kCommitErrorLengthNegative;
-    } else {
-      return value - 1;
-    }
-    return -1;
-  }
-  if (value < -1 || value >= window) {
-    *error = kCommitErrorNodeOutOfRange;
-    return -1;
-  }
-  return value;
-}
-
 // One thread per row.
 __global__ void commit_pending_kernel(const __grid_constant__ CommitPendingParams p) {
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
@@ -101,7 +99,8 @@ __global__ void commit_pending_kernel(const __grid_constant__ CommitPendingParam
   const int slot = p.slots[row];
   if (slot < 0) return;
   int32_t error = 0;
-  const int last = commit_step(p.mode, p.accepted[row * p.accepted_stride], p.window, &error);
+  const int last = commit_step(p.mode, p.accepted[row * p.accepted_stride],
+                               row_window(p.varlen, row, p.window, &error), &error);
   if (error != 0) atomicOr(p.error_flag, error);
   const int32_t* parents = p.parents ? p.parents + int64_t{row} * p.window : nullptr;
   int n = 0;

@@ -22,6 +22,7 @@ enum class CommitMode : int32_t {
 inline constexpr int32_t kCommitErrorLengthAboveWindow = 1;  // chain a > T
 inline constexpr int32_t kCommitErrorLengthNegative = 2;     // chain a < 0
 inline constexpr int32_t kCommitErrorNodeOutOfRange = 4;     // tree node outside [-1, T-1]
+inline constexpr int32_t kCommitErrorBadLengths = 8;         // the row's token range is malformed
 
 struct CommitParams {
   int layers = 0;
@@ -38,6 +39,9 @@ struct CommitParams {
   int64_t snap_conv_row_bytes = 0;
   int64_t snap_ssm_row_bytes = 0;
   int64_t accepted_stride = 1;  // elements
+  // Variable windows: row r's window is T_r = cu[r+1] - cu[r] tokens (kernel_types.h), and a
+  // value is checked against T_r (chain a <= T_r, tree node < T_r). cu null: every row has T.
+  RowTokensParams varlen;
 
   char* __restrict__ conv = nullptr;               // [L, slots, conv_dim, W-1]
   char* __restrict__ ssm = nullptr;                // [L, slots, HV, V, K]
@@ -64,6 +68,7 @@ struct CommitPendingParams {
   CommitMode mode = CommitMode::kAcceptedLength;
   int64_t accepted_stride = 1;
   int64_t path_stride_slot = 0;
+  RowTokensParams varlen;                          // as CommitParams::varlen
   const int32_t* __restrict__ slots = nullptr;     // [rows] device, -1 = padding
   const int32_t* __restrict__ accepted = nullptr;  // [rows] device, raw values
   const int32_t* __restrict__ parents = nullptr;   // [rows, window] device (tree); null: chain

@@ -177,6 +177,18 @@ cudaError_t check_recurrence_launch(const Params& p, int chunk, bool* skip) {
   return cudaSuccess;
 }
 
+// The tokens of launch row `row` (see RowTokensParams): [begin, begin + count).
+struct RowTokens {
+  int64_t begin = 0;
+  int count = 0;
+};
+__device__ __forceinline__ RowTokens row_tokens(const RowTokensParams& v, int row, int tokens) {
+  if (v.cu == nullptr) return RowTokens{int64_t{row} * tokens, tokens};
+  const int64_t b = v.cu[row], e = v.cu[row + 1];
+  if (b < 0 || e < b || e - b > tokens || e > v.capacity) return RowTokens{0, 0};
+  return RowTokens{b, static_cast<int>(e - b)};
+}
+
 // Calls f(Act{}, St{}) with the C++ types of the run-time activation and state dtypes, so that
 // every launcher dispatches its four (act, state) instantiations the same way.
 template <typename F>

@@ -30,10 +30,10 @@ __device__ void copy_extra_column(const ConvUpdateParams& p, int row, int r, int
   }
   if (p.write_records) {
     const Act* src = static_cast<const Act*>(p.extra[which]);
-    const int64_t row_token0 = int64_t{row} * p.tokens;
-    for (int t = 0; t < p.tokens; ++t) {
+    const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
+    for (int t = 0; t < rt.count; ++t) {
       rec[t * p.record_stride_t] =
-          src[(row_token0 + t) * p.extra_stride_token[which] + col * p.extra_stride_c[which]];
+          src[(rt.begin + t) * p.extra_stride_token[which] + col * p.extra_stride_c[which]];
     }
   }
   (void)r;
@@ -105,6 +105,7 @@ __global__ void __launch_bounds__(kConvThreads)
 
   const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
   if (slot < 0) return;  // padding row: nothing read, nothing written
+  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
 
   // Committed window of these channels, [C][H].
   St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{c0} * H;
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(kConvThreads)
         s[k * H + H - 1] = round_to<St>(xin[k]);
       }
     }
-    if (n > 0 && (p.store_replayed || (p.store_final && p.tokens == 0))) {
+    if (n > 0 && (p.store_replayed || (p.store_final && rt.count == 0))) {
       if (full) {
         store_n<St, C * H>(st, s, aligned16(st));
       } else {
@@ -179,8 +180,9 @@ __global__ void __launch_bounds__(kConvThreads)
   // token_loop: one thread walks every token of its row (weights and window loaded once; large
   // batches); otherwise one token per thread (grid z = token; small batches need the threads).
   const int t_begin = token_loop ? 0 : blockIdx.z;
-  const int t_end = token_loop ? p.tokens : blockIdx.z + 1;
-  const int64_t row_token0 = int64_t{row} * p.tokens;
+  const int t_end = token_loop ? rt.count : min(static_cast<int>(blockIdx.z) + 1, rt.count);
+  const int64_t row_token0 = rt.begin;                  // inputs and outputs
+  const int64_t row_parent0 = int64_t{row} * p.tokens;  // parents: [rows, tokens]
   for (int t = t_begin; t < t_end; ++t) {
     // Window of token t: walk its ancestor path back from t, then the committed window.
     float win[W][C];
@@ -204,7 +206,7 @@ __global__ void __launch_bounds__(kConvThreads)
 #pragma unroll
           for (int i = 0; i < C; ++i) win[j][i] = round_to<St>(win[j][i]);
         }
-        node = p.parents ? p.parents[row_token0 + node] : node - 1;
+        node = p.parents ? p.parents[row_parent0 + node] : node - 1;
         ++depth;
       } else {
         // Path exhausted after `depth` inputs: win[j] = s[j + depth - 1] (selected by an
@@ -259,7 +261,7 @@ __global__ void __launch_bounds__(kConvThreads)
     if (p.snap != nullptr) {
       dst = static_cast<St*>(p.snap) + row * p.snap_stride_row + t * p.snap_stride_t +
             int64_t{c0} * H;
-    } else if (p.store_final && t == p.tokens - 1) {
+    } else if (p.store_final && t == rt.count - 1) {
       dst = st;  // every read of the committed window happened above (registers)
     }
     if (dst) {

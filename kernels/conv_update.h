@@ -75,7 +75,10 @@ struct ConvUpdateParams {
   void* __restrict__ replay_extra = nullptr;      // [rows, T_max, extra cols] act dtype
   const int32_t* __restrict__ slots = nullptr;    // [rows] device; null: slot_inline
   const int32_t* __restrict__ parents = nullptr;  // [rows, T] device (tree); null: chain
-  int32_t slot_inline[kConvInlineRows] = {};      // [rows] advance: slots by value, -1 = skip
+  // Per-row token ranges (variable windows, kernel_types.h); cu null: row r at r * tokens, and
+  // `tokens` is then every row's count. With cu, `tokens` is the largest (parents: [rows, tokens]).
+  RowTokensParams varlen;
+  int32_t slot_inline[kConvInlineRows] = {};  // [rows] advance: slots by value, -1 = skip
 };
 
 // Per (row, token) the window is the token's ancestor path over the start window (the committed

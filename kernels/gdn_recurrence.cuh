@@ -320,7 +320,9 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
                              p.replay_gates_stride_t,
                              1,
                              0};
-    const int64_t row_token0 = int64_t{row} * p.tokens;
+    const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
+    const int64_t row_token0 = rt.begin;                  // inputs and outputs
+    const int64_t row_parent0 = int64_t{row} * p.tokens;  // parents: [rows, tokens]
     const GdnSource<Act> win{static_cast<const Act*>(p.qkv),
                              p.qkv_stride_token,
                              p.qkv_stride_c,
@@ -331,7 +333,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
                              p.b_stride_token,
                              p.b_stride_h,
                              row_token0};
-    const int total = n_rep + p.tokens;
+    const int total = n_rep + rt.count;
     // A tree without snapshots needs its whole window staged in one chunk.
     const bool split = recompute && total > kChunk;
     for (int c0 = 0; c0 < total;) {
@@ -343,14 +345,14 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
         const int vt = c0 + tt;
         if (vt < n_rep) {
           gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, tt, kl, vrow);
-          if (vt == n_rep - 1 && v_ok && (p.store_replayed || (p.store_final && p.tokens == 0))) {
+          if (vt == n_rep - 1 && v_ok && (p.store_replayed || (p.store_final && rt.count == 0))) {
             gdn_store_state<St, NK, LANES>(committed, S, kl, false);
           }
           continue;
         }
         const int t = vt - n_rep;
         if (p.parents != nullptr && t > 0) {
-          const int parent = p.parents[row_token0 + t];
+          const int parent = p.parents[row_parent0 + t];
           if (parent != t - 1) {
             if (!recompute) {
               // The parent's snapshot was written by this thread.
@@ -367,7 +369,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
               // The path's indices increase from the root (parents[t] < t): a bit mask of them,
               // walked from the lowest bit, is the path in order (windows <= 32 tokens here).
               uint32_t path = 0;
-              for (int a = parent; a >= 0; a = p.parents[row_token0 + a]) path |= 1u << a;
+              for (int a = parent; a >= 0; a = p.parents[row_parent0 + a]) path |= 1u << a;
 #pragma unroll
               for (int i = 0; i < NK; ++i) {
                 S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4)
@@ -393,7 +395,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
       __syncthreads();  // the next chunk's prologue overwrites the shared arrays
       c0 += m;
     }
-    if (p.store_final && p.tokens > 0 && v_ok) {
+    if (p.store_final && rt.count > 0 && v_ok) {
       gdn_store_state<St, NK, LANES>(committed, S, kl, false);
     }
   }

@@ -70,7 +70,10 @@ struct GdnRecurrenceParams {
   const void* __restrict__ replay_gates = nullptr;  // [rows, T_max, 2 * HV] act dtype
   const int32_t* __restrict__ slots = nullptr;      // [rows] device; null: slot_inline
   const int32_t* __restrict__ parents = nullptr;    // [rows, T] device (tree); null: chain
-  int32_t slot_inline[kGdnInlineRows] = {};         // [rows] advance: slots by value, -1 = skip
+  // Per-row token ranges (variable windows, kernel_types.h); cu null: row r at r * tokens, and
+  // `tokens` is then every row's count. With cu, `tokens` is the largest (parents: [rows, tokens]).
+  RowTokensParams varlen;
+  int32_t slot_inline[kGdnInlineRows] = {};  // [rows] advance: slots by value, -1 = skip
 };
 
 // Token t starts from the state after parent(t) (the start state for the root) and writes

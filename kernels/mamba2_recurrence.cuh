@@ -207,7 +207,9 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
                               p.replay_dt_stride_t,
                               1,
                               0};
-  const int64_t row_token0 = int64_t{row} * p.tokens;
+  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
+  const int64_t row_token0 = rt.begin;                  // inputs and outputs
+  const int64_t row_parent0 = int64_t{row} * p.tokens;  // parents: [rows, tokens]
   const Mamba2Source<Act> win{static_cast<const Act*>(p.xbc),
                               p.xbc_stride_token,
                               p.xbc_stride_c,
@@ -215,7 +217,7 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
                               p.dt_stride_token,
                               p.dt_stride_h,
                               row_token0};
-  const int total = n_rep + p.tokens;
+  const int total = n_rep + rt.count;
   const bool split = recompute && total > kChunk;
   for (int c0 = 0; c0 < total;) {
     int m = min(kChunk, total - c0);
@@ -225,21 +227,21 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
       const int vt = c0 + tt;
       if (kReplay && vt < n_rep) {
         mamba2_step<St, N, kChunk, false>(S, chunk, tt, kl, r);
-        if (vt == n_rep - 1 && ok && (p.store_replayed || (p.store_final && p.tokens == 0))) {
+        if (vt == n_rep - 1 && ok && (p.store_replayed || (p.store_final && rt.count == 0))) {
           mamba2_store<St, NK, LANES>(committed, S, kl, false);
         }
         continue;
       }
       const int t = vt - n_rep;
       if (p.parents != nullptr && t > 0) {
-        const int parent = p.parents[row_token0 + t];
+        const int parent = p.parents[row_parent0 + t];
         if (parent != t - 1) {
           if (!recompute) {
             mamba2_load<St, NK, LANES>(S, snap_row + parent * p.snap_stride_t, kl, ok);
           } else {
             // The start state (the committed memory holds it exactly) along root..parent.
             uint32_t path = 0;
-            for (int a = parent; a >= 0; a = p.parents[row_token0 + a]) path |= 1u << a;
+            for (int a = parent; a >= 0; a = p.parents[row_parent0 + a]) path |= 1u << a;
             mamba2_load<St, NK, LANES>(S, committed, kl, ok);
             while (path != 0) {
               const int a = __ffs(path) - 1;
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
     __syncthreads();  // the next chunk's staging overwrites the shared arrays
     c0 += m;
   }
-  if (p.store_final && p.tokens > 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
+  if (p.store_final && rt.count > 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
 }
 
 template <typename Act, typename St, int N, int kChunk, bool kReplay>

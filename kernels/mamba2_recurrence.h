@@ -81,7 +81,10 @@ struct Mamba2RecurrenceParams {
   const void* __restrict__ replay_dt = nullptr;   // [rows, T_max, nheads] act dtype
   const int32_t* __restrict__ slots = nullptr;    // [rows] device; null: slot_inline
   const int32_t* __restrict__ parents = nullptr;  // [rows, T] device (tree); null: chain
-  int32_t slot_inline[kMamba2InlineRows] = {};    // [rows] advance: slots by value, -1 = skip
+  // Per-row token ranges (variable windows, kernel_types.h); cu null: row r at r * tokens, and
+  // `tokens` is then every row's count. With cu, `tokens` is the largest (parents: [rows, tokens]).
+  RowTokensParams varlen;
+  int32_t slot_inline[kMamba2InlineRows] = {};  // [rows] advance: slots by value, -1 = skip
 };
 
 // N must be 16, 32, 64, 128 or 256 and a tree without snapshots at most kMamba2Chunk tokens

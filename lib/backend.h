@@ -48,14 +48,38 @@ struct PoolStorage {
   int32_t* path() const noexcept { return static_cast<int32_t*>(base(Buf::kPath)); }
 };
 
+// Where the tokens of each row of a layer call lie in its inputs (DESIGN.md section 2): uniform
+// (row r's `window` tokens at r * window), host offsets (variable windows: row r's tokens
+// [offsets[r], offsets[r+1]), each at most `window`), or the caller's device cu_seqlens (CUDA:
+// read by the kernels at execution time; the host knows only the maximum `window`).
+struct TokenRanges {
+  int window = 0;                // T: tokens per row (uniform) or the most a row has
+  std::vector<int32_t> offsets;  // [rows + 1] host offsets, or empty
+  TensorView device_offsets;     // int32 [rows + 1] device cu_seqlens, or empty
+
+  bool variable() const noexcept { return !offsets.empty() || !device_offsets.empty(); }
+  // Host-known ranges (uniform or host offsets).
+  int64_t token0(int r) const noexcept {
+    return offsets.empty() ? int64_t{r} * window : offsets[static_cast<std::size_t>(r)];
+  }
+  int length(int r) const noexcept {
+    return offsets.empty()
+               ? window
+               : offsets[static_cast<std::size_t>(r) + 1] - offsets[static_cast<std::size_t>(r)];
+  }
+};
+
 // A validated verify round. parents is [rows * window], always filled (a chain as
-// -1, 0, 1, ..., T-2 per row) so that one code path serves chains and trees.
+// -1, 0, 1, ..., T-2 per row) so that one code path serves chains and trees; with variable
+// windows row r's entries beyond its length are unused (chain values).
 struct RoundPlan {
   int rows = 0;
-  int window = 0;
+  int window = 0;  // T (the largest window under variable windows)
   bool is_tree = false;
   std::vector<int32_t> slots;    // [rows]; -1 = padding row
   std::vector<int32_t> parents;  // [rows * window]
+  TokenRanges tokens;            // tokens.window == window
+  int64_t num_tokens = 0;        // tokens the layer inputs hold
 };
 
 // What one layer call reads and writes of the state, decided by the strategy. Every token step
@@ -68,16 +92,29 @@ struct StateIO {
   bool write_records = false;   // each token's record into its slot's record area (window index)
 };
 
-// One layer call: `rows` rows of `tokens_per_row` tokens packed at r * tokens_per_row + i.
-// Verify: slots and parents are the round's (plan); advance (prefill/decode/materialize): slots
-// given here, a chain, tokens_per_row may be 0 (materialize: only the pending steps).
+// One layer call: `rows` rows of `tokens_per_row` tokens packed at r * tokens_per_row + i, or
+// (variable windows, batched prefill) as ranges() says. Verify: slots, parents and token
+// ranges are the round's (plan); advance (prefill/decode/materialize): slots given here, a
+// chain, tokens_per_row may be 0 (materialize: only the pending steps); `offsets` [rows + 1]
+// when the rows have different lengths (batched prefill; tokens_per_row is then the longest).
 struct LayerRun {
   int layer = 0;
   int tokens_per_row = 1;
   const RoundPlan* plan = nullptr;  // verify only
   std::vector<int32_t> slots;       // advance only: [rows]; -1 = padding row (skipped)
+  std::vector<int32_t> offsets;     // advance only: [rows + 1] token offsets, or empty (uniform)
   StateIO io;
   int rows() const noexcept { return plan ? plan->rows : static_cast<int>(slots.size()); }
+  int64_t token0(int r) const noexcept {
+    if (plan) return plan->tokens.token0(r);
+    return offsets.empty() ? int64_t{r} * tokens_per_row : offsets[static_cast<std::size_t>(r)];
+  }
+  int length(int r) const noexcept {
+    if (plan) return plan->tokens.length(r);
+    return offsets.empty()
+               ? tokens_per_row
+               : offsets[static_cast<std::size_t>(r) + 1] - offsets[static_cast<std::size_t>(r)];
+  }
 };
 
 // Commit work: per row the window index of the last accepted step (chain a-1, tree node) or -1.

@@ -3,6 +3,7 @@
 // call therefore changes nothing.
 #include "specstate/pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -222,10 +223,11 @@ struct StatePool::Impl {
   template <typename Weights>
   void advance(int layer, std::vector<int32_t> slot_list, int tokens, const Weights& w,
                const typename KindArgs<Weights>::Inputs& in,
-               const typename KindArgs<Weights>::Outputs& out) {
+               const typename KindArgs<Weights>::Outputs& out, std::vector<int32_t> offsets = {}) {
     detail::LayerRun run;
     run.layer = layer;
     run.tokens_per_row = tokens;
+    run.offsets = std::move(offsets);
     run.io = strategy->advance_io(layer, slot_list);
     run.slots = std::move(slot_list);
     KindArgs<Weights>::run(*backend, storage, run, w, in, out);
@@ -294,6 +296,50 @@ struct StatePool::Impl {
     advance(layer, {slot}, static_cast<int>(tokens), weights, inputs, outputs);
   }
 
+  // Batched variable-length prefill: row r advances by lengths[r] tokens packed at their
+  // cumulative offset, in one backend call per layer.
+  template <typename Weights>
+  void prefill_batch(int layer, const std::vector<SlotHandle>& rows,
+                     const std::vector<int32_t>& lengths, const Weights& weights,
+                     const typename KindArgs<Weights>::Inputs& inputs,
+                     const typename KindArgs<Weights>::Outputs& outputs) {
+    const char* fn = "StatePool::prefill";
+    check_kind<Weights>(fn);
+    check_layer(fn, layer);
+    if (rows.empty()) fail(Status::kInvalidArgument, fn, "handles is empty");
+    if (lengths.size() != rows.size()) {
+      fail(Status::kInvalidArgument, fn,
+           "lengths has " + std::to_string(lengths.size()) + " entries, handles " +
+               std::to_string(rows.size()));
+    }
+    std::vector<int32_t> slot_list = resolve_rows(fn, rows);
+    std::vector<int32_t> offsets(rows.size() + 1, 0);
+    int longest = 0;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const int32_t n = lengths[r];
+      if (n < 0) {
+        fail(Status::kInvalidArgument, fn,
+             "lengths[" + std::to_string(r) + "] = " + std::to_string(n) + " is negative");
+      }
+      if (int64_t{offsets[r]} + n > std::numeric_limits<int32_t>::max()) {
+        fail(Status::kInvalidArgument, fn,
+             "lengths sum past 2^31 - 1 tokens at lengths[" + std::to_string(r) +
+                 "] (split the prefill)");
+      }
+      if (slot_list[r] < 0 && n > 0) {
+        fail(Status::kInvalidArgument, fn,
+             "handles[" + std::to_string(r) + "] is padding but lengths[" + std::to_string(r) +
+                 "] = " + std::to_string(n) + ": a padding row has no tokens");
+      }
+      if (slot_list[r] >= 0)
+        check_not_in_round(fn, "handles[" + std::to_string(r) + "]", slot_list[r]);
+      offsets[r + 1] = offsets[r] + n;
+      longest = std::max(longest, static_cast<int>(n));
+    }
+    check_args(fn, weights, inputs, outputs, offsets.back());
+    advance(layer, std::move(slot_list), longest, weights, inputs, outputs, std::move(offsets));
+  }
+
   template <typename Weights>
   void decode(int layer, const std::vector<SlotHandle>& rows, const Weights& weights,
               const typename KindArgs<Weights>::Inputs& inputs,
@@ -320,7 +366,7 @@ struct StatePool::Impl {
     }
     check_kind<Weights>(fn);
     check_layer(fn, layer);
-    check_args(fn, weights, inputs, outputs, int64_t{plan.rows} * plan.window);
+    check_args(fn, weights, inputs, outputs, plan.num_tokens);
     detail::LayerRun run;
     run.layer = layer;
     run.tokens_per_row = plan.window;
@@ -407,6 +453,53 @@ struct StatePool::Impl {
                ") lives on cuda, the pool's backend is cpu: give a host buffer");
     }
     check_no_alias(function, name, v);
+  }
+
+  // Variable windows of a batch (DESIGN.md section 2): host lengths become the plan's offsets;
+  // a device cu_seqlens view is checked (never read) and handed to the kernels.
+  void plan_token_ranges(const char* fn, const VerifyBatch& batch, detail::RoundPlan& plan) const {
+    const int rows = plan.rows, T = plan.window;
+    if (!batch.lengths.empty() && !batch.cu_seqlens.empty()) {
+      fail(Status::kInvalidArgument, fn,
+           "batch.lengths and batch.cu_seqlens are both given: pass one of them");
+    }
+    if (!batch.lengths.empty()) {
+      if (batch.lengths.size() != static_cast<std::size_t>(rows)) {
+        fail(Status::kInvalidArgument, fn,
+             "batch.lengths has " + std::to_string(batch.lengths.size()) + " entries, the batch " +
+                 std::to_string(rows) + " rows");
+      }
+      plan.tokens.offsets.assign(static_cast<std::size_t>(rows) + 1, 0);
+      for (int r = 0; r < rows; ++r) {
+        const int32_t n = batch.lengths[static_cast<std::size_t>(r)];
+        if (n < 0 || n > T) {
+          fail(Status::kOutOfRange, fn,
+               "batch.lengths[" + std::to_string(r) + "] = " + std::to_string(n) + " outside 0.." +
+                   std::to_string(T) + " (batch.window)");
+        }
+        plan.tokens.offsets[static_cast<std::size_t>(r) + 1] =
+            plan.tokens.offsets[static_cast<std::size_t>(r)] + n;
+      }
+      plan.num_tokens = plan.tokens.offsets.back();
+      return;
+    }
+    if (batch.cu_seqlens.empty()) return;
+    const TensorView& cu = batch.cu_seqlens;
+    if (device() != Device::kCuda || cu.device != Device::kCuda) {
+      fail(Status::kInvalidArgument, fn,
+           "batch.cu_seqlens (" +
+               (cu.ndim >= 0 && cu.ndim <= TensorView::kMaxDims ? cu.describe() : "bad ndim") +
+               ") must be device memory of a cuda pool (use batch.lengths for host values)");
+    }
+    check_view(cu,
+               {fn, "batch.cu_seqlens", {rows + 1}, DType::kI32, DTypeRule::kExact, Device::kCuda});
+    if (rows + 1 > 1 && cu.stride[0] != 1) {
+      fail(Status::kInvalidArgument, fn,
+           "batch.cu_seqlens (" + cu.describe() + ") has stride " + std::to_string(cu.stride[0]) +
+               ", expected a contiguous int32 [" + std::to_string(rows + 1) + "]");
+    }
+    check_no_alias(fn, "batch.cu_seqlens", cu);
+    plan.tokens.device_offsets = cu;
   }
 
   void close_round() noexcept {
@@ -644,6 +737,18 @@ void StatePool::prefill(int layer, SlotHandle handle, const Mamba2Weights& weigh
   impl_->prefill(layer, handle, weights, inputs, outputs);
 }
 
+void StatePool::prefill(int layer, const std::vector<SlotHandle>& handles,
+                        const std::vector<int32_t>& lengths, const GdnWeights& weights,
+                        const GdnInputs& inputs, const GdnOutputs& outputs) {
+  impl_->prefill_batch(layer, handles, lengths, weights, inputs, outputs);
+}
+
+void StatePool::prefill(int layer, const std::vector<SlotHandle>& handles,
+                        const std::vector<int32_t>& lengths, const Mamba2Weights& weights,
+                        const Mamba2Inputs& inputs, const Mamba2Outputs& outputs) {
+  impl_->prefill_batch(layer, handles, lengths, weights, inputs, outputs);
+}
+
 void StatePool::decode(int layer, const std::vector<SlotHandle>& rows, const GdnWeights& weights,
                        const GdnInputs& inputs, const GdnOutputs& outputs) {
   impl_->decode(layer, rows, weights, inputs, outputs);
@@ -674,20 +779,36 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
   plan.window = T;
   plan.is_tree = batch.is_tree();
   plan.slots = impl_->resolve_rows(fn, batch.rows);
+  plan.tokens.window = T;
+  plan.num_tokens = int64_t{rows} * T;
+  impl_->plan_token_ranges(fn, batch, plan);
   plan.parents.resize(static_cast<std::size_t>(rows) * T);
   const std::size_t np = batch.parents.size();
-  if (plan.is_tree && np != static_cast<std::size_t>(T) &&
-      np != static_cast<std::size_t>(rows) * T) {
-    fail(Status::kInvalidArgument, fn,
-         "batch.parents has " + std::to_string(np) + " entries, expected 0 (chain), " +
-             std::to_string(T) + " (one tree) or " + std::to_string(rows * T) +
-             " (a tree per row)");
+  // Where row r's tree starts in batch.parents: shared (0), padded (r * T) or packed (cu[r]).
+  const bool host_lengths = !batch.lengths.empty();
+  const auto packed = static_cast<std::size_t>(plan.num_tokens);
+  const bool padded = np == static_cast<std::size_t>(rows) * T;
+  if (plan.is_tree) {
+    const bool ok =
+        host_lengths ? (padded || np == packed) : (padded || np == static_cast<std::size_t>(T));
+    if (!ok) {
+      fail(Status::kInvalidArgument, fn,
+           "batch.parents has " + std::to_string(np) + " entries, expected 0 (chain), " +
+               (host_lengths ? std::to_string(packed) + " (a tree per row, packed by batch.lengths)"
+                             : std::to_string(T) + " (one tree)") +
+               " or " + std::to_string(int64_t{rows} * T) + " (a tree per row at r * window)");
+    }
   }
   for (int r = 0; r < rows; ++r) {
+    // Host lengths: only a row's own tokens are checked; device cu_seqlens: the whole window
+    // (any prefix of a valid parent array is a valid tree).
+    const int n = host_lengths ? plan.tokens.length(r) : T;
     for (int t = 0; t < T; ++t) {
       int32_t parent = t - 1;
-      if (plan.is_tree) {
-        const std::size_t i = np == static_cast<std::size_t>(T) ? t : std::size_t(r) * T + t;
+      if (plan.is_tree && t < n) {
+        const std::size_t i = padded         ? std::size_t(r) * T + t
+                              : host_lengths ? static_cast<std::size_t>(plan.tokens.token0(r)) + t
+                                             : static_cast<std::size_t>(t);
         parent = batch.parents[i];
         const bool ok = t == 0 ? parent == -1 : (parent >= 0 && parent < t);
         if (!ok) {
@@ -695,7 +816,8 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
                "batch.parents[" + std::to_string(i) + "] = " + std::to_string(parent) +
                    (t == 0 ? ": the root (token 0) must have parent -1"
                            : ": the parent of token " + std::to_string(t) + " must be in [0, " +
-                                 std::to_string(t) + ")"));
+                                 std::to_string(t) + ")") +
+                   (rows > 1 ? " (row " + std::to_string(r) + ")" : ""));
         }
       }
       plan.parents[static_cast<std::size_t>(r) * T + t] = parent;
@@ -778,22 +900,29 @@ void StatePool::commit(const std::vector<int32_t>& accepted) {
   detail::CommitWork work;
   work.plan = &plan;
   work.last_step.resize(accepted.size());
-  const int T = plan.window;
   for (int r = 0; r < plan.rows; ++r) {
     const int32_t value = accepted[r];
+    // The row's own window: a commit past it would commit the state after another row's
+    // tokens (variable windows) or after tokens that were never verified.
+    const int T = plan.tokens.length(r);
+    const std::string of_row = plan.tokens.offsets.empty()
+                                   ? std::string()
+                                   : " (row " + std::to_string(r) + " verified " +
+                                         std::to_string(T) + " tokens, batch.lengths[" +
+                                         std::to_string(r) + "])";
     auto arg = [&] { return "accepted[" + std::to_string(r) + "] = " + std::to_string(value); };
     if (plan.is_tree) {
       if (value < -1 || value >= T) {
         fail(Status::kOutOfRange, fn,
              arg() + ": a tree commit takes the accepted node in [-1, " + std::to_string(T - 1) +
-                 "] (-1 = keep)");
+                 "] (-1 = keep)" + of_row);
       }
       work.last_step[r] = value;
     } else {
       if (value < 0 || value > T) {
         fail(Status::kOutOfRange, fn,
              arg() + ": a chain commit takes the accepted length in [0, " + std::to_string(T) +
-                 "] (0 = keep)");
+                 "] (0 = keep)" + of_row);
       }
       work.last_step[r] = value - 1;
     }

@@ -60,15 +60,31 @@ enum class Workspace : int32_t {
 };
 
 // One verify round's batch. Tokens of a layer's inputs are packed by row: token i of row r at
-// r * window + i (padding rows keep their place; their tokens are read by nobody).
+// r * window + i (padding rows keep their place; their tokens are read by nobody), or, with
+// variable windows, by cumulative offsets (DESIGN.md section 2).
 struct VerifyBatch {
   std::vector<SlotHandle> rows;  // B rows; SlotHandle::padding() marks a padding row
-  int window = 1;                // T tokens per row; token 0 is the root
+  int window = 1;                // T tokens per row; token 0 is the root. Variable: the largest
   // Empty: a chain. Otherwise a tree: parents[t] < t for t >= 1 and parents[0] = -1, either
-  // [T] (one tree shared by every row) or [B * T] (row r's tree at r * T).
+  // [T] (one tree shared by every row) or [B * T] (row r's tree at r * T). With `lengths`:
+  // [sum(lengths)] (row r's tree packed at its token offset) or [B * T] (row r's tree at r * T,
+  // entries past its length unused).
   std::vector<int32_t> parents;
+  // Variable windows: row r verifies lengths[r] tokens, 0..window (0: the row sits the round
+  // out and must commit 0 / -1). Its tokens are packed at cu[r] = lengths[0] + .. +
+  // lengths[r-1], no filler: a layer's inputs hold sum(lengths) tokens. A commit value is
+  // checked against the row's own length. Empty: every row has `window` tokens.
+  std::vector<int32_t> lengths;
+  // CUDA only, instead of `lengths`, for CUDA graphs whose lengths change on the device: an
+  // int32 [B + 1] device view of cu_seqlens (row r's tokens [cu[r], cu[r+1]), at most `window`),
+  // read by the kernels when they run, never by the host. The inputs then hold B * window
+  // tokens (the static maximum); parents is [T] or [B * T]. A row whose range is malformed
+  // (negative, decreasing, longer than window, past B * window) computes nothing, and its
+  // commit is skipped and reported by last_commit_status() (kOutOfRange).
+  TensorView cu_seqlens;
 
   bool is_tree() const noexcept { return !parents.empty(); }
+  bool is_variable() const noexcept { return !lengths.empty() || !cu_seqlens.empty(); }
 };
 
 class StatePool {
@@ -132,6 +148,15 @@ class StatePool {
   void prefill(int layer, SlotHandle handle, const GdnWeights& weights, const GdnInputs& inputs,
                const GdnOutputs& outputs);
   void prefill(int layer, SlotHandle handle, const Mamba2Weights& weights,
+               const Mamba2Inputs& inputs, const Mamba2Outputs& outputs);
+  // Batched variable-length prefill, one call per layer for several requests: handles[r]
+  // advances by lengths[r] tokens (0 allowed), packed at lengths[0] + .. + lengths[r-1]; the
+  // inputs hold sum(lengths) tokens. Equal to prefilling each request on its own.
+  void prefill(int layer, const std::vector<SlotHandle>& handles,
+               const std::vector<int32_t>& lengths, const GdnWeights& weights,
+               const GdnInputs& inputs, const GdnOutputs& outputs);
+  void prefill(int layer, const std::vector<SlotHandle>& handles,
+               const std::vector<int32_t>& lengths, const Mamba2Weights& weights,
                const Mamba2Inputs& inputs, const Mamba2Outputs& outputs);
   // One token per row (row r's token at r); padding rows are skipped.
   void decode(int layer, const std::vector<SlotHandle>& rows, const GdnWeights& weights,

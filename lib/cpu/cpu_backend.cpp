@@ -45,19 +45,20 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
         step.load_record(s.record(run.layer, slot, t));
         step.step(cur.conv.data(), cur.conv.data(), cur.ssm.data(), cur.ssm.data(), -1);
       }
-      if (io.store_replayed || (io.store_final && T == 0)) {
+      if (io.store_replayed || (io.store_final && run.length(r) == 0)) {
         std::memcpy(conv, cur.conv.data(), l.conv_bytes);
         std::memcpy(ssm, cur.ssm.data(), l.ssm_bytes);
       }
     }
+    const int64_t token0 = run.token0(r);  // the row's tokens in the inputs
+    const int n = run.length(r);
     if (!run.plan) {
       // Advance: a chain from the (replayed) committed state, stored once at the end.
-      for (int i = 0; i < T; ++i) {
-        step.load_inputs(int64_t{r} * T + i);
-        step.step(cur.conv.data(), cur.conv.data(), cur.ssm.data(), cur.ssm.data(),
-                  int64_t{r} * T + i);
+      for (int i = 0; i < n; ++i) {
+        step.load_inputs(token0 + i);
+        step.step(cur.conv.data(), cur.conv.data(), cur.ssm.data(), cur.ssm.data(), token0 + i);
       }
-      if (io.store_final && T > 0) {
+      if (io.store_final && n > 0) {
         std::memcpy(conv, cur.conv.data(), l.conv_bytes);
         std::memcpy(ssm, cur.ssm.data(), l.ssm_bytes);
       }
@@ -67,7 +68,7 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
     if (!io.store_tokens) {
       while (static_cast<int>(nodes.size()) < T) nodes.emplace_back(l);
     }
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < n; ++t) {
       const int parent = run.plan->parents[static_cast<std::size_t>(r) * T + t];
       const char *prev_conv, *prev_ssm;
       char *next_conv, *next_ssm;
@@ -82,9 +83,9 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
         next_conv = nodes[t].conv.data();
         next_ssm = nodes[t].ssm.data();
       }
-      step.load_inputs(int64_t{r} * T + t);
+      step.load_inputs(token0 + t);
       if (io.write_records) step.store_record(s.record(run.layer, slot, t));
-      step.step(prev_conv, next_conv, prev_ssm, next_ssm, int64_t{r} * T + t);
+      step.step(prev_conv, next_conv, prev_ssm, next_ssm, token0 + t);
     }
   }
 }

@@ -145,6 +145,9 @@ class CudaBackend final : public BackendImpl {
       alloc(reinterpret_cast<void**>(&parents_),
             sizeof(int32_t) * static_cast<std::size_t>(l.max_rows) * l.max_window);
       alloc(reinterpret_cast<void**>(&steps_), sizeof(int32_t) * l.max_rows);
+      alloc(reinterpret_cast<void**>(&offsets_), sizeof(int32_t) * (l.max_rows + 1));
+      alloc(reinterpret_cast<void**>(&advance_offsets_),
+            sizeof(int32_t) * (k::kConvInlineRows + 1));
       alloc(reinterpret_cast<void**>(&error_), sizeof(int32_t));
       alloc(&scratch_.conv_out, scratch_tokens_ * l.shapes.conv_dim * act_bytes);
       if (l.has(Buf::kRecords)) {
@@ -172,9 +175,11 @@ class CudaBackend final : public BackendImpl {
       if (p) cudaFree(p);
       p = nullptr;
     }
-    for (void** p : {&scratch_.conv_out, &scratch_.replay_qkv, &scratch_.replay_gates,
-                     reinterpret_cast<void**>(&slots_), reinterpret_cast<void**>(&parents_),
-                     reinterpret_cast<void**>(&steps_), reinterpret_cast<void**>(&error_)}) {
+    for (void** p :
+         {&scratch_.conv_out, &scratch_.replay_qkv, &scratch_.replay_gates,
+          reinterpret_cast<void**>(&slots_), reinterpret_cast<void**>(&parents_),
+          reinterpret_cast<void**>(&steps_), reinterpret_cast<void**>(&error_),
+          reinterpret_cast<void**>(&offsets_), reinterpret_cast<void**>(&advance_offsets_)}) {
       if (*p) cudaFree(*p);
       *p = nullptr;
     }
@@ -253,6 +258,10 @@ class CudaBackend final : public BackendImpl {
                                  static_cast<int>(plan.parents.size()), stream_),
             "uploading parents");
     }
+    if (!plan.tokens.offsets.empty()) {
+      check(k::launch_upload_i32(offsets_, plan.tokens.offsets.data(), plan.rows + 1, stream_),
+            "uploading token offsets");
+    }
   }
 
   void run_gdn(const PoolStorage& s, const LayerRun& run, const GdnWeights& weights,
@@ -297,6 +306,7 @@ class CudaBackend final : public BackendImpl {
     p.snap_ssm = static_cast<const char*>(s.base(Buf::kSnapSsm));
     p.slots = slots_;
     p.error_flag = error_;
+    p.varlen = round_varlen(plan);
     const int32_t* accepted = nullptr;
     accepted_source(work, &p.mode, &accepted, &p.accepted_stride);
     p.accepted = accepted;
@@ -320,6 +330,7 @@ class CudaBackend final : public BackendImpl {
     p.pending = s.pending();
     p.path = s.path();
     p.error_flag = error_;
+    p.varlen = round_varlen(plan);
     const int32_t* accepted = nullptr;
     accepted_source(work, &p.mode, &accepted, &p.accepted_stride);
     p.accepted = accepted;
@@ -374,11 +385,16 @@ class CudaBackend final : public BackendImpl {
       a.tokens = run.plan->window;
       a.device_slots = slots_;
       a.device_parents = run.plan->is_tree ? parents_ : nullptr;
+      a.varlen = round_varlen(*run.plan);
       launch(a, "verify");
       return;
     }
     const int rows = static_cast<int>(run.slots.size());
     const int n = run.tokens_per_row;
+    if (!run.offsets.empty()) {
+      run_varlen_advance(run, a, launch);
+      return;
+    }
     if (rows == 1 && n > 1) {
       for (int t0 = 0; t0 < n; t0 += static_cast<int>(scratch_tokens_)) {
         a.rows = 1;
@@ -401,6 +417,69 @@ class CudaBackend final : public BackendImpl {
       a.token0 = int64_t{r0} * n;
       a.inline_slots = run.slots.data() + r0;
       launch(a, n == 0 ? "materialize" : "decode");
+    }
+  }
+
+  // The kernels' view of a round's token ranges: the uploaded host offsets, the caller's device
+  // cu_seqlens, or none (uniform).
+  k::RowTokensParams round_varlen(const RoundPlan& plan) const {
+    k::RowTokensParams v;
+    if (!plan.tokens.device_offsets.empty()) {
+      v.cu = static_cast<const int32_t*>(plan.tokens.device_offsets.data);
+    } else if (!plan.tokens.offsets.empty()) {
+      v.cu = offsets_;
+    }
+    v.capacity = plan.num_tokens;
+    return v;
+  }
+
+  // Batched prefill of rows of different lengths: launches of consecutive rows whose tokens fit
+  // the conv-output scratch, each with its offsets (relative to its first token) uploaded; a row
+  // longer than the scratch runs alone, in chunks of tokens, as a single prefill does.
+  template <typename Args, typename Launch>
+  void run_varlen_advance(const LayerRun& run, Args a, Launch& launch) {
+    const int rows = static_cast<int>(run.slots.size());
+    const int per_launch_max = std::min<int>(
+        {k::kConvInlineRows, k::kGdnInlineRows, run.io.replay ? replay_rows_ : k::kConvInlineRows});
+    std::vector<int32_t> rel;
+    for (int r0 = 0; r0 < rows;) {
+      if (run.length(r0) > scratch_tokens_) {
+        const int n = run.length(r0);
+        for (int t0 = 0; t0 < n; t0 += static_cast<int>(scratch_tokens_)) {
+          Args one = a;
+          one.rows = 1;
+          one.tokens = std::min<int>(n - t0, static_cast<int>(scratch_tokens_));
+          one.token0 = run.token0(r0) + t0;
+          one.inline_slots = run.slots.data() + r0;
+          if (t0 > 0) one.io.replay = false;
+          launch(one, "prefill");
+        }
+        ++r0;
+        continue;
+      }
+      int r1 = r0;
+      int longest = 0;
+      while (r1 < rows && r1 - r0 < per_launch_max && run.length(r1) <= scratch_tokens_ &&
+             run.token0(r1) + run.length(r1) - run.token0(r0) <= scratch_tokens_) {
+        longest = std::max(longest, run.length(r1));
+        ++r1;
+      }
+      rel.assign(static_cast<std::size_t>(r1 - r0 + 1), 0);
+      for (int r = r0; r <= r1; ++r) {
+        rel[static_cast<std::size_t>(r - r0)] = static_cast<int32_t>(
+            (r < r1 ? run.token0(r) : run.token0(r1 - 1) + run.length(r1 - 1)) - run.token0(r0));
+      }
+      check(k::launch_upload_i32(advance_offsets_, rel.data(), r1 - r0 + 1, stream_),
+            "uploading prefill offsets");
+      Args chunk = a;
+      chunk.rows = r1 - r0;
+      chunk.tokens = longest;
+      chunk.token0 = run.token0(r0);
+      chunk.inline_slots = run.slots.data() + r0;
+      chunk.varlen.cu = advance_offsets_;
+      chunk.varlen.capacity = rel.back();
+      launch(chunk, "prefill");
+      r0 = r1;
     }
   }
 
@@ -462,6 +541,8 @@ class CudaBackend final : public BackendImpl {
   int32_t* parents_ = nullptr;  // [max_rows, max_window] the round's parents (begin_round)
   int32_t* steps_ = nullptr;    // [max_rows] host-path commit steps
   int32_t* error_ = nullptr;    // commit error flag
+  int32_t* offsets_ = nullptr;  // [max_rows + 1] the round's host token offsets (begin_round)
+  int32_t* advance_offsets_ = nullptr;  // [kConvInlineRows + 1] one batched-prefill launch's
   cuda::GdnScratch scratch_;
 };
 

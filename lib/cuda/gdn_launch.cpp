@@ -95,6 +95,7 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
     for (int i = 0; i < a.rows; ++i) c.slot_inline[i] = a.inline_slots[i];
   }
   c.parents = a.device_parents;
+  c.varlen = a.varlen;
   return c;
 }
 
@@ -122,6 +123,7 @@ void state_io_params(Rec& r, const Args& a, const kernels::ConvUpdateParams& con
     for (int i = 0; i < a.rows; ++i) r.slot_inline[i] = a.inline_slots[i];
   }
   r.parents = a.device_parents;
+  r.varlen = a.varlen;
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ struct LaunchArgs {
   const int32_t* device_slots = nullptr;    // [rows] (verify), or null: inline_slots
   const int32_t* inline_slots = nullptr;    // [rows] host values (advance)
   const int32_t* device_parents = nullptr;  // [rows, tokens] tree, or null
+  kernels::RowTokensParams varlen;          // variable windows (cu relative to token0), or none
   GdnScratch scratch;
   const Weights* weights = nullptr;
   const Inputs* inputs = nullptr;  // may hold empty views when tokens == 0

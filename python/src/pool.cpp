@@ -177,6 +177,28 @@ void bind_layer_calls(Cls& cls, const char* kind) {
           kStreamDoc + of)
              .c_str())
       .def(
+          "prefill_batch",
+          [](PyPool& p, int layer, std::vector<SlotHandle> handles, std::vector<int32_t> lengths,
+             nb::handle_t<W> weights, const I& in, const O& out, nb::handle stream) {
+            const W& w = nb::cast<const W&>(weights);
+            check_layer_args(p, w, in, out);
+            const auto wv = w.views();
+            const auto iv = in.views();
+            const auto ov = out.views();
+            locked(p, stream, [&](StatePool& s) {
+              s.prefill(layer, handles, lengths, wv, iv, ov);
+              return 0;
+            });
+            p.hold_weights(layer, weights);
+          },
+          nb::arg("layer"), nb::arg("handles"), nb::arg("lengths"), nb::arg("weights"),
+          nb::arg("inputs"), nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
+          (std::string("Batched variable-length prefill: handles[r] advances by lengths[r] "
+                       "tokens packed at lengths[0] + .. + lengths[r-1] (inputs hold "
+                       "sum(lengths) tokens); equal to one prefill per request.") +
+           kStreamDoc + of)
+              .c_str())
+      .def(
           "decode",
           [](PyPool& p, int layer, std::vector<SlotHandle> rows, nb::handle_t<W> weights,
              const I& in, const O& out, nb::handle stream) {
@@ -246,14 +268,23 @@ void bind_pool(nb::module_& m) {
       .def(
           "__init__",
           [](VerifyBatch* self, std::vector<SlotHandle> rows, int window,
-             std::vector<int32_t> parents) {
-            new (self) VerifyBatch{std::move(rows), window, std::move(parents)};
+             std::vector<int32_t> parents, std::vector<int32_t> lengths) {
+            new (self) VerifyBatch{};
+            self->rows = std::move(rows);
+            self->window = window;
+            self->parents = std::move(parents);
+            self->lengths = std::move(lengths);
           },
           nb::arg("rows"), nb::arg("window") = 1, nb::arg("parents") = std::vector<int32_t>{},
-          "rows: list of SlotHandle; window: T; parents: [] (chain), [T] or [B*T].")
+          nb::arg("lengths") = std::vector<int32_t>{},
+          "rows: list of SlotHandle; window: T (the largest with lengths); parents: [] (chain), "
+          "[T] or [B*T] (with lengths: [sum(lengths)] packed or [B*T]); lengths: [] (every row "
+          "T tokens) or [B] per-row windows 0..T, inputs packed by their cumulative offsets.")
       .def_rw("rows", &VerifyBatch::rows, "The rows' handles.")
       .def_rw("window", &VerifyBatch::window, "T tokens per row; token 0 is the root.")
       .def_rw("parents", &VerifyBatch::parents, "Empty (chain) or the tree's parents.")
+      .def_rw("lengths", &VerifyBatch::lengths,
+              "Empty, or [B] per-row windows (variable windows; tokens packed, no filler).")
       .def("is_tree", &VerifyBatch::is_tree, "Whether parents is non-empty.")
       .def("__repr__", [](const VerifyBatch& b) {
         return "VerifyBatch(rows=" + std::to_string(b.rows.size()) +

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <list>
 #include <string>
 #include <vector>
 
 #include "common/gdn_data.h"
+#include "common/strategy_equivalence.h"
 #include "specstate/specstate.h"
 
 namespace specstate::test {
@@ -111,5 +113,31 @@ void expect_close(const std::vector<float>& ref, const std::vector<float>& got, 
 // State tolerance (max-norm relative) and output tolerance for a config's dtypes.
 double state_tolerance(const GdnConfig& g);
 double output_tolerance(const GdnConfig& g);
+
+// The shared drivers' Memory (common/strategy_equivalence.h) on the device: views of device
+// copies, read back in the stream's order.
+class DeviceMemory final : public Memory {
+ public:
+  explicit DeviceMemory(cudaStream_t stream) : stream_(stream) {}
+  Backend backend() const override { return Backend::kCuda; }
+  void* stream() const override { return stream_; }
+  TensorView put(const Buffer& host, bool persistent) override {
+    auto& list = persistent ? persistent_ : round_;
+    list.emplace_back(host);
+    return list.back().view();
+  }
+  std::vector<uint8_t> bytes(const TensorView& view) override {
+    cudaStreamSynchronize(stream_);
+    return rows_bytes(view, 0, view.shape[0]);
+  }
+  void clear() override {
+    cudaStreamSynchronize(stream_);
+    round_.clear();
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::list<DeviceTensor> persistent_, round_;
+};
 
 }  // namespace specstate::test

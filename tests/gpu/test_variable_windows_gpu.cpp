@@ -1,0 +1,132 @@
+// Variable windows on the device (DESIGN.md section 2), both strategies and both layer kinds:
+// packed rows equal a uniform window with filler tokens bit for bit (host batch.lengths, and
+// device cu_seqlens read by the kernels), batched variable-length prefill equals one prefill per
+// request; a malformed device cu_seqlens row computes nothing and its commit is skipped and
+// reported, while the other rows commit.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/pool_rounds.h"
+#include "common/variable_windows.h"
+#include "gpu_util.h"
+
+namespace specstate::test {
+namespace {
+
+struct GpuVarlenCase {
+  EquivalenceCase base;
+  Strategy strategy;
+  bool device_cu;
+};
+
+void PrintTo(const GpuVarlenCase& c, std::ostream* out) { *out << c.base.name; }
+
+std::vector<GpuVarlenCase> cases() {
+  std::vector<GpuVarlenCase> out;
+  for (const EquivalenceCase& c : gpu_equivalence_cases()) {
+    for (Strategy s : {Strategy::kSnapshot, Strategy::kReplay}) {
+      for (bool cu : {false, true}) out.push_back({c, s, cu});
+    }
+  }
+  return out;
+}
+
+class VariableWindowsGpu : public ::testing::TestWithParam<GpuVarlenCase> {};
+
+TEST_P(VariableWindowsGpu, PackedRowsEqualUniformWindowWithFiller) {
+  SPECSTATE_REQUIRE_GPU();
+  const GpuVarlenCase& c = GetParam();
+  EquivalenceCase e = c.base;
+  e.rounds = std::min(e.rounds, 12);
+  CudaStream stream(cudaStreamNonBlocking);
+  ASSERT_NE(stream.get(), nullptr);
+  DeviceMemory mem(stream.get());
+  run_variable_windows(e, {c.strategy, c.device_cu}, mem, 0x5EED + e.rounds + e.tree);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, VariableWindowsGpu, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<GpuVarlenCase>& info) {
+                           return std::string(info.param.base.name) +
+                                  (info.param.strategy == Strategy::kReplay ? "_replay"
+                                                                            : "_snapshot") +
+                                  (info.param.device_cu ? "_device_cu" : "_host_lengths");
+                         });
+
+class VariableWindowsGpuChecks : public ::testing::TestWithParam<Strategy> {};
+
+// Row 1's device range [4, 9) is longer than the window: the kernels compute nothing for it, the
+// commit skips it (kOutOfRange from last_commit_status) and row 0 commits as a CPU pool does.
+TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeSkipsOnlyThatRow) {
+  SPECSTATE_REQUIRE_GPU();
+  std::mt19937_64 rng(5);
+  const GdnConfig g = gdn_preset("gpu_k32");
+  PoolOptions o;
+  o.num_slots = 2;
+  o.max_rows = 2;
+  o.max_window = 4;
+  o.strategy = GetParam();
+  CudaStream stream(cudaStreamNonBlocking);
+  o.stream = stream.get();
+  PoolOptions oc = o;
+  oc.backend = Backend::kCpu;
+  oc.stream = nullptr;
+  o.backend = Backend::kCuda;
+  const ModelConfig m = ModelConfig::gated_delta_net(1, g);
+  StatePool gpu(m, o), cpu(m, oc);
+  const LayerWeights w = random_weights(g, rng);
+  const DeviceWeights dw(w);
+  const SlotHandle a = gpu.acquire(), b = gpu.acquire();
+  const SlotHandle ca = cpu.acquire(), cb = cpu.acquire();
+  {
+    const TokenInputs in = random_inputs(g, 3, rng);
+    const DeviceInputs din(in, 0);
+    DeviceOutputs dout(make_outputs(g, 3), 0, true);
+    TokenOutputs hout = make_outputs(g, 3);
+    gpu.prefill(0, b, dw.view(), din.view(), dout.view());
+    cpu.prefill(0, cb, w.view(), in.view(), hout.view());
+  }
+  const std::vector<uint8_t> b_before = exported(gpu, b);
+  const TokenInputs in = random_inputs(g, 8, rng);
+  const DeviceInputs din(in, 0);
+  DeviceOutputs dout(make_outputs(g, 8), 0, true);
+  Buffer cu(DType::kI32, {3});
+  cu.set(0, 0);
+  cu.set(1, 4);
+  cu.set(2, 9);
+  const DeviceTensor dcu(cu);
+  VerifyBatch batch;
+  batch.rows = {a, b};
+  batch.window = 4;
+  batch.cu_seqlens = dcu.view();
+  gpu.begin_verify(batch);
+  gpu.verify(0, dw.view(), din.view(), dout.view());
+  Buffer acc(DType::kI32, {2});
+  acc.set(0, 3);
+  acc.set(1, 2);
+  const DeviceTensor dacc(acc);
+  gpu.commit(dacc.view());
+  EXPECT_EQ(gpu.last_commit_status(), Status::kOutOfRange);
+  EXPECT_EQ(exported(gpu, b), b_before) << "the malformed row was written";
+
+  VerifyBatch cb_batch;
+  cb_batch.rows = {ca};
+  cb_batch.window = 4;
+  TokenOutputs hout = make_outputs(g, 4);
+  cpu.begin_verify(cb_batch);
+  cpu.verify(0, w.view(), in.rows(0, 4), hout.view());
+  cpu.commit(std::vector<int32_t>{3});
+  EXPECT_EQ(exported(gpu, a), exported(cpu, ca)) << "the valid row differs from the oracle";
+  EXPECT_GT(sum_squares(hout.core_out.view()), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, VariableWindowsGpuChecks,
+                         ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),
+                         [](const ::testing::TestParamInfo<Strategy>& info) {
+                           return std::string(info.param == Strategy::kReplay ? "replay"
+                                                                              : "snapshot");
+                         });
+
+}  // namespace
+}  // namespace specstate::test
