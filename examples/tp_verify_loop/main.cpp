@@ -106,14 +106,17 @@ struct Options {
   int64_t link_mib = 1024;
 };
 
-// --model: the tiny default (draft_verify_loop's shape), or Qwen3-Next-80B's GDN layers at TP1
-// (H=16, HV=32, K=V=128, W=4, 36 GDN layers among 48, bf16 conv state, f32 SSM state) inside a
-// narrow synthetic model (d_model 128, vocab 256; the model's matmuls run on the host, so they
+// --model: the tiny default (draft_verify_loop's shape with K = 32), or Qwen3-Next-80B's GDN layers
+// at TP1 (H=16, HV=32, K=V=128, W=4, 36 GDN layers among 48, bf16 conv state, f32 SSM state) inside
+// a narrow synthetic model (d_model 128, vocab 256; the model's matmuls run on the host, so they
 // are kept small: what specstate holds and moves has the real sizes). Activations are f32 in
 // both (hybrid_model.h passes f32 views).
 dvl::ModelShape model_shape(const std::string& name) {
   dvl::ModelShape s;
-  if (name == "tiny") return s;
+  if (name == "tiny") {
+    s.gdn.head_k_dim = 32;  // the CUDA backend's smallest K (draft_verify_loop's CPU model has 16)
+    return s;
+  }
   s.vocab = 256;
   s.d_model = 128;
   s.layers.clear();

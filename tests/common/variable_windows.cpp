@@ -165,6 +165,13 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
                    : pick == 0        ? T
                    : pick == 1        ? static_cast<int32_t>(rng() % (T + 1))
                                       : 1 + static_cast<int32_t>(rng() % T);
+      // Every fifth round the first live row sits the round out; every other round it is
+      // shorter than the window (the statistics below then hold for any seed).
+      if (r == 0 || row_request[r - 1] < 0) {
+        if (row_request[r] >= 0 && round % 5 == 1) lengths[r] = 0;
+        if (row_request[r] >= 0 && round % 2 == 0 && T > 1)
+          lengths[r] = std::min(lengths[r], T - 1);
+      }
       offsets[r + 1] = offsets[r] + lengths[r];
       short_rows += row_request[r] >= 0 && lengths[r] < T;
       zero_rows += row_request[r] >= 0 && lengths[r] == 0;
@@ -243,7 +250,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
     norm += std::count_if(b.begin(), b.end(), [](uint8_t x) { return x != 0; });
   }
   EXPECT_GT(norm, 0) << "committed SSM state is all zeros";
-  EXPECT_GT(short_rows, c.rounds / 2) << "too few rows had a window shorter than the round's";
+  EXPECT_GT(short_rows, c.rounds / 3) << "too few rows had a window shorter than the round's";
   EXPECT_GT(zero_rows, 0) << "no row had an empty window";
   EXPECT_GT(accepted_total, c.rounds / 2) << "the rounds accepted almost nothing";
 }
