@@ -69,11 +69,11 @@ __global__ void __launch_bounds__(kCommitThreads)
   if (is_ssm) {
     src = p.snap_ssm + layer * p.snap_ssm_layer_bytes + row * p.snap_ssm_row_bytes +
           step * p.ssm_state_bytes;
-    dst = p.ssm + layer * p.ssm_layer_bytes + slot * p.ssm_state_bytes;
+    dst = p.ssm_layers[layer] + slot * p.ssm_slot_bytes;
   } else {
     src = p.snap_conv + layer * p.snap_conv_layer_bytes + row * p.snap_conv_row_bytes +
           step * p.conv_state_bytes;
-    dst = p.conv + layer * p.conv_layer_bytes + slot * p.conv_state_bytes;
+    dst = p.conv_layers[layer] + slot * p.conv_slot_bytes;
   }
   const int64_t units = bytes / static_cast<int64_t>(sizeof(U));
   const U* s = reinterpret_cast<const U*>(src);
@@ -158,10 +158,9 @@ cudaError_t launch_commit(const CommitParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.layers <= 0) return cudaSuccess;
   if (p.rows > 65535 || p.layers > 65535) return cudaErrorInvalidValue;
   const bool vec = p.conv_state_bytes % 16 == 0 && p.ssm_state_bytes % 16 == 0 &&
-                   p.conv_layer_bytes % 16 == 0 && p.ssm_layer_bytes % 16 == 0 &&
-                   p.snap_conv_layer_bytes % 16 == 0 && p.snap_ssm_layer_bytes % 16 == 0 &&
-                   p.snap_conv_row_bytes % 16 == 0 && p.snap_ssm_row_bytes % 16 == 0 &&
-                   aligned16_host(p.conv) && aligned16_host(p.ssm) && aligned16_host(p.snap_conv) &&
+                   p.committed_aligned16 && p.snap_conv_layer_bytes % 16 == 0 &&
+                   p.snap_ssm_layer_bytes % 16 == 0 && p.snap_conv_row_bytes % 16 == 0 &&
+                   p.snap_ssm_row_bytes % 16 == 0 && aligned16_host(p.snap_conv) &&
                    aligned16_host(p.snap_ssm);
   return vec ? launch_commit_unit<uint4>(p, stream) : launch_commit_unit<uint16_t>(p, stream);
 }

@@ -32,8 +32,11 @@ struct CommitParams {
 
   int64_t conv_state_bytes = 0;  // one committed conv window (one slot, one layer)
   int64_t ssm_state_bytes = 0;   // one committed SSM state
-  int64_t conv_layer_bytes = 0;  // committed conv of one layer (all slots)
-  int64_t ssm_layer_bytes = 0;
+  int64_t conv_slot_bytes = 0;   // distance between slots of the committed conv (>= state bytes)
+  int64_t ssm_slot_bytes = 0;
+  // Whether every committed address (each layer's slot 0, the slot distances) is 16-byte
+  // aligned: the host knows, the kernel then copies 16-byte vectors.
+  bool committed_aligned16 = false;
   int64_t snap_conv_layer_bytes = 0;  // snapshot conv of one layer (all rows, all tokens)
   int64_t snap_ssm_layer_bytes = 0;
   int64_t snap_conv_row_bytes = 0;
@@ -43,8 +46,10 @@ struct CommitParams {
   // value is checked against T_r (chain a <= T_r, tree node < T_r). cu null: every row has T.
   RowTokensParams varlen;
 
-  char* __restrict__ conv = nullptr;               // [L, slots, conv_dim, W-1]
-  char* __restrict__ ssm = nullptr;                // [L, slots, HV, V, K]
+  // [L] device tables: layer l's slot 0 of the committed conv / SSM (the pool's buffers or the
+  // caller's views, DESIGN.md section 4); slot s at + s * conv_slot_bytes / ssm_slot_bytes.
+  char* const* __restrict__ conv_layers = nullptr;
+  char* const* __restrict__ ssm_layers = nullptr;
   const char* __restrict__ snap_conv = nullptr;    // [L, max_rows, max_window, conv_dim, W-1]
   const char* __restrict__ snap_ssm = nullptr;     // [L, max_rows, max_window, HV, V, K]
   const int32_t* __restrict__ slots = nullptr;     // [rows] device, -1 = padding

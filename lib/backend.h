@@ -21,19 +21,45 @@
 namespace specstate::detail {
 
 // The pool's memory: the layout and one allocation per buffer it has (null when absent), owned
-// by the backend that allocated it.
+// by the backend that allocated it. The committed state is addressed per layer: slot s of layer
+// l at conv_layers[l] + s * conv_slot_stride bytes (likewise SSM), which is the pool's own
+// layer-major buffer (bind_owned_committed) or the caller's memory (layout.caller_committed:
+// DESIGN.md section 4; the backend then allocates neither kConv nor kSsm and never frees them).
 struct PoolStorage {
   ModelConfig config;
   Layout layout;
   std::array<void*, static_cast<int>(Buf::kCount)> buffers{};
+  std::vector<char*> conv_layers, ssm_layers;         // [L] slot 0 of each layer
+  int64_t conv_slot_stride = 0, ssm_slot_stride = 0;  // bytes between slots
 
   void* base(Buf b) const noexcept { return buffers[static_cast<int>(b)]; }
   char* bytes(Buf b, int64_t offset) const noexcept { return static_cast<char*>(base(b)) + offset; }
   char* conv(int layer, int slot) const noexcept {
-    return bytes(Buf::kConv, layout.conv_offset(layer, slot));
+    return conv_layers[static_cast<std::size_t>(layer)] + slot * conv_slot_stride;
   }
   char* ssm(int layer, int slot) const noexcept {
-    return bytes(Buf::kSsm, layout.ssm_offset(layer, slot));
+    return ssm_layers[static_cast<std::size_t>(layer)] + slot * ssm_slot_stride;
+  }
+  // Addresses the pool's own kConv / kSsm buffers (after allocation).
+  void bind_owned_committed() {
+    conv_layers.resize(static_cast<std::size_t>(layout.layers));
+    ssm_layers.resize(static_cast<std::size_t>(layout.layers));
+    for (int l = 0; l < layout.layers; ++l) {
+      conv_layers[static_cast<std::size_t>(l)] = bytes(Buf::kConv, layout.conv_offset(l, 0));
+      ssm_layers[static_cast<std::size_t>(l)] = bytes(Buf::kSsm, layout.ssm_offset(l, 0));
+    }
+    conv_slot_stride = layout.conv_bytes;
+    ssm_slot_stride = layout.ssm_bytes;
+  }
+  // The constant distance in bytes between consecutive layers' slot 0, or -1 when there is none
+  // (a caller's per-layer allocations); with one layer, 0.
+  static int64_t layer_pitch(const std::vector<char*>& layers) noexcept {
+    if (layers.size() < 2) return 0;
+    const int64_t d = layers[1] - layers[0];
+    for (std::size_t l = 2; l < layers.size(); ++l) {
+      if (layers[l] - layers[l - 1] != d) return -1;
+    }
+    return d;
   }
   char* snap_conv(int layer, int row, int t) const noexcept {
     return bytes(Buf::kSnapConv, layout.snap_conv_offset(layer, row, t));

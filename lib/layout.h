@@ -45,6 +45,7 @@ struct Layout {
   int max_rows = 0;
   int max_window = 0;
   Strategy strategy = Strategy::kSnapshot;
+  bool caller_committed = false;  // the committed state lives in caller-owned views
   LayerShapes shapes;
 
   int64_t conv_elems = 0;  // one slot, one layer: conv_dim * (W-1)
@@ -86,6 +87,15 @@ struct Layout {
   // Everything the strategy needs besides the committed state.
   int64_t workspace_bytes() const noexcept;
   int64_t total_bytes() const noexcept { return committed_bytes() + workspace_bytes(); }
+  // What the pool allocates itself: everything but a caller-owned committed state.
+  int64_t owned_bytes() const noexcept {
+    return caller_committed ? workspace_bytes() : total_bytes();
+  }
+  // Whether kConv and kSsm are the caller's memory (DESIGN.md section 4): never allocated,
+  // zeroed or freed by the pool; PoolStorage addresses them.
+  bool owns(Buf b) const noexcept {
+    return has(b) && !(caller_committed && (b == Buf::kConv || b == Buf::kSsm));
+  }
   // Per slot (all layers): committed bytes and replay records; per row: snapshot scratch.
   int64_t committed_bytes_per_slot() const noexcept {
     return int64_t{layers} * (conv_bytes + ssm_bytes);

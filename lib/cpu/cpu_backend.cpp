@@ -97,7 +97,7 @@ class CpuBackend final : public BackendImpl {
 
   Status can_implement(const Layout& layout, const ModelConfig&, std::string* why) const override {
     // Host memory: refuse a pool larger than the machine before touching any of it.
-    const int64_t total = layout.total_bytes();
+    const int64_t total = layout.owned_bytes();
     const int64_t limit = physical_bytes();
     if (limit > 0 && total > limit) {
       *why = "the pool needs " + std::to_string(total) + " bytes of host memory (" +
@@ -113,7 +113,7 @@ class CpuBackend final : public BackendImpl {
     const Layout& l = s.layout;
     int64_t total = 0;
     for (int b = 0; b < static_cast<int>(Buf::kCount); ++b) {
-      if (l.bytes[b] == 0) continue;
+      if (!l.owns(static_cast<Buf>(b))) continue;
       s.buffers[b] = allocate_zeroed(static_cast<std::size_t>(l.bytes[b]));
       total += l.bytes[b];
       if (!s.buffers[b]) {
@@ -124,6 +124,7 @@ class CpuBackend final : public BackendImpl {
                         ", " + std::to_string(l.bytes[b]) + " bytes)");
       }
     }
+    if (!l.caller_committed) s.bind_owned_committed();
     logger().debug("cpu backend: {} bytes", total);
   }
 

@@ -109,9 +109,10 @@ class CudaBackend final : public BackendImpl {
     size_t free_bytes = 0, total_bytes = 0;
     DeviceGuard guard(device_);
     if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
-        static_cast<uint64_t>(layout.total_bytes()) > free_bytes) {
-      *why = "cuda backend: the pool needs " + std::to_string(layout.total_bytes()) +
-             " bytes of device memory (" + std::to_string(layout.committed_bytes()) +
+        static_cast<uint64_t>(layout.owned_bytes()) > free_bytes) {
+      *why = "cuda backend: the pool needs " + std::to_string(layout.owned_bytes()) +
+             " bytes of device memory (" +
+             std::to_string(layout.caller_committed ? 0 : layout.committed_bytes()) +
              " committed + " + std::to_string(layout.workspace_bytes()) + " " +
              strategy_name(layout.strategy) + " workspace), " + std::to_string(free_bytes) +
              " are free on device " + std::to_string(device_);
@@ -139,7 +140,19 @@ class CudaBackend final : public BackendImpl {
     const std::size_t act_bytes = dtype_size(l.shapes.act_dtype);
     try {
       for (int b = 0; b < static_cast<int>(Buf::kCount); ++b) {
-        if (l.bytes[b] > 0) alloc(&s.buffers[b], static_cast<std::size_t>(l.bytes[b]));
+        if (l.owns(static_cast<Buf>(b))) alloc(&s.buffers[b], static_cast<std::size_t>(l.bytes[b]));
+      }
+      if (!l.caller_committed) s.bind_owned_committed();
+      // The commit kernel's per-layer tables of the committed state (conv, then SSM).
+      std::vector<char*> table(s.conv_layers);
+      table.insert(table.end(), s.ssm_layers.begin(), s.ssm_layers.end());
+      alloc(reinterpret_cast<void**>(&layer_table_), sizeof(char*) * table.size());
+      check(cudaMemcpy(layer_table_, table.data(), sizeof(char*) * table.size(),
+                       cudaMemcpyHostToDevice),
+            "uploading the committed-state tables");
+      committed_aligned16_ = s.conv_slot_stride % 16 == 0 && s.ssm_slot_stride % 16 == 0;
+      for (const char* p : table) {
+        committed_aligned16_ = committed_aligned16_ && reinterpret_cast<uintptr_t>(p) % 16 == 0;
       }
       alloc(reinterpret_cast<void**>(&slots_), sizeof(int32_t) * l.max_rows);
       alloc(reinterpret_cast<void**>(&parents_),
@@ -179,7 +192,8 @@ class CudaBackend final : public BackendImpl {
          {&scratch_.conv_out, &scratch_.replay_qkv, &scratch_.replay_gates,
           reinterpret_cast<void**>(&slots_), reinterpret_cast<void**>(&parents_),
           reinterpret_cast<void**>(&steps_), reinterpret_cast<void**>(&error_),
-          reinterpret_cast<void**>(&offsets_), reinterpret_cast<void**>(&advance_offsets_)}) {
+          reinterpret_cast<void**>(&offsets_), reinterpret_cast<void**>(&advance_offsets_),
+          reinterpret_cast<void**>(&layer_table_)}) {
       if (*p) cudaFree(*p);
       *p = nullptr;
     }
@@ -188,13 +202,12 @@ class CudaBackend final : public BackendImpl {
   void zero_slot(const PoolStorage& s, int slot) override {
     DeviceGuard guard(device_);
     const Layout& l = s.layout;
-    // One strided memset per buffer covers the slot in every layer.
-    check(cudaMemset2DAsync(s.conv(0, slot), l.conv_bytes * l.slots, 0, l.conv_bytes, l.layers,
-                            stream_),
-          "zeroing a slot's conv state");
-    check(
-        cudaMemset2DAsync(s.ssm(0, slot), l.ssm_bytes * l.slots, 0, l.ssm_bytes, l.layers, stream_),
-        "zeroing a slot's SSM state");
+    // One strided memset per buffer covers the slot in every layer (one per layer when the
+    // caller's layers are not equidistant).
+    memset_layers(slot_ptrs(s.conv_layers, slot, s.conv_slot_stride), l.conv_bytes,
+                  "zeroing a slot's conv state");
+    memset_layers(slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes,
+                  "zeroing a slot's SSM state");
     if (s.pending()) {
       check(cudaMemset2DAsync(s.pending() + slot, sizeof(int32_t) * l.slots, 0, sizeof(int32_t),
                               l.layers, stream_),
@@ -205,11 +218,13 @@ class CudaBackend final : public BackendImpl {
   void copy_slot(const PoolStorage& s, int src, int dst) override {
     DeviceGuard guard(device_);
     const Layout& l = s.layout;
-    // One strided copy per buffer covers the slot in every layer (pitch: one layer's slots).
-    copy_2d(s.conv(0, dst), l.conv_bytes * l.slots, s.conv(0, src), l.conv_bytes * l.slots,
-            l.conv_bytes, l.layers, cudaMemcpyDeviceToDevice, "copying a slot's conv state");
-    copy_2d(s.ssm(0, dst), l.ssm_bytes * l.slots, s.ssm(0, src), l.ssm_bytes * l.slots, l.ssm_bytes,
-            l.layers, cudaMemcpyDeviceToDevice, "copying a slot's SSM state");
+    // One strided copy per buffer covers the slot in every layer.
+    copy_layers(slot_ptrs(s.conv_layers, dst, s.conv_slot_stride),
+                slot_ptrs(s.conv_layers, src, s.conv_slot_stride), l.conv_bytes,
+                cudaMemcpyDeviceToDevice, "copying a slot's conv state");
+    copy_layers(slot_ptrs(s.ssm_layers, dst, s.ssm_slot_stride),
+                slot_ptrs(s.ssm_layers, src, s.ssm_slot_stride), l.ssm_bytes,
+                cudaMemcpyDeviceToDevice, "copying a slot's SSM state");
   }
 
   void export_slot(const PoolStorage& s, int slot, void* buffer, Device buffer_device) override {
@@ -220,11 +235,10 @@ class CudaBackend final : public BackendImpl {
     // The export layout interleaves the layers' conv windows and SSM states: one strided copy
     // per buffer, the destination pitch being one layer's conv + SSM bytes.
     char* out = static_cast<char*>(buffer);
-    const int64_t pitch = l.conv_bytes + l.ssm_bytes;
-    copy_2d(out, pitch, s.conv(0, slot), l.conv_bytes * l.slots, l.conv_bytes, l.layers, kind,
-            "exporting a slot's conv state");
-    copy_2d(out + l.conv_bytes, pitch, s.ssm(0, slot), l.ssm_bytes * l.slots, l.ssm_bytes, l.layers,
-            kind, "exporting a slot's SSM state");
+    copy_layers(export_ptrs(s, out, 0), slot_ptrs(s.conv_layers, slot, s.conv_slot_stride),
+                l.conv_bytes, kind, "exporting a slot's conv state");
+    copy_layers(export_ptrs(s, out, l.conv_bytes), slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride),
+                l.ssm_bytes, kind, "exporting a slot's SSM state");
     if (buffer_device == Device::kCpu) {
       check(cudaStreamSynchronize(stream_), "waiting for a slot export");
     }
@@ -236,12 +250,11 @@ class CudaBackend final : public BackendImpl {
     const Layout& l = s.layout;
     const cudaMemcpyKind kind =
         buffer_device == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
-    const char* in = static_cast<const char*>(buffer);
-    const int64_t pitch = l.conv_bytes + l.ssm_bytes;
-    copy_2d(s.conv(0, slot), l.conv_bytes * l.slots, in, pitch, l.conv_bytes, l.layers, kind,
-            "importing a slot's conv state");
-    copy_2d(s.ssm(0, slot), l.ssm_bytes * l.slots, in + l.conv_bytes, pitch, l.ssm_bytes, l.layers,
-            kind, "importing a slot's SSM state");
+    char* in = const_cast<char*>(static_cast<const char*>(buffer));
+    copy_layers(slot_ptrs(s.conv_layers, slot, s.conv_slot_stride), export_ptrs(s, in, 0),
+                l.conv_bytes, kind, "importing a slot's conv state");
+    copy_layers(slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride), export_ptrs(s, in, l.conv_bytes),
+                l.ssm_bytes, kind, "importing a slot's SSM state");
     if (buffer_device == Device::kCpu) {
       // The caller may free or reuse its host buffer once the call returns.
       check(cudaStreamSynchronize(stream_), "waiting for a slot import");
@@ -294,14 +307,15 @@ class CudaBackend final : public BackendImpl {
     p.window = plan.window;
     p.conv_state_bytes = l.conv_bytes;
     p.ssm_state_bytes = l.ssm_bytes;
-    p.conv_layer_bytes = l.conv_bytes * l.slots;
-    p.ssm_layer_bytes = l.ssm_bytes * l.slots;
+    p.conv_slot_bytes = s.conv_slot_stride;
+    p.ssm_slot_bytes = s.ssm_slot_stride;
+    p.committed_aligned16 = committed_aligned16_;
     p.snap_conv_row_bytes = l.conv_bytes * l.max_window;
     p.snap_ssm_row_bytes = l.ssm_bytes * l.max_window;
     p.snap_conv_layer_bytes = p.snap_conv_row_bytes * l.max_rows;
     p.snap_ssm_layer_bytes = p.snap_ssm_row_bytes * l.max_rows;
-    p.conv = static_cast<char*>(s.base(Buf::kConv));
-    p.ssm = static_cast<char*>(s.base(Buf::kSsm));
+    p.conv_layers = layer_table_;
+    p.ssm_layers = layer_table_ + l.layers;
     p.snap_conv = static_cast<const char*>(s.base(Buf::kSnapConv));
     p.snap_ssm = static_cast<const char*>(s.base(Buf::kSnapSsm));
     p.slots = slots_;
@@ -483,29 +497,61 @@ class CudaBackend final : public BackendImpl {
     }
   }
 
-  // `height` rows of `width` bytes, asynchronous on the pool's stream: one cudaMemcpy2DAsync,
-  // or one copy per row where a pitch exceeds the device's maximum (a pool of very many slots).
-  void copy_2d(void* dst, int64_t dpitch, const void* src, int64_t spitch, int64_t width,
-               int height, cudaMemcpyKind kind, const char* what) {
+  // Slot `slot` of every layer.
+  static std::vector<char*> slot_ptrs(const std::vector<char*>& layers, int slot, int64_t stride) {
+    std::vector<char*> out(layers.size());
+    for (std::size_t l = 0; l < layers.size(); ++l) out[l] = layers[l] + slot * stride;
+    return out;
+  }
+  // Layer l's conv (offset 0) or SSM (offset conv_bytes) part of an export buffer.
+  static std::vector<char*> export_ptrs(const PoolStorage& s, char* buffer, int64_t offset) {
+    std::vector<char*> out(static_cast<std::size_t>(s.layout.layers));
+    const int64_t pitch = s.layout.conv_bytes + s.layout.ssm_bytes;
+    for (std::size_t l = 0; l < out.size(); ++l) out[l] = buffer + l * pitch + offset;
+    return out;
+  }
+
+  int64_t max_pitch() {
     if (max_pitch_ < 0) {
       int value = 0;
       max_pitch_ =
           cudaDeviceGetAttribute(&value, cudaDevAttrMaxPitch, device_) == cudaSuccess ? value : 0;
     }
-    if (height <= 0 || width <= 0) return;
-    if (height == 1 || std::max(dpitch, spitch) > max_pitch_) {
-      for (int i = 0; i < height; ++i) {
-        check(cudaMemcpyAsync(static_cast<char*>(dst) + i * dpitch,
-                              static_cast<const char*>(src) + i * spitch,
-                              static_cast<std::size_t>(width), kind, stream_),
-              what);
-      }
+    return max_pitch_;
+  }
+
+  // `width` bytes at each dst[l] from src[l], asynchronous on the pool's stream: one
+  // cudaMemcpy2DAsync when both sides are equidistant (the pool's own layer-major buffers, an
+  // export buffer), one copy per layer otherwise (a caller's per-layer allocations, or a pitch
+  // beyond the device's maximum).
+  void copy_layers(const std::vector<char*>& dst, const std::vector<char*>& src, int64_t width,
+                   cudaMemcpyKind kind, const char* what) {
+    if (dst.empty() || width <= 0) return;
+    const int64_t dp = PoolStorage::layer_pitch(dst), sp = PoolStorage::layer_pitch(src);
+    if (dst.size() > 1 && dp >= width && sp >= width && std::max(dp, sp) <= max_pitch()) {
+      check(cudaMemcpy2DAsync(dst[0], static_cast<std::size_t>(dp), src[0],
+                              static_cast<std::size_t>(sp), static_cast<std::size_t>(width),
+                              dst.size(), kind, stream_),
+            what);
       return;
     }
-    check(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dpitch), src,
-                            static_cast<std::size_t>(spitch), static_cast<std::size_t>(width),
-                            static_cast<std::size_t>(height), kind, stream_),
-          what);
+    for (std::size_t l = 0; l < dst.size(); ++l) {
+      check(cudaMemcpyAsync(dst[l], src[l], static_cast<std::size_t>(width), kind, stream_), what);
+    }
+  }
+
+  void memset_layers(const std::vector<char*>& dst, int64_t width, const char* what) {
+    if (dst.empty() || width <= 0) return;
+    const int64_t dp = PoolStorage::layer_pitch(dst);
+    if (dst.size() > 1 && dp >= width && dp <= max_pitch()) {
+      check(cudaMemset2DAsync(dst[0], static_cast<std::size_t>(dp), 0,
+                              static_cast<std::size_t>(width), dst.size(), stream_),
+            what);
+      return;
+    }
+    for (char* p : dst) {
+      check(cudaMemsetAsync(p, 0, static_cast<std::size_t>(width), stream_), what);
+    }
   }
 
   void alloc(void** p, std::size_t bytes) {
@@ -536,12 +582,14 @@ class CudaBackend final : public BackendImpl {
   cudaStream_t stream_ = nullptr;
   int64_t scratch_tokens_ = 0;
   int replay_rows_ = 0;
-  int64_t max_pitch_ = -1;      // cudaDevAttrMaxPitch, queried on first use
-  int32_t* slots_ = nullptr;    // [max_rows] the round's slots (begin_round)
-  int32_t* parents_ = nullptr;  // [max_rows, max_window] the round's parents (begin_round)
-  int32_t* steps_ = nullptr;    // [max_rows] host-path commit steps
-  int32_t* error_ = nullptr;    // commit error flag
-  int32_t* offsets_ = nullptr;  // [max_rows + 1] the round's host token offsets (begin_round)
+  int64_t max_pitch_ = -1;        // cudaDevAttrMaxPitch, queried on first use
+  int32_t* slots_ = nullptr;      // [max_rows] the round's slots (begin_round)
+  int32_t* parents_ = nullptr;    // [max_rows, max_window] the round's parents (begin_round)
+  int32_t* steps_ = nullptr;      // [max_rows] host-path commit steps
+  int32_t* error_ = nullptr;      // commit error flag
+  int32_t* offsets_ = nullptr;    // [max_rows + 1] the round's host token offsets (begin_round)
+  char** layer_table_ = nullptr;  // [2L] committed conv then SSM, slot 0 of each layer
+  bool committed_aligned16_ = false;
   int32_t* advance_offsets_ = nullptr;  // [kConvInlineRows + 1] one batched-prefill launch's
   cuda::GdnScratch scratch_;
 };

@@ -65,7 +65,8 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
       c.extra_stride_c[i] = extras[i].stride[1];
     }
   }
-  c.state_stride_slot = int64_t{d} * hist;
+  c.state_stride_slot =
+      s.conv_slot_stride / static_cast<int64_t>(dtype_size(lay.shapes.conv_dtype));
   c.state = s.conv(a.layer, 0);
   if (io.store_tokens) {
     c.snap_stride_t = int64_t{d} * hist;
@@ -109,7 +110,7 @@ void state_io_params(Rec& r, const Args& a, const kernels::ConvUpdateParams& con
   r.tokens = a.tokens;
   r.store_replayed = a.io.store_replayed;
   r.store_final = a.io.store_final;
-  r.state_stride_slot = lay.ssm_elems;
+  r.state_stride_slot = s.ssm_slot_stride / static_cast<int64_t>(dtype_size(lay.shapes.ssm_dtype));
   r.state = s.ssm(a.layer, 0);
   if (a.io.store_tokens) {
     r.snap_stride_t = lay.ssm_elems;
