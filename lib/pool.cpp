@@ -209,6 +209,23 @@ struct StatePool::Impl {
                  "own memory");
       }
     }
+    if (!storage.layout.caller_committed) return;
+    // A caller-owned committed state: each layer's span of slots.
+    const auto& l = storage.layout;
+    for (int layer = 0; layer < l.layers; ++layer) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const auto base =
+            reinterpret_cast<uintptr_t>(kind == 0 ? storage.conv(layer, 0) : storage.ssm(layer, 0));
+        const int64_t last = kind == 0 ? storage.conv_slot_stride : storage.ssm_slot_stride;
+        const int64_t size = (l.slots - 1) * last + (kind == 0 ? l.conv_bytes : l.ssm_bytes);
+        if (begin < base + static_cast<uintptr_t>(size) && base < end) {
+          fail(Status::kInvalidArgument, function,
+               std::string(name) + " (" + view.describe() + ") overlaps the committed " +
+                   (kind == 0 ? "conv" : "SSM") + " state of layer " + std::to_string(layer) +
+                   " (the caller-owned views the pool adopted): outputs must be other memory");
+        }
+      }
+    }
   }
 
   // A slot that is a row of the open round cannot be advanced (its commit would overwrite it).
@@ -514,10 +531,112 @@ struct StatePool::Impl {
   }
 };
 
-StatePool::StatePool(const ModelConfig& config, const PoolOptions& options) {
+namespace {
+
+// The caller's committed-state views (DESIGN.md section 4), checked against the layout and bound
+// into `storage` (per-layer addresses and slot strides); throws naming the view.
+void bind_caller_committed(const char* fn, const CommittedStateViews& views,
+                           const detail::Layout& l, Device device, detail::PoolStorage& storage) {
+  const int L = l.layers;
+  const auto count = static_cast<std::size_t>(L);
+  if (views.conv.size() != count || views.ssm.size() != count) {
+    fail(Status::kInvalidArgument, fn,
+         "committed has " + std::to_string(views.conv.size()) + " conv and " +
+             std::to_string(views.ssm.size()) + " ssm views, expected " + std::to_string(L) +
+             " of each (config.num_layers)");
+  }
+  const auto& st = l.shapes.ssm_shape;
+  struct Span {
+    uintptr_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  int64_t conv_stride = -1, ssm_stride = -1;
+  auto bind = [&](const TensorView& v, const std::string& name, bool conv, int layer) {
+    const DType dtype = conv ? l.shapes.conv_dtype : l.shapes.ssm_dtype;
+    if (conv) {
+      check_view(v, {fn,
+                     name.c_str(),
+                     {l.slots, l.shapes.conv_dim, l.shapes.conv_width - 1},
+                     dtype,
+                     DTypeRule::kExact,
+                     device});
+    } else {
+      check_view(
+          v, {fn, name.c_str(), {l.slots, st[0], st[1], st[2]}, dtype, DTypeRule::kExact, device});
+    }
+    // Each slot's state contiguous.
+    int64_t inner = 1;
+    for (int d = v.ndim - 1; d >= 1; --d) {
+      if (v.shape[d] > 1 && v.stride[d] != inner) {
+        fail(Status::kInvalidArgument, fn,
+             name + " (" + v.describe() + ") stride " + std::to_string(d) + " = " +
+                 std::to_string(v.stride[d]) + ", expected " + std::to_string(inner) +
+                 ": each slot's state must be contiguous");
+      }
+      inner *= v.shape[d];
+    }
+    const int64_t stride = l.slots > 1 ? v.stride[0] : inner;
+    if (stride < inner) {
+      fail(Status::kInvalidArgument, fn,
+           name + " (" + v.describe() + ") slot stride " + std::to_string(stride) +
+               " is below one slot's state (" + std::to_string(inner) +
+               " elements): slots would overlap");
+    }
+    int64_t& kind_stride = conv ? conv_stride : ssm_stride;
+    if (kind_stride >= 0 && stride != kind_stride) {
+      fail(Status::kInvalidArgument, fn,
+           name + " slot stride " + std::to_string(stride) + " differs from layer 0's (" +
+               std::to_string(kind_stride) + "): every layer must have the same slot stride");
+    }
+    kind_stride = stride;
+    const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+    if (device == Device::kCuda &&
+        (reinterpret_cast<uintptr_t>(v.data) % 16 != 0 || (stride * elem) % 16 != 0)) {
+      fail(Status::kInvalidArgument, fn,
+           name + " (" + v.describe() + "): a cuda pool needs 16-byte aligned views and slot " +
+               "strides (address % 16 = " +
+               std::to_string(reinterpret_cast<uintptr_t>(v.data) % 16) +
+               ", slot stride bytes % 16 = " + std::to_string((stride * elem) % 16) + ")");
+    }
+    const auto begin = reinterpret_cast<uintptr_t>(v.data);
+    const Span mine{begin, begin + static_cast<uintptr_t>(detail::span_bytes(v)), name};
+    for (const Span& other : spans) {
+      if (mine.begin < other.end && other.begin < mine.end) {
+        fail(Status::kInvalidArgument, fn, name + " overlaps " + other.name);
+      }
+    }
+    spans.push_back(mine);
+    auto& table = conv ? storage.conv_layers : storage.ssm_layers;
+    table[static_cast<std::size_t>(layer)] = static_cast<char*>(v.data);
+  };
+  storage.conv_layers.assign(count, nullptr);
+  storage.ssm_layers.assign(count, nullptr);
+  for (int layer = 0; layer < L; ++layer) {
+    bind(views.conv[static_cast<std::size_t>(layer)],
+         "committed.conv[" + std::to_string(layer) + "]", true, layer);
+    bind(views.ssm[static_cast<std::size_t>(layer)], "committed.ssm[" + std::to_string(layer) + "]",
+         false, layer);
+  }
+  storage.conv_slot_stride = conv_stride * static_cast<int64_t>(dtype_size(l.shapes.conv_dtype));
+  storage.ssm_slot_stride = ssm_stride * static_cast<int64_t>(dtype_size(l.shapes.ssm_dtype));
+}
+
+}  // namespace
+
+StatePool::StatePool(const ModelConfig& config, const PoolOptions& options)
+    : StatePool(config, options, nullptr) {}
+
+StatePool::StatePool(const ModelConfig& config, const PoolOptions& options,
+                     const CommittedStateViews& committed)
+    : StatePool(config, options, &committed) {}
+
+StatePool::StatePool(const ModelConfig& config, const PoolOptions& options,
+                     const CommittedStateViews* committed) {
   const char* fn = "StatePool";
   // Every size is validated and overflow-checked before any memory is touched.
   detail::Layout layout = detail::make_layout(config, options);
+  layout.caller_committed = committed != nullptr;
   auto impl = std::make_unique<Impl>(config, options);
   impl->pool_id = next_pool_id.fetch_add(1);
   switch (options.backend) {
@@ -537,6 +656,9 @@ StatePool::StatePool(const ModelConfig& config, const PoolOptions& options) {
   impl->strategy = detail::make_strategy(layout);
   impl->storage.config = config;
   impl->storage.layout = layout;
+  if (committed) {
+    bind_caller_committed(fn, *committed, layout, impl->backend->device(), impl->storage);
+  }
   impl->backend->allocate(impl->storage);
   impl->last_weights.resize(static_cast<std::size_t>(config.num_layers));
   impl->round_row_of_slot.assign(static_cast<std::size_t>(options.num_slots), -1);
@@ -567,6 +689,29 @@ const detail::PoolStorage& detail::PoolAccess::storage(const StatePool& pool) {
 
 const ModelConfig& StatePool::config() const noexcept { return impl_->config; }
 const PoolOptions& StatePool::options() const noexcept { return impl_->options; }
+
+SlotHandle StatePool::adopt(int slot) {
+  const char* fn = "StatePool::adopt";
+  if (slot < 0 || slot >= impl_->options.num_slots) {
+    fail(Status::kOutOfRange, fn,
+         "slot = " + std::to_string(slot) + " outside [0, " +
+             std::to_string(impl_->options.num_slots) + ") (options.num_slots)");
+  }
+  uint32_t generation = 0;
+  if (!impl_->slots.take(slot, generation)) {
+    fail(Status::kFailedPrecondition, fn,
+         "slot = " + std::to_string(slot) + " is live (a request holds it): release it first");
+  }
+  try {
+    impl_->mark_overwritten(slot);  // no pending steps: the memory is the state
+    impl_->strategy->reset_slot(slot);
+  } catch (...) {
+    impl_->slots.free(slot);
+    throw;
+  }
+  detail::logger().trace("pool {}: adopt slot {} generation {}", impl_->pool_id, slot, generation);
+  return SlotHandle{slot, generation, impl_->pool_id};
+}
 
 SlotHandle StatePool::acquire() {
   uint32_t generation = 0;
@@ -617,9 +762,12 @@ TensorView StatePool::conv_state(int layer) const {
   impl_->materialize_slots({});
   const auto& s = impl_->storage;
   const auto& l = s.layout;
-  return TensorView::contiguous(s.conv(layer, 0), l.shapes.conv_dtype,
-                                {l.slots, l.shapes.conv_dim, l.shapes.conv_width - 1},
-                                impl_->device());
+  // Slot stride: the pool's own buffers are contiguous; a caller's views keep their stride.
+  return TensorView::strided(
+      s.conv(layer, 0), l.shapes.conv_dtype, {l.slots, l.shapes.conv_dim, l.shapes.conv_width - 1},
+      {s.conv_slot_stride / static_cast<int64_t>(dtype_size(l.shapes.conv_dtype)),
+       l.shapes.conv_width - 1, 1},
+      impl_->device());
 }
 
 TensorView StatePool::ssm_state(int layer) const {
@@ -636,10 +784,11 @@ TensorView StatePool::ssm_state(int layer) const {
   for (std::size_t i = 0; i < l.shapes.ssm_shape.size(); ++i)
     v.shape[i + 1] = l.shapes.ssm_shape[i];
   int64_t stride = 1;
-  for (int i = v.ndim - 1; i >= 0; --i) {
+  for (int i = v.ndim - 1; i >= 1; --i) {
     v.stride[i] = stride;
     stride *= v.shape[i];
   }
+  v.stride[0] = s.ssm_slot_stride / static_cast<int64_t>(dtype_size(l.shapes.ssm_dtype));
   return v;
 }
 

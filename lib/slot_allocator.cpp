@@ -17,6 +17,14 @@ int SlotAllocator::allocate(uint32_t& generation) {
   return slot;
 }
 
+bool SlotAllocator::take(int slot, uint32_t& generation) {
+  if (slot < 0 || slot >= num_slots() || live_[slot]) return false;
+  free_.erase(slot);
+  live_[slot] = true;
+  generation = ++generation_[slot];
+  return true;
+}
+
 void SlotAllocator::free(int slot) {
   live_[slot] = false;
   free_.insert(slot);

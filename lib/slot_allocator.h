@@ -14,6 +14,8 @@ class SlotAllocator {
 
   // Returns the lowest free slot, or -1 when none is free. Bumps its generation.
   int allocate(uint32_t& generation);
+  // Takes the free slot `slot` (false when it is not free). Bumps its generation.
+  bool take(int slot, uint32_t& generation);
   // Frees a live slot (the caller has checked liveness).
   void free(int slot);
   bool is_live(int slot, uint32_t generation) const noexcept;

@@ -87,9 +87,29 @@ struct VerifyBatch {
   bool is_variable() const noexcept { return !lengths.empty() || !cu_seqlens.empty(); }
 };
 
+// Caller-owned committed state (DESIGN.md section 4): per layer, views of an engine's own state
+// tensors (SGLang's MambaPool, vLLM's per-layer state tensors), which a pool adopts instead of
+// allocating. Slot s of the pool is index s of every view's leading dimension.
+struct CommittedStateViews {
+  std::vector<TensorView> conv;  // [L] views [slots, conv_dim, W-1] in the conv state dtype
+  std::vector<TensorView> ssm;   // [L] views [slots, HV, V, K] (Mamba2 [slots, nheads, P, N])
+};
+
 class StatePool {
  public:
   StatePool(const ModelConfig& config, const PoolOptions& options);
+  // A pool whose committed state is the caller's memory: it is read and written in place, never
+  // allocated or freed by the pool, and its contents are kept (acquire() zeroes the slot it
+  // hands out; adopt() keeps it). The workspace (snapshot scratch, replay records) is still the
+  // pool's. Rejected (kInvalidArgument, naming the view) unless: L views of each kind, each of
+  // exactly [options.num_slots, ...] in the state dtype, on the backend's device (host for cpu,
+  // device memory of options.device for cuda); each slot's state contiguous (compact inner
+  // strides); one slot stride per kind for every layer, at least one slot's state (slots never
+  // overlap); on cuda every view address and slot stride 16-byte aligned; no two views overlap.
+  // The memory must outlive the pool. Everything else (strategies, rounds, graphs, slot
+  // operations, export/import) works as on an owning pool, bit for bit.
+  StatePool(const ModelConfig& config, const PoolOptions& options,
+            const CommittedStateViews& committed);
   ~StatePool() noexcept;
   StatePool(StatePool&&) noexcept;
   StatePool& operator=(StatePool&&) noexcept;
@@ -102,6 +122,10 @@ class StatePool {
   // --- slots -------------------------------------------------------------------------------
   // The lowest free slot, zeroed (conv window and SSM state of every layer).
   SlotHandle acquire();
+  // Takes the free slot `slot` as a new request keeping its committed state as it is in memory
+  // (a caller-owned pool: a state the engine computed or restored in its own tensors), with no
+  // pending steps. kOutOfRange outside [0, num_slots); kFailedPrecondition when it is live.
+  SlotHandle adopt(int slot);
   // Frees the slot. A row of the open round becomes a padding row of that round: its commit
   // value must be 0 (chain) / -1 (tree), the other rows commit as usual (on CUDA the round's
   // slot list is re-uploaded with the row as -1, so a device-valued commit skips it too).
@@ -241,6 +265,8 @@ class StatePool {
 
  private:
   friend struct detail::PoolAccess;
+  StatePool(const ModelConfig& config, const PoolOptions& options,
+            const CommittedStateViews* committed);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
