@@ -14,7 +14,8 @@ std::string handle_string(const SlotHandle& h) {
 
 }  // namespace
 
-VerifyBatchBuilder::VerifyBatchBuilder(std::vector<int> buckets) : buckets_(std::move(buckets)) {
+VerifyBatchBuilder::VerifyBatchBuilder(std::vector<int> buckets, Packing packing)
+    : buckets_(std::move(buckets)), packing_(packing) {
   for (std::size_t i = 0; i < buckets_.size(); ++i) {
     if (buckets_[i] < 1 || (i > 0 && buckets_[i] <= buckets_[i - 1])) {
       throw Error(Status::kInvalidArgument,
@@ -89,6 +90,24 @@ BatchPlan VerifyBatchBuilder::build() const {
   plan.windows = windows_;
   plan.windows.resize(static_cast<std::size_t>(rows), Window::chain(1));
   plan.token_offsets.resize(static_cast<std::size_t>(rows) + 1);
+  if (packing_ == Packing::kVariable) {
+    // Each live row's own tokens, no filler; padding rows have none. Trees (if any row has one)
+    // are packed at the same offsets.
+    plan.batch.lengths.resize(static_cast<std::size_t>(rows), 0);
+    plan.token_offsets[0] = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int n = r < live ? windows_[static_cast<std::size_t>(r)].size() : 0;
+      plan.batch.lengths[static_cast<std::size_t>(r)] = n;
+      plan.token_offsets[static_cast<std::size_t>(r) + 1] =
+          plan.token_offsets[static_cast<std::size_t>(r)] + n;
+    }
+    if (all_chains) return plan;
+    for (int r = 0; r < live; ++r) {
+      const auto& parents = windows_[static_cast<std::size_t>(r)].parents();
+      plan.batch.parents.insert(plan.batch.parents.end(), parents.begin(), parents.end());
+    }
+    return plan;
+  }
   for (int r = 0; r <= rows; ++r) plan.token_offsets[static_cast<std::size_t>(r)] = r * window;
 
   if (all_chains) return plan;  // parents stay empty: a chain of T for every row
@@ -159,7 +178,7 @@ std::vector<Acceptance> BatchPlan::accept_greedy(const std::vector<int32_t>& tok
     throw Error(Status::kInvalidArgument,
                 "spec::BatchPlan::accept_greedy: tokens has " + std::to_string(tokens.size()) +
                     " entries and target " + std::to_string(target.size()) +
-                    ", both must equal rows * T = " + std::to_string(num_tokens()));
+                    ", both must equal the batch's tokens (" + std::to_string(num_tokens()) + ")");
   }
   std::vector<Acceptance> out;
   out.reserve(static_cast<std::size_t>(live_rows));

@@ -8,6 +8,9 @@
 //   pool.begin_verify(plan.batch);
 //   ... pool.verify(layer, ...) with inputs packed at row * plan.window() + i ...
 //   pool.commit(plan.commit_values(per_live_row_acceptance));
+//
+// Packing::kVariable (DESIGN.md section 2) packs each row's own tokens with no filler: the
+// batch carries per-row lengths (padding rows 0) and token_offsets are their cumulative sums.
 #pragma once
 
 #include <cstdint>
@@ -25,15 +28,18 @@ struct BatchPlan {
   // every row has the same tree, otherwise [rows * T].
   VerifyBatch batch;
   int live_rows = 0;
-  // [rows] the window each row really has (padding rows: a chain of one). Row r's tokens
-  // beyond windows[r].size() (up to T) are filler: computed by verify, never accepted.
+  // [rows] the window each row really has (padding rows: a chain of one). Padded packing: row
+  // r's tokens beyond windows[r].size() (up to T) are filler, computed by verify and never
+  // accepted. Variable packing: there are none (and padding rows have no tokens).
   std::vector<Window> windows;
-  // [rows + 1] cu_seqlens: row r's tokens start at token_offsets[r] = r * T.
+  // [rows + 1] cu_seqlens: row r's tokens start at token_offsets[r] (padded: r * T; variable:
+  // the sum of the earlier rows' lengths).
   std::vector<int32_t> token_offsets;
 
   int rows() const noexcept { return static_cast<int>(batch.rows.size()); }
   int window() const noexcept { return batch.window; }
-  int64_t num_tokens() const noexcept { return int64_t{rows()} * batch.window; }
+  // Tokens of a layer's verify inputs.
+  int64_t num_tokens() const noexcept { return token_offsets.empty() ? 0 : token_offsets.back(); }
   bool is_tree() const noexcept { return batch.is_tree(); }
 
   // The vector StatePool::commit takes, from one Acceptance per live row: chain rows give the
@@ -49,11 +55,15 @@ struct BatchPlan {
                                         const std::vector<int32_t>& target) const;
 };
 
+// How a batch's tokens are laid out: every row at r * T with filler up to T (a static shape), or
+// each row's own tokens packed by cumulative offsets (batch.lengths; no filler is computed).
+enum class Packing { kPadded, kVariable };
+
 class VerifyBatchBuilder {
  public:
   // `buckets`: the batch sizes CUDA graphs were captured for, strictly increasing and positive.
   // A batch is padded to the smallest bucket that holds its rows. Empty: no padding.
-  explicit VerifyBatchBuilder(std::vector<int> buckets = {});
+  explicit VerifyBatchBuilder(std::vector<int> buckets = {}, Packing packing = Packing::kPadded);
 
   // SGLang-style buckets 1, 2, 4, 8, ... up to and including max_rows.
   static std::vector<int> power_of_two_buckets(int max_rows);
@@ -70,6 +80,7 @@ class VerifyBatchBuilder {
 
  private:
   std::vector<int> buckets_;
+  Packing packing_ = Packing::kPadded;
   std::vector<SlotHandle> handles_;
   std::vector<Window> windows_;
 };

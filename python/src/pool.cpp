@@ -24,6 +24,14 @@ class PyPool {
       : pool_(config, options),
         stream_(reinterpret_cast<uintptr_t>(options.stream)),
         last_weights_(static_cast<std::size_t>(config.num_layers)) {}
+  // Over caller-owned committed state (DESIGN.md section 4): the arrays stay referenced for the
+  // pool's lifetime.
+  PyPool(const ModelConfig& config, const PoolOptions& options, const CommittedStateViews& views,
+         std::vector<nb::object> held)
+      : pool_(config, options, views),
+        stream_(reinterpret_cast<uintptr_t>(options.stream)),
+        last_weights_(static_cast<std::size_t>(config.num_layers)),
+        committed_arrays_(std::move(held)) {}
   ~PyPool() {
 #ifdef SPECSTATE_PY_CUDA
     if (events_ready_) {
@@ -106,6 +114,7 @@ class PyPool {
   bool events_ready_ = false;
 #endif
   StatePool pool_;
+  std::vector<nb::object> committed_arrays_;
   uintptr_t stream_ = 0;  // the caller's stream when a call names none
   std::vector<nb::object> last_weights_;
   std::mutex mutex_;
@@ -300,6 +309,33 @@ void bind_pool(nb::module_& m) {
           "anything when it rejects.")
           .def(nb::init<const ModelConfig&, const PoolOptions&>(), nb::arg("config"),
                nb::arg("options"), "Allocates the pool (zeroed). Raises specstate.Error.")
+          .def(
+              "__init__",
+              [](PyPool* self, const ModelConfig& config, const PoolOptions& options,
+                 nb::list committed_conv, nb::list committed_ssm) {
+                CommittedStateViews views;
+                std::vector<nb::object> held;
+                for (std::size_t l = 0; l < committed_conv.size(); ++l) {
+                  const std::string name = "committed_conv[" + std::to_string(l) + "]";
+                  Arg a = to_arg(committed_conv[l], name.c_str(), true, false);
+                  views.conv.push_back(a.view);
+                  held.push_back(a.object);
+                }
+                for (std::size_t l = 0; l < committed_ssm.size(); ++l) {
+                  const std::string name = "committed_ssm[" + std::to_string(l) + "]";
+                  Arg a = to_arg(committed_ssm[l], name.c_str(), true, false);
+                  views.ssm.push_back(a.view);
+                  held.push_back(a.object);
+                }
+                new (self) PyPool(config, options, views, std::move(held));
+              },
+              nb::arg("config"), nb::arg("options"), nb::arg("committed_conv"),
+              nb::arg("committed_ssm"),
+              "A pool over caller-owned committed state: committed_conv / committed_ssm are one "
+              "array per layer ([slots, conv_dim, W-1] and [slots, HV, V, K], e.g. slices of an "
+              "engine's [L, slots, ...] tensors; padded slot strides allowed, each slot "
+              "contiguous), read and written in place and kept alive by the pool. Raises "
+              "specstate.Error naming the array it cannot adopt.")
           .def_prop_ro(
               "config", [](PyPool& p) { return p.pool().config(); }, "The ModelConfig (a copy).")
           .def_prop_ro(
@@ -319,6 +355,14 @@ void bind_pool(nb::module_& m) {
                 return locked(p, nb::none(), [](StatePool& s) { return s.acquire(); });
               },
               "The lowest free slot, zeroed. Raises ResourceExhaustedError when the pool is full.")
+          .def(
+              "adopt",
+              [](PyPool& p, int slot) {
+                return locked(p, nb::none(), [&](StatePool& s) { return s.adopt(slot); });
+              },
+              nb::arg("slot"),
+              "Takes free slot `slot` as a new request keeping its committed state as it is in "
+              "memory (a caller-owned pool: a state the engine computed in its own tensors).")
           .def(
               "release",
               [](PyPool& p, SlotHandle h) {

@@ -130,23 +130,31 @@ void bind_spec(nb::module_& m) {
       .def_rw("batch", &BatchPlan::batch, "What StatePool.begin_verify takes.")
       .def_rw("live_rows", &BatchPlan::live_rows, "Rows added (the rest are padding).")
       .def_rw("windows", &BatchPlan::windows, "The window each row really has.")
-      .def_rw("token_offsets", &BatchPlan::token_offsets, "[rows+1] cu_seqlens (r*T).")
+      .def_rw("token_offsets", &BatchPlan::token_offsets,
+              "[rows+1] cu_seqlens (padded: r*T; variable: cumulative row lengths).")
       .def("rows", &BatchPlan::rows, "Rows, padding included.")
       .def("window", &BatchPlan::window, "T.")
-      .def("num_tokens", &BatchPlan::num_tokens, "rows * T.")
+      .def("num_tokens", &BatchPlan::num_tokens, "Tokens of a layer's verify inputs.")
       .def("is_tree", &BatchPlan::is_tree, "Whether the batch has a tree.")
       .def("commit_values", &BatchPlan::commit_values, nb::arg("accepted"),
            "StatePool.commit's list from one Acceptance per live row.")
       .def("commit_lengths", &BatchPlan::commit_lengths, nb::arg("accepted_lengths"),
            "StatePool.commit's list from accepted lengths (chains; 0 = keep).")
       .def("accept_greedy", &BatchPlan::accept_greedy, nb::arg("tokens"), nb::arg("target"),
-           "Greedy acceptance of every live row from [rows*T] tokens and target argmax.");
+           "Greedy acceptance of every live row from [num_tokens] tokens and target argmax.");
+
+  nb::enum_<spec::Packing>(m, "Packing", "How a batch's tokens are laid out.")
+      .value("PADDED", spec::Packing::kPadded, "Every row at r*T, filler up to T.")
+      .value("VARIABLE", spec::Packing::kVariable,
+             "Each row's own tokens packed by cumulative offsets (batch.lengths), no filler.");
 
   nb::class_<VerifyBatchBuilder>(m, "VerifyBatchBuilder",
                                  "Builds a round's batch: requests -> rows, the shared T, trees, "
                                  "padding up to a CUDA-graph bucket.")
-      .def(nb::init<std::vector<int>>(), nb::arg("buckets") = std::vector<int>{},
-           "buckets: the batch sizes CUDA graphs were captured for (empty: no padding).")
+      .def(nb::init<std::vector<int>, spec::Packing>(), nb::arg("buckets") = std::vector<int>{},
+           nb::arg("packing") = spec::Packing::kPadded,
+           "buckets: the batch sizes CUDA graphs were captured for (empty: no padding); "
+           "packing: Packing.PADDED or Packing.VARIABLE.")
       .def_static("power_of_two_buckets", &VerifyBatchBuilder::power_of_two_buckets,
                   nb::arg("max_rows"), "1, 2, 4, ... up to and including max_rows.")
       .def("add", &VerifyBatchBuilder::add, nb::arg("handle"), nb::arg("window"),

@@ -41,6 +41,28 @@ TEST(SpecBatch, ChainsPadToTheNextBucket) {
   EXPECT_THROW(plan.commit_lengths({1, 1}), Error);
 }
 
+TEST(SpecBatch, VariablePackingHasNoFiller) {
+  VerifyBatchBuilder builder({1, 2, 4}, Packing::kVariable);
+  builder.add(handle(0), Window::chain(4));
+  builder.add(handle(2), Window::from_parents({-1, 0, 0}));
+  builder.add(handle(4), Window::chain(1));
+  const BatchPlan plan = builder.build();
+  EXPECT_EQ(plan.rows(), 4);
+  EXPECT_EQ(plan.window(), 4);
+  EXPECT_EQ(plan.batch.lengths, (std::vector<int32_t>{4, 3, 1, 0}));
+  EXPECT_EQ(plan.token_offsets, (std::vector<int32_t>{0, 4, 7, 8, 8}));
+  EXPECT_EQ(plan.num_tokens(), 8);
+  // Trees packed at the same offsets (the chains' parents too).
+  EXPECT_EQ(plan.batch.parents, (std::vector<int32_t>{-1, 0, 1, 2, -1, 0, 0, -1}));
+  // Greedy acceptance reads each row at its offset.
+  const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 1, 2, 3};
+  const std::vector<int32_t> target = {6, 7, 0, 0, 2, 0, 0, 4};
+  const std::vector<Acceptance> acc = plan.accept_greedy(tokens, target);
+  ASSERT_EQ(acc.size(), 3u);
+  EXPECT_EQ(acc[0].path.size(), 3u);          // 5 -> 6 -> 7 accepted, 8 rejected
+  EXPECT_EQ(plan.commit_values(acc)[3], -1);  // the padding row keeps
+}
+
 TEST(SpecBatch, NoBucketsNoPadding) {
   VerifyBatchBuilder builder;
   builder.add(handle(0), Window::chain(2));
