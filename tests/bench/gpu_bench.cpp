@@ -425,6 +425,57 @@ void rounds4(benchmark::State& state, bool replay) {
 void BM_Rounds4Snapshot(benchmark::State& state) { rounds4(state, false); }
 void BM_Rounds4Replay(benchmark::State& state) { rounds4(state, true); }
 
+// Variable windows (DESIGN.md section 2): four consecutive rounds in one graph where the rows
+// have windows of 1..T tokens (row r: 1 + (3r mod T), mean (T+1)/2), packed with no filler,
+// against the same rounds padded to T. Accepted lengths: 1 + (r + k) mod T_r in round k.
+void rounds4_variable(benchmark::State& state, bool replay) {
+  const int T = state.range(0), B = state.range(1);
+  World& w = World::get();
+  StatePool& p = replay ? *w.rpool : *w.pool;
+  VerifyBatch batch = w.batch_of(p, w.batch(T, B));
+  batch.lengths.resize(static_cast<std::size_t>(B));
+  int64_t tokens = 0;
+  for (int r = 0; r < B; ++r) tokens += batch.lengths[r] = 1 + (3 * r) % T;
+  std::vector<int32_t> acc(4 * static_cast<std::size_t>(B));
+  for (int k = 0; k < 4; ++k) {
+    for (int r = 0; r < B; ++r) acc[k * B + r] = 1 + (r + k) % batch.lengths[r];
+  }
+  int32_t* dacc = device_alloc<int32_t>(acc.size());
+  check(cudaMemcpy(dacc, acc.data(), sizeof(int32_t) * acc.size(), cudaMemcpyHostToDevice),
+        "accepted");
+  auto round = [&](int k) {
+    p.begin_verify(batch);
+    for (int l = 0; l < kLayers; ++l)
+      p.verify(l, w.weights(l), w.inputs(l, tokens), w.outputs(l, tokens));
+    p.commit(TensorView::contiguous(dacc + k * B, DType::kI32, {B}, Device::kCuda));
+  };
+  round(3);
+  cudaGraphExec_t exec = capture(w, [&] {
+    for (int k = 0; k < 4; ++k) round(k);
+  });
+  const double us = time_graph(w, exec, state) / 4;
+  if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
+  // The floor: the state traffic of the padded round (it does not depend on the tokens).
+  const double bytes = replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B))
+                              : kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
+  state.counters["tokens"] = static_cast<double>(tokens);
+  const SglangReplayRow* s = sglang_replay_row(T, B);
+  report(state, w, T, B, replay ? "rounds4_var_replay" : "rounds4_var_snapshot", us, bytes,
+         replay ? s->circ16_us : s->snapshot_us);
+  cudaGraphExecDestroy(exec);
+  cudaFree(dacc);
+}
+
+void BM_Rounds4VariableSnapshot(benchmark::State& state) { rounds4_variable(state, false); }
+void BM_Rounds4VariableReplay(benchmark::State& state) { rounds4_variable(state, true); }
+
+void variable_shapes(benchmark::internal::Benchmark* b) {
+  for (int T : {4, 8}) {
+    for (int B : {8, 32, 128}) b->Args({T, B});
+  }
+  b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+}
+
 void shapes(benchmark::internal::Benchmark* b) {
   for (int T : {2, 4, 8}) {
     for (int B : {1, 8, 32, 128}) b->Args({T, B});
@@ -440,6 +491,8 @@ BENCHMARK(BM_VerifyConvReplay)->Apply(shapes);
 BENCHMARK(BM_VerifyGdnReplay)->Apply(shapes);
 BENCHMARK(BM_Rounds4Snapshot)->Apply(shapes);
 BENCHMARK(BM_Rounds4Replay)->Apply(shapes);
+BENCHMARK(BM_Rounds4VariableSnapshot)->Apply(variable_shapes);
+BENCHMARK(BM_Rounds4VariableReplay)->Apply(variable_shapes);
 
 void print_table() {
   World& w = World::get();
@@ -500,6 +553,27 @@ void print_table() {
           T, B, sn.us, rp.us, floor_us, rp.us / floor_us, s->snapshot_us, s->fold_us, s->circ16_us,
           rp.us / s->snapshot_us, rp.us / s->fold_us, rp.us / s->circ16_us,
           100 * floor_bytes(B) / (rp.us * 1e-6) / 1e9 / w.copy_gbps);
+    }
+  }
+  std::printf(
+      "\nvariable windows (rows of 1..T tokens, mean (T+1)/2, packed, no filler) vs the same "
+      "rounds padded to T (graph of 4 rounds, median / 4, us)\n");
+  std::printf("%2s %4s | %6s | %9s %9s %6s | %9s %9s %6s | %8s %6s\n", "T", "B", "tokens",
+              "snap pad", "snap var", "var/pd", "repl pad", "repl var", "var/pd", "floor", "x flr");
+  for (int T : {4, 8}) {
+    for (int B : {8, 32, 128}) {
+      auto get = [&](const char* what) {
+        auto it = results().find({T, B, what});
+        return it == results().end() ? Result{} : it->second;
+      };
+      const Result sp = get("rounds4_snapshot"), sv = get("rounds4_var_snapshot");
+      const Result rp = get("rounds4_replay"), rv = get("rounds4_var_replay");
+      int tokens = 0;
+      for (int r = 0; r < B; ++r) tokens += 1 + (3 * r) % T;
+      const double floor_us = floor_bytes(B) / (w.copy_gbps * 1e9) * 1e6;
+      std::printf("%2d %4d | %6d | %9.1f %9.1f %6.2f | %9.1f %9.1f %6.2f | %8.1f %6.2f\n", T, B,
+                  tokens, sp.us, sv.us, sv.us / sp.us, rp.us, rv.us, rv.us / rp.us, floor_us,
+                  rv.us / floor_us);
     }
   }
 }
