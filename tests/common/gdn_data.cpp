@@ -197,4 +197,10 @@ double sum_squares(const TensorView& v) {
   return total;
 }
 
+std::vector<int32_t> random_tree(int T, std::mt19937_64& rng) {
+  std::vector<int32_t> parents(static_cast<std::size_t>(T), -1);
+  for (int t = 1; t < T; ++t) parents[t] = std::uniform_int_distribution<int>(0, t - 1)(rng);
+  return parents;
+}
+
 }  // namespace specstate::test

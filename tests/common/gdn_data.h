@@ -59,6 +59,8 @@ GdnConfig small_config(DType act = DType::kF32, DType conv_state = DType::kF32,
 LayerWeights random_weights(const GdnConfig& config, std::mt19937_64& rng);
 TokenInputs random_inputs(const GdnConfig& config, int64_t tokens, std::mt19937_64& rng);
 TokenOutputs make_outputs(const GdnConfig& config, int64_t tokens);
+// A random tree of T nodes: parents[0] = -1, parents[t] uniform in [0, t).
+std::vector<int32_t> random_tree(int T, std::mt19937_64& rng);
 
 // Copies of the whole pool's committed state (all layers), and of one slot.
 std::vector<uint8_t> committed_bytes(const StatePool& pool);

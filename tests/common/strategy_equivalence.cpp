@@ -30,12 +30,6 @@ class HostMemory final : public Memory {
   std::list<Buffer> persistent_, round_;
 };
 
-std::vector<int32_t> random_tree(int T, std::mt19937_64& rng) {
-  std::vector<int32_t> parents(T, -1);
-  for (int t = 1; t < T; ++t) parents[t] = std::uniform_int_distribution<int>(0, t - 1)(rng);
-  return parents;
-}
-
 template <typename Kind>
 struct Layer {
   typename Kind::Weights weights;

@@ -39,12 +39,6 @@ HostInputs with_rows(const HostInputs& src, const std::vector<int64_t>& src_rows
   return base;
 }
 
-std::vector<int32_t> random_tree(int T, std::mt19937_64& rng) {
-  std::vector<int32_t> parents(T, -1);
-  for (int t = 1; t < T; ++t) parents[t] = std::uniform_int_distribution<int>(0, t - 1)(rng);
-  return parents;
-}
-
 template <typename Kind>
 void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
               const VariableWindowsRun& how, Memory& mem, uint64_t seed) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/caller_owned.h"
+#include "common/expect.h"
 #include "common/pool_rounds.h"
 
 namespace specstate::test {
@@ -46,20 +47,6 @@ INSTANTIATE_TEST_SUITE_P(
                                 true, CallerLayout::kOneTensor}),
     [](const ::testing::TestParamInfo<OwnedCase>& info) { return std::string(info.param.name); });
 
-template <typename Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& words) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), Status::kInvalidArgument) << e.what();
-    for (const std::string& w : words) {
-      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
-          << "message lacks '" << w << "': " << e.what();
-    }
-  }
-}
-
 TEST(CallerOwnedBadInput, ViewsThePoolCannotAdoptAreRejectedNamingThem) {
   auto mem = host_memory();
   const GdnConfig g = gdn_preset("small_f32");
@@ -73,42 +60,49 @@ TEST(CallerOwnedBadInput, ViewsThePoolCannotAdoptAreRejectedNamingThem) {
   {
     CommittedStateViews v = cm.views;
     v.ssm.pop_back();
-    expect_error([&] { make(v); }, {"committed has 2 conv and 1 ssm views", "expected 2"});
+    expect_rejected([&] { make(v); }, Status::kInvalidArgument,
+                    {"committed has 2 conv and 1 ssm views", "expected 2"});
   }
   {
     CommittedStateViews v = cm.views;
     v.conv[1].shape[0] = 2;
-    expect_error([&] { make(v); }, {"committed.conv[1]", "dim 0 = 2", "expected 3"});
+    expect_rejected([&] { make(v); }, Status::kInvalidArgument,
+                    {"committed.conv[1]", "dim 0 = 2", "expected 3"});
   }
   {
     CommittedStateViews v = cm.views;
     v.ssm[0].dtype = DType::kBF16;
-    expect_error([&] { make(v); }, {"committed.ssm[0]", "dtype"});
+    expect_rejected([&] { make(v); }, Status::kInvalidArgument, {"committed.ssm[0]", "dtype"});
   }
   {
     CommittedStateViews v = cm.views;
     v.conv[0].stride[2] = 2;  // a slot's state not contiguous
-    expect_error([&] { make(v); }, {"committed.conv[0]", "stride 2", "contiguous"});
+    expect_rejected([&] { make(v); }, Status::kInvalidArgument,
+                    {"committed.conv[0]", "stride 2", "contiguous"});
   }
   {
     CommittedStateViews v = cm.views;
     v.ssm[1].stride[0] = 1;  // slots overlap
-    expect_error([&] { make(v); }, {"committed.ssm[1]", "slot stride 1", "overlap"});
+    expect_rejected([&] { make(v); }, Status::kInvalidArgument,
+                    {"committed.ssm[1]", "slot stride 1", "overlap"});
   }
   {
     CommittedStateViews v = cm.views;
     v.conv[1].stride[0] += 4;  // another slot stride than layer 0's
-    expect_error([&] { make(v); }, {"committed.conv[1]", "differs from layer 0"});
+    expect_rejected([&] { make(v); }, Status::kInvalidArgument,
+                    {"committed.conv[1]", "differs from layer 0"});
   }
   {
     CommittedStateViews v = cm.views;
     v.ssm[1] = v.ssm[0];  // two layers in the same memory
-    expect_error([&] { make(v); }, {"committed.ssm[1] overlaps committed.ssm[0]"});
+    expect_rejected([&] { make(v); }, Status::kInvalidArgument,
+                    {"committed.ssm[1] overlaps committed.ssm[0]"});
   }
   {
     CommittedStateViews v = cm.views;
     v.conv[0].device = Device::kCuda;
-    expect_error([&] { make(v); }, {"committed.conv[0]", "lives on cuda"});
+    expect_rejected([&] { make(v); }, Status::kInvalidArgument,
+                    {"committed.conv[0]", "lives on cuda"});
   }
   // Outputs overlapping the caller's committed state are rejected like the pool's own memory.
   StatePool pool(model, o, cm.views);

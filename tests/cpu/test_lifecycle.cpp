@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect.h"
 #include "common/pool_rounds.h"
 
 namespace specstate::test {
@@ -53,20 +54,6 @@ VerifyBatch batch_of(const LifecycleCase& c, std::vector<SlotHandle> rows) {
 
 std::vector<int32_t> accept(const LifecycleCase& c, const std::vector<int>& steps) {
   return round_accept(c.tree, steps);
-}
-
-template <typename Fn>
-void expect_rejected(Fn&& fn, Status status, const std::vector<std::string>& words) {
-  try {
-    fn();
-    ADD_FAILURE() << "the call was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    for (const std::string& w : words) {
-      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
-          << "'" << w << "' not in: " << e.what();
-    }
-  }
 }
 
 // Both pools: the same requests, prefilled alike, and one committed round (so that replay has

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect.h"
 #include "common/pool_rounds.h"
 #include "specstate/safetensors.h"
 
@@ -53,20 +54,6 @@ std::vector<int32_t> accept(const SlotCase& c, const std::vector<int>& steps) {
 
 Strategy other(Strategy s) {
   return s == Strategy::kSnapshot ? Strategy::kReplay : Strategy::kSnapshot;
-}
-
-template <typename Fn>
-void expect_rejected(Fn&& fn, Status status, const std::vector<std::string>& words) {
-  try {
-    fn();
-    ADD_FAILURE() << "the call was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    for (const std::string& w : words) {
-      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
-          << "'" << w << "' not in: " << e.what();
-    }
-  }
 }
 
 void expect_nonzero(const std::vector<uint8_t>& bytes, const std::string& what) {

@@ -30,12 +30,6 @@ std::ostream& operator<<(std::ostream& out, const Case& c) {
 
 class SpeculativeEquivalence : public ::testing::TestWithParam<Case> {};
 
-std::vector<int32_t> random_tree(int T, std::mt19937_64& rng) {
-  std::vector<int32_t> parents(T, -1);
-  for (int t = 1; t < T; ++t) parents[t] = std::uniform_int_distribution<int>(0, t - 1)(rng);
-  return parents;
-}
-
 // Window indices from the root to `node` (inclusive); empty for node = -1.
 std::vector<int> path_to(const std::vector<int32_t>& parents, int offset, int node) {
   std::vector<int> path;

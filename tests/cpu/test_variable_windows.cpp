@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect.h"
 #include "common/pool_rounds.h"
 #include "common/variable_windows.h"
 
@@ -53,20 +54,6 @@ INSTANTIATE_TEST_SUITE_P(Cpu, VariableWindows, ::testing::ValuesIn(varlen_cases(
 
 // --- bad input --------------------------------------------------------------------------------
 
-template <typename Fn>
-void expect_error(Fn&& fn, Status status, const std::vector<std::string>& words) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    for (const std::string& w : words) {
-      EXPECT_NE(std::string(e.what()).find(w), std::string::npos)
-          << "message lacks '" << w << "': " << e.what();
-    }
-  }
-}
-
 class VariableWindowsBadInput : public ::testing::TestWithParam<Strategy> {};
 
 TEST_P(VariableWindowsBadInput, RejectedWithTheArgumentAndNothingChanges) {
@@ -97,28 +84,29 @@ TEST_P(VariableWindowsBadInput, RejectedWithTheArgumentAndNothingChanges) {
   {
     VerifyBatch bad = batch;
     bad.lengths = {4};
-    expect_error([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
-                 {"batch.lengths has 1 entries", "2 rows"});
+    expect_rejected([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
+                    {"batch.lengths has 1 entries", "2 rows"});
     bad.lengths = {4, 5};
-    expect_error([&] { pool.begin_verify(bad); }, Status::kOutOfRange,
-                 {"batch.lengths[1] = 5", "0..4"});
+    expect_rejected([&] { pool.begin_verify(bad); }, Status::kOutOfRange,
+                    {"batch.lengths[1] = 5", "0..4"});
     bad.lengths = {-1, 2};
-    expect_error([&] { pool.begin_verify(bad); }, Status::kOutOfRange, {"batch.lengths[0] = -1"});
+    expect_rejected([&] { pool.begin_verify(bad); }, Status::kOutOfRange,
+                    {"batch.lengths[0] = -1"});
     bad = batch;
     int32_t cu[3] = {0, 4, 6};
     bad.cu_seqlens = TensorView::contiguous(cu, DType::kI32, {3});
-    expect_error([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
-                 {"batch.lengths and batch.cu_seqlens"});
+    expect_rejected([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
+                    {"batch.lengths and batch.cu_seqlens"});
     bad.lengths.clear();
-    expect_error([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
-                 {"batch.cu_seqlens", "device memory of a cuda pool"});
+    expect_rejected([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
+                    {"batch.cu_seqlens", "device memory of a cuda pool"});
     bad = batch;
     bad.parents = {-1, 0, 1};  // neither 6 (packed) nor 8 (padded)
-    expect_error([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
-                 {"batch.parents has 3 entries", "6 (a tree per row, packed", "8"});
+    expect_rejected([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
+                    {"batch.parents has 3 entries", "6 (a tree per row, packed", "8"});
     bad.parents = {-1, 0, 1, 2, -1, 2};  // row 1's token 1 (packed index 5) has parent 2
-    expect_error([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
-                 {"batch.parents[5] = 2", "row 1"});
+    expect_rejected([&] { pool.begin_verify(bad); }, Status::kInvalidArgument,
+                    {"batch.parents[5] = 2", "row 1"});
     EXPECT_FALSE(pool.round_open());
   }
 
@@ -127,8 +115,8 @@ TEST_P(VariableWindowsBadInput, RejectedWithTheArgumentAndNothingChanges) {
   {
     const TokenInputs in = random_inputs(g, 8, rng);
     const TokenOutputs out = make_outputs(g, 8);
-    expect_error([&] { pool.verify(0, w.view(), in.view(), out.view()); }, Status::kInvalidArgument,
-                 {"inputs.mixed_qkv", "6"});
+    expect_rejected([&] { pool.verify(0, w.view(), in.view(), out.view()); },
+                    Status::kInvalidArgument, {"inputs.mixed_qkv", "6"});
   }
   const TokenInputs in = random_inputs(g, 6, rng);
   const TokenOutputs out = make_outputs(g, 6);
@@ -137,7 +125,7 @@ TEST_P(VariableWindowsBadInput, RejectedWithTheArgumentAndNothingChanges) {
 
   // commit: a = 3 for row 1, whose window is 2, would commit the state after another row's
   // tokens: rejected, naming the row's length; nothing changes and the round stays open.
-  expect_error(
+  expect_rejected(
       [&] {
         pool.commit(std::vector<int32_t>{4, 3});
       },
@@ -158,7 +146,7 @@ TEST_P(VariableWindowsBadInput, RejectedWithTheArgumentAndNothingChanges) {
     const TokenOutputs out1 = make_outputs(g, 1);
     pool.verify(0, w.view(), in1.view(), out1.view());
   }
-  expect_error(
+  expect_rejected(
       [&] {
         pool.commit(std::vector<int32_t>{1, 1});
       },
@@ -183,23 +171,27 @@ TEST_P(VariableWindowsBadInput, BatchedPrefillRejectsBadLengths) {
   auto call = [&](std::vector<SlotHandle> rows, std::vector<int32_t> lengths) {
     pool.prefill(0, rows, lengths, w.view(), in.view(), out.view());
   };
-  expect_error(
+  expect_rejected(
       [&] {
         call({a, b}, {5});
       },
       Status::kInvalidArgument, {"lengths has 1 entries", "handles 2"});
-  expect_error(
+  expect_rejected(
       [&] {
         call({a, b}, {6, -1});
       },
       Status::kInvalidArgument, {"lengths[1] = -1", "negative"});
-  expect_error(
+  expect_rejected(
       [&] {
         call({a, SlotHandle::padding()}, {3, 2});
       },
       Status::kInvalidArgument, {"handles[1] is padding", "lengths[1] = 2"});
-  expect_error([&] { call({a, b}, {2, 2}); }, Status::kInvalidArgument, {"inputs.mixed_qkv", "4"});
-  expect_error([&] { call({a, a}, {2, 3}); }, Status::kInvalidArgument, {"repeats the slot"});
+  expect_rejected(
+      [&] {
+        call({a, b}, {2, 2});
+      },
+      Status::kInvalidArgument, {"inputs.mixed_qkv", "4"});
+  expect_rejected([&] { call({a, a}, {2, 3}); }, Status::kInvalidArgument, {"repeats the slot"});
   EXPECT_EQ(exported(pool, a), before);
   call({a, b}, {2, 3});
   EXPECT_NE(exported(pool, a), before);
@@ -207,10 +199,7 @@ TEST_P(VariableWindowsBadInput, BatchedPrefillRejectsBadLengths) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, VariableWindowsBadInput,
                          ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),
-                         [](const ::testing::TestParamInfo<Strategy>& info) {
-                           return std::string(info.param == Strategy::kReplay ? "replay"
-                                                                              : "snapshot");
-                         });
+                         strategy_test_name);
 
 }  // namespace
 }  // namespace specstate::test

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/caller_owned.h"
+#include "common/expect.h"
 #include "common/pool_rounds.h"
 #include "gpu_util.h"
 
@@ -165,10 +166,7 @@ TEST_P(GraphPadding, PaddingRowsNeverWriteAnySlot) {
 
 INSTANTIATE_TEST_SUITE_P(Gpu, GraphPadding,
                          ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),
-                         [](const ::testing::TestParamInfo<Strategy>& info) {
-                           return std::string(info.param == Strategy::kReplay ? "replay"
-                                                                              : "snapshot");
-                         });
+                         strategy_test_name);
 
 }  // namespace
 }  // namespace specstate::test

@@ -41,12 +41,6 @@ GdnConfig make_config(const GpuCase& c) {
   return g;
 }
 
-std::vector<int32_t> random_tree(int T, std::mt19937_64& rng) {
-  std::vector<int32_t> parents(T, -1);
-  for (int t = 1; t < T; ++t) parents[t] = std::uniform_int_distribution<int>(0, t - 1)(rng);
-  return parents;
-}
-
 void compare_committed(const StatePool& cpu, const StatePool& gpu, const GdnConfig& g,
                        const std::string& what) {
   for (int l = 0; l < cpu.config().num_layers; ++l) {

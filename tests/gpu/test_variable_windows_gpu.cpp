@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect.h"
 #include "common/pool_rounds.h"
 #include "common/variable_windows.h"
 #include "gpu_util.h"
@@ -122,10 +123,7 @@ TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeSkipsOnlyThatRow) {
 
 INSTANTIATE_TEST_SUITE_P(Gpu, VariableWindowsGpuChecks,
                          ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),
-                         [](const ::testing::TestParamInfo<Strategy>& info) {
-                           return std::string(info.param == Strategy::kReplay ? "replay"
-                                                                              : "snapshot");
-                         });
+                         strategy_test_name);
 
 }  // namespace
 }  // namespace specstate::test
