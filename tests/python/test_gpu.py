@@ -239,3 +239,54 @@ def test_bf16_torch_inputs():
               f"layer {layer} bf16 core_out", tol=2e-2)
     cpu.commit([2])
     gpu.commit([2])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_cuda_pool_over_torch_state_tensors(strategy):
+    """An engine's own [L, slots, ...] torch tensors (padded slot stride) adopted by a CUDA pool,
+    with variable windows and a batched prefill: bit-identical to an owning CUDA pool, written in
+    place, padding untouched."""
+    model = Model(seed=21, head_k_dim=K)
+    cfg, L, slots = model.cfg, model.layers, 4
+    c, w = cfg.conv_dim(), cfg.conv_width
+    hv, v, k = cfg.num_v_heads, cfg.head_v_dim, cfg.head_k_dim
+    conv_all = torch.full((L, slots, c * (w - 1) + 4), 7.0, device="cuda")  # 16-byte padding
+    ssm_all = torch.full((L, slots, hv * v * k + 4), 7.0, device="cuda")
+    conv_views = [conv_all[l, :, :c * (w - 1)].unflatten(1, (c, w - 1)) for l in range(L)]
+    ssm_views = [ssm_all[l, :, :hv * v * k].unflatten(1, (hv, v, k)) for l in range(L)]
+    opts = specstate.PoolOptions(num_slots=slots, max_rows=4, max_window=4, strategy=strategy,
+                                 backend=specstate.Backend.CUDA)
+    try:
+        caller = specstate.StatePool(model.config, opts, committed_conv=conv_views,
+                                     committed_ssm=ssm_views)
+    except specstate.NotSupportedError as e:
+        pytest.skip(f"specstate built without its CUDA backend: {e}")
+    own = cuda_pool(model, strategy, slots=slots)
+    weights = [dev_weights(wt) for wt in model.weights]
+    hc = [caller.acquire() for _ in range(2)]
+    ho = [own.acquire() for _ in range(2)]
+    lengths = [3, 2]
+    for layer, (x, a, b) in enumerate(model.inputs(5)):
+        inp = specstate.GdnInputs(dev(x), dev(a), dev(b))
+        caller.prefill_batch(layer, hc, lengths, weights[layer], inp, dev_outputs(5, cfg))
+        own.prefill_batch(layer, ho, lengths, weights[layer], inp, dev_outputs(5, cfg))
+    for pool, hs in ((caller, hc), (own, ho)):
+        pool.begin_verify(specstate.VerifyBatch(hs, window=4, lengths=[4, 1]))
+    for layer, (x, a, b) in enumerate(model.inputs(5)):
+        inp = specstate.GdnInputs(dev(x), dev(a), dev(b))
+        oc, oo = dev_outputs(5, cfg), dev_outputs(5, cfg)
+        caller.verify(layer, weights[layer], inp, oc)
+        own.verify(layer, weights[layer], inp, oo)
+        torch.cuda.synchronize()
+        assert torch.equal(oc.core_out, oo.core_out) and oc.core_out.abs().sum() > 0
+    caller.commit([3, 1])
+    own.commit([3, 1])
+    gc_, go = gpu_states(caller, L), gpu_states(own, L)
+    for h in hc:
+        s = caller.slot_index(h)
+        for (cc, sc), (co, so) in zip(gc_, go):
+            assert np.array_equal(cc[s], co[s]) and np.array_equal(sc[s], so[s])
+        assert torch.equal(conv_views[0][s].cpu(), torch.from_numpy(go[0][0][s]))
+    torch.cuda.synchronize()
+    assert (conv_all[:, :, c * (w - 1):] == 7.0).all() and (ssm_all[:, :, hv * v * k:] == 7.0).all()
+    assert (ssm_all[:, 2:] == 7.0).all()  # slots never acquired are untouched
