@@ -2,7 +2,8 @@
 // (choices from the fuzzer's bytes) and the soak test (choices from a seeded std::mt19937_64).
 //
 // Two pools of one config: `pool`, the one under test, takes every call (acquire, release,
-// prefill, decode, begin_verify/verify/commit or abort_round, releases in the middle of a round,
+// prefill, decode, begin_verify/verify/commit or abort_round (uniform or variable windows),
+// releases in the middle of a round,
 // and invalid calls of each); `shadow` only ever prefills and decodes. The oracle (DESIGN.md
 // sections 5.6 and 7):
 //   - a rejected call throws specstate::Error and leaves both pools byte-identical;
@@ -145,6 +146,7 @@ struct DriverStats {
   int64_t ops = 0, rounds = 0, commits = 0, rejected = 0, tree_rounds = 0, padded_rows = 0;
   int64_t acquired = 0, released = 0, compared_slots = 0;
   int64_t aborted = 0, released_mid_round = 0;  // rounds dropped by abort_round, rows released
+  int64_t varlen_rounds = 0;                    // rounds with per-row window lengths
 };
 
 class PoolDriver {
@@ -259,10 +261,30 @@ class PoolDriver {
     }
     if (tree) batch.parents = parents;
     stats_.tree_rounds += tree;
+    // Variable windows (DESIGN.md section 2): each row its own length 0..T, packed with no filler
+    // (a tree then given per row at r * T, the shared tree's prefix used).
+    const bool varlen = src_.coin();
+    std::vector<int> len(B, T), tok0(B);
+    if (varlen) {
+      for (int r = 0; r < B; ++r) {
+        len[r] = row_req[r] < 0 ? 0 : static_cast<int>(src_.below(static_cast<uint32_t>(T + 1)));
+        batch.lengths.push_back(len[r]);
+      }
+      if (tree) {
+        batch.parents.clear();
+        for (int r = 0; r < B; ++r)
+          batch.parents.insert(batch.parents.end(), parents.begin(), parents.end());
+      }
+      ++stats_.varlen_rounds;
+    }
+    int n = 0;
+    for (int r = 0; r < B; ++r) {
+      tok0[r] = varlen ? n : r * T;
+      n = varlen ? n + len[r] : (r + 1) * T;
+    }
 
     const auto before = committed(*pool_);
     pool_->begin_verify(batch);
-    const int n = B * T;
     std::vector<Tokens> inputs;
     std::vector<Outs> outs;
     for (int l = 0; l < config_.num_layers; ++l) {
@@ -303,9 +325,17 @@ class PoolDriver {
     if (src_.coin()) {
       std::vector<int32_t> bad(B, tree ? -1 : 0);
       const int r = static_cast<int>(src_.below(static_cast<uint32_t>(B)));
-      switch (src_.below(4)) {
+      switch (src_.below(5)) {
         case 0:
           bad[r] = tree ? T : T + 1;
+          break;
+        case 4:
+          // Past the row's own window (variable windows), within the round's: a > T_row.
+          if (len[r] < T) {
+            bad[r] = tree ? len[r] : len[r] + 1;
+          } else {
+            bad.pop_back();
+          }
           break;
         case 1:
           bad[r] = tree ? -2 : -1;
@@ -332,11 +362,11 @@ class PoolDriver {
     // The accepted node of every row (tree: any node; chain: a length in [0, T]).
     std::vector<int32_t> accepted(B), last(B, -1);
     for (int r = 0; r < B; ++r) {
-      if (row_req[r] < 0 || src_.below(5) == 0) {
+      if (row_req[r] < 0 || len[r] == 0 || src_.below(5) == 0) {
         accepted[r] = tree ? -1 : 0;
         continue;
       }
-      last[r] = static_cast<int32_t>(src_.below(static_cast<uint32_t>(T)));
+      last[r] = static_cast<int32_t>(src_.below(static_cast<uint32_t>(len[r])));
       accepted[r] = tree ? last[r] : last[r] + 1;
     }
     if (src_.coin()) {
@@ -359,11 +389,11 @@ class PoolDriver {
       for (int t = last[r]; t >= 0; t = parents[t]) path.insert(path.begin(), t);
       const SlotHandle s = live_[row_req[r]].shadow;
       for (int l = 0; l < config_.num_layers; ++l) {
-        Tokens gathered = gather(inputs[l], r * T, path);
+        Tokens gathered = gather(inputs[l], tok0[r], path);
         Outs o = make_outs(static_cast<int>(path.size()));
         shadow_->prefill(l, s, layers_[l].view(), gathered.view(), o.view());
         for (std::size_t i = 0; i < path.size(); ++i) {
-          const std::size_t tok = static_cast<std::size_t>(r * T + path[i]);
+          const std::size_t tok = static_cast<std::size_t>(tok0[r] + path[i]);
           same_row(outs[l].core_out, tok, o.core_out, i, "core_out", l, r, path[i]);
           same_row(outs[l].conv_out, tok, o.conv_out, i, "conv_out", l, r, path[i]);
         }

@@ -45,20 +45,26 @@ int main(int argc, char** argv) {
     total.compared_slots += s.compared_slots;
     total.aborted += s.aborted;
     total.released_mid_round += s.released_mid_round;
+    total.varlen_rounds += s.varlen_rounds;
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
-      "specstate_soak: %lld rounds (%lld tree, %lld aborted) over %d configs, seed %llu: %lld "
+      "specstate_soak: %lld rounds (%lld tree, %lld variable windows, %lld aborted) over %d "
+      "configs, seed %llu: %lld "
       "ops, %lld rejected calls, %lld padding rows, %lld arrivals, %lld departures (%lld "
       "mid-round), %lld slot-layer comparisons, all bit-exact, %.1f s\n",
-      done, static_cast<long long>(total.tree_rounds), static_cast<long long>(total.aborted),
-      configs, seed, static_cast<long long>(total.ops), static_cast<long long>(total.rejected),
-      static_cast<long long>(total.padded_rows), static_cast<long long>(total.acquired),
-      static_cast<long long>(total.released), static_cast<long long>(total.released_mid_round),
+      done, static_cast<long long>(total.tree_rounds), static_cast<long long>(total.varlen_rounds),
+      static_cast<long long>(total.aborted), configs, seed, static_cast<long long>(total.ops),
+      static_cast<long long>(total.rejected), static_cast<long long>(total.padded_rows),
+      static_cast<long long>(total.acquired), static_cast<long long>(total.released),
+      static_cast<long long>(total.released_mid_round),
       static_cast<long long>(total.compared_slots), secs);
-  if (total.tree_rounds == 0 || total.rejected == 0 || total.padded_rows == 0) {
-    std::fprintf(stderr, "specstate_soak: the run did not cover trees, rejections and padding\n");
+  if (total.tree_rounds == 0 || total.rejected == 0 || total.padded_rows == 0 ||
+      total.varlen_rounds == 0) {
+    std::fprintf(stderr,
+                 "specstate_soak: the run did not cover trees, rejections, padding and variable "
+                 "windows\n");
     return 1;
   }
   return 0;
