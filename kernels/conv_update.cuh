@@ -105,7 +105,6 @@ __global__ void __launch_bounds__(kConvThreads)
 
   const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
   if (slot < 0) return;  // padding row: nothing read, nothing written
-  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
 
   // Committed window of these channels, [C][H].
   St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{c0} * H;
@@ -162,7 +161,8 @@ __global__ void __launch_bounds__(kConvThreads)
         s[k * H + H - 1] = round_to<St>(xin[k]);
       }
     }
-    if (n > 0 && (p.store_replayed || (p.store_final && rt.count == 0))) {
+    if (n > 0 &&
+        (p.store_replayed || (p.store_final && row_tokens(p.varlen, row, p.tokens).count == 0))) {
       if (full) {
         store_n<St, C * H>(st, s, aligned16(st));
       } else {
@@ -179,6 +179,8 @@ __global__ void __launch_bounds__(kConvThreads)
   const bool out_vec = full && p.out_stride_c == 1;
   // token_loop: one thread walks every token of its row (weights and window loaded once; large
   // batches); otherwise one token per thread (grid z = token; small batches need the threads).
+  // The row's tokens, computed here so that nothing of them is live across the replay above.
+  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
   const int t_begin = token_loop ? 0 : blockIdx.z;
   const int t_end = token_loop ? rt.count : min(static_cast<int>(blockIdx.z) + 1, rt.count);
   const int64_t row_token0 = rt.begin;                  // inputs and outputs

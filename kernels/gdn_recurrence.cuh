@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
                              p.b_stride_token,
                              p.b_stride_h,
                              row_token0};
-    const int total = n_rep + rt.count;
+    const int total = n_rep + rt.count;  // (the window has tokens iff total > n_rep)
     // A tree without snapshots needs its whole window staged in one chunk.
     const bool split = recompute && total > kChunk;
     for (int c0 = 0; c0 < total;) {
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
         const int vt = c0 + tt;
         if (vt < n_rep) {
           gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, tt, kl, vrow);
-          if (vt == n_rep - 1 && v_ok && (p.store_replayed || (p.store_final && rt.count == 0))) {
+          if (vt == n_rep - 1 && v_ok && (p.store_replayed || (p.store_final && total == n_rep))) {
             gdn_store_state<St, NK, LANES>(committed, S, kl, false);
           }
           continue;
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
       __syncthreads();  // the next chunk's prologue overwrites the shared arrays
       c0 += m;
     }
-    if (p.store_final && rt.count > 0 && v_ok) {
+    if (p.store_final && total > n_rep && v_ok) {
       gdn_store_state<St, NK, LANES>(committed, S, kl, false);
     }
   }

@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
                               p.dt_stride_token,
                               p.dt_stride_h,
                               row_token0};
-  const int total = n_rep + rt.count;
+  const int total = n_rep + rt.count;  // (the window has tokens iff total > n_rep)
   const bool split = recompute && total > kChunk;
   for (int c0 = 0; c0 < total;) {
     int m = min(kChunk, total - c0);
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
       const int vt = c0 + tt;
       if (kReplay && vt < n_rep) {
         mamba2_step<St, N, kChunk, false>(S, chunk, tt, kl, r);
-        if (vt == n_rep - 1 && ok && (p.store_replayed || (p.store_final && rt.count == 0))) {
+        if (vt == n_rep - 1 && ok && (p.store_replayed || (p.store_final && total == n_rep))) {
           mamba2_store<St, NK, LANES>(committed, S, kl, false);
         }
         continue;
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
     __syncthreads();  // the next chunk's staging overwrites the shared arrays
     c0 += m;
   }
-  if (p.store_final && rt.count > 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
+  if (p.store_final && total > n_rep && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
 }
 
 template <typename Act, typename St, int N, int kChunk, bool kReplay>
