@@ -314,6 +314,10 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     throw CLI::ValidationError("--strategy",
                                "--strategy " + o.strategy + " must be snapshot, replay or both");
   }
+  if (o.packing != "padded" && o.packing != "variable") {
+    throw CLI::ValidationError("--packing",
+                               "--packing " + o.packing + " must be padded or variable");
+  }
   const bool both = strategies.size() == 2;
   // A report or plot that cannot be written fails now, not after the run.
   if (!o.out.empty()) {
@@ -431,7 +435,8 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     by_round[static_cast<std::size_t>(rec.round)].push_back(&rec);
   const auto buckets = spec::VerifyBatchBuilder::power_of_two_buckets(num_requests);
   const auto plan_of = [&](int64_t round, const std::map<int64_t, SlotHandle>& handles) {
-    spec::VerifyBatchBuilder builder(buckets);
+    spec::VerifyBatchBuilder builder(
+        buckets, o.packing == "variable" ? spec::Packing::kVariable : spec::Packing::kPadded);
     for (const auto* rec : by_round[static_cast<std::size_t>(round)]) {
       builder.add(handles.at(rec->request), rec->window);
     }
@@ -453,7 +458,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     for (int64_t round = 0; round < num_rounds; ++round) {
       const auto& records = by_round[static_cast<std::size_t>(round)];
       if (records.empty()) continue;
-      const int T = plan_of(round, reference_handle_of).window();
+      const spec::BatchPlan ref_plan = plan_of(round, reference_handle_of);
       // Row i of the round's batch is records[i] (live rows first, in add() order).
       for (std::size_t i = 0; i < records.size(); ++i) {
         const auto& path = records[i]->path;
@@ -464,7 +469,8 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
           HostBuffer qkv(g.act_dtype, n * D), a(g.act_dtype, n * HV), b(g.act_dtype, n * HV),
               out(g.act_dtype, n * HV * V);
           for (int64_t j = 0; j < n; ++j) {
-            const int64_t token = static_cast<int64_t>(i) * T + path[static_cast<std::size_t>(j)];
+            const int64_t token =
+                ref_plan.token_offsets[i] + static_cast<int64_t>(path[static_cast<std::size_t>(j)]);
             std::memcpy(static_cast<uint8_t*>(qkv.data()) + j * D * es,
                         static_cast<const uint8_t*>(in.qkv.data()) + token * D * es, D * es);
             std::memcpy(static_cast<uint8_t*>(a.data()) + j * HV * es,
@@ -568,13 +574,16 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
         pending[rec->request] = rec->accepted_length();
       }
       const int64_t live_layers = int64_t{plan.live_rows} * L;
+      // The live rows' verified tokens: T each when padded (filler included), their own
+      // window's under variable packing.
+      const int64_t live_tokens =
+          o.packing == "variable" ? plan.num_tokens() : int64_t{plan.live_rows} * plan.window();
       int64_t vbytes = 0, cbytes = 0;
       if (replay) {
-        vbytes = live_layers * state_layer_bytes * 2 +
-                 live_layers * plan.window() * sb.record_per_token +
+        vbytes = live_layers * state_layer_bytes * 2 + live_tokens * L * sb.record_per_token +
                  replayed_tokens * L * sb.record_per_token;
       } else {
-        vbytes = live_layers * state_layer_bytes * (1 + plan.window());
+        vbytes = (live_layers + live_tokens * L) * state_layer_bytes;
         cbytes = advancing * L * state_layer_bytes * 2;
       }
       verify_times.push_back(verify_s);
@@ -591,6 +600,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
       r["rows"] = plan.rows();
       r["window"] = plan.window();
       r["tokens"] = round_tokens;
+      r["verified_tokens"] = plan.num_tokens();
       r["verify_seconds"] = verify_s;
       r["commit_seconds"] = commit_s;
       r["verify_bytes"] = vbytes;
@@ -600,8 +610,10 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
       if (o.check) {
         // The live rows' outputs of every layer (padding rows' tokens are nobody's).
         uint64_t h = kFnvOffset;
-        const std::size_t row_bytes = static_cast<std::size_t>(plan.window() * HV * V) * es;
-        std::vector<uint8_t> bytes(row_bytes * static_cast<std::size_t>(plan.live_rows));
+        // (Live rows come first: their tokens are the first token_offsets[live_rows].)
+        const std::size_t token_bytes = static_cast<std::size_t>(HV * V) * es;
+        std::vector<uint8_t> bytes(token_bytes *
+                                   static_cast<std::size_t>(plan.token_offsets[plan.live_rows]));
         for (int layer = 0; layer < L; ++layer) {
           memory.download(bytes.data(), core_out_of(layer), bytes.size());
           h = fnv1a(h, bytes.data(), bytes.size());
@@ -737,6 +749,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   opts["tp"] = o.tp;
   opts["backend"] = o.backend;
   opts["strategy"] = o.strategy;
+  opts["packing"] = o.packing;
   opts["seed"] = o.seed;
   opts["warmup"] = o.warmup;
   opts["trace"] = o.trace_path.empty() ? Json(nullptr) : Json(o.trace_path);
@@ -1312,6 +1325,11 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--strategy", o->strategy,
                   "snapshot, replay, or both (the same trace through each, side by side)")
       ->check(CLI::IsMember({"snapshot", "replay", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--packing", o->packing,
+                  "padded (every row at r*T, filler up to the round's largest window) or "
+                  "variable (each row's own tokens, no filler)")
+      ->check(CLI::IsMember({"padded", "variable"}))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the generator and the synthetic weights")
       ->check(unsigned_64())

@@ -30,6 +30,10 @@ struct SimulateOptions {
   // snapshot, replay, or both: the same trace through a snapshot pool and a replay pool, side by
   // side (the report's per-strategy keys then sit under "strategies").
   std::string strategy = "snapshot";
+  // padded: every row of a round at r * T with filler up to the round's largest window;
+  // variable: each row's own tokens packed by cumulative offsets (VerifyBatch::lengths, no
+  // filler computed; DESIGN.md section 2).
+  std::string packing = "padded";
   uint64_t seed = 0;
   // Replay the accepted tokens through prefill on a CPU pool and compare every strategy's
   // committed states with it; with `both` also the strategies' outputs and states bit for bit.

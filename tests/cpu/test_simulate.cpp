@@ -345,6 +345,56 @@ TEST(Simulate, ReplaysATraceFileWithPaddingRowsAndZeroAcceptance) {
   std::remove(path.c_str());
 }
 
+// --packing variable: rows of different windows verify only their own tokens (no filler), with
+// the same committed states (checked against prefill, and both strategies bit for bit).
+TEST(Simulate, VariablePackingVerifiesNoFillerTokens) {
+  const std::string path = ::testing::TempDir() + "specstate_simulate_varlen.jsonl";
+  {
+    std::ofstream out(path);
+    out << R"({"format": "specstate-trace", "version": 1, "requests": [1, 2, 3]})"
+           "\n"
+        << R"({"request": 1, "round": 0, "window": 4, "accepted": 3})"
+           "\n"
+        << R"({"request": 2, "round": 0, "window": 1, "accepted": 1})"
+           "\n"
+        << R"({"request": 3, "round": 0, "window": 2, "accepted": 0})"
+           "\n"
+        << R"({"request": 1, "round": 1, "window": 2, "accepted": 2})"
+           "\n"
+        << R"({"request": 2, "round": 1, "window": 4, "parents": [-1, 0, 0, 2], "path": [0, 2, 3]})"
+           "\n";
+  }
+  SimulateOptions o;
+  o.model = "tiny";
+  o.trace_path = path;
+  o.check = true;
+  o.strategy = "both";
+  o.packing = "variable";
+  const auto both = run_simulation(o, nullptr);
+  EXPECT_TRUE(both["check"]["passed"].get<bool>()) << both["check"].dump();
+  o.strategy = "snapshot";
+  const auto var = run_simulation(o, nullptr);
+  o.packing = "padded";
+  const auto pad = run_simulation(o, nullptr);
+  EXPECT_TRUE(var["check"]["passed"].get<bool>()) << var["check"].dump();
+  ASSERT_EQ(var["rounds"].size(), 2u);
+  // Round 0: 4 + 1 + 2 tokens (padded: 3 rows of 4; the buckets are 1, 2, 3); round 1: 2 + 4
+  // (padded: 2 rows of 4).
+  EXPECT_EQ(var["rounds"][0]["verified_tokens"].get<int64_t>(), 7);
+  EXPECT_EQ(var["rounds"][1]["verified_tokens"].get<int64_t>(), 6);
+  EXPECT_EQ(pad["rounds"][0]["verified_tokens"].get<int64_t>(), 12);
+  EXPECT_EQ(pad["rounds"][1]["verified_tokens"].get<int64_t>(), 8);
+  // Snapshot bytes: (1 + the row's tokens) states per live row-layer.
+  EXPECT_EQ(var["rounds"][0]["verify_bytes"].get<int64_t>(),
+            (3 + 7) * kTinyLayers * kTinyStateLayer);
+  EXPECT_EQ(pad["rounds"][0]["verify_bytes"].get<int64_t>(), 3 * 5 * kTinyLayers * kTinyStateLayer);
+  EXPECT_EQ(var["acceptance"]["tokens_total"].get<int64_t>(),
+            pad["acceptance"]["tokens_total"].get<int64_t>());
+  o.packing = "none";
+  EXPECT_THROW(run_simulation(o, nullptr), CLI::ValidationError);
+  std::remove(path.c_str());
+}
+
 TEST(Simulate, SvgHasBothPlots) {
   SimulateOptions o;
   o.model = "tiny";
