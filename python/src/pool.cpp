@@ -48,6 +48,7 @@ class PyPool {
   bool is_cuda() const { return pool_.options().backend == Backend::kCuda; }
   // Replay re-runs pending steps with the weights of each layer's last verify / advance: the
   // pool holds those weights (and so their arrays) until the layer's next call.
+  void hold_round_array(nb::object array) { round_array_ = std::move(array); }
   void hold_weights(int layer, nb::handle weights) {
     if (layer >= 0 && static_cast<std::size_t>(layer) < last_weights_.size())
       last_weights_[static_cast<std::size_t>(layer)] = nb::borrow(weights);
@@ -115,7 +116,8 @@ class PyPool {
 #endif
   StatePool pool_;
   std::vector<nb::object> committed_arrays_;
-  uintptr_t stream_ = 0;  // the caller's stream when a call names none
+  nb::object round_array_;  // the open round's device cu_seqlens (read by the kernels)
+  uintptr_t stream_ = 0;    // the caller's stream when a call names none
   std::vector<nb::object> last_weights_;
   std::mutex mutex_;
 };
@@ -543,15 +545,28 @@ void bind_pool(nb::module_& m) {
                   .c_str())
           .def(
               "begin_verify",
-              [](PyPool& p, const VerifyBatch& batch, nb::handle stream) {
+              [](PyPool& p, const VerifyBatch& batch, nb::handle cu_seqlens, nb::handle stream) {
+                VerifyBatch b = batch;
+                Arg cu;
+                if (!cu_seqlens.is_none()) {
+                  cu = to_arg(cu_seqlens, "batch.cu_seqlens", false, false);
+                  b.cu_seqlens = cu.view;
+                }
                 locked(p, stream, [&](StatePool& s) {
-                  s.begin_verify(batch);
+                  s.begin_verify(b);
                   return 0;
                 });
+                // The kernels read the array when they run: the pool keeps it until the next
+                // round begins.
+                p.hold_round_array(cu.object);
               },
-              nb::arg("batch"), nb::arg("stream").none() = nb::none(),
+              nb::arg("batch"), nb::arg("cu_seqlens").none() = nb::none(),
+              nb::arg("stream").none() = nb::none(),
               (std::string("Starts a round: rows (live, of this pool, no slot twice), window <= "
-                           "max_window, rows <= max_rows, the tree.") +
+                           "max_window, rows <= max_rows, the tree. cu_seqlens (CUDA pools): an "
+                           "int32 [B+1] device array of row offsets read by the kernels when they "
+                           "run (CUDA graphs whose lengths change on the device), instead of "
+                           "batch.lengths; kept alive by the pool until the next round.") +
                kStreamDoc)
                   .c_str())
           .def(

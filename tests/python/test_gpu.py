@@ -290,3 +290,32 @@ def test_cuda_pool_over_torch_state_tensors(strategy):
     torch.cuda.synchronize()
     assert (conv_all[:, :, c * (w - 1):] == 7.0).all() and (ssm_all[:, :, hv * v * k:] == 7.0).all()
     assert (ssm_all[:, 2:] == 7.0).all()  # slots never acquired are untouched
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_device_cu_seqlens_equals_host_lengths(strategy):
+    """The same round with host lengths and with a device cu_seqlens tensor (inputs sized for
+    the static maximum): identical outputs and states."""
+    model = Model(seed=23, head_k_dim=K)
+    cfg = model.cfg
+    pools = [cuda_pool(model, strategy), cuda_pool(model, strategy)]
+    weights = [dev_weights(w) for w in model.weights]
+    hs = [[p.acquire(), p.acquire()] for p in pools]
+    lengths = [3, 1]
+    T, B = 4, 2
+    window = model.inputs(B * T)
+    pools[0].begin_verify(specstate.VerifyBatch(hs[0], window=T, lengths=lengths))
+    cu = torch.tensor([0, 3, 4], dtype=torch.int32, device="cuda")
+    pools[1].begin_verify(specstate.VerifyBatch(hs[1], window=T), cu_seqlens=cu)
+    for layer, (x, a, b) in enumerate(window):
+        o0, o1 = dev_outputs(4, cfg), dev_outputs(B * T, cfg)
+        pools[0].verify(layer, weights[layer],
+                        specstate.GdnInputs(dev(x[:4]), dev(a[:4]), dev(b[:4])), o0)
+        pools[1].verify(layer, weights[layer], specstate.GdnInputs(dev(x), dev(a), dev(b)), o1)
+        torch.cuda.synchronize()
+        assert torch.equal(o0.core_out, o1.core_out[:4]) and o0.core_out.abs().sum() > 0
+    for p in pools:
+        p.commit([2, 1])
+    for (c0, s0), (c1, s1) in zip(gpu_states(pools[0], model.layers),
+                                  gpu_states(pools[1], model.layers)):
+        assert np.array_equal(c0, c1) and np.array_equal(s0, s1)

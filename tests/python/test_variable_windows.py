@@ -106,3 +106,13 @@ def test_pool_over_caller_owned_arrays(strategy):
     with pytest.raises(specstate.Error, match=r"committed\.conv\[1\]"):
         bad = [conv_views[0], conv_views[0][:2]]
         specstate.StatePool(model.config, opts, committed_conv=bad, committed_ssm=ssm_views)
+
+
+def test_device_cu_seqlens_needs_a_cuda_pool():
+    model = Model(seed=5)
+    pool = model.pool(Strategy.SNAPSHOT)
+    h = pool.acquire()
+    with pytest.raises(specstate.Error, match=r"batch\.cu_seqlens.*device memory of a cuda pool"):
+        pool.begin_verify(specstate.VerifyBatch([h], window=2),
+                          cu_seqlens=np.array([0, 2], np.int32))
+    assert not pool.round_open()
