@@ -152,16 +152,86 @@ constexpr bool kHaveCuda =
     false;
 #endif
 
+// One layer's synthetic weights, of either kind: the GDN or the Mamba2 views over the same
+// buffers (conv_weight [D, W]; A_log, dt_bias and, for Mamba2, conv_bias [D] and D [heads]).
 struct LayerWeightsHost {
-  HostBuffer conv_weight, A_log, dt_bias;  // f32 [D, W], [HV], [HV]
+  HostBuffer conv_weight, conv_bias, A_log, dt_bias, d_skip;  // f32
   GdnWeights host, pool;
+  Mamba2Weights m2_host, m2_pool;
 };
 
 // One set of per-token inputs for max_rows * max_window tokens; verify uses its first rows * T.
+// GDN: qkv = mixed_qkv [D], a and b [HV] each; Mamba2: qkv = xBC [D], a = dt [heads], b = z
+// [heads * P] when the layer is gated (else empty).
 struct InputSet {
   HostBuffer qkv, a, b;
   void *qkv_pool = nullptr, *a_pool = nullptr, *b_pool = nullptr;
 };
+
+// What simulate feeds a layer of either kind, and its core output [tokens, heads, head_dim].
+struct LayerShape {
+  bool mamba2 = false;
+  int64_t D = 0, W = 0;             // conv channels, taps
+  int64_t heads = 0, head_dim = 0;  // core output: GDN HV x V, Mamba2 nheads x P
+  int64_t a_cols = 0, b_cols = 0;   // GDN: HV, HV; Mamba2: nheads (dt), nheads * P (z) or 0
+  DType act = DType::kF32;
+  bool conv_bias = false, d_skip = false;
+};
+
+LayerShape layer_shape(const ModelConfig& c) {
+  LayerShape s;
+  s.D = c.conv_dim();
+  s.act = c.act_dtype();
+  if (c.kind == LayerKind::kMamba2) {
+    const Mamba2Config& m = c.mamba;
+    s.mamba2 = true;
+    s.W = m.conv_width;
+    s.heads = m.num_heads;
+    s.head_dim = m.head_dim;
+    s.a_cols = m.num_heads;
+    s.b_cols = m.gate ? int64_t{m.num_heads} * m.head_dim : 0;
+    s.conv_bias = m.conv_bias;
+    s.d_skip = m.d_skip;
+  } else {
+    const GdnConfig& g = c.gdn;
+    s.W = g.conv_width;
+    s.heads = g.num_v_heads;
+    s.head_dim = g.head_v_dim;
+    s.a_cols = s.b_cols = g.num_v_heads;
+    s.conv_bias = g.conv_bias;
+  }
+  return s;
+}
+
+// One layer call of the pool's kind over `tokens` tokens at the given addresses (host or
+// device memory as `device` says): verify, or prefill of `handle`.
+void layer_call(StatePool& pool, const LayerShape& sh, int layer, const LayerWeightsHost& w,
+                bool pool_weights, const void* x, const void* a, const void* b, void* out,
+                int64_t tokens, Device device, const SlotHandle* prefill_handle) {
+  const auto view = [&](const void* p, int64_t cols) {
+    return cols == 0 ? TensorView{} : TensorView::contiguous(p, sh.act, {tokens, cols}, device);
+  };
+  TensorView core = TensorView::contiguous(out, sh.act, {tokens, sh.heads, sh.head_dim}, device);
+  if (sh.mamba2) {
+    const Mamba2Inputs in{view(x, sh.D), view(a, sh.a_cols), view(b, sh.b_cols)};
+    const Mamba2Outputs o{{}, core};
+    const Mamba2Weights& mw = pool_weights ? w.m2_pool : w.m2_host;
+    if (prefill_handle) {
+      pool.prefill(layer, *prefill_handle, mw, in, o);
+    } else {
+      pool.verify(layer, mw, in, o);
+    }
+    return;
+  }
+  const GdnInputs in{view(x, sh.D), view(a, sh.a_cols), view(b, sh.b_cols)};
+  const GdnOutputs o{{}, core};
+  const GdnWeights& gw = pool_weights ? w.pool : w.host;
+  if (prefill_handle) {
+    pool.prefill(layer, *prefill_handle, gw, in, o);
+  } else {
+    pool.verify(layer, gw, in, o);
+  }
+}
 
 // The most requests one simulation holds (--requests, or the requests a --trace declares).
 constexpr int kMaxRequests = 4096;
@@ -331,14 +401,8 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   }
   const ModelPreset preset = resolve_model(o.model, o.model_file, o.dims);
   const ModelConfig config = apply_tp(preset, o.tp);
-  if (config.kind != LayerKind::kGatedDeltaNet) {
-    throw CLI::ValidationError(o.model_file.empty() ? "--model" : "--model-file",
-                               "model " + preset.name + " has " + layer_kind_name(config.kind) +
-                                   " layers: simulate runs Gated DeltaNet presets only "
-                                   "so far (plan and check-golden take Mamba2)");
-  }
   config.validate();
-  const GdnConfig& g = config.gdn;
+  const LayerShape sh = layer_shape(config);
   std::string source;
   const spec::Trace trace = make_trace(o, source);
   if (!o.save_trace.empty()) {
@@ -378,7 +442,8 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   // Weights shaped like real ones: A = exp(A_log) in [1, 16], dt = softplus(dt_bias) in
   // [1e-3, 1e-1] log-uniform, conv taps ~ N(0, 0.5^2).
   std::mt19937_64 rng(o.seed ^ 0x5eedf00dull);
-  const int64_t D = config.conv_dim(), W = g.conv_width, HV = g.num_v_heads, V = g.head_v_dim;
+  // (V is the core output's head dimension: GDN V, Mamba2 P; HV its heads.)
+  const int64_t D = sh.D, W = sh.W, HV = sh.heads, V = sh.head_dim;
   const int L = config.num_layers;
   std::vector<LayerWeightsHost> weights(static_cast<std::size_t>(L));
   for (auto& w : weights) {
@@ -391,41 +456,56 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
       const double dt = std::exp(std::log(1e-3) + uniform01(rng) * std::log(100.0));
       w.dt_bias.set(h, static_cast<float>(std::log(std::expm1(dt))));
     }
-    w.host = GdnWeights{TensorView::contiguous(w.conv_weight.data(), DType::kF32, {D, W}),
-                        {},
-                        TensorView::contiguous(w.A_log.data(), DType::kF32, {HV}),
-                        TensorView::contiguous(w.dt_bias.data(), DType::kF32, {HV})};
-    w.pool = GdnWeights{
-        TensorView::contiguous(memory.place(w.conv_weight), DType::kF32, {D, W}, memory.device()),
-        {},
-        TensorView::contiguous(memory.place(w.A_log), DType::kF32, {HV}, memory.device()),
-        TensorView::contiguous(memory.place(w.dt_bias), DType::kF32, {HV}, memory.device())};
+    if (sh.conv_bias) {
+      w.conv_bias = HostBuffer(DType::kF32, D);
+      for (int64_t i = 0; i < D; ++i) w.conv_bias.set(i, 0.1f * normal(rng));
+    }
+    if (sh.d_skip) {
+      w.d_skip = HostBuffer(DType::kF32, HV);
+      for (int64_t h = 0; h < HV; ++h) w.d_skip.set(h, 1.0f + 0.1f * normal(rng));
+    }
+    const auto host = [&](HostBuffer& b, std::initializer_list<int64_t> shape) {
+      return b.numel() == 0 ? TensorView{} : TensorView::contiguous(b.data(), DType::kF32, shape);
+    };
+    const auto placed = [&](HostBuffer& b, std::initializer_list<int64_t> shape) {
+      return b.numel() == 0
+                 ? TensorView{}
+                 : TensorView::contiguous(memory.place(b), DType::kF32, shape, memory.device());
+    };
+    w.host = GdnWeights{host(w.conv_weight, {D, W}), host(w.conv_bias, {D}), host(w.A_log, {HV}),
+                        host(w.dt_bias, {HV})};
+    w.pool = GdnWeights{placed(w.conv_weight, {D, W}), placed(w.conv_bias, {D}),
+                        placed(w.A_log, {HV}), placed(w.dt_bias, {HV})};
+    w.m2_host = Mamba2Weights{w.host.conv_weight, w.host.conv_bias, w.host.A_log, w.host.dt_bias,
+                              host(w.d_skip, {HV})};
+    w.m2_pool = Mamba2Weights{w.pool.conv_weight, w.pool.conv_bias, w.pool.A_log, w.pool.dt_bias,
+                              placed(w.d_skip, {HV})};
   }
   // A few input sets, cycled over (round, layer): generating inputs stays out of the timing.
   constexpr int kInputSets = 4;
   const int64_t max_tokens = int64_t{num_requests} * max_window;
   std::vector<InputSet> inputs(kInputSets);
   for (auto& in : inputs) {
-    in.qkv = HostBuffer(g.act_dtype, max_tokens * D);
-    in.a = HostBuffer(g.act_dtype, max_tokens * HV);
-    in.b = HostBuffer(g.act_dtype, max_tokens * HV);
+    in.qkv = HostBuffer(sh.act, max_tokens * D);
+    in.a = HostBuffer(sh.act, max_tokens * sh.a_cols);
+    in.b = HostBuffer(sh.act, max_tokens * sh.b_cols);
     for (int64_t i = 0; i < in.qkv.numel(); ++i) in.qkv.set(i, normal(rng));
     for (int64_t i = 0; i < in.a.numel(); ++i) in.a.set(i, normal(rng));
     for (int64_t i = 0; i < in.b.numel(); ++i) in.b.set(i, normal(rng));
     in.qkv_pool = memory.place(in.qkv);
     in.a_pool = memory.place(in.a);
-    in.b_pool = memory.place(in.b);
+    in.b_pool = in.b.numel() ? memory.place(in.b) : nullptr;
   }
   const auto input_set = [&](int64_t round, int layer) -> const InputSet& {
     return inputs[static_cast<std::size_t>((round * L + layer) % kInputSets)];
   };
   // The core output of verify: one buffer, or with --check one per layer, so that every layer's
   // output can be read after the round, outside the timing.
-  const std::size_t es = dtype_size(g.act_dtype);
+  const std::size_t es = dtype_size(sh.act);
   std::vector<HostBuffer> core_out_host(o.check ? static_cast<std::size_t>(L) : 1);
   std::vector<void*> core_out;
   for (auto& buffer : core_out_host) {
-    buffer = HostBuffer(g.act_dtype, max_tokens * HV * V);
+    buffer = HostBuffer(sh.act, max_tokens * HV * V);
     core_out.push_back(memory.place(buffer));
   }
   const auto core_out_of = [&](int layer) { return core_out[o.check ? layer : 0]; };
@@ -466,25 +546,25 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
         const int64_t n = static_cast<int64_t>(path.size());
         for (int layer = 0; layer < L; ++layer) {
           const InputSet& in = input_set(round, layer);
-          HostBuffer qkv(g.act_dtype, n * D), a(g.act_dtype, n * HV), b(g.act_dtype, n * HV),
-              out(g.act_dtype, n * HV * V);
+          const int64_t A = sh.a_cols, Bc = sh.b_cols;
+          HostBuffer qkv(sh.act, n * D), a(sh.act, n * A), b(sh.act, n * Bc),
+              out(sh.act, n * HV * V);
           for (int64_t j = 0; j < n; ++j) {
             const int64_t token =
                 ref_plan.token_offsets[i] + static_cast<int64_t>(path[static_cast<std::size_t>(j)]);
             std::memcpy(static_cast<uint8_t*>(qkv.data()) + j * D * es,
                         static_cast<const uint8_t*>(in.qkv.data()) + token * D * es, D * es);
-            std::memcpy(static_cast<uint8_t*>(a.data()) + j * HV * es,
-                        static_cast<const uint8_t*>(in.a.data()) + token * HV * es, HV * es);
-            std::memcpy(static_cast<uint8_t*>(b.data()) + j * HV * es,
-                        static_cast<const uint8_t*>(in.b.data()) + token * HV * es, HV * es);
+            std::memcpy(static_cast<uint8_t*>(a.data()) + j * A * es,
+                        static_cast<const uint8_t*>(in.a.data()) + token * A * es, A * es);
+            if (Bc > 0) {
+              std::memcpy(static_cast<uint8_t*>(b.data()) + j * Bc * es,
+                          static_cast<const uint8_t*>(in.b.data()) + token * Bc * es, Bc * es);
+            }
           }
-          reference->prefill(
-              layer, reference_handle_of.at(records[i]->request),
-              weights[static_cast<std::size_t>(layer)].host,
-              GdnInputs{TensorView::contiguous(qkv.data(), g.act_dtype, {n, D}),
-                        TensorView::contiguous(a.data(), g.act_dtype, {n, HV}),
-                        TensorView::contiguous(b.data(), g.act_dtype, {n, HV})},
-              GdnOutputs{{}, TensorView::contiguous(out.data(), g.act_dtype, {n, HV, V})});
+          const SlotHandle h = reference_handle_of.at(records[i]->request);
+          layer_call(*reference, sh, layer, weights[static_cast<std::size_t>(layer)], false,
+                     qkv.data(), a.data(), Bc > 0 ? b.data() : nullptr, out.data(), n, Device::kCpu,
+                     &h);
         }
       }
     }
@@ -510,15 +590,8 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     const auto verify_all_layers = [&](int64_t round, int64_t tokens) {
       for (int layer = 0; layer < L; ++layer) {
         const InputSet& in = input_set(round, layer);
-        pool->verify(
-            layer, weights[static_cast<std::size_t>(layer)].pool,
-            GdnInputs{
-                TensorView::contiguous(in.qkv_pool, g.act_dtype, {tokens, D}, memory.device()),
-                TensorView::contiguous(in.a_pool, g.act_dtype, {tokens, HV}, memory.device()),
-                TensorView::contiguous(in.b_pool, g.act_dtype, {tokens, HV}, memory.device())},
-            GdnOutputs{{},
-                       TensorView::contiguous(core_out_of(layer), g.act_dtype, {tokens, HV, V},
-                                              memory.device())});
+        layer_call(*pool, sh, layer, weights[static_cast<std::size_t>(layer)], true, in.qkv_pool,
+                   in.a_pool, in.b_pool, core_out_of(layer), tokens, memory.device(), nullptr);
       }
     };
 
@@ -678,7 +751,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
       // lands on the other side of a tie moves an element by a bf16 ulp, so the tolerance is
       // 2e-2 there (the GPU test suite uses the same rule).
       const double rel = max_ref > 0 ? max_abs / max_ref : max_abs;
-      const bool bf16 = g.act_dtype == DType::kBF16 || config.ssm_state_dtype() == DType::kBF16;
+      const bool bf16 = sh.act == DType::kBF16 || config.ssm_state_dtype() == DType::kBF16;
       const double tolerance = cuda ? (bf16 ? 2e-2 : 1e-5) : 0.0;
       check["bit_identical"] = identical;
       check["max_abs_error"] = max_abs;
@@ -885,14 +958,25 @@ void print_summary(const Json& r, std::ostream& out) {
   const Json& t = r["trace"];
   const Json& acc = r["acceptance"];
   char line[512];
-  std::snprintf(line, sizeof(line),
-                "specstate simulate: %s (TP %d: %d GDN layers, H=%d HV=%d K=%d V=%d), backend %s, "
-                "strategy %s\n",
-                m["name"].get<std::string>().c_str(), r["options"]["tp"].get<int>(),
-                m["gdn_layers"].get<int>(), m["num_k_heads"].get<int>(),
-                m["num_v_heads"].get<int>(), m["head_k_dim"].get<int>(), m["head_v_dim"].get<int>(),
-                r["options"]["backend"].get<std::string>().c_str(),
-                r["options"]["strategy"].get<std::string>().c_str());
+  if (m.contains("mamba2_layers")) {
+    std::snprintf(line, sizeof(line),
+                  "specstate simulate: %s (TP %d: %d Mamba2 layers, heads=%d P=%d N=%d G=%d), "
+                  "backend %s, strategy %s\n",
+                  m["name"].get<std::string>().c_str(), r["options"]["tp"].get<int>(),
+                  m["mamba2_layers"].get<int>(), m["num_heads"].get<int>(),
+                  m["head_dim"].get<int>(), m["d_state"].get<int>(), m["n_groups"].get<int>(),
+                  r["options"]["backend"].get<std::string>().c_str(),
+                  r["options"]["strategy"].get<std::string>().c_str());
+  } else {
+    std::snprintf(line, sizeof(line),
+                  "specstate simulate: %s (TP %d: %d GDN layers, H=%d HV=%d K=%d V=%d), backend "
+                  "%s, strategy %s\n",
+                  m["name"].get<std::string>().c_str(), r["options"]["tp"].get<int>(),
+                  m["gdn_layers"].get<int>(), m["num_k_heads"].get<int>(),
+                  m["num_v_heads"].get<int>(), m["head_k_dim"].get<int>(),
+                  m["head_v_dim"].get<int>(), r["options"]["backend"].get<std::string>().c_str(),
+                  r["options"]["strategy"].get<std::string>().c_str());
+  }
   out << line;
   out << "  trace: " << t["source"].get<std::string>() << ", " << t["requests"].get<int>()
       << " requests, " << t["rounds"].get<int64_t>() << " rounds, window up to "

@@ -3,6 +3,9 @@
 // held against real pools of both strategies. Built only with the command line.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #if defined(SPECSTATE_CLI_PATH)
 
 #include <nlohmann/json.hpp>
@@ -81,10 +84,31 @@ TEST(PlanMamba2, JsonReportThroughTheBinary) {
   EXPECT_EQ(j["total_layers"], 52);
   EXPECT_EQ(j["num_heads"], 128);
   EXPECT_EQ(j["committed_bytes_per_request"], 102137856);
-  // simulate does not run Mamba2 layers yet: a usage error naming --model, not a wrong run.
-  const test::CliRun sim = test::run_command(SPECSTATE_CLI_PATH, "simulate --model nemotron-h-8b");
-  EXPECT_EQ(sim.code, 2) << sim.output;
-  EXPECT_NE(sim.output.find("mamba2"), std::string::npos) << sim.output;
+  // simulate runs Mamba2 layers: small custom Mamba2 models (D skip and a conv bias by default;
+  // one gated through a model file) through both strategies, proven against prefill and against
+  // each other.
+  const std::string file = ::testing::TempDir() + "specstate_m2_gated.json";
+  {
+    std::ofstream out(file);
+    out << R"({"kind": "mamba2", "layers": 2, "num_heads": 4, "head_dim": 16, "d_state": 16,
+               "n_groups": 2, "gate": true})";
+  }
+  for (const std::string& model :
+       {std::string("--kind mamba2 --layers 3 --heads 4 --head-dim 16 --d-state 16 --groups 2"),
+        "--model-file " + file}) {
+    SCOPED_TRACE(model);
+    const test::CliRun sim = test::run_command(
+        SPECSTATE_CLI_PATH, "simulate " + model +
+                                " --requests 3 --rounds 6 --strategy both --check --packing "
+                                "variable --quiet");
+    EXPECT_EQ(sim.code, 0) << sim.output;
+    EXPECT_NE(sim.output.find("Mamba2 layers, heads=4 P=16 N=16 G=2"), std::string::npos)
+        << sim.output;
+    EXPECT_NE(sim.output.find("snapshot vs replay bit-identical: outputs yes"), std::string::npos)
+        << sim.output;
+    EXPECT_NE(sim.output.find("PASS (bit-identical yes"), std::string::npos) << sim.output;
+  }
+  std::remove(file.c_str());
 }
 
 }  // namespace
