@@ -15,7 +15,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 OUT="${OUT:-$root/out}"
 mkdir -p "$OUT"
-STAGES="${STAGES:-build tests sanitizer bench m2bench tp}"
+STAGES="${STAGES:-build tests sanitizer bench m2bench sim tp}"
 BUILD="${BUILD_DIR:-$root/build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 status=0
@@ -122,6 +122,47 @@ if has m2bench; then
   sed -n '/Mamba2 rounds/,$p' "$OUT/mamba2_bench.log"
   echo "mamba2 bench rc=$rc"
   [ $rc -ne 0 ] && { tail -20 "$OUT/mamba2_bench.log"; status=1; }
+fi
+
+if has sim; then
+  # The main job on the GPU: specstate simulate --backend cuda, both strategies, checked against
+  # plain prefill on the CPU and against each other (GDN and Mamba2, chains, a tree, variable
+  # windows from a trace of mixed windows).
+  echo "== simulate on CUDA [t=${SECONDS}s]"
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+       -DSPECSTATE_CUDA=ON -DSPECSTATE_BUILD_EXAMPLES=ON -DSPECSTATE_INSTALL=OFF \
+       "${cmake_extra[@]}" >"$OUT/sim_build.log" 2>&1 ||
+     ! cmake --build "$BUILD" -j "$JOBS" --target specstate_cli >>"$OUT/sim_build.log" 2>&1; then
+    tail -30 "$OUT/sim_build.log"; echo "simulate build FAILED"; status=1
+  else
+    trace="$OUT/mixed_windows.jsonl"
+    {
+      echo '{"format": "specstate-trace", "version": 1, "requests": [1, 2, 3, 4]}'
+      for r in 0 1 2 3 4 5; do
+        echo "{\"request\": 1, \"round\": $r, \"window\": 4, \"accepted\": $(( (r % 4) + 1 ))}"
+        echo "{\"request\": 2, \"round\": $r, \"window\": 1, \"accepted\": 1}"
+        echo "{\"request\": 3, \"round\": $r, \"window\": 3, \"accepted\": $(( r % 3 ))}"
+        echo "{\"request\": 4, \"round\": $r, \"window\": 4, \"parents\": [-1, 0, 0, 2], \"path\": [0, 2, 3]}"
+      done
+    } >"$trace"
+    sims=("--model small --requests 8 --rounds 12"
+          "--model small --requests 4 --rounds 8 --tree=-1,0,0,1,1"
+          "--model small --trace $trace --packing variable"
+          "--model nemotron-h-8b --requests 4 --rounds 6"
+          "--model nemotron-h-8b --trace $trace --packing variable")
+    i=0
+    for args in "${sims[@]}"; do
+      log="$OUT/sim_$i.log"
+      i=$((i + 1))
+      # shellcheck disable=SC2086  # $args holds several arguments
+      timeout 300 "$BUILD/examples/specstate" simulate $args --backend cuda --strategy both \
+        --check --quiet >"$log" 2>&1
+      rc=$?
+      grep -E "^specstate simulate|time: round|check:" "$log" | head -4
+      echo "simulate $args: rc=$rc (log $log)"
+      [ $rc -ne 0 ] && { tail -20 "$log"; status=1; }
+    done
+  fi
 fi
 
 if has tp; then
