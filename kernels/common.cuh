@@ -177,6 +177,11 @@ cudaError_t check_recurrence_launch(const Params& p, int chunk, bool* skip) {
   return cudaSuccess;
 }
 
+// A hint that `ptr` will be read soon by this thread: its line is fetched into L1 now.
+__device__ __forceinline__ void prefetch_l1(const void* ptr) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));
+}
+
 // The tokens of launch row `row` (see RowTokensParams): [begin, begin + count).
 struct RowTokens {
   int64_t begin = 0;

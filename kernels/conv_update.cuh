@@ -118,6 +118,23 @@ __global__ void __launch_bounds__(kConvThreads)
 
   Act* rec =
       has_records ? static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0 : nullptr;
+  if (kRecords && token_loop) {
+    // One thread walks the pending steps and then the window tokens; each step's input load
+    // would be a round trip on that path (the stores between steps keep the compiler from
+    // hoisting the next load). Fetch them all into L1 now, at once: at small batches this
+    // latency is the kernel's time.
+    if (p.pending != nullptr && rec != nullptr) {
+      const int n = p.pending[slot];
+      for (int i = 0; i < n; ++i) {
+        prefetch_l1(rec + p.path[slot * p.path_stride_slot + i] * p.record_stride_t);
+      }
+    }
+    const RowTokens ahead = row_tokens(p.varlen, row, p.tokens);
+    for (int t = 0; t < ahead.count; ++t) {
+      prefetch_l1(static_cast<const Act*>(p.x) + (ahead.begin + t) * p.x_stride_token +
+                  c0 * p.x_stride_c);
+    }
+  }
   if (kRecords && p.pending != nullptr) {
     // Replay (token_loop): the slot's pending steps, in order, from the committed window. Their
     // conv outputs feed the recurrence's replay; the window then starts from the result.
