@@ -39,6 +39,45 @@ __device__ void copy_extra_column(const ConvUpdateParams& p, int row, int r, int
   (void)r;
 }
 
+// The conv weights [C][W] and bias [C] of channels c0 .. c0 + nc (a partial group repeats
+// channel c0), in float, whatever their dtype and strides.
+template <int W>
+__device__ __forceinline__ void load_conv_weights(const ConvUpdateParams& p, int c0, int nc,
+                                                  float (&w)[kConvChannels][W],
+                                                  float (&bias)[kConvChannels]) {
+  constexpr int C = kConvChannels;
+  const bool full = nc == C;
+  float wf[C * W];
+  const bool w_contig = full && p.weight_stride_tap == 1 && p.weight_stride_c == W;
+  if (w_contig && p.weight_dtype == ElemType::kBF16 &&
+      aligned16(static_cast<const bf16*>(p.weight) + int64_t{c0} * W)) {
+    load_n<bf16, C * W>(static_cast<const bf16*>(p.weight) + int64_t{c0} * W, wf, true);
+  } else if (w_contig && p.weight_dtype == ElemType::kF32 &&
+             aligned16(static_cast<const float*>(p.weight) + int64_t{c0} * W)) {
+    load_n<float, C * W>(static_cast<const float*>(p.weight) + int64_t{c0} * W, wf, true);
+  } else {
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int c = i < nc ? c0 + i : c0;
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        wf[i * W + j] =
+            load_any(p.weight, p.weight_dtype, c * p.weight_stride_c + j * p.weight_stride_tap);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) w[i][j] = wf[i * W + j];
+  }
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    const int c = i < nc ? c0 + i : c0;
+    bias[i] = p.has_bias ? load_any(p.bias, p.bias_dtype, c * p.bias_stride) : 0.0f;
+  }
+}
+
 // kRecords: the instantiation that reads or writes replay records (the snapshot and plain advance
 // instantiation carries none of that code: at small batches every instruction before the loads
 // is latency).
@@ -71,37 +110,7 @@ __global__ void __launch_bounds__(kConvThreads)
   // Weights and bias first: they do not depend on the slot, so their loads overlap its load.
   float w[C][W];
   float bias[C];
-  {
-    float wf[C * W];
-    const bool w_contig = full && p.weight_stride_tap == 1 && p.weight_stride_c == W;
-    if (w_contig && p.weight_dtype == ElemType::kBF16 &&
-        aligned16(static_cast<const bf16*>(p.weight) + int64_t{c0} * W)) {
-      load_n<bf16, C * W>(static_cast<const bf16*>(p.weight) + int64_t{c0} * W, wf, true);
-    } else if (w_contig && p.weight_dtype == ElemType::kF32 &&
-               aligned16(static_cast<const float*>(p.weight) + int64_t{c0} * W)) {
-      load_n<float, C * W>(static_cast<const float*>(p.weight) + int64_t{c0} * W, wf, true);
-    } else {
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
-        const int c = i < nc ? c0 + i : c0;
-#pragma unroll
-        for (int j = 0; j < W; ++j) {
-          wf[i * W + j] =
-              load_any(p.weight, p.weight_dtype, c * p.weight_stride_c + j * p.weight_stride_tap);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-#pragma unroll
-      for (int j = 0; j < W; ++j) w[i][j] = wf[i * W + j];
-    }
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-      const int c = i < nc ? c0 + i : c0;
-      bias[i] = p.has_bias ? load_any(p.bias, p.bias_dtype, c * p.bias_stride) : 0.0f;
-    }
-  }
+  load_conv_weights<W>(p, c0, nc, w, bias);
 
   const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
   if (slot < 0) return;  // padding row: nothing read, nothing written
@@ -296,6 +305,176 @@ __global__ void __launch_bounds__(kConvThreads)
   }
 }
 
+// Small batches under replay (verify): one thread per (8 channels, virtual token), the virtual
+// tokens being the slot's pending steps and then the window tokens, all of a channel group's
+// tokens in one CTA (kReplayGroups groups x kReplayVt tokens). Every thread first loads what its
+// token's window needs (the committed window, the pending steps' records, window inputs), then,
+// after a barrier (window tokens overwrite the records that pending steps read), computes and
+// stores. conv_update_kernel walks the same tokens one after another in one thread: at small
+// batches that walk is the kernel's time. The arithmetic is the same, so are the results.
+inline constexpr int kReplayGroups = 4;
+inline constexpr int kReplayVt = 16;  // virtual tokens of a channel group: pending + window
+inline constexpr int kReplaySmallRows = 16;
+
+template <typename Act, int N>
+__device__ __forceinline__ void load_row(const Act* ptr, int64_t stride_c, bool full, int nc,
+                                         float (&out)[N]) {
+  if (full && stride_c == 1 && aligned16(ptr)) {
+    load_n<Act, N>(ptr, out, true);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = k < nc ? to_float<Act>(ptr[k * stride_c]) : 0.0f;
+  }
+}
+
+template <typename Act, typename St, int W>
+__global__ void __launch_bounds__(kReplayGroups* kReplayVt)
+    conv_replay_small_kernel(const __grid_constant__ ConvUpdateParams p, int channel_ctas) {
+  constexpr int C = kConvChannels;
+  constexpr int H = W - 1;
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int r = blockIdx.y;
+  const int row = p.row_begin + r;
+  const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
+  if (slot < 0) return;  // padding row (uniform over the CTA): nothing read, nothing written
+  if (static_cast<int>(blockIdx.x) >= channel_ctas) {
+    // The extra record columns (GDN a | b, Mamba2 dt), one thread each, as conv_update_kernel.
+    const int j = (static_cast<int>(blockIdx.x) - channel_ctas) * (kReplayGroups * kReplayVt) +
+                  threadIdx.y * kReplayGroups + threadIdx.x;
+    if (j < p.extra_count * p.extra_cols) copy_extra_column<Act>(p, row, r, slot, j);
+    return;
+  }
+  const int groups = (p.conv_dim + C - 1) / C;
+  const int g = blockIdx.x * kReplayGroups + threadIdx.x;
+  const int v = threadIdx.y;
+  const int n = p.pending[slot];
+  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
+  const bool active = g < groups && v < n + rt.count;
+  const int c0 = g * C;
+  const int nc = active ? min(C, p.conv_dim - c0) : C;
+  const bool full = nc == C;
+  Act* rec = static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0;
+  St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{c0} * H;
+  const int32_t* path = p.path + slot * p.path_stride_slot;
+
+  float w[C][W];
+  float bias[C];
+  float win[W][C];  // this token's window, oldest first; win[W-1] is its own input
+  if (active) {
+    load_conv_weights<W>(p, c0, nc, w, bias);
+    // Element k of the slot's input history: the committed columns (k < H), then the pending
+    // steps' inputs, as a committed window holds them (rounded to the conv state dtype).
+    const auto history = [&](int k, float(&out)[C]) {
+      if (k < H) {
+#pragma unroll
+        for (int i = 0; i < C; ++i) out[i] = i < nc ? to_float<St>(st[i * H + k]) : 0.0f;
+      } else {
+        load_row<Act, C>(rec + path[k - H] * p.record_stride_t, 1, full, nc, out);
+#pragma unroll
+        for (int i = 0; i < C; ++i) out[i] = round_to<St>(out[i]);
+      }
+    };
+    if (v < n) {
+      // Pending step v: the window before it is history[v .. v+H-1], its input history[v+H]
+      // (its record, not rounded: the current input of a step).
+#pragma unroll
+      for (int j = 0; j < H; ++j) history(v + j, win[j]);
+      load_row<Act, C>(rec + path[v] * p.record_stride_t, 1, full, nc, win[H]);
+    } else {
+      // Window token t: its ancestors in the window, then the start window (the last H of the
+      // history, history[n .. n+H-1]).
+      const Act* x = static_cast<const Act*>(p.x);
+      const int64_t row_parent0 = int64_t{row} * p.tokens;
+      int node = v - n;
+      int depth = 0;
+#pragma unroll
+      for (int j = W - 1; j >= 0; --j) {
+        if (node >= 0) {
+          load_row<Act, C>(x + (rt.begin + node) * p.x_stride_token + c0 * p.x_stride_c,
+                           p.x_stride_c, full, nc, win[j]);
+          if (j < W - 1) {
+#pragma unroll
+            for (int i = 0; i < C; ++i) win[j][i] = round_to<St>(win[j][i]);
+          }
+          node = p.parents ? p.parents[row_parent0 + node] : node - 1;
+          ++depth;
+        } else {
+          history(n + j + depth - 1, win[j]);
+        }
+      }
+    }
+  }
+  // Every read of the records and of the committed window is above this line.
+  __syncthreads();
+  if (!active) return;
+  float y[C];
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    float acc = bias[i];
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc += w[i][j] * win[j][i];
+    y[i] = silu(acc);
+  }
+  if (v < n) {
+    Act* op = static_cast<Act*>(p.replay_out) + row * p.replay_out_stride_row +
+              v * p.replay_out_stride_t + c0;
+    if (c0 + C > p.replay_out_from) {
+      if (full && aligned16(op)) {
+        store_n<Act, C>(op, y, true);
+      } else {
+#pragma unroll
+        for (int i = 0; i < C; ++i) {
+          if (i < nc) op[i] = from_float<Act>(y[i]);
+        }
+      }
+    }
+    if (p.store_replayed) {
+      // The committed window after the pending steps: history[n .. n+H-1]. Step v's input is
+      // column v - n + H of it; step 0 also writes the old columns that remain (n < H).
+      const int m = v - n + H;
+      if (m >= 0) {
+#pragma unroll
+        for (int i = 0; i < C; ++i) {
+          if (i < nc) st[i * H + m] = from_float<St>(win[H][i]);
+        }
+      }
+      if (v == 0) {
+#pragma unroll
+        for (int k = 0; k < H; ++k) {
+          if (k + n < H) {
+#pragma unroll
+            for (int i = 0; i < C; ++i) {
+              if (i < nc) st[i * H + k] = from_float<St>(win[k + n][i]);
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+  const int t = v - n;
+  Act* op = static_cast<Act*>(p.out) + (rt.begin + t) * p.out_stride_token + c0 * p.out_stride_c;
+  if (full && p.out_stride_c == 1 && aligned16(op)) {
+    store_n<Act, C>(op, y, true);
+  } else {
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      if (i < nc) op[i * p.out_stride_c] = from_float<Act>(y[i]);
+    }
+  }
+  if (p.write_records) {
+    Act* rp = rec + t * p.record_stride_t;  // the token's own input, exact in the act dtype
+    if (full && aligned16(rp)) {
+      store_n<Act, C>(rp, win[W - 1], true);
+    } else {
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        if (i < nc) rp[i] = from_float<Act>(win[W - 1][i]);
+      }
+    }
+  }
+}
+
 template <typename Act, typename St>
 cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.tokens < 0) return cudaSuccess;
@@ -309,6 +488,34 @@ cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t str
   const int extra = p.records != nullptr ? p.extra_count * p.extra_cols : 0;
   const dim3 grid((groups + extra + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
   const bool records = p.records != nullptr || p.pending != nullptr;
+  // Small replay verifies: every (channel group, virtual token) its own thread. Measured on the
+  // H200 (Qwen3-Next TP1 rounds, docs/cuda.md): faster at B = 1 from T = 4 (T = 8: 1186 -> 995
+  // us) and at B = 8 for T = 8 (2158 -> 1993 us); slower at B = 8 for T <= 4 and at B = 1 for
+  // T = 2 (the serial walk is short there, and the many mostly idle CTAs delay the recurrence
+  // launched behind this kernel). The pending steps are at most path_stride_slot.
+  const bool small = p.tokens >= 8 ? p.rows <= 8 : (p.tokens >= 4 && p.rows == 1);
+  if (small && p.pending != nullptr && p.records != nullptr && !p.store_final &&
+      p.snap == nullptr && p.rows <= kReplaySmallRows &&
+      p.path_stride_slot + p.tokens <= kReplayVt) {
+    const int channel_ctas = (groups + kReplayGroups - 1) / kReplayGroups;
+    const int extra_ctas = (extra + kReplayGroups * kReplayVt - 1) / (kReplayGroups * kReplayVt);
+    const dim3 small_grid(channel_ctas + extra_ctas, p.rows);
+    const dim3 block(kReplayGroups, kReplayVt);
+    switch (p.width) {
+      case 2:
+        conv_replay_small_kernel<Act, St, 2><<<small_grid, block, 0, stream>>>(p, channel_ctas);
+        break;
+      case 3:
+        conv_replay_small_kernel<Act, St, 3><<<small_grid, block, 0, stream>>>(p, channel_ctas);
+        break;
+      case 4:
+        conv_replay_small_kernel<Act, St, 4><<<small_grid, block, 0, stream>>>(p, channel_ctas);
+        break;
+      default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+  }
   switch (p.width * 2 + (records ? 1 : 0)) {
     case 4:
       conv_update_kernel<Act, St, 2, false><<<grid, kConvThreads, 0, stream>>>(p, loop);
