@@ -625,13 +625,13 @@ void bind_caller_committed(const char* fn, const CommittedStateViews& views,
 }  // namespace
 
 StatePool::StatePool(const ModelConfig& config, const PoolOptions& options)
-    : StatePool(config, options, nullptr) {}
+    : StatePool(Construct{}, config, options, nullptr) {}
 
 StatePool::StatePool(const ModelConfig& config, const PoolOptions& options,
                      const CommittedStateViews& committed)
-    : StatePool(config, options, &committed) {}
+    : StatePool(Construct{}, config, options, &committed) {}
 
-StatePool::StatePool(const ModelConfig& config, const PoolOptions& options,
+StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& options,
                      const CommittedStateViews* committed) {
   const char* fn = "StatePool";
   // Every size is validated and overflow-checked before any memory is touched.

@@ -265,7 +265,8 @@ class StatePool {
 
  private:
   friend struct detail::PoolAccess;
-  StatePool(const ModelConfig& config, const PoolOptions& options,
+  struct Construct {};  // tags the constructor both public ones delegate to
+  StatePool(Construct, const ModelConfig& config, const PoolOptions& options,
             const CommittedStateViews* committed);
   struct Impl;
   std::unique_ptr<Impl> impl_;
