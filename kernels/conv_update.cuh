@@ -39,6 +39,32 @@ __device__ void copy_extra_column(const ConvUpdateParams& p, int row, int r, int
   (void)r;
 }
 
+// N channels of one token's row (channel stride `stride_c`; a partial group, nc < N, reads
+// zeros past nc and writes nothing there), as 16-byte vectors where the layout allows.
+template <typename Act, int N>
+__device__ __forceinline__ void load_row(const Act* ptr, int64_t stride_c, bool full, int nc,
+                                         float (&out)[N]) {
+  if (full && stride_c == 1 && aligned16(ptr)) {
+    load_n<Act, N>(ptr, out, true);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = k < nc ? to_float<Act>(ptr[k * stride_c]) : 0.0f;
+  }
+}
+
+template <typename Act, int N>
+__device__ __forceinline__ void store_row(Act* ptr, int64_t stride_c, bool full, int nc,
+                                          const float (&in)[N]) {
+  if (full && stride_c == 1 && aligned16(ptr)) {
+    store_n<Act, N>(ptr, in, true);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (k < nc) ptr[k * stride_c] = from_float<Act>(in[k]);
+    }
+  }
+}
+
 // The conv weights [C][W] and bias [C] of channels c0 .. c0 + nc (a partial group repeats
 // channel c0), in float, whatever their dtype and strides.
 template <int W>
@@ -151,13 +177,7 @@ __global__ void __launch_bounds__(kConvThreads)
     for (int i = 0; i < n; ++i) {
       const int t = p.path[slot * p.path_stride_slot + i];
       float xin[C];
-      const Act* xp = rec + t * p.record_stride_t;
-      if (full && aligned16(xp)) {
-        load_n<Act, C>(xp, xin, true);
-      } else {
-#pragma unroll
-        for (int k = 0; k < C; ++k) xin[k] = k < nc ? to_float<Act>(xp[k]) : 0.0f;
-      }
+      load_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, xin);
       float y[C];
 #pragma unroll
       for (int k = 0; k < C; ++k) {
@@ -169,17 +189,10 @@ __global__ void __launch_bounds__(kConvThreads)
       }
       Act* op = static_cast<Act*>(p.replay_out) + row * p.replay_out_stride_row +
                 i * p.replay_out_stride_t + c0;
-      if (c0 + C <= p.replay_out_from) {
-        // not read by the recurrence's replay
-      } else if (full && aligned16(op)) {
-        store_n<Act, C>(op, y, true);
-      } else {
-#pragma unroll
-        for (int k = 0; k < C; ++k) {
-          if (k < nc) op[k] = from_float<Act>(y[k]);
-        }
-      }
-      // Shift: the input joins the window in the conv state dtype, as a committed window holds it.
+      // (Channels below replay_out_from are not read by the recurrence's replay.)
+      if (c0 + C > p.replay_out_from) store_row<Act, C>(op, 1, full, nc, y);
+        // Shift: the input joins the window in the conv state dtype, as a committed window holds
+        // it.
 #pragma unroll
       for (int k = 0; k < C; ++k) {
 #pragma unroll
@@ -201,8 +214,6 @@ __global__ void __launch_bounds__(kConvThreads)
   }
 
   const Act* x = static_cast<const Act*>(p.x);
-  const bool x_vec = full && p.x_stride_c == 1;
-  const bool out_vec = full && p.out_stride_c == 1;
   // token_loop: one thread walks every token of its row (weights and window loaded once; large
   // batches); otherwise one token per thread (grid z = token; small batches need the threads).
   // The row's tokens, computed here so that nothing of them is live across the replay above.
@@ -219,15 +230,8 @@ __global__ void __launch_bounds__(kConvThreads)
 #pragma unroll
     for (int j = W - 1; j >= 0; --j) {
       if (node >= 0) {
-        const Act* xp = x + (row_token0 + node) * p.x_stride_token + c0 * p.x_stride_c;
-        if (x_vec && aligned16(xp)) {
-          load_n<Act, C>(xp, win[j], true);
-        } else {
-#pragma unroll
-          for (int i = 0; i < C; ++i) {
-            win[j][i] = i < nc ? to_float<Act>(xp[i * p.x_stride_c]) : 0.0f;
-          }
-        }
+        load_row<Act, C>(x + (row_token0 + node) * p.x_stride_token + c0 * p.x_stride_c,
+                         p.x_stride_c, full, nc, win[j]);
         if (j < W - 1) {
           // An earlier input of the window: the oracle keeps it in the conv state dtype, so it
           // is seen rounded to St (a no-op when St is the activation dtype or wider).
@@ -251,15 +255,7 @@ __global__ void __launch_bounds__(kConvThreads)
     }
     if (kRecords && rec != nullptr && p.write_records) {
       // The token's own input (exact in the act dtype) is its record.
-      Act* rp = rec + t * p.record_stride_t;
-      if (full && aligned16(rp)) {
-        store_n<Act, C>(rp, win[W - 1], true);
-      } else {
-#pragma unroll
-        for (int i = 0; i < C; ++i) {
-          if (i < nc) rp[i] = from_float<Act>(win[W - 1][i]);
-        }
-      }
+      store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
     }
     float y[C];
 #pragma unroll
@@ -269,16 +265,9 @@ __global__ void __launch_bounds__(kConvThreads)
       for (int j = 0; j < W; ++j) acc += w[i][j] * win[j][i];
       y[i] = silu(acc);
     }
-    Act* op =
-        static_cast<Act*>(p.out) + (row_token0 + t) * p.out_stride_token + c0 * p.out_stride_c;
-    if (out_vec && aligned16(op)) {
-      store_n<Act, C>(op, y, true);
-    } else {
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
-        if (i < nc) op[i * p.out_stride_c] = from_float<Act>(y[i]);
-      }
-    }
+    store_row<Act, C>(
+        static_cast<Act*>(p.out) + (row_token0 + t) * p.out_stride_token + c0 * p.out_stride_c,
+        p.out_stride_c, full, nc, y);
     float next[C * H];
 #pragma unroll
     for (int i = 0; i < C; ++i) {
@@ -315,17 +304,6 @@ __global__ void __launch_bounds__(kConvThreads)
 inline constexpr int kReplayGroups = 4;
 inline constexpr int kReplayVt = 16;  // virtual tokens of a channel group: pending + window
 inline constexpr int kReplaySmallRows = 16;
-
-template <typename Act, int N>
-__device__ __forceinline__ void load_row(const Act* ptr, int64_t stride_c, bool full, int nc,
-                                         float (&out)[N]) {
-  if (full && stride_c == 1 && aligned16(ptr)) {
-    load_n<Act, N>(ptr, out, true);
-  } else {
-#pragma unroll
-    for (int k = 0; k < N; ++k) out[k] = k < nc ? to_float<Act>(ptr[k * stride_c]) : 0.0f;
-  }
-}
 
 template <typename Act, typename St, int W>
 __global__ void __launch_bounds__(kReplayGroups* kReplayVt)
@@ -418,16 +396,7 @@ __global__ void __launch_bounds__(kReplayGroups* kReplayVt)
   if (v < n) {
     Act* op = static_cast<Act*>(p.replay_out) + row * p.replay_out_stride_row +
               v * p.replay_out_stride_t + c0;
-    if (c0 + C > p.replay_out_from) {
-      if (full && aligned16(op)) {
-        store_n<Act, C>(op, y, true);
-      } else {
-#pragma unroll
-        for (int i = 0; i < C; ++i) {
-          if (i < nc) op[i] = from_float<Act>(y[i]);
-        }
-      }
-    }
+    if (c0 + C > p.replay_out_from) store_row<Act, C>(op, 1, full, nc, y);
     if (p.store_replayed) {
       // The committed window after the pending steps: history[n .. n+H-1]. Step v's input is
       // column v - n + H of it; step 0 also writes the old columns that remain (n < H).
@@ -453,26 +422,11 @@ __global__ void __launch_bounds__(kReplayGroups* kReplayVt)
     return;
   }
   const int t = v - n;
-  Act* op = static_cast<Act*>(p.out) + (rt.begin + t) * p.out_stride_token + c0 * p.out_stride_c;
-  if (full && p.out_stride_c == 1 && aligned16(op)) {
-    store_n<Act, C>(op, y, true);
-  } else {
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-      if (i < nc) op[i * p.out_stride_c] = from_float<Act>(y[i]);
-    }
-  }
-  if (p.write_records) {
-    Act* rp = rec + t * p.record_stride_t;  // the token's own input, exact in the act dtype
-    if (full && aligned16(rp)) {
-      store_n<Act, C>(rp, win[W - 1], true);
-    } else {
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
-        if (i < nc) rp[i] = from_float<Act>(win[W - 1][i]);
-      }
-    }
-  }
+  store_row<Act, C>(
+      static_cast<Act*>(p.out) + (rt.begin + t) * p.out_stride_token + c0 * p.out_stride_c,
+      p.out_stride_c, full, nc, y);
+  // The token's own input, exact in the act dtype, is its record.
+  if (p.write_records) store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
 }
 
 template <typename Act, typename St>
