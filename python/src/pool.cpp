@@ -317,18 +317,17 @@ void bind_pool(nb::module_& m) {
                  nb::list committed_conv, nb::list committed_ssm) {
                 CommittedStateViews views;
                 std::vector<nb::object> held;
-                for (std::size_t l = 0; l < committed_conv.size(); ++l) {
-                  const std::string name = "committed_conv[" + std::to_string(l) + "]";
-                  Arg a = to_arg(committed_conv[l], name.c_str(), true, false);
-                  views.conv.push_back(a.view);
-                  held.push_back(a.object);
-                }
-                for (std::size_t l = 0; l < committed_ssm.size(); ++l) {
-                  const std::string name = "committed_ssm[" + std::to_string(l) + "]";
-                  Arg a = to_arg(committed_ssm[l], name.c_str(), true, false);
-                  views.ssm.push_back(a.view);
-                  held.push_back(a.object);
-                }
+                const auto take = [&](nb::list arrays, const char* name,
+                                      std::vector<TensorView>& out) {
+                  for (std::size_t l = 0; l < arrays.size(); ++l) {
+                    const std::string arg = std::string(name) + "[" + std::to_string(l) + "]";
+                    Arg a = to_arg(arrays[l], arg.c_str(), true, false);
+                    out.push_back(a.view);
+                    held.push_back(a.object);
+                  }
+                };
+                take(committed_conv, "committed_conv", views.conv);
+                take(committed_ssm, "committed_ssm", views.ssm);
                 new (self) PyPool(config, options, views, std::move(held));
               },
               nb::arg("config"), nb::arg("options"), nb::arg("committed_conv"),

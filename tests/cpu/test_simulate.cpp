@@ -302,26 +302,26 @@ TEST(Simulate, BadStrategyNamesTheOption) {
   }
 }
 
+// A trace file: one JSON object per line.
+void write_lines(const std::string& path, const std::vector<std::string>& lines) {
+  std::ofstream out(path);
+  for (const std::string& line : lines) out << line << "\n";
+}
+
 TEST(Simulate, ReplaysATraceFileWithPaddingRowsAndZeroAcceptance) {
   // Request 2 stops after one round: later rounds run 2 live rows in a bucket of 2, then 1 row.
   const std::string path = ::testing::TempDir() + "specstate_simulate_trace.jsonl";
-  {
-    std::ofstream out(path);
-    out << R"({"format": "specstate-trace", "version": 1, "requests": [10, 11, 12]})"
-           "\n"
-        << R"({"request": 10, "round": 0, "window": 3, "accepted": 3})"
-           "\n"
-        << R"({"request": 11, "round": 0, "window": 3, "accepted": 0})"
-           "\n"
-        << R"({"request": 12, "round": 0, "window": 2, "accepted": 1})"
-           "\n"
-        << R"({"request": 10, "round": 1, "window": 3, "accepted": 2})"
-           "\n"
-        << R"({"request": 11, "round": 1, "window": 4, "parents": [-1, 0, 0, 2], "path": [0, 2, 3]})"
-           "\n"
-        << R"({"request": 10, "round": 2, "window": 3, "accepted": 1})"
-           "\n";
-  }
+  write_lines(
+      path,
+      {
+          R"({"format": "specstate-trace", "version": 1, "requests": [10, 11, 12]})",
+          R"({"request": 10, "round": 0, "window": 3, "accepted": 3})",
+          R"({"request": 11, "round": 0, "window": 3, "accepted": 0})",
+          R"({"request": 12, "round": 0, "window": 2, "accepted": 1})",
+          R"({"request": 10, "round": 1, "window": 3, "accepted": 2})",
+          R"({"request": 11, "round": 1, "window": 4, "parents": [-1, 0, 0, 2], "path": [0, 2, 3]})",
+          R"({"request": 10, "round": 2, "window": 3, "accepted": 1})",
+      });
   SimulateOptions o;
   o.model = "tiny";
   o.trace_path = path;
@@ -349,21 +349,16 @@ TEST(Simulate, ReplaysATraceFileWithPaddingRowsAndZeroAcceptance) {
 // the same committed states (checked against prefill, and both strategies bit for bit).
 TEST(Simulate, VariablePackingVerifiesNoFillerTokens) {
   const std::string path = ::testing::TempDir() + "specstate_simulate_varlen.jsonl";
-  {
-    std::ofstream out(path);
-    out << R"({"format": "specstate-trace", "version": 1, "requests": [1, 2, 3]})"
-           "\n"
-        << R"({"request": 1, "round": 0, "window": 4, "accepted": 3})"
-           "\n"
-        << R"({"request": 2, "round": 0, "window": 1, "accepted": 1})"
-           "\n"
-        << R"({"request": 3, "round": 0, "window": 2, "accepted": 0})"
-           "\n"
-        << R"({"request": 1, "round": 1, "window": 2, "accepted": 2})"
-           "\n"
-        << R"({"request": 2, "round": 1, "window": 4, "parents": [-1, 0, 0, 2], "path": [0, 2, 3]})"
-           "\n";
-  }
+  write_lines(
+      path,
+      {
+          R"({"format": "specstate-trace", "version": 1, "requests": [1, 2, 3]})",
+          R"({"request": 1, "round": 0, "window": 4, "accepted": 3})",
+          R"({"request": 2, "round": 0, "window": 1, "accepted": 1})",
+          R"({"request": 3, "round": 0, "window": 2, "accepted": 0})",
+          R"({"request": 1, "round": 1, "window": 2, "accepted": 2})",
+          R"({"request": 2, "round": 1, "window": 4, "parents": [-1, 0, 0, 2], "path": [0, 2, 3]})",
+      });
   SimulateOptions o;
   o.model = "tiny";
   o.trace_path = path;
