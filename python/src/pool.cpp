@@ -162,6 +162,23 @@ const char* kStreamDoc =
     "the work queued there and the caller's later work after the call, without a host sync. "
     "None: StatePool.stream.";
 
+// One layer call: the arguments checked and taken as views, `call(pool, w, in, out)` under the
+// pool's lock and stream bridge, and the weights held for replay.
+template <typename W, typename I, typename O, typename Call>
+void layer_call(PyPool& p, int layer, nb::handle_t<W> weights, const I& in, const O& out,
+                nb::handle stream, Call&& call) {
+  const W& w = nb::cast<const W&>(weights);
+  check_layer_args(p, w, in, out);
+  const auto wv = w.views();
+  const auto iv = in.views();
+  const auto ov = out.views();
+  locked(p, stream, [&](StatePool& s) {
+    call(s, wv, iv, ov);
+    return 0;
+  });
+  p.hold_weights(layer, weights);
+}
+
 // prefill / decode / verify for one layer kind's argument types (GDN or Mamba2 overloads).
 template <typename W, typename I, typename O, typename Cls>
 void bind_layer_calls(Cls& cls, const char* kind) {
@@ -170,16 +187,10 @@ void bind_layer_calls(Cls& cls, const char* kind) {
          "prefill",
          [](PyPool& p, int layer, SlotHandle h, nb::handle_t<W> weights, const I& in, const O& out,
             nb::handle stream) {
-           const W& w = nb::cast<const W&>(weights);
-           check_layer_args(p, w, in, out);
-           const auto wv = w.views();
-           const auto iv = in.views();
-           const auto ov = out.views();
-           locked(p, stream, [&](StatePool& s) {
-             s.prefill(layer, h, wv, iv, ov);
-             return 0;
-           });
-           p.hold_weights(layer, weights);
+           layer_call<W>(p, layer, weights, in, out, stream,
+                         [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
+                           s.prefill(layer, h, w, i, o);
+                         });
          },
          nb::arg("layer"), nb::arg("handle"), nb::arg("weights"), nb::arg("inputs"),
          nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
@@ -191,16 +202,10 @@ void bind_layer_calls(Cls& cls, const char* kind) {
           "prefill_batch",
           [](PyPool& p, int layer, std::vector<SlotHandle> handles, std::vector<int32_t> lengths,
              nb::handle_t<W> weights, const I& in, const O& out, nb::handle stream) {
-            const W& w = nb::cast<const W&>(weights);
-            check_layer_args(p, w, in, out);
-            const auto wv = w.views();
-            const auto iv = in.views();
-            const auto ov = out.views();
-            locked(p, stream, [&](StatePool& s) {
-              s.prefill(layer, handles, lengths, wv, iv, ov);
-              return 0;
-            });
-            p.hold_weights(layer, weights);
+            layer_call<W>(p, layer, weights, in, out, stream,
+                          [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
+                            s.prefill(layer, handles, lengths, w, i, o);
+                          });
           },
           nb::arg("layer"), nb::arg("handles"), nb::arg("lengths"), nb::arg("weights"),
           nb::arg("inputs"), nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
@@ -213,16 +218,10 @@ void bind_layer_calls(Cls& cls, const char* kind) {
           "decode",
           [](PyPool& p, int layer, std::vector<SlotHandle> rows, nb::handle_t<W> weights,
              const I& in, const O& out, nb::handle stream) {
-            const W& w = nb::cast<const W&>(weights);
-            check_layer_args(p, w, in, out);
-            const auto wv = w.views();
-            const auto iv = in.views();
-            const auto ov = out.views();
-            locked(p, stream, [&](StatePool& s) {
-              s.decode(layer, rows, wv, iv, ov);
-              return 0;
-            });
-            p.hold_weights(layer, weights);
+            layer_call<W>(p, layer, weights, in, out, stream,
+                          [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
+                            s.decode(layer, rows, w, i, o);
+                          });
           },
           nb::arg("layer"), nb::arg("rows"), nb::arg("weights"), nb::arg("inputs"),
           nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
@@ -234,16 +233,10 @@ void bind_layer_calls(Cls& cls, const char* kind) {
           "verify",
           [](PyPool& p, int layer, nb::handle_t<W> weights, const I& in, const O& out,
              nb::handle stream) {
-            const W& w = nb::cast<const W&>(weights);
-            check_layer_args(p, w, in, out);
-            const auto wv = w.views();
-            const auto iv = in.views();
-            const auto ov = out.views();
-            locked(p, stream, [&](StatePool& s) {
-              s.verify(layer, wv, iv, ov);
-              return 0;
-            });
-            p.hold_weights(layer, weights);
+            layer_call<W>(p, layer, weights, in, out, stream,
+                          [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
+                            s.verify(layer, w, i, o);
+                          });
           },
           nb::arg("layer"), nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
           nb::arg("stream").none() = nb::none(),
