@@ -1,0 +1,106 @@
+// Binding a caller's committed-state views (StatePool(config, options, CommittedStateViews),
+// DESIGN.md section 4): each view checked against the layout, then its address and slot stride
+// recorded in the pool's storage.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pool_impl.h"
+
+namespace specstate {
+
+using detail::check_view;
+using detail::DTypeRule;
+using detail::fail;
+
+// The caller's committed-state views (DESIGN.md section 4), checked against the layout and bound
+// into `storage` (per-layer addresses and slot strides); throws naming the view.
+void detail::bind_caller_committed(const char* fn, const CommittedStateViews& views,
+                                   const detail::Layout& l, Device device,
+                                   detail::PoolStorage& storage) {
+  const int L = l.layers;
+  const auto count = static_cast<std::size_t>(L);
+  if (views.conv.size() != count || views.ssm.size() != count) {
+    fail(Status::kInvalidArgument, fn,
+         "committed has " + std::to_string(views.conv.size()) + " conv and " +
+             std::to_string(views.ssm.size()) + " ssm views, expected " + std::to_string(L) +
+             " of each (config.num_layers)");
+  }
+  const auto& st = l.shapes.ssm_shape;
+  struct Span {
+    uintptr_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  int64_t conv_stride = -1, ssm_stride = -1;
+  auto bind = [&](const TensorView& v, const std::string& name, bool conv, int layer) {
+    const DType dtype = conv ? l.shapes.conv_dtype : l.shapes.ssm_dtype;
+    if (conv) {
+      check_view(v, {fn,
+                     name.c_str(),
+                     {l.slots, l.shapes.conv_dim, l.shapes.conv_width - 1},
+                     dtype,
+                     DTypeRule::kExact,
+                     device});
+    } else {
+      check_view(
+          v, {fn, name.c_str(), {l.slots, st[0], st[1], st[2]}, dtype, DTypeRule::kExact, device});
+    }
+    // Each slot's state contiguous.
+    int64_t inner = 1;
+    for (int d = v.ndim - 1; d >= 1; --d) {
+      if (v.shape[d] > 1 && v.stride[d] != inner) {
+        fail(Status::kInvalidArgument, fn,
+             name + " (" + v.describe() + ") stride " + std::to_string(d) + " = " +
+                 std::to_string(v.stride[d]) + ", expected " + std::to_string(inner) +
+                 ": each slot's state must be contiguous");
+      }
+      inner *= v.shape[d];
+    }
+    const int64_t stride = l.slots > 1 ? v.stride[0] : inner;
+    if (stride < inner) {
+      fail(Status::kInvalidArgument, fn,
+           name + " (" + v.describe() + ") slot stride " + std::to_string(stride) +
+               " is below one slot's state (" + std::to_string(inner) +
+               " elements): slots would overlap");
+    }
+    int64_t& kind_stride = conv ? conv_stride : ssm_stride;
+    if (kind_stride >= 0 && stride != kind_stride) {
+      fail(Status::kInvalidArgument, fn,
+           name + " slot stride " + std::to_string(stride) + " differs from layer 0's (" +
+               std::to_string(kind_stride) + "): every layer must have the same slot stride");
+    }
+    kind_stride = stride;
+    const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+    if (device == Device::kCuda &&
+        (reinterpret_cast<uintptr_t>(v.data) % 16 != 0 || (stride * elem) % 16 != 0)) {
+      fail(Status::kInvalidArgument, fn,
+           name + " (" + v.describe() + "): a cuda pool needs 16-byte aligned views and slot " +
+               "strides (address % 16 = " +
+               std::to_string(reinterpret_cast<uintptr_t>(v.data) % 16) +
+               ", slot stride bytes % 16 = " + std::to_string((stride * elem) % 16) + ")");
+    }
+    const auto begin = reinterpret_cast<uintptr_t>(v.data);
+    const Span mine{begin, begin + static_cast<uintptr_t>(detail::span_bytes(v)), name};
+    for (const Span& other : spans) {
+      if (mine.begin < other.end && other.begin < mine.end) {
+        fail(Status::kInvalidArgument, fn, name + " overlaps " + other.name);
+      }
+    }
+    spans.push_back(mine);
+    auto& table = conv ? storage.conv_layers : storage.ssm_layers;
+    table[static_cast<std::size_t>(layer)] = static_cast<char*>(v.data);
+  };
+  storage.conv_layers.assign(count, nullptr);
+  storage.ssm_layers.assign(count, nullptr);
+  for (int layer = 0; layer < L; ++layer) {
+    bind(views.conv[static_cast<std::size_t>(layer)],
+         "committed.conv[" + std::to_string(layer) + "]", true, layer);
+    bind(views.ssm[static_cast<std::size_t>(layer)], "committed.ssm[" + std::to_string(layer) + "]",
+         false, layer);
+  }
+  storage.conv_slot_stride = conv_stride * static_cast<int64_t>(dtype_size(l.shapes.conv_dtype));
+  storage.ssm_slot_stride = ssm_stride * static_cast<int64_t>(dtype_size(l.shapes.ssm_dtype));
+}
+
+}  // namespace specstate

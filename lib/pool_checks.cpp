@@ -1,0 +1,167 @@
+// Call validation of the pool: handles (foreign, out of range, stale, repeated), layers, outputs
+// that would alias the pool's memory, rows of the open round, state buffers. Nothing here
+// writes anything.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pool_impl.h"
+
+namespace specstate {
+
+using detail::check_optional_view;
+using detail::check_view;
+using detail::DTypeRule;
+using detail::fail;
+using detail::handle_string;
+
+std::string detail::handle_string(const SlotHandle& handle) {
+  return "{slot " + std::to_string(handle.slot) + ", generation " +
+         std::to_string(handle.generation) + ", pool " + std::to_string(handle.pool_id) + "}";
+}
+
+// Resolves a handle of a live request or throws, naming `what`.
+int StatePool::Impl::resolve(const char* function, const std::string& what,
+                             const SlotHandle& handle) const {
+  if (handle.pool_id != pool_id) {
+    fail(Status::kFailedPrecondition, function,
+         what + " = " + handle_string(handle) + " belongs to another pool (this pool is " +
+             std::to_string(pool_id) + ")");
+  }
+  if (handle.slot < 0 || handle.slot >= options.num_slots) {
+    fail(Status::kOutOfRange, function,
+         what + " = " + handle_string(handle) + ": slot outside [0, " +
+             std::to_string(options.num_slots) + ")");
+  }
+  if (!slots.is_live(handle.slot, handle.generation)) {
+    fail(Status::kFailedPrecondition, function,
+         what + " = " + handle_string(handle) +
+             (slots.is_allocated(handle.slot)
+                  ? " is stale: the slot was released and acquired again (generation " +
+                        std::to_string(slots.generation(handle.slot)) + ")"
+                  : " is not live: the slot was released"));
+  }
+  return handle.slot;
+}
+
+// Resolves the rows of a batch: padding -> -1; rejects foreign, stale and repeated slots.
+std::vector<int32_t> StatePool::Impl::resolve_rows(const char* function,
+                                                   const std::vector<SlotHandle>& rows) {
+  std::vector<int32_t> resolved(rows.size(), -1);
+  std::vector<int> seen_at(static_cast<std::size_t>(options.num_slots), -1);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (rows[r].is_padding()) continue;
+    const int slot = resolve(function, "rows[" + std::to_string(r) + "]", rows[r]);
+    if (seen_at[slot] >= 0) {
+      fail(Status::kInvalidArgument, function,
+           "rows[" + std::to_string(r) + "] = " + handle_string(rows[r]) +
+               " repeats the slot of rows[" + std::to_string(seen_at[slot]) +
+               "]: a slot appears at most once per batch");
+    }
+    seen_at[slot] = static_cast<int>(r);
+    resolved[r] = slot;
+  }
+  return resolved;
+}
+
+void StatePool::Impl::check_layer(const char* function, int layer) const {
+  if (layer < 0 || layer >= config.num_layers) {
+    fail(Status::kOutOfRange, function,
+         "layer = " + std::to_string(layer) + " outside [0, " + std::to_string(config.num_layers) +
+             ")");
+  }
+}
+
+// An output view must not overlap the pool's own memory (committed state or workspace): the
+// call would overwrite what it reads, and the strategy's state with it.
+void StatePool::Impl::check_no_alias(const char* function, const char* name,
+                                     const TensorView& view) const {
+  if (view.empty()) return;
+  const auto begin = reinterpret_cast<uintptr_t>(view.data);
+  const auto end = begin + static_cast<uintptr_t>(detail::span_bytes(view));
+  for (int b = 0; b < static_cast<int>(detail::Buf::kCount); ++b) {
+    const int64_t size = storage.layout.bytes[b];
+    if (size == 0 || storage.buffers[b] == nullptr) continue;
+    const auto base = reinterpret_cast<uintptr_t>(storage.buffers[b]);
+    if (begin < base + static_cast<uintptr_t>(size) && base < end) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + " (" + view.describe() + ") overlaps the pool's " +
+               detail::buf_name(static_cast<detail::Buf>(b)) +
+               ": outputs must be the caller's "
+               "own memory");
+    }
+  }
+  if (!storage.layout.caller_committed) return;
+  // A caller-owned committed state: each layer's span of slots.
+  const auto& l = storage.layout;
+  for (int layer = 0; layer < l.layers; ++layer) {
+    for (int kind = 0; kind < 2; ++kind) {
+      const auto base =
+          reinterpret_cast<uintptr_t>(kind == 0 ? storage.conv(layer, 0) : storage.ssm(layer, 0));
+      const int64_t last = kind == 0 ? storage.conv_slot_stride : storage.ssm_slot_stride;
+      const int64_t size = (l.slots - 1) * last + (kind == 0 ? l.conv_bytes : l.ssm_bytes);
+      if (begin < base + static_cast<uintptr_t>(size) && base < end) {
+        fail(Status::kInvalidArgument, function,
+             std::string(name) + " (" + view.describe() + ") overlaps the committed " +
+                 (kind == 0 ? "conv" : "SSM") + " state of layer " + std::to_string(layer) +
+                 " (the caller-owned views the pool adopted): outputs must be other memory");
+      }
+    }
+  }
+}
+
+// A slot that is a row of the open round cannot be advanced (its commit would overwrite it).
+void StatePool::Impl::check_not_in_round(const char* function, const std::string& what,
+                                         int slot) const {
+  if (!round_open || round_row_of_slot[slot] < 0) return;
+  fail(Status::kFailedPrecondition, function,
+       what + " = slot " + std::to_string(slot) + " is row " +
+           std::to_string(round_row_of_slot[slot]) +
+           " of the open verify round: commit or abort_round() first");
+}
+
+// A contiguous 1-D byte-carrying view of exactly ceil(slot_state_bytes / dtype size) elements
+// on a device the backend can copy to / from, not overlapping the pool.
+void StatePool::Impl::check_state_buffer(const char* function, const char* name,
+                                         const TensorView& v) const {
+  const int64_t bytes = storage.layout.committed_bytes_per_slot();
+  if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kI32) {
+    fail(Status::kInvalidArgument, function,
+         std::string(name) + ".dtype = " + std::to_string(static_cast<int>(v.dtype)) +
+             " is not a dtype (f32, bf16 or i32)");
+  }
+  const int64_t elem = static_cast<int64_t>(dtype_size(v.dtype));
+  const int64_t want = (bytes + elem - 1) / elem;
+  if (v.data == nullptr) {
+    fail(Status::kInvalidArgument, function, std::string(name) + ".data is null");
+  }
+  if (v.ndim != 1) {
+    fail(Status::kInvalidArgument, function,
+         std::string(name) + ".ndim = " + std::to_string(v.ndim) + ", expected 1 (a " +
+             dtype_name(v.dtype) + "[" + std::to_string(want) + "] byte buffer)");
+  }
+  if (v.shape[0] != want) {
+    fail(Status::kInvalidArgument, function,
+         std::string(name) + " (" + v.describe() + ") holds " + std::to_string(v.shape[0]) +
+             " elements, expected " + std::to_string(want) + " (slot_state_bytes() = " +
+             std::to_string(bytes) + " bytes as " + dtype_name(v.dtype) + ")");
+  }
+  if (v.shape[0] > 1 && v.stride[0] != 1) {
+    fail(Status::kInvalidArgument, function,
+         std::string(name) + " (" + v.describe() + ") has stride " + std::to_string(v.stride[0]) +
+             ", expected a contiguous buffer (stride 1)");
+  }
+  if (v.device != Device::kCpu && v.device != Device::kCuda) {
+    fail(Status::kInvalidArgument, function,
+         std::string(name) + ".device = " + std::to_string(static_cast<int>(v.device)) +
+             " is not a device");
+  }
+  if (v.device == Device::kCuda && device() != Device::kCuda) {
+    fail(Status::kInvalidArgument, function,
+         std::string(name) + " (" + v.describe() +
+             ") lives on cuda, the pool's backend is cpu: give a host buffer");
+  }
+  check_no_alias(function, name, v);
+}
+
+}  // namespace specstate

@@ -1,0 +1,215 @@
+// Internal: the state behind the StatePool facade (include/specstate/pool.h), shared by the
+// files that implement it (docs/architecture.md lists which file owns what):
+//   pool.cpp         construction, memory views, materialize, the non-speculative layer path
+//   pool_round.cpp   the verify round: begin_verify, verify, commit, abort_round
+//   pool_slots.cpp   slot operations: acquire, adopt, release, copy, fork, reset, export, import
+//   pool_bind.cpp    binding a caller's committed-state views (CommittedStateViews)
+//   pool_checks.cpp  call validation: handles, batches, layers, aliasing, state buffers
+// Every public entry point validates its whole input, once, before the backend is handed
+// resolved work; a rejected call therefore changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "backend.h"
+#include "layers/gdn.h"
+#include "layers/mamba2.h"
+#include "layout.h"
+#include "slot_allocator.h"
+#include "specstate/pool.h"
+#include "strategy/strategy.h"
+#include "validate.h"
+
+namespace specstate {
+namespace detail {
+
+// "{slot s, generation g, pool p}", for messages.
+std::string handle_string(const SlotHandle& handle);
+
+// The caller's committed-state views (DESIGN.md section 4), checked against the layout and bound
+// into `storage` (per-layer addresses and slot strides); throws naming the view (pool_bind.cpp).
+void bind_caller_committed(const char* fn, const CommittedStateViews& views, const Layout& l,
+                           Device device, PoolStorage& storage);
+
+// The per-kind side of the layer entry points (prefill, decode, verify): the argument types, their
+// validation, the outputs that must not alias the pool, and the backend's run_<kind>. Everything
+// else of those entry points is kind-agnostic (Impl's templates below).
+template <typename Weights>
+struct KindArgs;
+
+template <>
+struct KindArgs<GdnWeights> {
+  using Inputs = GdnInputs;
+  using Outputs = GdnOutputs;
+  static constexpr LayerKind kKind = LayerKind::kGatedDeltaNet;
+  static constexpr const char* kArgs = "GdnWeights / GdnInputs / GdnOutputs";
+  static constexpr const char* kTokenInput = "inputs.mixed_qkv";  // its rows are the tokens
+  static const TensorView& token_input(const Inputs& in) { return in.mixed_qkv; }
+  static void check(const char* fn, const ModelConfig& c, Device dev, const GdnWeights& w,
+                    const Inputs& in, const Outputs& out, int64_t tokens) {
+    detail::gdn::check_args(fn, c.gdn, dev, w, in, out, tokens);
+  }
+  template <typename F>
+  static void for_each_output(const Outputs& out, F&& f) {
+    f("outputs.conv_out", out.conv_out);
+    f("outputs.core_out", out.core_out);
+  }
+  static void run(detail::BackendImpl& b, const detail::PoolStorage& s, const detail::LayerRun& r,
+                  const GdnWeights& w, const Inputs& in, const Outputs& out) {
+    b.run_gdn(s, r, w, in, out);
+  }
+};
+
+template <>
+struct KindArgs<Mamba2Weights> {
+  using Inputs = Mamba2Inputs;
+  using Outputs = Mamba2Outputs;
+  static constexpr LayerKind kKind = LayerKind::kMamba2;
+  static constexpr const char* kArgs = "Mamba2Weights / Mamba2Inputs / Mamba2Outputs";
+  static constexpr const char* kTokenInput = "inputs.xBC";
+  static const TensorView& token_input(const Inputs& in) { return in.xBC; }
+  static void check(const char* fn, const ModelConfig& c, Device dev, const Mamba2Weights& w,
+                    const Inputs& in, const Outputs& out, int64_t tokens) {
+    detail::mamba2::check_args(fn, c.mamba, dev, w, in, out, tokens);
+  }
+  template <typename F>
+  static void for_each_output(const Outputs& out, F&& f) {
+    f("outputs.conv_out", out.conv_out);
+    f("outputs.y", out.y);
+  }
+  static void run(detail::BackendImpl& b, const detail::PoolStorage& s, const detail::LayerRun& r,
+                  const Mamba2Weights& w, const Inputs& in, const Outputs& out) {
+    b.run_mamba2(s, r, w, in, out);
+  }
+};
+
+}  // namespace detail
+
+struct StatePool::Impl {
+  ModelConfig config;
+  PoolOptions options;
+  uint64_t pool_id = 0;
+  std::unique_ptr<detail::BackendImpl> backend;
+  std::unique_ptr<detail::StrategyImpl> strategy;
+  detail::PoolStorage storage;
+  detail::SlotAllocator slots;
+  // Each layer's weights of its last verify / advance (of the pool's kind): what materialize
+  // replays with.
+  std::vector<std::variant<std::monostate, GdnWeights, Mamba2Weights>> last_weights;
+
+  bool round_open = false;
+  VerifyBatch batch;
+  detail::RoundPlan plan;
+  std::vector<bool> verified;  // [L] layers verified in the open round
+  // Row of each slot in the open round (-1: none). A row whose slot is released mid-round
+  // becomes padding (plan.slots[r] = -1, batch.rows[r] = padding); released_rows[r] keeps the
+  // handle it had, for the commit's message (padding otherwise).
+  std::vector<int32_t> round_row_of_slot;
+  std::vector<SlotHandle> released_rows;
+
+  Impl(const ModelConfig& c, const PoolOptions& o) : config(c), options(o), slots(o.num_slots) {}
+
+  Device device() const noexcept { return backend->device(); }
+
+  // --- call validation (pool_checks.cpp) ---
+  // Resolves a handle of a live request or throws, naming `what`.
+  int resolve(const char* function, const std::string& what, const SlotHandle& handle) const;
+
+  // Resolves the rows of a batch: padding -> -1; rejects foreign, stale and repeated slots.
+  std::vector<int32_t> resolve_rows(const char* function, const std::vector<SlotHandle>& rows);
+
+  void check_layer(const char* function, int layer) const;
+
+  // A layer call with another kind's argument types is refused before anything else.
+  template <typename Weights>
+  void check_kind(const char* function) const {
+    using K = detail::KindArgs<Weights>;
+    if (config.kind == K::kKind) return;
+    detail::fail(Status::kInvalidArgument, function,
+                 std::string("called with ") + K::kArgs + " (kind = " + layer_kind_name(K::kKind) +
+                     ") but the pool's layers are kind = " + layer_kind_name(config.kind));
+  }
+
+  template <typename Weights>
+  void check_args(const char* function, const Weights& w,
+                  const typename detail::KindArgs<Weights>::Inputs& in,
+                  const typename detail::KindArgs<Weights>::Outputs& out, int64_t tokens) const {
+    detail::KindArgs<Weights>::check(function, config, device(), w, in, out, tokens);
+    detail::KindArgs<Weights>::for_each_output(out, [&](const char* name, const TensorView& view) {
+      check_no_alias(function, name, view);
+    });
+  }
+
+  // An output view must not overlap the pool's own memory (committed state or workspace): the
+  // call would overwrite what it reads, and the strategy's state with it.
+  void check_no_alias(const char* function, const char* name, const TensorView& view) const;
+
+  // A slot that is a row of the open round cannot be advanced (its commit would overwrite it).
+  void check_not_in_round(const char* function, const std::string& what, int slot) const;
+
+  // A contiguous 1-D byte-carrying view of exactly ceil(slot_state_bytes / dtype size) elements
+  // on a device the backend can copy to / from, not overlapping the pool.
+  void check_state_buffer(const char* function, const char* name, const TensorView& v) const;
+
+  // --- the layer path and deferred work (pool.cpp) ---
+  template <typename Weights>
+  void advance(int layer, std::vector<int32_t> slot_list, int tokens, const Weights& w,
+               const typename detail::KindArgs<Weights>::Inputs& in,
+               const typename detail::KindArgs<Weights>::Outputs& out,
+               std::vector<int32_t> offsets = {});
+
+  // Re-runs recorded steps of one layer with that layer's last weights (no inputs, no outputs):
+  // the pool's one switch on the layer kind.
+  void run_recorded(const detail::LayerRun& run);
+
+  // Runs the strategy's deferred work for `slot_list` (all live slots when empty).
+  void materialize_slots(std::vector<int32_t> slot_list);
+
+  template <typename Weights>
+  void prefill(int layer, SlotHandle handle, const Weights& weights,
+               const typename detail::KindArgs<Weights>::Inputs& inputs,
+               const typename detail::KindArgs<Weights>::Outputs& outputs);
+
+  // Batched variable-length prefill: row r advances by lengths[r] tokens packed at their
+  // cumulative offset, in one backend call per layer.
+  template <typename Weights>
+  void prefill_batch(int layer, const std::vector<SlotHandle>& rows,
+                     const std::vector<int32_t>& lengths, const Weights& weights,
+                     const typename detail::KindArgs<Weights>::Inputs& inputs,
+                     const typename detail::KindArgs<Weights>::Outputs& outputs);
+
+  template <typename Weights>
+  void decode(int layer, const std::vector<SlotHandle>& rows, const Weights& weights,
+              const typename detail::KindArgs<Weights>::Inputs& inputs,
+              const typename detail::KindArgs<Weights>::Outputs& outputs);
+
+  // --- the verify round (pool_round.cpp) ---
+  template <typename Weights>
+  void verify(int layer, const Weights& weights,
+              const typename detail::KindArgs<Weights>::Inputs& inputs,
+              const typename detail::KindArgs<Weights>::Outputs& outputs);
+
+  // "layers 0, 1, 2" of the layers the open round has verified.
+  std::string verified_layers() const;
+
+  // The open round's row `row` becomes padding: its slot was released. The backend gets the
+  // round's slot list again (a device backend re-uploads it, so a device-valued commit skips the
+  // row); on failure nothing changed.
+  void make_row_padding(int row);
+
+  // Variable windows of a batch (DESIGN.md section 2): host lengths become the plan's offsets;
+  // a device cu_seqlens view is checked (never read) and handed to the kernels.
+  void plan_token_ranges(const char* fn, const VerifyBatch& batch, detail::RoundPlan& plan) const;
+
+  void close_round() noexcept;
+
+  // --- slot operations (pool_slots.cpp) ---
+  // A slot's committed memory was overwritten with an exact state: no pending steps remain.
+  void mark_overwritten(int slot);
+};
+
+}  // namespace specstate
