@@ -75,7 +75,7 @@ void StatePool::Impl::run_recorded(const detail::LayerRun& run) {
 void StatePool::Impl::materialize_slots(std::vector<int32_t> slot_list) {
   if (!strategy->defers_work()) return;
   if (slot_list.empty()) {
-    for (int s = 0; s < options.num_slots; ++s) {
+    for (int s = 0; s < slots.used_slots(); ++s) {
       if (slots.is_allocated(s)) slot_list.push_back(s);
     }
   }
@@ -199,6 +199,8 @@ StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& op
   std::string why;
   const Status can = impl->backend->can_implement(layout, config, &why);
   if (can != Status::kSuccess) fail(can, fn, why);
+  // Only now that the backend accepted the sizes: what grows with num_slots.
+  impl->slots = detail::SlotAllocator(options.num_slots);
   impl->strategy = detail::make_strategy(layout);
   impl->storage.config = config;
   impl->storage.layout = layout;

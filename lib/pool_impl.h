@@ -96,7 +96,7 @@ struct StatePool::Impl {
   std::unique_ptr<detail::BackendImpl> backend;
   std::unique_ptr<detail::StrategyImpl> strategy;
   detail::PoolStorage storage;
-  detail::SlotAllocator slots;
+  detail::SlotAllocator slots{0};  // sized once the pool's size has been checked
   // Each layer's weights of its last verify / advance (of the pool's kind): what materialize
   // replays with.
   std::vector<std::variant<std::monostate, GdnWeights, Mamba2Weights>> last_weights;
@@ -111,7 +111,7 @@ struct StatePool::Impl {
   std::vector<int32_t> round_row_of_slot;
   std::vector<SlotHandle> released_rows;
 
-  Impl(const ModelConfig& c, const PoolOptions& o) : config(c), options(o), slots(o.num_slots) {}
+  Impl(const ModelConfig& c, const PoolOptions& o) : config(c), options(o) {}
 
   Device device() const noexcept { return backend->device(); }
 
