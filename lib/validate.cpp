@@ -1,6 +1,8 @@
 #include "validate.h"
 
+#include <cstdint>
 #include <sstream>
+#include <string>
 
 namespace specstate::detail {
 
@@ -90,6 +92,19 @@ void check_view(const TensorView& view, const ViewSpec& spec) {
     fail(Status::kInvalidArgument, spec.function,
          name + " dtype = " + dtype_name(view.dtype) + ", expected " +
              (spec.dtype_rule == DTypeRule::kExact ? dtype_name(spec.dtype) : "f32 or bf16"));
+  }
+  // The dtype's natural alignment (4 bytes f32 / i32, 2 bytes bf16): the backends read elements
+  // through typed pointers (and vector loads on CUDA), so a view at an odd byte address is
+  // undefined behaviour there. Strides are in elements, so only the address can break it.
+  {
+    const auto align = static_cast<uintptr_t>(dtype_size(view.dtype));
+    const auto address = reinterpret_cast<uintptr_t>(view.data);
+    if (address % align != 0) {
+      fail(Status::kInvalidArgument, spec.function,
+           name + " (" + view.describe() + ") data address % " + std::to_string(align) + " = " +
+               std::to_string(address % align) + ": a " + dtype_name(view.dtype) +
+               " view must be " + std::to_string(align) + "-byte aligned");
+    }
   }
   if (view.device != spec.device) {
     fail(Status::kInvalidArgument, spec.function,

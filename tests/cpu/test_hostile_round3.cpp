@@ -1,7 +1,8 @@
 // Regression tests for issue 20 (hostile input, round 3). Each test fails on the code before its
 // fix and covers both strategies and both layer kinds where the defect applies:
 //   e. a pool of num_slots = INT_MAX is refused quickly, without building per-slot structures.
-// The fixes live in lib/pool.cpp, lib/slot_allocator.cpp.
+//   f. views that break their dtype's alignment are rejected, naming the view.
+// The fixes live in lib/pool.cpp, lib/slot_allocator.cpp, lib/validate.cpp.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -222,6 +223,118 @@ TEST(HostileRound3Allocator, LargePoolHandsOutLowestSlotsAndKeepsGenerations) {
   expect_rejected([&] { p.slot_index(far); }, Status::kFailedPrecondition, {"stale"});
   expect_rejected([&] { p.adopt(1000); }, Status::kFailedPrecondition, {"is live"});
   EXPECT_EQ(p.free_slots(), (1 << 16) - 4);
+}
+
+// --- f. misaligned views --------------------------------------------------------------------
+
+// A copy of `v`'s bytes at `offset` bytes past an aligned address (the view then breaks its
+// dtype's alignment for an odd offset); the storage lives in `keep`.
+TensorView shifted(const TensorView& v, int offset, std::vector<uint64_t>& keep) {
+  const std::size_t bytes = static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype);
+  keep.assign(bytes / 8 + 2, 0);
+  char* base = reinterpret_cast<char*>(keep.data()) + offset;
+  std::memcpy(base, v.data, bytes);
+  TensorView out = v;
+  out.data = base;
+  return out;
+}
+
+template <typename Kind>
+TensorView& token_input(typename Kind::Inputs& in);
+template <>
+TensorView& token_input<GdnKind>(GdnInputs& in) {
+  return in.mixed_qkv;
+}
+template <>
+TensorView& token_input<Mamba2Kind>(Mamba2Inputs& in) {
+  return in.xBC;
+}
+
+template <typename Kind>
+TensorView& main_output(typename Kind::Outputs& out);
+template <>
+TensorView& main_output<GdnKind>(GdnOutputs& out) {
+  return out.core_out;
+}
+template <>
+TensorView& main_output<Mamba2Kind>(Mamba2Outputs& out) {
+  return out.y;
+}
+
+TEST_P(HostileRound3, MisalignedViewsAreRejectedNamingTheView) {
+  const Case& c = GetParam();
+  for_case(c, [&](auto kind, const auto& g) {
+    using Kind = decltype(kind);
+    const bool gdn = Kind::kKind == LayerKind::kGatedDeltaNet;
+    const std::string input_name = gdn ? "inputs.mixed_qkv" : "inputs.xBC";
+    const std::string output_name = gdn ? "outputs.core_out" : "outputs.y";
+    PoolRounds<Kind> m(g, kLayers, 0xF6);
+    StatePool p = m.pool(c.strategy, kSlots, kRows, kRoundT);
+    const SlotHandle h = p.acquire();
+    m.prefill(p, h, m.inputs(2));
+    const std::vector<uint8_t> state = exported(p, h);
+    auto host_in = m.inputs(2);
+    auto host_out = m.outputs(2);
+    typename Kind::Inputs in = Kind::put(host_in[0], host_put);
+    typename Kind::Outputs out = Kind::put(host_out[0], host_put);
+    std::vector<uint64_t> keep;
+    {  // the token input at +1 byte (bf16 activations: 2-byte alignment broken)
+      typename Kind::Inputs bad = in;
+      TensorView& x = token_input<Kind>(bad);
+      x = shifted(x, 1, keep);
+      expect_rejected([&] { p.prefill(0, h, m.weights(0), bad, out); }, Status::kInvalidArgument,
+                      {"StatePool::prefill", input_name,
+                       "% " + std::to_string(dtype_size(x.dtype)) + " = 1", "aligned"});
+    }
+    {  // the main output at half its element size (f32 at +2, bf16 at +1)
+      typename Kind::Outputs bad = out;
+      TensorView& y = main_output<Kind>(bad);
+      const auto size = static_cast<int>(dtype_size(y.dtype));
+      y = shifted(y, size / 2, keep);
+      expect_rejected([&] { p.prefill(0, h, m.weights(0), in, bad); }, Status::kInvalidArgument,
+                      {output_name, "% " + std::to_string(size) + " = " + std::to_string(size / 2),
+                       std::to_string(size) + "-byte aligned"});
+    }
+    EXPECT_TRUE(same_bytes(exported(p, h), state)) << "a rejected call changed the state";
+    {  // an i32 accepted view at +1 byte
+      p.begin_verify(round_batch(false, {h}));
+      auto vin = m.inputs(kRoundT);
+      auto vout = m.outputs(kRoundT);
+      m.verify(p, vin, vout, 0, kLayers);
+      std::vector<int32_t> accepted = {2};
+      const TensorView good = TensorView::contiguous(accepted.data(), DType::kI32, {1});
+      const TensorView bad = shifted(good, 1, keep);
+      expect_rejected([&] { p.commit(bad); }, Status::kInvalidArgument,
+                      {"StatePool::commit", "accepted", "% 4 = 1"});
+      EXPECT_TRUE(p.round_open());
+      p.commit(good);
+    }
+  });
+}
+
+TEST(HostileRound3Views, MisalignedCallerOwnedViewIsRejectedNamingIt) {
+  auto mem = host_memory();
+  for (const char* preset : {"small_bf16", "m2_small_f32"}) {
+    SCOPED_TRACE(preset);
+    for_kind(preset, [&](auto kind, const auto& g) {
+      using Kind = decltype(kind);
+      PoolRounds<Kind> m(g, kLayers, 7);
+      const PoolOptions o = m.options(Strategy::kReplay, kSlots, kRows, kRoundT);
+      const CallerMemory cm = make_caller_memory(m.model(), o, CallerLayout::kOneTensor, *mem, 3);
+      {
+        CommittedStateViews v = cm.views;  // inside the padding after each slot: no overlap
+        v.conv[1].data = static_cast<char*>(v.conv[1].data) + 1;
+        expect_rejected([&] { StatePool pool(m.model(), o, v); }, Status::kInvalidArgument,
+                        {"committed.conv[1]", "aligned"});
+      }
+      {
+        CommittedStateViews v = cm.views;
+        v.ssm[0].data = static_cast<char*>(v.ssm[0].data) + 2;  // f32 SSM state at +2
+        expect_rejected([&] { StatePool pool(m.model(), o, v); }, Status::kInvalidArgument,
+                        {"committed.ssm[0]", "% 4 = 2"});
+      }
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, HostileRound3, ::testing::ValuesIn(kCases), case_name);
