@@ -105,9 +105,12 @@ class StatePool {
   // exactly [options.num_slots, ...] in the state dtype, on the backend's device (host for cpu,
   // device memory of options.device for cuda); each slot's state contiguous (compact inner
   // strides); one slot stride per kind for every layer, at least one slot's state (slots never
-  // overlap); on cuda every view address and slot stride 16-byte aligned; no two views overlap.
-  // The memory must outlive the pool. Everything else (strategies, rounds, graphs, slot
-  // operations, export/import) works as on an owning pool, bit for bit.
+  // overlap); every view aligned to its dtype (on cuda every view address and slot stride
+  // 16-byte aligned); no byte of a slot's state in two views. Views may interleave: vLLM v1's
+  // hybrid pages (slot p's conv state and SSM state side by side in page p, both views with the
+  // page as slot stride) are accepted. The memory must outlive the pool. Everything else
+  // (strategies, rounds, graphs, slot operations, export/import) works as on an owning pool, bit
+  // for bit.
   StatePool(const ModelConfig& config, const PoolOptions& options,
             const CommittedStateViews& committed);
   ~StatePool() noexcept;

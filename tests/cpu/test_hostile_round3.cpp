@@ -2,7 +2,10 @@
 // fix and covers both strategies and both layer kinds where the defect applies:
 //   e. a pool of num_slots = INT_MAX is refused quickly, without building per-slot structures.
 //   f. views that break their dtype's alignment are rejected, naming the view.
-// The fixes live in lib/pool.cpp, lib/slot_allocator.cpp, lib/validate.cpp.
+//   g. caller-owned views in vLLM v1's hybrid layout (conv and SSM state of a slot interleaved in
+//      one page) are accepted and bit-identical to an owning pool; truly overlapping views are
+//      still rejected.
+// The fixes live in lib/pool.cpp, lib/pool_bind.cpp, lib/slot_allocator.cpp, lib/validate.cpp.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -337,7 +340,185 @@ TEST(HostileRound3Views, MisalignedCallerOwnedViewIsRejectedNamingIt) {
   }
 }
 
+// --- g. vLLM v1's hybrid layout: conv and SSM state of a slot interleaved page by page ---------
+
+// One buffer per layer of `slots` pages; page p = [conv state of slot p | pad | SSM state of
+// slot p | pad]. Both views of a layer have the page as their slot stride.
+struct PagedMemory {
+  std::vector<std::vector<uint64_t>> pages;  // [L] buffers
+  CommittedStateViews views;
+  int64_t page_bytes = 0, ssm_at = 0, conv_bytes = 0, ssm_bytes = 0;
+
+  // `ssm_at` < 0: after the conv state, 16-byte aligned (the real layout); otherwise at that
+  // byte of the page (to build overlapping layouts). `ssm_stride_pages`: the SSM view's slot
+  // stride in pages.
+  PagedMemory(const StatePool& probe, int slots, int64_t ssm_at_bytes = -1,
+              int64_t ssm_stride_pages = 1) {
+    const TensorView c = probe.conv_state(0), s = probe.ssm_state(0);
+    const auto ce = static_cast<int64_t>(dtype_size(c.dtype));
+    const auto se = static_cast<int64_t>(dtype_size(s.dtype));
+    conv_bytes = c.numel() / c.shape[0] * ce;
+    ssm_bytes = s.numel() / s.shape[0] * se;
+    auto up = [](int64_t x) { return (x + 15) / 16 * 16; };
+    ssm_at = ssm_at_bytes >= 0 ? ssm_at_bytes : up(conv_bytes);
+    page_bytes = up(ssm_at + ssm_bytes) + 32;  // padding at the end of every page
+    const int layers = probe.config().num_layers;
+    std::mt19937_64 rng(11);
+    for (int l = 0; l < layers; ++l) {
+      const int64_t total = page_bytes * slots * ssm_stride_pages + 64;
+      pages.emplace_back(static_cast<std::size_t>(total / 8 + 1));
+      for (uint64_t& w : pages.back()) w = rng() | 0x0101010101010101ull;  // a sentinel
+      char* base = reinterpret_cast<char*>(pages.back().data());
+      TensorView cv = c, sv = s;
+      cv.data = base;
+      cv.device = sv.device = Device::kCpu;
+      cv.shape[0] = sv.shape[0] = slots;
+      cv.stride[0] = page_bytes / ce;
+      sv.data = base + ssm_at;
+      sv.stride[0] = page_bytes * ssm_stride_pages / se;
+      views.conv.push_back(cv);
+      views.ssm.push_back(sv);
+    }
+  }
+
+  const uint8_t* page(int layer, int slot) const {
+    return reinterpret_cast<const uint8_t*>(pages[static_cast<std::size_t>(layer)].data()) +
+           slot * page_bytes;
+  }
+};
+
+StatePool probe_pool(const ModelConfig& model) {
+  PoolOptions o;
+  o.num_slots = 1;
+  o.max_rows = 1;
+  o.max_window = 1;
+  return StatePool(model, o);
+}
+
+class VllmPaged : public ::testing::TestWithParam<Case> {};
+
+TEST_P(VllmPaged, InterleavedPagesAreAdoptedAndBitIdenticalToAnOwningPool) {
+  const Case& c = GetParam();
+  for_case(c, [&](auto kind, const auto& g) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> m(g, kLayers, 0x9A);
+    const PoolOptions o = m.options(c.strategy, kSlots, kRows, kRoundT);
+    const StatePool probe = probe_pool(m.model());
+    PagedMemory pm(probe, kSlots);
+    std::vector<std::vector<uint64_t>> sentinel = pm.pages;
+    StatePool paged(m.model(), o, pm.views);  // rejected as "overlaps" before the fix
+    StatePool own(m.model(), o);
+    std::mt19937_64 rng(0x9A);
+    std::vector<SlotHandle> hp, ho;
+    auto arrive = [&] {
+      hp.push_back(paged.acquire());
+      ho.push_back(own.acquire());
+      ASSERT_EQ(hp.back().slot, ho.back().slot);
+      const auto in = m.inputs(1 + static_cast<int64_t>(rng() % 4));
+      m.prefill(paged, hp.back(), in);
+      m.prefill(own, ho.back(), in);
+    };
+    for (int i = 0; i < 3; ++i) arrive();
+    for (int round = 0; round < 8; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      const bool tree = round % 3 == 2;
+      VerifyBatch bp = round_batch(tree, {}), bo = round_batch(tree, {});
+      std::vector<int> steps;
+      for (std::size_t i = 0; i < hp.size() && bp.rows.size() < kRows; ++i) {
+        if (round % 4 == 1 && bp.rows.empty()) {  // a padding row
+          bp.rows.push_back(SlotHandle::padding());
+          bo.rows.push_back(SlotHandle::padding());
+          steps.push_back(0);
+        }
+        bp.rows.push_back(hp[i]);
+        bo.rows.push_back(ho[i]);
+        steps.push_back(static_cast<int>(rng() % (kRoundT + 1)));
+      }
+      const int64_t n = static_cast<int64_t>(bp.rows.size()) * kRoundT;
+      const auto in = m.inputs(n);
+      const auto accepted = round_accept(tree, steps);
+      const auto out_p = m.round(paged, bp, in, accepted);
+      const auto out_o = m.round(own, bo, in, accepted);
+      ASSERT_TRUE(same_bytes(PoolRounds<Kind>::output_bytes(out_p, 0, n),
+                             PoolRounds<Kind>::output_bytes(out_o, 0, n)));
+      if (round == 4) {  // a request ends, another arrives in its slot
+        paged.release(hp[1]);
+        own.release(ho[1]);
+        hp.erase(hp.begin() + 1);
+        ho.erase(ho.begin() + 1);
+        arrive();
+      }
+    }
+    paged.materialize();
+    for (std::size_t i = 0; i < hp.size(); ++i) {
+      const std::vector<uint8_t> want = exported(own, ho[i]);
+      ASSERT_TRUE(same_bytes(exported(paged, hp[i]), want)) << "request " << i;
+      // The caller's pages hold exactly that state.
+      std::size_t at = 0;
+      for (int l = 0; l < kLayers; ++l) {
+        const uint8_t* page = pm.page(l, hp[i].slot);
+        EXPECT_EQ(0, std::memcmp(page, want.data() + at, pm.conv_bytes))
+            << "layer " << l << " slot " << hp[i].slot << " conv state in the page";
+        at += static_cast<std::size_t>(pm.conv_bytes);
+        EXPECT_EQ(0, std::memcmp(page + pm.ssm_at, want.data() + at, pm.ssm_bytes))
+            << "layer " << l << " slot " << hp[i].slot << " SSM state in the page";
+        at += static_cast<std::size_t>(pm.ssm_bytes);
+      }
+    }
+    // Bytes of no state (the padding inside and after every page) keep the sentinel.
+    for (int l = 0; l < kLayers; ++l) {
+      const auto* now = reinterpret_cast<const uint8_t*>(pm.pages[l].data());
+      const auto* was = reinterpret_cast<const uint8_t*>(sentinel[l].data());
+      for (int64_t b = 0; b < static_cast<int64_t>(pm.pages[l].size() * 8); ++b) {
+        const int64_t in_page = b % pm.page_bytes;
+        const bool state = b < pm.page_bytes * kSlots &&
+                           (in_page < pm.conv_bytes ||
+                            (in_page >= pm.ssm_at && in_page < pm.ssm_at + pm.ssm_bytes));
+        if (!state) ASSERT_EQ(now[b], was[b]) << "layer " << l << " padding byte " << b;
+      }
+    }
+  });
+}
+
+TEST(VllmPagedBadInput, TrulyOverlappingLayoutsAreStillRejected) {
+  for (const char* preset : {"small_bf16", "m2_small_bf16"}) {
+    SCOPED_TRACE(preset);
+    for_kind(preset, [&](auto kind, const auto& g) {
+      using Kind = decltype(kind);
+      PoolRounds<Kind> m(g, kLayers, 5);
+      const PoolOptions o = m.options(Strategy::kReplay, kSlots, kRows, kRoundT);
+      const StatePool probe = probe_pool(m.model());
+      {  // the SSM state starts 4 bytes before the conv state ends: every page overlaps
+        PagedMemory pm(probe, kSlots);
+        PagedMemory bad(probe, kSlots, pm.conv_bytes - 4);
+        expect_rejected([&] { StatePool pool(m.model(), o, bad.views); }, Status::kInvalidArgument,
+                        {"committed.ssm[0] overlaps committed.conv[0]", "slot 0"});
+      }
+      {  // two layers' views on one buffer of pages
+        PagedMemory pm(probe, kSlots);
+        CommittedStateViews v = pm.views;
+        v.conv[1] = v.conv[0];
+        expect_rejected([&] { StatePool pool(m.model(), o, v); }, Status::kInvalidArgument,
+                        {"committed.conv[1] overlaps committed.conv[0]"});
+      }
+      {  // other strides: the SSM view strides two pages from page 1's conv state on
+        PagedMemory pm(probe, kSlots, /*ssm_at_bytes=*/-1, /*ssm_stride_pages=*/2);
+        CommittedStateViews v = pm.views;
+        v.ssm[0].data = static_cast<char*>(v.conv[0].data) + pm.page_bytes;  // page 1's conv
+        expect_rejected([&] { StatePool pool(m.model(), o, v); }, Status::kInvalidArgument,
+                        {"committed.ssm[0] overlaps committed.conv[0]", "slot 1"});
+      }
+      {  // other strides, interleaved without a shared byte: accepted
+        PagedMemory pm(probe, kSlots, /*ssm_at_bytes=*/-1, /*ssm_stride_pages=*/2);
+        StatePool pool(m.model(), o, pm.views);
+        EXPECT_EQ(pool.free_slots(), kSlots);
+      }
+    });
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, HostileRound3, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Cpu, VllmPaged, ::testing::ValuesIn(kCases), case_name);
 
 }  // namespace
 }  // namespace specstate::test
