@@ -347,11 +347,7 @@ int64_t StatePool::workspace_bytes() const noexcept {
 
 void StatePool::materialize(const std::vector<SlotHandle>& handles) {
   const char* fn = "StatePool::materialize";
-  std::vector<int32_t> slot_list;
-  for (std::size_t i = 0; i < handles.size(); ++i) {
-    const std::string what = "handles[" + std::to_string(i) + "]";
-    slot_list.push_back(impl_->resolve(fn, what, handles[i]));
-  }
+  const std::vector<int32_t> slot_list = impl_->resolve_handles(fn, handles);
   // A row of the open round may be materialized too: a layer it has verified has nothing
   // pending any more, a layer it has not verified replays nothing after this.
   if (handles.empty() || !slot_list.empty()) impl_->materialize_slots(slot_list);

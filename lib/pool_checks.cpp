@@ -3,6 +3,7 @@
 // writes anything.
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pool_impl.h"
@@ -60,6 +61,25 @@ std::vector<int32_t> StatePool::Impl::resolve_rows(const char* function,
     }
     seen_at[slot] = static_cast<int>(r);
     resolved[r] = slot;
+  }
+  return resolved;
+}
+
+std::vector<int32_t> StatePool::Impl::resolve_handles(const char* function,
+                                                      const std::vector<SlotHandle>& handles) {
+  std::vector<int32_t> resolved;
+  resolved.reserve(handles.size());
+  std::unordered_map<int32_t, std::size_t> first_at;  // O(handles), whatever num_slots is
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    const std::string what = "handles[" + std::to_string(i) + "]";
+    const int slot = resolve(function, what, handles[i]);
+    const auto seen = first_at.emplace(slot, i);
+    if (!seen.second) {
+      fail(Status::kInvalidArgument, function,
+           what + " = " + handle_string(handles[i]) + " repeats handles[" +
+               std::to_string(seen.first->second) + "]: a slot appears at most once");
+    }
+    resolved.push_back(slot);
   }
   return resolved;
 }

@@ -122,6 +122,11 @@ struct StatePool::Impl {
   // Resolves the rows of a batch: padding -> -1; rejects foreign, stale and repeated slots.
   std::vector<int32_t> resolve_rows(const char* function, const std::vector<SlotHandle>& rows);
 
+  // Resolves handles[i] of a call over a set of slots (materialize): rejects foreign, stale,
+  // padding and repeated handles, naming the index.
+  std::vector<int32_t> resolve_handles(const char* function,
+                                       const std::vector<SlotHandle>& handles);
+
   void check_layer(const char* function, int layer) const;
 
   // A layer call with another kind's argument types is refused before anything else.

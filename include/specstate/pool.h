@@ -164,7 +164,8 @@ class StatePool {
   // Makes the committed memory of `handles` (all live slots when empty) equal their committed
   // state in every layer. A no-op for the snapshot strategy. Under replay it re-runs the slots'
   // pending accepted steps with the weights of each layer's last verify, so those views must
-  // still be valid. Allowed inside an open round.
+  // still be valid. Allowed inside an open round. A handle given twice is rejected
+  // (kInvalidArgument, naming both indices), like a stale or foreign one, before any work runs.
   void materialize(const std::vector<SlotHandle>& handles = {});
 
   // --- non-speculative path: advances the committed state in place -------------------------

@@ -1,11 +1,13 @@
 // Regression tests for issue 20 (hostile input, round 3). Each test fails on the code before its
 // fix and covers both strategies and both layer kinds where the defect applies:
+//   a. materialize({h, h}): a repeated handle is rejected, naming the index, changing nothing.
 //   e. a pool of num_slots = INT_MAX is refused quickly, without building per-slot structures.
 //   f. views that break their dtype's alignment are rejected, naming the view.
 //   g. caller-owned views in vLLM v1's hybrid layout (conv and SSM state of a slot interleaved in
 //      one page) are accepted and bit-identical to an owning pool; truly overlapping views are
 //      still rejected.
-// The fixes live in lib/pool.cpp, lib/pool_bind.cpp, lib/slot_allocator.cpp, lib/validate.cpp.
+// The fixes live in lib/pool.cpp, lib/pool_bind.cpp, lib/pool_checks.cpp, lib/slot_allocator.cpp,
+// lib/validate.cpp.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -165,6 +167,41 @@ struct TwoPools {
 template <typename F>
 void for_case(const Case& c, F&& f) {
   for_kind(c.preset, [&](auto kind, const auto& g) { f(kind, g); });
+}
+
+// --- a. materialize with a repeated handle -----------------------------------------------------
+
+TEST_P(HostileRound3, MaterializeRejectsARepeatedHandleNamingItsIndex) {
+  const Case& c = GetParam();
+  for_case(c, [&](auto kind, const auto& g) {
+    using Kind = decltype(kind);
+    TwoPools<Kind> t(g, c.strategy, 0xA1);
+    t.rounds(3);
+    if (HasFatalFailure()) return;
+    const std::vector<uint8_t> before = caller_bytes(*t.mem, t.cm);
+    const SlotHandle h = t.hs[0], other = t.hs[1];
+    expect_rejected(
+        [&] {
+          t.subject.materialize({h, h});
+        },
+        Status::kInvalidArgument,
+        {"StatePool::materialize", "handles[1] = {slot " + std::to_string(h.slot),
+         "repeats handles[0]"});
+    expect_rejected(
+        [&] {
+          t.subject.materialize({h, other, h});
+        },
+        Status::kInvalidArgument, {"handles[2]", "repeats handles[0]"});
+    // Nothing changed: not even the replay pool's deferred work ran.
+    EXPECT_TRUE(same_bytes(caller_bytes(*t.mem, t.cm), before))
+        << "a rejected materialize wrote the pool";
+    // The pool still works and agrees with the reference.
+    t.subject.materialize({h, other});
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_TRUE(same_bytes(exported(t.subject, t.hs[i]), exported(t.ref, t.hr[i])))
+          << "request " << i;
+    }
+  });
 }
 
 // --- e. a pool of INT_MAX slots ------------------------------------------------------------------
