@@ -42,7 +42,10 @@ SlotHandle StatePool::adopt(int slot) {
          "slot = " + std::to_string(slot) + " is live (a request holds it): release it first");
   }
   try {
-    impl_->mark_overwritten(slot);  // no pending steps: the memory is the state
+    // Nothing of the slot's previous life survives: no pending steps or history on the device
+    // (clear_pending), no deferred or sticky flags on the host; the memory, untouched, is the
+    // state.
+    impl_->mark_overwritten(slot);
     impl_->strategy->reset_slot(slot);
   } catch (...) {
     impl_->slots.free(slot);
@@ -75,11 +78,16 @@ SlotHandle StatePool::acquire() {
 
 void StatePool::release(SlotHandle handle) {
   const int slot = impl_->resolve("StatePool::release", "handle", handle);
+  // A caller-owned pool: the caller's memory is what the engine keeps of the request (a cached
+  // prefix, a preempted request it may adopt() again), so it must hold the committed state, not
+  // a checkpoint with steps still deferred (replay). First, so a failure changes nothing.
+  if (impl_->storage.layout.caller_committed) impl_->materialize_slots({slot});
   const int row = impl_->round_open ? impl_->round_row_of_slot[slot] : -1;
   if (row >= 0) impl_->make_row_padding(row);
   impl_->slots.free(slot);
   // The slot's host-side deferred work is dropped here; its device-side pending counts (stale
-  // for layers the open round verified) are zeroed by the next acquire's zero_slot.
+  // for layers the open round verified) are cleared when the slot is handed out again
+  // (acquire's zero_slot, adopt's mark_overwritten).
   impl_->strategy->reset_slot(slot);
   detail::logger().trace(
       "pool {}: release slot {}{}", impl_->pool_id, slot,
@@ -112,7 +120,14 @@ void StatePool::copy_slot(SlotHandle src, SlotHandle dst) {
 }
 
 SlotHandle StatePool::fork(SlotHandle src) {
-  impl_->resolve("StatePool::fork", "src", src);
+  const char* fn = "StatePool::fork";
+  impl_->resolve(fn, "src", src);
+  if (impl_->slots.free_count() == 0) {
+    fail(Status::kResourceExhausted, fn,
+         "no free slot for the fork of src = " + handle_string(src) + ": all " +
+             std::to_string(impl_->options.num_slots) + " slots are in use (options.num_slots = " +
+             std::to_string(impl_->options.num_slots) + ")");
+  }
   const SlotHandle dst = acquire();
   try {
     copy_slot(src, dst);
@@ -177,6 +192,19 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
+// The file's errors (missing, unreadable, not safetensors) as the calling function's, naming it.
+SafetensorsFile open_slot_file(const char* fn, const std::string& path) {
+  try {
+    return SafetensorsFile(path);
+  } catch (const Error& e) {
+    // e.what() = "<status>: <message>"; the message keeps the file's name.
+    std::string message = e.what();
+    const std::string prefix = std::string(status_name(e.status())) + ": ";
+    if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
+    fail(e.status(), fn, message);
+  }
+}
+
 std::string layer_tensor_name(int layer, const char* what) {
   return "layers." + std::to_string(layer) + "." + what;
 }
@@ -187,6 +215,14 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
   const char* fn = "StatePool::export_slot";
   const int slot = impl_->resolve(fn, "handle", handle);
   if (path.empty()) fail(Status::kInvalidArgument, fn, "path is empty");
+  // The destination is opened before anything else: a path that cannot be written is rejected
+  // before the slot is materialized, so a rejected call changes no byte and no bookkeeping.
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    const int err = errno;
+    fail(Status::kInvalidArgument, fn,
+         "path = '" + path + "': cannot write the file (" + std::strerror(err) + ")");
+  }
   const auto& l = impl_->storage.layout;
   std::vector<uint8_t> bytes(static_cast<std::size_t>(l.committed_bytes_per_slot()));
   impl_->materialize_slots({slot});
@@ -218,8 +254,7 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
       {"ssm_dtype", dtype_name(l.shapes.ssm_dtype)},
   };
   const std::vector<uint8_t> file = SafetensorsFile::serialize(tensors, metadata);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (out) out.write(reinterpret_cast<const char*>(file.data()), std::streamsize(file.size()));
+  out.write(reinterpret_cast<const char*>(file.data()), std::streamsize(file.size()));
   if (out) out.flush();
   if (!out) {
     const int err = errno;
@@ -233,7 +268,7 @@ void StatePool::import_slot(SlotHandle handle, const std::string& path) {
   const int slot = impl_->resolve(fn, "handle", handle);
   impl_->check_not_in_round(fn, "handle", slot);
   if (path.empty()) fail(Status::kInvalidArgument, fn, "path is empty");
-  const SafetensorsFile file(path);  // throws naming the file when it is no safetensors file
+  const SafetensorsFile file = open_slot_file(fn, path);
   const auto& l = impl_->storage.layout;
   auto mismatch = [&](const std::string& what) {
     fail(Status::kInvalidArgument, fn, "'" + path + "': " + what);

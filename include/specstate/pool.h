@@ -132,6 +132,8 @@ class StatePool {
   // Frees the slot. A row of the open round becomes a padding row of that round: its commit
   // value must be 0 (chain) / -1 (tree), the other rows commit as usual (on CUDA the round's
   // slot list is re-uploaded with the row as -1, so a device-valued commit skips it too).
+  // On a caller-owned pool the slot is materialized first (DESIGN.md section 5.7): the caller's
+  // memory of a released slot holds its committed state, ready to be kept or adopt()ed again.
   void release(SlotHandle handle);
   bool is_live(SlotHandle handle) const noexcept;
   int free_slots() const noexcept;
@@ -225,7 +227,8 @@ class StatePool {
   // format = "specstate.slot_state", version, kind, num_layers, conv_dim, conv_width, ssm_shape,
   // conv_dtype, ssm_dtype. Import checks the kind, the layer count and every tensor's name,
   // dtype and shape against the pool, and rejects a mismatch (kInvalidArgument, naming the
-  // file and tensor) before writing anything.
+  // file and tensor) before writing anything. Export opens `path` before it materializes the
+  // slot, so a path that cannot be written is rejected with nothing changed.
   void export_slot(SlotHandle handle, const std::string& path);
   void import_slot(SlotHandle handle, const std::string& path);
 

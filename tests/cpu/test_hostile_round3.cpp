@@ -1,13 +1,18 @@
 // Regression tests for issue 20 (hostile input, round 3). Each test fails on the code before its
 // fix and covers both strategies and both layer kinds where the defect applies:
 //   a. materialize({h, h}): a repeated handle is rejected, naming the index, changing nothing.
+//   b. a caller-owned pool's release() materializes the slot, so the caller's memory holds the
+//      committed state; adopt() drops the bookkeeping of the slot's previous life.
+//   c. a rejected export_slot(h, path) (unwritable path) changes no byte and no bookkeeping.
+//   d. fork on a full pool reports StatePool::fork; import_slot(path)'s file errors name
+//      StatePool::import_slot.
 //   e. a pool of num_slots = INT_MAX is refused quickly, without building per-slot structures.
 //   f. views that break their dtype's alignment are rejected, naming the view.
 //   g. caller-owned views in vLLM v1's hybrid layout (conv and SSM state of a slot interleaved in
 //      one page) are accepted and bit-identical to an owning pool; truly overlapping views are
 //      still rejected.
-// The fixes live in lib/pool.cpp, lib/pool_bind.cpp, lib/pool_checks.cpp, lib/slot_allocator.cpp,
-// lib/validate.cpp.
+// The fixes live in lib/pool.cpp, lib/pool_bind.cpp, lib/pool_checks.cpp, lib/pool_slots.cpp,
+// lib/slot_allocator.cpp, lib/validate.cpp.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -201,6 +206,130 @@ TEST_P(HostileRound3, MaterializeRejectsARepeatedHandleNamingItsIndex) {
       EXPECT_TRUE(same_bytes(exported(t.subject, t.hs[i]), exported(t.ref, t.hr[i])))
           << "request " << i;
     }
+  });
+}
+
+// --- b. caller-owned release materializes; adopt drops the previous life ------------------------
+
+TEST_P(HostileRound3, CallerOwnedReleaseLeavesTheCommittedStateInTheCallersMemory) {
+  const Case& c = GetParam();
+  for_case(c, [&](auto kind, const auto& g) {
+    using Kind = decltype(kind);
+    TwoPools<Kind> t(g, c.strategy, 0xB2);
+    t.rounds(3);
+    if (HasFatalFailure()) return;
+    const int slot = t.subject.slot_index(t.hs[0]);
+    ASSERT_EQ(slot, t.ref.slot_index(t.hr[0]));
+    const std::vector<uint8_t> want = exported(t.ref, t.hr[0]);  // snapshot: exact, no work
+    t.subject.release(t.hs[0]);                                  // no materialize before it
+    const std::vector<uint8_t> got = t.caller_slot_bytes(slot);
+    ASSERT_TRUE(same_bytes(got, want))
+        << "the caller's memory of released slot " << slot << " is not the committed state";
+    // The engine adopts the slot again (a preempted request resumes): the same state, and the
+    // next rounds agree with the reference bit for bit.
+    t.ref.release(t.hr[0]);
+    t.hs[0] = t.subject.adopt(slot);
+    t.hr[0] = t.ref.adopt(slot);
+    EXPECT_TRUE(same_bytes(exported(t.subject, t.hs[0]), want));
+    t.rounds(2);
+    if (HasFatalFailure()) return;
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_TRUE(same_bytes(exported(t.subject, t.hs[i]), exported(t.ref, t.hr[i])))
+          << "request " << i;
+    }
+  });
+}
+
+// adopt() on a slot released with deferred work outstanding (an owning pool's release does not
+// materialize): the slot's memory, as it is, is the new request's state, and nothing of the old
+// request's pending steps may be applied to it later. Fails when adopt skips clearing the
+// strategy's and the backend's bookkeeping of the slot.
+TEST_P(HostileRound3, AdoptDropsThePendingWorkOfTheSlotsPreviousLife) {
+  const Case& c = GetParam();
+  for_case(c, [&](auto kind, const auto& g) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> m(g, kLayers, 0xB3);
+    StatePool p = m.pool(c.strategy, kSlots, kRows, kRoundT);
+    StatePool ref = m.pool(Strategy::kSnapshot, kSlots, kRows, kRoundT);
+    const SlotHandle h = p.acquire();
+    m.prefill(p, h, m.inputs(4));
+    for (int r = 0; r < 3; ++r) {
+      m.round(p, round_batch(false, {h}), round_accept(false, {2 + r % 2}));
+    }
+    const int slot = p.slot_index(h);
+    p.release(h);  // an owning pool: the memory may lag (replay), the steps stay recorded
+    const std::vector<uint8_t> memory = slot_bytes(p, slot);
+    const SlotHandle a = p.adopt(slot);
+    ASSERT_TRUE(same_bytes(exported(p, a), memory))
+        << "adopt must keep the slot's memory as its state";
+    // The reference: a snapshot pool given exactly that state.
+    const SlotHandle r = ref.acquire();
+    StateBuffer state(memory);
+    ref.import_slot(r, state.view());
+    const auto in = m.inputs(kRoundT);
+    const auto out_p = m.round(p, round_batch(false, {a}), in, round_accept(false, {3}));
+    const auto out_r = m.round(ref, round_batch(false, {r}), in, round_accept(false, {3}));
+    EXPECT_TRUE(same_bytes(PoolRounds<Kind>::output_bytes(out_p, 0, kRoundT),
+                           PoolRounds<Kind>::output_bytes(out_r, 0, kRoundT)))
+        << "the adopted slot's verify applied steps of its previous life";
+    EXPECT_TRUE(same_bytes(exported(p, a), exported(ref, r))) << "the committed state";
+  });
+}
+
+// --- c. a rejected export_slot(path) changes nothing --------------------------------------------
+
+TEST_P(HostileRound3, ExportToAnUnwritablePathChangesNoByte) {
+  const Case& c = GetParam();
+  for_case(c, [&](auto kind, const auto& g) {
+    using Kind = decltype(kind);
+    TwoPools<Kind> t(g, c.strategy, 0xC3);
+    t.rounds(3);
+    if (HasFatalFailure()) return;
+    const std::vector<uint8_t> before = caller_bytes(*t.mem, t.cm);
+    const std::string path = "/nonexistent_dir/x.bin";
+    expect_rejected([&] { t.subject.export_slot(t.hs[0], path); }, Status::kInvalidArgument,
+                    {"StatePool::export_slot", path, "cannot write"});
+    const std::vector<uint8_t> after = caller_bytes(*t.mem, t.cm);
+    EXPECT_TRUE(same_bytes(after, before)) << "a rejected export wrote the pool's memory";
+    // No bookkeeping changed either: the rounds go on in step with the reference.
+    t.rounds(2);
+    if (HasFatalFailure()) return;
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_TRUE(same_bytes(exported(t.subject, t.hs[i]), exported(t.ref, t.hr[i])))
+          << "request " << i;
+    }
+  });
+}
+
+// --- d. errors name the function the caller called ----------------------------------------------
+
+TEST_P(HostileRound3, ForkOnAFullPoolAndImportFileErrorsNameTheirFunction) {
+  const Case& c = GetParam();
+  for_case(c, [&](auto kind, const auto& g) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> m(g, kLayers, 0xD4);
+    StatePool p = m.pool(c.strategy, kSlots, kRows, kRoundT);
+    std::vector<SlotHandle> all;
+    for (int i = 0; i < kSlots; ++i) all.push_back(p.acquire());
+    m.prefill(p, all[0], m.inputs(2));
+    const std::vector<uint8_t> state = exported(p, all[0]);
+    expect_rejected([&] { p.fork(all[0]); }, Status::kResourceExhausted,
+                    {"StatePool::fork", "src = {slot 0"});
+    EXPECT_EQ(p.free_slots(), 0);
+    EXPECT_TRUE(same_bytes(exported(p, all[0]), state));
+
+    const std::string missing = "/nonexistent_dir/x.bin";
+    expect_rejected([&] { p.import_slot(all[1], missing); }, Status::kInvalidArgument,
+                    {"StatePool::import_slot", missing});
+    // A file that is not safetensors.
+    const std::string junk = ::testing::TempDir() + "specstate_round3_junk.bin";
+    std::FILE* f = std::fopen(junk.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fputs("not a safetensors file", f);
+    std::fclose(f);
+    expect_rejected([&] { p.import_slot(all[1], junk); }, Status::kInvalidArgument,
+                    {"StatePool::import_slot", junk});
+    std::remove(junk.c_str());
   });
 }
 
