@@ -35,6 +35,29 @@ std::string bytes_cell(int64_t bytes) {
   return with_commas(bytes) + " B (" + human_bytes(static_cast<double>(bytes)) + ")";
 }
 
+// "--layers 1048576": the option (with its value) a byte count of the model is blamed on when it
+// passes int64. Custom dimensions are the only way there (no preset comes near).
+std::string model_option(const PlanArgs& args) {
+  if (args.dims.layers > 0) return "--layers " + std::to_string(args.dims.layers);
+  if (!args.model_file.empty()) return "--model-file " + args.model_file;
+  return "--model " + args.model;
+}
+
+// a * b or a + b of byte counts; CLI::ValidationError (exit 2) naming `option` (name and value)
+// when the result does not fit in int64.
+int64_t checked(int64_t a, int64_t b, bool add, const std::string& option, const char* what) {
+  int64_t out = 0;
+  const bool overflow =
+      add ? __builtin_add_overflow(a, b, &out) : __builtin_mul_overflow(a, b, &out);
+  if (overflow) {
+    throw CLI::ValidationError(option.substr(0, option.find(' ')),
+                               option + ": " + what + " = " + with_commas(a) +
+                                   (add ? " + " : " x ") + with_commas(b) +
+                                   " B does not fit in 64 bits (more than 8 EiB)");
+  }
+  return out;
+}
+
 int run_plan(const PlanArgs& args) {
   const ModelPreset preset = resolve_model(args.model, args.model_file, args.dims);
   const ModelConfig config = apply_tp(preset, args.tp);
@@ -42,14 +65,39 @@ int run_plan(const PlanArgs& args) {
   const Strategy strategy = parse_strategy(args.strategy, "--strategy");
   const bool replay = strategy == Strategy::kReplay;
   const int rows = args.max_rows > 0 ? args.max_rows : args.max_requests;
-  const StateBytes b = state_bytes(config, args.window);
-  const int64_t committed_total = b.committed_per_request * args.max_requests;
+  const std::string requests_opt = "--max-requests " + std::to_string(args.max_requests);
+  const std::string rows_opt =
+      args.max_rows > 0 ? "--max-rows " + std::to_string(args.max_rows) : requests_opt;
+  const std::string window_opt = "--window " + std::to_string(args.window);
+  // Every byte count is checked: custom dimensions reach past int64 (issue 20.3). A byte count
+  // of one request at T = 1 is the model's; one at T = --window is the window's.
+  StateBytes b;
+  try {
+    b = state_bytes(config, 1);
+  } catch (const Error& e) {
+    const std::string option = model_option(args);
+    throw CLI::ValidationError(option.substr(0, option.find(' ')), option + ": " + e.what());
+  }
+  try {
+    b = state_bytes(config, args.window);
+  } catch (const Error& e) {
+    throw CLI::ValidationError("--window", window_opt + ": " + e.what());
+  }
+  const int64_t committed_total = checked(b.committed_per_request, args.max_requests, false,
+                                          requests_opt, "committed state of all requests");
   // Only the strategy's own workspace exists: snapshot scratch per row, or records per slot.
   const int64_t scratch_per_row = replay ? 0 : b.scratch_per_row;
-  const int64_t scratch_total = scratch_per_row * rows;
+  const int64_t scratch_total =
+      checked(scratch_per_row, rows, false, rows_opt, "snapshot scratch of all rows");
   const int64_t records_per_slot = replay ? b.records_per_slot : 0;
-  const int64_t records_total = records_per_slot * args.max_requests;
-  const int64_t workspace_total = workspace_bytes(b, strategy, args.max_requests, rows);
+  const int64_t records_total =
+      checked(records_per_slot, args.max_requests, false, requests_opt, "records of all slots");
+  const int64_t workspace_total = replay ? records_total : scratch_total;
+  const int64_t total = checked(committed_total, workspace_total, true,
+                                replay ? requests_opt : rows_opt, "committed state + workspace");
+  const int64_t total_per_request =
+      checked(b.committed_per_request, replay ? records_per_slot : scratch_per_row, true,
+              window_opt, "committed state + workspace per request");
   const GdnConfig& g = config.gdn;
 
   if (args.json) {
@@ -72,7 +120,7 @@ int run_plan(const PlanArgs& args) {
     j["records_bytes_total"] = records_total;
     j["workspace_bytes_total"] = workspace_total;
     // All the memory the strategy needs: committed state + its workspace.
-    j["total_bytes"] = committed_total + workspace_total;
+    j["total_bytes"] = total;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -135,16 +183,14 @@ int run_plan(const PlanArgs& args) {
                 bytes_cell(records_per_slot).c_str(), bytes_cell(records_total).c_str(),
                 args.max_requests);
     std::printf("  %-30s %s\n", "snapshot scratch", "none under replay");
-    std::printf("  %-30s %-32s %s\n", "total",
-                bytes_cell(b.committed_per_request + records_per_slot).c_str(),
-                bytes_cell(committed_total + workspace_total).c_str());
+    std::printf("  %-30s %-32s %s\n", "total", bytes_cell(total_per_request).c_str(),
+                bytes_cell(total).c_str());
   } else {
     const std::string label = "snapshot scratch " + window;
     std::printf("  %-30s %-32s %s  (%d rows)\n", label.c_str(), bytes_cell(scratch_per_row).c_str(),
                 bytes_cell(scratch_total).c_str(), rows);
-    std::printf("  %-30s %-32s %s\n", "total",
-                bytes_cell(b.committed_per_request + scratch_per_row).c_str(),
-                bytes_cell(committed_total + workspace_total).c_str());
+    std::printf("  %-30s %-32s %s\n", "total", bytes_cell(total_per_request).c_str(),
+                bytes_cell(total).c_str());
   }
   return 0;
 }

@@ -128,42 +128,75 @@ ModelConfig apply_tp(const ModelPreset& preset, int tp) {
   return config;
 }
 
+namespace {
+
+// Byte counts of custom dimensions can pass int64 (2^20 layers of 4 GiB states, 2^20 requests):
+// every product and sum is checked, and the error names the field, as the library's layout does.
+int64_t mul_checked(int64_t a, int64_t b, const char* field) {
+  int64_t out = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &out)) {
+    throw Error(Status::kInvalidArgument, std::string("state_bytes: ") + field + ": " +
+                                              with_commas(a) + " x " + with_commas(b) +
+                                              " B does not fit in 64 bits");
+  }
+  return out;
+}
+
+int64_t add_checked(int64_t a, int64_t b, const char* field) {
+  int64_t out = 0;
+  if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &out)) {
+    throw Error(Status::kInvalidArgument, std::string("state_bytes: ") + field + ": " +
+                                              with_commas(a) + " + " + with_commas(b) +
+                                              " B does not fit in 64 bits");
+  }
+  return out;
+}
+
+}  // namespace
+
 StateBytes state_bytes(const ModelConfig& config, int window) {
   const int64_t layers = config.num_layers;
+  int64_t conv_cols = 0, conv_size = 0, ssm_elems = 0, ssm_size = 0, record_cols = 0, act_size = 0;
   StateBytes out;
   if (config.kind == LayerKind::kMamba2) {
     // conv_dim = nheads * P + 2 * G * N; SSM nheads x P x N; record [xBC | dt].
     const Mamba2Config& m = config.mamba;
     out.conv_dim = int64_t{m.num_heads} * m.head_dim + 2 * int64_t{m.n_groups} * m.d_state;
-    out.conv_per_layer =
-        out.conv_dim * (m.conv_width - 1) * static_cast<int64_t>(dtype_size(m.conv_state_dtype));
-    out.ssm_per_layer = int64_t{m.num_heads} * m.head_dim * m.d_state *
-                        static_cast<int64_t>(dtype_size(m.ssm_state_dtype));
-    out.committed_per_request = layers * (out.conv_per_layer + out.ssm_per_layer);
-    out.scratch_per_row = out.committed_per_request * window;
-    out.record_per_token =
-        (out.conv_dim + m.num_heads) * static_cast<int64_t>(dtype_size(m.act_dtype));
-    out.records_per_slot =
-        layers * window * out.record_per_token + layers * 4 + int64_t{window} * 4;
-    return out;
+    conv_cols = m.conv_width - 1;
+    conv_size = static_cast<int64_t>(dtype_size(m.conv_state_dtype));
+    ssm_elems = mul_checked(int64_t{m.num_heads} * m.head_dim, m.d_state, "ssm_per_layer");
+    ssm_size = static_cast<int64_t>(dtype_size(m.ssm_state_dtype));
+    record_cols = out.conv_dim + m.num_heads;
+    act_size = static_cast<int64_t>(dtype_size(m.act_dtype));
+  } else {
+    const GdnConfig& g = config.gdn;
+    const int64_t hv = g.num_v_heads;
+    out.conv_dim = 2 * int64_t{g.num_k_heads} * g.head_k_dim + hv * g.head_v_dim;
+    conv_cols = g.conv_width - 1;
+    conv_size = static_cast<int64_t>(dtype_size(g.conv_state_dtype));
+    ssm_elems = mul_checked(hv * g.head_v_dim, g.head_k_dim, "ssm_per_layer");
+    ssm_size = static_cast<int64_t>(dtype_size(g.ssm_state_dtype));
+    record_cols = out.conv_dim + 2 * hv;
+    act_size = static_cast<int64_t>(dtype_size(g.act_dtype));
   }
-  const GdnConfig& g = config.gdn;
-  const int64_t hv = g.num_v_heads;
-  out.conv_dim = 2 * int64_t{g.num_k_heads} * g.head_k_dim + hv * g.head_v_dim;
-  out.conv_per_layer =
-      out.conv_dim * (g.conv_width - 1) * static_cast<int64_t>(dtype_size(g.conv_state_dtype));
-  out.ssm_per_layer =
-      hv * g.head_v_dim * g.head_k_dim * static_cast<int64_t>(dtype_size(g.ssm_state_dtype));
-  out.committed_per_request = layers * (out.conv_per_layer + out.ssm_per_layer);
-  out.scratch_per_row = out.committed_per_request * window;
-  out.record_per_token = (out.conv_dim + 2 * hv) * static_cast<int64_t>(dtype_size(g.act_dtype));
-  out.records_per_slot = layers * window * out.record_per_token + layers * 4 + int64_t{window} * 4;
+  out.conv_per_layer = mul_checked(mul_checked(out.conv_dim, conv_cols, "conv_per_layer"),
+                                   conv_size, "conv_per_layer");
+  out.ssm_per_layer = mul_checked(ssm_elems, ssm_size, "ssm_per_layer");
+  out.committed_per_request =
+      mul_checked(layers, add_checked(out.conv_per_layer, out.ssm_per_layer, "bytes per layer"),
+                  "committed_per_request");
+  out.scratch_per_row = mul_checked(out.committed_per_request, window, "scratch_per_row");
+  out.record_per_token = mul_checked(record_cols, act_size, "record_per_token");
+  out.records_per_slot = add_checked(mul_checked(mul_checked(layers, window, "records_per_slot"),
+                                                 out.record_per_token, "records_per_slot"),
+                                     layers * 4 + int64_t{window} * 4, "records_per_slot");
   return out;
 }
 
 int64_t workspace_bytes(const StateBytes& bytes, Strategy strategy, int64_t slots, int64_t rows) {
-  return strategy == Strategy::kReplay ? bytes.records_per_slot * slots
-                                       : bytes.scratch_per_row * rows;
+  return strategy == Strategy::kReplay
+             ? mul_checked(bytes.records_per_slot, slots, "records of all slots")
+             : mul_checked(bytes.scratch_per_row, rows, "scratch of all rows");
 }
 
 Strategy parse_strategy(const std::string& text, const char* option) {

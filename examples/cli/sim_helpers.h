@@ -99,11 +99,13 @@ struct StateBytes {
   // window index of each pending step (int32 per window token).
   int64_t records_per_slot = 0;  // layers * window * record + layers * 4 + window * 4
 };
+// Every product is overflow-checked: throws specstate::Error(kInvalidArgument) naming the field
+// whose byte count passes int64 (custom dimensions can: 2^20 layers of 4 GiB states).
 StateBytes state_bytes(const ModelConfig& config, int window);
 
 // The strategy's workspace (everything besides the committed state) of a pool with `slots`
 // slots, `rows` verify rows and windows up to `window`: snapshot scratch * rows, or replay
-// records * slots.
+// records * slots. Throws specstate::Error as state_bytes when the product passes int64.
 int64_t workspace_bytes(const StateBytes& bytes, Strategy strategy, int64_t slots, int64_t rows);
 
 // "snapshot" / "replay"; throws CLI::ValidationError naming `option` for anything else.

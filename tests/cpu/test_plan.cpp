@@ -337,6 +337,71 @@ TEST(PlanCli, BadModelsExitTwoNamingTheOption) {
   }
 }
 
+// Issue 20.3: custom dimensions whose byte totals pass int64 were printed wrapped ("snapshot
+// scratch 0 B", exit 0). Each product is checked; the refusal names the option and its value.
+TEST(PlanCli, ByteTotalsPastInt64AreRefusedNamingTheOption) {
+  // 2^20 layers of 4 GiB SSM states: 2^52 B per request, fine; x 2^20 requests passes 2^63.
+  const std::string huge =
+      "plan --layers 1048576 --heads 64 --v-heads 1024 --head-k-dim 1024 --head-v-dim 1024 ";
+  struct Bad {
+    std::string args, option;
+  };
+  for (const Bad& b : {
+           Bad{huge + "--max-requests 1048576 --window 1024", "--max-requests 1048576"},
+           Bad{huge + "--max-requests 1048576 --window 1024 --json", "--max-requests 1048576"},
+           Bad{huge + "--max-requests 1048576 --window 1 --strategy replay",
+               "--max-requests 1048576"},
+           // 2^53 B per request (HV 2048) x a window of 1024 = 2^63: the window's fault.
+           Bad{"plan --layers 1048576 --heads 64 --v-heads 2048 --head-k-dim 1024 "
+               "--head-v-dim 1024 --max-requests 1 --window 1024",
+               "--window 1024"},
+           // One request-row fits, 1024 rows of it do not.
+           Bad{huge + "--max-requests 1 --max-rows 1024 --window 1024", "--max-rows 1024"},
+           // 2^20 layers of 2^52 B (K = 2^20, HV * V = 2^30): one request passes int64.
+           Bad{"plan --layers 1048576 --heads 1 --v-heads 1024 --head-k-dim 1048576 "
+               "--head-v-dim 1048576 --max-requests 1 --window 1",
+               "--layers 1048576"},
+       }) {
+    SCOPED_TRACE(b.args);
+    const CliRun run = run_cli(b.args);
+    EXPECT_EQ(run.code, 2) << run.output;
+    EXPECT_NE(run.output.find(b.option), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("64 bits"), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find(" 0 B"), std::string::npos) << run.output;  // no wrapped plan
+    EXPECT_EQ(run.output.find("\"model\""), std::string::npos) << run.output;
+  }
+  // Just below the edge the plan is printed, exactly: 2^20 requests of one 4 GiB layer each.
+  const CliRun ok = run_cli(
+      "plan --layers 1 --heads 64 --v-heads 1024 --head-k-dim 1024 --head-v-dim 1024 "
+      "--max-requests 1048576 --window 1024 --json");
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  const auto j = nlohmann::json::parse(ok.output);
+  const int64_t conv = (2 * 64 * 1024 + 1024 * 1024) * 3 * 2;  // bf16 conv state
+  const int64_t layer = int64_t{1024} * 1024 * 1024 * 4 + conv;
+  EXPECT_EQ(j["committed_bytes_per_request"].get<int64_t>(), layer);
+  EXPECT_EQ(j["committed_bytes_total"].get<int64_t>(), layer << 20);
+  EXPECT_EQ(j["scratch_bytes_total"].get<int64_t>(), (layer << 20) * 1024);
+  EXPECT_EQ(j["total_bytes"].get<int64_t>(), (layer << 20) * 1025);
+}
+
+// The helpers' own checks: state_bytes names the field that overflows.
+TEST(PlanHelpers, StateBytesThrowsNamingTheFieldPastInt64) {
+  GdnConfig g;
+  g.num_k_heads = 1;
+  g.num_v_heads = 1024;
+  g.head_k_dim = 1 << 20;
+  g.head_v_dim = 1 << 20;
+  try {
+    (void)state_bytes(ModelConfig::gated_delta_net(1 << 20, g), 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("committed_per_request"), std::string::npos) << e.what();
+  }
+  const StateBytes one = state_bytes(ModelConfig::gated_delta_net(1, g), 1);
+  EXPECT_EQ(one.ssm_per_layer, int64_t{1024} << 42);
+  EXPECT_THROW((void)workspace_bytes(one, Strategy::kSnapshot, 1, int64_t{1} << 20), Error);
+}
+
 TEST(PlanHelpers, Formatting) {
   EXPECT_EQ(with_commas(77266944), "77,266,944");
   EXPECT_EQ(with_commas(0), "0");
