@@ -260,6 +260,9 @@ __device__ __forceinline__ void gdn_store_state(St* dst, const float4 (&S)[NK], 
 // kChunk: tokens staged at a time.
 // kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
 // recompute tree states (the snapshot and advance instantiation carries none of that code).
+// 8 CTAs per SM for both instantiations: the replay one at 6 CTAs (80 registers, no stack) was
+// measured on the H200 (Qwen3-Next TP1 rounds, R = 16): faster at B = 1 (802 -> 685 us) and
+// slower from B = 8 on (T=4 B=128 15850 -> 17059 us).
 template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
 __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {

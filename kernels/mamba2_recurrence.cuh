@@ -208,8 +208,11 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   static_assert(NK >= 1 && N % (4 * LANES) == 0, "N must be 16 or a multiple of 32");
   constexpr int kRows = mamba2_rows<N>();
   __shared__ Mamba2Chunk<N, kChunk> chunk;
-  // A tree without snapshots restarts branches from the row's start state (post history).
-  __shared__ __align__(16) float start_state[kReplay ? kRows * N : 4];
+  // A tree without snapshots restarts branches from the row's start state (post history): in
+  // shared memory, or in registers for N = 256 (the chunk fills shared memory there).
+  constexpr bool kStartInRegs = N > 128;
+  __shared__ __align__(16) float start_state[kReplay && !kStartInRegs ? kRows * N : 4];
+  float4 start_regs[kStartInRegs ? NK : 1];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kl = lane % LANES;
@@ -262,11 +265,15 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   Act* out = static_cast<Act*>(p.out);
   St* snap_row = p.snap ? static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off : nullptr;
   const bool recompute = kReplay && p.parents != nullptr && p.snap == nullptr;
-  float* start_mine = start_state + (kReplay ? r * N : 0);
+  float* start_mine = start_state + (kReplay && !kStartInRegs ? r * N : 0);
   if (recompute) {
 #pragma unroll
     for (int i = 0; i < NK; ++i) {
-      *reinterpret_cast<float4*>(start_mine + i * 4 * LANES + kl * 4) = S[i];
+      if constexpr (kStartInRegs) {
+        start_regs[i] = S[i];
+      } else {
+        *reinterpret_cast<float4*>(start_mine + i * 4 * LANES + kl * 4) = S[i];
+      }
     }
   }
 
@@ -297,7 +304,11 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
             for (int a = parent; a >= 0; a = p.parents[row_parent0 + a]) path |= 1u << a;
 #pragma unroll
             for (int i = 0; i < NK; ++i) {
-              S[i] = *reinterpret_cast<const float4*>(start_mine + i * 4 * LANES + kl * 4);
+              if constexpr (kStartInRegs) {
+                S[i] = start_regs[i];
+              } else {
+                S[i] = *reinterpret_cast<const float4*>(start_mine + i * 4 * LANES + kl * 4);
+              }
             }
             while (path != 0) {
               const int a = __ffs(path) - 1;

@@ -116,9 +116,7 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
                       std::to_string(2 * int64_t{options.max_window}));
     }
     const int64_t ring =
-        options.replay_ring > 0
-            ? options.replay_ring
-            : std::max<int64_t>(kDefaultReplayRing, 2 * int64_t{options.max_window});
+        options.replay_ring > 0 ? options.replay_ring : 2 * int64_t{options.max_window};
     if (ring > std::numeric_limits<int32_t>::max() / 2) {
       throw Error(Status::kInvalidArgument, std::string(fn) +
                                                 ": options.replay_ring = " + std::to_string(ring) +

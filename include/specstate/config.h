@@ -128,8 +128,6 @@ enum class Strategy : int32_t { kSnapshot = 0, kReplay = 1 };
 const char* backend_name(Backend backend) noexcept;
 const char* strategy_name(Strategy strategy) noexcept;
 
-inline constexpr int kDefaultReplayRing = 16;
-
 struct PoolOptions {
   int num_slots = 1;   // requests whose committed state the pool holds
   int max_rows = 1;    // largest verify batch (rows, padding included)
@@ -138,8 +136,9 @@ struct PoolOptions {
   Strategy strategy = Strategy::kSnapshot;
   // Replay only: R, the factor records each slot and layer keeps (DESIGN.md section 6). A verify
   // folds (writes the checkpoint) when the slot's history exceeds R - 2 * max_window, so a larger
-  // R writes the state less often and costs R records of memory. 0: the default,
-  // kDefaultReplayRing or 2 * max_window if larger. Must be 0 or >= 2 * max_window.
+  // R writes the state less often but applies longer histories and costs R records of memory.
+  // 0: the default, 2 * max_window (a fold at every verify that has history; measured fastest on
+  // the H200, where the verify is issue-bound: docs/cuda.md). Must be 0 or >= 2 * max_window.
   int replay_ring = 0;
   int device = 0;          // CUDA device ordinal (kCuda only)
   void* stream = nullptr;  // cudaStream_t the pool's work runs on (kCuda only; null = default)

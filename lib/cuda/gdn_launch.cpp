@@ -127,7 +127,6 @@ void state_io_params(Rec& r, const Args& a) {
 GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   namespace k = specstate::kernels;
   const PoolStorage& s = *a.storage;
-  const Layout& lay = s.layout;
   const GdnConfig& g = s.config.gdn;
   const GdnWeights& w = *a.weights;
   const GdnInputs& in = *a.inputs;
@@ -180,7 +179,6 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
 Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
   namespace k = specstate::kernels;
   const PoolStorage& s = *a.storage;
-  const Layout& lay = s.layout;
   const Mamba2Config& m = s.config.mamba;
   const Mamba2Weights& w = *a.weights;
   const Mamba2Inputs& in = *a.inputs;

@@ -85,7 +85,6 @@ struct World {
     if (const char* r = std::getenv("SPECSTATE_BENCH_RING")) ring = std::atoi(r);
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
     uint64_t seed = 1;
-    replay_pool(kMaxT);
     for (int l = 0; l < kLayers; ++l) {
       for (StatePool* p : {pool.get()}) {
         check(fill_random(p->ssm_state(l).data, p->ssm_state(l).numel(), false, 0.05f, seed++,
@@ -149,7 +148,7 @@ struct World {
     check(cudaStreamSynchronize(stream), "replay pool");
     return *rpool;
   }
-  int ring_of(int T) const { return ring > 0 ? ring : std::max(kDefaultReplayRing, 2 * T); }
+  int ring_of(int T) const { return ring > 0 ? ring : 2 * T; }
 
   static World& get() {
     static World world;
