@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -152,6 +153,8 @@ int64_t add_checked(int64_t a, int64_t b, const char* field) {
   return out;
 }
 
+int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
 }  // namespace
 
 StateBytes state_bytes(const ModelConfig& config, int window) {
@@ -166,8 +169,11 @@ StateBytes state_bytes(const ModelConfig& config, int window) {
     conv_size = static_cast<int64_t>(dtype_size(m.conv_state_dtype));
     ssm_elems = mul_checked(int64_t{m.num_heads} * m.head_dim, m.d_state, "ssm_per_layer");
     ssm_size = static_cast<int64_t>(dtype_size(m.ssm_state_dtype));
-    record_cols = out.conv_dim + m.num_heads;
+    record_cols = out.conv_dim;
     act_size = static_cast<int64_t>(dtype_size(m.act_dtype));
+    const int64_t x_off = round16(8 * int64_t{m.num_heads});
+    const int64_t b_off = round16(x_off + act_size * m.num_heads * m.head_dim);
+    out.factor_record_per_token = round16(b_off + act_size * m.n_groups * m.d_state);
   } else {
     const GdnConfig& g = config.gdn;
     const int64_t hv = g.num_v_heads;
@@ -176,8 +182,11 @@ StateBytes state_bytes(const ModelConfig& config, int window) {
     conv_size = static_cast<int64_t>(dtype_size(g.conv_state_dtype));
     ssm_elems = mul_checked(hv * g.head_v_dim, g.head_k_dim, "ssm_per_layer");
     ssm_size = static_cast<int64_t>(dtype_size(g.ssm_state_dtype));
-    record_cols = out.conv_dim + 2 * hv;
+    record_cols = out.conv_dim;
     act_size = static_cast<int64_t>(dtype_size(g.act_dtype));
+    const int64_t k_off = round16(4 * (hv * g.head_v_dim + hv + g.num_k_heads));
+    out.factor_record_per_token =
+        round16(k_off + act_size * int64_t{g.num_k_heads} * g.head_k_dim);
   }
   out.conv_per_layer = mul_checked(mul_checked(out.conv_dim, conv_cols, "conv_per_layer"),
                                    conv_size, "conv_per_layer");
@@ -186,10 +195,17 @@ StateBytes state_bytes(const ModelConfig& config, int window) {
       mul_checked(layers, add_checked(out.conv_per_layer, out.ssm_per_layer, "bytes per layer"),
                   "committed_per_request");
   out.scratch_per_row = mul_checked(out.committed_per_request, window, "scratch_per_row");
-  out.record_per_token = mul_checked(record_cols, act_size, "record_per_token");
-  out.records_per_slot = add_checked(mul_checked(mul_checked(layers, window, "records_per_slot"),
-                                                 out.record_per_token, "records_per_slot"),
-                                     layers * 4 + int64_t{window} * 4, "records_per_slot");
+  out.conv_record_per_token = mul_checked(record_cols, act_size, "record_per_token");
+  out.record_per_token =
+      add_checked(out.conv_record_per_token, out.factor_record_per_token, "record_per_token");
+  out.ring = 2 * window;
+  const int64_t per_layer =
+      add_checked(add_checked(mul_checked(window, out.conv_record_per_token, "records_per_slot"),
+                              mul_checked(out.ring, out.factor_record_per_token, "records_per_slot"),
+                              "records_per_slot"),
+                  12, "records_per_slot");
+  out.records_per_slot = add_checked(mul_checked(layers, per_layer, "records_per_slot"),
+                                     int64_t{window} * 4, "records_per_slot");
   return out;
 }
 
@@ -269,13 +285,69 @@ bool ModelDims::any() const {
          conv_width > 0 || !act_dtype.empty() || !conv_dtype.empty() || !ssm_dtype.empty();
 }
 
+namespace {
+
+// The deepest nesting of arrays/objects in `text` (brackets inside strings do not count) and the
+// byte offset where it first passes `limit` (-1: it does not).
+struct JsonDepth {
+  int max_depth = 0;
+  int64_t first_past_limit = -1;
+};
+JsonDepth json_depth(const std::string& text, int limit) noexcept {
+  JsonDepth out;
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      out.max_depth = std::max(out.max_depth, ++depth);
+      if (depth > limit && out.first_past_limit < 0) out.first_past_limit = static_cast<int64_t>(i);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 ModelPreset read_model_file(const std::string& path) {
   const std::string option = "--model-file";
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CLI::ValidationError(option, "cannot read " + path);
+  // A model file is a few hundred bytes; reading a bounded prefix keeps /dev/zero or a huge file
+  // from exhausting memory.
+  std::string content(static_cast<std::size_t>(kMaxModelFileBytes) + 1, '\0');
+  in.read(&content[0], static_cast<std::streamsize>(content.size()));
+  content.resize(static_cast<std::size_t>(in.gcount()));
+  if (in.bad()) throw CLI::ValidationError(option, "cannot read " + path);
+  if (static_cast<int64_t>(content.size()) > kMaxModelFileBytes) {
+    throw CLI::ValidationError(option, path + " is larger than the limit of " +
+                                           std::to_string(kMaxModelFileBytes) +
+                                           " bytes (not a model file?)");
+  }
+  // nlohmann's parser is iterative, but dump() (the messages below quote values) and comparisons
+  // recurse: 100,000 nested brackets overflow the stack after a successful parse (issue 20.6).
+  // Checked on the raw text, as the trace and safetensors readers do.
+  const JsonDepth depth = json_depth(content, kMaxModelFileJsonDepth);
+  if (depth.first_past_limit >= 0) {
+    throw CLI::ValidationError(option, path + " nests JSON " + std::to_string(depth.max_depth) +
+                                           " levels deep, more than the limit of " +
+                                           std::to_string(kMaxModelFileJsonDepth) +
+                                           " (first past it at byte " +
+                                           std::to_string(depth.first_past_limit) + ")");
+  }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(content);
   } catch (const nlohmann::json::exception& e) {
     throw CLI::ValidationError(option, path + " is no JSON: " + e.what());
   }

@@ -209,6 +209,53 @@ TEST(HostileCli, TraceDeclaringTooManyRequestsIsAUsageError) {
   ::rmdir(dir.c_str());
 }
 
+// --- issue 20.6 -------------------------------------------------------------------------------
+
+// A known key of --model-file holding 100,000 nested arrays: nlohmann parses it (iteratively),
+// and the message quoting the bad value (dump(), recursive) overflowed the stack (SIGSEGV).
+TEST(HostileCli, DeeplyNestedModelFileIsAUsageErrorNamingFileAndDepth) {
+  std::string dir = ::testing::TempDir() + "specstate_deep_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string path = dir + "/deep.json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    std::fprintf(f, "{\"kind\": \"gdn\", \"layers\": %s}\n", deep.c_str());
+    std::fclose(f);
+  }
+  for (const char* command : {"plan", "simulate --rounds 1 --quiet"}) {
+    SCOPED_TRACE(command);
+    const test::CliRun run = run_cli(std::string(command) + " --model-file " + path);
+    EXPECT_EQ(run.code, 2) << run.output;
+    EXPECT_TRUE(contains(run.output, "--model-file")) << run.output;
+    EXPECT_TRUE(contains(run.output, path)) << run.output;
+    // The object and its 100,000 arrays.
+    EXPECT_TRUE(contains(run.output, "100001 levels deep, more than the limit of 16"))
+        << run.output;
+  }
+  // The object and 15 arrays nest 16 levels (the limit): only a wrong value, named by its key;
+  // one more array is too deep.
+  for (int levels : {15, 16}) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "{\"kind\": \"gdn\", \"layers\": %s}\n",
+                 (std::string(levels, '[') + std::string(levels, ']')).c_str());
+    std::fclose(f);
+    const test::CliRun run = run_cli("plan --model-file " + path);
+    EXPECT_EQ(run.code, 2) << run.output;
+    EXPECT_EQ(contains(run.output, "\"layers\" = "), levels == 15) << levels << run.output;
+    EXPECT_EQ(contains(run.output, "more than the limit of 16"), levels == 16)
+        << levels << run.output;
+  }
+  // A file that is not a model file at all (/dev/zero) ends at the size limit, not in memory.
+  const test::CliRun zero = run_cli("plan --model-file /dev/zero");
+  EXPECT_EQ(zero.code, 2) << zero.output;
+  EXPECT_TRUE(contains(zero.output, "larger than the limit of 1048576 bytes")) << zero.output;
+  ::unlink(path.c_str());
+  ::rmdir(dir.c_str());
+}
+
 }  // namespace
 }  // namespace specstate::cli
 
