@@ -235,6 +235,14 @@ void layer_call(StatePool& pool, const LayerShape& sh, int layer, const LayerWei
 
 // The most requests one simulation holds (--requests, or the requests a --trace declares).
 constexpr int kMaxRequests = 4096;
+// The most records (request-rounds) a generated trace holds: the trace reader's limit, so that
+// every generated trace can be saved (--save-trace) and replayed (--trace). The generator
+// reserves them all at once: 4096 requests x 10^6 rounds asked for 4e9 records and died with
+// std::bad_alloc (issue 20.11).
+constexpr int64_t kMaxGeneratedRecords = spec::kMaxTraceRecords;
+// ... and the most window nodes over all its records (each record holds its window's parents and
+// its accepted path: about 8 bytes per node), so that a wide window cannot do the same.
+constexpr int64_t kMaxGeneratedNodes = int64_t{1} << 26;
 
 std::vector<int32_t> parse_parents(const std::string& text) {
   std::vector<int32_t> parents;
@@ -287,6 +295,25 @@ spec::Trace make_trace(const SimulateOptions& o, std::string& source) {
     }
   } else {
     shape.window = spec::Window::chain(o.window);
+  }
+  // Refused before anything is reserved (exit 2), naming both options and the limit.
+  const int64_t records = int64_t{o.requests} * o.rounds;
+  const std::string size = "--requests " + std::to_string(o.requests) + " x --rounds " +
+                           std::to_string(o.rounds) + " = " + with_commas(records) +
+                           " request-rounds";
+  if (o.requests < 1 || o.rounds < 1) {
+    throw CLI::ValidationError("--rounds", size + ": both must be at least 1");
+  }
+  if (records > kMaxGeneratedRecords) {
+    throw CLI::ValidationError("--rounds", size + ", more than the limit of " +
+                                               with_commas(kMaxGeneratedRecords) +
+                                               " (a generated trace is held in memory)");
+  }
+  if (records * shape.window.size() > kMaxGeneratedNodes) {
+    throw CLI::ValidationError(
+        "--rounds", size + " of " + std::to_string(shape.window.size()) +
+                        " window tokens = " + with_commas(records * shape.window.size()) +
+                        " tokens, more than the limit of " + with_commas(kMaxGeneratedNodes));
   }
   if (!o.histogram.empty()) {
     std::vector<double> weights;
@@ -1380,10 +1407,13 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   auto* trace = cmd->add_option("--trace", o->trace_path,
                                 "Replay this acceptance trace (JSON Lines, docs/traces.md)")
                     ->check(CLI::ExistingFile);
-  auto* requests = cmd->add_option("--requests", o->requests, "Requests (generated trace)")
+  const std::string limits =
+      " (generated trace; requests x rounds <= " + with_commas(kMaxGeneratedRecords) +
+      ", x window tokens <= " + with_commas(kMaxGeneratedNodes) + ")";
+  auto* requests = cmd->add_option("--requests", o->requests, "Requests" + limits)
                        ->check(CLI::Range(1, kMaxRequests))
                        ->capture_default_str();
-  auto* rounds = cmd->add_option("--rounds", o->rounds, "Rounds (generated trace)")
+  auto* rounds = cmd->add_option("--rounds", o->rounds, "Rounds" + limits)
                      ->check(CLI::Range(1, 1000000))
                      ->capture_default_str();
   auto* window = cmd->add_option("--window", o->window, "Window T: tokens verified per round")

@@ -256,6 +256,41 @@ TEST(HostileCli, DeeplyNestedModelFileIsAUsageErrorNamingFileAndDepth) {
   ::rmdir(dir.c_str());
 }
 
+// --- issue 20.11 ------------------------------------------------------------------------------
+
+// 4096 requests x 10^6 rounds made the generator reserve 4e9 records: std::bad_alloc, exit 1.
+// Generated traces are bounded up front (requests x rounds, and x window tokens), exit 2.
+TEST(HostileCli, GeneratedTracePastTheLimitIsAUsageError) {
+  struct Bad {
+    std::string args;
+    std::vector<std::string> names;
+  };
+  for (const Bad& b : {
+           Bad{"simulate --model tiny --requests 4096 --rounds 1000000",
+               {"--requests 4096 x --rounds 1000000 = 4,096,000,000 request-rounds",
+                "more than the limit of 8,388,608"}},
+           // One past the limit (4096 x 2048 = 8,388,608 is the limit itself).
+           Bad{"simulate --model tiny --requests 4096 --rounds 2049 --fixed 1",
+               {"--rounds 2049", "more than the limit of 8,388,608"}},
+           // 81,920 request-rounds of 1024 tokens each: 83,886,080 window tokens.
+           Bad{"simulate --model tiny --requests 4096 --rounds 20 --window 1024",
+               {"83,886,080 tokens", "more than the limit of 67,108,864"}},
+       }) {
+    SCOPED_TRACE(b.args);
+    const auto start = std::chrono::steady_clock::now();
+    const test::CliRun run = run_cli(b.args + " --quiet");
+    EXPECT_EQ(run.code, 2) << run.output;
+    for (const std::string& name : b.names) EXPECT_TRUE(contains(run.output, name)) << run.output;
+    // Refused before anything is generated.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+  // The limits are in the help.
+  const test::CliRun help = run_cli("simulate --help");
+  EXPECT_EQ(help.code, 0) << help.output;
+  EXPECT_TRUE(contains(help.output, "requests x rounds <= 8,388,608")) << help.output;
+  EXPECT_TRUE(contains(help.output, "x window tokens <= 67,108,864")) << help.output;
+}
+
 }  // namespace
 }  // namespace specstate::cli
 
