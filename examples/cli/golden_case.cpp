@@ -308,7 +308,10 @@ struct CaseSpec {
   bool conv_bias = false;
   std::optional<float> scale;
   DType act = DType::kF32, conv_state = DType::kF32, ssm_state = DType::kF32;
-  DType conv_weight = DType::kF32, gate = DType::kF32;
+  // Each gate parameter has its own dtype, as engines hold them (SGLang's Qwen3-Next: A_log f32,
+  // dt_bias bf16): params_json's A_log_dtype (or A_dtype) and dt_bias_dtype, each falling back
+  // to the shared gate_param_dtype.
+  DType conv_weight = DType::kF32, a_log = DType::kF32, dt_bias = DType::kF32;
   std::vector<std::string> notes;
   std::vector<int32_t> cache_indices, accept_len, last_step, parents;
   std::vector<bool> real;  // [R]
@@ -512,7 +515,10 @@ CaseSpec read_spec(const GoldenCase& golden, const json& params) {
   spec.conv_state = required_dtype(params, "conv_state_dtype", spec.act);
   spec.ssm_state = required_dtype(params, "ssm_state_dtype", DType::kF32);
   spec.conv_weight = parameter_dtype(params, "conv_weight_dtype", spec.act, spec.notes);
-  spec.gate = parameter_dtype(params, "gate_param_dtype", DType::kF32, spec.notes);
+  const DType gate = parameter_dtype(params, "gate_param_dtype", DType::kF32, spec.notes);
+  spec.a_log = parameter_dtype(params, params.contains("A_log_dtype") ? "A_log_dtype" : "A_dtype",
+                               gate, spec.notes);
+  spec.dt_bias = parameter_dtype(params, "dt_bias_dtype", gate, spec.notes);
 
   // Every per-layer tensor must have the shape the sizes imply.
   for (int l = 0; l < spec.L; ++l) {
@@ -745,8 +751,9 @@ std::string describe(const CaseSpec& s, const GoldenOptions& options) {
       << s.n_real << " real), L=" << s.L << ", H=" << s.H << " HV=" << s.HV << " K=" << s.K
       << " V=" << s.V << " W=" << s.W << ", slots=" << s.S << ", act " << dtype_name(s.act)
       << ", conv state " << dtype_name(s.conv_state) << ", ssm state " << dtype_name(s.ssm_state)
-      << ", " << (s.conv_bias ? "conv bias" : "no conv bias") << ", backend "
-      << backend_name(options.backend) << ", strategy " << strategy_name(options.strategy);
+      << ", " << (s.conv_bias ? "conv bias" : "no conv bias") << ", A_log " << dtype_name(s.a_log)
+      << ", dt_bias " << dtype_name(s.dt_bias) << ", backend " << backend_name(options.backend)
+      << ", strategy " << strategy_name(options.strategy);
   for (const std::string& note : s.notes) out << "; " << note;
   return out.str();
 }
@@ -844,8 +851,9 @@ void run_gdn(const GoldenCase& golden, const CaseSpec& s, const GoldenOptions& o
       weights.conv_bias =
           upload(mem, store.to_float(name("conv_bias")), s.conv_weight, {s.D}, name("conv_bias"));
     }
-    weights.A_log = upload(mem, store.to_float(name("A_log")), s.gate, {s.HV}, name("A_log"));
-    weights.dt_bias = upload(mem, store.to_float(name("dt_bias")), s.gate, {s.HV}, name("dt_bias"));
+    weights.A_log = upload(mem, store.to_float(name("A_log")), s.a_log, {s.HV}, name("A_log"));
+    weights.dt_bias =
+        upload(mem, store.to_float(name("dt_bias")), s.dt_bias, {s.HV}, name("dt_bias"));
     GdnInputs inputs;
     inputs.mixed_qkv =
         upload(mem, store.to_float(name("mixed_qkv")), s.act, {tokens, s.D}, name("mixed_qkv"));

@@ -194,7 +194,11 @@ struct Spec {
   int L = 0, R = 0, T = 0, Dc = 0, W = 0, S = 0, H = 0, P = 0, N = 0, G = 0;
   bool conv_bias = false, d_skip = false, gate = false;
   DType act = DType::kF32, conv_state = DType::kF32, ssm_state = DType::kF32;
-  DType conv_weight = DType::kF32, param = DType::kF32;
+  // Each gate parameter has its own dtype, as engines hold them (vLLM / SGLang keep Nemotron-H's
+  // A_log in f32, dt_bias and D in bf16): params_json's A_dtype (or A_log_dtype), dt_bias_dtype
+  // and D_dtype; the last two fall back to the shared dt_bias_D_dtype, A_log to f32 (which passes
+  // a bf16 value as the same number).
+  DType conv_weight = DType::kF32, a_log = DType::kF32, dt_bias = DType::kF32, d = DType::kF32;
   std::vector<int32_t> cache_indices, accept_len, last_step;
   std::vector<bool> real;  // [R]
   int n_real = 0;
@@ -307,7 +311,11 @@ Spec read_spec(const TensorStore& store, const json& params) {
   s.conv_state = dtype_param(params, "conv_state_dtype", s.act);
   s.ssm_state = dtype_param(params, "ssm_state_dtype", DType::kF32);
   s.conv_weight = dtype_param(params, "conv_weight_dtype", s.act);
-  s.param = dtype_param(params, "dt_bias_D_dtype", DType::kF32);
+  const DType dt_bias_D = dtype_param(params, "dt_bias_D_dtype", DType::kF32);
+  s.a_log =
+      dtype_param(params, params.contains("A_log_dtype") ? "A_log_dtype" : "A_dtype", DType::kF32);
+  s.dt_bias = dtype_param(params, "dt_bias_dtype", dt_bias_D);
+  s.d = dtype_param(params, "D_dtype", dt_bias_D);
   for (int l = 0; l < s.L; ++l) {
     expect_shape(store, lname("xBC", l), {s.R, s.T, s.Dc});
     expect_shape(store, lname("dt", l), {s.R, s.T, s.H});
@@ -454,8 +462,10 @@ std::string describe(const Spec& s, const GoldenOptions& options) {
       << ", slots=" << s.S << ", act " << dtype_name(s.act) << ", conv state "
       << dtype_name(s.conv_state) << ", ssm state " << dtype_name(s.ssm_state) << ", "
       << (s.conv_bias ? "conv bias" : "no conv bias") << ", " << (s.d_skip ? "D" : "no D") << ", "
-      << (s.gate ? "z gate" : "no gate") << ", backend " << backend_name(options.backend)
-      << ", strategy " << strategy_name(options.strategy);
+      << (s.gate ? "z gate" : "no gate") << ", A_log " << dtype_name(s.a_log) << ", dt_bias "
+      << dtype_name(s.dt_bias) << (s.d_skip ? std::string(", D ") + dtype_name(s.d) : "")
+      << ", backend " << backend_name(options.backend) << ", strategy "
+      << strategy_name(options.strategy);
   return out.str();
 }
 
@@ -540,9 +550,9 @@ void run_case(const TensorStore& store, const Spec& s, const GoldenOptions& opti
     Mamba2Weights w;
     w.conv_weight = put(lname("conv_weight", l), s.conv_weight, {s.Dc, s.W});
     if (s.conv_bias) w.conv_bias = put(lname("conv_bias", l), s.conv_weight, {s.Dc});
-    w.A_log = put(lname("A_log", l), s.param, {s.H});
-    w.dt_bias = put(lname("dt_bias", l), s.param, {s.H});
-    if (s.d_skip) w.D = put(lname("D", l), s.param, {s.H});
+    w.A_log = put(lname("A_log", l), s.a_log, {s.H});
+    w.dt_bias = put(lname("dt_bias", l), s.dt_bias, {s.H});
+    if (s.d_skip) w.D = put(lname("D", l), s.d, {s.H});
     Mamba2Inputs in;
     in.xBC = put(lname("xBC", l), s.act, {tokens, s.Dc});
     in.dt = put(lname("dt", l), s.act, {tokens, s.H});

@@ -741,6 +741,57 @@ void bf16_two_part_case(Backend backend, Strategy strategy) {
 // softplus^-1(dt), dt log-uniform in [1e-3, 1e-1]) and the float64 reference above. It pins down
 // the margin of our bf16 path against the 1e-2 tolerance at realistic head sizes.
 
+// Issue 17.3 (GDN): SGLang's Qwen3-Next keeps A_log in f32 and dt_bias in bf16. Case A with
+// dt_bias rounded to bf16 and the gate parameters declared bf16 (gate_param_dtype) except A_log
+// (A_log_dtype f32, its values are not bf16) was refused: A_log took the shared dtype. Now each
+// parameter has its own; the results are bit for bit those of the same numbers passed as f32,
+// and within the bf16 tolerance of the all-f32 references.
+TEST(GoldenParamDtypes, GdnALogF32WithDtBiasBf16) {
+  for (const Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
+    SCOPED_TRACE(strategy_name(strategy));
+    CaseEditor mixed(kCaseA);
+    bool a_log_needs_f32 = false;
+    for (const float a : mixed.floats("A_log.l0")) a_log_needs_f32 |= round_to_bf16(a) != a;
+    ASSERT_TRUE(a_log_needs_f32) << "the premise: A_log holds values bf16 cannot";
+    for (const std::string& name : mixed.names()) {
+      if (name.rfind("dt_bias.", 0) != 0) continue;
+      std::vector<float> v = mixed.floats(name);
+      for (float& x : v) x = round_to_bf16(x);
+      mixed.set_floats(name, v);
+    }
+    CaseEditor same = mixed;  // the same numbers, declared f32
+    std::string& params = mixed.metadata()["params_json"];
+    const std::string key = R"("gate_param_dtype": "f32")";
+    ASSERT_NE(params.find(key), std::string::npos) << params;
+    params.replace(params.find(key), key.size(),
+                   R"("gate_param_dtype": "bf16", "A_log_dtype": "f32")");
+
+    const GoldenReport report =
+        run_golden_case(mixed.to_case(), options_for(Backend::kCpu, strategy));
+    const GoldenReport f32 = run_golden_case(same.to_case(), options_for(Backend::kCpu, strategy));
+    const std::string text = report_text(report);
+    ASSERT_NE(report.outcome, GoldenOutcome::kError) << text;
+    EXPECT_NE(report.description.find("A_log f32, dt_bias bf16"), std::string::npos) << text;
+    EXPECT_NE(f32.description.find("A_log f32, dt_bias f32"), std::string::npos) << f32.description;
+    for (const PropertyCheck& c : report.checks) EXPECT_TRUE(c.pass) << c.name << ": " << c.detail;
+    ASSERT_EQ(report.tensors.size(), f32.tensors.size());
+    for (std::size_t i = 0; i < report.tensors.size(); ++i) {
+      const TensorComparison& t = report.tensors[i];
+      SCOPED_TRACE(t.tensor);
+      ASSERT_TRUE(t.has_ref && t.has_sglang);
+      EXPECT_EQ(t.vs_ref, f32.tensors[i].vs_ref);
+      EXPECT_EQ(t.vs_sglang, f32.tensors[i].vs_sglang);
+      if (t.tensor == "inter_conv_window" || t.tensor == "conv_state_committed") {
+        EXPECT_EQ(t.vs_ref, 0.0);
+      } else if (t.tensor != "conv_out") {  // the conv does not see the gate parameters
+        EXPECT_GT(t.vs_ref, 1e-6) << "the bf16 rounding left no trace";
+        EXPECT_LE(t.vs_ref, 1e-2);
+        EXPECT_LE(t.vs_sglang, 2e-2);
+      }
+    }
+  }
+}
+
 TEST(GoldenBf16, Bf16CaseWithoutBiasInTwoPartsPasses) {
   bf16_two_part_case(Backend::kCpu, Strategy::kSnapshot);
 }
