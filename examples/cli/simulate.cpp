@@ -954,10 +954,6 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   return report;
 }
 
-namespace {
-
-// The per-strategy sections of a report: [(name, section)], one for a single-strategy run (its
-// keys sit at the top level), two for --strategy both.
 std::vector<std::pair<std::string, const Json*>> strategy_sections(const Json& r) {
   std::vector<std::pair<std::string, const Json*>> out;
   if (r.contains("strategies")) {
@@ -967,6 +963,8 @@ std::vector<std::pair<std::string, const Json*>> strategy_sections(const Json& r
   }
   return out;
 }
+
+namespace {
 
 std::string check_cell(const Json& chk) {
   if (!chk["ran"].get<bool>()) return "not run";
@@ -1160,188 +1158,6 @@ std::string svg_path_for(const std::string& out) {
     svg_path.resize(dot);
   }
   return svg_path + ".svg";
-}
-
-namespace {
-
-// Tick values 0, step, 2 step, ... covering [0, peak], step 1, 2 or 5 x 10^k (about 4 ticks).
-std::vector<double> nice_ticks(double peak, bool integers) {
-  if (!(peak > 0)) peak = 1;
-  const double raw = peak / 4;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = mag;
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    step = m * mag;
-    if (step >= raw) break;
-  }
-  if (integers) step = std::max(1.0, std::ceil(step));
-  std::vector<double> ticks;
-  for (int i = 0; i * step <= peak * (1 + 1e-9); ++i) ticks.push_back(i * step);
-  if (ticks.back() < peak) ticks.push_back(ticks.back() + step);  // the axis covers the peak
-  return ticks;
-}
-
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-// A y axis at x0 from y0 (value 0) up `height` pixels (value ticks.back()): the line, the ticks
-// with their labels, and the axis label rotated beside them.
-void y_axis(std::ostringstream& s, int x0, int y0, int height, const std::vector<double>& ticks,
-            const std::function<std::string(double)>& label, const std::string& title) {
-  s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\"" << y0 - height
-    << "\" stroke=\"black\"/>\n";
-  for (double t : ticks) {
-    const double y = y0 - height * t / ticks.back();
-    s << "<line class=\"ytick\" x1=\"" << x0 - 4 << "\" y1=\"" << y << "\" x2=\"" << x0
-      << "\" y2=\"" << y << "\" stroke=\"black\"/>\n";
-    s << "<text class=\"ytick-label\" x=\"" << x0 - 6 << "\" y=\"" << y + 4
-      << "\" text-anchor=\"end\">" << xml_escape(label(t)) << "</text>\n";
-  }
-  const int lx = x0 - 64, ly = y0 - height / 2;  // clear of labels like "200.0 us"
-  s << "<text class=\"ylabel\" x=\"" << lx << "\" y=\"" << ly << "\" text-anchor=\"middle\" "
-    << "transform=\"rotate(-90 " << lx << " " << ly << ")\">" << xml_escape(title) << "</text>\n";
-}
-
-}  // namespace
-
-std::string render_svg(const Json& r) {
-  const auto hist = r["acceptance"]["histogram"].get<std::vector<int64_t>>();
-  const auto sections = strategy_sections(r);
-  constexpr int kW = 1000, kH = 420, kTop = 90, kPlotH = 240;
-  const int y0 = kTop + kPlotH;
-  std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << kH
-    << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  // The run: model (TP, layers), window, acceptance, backend, strategy.
-  {
-    const Json& m = r["model"];
-    const Json& opts = r["options"];
-    const Json& acc = r["acceptance"];
-    const std::string layers = m.contains("gdn_layers")
-                                   ? std::to_string(m["gdn_layers"].get<int>()) + " GDN layers"
-                                   : std::to_string(m.value("mamba2_layers", 0)) + " Mamba2 layers";
-    const std::string window = r["trace"].value("window", std::string());
-    std::string strategies;
-    for (const auto& [name, sec] : sections)
-      strategies += (strategies.empty() ? "" : " vs ") + name;
-    char mean[64];
-    std::snprintf(mean, sizeof(mean), "%.2f", acc["mean_accepted_length"].get<double>());
-    const std::string title = "specstate simulate: " + m["name"].get<std::string>() + " (TP " +
-                              std::to_string(opts["tp"].get<int>()) + ", " + layers + ")";
-    const std::string detail = "T = " + std::to_string(r["trace"]["max_window"].get<int>()) +
-                               (window.empty() ? "" : " (" + window + ")") + ", acceptance " +
-                               acc.value("source", std::string("?")) + " (mean accepted " + mean +
-                               "), backend " + opts["backend"].get<std::string>() + ", strategy " +
-                               strategies + ", " +
-                               std::to_string(r["trace"]["requests"].get<int>()) + " requests";
-    s << "<text class=\"title\" x=\"20\" y=\"24\" font-size=\"15\" font-weight=\"bold\">"
-      << xml_escape(title) << "</text>\n";
-    s << "<text class=\"subtitle\" x=\"20\" y=\"44\">" << xml_escape(detail) << "</text>\n";
-  }
-  // Panel 1: accepted-length histogram (the lengths the window can reach).
-  {
-    const int x0 = 80, width = 360;
-    int64_t peak = 1;
-    for (int64_t c : hist) peak = std::max(peak, c);
-    const std::vector<double> ticks = nice_ticks(static_cast<double>(peak), true);
-    const double top = ticks.back();
-    s << "<text x=\"" << x0 << "\" y=\"" << kTop - 16
-      << "\" font-size=\"14\">Accepted length per request-round</text>\n";
-    y_axis(
-        s, x0, y0, kPlotH, ticks,
-        [](double v) { return std::to_string(static_cast<long long>(std::llround(v))); },
-        "request-rounds");
-    const double bw = static_cast<double>(width) / std::max<std::size_t>(1, hist.size());
-    for (std::size_t a = 0; a < hist.size(); ++a) {
-      const double h = kPlotH * static_cast<double>(hist[a]) / top;
-      s << "<rect x=\"" << x0 + a * bw + 2 << "\" y=\"" << y0 - h << "\" width=\"" << bw - 4
-        << "\" height=\"" << h << "\" fill=\"#4878d0\"/>\n";
-      s << "<text x=\"" << x0 + a * bw + bw / 2 << "\" y=\"" << y0 + 16
-        << "\" text-anchor=\"middle\">" << a << "</text>\n";
-      s << "<text x=\"" << x0 + a * bw + bw / 2 << "\" y=\"" << y0 - h - 4
-        << "\" text-anchor=\"middle\">" << hist[a] << "</text>\n";
-    }
-    s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 + width << "\" y2=\"" << y0
-      << "\" stroke=\"black\"/>\n";
-    s << "<text class=\"xlabel\" x=\"" << x0 + width / 2 << "\" y=\"" << y0 + 34
-      << "\" text-anchor=\"middle\">accepted tokens a</text>\n";
-  }
-  // Panel 2: time per round, verify and commit stacked; one bar per strategy in each round
-  // (snapshot left, replay right, replay's bars in darker colours).
-  {
-    const int x0 = 580, width = 400;
-    const char* verify_colour[] = {"#4878d0", "#1f3f80"};
-    const char* commit_colour[] = {"#ee854a", "#a0461a"};
-    double peak = 0;
-    std::size_t n = 0;
-    for (const auto& [name, sec] : sections) {
-      n = std::max(n, (*sec)["rounds"].size());
-      for (const auto& rd : (*sec)["rounds"]) {
-        peak =
-            std::max(peak, rd["verify_seconds"].get<double>() + rd["commit_seconds"].get<double>());
-      }
-    }
-    if (peak <= 0) peak = 1e-9;
-    const std::vector<double> ticks = nice_ticks(peak, false);
-    const double top = ticks.back();
-    s << "<text x=\"" << x0 << "\" y=\"" << kTop - 16 << "\" font-size=\"14\">Time per round (max "
-      << human_seconds(peak) << ")</text>\n";
-    y_axis(
-        s, x0, y0, kPlotH, ticks, [](double v) { return v == 0 ? "0" : human_seconds(v); },
-        "time per round (verify + commit)");
-    const double bw = static_cast<double>(width) / std::max<std::size_t>(1, n);
-    const double sub = bw / static_cast<double>(sections.size());
-    for (std::size_t k = 0; k < sections.size(); ++k) {
-      const Json& rounds = (*sections[k].second)["rounds"];
-      for (std::size_t i = 0; i < rounds.size(); ++i) {
-        const double v = kPlotH * rounds[i]["verify_seconds"].get<double>() / top;
-        const double c = kPlotH * rounds[i]["commit_seconds"].get<double>() / top;
-        const double x = x0 + i * bw + k * sub;
-        s << "<rect class=\"bar-" << sections[k].first << "\" x=\"" << x << "\" y=\"" << y0 - v
-          << "\" width=\"" << std::max(sub - 1, 0.5) << "\" height=\"" << v << "\" fill=\""
-          << verify_colour[k % 2] << "\"/>\n";
-        s << "<rect class=\"bar-" << sections[k].first << "\" x=\"" << x << "\" y=\"" << y0 - v - c
-          << "\" width=\"" << std::max(sub - 1, 0.5) << "\" height=\"" << c << "\" fill=\""
-          << commit_colour[k % 2] << "\"/>\n";
-      }
-    }
-    s << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 + width << "\" y2=\"" << y0
-      << "\" stroke=\"black\"/>\n";
-    s << "<text class=\"xlabel\" x=\"" << x0 + width / 2 << "\" y=\"" << y0 + 20
-      << "\" text-anchor=\"middle\">round (timed rounds, in order)</text>\n";
-    for (std::size_t k = 0; k < sections.size(); ++k) {
-      const int y = y0 + 30 + 14 * static_cast<int>(k);
-      s << "<rect x=\"" << x0 << "\" y=\"" << y << "\" width=\"10\" height=\"10\" fill=\""
-        << verify_colour[k % 2] << "\"/><text x=\"" << x0 + 14 << "\" y=\"" << y + 9
-        << "\">verify (all layers), " << sections[k].first << "</text>\n";
-      s << "<rect x=\"" << x0 + 220 << "\" y=\"" << y << "\" width=\"10\" height=\"10\" fill=\""
-        << commit_colour[k % 2] << "\"/><text x=\"" << x0 + 234 << "\" y=\"" << y + 9
-        << "\">commit, " << sections[k].first << "</text>\n";
-    }
-  }
-  s << "</svg>\n";
-  return s.str();
 }
 
 namespace {

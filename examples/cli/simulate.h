@@ -7,6 +7,8 @@
 #include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/sim_helpers.h"
 
@@ -51,9 +53,15 @@ std::string svg_path_for(const std::string& out);
 nlohmann::ordered_json run_simulation(const SimulateOptions& options, std::ostream* progress);
 // The human-readable summary of a report.
 void print_summary(const nlohmann::ordered_json& report, std::ostream& out);
-// An SVG with a title naming the run (model, window, acceptance, backend, strategy), the
-// accepted-length histogram and the time per round (verify / commit, one bar per strategy), both
-// with y ticks and axis labels.
+// The per-strategy sections of a report: [(name, section)], one for a single-strategy run (its
+// keys sit at the top level), two for --strategy both.
+std::vector<std::pair<std::string, const nlohmann::ordered_json*>> strategy_sections(
+    const nlohmann::ordered_json& report);
+// An SVG (simulate_svg.cpp) with a title naming the run (model, window, acceptance, backend,
+// strategy), the accepted-length histogram, and per strategy a panel of the time per round
+// (verify and commit stacked, each strategy in its own colours, the panels on one y scale): every
+// axis numbered, the time axes in one unit (s, ms or us) named in the axis title, round numbers on
+// x, no two labels overlapping (their boxes estimated from font size and length).
 std::string render_svg(const nlohmann::ordered_json& report);
 
 }  // namespace specstate::cli
