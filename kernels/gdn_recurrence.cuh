@@ -68,7 +68,7 @@ template <typename Act, int K, int kRows, int kChunk>
 __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
                                           const GdnRecurrenceParams& p, int64_t tok0, int h, int hv,
                                           int c0, int n, float A, float dt_bias,
-                                          const GdnFactorSink& sink) {
+                                          const GdnFactorSink& sink, int off = 0) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int V = p.head_v_dim;
   const Act* qkv = static_cast<const Act*>(p.qkv);
@@ -77,7 +77,7 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
   for (int i = tid; i < n * kRows; i += kGdnThreads) {
     const int tt = i / kRows, vr = blockIdx.x * kRows + i % kRows;
     const int64_t tok = tok0 + c0 + tt;
-    c.v[tt][i % kRows] =
+    c.v[off + tt][i % kRows] =
         vr < V ? to_float<Act>(
                      qkv[tok * st + (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + vr) * sc])
                : 0.0f;
@@ -116,15 +116,19 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
     }
     const float qf = p.scale / sqrtf(sq + 1e-6f);
     const float kf = 1.0f / sqrtf(sk + 1e-6f);
-    char* rec = sink.ring != nullptr ? sink.ring + ((sink.wpos + c0 + tt) % p.ring) * p.factor_bytes
-                                     : nullptr;
+    char* rec = nullptr;
+    if (sink.ring != nullptr) {
+      int pos = sink.wpos + c0 + tt;  // wpos < R and the window fits the ring
+      if (pos >= p.ring) pos -= p.ring;
+      rec = sink.ring + static_cast<int64_t>(pos) * p.factor_bytes;
+    }
     float kq = 0.f;
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
       const float qn = qv[i] * qf, kn = kv[i] * kf;
       const int e = vec ? lane * KQ + i : i * 32 + lane;
-      c.q[tt][e] = qn;
-      c.k[tt][e] = kn;
+      c.q[off + tt][e] = qn;
+      c.k[off + tt][e] = kn;
       kq += qn * kn;
       // The key as the step read it (exact in the act dtype); k^ = k * kf is recomputed.
       if (rec != nullptr && sink.k_writer) {
@@ -139,9 +143,9 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
       const float b =
           to_float<Act>(static_cast<const Act*>(p.b)[tok * p.b_stride_token + hv * p.b_stride_h]);
       const float eg = expf(A * softplus(a + dt_bias));
-      c.eg[tt] = eg;
-      c.beta[tt] = sigmoid(b);
-      c.kq[tt] = kq;
+      c.eg[off + tt] = eg;
+      c.beta[off + tt] = sigmoid(b);
+      c.kq[off + tt] = kq;
       if (rec != nullptr && sink.eg_writer) reinterpret_cast<float*>(rec + p.f_eg)[hv] = eg;
       if (rec != nullptr && sink.k_writer) reinterpret_cast<float*>(rec + p.f_kf)[h] = kf;
     }
@@ -150,31 +154,54 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
 }
 
 // Stages history factor records [c0, c0 + n) of a slot (record i at ring position
-// (base + i) % R): k^ = k * kf as the step computed it, e^g and this CTA's rows of u (in the v
-// array). Ends with __syncthreads().
-template <typename Act, int K, int kRows, int kChunk>
+// (base + i) mod R, with base < R and i < R): k^ = k * kf as the step computed it, e^g and this
+// CTA's rows of u (in the v array). Vectorised: a thread stages 8 elements of one record's key
+// (one 16-byte load of bf16, two of f32) or 4 rows of u; staging costs a few instructions per
+// record and CTA instead of one element per thread. Ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk, bool kSync = true>
 __device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk>& c,
                                                   const GdnRecurrenceParams& p, const char* ring,
                                                   int base, int h, int hv, int c0, int n) {
+  static_assert(K % 8 == 0 && kRows % 4 == 0, "vector staging");
+  constexpr int kParts = K / 8;       // 8-element parts of a key
+  constexpr int kUParts = kRows / 4;  // 4-row parts of u
   const int tid = threadIdx.x;
   const int V = p.head_v_dim;
-  for (int i = tid; i < n * K; i += kGdnThreads) {
-    const int tt = i / K, e = i % K;
-    const char* rec = ring + ((base + c0 + tt) % p.ring) * p.factor_bytes;
+  const auto record = [&](int tt) {
+    int pos = base + c0 + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kParts; i += kGdnThreads) {
+    const int tt = i / kParts, e = (i % kParts) * 8;
+    const char* rec = record(tt);
     const float kf = reinterpret_cast<const float*>(rec + p.f_kf)[h];
-    c.k[tt][e] = to_float<Act>(reinterpret_cast<const Act*>(rec + p.f_k)[int64_t{h} * K + e]) * kf;
+    float k8[8];
+    load_n<Act, 8>(reinterpret_cast<const Act*>(rec + p.f_k) + int64_t{h} * K + e, k8, true);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) k8[j] *= kf;
+    *reinterpret_cast<float4*>(&c.k[tt][e]) = make_float4(k8[0], k8[1], k8[2], k8[3]);
+    *reinterpret_cast<float4*>(&c.k[tt][e + 4]) = make_float4(k8[4], k8[5], k8[6], k8[7]);
   }
-  for (int i = tid; i < n * kRows; i += kGdnThreads) {
-    const int tt = i / kRows, vr = blockIdx.x * kRows + i % kRows;
-    const char* rec = ring + ((base + c0 + tt) % p.ring) * p.factor_bytes;
-    c.v[tt][i % kRows] =
-        vr < V ? reinterpret_cast<const float*>(rec + p.f_u)[int64_t{hv} * V + vr] : 0.0f;
+  const bool u_vec = V % 4 == 0;
+  for (int i = tid; i < n * kUParts; i += kGdnThreads) {
+    const int tt = i / kUParts, r = (i % kUParts) * 4, vr = blockIdx.x * kRows + r;
+    const float* u = reinterpret_cast<const float*>(record(tt) + p.f_u) + int64_t{hv} * V + vr;
+    if (u_vec && vr + 4 <= V) {
+      const float4 x = *reinterpret_cast<const float4*>(u);
+      c.v[tt][r] = x.x;
+      c.v[tt][r + 1] = x.y;
+      c.v[tt][r + 2] = x.z;
+      c.v[tt][r + 3] = x.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) c.v[tt][r + j] = vr + j < V ? u[j] : 0.0f;
+    }
   }
   for (int tt = tid; tt < n; tt += kGdnThreads) {
-    const char* rec = ring + ((base + c0 + tt) % p.ring) * p.factor_bytes;
-    c.eg[tt] = reinterpret_cast<const float*>(rec + p.f_eg)[hv];
+    c.eg[tt] = reinterpret_cast<const float*>(record(tt) + p.f_eg)[hv];
   }
-  __syncthreads();
+  if constexpr (kSync) __syncthreads();
 }
 
 // The state update of one token, S = e^g S + u k^T, one fused multiply-add per element (rounded
@@ -326,6 +353,10 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   // checkpoint are not written by the preceding conv kernel, so the history is applied (and a
   // fold stored) before the wait for that grid: at small batches it overlaps the conv.
   int wpos = 0;  // ring position of window token 0 (base + h)
+  // A chain whose history and window fit one chunk stages both at once after the wait (one
+  // prologue and one barrier pair, as a plain verify): `merged` records what is left to apply.
+  int merged_hist = 0, merged_base = 0;
+  bool merged_store = false;
   if constexpr (kReplay) {
     if (p.cursor != nullptr && slot0 >= 0) {
       const int base = p.cursor[2 * slot0];
@@ -334,6 +365,15 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
       const bool folds = p.fold && hist > p.fold_limit;
       if (p.settled && folds) hist = 0;  // the first verify of the round stored it
       const char* ring = p.factors + slot0 * p.factor_stride_slot;
+      const int count = row_tokens(p.varlen, p.row_begin + r0, p.tokens).count;
+      const bool store = p.fold ? folds && !p.settled
+                                : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
+      if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
+        merged_hist = hist;
+        merged_base = base;
+        merged_store = store;
+        hist = 0;
+      }
       for (int c0 = 0; c0 < hist; c0 += kChunk) {
         const int m = min(kChunk, hist - c0);
         gdn_stage_history<Act, K, kRows, kChunk>(chunk, p, ring, base, h, hv, c0, m);
@@ -341,10 +381,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
           gdn_apply<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow);
         __syncthreads();  // the next chunk overwrites the shared arrays
       }
-      const int count = row_tokens(p.varlen, p.row_begin + r0, p.tokens).count;
-      const bool store = p.fold ? folds && !p.settled
-                                : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
-      if (store && v_ok) {
+      if (store && merged_hist == 0 && v_ok) {
         St* committed = static_cast<St*>(p.state) + slot0 * p.state_stride_slot + head_off;
         gdn_store_state<St, NK, LANES>(committed, S, kl, false);
       }
@@ -405,7 +442,18 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     for (int c0 = 0; c0 < rt.count;) {
       // A tree without snapshots needs its whole window staged in one chunk (tokens <= kChunk).
       const int m = min(kChunk, rt.count - c0);
-      gdn_stage<Act, K, kRows, kChunk>(chunk, p, row_token0, h, hv, c0, m, A, dt_bias, sink);
+      const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
+      if (off > 0) {
+        gdn_stage_history<Act, K, kRows, kChunk, false>(
+            chunk, p, p.factors + slot * p.factor_stride_slot, merged_base, h, hv, 0, off);
+      }
+      gdn_stage<Act, K, kRows, kChunk>(chunk, p, row_token0, h, hv, c0, m, A, dt_bias, sink, off);
+      if (off > 0) {
+        for (int tt = 0; tt < off; ++tt) {
+          gdn_apply<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow);
+        }
+        if (merged_store && v_ok) gdn_store_state<St, NK, LANES>(committed, S, kl, false);
+      }
       for (int tt = 0; tt < m; ++tt) {
         const int t = c0 + tt;
         if (p.parents != nullptr && t > 0) {
@@ -434,14 +482,19 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
                 const int a = __ffs(path) - 1;
                 path &= path - 1;
                 float u_unused;
-                gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, a - c0, kl, vrow, u_unused);
+                gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, off + a - c0, kl, vrow,
+                                                             u_unused);
               }
             }
           }
         }
         float u;
-        const float o = gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow, u);
-        if (u_rec != nullptr) u_rec[((wpos + t) % p.ring) * (p.factor_bytes / 4)] = u;
+        const float o = gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, off + tt, kl, vrow, u);
+        if (u_rec != nullptr) {
+          int pos = wpos + t;  // wpos < R, t < T <= R
+          if (pos >= p.ring) pos -= p.ring;
+          u_rec[static_cast<int64_t>(pos) * (p.factor_bytes / 4)] = u;
+        }
         if (snap_row != nullptr && v_ok) {
           gdn_store_state<St, NK, LANES>(snap_row + t * p.snap_stride_t, S, kl, true);
         }

@@ -50,7 +50,7 @@ template <typename Act, int N, int kChunk>
 __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
                                              const Mamba2RecurrenceParams& p, int64_t tok0, int h,
                                              int c0, int n, float A, float dt_bias,
-                                             const Mamba2FactorSink& sink) {
+                                             const Mamba2FactorSink& sink, int off = 0) {
   const int tid = threadIdx.x;
   const int P = p.head_dim;
   const int g = h / (p.num_heads / p.n_groups);
@@ -59,7 +59,9 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
   const Act* xbc = static_cast<const Act*>(p.xbc);
   const int64_t st = p.xbc_stride_token, sc = p.xbc_stride_c;
   const auto record = [&](int tt) {
-    return sink.ring + ((sink.wpos + c0 + tt) % p.ring) * p.factor_bytes;
+    int pos = sink.wpos + c0 + tt;  // wpos < R and the window fits the ring
+    if (pos >= p.ring) pos -= p.ring;
+    return sink.ring + static_cast<int64_t>(pos) * p.factor_bytes;
   };
   // dt and dA of each token first (thread tt), then B * dt and C.
   __shared__ float dt_s[kChunk];
@@ -72,7 +74,7 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
     if (p.has_dt_max) dt = fminf(dt, p.dt_max);
     dt_s[tid] = dt;
     const float dA = expf(A * dt);
-    c.dA[tid] = dA;
+    c.dA[off + tid] = dA;
     if (sink.ring != nullptr && sink.head_writer) {
       char* rec = record(tid);
       reinterpret_cast<float*>(rec + p.f_dt)[h] = dt;
@@ -84,8 +86,8 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
     const int tt = i / N, k = i % N;
     const Act* base = xbc + (tok0 + c0 + tt) * st;
     const Act braw = base[(b_off + k) * sc];
-    c.B[tt][k] = to_float<Act>(braw) * dt_s[tt];
-    c.C[tt][k] = to_float<Act>(base[(c_off + k) * sc]);
+    c.B[off + tt][k] = to_float<Act>(braw) * dt_s[tt];
+    c.C[off + tt][k] = to_float<Act>(base[(c_off + k) * sc]);
     if (sink.ring != nullptr && sink.b_writer) {
       reinterpret_cast<Act*>(record(tt) + p.f_B)[int64_t{g} * N + k] = braw;
     }
@@ -108,43 +110,63 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
         zv = zz * sigmoid(zz);
       }
     }
-    c.x[tt][r] = xv;
-    c.z[tt][r] = zv;
+    c.x[off + tt][r] = xv;
+    c.z[off + tt][r] = zv;
   }
   __syncthreads();
 }
 
 // Stages history factor records [c0, c0 + n) of a slot (record i at ring position
-// (base + i) % R): dB = B * dt and dA as the step computed them, and x of this CTA's channels.
-// Ends with __syncthreads().
-template <typename Act, int N, int kChunk>
+// (base + i) mod R): dB = B * dt and dA as the step computed them, and x of this CTA's channels.
+// Vectorised as the GDN history (8 elements of B, or of x, per thread). Ends with
+// __syncthreads().
+template <typename Act, int N, int kChunk, bool kSync = true>
 __device__ __forceinline__ void mamba2_stage_history(Mamba2Chunk<N, kChunk>& c,
                                                      const Mamba2RecurrenceParams& p,
                                                      const char* ring, int base, int h, int c0,
                                                      int n) {
+  constexpr int kRows = mamba2_rows<N>();
+  static_assert(N % 8 == 0 && kRows % 8 == 0, "vector staging");
+  constexpr int kParts = N / 8;
+  constexpr int kXParts = kRows / 8;
   const int tid = threadIdx.x;
   const int P = p.head_dim;
   const int g = h / (p.num_heads / p.n_groups);
-  const auto record = [&](int tt) { return ring + ((base + c0 + tt) % p.ring) * p.factor_bytes; };
-  for (int i = tid; i < n * N; i += kMamba2Threads) {
-    const int tt = i / N, k = i % N;
+  const auto record = [&](int tt) {
+    int pos = base + c0 + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kParts; i += kMamba2Threads) {
+    const int tt = i / kParts, k = (i % kParts) * 8;
     const char* rec = record(tt);
     const float dt = reinterpret_cast<const float*>(rec + p.f_dt)[h];
-    c.B[tt][k] = to_float<Act>(reinterpret_cast<const Act*>(rec + p.f_B)[int64_t{g} * N + k]) * dt;
+    float b8[8];
+    load_n<Act, 8>(reinterpret_cast<const Act*>(rec + p.f_B) + int64_t{g} * N + k, b8, true);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b8[j] *= dt;
+    *reinterpret_cast<float4*>(&c.B[tt][k]) = make_float4(b8[0], b8[1], b8[2], b8[3]);
+    *reinterpret_cast<float4*>(&c.B[tt][k + 4]) = make_float4(b8[4], b8[5], b8[6], b8[7]);
   }
-  constexpr int kRows = mamba2_rows<N>();
-  for (int i = tid; i < n * kRows; i += kMamba2Threads) {
-    const int tt = i / kRows, r = i % kRows;
-    const int ch = blockIdx.x * kRows + r;
-    c.x[tt][r] =
-        ch < P
-            ? to_float<Act>(reinterpret_cast<const Act*>(record(tt) + p.f_x)[int64_t{h} * P + ch])
-            : 0.0f;
+  // x of channels [ch0, ch0 + 8): one 16-byte load where P allows (P % 8 == 0), else scalar.
+  const bool x_vec = P % 8 == 0;
+  for (int i = tid; i < n * kXParts; i += kMamba2Threads) {
+    const int tt = i / kXParts, r = (i % kXParts) * 8, ch = blockIdx.x * kRows + r;
+    const Act* x = reinterpret_cast<const Act*>(record(tt) + p.f_x) + int64_t{h} * P + ch;
+    float x8[8];
+    if (x_vec && ch + 8 <= P) {
+      load_n<Act, 8>(x, x8, true);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x8[j] = ch + j < P ? to_float<Act>(x[j]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) c.x[tt][r + j] = x8[j];
   }
   for (int tt = tid; tt < n; tt += kMamba2Threads) {
     c.dA[tt] = reinterpret_cast<const float*>(record(tt) + p.f_dA)[h];
   }
-  __syncthreads();
+  if constexpr (kSync) __syncthreads();
 }
 
 // One token step on this thread's slice of the state (staged token tt); returns y for its
@@ -233,6 +255,10 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   // Replay history (DESIGN.md section 6), before the wait for the conv grid (nothing of it is
   // written by the conv kernel).
   int wpos = 0;
+  // A chain whose history and window fit one chunk stages both at once after the wait (as the
+  // GDN recurrence does).
+  int merged_hist = 0, merged_base = 0;
+  bool merged_store = false;
   if constexpr (kReplay) {
     if (p.cursor != nullptr) {
       const int base = p.cursor[2 * slot];
@@ -241,16 +267,22 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
       const bool folds = p.fold && hist > p.fold_limit;
       if (p.settled && folds) hist = 0;
       const char* ring = p.factors + slot * p.factor_stride_slot;
+      const int count = row_tokens(p.varlen, row, p.tokens).count;
+      const bool store = p.fold ? folds && !p.settled
+                                : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
+      if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
+        merged_hist = hist;
+        merged_base = base;
+        merged_store = store;
+        hist = 0;
+      }
       for (int c0 = 0; c0 < hist; c0 += kChunk) {
         const int m = min(kChunk, hist - c0);
         mamba2_stage_history<Act, N, kChunk>(chunk, p, ring, base, h, c0, m);
         for (int tt = 0; tt < m; ++tt) mamba2_step<St, N, kChunk, false>(S, chunk, tt, kl, r);
         __syncthreads();
       }
-      const int count = row_tokens(p.varlen, row, p.tokens).count;
-      const bool store = p.fold ? folds && !p.settled
-                                : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
-      if (store && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
+      if (store && merged_hist == 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
     }
   }
 
@@ -290,7 +322,16 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   for (int c0 = 0; c0 < rt.count;) {
     // A tree without snapshots needs its whole window in one chunk (tokens <= kChunk).
     const int m = min(kChunk, rt.count - c0);
-    mamba2_stage<Act, N, kChunk>(chunk, p, row_token0, h, c0, m, A, dt_bias, sink);
+    const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
+    if (off > 0) {
+      mamba2_stage_history<Act, N, kChunk, false>(chunk, p, p.factors + slot * p.factor_stride_slot,
+                                                  merged_base, h, 0, off);
+    }
+    mamba2_stage<Act, N, kChunk>(chunk, p, row_token0, h, c0, m, A, dt_bias, sink, off);
+    if (off > 0) {
+      for (int tt = 0; tt < off; ++tt) mamba2_step<St, N, kChunk, false>(S, chunk, tt, kl, r);
+      if (merged_store && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
+    }
     for (int tt = 0; tt < m; ++tt) {
       const int t = c0 + tt;
       if (p.parents != nullptr && t > 0) {
@@ -313,18 +354,18 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
             while (path != 0) {
               const int a = __ffs(path) - 1;
               path &= path - 1;
-              mamba2_step<St, N, kChunk, false>(S, chunk, a - c0, kl, r);
+              mamba2_step<St, N, kChunk, false>(S, chunk, off + a - c0, kl, r);
             }
           }
         }
       }
-      float y = mamba2_step<St, N, kChunk, true>(S, chunk, tt, kl, r);
+      float y = mamba2_step<St, N, kChunk, true>(S, chunk, off + tt, kl, r);
       if (snap_row != nullptr && ok) {
         mamba2_store<St, NK, LANES>(snap_row + t * p.snap_stride_t, S, kl, true);
       }
       if (kl == 0 && ok) {
-        if (p.d_skip) y += chunk.x[tt][r] * D;
-        y *= chunk.z[tt][r];
+        if (p.d_skip) y += chunk.x[off + tt][r] * D;
+        y *= chunk.z[off + tt][r];
         out[(row_token0 + t) * p.out_stride_token + h * p.out_stride_h + ch * p.out_stride_p] =
             from_float<Act>(y);
       }

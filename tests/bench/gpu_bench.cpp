@@ -211,6 +211,8 @@ struct World {
   // steps, which the replay kernels re-run (as in service, where every round's verify does).
   void prime_replay(const VerifyBatch& b, int T, int B) {
     replay_pool(T);
+    // SPECSTATE_BENCH_NO_PRIME: the per-kernel replay benchmarks then run with no history.
+    if (std::getenv("SPECSTATE_BENCH_NO_PRIME") != nullptr) return;
     rpool->begin_verify(batch_of(*rpool, b));
     for (int l = 0; l < kLayers; ++l) {
       rpool->verify(l, weights(l), inputs(l, int64_t{B} * T), outputs(l, int64_t{B} * T));
