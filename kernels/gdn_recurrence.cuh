@@ -290,7 +290,8 @@ __device__ __forceinline__ void gdn_store_state(St* dst, const float4 (&S)[NK], 
 // 8 CTAs per SM for both instantiations: the replay one at 6 CTAs (80 registers, no stack) was
 // measured on the H200 (Qwen3-Next TP1 rounds, R = 16): faster at B = 1 (802 -> 685 us) and
 // slower from B = 8 on (T=4 B=128 15850 -> 17059 us).
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree = false>
 __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   static_assert(kItems == 1 || kItems == 2, "one or two rows per CTA");
@@ -302,7 +303,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   __shared__ GdnChunk<K, kRows, kChunk> chunk;
   __shared__ __align__(16) St next_state[kItems > 1 ? kRows * K : 4];
   // A tree without snapshots restarts branches from the row's start state (post history).
-  __shared__ __align__(16) float start_state[kReplay ? kRows * K : 4];
+  __shared__ __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -399,8 +400,8 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
       p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
   // A tree without snapshots recomputes a branch's start state from the row's start state.
-  const bool recompute = kReplay && p.parents != nullptr && p.snap == nullptr;
-  float* start_mine = start_state + (kReplay ? vrow * K : 0);
+  const bool recompute = kReplay && kTree && p.parents != nullptr && p.snap == nullptr;
+  float* start_mine = start_state + (kReplay && kTree ? vrow * K : 0);
 
 #pragma unroll 1
   for (int item = 0; item < kItems; ++item) {
@@ -512,10 +513,11 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   }
 }
 
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree = false>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
-  return launch_after_conv(gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay>,
+  return launch_after_conv(gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay, kTree>,
                            dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads,
                                 (p.rows + kItems - 1) / kItems),
                            dim3(kGdnThreads), p, stream);
@@ -528,7 +530,10 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   // B=128: T=2 74% -> 80% of copy BW; T=4/8 87% -> 85-86% (hence one row per CTA there).
   if (p.cursor != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
     // Replay (history records, or tree windows without snapshots): one row per CTA.
-    return launch_gdn_shape<Act, St, K, 8, 1, 16, true>(p, stream);
+    // Trees get their own instantiation: only they keep the start state in shared memory (8 KiB
+    // a CTA that a chain's CTAs leave to L1).
+    return p.parents != nullptr ? launch_gdn_shape<Act, St, K, 8, 1, 16, true, true>(p, stream)
+                                : launch_gdn_shape<Act, St, K, 8, 1, 16, true, false>(p, stream);
   }
   const bool two = p.rows >= 16 && p.tokens <= 3;
   return two ? launch_gdn_shape<Act, St, K, 8, 2, 8, false>(p, stream)

@@ -222,7 +222,7 @@ __device__ __forceinline__ void mamba2_load(float4 (&S)[NK], const St* src, int 
 
 // kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
 // recompute tree states.
-template <typename Act, typename St, int N, int kChunk, bool kReplay>
+template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree = false>
 __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
     mamba2_recurrence_kernel(const __grid_constant__ Mamba2RecurrenceParams p) {
   constexpr int LANES = mamba2_lanes<N>();
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   // A tree without snapshots restarts branches from the row's start state (post history): in
   // shared memory, or in registers for N = 256 (the chunk fills shared memory there).
   constexpr bool kStartInRegs = N > 128;
-  __shared__ __align__(16) float start_state[kReplay && !kStartInRegs ? kRows * N : 4];
+  __shared__ __align__(16) float start_state[kReplay && kTree && !kStartInRegs ? kRows * N : 4];
   float4 start_regs[kStartInRegs ? NK : 1];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   const float D = p.d_skip && p.D ? load_any(p.D, p.d_dtype, h * p.d_stride) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
   St* snap_row = p.snap ? static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off : nullptr;
-  const bool recompute = kReplay && p.parents != nullptr && p.snap == nullptr;
-  float* start_mine = start_state + (kReplay && !kStartInRegs ? r * N : 0);
+  const bool recompute = kReplay && kTree && p.parents != nullptr && p.snap == nullptr;
+  float* start_mine = start_state + (kReplay && kTree && !kStartInRegs ? r * N : 0);
   if (recompute) {
 #pragma unroll
     for (int i = 0; i < NK; ++i) {
@@ -376,10 +376,10 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   if (p.store_final && rt.count > 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
 }
 
-template <typename Act, typename St, int N, int kChunk, bool kReplay>
+template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree = false>
 cudaError_t launch_mamba2_shape(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
   constexpr int kRows = mamba2_rows<N>();
-  return launch_after_conv(mamba2_recurrence_kernel<Act, St, N, kChunk, kReplay>,
+  return launch_after_conv(mamba2_recurrence_kernel<Act, St, N, kChunk, kReplay, kTree>,
                            dim3((p.head_dim + kRows - 1) / kRows, p.num_heads, p.rows),
                            dim3(kMamba2Threads), p, stream);
 }
@@ -387,7 +387,9 @@ cudaError_t launch_mamba2_shape(const Mamba2RecurrenceParams& p, cudaStream_t st
 template <typename Act, typename St, int N>
 cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
   if (p.cursor != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
-    return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true>(p, stream);
+    return p.parents != nullptr
+               ? launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, true>(p, stream)
+               : launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false>(p, stream);
   }
   return launch_mamba2_shape<Act, St, N, 8, false>(p, stream);
 }
