@@ -15,6 +15,7 @@
 #include <sstream>
 #include <utility>
 
+#include "specstate/spec/json_depth.h"
 #include "specstate/status.h"
 
 namespace specstate {
@@ -29,30 +30,6 @@ constexpr uint64_t kMaxHeaderBytes = 100u * 1000u * 1000u;
 // hostile. nlohmann's parser is iterative, but dump() and comparisons recurse, so 100k levels
 // would overflow the stack: the depth is checked on the raw bytes before parsing.
 constexpr int kMaxJsonDepth = 64;
-
-// The byte offset at which [begin, end) first nests arrays/objects deeper than `limit` (brackets
-// inside strings do not count), or -1.
-int64_t json_depth_exceeded(const uint8_t* begin, const uint8_t* end, int limit) noexcept {
-  int depth = 0;
-  bool in_string = false;
-  for (const uint8_t* p = begin; p < end; ++p) {
-    const uint8_t c = *p;
-    if (in_string) {
-      if (c == '\\') {
-        ++p;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit) return p - begin;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return -1;
-}
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw Error(Status::kInvalidArgument, "safetensors '" + path + "': " + what);
@@ -237,7 +214,10 @@ void SafetensorsFile::parse(const std::string& label) {
   const int64_t data_size = static_cast<int64_t>(file_size) - data_start_;
 
   const int64_t too_deep =
-      json_depth_exceeded(bytes_.data() + 8, bytes_.data() + data_start_, kMaxJsonDepth);
+      spec::json_nesting(std::string_view(reinterpret_cast<const char*>(bytes_.data()) + 8,
+                                          static_cast<std::size_t>(data_start_ - 8)),
+                         kMaxJsonDepth)
+          .first_past_limit;
   if (too_deep >= 0) {
     fail(path_, "header nests JSON deeper than the limit of " + std::to_string(kMaxJsonDepth) +
                     " levels (at header byte " + std::to_string(too_deep) + ")");

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "specstate/spec/json_depth.h"
 #include "specstate/status.h"
 
 namespace specstate::spec {
@@ -228,31 +229,6 @@ TraceRecord parse_record(const Json& j, const Where& where) {
   return rec;
 }
 
-// The byte offset at which `text` first nests arrays/objects deeper than `limit` (brackets inside
-// strings do not count), or -1. Checked before parsing: nlohmann's dump() and comparisons recurse,
-// so a deeply nested value would overflow the stack after a successful parse.
-int64_t json_depth_exceeded(const std::string& text, int limit) noexcept {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit) return static_cast<int64_t>(i);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return -1;
-}
-
 // std::getline with a bound: reads up to '\n' (dropped) or the end of the input. Returns false at
 // the end of the input with nothing read; sets `too_long` (and stops reading) past `max_bytes`.
 bool read_line(std::istream& in, std::string& line, int64_t max_bytes, bool& too_long) {
@@ -388,7 +364,7 @@ Trace parse_trace(std::istream& in, const std::string& source) {
     }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
-    const int64_t too_deep = json_depth_exceeded(line, kMaxTraceJsonDepth);
+    const int64_t too_deep = json_nesting(line, kMaxTraceJsonDepth).first_past_limit;
     if (too_deep >= 0) {
       where.fail("JSON nests deeper than the limit of " + std::to_string(kMaxTraceJsonDepth) +
                  " levels (at column " + std::to_string(too_deep + 1) + ")");
@@ -430,7 +406,7 @@ Trace read_trace(const std::string& path) {
 void validate_trace(const Trace& trace) {
   RoundTracker tracker;
   tracker.declare(trace.requests, Where{"spec::validate_trace: "});
-  if (json_depth_exceeded(trace.meta_json, kMaxTraceJsonDepth) >= 0) {
+  if (json_nesting(trace.meta_json, kMaxTraceJsonDepth).first_past_limit >= 0) {
     throw Error(Status::kInvalidArgument,
                 "spec::validate_trace: meta_json nests JSON deeper than the limit of " +
                     std::to_string(kMaxTraceJsonDepth) + " levels");

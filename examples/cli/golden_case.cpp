@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "cli/golden_mamba2.h"
+#include "specstate/spec/json_depth.h"
 #include "specstate/specstate.h"
 
 #if defined(SPECSTATE_CLI_CUDA)
@@ -335,28 +336,6 @@ void expect_shape(const TensorStore& store, const std::string& name, const Shape
 // and operator!= recurse, so 100k levels would overflow the stack). Checked on the raw text.
 constexpr int kMaxParamsJsonDepth = 16;
 
-int64_t json_depth_exceeded(const std::string& text, int limit) noexcept {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit) return static_cast<int64_t>(i);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return -1;
-}
-
 // The params_json of the case's parts (they must agree).
 json case_params(const GoldenCase& golden) {
   json params;
@@ -364,7 +343,7 @@ json case_params(const GoldenCase& golden) {
   for (const auto& file : golden.store.files()) {
     const std::string text = file->metadata_value("params_json");
     if (text.empty()) continue;
-    const int64_t too_deep = json_depth_exceeded(text, kMaxParamsJsonDepth);
+    const int64_t too_deep = spec::json_nesting(text, kMaxParamsJsonDepth).first_past_limit;
     if (too_deep >= 0) {
       bad_case("'" + file->path() + "': params_json nests JSON deeper than the limit of " +
                std::to_string(kMaxParamsJsonDepth) + " levels (at byte " +

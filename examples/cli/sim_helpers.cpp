@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "specstate/dtype.h"
+#include "specstate/spec/json_depth.h"
 #include "specstate/status.h"
 
 namespace specstate::cli {
@@ -270,40 +271,6 @@ bool ModelDims::any() const {
          conv_width > 0 || !act_dtype.empty() || !conv_dtype.empty() || !ssm_dtype.empty();
 }
 
-namespace {
-
-// The deepest nesting of arrays/objects in `text` (brackets inside strings do not count) and the
-// byte offset where it first passes `limit` (-1: it does not).
-struct JsonDepth {
-  int max_depth = 0;
-  int64_t first_past_limit = -1;
-};
-JsonDepth json_depth(const std::string& text, int limit) noexcept {
-  JsonDepth out;
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      out.max_depth = std::max(out.max_depth, ++depth);
-      if (depth > limit && out.first_past_limit < 0) out.first_past_limit = static_cast<int64_t>(i);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 ModelPreset read_model_file(const std::string& path) {
   const std::string option = "--model-file";
   std::ifstream in(path, std::ios::binary);
@@ -322,7 +289,7 @@ ModelPreset read_model_file(const std::string& path) {
   // nlohmann's parser is iterative, but dump() (the messages below quote values) and comparisons
   // recurse: 100,000 nested brackets overflow the stack after a successful parse (issue 20.6).
   // Checked on the raw text, as the trace and safetensors readers do.
-  const JsonDepth depth = json_depth(content, kMaxModelFileJsonDepth);
+  const spec::JsonNesting depth = spec::json_nesting(content, kMaxModelFileJsonDepth);
   if (depth.first_past_limit >= 0) {
     throw CLI::ValidationError(option, path + " nests JSON " + std::to_string(depth.max_depth) +
                                            " levels deep, more than the limit of " +

@@ -1,0 +1,20 @@
+// The nesting of raw JSON text, checked before it is parsed: nlohmann's parser is iterative, but
+// dump() and comparisons recurse, so 100,000 nested brackets would overflow the stack after a
+// successful parse. Shared by every reader of untrusted JSON (traces, safetensors headers, the
+// CLI's model files and golden params).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace specstate::spec {
+
+struct JsonNesting {
+  int max_depth = 0;              // deepest nesting of arrays / objects
+  int64_t first_past_limit = -1;  // byte offset where it first passes the limit, or -1
+};
+
+// Brackets inside strings (escapes included) do not count. O(size of text).
+JsonNesting json_nesting(std::string_view text, int limit) noexcept;
+
+}  // namespace specstate::spec
