@@ -16,6 +16,7 @@
 
 #include "cli/golden_case.h"
 #include "common/cli_run.h"
+#include "common/golden_expect.h"
 #include "specstate/dtype.h"
 #include "specstate/safetensors.h"
 
@@ -282,30 +283,8 @@ TEST_P(GoldenMamba2, MixedParameterDtypesAsEnginesHoldThem) {
   const GoldenReport f32 = run_golden_case(same.to_case(), options_for(GetParam()));
   const std::string text = report_text(report);
   std::cout << text;
-  ASSERT_NE(report.outcome, GoldenOutcome::kError) << text;
-  EXPECT_NE(report.description.find("A_log f32, dt_bias bf16, D bf16"), std::string::npos) << text;
-  EXPECT_NE(f32.description.find("A_log f32, dt_bias f32, D f32"), std::string::npos)
-      << f32.description;
-  for (const PropertyCheck& c : report.checks) EXPECT_TRUE(c.pass) << c.name << ": " << c.detail;
-  ASSERT_EQ(report.tensors.size(), f32.tensors.size());
-  for (std::size_t i = 0; i < report.tensors.size(); ++i) {
-    const TensorComparison& t = report.tensors[i];
-    SCOPED_TRACE(t.tensor);
-    ASSERT_TRUE(t.has_ref && t.has_sglang);
-    // Bit for bit the results of the f32 views of the same numbers.
-    EXPECT_EQ(t.vs_ref, f32.tensors[i].vs_ref);
-    EXPECT_EQ(t.vs_sglang, f32.tensors[i].vs_sglang);
-    const bool copy = t.tensor == "inter_conv_window" || t.tensor == "conv_state_committed";
-    if (copy) {
-      EXPECT_EQ(t.vs_ref, 0.0);
-    } else if (t.tensor != "conv_out") {  // the conv does not see the gate parameters
-      // The references are the unrounded f32 parameters': bf16-sized errors, not none (an
-      // all-zero result would be 1).
-      EXPECT_GT(t.vs_ref, 1e-6) << "the bf16 rounding left no trace";
-      EXPECT_LE(t.vs_ref, 1e-2);
-      EXPECT_LE(t.vs_sglang, 2e-2);
-    }
-  }
+  expect_mixed_params_equal_f32(report, f32, text, "A_log f32, dt_bias bf16, D bf16",
+                                "A_log f32, dt_bias f32, D f32");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, GoldenMamba2,
