@@ -45,7 +45,9 @@ void StatePool::Impl::advance(int layer, std::vector<int32_t> slot_list, int tok
   run.io = strategy->advance_io(layer, slot_list);
   run.slots = std::move(slot_list);
   detail::KindArgs<Weights>::run(*backend, storage, run, w, in, out);
-  last_weights[layer] = w;
+  // Not kept for materialize: an advance leaves no pending steps (it re-ran its own slots'),
+  // and the weights a caller passes to prefill / decode may be freed after the call (issue
+  // 20.4). Pending steps come from a verify, whose weights last_weights holds.
   strategy->after_advance(*backend, storage, layer, run.slots, run.io);
 }
 

@@ -8,6 +8,8 @@
 //      StatePool::import_slot.
 //   e. a pool of num_slots = INT_MAX is refused quickly, without building per-slot structures.
 //   f. views that break their dtype's alignment are rejected, naming the view.
+//   h. (item 4) the weights of a prefill / decode may be freed after the call: a later
+//      materialize re-runs pending steps with the last verify's weights, never reads them.
 //   g. caller-owned views in vLLM v1's hybrid layout (conv and SSM state of a slot interleaved in
 //      one page) are accepted and bit-identical to an owning pool; truly overlapping views are
 //      still rejected.
@@ -205,6 +207,79 @@ TEST_P(HostileRound3, MaterializeRejectsARepeatedHandleNamingItsIndex) {
     for (int i = 0; i < 2; ++i) {
       EXPECT_TRUE(same_bytes(exported(t.subject, t.hs[i]), exported(t.ref, t.hr[i])))
           << "request " << i;
+    }
+  });
+}
+
+// --- h. freed decode weights are never read by a later materialize (issue 20.4) ----------------
+
+// A copy of a host view's bytes in memory the test owns (and can poison).
+struct OwnedView {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+  explicit OwnedView(const TensorView& v) {
+    if (v.empty()) return;
+    // The view's span (any strides), copied; the copy keeps the strides.
+    int64_t span = 1;
+    for (int i = 0; i < v.ndim; ++i) span += (v.shape[i] - 1) * v.stride[i];
+    const std::size_t n = static_cast<std::size_t>(span) * dtype_size(v.dtype);
+    bytes.assign(static_cast<const uint8_t*>(v.data), static_cast<const uint8_t*>(v.data) + n);
+    view = v;
+    view.data = bytes.data();
+  }
+  // NaN in every element (0xFF bytes: a NaN in f32 and in bf16).
+  void poison() { std::fill(bytes.begin(), bytes.end(), uint8_t{0xFF}); }
+};
+
+struct OwnedWeights {
+  std::vector<OwnedView> parts;
+  GdnWeights gdn;
+  Mamba2Weights m2;
+  explicit OwnedWeights(const GdnWeights& w) {
+    for (const TensorView* v : {&w.conv_weight, &w.conv_bias, &w.A_log, &w.dt_bias}) {
+      parts.emplace_back(*v);
+    }
+    gdn = GdnWeights{parts[0].view, parts[1].view, parts[2].view, parts[3].view};
+  }
+  explicit OwnedWeights(const Mamba2Weights& w) {
+    for (const TensorView* v : {&w.conv_weight, &w.conv_bias, &w.A_log, &w.dt_bias, &w.D}) {
+      parts.emplace_back(*v);
+    }
+    m2 = Mamba2Weights{parts[0].view, parts[1].view, parts[2].view, parts[3].view, parts[4].view};
+  }
+  const GdnWeights& get(const GdnWeights&) const { return gdn; }
+  const Mamba2Weights& get(const Mamba2Weights&) const { return m2; }
+  void poison() {
+    for (OwnedView& p : parts) p.poison();
+  }
+};
+
+TEST_P(HostileRound3, FreedDecodeWeightsAreNeverReadByALaterMaterialize) {
+  const Case& c = GetParam();
+  for_case(c, [&](auto kind, const auto& g) {
+    using Kind = decltype(kind);
+    TwoPools<Kind> t(g, c.strategy, 0xB4);
+    t.rounds(3);  // both requests hold pending steps under replay
+    if (HasFatalFailure()) return;
+    // Request 1 decodes one token with a temporary copy of the layer weights (the same numbers),
+    // which the caller then frees (poisons with NaN).
+    std::vector<OwnedWeights> temp;
+    for (int l = 0; l < kLayers; ++l) temp.emplace_back(t.m.weights(l));
+    const auto in = t.m.inputs(1);
+    for (int l = 0; l < kLayers; ++l) {
+      const auto& w = temp[static_cast<std::size_t>(l)].get(t.m.weights(l));
+      const auto out_s = t.m.outputs(1), out_r = t.m.outputs(1);
+      t.subject.decode(l, {t.hs[1]}, w, Kind::put(in[l], t.m.put()),
+                       Kind::put(out_s[l], t.m.put()));
+      t.ref.decode(l, {t.hr[1]}, t.m.weights(l), Kind::put(in[l], t.m.put()),
+                   Kind::put(out_r[l], t.m.put()));
+    }
+    for (OwnedWeights& w : temp) w.poison();
+    // Request 0's pending steps are re-run now, with the last verify's weights.
+    t.subject.materialize({t.hs[0]});
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_TRUE(same_bytes(exported(t.subject, t.hs[i]), exported(t.ref, t.hr[i])))
+          << "request " << i << ": a freed decode weight was read";
     }
   });
 }
