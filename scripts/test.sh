@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, the regular build (CUDA code compiled where nvcc
 # exists; GPU tests skip visibly without a device), then the CPU build under ASan + UBSan, then
-# the Python package (pip install ., CPU backend) and its pytest suite.
+# the Python package (a CPU wheel installed into a fresh venv under build/) and its pytest suite.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -27,9 +27,19 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPECSTATE_SANITIZE=
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE gpu
-echo "== Python package (pip install ., CPU backend) + pytest"
-specstate_python_deps
-CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "${PYTHON:-python3}" -m pip install -q --no-build-isolation \
-  --disable-pip-version-check . -Ccmake.define.SPECSTATE_CUDA=OFF
-"${PYTHON:-python3}" -m pytest -q tests/python
+echo "== Python package: a CPU wheel, installed into a fresh venv (build/venv), + pytest"
+# The global Python is left alone: the build requirements, the wheel and the test requirements go
+# into build/venv; pytest runs against the installed wheel (the source package python/specstate is
+# not on sys.path from the repository root).
+venv="$root/build/venv"
+rm -rf "$venv" "$root/build/wheel"
+echo "specstate: making the venv $venv"
+"${PYTHON:-python3}" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "${SPECSTATE_PY_PACKAGES[@]}"
+CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$venv/bin/python" -m pip wheel -q --no-build-isolation \
+  --no-deps --disable-pip-version-check . -w "$root/build/wheel" -Ccmake.define.SPECSTATE_CUDA=OFF \
+  -Cbuild-dir="$root/build/py"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "$root"/build/wheel/specstate-*.whl
+"$venv/bin/python" -c "import specstate, sys; print('specstate', specstate.__version__, 'from', specstate.__file__)"
+"$venv/bin/python" -m pytest -q tests/python
 echo "== all tests passed"
