@@ -13,4 +13,8 @@ void add_simulate_command(CLI::App& app, int& exit_code);
 // specstate plan ...
 void add_plan_command(CLI::App& app, int& exit_code);
 
+// The whole command line (examples/cli/run.cpp): parses argv[1..], runs the subcommand and
+// returns the exit status (0, 1 a check failed or an error, 2 a usage error).
+int run(int argc, char** argv);
+
 }  // namespace specstate::cli

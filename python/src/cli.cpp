@@ -38,6 +38,18 @@ void bind_cli(nb::module_& m) {
 #ifdef SPECSTATE_PY_CLI
   m.attr("HAS_CLI") = true;
   m.def(
+      "_cli_main",
+      [](std::vector<std::string> args) {
+        std::vector<char*> argv;
+        for (std::string& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        // The command's own output goes to this process's stdout / stderr, as the executable's.
+        nb::gil_scoped_release release;
+        return cli::run(static_cast<int>(args.size()), argv.data());
+      },
+      nb::arg("argv"),
+      "The `specstate` command line (argv[0] is the program name): returns its exit status.");
+  m.def(
       "plan",
       [](const std::string& model, int tp, int max_requests, int max_rows, int window) {
         std::vector<std::string> args = {"specstate",      "plan",

@@ -1,0 +1,35 @@
+// The `specstate` command line as a function: the executable's main (examples/cli/main.cpp) and
+// the Python package's console script (`specstate`, python/specstate/__main__.py) both call it.
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "specstate/specstate.h"
+
+namespace specstate::cli {
+
+int run(int argc, char** argv) {
+  CLI::App app{"specstate: recurrent state for speculative decoding"};
+  app.set_version_flag("--version", specstate::version());
+  app.require_subcommand(1);
+  int exit_code = 0;
+  add_check_golden_command(app, exit_code);
+  add_simulate_command(app, exit_code);
+  add_plan_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    // CLI11 returns 0 for --help/--version; every real parse error is a usage error: exit 2.
+    return code == 0 ? 0 : 2;
+  } catch (const specstate::Error& e) {
+    std::cerr << "specstate: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "specstate: " << e.what() << "\n";
+    return 1;
+  }
+  return exit_code;
+}
+
+}  // namespace specstate::cli
