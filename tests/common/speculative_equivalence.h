@@ -189,4 +189,55 @@ void run_speculative_equivalence(const typename Kind::Config& g, const SpecEquiv
   EXPECT_GT(sum_squares(Kind::tensors(last.view())[0].second), 0.0) << "decode output is all zeros";
 }
 
+// A tree's snapshot of node t equals the final state of a fresh run over the path root..t (the
+// ggml rollback idea, applied to trees), for a snapshot pool of one layer of `g`; golden case C's
+// tree. `state_shape`: the SSM state's extents the snapshot view must have after [rows, T].
+template <typename Kind>
+void run_tree_snapshot_check(const typename Kind::Config& g, uint64_t seed,
+                             const std::vector<int64_t>& state_shape) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int T = 6;
+  PoolOptions options;
+  options.num_slots = 2;
+  options.max_rows = 1;
+  options.max_window = T;
+  const ModelConfig model = Kind::model(1, g);
+  StatePool pool(model, options);
+  SlotHandle h = pool.acquire();
+  const typename Kind::HostWeights w = random_weights(g, rng);
+  const typename Kind::HostInputs history = random_inputs(g, 3, rng);
+  typename Kind::HostOutputs hist_out = make_outputs(g, 3);
+  pool.prefill(0, h, w.view(), history.view(), hist_out.view());
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2};  // golden case C's tree
+  const typename Kind::HostInputs window = random_inputs(g, T, rng);
+  typename Kind::HostOutputs out = make_outputs(g, T);
+  pool.begin_verify(VerifyBatch{{h}, T, parents});
+  pool.verify(0, w.view(), window.view(), out.view());
+  const TensorView snap_ssm = pool.snapshot_ssm(0), snap_conv = pool.snapshot_conv(0);
+  ASSERT_EQ(snap_ssm.ndim, 2 + static_cast<int>(state_shape.size()));
+  for (std::size_t i = 0; i < state_shape.size(); ++i) {
+    EXPECT_EQ(snap_ssm.shape[2 + i], state_shape[i]) << "snapshot dimension " << 2 + i;
+  }
+  for (int node = 0; node < T; ++node) {
+    StatePool fresh(model, options);
+    SlotHandle f = fresh.acquire();
+    typename Kind::HostOutputs o = make_outputs(g, 3);
+    fresh.prefill(0, f, w.view(), history.view(), o.view());
+    for (int t : path_to(parents, 0, node)) {
+      typename Kind::HostOutputs step = make_outputs(g, 1);
+      fresh.decode(0, {f}, w.view(), window.rows(t, 1), step.view());
+    }
+    const TensorView fs = fresh.ssm_state(0), fc = fresh.conv_state(0);
+    const int64_t ssm_bytes = fs.stride[0] * 4, conv_bytes = fc.stride[0] * 4;
+    EXPECT_EQ(std::memcmp(static_cast<char*>(snap_ssm.data) + node * ssm_bytes, fs.data, ssm_bytes),
+              0)
+        << "node " << node;
+    EXPECT_EQ(
+        std::memcmp(static_cast<char*>(snap_conv.data) + node * conv_bytes, fc.data, conv_bytes), 0)
+        << "node " << node;
+  }
+  EXPECT_GT(sum_squares(snap_ssm), 0.0);
+}
+
 }  // namespace specstate::test

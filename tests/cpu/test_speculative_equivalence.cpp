@@ -66,48 +66,8 @@ INSTANTIATE_TEST_SUITE_P(Cpu, SpeculativeEquivalence, ::testing::ValuesIn(cases(
 
 // A tree's snapshot of node t equals the final state of a fresh run over the path root..t.
 TEST(TreeSnapshots, EachNodeSnapshotEqualsAFreshRunOverItsPath) {
-  const uint64_t seed = 77;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
   const GdnConfig g = small_config();
-  const int T = 6;
-  PoolOptions options;
-  options.num_slots = 2;
-  options.max_rows = 1;
-  options.max_window = T;
-  const ModelConfig model = ModelConfig::gated_delta_net(1, g);
-  StatePool pool(model, options);
-  SlotHandle h = pool.acquire();
-  LayerWeights w = random_weights(g, rng);
-  TokenInputs history = random_inputs(g, 3, rng);
-  TokenOutputs hist_out = make_outputs(g, 3);
-  pool.prefill(0, h, w.view(), history.view(), hist_out.view());
-  const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2};  // golden case C's tree
-  TokenInputs window = random_inputs(g, T, rng);
-  TokenOutputs out = make_outputs(g, T);
-  pool.begin_verify(VerifyBatch{{h}, T, parents});
-  pool.verify(0, w.view(), window.view(), out.view());
-  const TensorView snap_ssm = pool.snapshot_ssm(0), snap_conv = pool.snapshot_conv(0);
-  for (int node = 0; node < T; ++node) {
-    StatePool fresh(model, options);
-    SlotHandle f = fresh.acquire();
-    TokenOutputs o = make_outputs(g, 3);
-    fresh.prefill(0, f, w.view(), history.view(), o.view());
-    const std::vector<int> path = path_to(parents, 0, node);
-    for (int t : path) {
-      TokenOutputs step = make_outputs(g, 1);
-      fresh.decode(0, {f}, w.view(), window.rows(t, 1), step.view());
-    }
-    const TensorView fs = fresh.ssm_state(0), fc = fresh.conv_state(0);
-    const int64_t ssm_bytes = fs.stride[0] * 4, conv_bytes = fc.stride[0] * 4;
-    EXPECT_EQ(std::memcmp(static_cast<char*>(snap_ssm.data) + node * ssm_bytes, fs.data, ssm_bytes),
-              0)
-        << "node " << node;
-    EXPECT_EQ(
-        std::memcmp(static_cast<char*>(snap_conv.data) + node * conv_bytes, fc.data, conv_bytes), 0)
-        << "node " << node;
-  }
-  EXPECT_GT(sum_squares(snap_ssm), 0.0);
+  run_tree_snapshot_check<GdnKind>(g, 77, {g.num_v_heads, g.head_v_dim, g.head_k_dim});
 }
 
 // Verify is pure whatever the inputs: huge, tiny, NaN-free extreme values leave the committed

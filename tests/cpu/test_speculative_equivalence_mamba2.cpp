@@ -64,51 +64,8 @@ INSTANTIATE_TEST_SUITE_P(Cpu, SpeculativeEquivalenceMamba2, ::testing::ValuesIn(
 
 // A tree's snapshot of node t equals the final state of a fresh run over the path root..t.
 TEST(TreeSnapshotsMamba2, EachNodeSnapshotEqualsAFreshRunOverItsPath) {
-  const uint64_t seed = 78;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
   const Mamba2Config m = mamba2_preset("m2_small_f32");
-  const int T = 6;
-  PoolOptions options;
-  options.num_slots = 2;
-  options.max_rows = 1;
-  options.max_window = T;
-  const ModelConfig model = ModelConfig::mamba2(1, m);
-  StatePool pool(model, options);
-  SlotHandle h = pool.acquire();
-  Mamba2LayerWeights w = random_weights(m, rng);
-  Mamba2TokenInputs history = random_inputs(m, 3, rng);
-  Mamba2TokenOutputs hist_out = make_outputs(m, 3);
-  pool.prefill(0, h, w.view(), history.view(), hist_out.view());
-  const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2};
-  Mamba2TokenInputs window = random_inputs(m, T, rng);
-  Mamba2TokenOutputs out = make_outputs(m, T);
-  pool.begin_verify(VerifyBatch{{h}, T, parents});
-  pool.verify(0, w.view(), window.view(), out.view());
-  const TensorView snap_ssm = pool.snapshot_ssm(0), snap_conv = pool.snapshot_conv(0);
-  ASSERT_EQ(snap_ssm.ndim, 5);
-  EXPECT_EQ(snap_ssm.shape[2], m.num_heads);
-  EXPECT_EQ(snap_ssm.shape[3], m.head_dim);
-  EXPECT_EQ(snap_ssm.shape[4], m.d_state);
-  for (int node = 0; node < T; ++node) {
-    StatePool fresh(model, options);
-    SlotHandle f = fresh.acquire();
-    Mamba2TokenOutputs o = make_outputs(m, 3);
-    fresh.prefill(0, f, w.view(), history.view(), o.view());
-    for (int t : path_to(parents, 0, node)) {
-      Mamba2TokenOutputs step = make_outputs(m, 1);
-      fresh.decode(0, {f}, w.view(), window.rows(t, 1), step.view());
-    }
-    const TensorView fs = fresh.ssm_state(0), fc = fresh.conv_state(0);
-    const int64_t ssm_bytes = fs.stride[0] * 4, conv_bytes = fc.stride[0] * 4;
-    EXPECT_EQ(std::memcmp(static_cast<char*>(snap_ssm.data) + node * ssm_bytes, fs.data, ssm_bytes),
-              0)
-        << "node " << node;
-    EXPECT_EQ(
-        std::memcmp(static_cast<char*>(snap_conv.data) + node * conv_bytes, fc.data, conv_bytes), 0)
-        << "node " << node;
-  }
-  EXPECT_GT(sum_squares(snap_ssm), 0.0);
+  run_tree_snapshot_check<Mamba2Kind>(m, 78, {m.num_heads, m.head_dim, m.d_state});
 }
 
 // Strided caller views (rows of wider buffers; z and dt interleaved) give bit-identical results
