@@ -30,6 +30,18 @@ struct Arg {
 // as bf16. `allow_none`: None gives an empty Arg.
 Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none);
 
+// A byte buffer argument (export_slot / import_slot): any C-contiguous array (any dtype of whole
+// bytes, any rank; uint8 [bytes] is the natural one) of exactly `bytes` bytes, or of
+// ceil(bytes / itemsize) elements as the C++ API takes, on cpu (cuda_host) or cuda. The view is
+// 1-D in the widest library dtype (i32, bf16) that sizes it to ceil(bytes / element size)
+// elements; the library reads / writes only its first `bytes` bytes. `function` and `name` go
+// into the errors: TypeError (not an array, a dtype of no whole bytes), ValueError (device,
+// read-only for an output, not contiguous), specstate.InvalidArgumentError (the size, a device
+// array for a CPU pool).
+// `cuda_pool`: whether device arrays may be taken (a CPU pool rejects them, naming the array).
+Arg to_bytes_arg(nb::handle object, const char* function, const char* name, bool writable,
+                 int64_t bytes, bool cuda_pool);
+
 // A CUDA stream from an int handle, an object with `cuda_stream` (torch.cuda.Stream) or
 // `__cuda_stream__` (the CUDA stream protocol), or None (nullopt).
 std::optional<uintptr_t> to_stream(nb::handle object, const char* name);

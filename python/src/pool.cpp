@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -154,6 +155,69 @@ std::string handle_repr(const SlotHandle& h) {
   if (h.is_padding()) return "SlotHandle.padding()";
   return "SlotHandle(slot=" + std::to_string(h.slot) +
          ", generation=" + std::to_string(h.generation) + ")";
+}
+
+std::string arg_type_name(nb::handle object) {
+  return nb::cast<std::string>(
+      nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr()))).attr("__name__")));
+}
+
+bool looks_like_stream(nb::handle object) {
+  return nb::hasattr(object, "cuda_stream") || nb::hasattr(object, "__cuda_stream__");
+}
+
+// An int argument (int, numpy integer: anything with __index__, not bool); TypeError naming `name`.
+int to_int(nb::handle object, const char* function, const char* name) {
+  if (!PyBool_Check(object.ptr()) && PyIndex_Check(object.ptr())) {
+    nb::object index = nb::steal(PyNumber_Index(object.ptr()));
+    if (!index.is_valid()) throw nb::python_error();
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow == 0 && v >= INT32_MIN && v <= INT32_MAX) return static_cast<int>(v);
+    throw Error(Status::kOutOfRange, std::string(function) + ": " + name + " = " +
+                                         nb::cast<std::string>(nb::str(index)) +
+                                         " is out of range");
+  }
+  throw nb::type_error(
+      (std::string(name) + ": expected an int, got " + arg_type_name(object)).c_str());
+}
+
+// A SlotHandle argument (None: nullopt when `allow_none`); TypeError naming `name` otherwise,
+// with a hint for what is often passed instead (a slot index, a stream).
+std::optional<SlotHandle> to_handle(nb::handle object, const char* name, bool allow_none) {
+  if (allow_none && object.is_none()) return std::nullopt;
+  SlotHandle h;
+  if (nb::try_cast<SlotHandle>(object, h, /*convert=*/false)) return h;
+  std::string msg = std::string(name) + ": expected a SlotHandle (from pool.acquire())";
+  if (allow_none) msg += " or None (every slot)";
+  msg += ", got " + arg_type_name(object);
+  if (nb::isinstance<nb::int_>(object) && !PyBool_Check(object.ptr()))
+    msg += " (a slot index? give the handle; pool.slot_index(handle) maps a handle to its index)";
+  else if (looks_like_stream(object))
+    msg += " (a stream? pass it as stream=...)";
+  throw nb::type_error(msg.c_str());
+}
+
+// A file path argument (str or os.PathLike), or nullopt for anything else.
+std::optional<std::string> as_path(nb::handle object) {
+  if (nb::isinstance<nb::str>(object)) return nb::cast<std::string>(object);
+  if (!object.is_none() && nb::hasattr(object, "__fspath__")) {
+    nb::object path = nb::module_::import_("os").attr("fsdecode")(object);
+    return nb::cast<std::string>(path);
+  }
+  return std::nullopt;
+}
+
+// export_slot / import_slot's `dst` / `src`, or its legacy keyword `path`: one of the two.
+nb::handle pick_target(nb::handle positional, nb::handle path, const char* function,
+                       const char* name) {
+  if (path.is_none()) return positional;
+  if (!positional.is_none())
+    throw nb::type_error((std::string(function) + ": give " + name + " or path, not both").c_str());
+  if (!as_path(path))
+    throw nb::type_error(
+        (std::string("path: expected a str or os.PathLike, got ") + arg_type_name(path)).c_str());
+  return path;
 }
 
 const char* kStreamDoc =
@@ -376,29 +440,47 @@ void bind_pool(nb::module_& m) {
               nb::arg("handle"), "Index of a live handle into the state views; raises otherwise.")
           .def(
               "conv_state",
-              [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
+              [](nb::handle_t<PyPool> self, nb::handle layer, nb::handle handle,
+                 nb::handle stream) {
                 PyPool& p = nb::cast<PyPool&>(self);
-                TensorView v = locked(p, stream, [&](StatePool& s) { return s.conv_state(layer); });
+                const int l = to_int(layer, "StatePool.conv_state", "layer");
+                const std::optional<SlotHandle> h = to_handle(handle, "handle", true);
+                TensorView v = locked(p, stream, [&](StatePool& s) {
+                  return h ? s.conv_state(l, *h) : s.conv_state(l);
+                });
                 return view_to_python(v, p.pool().options().device, self);
               },
-              nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+              nb::sig("def conv_state(self, layer: int, handle: SlotHandle | None = None, stream: "
+                      "object | None = None) -> object"),
+              nb::arg("layer"), nb::arg("handle").none() = nb::none(),
+              nb::arg("stream").none() = nb::none(),
               (std::string(
                    "Committed conv windows of `layer`, [slots, conv_dim, W-1] (oldest column "
                    "first), as a zero-copy array supporting __dlpack__ that keeps the pool "
-                   "alive. Materializes deferred work first (replay); exact until the next "
-                   "commit.") +
+                   "alive; with `handle`, that request's [conv_dim, W-1] only (materializes "
+                   "only its slot). Materializes deferred work first (replay); exact until the "
+                   "next commit.") +
                kStreamDoc)
                   .c_str())
           .def(
               "ssm_state",
-              [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
+              [](nb::handle_t<PyPool> self, nb::handle layer, nb::handle handle,
+                 nb::handle stream) {
                 PyPool& p = nb::cast<PyPool&>(self);
-                TensorView v = locked(p, stream, [&](StatePool& s) { return s.ssm_state(layer); });
+                const int l = to_int(layer, "StatePool.ssm_state", "layer");
+                const std::optional<SlotHandle> h = to_handle(handle, "handle", true);
+                TensorView v = locked(p, stream, [&](StatePool& s) {
+                  return h ? s.ssm_state(l, *h) : s.ssm_state(l);
+                });
                 return view_to_python(v, p.pool().options().device, self);
               },
-              nb::arg("layer"), nb::arg("stream").none() = nb::none(),
-              (std::string("Committed SSM states of `layer`, [slots, HV, V, K], zero-copy (see "
-                           "conv_state).") +
+              nb::sig("def ssm_state(self, layer: int, handle: SlotHandle | None = None, stream: "
+                      "object | None = None) -> object"),
+              nb::arg("layer"), nb::arg("handle").none() = nb::none(),
+              nb::arg("stream").none() = nb::none(),
+              (std::string("Committed SSM states of `layer`, [slots, HV, V, K] (Mamba2 [slots, "
+                           "nheads, P, N]); with `handle`, that request's [HV, V, K] only. "
+                           "Zero-copy (see conv_state).") +
                kStreamDoc)
                   .c_str())
           .def(
@@ -508,31 +590,101 @@ void bind_pool(nb::module_& m) {
                   .c_str())
           .def(
               "slot_state_bytes", [](PyPool& p) { return p.pool().slot_state_bytes(); },
-              "Bytes of one slot's exported state (every layer: conv window, then SSM state).")
+              "Bytes of one slot's exported state: the size of an export_slot / import_slot "
+              "buffer (the layout is the library's, include/specstate/pool.h).")
           .def(
               "export_slot",
-              [](PyPool& p, SlotHandle h, const std::string& path, nb::handle stream) {
+              [](PyPool& p, nb::handle handle, nb::handle dst, nb::handle stream,
+                 nb::handle path) -> nb::object {
+                const char* fn = "StatePool.export_slot";
+                const SlotHandle h = *to_handle(handle, "handle", false);
+                dst = pick_target(dst, path, fn, "dst");
+                if (const std::optional<std::string> file = as_path(dst)) {
+                  locked(p, stream, [&](StatePool& s) {
+                    s.export_slot(h, *file);
+                    return 0;
+                  });
+                  return nb::none();
+                }
+                const int64_t bytes = p.pool().slot_state_bytes();
+                if (dst.is_none()) {  // a fresh host array (allocated in whole i32 words)
+                  const int64_t words = (bytes + 3) / 4;
+                  int32_t* data = new int32_t[static_cast<size_t>(words)];
+                  nb::capsule owner(data,
+                                    [](void* q) noexcept { delete[] static_cast<int32_t*>(q); });
+                  const size_t shape[1] = {static_cast<size_t>(bytes)};
+                  nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> array(data, 1, shape, owner);
+                  const TensorView v =
+                      TensorView::contiguous(data, DType::kI32, {words}, Device::kCpu);
+                  locked(p, stream, [&](StatePool& s) {
+                    s.export_slot(h, v);
+                    return 0;
+                  });
+                  return nb::cast(std::move(array));
+                }
+                Arg a = to_bytes_arg(dst, fn, "dst", true, bytes, p.is_cuda());
+                check_device(p, a, "dst");
+                const TensorView v = a.view;
                 locked(p, stream, [&](StatePool& s) {
-                  s.export_slot(h, path);
+                  s.export_slot(h, v);
                   return 0;
                 });
+                return nb::none();
               },
-              nb::arg("handle"), nb::arg("path"), nb::arg("stream").none() = nb::none(),
-              (std::string("Writes the slot's committed state to a safetensors file (the same "
-                           "bytes on every backend and strategy).") +
+              nb::sig(
+                  "def export_slot(self, handle: SlotHandle, dst: object | None = None, stream: "
+                  "object | None = None, *, path: object | None = None) -> numpy.ndarray | None"),
+              nb::arg("handle"), nb::arg("dst").none() = nb::none(),
+              nb::arg("stream").none() = nb::none(), nb::kw_only(),
+              nb::arg("path").none() = nb::none(),
+              (std::string(
+                   "Exports the slot's committed state (materialized first; the same bytes on "
+                   "every backend and strategy, slot_state_bytes() of them). `dst`: None returns a "
+                   "fresh uint8 NumPy array of "
+                   "slot_state_bytes() bytes; a writable C-contiguous array (uint8, or any "
+                   "dtype) of exactly slot_state_bytes() bytes is filled (host memory, or "
+                   "device memory on CUDA pools, in stream order); a str / "
+                   "os.PathLike writes a safetensors file (`path=` also works).") +
                kStreamDoc)
                   .c_str())
           .def(
               "import_slot",
-              [](PyPool& p, SlotHandle h, const std::string& path, nb::handle stream) {
+              [](PyPool& p, nb::handle handle, nb::handle src, nb::handle stream, nb::handle path) {
+                const char* fn = "StatePool.import_slot";
+                const SlotHandle h = *to_handle(handle, "handle", false);
+                src = pick_target(src, path, fn, "src");
+                if (const std::optional<std::string> file = as_path(src)) {
+                  locked(p, stream, [&](StatePool& s) {
+                    s.import_slot(h, *file);
+                    return 0;
+                  });
+                  return;
+                }
+                if (src.is_none())
+                  throw nb::type_error(
+                      "src: None is not a state; give an array of slot_state_bytes() bytes or a "
+                      "path");
+                Arg a =
+                    to_bytes_arg(src, fn, "src", false, p.pool().slot_state_bytes(), p.is_cuda());
+                check_device(p, a, "src");
+                const TensorView v = a.view;
                 locked(p, stream, [&](StatePool& s) {
-                  s.import_slot(h, path);
+                  s.import_slot(h, v);
                   return 0;
                 });
               },
-              nb::arg("handle"), nb::arg("path"), nb::arg("stream").none() = nb::none(),
-              (std::string("Reads a slot's committed state from a safetensors file written by "
-                           "export_slot (shapes, dtypes and the model checked).") +
+              nb::sig("def import_slot(self, handle: SlotHandle, src: object | None = None, "
+                      "stream: object | None = None, *, path: object | None = None) -> None"),
+              nb::arg("handle"), nb::arg("src").none() = nb::none(),
+              nb::arg("stream").none() = nb::none(), nb::kw_only(),
+              nb::arg("path").none() = nb::none(),
+              (std::string(
+                   "Imports a slot's committed state exported by export_slot, from any pool of "
+                   "the same model (any backend or strategy). `src`: a C-contiguous array "
+                   "(uint8, or any dtype; bytes / bytearray too) of exactly slot_state_bytes() "
+                   "bytes (host memory, or device memory on CUDA pools), or a str / "
+                   "os.PathLike safetensors file (shapes, dtypes and the model checked; "
+                   "`path=` also works).") +
                kStreamDoc)
                   .c_str())
           .def(

@@ -71,6 +71,12 @@ bool is_numpy_bf16(nb::handle object) {
   return nb::isinstance<nb::str>(name) && nb::cast<std::string>(name) == "bfloat16";
 }
 
+bool is_numpy_array(nb::handle object) {
+  nb::handle type(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr())));
+  return nb::hasattr(type, "__module__") && nb::isinstance<nb::str>(type.attr("__module__")) &&
+         nb::cast<std::string>(type.attr("__module__")) == "numpy";
+}
+
 bool import_array(nb::handle object, bool writable, nb::ndarray<>& out) {
   if (writable) return nb::try_cast<nb::ndarray<>>(object, out, /*convert=*/false);
   nb::ndarray<nb::ro> ro;
@@ -80,15 +86,9 @@ bool import_array(nb::handle object, bool writable, nb::ndarray<>& out) {
   return true;
 }
 
-}  // namespace
-
-Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) {
-  Arg arg;
-  if (object.is_none()) {
-    if (!allow_none) throw nb::type_error((std::string(name) + ": None is not an array").c_str());
-    arg.object = nb::none();
-    return arg;
-  }
+// Imports `object` into arg.array (arg.object set); returns whether the memory was taken as the
+// uint16 bits of a NumPy bfloat16 array. Raises TypeError / ValueError naming `name`.
+bool import_or_raise(nb::handle object, const char* name, bool writable, Arg& arg) {
   arg.object = nb::borrow(object);
   bool bf16_bits = false;
   nb::object source = arg.object;
@@ -108,6 +108,44 @@ Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) 
                           "NumPy, torch, CuPy, JAX), got " + py_type_name(object))
                              .c_str());
   }
+  return bf16_bits;
+}
+
+// The view's device from the array's DLPack device; raises ValueError for other devices.
+void set_device(Arg& arg, const char* name) {
+  const int dev = arg.array.device_type();
+  if (dev == nb::device::cpu::value || dev == nb::device::cuda_host::value) {
+    arg.view.device = Device::kCpu;
+  } else if (dev == nb::device::cuda::value || dev == nb::device::cuda_managed::value) {
+    arg.view.device = Device::kCuda;
+    arg.device_id = arg.array.device_id();
+  } else {
+    throw nb::value_error(
+        (std::string(name) + ": device " + device_text(dev) + " is not supported (cpu or cuda)")
+            .c_str());
+  }
+}
+
+// "uint8[2, 64] cpu": how an array was received, for errors.
+std::string array_text(const nb::ndarray<>& a) {
+  std::string out = dtype_text(a.dtype()) + "[";
+  for (size_t i = 0; i < a.ndim(); ++i) out += (i ? ", " : "") + std::to_string(a.shape(i));
+  out += "] ";
+  out += device_text(a.device_type());
+  if (a.device_type() == nb::device::cuda::value) out += ":" + std::to_string(a.device_id());
+  return out;
+}
+
+}  // namespace
+
+Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) {
+  Arg arg;
+  if (object.is_none()) {
+    if (!allow_none) throw nb::type_error((std::string(name) + ": None is not an array").c_str());
+    arg.object = nb::none();
+    return arg;
+  }
+  const bool bf16_bits = import_or_raise(object, name, writable, arg);
   const nb::ndarray<>& a = arg.array;
   const dl::dtype d = a.dtype();
   TensorView& v = arg.view;
@@ -122,17 +160,7 @@ Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) 
                           " is not supported (float32, bfloat16 or int32)")
                              .c_str());
   }
-  const int dev = a.device_type();
-  if (dev == nb::device::cpu::value || dev == nb::device::cuda_host::value) {
-    v.device = Device::kCpu;
-  } else if (dev == nb::device::cuda::value || dev == nb::device::cuda_managed::value) {
-    v.device = Device::kCuda;
-    arg.device_id = a.device_id();
-  } else {
-    throw nb::value_error(
-        (std::string(name) + ": device " + device_text(dev) + " is not supported (cpu or cuda)")
-            .c_str());
-  }
+  set_device(arg, name);
   if (a.ndim() > static_cast<size_t>(TensorView::kMaxDims))
     throw nb::value_error((std::string(name) + ": " + std::to_string(a.ndim()) +
                            " dimensions, at most " + std::to_string(TensorView::kMaxDims))
@@ -148,6 +176,72 @@ Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) 
     static char dummy alignas(16)[16];
     v.data = dummy;
   }
+  return arg;
+}
+
+Arg to_bytes_arg(nb::handle object, const char* function, const char* name, bool writable,
+                 int64_t bytes, bool cuda_pool) {
+  Arg arg;
+  if (object.is_none())
+    throw nb::type_error((std::string(name) + ": None is not an array").c_str());
+  arg.object = nb::borrow(object);
+  bool imported = import_array(object, writable, arg.array);
+  if (!imported && is_numpy_array(object)) {
+    // A NumPy dtype DLPack has no code for (ml_dtypes' bfloat16, float8, int4, ...): only the
+    // bytes matter here, so take the same memory as uint8.
+    nb::object as_bytes;
+    try {
+      as_bytes = object.attr("view")("uint8");
+    } catch (nb::python_error& e) {
+      throw nb::value_error((std::string(name) + ": cannot take the array's memory as bytes (" +
+                             e.what() + "): give a C-contiguous buffer")
+                                .c_str());
+    }
+    imported = import_array(as_bytes, writable, arg.array);
+  }
+  if (!imported) import_or_raise(object, name, writable, arg);  // raises what is wrong
+  const nb::ndarray<>& a = arg.array;
+  const dl::dtype d = a.dtype();
+  if (d.lanes != 1 || d.bits == 0 || d.bits % 8 != 0)
+    throw nb::type_error((std::string(name) + ": dtype " + dtype_text(d) +
+                          " is no dtype of whole-byte scalar elements (give a uint8 array)")
+                             .c_str());
+  set_device(arg, name);
+  if (arg.view.device == Device::kCuda && !cuda_pool)
+    throw Error(Status::kInvalidArgument, std::string(function) + ": " + name + " (" +
+                                              array_text(a) +
+                                              ") lives on cuda, the pool's backend is cpu: give "
+                                              "a host array (NumPy)");
+  const int64_t item = d.bits / 8;
+  int64_t expect_stride = 1;  // C order, in elements; dimensions of one element are free
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expect_stride)
+      throw nb::value_error((std::string(name) + ": " + array_text(a) +
+                             " is not contiguous (a slot's state is one run of bytes: give a "
+                             "C-contiguous buffer, e.g. numpy.ascontiguousarray)")
+                                .c_str());
+    expect_stride *= static_cast<int64_t>(a.shape(i));
+  }
+  const int64_t got = static_cast<int64_t>(a.size()) * item;
+  const int64_t rounded = (bytes + item - 1) / item * item;  // the C++ API's ceil(bytes / item)
+  if (got != bytes && got != rounded) {
+    std::string want = std::to_string(bytes) + " bytes";
+    if (rounded != bytes)
+      want += " (or " + std::to_string(rounded / item) + " " + dtype_text(d) + " elements)";
+    throw Error(Status::kInvalidArgument,
+                std::string(function) + ": " + name + " (" + array_text(a) + ") holds " +
+                    std::to_string(got) + " bytes, expected pool.slot_state_bytes() = " + want +
+                    ", e.g. numpy.empty(pool.slot_state_bytes(), numpy.uint8)");
+  }
+  // The library takes the buffer as a 1-D i32 / bf16 / f32 view of ceil(bytes / element size)
+  // elements and touches only its first `bytes` bytes (include/specstate/pool.h).
+  const int64_t elem = bytes % 4 == 0 ? 4 : 2;
+  TensorView& v = arg.view;
+  v.dtype = elem == 4 ? DType::kI32 : DType::kBF16;
+  v.ndim = 1;
+  v.shape[0] = (bytes + elem - 1) / elem;
+  v.stride[0] = 1;
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
   return arg;
 }
 

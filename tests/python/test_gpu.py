@@ -319,3 +319,87 @@ def test_device_cu_seqlens_equals_host_lengths(strategy):
     for (c0, s0), (c1, s1) in zip(gpu_states(pools[0], model.layers),
                                   gpu_states(pools[1], model.layers)):
         assert np.array_equal(c0, c1) and np.array_equal(s0, s1)
+
+
+def advance_both(cpu, gpu, model, hc, hg, seed):
+    """The same round on a CPU and a CUDA pool (accepted 3, pending under replay)."""
+    model.rng = np.random.default_rng(seed)
+    dw = [dev_weights(w) for w in model.weights]
+    cpu.begin_verify(specstate.VerifyBatch([hc], window=4))
+    gpu.begin_verify(specstate.VerifyBatch([hg], window=4))
+    for layer, (x, a, b) in enumerate(model.inputs(4)):
+        cpu.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), model.outputs(4))
+        gpu.verify(layer, dw[layer], specstate.GdnInputs(dev(x), dev(a), dev(b)),
+                   dev_outputs(4, model.cfg))
+    cpu.commit([3])
+    gpu.commit([3])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_per_slot_views_on_the_device(strategy):
+    model = Model(seed=51, head_k_dim=K)
+    cpu, gpu = model.pool(strategy), cuda_pool(model, strategy)
+    gpu.acquire()
+    hc, hg = cpu.acquire(), gpu.acquire()
+    advance_both(cpu, gpu, model, hc, hg, seed=52)
+    cfg = model.cfg
+    work = torch.cuda.Stream()
+    for layer in range(model.layers):
+        with torch.cuda.stream(work):
+            c = torch.from_dlpack(gpu.conv_state(layer, hg, stream=work.cuda_stream))
+            s = torch.from_dlpack(gpu.ssm_state(layer, hg, stream=work))  # a stream object
+            assert c.is_cuda and s.is_cuda
+            assert c.shape == (cfg.conv_dim(), cfg.conv_width - 1)
+            assert s.shape == (cfg.num_v_heads, cfg.head_v_dim, cfg.head_k_dim)
+            whole = torch.from_dlpack(gpu.ssm_state(layer, stream=work))
+            i = gpu.slot_index(hg)
+            assert s.data_ptr() == whole[i].data_ptr()  # zero-copy: the slot's row
+            got_c, got_s = c.cpu().numpy(), s.cpu().numpy()
+        close(got_s, np.from_dlpack(cpu.ssm_state(layer, hc)), f"layer {layer} ssm")
+        close(got_c, np.from_dlpack(cpu.conv_state(layer, hc)), f"layer {layer} conv")
+    with pytest.raises(TypeError, match="handle: expected a SlotHandle"):
+        gpu.ssm_state(0, work)  # a stream where the handle goes
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_export_import_buffers_cpu_cuda_handoff(strategy):
+    """CPU -> CUDA through a host array, CUDA -> CUDA through a device tensor, CUDA -> CPU through
+    the fresh host array: the same bytes all the way, and the slots go on identically."""
+    model = Model(seed=53, head_k_dim=K)
+    cpu, gpu, gpu2 = model.pool(strategy), cuda_pool(model, strategy), cuda_pool(model, strategy)
+    hc, hg0 = cpu.acquire(), gpu.acquire()
+    advance_both(cpu, gpu, model, hc, hg0, seed=54)
+    n = cpu.slot_state_bytes()
+    assert gpu.slot_state_bytes() == n
+    host = cpu.export_slot(hc)
+    hg = gpu.acquire()
+    gpu.import_slot(hg, host)  # a host array into a CUDA pool: done when the call returns
+    assert np.array_equal(gpu.export_slot(hg), host)  # a fresh host array from a CUDA pool
+    work = torch.cuda.Stream()
+    with torch.cuda.stream(work):
+        state = torch.empty(n, dtype=torch.uint8, device="cuda")
+        gpu.export_slot(hg, state, stream=work)  # a device buffer, ordered with `work`
+        h2 = gpu2.acquire()
+        gpu2.import_slot(h2, state, stream=work)
+        back = state.cpu().numpy()
+    work.synchronize()
+    assert np.array_equal(back, host)
+    hb = cpu.acquire()
+    cpu.import_slot(hb, gpu2.export_slot(h2))
+    assert np.array_equal(cpu.export_slot(hb), host)
+    advance_both(cpu, gpu2, model, hb, h2, seed=55)
+    for layer in range(model.layers):
+        got = torch.from_dlpack(gpu2.ssm_state(layer, h2)).cpu().numpy()
+        close(got, np.from_dlpack(cpu.ssm_state(layer, hb)), f"layer {layer} ssm after hand-off")
+    if n % 4 == 0:  # any dtype of n bytes
+        f = torch.zeros(n // 4, dtype=torch.float32, device="cuda")
+        gpu.export_slot(hg, f)
+        torch.cuda.synchronize()
+        assert np.array_equal(f.cpu().numpy().view(np.uint8), host)
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=rf"dst \(uint8\[{n - 1}\] cuda:0\) holds {n - 1} bytes, expected "
+                             rf"pool.slot_state_bytes\(\) = {n}"):
+        gpu.export_slot(hg, torch.empty(n - 1, dtype=torch.uint8, device="cuda"))
+    with pytest.raises(specstate.InvalidArgumentError, match="src .* lives on cuda, the pool's "
+                                                             "backend is cpu"):
+        cpu.import_slot(hb, state)
