@@ -2,16 +2,35 @@
 // (choices from the fuzzer's bytes) and the soak test (choices from a seeded std::mt19937_64).
 //
 // Two pools of one config: `pool`, the one under test, takes every call (acquire, release,
-// prefill, decode, begin_verify/verify/commit or abort_round (uniform or variable windows),
-// releases in the middle of a round,
-// and invalid calls of each); `shadow` only ever prefills and decodes. The oracle (DESIGN.md
-// sections 5.6 and 7):
-//   - a rejected call throws specstate::Error and leaves both pools byte-identical;
+// adopt, prefill, decode, materialize, begin_verify/verify/commit or abort_round (uniform or
+// variable windows), releases in the middle of a round, and invalid calls of each); `shadow`
+// only ever prefills and decodes (snapshot, owning). The pool under test draws its strategy
+// (snapshot or replay) and its memory: its own, or caller-owned (StatePool(config, options,
+// CommittedStateViews)) in one of two layouts, per-kind tensors with padded slot strides and
+// irregular layer offsets, or vLLM v1's interleaved pages (one buffer per layer, page p = slot
+// p's conv window, then its SSM state). A replay pool may run lazily: most comparisons are
+// skipped, so accepted steps stay pending across releases, adopts, prefills, decodes and
+// materializes. The oracle (DESIGN.md sections 4, 5.6, 5.7 and 7):
+//   - a rejected call throws specstate::Error and changes nothing: the committed state of both
+//     pools stays byte-identical, and a caller-owned pool's memory is not touched at all (no
+//     deferred step runs, no byte of the caller's buffers changes);
 //   - verify outputs of window token t equal the shadow's decode output of the same token;
-//   - after every commit, every live slot of `pool` equals the shadow's slot bit for bit, where
-//     the shadow has decoded exactly the accepted tokens (root .. accepted node) of each row;
+//   - after every commit (lazily: at the next comparison), every live slot of `pool` equals the
+//     shadow's slot bit for bit, where the shadow has decoded exactly the accepted tokens
+//     (root .. accepted node) of each row;
 //   - begin_verify over a verified round is rejected; after abort_round every slot is as before;
-//   - a row released mid-round is padding: advancing it is rejected, the other rows commit.
+//   - a row released mid-round is padding: advancing it is rejected, the other rows commit; on a
+//     caller-owned pool its slot may be adopt()ed again before the commit, which leaves it alone;
+//   - caller-owned: release() leaves the caller's memory of the slot equal to its committed state
+//     (pending steps run first), adopt() of that slot continues from it bit for bit, adopt() of
+//     a free slot the engine wrote takes that state as it is (the shadow imports the same bytes),
+//     materialize() writes the committed state into the caller's memory, the pool's views alias
+//     the caller's tensors, and the pool never writes a byte outside a live slot's state (the
+//     padding and every free slot keep what they held);
+//   - prefill / decode may be given a temporary copy of the weights, poisoned (0xFF bytes, NaN)
+//     right after the call: nothing later (materialize, verify, views) may read it;
+//   - materialize with a handle twice, and any weight / input / output view one byte off its
+//     dtype's alignment, are rejected with kInvalidArgument naming the handles / the view.
 // Uses only include/specstate (a user's view of the library). Any violation prints what differs
 // and aborts, which libFuzzer and ctest both report.
 #pragma once
@@ -21,6 +40,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -147,6 +168,77 @@ struct DriverStats {
   int64_t acquired = 0, released = 0, compared_slots = 0;
   int64_t aborted = 0, released_mid_round = 0;  // rounds dropped by abort_round, rows released
   int64_t varlen_rounds = 0;                    // rounds with per-row window lengths
+  // Drivers (runs) of each kind: caller-owned pools (of them vLLM-paged), lazy replay pools.
+  int64_t caller_runs = 0, paged_runs = 0, lazy_runs = 0;
+  int64_t adopted = 0;               // adopt() of a slot just released (mid-round included)
+  int64_t adopted_mid_round = 0;     // of them, a row of the open round
+  int64_t adopted_written = 0;       // adopt() of a free slot the caller wrote
+  int64_t released_pending = 0;      // caller-owned releases with accepted steps not yet run
+  int64_t materialized = 0;          // materialize() calls
+  int64_t materialized_pending = 0;  // slots materialized with accepted steps not yet run
+  int64_t poisoned_calls = 0;        // prefill / decode calls with weights poisoned after the call
+  int64_t misaligned_rejected = 0, duplicate_materialize_rejected = 0, adopt_rejected = 0;
+
+  void add(const DriverStats& s) {
+    ops += s.ops, rounds += s.rounds, commits += s.commits, rejected += s.rejected;
+    tree_rounds += s.tree_rounds, padded_rows += s.padded_rows, acquired += s.acquired;
+    released += s.released, compared_slots += s.compared_slots, aborted += s.aborted;
+    released_mid_round += s.released_mid_round, varlen_rounds += s.varlen_rounds;
+    caller_runs += s.caller_runs, paged_runs += s.paged_runs, lazy_runs += s.lazy_runs;
+    adopted += s.adopted, adopted_mid_round += s.adopted_mid_round;
+    adopted_written += s.adopted_written, released_pending += s.released_pending;
+    materialized += s.materialized, materialized_pending += s.materialized_pending;
+    poisoned_calls += s.poisoned_calls, misaligned_rejected += s.misaligned_rejected;
+    duplicate_materialize_rejected += s.duplicate_materialize_rejected;
+    adopt_rejected += s.adopt_rejected;
+  }
+};
+
+// Where the committed state of the pool under test lives.
+enum class MemoryMode { kOwned, kCallerSlots, kCallerPaged };
+
+// The caller's memory of a caller-owned pool: buffers filled with a sentinel, the views handed to
+// the pool, where each (layer, slot) state lies, and which bytes are state (the rest is padding
+// the pool must never write).
+struct CallerMemory {
+  std::vector<std::vector<uint64_t>> buffers;   // 8-byte aligned
+  std::vector<std::vector<uint64_t>> sentinel;  // the buffers as filled
+  std::vector<std::vector<uint8_t>> is_state;   // per byte of each buffer
+  CommittedStateViews views;
+  std::vector<uint8_t*> conv, ssm;  // [layer * slots + slot]
+  int64_t conv_bytes = 0, ssm_bytes = 0;
+  int slots = 0;
+
+  uint8_t* conv_at(int layer, int slot) const { return conv[layer * slots + slot]; }
+  uint8_t* ssm_at(int layer, int slot) const { return ssm[layer * slots + slot]; }
+  // One slot's bytes of every layer in export_slot's layout (conv window, then SSM state).
+  std::vector<uint8_t> slot(int s, int layers) const {
+    std::vector<uint8_t> out;
+    for (int l = 0; l < layers; ++l) {
+      out.insert(out.end(), conv_at(l, s), conv_at(l, s) + conv_bytes);
+      out.insert(out.end(), ssm_at(l, s), ssm_at(l, s) + ssm_bytes);
+    }
+    return out;
+  }
+  std::vector<uint8_t> raw() const {
+    std::vector<uint8_t> out;
+    for (const auto& b : buffers) {
+      const auto* p = reinterpret_cast<const uint8_t*>(b.data());
+      out.insert(out.end(), p, p + b.size() * 8);
+    }
+    return out;
+  }
+  // Whether every byte outside a slot's state still holds the sentinel.
+  bool padding_intact() const {
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      const auto* now = reinterpret_cast<const uint8_t*>(buffers[i].data());
+      const auto* was = reinterpret_cast<const uint8_t*>(sentinel[i].data());
+      for (std::size_t j = 0; j < is_state[i].size(); ++j) {
+        if (!is_state[i][j] && now[j] != was[j]) return false;
+      }
+    }
+    return true;
+  }
 };
 
 class PoolDriver {
@@ -172,9 +264,38 @@ class PoolDriver {
     // The pool under test runs either strategy; the shadow only decodes (the strategy does not
     // matter there). Under replay every comparison goes through views, which materialize.
     PoolOptions tested = options_;
-    tested.strategy = src.coin() ? Strategy::kReplay : Strategy::kSnapshot;
-    pool_ = std::make_unique<StatePool>(config_, tested);
+    replay_ = src.coin();
+    tested.strategy = replay_ ? Strategy::kReplay : Strategy::kSnapshot;
+    // Half of the pools under test own their memory; the others adopt the caller's, in either
+    // layout. Half of the replay pools compare lazily (pending steps survive).
+    const uint32_t memory = src.below(4);
+    memory_ = memory < 2 ? MemoryMode::kOwned
+                         : (memory == 2 ? MemoryMode::kCallerSlots : MemoryMode::kCallerPaged);
+    lazy_ = replay_ && src.coin();
     shadow_ = std::make_unique<StatePool>(config_, options_);
+    if (memory_ == MemoryMode::kOwned) {
+      pool_ = std::make_unique<StatePool>(config_, tested);
+    } else {
+      make_caller_memory();
+      pool_ = std::make_unique<StatePool>(config_, tested, caller_.views);
+      for (int l = 0; l < config_.num_layers; ++l) {
+        const TensorView c = pool_->conv_state(l), s = pool_->ssm_state(l);
+        // (With one slot the slot stride is immaterial: the pool reports one state's.)
+        const bool one = options_.num_slots == 1;
+        if (c.data != caller_.views.conv[l].data || s.data != caller_.views.ssm[l].data ||
+            (!one && (c.stride[0] != caller_.views.conv[l].stride[0] ||
+                      s.stride[0] != caller_.views.ssm[l].stride[0]))) {
+          violation("a caller-owned pool's views are not the caller's tensors (layer " +
+                    std::to_string(l) + ")");
+        }
+      }
+      for (int s = 0; s < options_.num_slots; ++s) {
+        free_raw_.push_back(caller_.slot(s, config_.num_layers));
+      }
+      ++stats_.caller_runs;
+      stats_.paged_runs += memory_ == MemoryMode::kCallerPaged;
+    }
+    stats_.lazy_runs += lazy_;
     const int D = g.conv_dim(), HV = g.num_v_heads;
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_real_distribution<double> uni(0.0, 1.0);
@@ -199,12 +320,16 @@ class PoolDriver {
   }
 
   const DriverStats& stats() const { return stats_; }
+  MemoryMode memory() const { return memory_; }
+
+  // The final comparison of a run (a lazy pool may not have compared its last commits).
+  void finish() { compare_all("at the end of the run"); }
 
   // One random operation. Returns false when the source is exhausted.
   bool step() {
     if (src_.exhausted()) return false;
     ++stats_.ops;
-    switch (src_.below(10)) {
+    switch (src_.below(12)) {
       case 0:
       case 1:
         acquire();
@@ -220,6 +345,12 @@ class PoolDriver {
         break;
       case 5:
         invalid_outside_round();
+        break;
+      case 6:
+        materialize("materialize");
+        break;
+      case 7:
+        adopt();
         break;
       default:
         round();
@@ -283,16 +414,37 @@ class PoolDriver {
       n = varlen ? n + len[r] : (r + 1) * T;
     }
 
-    const auto before = committed(*pool_);
+    // (Reading the committed state materializes every slot: a lazy pool mostly skips it.)
+    const bool check_verify = check_now();
+    const auto before = check_verify ? committed(*pool_) : std::vector<uint8_t>();
     pool_->begin_verify(batch);
     std::vector<Tokens> inputs;
     std::vector<Outs> outs;
     for (int l = 0; l < config_.num_layers; ++l) {
       inputs.push_back(random_tokens(n));
       outs.push_back(make_outs(n));
+      if (src_.below(16) == 0) {
+        // One view a byte off its alignment: rejected, the layer still to verify.
+        Misaligned bad(layers_[l].view(), inputs[l].view(), outs[l].view());
+        const char* name = bad.shift(src_, config_.gdn.conv_bias);
+        expect_rejected("verify with a misaligned view",
+                        [&] { pool_->verify(l, bad.weights, bad.inputs, bad.outputs); },
+                        Status::kInvalidArgument, {name, "aligned"});
+        ++stats_.misaligned_rejected;
+      }
       pool_->verify(l, layers_[l].view(), inputs[l].view(), outs[l].view());
     }
-    if (committed(*pool_) != before) violation("verify changed the committed state");
+    for (int r = 0; r < B; ++r) {
+      // Verify re-ran the row's pending steps.
+      if (row_req[r] >= 0 && len[r] > 0) live_[row_req[r]].pending = false;
+    }
+    if (check_verify && committed(*pool_) != before) {
+      violation("verify changed the committed state");
+    }
+    // Inside the open round: a materialize of some slots (rows or not), or one with a handle
+    // twice (rejected before any work).
+    if (src_.below(8) == 0) materialize("materialize inside a round");
+    if (src_.below(16) == 0) duplicate_materialize();
 
     // DESIGN.md section 5.6: a verified round is committed or aborted, never replaced.
     if (src_.below(8) == 0) {
@@ -302,18 +454,23 @@ class PoolDriver {
       pool_->abort_round();
       ++stats_.rounds;
       ++stats_.aborted;
-      compare_all("after abort_round");
+      if (check_now()) compare_all("after abort_round");
       return;
     }
     // A request that leaves mid-round: its row becomes padding, the others still commit.
+    // On a caller-owned pool its slot may be adopted again at once, as a new request outside
+    // the round: the commit must leave it alone.
     int released_req = -1;
+    bool readopted = false;
+    SlotHandle released_handle;
     if (src_.below(8) == 0) {
       const int r = static_cast<int>(src_.below(static_cast<uint32_t>(B)));
       if (row_req[r] >= 0) {
         released_req = row_req[r];
         row_req[r] = -1;
-        pool_->release(live_[released_req].pool);
-        shadow_->release(live_[released_req].shadow);
+        released_handle = live_[released_req].pool;
+        readopted = release_request(static_cast<std::size_t>(released_req), "a release mid-round");
+        if (readopted) ++stats_.adopted_mid_round;
         std::vector<int32_t> bad(B, tree ? -1 : 0);
         bad[r] = tree ? 0 : 1;
         expect_rejected("commit advancing a released row", [&] { pool_->commit(bad); });
@@ -369,6 +526,9 @@ class PoolDriver {
       last[r] = static_cast<int32_t>(src_.below(static_cast<uint32_t>(len[r])));
       accepted[r] = tree ? last[r] : last[r] + 1;
     }
+    for (int r = 0; r < B; ++r) {
+      if (last[r] >= 0 && replay_) live_[row_req[r]].pending = true;  // deferred to the next use
+    }
     if (src_.coin()) {
       pool_->commit(accepted);
     } else {
@@ -400,16 +560,18 @@ class PoolDriver {
       }
     }
     if (released_req >= 0) {
-      stale_.push_back(live_[released_req].pool);
-      live_.erase(live_.begin() + released_req);
+      stale_.push_back(released_handle);
+      if (!readopted) live_.erase(live_.begin() + released_req);
       ++stats_.released;
     }
-    compare_all("after commit");
+    if (check_now()) compare_all("after commit");
   }
 
-  // Every live slot of the pool equals the shadow's (bit for bit).
+  // Every live slot of the pool equals the shadow's (bit for bit). Caller-owned: so does the
+  // caller's memory of it, every free slot holds what it held when it was released (or the
+  // sentinel), and no padding byte changed.
   void compare_all(const char* when) {
-    for (const Request& q : live_) {
+    for (Request& q : live_) {
       for (int l = 0; l < config_.num_layers; ++l) {
         if (slot_bytes(pool_->conv_state(l), pool_->slot_index(q.pool)) !=
                 slot_bytes(shadow_->conv_state(l), shadow_->slot_index(q.shadow)) ||
@@ -421,13 +583,21 @@ class PoolDriver {
         }
         ++stats_.compared_slots;
       }
+      q.pending = false;
     }
+    if (memory_ == MemoryMode::kOwned) return;
+    for (const Request& q : live_) expect_caller_slot(q, when);
+    check_caller_rest(when);
   }
 
  private:
   struct Request {
     SlotHandle pool, shadow;
+    bool pending = false;  // replay: accepted steps committed since the slot was last materialized
   };
+
+  // Lazy pools skip three comparisons in four (each reads every slot, which materializes it).
+  bool check_now() { return !lazy_ || src_.below(4) == 0; }
 
   void acquire() {
     if (pool_->free_slots() == 0) {
@@ -442,34 +612,209 @@ class PoolDriver {
   void release() {
     if (live_.empty()) return;
     const std::size_t i = src_.below(static_cast<uint32_t>(live_.size()));
-    pool_->release(live_[i].pool);
-    shadow_->release(live_[i].shadow);
     stale_.push_back(live_[i].pool);
-    live_.erase(live_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (!release_request(i, "release")) live_.erase(live_.begin() + static_cast<std::ptrdiff_t>(i));
     ++stats_.released;
+  }
+
+  // Releases live_[i] from the pool. Caller-owned: the caller's memory of the slot must then hold
+  // its committed state (the shadow's), and the slot may be adopted again at once, which keeps
+  // the request (true; the shadow's slot stays) with the new handle. Otherwise (false) the
+  // shadow's slot is released too and the caller erases the request.
+  bool release_request(std::size_t i, const char* what) {
+    Request& q = live_[i];
+    const int slot = q.pool.slot;
+    pool_->release(q.pool);
+    if (memory_ != MemoryMode::kOwned) {
+      stats_.released_pending += q.pending;
+      expect_caller_slot(q, what);
+      free_raw_[static_cast<std::size_t>(slot)] = caller_.slot(slot, config_.num_layers);
+      if (src_.coin()) {
+        const SlotHandle again = pool_->adopt(slot);
+        if (again.slot != slot || !pool_->is_live(again) || pool_->is_live(q.pool)) {
+          violation(std::string(what) + ": adopt(" + std::to_string(slot) +
+                    ") of the released slot gave slot " + std::to_string(again.slot));
+        }
+        q.pool = again;
+        q.pending = false;
+        ++stats_.adopted;
+        return true;
+      }
+    }
+    shadow_->release(q.shadow);
+    return false;
+  }
+
+  // Caller-owned: a free slot the engine wrote (a state it restored) is adopted as it is; the
+  // shadow imports the same bytes. Otherwise, or with no free slot: adopt's rejections.
+  void adopt() {
+    std::vector<int> free;
+    for (int s = 0; s < options_.num_slots; ++s) {
+      if (!holds_slot(s)) free.push_back(s);
+    }
+    if (memory_ == MemoryMode::kOwned || free.empty() || src_.below(4) == 0) {
+      if (!live_.empty() && src_.coin()) {
+        const int s = live_[src_.below(static_cast<uint32_t>(live_.size()))].pool.slot;
+        expect_rejected("adopt of a live slot", [&] { pool_->adopt(s); },
+                        Status::kFailedPrecondition, {"StatePool::adopt", "is live"});
+      } else {
+        static const int kOut[] = {-1, std::numeric_limits<int>::min(),
+                                   std::numeric_limits<int>::max()};
+        const uint32_t k = src_.below(4);
+        const int s = k == 3 ? options_.num_slots : kOut[k];
+        expect_rejected("adopt of a slot out of range", [&] { pool_->adopt(s); },
+                        Status::kOutOfRange, {"StatePool::adopt", "outside [0, "});
+      }
+      ++stats_.adopt_rejected;
+      return;
+    }
+    const int s = free[src_.below(static_cast<uint32_t>(free.size()))];
+    const GdnConfig& g = config_.gdn;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int l = 0; l < config_.num_layers; ++l) {
+      HostTensor conv(g.conv_state_dtype,
+                      {caller_.conv_bytes / static_cast<int64_t>(dtype_size(g.conv_state_dtype))});
+      HostTensor ssm(g.ssm_state_dtype,
+                     {caller_.ssm_bytes / static_cast<int64_t>(dtype_size(g.ssm_state_dtype))});
+      for (int64_t e = 0; e < conv.numel(); ++e) conv.set(e, normal(rng_));
+      for (int64_t e = 0; e < ssm.numel(); ++e) ssm.set(e, 0.25f * normal(rng_));
+      std::memcpy(caller_.conv_at(l, s), conv.bytes.data(), conv.bytes.size());
+      std::memcpy(caller_.ssm_at(l, s), ssm.bytes.data(), ssm.bytes.size());
+    }
+    const std::vector<uint8_t> written = caller_.slot(s, config_.num_layers);
+    const SlotHandle h = pool_->adopt(s);
+    if (h.slot != s) violation("adopt(" + std::to_string(s) + ") gave another slot");
+    if (caller_.slot(s, config_.num_layers) != written) {
+      violation("adopt(" + std::to_string(s) + ") changed the caller's state of the slot");
+    }
+    // The shadow gets the same state through export / import: a fresh slot's export, its state
+    // bytes (the layers', after whatever header the format has) replaced by the written ones.
+    const int64_t total = shadow_->slot_state_bytes();
+    const auto state = static_cast<int64_t>(written.size());
+    if (total < state) violation("slot_state_bytes() is below the layers' state bytes");
+    std::vector<uint32_t> words(static_cast<std::size_t>((total + 3) / 4), 0);
+    const TensorView buffer =
+        TensorView::contiguous(words.data(), DType::kI32, {static_cast<int64_t>(words.size())});
+    const SlotHandle sh = shadow_->acquire();
+    shadow_->export_slot(sh, buffer);
+    std::memcpy(reinterpret_cast<uint8_t*>(words.data()) + (total - state), written.data(),
+                written.size());
+    shadow_->import_slot(sh, buffer);
+    live_.push_back({h, sh, false});
+    ++stats_.adopted_written;
+    if (check_now()) compare_all("after adopt of a slot the caller wrote");
+  }
+
+  bool holds_slot(int s) const {
+    for (const Request& q : live_) {
+      if (q.pool.slot == s) return true;
+    }
+    return false;
+  }
+
+  // A random subset of the live requests (all of them: the empty list, or every handle) in a
+  // random order, materialized; then each equals the shadow: in the caller's memory (read
+  // directly, no view) for a caller-owned pool, through its per-slot views otherwise.
+  void materialize(const char* what) {
+    std::vector<std::size_t> chosen;
+    const bool all = src_.below(4) == 0;
+    for (std::size_t i = 0; i < live_.size(); ++i) {
+      if (all || src_.coin()) chosen.push_back(i);
+    }
+    for (std::size_t i = chosen.size(); i > 1; --i) {
+      std::swap(chosen[i - 1], chosen[src_.below(static_cast<uint32_t>(i))]);
+    }
+    std::vector<SlotHandle> handles;
+    if (!all || src_.coin()) {
+      for (std::size_t i : chosen) handles.push_back(live_[i].pool);
+    }
+    pool_->materialize(handles);
+    ++stats_.materialized;
+    for (std::size_t i : chosen) {
+      Request& q = live_[i];
+      stats_.materialized_pending += q.pending;
+      q.pending = false;
+      if (memory_ != MemoryMode::kOwned) {
+        expect_caller_slot(q, what);
+        continue;
+      }
+      for (int l = 0; l < config_.num_layers; ++l) {
+        if (view_bytes(pool_->conv_state(l, q.pool)) !=
+                view_bytes(shadow_->conv_state(l, q.shadow)) ||
+            view_bytes(pool_->ssm_state(l, q.pool)) !=
+                view_bytes(shadow_->ssm_state(l, q.shadow))) {
+          violation(std::string(what) + ": layer " + std::to_string(l) + " slot " +
+                    std::to_string(q.pool.slot) + " differs from sequential decode");
+        }
+      }
+    }
+    if (memory_ != MemoryMode::kOwned) check_caller_rest(what);
+  }
+
+  // materialize({h, h}) or ({h, x, h}): rejected naming both places, before any work.
+  void duplicate_materialize() {
+    if (live_.empty()) return;
+    const std::size_t i = src_.below(static_cast<uint32_t>(live_.size()));
+    std::vector<SlotHandle> handles = {live_[i].pool};
+    if (live_.size() >= 2 && src_.coin()) {
+      const std::size_t j =
+          (i + 1 + src_.below(static_cast<uint32_t>(live_.size() - 1))) % live_.size();
+      handles.push_back(live_[j].pool);
+    }
+    handles.push_back(live_[i].pool);
+    const std::string repeat = "handles[" + std::to_string(handles.size() - 1) + "]";
+    expect_rejected("materialize with a handle twice", [&] { pool_->materialize(handles); },
+                    Status::kInvalidArgument, {repeat.c_str(), "repeats handles[0]"});
+    ++stats_.duplicate_materialize_rejected;
+  }
+
+  // Whether this call gives the pool under test temporary weights (a third of the calls): per
+  // layer a copy of `layers_[l]`, poisoned (every byte 0xFF: NaN in both float dtypes) right
+  // after the call and kept, so a later read of it shows in the state.
+  bool temporary_weights() {
+    if (src_.below(3) != 0) return false;
+    ++stats_.poisoned_calls;
+    return true;
+  }
+  template <typename Fn>
+  void with_weights(bool temporary, int l, Fn&& call) {
+    if (!temporary) {
+      call(layers_[l].view());
+      return;
+    }
+    poisoned_.push_back(std::make_unique<Layer>(layers_[l]));
+    Layer& w = *poisoned_.back();
+    call(w.view());
+    for (HostTensor* t : {&w.conv_weight, &w.conv_bias, &w.A_log, &w.dt_bias}) {
+      if (!t->bytes.empty()) std::memset(t->bytes.data(), 0xFF, t->bytes.size());
+    }
   }
 
   void prefill() {
     if (live_.empty()) return;
-    const Request& q = live_[src_.below(static_cast<uint32_t>(live_.size()))];
+    Request& q = live_[src_.below(static_cast<uint32_t>(live_.size()))];
     const int n = 1 + static_cast<int>(src_.below(3));
+    const bool temp = temporary_weights();
     for (int l = 0; l < config_.num_layers; ++l) {
       const Tokens in = random_tokens(n);
       Outs a = make_outs(n), b = make_outs(n);
-      pool_->prefill(l, q.pool, layers_[l].view(), in.view(), a.view());
+      with_weights(temp, l,
+                   [&](const GdnWeights& w) { pool_->prefill(l, q.pool, w, in.view(), a.view()); });
       shadow_->prefill(l, q.shadow, layers_[l].view(), in.view(), b.view());
       if (a.core_out.bytes != b.core_out.bytes) violation("prefill outputs differ between pools");
     }
-    compare_all("after prefill");
+    q.pending = false;
+    if (check_now()) compare_all("after prefill");
   }
 
   void decode() {
     if (live_.empty()) return;
     std::vector<SlotHandle> rows, shadow_rows;
-    for (const Request& q : live_) {
+    for (Request& q : live_) {
       if (src_.coin()) {
         rows.push_back(q.pool);
         shadow_rows.push_back(q.shadow);
+        q.pending = false;
       } else if (src_.below(4) == 0) {
         rows.push_back(SlotHandle::padding());
         shadow_rows.push_back(SlotHandle::padding());
@@ -477,14 +822,55 @@ class PoolDriver {
     }
     if (rows.empty()) return;
     const int n = static_cast<int>(rows.size());
+    const bool temp = temporary_weights();
     for (int l = 0; l < config_.num_layers; ++l) {
       const Tokens in = random_tokens(n);
       Outs a = make_outs(n), b = make_outs(n);
-      pool_->decode(l, rows, layers_[l].view(), in.view(), a.view());
+      with_weights(temp, l,
+                   [&](const GdnWeights& w) { pool_->decode(l, rows, w, in.view(), a.view()); });
       shadow_->decode(l, shadow_rows, layers_[l].view(), in.view(), b.view());
+      if (a.core_out.bytes != b.core_out.bytes || a.conv_out.bytes != b.conv_out.bytes) {
+        violation("decode outputs differ between pools");
+      }
     }
-    compare_all("after decode");
+    if (check_now()) compare_all("after decode");
   }
+
+  // A layer call's views with one of them (weights, inputs or outputs) moved a byte off its
+  // dtype's alignment (its values copied along, so only the address is wrong).
+  struct Misaligned {
+    GdnWeights weights;
+    GdnInputs inputs;
+    GdnOutputs outputs;
+    std::vector<uint64_t> buffer;
+
+    Misaligned(const GdnWeights& w, const GdnInputs& in, const GdnOutputs& out)
+        : weights(w), inputs(in), outputs(out) {}
+    // Shifts one view drawn from `src`; returns its name as the library spells it.
+    const char* shift(Source& src, bool has_bias) {
+      struct Choice {
+        TensorView* view;
+        const char* name;
+      };
+      std::vector<Choice> c = {{&weights.conv_weight, "weights.conv_weight"},
+                               {&weights.A_log, "weights.A_log"},
+                               {&weights.dt_bias, "weights.dt_bias"},
+                               {&inputs.mixed_qkv, "inputs.mixed_qkv"},
+                               {&inputs.a, "inputs.a"},
+                               {&inputs.b, "inputs.b"},
+                               {&outputs.conv_out, "outputs.conv_out"},
+                               {&outputs.core_out, "outputs.core_out"}};
+      if (has_bias) c.push_back({&weights.conv_bias, "weights.conv_bias"});
+      const Choice& pick = c[src.below(static_cast<uint32_t>(c.size()))];
+      TensorView& v = *pick.view;
+      const std::size_t bytes = static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype);
+      buffer.assign(bytes / 8 + 2, 0);
+      uint8_t* p = reinterpret_cast<uint8_t*>(buffer.data()) + 1;
+      if (bytes > 0) std::memcpy(p, v.data, bytes);  // (a round of 0 tokens has none)
+      v.data = p;
+      return pick.name;
+    }
+  };
 
   // Calls every one of which must be rejected and change nothing.
   void invalid_outside_round() {
@@ -494,7 +880,36 @@ class PoolDriver {
     Outs out = make_outs(1);
     const GdnWeights w = layers_[0].view();
     const SlotHandle h = live_.empty() ? SlotHandle::padding() : live_[0].pool;
-    switch (src_.below(12)) {
+    switch (src_.below(15)) {
+      case 12:
+        duplicate_materialize();
+        break;
+      case 13:
+      case 14:
+        if (!live_.empty()) {
+          // A weight, input or output view one byte off: prefill or decode (a padding row too).
+          Misaligned bad(w, in.view(), out.view());
+          const char* name = bad.shift(src_, g.conv_bias);
+          const int l = static_cast<int>(src_.below(static_cast<uint32_t>(L)));
+          if (src_.coin()) {
+            expect_rejected("prefill with a misaligned view",
+                            [&] { pool_->prefill(l, h, bad.weights, bad.inputs, bad.outputs); },
+                            Status::kInvalidArgument, {name, "aligned"});
+          } else {
+            std::vector<SlotHandle> rows = {h};
+            if (src_.coin()) rows.insert(rows.begin(), SlotHandle::padding());
+            Tokens in2 = random_tokens(static_cast<int>(rows.size()));
+            Outs out2 = make_outs(static_cast<int>(rows.size()));
+            Misaligned bad2(w, in2.view(), out2.view());
+            const char* name2 = bad2.shift(src_, g.conv_bias);
+            expect_rejected(
+                "decode with a misaligned view",
+                [&] { pool_->decode(l, rows, bad2.weights, bad2.inputs, bad2.outputs); },
+                Status::kInvalidArgument, {name2, "aligned"});
+          }
+          ++stats_.misaligned_rejected;
+        }
+        break;
       case 0:
         expect_rejected("commit without a round", [&] { pool_->commit(std::vector<int32_t>{0}); });
         break;
@@ -598,40 +1013,177 @@ class PoolDriver {
     }
   }
 
+  // `fn` must throw specstate::Error (with `want`'s status and every string of `names` in its
+  // message, when given) and change nothing: the committed state of every slot stays the same,
+  // and a caller-owned pool's memory, read directly, not a byte of it (so no pending step ran).
   template <typename Fn>
-  void expect_rejected(const char* what, Fn&& fn) {
-    const auto before = committed(*pool_);
+  void expect_rejected(const char* what, Fn&& fn, Status want = Status::kSuccess,
+                       std::initializer_list<const char*> names = {}) {
+    const bool caller = memory_ != MemoryMode::kOwned;
+    // A lazy pool's owning state is not read before (that would materialize every slot); the
+    // next comparison with the shadow covers it.
+    const bool read = caller || check_now();
+    const auto before =
+        caller ? caller_.raw() : (read ? committed(*pool_) : std::vector<uint8_t>());
     bool threw = false;
     try {
       fn();
-    } catch (const Error&) {
+    } catch (const Error& e) {
       threw = true;
+      if (want != Status::kSuccess && e.status() != want) {
+        violation(std::string(what) + " was rejected with " + status_name(e.status()) +
+                  ", expected " + status_name(want) + ": " + e.what());
+      }
+      for (const char* name : names) {
+        if (std::strstr(e.what(), name) == nullptr) {
+          violation(std::string(what) + ": the message does not name \"" + name +
+                    "\": " + e.what());
+        }
+      }
     }
     if (!threw) violation(std::string(what) + " was accepted");
-    if (committed(*pool_) != before) violation(std::string(what) + " changed the committed state");
+    if (caller) {
+      if (caller_.raw() != before) violation(std::string(what) + " changed the caller's memory");
+    } else if (read && committed(*pool_) != before) {
+      violation(std::string(what) + " changed the committed state");
+    }
     ++stats_.rejected;
   }
 
   static std::vector<uint8_t> view_bytes(const TensorView& v) {
+    if (!v.is_contiguous()) violation("a per-slot state view is not contiguous");
     const auto* p = static_cast<const uint8_t*>(v.data);
     return std::vector<uint8_t>(p, p + v.numel() * static_cast<int64_t>(dtype_size(v.dtype)));
   }
+  // Every slot's committed state, all layers (views: materializes every slot).
   std::vector<uint8_t> committed(const StatePool& p) const {
     std::vector<uint8_t> out;
     for (int l = 0; l < config_.num_layers; ++l) {
       for (const TensorView& v : {p.conv_state(l), p.ssm_state(l)}) {
-        if (!v.is_contiguous()) violation("committed state view is not contiguous");
-        const auto b = view_bytes(v);
-        out.insert(out.end(), b.begin(), b.end());
+        for (int s = 0; s < options_.num_slots; ++s) {
+          const auto b = slot_bytes(v, s);
+          out.insert(out.end(), b.begin(), b.end());
+        }
       }
     }
     return out;
   }
+  // Slot `slot` of a committed-state view: each slot's state contiguous, the slot stride the
+  // view's (a caller's views may pad or interleave slots).
   static std::vector<uint8_t> slot_bytes(const TensorView& v, int slot) {
     const int64_t per = v.numel() / v.shape[0];
+    for (int d = v.ndim - 1, inner = 1; d >= 1; inner *= static_cast<int>(v.shape[d]), --d) {
+      if (v.shape[d] > 1 && v.stride[d] != inner) {
+        violation("a committed state view's slot is not contiguous");
+      }
+    }
+    if (v.shape[0] > 1 && v.stride[0] < per) violation("a committed state view's slots overlap");
     const auto* p = static_cast<const uint8_t*>(v.data) +
                     slot * v.stride[0] * static_cast<int64_t>(dtype_size(v.dtype));
     return std::vector<uint8_t>(p, p + per * static_cast<int64_t>(dtype_size(v.dtype)));
+  }
+
+  // The caller's memory for the pool under test, shaped after the shadow's views: either two
+  // tensors (conv, SSM) of [layers][slots] states with padded slot strides and gaps between the
+  // layers, or vLLM v1's pages: one buffer per layer, page p = [slot p's conv window | pad to 16
+  // bytes | its SSM state | pad], both views with the page as slot stride. Strides and gaps come
+  // from the source; the sentinel from the generator.
+  void make_caller_memory() {
+    const int L = config_.num_layers, S = options_.num_slots;
+    const TensorView c = shadow_->conv_state(0), s = shadow_->ssm_state(0);
+    const auto ce = static_cast<int64_t>(dtype_size(c.dtype));
+    const auto se = static_cast<int64_t>(dtype_size(s.dtype));
+    CallerMemory& m = caller_;
+    m.slots = S;
+    m.conv_bytes = c.numel() / c.shape[0] * ce;
+    m.ssm_bytes = s.numel() / s.shape[0] * se;
+    auto up16 = [](int64_t x) { return (x + 15) / 16 * 16; };
+    // Byte offsets (buffer, offset) of every state; then the buffers.
+    std::vector<std::pair<int, int64_t>> conv_at(static_cast<std::size_t>(L * S)),
+        ssm_at(static_cast<std::size_t>(L * S));
+    std::vector<int64_t> sizes;
+    int64_t conv_stride = 0, ssm_stride = 0;
+    if (memory_ == MemoryMode::kCallerPaged) {
+      const int64_t ssm_in_page = up16(m.conv_bytes) + 16 * src_.below(2);
+      const int64_t page = up16(ssm_in_page + m.ssm_bytes) + 16 * src_.below(3);
+      conv_stride = ssm_stride = page;
+      for (int l = 0; l < L; ++l) {
+        const int64_t lead = 16 * src_.below(2);  // the first page need not start the buffer
+        for (int p = 0; p < S; ++p) {
+          conv_at[l * S + p] = {l, lead + p * page};
+          ssm_at[l * S + p] = {l, lead + p * page + ssm_in_page};
+        }
+        sizes.push_back(lead + S * page + 16);
+      }
+    } else {
+      // Extra bytes between slots and gaps between layers, multiples of 4 bytes (the alignment
+      // of both state dtypes).
+      conv_stride = m.conv_bytes + 4 * src_.below(3);
+      ssm_stride = m.ssm_bytes + 4 * src_.below(3);
+      int64_t conv_end = 0, ssm_end = 0;
+      for (int l = 0; l < L; ++l) {
+        conv_end += 4 * src_.below(4);
+        ssm_end += 4 * src_.below(4);
+        for (int p = 0; p < S; ++p) {
+          conv_at[l * S + p] = {0, conv_end + p * conv_stride};
+          ssm_at[l * S + p] = {1, ssm_end + p * ssm_stride};
+        }
+        conv_end += S * conv_stride;
+        ssm_end += S * ssm_stride;
+      }
+      sizes = {conv_end + 8, ssm_end + 8};
+    }
+    for (int64_t bytes : sizes) {
+      std::vector<uint64_t> b(static_cast<std::size_t>((bytes + 7) / 8));
+      for (uint64_t& w : b) w = rng_() | 0x0101010101010101ull;  // no zero byte
+      m.buffers.push_back(std::move(b));
+      m.is_state.emplace_back(m.buffers.back().size() * 8, 0);
+    }
+    m.sentinel = m.buffers;
+    auto place = [&](const std::pair<int, int64_t>& at, int64_t len) {
+      std::fill_n(m.is_state[at.first].begin() + at.second, len, 1);
+      return reinterpret_cast<uint8_t*>(m.buffers[at.first].data()) + at.second;
+    };
+    for (int i = 0; i < L * S; ++i) {
+      m.conv.push_back(place(conv_at[i], m.conv_bytes));
+      m.ssm.push_back(place(ssm_at[i], m.ssm_bytes));
+    }
+    for (int l = 0; l < L; ++l) {
+      TensorView cv = c, sv = s;
+      cv.data = m.conv_at(l, 0);
+      sv.data = m.ssm_at(l, 0);
+      cv.stride[0] = conv_stride / ce;
+      sv.stride[0] = ssm_stride / se;
+      m.views.conv.push_back(cv);
+      m.views.ssm.push_back(sv);
+    }
+  }
+
+  // Caller-owned: the caller's memory of q's slot, read directly, equals the shadow's state.
+  void expect_caller_slot(const Request& q, const char* when) const {
+    for (int l = 0; l < config_.num_layers; ++l) {
+      const int s = shadow_->slot_index(q.shadow);
+      if (std::memcmp(caller_.conv_at(l, q.pool.slot), slot_bytes(shadow_->conv_state(l), s).data(),
+                      static_cast<std::size_t>(caller_.conv_bytes)) != 0 ||
+          std::memcmp(caller_.ssm_at(l, q.pool.slot), slot_bytes(shadow_->ssm_state(l), s).data(),
+                      static_cast<std::size_t>(caller_.ssm_bytes)) != 0) {
+        violation(std::string(when) + ": the caller's memory of layer " + std::to_string(l) +
+                  " slot " + std::to_string(q.pool.slot) + " is not its committed state");
+      }
+    }
+  }
+
+  // Caller-owned: the padding keeps the sentinel and every free slot what it held.
+  void check_caller_rest(const char* when) const {
+    if (!caller_.padding_intact()) {
+      violation(std::string(when) + ": the pool wrote the caller's padding");
+    }
+    for (int s = 0; s < options_.num_slots; ++s) {
+      if (!holds_slot(s) && caller_.slot(s, config_.num_layers) != free_raw_[s]) {
+        violation(std::string(when) + ": the pool wrote free slot " + std::to_string(s) +
+                  " of the caller's memory");
+      }
+    }
   }
 
   Tokens random_tokens(int n) {
@@ -677,9 +1229,15 @@ class PoolDriver {
   Source& src_;
   ModelConfig config_;
   PoolOptions options_;
+  bool replay_ = false, lazy_ = false;
+  MemoryMode memory_ = MemoryMode::kOwned;
   std::mt19937_64 rng_;
-  std::unique_ptr<StatePool> pool_, shadow_;
+  // Declared before the pools, which must not outlive the caller's memory or the weights.
+  CallerMemory caller_;
+  std::vector<std::vector<uint8_t>> free_raw_;  // caller-owned: what each free slot holds
   std::vector<Layer> layers_;
+  std::vector<std::unique_ptr<Layer>> poisoned_;  // temporary weights after their call
+  std::unique_ptr<StatePool> pool_, shadow_;
   std::vector<Request> live_;
   std::vector<SlotHandle> stale_;
   DriverStats stats_;

@@ -4,8 +4,9 @@
 //
 //   specstate_soak [ROUNDS] [SEED]      ROUNDS defaults to $SPECSTATE_SOAK_ROUNDS, else 100000
 //
-// The driver draws a new small config (heads, K, V, W, conv bias, dtypes, layers, pool shape)
-// for every block of rounds, so one run covers many configs.
+// The driver draws a new small config (heads, K, V, W, conv bias, dtypes, layers, pool shape,
+// strategy, owned / caller-owned / vLLM-paged memory, lazy comparisons) for every block of
+// rounds, so one run covers many configs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,18 +35,10 @@ int main(int argc, char** argv) {
     ++configs;
     const long long target = std::min(rounds - done, kRoundsPerConfig);
     while (driver.stats().rounds < target) driver.step();
+    driver.finish();
     const auto& s = driver.stats();
     done += s.rounds;
-    total.ops += s.ops;
-    total.rejected += s.rejected;
-    total.tree_rounds += s.tree_rounds;
-    total.padded_rows += s.padded_rows;
-    total.acquired += s.acquired;
-    total.released += s.released;
-    total.compared_slots += s.compared_slots;
-    total.aborted += s.aborted;
-    total.released_mid_round += s.released_mid_round;
-    total.varlen_rounds += s.varlen_rounds;
+    total.add(s);
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -60,11 +53,41 @@ int main(int argc, char** argv) {
       static_cast<long long>(total.acquired), static_cast<long long>(total.released),
       static_cast<long long>(total.released_mid_round),
       static_cast<long long>(total.compared_slots), secs);
+  std::printf(
+      "specstate_soak: hostile draws: %lld caller-owned configs (%lld vLLM-paged), %lld lazy "
+      "replay configs; %lld re-adopted after release (%lld mid-round), %lld adopted as written, "
+      "%lld releases with steps pending, %lld materialize calls (%lld slots with steps pending), "
+      "%lld calls with poisoned weights; rejected: %lld misaligned views, %lld duplicate "
+      "materializes, %lld adopts\n",
+      static_cast<long long>(total.caller_runs), static_cast<long long>(total.paged_runs),
+      static_cast<long long>(total.lazy_runs), static_cast<long long>(total.adopted),
+      static_cast<long long>(total.adopted_mid_round),
+      static_cast<long long>(total.adopted_written), static_cast<long long>(total.released_pending),
+      static_cast<long long>(total.materialized),
+      static_cast<long long>(total.materialized_pending),
+      static_cast<long long>(total.poisoned_calls),
+      static_cast<long long>(total.misaligned_rejected),
+      static_cast<long long>(total.duplicate_materialize_rejected),
+      static_cast<long long>(total.adopt_rejected));
   if (total.tree_rounds == 0 || total.rejected == 0 || total.padded_rows == 0 ||
       total.varlen_rounds == 0) {
     std::fprintf(stderr,
                  "specstate_soak: the run did not cover trees, rejections, padding and variable "
                  "windows\n");
+    return 1;
+  }
+  // The hostile draws (issue 20): a run long enough for a few configs of each kind covers them.
+  if (configs >= 20 &&
+      (total.caller_runs == 0 || total.paged_runs == 0 || total.lazy_runs == 0 ||
+       total.adopted == 0 || total.adopted_mid_round == 0 || total.adopted_written == 0 ||
+       total.released_pending == 0 || total.materialized_pending == 0 ||
+       total.poisoned_calls == 0 || total.misaligned_rejected == 0 ||
+       total.duplicate_materialize_rejected == 0 || total.adopt_rejected == 0)) {
+    std::fprintf(stderr,
+                 "specstate_soak: the run did not cover caller-owned and paged pools, re-adopts "
+                 "(mid-round too), adopts of written slots, releases and materializes with steps "
+                 "pending, poisoned weights, misaligned views, duplicate materializes and rejected "
+                 "adopts\n");
     return 1;
   }
   return 0;
