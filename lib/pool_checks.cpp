@@ -24,6 +24,16 @@ std::string detail::handle_string(const SlotHandle& handle) {
 // Resolves a handle of a live request or throws, naming `what`.
 int StatePool::Impl::resolve(const char* function, const std::string& what,
                              const SlotHandle& handle) const {
+  // Padding first: SlotHandle::padding() carries pool id 0, so it would otherwise read as a
+  // handle of another pool. It stands for no request; only a batch's rows may be padding.
+  if (handle.is_padding()) {
+    std::string call = function;
+    const std::string prefix = "StatePool::";
+    if (call.compare(0, prefix.size(), prefix) == 0) call.erase(0, prefix.size());
+    fail(Status::kInvalidArgument, function,
+         what + " is a padding handle: " + call + " needs a live request (got " +
+             handle_string(handle) + ")");
+  }
   if (handle.pool_id != pool_id) {
     fail(Status::kFailedPrecondition, function,
          what + " = " + handle_string(handle) + " belongs to another pool (this pool is " +

@@ -116,7 +116,8 @@ struct StatePool::Impl {
   Device device() const noexcept { return backend->device(); }
 
   // --- call validation (pool_checks.cpp) ---
-  // Resolves a handle of a live request or throws, naming `what`.
+  // Resolves a handle of a live request or throws, naming `what`: a padding handle
+  // (kInvalidArgument), another pool's, one outside the pool, a released or stale one.
   int resolve(const char* function, const std::string& what, const SlotHandle& handle) const;
 
   // Resolves the rows of a batch: padding -> -1; rejects foreign, stale and repeated slots.

@@ -42,7 +42,11 @@ struct SlotHandle {
   uint32_t generation = 0;
   uint64_t pool_id = 0;
 
-  // The handle of a padding row: never read, never written.
+  // The handle of a padding row: never read, never written. Only a batch's rows (begin_verify,
+  // decode, batched prefill) may be padding; a call that takes one request's handle (prefill,
+  // release, slot_index, the per-slot views, copy_slot, fork, reset, export_slot, import_slot,
+  // each of materialize's handles) rejects it (kInvalidArgument: "handle is a padding handle:
+  // prefill needs a live request").
   static SlotHandle padding() noexcept { return SlotHandle{}; }
   bool is_padding() const noexcept { return slot < 0; }
   friend bool operator==(const SlotHandle& x, const SlotHandle& y) noexcept {

@@ -1,0 +1,129 @@
+// Padding handles (issue 17): SlotHandle::padding() given to a call that takes one request's
+// handle is named as such ("handle is a padding handle: prefill needs a live request"), not as a
+// handle of another pool, for both layer kinds and both strategies; each rejected call changes
+// nothing (bit-exact against a twin pool that never saw it).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/expect.h"
+#include "common/pool_rounds.h"
+
+namespace specstate::test {
+namespace {
+
+struct CheckCase {
+  const char* name;
+  const char* preset;
+  Strategy strategy;
+};
+
+void PrintTo(const CheckCase& c, std::ostream* out) { *out << c.name; }
+
+const std::vector<CheckCase>& cases() {
+  static const std::vector<CheckCase> all = {
+      {"gdn_f32_snapshot", "small_f32", Strategy::kSnapshot},
+      {"gdn_f32_replay", "small_f32", Strategy::kReplay},
+      {"gdn_bf16_snapshot", "small_bf16", Strategy::kSnapshot},
+      {"gdn_bf16_replay", "small_bf16", Strategy::kReplay},
+      {"m2_f32_snapshot", "m2_small_f32", Strategy::kSnapshot},
+      {"m2_f32_replay", "m2_small_f32", Strategy::kReplay},
+      {"m2_bf16_snapshot", "m2_small_bf16", Strategy::kSnapshot},
+      {"m2_bf16_replay", "m2_small_bf16", Strategy::kReplay},
+  };
+  return all;
+}
+
+constexpr int kLayers = 2;
+constexpr int kT = kRoundT;
+
+class PaddingHandle : public ::testing::TestWithParam<CheckCase> {};
+
+TEST_P(PaddingHandle, IsNamedAsPaddingByEveryCallThatTakesOneRequest) {
+  const CheckCase& c = GetParam();
+  for_kind(c.preset, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> r(layer, kLayers, 1701);
+    StatePool p = r.pool(c.strategy), ref = r.pool(c.strategy);
+    const SlotHandle h = p.acquire(), hr = ref.acquire();
+    const auto in = r.inputs(3);
+    r.prefill(p, h, in);
+    r.prefill(ref, hr, in);
+    // Replay: one committed round leaves pending steps, which a wrongly accepted call would run.
+    const auto round_in = r.inputs(kT);
+    r.round(p, round_batch(false, {h}), round_in, round_accept(false, {2}));
+    r.round(ref, round_batch(false, {hr}), round_in, round_accept(false, {2}));
+
+    const int64_t words = (p.slot_state_bytes() + 3) / 4;
+    std::vector<int32_t> buf(static_cast<std::size_t>(words));
+    const TensorView bv = TensorView::contiguous(buf.data(), DType::kI32, {words});
+    const std::string path = ::testing::TempDir() + "specstate_padding_" + c.name + ".safetensors";
+    std::remove(path.c_str());
+    const auto one = r.inputs(1);
+    auto outs = r.outputs(1);
+    // Both spellings of a padding handle: the default one (pool id 0) and slot -1 carrying this
+    // pool's id.
+    SlotHandle own_padding = SlotHandle::padding();
+    own_padding.pool_id = h.pool_id;
+    for (const SlotHandle pad : {SlotHandle::padding(), own_padding}) {
+      SCOPED_TRACE("pool id " + std::to_string(pad.pool_id));
+      const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+          {"handle is a padding handle: prefill needs a live request",
+           [&] {
+             p.prefill(0, pad, r.weights(0), Kind::put(one[0], host_put),
+                       Kind::put(outs[0], host_put));
+           }},
+          {"handle is a padding handle: release needs a live request", [&] { p.release(pad); }},
+          {"handle is a padding handle: slot_index needs a live request",
+           [&] { p.slot_index(pad); }},
+          {"handle is a padding handle: conv_state needs a live request",
+           [&] { p.conv_state(0, pad); }},
+          {"handle is a padding handle: ssm_state needs a live request",
+           [&] { p.ssm_state(1, pad); }},
+          {"src is a padding handle: copy_slot needs a live request", [&] { p.copy_slot(pad, h); }},
+          {"dst is a padding handle: copy_slot needs a live request", [&] { p.copy_slot(h, pad); }},
+          {"src is a padding handle: fork needs a live request", [&] { p.fork(pad); }},
+          {"handle is a padding handle: reset needs a live request", [&] { p.reset(pad); }},
+          {"handle is a padding handle: export_slot needs a live request",
+           [&] { p.export_slot(pad, bv); }},
+          {"handle is a padding handle: import_slot needs a live request",
+           [&] { p.import_slot(pad, bv); }},
+          {"handle is a padding handle: export_slot needs a live request",
+           [&] { p.export_slot(pad, path); }},
+          {"handle is a padding handle: import_slot needs a live request",
+           [&] { p.import_slot(pad, path); }},
+          {"handles[1] is a padding handle: materialize needs a live request",
+           [&] {
+             p.materialize({h, pad});
+           }},
+      };
+      for (const auto& call : calls) {
+        SCOPED_TRACE(call.first);
+        expect_rejected(call.second, Status::kInvalidArgument, {"StatePool::", call.first});
+      }
+    }
+    EXPECT_FALSE(std::ifstream(path).good()) << "export_slot(padding, path) wrote " << path;
+    EXPECT_EQ(p.free_slots(), ref.free_slots());
+    EXPECT_TRUE(p.is_live(h));
+    EXPECT_EQ(exported(p, h), exported(ref, hr)) << "a rejected call changed the state";
+    // The request goes on exactly like its twin.
+    const auto next = r.inputs(kT);
+    const auto o1 = r.round(p, round_batch(false, {h}), next, round_accept(false, {3}));
+    const auto o2 = r.round(ref, round_batch(false, {hr}), next, round_accept(false, {3}));
+    EXPECT_EQ(PoolRounds<Kind>::output_bytes(o1, 0, kT), PoolRounds<Kind>::output_bytes(o2, 0, kT));
+    EXPECT_EQ(exported(p, h), exported(ref, hr));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, PaddingHandle, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<CheckCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+}  // namespace
+}  // namespace specstate::test
