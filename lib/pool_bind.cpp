@@ -1,7 +1,6 @@
 // Binding a caller's committed-state views (StatePool(config, options, CommittedStateViews),
 // DESIGN.md section 4): each view checked against the layout, then its address and slot stride
 // recorded in the pool's storage.
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -17,56 +16,14 @@ using detail::fail;
 
 namespace {
 
-// floor(a / b) for b > 0.
-int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0 ? 1 : 0); }
-
 // The bytes of one committed-state view: `count` slots, slot i's state the contiguous bytes
 // [begin + i * stride, begin + i * stride + len). Views may interleave (vLLM's hybrid allocator
 // pages: conv state and SSM state of a slot side by side in one page), so two views conflict
 // only when a byte of one slot's state of one lies in a slot's state of the other, not when
-// their spans merely overlap.
-struct StateSpan {
-  int64_t begin = 0, stride = 0, len = 0, count = 0;  // bytes (addresses as integers)
+// their spans merely overlap (detail::rows_overlap decides exactly).
+struct StateSpan : detail::ByteRows {
   std::string name;
-  int64_t end() const noexcept { return begin + (count - 1) * stride + len; }
 };
-
-// Whether some slot i of `a` and slot j of `b` share a byte; `*ia`, `*jb` name such a pair. Exact:
-// interval [x, x + la) meets [y, y + lb) iff -lb < y - x < la. Spans are below 2^48 bytes
-// (check_view), so no product here overflows.
-bool states_overlap(const StateSpan& a, const StateSpan& b, int64_t* ia, int64_t* jb) {
-  if (a.end() <= b.begin || b.end() <= a.begin) return false;
-  // The slots j of b that meet the byte interval [x, x + len) (x relative to b.begin).
-  auto meeting = [&](int64_t x, int64_t len, int64_t* jlo, int64_t* jhi) {
-    *jlo = std::max<int64_t>(0, floor_div(x - b.len, b.stride) + 1);
-    *jhi = std::min<int64_t>(b.count - 1, -floor_div(-(x + len), b.stride) - 1);
-    return *jlo <= *jhi;
-  };
-  if (a.stride == b.stride) {
-    // Slot i of a against slot i + k of b: the distance d + k * S, the same for every i, so one
-    // range of k decides (per residue of the common stride).
-    const int64_t S = a.stride, d = b.begin - a.begin;
-    const int64_t klo = std::max<int64_t>(-(a.count - 1), floor_div(-b.len - d, S) + 1);
-    const int64_t khi = std::min<int64_t>(b.count - 1, -floor_div(-(a.len - d), S) - 1);
-    if (klo > khi) return false;
-    *ia = std::max<int64_t>(0, -klo);
-    *jb = *ia + klo;
-    return true;
-  }
-  // Other strides: interval by interval over the slots of `a` inside b's span (each an O(1)
-  // range test against b's slots).
-  const int64_t i0 = std::max<int64_t>(0, floor_div(b.begin - a.begin - a.len, a.stride) + 1);
-  const int64_t i1 = std::min<int64_t>(a.count - 1, floor_div(b.end() - 1 - a.begin, a.stride));
-  for (int64_t i = i0; i <= i1; ++i) {
-    int64_t jlo = 0, jhi = 0;
-    if (meeting(a.begin + i * a.stride - b.begin, a.len, &jlo, &jhi)) {
-      *ia = i;
-      *jb = jlo;
-      return true;
-    }
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -141,7 +98,7 @@ void detail::bind_caller_committed(const char* fn, const CommittedStateViews& vi
     mine.name = name;
     for (const StateSpan& other : spans) {
       int64_t i = 0, j = 0;
-      if (states_overlap(mine, other, &i, &j)) {
+      if (detail::rows_overlap(mine, other, &i, &j)) {
         fail(Status::kInvalidArgument, fn,
              name + " overlaps " + other.name + " (slot " + std::to_string(i) + "'s state of " +
                  name + " shares bytes with slot " + std::to_string(j) + "'s of " + other.name +

@@ -140,6 +140,21 @@ void StatePool::Impl::check_no_alias(const char* function, const char* name,
   }
 }
 
+void StatePool::Impl::check_no_overlap(const char* function, const char* out_name,
+                                       const TensorView& out, const char* other_name,
+                                       const TensorView& other) {
+  if (out.data == nullptr || other.data == nullptr) return;
+  if (detail::span_bytes(out) == 0 || detail::span_bytes(other) == 0) return;
+  int64_t i = 0, j = 0;
+  if (!detail::rows_overlap(detail::byte_rows(out), detail::byte_rows(other), &i, &j)) return;
+  fail(Status::kInvalidArgument, function,
+       std::string(out_name) + " (" + out.describe() + ") overlaps " + other_name + " (" +
+           other.describe() + "): index " + std::to_string(i) + " of " + out_name +
+           " shares bytes with index " + std::to_string(j) + " of " + other_name +
+           "; a layer call's outputs must not share memory with its inputs, weights or other "
+           "outputs");
+}
+
 // A slot that is a row of the open round cannot be advanced (its commit would overwrite it).
 void StatePool::Impl::check_not_in_round(const char* function, const std::string& what,
                                          int slot) const {

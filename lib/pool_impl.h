@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -58,6 +59,17 @@ struct KindArgs<GdnWeights> {
     f("outputs.conv_out", out.conv_out);
     f("outputs.core_out", out.core_out);
   }
+  // Every view the call reads (weights and inputs; empty optional ones included).
+  template <typename F>
+  static void for_each_read(const GdnWeights& w, const Inputs& in, F&& f) {
+    f("weights.conv_weight", w.conv_weight);
+    f("weights.conv_bias", w.conv_bias);
+    f("weights.A_log", w.A_log);
+    f("weights.dt_bias", w.dt_bias);
+    f("inputs.mixed_qkv", in.mixed_qkv);
+    f("inputs.a", in.a);
+    f("inputs.b", in.b);
+  }
   static void run(detail::BackendImpl& b, const detail::PoolStorage& s, const detail::LayerRun& r,
                   const GdnWeights& w, const Inputs& in, const Outputs& out) {
     b.run_gdn(s, r, w, in, out);
@@ -80,6 +92,17 @@ struct KindArgs<Mamba2Weights> {
   static void for_each_output(const Outputs& out, F&& f) {
     f("outputs.conv_out", out.conv_out);
     f("outputs.y", out.y);
+  }
+  template <typename F>
+  static void for_each_read(const Mamba2Weights& w, const Inputs& in, F&& f) {
+    f("weights.conv_weight", w.conv_weight);
+    f("weights.conv_bias", w.conv_bias);
+    f("weights.A_log", w.A_log);
+    f("weights.dt_bias", w.dt_bias);
+    f("weights.D", w.D);
+    f("inputs.xBC", in.xBC);
+    f("inputs.dt", in.dt);
+    f("inputs.z", in.z);
   }
   static void run(detail::BackendImpl& b, const detail::PoolStorage& s, const detail::LayerRun& r,
                   const Mamba2Weights& w, const Inputs& in, const Outputs& out) {
@@ -144,15 +167,36 @@ struct StatePool::Impl {
   void check_args(const char* function, const Weights& w,
                   const typename detail::KindArgs<Weights>::Inputs& in,
                   const typename detail::KindArgs<Weights>::Outputs& out, int64_t tokens) const {
-    detail::KindArgs<Weights>::check(function, config, device(), w, in, out, tokens);
-    detail::KindArgs<Weights>::for_each_output(out, [&](const char* name, const TensorView& view) {
+    using K = detail::KindArgs<Weights>;
+    K::check(function, config, device(), w, in, out, tokens);
+    K::for_each_output(out, [&](const char* name, const TensorView& view) {
       check_no_alias(function, name, view);
+    });
+    // No output may share a byte with what the call reads or with another output: a kernel
+    // overwrites a token's inputs (or the weights every token reads) while other tokens, rows
+    // or heads still read them, so the result would depend on the order of execution.
+    std::vector<std::pair<const char*, const TensorView*>> outputs;
+    K::for_each_output(out, [&](const char* name, const TensorView& view) {
+      for (const auto& earlier : outputs) {
+        check_no_overlap(function, earlier.first, *earlier.second, name, view);
+      }
+      outputs.emplace_back(name, &view);
+    });
+    K::for_each_read(w, in, [&](const char* name, const TensorView& view) {
+      for (const auto& o : outputs) check_no_overlap(function, o.first, *o.second, name, view);
     });
   }
 
   // An output view must not overlap the pool's own memory (committed state or workspace): the
   // call would overwrite what it reads, and the strategy's state with it.
   void check_no_alias(const char* function, const char* name, const TensorView& view) const;
+
+  // Rejects (kInvalidArgument, naming both views) an output `out` sharing a byte with `other`
+  // (an input, a weight or another output of the same call). Exact along the views' leading
+  // dimension (views interleaved token by token in one buffer are fine), conservative within one
+  // index (its span). Both views are checked (check_view) or empty.
+  static void check_no_overlap(const char* function, const char* out_name, const TensorView& out,
+                               const char* other_name, const TensorView& other);
 
   // A slot that is a row of the open round cannot be advanced (its commit would overwrite it).
   void check_not_in_round(const char* function, const std::string& what, int slot) const;

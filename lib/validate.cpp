@@ -1,5 +1,6 @@
 #include "validate.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -18,6 +19,68 @@ int64_t span_bytes(const TensorView& view) {
     last += (view.shape[d] - 1) * view.stride[d];
   }
   return (last + 1) * static_cast<int64_t>(dtype_size(view.dtype));
+}
+
+namespace {
+// floor(a / b) for b > 0.
+int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0 ? 1 : 0); }
+}  // namespace
+
+// Interval [x, x + la) meets [y, y + lb) iff -lb < y - x < la.
+bool rows_overlap(const ByteRows& a, const ByteRows& b, int64_t* ia, int64_t* jb) {
+  if (a.count <= 0 || b.count <= 0 || a.len <= 0 || b.len <= 0) return false;
+  if (a.end() <= b.begin || b.end() <= a.begin) return false;
+  // The intervals j of b that meet the byte interval [x, x + len) (x relative to b.begin).
+  auto meeting = [&](int64_t x, int64_t len, int64_t* jlo, int64_t* jhi) {
+    *jlo = std::max<int64_t>(0, floor_div(x - b.len, b.stride) + 1);
+    *jhi = std::min<int64_t>(b.count - 1, -floor_div(-(x + len), b.stride) - 1);
+    return *jlo <= *jhi;
+  };
+  if (a.stride == b.stride) {
+    // Interval i of a against interval i + k of b: the distance d + k * S, the same for every
+    // i, so one range of k decides.
+    const int64_t S = a.stride, d = b.begin - a.begin;
+    const int64_t klo = std::max<int64_t>(-(a.count - 1), floor_div(-b.len - d, S) + 1);
+    const int64_t khi = std::min<int64_t>(b.count - 1, -floor_div(-(a.len - d), S) - 1);
+    if (klo > khi) return false;
+    *ia = std::max<int64_t>(0, -klo);
+    *jb = *ia + klo;
+    return true;
+  }
+  // Other strides: interval by interval over the intervals of `a` inside b's span (each an O(1)
+  // range test against b's intervals).
+  const int64_t i0 = std::max<int64_t>(0, floor_div(b.begin - a.begin - a.len, a.stride) + 1);
+  const int64_t i1 = std::min<int64_t>(a.count - 1, floor_div(b.end() - 1 - a.begin, a.stride));
+  for (int64_t i = i0; i <= i1; ++i) {
+    int64_t jlo = 0, jhi = 0;
+    if (meeting(a.begin + i * a.stride - b.begin, a.len, &jlo, &jhi)) {
+      *ia = i;
+      *jb = jlo;
+      return true;
+    }
+  }
+  return false;
+}
+
+ByteRows byte_rows(const TensorView& view) {
+  const auto elem = static_cast<int64_t>(dtype_size(view.dtype));
+  ByteRows rows;
+  rows.begin = static_cast<int64_t>(reinterpret_cast<uintptr_t>(view.data));
+  if (view.ndim == 0) {
+    rows.count = 1;
+    rows.len = rows.stride = elem;
+    return rows;
+  }
+  int64_t last = 0;  // the last element of index 0, relative to its first
+  for (int d = 1; d < view.ndim; ++d) last += (view.shape[d] - 1) * view.stride[d];
+  rows.len = (last + 1) * elem;
+  rows.count = view.shape[0];
+  rows.stride = view.stride[0] * elem;
+  if (rows.count == 1 || rows.stride == 0) {
+    rows.count = 1;
+    rows.stride = rows.len;
+  }
+  return rows;
 }
 
 std::string shape_string(std::initializer_list<int64_t> shape) {

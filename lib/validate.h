@@ -34,4 +34,21 @@ std::string shape_string(std::initializer_list<int64_t> shape);
 // Bytes from a checked view's first element to one past its last (0 for an empty view).
 int64_t span_bytes(const TensorView& view);
 
+// A set of bytes as `count` equally spaced intervals: interval i is [begin + i * stride,
+// begin + i * stride + len) (addresses as integers, stride > 0). The intervals may overlap one
+// another.
+struct ByteRows {
+  int64_t begin = 0, stride = 0, len = 0, count = 0;
+  int64_t end() const noexcept { return begin + (count - 1) * stride + len; }
+};
+
+// Whether some interval i of `a` and interval j of `b` share a byte; `*ia`, `*jb` name such a
+// pair. Exact (no span approximation), O(1) for equal strides, otherwise O(intervals of `a`
+// inside b's span). Spans below 2^48 bytes (check_view), so nothing here overflows.
+bool rows_overlap(const ByteRows& a, const ByteRows& b, int64_t* ia, int64_t* jb);
+
+// A checked, non-empty view as the intervals of its leading dimension: interval i is the span of
+// index i (its remaining dimensions). A view of one index, or of leading stride 0, is one interval.
+ByteRows byte_rows(const TensorView& view);
+
 }  // namespace specstate::detail

@@ -179,6 +179,11 @@ class StatePool {
   // rejected (its commit would overwrite the advance).
   // Each layer call comes in one overload per layer kind; the pool's kind (config().kind) must
   // match the argument types, otherwise the call is rejected (kInvalidArgument).
+  // Every layer call (prefill, decode, verify) rejects (kInvalidArgument, naming both views) an
+  // output that shares a byte with one of its inputs, its weights or its other output, or with
+  // the pool's memory. The test is exact along the views' token dimension, so views that
+  // interleave token by token in one buffer (an input's columns and an output's columns of one
+  // projection buffer) are accepted; within one token a view counts as its whole span.
   void prefill(int layer, SlotHandle handle, const GdnWeights& weights, const GdnInputs& inputs,
                const GdnOutputs& outputs);
   void prefill(int layer, SlotHandle handle, const Mamba2Weights& weights,
