@@ -258,6 +258,12 @@ class StatePool {
   // (snapshot: the conv window and SSM state after every token into row-indexed scratch; replay:
   // the tokens' records, after re-running the slot's pending steps into the committed memory).
   // The committed state is unchanged (replay: its memory becomes exact).
+  // A layer may be verified more than once in a round (a retried layer call, a forward pass
+  // that runs a layer again): each verify starts from the same committed state, so with the same
+  // inputs it gives the same outputs bit for bit, and the last verify of a layer replaces what
+  // the earlier ones recorded. Commit then commits as if each layer had been verified once, with
+  // its last verify's inputs (both strategies, bit for bit). Commit needs every layer verified
+  // at least once.
   void verify(int layer, const GdnWeights& weights, const GdnInputs& inputs,
               const GdnOutputs& outputs);
   void verify(int layer, const Mamba2Weights& weights, const Mamba2Inputs& inputs,

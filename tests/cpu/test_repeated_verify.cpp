@@ -1,0 +1,176 @@
+// A layer verified more than once in one round (include/specstate/pool.h StatePool::verify,
+// docs/lifecycle.md), for both layer kinds, both strategies, chains and trees, bit-exact:
+//   - a repeated verify with the same inputs gives the first one's outputs, and the round
+//     commits exactly as a round with one verify per layer;
+//   - with other inputs the last verify of a layer wins: its outputs and the committed state
+//     equal a round that verified the layer once with those inputs;
+//   - commit still needs every layer verified at least once.
+// tests/common/strategy_equivalence.cpp repeats verifies at random; this pins the contract.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/expect.h"
+#include "common/pool_rounds.h"
+
+namespace specstate::test {
+namespace {
+
+struct RepeatCase {
+  const char* name;
+  const char* preset;
+  Strategy strategy;
+  bool tree;
+};
+
+void PrintTo(const RepeatCase& c, std::ostream* out) { *out << c.name; }
+
+const std::vector<RepeatCase>& cases() {
+  static const std::vector<RepeatCase> all = {
+      {"gdn_f32_chain_snapshot", "small_f32", Strategy::kSnapshot, false},
+      {"gdn_f32_chain_replay", "small_f32", Strategy::kReplay, false},
+      {"gdn_bf16_tree_snapshot", "small_bf16", Strategy::kSnapshot, true},
+      {"gdn_bf16_tree_replay", "small_bf16", Strategy::kReplay, true},
+      {"m2_f32_tree_snapshot", "m2_small_f32", Strategy::kSnapshot, true},
+      {"m2_f32_tree_replay", "m2_small_f32", Strategy::kReplay, true},
+      {"m2_bf16_chain_snapshot", "m2_small_bf16", Strategy::kSnapshot, false},
+      {"m2_bf16_chain_replay", "m2_small_bf16", Strategy::kReplay, false},
+  };
+  return all;
+}
+
+constexpr int kLayers = 3;
+constexpr int kT = kRoundT;
+constexpr int kRequests = 2;
+
+// Two pools with the same requests, prefilled alike and one committed round behind them (so
+// that replay has pending steps, which the first verify of each layer re-runs).
+template <typename Kind>
+struct Twins {
+  PoolRounds<Kind>& r;
+  const RepeatCase& c;
+  StatePool p, ref;
+  std::vector<SlotHandle> hp, hr;
+
+  Twins(PoolRounds<Kind>& rounds, const RepeatCase& cs)
+      : r(rounds), c(cs), p(rounds.pool(cs.strategy)), ref(rounds.pool(cs.strategy)) {
+    for (int i = 0; i < kRequests; ++i) {
+      hp.push_back(p.acquire());
+      hr.push_back(ref.acquire());
+      const auto in = r.inputs(3 + i);
+      r.prefill(p, hp.back(), in);
+      r.prefill(ref, hr.back(), in);
+    }
+    const auto in = r.inputs(int64_t{kRequests} * kT);
+    r.round(p, round_batch(c.tree, hp), in, round_accept(c.tree, {2, 3}));
+    r.round(ref, round_batch(c.tree, hr), in, round_accept(c.tree, {2, 3}));
+  }
+
+  void expect_same_state(const std::string& when) {
+    for (int i = 0; i < kRequests; ++i) {
+      EXPECT_EQ(exported(p, hp[i]), exported(ref, hr[i])) << when << ": request " << i;
+    }
+  }
+
+  // The next round, the same on both pools: the states go on alike (replay: from the pending
+  // steps the commit left).
+  void expect_same_next_round() {
+    const auto in = r.inputs(int64_t{kRequests} * kT);
+    const auto o1 = r.round(p, round_batch(c.tree, hp), in, round_accept(c.tree, {3, 1}));
+    const auto o2 = r.round(ref, round_batch(c.tree, hr), in, round_accept(c.tree, {3, 1}));
+    EXPECT_EQ(PoolRounds<Kind>::output_bytes(o1, 0, kRequests * kT),
+              PoolRounds<Kind>::output_bytes(o2, 0, kRequests * kT));
+    expect_same_state("after the next round");
+  }
+};
+
+class RepeatedVerify : public ::testing::TestWithParam<RepeatCase> {};
+
+TEST_P(RepeatedVerify, SameInputsGiveTheFirstOutputsAndCommitAsOneVerify) {
+  const RepeatCase& c = GetParam();
+  for_kind(c.preset, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> r(layer, kLayers, 1731);
+    Twins<Kind> t(r, c);
+    const int64_t n = int64_t{kRequests} * kT;
+    const auto in = r.inputs(n);
+    const std::vector<int32_t> accepted = round_accept(c.tree, {4, 2});
+    // p: every layer, then layer 1 again (after the others), then layer 0 twice in a row.
+    auto first = r.outputs(n), again = r.outputs(n);
+    t.p.begin_verify(round_batch(c.tree, t.hp));
+    r.verify(t.p, in, first, 0, kLayers);
+    r.verify(t.p, in, again, 1, 2);
+    r.verify(t.p, in, again, 0, 1);
+    r.verify(t.p, in, again, 0, 1);
+    for (int l = 0; l < 2; ++l) {
+      const std::vector<typename Kind::HostOutputs> f = {first[l]}, a = {again[l]};
+      EXPECT_EQ(PoolRounds<Kind>::output_bytes(a, 0, n), PoolRounds<Kind>::output_bytes(f, 0, n))
+          << "the repeated verify of layer " << l << " gave other outputs";
+    }
+    t.p.commit(accepted);
+    const auto want = r.round(t.ref, round_batch(c.tree, t.hr), in, accepted);
+    EXPECT_EQ(PoolRounds<Kind>::output_bytes(first, 0, n),
+              PoolRounds<Kind>::output_bytes(want, 0, n));
+    t.expect_same_state("after the commit");
+    t.expect_same_next_round();
+  });
+}
+
+TEST_P(RepeatedVerify, TheLastVerifyOfALayerIsTheOneCommitted) {
+  const RepeatCase& c = GetParam();
+  for_kind(c.preset, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> r(layer, kLayers, 1732);
+    Twins<Kind> t(r, c);
+    const int64_t n = int64_t{kRequests} * kT;
+    const auto stale = r.inputs(n), in = r.inputs(n);
+    const std::vector<int32_t> accepted = round_accept(c.tree, {3, 4});
+    // p: every layer with other tokens first (a dropped forward pass), then with the round's.
+    auto dropped = r.outputs(n), last = r.outputs(n);
+    t.p.begin_verify(round_batch(c.tree, t.hp));
+    r.verify(t.p, stale, dropped, 0, kLayers);
+    r.verify(t.p, in, last, 0, kLayers);
+    t.p.commit(accepted);
+    const auto want = r.round(t.ref, round_batch(c.tree, t.hr), in, accepted);
+    EXPECT_EQ(PoolRounds<Kind>::output_bytes(last, 0, n),
+              PoolRounds<Kind>::output_bytes(want, 0, n));
+    EXPECT_NE(PoolRounds<Kind>::output_bytes(dropped, 0, n),
+              PoolRounds<Kind>::output_bytes(want, 0, n))
+        << "the two windows must differ for this test to mean anything";
+    t.expect_same_state("after the commit");
+    t.expect_same_next_round();
+  });
+}
+
+TEST_P(RepeatedVerify, CommitStillNeedsEveryLayerVerified) {
+  const RepeatCase& c = GetParam();
+  for_kind(c.preset, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> r(layer, kLayers, 1733);
+    Twins<Kind> t(r, c);
+    const int64_t n = int64_t{kRequests} * kT;
+    const auto in = r.inputs(n);
+    auto out = r.outputs(n);
+    const std::vector<int32_t> accepted = round_accept(c.tree, {2, 2});
+    t.p.begin_verify(round_batch(c.tree, t.hp));
+    r.verify(t.p, in, out, 0, 2);
+    r.verify(t.p, in, out, 1, 2);  // layer 1 twice, layer 2 never
+    expect_rejected([&] { t.p.commit(accepted); }, Status::kFailedPrecondition,
+                    {"StatePool::commit", "layer 2 was not verified"});
+    EXPECT_TRUE(t.p.round_open());
+    r.verify(t.p, in, out, 2, 3);
+    t.p.commit(accepted);
+    r.round(t.ref, round_batch(c.tree, t.hr), in, accepted);
+    t.expect_same_state("after the commit");
+    t.expect_same_next_round();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, RepeatedVerify, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<RepeatCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+}  // namespace
+}  // namespace specstate::test
