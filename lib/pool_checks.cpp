@@ -169,7 +169,8 @@ void StatePool::Impl::check_not_in_round(const char* function, const std::string
 // on a device the backend can copy to / from, not overlapping the pool.
 void StatePool::Impl::check_state_buffer(const char* function, const char* name,
                                          const TensorView& v) const {
-  const int64_t bytes = storage.layout.committed_bytes_per_slot();
+  const int64_t bytes =
+      StatePool::kSlotStateHeaderBytes + storage.layout.committed_bytes_per_slot();
   if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kI32) {
     fail(Status::kInvalidArgument, function,
          std::string(name) + ".dtype = " + std::to_string(static_cast<int>(v.dtype)) +

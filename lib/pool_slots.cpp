@@ -1,5 +1,6 @@
 // Slot operations: acquire / adopt / release (lifetimes and generations), copy / fork / reset, and
 // export / import of one slot's committed state (bytes or a safetensors file).
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -146,16 +147,210 @@ void StatePool::reset(SlotHandle handle) {
   impl_->strategy->slot_overwritten(slot);
 }
 
+namespace {
+
+// --- the slot state header (pool.h, docs/lifecycle.md "The export format") --------------------
+// 64 bytes, little-endian, in front of the state bytes of an export buffer:
+//   [0, 8)    magic "specslot"
+//   [8, 12)   u32 format version (1)
+//   [12, 16)  u32 layer kind (LayerKind: 0 gated_delta_net, 1 mamba2)
+//   [16, 20)  u32 num_layers
+//   [20, 23)  u8 act_dtype, conv_state_dtype, ssm_state_dtype (DType: 0 f32, 1 bf16, 2 i32)
+//   [23, 24)  0
+//   [24, 44)  u32 x 5 shape fields: GDN num_k_heads, num_v_heads, head_k_dim, head_v_dim,
+//             conv_width; Mamba2 num_heads, head_dim, d_state, n_groups, conv_width
+//   [44, 48)  0
+//   [48, 56)  u64 state bytes that follow (num_layers x (conv window + SSM state))
+//   [56, 64)  u64 FNV-1a 64 of bytes [0, 56)
+constexpr int64_t kHeaderBytes = StatePool::kSlotStateHeaderBytes;
+constexpr char kMagic[8] = {'s', 'p', 'e', 'c', 's', 'l', 'o', 't'};
+constexpr uint32_t kHeaderVersion = 1;
+constexpr int kShapeFields = 5;
+constexpr int64_t kChecksumAt = 56;
+static_assert(kHeaderBytes == 64, "the header layout above is 64 bytes");
+
+using Header = std::array<uint8_t, static_cast<std::size_t>(kHeaderBytes)>;
+
+// What a header records of a pool: its config's kind, layer count, dtypes and shape fields.
+struct Fingerprint {
+  uint32_t kind = 0, layers = 0;
+  uint8_t act = 0, conv = 0, ssm = 0;
+  uint32_t shape[kShapeFields] = {};
+  uint64_t state_bytes = 0;
+};
+
+const char* const kGdnFields[kShapeFields] = {"num_k_heads", "num_v_heads", "head_k_dim",
+                                              "head_v_dim", "conv_width"};
+const char* const kMamba2Fields[kShapeFields] = {"num_heads", "head_dim", "d_state", "n_groups",
+                                                 "conv_width"};
+
+Fingerprint fingerprint(const ModelConfig& c, int64_t state_bytes) {
+  Fingerprint f;
+  f.kind = static_cast<uint32_t>(c.kind);
+  f.layers = static_cast<uint32_t>(c.num_layers);
+  f.act = static_cast<uint8_t>(c.act_dtype());
+  f.conv = static_cast<uint8_t>(c.conv_state_dtype());
+  f.ssm = static_cast<uint8_t>(c.ssm_state_dtype());
+  const int fields[kShapeFields] = {
+      c.kind == LayerKind::kMamba2 ? c.mamba.num_heads : c.gdn.num_k_heads,
+      c.kind == LayerKind::kMamba2 ? c.mamba.head_dim : c.gdn.num_v_heads,
+      c.kind == LayerKind::kMamba2 ? c.mamba.d_state : c.gdn.head_k_dim,
+      c.kind == LayerKind::kMamba2 ? c.mamba.n_groups : c.gdn.head_v_dim, c.conv_width()};
+  for (int i = 0; i < kShapeFields; ++i) f.shape[i] = static_cast<uint32_t>(fields[i]);
+  f.state_bytes = static_cast<uint64_t>(state_bytes);
+  return f;
+}
+
+uint64_t fnv1a(const uint8_t* p, int64_t n) {
+  uint64_t h = 14695981039346656037ull;
+  for (int64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+void put_le(uint8_t* at, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) at[i] = static_cast<uint8_t>(value >> (8 * i));
+}
+
+uint64_t get_le(const uint8_t* at, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) value |= uint64_t{at[i]} << (8 * i);
+  return value;
+}
+
+Header encode(const Fingerprint& f) {
+  Header h{};
+  std::memcpy(h.data(), kMagic, sizeof(kMagic));
+  put_le(h.data() + 8, kHeaderVersion, 4);
+  put_le(h.data() + 12, f.kind, 4);
+  put_le(h.data() + 16, f.layers, 4);
+  h[20] = f.act;
+  h[21] = f.conv;
+  h[22] = f.ssm;
+  for (int i = 0; i < kShapeFields; ++i) put_le(h.data() + 24 + 4 * i, f.shape[i], 4);
+  put_le(h.data() + 48, f.state_bytes, 8);
+  put_le(h.data() + kChecksumAt, fnv1a(h.data(), kChecksumAt), 8);
+  return h;
+}
+
+std::string kind_text(uint32_t kind) {
+  return kind <= static_cast<uint32_t>(LayerKind::kMamba2)
+             ? layer_kind_name(static_cast<LayerKind>(kind))
+             : "kind " + std::to_string(kind) + " (unknown)";
+}
+
+std::string dtype_text(uint8_t dtype) {
+  return dtype <= static_cast<uint8_t>(DType::kI32)
+             ? dtype_name(static_cast<DType>(dtype))
+             : "dtype " + std::to_string(dtype) + " (unknown)";
+}
+
+std::string hex_bytes(const uint8_t* p, int n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    if (i) out += ' ';
+    out += kDigits[p[i] >> 4];
+    out += kDigits[p[i] & 15];
+  }
+  return out;
+}
+
+// Checks an export buffer's header against the pool's fingerprint; "" when it fits, otherwise
+// what is wrong (a buffer that is no export, a corrupt header, or the fields that differ).
+std::string header_mismatch(const Header& h, const Fingerprint& want) {
+  if (std::memcmp(h.data(), kMagic, sizeof(kMagic)) != 0) {
+    return "holds no slot state header: its first 8 bytes are " + hex_bytes(h.data(), 8) +
+           ", an export_slot buffer starts with \"specslot\" (" +
+           hex_bytes(reinterpret_cast<const uint8_t*>(kMagic), 8) +
+           "); it is not an export, or one of a specstate without the header";
+  }
+  const auto version = static_cast<uint32_t>(get_le(h.data() + 8, 4));
+  if (version != kHeaderVersion) {
+    return "has slot state header version " + std::to_string(version) +
+           ", this library reads version " + std::to_string(kHeaderVersion);
+  }
+  const uint64_t stored = get_le(h.data() + kChecksumAt, 8);
+  const uint64_t actual = fnv1a(h.data(), kChecksumAt);
+  if (stored != actual || h[23] != 0 || get_le(h.data() + 44, 4) != 0) {
+    return "has a truncated or corrupt slot state header (checksum of bytes 0..55 is " +
+           std::to_string(actual) + ", the header stores " + std::to_string(stored) + ")";
+  }
+  Fingerprint got;
+  got.kind = static_cast<uint32_t>(get_le(h.data() + 12, 4));
+  got.layers = static_cast<uint32_t>(get_le(h.data() + 16, 4));
+  got.act = h[20];
+  got.conv = h[21];
+  got.ssm = h[22];
+  for (int i = 0; i < kShapeFields; ++i) {
+    got.shape[i] = static_cast<uint32_t>(get_le(h.data() + 24 + 4 * i, 4));
+  }
+  got.state_bytes = get_le(h.data() + 48, 8);
+  std::vector<std::string> diffs;
+  auto differ = [&](const std::string& field, const std::string& was, const std::string& is) {
+    if (was != is) diffs.push_back(field + " = " + was + ", this pool has " + is);
+  };
+  differ("kind", kind_text(got.kind), kind_text(want.kind));
+  differ("num_layers", std::to_string(got.layers), std::to_string(want.layers));
+  differ("act_dtype", dtype_text(got.act), dtype_text(want.act));
+  differ("conv_state_dtype", dtype_text(got.conv), dtype_text(want.conv));
+  differ("ssm_state_dtype", dtype_text(got.ssm), dtype_text(want.ssm));
+  if (got.kind == want.kind) {  // the shape fields mean the same only within one kind
+    const char* const* names =
+        want.kind == static_cast<uint32_t>(LayerKind::kMamba2) ? kMamba2Fields : kGdnFields;
+    for (int i = 0; i < kShapeFields; ++i) {
+      differ(names[i], std::to_string(got.shape[i]), std::to_string(want.shape[i]));
+    }
+  }
+  if (diffs.empty() && got.state_bytes != want.state_bytes) {
+    diffs.push_back("state bytes = " + std::to_string(got.state_bytes) + ", this pool has " +
+                    std::to_string(want.state_bytes));
+  }
+  if (diffs.empty()) return std::string();
+  std::string out = "was exported from ";
+  for (std::size_t i = 0; i < diffs.size(); ++i) out += (i ? "; " : "") + diffs[i];
+  return out + ": it is a slot state of another model config";
+}
+
+// `n` bytes at `at` (host or device memory) as the one conv window of a one-layer, one-slot
+// storage, so that the backend's export_slot / import_slot copy them to / from a host buffer in
+// its own stream order (a device buffer is written by earlier work on the pool's stream). The
+// backend has no plain byte-copy primitive, and these two already do exactly this copy; a host
+// buffer never comes here (it is memcpy'd).
+detail::PoolStorage bytes_as_storage(const detail::PoolStorage& pool, void* at, int64_t n) {
+  detail::PoolStorage s;
+  s.config = pool.config;
+  s.layout.layers = 1;
+  s.layout.slots = 1;
+  s.layout.conv_bytes = n;
+  s.layout.ssm_bytes = 0;
+  s.conv_layers = {static_cast<char*>(at)};
+  s.ssm_layers = {static_cast<char*>(at)};
+  s.conv_slot_stride = n;
+  s.ssm_slot_stride = 0;
+  return s;
+}
+
+}  // namespace
+
 int64_t StatePool::slot_state_bytes() const noexcept {
-  return impl_->storage.layout.committed_bytes_per_slot();
+  return kHeaderBytes + impl_->storage.layout.committed_bytes_per_slot();
 }
 
 void StatePool::export_slot(SlotHandle handle, const TensorView& dst) {
   const char* fn = "StatePool::export_slot";
   const int slot = impl_->resolve(fn, "handle", handle);
   impl_->check_state_buffer(fn, "dst", dst);
+  const auto& l = impl_->storage.layout;
+  const Header header = encode(fingerprint(impl_->config, l.committed_bytes_per_slot()));
   impl_->materialize_slots({slot});
-  impl_->backend->export_slot(impl_->storage, slot, dst.data, dst.device);
+  char* out = static_cast<char*>(dst.data);
+  if (dst.device == Device::kCpu) {
+    std::memcpy(out, header.data(), header.size());
+  } else {
+    impl_->backend->import_slot(bytes_as_storage(impl_->storage, out, kHeaderBytes), 0,
+                                header.data(), Device::kCpu);
+  }
+  impl_->backend->export_slot(impl_->storage, slot, out + kHeaderBytes, dst.device);
 }
 
 void StatePool::import_slot(SlotHandle handle, const TensorView& src) {
@@ -163,7 +358,21 @@ void StatePool::import_slot(SlotHandle handle, const TensorView& src) {
   const int slot = impl_->resolve(fn, "handle", handle);
   impl_->check_not_in_round(fn, "handle", slot);
   impl_->check_state_buffer(fn, "src", src);
-  impl_->backend->import_slot(impl_->storage, slot, src.data, src.device);
+  const auto& l = impl_->storage.layout;
+  char* in = static_cast<char*>(src.data);
+  Header header{};
+  if (src.device == Device::kCpu) {
+    std::memcpy(header.data(), in, header.size());
+  } else {
+    impl_->backend->export_slot(bytes_as_storage(impl_->storage, in, kHeaderBytes), 0,
+                                header.data(), Device::kCpu);
+  }
+  const std::string why =
+      header_mismatch(header, fingerprint(impl_->config, l.committed_bytes_per_slot()));
+  if (!why.empty()) {
+    fail(Status::kInvalidArgument, fn, "src (" + src.describe() + ") " + why);
+  }
+  impl_->backend->import_slot(impl_->storage, slot, in + kHeaderBytes, src.device);
   impl_->mark_overwritten(slot);
 }
 
@@ -209,6 +418,16 @@ std::string layer_tensor_name(int layer, const char* what) {
   return "layers." + std::to_string(layer) + "." + what;
 }
 
+// Metadata of a slot state file beyond its tensors: act_dtype and the shape fields of the
+// buffer header (the same names), e.g. {"act_dtype", "bf16"}, {"num_k_heads", "16"}.
+std::vector<std::pair<std::string, std::string>> config_metadata(const ModelConfig& c) {
+  const Fingerprint f = fingerprint(c, 0);
+  const char* const* names = c.kind == LayerKind::kMamba2 ? kMamba2Fields : kGdnFields;
+  std::vector<std::pair<std::string, std::string>> out = {{"act_dtype", dtype_text(f.act)}};
+  for (int i = 0; i < kShapeFields; ++i) out.emplace_back(names[i], std::to_string(f.shape[i]));
+  return out;
+}
+
 }  // namespace
 
 void StatePool::export_slot(SlotHandle handle, const std::string& path) {
@@ -242,7 +461,7 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
     tensors.push_back(std::move(conv));
     tensors.push_back(std::move(ssm));
   }
-  const std::map<std::string, std::string> metadata = {
+  std::map<std::string, std::string> metadata = {
       {"format", kSlotStateFormat},
       {"version", kSlotStateVersion},
       {"kind", layer_kind_name(impl_->config.kind)},
@@ -253,6 +472,9 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
       {"conv_dtype", dtype_name(l.shapes.conv_dtype)},
       {"ssm_dtype", dtype_name(l.shapes.ssm_dtype)},
   };
+  // The rest of the fingerprint the buffer header carries: the activation dtype and the
+  // config's shape fields (the tensors' shapes and dtypes carry everything else).
+  for (const auto& kv : config_metadata(impl_->config)) metadata.insert(kv);
   const std::vector<uint8_t> file = SafetensorsFile::serialize(tensors, metadata);
   out.write(reinterpret_cast<const char*>(file.data()), std::streamsize(file.size()));
   if (out) out.flush();
@@ -316,6 +538,8 @@ void StatePool::import_slot(SlotHandle handle, const std::string& path) {
       }
     }
   }
+  // Files of a specstate without these keys have none: checked where present, like the rest.
+  for (const auto& kv : config_metadata(impl_->config)) expect_meta(kv.first.c_str(), kv.second);
   std::vector<uint8_t> bytes;
   bytes.reserve(static_cast<std::size_t>(l.committed_bytes_per_slot()));
   for (const Expected& e : expected) {

@@ -219,25 +219,40 @@ class StatePool {
 
   // Export / import of one slot's committed state as bytes, the same on every backend and
   // strategy, so a CPU <-> GPU or GPU <-> GPU hand-off is a copy. Layout (slot_state_bytes()
-  // bytes, little-endian, no padding): for each layer l = 0..L-1, the conv window
-  // [conv_dim][W-1] in the conv dtype (oldest column first), then the SSM state ([HV][V][K];
-  // Mamba2 [nheads][P][N]) in the SSM dtype.
+  // bytes, little-endian, no padding): a header of kSlotStateHeaderBytes, then for each layer
+  // l = 0..L-1 the conv window [conv_dim][W-1] in the conv dtype (oldest column first), then the
+  // SSM state ([HV][V][K]; Mamba2 [nheads][P][N]) in the SSM dtype. The header says which
+  // config the state belongs to (docs/lifecycle.md "The export format" gives its fields):
+  //   [0, 8) magic "specslot"; [8, 12) u32 version 1; [12, 16) u32 kind (LayerKind);
+  //   [16, 20) u32 num_layers; [20, 23) u8 act, conv state, ssm state dtype (DType); [23] 0;
+  //   [24, 44) u32 x 5 shape fields (GDN num_k_heads, num_v_heads, head_k_dim, head_v_dim,
+  //   conv_width; Mamba2 num_heads, head_dim, d_state, n_groups, conv_width); [44, 48) 0;
+  //   [48, 56) u64 state bytes that follow; [56, 64) u64 FNV-1a 64 of bytes [0, 56).
+  static constexpr int64_t kSlotStateHeaderBytes = 64;
+  // kSlotStateHeaderBytes + L x (conv window + SSM state) bytes: the header included.
   int64_t slot_state_bytes() const noexcept;
   // `dst` / `src`: a contiguous 1-D view of any dtype (i32, f32 or bf16) of exactly
   // ceil(slot_state_bytes() / dtype size) elements; only the first slot_state_bytes() bytes are
   // written / read. Host memory on either backend; device memory on kCuda only (a CPU pool
-  // rejects a cuda view). On CUDA, device buffers are copied asynchronously on the pool's
-  // stream; host buffers are done when the call returns (it waits for the stream). The buffer
-  // must not overlap the pool's memory.
+  // rejects a cuda view). On CUDA, the state of a device buffer is copied asynchronously on the
+  // pool's stream, its header with one wait for the stream (export writes it, import reads it
+  // in stream order), so neither is for use inside a graph capture; host buffers are done when
+  // the call returns (it waits for the stream). The buffer must not overlap the pool's memory.
+  // Import checks the header before writing anything and rejects (kInvalidArgument, naming what
+  // differs, e.g. "src (...) was exported from conv_state_dtype = f32, this pool has bf16") a
+  // buffer of another layer kind, layer count, dtype or shape field, even of the same size, and
+  // one whose header is missing, of another version, truncated or corrupt.
   void export_slot(SlotHandle handle, const TensorView& dst);
   void import_slot(SlotHandle handle, const TensorView& src);
   // The same through a safetensors file: tensors `layers.{l}.conv_state` [conv_dim, W-1] and
   // `layers.{l}.ssm_state` [HV, V, K] (Mamba2 [nheads, P, N]) in the pool's dtypes, metadata
   // format = "specstate.slot_state", version, kind, num_layers, conv_dim, conv_width, ssm_shape,
-  // conv_dtype, ssm_dtype. Import checks the kind, the layer count and every tensor's name,
-  // dtype and shape against the pool, and rejects a mismatch (kInvalidArgument, naming the
-  // file and tensor) before writing anything. Export opens `path` before it materializes the
-  // slot, so a path that cannot be written is rejected with nothing changed.
+  // conv_dtype, ssm_dtype, act_dtype and the header's shape fields by name (num_k_heads, ...).
+  // Import checks the kind, the layer count, every tensor's name, dtype and shape, and then
+  // act_dtype and the shape fields where the file has them, against the pool, and rejects a
+  // mismatch (kInvalidArgument, naming the file and tensor or key) before writing anything.
+  // Export opens `path` before it materializes the slot, so a path that cannot be written is
+  // rejected with nothing changed.
   void export_slot(SlotHandle handle, const std::string& path);
   void import_slot(SlotHandle handle, const std::string& path);
 

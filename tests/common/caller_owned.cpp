@@ -230,7 +230,7 @@ void run(const typename Kind::Config& g, Strategy strategy, bool tree, CallerLay
         break;
       }
       case 3: {  // export -> import into another request (hand-off)
-        const std::vector<uint8_t> bytes = exported(own, ho[0]);
+        const std::vector<uint8_t> bytes = export_image(own, ho[0]);
         const int64_t n = (own.slot_state_bytes() + 3) / 4;
         std::vector<int32_t> words(static_cast<std::size_t>(n));
         std::memcpy(words.data(), bytes.data(), bytes.size());

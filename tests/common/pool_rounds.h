@@ -62,13 +62,21 @@ inline std::vector<uint8_t> view_bytes(const TensorView& v) {
   return std::vector<uint8_t>(p, p + v.numel() * static_cast<int64_t>(dtype_size(v.dtype)));
 }
 
-// A slot's committed state as exported bytes (host), any backend.
-inline std::vector<uint8_t> exported(StatePool& pool, SlotHandle h) {
+// A slot's whole export buffer (host), any backend: the header, then the state.
+inline std::vector<uint8_t> export_image(StatePool& pool, SlotHandle h) {
   std::vector<uint8_t> bytes(static_cast<std::size_t>(pool.slot_state_bytes()));
   const int64_t n = (pool.slot_state_bytes() + 3) / 4;
   std::vector<int32_t> words(static_cast<std::size_t>(n));
   pool.export_slot(h, TensorView::contiguous(words.data(), DType::kI32, {n}));
   std::memcpy(bytes.data(), words.data(), bytes.size());
+  return bytes;
+}
+
+// A slot's committed state as exported bytes (host), any backend: the export buffer without
+// its header (every layer's conv window, then its SSM state), to compare states with.
+inline std::vector<uint8_t> exported(StatePool& pool, SlotHandle h) {
+  std::vector<uint8_t> bytes = export_image(pool, h);
+  bytes.erase(bytes.begin(), bytes.begin() + StatePool::kSlotStateHeaderBytes);
   return bytes;
 }
 

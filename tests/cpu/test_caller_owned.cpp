@@ -134,7 +134,8 @@ TEST(CallerOwnedAdopt, AdoptKeepsTheStateAcquireZeroesIt) {
   const CallerMemory cm = make_caller_memory(model, o, CallerLayout::kPerLayer, *mem, 2);
   StatePool pool(model, o, cm.views);
   // The engine's own state in slot 2 (the sentinel bytes stand for it) is kept by adopt().
-  std::vector<uint8_t> engine(static_cast<std::size_t>(pool.slot_state_bytes()));
+  std::vector<uint8_t> engine(
+      static_cast<std::size_t>(pool.slot_state_bytes() - StatePool::kSlotStateHeaderBytes));
   {
     std::size_t at = 0;
     const auto& conv = mem->bytes(cm.conv_buffer);

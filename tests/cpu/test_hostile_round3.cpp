@@ -339,7 +339,10 @@ TEST_P(HostileRound3, AdoptDropsThePendingWorkOfTheSlotsPreviousLife) {
         << "adopt must keep the slot's memory as its state";
     // The reference: a snapshot pool given exactly that state.
     const SlotHandle r = ref.acquire();
-    StateBuffer state(memory);
+    std::vector<uint8_t> image = export_image(ref, r);  // the header of ref's config
+    image.resize(StatePool::kSlotStateHeaderBytes);
+    image.insert(image.end(), memory.begin(), memory.end());
+    StateBuffer state(image);
     ref.import_slot(r, state.view());
     const auto in = m.inputs(kRoundT);
     const auto out_p = m.round(p, round_batch(false, {a}), in, round_accept(false, {3}));

@@ -238,7 +238,7 @@ TEST_P(SlotOps, ExportLayoutIsEachLayersConvThenSsmAndPerSlotViewsMatchThePool) 
         bytes += static_cast<int64_t>(vb.size());
       }
     }
-    EXPECT_EQ(p.slot_state_bytes(), bytes);
+    EXPECT_EQ(p.slot_state_bytes(), StatePool::kSlotStateHeaderBytes + bytes);
     EXPECT_EQ(exported(p, b), expected);
     expect_nonzero(expected, "slot b");
     expect_rejected([&] { p.conv_state(kLayers, a); }, Status::kOutOfRange, {"layer = 3"});
@@ -270,7 +270,8 @@ TEST_P(SlotOps, ExportImportRoundTripsAcrossStrategiesThroughEveryDtype) {
       std::vector<uint8_t> buf(static_cast<std::size_t>(n * es), 0xab);
       const TensorView v = TensorView::contiguous(buf.data(), dt, {n});
       src.export_slot(a, v);
-      EXPECT_TRUE(std::equal(want.begin(), want.end(), buf.begin()));
+      EXPECT_TRUE(
+          std::equal(want.begin(), want.end(), buf.begin() + StatePool::kSlotStateHeaderBytes));
       dst.import_slot(b, v);
       EXPECT_EQ(exported(dst, b), want);
     }
