@@ -389,7 +389,9 @@ void decode_steps(const dvl::HybridModel& model, StatePool& pool, ShardedGdn& gd
   }
 }
 
-// Every slot's committed state in export_slot's layout, through a device buffer (stream order).
+// Every slot's committed state in export_slot's layout without its header (the header describes
+// the pool's own, sharded config: ranks' headers differ by design), through a device buffer
+// (stream order).
 std::vector<std::vector<uint8_t>> export_states(StatePool& pool,
                                                 const std::vector<SlotHandle>& slots,
                                                 cudaStream_t stream) {
@@ -402,7 +404,7 @@ std::vector<std::vector<uint8_t>> export_states(StatePool& pool,
     std::vector<uint8_t> host(static_cast<std::size_t>(bytes));
     CUDA_OK(cudaMemcpyAsync(host.data(), buf.ptr, bytes, cudaMemcpyDeviceToHost, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
-    out.push_back(std::move(host));
+    out.emplace_back(host.begin() + StatePool::kSlotStateHeaderBytes, host.end());
   }
   return out;
 }
@@ -437,6 +439,7 @@ struct RoundTiming {
 struct RankResult {
   std::vector<std::vector<int32_t>> tokens;  // per request
   std::vector<std::vector<uint8_t>> states;  // per request, export_slot layout of the shard
+                                             // without the header
   std::vector<dvl::KvCache> caches;
   std::vector<RoundTiming> timing;
   std::vector<int64_t> accepted_histogram;
