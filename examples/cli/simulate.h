@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/sim_helpers.h"
+#include "specstate/spec/trace.h"
 
 namespace specstate::cli {
 
@@ -45,6 +46,23 @@ struct SimulateOptions {
 };
 
 // Where the plots of `--out FILE` go: FILE with its extension replaced by .svg.
+// Limits of a simulation (refused up front, exit 2; docs/simulate.md).
+// The most requests one simulation holds (--requests, or the requests a --trace declares).
+inline constexpr int kMaxRequests = 4096;
+// The most records (request-rounds) a generated trace holds: the trace reader's limit, so that
+// every generated trace can be saved (--save-trace) and replayed (--trace). The generator
+// reserves them all at once: 4096 requests x 10^6 rounds asked for 4e9 records and died with
+// std::bad_alloc (issue 20.11).
+inline constexpr int64_t kMaxGeneratedRecords = spec::kMaxTraceRecords;
+// ... and the most window nodes over all its records (each record holds its window's parents and
+// its accepted path: about 8 bytes per node), so that a wide window cannot do the same.
+inline constexpr int64_t kMaxGeneratedNodes = int64_t{1} << 26;
+
+// The trace a simulation replays: --trace's file, or one generated from the options (--fixed,
+// --histogram, --accept-rate), checked against the limits above. `source` names it.
+spec::Trace make_trace(const SimulateOptions& options, std::string& source);
+
+// The report's files: FILE.svg beside FILE.json.
 std::string svg_path_for(const std::string& out);
 
 // Runs the simulation; `progress` (may be null) receives a progress bar. Returns the report
