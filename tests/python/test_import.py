@@ -3,6 +3,7 @@
 segfault at a raised error) shows as a failed subprocess, not a dead test run. With torch
 installed (the H200) the torch orders run too; without it they skip visibly."""
 import importlib.util
+import os
 import pathlib
 import shutil
 import subprocess
@@ -60,3 +61,18 @@ def test_the_extension_exports_only_its_init_function():
                          check=True).stdout.split("\n")
     names = sorted({line.split()[-1] for line in out if line.strip()})
     assert names == ["PyInit__specstate"], names[:20]
+
+
+def test_the_extension_needs_no_spdlog_or_fmt_library():
+    # scripts/test.sh builds the wheel self-contained (SPECSTATE_SELF_CONTAINED) and says so;
+    # a plain `pip install .` links the system's spdlog / fmt.
+    if os.environ.get("SPECSTATE_WHEEL_SELF_CONTAINED") != "1":
+        pytest.skip("not a self-contained wheel (SPECSTATE_WHEEL_SELF_CONTAINED unset)")
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        pytest.skip("ldd is not installed")
+    ext = next(pathlib.Path(specstate.__file__).parent.glob("_specstate*.so"), None)
+    if ext is None:
+        pytest.skip("no _specstate*.so next to the package (not a Linux build)")
+    out = subprocess.run([ldd, str(ext)], capture_output=True, text=True, check=True).stdout
+    assert "libspdlog" not in out and "libfmt" not in out, out
