@@ -12,33 +12,15 @@
 #include <vector>
 
 #include "common/expect.h"
+#include "common/kind_cases.h"
 #include "common/pool_rounds.h"
 
 namespace specstate::test {
 namespace {
 
-struct LifecycleCase {
-  const char* name;
-  const char* preset;
-  Strategy strategy;
-  bool tree;
-};
+using LifecycleCase = KindCase;
 
-void PrintTo(const LifecycleCase& c, std::ostream* out) { *out << c.name; }
-
-const std::vector<LifecycleCase>& cases() {
-  static const std::vector<LifecycleCase> all = {
-      {"gdn_f32_chain_snapshot", "small_f32", Strategy::kSnapshot, false},
-      {"gdn_f32_chain_replay", "small_f32", Strategy::kReplay, false},
-      {"gdn_bf16_tree_snapshot", "small_bf16", Strategy::kSnapshot, true},
-      {"gdn_bf16_tree_replay", "small_bf16", Strategy::kReplay, true},
-      {"m2_f32_tree_snapshot", "m2_small_f32", Strategy::kSnapshot, true},
-      {"m2_f32_tree_replay", "m2_small_f32", Strategy::kReplay, true},
-      {"m2_bf16_chain_snapshot", "m2_small_bf16", Strategy::kSnapshot, false},
-      {"m2_bf16_chain_replay", "m2_small_bf16", Strategy::kReplay, false},
-  };
-  return all;
-}
+const std::vector<KindCase>& cases() { return kind_window_strategy_cases(); }
 
 constexpr int kLayers = 3;
 constexpr int kT = kRoundT;

@@ -12,32 +12,15 @@
 #include <vector>
 
 #include "common/expect.h"
+#include "common/kind_cases.h"
 #include "common/pool_rounds.h"
 
 namespace specstate::test {
 namespace {
 
-struct CheckCase {
-  const char* name;
-  const char* preset;
-  Strategy strategy;
-};
+using CheckCase = KindCase;
 
-void PrintTo(const CheckCase& c, std::ostream* out) { *out << c.name; }
-
-const std::vector<CheckCase>& cases() {
-  static const std::vector<CheckCase> all = {
-      {"gdn_f32_snapshot", "small_f32", Strategy::kSnapshot},
-      {"gdn_f32_replay", "small_f32", Strategy::kReplay},
-      {"gdn_bf16_snapshot", "small_bf16", Strategy::kSnapshot},
-      {"gdn_bf16_replay", "small_bf16", Strategy::kReplay},
-      {"m2_f32_snapshot", "m2_small_f32", Strategy::kSnapshot},
-      {"m2_f32_replay", "m2_small_f32", Strategy::kReplay},
-      {"m2_bf16_snapshot", "m2_small_bf16", Strategy::kSnapshot},
-      {"m2_bf16_replay", "m2_small_bf16", Strategy::kReplay},
-  };
-  return all;
-}
+const std::vector<KindCase>& cases() { return kind_dtype_strategy_cases(); }
 
 constexpr int kLayers = 2;
 constexpr int kT = kRoundT;
