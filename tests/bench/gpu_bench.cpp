@@ -396,18 +396,41 @@ void BM_VerifyGdnReplay(benchmark::State& state) {
   cudaGraphExecDestroy(exec);
 }
 
-// Four consecutive rounds in one graph (accepted lengths differ per round and row), median / 4.
-void rounds4(benchmark::State& state, bool replay) {
+// Four consecutive rounds in one graph, median / 4. Uniform windows: every row verifies T tokens
+// and accepts random lengths in [1, T] (World::batch's accepted4, different per round and row).
+// Variable windows (DESIGN.md section 2): row r verifies 1 + (3r mod T) tokens (mean (T+1)/2),
+// packed with no filler, and accepts 1 + (r + k) mod T_r in round k; its floor is the state
+// traffic of the padded round (it does not depend on the tokens).
+void rounds4(benchmark::State& state, bool replay, bool variable) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
   StatePool& p = replay ? *w.rpool : *w.pool;
-  const VerifyBatch batch = w.batch_of(p, w.batch(T, B));
+  VerifyBatch batch = w.batch_of(p, w.batch(T, B));
+  int64_t tokens = int64_t{B} * T;
+  int32_t* accepted = w.accepted4;
+  int64_t accepted_stride = kMaxB;
+  int32_t* dacc = nullptr;
+  if (variable) {
+    batch.lengths.resize(static_cast<std::size_t>(B));
+    tokens = 0;
+    for (int r = 0; r < B; ++r) tokens += batch.lengths[r] = 1 + (3 * r) % T;
+    std::vector<int32_t> acc(4 * static_cast<std::size_t>(B));
+    for (int k = 0; k < 4; ++k) {
+      for (int r = 0; r < B; ++r) acc[k * B + r] = 1 + (r + k) % batch.lengths[r];
+    }
+    dacc = device_alloc<int32_t>(acc.size());
+    check(cudaMemcpy(dacc, acc.data(), sizeof(int32_t) * acc.size(), cudaMemcpyHostToDevice),
+          "accepted");
+    accepted = dacc;
+    accepted_stride = B;
+  }
   auto round = [&](int k) {
     p.begin_verify(batch);
     for (int l = 0; l < kLayers; ++l) {
-      p.verify(l, w.weights(l), w.inputs(l, int64_t{B} * T), w.outputs(l, int64_t{B} * T));
+      p.verify(l, w.weights(l), w.inputs(l, tokens), w.outputs(l, tokens));
     }
-    p.commit(TensorView::contiguous(w.accepted4 + k * kMaxB, DType::kI32, {B}, Device::kCuda));
+    p.commit(
+        TensorView::contiguous(accepted + k * accepted_stride, DType::kI32, {B}, Device::kCuda));
   };
   round(3);  // leaves pending steps for the first captured round to replay
   cudaGraphExec_t exec = capture(w, [&] {
@@ -418,56 +441,18 @@ void rounds4(benchmark::State& state, bool replay) {
   const SglangReplayRow* s = sglang_replay_row(T, B);
   const double bytes = replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B))
                               : kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
-  report(state, w, T, B, replay ? "rounds4_replay" : "rounds4_snapshot", us, bytes,
-         replay ? s->circ16_us : s->snapshot_us);
-}
-
-void BM_Rounds4Snapshot(benchmark::State& state) { rounds4(state, false); }
-void BM_Rounds4Replay(benchmark::State& state) { rounds4(state, true); }
-
-// Variable windows (DESIGN.md section 2): four consecutive rounds in one graph where the rows
-// have windows of 1..T tokens (row r: 1 + (3r mod T), mean (T+1)/2), packed with no filler,
-// against the same rounds padded to T. Accepted lengths: 1 + (r + k) mod T_r in round k.
-void rounds4_variable(benchmark::State& state, bool replay) {
-  const int T = state.range(0), B = state.range(1);
-  World& w = World::get();
-  StatePool& p = replay ? *w.rpool : *w.pool;
-  VerifyBatch batch = w.batch_of(p, w.batch(T, B));
-  batch.lengths.resize(static_cast<std::size_t>(B));
-  int64_t tokens = 0;
-  for (int r = 0; r < B; ++r) tokens += batch.lengths[r] = 1 + (3 * r) % T;
-  std::vector<int32_t> acc(4 * static_cast<std::size_t>(B));
-  for (int k = 0; k < 4; ++k) {
-    for (int r = 0; r < B; ++r) acc[k * B + r] = 1 + (r + k) % batch.lengths[r];
-  }
-  int32_t* dacc = device_alloc<int32_t>(acc.size());
-  check(cudaMemcpy(dacc, acc.data(), sizeof(int32_t) * acc.size(), cudaMemcpyHostToDevice),
-        "accepted");
-  auto round = [&](int k) {
-    p.begin_verify(batch);
-    for (int l = 0; l < kLayers; ++l)
-      p.verify(l, w.weights(l), w.inputs(l, tokens), w.outputs(l, tokens));
-    p.commit(TensorView::contiguous(dacc + k * B, DType::kI32, {B}, Device::kCuda));
-  };
-  round(3);
-  cudaGraphExec_t exec = capture(w, [&] {
-    for (int k = 0; k < 4; ++k) round(k);
-  });
-  const double us = time_graph(w, exec, state) / 4;
-  if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
-  // The floor: the state traffic of the padded round (it does not depend on the tokens).
-  const double bytes = replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B))
-                              : kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
-  state.counters["tokens"] = static_cast<double>(tokens);
-  const SglangReplayRow* s = sglang_replay_row(T, B);
-  report(state, w, T, B, replay ? "rounds4_var_replay" : "rounds4_var_snapshot", us, bytes,
-         replay ? s->circ16_us : s->snapshot_us);
+  if (variable) state.counters["tokens"] = static_cast<double>(tokens);
+  const char* what = variable ? (replay ? "rounds4_var_replay" : "rounds4_var_snapshot")
+                              : (replay ? "rounds4_replay" : "rounds4_snapshot");
+  report(state, w, T, B, what, us, bytes, replay ? s->circ16_us : s->snapshot_us);
   cudaGraphExecDestroy(exec);
-  cudaFree(dacc);
+  if (dacc != nullptr) cudaFree(dacc);
 }
 
-void BM_Rounds4VariableSnapshot(benchmark::State& state) { rounds4_variable(state, false); }
-void BM_Rounds4VariableReplay(benchmark::State& state) { rounds4_variable(state, true); }
+void BM_Rounds4Snapshot(benchmark::State& state) { rounds4(state, false, false); }
+void BM_Rounds4Replay(benchmark::State& state) { rounds4(state, true, false); }
+void BM_Rounds4VariableSnapshot(benchmark::State& state) { rounds4(state, false, true); }
+void BM_Rounds4VariableReplay(benchmark::State& state) { rounds4(state, true, true); }
 
 void variable_shapes(benchmark::internal::Benchmark* b) {
   for (int T : {4, 8}) {
