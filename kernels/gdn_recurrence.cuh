@@ -37,19 +37,6 @@ struct GdnChunk {
   float v[kChunk][kRows];
 };
 
-// Where a chunk's token inputs come from: the window (the conv output and the caller's gates) or
-// the replayed steps (the conv kernel's replay buffers). Token i of the source at tok0 + i.
-template <typename Act>
-struct GdnSource {
-  const Act* qkv;
-  int64_t qkv_stride_token, qkv_stride_c;
-  const Act* a;
-  int64_t a_stride_token, a_stride_h;
-  const Act* b;
-  int64_t b_stride_token, b_stride_h;
-  int64_t tok0;
-};
-
 // KQ consecutive elements (16-byte aligned run start) as one vector load where it fits.
 template <typename Act, int KQ>
 __device__ __forceinline__ void load_lane_elems(const Act* p, float (&out)[KQ]) {
@@ -65,61 +52,60 @@ __device__ __forceinline__ void load_lane_elems(const Act* p, float (&out)[KQ]) 
   }
 }
 
-// Stages virtual tokens [c0, c0 + n) for value head hv (key head h): virtual token i is token i
-// of `first` for i < n_first (the replayed steps), token i - n_first of `second` otherwise (the
-// window). Every thread of the CTA calls it; it ends with __syncthreads().
-template <typename Act, int K, int kRows, int kChunk, bool kTwoSources>
+// Where a row's factor records go (replay): the slot's ring, window token t at ring position
+// (wpos + t) % R; `k_writer`: this CTA writes the key head's k and kf, `eg_writer` e^g.
+struct GdnFactorSink {
+  char* ring = nullptr;  // the slot's records, or null: none written
+  int wpos = 0;
+  bool k_writer = false;
+  bool eg_writer = false;
+};
+
+// Stages window tokens [c0, c0 + n) of the row (token i at tok0 + i) for value head hv (key head
+// h); writes their factor records' k, kf and e^g when `sink` says so. Every thread of the CTA
+// calls it; it ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk>
 __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
-                                          const GdnSource<Act>& first, int n_first,
-                                          const GdnSource<Act>& second,
-                                          const GdnRecurrenceParams& p, int h, int hv, int c0,
-                                          int n, float A, float dt_bias) {
+                                          const GdnRecurrenceParams& p, int64_t tok0, int h, int hv,
+                                          int c0, int n, float A, float dt_bias,
+                                          const GdnFactorSink& sink, int off = 0) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int V = p.head_v_dim;
+  const Act* qkv = static_cast<const Act*>(p.qkv);
+  const int64_t st = p.qkv_stride_token, sc = p.qkv_stride_c;
   // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
   for (int i = tid; i < n * kRows; i += kGdnThreads) {
     const int tt = i / kRows, vr = blockIdx.x * kRows + i % kRows;
-    const int vt = c0 + tt;
-    const bool f = kTwoSources && vt < n_first;
-    const Act* qkv = f ? first.qkv : second.qkv;
-    const int64_t st = f ? first.qkv_stride_token : second.qkv_stride_token;
-    const int64_t sc = f ? first.qkv_stride_c : second.qkv_stride_c;
-    const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
-    c.v[tt][i % kRows] =
+    const int64_t tok = tok0 + c0 + tt;
+    c.v[off + tt][i % kRows] =
         vr < V ? to_float<Act>(
                      qkv[tok * st + (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + vr) * sc])
                : 0.0f;
   }
   // Warp w normalises q and k of tokens w, w+4, ...; lane 0 computes the gates.
   for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
-    const int vt = c0 + tt;
-    const bool f = kTwoSources && vt < n_first;
-    const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
-    const int64_t sc = f ? first.qkv_stride_c : second.qkv_stride_c;
+    const int64_t tok = tok0 + c0 + tt;
     const int64_t q_off = int64_t{h} * K * sc;
     const int64_t k_off = (int64_t{p.num_k_heads} + h) * K * sc;
-    const Act* base =
-        (f ? first.qkv : second.qkv) + tok * (f ? first.qkv_stride_token : second.qkv_stride_token);
+    const Act* base = qkv + tok * st;
     constexpr int KQ = K / 32;  // q/k elements per lane in the prologue
     float qv[KQ], kv[KQ];
     // Contiguous channels (the usual case): lane l holds elements [l*KQ, l*KQ + KQ) and loads
     // them as one vector; otherwise element i*32 + l, strided.
     const bool vec = sc == 1 && aligned16(base + q_off) && aligned16(base + k_off);
     if (vec) {
-      if (!f) load_lane_elems<Act, KQ>(base + q_off + lane * KQ, qv);
+      load_lane_elems<Act, KQ>(base + q_off + lane * KQ, qv);
       load_lane_elems<Act, KQ>(base + k_off + lane * KQ, kv);
     } else {
 #pragma unroll
       for (int i = 0; i < KQ; ++i) {
-        if (!f) qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * sc]);
+        qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * sc]);
         kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * sc]);
       }
     }
     float sq = 0.f, sk = 0.f;
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
-      // A replayed step produces no output: its q is not needed (nor read).
-      if (f) qv[i] = 0.0f;
       sq += qv[i] * qv[i];
       sk += kv[i] * kv[i];
     }
@@ -130,39 +116,130 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
     }
     const float qf = p.scale / sqrtf(sq + 1e-6f);
     const float kf = 1.0f / sqrtf(sk + 1e-6f);
+    char* rec = nullptr;
+    if (sink.ring != nullptr) {
+      int pos = sink.wpos + c0 + tt;  // wpos < R and the window fits the ring
+      if (pos >= p.ring) pos -= p.ring;
+      rec = sink.ring + static_cast<int64_t>(pos) * p.factor_bytes;
+    }
     float kq = 0.f;
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
       const float qn = qv[i] * qf, kn = kv[i] * kf;
       const int e = vec ? lane * KQ + i : i * 32 + lane;
-      c.q[tt][e] = qn;
-      c.k[tt][e] = kn;
+      c.q[off + tt][e] = qn;
+      c.k[off + tt][e] = kn;
       kq += qn * kn;
+      // The key as the step read it (exact in the act dtype); k^ = k * kf is recomputed.
+      if (rec != nullptr && sink.k_writer) {
+        reinterpret_cast<Act*>(rec + p.f_k)[int64_t{h} * K + e] = from_float<Act>(kv[i]);
+      }
     }
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) kq += __shfl_xor_sync(0xffffffffu, kq, m);
     if (lane == 0) {
       const float a =
-          f ? to_float<Act>(first.a[tok * first.a_stride_token + hv * first.a_stride_h])
-            : to_float<Act>(second.a[tok * second.a_stride_token + hv * second.a_stride_h]);
+          to_float<Act>(static_cast<const Act*>(p.a)[tok * p.a_stride_token + hv * p.a_stride_h]);
       const float b =
-          f ? to_float<Act>(first.b[tok * first.b_stride_token + hv * first.b_stride_h])
-            : to_float<Act>(second.b[tok * second.b_stride_token + hv * second.b_stride_h]);
-      c.eg[tt] = expf(A * softplus(a + dt_bias));
-      c.beta[tt] = sigmoid(b);
-      c.kq[tt] = kq;
+          to_float<Act>(static_cast<const Act*>(p.b)[tok * p.b_stride_token + hv * p.b_stride_h]);
+      const float eg = expf(A * softplus(a + dt_bias));
+      c.eg[off + tt] = eg;
+      c.beta[off + tt] = sigmoid(b);
+      c.kq[off + tt] = kq;
+      if (rec != nullptr && sink.eg_writer) reinterpret_cast<float*>(rec + p.f_eg)[hv] = eg;
+      if (rec != nullptr && sink.k_writer) reinterpret_cast<float*>(rec + p.f_kf)[h] = kf;
     }
   }
   __syncthreads();
 }
 
-// One token step on this thread's slice of S (staged token tt); returns o for this V row.
-// kOutput = false (a replayed step): S q~ and the output are not computed; the state update is
-// the same arithmetic, so the states stay bit-identical.
+// Stages history factor records [c0, c0 + n) of a slot (record i at ring position
+// (base + i) mod R, with base < R and i < R): k^ = k * kf as the step computed it, e^g and this
+// CTA's rows of u (in the v array). Vectorised: a thread stages 8 elements of one record's key
+// (one 16-byte load of bf16, two of f32) or 4 rows of u; staging costs a few instructions per
+// record and CTA instead of one element per thread. Ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk, bool kSync = true>
+__device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk>& c,
+                                                  const GdnRecurrenceParams& p, const char* ring,
+                                                  int base, int h, int hv, int c0, int n) {
+  static_assert(K % 8 == 0 && kRows % 4 == 0, "vector staging");
+  constexpr int kParts = K / 8;       // 8-element parts of a key
+  constexpr int kUParts = kRows / 4;  // 4-row parts of u
+  const int tid = threadIdx.x;
+  const int V = p.head_v_dim;
+  const auto record = [&](int tt) {
+    int pos = base + c0 + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kParts; i += kGdnThreads) {
+    const int tt = i / kParts, e = (i % kParts) * 8;
+    const char* rec = record(tt);
+    const float kf = reinterpret_cast<const float*>(rec + p.f_kf)[h];
+    float k8[8];
+    load_n<Act, 8>(reinterpret_cast<const Act*>(rec + p.f_k) + int64_t{h} * K + e, k8, true);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) k8[j] *= kf;
+    *reinterpret_cast<float4*>(&c.k[tt][e]) = make_float4(k8[0], k8[1], k8[2], k8[3]);
+    *reinterpret_cast<float4*>(&c.k[tt][e + 4]) = make_float4(k8[4], k8[5], k8[6], k8[7]);
+  }
+  const bool u_vec = V % 4 == 0;
+  for (int i = tid; i < n * kUParts; i += kGdnThreads) {
+    const int tt = i / kUParts, r = (i % kUParts) * 4, vr = blockIdx.x * kRows + r;
+    const float* u = reinterpret_cast<const float*>(record(tt) + p.f_u) + int64_t{hv} * V + vr;
+    if (u_vec && vr + 4 <= V) {
+      const float4 x = *reinterpret_cast<const float4*>(u);
+      c.v[tt][r] = x.x;
+      c.v[tt][r + 1] = x.y;
+      c.v[tt][r + 2] = x.z;
+      c.v[tt][r + 3] = x.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) c.v[tt][r + j] = vr + j < V ? u[j] : 0.0f;
+    }
+  }
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    c.eg[tt] = reinterpret_cast<const float*>(record(tt) + p.f_eg)[hv];
+  }
+  if constexpr (kSync) __syncthreads();
+}
+
+// The state update of one token, S = e^g S + u k^T, one fused multiply-add per element (rounded
+// to the state dtype after the token, as decode stores it). The step and the history records'
+// application both call it: the replay strategy is bit-exact by construction.
+template <typename St, int NK>
+__device__ __forceinline__ void gdn_update(float4 (&S)[NK], const float4 (&kn)[NK], float u,
+                                           float eg) {
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    S[i].x = round_to<St>(fmaf(u, kn[i].x, eg * S[i].x));
+    S[i].y = round_to<St>(fmaf(u, kn[i].y, eg * S[i].y));
+    S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
+    S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
+  }
+}
+
+// Applies staged history record tt to this thread's slice of S.
+template <typename St, int K, int LANES, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_apply(float4 (&S)[K / (4 * LANES)],
+                                          const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                          int vrow) {
+  constexpr int NK = K / (4 * LANES);
+  float4 kn[NK];
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
+  }
+  gdn_update<St, NK>(S, kn, c.v[tt][vrow], c.eg[tt]);
+}
+
+// One token step on this thread's slice of S (staged token tt); returns o for this V row and
+// sets `u` (the update of the row). kOutput = false (a tree path recomputed): S q~ and the
+// output are not computed; the state update is the same arithmetic.
 template <typename St, int K, int LANES, int kRows, int kChunk, bool kOutput = true>
 __device__ __forceinline__ float gdn_step(float4 (&S)[K / (4 * LANES)],
                                           const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
-                                          int vrow) {
+                                          int vrow, float& u) {
   constexpr int NK = K / (4 * LANES);
   float4 kn[NK];
   float sk = 0.f, sq = 0.f;
@@ -181,15 +258,9 @@ __device__ __forceinline__ float gdn_step(float4 (&S)[K / (4 * LANES)],
     if constexpr (kOutput) sq += __shfl_xor_sync(0xffffffffu, sq, m);
   }
   const float eg = c.eg[tt];
-  const float u = c.beta[tt] * (c.v[tt][vrow] - eg * sk);
+  u = c.beta[tt] * (c.v[tt][vrow] - eg * sk);
   const float o = eg * sq + u * c.kq[tt];
-#pragma unroll
-  for (int i = 0; i < NK; ++i) {
-    S[i].x = round_to<St>(fmaf(u, kn[i].x, eg * S[i].x));
-    S[i].y = round_to<St>(fmaf(u, kn[i].y, eg * S[i].y));
-    S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
-    S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
-  }
+  gdn_update<St, NK>(S, kn, u, eg);
   return o;
 }
 
@@ -213,20 +284,26 @@ __device__ __forceinline__ void gdn_store_state(St* dst, const float4 (&S)[NK], 
 // kItems: rows of the batch one CTA handles in turn (same V slice and head): the next row's
 // committed state lands in shared memory (cp.async) while the current row is computed, so only
 // the first read of a CTA has its latency exposed.
-// kChunk: tokens staged at a time; the replay instantiation stages 16 so that a round's replayed
-// steps and its window usually fit one chunk (one prologue, one barrier pair per row).
-// kReplay: the instantiation that may run a replay phase or recompute tree states (the snapshot
-// and advance instantiation carries none of that code).
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
+// kChunk: tokens staged at a time.
+// kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
+// recompute tree states (the snapshot and advance instantiation carries none of that code).
+// 8 CTAs per SM for both instantiations: the replay one at 6 CTAs (80 registers, no stack) was
+// measured on the H200 (Qwen3-Next TP1 rounds, R = 16): faster at B = 1 (802 -> 685 us) and
+// slower from B = 8 on (T=4 B=128 15850 -> 17059 us).
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree = false>
 __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   static_assert(kItems == 1 || kItems == 2, "one or two rows per CTA");
+  static_assert(!kReplay || kItems == 1, "the replay instantiation handles one row per CTA");
   constexpr int NK = K / (4 * LANES);  // float4 per thread
   constexpr int kRowsPerWarp = 32 / LANES;
   static_assert(NK >= 1 && K % (4 * LANES) == 0, "K must be a multiple of 4 * LANES");
   constexpr int kRows = gdn_rows_per_cta<LANES>();
   __shared__ GdnChunk<K, kRows, kChunk> chunk;
   __shared__ __align__(16) St next_state[kItems > 1 ? kRows * K : 4];
+  // A tree without snapshots restarts branches from the row's start state (post history).
+  __shared__ __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
@@ -244,9 +321,6 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   const int slot1 =
       kItems > 1 && r1 < p.rows ? (p.slots ? p.slots[p.row_begin + r1] : p.slot_inline[r1]) : -1;
   St* next_mine = next_state + (kItems > 1 ? vrow * K : 0);
-  // The pending counts do not depend on the preceding conv kernel: read them before the wait.
-  const int pend0 = kReplay && p.pending != nullptr && slot0 >= 0 ? p.pending[slot0] : 0;
-  const int pend1 = kReplay && p.pending != nullptr && slot1 >= 0 ? p.pending[slot1] : 0;
 
   float4 S[NK];
   if (slot0 >= 0) {
@@ -276,16 +350,58 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
 
-  // Everything above reads only what the preceding conv kernel does not write (slots, the
-  // committed state). With programmatic dependent launch it overlaps that kernel; the conv
-  // outputs (qkv, the replay buffers) are read only after this wait for the preceding grid.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  // Replay history (DESIGN.md section 6): the cursor, the factor records and the committed
+  // checkpoint are not written by the preceding conv kernel, so the history is applied (and a
+  // fold stored) before the wait for that grid: at small batches it overlaps the conv.
+  int wpos = 0;  // ring position of window token 0 (base + h)
+  // A chain whose history and window fit one chunk stages both at once after the wait (one
+  // prologue and one barrier pair, as a plain verify): `merged` records what is left to apply.
+  int merged_hist = 0, merged_base = 0;
+  bool merged_store = false;
+  if constexpr (kReplay) {
+    if (p.cursor != nullptr && slot0 >= 0) {
+      const int base = p.cursor[2 * slot0];
+      int hist = p.cursor[2 * slot0 + 1];
+      wpos = (base + hist) % p.ring;
+      const bool folds = p.fold && hist > p.fold_limit;
+      if (p.settled && folds) hist = 0;  // the first verify of the round stored it
+      const char* ring = p.factors + slot0 * p.factor_stride_slot;
+      const int count = row_tokens(p.varlen, p.row_begin + r0, p.tokens).count;
+      const bool store = p.fold ? folds && !p.settled
+                                : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
+      if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
+        merged_hist = hist;
+        merged_base = base;
+        merged_store = store;
+        hist = 0;
+      }
+      for (int c0 = 0; c0 < hist; c0 += kChunk) {
+        const int m = min(kChunk, hist - c0);
+        gdn_stage_history<Act, K, kRows, kChunk>(chunk, p, ring, base, h, hv, c0, m);
+        for (int tt = 0; tt < m; ++tt)
+          gdn_apply<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow);
+        __syncthreads();  // the next chunk overwrites the shared arrays
+      }
+      if (store && merged_hist == 0 && v_ok) {
+        St* committed = static_cast<St*>(p.state) + slot0 * p.state_stride_slot + head_off;
+        gdn_store_state<St, NK, LANES>(committed, S, kl, false);
+      }
+    }
+  }
 
-  const float A = -expf(load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride));
-  const float dt_bias = load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);
+  // Everything above reads only what the preceding conv kernel does not write (slots, the
+  // committed state, the records). With programmatic dependent launch it overlaps that kernel;
+  // the conv outputs are read only after this wait for the preceding grid.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (p.tokens == 0) return;  // materialize: history only
+
+  const float A = p.A_log ? -expf(load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride)) : 0.0f;
+  const float dt_bias =
+      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
   // A tree without snapshots recomputes a branch's start state from the row's start state.
-  const bool recompute = kReplay && p.parents != nullptr && p.snap == nullptr;
+  const bool recompute = kReplay && kTree && p.parents != nullptr && p.snap == nullptr;
+  float* start_mine = start_state + (kReplay && kTree ? vrow * K : 0);
 
 #pragma unroll 1
   for (int item = 0; item < kItems; ++item) {
@@ -304,53 +420,43 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
         }
       }
     }
-
-    // Virtual tokens: the slot's pending steps (replay, DESIGN.md section 6: re-run from the
-    // committed state with the same step as the window, no outputs), then the window.
-    const int n_rep = item == 0 ? pend0 : pend1;
-    const Act* rq = static_cast<const Act*>(p.replay_qkv) + row * p.replay_qkv_stride_row;
-    const Act* rg = static_cast<const Act*>(p.replay_gates) + row * p.replay_gates_stride_row;
-    const GdnSource<Act> rep{rq,
-                             p.replay_qkv_stride_t,
-                             1,
-                             rg,
-                             p.replay_gates_stride_t,
-                             1,
-                             rg + p.num_v_heads,
-                             p.replay_gates_stride_t,
-                             1,
-                             0};
+    if (recompute) {
+      // This thread's own elements: read back by this thread only.
+#pragma unroll
+      for (int i = 0; i < NK; ++i) {
+        *reinterpret_cast<float4*>(start_mine + i * 4 * LANES + kl * 4) = S[i];
+      }
+    }
     const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
     const int64_t row_token0 = rt.begin;                  // inputs and outputs
     const int64_t row_parent0 = int64_t{row} * p.tokens;  // parents: [rows, tokens]
-    const GdnSource<Act> win{static_cast<const Act*>(p.qkv),
-                             p.qkv_stride_token,
-                             p.qkv_stride_c,
-                             static_cast<const Act*>(p.a),
-                             p.a_stride_token,
-                             p.a_stride_h,
-                             static_cast<const Act*>(p.b),
-                             p.b_stride_token,
-                             p.b_stride_h,
-                             row_token0};
-    const int total = n_rep + rt.count;  // (the window has tokens iff total > n_rep)
-    // A tree without snapshots needs its whole window staged in one chunk.
-    const bool split = recompute && total > kChunk;
-    for (int c0 = 0; c0 < total;) {
-      int m = min(kChunk, total - c0);
-      if (split && c0 < n_rep) m = min(m, n_rep - c0);
-      gdn_stage<Act, K, kRows, kChunk, kReplay>(chunk, rep, n_rep, win, p, h, hv, c0, m, A,
-                                                dt_bias);
-      for (int tt = 0; tt < m; ++tt) {
-        const int vt = c0 + tt;
-        if (vt < n_rep) {
-          gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, tt, kl, vrow);
-          if (vt == n_rep - 1 && v_ok && (p.store_replayed || (p.store_final && total == n_rep))) {
-            gdn_store_state<St, NK, LANES>(committed, S, kl, false);
-          }
-          continue;
+    GdnFactorSink sink;
+    if (kReplay && p.write_factors && p.factors != nullptr) {
+      sink.ring = p.factors + slot * p.factor_stride_slot;
+      sink.wpos = wpos;
+      sink.eg_writer = blockIdx.x == 0;
+      sink.k_writer = blockIdx.x == 0 && hv % (p.num_v_heads / p.num_k_heads) == 0;
+    }
+    float* u_rec = sink.ring != nullptr && kl == 0 && v_ok
+                       ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V + v
+                       : nullptr;
+    for (int c0 = 0; c0 < rt.count;) {
+      // A tree without snapshots needs its whole window staged in one chunk (tokens <= kChunk).
+      const int m = min(kChunk, rt.count - c0);
+      const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
+      if (off > 0) {
+        gdn_stage_history<Act, K, kRows, kChunk, false>(
+            chunk, p, p.factors + slot * p.factor_stride_slot, merged_base, h, hv, 0, off);
+      }
+      gdn_stage<Act, K, kRows, kChunk>(chunk, p, row_token0, h, hv, c0, m, A, dt_bias, sink, off);
+      if (off > 0) {
+        for (int tt = 0; tt < off; ++tt) {
+          gdn_apply<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow);
         }
-        const int t = vt - n_rep;
+        if (merged_store && v_ok) gdn_store_state<St, NK, LANES>(committed, S, kl, false);
+      }
+      for (int tt = 0; tt < m; ++tt) {
+        const int t = c0 + tt;
         if (p.parents != nullptr && t > 0) {
           const int parent = p.parents[row_parent0 + t];
           if (parent != t - 1) {
@@ -363,27 +469,33 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
                             : make_float4(0.f, 0.f, 0.f, 0.f);
               }
             } else {
-              // The parent's state: the row's start state (the committed memory, which holds it
-              // exactly: written above by this thread after a replay, or untouched) advanced
-              // along root..parent, all staged in this chunk.
-              // The path's indices increase from the root (parents[t] < t): a bit mask of them,
-              // walked from the lowest bit, is the path in order (windows <= 32 tokens here).
+              // The parent's state: the row's start state advanced along root..parent, all
+              // staged in this chunk. The path's indices increase from the root (parents[t] <
+              // t): a bit mask of them, walked from the lowest bit, is the path in order
+              // (windows <= 32 tokens here).
               uint32_t path = 0;
               for (int a = parent; a >= 0; a = p.parents[row_parent0 + a]) path |= 1u << a;
 #pragma unroll
               for (int i = 0; i < NK; ++i) {
-                S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4)
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
+                S[i] = *reinterpret_cast<const float4*>(start_mine + i * 4 * LANES + kl * 4);
               }
               while (path != 0) {
                 const int a = __ffs(path) - 1;
                 path &= path - 1;
-                gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, n_rep + a - c0, kl, vrow);
+                float u_unused;
+                gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, off + a - c0, kl, vrow,
+                                                             u_unused);
               }
             }
           }
         }
-        const float o = gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow);
+        float u;
+        const float o = gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, off + tt, kl, vrow, u);
+        if (u_rec != nullptr) {
+          int pos = wpos + t;  // wpos < R, t < T <= R
+          if (pos >= p.ring) pos -= p.ring;
+          u_rec[static_cast<int64_t>(pos) * (p.factor_bytes / 4)] = u;
+        }
         if (snap_row != nullptr && v_ok) {
           gdn_store_state<St, NK, LANES>(snap_row + t * p.snap_stride_t, S, kl, true);
         }
@@ -395,16 +507,17 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
       __syncthreads();  // the next chunk's prologue overwrites the shared arrays
       c0 += m;
     }
-    if (p.store_final && total > n_rep && v_ok) {
+    if (p.store_final && rt.count > 0 && v_ok) {
       gdn_store_state<St, NK, LANES>(committed, S, kl, false);
     }
   }
 }
 
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree = false>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
-  return launch_after_conv(gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay>,
+  return launch_after_conv(gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay, kTree>,
                            dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads,
                                 (p.rows + kItems - 1) / kItems),
                            dim3(kGdnThreads), p, stream);
@@ -415,13 +528,12 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   // Two rows per CTA from 16 rows on when the window is short (the state read is then a large
   // share of the traffic and its latency is exposed once per CTA). Measured on H200, Qwen3-Next,
   // B=128: T=2 74% -> 80% of copy BW; T=4/8 87% -> 85-86% (hence one row per CTA there).
-  if (p.pending != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
-    // One row per CTA: the replay kernel is issue-bound at large batches (measured on H200,
-    // Qwen3-Next, T=4, B=128: 74% SM throughput, 29% DRAM), and two rows per CTA were slower
-    // (315 vs 295 us per layer).
-    const bool two = false;
-    return two ? launch_gdn_shape<Act, St, K, 8, 2, 16, true>(p, stream)
-               : launch_gdn_shape<Act, St, K, 8, 1, 16, true>(p, stream);
+  if (p.cursor != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
+    // Replay (history records, or tree windows without snapshots): one row per CTA.
+    // Trees get their own instantiation: only they keep the start state in shared memory (8 KiB
+    // a CTA that a chain's CTAs leave to L1).
+    return p.parents != nullptr ? launch_gdn_shape<Act, St, K, 8, 1, 16, true, true>(p, stream)
+                                : launch_gdn_shape<Act, St, K, 8, 1, 16, true, false>(p, stream);
   }
   const bool two = p.rows >= 16 && p.tokens <= 3;
   return two ? launch_gdn_shape<Act, St, K, 8, 2, 8, false>(p, stream)
