@@ -44,6 +44,10 @@ struct GdnRecurrenceParams {
   bool write_factors = false;
   int ring = 0;        // R: factor records per slot (replay)
   int fold_limit = 0;  // R - 2 * T_max: a verify folds iff h > fold_limit
+  // Set by the launcher from the head counts (callers leave them): value heads per key head and
+  // its reciprocal (the kernel's key head of hv is then a multiply, not an integer division).
+  int v_per_k = 1;
+  float inv_v_per_k = 1.0f;
   ElemType a_log_dtype = ElemType::kF32;
   ElemType dt_bias_dtype = ElemType::kF32;
 

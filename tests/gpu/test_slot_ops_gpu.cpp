@@ -117,7 +117,8 @@ TEST_P(SlotOpsGpu, ExportImportRoundTripsCpuCudaCpuAcrossStrategies) {
     const std::vector<uint8_t> want = exported(cpu, a);
     expect_nonzero(want, "the CPU export");
     // CPU (host buffer) -> CUDA.
-    std::vector<int32_t> words((want.size() + 3) / 4);
+    // The export buffer holds the header too: slot_state_bytes(), not the state bytes.
+    std::vector<int32_t> words((cpu.slot_state_bytes() + 3) / 4);
     cpu.export_slot(
         a, TensorView::contiguous(words.data(), DType::kI32, {static_cast<int64_t>(words.size())}));
     g1.import_slot(b1, TensorView::contiguous(words.data(), DType::kI32,
