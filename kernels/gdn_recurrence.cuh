@@ -11,12 +11,6 @@
 // LANES = 8: 16 state floats per thread, 8 CTAs per SM. The state stays in registers across the
 // window; each token's state is stored once (snapshot) with vector stores. Rows of S are
 // independent in the delta rule given k^, q~, so splitting V over CTAs needs no communication.
-//
-// Every warp is independent: no shared memory and no barrier on the token path. The LANES lanes
-// of a V row hold all K columns of the row between them, so each row group loads its columns of
-// q and k itself and normalises them with a LANES-lane butterfly (every row group of every CTA
-// computes the same sums in the same order: the result does not depend on the CTA, the strategy
-// or the batch). The gates are computed one token per lane and broadcast with a shuffle.
 #pragma once
 
 #include "common.cuh"
@@ -25,19 +19,50 @@
 namespace specstate::kernels {
 
 inline constexpr int kGdnThreads = 128;
-#ifndef SPECSTATE_GDN_REPLAY_CTAS
-#define SPECSTATE_GDN_REPLAY_CTAS 6
+#ifndef SPECSTATE_GDN_REPLAY_RPT
+#define SPECSTATE_GDN_REPLAY_RPT 2
 #endif
-// CTAs per SM the replay instantiation is compiled for (registers: 65536 / (128 x this)).
-inline constexpr int kGdnReplayCtasPerSm = SPECSTATE_GDN_REPLAY_CTAS;
+#ifndef SPECSTATE_GDN_REPLAY_RPT_ROWS
+#define SPECSTATE_GDN_REPLAY_RPT_ROWS 4
+#endif
+// V rows per thread of the replay chain instantiation (K = 128) from kGdnReplayRptRows batch rows.
+inline constexpr int kGdnReplayRpt = SPECSTATE_GDN_REPLAY_RPT;
+inline constexpr int kGdnReplayRptRows = SPECSTATE_GDN_REPLAY_RPT_ROWS;
 
 template <int LANES>
 __host__ __device__ constexpr int gdn_rows_per_cta() {
   return kGdnThreads / LANES;
 }
 
+// Shared-memory staging of a chunk of tokens: normalised q~ and k^, the gates, k^.q~ and this
+// CTA's v rows.
+template <int K, int kRows, int kChunk>
+struct GdnChunk {
+  __align__(16) float q[kChunk][K];
+  __align__(16) float k[kChunk][K];
+  float eg[kChunk];
+  float beta[kChunk];
+  float kq[kChunk];
+  float v[kChunk][kRows];
+};
+
+// KQ consecutive elements (16-byte aligned run start) as one vector load where it fits.
+template <typename Act, int KQ>
+__device__ __forceinline__ void load_lane_elems(const Act* p, float (&out)[KQ]) {
+  if constexpr (KQ == 4) {
+    const float4 v = load4<Act>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < KQ; ++i) out[i] = to_float<Act>(p[i]);
+  }
+}
+
 // A row's window inputs for one CTA, resolved once per row: token t's q and k of key head h at
-// q + t * st, k + t * st (channel stride sc), value row v at v + t * st + v * sc, the gates of
+// q + t * st, k + t * st (channel stride sc), this CTA's first v row at v + t * st, the gates of
 // value head hv at a + t * a_st, b + t * b_st. `vec`: q and k of every token are 16-byte aligned
 // runs (sc == 1), loaded as vectors.
 template <typename Act>
@@ -48,10 +73,11 @@ struct GdnRowInputs {
   const Act* a;
   const Act* b;
   int64_t st, sc, a_st, b_st;
+  int v_rows;  // rows of this CTA inside V
   bool vec;
 };
 
-template <typename Act, int K>
+template <typename Act, int K, int kRows>
 __device__ __forceinline__ GdnRowInputs<Act> gdn_row_inputs(const GdnRecurrenceParams& p,
                                                             int64_t tok0, int h, int hv) {
   GdnRowInputs<Act> in;
@@ -60,17 +86,15 @@ __device__ __forceinline__ GdnRowInputs<Act> gdn_row_inputs(const GdnRecurrenceP
   const Act* row = static_cast<const Act*>(p.qkv) + tok0 * in.st;
   in.q = row + int64_t{h} * K * in.sc;
   in.k = row + (int64_t{p.num_k_heads} + h) * K * in.sc;
-  in.v = row + (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * p.head_v_dim) * in.sc;
+  const int v0 = blockIdx.x * kRows;
+  in.v = row + (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * p.head_v_dim + v0) * in.sc;
+  in.v_rows = min(kRows, p.head_v_dim - v0);
   in.a_st = p.a_stride_token;
   in.b_st = p.b_stride_token;
   in.a = static_cast<const Act*>(p.a) + tok0 * in.a_st + hv * p.a_stride_h;
   in.b = static_cast<const Act*>(p.b) + tok0 * in.b_st + hv * p.b_stride_h;
-  // A thread's float4 of columns starts at a multiple of 4 elements: one 4-element load when
-  // every token's q and k start at a multiple of 4 elements too.
-  const auto aligned4 = [](const Act* ptr) {
-    return reinterpret_cast<uintptr_t>(ptr) % (4 * sizeof(Act)) == 0;
-  };
-  in.vec = in.sc == 1 && in.st % 4 == 0 && aligned4(in.q) && aligned4(in.k);
+  in.vec = in.sc == 1 && aligned16(in.q) && aligned16(in.k) &&
+           (in.st * static_cast<int64_t>(sizeof(Act))) % 16 == 0;
   return in;
 }
 
@@ -88,116 +112,217 @@ struct GdnFactorSink {
   }
 };
 
-// This thread's columns of a K-vector: float4 i at element i * 4 * LANES + kl * 4.
-template <typename T, int NK, int LANES>
-__device__ __forceinline__ void load_cols(const T* p, int64_t stride, bool vec, int kl,
-                                          float4 (&out)[NK]) {
-#pragma unroll
-  for (int i = 0; i < NK; ++i) {
-    const int e = i * 4 * LANES + kl * 4;
-    if (vec) {
-      out[i] = load4<T>(p + e);
-    } else {
-      out[i] = make_float4(to_float<T>(p[e * stride]), to_float<T>(p[(e + 1) * stride]),
-                           to_float<T>(p[(e + 2) * stride]), to_float<T>(p[(e + 3) * stride]));
+// Stages window tokens [c0, c0 + n) of the row for value head hv (key head h) at chunk slots
+// off + i; writes their factor records' k, kf and e^g when `sink` says so. The gates are one
+// token per thread; q and k are normalised one token per warp. Every thread of the CTA calls it;
+// it ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
+                                          const GdnRecurrenceParams& p, const GdnRowInputs<Act>& in,
+                                          int h, int hv, int c0, int n, float A, float dt_bias,
+                                          const GdnFactorSink& sink, int off = 0) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
+  for (int i = tid; i < n * kRows; i += kGdnThreads) {
+    const int tt = i / kRows, r = i % kRows;
+    c.v[off + tt][r] = r < in.v_rows ? to_float<Act>(in.v[(c0 + tt) * in.st + r * in.sc]) : 0.0f;
+  }
+  // The gates, one token per thread.
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    const int64_t t = c0 + tt;
+    const float eg = expf(A * softplus(to_float<Act>(in.a[t * in.a_st]) + dt_bias));
+    c.eg[off + tt] = eg;
+    c.beta[off + tt] = sigmoid(to_float<Act>(in.b[t * in.b_st]));
+    if (sink.ring != nullptr && sink.eg_writer) {
+      reinterpret_cast<float*>(sink.record(p, c0 + tt) + p.f_eg)[hv] = eg;
     }
   }
-}
-
-// Sum over the LANES lanes of a V row (a butterfly: every lane ends with the same sum).
-template <int LANES>
-__device__ __forceinline__ float row_sum(float x) {
+  // Warp w normalises q and k of tokens w, w+4, ...
+  for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
+    const int64_t t = c0 + tt;
+    constexpr int KQ = K / 32;  // q/k elements per lane in the prologue
+    float qv[KQ], kv[KQ];
+    // Contiguous channels (the usual case): lane l holds elements [l*KQ, l*KQ + KQ) and loads
+    // them as one vector; otherwise element i*32 + l, strided.
+    if (in.vec) {
+      load_lane_elems<Act, KQ>(in.q + t * in.st + lane * KQ, qv);
+      load_lane_elems<Act, KQ>(in.k + t * in.st + lane * KQ, kv);
+    } else {
 #pragma unroll
-  for (int m = LANES / 2; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
-  return x;
-}
-
-template <int NK>
-__device__ __forceinline__ float dot_cols(const float4 (&a)[NK], const float4 (&b)[NK]) {
-  float s = 0.f;
+      for (int i = 0; i < KQ; ++i) {
+        qv[i] = to_float<Act>(in.q[t * in.st + (i * 32 + lane) * in.sc]);
+        kv[i] = to_float<Act>(in.k[t * in.st + (i * 32 + lane) * in.sc]);
+      }
+    }
+    float sq = 0.f, sk = 0.f;
 #pragma unroll
-  for (int i = 0; i < NK; ++i)
-    s += a[i].x * b[i].x + a[i].y * b[i].y + a[i].z * b[i].z + a[i].w * b[i].w;
-  return s;
+    for (int i = 0; i < KQ; ++i) {
+      sq += qv[i] * qv[i];
+      sk += kv[i] * kv[i];
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      sq += __shfl_xor_sync(0xffffffffu, sq, m);
+      sk += __shfl_xor_sync(0xffffffffu, sk, m);
+    }
+    const float qf = p.scale / sqrtf(sq + 1e-6f);
+    const float kf = 1.0f / sqrtf(sk + 1e-6f);
+    char* rec = sink.ring != nullptr && sink.k_writer ? sink.record(p, c0 + tt) : nullptr;
+    float kq = 0.f;
+#pragma unroll
+    for (int i = 0; i < KQ; ++i) {
+      const float qn = qv[i] * qf, kn = kv[i] * kf;
+      const int e = in.vec ? lane * KQ + i : i * 32 + lane;
+      c.q[off + tt][e] = qn;
+      c.k[off + tt][e] = kn;
+      kq += qn * kn;
+      // The key as the step read it (exact in the act dtype); k^ = k * kf is recomputed.
+      if (rec != nullptr)
+        reinterpret_cast<Act*>(rec + p.f_k)[int64_t{h} * K + e] = from_float<Act>(kv[i]);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) kq += __shfl_xor_sync(0xffffffffu, kq, m);
+    if (lane == 0) {
+      c.kq[off + tt] = kq;
+      if (rec != nullptr) reinterpret_cast<float*>(rec + p.f_kf)[h] = kf;
+    }
+  }
+  __syncthreads();
 }
 
-// Token t's query and key on this thread's columns as the act dtype holds them, and their norm
-// factors: q~ = q * qf, k^ = k * kf (every lane of the warp calls it).
-template <typename Act, int K, int LANES>
-__device__ __forceinline__ void gdn_token_qk(const GdnRowInputs<Act>& in, int64_t t, int kl,
-                                             float scale, float4 (&q)[K / (4 * LANES)],
-                                             float4 (&k)[K / (4 * LANES)], float& qf, float& kf) {
-  constexpr int NK = K / (4 * LANES);
-  load_cols<Act, NK, LANES>(in.q + t * in.st, in.sc, in.vec, kl, q);
-  load_cols<Act, NK, LANES>(in.k + t * in.st, in.sc, in.vec, kl, k);
-  const float sq = row_sum<LANES>(dot_cols<NK>(q, q));
-  const float sk = row_sum<LANES>(dot_cols<NK>(k, k));
-  qf = scale / sqrtf(sq + 1e-6f);
-  kf = 1.0f / sqrtf(sk + 1e-6f);
+// Stages history factor records [c0, c0 + n) of a slot (record i at ring position
+// (base + i) mod R, with base < R and i < R): k^ = k * kf as the step computed it, e^g and this
+// CTA's rows of u (in the v array). Vectorised: a thread stages 8 elements of one record's key
+// (one 16-byte load of bf16, two of f32) or 4 rows of u; staging costs a few instructions per
+// record and CTA instead of one element per thread. Ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk, bool kSync = true>
+__device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk>& c,
+                                                  const GdnRecurrenceParams& p, const char* ring,
+                                                  int base, int h, int hv, int c0, int n) {
+  static_assert(K % 8 == 0 && kRows % 4 == 0, "vector staging");
+  constexpr int kParts = K / 8;       // 8-element parts of a key
+  constexpr int kUParts = kRows / 4;  // 4-row parts of u
+  const int tid = threadIdx.x;
+  const int V = p.head_v_dim;
+  const auto record = [&](int tt) {
+    int pos = base + c0 + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kParts; i += kGdnThreads) {
+    const int tt = i / kParts, e = (i % kParts) * 8;
+    const char* rec = record(tt);
+    const float kf = reinterpret_cast<const float*>(rec + p.f_kf)[h];
+    float k8[8];
+    load_n<Act, 8>(reinterpret_cast<const Act*>(rec + p.f_k) + int64_t{h} * K + e, k8, true);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) k8[j] *= kf;
+    *reinterpret_cast<float4*>(&c.k[tt][e]) = make_float4(k8[0], k8[1], k8[2], k8[3]);
+    *reinterpret_cast<float4*>(&c.k[tt][e + 4]) = make_float4(k8[4], k8[5], k8[6], k8[7]);
+  }
+  const bool u_vec = V % 4 == 0;
+  for (int i = tid; i < n * kUParts; i += kGdnThreads) {
+    const int tt = i / kUParts, r = (i % kUParts) * 4, vr = blockIdx.x * kRows + r;
+    const float* u = reinterpret_cast<const float*>(record(tt) + p.f_u) + int64_t{hv} * V + vr;
+    if (u_vec && vr + 4 <= V) {
+      const float4 x = *reinterpret_cast<const float4*>(u);
+      c.v[tt][r] = x.x;
+      c.v[tt][r + 1] = x.y;
+      c.v[tt][r + 2] = x.z;
+      c.v[tt][r + 3] = x.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) c.v[tt][r + j] = vr + j < V ? u[j] : 0.0f;
+    }
+  }
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    c.eg[tt] = reinterpret_cast<const float*>(record(tt) + p.f_eg)[hv];
+  }
+  if constexpr (kSync) __syncthreads();
 }
 
-// The state update of one token, S = e^g S + u k^T = e^g S + (u kf) k, one fused multiply-add
-// per element (rounded to the state dtype after the token, as decode stores it). The step and
-// the history records' application both call it with uk = u * kf and the key as the act dtype
-// holds it: the replay strategy is bit-exact by construction.
+// The state update of one token, S = e^g S + u k^T, one fused multiply-add per element (rounded
+// to the state dtype after the token, as decode stores it). The step and the history records'
+// application both call it: the replay strategy is bit-exact by construction.
 template <typename St, int NK>
-__device__ __forceinline__ void gdn_update(float4 (&S)[NK], const float4 (&k)[NK], float uk,
+__device__ __forceinline__ void gdn_update(float4 (&S)[NK], const float4 (&kn)[NK], float u,
                                            float eg) {
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
-    S[i].x = round_to<St>(fmaf(uk, k[i].x, eg * S[i].x));
-    S[i].y = round_to<St>(fmaf(uk, k[i].y, eg * S[i].y));
-    S[i].z = round_to<St>(fmaf(uk, k[i].z, eg * S[i].z));
-    S[i].w = round_to<St>(fmaf(uk, k[i].w, eg * S[i].w));
+    S[i].x = round_to<St>(fmaf(u, kn[i].x, eg * S[i].x));
+    S[i].y = round_to<St>(fmaf(u, kn[i].y, eg * S[i].y));
+    S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
+    S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
   }
 }
 
-// Applies the history record at `rec` (k in the act dtype with its factor kf, u of this row,
-// e^g) to this thread's slice of S.
-template <typename Act, typename St, int K, int LANES>
-__device__ __forceinline__ void gdn_apply_record(float4 (&S)[K / (4 * LANES)],
-                                                 const GdnRecurrenceParams& p, const char* rec,
-                                                 int h, int hv, int v, bool v_ok, int kl) {
-  constexpr int NK = K / (4 * LANES);
-  float4 k[NK];
-  load_cols<Act, NK, LANES>(reinterpret_cast<const Act*>(rec + p.f_k) + int64_t{h} * K, 1, true, kl,
-                            k);
-  const float kf = reinterpret_cast<const float*>(rec + p.f_kf)[h];
-  const float u =
-      v_ok ? reinterpret_cast<const float*>(rec + p.f_u)[int64_t{hv} * p.head_v_dim + v] : 0.0f;
-  gdn_update<St, NK>(S, k, u * kf, reinterpret_cast<const float*>(rec + p.f_eg)[hv]);
-}
+// A thread's V rows: RPT rows (row j at j * kRowsBase + vrow0 inside the CTA), each with the same
+// K columns. Every row's arithmetic is the one-row arithmetic (same order, same reduction), so
+// the result does not depend on RPT; RPT > 1 reuses each staged key and query value for RPT
+// rows (the shared-memory traffic per state element is 1/RPT).
+template <int RPT>
+struct GdnRows {
+  int vrow[RPT];  // inside the CTA (index of the staged v / u)
+  int v[RPT];     // inside the head
+  bool ok[RPT];   // v < V
+};
 
-// One token step on this thread's slice of S given the token's q and k (act values) with their
-// norm factors, this row's v and the gates; returns o for this V row and sets `u`. The factors
-// multiply the reduced sums: S k^ = kf (S k), S q~ = qf (S q), k^ . q~ = kf qf (k . q).
-// kOutput = false (a tree path recomputed): S q~ and the output are not computed; the state
-// update is the same arithmetic.
-template <typename St, int NK, int LANES, bool kOutput = true>
-__device__ __forceinline__ float gdn_step(float4 (&S)[NK], const float4 (&q)[NK],
-                                          const float4 (&k)[NK], float qf, float kf, float v,
-                                          float eg, float beta, float& u) {
-  float sk = 0.f, sq = 0.f, kq = 0.f;
+// Applies staged history record tt to this thread's rows of S.
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_apply(float4 (&S)[RPT][K / (4 * LANES)],
+                                          const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                          const GdnRows<RPT>& rows) {
+  constexpr int NK = K / (4 * LANES);
+  float4 kn[NK];
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
-    sk += S[i].x * k[i].x + S[i].y * k[i].y + S[i].z * k[i].z + S[i].w * k[i].w;
-    if constexpr (kOutput) {
-      sq += S[i].x * q[i].x + S[i].y * q[i].y + S[i].z * q[i].z + S[i].w * q[i].w;
-      kq += k[i].x * q[i].x + k[i].y * q[i].y + k[i].z * q[i].z + k[i].w * q[i].w;
+    kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
+  }
+  const float eg = c.eg[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
+}
+
+// One token step on this thread's rows of S (staged token tt); sets o and u (the update) of each
+// row. kOutput = false (a tree path recomputed): S q~ and the output are not computed; the state
+// update is the same arithmetic.
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true>
+__device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
+                                         const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                         const GdnRows<RPT>& rows, float (&u)[RPT],
+                                         float (&o)[RPT]) {
+  constexpr int NK = K / (4 * LANES);
+  float4 kn[NK];
+  float sk[RPT], sq[RPT];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) sk[j] = sq[j] = 0.f;
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
+    float4 qn;
+    if constexpr (kOutput) qn = *reinterpret_cast<const float4*>(&c.q[tt][i * 4 * LANES + kl * 4]);
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      const float4 s = S[j][i];
+      sk[j] += s.x * kn[i].x + s.y * kn[i].y + s.z * kn[i].z + s.w * kn[i].w;
+      if constexpr (kOutput) sq[j] += s.x * qn.x + s.y * qn.y + s.z * qn.z + s.w * qn.w;
     }
   }
 #pragma unroll
   for (int m = LANES / 2; m > 0; m >>= 1) {
-    sk += __shfl_xor_sync(0xffffffffu, sk, m);
-    if constexpr (kOutput) {
-      sq += __shfl_xor_sync(0xffffffffu, sq, m);
-      kq += __shfl_xor_sync(0xffffffffu, kq, m);
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      sk[j] += __shfl_xor_sync(0xffffffffu, sk[j], m);
+      if constexpr (kOutput) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], m);
     }
   }
-  u = beta * (v - eg * (kf * sk));
-  const float o = eg * (qf * sq) + u * (kf * qf * kq);
-  gdn_update<St, NK>(S, k, u * kf, eg);
-  return o;
+  const float eg = c.eg[tt], beta = c.beta[tt], kq = c.kq[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
+    o[j] = eg * sq[j] + u[j] * kq;
+    gdn_update<St, NK>(S[j], kn, u[j], eg);
+  }
 }
 
 template <typename St, int NK, int LANES>
@@ -221,26 +346,32 @@ __device__ __forceinline__ void gdn_load_state(const St* src, float4 (&S)[NK], i
   }
 }
 
-// K: head_k_dim; LANES: lanes per V row. Snapshots are stored with an evict-first hint (written
-// once, read back at most once by commit); 8 CTAs per SM for LANES = 8 (measured: +10% BW).
-// Measured and dropped (H200, B=128): an L2 prefetch of the state one wave of CTAs ahead (-4%),
-// and the state in shared memory via cp.async at 10 CTAs/SM instead of registers (-5 to -9%).
+// K: head_k_dim; LANES: lanes per V row; RPT: V rows per thread (GdnRows). Snapshots are stored
+// with an evict-first hint (written once, read back at most once by commit); 8 CTAs per SM for
+// LANES = 8 (measured: +10% BW). Measured and dropped (H200, B=128): an L2 prefetch of the state
+// one wave of CTAs ahead (-4%), and the state in shared memory via cp.async at 10 CTAs/SM instead
+// of registers (-5 to -9%).
 // kItems: rows of the batch one CTA handles in turn (same V slice and head): the next row's
 // committed state lands in shared memory (cp.async) while the current row is computed, so only
 // the first read of a CTA has its latency exposed.
+// kChunk: tokens staged at a time.
 // kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
 // recompute tree states (the snapshot and advance instantiation carries none of that code).
-template <typename Act, typename St, int K, int LANES, int kItems, bool kReplay, bool kTree = false>
-__global__ void __launch_bounds__(kGdnThreads, LANES != 8 ? 1
-                                               : kReplay  ? kGdnReplayCtasPerSm
-                                                          : 8)
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree = false, int RPT = 1>
+__global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
+                                               : LANES == 8 ? 8
+                                                            : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   static_assert(kItems == 1 || kItems == 2, "one or two rows per CTA");
   static_assert(!kReplay || kItems == 1, "the replay instantiation handles one row per CTA");
-  constexpr int NK = K / (4 * LANES);  // float4 per thread
+  static_assert(RPT == 1 || kItems == 1, "several V rows per thread: one batch row per CTA");
+  constexpr int NK = K / (4 * LANES);  // float4 per thread and V row
   constexpr int kRowsPerWarp = 32 / LANES;
   static_assert(NK >= 1 && K % (4 * LANES) == 0, "K must be a multiple of 4 * LANES");
-  constexpr int kRows = gdn_rows_per_cta<LANES>();
+  constexpr int kRowsBase = gdn_rows_per_cta<LANES>();
+  constexpr int kRows = kRowsBase * RPT;
+  __shared__ GdnChunk<K, kRows, kChunk> chunk;
   __shared__ __align__(16) St next_state[kItems > 1 ? kRows * K : 4];
   // A tree without snapshots restarts branches from the row's start state (post history).
   __shared__ __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
@@ -249,28 +380,37 @@ __global__ void __launch_bounds__(kGdnThreads, LANES != 8 ? 1
   const int warp = tid >> 5, lane = tid & 31;
   const int kl = lane % LANES;
   const int V = p.head_v_dim;
-  const int vrow = warp * kRowsPerWarp + lane / LANES;  // this thread's V row within the CTA
-  const int v = blockIdx.x * kRows + vrow;
-  const bool v_ok = v < V;
+  GdnRows<RPT> rows;
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    rows.vrow[j] = j * kRowsBase + warp * kRowsPerWarp + lane / LANES;
+    rows.v[j] = blockIdx.x * kRows + rows.vrow[j];
+    rows.ok[j] = rows.v[j] < V;
+  }
   const int hv = blockIdx.y;
   // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
   const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
-  const int64_t head_off = (int64_t{hv} * V + (v_ok ? v : 0)) * K;
+  // Row j's state at head_off + row_off(j) (a slot's or a snapshot's head block).
+  const int64_t head_off = int64_t{hv} * V * K;
+  const auto row_off = [&](int j) { return int64_t{rows.ok[j] ? rows.v[j] : 0} * K; };
   // Rows of this launch handled by this CTA: blockIdx.z and blockIdx.z + gridDim.z.
   const int r0 = blockIdx.z, r1 = blockIdx.z + gridDim.z;
   const int slot0 = p.slots ? p.slots[p.row_begin + r0] : p.slot_inline[r0];
   const int slot1 =
       kItems > 1 && r1 < p.rows ? (p.slots ? p.slots[p.row_begin + r1] : p.slot_inline[r1]) : -1;
-  St* next_mine = next_state + (kItems > 1 ? vrow * K : 0);
+  St* next_mine = next_state + (kItems > 1 ? rows.vrow[0] * K : 0);
   St* const state = static_cast<St*>(p.state);
 
-  float4 S[NK];
+  float4 S[RPT][NK];
   if (slot0 >= 0) {
-    gdn_load_state<St, NK, LANES>(state + slot0 * p.state_stride_slot + head_off, S, kl, v_ok);
+    const St* committed0 = state + slot0 * p.state_stride_slot + head_off;
+#pragma unroll
+    for (int j = 0; j < RPT; ++j)
+      gdn_load_state<St, NK, LANES>(committed0 + row_off(j), S[j], kl, rows.ok[j]);
   }
   if constexpr (kItems > 1) {
-    if (slot1 >= 0 && v_ok) {
-      const St* committed1 = state + slot1 * p.state_stride_slot + head_off;
+    if (slot1 >= 0 && rows.ok[0]) {
+      const St* committed1 = state + slot1 * p.state_stride_slot + head_off + row_off(0);
       const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(next_mine));
 #pragma unroll
       for (int i = 0; i < NK; ++i) {
@@ -285,11 +425,21 @@ __global__ void __launch_bounds__(kGdnThreads, LANES != 8 ? 1
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
+  const auto store_rows = [&](St* dst, bool stream) {
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      if (rows.ok[j]) gdn_store_state<St, NK, LANES>(dst + row_off(j), S[j], kl, stream);
+    }
+  };
 
   // Replay history (DESIGN.md section 6): the cursor, the factor records and the committed
   // checkpoint are not written by the preceding conv kernel, so the history is applied (and a
   // fold stored) before the wait for that grid: at small batches it overlaps the conv.
   int wpos = 0;  // ring position of window token 0 (base + h)
+  // A chain whose history and window fit one chunk stages both at once after the wait (one
+  // prologue and one barrier pair, as a plain verify): `merged` records what is left to apply.
+  int merged_hist = 0, merged_base = 0;
+  bool merged_store = false;
   if constexpr (kReplay) {
     if (p.cursor != nullptr && slot0 >= 0) {
       const int base = p.cursor[2 * slot0];
@@ -302,17 +452,21 @@ __global__ void __launch_bounds__(kGdnThreads, LANES != 8 ? 1
       const int count = row_tokens(p.varlen, p.row_begin + r0, p.tokens).count;
       const bool store = p.fold ? folds && !p.settled
                                 : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
-      int pos = base;
-#pragma unroll 1
-      for (int i = 0; i < hist; ++i) {
-        gdn_apply_record<Act, St, K, LANES>(S, p, ring + static_cast<int64_t>(pos) * p.factor_bytes,
-                                            h, hv, v, v_ok, kl);
-        if (++pos == p.ring) pos = 0;
+      if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
+        merged_hist = hist;
+        merged_base = base;
+        merged_store = store;
+        hist = 0;
       }
-      if (store && v_ok) {
-        gdn_store_state<St, NK, LANES>(state + slot0 * p.state_stride_slot + head_off, S, kl,
-                                       false);
+      for (int c0 = 0; c0 < hist; c0 += kChunk) {
+        const int m = min(kChunk, hist - c0);
+        gdn_stage_history<Act, K, kRows, kChunk>(chunk, p, ring, base, h, hv, c0, m);
+        for (int tt = 0; tt < m; ++tt)
+          gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, chunk, tt, kl, rows);
+        __syncthreads();  // the next chunk overwrites the shared arrays
       }
+      if (store && merged_hist == 0)
+        store_rows(state + slot0 * p.state_stride_slot + head_off, false);
     }
   }
 
@@ -328,7 +482,6 @@ __global__ void __launch_bounds__(kGdnThreads, LANES != 8 ? 1
   Act* out = static_cast<Act*>(p.out);
   // A tree without snapshots recomputes a branch's start state from the row's start state.
   const bool recompute = kReplay && kTree && p.parents != nullptr && p.snap == nullptr;
-  float* start_mine = start_state + (kReplay && kTree ? vrow * K : 0);
 
 #pragma unroll 1
   for (int item = 0; item < kItems; ++item) {
@@ -340,14 +493,18 @@ __global__ void __launch_bounds__(kGdnThreads, LANES != 8 ? 1
     if constexpr (kItems > 1) {
       if (item > 0) {
         asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's own elements
-        gdn_load_state<St, NK, LANES>(next_mine, S, kl, v_ok);
+        gdn_load_state<St, NK, LANES>(next_mine, S[0], kl, rows.ok[0]);
       }
     }
     if (recompute) {
       // This thread's own elements: read back by this thread only.
 #pragma unroll
-      for (int i = 0; i < NK; ++i) {
-        *reinterpret_cast<float4*>(start_mine + i * 4 * LANES + kl * 4) = S[i];
+      for (int j = 0; j < RPT; ++j) {
+#pragma unroll
+        for (int i = 0; i < NK; ++i) {
+          *reinterpret_cast<float4*>(start_state + rows.vrow[j] * K + i * 4 * LANES + kl * 4) =
+              S[j][i];
+        }
       }
     }
     const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
@@ -357,31 +514,33 @@ __global__ void __launch_bounds__(kGdnThreads, LANES != 8 ? 1
     if (kReplay && p.write_factors && p.factors != nullptr) {
       sink.ring = p.factors + slot * p.factor_stride_slot;
       sink.wpos = wpos;
-      sink.eg_writer = blockIdx.x == 0 && warp == 0;  // lane l: e^g of its token
-      // The key head's k and kf: the first V row group of the CTA of V rows 0.. of the key
-      // head's first value head (its lanes hold every column).
-      sink.k_writer = blockIdx.x == 0 && hv == h * p.v_per_k && tid < LANES;
+      sink.eg_writer = blockIdx.x == 0;
+      sink.k_writer = blockIdx.x == 0 && hv == h * p.v_per_k;
     }
-    // This thread's output and u record of window token t: out_v[t * out_stride_token] and
-    // u_rec[ring position * u_stride] (lane 0 of the V row writes both).
-    const bool writer = kl == 0 && v_ok;
+    // Row j's output and u record of window token t: out_v + v_j * out_stride_v + t *
+    // out_stride_token and u_rec + v_j + ring position * u_stride (lane 0 of the row writes both).
+    const bool writer = kl == 0;
     float* u_rec = sink.ring != nullptr && writer
-                       ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V + v
+                       ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V
                        : nullptr;
     const int u_stride = static_cast<int>(p.factor_bytes / 4);
-    Act* out_v = out + row_token0 * p.out_stride_token + hv * p.out_stride_h + v * p.out_stride_v;
-    const GdnRowInputs<Act> in = gdn_row_inputs<Act, K>(p, row_token0, h, hv);
-    const Act* v_in = in.v + int64_t{v_ok ? v : 0} * in.sc;
-    for (int c0 = 0; c0 < rt.count; c0 += 32) {
-      // The gates of tokens c0 .. c0 + 31, token c0 + l on lane l.
-      float eg_l = 1.0f, beta_l = 0.0f;
-      if (c0 + lane < rt.count) {
-        const int64_t t = c0 + lane;
-        eg_l = expf(A * softplus(to_float<Act>(in.a[t * in.a_st]) + dt_bias));
-        beta_l = sigmoid(to_float<Act>(in.b[t * in.b_st]));
-        if (sink.eg_writer) reinterpret_cast<float*>(sink.record(p, c0 + lane) + p.f_eg)[hv] = eg_l;
+    Act* out_v = out + row_token0 * p.out_stride_token + hv * p.out_stride_h;
+    const GdnRowInputs<Act> in = gdn_row_inputs<Act, K, kRows>(p, row_token0, h, hv);
+    for (int c0 = 0; c0 < rt.count;) {
+      // A tree without snapshots needs its whole window staged in one chunk (tokens <= kChunk).
+      const int m = min(kChunk, rt.count - c0);
+      const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
+      if (off > 0) {
+        gdn_stage_history<Act, K, kRows, kChunk, false>(
+            chunk, p, p.factors + slot * p.factor_stride_slot, merged_base, h, hv, 0, off);
       }
-      const int m = min(32, rt.count - c0);
+      gdn_stage<Act, K, kRows, kChunk>(chunk, p, in, h, hv, c0, m, A, dt_bias, sink, off);
+      if (off > 0) {
+        for (int tt = 0; tt < off; ++tt) {
+          gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, chunk, tt, kl, rows);
+        }
+        if (merged_store) store_rows(committed, false);
+      }
       for (int tt = 0; tt < m; ++tt) {
         const int t = c0 + tt;
         if (p.parents != nullptr && t > 0) {
@@ -389,72 +548,72 @@ __global__ void __launch_bounds__(kGdnThreads, LANES != 8 ? 1
           if (parent != t - 1) {
             if (!recompute) {
               // The parent's snapshot was written by this thread.
-              gdn_load_state<St, NK, LANES>(snap_row + parent * p.snap_stride_t, S, kl, v_ok);
+              const St* from = snap_row + parent * p.snap_stride_t;
+#pragma unroll
+              for (int j = 0; j < RPT; ++j) {
+                gdn_load_state<St, NK, LANES>(from + row_off(j), S[j], kl, rows.ok[j]);
+              }
             } else {
-              // The parent's state: the row's start state advanced along root..parent. The
-              // path's indices increase from the root (parents[t] < t): a bit mask of them,
-              // walked from the lowest bit, is the path in order (windows <= 32 tokens here, so
-              // the path's gates are on this block's lanes).
+              // The parent's state: the row's start state advanced along root..parent, all
+              // staged in this chunk. The path's indices increase from the root (parents[t] <
+              // t): a bit mask of them, walked from the lowest bit, is the path in order
+              // (windows <= 32 tokens here).
               uint32_t path = 0;
               for (int a = parent; a >= 0; a = p.parents[row_parent0 + a]) path |= 1u << a;
 #pragma unroll
-              for (int i = 0; i < NK; ++i) {
-                S[i] = *reinterpret_cast<const float4*>(start_mine + i * 4 * LANES + kl * 4);
+              for (int j = 0; j < RPT; ++j) {
+#pragma unroll
+                for (int i = 0; i < NK; ++i) {
+                  S[j][i] = *reinterpret_cast<const float4*>(start_state + rows.vrow[j] * K +
+                                                             i * 4 * LANES + kl * 4);
+                }
               }
               while (path != 0) {
                 const int a = __ffs(path) - 1;
                 path &= path - 1;
-                float4 qa[NK], ka[NK];
-                float qfa, kfa, u_unused;
-                gdn_token_qk<Act, K, LANES>(in, a, kl, p.scale, qa, ka, qfa, kfa);
-                const float va = v_ok ? to_float<Act>(v_in[a * in.st]) : 0.0f;
-                gdn_step<St, NK, LANES, false>(S, qa, ka, qfa, kfa, va,
-                                               __shfl_sync(0xffffffffu, eg_l, a),
-                                               __shfl_sync(0xffffffffu, beta_l, a), u_unused);
+                float u_unused[RPT], o_unused[RPT];
+                gdn_step<St, K, LANES, RPT, kRows, kChunk, false>(S, chunk, off + a - c0, kl, rows,
+                                                                  u_unused, o_unused);
               }
             }
           }
         }
-        float4 qn[NK], kn[NK];
-        float qf, kf;
-        gdn_token_qk<Act, K, LANES>(in, t, kl, p.scale, qn, kn, qf, kf);
-        const float vt = v_ok ? to_float<Act>(v_in[t * in.st]) : 0.0f;
-        const float eg = __shfl_sync(0xffffffffu, eg_l, tt);
-        const float beta = __shfl_sync(0xffffffffu, beta_l, tt);
-        if (sink.k_writer) {
-          // The key as the step read it (exact in the act dtype) and its factor.
-          char* rec = sink.record(p, t);
-          Act* kd = reinterpret_cast<Act*>(rec + p.f_k) + int64_t{h} * K;
-#pragma unroll
-          for (int i = 0; i < NK; ++i) store4<Act>(kd + i * 4 * LANES + kl * 4, kn[i]);
-          if (kl == 0) reinterpret_cast<float*>(rec + p.f_kf)[h] = kf;
-        }
-        float u;
-        const float o = gdn_step<St, NK, LANES>(S, qn, kn, qf, kf, vt, eg, beta, u);
+        float u[RPT], o[RPT];
+        gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, chunk, off + tt, kl, rows, u, o);
         if (u_rec != nullptr) {
           int pos = wpos + t;  // wpos < R, t < T <= R
           if (pos >= p.ring) pos -= p.ring;
-          u_rec[pos * u_stride] = u;
+#pragma unroll
+          for (int j = 0; j < RPT; ++j) {
+            if (rows.ok[j]) u_rec[pos * u_stride + rows.v[j]] = u[j];
+          }
         }
-        if (snap_row != nullptr && v_ok) {
-          gdn_store_state<St, NK, LANES>(snap_row + t * p.snap_stride_t, S, kl, true);
+        if (snap_row != nullptr) store_rows(snap_row + t * p.snap_stride_t, true);
+        if (writer) {
+#pragma unroll
+          for (int j = 0; j < RPT; ++j) {
+            if (rows.ok[j]) {
+              out_v[t * p.out_stride_token + rows.v[j] * p.out_stride_v] = from_float<Act>(o[j]);
+            }
+          }
         }
-        if (writer) out_v[t * p.out_stride_token] = from_float<Act>(o);
       }
+      __syncthreads();  // the next chunk's prologue overwrites the shared arrays
+      c0 += m;
     }
-    if (p.store_final && rt.count > 0 && v_ok) {
-      gdn_store_state<St, NK, LANES>(committed, S, kl, false);
-    }
+    if (p.store_final && rt.count > 0) store_rows(committed, false);
   }
 }
 
-template <typename Act, typename St, int K, int LANES, int kItems, bool kReplay, bool kTree = false>
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree = false, int RPT = 1>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
-  constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
-  return launch_after_conv(gdn_recurrence_kernel<Act, St, K, LANES, kItems, kReplay, kTree>,
-                           dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads,
-                                (p.rows + kItems - 1) / kItems),
-                           dim3(kGdnThreads), p, stream);
+  constexpr int rows_per_cta = gdn_rows_per_cta<LANES>() * RPT;
+  return launch_after_conv(
+      gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT>,
+      dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads,
+           (p.rows + kItems - 1) / kItems),
+      dim3(kGdnThreads), p, stream);
 }
 
 template <typename Act, typename St, int K>
@@ -464,13 +623,21 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   // B=128: T=2 74% -> 80% of copy BW; T=4/8 87% -> 85-86% (hence one row per CTA there).
   if (p.cursor != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
     // Replay (history records, or tree windows without snapshots): one row per CTA.
-    // Trees get their own instantiation: only they keep the start state in shared memory.
-    return p.parents != nullptr ? launch_gdn_shape<Act, St, K, 8, 1, true, true>(p, stream)
-                                : launch_gdn_shape<Act, St, K, 8, 1, true, false>(p, stream);
+    // Trees get their own instantiation: only they keep the start state in shared memory (8 KiB
+    // a CTA that a chain's CTAs leave to L1). Chains with K = 128 from kGdnReplayRptRows rows on:
+    // kGdnReplayRpt V rows per thread (GdnRows), each staged key and query value serving that
+    // many rows.
+    if (p.parents != nullptr) return launch_gdn_shape<Act, St, K, 8, 1, 16, true, true>(p, stream);
+    if constexpr (K == 128 && kGdnReplayRpt > 1) {
+      if (p.rows >= kGdnReplayRptRows) {
+        return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false, kGdnReplayRpt>(p, stream);
+      }
+    }
+    return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false>(p, stream);
   }
   const bool two = p.rows >= 16 && p.tokens <= 3;
-  return two ? launch_gdn_shape<Act, St, K, 8, 2, false>(p, stream)
-             : launch_gdn_shape<Act, St, K, 8, 1, false>(p, stream);
+  return two ? launch_gdn_shape<Act, St, K, 8, 2, 8, false>(p, stream)
+             : launch_gdn_shape<Act, St, K, 8, 1, 8, false>(p, stream);
 }
 
 template <typename Act, typename St>
