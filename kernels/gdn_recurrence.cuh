@@ -20,7 +20,7 @@ namespace specstate::kernels {
 
 inline constexpr int kGdnThreads = 128;
 #ifndef SPECSTATE_GDN_REPLAY_RPT
-#define SPECSTATE_GDN_REPLAY_RPT 2
+#define SPECSTATE_GDN_REPLAY_RPT 1
 #endif
 #ifndef SPECSTATE_GDN_REPLAY_RPT_ROWS
 #define SPECSTATE_GDN_REPLAY_RPT_ROWS 4
@@ -43,7 +43,7 @@ struct GdnChunk {
   float eg[kChunk];
   float beta[kChunk];
   float kq[kChunk];
-  float v[kChunk][kRows];
+  __align__(16) float v[kChunk][kRows];
 };
 
 // KQ consecutive elements (16-byte aligned run start) as one vector load where it fits.
@@ -120,7 +120,8 @@ template <typename Act, int K, int kRows, int kChunk>
 __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
                                           const GdnRecurrenceParams& p, const GdnRowInputs<Act>& in,
                                           int h, int hv, int c0, int n, float A, float dt_bias,
-                                          const GdnFactorSink& sink, int off = 0) {
+                                          const GdnFactorSink& sink, int off = 0,
+                                          bool wait_async = false) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
   for (int i = tid; i < n * kRows; i += kGdnThreads) {
@@ -187,7 +188,64 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
       if (rec != nullptr) reinterpret_cast<float*>(rec + p.f_kf)[h] = kf;
     }
   }
+  // History records prefetched with cp.async (gdn_prefetch_history) land before the barrier.
+  if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
+}
+
+template <int kBytes>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(gmem), "n"(kBytes)
+                 : "memory");
+  }
+}
+
+// Starts copying history records [0, n) of a slot (record i at ring position (base + i) mod R)
+// into shared memory with cp.async, issued before the wait for the conv kernel so that their
+// latency overlaps the state load and the window's loads: the key as the record holds it (act
+// dtype) into hk and its factor into hkf, this CTA's rows of u into c.v, e^g into c.eg. The
+// copies complete at gdn_stage(..., wait_async = true); gdn_apply_raw applies them.
+template <typename Act, int K, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>& c, Act* hk,
+                                                     float* hkf, const GdnRecurrenceParams& p,
+                                                     const char* ring, int base, int h, int hv,
+                                                     int n) {
+  static_assert((K * sizeof(Act)) % 16 == 0 && kRows % 4 == 0, "16-byte copies");
+  constexpr int kKParts = static_cast<int>(K * sizeof(Act) / 16);  // 16-byte parts of a key
+  constexpr int kUParts = kRows / 4;                               // 4-row parts of u
+  const int tid = threadIdx.x;
+  const int V = p.head_v_dim;
+  const int v0 = blockIdx.x * kRows;
+  const auto record = [&](int tt) {
+    int pos = base + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kKParts; i += kGdnThreads) {
+    const int tt = i / kKParts, part = i % kKParts;
+    cp_async<16>(reinterpret_cast<char*>(hk + tt * K) + part * 16,
+                 record(tt) + p.f_k + int64_t{h} * K * sizeof(Act) + part * 16);
+  }
+  const bool u_vec = V % 4 == 0 && v0 + kRows <= V;
+  for (int i = tid; i < n * kUParts; i += kGdnThreads) {
+    const int tt = i / kUParts, r = (i % kUParts) * 4;
+    const float* u = reinterpret_cast<const float*>(record(tt) + p.f_u) + int64_t{hv} * V + v0 + r;
+    if (u_vec) {
+      cp_async<16>(&c.v[tt][r], u);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) c.v[tt][r + j] = v0 + r + j < V ? u[j] : 0.0f;
+    }
+  }
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    cp_async<4>(&c.eg[tt], record(tt) + p.f_eg + int64_t{hv} * 4);
+    cp_async<4>(&hkf[tt], record(tt) + p.f_kf + int64_t{h} * 4);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
 // Stages history factor records [c0, c0 + n) of a slot (record i at ring position
@@ -283,6 +341,29 @@ __device__ __forceinline__ void gdn_apply(float4 (&S)[RPT][K / (4 * LANES)],
   for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
 }
 
+// Applies prefetched history record tt (gdn_prefetch_history: the key in the act dtype and its
+// factor) to this thread's rows of S: k^ = k * kf, the product the step computed.
+template <typename Act, typename St, int K, int LANES, int RPT, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
+                                              const GdnChunk<K, kRows, kChunk>& c, const Act* hk,
+                                              const float* hkf, int tt, int kl,
+                                              const GdnRows<RPT>& rows) {
+  constexpr int NK = K / (4 * LANES);
+  const float kf = hkf[tt];
+  float4 kn[NK];
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = load4<Act>(hk + tt * K + i * 4 * LANES + kl * 4);
+    kn[i].x *= kf;
+    kn[i].y *= kf;
+    kn[i].z *= kf;
+    kn[i].w *= kf;
+  }
+  const float eg = c.eg[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
+}
+
 // One token step on this thread's rows of S (staged token tt); sets o and u (the update) of each
 // row. kOutput = false (a tree path recomputed): S q~ and the output are not computed; the state
 // update is the same arithmetic.
@@ -372,6 +453,9 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
   constexpr int kRowsBase = gdn_rows_per_cta<LANES>();
   constexpr int kRows = kRowsBase * RPT;
   __shared__ GdnChunk<K, kRows, kChunk> chunk;
+  // Merged history records (replay): their keys as the records hold them, and their factors.
+  __shared__ __align__(16) Act hist_k[kReplay ? kChunk * K : 8];
+  __shared__ float hist_kf[kReplay ? kChunk : 1];
   __shared__ __align__(16) St next_state[kItems > 1 ? kRows * K : 4];
   // A tree without snapshots restarts branches from the row's start state (post history).
   __shared__ __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
@@ -438,7 +522,7 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
   int wpos = 0;  // ring position of window token 0 (base + h)
   // A chain whose history and window fit one chunk stages both at once after the wait (one
   // prologue and one barrier pair, as a plain verify): `merged` records what is left to apply.
-  int merged_hist = 0, merged_base = 0;
+  int merged_hist = 0;
   bool merged_store = false;
   if constexpr (kReplay) {
     if (p.cursor != nullptr && slot0 >= 0) {
@@ -454,8 +538,9 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
                                 : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
       if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
         merged_hist = hist;
-        merged_base = base;
         merged_store = store;
+        gdn_prefetch_history<Act, K, kRows, kChunk>(chunk, hist_k, hist_kf, p, ring, base, h, hv,
+                                                    hist);
         hist = 0;
       }
       for (int c0 = 0; c0 < hist; c0 += kChunk) {
@@ -530,14 +615,11 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
       // A tree without snapshots needs its whole window staged in one chunk (tokens <= kChunk).
       const int m = min(kChunk, rt.count - c0);
       const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
-      if (off > 0) {
-        gdn_stage_history<Act, K, kRows, kChunk, false>(
-            chunk, p, p.factors + slot * p.factor_stride_slot, merged_base, h, hv, 0, off);
-      }
-      gdn_stage<Act, K, kRows, kChunk>(chunk, p, in, h, hv, c0, m, A, dt_bias, sink, off);
+      gdn_stage<Act, K, kRows, kChunk>(chunk, p, in, h, hv, c0, m, A, dt_bias, sink, off, off > 0);
       if (off > 0) {
         for (int tt = 0; tt < off; ++tt) {
-          gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, chunk, tt, kl, rows);
+          gdn_apply_raw<Act, St, K, LANES, RPT, kRows, kChunk>(S, chunk, hist_k, hist_kf, tt, kl,
+                                                               rows);
         }
         if (merged_store) store_rows(committed, false);
       }
