@@ -35,32 +35,39 @@ ncu --kernel-name "regex:$KERNEL" --launch-skip "$SKIP" --launch-count 1 --set f
 ncu -i "$OUT/$TAG.ncu-rep" --page details >"$OUT/$TAG-details.txt" 2>&1
 grep -E "Duration|DRAM Throughput|Compute \(SM\)|Executed Ipc|Issue Slots|Registers Per|Achieved Occ|Warp Cycles Per Issued|Executed Instructions " \
   "$OUT/$TAG-details.txt" | head -20
-for view in cuda sass; do
-  ncu -i "$OUT/$TAG.ncu-rep" --page source --csv --print-source "$view" \
-    >"$OUT/$TAG-$view.csv" 2>"$OUT/$TAG-$view.err" || head -3 "$OUT/$TAG-$view.err"
-done
-python3 - "$OUT/$TAG-cuda.csv" "$OUT/$TAG-sass.csv" <<'PY'
+ncu -i "$OUT/$TAG.ncu-rep" --page source --csv --print-source cuda,sass \
+  >"$OUT/$TAG-source.csv" 2>"$OUT/$TAG-source.err" || head -3 "$OUT/$TAG-source.err"
+# Per CUDA source line (the rows that carry a line number): instructions executed and warp-stall
+# samples, hottest first by samples.
+python3 - "$OUT/$TAG-source.csv" <<'PY'
 import csv, sys
-for path in sys.argv[1:]:
+rows = list(csv.reader(open(sys.argv[1])))
+cur, hdr, inst, samp, text = None, None, {}, {}, {}
+def num(x):
     try:
-        rows = list(csv.reader(open(path)))
-    except Exception as e:
-        print(path, e); continue
-    hdr = None
-    for i, r in enumerate(rows):
-        if any("Instructions Executed" in c for c in r):
-            hdr = i; break
-    if hdr is None:
-        print(path, "no header;", rows[:2]); continue
-    h = rows[hdr]
-    ie = next(j for j, c in enumerate(h) if c.strip() == "Instructions Executed" or c.startswith("Instructions Executed"))
-    src = next((j for j, c in enumerate(h) if c.strip() in ("Source", "Address")), 1)
-    data = []
-    for r in rows[hdr + 1:]:
-        try: data.append((float(r[ie].replace(",", "")), r))
-        except Exception: pass
-    tot = sum(d[0] for d in data) or 1
-    print(f"== {path}: {tot:.4g} warp instructions; columns {h[:4]}")
-    for n, r in sorted(data, key=lambda d: -d[0])[:45]:
-        print(f"{n/tot*100:5.1f}% {n:10.4g} | " + " | ".join(c.strip()[:90] for c in r[:3]))
+        return float(x.replace(",", "")) if x else 0.0
+    except ValueError:
+        return 0.0
+for r in rows:
+    if not r:
+        continue
+    if r[0] == "File Path":
+        cur = r[1].split("/")[-1]
+        continue
+    if r[0] == "Line No":
+        hdr = r
+        ie = hdr.index("Instructions Executed")
+        ss = hdr.index("Warp Stall Sampling (All Samples)")
+        continue
+    if hdr is None or not r[0] or r[0] == "Function Name":
+        continue
+    k = (cur, r[0])
+    inst[k] = inst.get(k, 0.0) + num(r[ie])
+    samp[k] = samp.get(k, 0.0) + num(r[ss])
+    text[k] = r[1].strip()
+ti, ts = sum(inst.values()) or 1.0, sum(samp.values()) or 1.0
+print(f"== {ti:.4g} warp instructions, {ts:.0f} stall samples (per CUDA line)")
+for k in sorted(samp, key=lambda k: -samp[k])[:40]:
+    print(f"{samp[k] / ts * 100:5.1f}% stalls {inst[k] / ti * 100:5.1f}% instr  "
+          f"{k[0]}:{k[1]}  {text[k][:90]}")
 PY
