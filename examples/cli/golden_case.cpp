@@ -13,7 +13,6 @@
 #include <sstream>
 #include <utility>
 
-#include "cli/golden_mamba2.h"
 #include "cli/golden_runner.h"
 #include "specstate/spec/json_depth.h"
 #include "specstate/specstate.h"
@@ -62,12 +61,15 @@ json case_params(const GoldenCase& golden) {
   return found ? params : json::object();
 }
 
-bool is_mamba2(const GoldenCase& golden, const json& params) {
-  const auto model = params.find("model");
-  if (model != params.end() && model->is_string() && model->get<std::string>() == "mamba2") {
-    return true;
+// The layer kinds, tried in order: the first whose `matches` says yes runs the case. GDN comes
+// last and takes every other case (one without mixed_qkv.l0 is "not a GDN golden case").
+const golden::GoldenKind& kind_of(const GoldenCase& golden, const json& params) {
+  const golden::GoldenKind* const kinds[] = {&golden::mamba2_golden_kind(),
+                                             &golden::gdn_golden_kind()};
+  for (const golden::GoldenKind* kind : kinds) {
+    if (kind->matches(golden, params)) return *kind;
   }
-  return golden.store.contains("xBC.l0");
+  return golden::gdn_golden_kind();
 }
 
 std::string format_rel(double value) {
@@ -237,15 +239,19 @@ GoldenReport run_golden_case(const GoldenCase& golden, const GoldenOptions& opti
   report.case_name = golden.name;
   report.files = golden.files;
   report.named_explicitly = golden.named_explicitly;
+  const char* error_prefix = "";
   try {
     const json params = case_params(golden);
-    if (is_mamba2(golden, params)) {
-      run_mamba2_golden_case(golden, params, options, report);  // cli/golden_mamba2.cpp
-      return report;
-    }
-    const auto adapter = golden::gdn_golden_kind().make(golden, params);
+    const golden::GoldenKind& kind = kind_of(golden, params);
+    error_prefix = kind.error_prefix;
+    const auto adapter = kind.make(golden, params);
     report.description = adapter->describe(options);
     golden::run_round(golden.store, *adapter, options, report);
+  } catch (const golden::CaseError& e) {
+    report.outcome = GoldenOutcome::kError;
+    report.tensors.clear();
+    report.checks.clear();
+    report.message = Error(e.status(), error_prefix + e.detail()).what();
   } catch (const Error& e) {
     report.outcome = GoldenOutcome::kError;
     report.tensors.clear();

@@ -248,7 +248,7 @@ std::unique_ptr<GoldenAdapter> make_gdn(const GoldenCase& golden, const json& pa
 }  // namespace
 
 const GoldenKind& gdn_golden_kind() {
-  static const GoldenKind kind{"GDN", &is_gdn, &make_gdn};
+  static const GoldenKind kind{"GDN", "", &is_gdn, &make_gdn};
   return kind;
 }
 

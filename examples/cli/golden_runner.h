@@ -25,7 +25,7 @@ using Shape = std::vector<int64_t>;
 using Bytes = std::vector<unsigned char>;
 
 // A problem of the case itself (missing tensor, inconsistent shapes, ...): Error with
-// kInvalidArgument. run_golden_case prefixes `detail` with the kind's error_prefix.
+// kInvalidArgument. run_golden_case starts its message with the kind's error_prefix.
 class CaseError : public Error {
  public:
   explicit CaseError(const std::string& detail)
@@ -136,6 +136,7 @@ class GoldenAdapter {
 // the case's sizes, dtypes and indices; bad_case on problems).
 struct GoldenKind {
   const char* name;
+  const char* error_prefix;  // starts the message of a CaseError of its cases
   bool (*matches)(const GoldenCase& golden, const json& params);
   std::unique_ptr<GoldenAdapter> (*make)(const GoldenCase& golden, const json& params);
 };
