@@ -146,9 +146,32 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Launches a recurrence kernel with programmatic dependent launch: it may start while the conv
-// kernel before it runs (captured as a programmatic edge in CUDA graphs) and waits
-// (griddepcontrol.wait) before reading the conv output.
+// Programmatic dependent launch (compute capability 9.0 and later): the conv kernel lets the
+// kernel after it start (launch_dependents), which waits for the conv grid (grid_dependency_wait)
+// before reading the conv output. On older GPUs (sm_80) both are no-ops and the kernels run in
+// plain stream order (launch_after_conv does not ask for the programmatic edge there).
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Whether the current device runs programmatic dependent launch (compute capability >= 9.0).
+inline bool programmatic_launch_supported() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major >= 9;
+}
+
+// Launches a recurrence kernel with programmatic dependent launch where the device has it: it may
+// start while the conv kernel before it runs (captured as a programmatic edge in CUDA graphs)
+// and waits (grid_dependency_wait) before reading the conv output.
 template <typename Params>
 cudaError_t launch_after_conv(void (*kernel)(Params), dim3 grid, dim3 block, const Params& p,
                               cudaStream_t stream) {
@@ -160,7 +183,7 @@ cudaError_t launch_after_conv(void (*kernel)(Params), dim3 grid, dim3 block, con
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = programmatic_launch_supported() ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, p);
   return err != cudaSuccess ? err : cudaGetLastError();
 }

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kConvThreads)
   constexpr int H = W - 1;
   // Lets the recurrence kernel that follows (launched with programmatic stream serialization)
   // start its conv-independent prologue now; it waits for this grid before reading conv_out.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  launch_dependents();
   const int groups = (p.conv_dim + C - 1) / C;
   const bool has_records = kRecords && p.records != nullptr;
   const int extra_threads = has_records ? p.extra_count * p.extra_cols : 0;
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kReplayGroups* kReplayVt)
     conv_replay_small_kernel(const __grid_constant__ ConvUpdateParams p, int channel_ctas) {
   constexpr int C = kConvChannels;
   constexpr int H = W - 1;
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  launch_dependents();
   const int r = blockIdx.y;
   const int row = p.row_begin + r;
   const int slot = p.slots ? p.slots[row] : p.slot_inline[r];

