@@ -67,9 +67,19 @@ class Memory {
   virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
 };
 
-// `cuda_error_prefix` starts the message of a failed CUDA runtime call.
+// golden_memory.cpp. `cuda_error_prefix` starts the message of a failed CUDA runtime call.
 std::unique_ptr<Memory> make_memory(Backend backend, int device,
                                     const std::string& cuda_error_prefix);
+
+// Floats from raw bytes of `dtype` (f32 or bf16).
+std::vector<float> decode(const Bytes& bytes, DType dtype);
+// A row-major view of `shape` at `data`.
+TensorView make_view(void* data, DType dtype, const Shape& shape, Device device);
+// The view's elements in row-major order, as raw bytes of its dtype (for bit-exact checks), and
+// `values` written into a view in its dtype (exactly: see upload). `what` names it in errors.
+Bytes read_bytes(Memory& memory, const TensorView& view, const std::string& what);
+void write_floats(Memory& memory, const TensorView& view, const std::vector<float>& values,
+                  const std::string& what);
 
 // A new buffer holding `values` in `dtype`, viewed row-major as `shape`. With `exact`, a value
 // that bf16 cannot hold exactly is a bad_case (a bf16 case stores exact float32 copies).
@@ -78,7 +88,7 @@ TensorView upload(Memory& memory, const std::vector<float>& values, DType dtype,
 // The case's tensor `name`, uploaded in `dtype` as `shape`.
 TensorView upload_tensor(Memory& memory, const TensorStore& store, const std::string& name,
                          DType dtype, const Shape& shape);
-// `elements` NaNs in `dtype` as `shape`: an output that a real row leaves unwritten cannot pass.
+// NaNs in `dtype` as `shape`: an output that a real row leaves unwritten cannot pass.
 TensorView upload_nan(Memory& memory, DType dtype, const Shape& shape, const std::string& what);
 
 // --- what a kind adapter tells the runner ----------------------------------------------------
