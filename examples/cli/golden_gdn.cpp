@@ -180,19 +180,10 @@ std::string describe_case(const CaseSpec& s, const GoldenOptions& options) {
   return out.str();
 }
 
-class GdnAdapter final : public GoldenAdapter {
+class GdnAdapter final : public AdapterBase<CaseSpec> {
  public:
   GdnAdapter(const GoldenCase& golden, const json& params)
-      : store_(golden.store), spec_(read_spec(golden, params)) {}
-
-  const RoundSpec& round() const override { return spec_; }
-  const ReportStyle& style() const override {
-    static const ReportStyle style;
-    return style;
-  }
-  std::string describe(const GoldenOptions& options) const override {
-    return describe_case(spec_, options);
-  }
+      : AdapterBase(golden.store, read_spec(golden, params)) {}
 
   ModelConfig model() const override {
     const CaseSpec& s = spec_;
@@ -204,51 +195,37 @@ class GdnAdapter final : public GoldenAdapter {
     layer.conv_width = s.W;
     layer.scale = s.scale;
     layer.conv_bias = s.conv_bias;
-    layer.act_dtype = s.act;
-    layer.conv_state_dtype = s.conv_state;
-    layer.ssm_state_dtype = s.ssm_state;
-    return ModelConfig::gated_delta_net(s.L, layer);
+    return ModelConfig::gated_delta_net(s.L, with_storage_dtypes(layer));
   }
 
   LayerOutputs verify_layer(StatePool& pool, Memory& mem, int l) const override {
     const CaseSpec& s = spec_;
     const int64_t tokens = int64_t{s.R} * s.T;
-    auto put = [&](const char* base, DType dtype, const Shape& shape) {
-      return upload_tensor(mem, store_, layer_name(base, l), dtype, shape);
-    };
     GdnWeights weights;
-    weights.conv_weight = put("conv_weight", s.conv_weight, {s.D, s.W});
-    if (s.conv_bias) weights.conv_bias = put("conv_bias", s.conv_weight, {s.D});
-    weights.A_log = put("A_log", s.a_log, {s.HV});
-    weights.dt_bias = put("dt_bias", s.dt_bias, {s.HV});
+    weights.conv_weight = layer_tensor(mem, "conv_weight", l, s.conv_weight, {s.D, s.W});
+    if (s.conv_bias) weights.conv_bias = layer_tensor(mem, "conv_bias", l, s.conv_weight, {s.D});
+    weights.A_log = layer_tensor(mem, "A_log", l, s.a_log, {s.HV});
+    weights.dt_bias = layer_tensor(mem, "dt_bias", l, s.dt_bias, {s.HV});
     GdnInputs inputs;
-    inputs.mixed_qkv = put("mixed_qkv", s.act, {tokens, s.D});
-    inputs.a = put("a", s.act, {tokens, s.HV});
-    inputs.b = put("b", s.act, {tokens, s.HV});
+    inputs.mixed_qkv = layer_tensor(mem, "mixed_qkv", l, s.act, {tokens, s.D});
+    inputs.a = layer_tensor(mem, "a", l, s.act, {tokens, s.HV});
+    inputs.b = layer_tensor(mem, "b", l, s.act, {tokens, s.HV});
     GdnOutputs outputs;
     outputs.conv_out = upload_nan(mem, s.act, {tokens, s.D}, "conv_out");
     outputs.core_out = upload_nan(mem, s.act, {tokens, s.HV, s.V}, "core_out");
     pool.verify(l, weights, inputs, outputs);
     return {outputs.conv_out, outputs.core_out};
   }
-
- private:
-  const TensorStore& store_;
-  CaseSpec spec_;
 };
 
 // Not Mamba2 (the kind table tries Mamba2 first): a case without mixed_qkv.l0 is reported as
 // "not a GDN golden case".
 bool is_gdn(const GoldenCase&, const json&) { return true; }
 
-std::unique_ptr<GoldenAdapter> make_gdn(const GoldenCase& golden, const json& params) {
-  return std::make_unique<GdnAdapter>(golden, params);
-}
-
 }  // namespace
 
 const GoldenKind& gdn_golden_kind() {
-  static const GoldenKind kind{"GDN", "", &is_gdn, &make_gdn};
+  static const GoldenKind kind{"GDN", "", &is_gdn, &make_adapter<GdnAdapter>};
   return kind;
 }
 

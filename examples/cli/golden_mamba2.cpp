@@ -225,18 +225,14 @@ ReportStyle mamba2_style() {
   return style;
 }
 
-class Mamba2Adapter final : public GoldenAdapter {
+class Mamba2Adapter final : public AdapterBase<Spec> {
  public:
   Mamba2Adapter(const GoldenCase& golden, const json& params)
-      : store_(golden.store), spec_(read_spec(golden.store, params)) {}
+      : AdapterBase(golden.store, read_spec(golden.store, params)) {}
 
-  const RoundSpec& round() const override { return spec_; }
   const ReportStyle& style() const override {
     static const ReportStyle style = mamba2_style();
     return style;
-  }
-  std::string describe(const GoldenOptions& options) const override {
-    return describe_case(spec_, options);
   }
 
   ModelConfig model() const override {
@@ -250,28 +246,23 @@ class Mamba2Adapter final : public GoldenAdapter {
     layer.conv_bias = s.conv_bias;
     layer.d_skip = s.d_skip;
     layer.gate = s.gate;
-    layer.act_dtype = s.act;
-    layer.conv_state_dtype = s.conv_state;
-    layer.ssm_state_dtype = s.ssm_state;
-    return ModelConfig::mamba2(s.L, layer);
+    return ModelConfig::mamba2(s.L, with_storage_dtypes(layer));
   }
 
   LayerOutputs verify_layer(StatePool& pool, Memory& mem, int l) const override {
     const Spec& s = spec_;
     const int64_t tokens = int64_t{s.R} * s.T, HP = int64_t{s.H} * s.P;
-    auto put = [&](const char* base, DType dtype, const Shape& shape) {
-      return upload_tensor(mem, store_, layer_name(base, l), dtype, shape);
-    };
     Mamba2Weights w;
-    w.conv_weight = put("conv_weight", s.conv_weight, {s.Dc, s.W});
-    if (s.conv_bias) w.conv_bias = put("conv_bias", s.conv_weight, {s.Dc});
-    w.A_log = put("A_log", s.a_log, {s.H});
-    w.dt_bias = put("dt_bias", s.dt_bias, {s.H});
-    if (s.d_skip) w.D = put("D", s.d, {s.H});
+    w.conv_weight = layer_tensor(mem, "conv_weight", l, s.conv_weight, {s.Dc, s.W});
+    if (s.conv_bias) w.conv_bias = layer_tensor(mem, "conv_bias", l, s.conv_weight, {s.Dc});
+    w.A_log = layer_tensor(mem, "A_log", l, s.a_log, {s.H});
+    w.dt_bias = layer_tensor(mem, "dt_bias", l, s.dt_bias, {s.H});
+    if (s.d_skip) w.D = layer_tensor(mem, "D", l, s.d, {s.H});
     Mamba2Inputs in;
-    in.xBC = put("xBC", s.act, {tokens, s.Dc});
-    in.dt = put("dt", s.act, {tokens, s.H});
-    if (s.gate) in.z = put("z", s.act, {tokens, HP});  // [R, T, H, P] as [tokens, H*P]
+    in.xBC = layer_tensor(mem, "xBC", l, s.act, {tokens, s.Dc});
+    in.dt = layer_tensor(mem, "dt", l, s.act, {tokens, s.H});
+    // z is [R, T, H, P], passed as [tokens, H*P].
+    if (s.gate) in.z = layer_tensor(mem, "z", l, s.act, {tokens, HP});
     Mamba2Outputs out;
     out.conv_out = upload_nan(mem, s.act, {tokens, s.Dc}, "");
     out.y = upload_nan(mem, s.act, {tokens, s.H, s.P}, "");
@@ -301,10 +292,6 @@ class Mamba2Adapter final : public GoldenAdapter {
     }
     return notes;
   }
-
- private:
-  const TensorStore& store_;
-  Spec spec_;
 };
 
 // Told apart by params_json `model` or an xBC.l0 tensor.
@@ -316,14 +303,10 @@ bool is_mamba2(const GoldenCase& golden, const json& params) {
   return golden.store.contains("xBC.l0");
 }
 
-std::unique_ptr<GoldenAdapter> make_mamba2(const GoldenCase& golden, const json& params) {
-  return std::make_unique<Mamba2Adapter>(golden, params);
-}
-
 }  // namespace
 
 const GoldenKind& mamba2_golden_kind() {
-  static const GoldenKind kind{"Mamba2", "Mamba2 case: ", &is_mamba2, &make_mamba2};
+  static const GoldenKind kind{"Mamba2", "Mamba2 case: ", &is_mamba2, &make_adapter<Mamba2Adapter>};
   return kind;
 }
 

@@ -573,6 +573,11 @@ void run_round(const TensorStore& store, const GoldenAdapter& adapter, const Gol
 
 }  // namespace
 
+const ReportStyle& GoldenAdapter::style() const {
+  static const ReportStyle style;
+  return style;
+}
+
 void run_round(const TensorStore& store, const GoldenAdapter& adapter, const GoldenOptions& options,
                GoldenReport& report) {
   run_round(store, adapter, options, report, nullptr);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/golden_case.h"
@@ -112,7 +113,6 @@ struct RoundSpec {
 // Details in which the Mamba2 report has always differed from the GDN one, kept so that each
 // kind's output stays what it was. A new kind takes the defaults (the GDN report).
 struct ReportStyle {
-  std::string error_prefix;  // starts the message of a CaseError
   std::string cuda_error_prefix = "check-golden: ";
   bool flat_where = false;                       // "worst at x element 17", not "x [0, 1, 3]"
   bool sglang_where_unless_earlier_ref = false;  // which tensor's worst place is shown
@@ -131,7 +131,7 @@ class GoldenAdapter {
  public:
   virtual ~GoldenAdapter() = default;
   virtual const RoundSpec& round() const = 0;
-  virtual const ReportStyle& style() const = 0;
+  virtual const ReportStyle& style() const;  // the defaults (the GDN report)
   // Sizes, dtypes, chain/tree, backend, strategy: the report's second line.
   virtual std::string describe(const GoldenOptions& options) const = 0;
   virtual ModelConfig model() const = 0;
@@ -142,6 +142,42 @@ class GoldenAdapter {
   virtual std::vector<std::string> notes() const { return {}; }
 };
 
+// What every adapter has: the case's tensors and the kind's Spec (a RoundSpec that adds the kind's
+// sizes and dtypes), which the adapter reads from the case in its constructor.
+//
+// A new kind's file (see golden_gdn.cpp): a `struct Spec : RoundSpec`, a read_spec that fills it
+// from the case (read_round_indices reads the round's indices), describe_case(spec, options), an
+// adapter deriving from AdapterBase<Spec> with model() and verify_layer(), and its GoldenKind,
+// added to the kind table of golden_case.cpp.
+template <typename Spec>
+class AdapterBase : public GoldenAdapter {
+ public:
+  const RoundSpec& round() const final { return spec_; }
+  // describe_case(const Spec&, const GoldenOptions&), found next to Spec.
+  std::string describe(const GoldenOptions& options) const final {
+    return describe_case(spec_, options);
+  }
+
+ protected:
+  AdapterBase(const TensorStore& store, Spec spec) : store_(store), spec_(std::move(spec)) {}
+  // The case's tensor `base`.l<layer> in a new buffer of `memory`, as `dtype` viewed as `shape`.
+  TensorView layer_tensor(Memory& memory, const char* base, int layer, DType dtype,
+                          const Shape& shape) const {
+    return upload_tensor(memory, store_, layer_name(base, layer), dtype, shape);
+  }
+  // `layer` (a kind's config) with the round's storage dtypes.
+  template <typename Config>
+  Config with_storage_dtypes(Config layer) const {
+    layer.act_dtype = spec_.act;
+    layer.conv_state_dtype = spec_.conv_state;
+    layer.ssm_state_dtype = spec_.ssm_state;
+    return layer;
+  }
+
+  const TensorStore& store_;
+  const Spec spec_;
+};
+
 // A layer kind of the golden cases: whether a case is of it, and its adapter (reads and checks
 // the case's sizes, dtypes and indices; bad_case on problems).
 struct GoldenKind {
@@ -150,6 +186,11 @@ struct GoldenKind {
   bool (*matches)(const GoldenCase& golden, const json& params);
   std::unique_ptr<GoldenAdapter> (*make)(const GoldenCase& golden, const json& params);
 };
+
+template <typename Adapter>
+std::unique_ptr<GoldenAdapter> make_adapter(const GoldenCase& golden, const json& params) {
+  return std::make_unique<Adapter>(golden, params);
+}
 
 const GoldenKind& gdn_golden_kind();     // golden_gdn.cpp
 const GoldenKind& mamba2_golden_kind();  // golden_mamba2.cpp
