@@ -43,10 +43,16 @@ if env -u LD_LIBRARY_PATH ldd "$ext" | grep -E "libcudart|libspdlog|libfmt"; the
   echo "FAILED: the extension links a library the wheel does not carry"
   exit 1
 fi
-# The architectures compiled in (the fatbinary's ELF names them).
-for a in 80 90 100; do
-  if grep -aq "sm_$a" "$ext"; then echo "  sm_$a: present"; else echo "  sm_$a: absent"; fi
-done
+# The architectures compiled in: cuobjdump where the toolkit has it, else the fatbinary's arch
+# names in the file (a weaker check).
+if command -v cuobjdump >/dev/null 2>&1; then
+  cuobjdump --list-elf "$ext" | sed -E 's/.*\.(sm_[0-9a-z]+)\..*/  SASS \1/' | sort -u
+  cuobjdump --list-ptx "$ext" | sed -E 's/.*\.(sm_[0-9a-z]+)\..*/  PTX \1/' | sort -u
+else
+  for a in 80 90 100; do
+    if grep -aq "sm_$a" "$ext"; then echo "  sm_$a: named"; else echo "  sm_$a: absent"; fi
+  done
+fi
 # A CUDA pool: made on a GPU machine; elsewhere a clean error naming the missing device.
 env -u LD_LIBRARY_PATH "$venv/bin/python" - <<'PY'
 import specstate
