@@ -15,6 +15,7 @@
 #include "kernels/conv_update.h"
 #include "kernels/gdn_recurrence.h"
 #include "kernels/mamba2_recurrence.h"
+#include "layer_copy.h"
 #include "specstate/status.h"
 
 namespace specstate::detail {
@@ -22,15 +23,9 @@ namespace {
 
 namespace k = specstate::kernels;
 
-[[noreturn]] void throw_cuda(const char* what, cudaError_t err) {
-  throw Error(Status::kBackendError, std::string("cuda backend: ") + what + ": " +
-                                         cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
-                                         ")");
-}
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw_cuda(what, err);
-}
+using cuda::check;
+using cuda::export_ptrs;
+using cuda::slot_ptrs;
 
 // Makes `device` current for the scope and restores the previous one.
 class DeviceGuard {
@@ -54,7 +49,9 @@ class DeviceGuard {
 class CudaBackend final : public BackendImpl {
  public:
   explicit CudaBackend(const PoolOptions& options)
-      : device_(options.device), stream_(static_cast<cudaStream_t>(options.stream)) {
+      : device_(options.device),
+        stream_(static_cast<cudaStream_t>(options.stream)),
+        layer_copy_(options.device, static_cast<cudaStream_t>(options.stream)) {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
@@ -204,10 +201,10 @@ class CudaBackend final : public BackendImpl {
     const Layout& l = s.layout;
     // One strided memset per buffer covers the slot in every layer (one per layer when the
     // caller's layers are not equidistant).
-    memset_layers(slot_ptrs(s.conv_layers, slot, s.conv_slot_stride), l.conv_bytes,
-                  "zeroing a slot's conv state");
-    memset_layers(slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes,
-                  "zeroing a slot's SSM state");
+    layer_copy_.zero(slot_ptrs(s.conv_layers, slot, s.conv_slot_stride), l.conv_bytes,
+                     "zeroing a slot's conv state");
+    layer_copy_.zero(slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes,
+                     "zeroing a slot's SSM state");
     if (s.pending()) {
       check(cudaMemset2DAsync(s.pending() + slot, sizeof(int32_t) * l.slots, 0, sizeof(int32_t),
                               l.layers, stream_),
@@ -219,12 +216,12 @@ class CudaBackend final : public BackendImpl {
     DeviceGuard guard(device_);
     const Layout& l = s.layout;
     // One strided copy per buffer covers the slot in every layer.
-    copy_layers(slot_ptrs(s.conv_layers, dst, s.conv_slot_stride),
-                slot_ptrs(s.conv_layers, src, s.conv_slot_stride), l.conv_bytes,
-                cudaMemcpyDeviceToDevice, "copying a slot's conv state");
-    copy_layers(slot_ptrs(s.ssm_layers, dst, s.ssm_slot_stride),
-                slot_ptrs(s.ssm_layers, src, s.ssm_slot_stride), l.ssm_bytes,
-                cudaMemcpyDeviceToDevice, "copying a slot's SSM state");
+    layer_copy_.copy(slot_ptrs(s.conv_layers, dst, s.conv_slot_stride),
+                     slot_ptrs(s.conv_layers, src, s.conv_slot_stride), l.conv_bytes,
+                     cudaMemcpyDeviceToDevice, "copying a slot's conv state");
+    layer_copy_.copy(slot_ptrs(s.ssm_layers, dst, s.ssm_slot_stride),
+                     slot_ptrs(s.ssm_layers, src, s.ssm_slot_stride), l.ssm_bytes,
+                     cudaMemcpyDeviceToDevice, "copying a slot's SSM state");
   }
 
   void export_slot(const PoolStorage& s, int slot, void* buffer, Device buffer_device) override {
@@ -235,10 +232,11 @@ class CudaBackend final : public BackendImpl {
     // The export layout interleaves the layers' conv windows and SSM states: one strided copy
     // per buffer, the destination pitch being one layer's conv + SSM bytes.
     char* out = static_cast<char*>(buffer);
-    copy_layers(export_ptrs(s, out, 0), slot_ptrs(s.conv_layers, slot, s.conv_slot_stride),
-                l.conv_bytes, kind, "exporting a slot's conv state");
-    copy_layers(export_ptrs(s, out, l.conv_bytes), slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride),
-                l.ssm_bytes, kind, "exporting a slot's SSM state");
+    layer_copy_.copy(export_ptrs(s, out, 0), slot_ptrs(s.conv_layers, slot, s.conv_slot_stride),
+                     l.conv_bytes, kind, "exporting a slot's conv state");
+    layer_copy_.copy(export_ptrs(s, out, l.conv_bytes),
+                     slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes, kind,
+                     "exporting a slot's SSM state");
     if (buffer_device == Device::kCpu) {
       check(cudaStreamSynchronize(stream_), "waiting for a slot export");
     }
@@ -251,10 +249,11 @@ class CudaBackend final : public BackendImpl {
     const cudaMemcpyKind kind =
         buffer_device == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
     char* in = const_cast<char*>(static_cast<const char*>(buffer));
-    copy_layers(slot_ptrs(s.conv_layers, slot, s.conv_slot_stride), export_ptrs(s, in, 0),
-                l.conv_bytes, kind, "importing a slot's conv state");
-    copy_layers(slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride), export_ptrs(s, in, l.conv_bytes),
-                l.ssm_bytes, kind, "importing a slot's SSM state");
+    layer_copy_.copy(slot_ptrs(s.conv_layers, slot, s.conv_slot_stride), export_ptrs(s, in, 0),
+                     l.conv_bytes, kind, "importing a slot's conv state");
+    layer_copy_.copy(slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride),
+                     export_ptrs(s, in, l.conv_bytes), l.ssm_bytes, kind,
+                     "importing a slot's SSM state");
     if (buffer_device == Device::kCpu) {
       // The caller may free or reuse its host buffer once the call returns.
       check(cudaStreamSynchronize(stream_), "waiting for a slot import");
@@ -497,63 +496,6 @@ class CudaBackend final : public BackendImpl {
     }
   }
 
-  // Slot `slot` of every layer.
-  static std::vector<char*> slot_ptrs(const std::vector<char*>& layers, int slot, int64_t stride) {
-    std::vector<char*> out(layers.size());
-    for (std::size_t l = 0; l < layers.size(); ++l) out[l] = layers[l] + slot * stride;
-    return out;
-  }
-  // Layer l's conv (offset 0) or SSM (offset conv_bytes) part of an export buffer.
-  static std::vector<char*> export_ptrs(const PoolStorage& s, char* buffer, int64_t offset) {
-    std::vector<char*> out(static_cast<std::size_t>(s.layout.layers));
-    const int64_t pitch = s.layout.conv_bytes + s.layout.ssm_bytes;
-    for (std::size_t l = 0; l < out.size(); ++l) out[l] = buffer + l * pitch + offset;
-    return out;
-  }
-
-  int64_t max_pitch() {
-    if (max_pitch_ < 0) {
-      int value = 0;
-      max_pitch_ =
-          cudaDeviceGetAttribute(&value, cudaDevAttrMaxPitch, device_) == cudaSuccess ? value : 0;
-    }
-    return max_pitch_;
-  }
-
-  // `width` bytes at each dst[l] from src[l], asynchronous on the pool's stream: one
-  // cudaMemcpy2DAsync when both sides are equidistant (the pool's own layer-major buffers, an
-  // export buffer), one copy per layer otherwise (a caller's per-layer allocations, or a pitch
-  // beyond the device's maximum).
-  void copy_layers(const std::vector<char*>& dst, const std::vector<char*>& src, int64_t width,
-                   cudaMemcpyKind kind, const char* what) {
-    if (dst.empty() || width <= 0) return;
-    const int64_t dp = PoolStorage::layer_pitch(dst), sp = PoolStorage::layer_pitch(src);
-    if (dst.size() > 1 && dp >= width && sp >= width && std::max(dp, sp) <= max_pitch()) {
-      check(cudaMemcpy2DAsync(dst[0], static_cast<std::size_t>(dp), src[0],
-                              static_cast<std::size_t>(sp), static_cast<std::size_t>(width),
-                              dst.size(), kind, stream_),
-            what);
-      return;
-    }
-    for (std::size_t l = 0; l < dst.size(); ++l) {
-      check(cudaMemcpyAsync(dst[l], src[l], static_cast<std::size_t>(width), kind, stream_), what);
-    }
-  }
-
-  void memset_layers(const std::vector<char*>& dst, int64_t width, const char* what) {
-    if (dst.empty() || width <= 0) return;
-    const int64_t dp = PoolStorage::layer_pitch(dst);
-    if (dst.size() > 1 && dp >= width && dp <= max_pitch()) {
-      check(cudaMemset2DAsync(dst[0], static_cast<std::size_t>(dp), 0,
-                              static_cast<std::size_t>(width), dst.size(), stream_),
-            what);
-      return;
-    }
-    for (char* p : dst) {
-      check(cudaMemsetAsync(p, 0, static_cast<std::size_t>(width), stream_), what);
-    }
-  }
-
   void alloc(void** p, std::size_t bytes) {
     const std::size_t n = std::max<std::size_t>(bytes, 16);
     check(cudaMalloc(p, n), "cudaMalloc");
@@ -582,7 +524,6 @@ class CudaBackend final : public BackendImpl {
   cudaStream_t stream_ = nullptr;
   int64_t scratch_tokens_ = 0;
   int replay_rows_ = 0;
-  int64_t max_pitch_ = -1;        // cudaDevAttrMaxPitch, queried on first use
   int32_t* slots_ = nullptr;      // [max_rows] the round's slots (begin_round)
   int32_t* parents_ = nullptr;    // [max_rows, max_window] the round's parents (begin_round)
   int32_t* steps_ = nullptr;      // [max_rows] host-path commit steps
@@ -592,6 +533,7 @@ class CudaBackend final : public BackendImpl {
   bool committed_aligned16_ = false;
   int32_t* advance_offsets_ = nullptr;  // [kConvInlineRows + 1] one batched-prefill launch's
   cuda::GdnScratch scratch_;
+  cuda::LayerCopy layer_copy_;  // declared last: built from device_ and stream_
 };
 
 }  // namespace
