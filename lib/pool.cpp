@@ -211,7 +211,6 @@ StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& op
   }
   impl->backend->allocate(impl->storage);
   impl->last_weights.resize(static_cast<std::size_t>(config.num_layers));
-  impl->round_row_of_slot.assign(static_cast<std::size_t>(options.num_slots), -1);
   impl->close_round();
   detail::logger().debug(
       "pool {}: {} slots, {} layers, {} strategy, {} committed bytes, {} workspace bytes on {}",

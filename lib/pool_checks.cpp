@@ -59,17 +59,17 @@ int StatePool::Impl::resolve(const char* function, const std::string& what,
 std::vector<int32_t> StatePool::Impl::resolve_rows(const char* function,
                                                    const std::vector<SlotHandle>& rows) {
   std::vector<int32_t> resolved(rows.size(), -1);
-  std::vector<int> seen_at(static_cast<std::size_t>(options.num_slots), -1);
+  std::unordered_map<int32_t, std::size_t> seen_at;  // O(rows), whatever num_slots is
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (rows[r].is_padding()) continue;
     const int slot = resolve(function, "rows[" + std::to_string(r) + "]", rows[r]);
-    if (seen_at[slot] >= 0) {
+    const auto [at, fresh] = seen_at.emplace(slot, r);
+    if (!fresh) {
       fail(Status::kInvalidArgument, function,
            "rows[" + std::to_string(r) + "] = " + handle_string(rows[r]) +
-               " repeats the slot of rows[" + std::to_string(seen_at[slot]) +
+               " repeats the slot of rows[" + std::to_string(at->second) +
                "]: a slot appears at most once per batch");
     }
-    seen_at[slot] = static_cast<int>(r);
     resolved[r] = slot;
   }
   return resolved;
@@ -158,10 +158,10 @@ void StatePool::Impl::check_no_overlap(const char* function, const char* out_nam
 // A slot that is a row of the open round cannot be advanced (its commit would overwrite it).
 void StatePool::Impl::check_not_in_round(const char* function, const std::string& what,
                                          int slot) const {
-  if (!round_open || round_row_of_slot[slot] < 0) return;
+  const int row = round_row(slot);
+  if (row < 0) return;
   fail(Status::kFailedPrecondition, function,
-       what + " = slot " + std::to_string(slot) + " is row " +
-           std::to_string(round_row_of_slot[slot]) +
+       what + " = slot " + std::to_string(slot) + " is row " + std::to_string(row) +
            " of the open verify round: commit or abort_round() first");
 }
 

@@ -128,11 +128,19 @@ struct StatePool::Impl {
   VerifyBatch batch;
   detail::RoundPlan plan;
   std::vector<bool> verified;  // [L] layers verified in the open round
-  // Row of each slot in the open round (-1: none). A row whose slot is released mid-round
-  // becomes padding (plan.slots[r] = -1, batch.rows[r] = padding); released_rows[r] keeps the
-  // handle it had, for the commit's message (padding otherwise).
-  std::vector<int32_t> round_row_of_slot;
+  // A row whose slot is released mid-round becomes padding (plan.slots[r] = -1, batch.rows[r] =
+  // padding); released_rows[r] keeps the handle it had, for the commit's message (padding
+  // otherwise).
   std::vector<SlotHandle> released_rows;
+  // The row of `slot` in the open round, or -1 (none, or no round open): a scan of the round's
+  // rows (at most max_rows), so that nothing on the host grows with num_slots.
+  int round_row(int slot) const noexcept {
+    if (!round_open) return -1;
+    for (std::size_t r = 0; r < plan.slots.size(); ++r) {
+      if (plan.slots[r] == slot) return static_cast<int>(r);
+    }
+    return -1;
+  }
 
   Impl(const ModelConfig& c, const PoolOptions& o) : config(c), options(o) {}
 

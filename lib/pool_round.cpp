@@ -62,7 +62,6 @@ void StatePool::Impl::make_row_padding(int row) {
   }
   released_rows[static_cast<std::size_t>(row)] = batch.rows[static_cast<std::size_t>(row)];
   batch.rows[static_cast<std::size_t>(row)] = SlotHandle::padding();
-  round_row_of_slot[slot] = -1;
 }
 
 // Variable windows of a batch (DESIGN.md section 2): host lengths become the plan's offsets;
@@ -114,9 +113,6 @@ void StatePool::Impl::plan_token_ranges(const char* fn, const VerifyBatch& batch
 }
 
 void StatePool::Impl::close_round() noexcept {
-  for (int32_t slot : plan.slots) {
-    if (slot >= 0) round_row_of_slot[slot] = -1;
-  }
   released_rows.clear();
   round_open = false;
   batch = VerifyBatch{};
@@ -207,9 +203,6 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
   impl_->close_round();
   impl_->batch = batch;
   impl_->plan = std::move(plan);
-  for (int r = 0; r < rows; ++r) {
-    if (impl_->plan.slots[r] >= 0) impl_->round_row_of_slot[impl_->plan.slots[r]] = r;
-  }
   impl_->released_rows.assign(static_cast<std::size_t>(rows), SlotHandle::padding());
   impl_->round_open = true;
 }

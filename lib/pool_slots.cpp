@@ -83,7 +83,7 @@ void StatePool::release(SlotHandle handle) {
   // prefix, a preempted request it may adopt() again), so it must hold the committed state, not
   // a checkpoint with steps still deferred (replay). First, so a failure changes nothing.
   if (impl_->storage.layout.caller_committed) impl_->materialize_slots({slot});
-  const int row = impl_->round_open ? impl_->round_row_of_slot[slot] : -1;
+  const int row = impl_->round_row(slot);
   if (row >= 0) impl_->make_row_padding(row);
   impl_->slots.free(slot);
   // The slot's host-side deferred work is dropped here; its device-side pending counts (stale

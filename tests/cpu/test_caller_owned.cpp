@@ -3,7 +3,11 @@
 // slot strides) is bit-identical to an owning pool, never writes outside live slots' states, and
 // rejects views it cannot adopt, naming them, before anything is allocated.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -165,6 +169,85 @@ TEST(CallerOwnedAdopt, AdoptKeepsTheStateAcquireZeroesIt) {
   }
   const SlotHandle fresh = pool.acquire();  // slot 0, zeroed
   for (uint8_t b : exported(pool, fresh)) ASSERT_EQ(b, 0);
+}
+
+}  // namespace
+}  // namespace specstate::test
+
+namespace specstate::test {
+namespace {
+
+// Peak resident memory of this process, in bytes (Linux: ru_maxrss is in KiB).
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t{u.ru_maxrss} * 1024;
+}
+
+// A caller-owned pool may describe any number of slots (an engine's whole cache): nothing the
+// pool keeps on the host grows with num_slots (the open round's rows are looked up among its
+// rows; repeated rows are found in O(rows)). Here the views claim 2^28 slots of a reserved (not
+// backed) address range, 4 of them real: two requests verified and committed, a slot op naming a
+// row of the open round, a mid-round release, a repeated row; the pool's peak memory stays far
+// below one int per slot (1 GiB), which is what it allocated before.
+TEST(CallerOwnedHugeSlotCount, NothingOnTheHostGrowsWithNumSlots) {
+  const int layers = 2;
+  PoolRounds<GdnKind> host(gdn_preset("small_f32"), layers, 77);
+  const ModelConfig model = host.model();
+  PoolOptions o = host.options(Strategy::kSnapshot, 1 << 28, 2, 2);
+  // One page per slot holding every layer's conv and SSM state (vLLM's interleaved pages).
+  const int64_t conv_elems = model.conv_state_elems(), ssm_elems = model.ssm_state_elems();
+  const int64_t page = layers * (conv_elems + ssm_elems);  // floats
+  const std::size_t reserved = static_cast<std::size_t>(o.num_slots) * page * sizeof(float);
+  void* va = mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (va == MAP_FAILED) GTEST_SKIP() << "cannot reserve " << reserved << " bytes of address space";
+  struct Unmap {
+    void* p;
+    std::size_t n;
+    ~Unmap() { munmap(p, n); }
+  } unmap{va, reserved};
+  const int64_t real_slots = 4;
+  const std::size_t real = (real_slots * page * sizeof(float) + 4095) / 4096 * 4096;
+  ASSERT_EQ(mprotect(va, real, PROT_READ | PROT_WRITE), 0);
+  float* pages = static_cast<float*>(va);
+  const GdnConfig& g = model.gdn;
+  CommittedStateViews views;
+  for (int l = 0; l < layers; ++l) {
+    float* base = pages + l * (conv_elems + ssm_elems);
+    views.conv.push_back(TensorView::strided(base, DType::kF32,
+                                             {o.num_slots, g.conv_dim(), g.conv_width - 1},
+                                             {page, g.conv_width - 1, 1}));
+    views.ssm.push_back(TensorView::strided(
+        base + conv_elems, DType::kF32, {o.num_slots, g.num_v_heads, g.head_v_dim, g.head_k_dim},
+        {page, int64_t{g.head_v_dim} * g.head_k_dim, g.head_k_dim, 1}));
+  }
+  const int64_t before = peak_rss_bytes();
+  StatePool pool(model, o, views);
+  const SlotHandle a = pool.acquire(), b = pool.acquire();
+  ASSERT_LT(b.slot, real_slots);
+  host.round(pool, VerifyBatch{{a, b}, 2, {}}, {2, 1});
+  double norm = 0;
+  for (int64_t i = 0; i < real_slots * page; ++i) norm += double{pages[i]} * pages[i];
+  EXPECT_GT(norm, 0.0) << "the round wrote no committed state";
+  // Rows of the open round: a slot op on one is refused naming its row; a released row becomes
+  // padding.
+  const auto in = host.inputs(4);
+  auto out = host.outputs(4);
+  pool.begin_verify(VerifyBatch{{a, b}, 2, {}});
+  host.verify(pool, in, out, 0, layers);
+  expect_rejected([&] { pool.reset(b); }, Status::kFailedPrecondition,
+                  {"is row 1 of the open verify round"});
+  pool.release(b);
+  pool.commit(std::vector<int32_t>{1, 0});
+  // Repeated rows are still found.
+  const SlotHandle c = pool.acquire();
+  expect_rejected(
+      [&] {
+        pool.begin_verify(VerifyBatch{{c, c}, 2, {}});
+      },
+      Status::kInvalidArgument, {"repeats the slot of rows[0]"});
+  EXPECT_LT(peak_rss_bytes() - before, int64_t{256} << 20)
+      << "the pool's host memory grew with num_slots = " << o.num_slots;
 }
 
 }  // namespace
