@@ -13,19 +13,11 @@
 
 #include "common/expect.h"
 #include "common/pool_rounds.h"
+#include "common/slot_cases.h"
 #include "specstate/safetensors.h"
 
 namespace specstate::test {
 namespace {
-
-struct SlotCase {
-  const char* name;
-  const char* preset;
-  Strategy strategy;
-  bool tree;
-};
-
-void PrintTo(const SlotCase& c, std::ostream* out) { *out << c.name; }
 
 const std::vector<SlotCase>& cases() {
   static const std::vector<SlotCase> all = {
@@ -43,24 +35,6 @@ const std::vector<SlotCase>& cases() {
 
 constexpr int kLayers = 3;
 constexpr int kT = kRoundT;
-
-VerifyBatch batch_of(const SlotCase& c, std::vector<SlotHandle> rows) {
-  return round_batch(c.tree, std::move(rows));
-}
-
-std::vector<int32_t> accept(const SlotCase& c, const std::vector<int>& steps) {
-  return round_accept(c.tree, steps);
-}
-
-Strategy other(Strategy s) {
-  return s == Strategy::kSnapshot ? Strategy::kReplay : Strategy::kSnapshot;
-}
-
-void expect_nonzero(const std::vector<uint8_t>& bytes, const std::string& what) {
-  double norm = 0;
-  for (uint8_t b : bytes) norm += b;
-  EXPECT_GT(norm, 0) << what << " is all zero";
-}
 
 // Every slot's committed bytes of the pool (through the views: materializes).
 std::vector<uint8_t> pool_bytes(const StatePool& pool) { return committed_bytes(pool); }

@@ -17,22 +17,14 @@
 #include <vector>
 
 #include "common/pool_rounds.h"
+#include "common/slot_cases.h"
 #include "gpu_util.h"
 
 namespace specstate::test {
 namespace {
 
-struct GpuSlotCase {
-  const char* name;
-  const char* preset;  // a CUDA-sized preset
-  Strategy strategy;
-  bool tree;
-};
-
-void PrintTo(const GpuSlotCase& c, std::ostream* out) { *out << c.name; }
-
-const std::vector<GpuSlotCase>& cases() {
-  static const std::vector<GpuSlotCase> all = {
+const std::vector<SlotCase>& cases() {
+  static const std::vector<SlotCase> all = {
       {"gdn_k32_chain_snapshot", "gpu_k32", Strategy::kSnapshot, false},
       {"gdn_k32_tree_replay", "gpu_k32", Strategy::kReplay, true},
       {"gdn_f32_tree_snapshot", "gpu_f32", Strategy::kSnapshot, true},
@@ -45,24 +37,6 @@ const std::vector<GpuSlotCase>& cases() {
 
 constexpr int kLayers = 3;
 constexpr int kT = kRoundT;
-
-VerifyBatch batch_of(const GpuSlotCase& c, std::vector<SlotHandle> rows) {
-  return round_batch(c.tree, std::move(rows));
-}
-
-std::vector<int32_t> accept(const GpuSlotCase& c, const std::vector<int>& steps) {
-  return round_accept(c.tree, steps);
-}
-
-Strategy other(Strategy s) {
-  return s == Strategy::kSnapshot ? Strategy::kReplay : Strategy::kSnapshot;
-}
-
-void expect_nonzero(const std::vector<uint8_t>& bytes, const std::string& what) {
-  double norm = 0;
-  for (uint8_t b : bytes) norm += b;
-  EXPECT_GT(norm, 0) << what << " is all zero";
-}
 
 // Device copies of host buffers, alive until the test ends (the pools run asynchronously).
 struct DeviceStore {
@@ -93,11 +67,11 @@ StatePool cuda_pool(const ModelConfig& model, PoolOptions o, cudaStream_t stream
   return StatePool(model, o);
 }
 
-class SlotOpsGpu : public ::testing::TestWithParam<GpuSlotCase> {};
+class SlotOpsGpu : public ::testing::TestWithParam<SlotCase> {};
 
 TEST_P(SlotOpsGpu, ExportImportRoundTripsCpuCudaCpuAcrossStrategies) {
   SPECSTATE_REQUIRE_GPU();
-  const GpuSlotCase& c = GetParam();
+  const SlotCase& c = GetParam();
   for_kind(c.preset, [&](auto kind, const auto& layer) {
     using Kind = decltype(kind);
     CudaStream stream(cudaStreamNonBlocking);
@@ -160,7 +134,7 @@ TEST_P(SlotOpsGpu, ExportImportRoundTripsCpuCudaCpuAcrossStrategies) {
 
 TEST_P(SlotOpsGpu, CopyForkAndResetOnTheDevice) {
   SPECSTATE_REQUIRE_GPU();
-  const GpuSlotCase& c = GetParam();
+  const SlotCase& c = GetParam();
   for_kind(c.preset, [&](auto kind, const auto& layer) {
     using Kind = decltype(kind);
     CudaStream stream(cudaStreamNonBlocking);
@@ -191,7 +165,7 @@ TEST_P(SlotOpsGpu, CopyForkAndResetOnTheDevice) {
 
 TEST_P(SlotOpsGpu, ARowReleasedMidRoundIsSkippedByADeviceCommit) {
   SPECSTATE_REQUIRE_GPU();
-  const GpuSlotCase& c = GetParam();
+  const SlotCase& c = GetParam();
   for_kind(c.preset, [&](auto kind, const auto& layer) {
     using Kind = decltype(kind);
     CudaStream stream(cudaStreamNonBlocking);
@@ -255,7 +229,7 @@ TEST_P(SlotOpsGpu, ARowReleasedMidRoundIsSkippedByADeviceCommit) {
 
 TEST_P(SlotOpsGpu, AbortRoundThenANewRoundEqualsNeverStartingTheFirst) {
   SPECSTATE_REQUIRE_GPU();
-  const GpuSlotCase& c = GetParam();
+  const SlotCase& c = GetParam();
   for_kind(c.preset, [&](auto kind, const auto& layer) {
     using Kind = decltype(kind);
     CudaStream stream(cudaStreamNonBlocking);
@@ -284,7 +258,7 @@ TEST_P(SlotOpsGpu, AbortRoundThenANewRoundEqualsNeverStartingTheFirst) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, SlotOpsGpu, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<GpuSlotCase>& info) {
+                         [](const ::testing::TestParamInfo<SlotCase>& info) {
                            return std::string(info.param.name);
                          });
 
