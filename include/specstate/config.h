@@ -84,25 +84,39 @@ struct ModelConfig {
     return config;
   }
 
+  // Calls f(layer) with the config of the model's layer kind (`gdn` or `mamba`): the one place
+  // that maps the kind to its config. Every layer config has conv_dim(), conv_width, the three
+  // dtypes and ssm_state_elems(), so each value below is one expression over the kinds.
+  template <typename F>
+  decltype(auto) visit_layer(F&& f) const {
+    switch (kind) {
+      case LayerKind::kMamba2:
+        return f(mamba);
+      case LayerKind::kGatedDeltaNet:
+      default:
+        return f(gdn);
+    }
+  }
+
   // The layer kind's values (whatever the kind).
   int64_t conv_dim() const noexcept {
-    return kind == LayerKind::kMamba2 ? mamba.conv_dim() : gdn.conv_dim();
+    return visit_layer([](const auto& c) { return c.conv_dim(); });
   }
   int conv_width() const noexcept {
-    return kind == LayerKind::kMamba2 ? mamba.conv_width : gdn.conv_width;
+    return visit_layer([](const auto& c) { return c.conv_width; });
   }
   DType act_dtype() const noexcept {
-    return kind == LayerKind::kMamba2 ? mamba.act_dtype : gdn.act_dtype;
+    return visit_layer([](const auto& c) { return c.act_dtype; });
   }
   DType conv_state_dtype() const noexcept {
-    return kind == LayerKind::kMamba2 ? mamba.conv_state_dtype : gdn.conv_state_dtype;
+    return visit_layer([](const auto& c) { return c.conv_state_dtype; });
   }
   DType ssm_state_dtype() const noexcept {
-    return kind == LayerKind::kMamba2 ? mamba.ssm_state_dtype : gdn.ssm_state_dtype;
+    return visit_layer([](const auto& c) { return c.ssm_state_dtype; });
   }
   int64_t conv_state_elems() const noexcept { return conv_dim() * (conv_width() - 1); }
   int64_t ssm_state_elems() const noexcept {
-    return kind == LayerKind::kMamba2 ? mamba.ssm_state_elems() : gdn.ssm_state_elems();
+    return visit_layer([](const auto& c) { return c.ssm_state_elems(); });
   }
   // Committed bytes of one slot over all layers (conv + SSM).
   int64_t slot_bytes() const noexcept;
