@@ -184,6 +184,22 @@ const char* const kGdnFields[kShapeFields] = {"num_k_heads", "num_v_heads", "hea
 const char* const kMamba2Fields[kShapeFields] = {"num_heads", "head_dim", "d_state", "n_groups",
                                                  "conv_width"};
 
+// The shape fields of a layer kind's config, with the names the header's mismatch message and
+// the file metadata give them: one overload per layer kind.
+struct ShapeFields {
+  const char* const* names;
+  std::array<int, kShapeFields> values;
+};
+ShapeFields shape_fields(const GdnConfig& g) {
+  return {kGdnFields, {g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width}};
+}
+ShapeFields shape_fields(const Mamba2Config& m) {
+  return {kMamba2Fields, {m.num_heads, m.head_dim, m.d_state, m.n_groups, m.conv_width}};
+}
+ShapeFields shape_fields(const ModelConfig& c) {
+  return c.visit_layer([](const auto& layer) { return shape_fields(layer); });
+}
+
 Fingerprint fingerprint(const ModelConfig& c, int64_t state_bytes) {
   Fingerprint f;
   f.kind = static_cast<uint32_t>(c.kind);
@@ -191,12 +207,8 @@ Fingerprint fingerprint(const ModelConfig& c, int64_t state_bytes) {
   f.act = static_cast<uint8_t>(c.act_dtype());
   f.conv = static_cast<uint8_t>(c.conv_state_dtype());
   f.ssm = static_cast<uint8_t>(c.ssm_state_dtype());
-  const int fields[kShapeFields] = {
-      c.kind == LayerKind::kMamba2 ? c.mamba.num_heads : c.gdn.num_k_heads,
-      c.kind == LayerKind::kMamba2 ? c.mamba.head_dim : c.gdn.num_v_heads,
-      c.kind == LayerKind::kMamba2 ? c.mamba.d_state : c.gdn.head_k_dim,
-      c.kind == LayerKind::kMamba2 ? c.mamba.n_groups : c.gdn.head_v_dim, c.conv_width()};
-  for (int i = 0; i < kShapeFields; ++i) f.shape[i] = static_cast<uint32_t>(fields[i]);
+  const ShapeFields fields = shape_fields(c);
+  for (int i = 0; i < kShapeFields; ++i) f.shape[i] = static_cast<uint32_t>(fields.values[i]);
   f.state_bytes = static_cast<uint64_t>(state_bytes);
   return f;
 }
@@ -233,9 +245,9 @@ Header encode(const Fingerprint& f) {
 }
 
 std::string kind_text(uint32_t kind) {
-  return kind <= static_cast<uint32_t>(LayerKind::kMamba2)
-             ? layer_kind_name(static_cast<LayerKind>(kind))
-             : "kind " + std::to_string(kind) + " (unknown)";
+  const std::string name =
+      kind <= 0x7fffffffu ? layer_kind_name(static_cast<LayerKind>(kind)) : "unknown";
+  return name != "unknown" ? name : "kind " + std::to_string(kind) + " (unknown)";
 }
 
 std::string dtype_text(uint8_t dtype) {
@@ -257,7 +269,8 @@ std::string hex_bytes(const uint8_t* p, int n) {
 
 // Checks an export buffer's header against the pool's fingerprint; "" when it fits, otherwise
 // what is wrong (a buffer that is no export, a corrupt header, or the fields that differ).
-std::string header_mismatch(const Header& h, const Fingerprint& want) {
+// `names`: the pool's shape field names (shape_fields).
+std::string header_mismatch(const Header& h, const Fingerprint& want, const char* const* names) {
   if (std::memcmp(h.data(), kMagic, sizeof(kMagic)) != 0) {
     return "holds no slot state header: its first 8 bytes are " + hex_bytes(h.data(), 8) +
            ", an export_slot buffer starts with \"specslot\" (" +
@@ -295,8 +308,6 @@ std::string header_mismatch(const Header& h, const Fingerprint& want) {
   differ("conv_state_dtype", dtype_text(got.conv), dtype_text(want.conv));
   differ("ssm_state_dtype", dtype_text(got.ssm), dtype_text(want.ssm));
   if (got.kind == want.kind) {  // the shape fields mean the same only within one kind
-    const char* const* names =
-        want.kind == static_cast<uint32_t>(LayerKind::kMamba2) ? kMamba2Fields : kGdnFields;
     for (int i = 0; i < kShapeFields; ++i) {
       differ(names[i], std::to_string(got.shape[i]), std::to_string(want.shape[i]));
     }
@@ -368,7 +379,8 @@ void StatePool::import_slot(SlotHandle handle, const TensorView& src) {
                                 header.data(), Device::kCpu);
   }
   const std::string why =
-      header_mismatch(header, fingerprint(impl_->config, l.committed_bytes_per_slot()));
+      header_mismatch(header, fingerprint(impl_->config, l.committed_bytes_per_slot()),
+                      shape_fields(impl_->config).names);
   if (!why.empty()) {
     fail(Status::kInvalidArgument, fn, "src (" + src.describe() + ") " + why);
   }
@@ -422,7 +434,7 @@ std::string layer_tensor_name(int layer, const char* what) {
 // buffer header (the same names), e.g. {"act_dtype", "bf16"}, {"num_k_heads", "16"}.
 std::vector<std::pair<std::string, std::string>> config_metadata(const ModelConfig& c) {
   const Fingerprint f = fingerprint(c, 0);
-  const char* const* names = c.kind == LayerKind::kMamba2 ? kMamba2Fields : kGdnFields;
+  const char* const* names = shape_fields(c).names;
   std::vector<std::pair<std::string, std::string>> out = {{"act_dtype", dtype_text(f.act)}};
   for (int i = 0; i < kShapeFields; ++i) out.emplace_back(names[i], std::to_string(f.shape[i]));
   return out;
