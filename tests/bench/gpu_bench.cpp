@@ -301,35 +301,40 @@ void report(benchmark::State& state, World& w, int T, int B, const std::string& 
   state.counters["ratio"] = r.ratio;
 }
 
-void BM_VerifyConv(benchmark::State& state) {
+// One kernel of every layer's verify, a graph of kLayers launches, median / kLayers: the conv
+// (Kernel::kConv) or the GDN recurrence (Kernel::kGdn), of the snapshot or the replay strategy
+// (replay: the slots primed with pending steps, as a round after a commit finds them).
+enum class Kernel { kConv, kGdn };
+
+void per_layer_kernel(benchmark::State& state, Kernel kernel, bool replay) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
-  w.batch(T, B);
+  const VerifyBatch batch = w.batch(T, B);
+  if (replay) w.prime_replay(batch, T, B);
+  const bool conv = kernel == Kernel::kConv;
   cudaGraphExec_t exec = capture(w, [&] {
     for (int l = 0; l < kLayers; ++l) {
-      const auto L = w.launch_params(l, T, B, false);
-      check(k::launch_conv_update(L.conv, L.act, L.conv_state, w.stream), "conv");
+      const auto L = w.launch_params(l, T, B, replay);
+      if (conv) {
+        check(k::launch_conv_update(L.conv, L.act, L.conv_state, w.stream), "conv");
+      } else {
+        check(k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, w.stream), "gdn");
+      }
     }
   });
   const double us = time_graph(w, exec, state) / kLayers;
-  report(state, w, T, B, "conv", us, conv_bytes(T, B), sglang_row(T, B)->conv_us);
+  const double bytes = conv ? (replay ? conv_replay_bytes(T, B) : conv_bytes(T, B))
+                            : (replay ? gdn_replay_bytes(T, B) : gdn_bytes(T, B));
+  const SglangRow* s = sglang_row(T, B);
+  report(state, w, T, B, std::string(conv ? "conv" : "gdn") + (replay ? "_replay" : ""), us, bytes,
+         conv ? s->conv_us : s->rec_us);
   cudaGraphExecDestroy(exec);
 }
 
-void BM_VerifyGdn(benchmark::State& state) {
-  const int T = state.range(0), B = state.range(1);
-  World& w = World::get();
-  w.batch(T, B);
-  cudaGraphExec_t exec = capture(w, [&] {
-    for (int l = 0; l < kLayers; ++l) {
-      const auto L = w.launch_params(l, T, B, false);
-      check(k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, w.stream), "gdn");
-    }
-  });
-  const double us = time_graph(w, exec, state) / kLayers;
-  report(state, w, T, B, "gdn", us, gdn_bytes(T, B), sglang_row(T, B)->rec_us);
-  cudaGraphExecDestroy(exec);
-}
+void BM_VerifyConv(benchmark::State& state) { per_layer_kernel(state, Kernel::kConv, false); }
+void BM_VerifyGdn(benchmark::State& state) { per_layer_kernel(state, Kernel::kGdn, false); }
+void BM_VerifyConvReplay(benchmark::State& state) { per_layer_kernel(state, Kernel::kConv, true); }
+void BM_VerifyGdnReplay(benchmark::State& state) { per_layer_kernel(state, Kernel::kGdn, true); }
 
 void BM_Commit36(benchmark::State& state) {
   const int T = state.range(0), B = state.range(1);
@@ -363,36 +368,6 @@ void BM_Round(benchmark::State& state) {
   if (w.pool->last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
   const double bytes = kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
   report(state, w, T, B, "round", us, bytes, sglang_row(T, B)->step_est_us);
-  cudaGraphExecDestroy(exec);
-}
-
-void BM_VerifyConvReplay(benchmark::State& state) {
-  const int T = state.range(0), B = state.range(1);
-  World& w = World::get();
-  w.prime_replay(w.batch(T, B), T, B);
-  cudaGraphExec_t exec = capture(w, [&] {
-    for (int l = 0; l < kLayers; ++l) {
-      const auto L = w.launch_params(l, T, B, true);
-      check(k::launch_conv_update(L.conv, L.act, L.conv_state, w.stream), "conv");
-    }
-  });
-  const double us = time_graph(w, exec, state) / kLayers;
-  report(state, w, T, B, "conv_replay", us, conv_replay_bytes(T, B), sglang_row(T, B)->conv_us);
-  cudaGraphExecDestroy(exec);
-}
-
-void BM_VerifyGdnReplay(benchmark::State& state) {
-  const int T = state.range(0), B = state.range(1);
-  World& w = World::get();
-  w.prime_replay(w.batch(T, B), T, B);
-  cudaGraphExec_t exec = capture(w, [&] {
-    for (int l = 0; l < kLayers; ++l) {
-      const auto L = w.launch_params(l, T, B, true);
-      check(k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, w.stream), "gdn");
-    }
-  });
-  const double us = time_graph(w, exec, state) / kLayers;
-  report(state, w, T, B, "gdn_replay", us, gdn_replay_bytes(T, B), sglang_row(T, B)->rec_us);
   cudaGraphExecDestroy(exec);
 }
 
