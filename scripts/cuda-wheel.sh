@@ -21,6 +21,11 @@ venv="$root/build/venv-cuda"
 out="$root/build/cuda-wheel"
 house="$root/build/cuda-wheelhouse"
 rm -rf "$venv" "$out" "$house"
+# A machine without the Debian -dev packages: their headers and CMake configs from ./.gpudeps
+# (scripts/make-gpudeps.sh), for the build only; every check below runs without LD_LIBRARY_PATH.
+if [ -d "$root/.gpudeps" ]; then
+  export CMAKE_PREFIX_PATH="$root/.gpudeps${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+fi
 echo "specstate: making the venv $venv"
 "$PY" -m venv --system-site-packages "$venv"
 pip_args=(-q --disable-pip-version-check)
