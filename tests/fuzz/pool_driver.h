@@ -1,6 +1,10 @@
 // A random driver of the public StatePool API with a shadow oracle, shared by the API fuzz target
 // (choices from the fuzzer's bytes) and the soak test (choices from a seeded std::mt19937_64).
 //
+// The layer kind is drawn per run (Gated DeltaNet or Mamba2, PoolDriver at the end); the kind's
+// config draw, tensors and argument names live in a traits struct (GdnKind, Mamba2Kind), the rest
+// of the driver (KindDriver<K>) and every check below apply to both kinds.
+//
 // Two pools of one config: `pool`, the one under test, takes every call (acquire, release,
 // adopt, prefill, decode, materialize, begin_verify/verify/commit or abort_round (uniform or
 // variable windows), releases in the middle of a round, and invalid calls of each); `shadow`
@@ -30,7 +34,11 @@
 //   - prefill / decode may be given a temporary copy of the weights, poisoned (0xFF bytes, NaN)
 //     right after the call: nothing later (materialize, verify, views) may read it;
 //   - materialize with a handle twice, and any weight / input / output view one byte off its
-//     dtype's alignment, are rejected with kInvalidArgument naming the handles / the view.
+//     dtype's alignment, are rejected with kInvalidArgument naming the handles / the view;
+//   - so is any of the kind's views (GDN: conv_weight, conv_bias, A_log, dt_bias, mixed_qkv, a,
+//     b, conv_out, core_out; Mamba2: conv_weight, conv_bias, A_log, dt_bias, D, xBC, dt, z,
+//     conv_out, y) with a wrong extent, a wrong dtype, ndim > 6 or on another device, and an
+//     optional argument (conv_bias; Mamba2 also D, z) given against the config or missing.
 // Uses only include/specstate (a user's view of the library). Any violation prints what differs
 // and aborts, which libFuzzer and ctest both report.
 #pragma once
@@ -137,30 +145,245 @@ struct HostTensor {
     v.shape[0] = count;
     return v;
   }
-  std::size_t row_bytes() const {
-    return bytes.size() / static_cast<std::size_t>(shape.empty() ? 1 : shape[0]);
+  std::size_t row_bytes() const {  // bytes of one index of the leading dimension
+    int64_t n = 1;
+    for (std::size_t d = 1; d < shape.size(); ++d) n *= shape[d];
+    return static_cast<std::size_t>(n) * dtype_size(dtype);
   }
 };
 
-struct Layer {
-  HostTensor conv_weight, conv_bias, A_log, dt_bias;
-  GdnWeights view() const {
-    return {conv_weight.view(), conv_bias.bytes.empty() ? TensorView{} : conv_bias.view(),
-            A_log.view(), dt_bias.view()};
+// One view of a layer call, named as the library names it in its messages.
+struct NamedView {
+  TensorView* view;
+  const char* name;
+  bool per_token;  // dim 0 is the call's tokens (inputs, outputs)
+  bool any_float;  // any float dtype is accepted (weights); otherwise exactly the act dtype
+};
+
+// An optional argument of a layer call: given exactly when the config says so.
+struct OptionalArg {
+  TensorView* view;
+  const char* name;
+  bool wanted;                 // the config wants it given
+  std::vector<int64_t> shape;  // its shape when given
+};
+
+inline TensorView optional_view(const HostTensor& t) {
+  return t.shape.empty() ? TensorView{} : t.view();
+}
+
+// What the driver needs of a layer kind: its config draw, its weight / input / output tensors and
+// their views, and the names of those views for the hostile-argument cases. The rest of the
+// driver is kind-agnostic.
+//
+// Gated DeltaNet: heads H in {1, 2}, HV = H or 2H, K, V in {2, 4, 8}, W in {2, 3, 4}, conv bias
+// or not, act and conv-state dtypes f32 or bf16, SSM state f32.
+struct GdnKind {
+  using Config = GdnConfig;
+  using Weights = GdnWeights;
+  using Inputs = GdnInputs;
+  using Outputs = GdnOutputs;
+  static constexpr const char* kName = "gated_delta_net";
+  static const Config& of(const ModelConfig& m) { return m.gdn; }
+
+  struct Layer {
+    HostTensor conv_weight, conv_bias, A_log, dt_bias;
+    Weights view() const {
+      return {conv_weight.view(), optional_view(conv_bias), A_log.view(), dt_bias.view()};
+    }
+    std::vector<HostTensor*> tensors() { return {&conv_weight, &conv_bias, &A_log, &dt_bias}; }
+  };
+  struct Tokens {  // n tokens of one layer
+    HostTensor qkv, a, b;
+    Inputs view() const { return {qkv.view(), a.view(), b.view()}; }
+    std::vector<const HostTensor*> tensors() const { return {&qkv, &a, &b}; }
+  };
+  struct Outs {
+    HostTensor conv_out, core_out;
+    Outputs view() const { return {conv_out.view(), core_out.view()}; }
+    std::vector<std::pair<const char*, const HostTensor*>> compared() const {
+      return {{"core_out", &core_out}, {"conv_out", &conv_out}};
+    }
+  };
+
+  static ModelConfig draw(Source& src) {
+    GdnConfig g;
+    g.num_k_heads = 1 + static_cast<int>(src.below(2));
+    g.num_v_heads = g.num_k_heads * (1 + static_cast<int>(src.below(2)));
+    g.head_k_dim = 2 << src.below(3);
+    g.head_v_dim = 2 << src.below(3);
+    g.conv_width = 2 + static_cast<int>(src.below(3));
+    g.conv_bias = src.coin();
+    g.act_dtype = src.coin() ? DType::kBF16 : DType::kF32;
+    g.conv_state_dtype = src.coin() ? DType::kBF16 : DType::kF32;
+    g.ssm_state_dtype = DType::kF32;
+    return ModelConfig::gated_delta_net(1 + static_cast<int>(src.below(2)), g);
+  }
+  // Weights shaped like real ones: A = exp(A_log) in [1, 16], softplus(dt_bias) in [1e-3, 1e-1].
+  static Layer random_layer(const Config& g, DType w, std::mt19937_64& rng) {
+    const int64_t D = g.conv_dim(), HV = g.num_v_heads;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    Layer L;
+    L.conv_weight = HostTensor(w, {D, g.conv_width});
+    for (int64_t i = 0; i < L.conv_weight.numel(); ++i) L.conv_weight.set(i, 0.5f * normal(rng));
+    if (g.conv_bias) {
+      L.conv_bias = HostTensor(w, {D});
+      for (int64_t i = 0; i < D; ++i) L.conv_bias.set(i, 0.1f * normal(rng));
+    }
+    L.A_log = HostTensor(w, {HV});
+    L.dt_bias = HostTensor(w, {HV});
+    for (int64_t h = 0; h < HV; ++h) {
+      L.A_log.set(h, static_cast<float>(std::log(1.0 + 15.0 * uni(rng))));
+      const double dt = std::exp(std::log(1e-3) + uni(rng) * (std::log(1e-1) - std::log(1e-3)));
+      L.dt_bias.set(h, static_cast<float>(std::log(std::expm1(dt))));
+    }
+    return L;
+  }
+  static Tokens random_tokens(const Config& g, int n, std::mt19937_64& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Tokens t{HostTensor(g.act_dtype, {n, g.conv_dim()}),
+             HostTensor(g.act_dtype, {n, g.num_v_heads}),
+             HostTensor(g.act_dtype, {n, g.num_v_heads})};
+    for (int64_t i = 0; i < t.qkv.numel(); ++i) t.qkv.set(i, normal(rng));
+    for (int64_t i = 0; i < t.a.numel(); ++i) t.a.set(i, normal(rng));
+    for (int64_t i = 0; i < t.b.numel(); ++i) t.b.set(i, normal(rng));
+    return t;
+  }
+  static Outs make_outs(const Config& g, int n) {
+    return {HostTensor(g.act_dtype, {n, g.conv_dim()}),
+            HostTensor(g.act_dtype, {n, g.num_v_heads, g.head_v_dim})};
+  }
+  // Every view of a call the config gives (conv_bias only where the config has one).
+  static std::vector<NamedView> views(const Config& g, Weights& w, Inputs& in, Outputs& out) {
+    std::vector<NamedView> v = {{&w.conv_weight, "weights.conv_weight", false, true},
+                                {&w.A_log, "weights.A_log", false, true},
+                                {&w.dt_bias, "weights.dt_bias", false, true},
+                                {&in.mixed_qkv, "inputs.mixed_qkv", true, false},
+                                {&in.a, "inputs.a", true, false},
+                                {&in.b, "inputs.b", true, false},
+                                {&out.conv_out, "outputs.conv_out", true, false},
+                                {&out.core_out, "outputs.core_out", true, false}};
+    if (g.conv_bias) v.push_back({&w.conv_bias, "weights.conv_bias", false, true});
+    return v;
+  }
+  static std::vector<OptionalArg> optionals(const Config& g, Weights& w, Inputs&, int64_t) {
+    return {{&w.conv_bias, "weights.conv_bias", g.conv_bias, {g.conv_dim()}}};
   }
 };
 
-struct Tokens {  // n tokens of one layer
-  HostTensor qkv, a, b;
-  GdnInputs view() const { return {qkv.view(), a.view(), b.view()}; }
-  GdnInputs rows(int64_t begin, int64_t n) const {
-    return {qkv.rows(begin, n), a.rows(begin, n), b.rows(begin, n)};
-  }
-};
+// Mamba2: groups G in {1, 2}, nheads = G or 2G, P, N in {2, 4, 8}, W in {2, 3, 4}, conv bias,
+// D skip and z gate each or not, a dt clamp (dt_min / dt_max) a quarter of the time, act and
+// conv-state dtypes f32 or bf16, SSM state f32.
+struct Mamba2Kind {
+  using Config = Mamba2Config;
+  using Weights = Mamba2Weights;
+  using Inputs = Mamba2Inputs;
+  using Outputs = Mamba2Outputs;
+  static constexpr const char* kName = "mamba2";
+  static const Config& of(const ModelConfig& m) { return m.mamba; }
 
-struct Outs {
-  HostTensor conv_out, core_out;
-  GdnOutputs view() const { return {conv_out.view(), core_out.view()}; }
+  struct Layer {
+    HostTensor conv_weight, conv_bias, A_log, dt_bias, D;
+    Weights view() const {
+      return {conv_weight.view(), optional_view(conv_bias), A_log.view(), dt_bias.view(),
+              optional_view(D)};
+    }
+    std::vector<HostTensor*> tensors() { return {&conv_weight, &conv_bias, &A_log, &dt_bias, &D}; }
+  };
+  struct Tokens {
+    HostTensor xBC, dt, z;  // z: empty unless the config gates
+    Inputs view() const { return {xBC.view(), dt.view(), optional_view(z)}; }
+    std::vector<const HostTensor*> tensors() const { return {&xBC, &dt, &z}; }
+  };
+  struct Outs {
+    HostTensor conv_out, y;
+    Outputs view() const { return {conv_out.view(), y.view()}; }
+    std::vector<std::pair<const char*, const HostTensor*>> compared() const {
+      return {{"y", &y}, {"conv_out", &conv_out}};
+    }
+  };
+
+  static ModelConfig draw(Source& src) {
+    Mamba2Config m;
+    m.n_groups = 1 + static_cast<int>(src.below(2));
+    m.num_heads = m.n_groups * (1 + static_cast<int>(src.below(2)));
+    m.head_dim = 2 << src.below(3);
+    m.d_state = 2 << src.below(3);
+    m.conv_width = 2 + static_cast<int>(src.below(3));
+    m.conv_bias = src.coin();
+    m.d_skip = src.coin();
+    m.gate = src.coin();
+    if (src.below(4) == 0) {  // a clamp inside the drawn dt range
+      m.dt_min = 2e-3f;
+      m.dt_max = 5e-2f;
+    }
+    m.act_dtype = src.coin() ? DType::kBF16 : DType::kF32;
+    m.conv_state_dtype = src.coin() ? DType::kBF16 : DType::kF32;
+    m.ssm_state_dtype = DType::kF32;
+    return ModelConfig::mamba2(1 + static_cast<int>(src.below(2)), m);
+  }
+  // As tests/common/mamba2_data.cpp: A = -exp(A_log), exp(A_log) in [1, 16], softplus(dt_bias)
+  // in [1e-3, 1e-1], D around 1.
+  static Layer random_layer(const Config& m, DType w, std::mt19937_64& rng) {
+    const int64_t D = m.conv_dim(), H = m.num_heads;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    Layer L;
+    L.conv_weight = HostTensor(w, {D, m.conv_width});
+    for (int64_t i = 0; i < L.conv_weight.numel(); ++i) L.conv_weight.set(i, 0.5f * normal(rng));
+    if (m.conv_bias) {
+      L.conv_bias = HostTensor(w, {D});
+      for (int64_t i = 0; i < D; ++i) L.conv_bias.set(i, 0.1f * normal(rng));
+    }
+    L.A_log = HostTensor(w, {H});
+    L.dt_bias = HostTensor(w, {H});
+    for (int64_t h = 0; h < H; ++h) {
+      L.A_log.set(h, static_cast<float>(std::log(1.0 + 15.0 * uni(rng))));
+      const double dt = std::exp(std::log(1e-3) + uni(rng) * (std::log(1e-1) - std::log(1e-3)));
+      L.dt_bias.set(h, static_cast<float>(std::log(std::expm1(dt))));
+    }
+    if (m.d_skip) {
+      L.D = HostTensor(w, {H});
+      for (int64_t h = 0; h < H; ++h) L.D.set(h, 1.0f + 0.1f * normal(rng));
+    }
+    return L;
+  }
+  static Tokens random_tokens(const Config& m, int n, std::mt19937_64& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Tokens t{HostTensor(m.act_dtype, {n, m.conv_dim()}), HostTensor(m.act_dtype, {n, m.num_heads}),
+             HostTensor()};
+    if (m.gate) t.z = HostTensor(m.act_dtype, {n, int64_t{m.num_heads} * m.head_dim});
+    for (int64_t i = 0; i < t.xBC.numel(); ++i) t.xBC.set(i, normal(rng));
+    for (int64_t i = 0; i < t.dt.numel(); ++i) t.dt.set(i, normal(rng));
+    if (m.gate) {
+      for (int64_t i = 0; i < t.z.numel(); ++i) t.z.set(i, normal(rng));
+    }
+    return t;
+  }
+  static Outs make_outs(const Config& m, int n) {
+    return {HostTensor(m.act_dtype, {n, m.conv_dim()}),
+            HostTensor(m.act_dtype, {n, m.num_heads, m.head_dim})};
+  }
+  static std::vector<NamedView> views(const Config& m, Weights& w, Inputs& in, Outputs& out) {
+    std::vector<NamedView> v = {{&w.conv_weight, "weights.conv_weight", false, true},
+                                {&w.A_log, "weights.A_log", false, true},
+                                {&w.dt_bias, "weights.dt_bias", false, true},
+                                {&in.xBC, "inputs.xBC", true, false},
+                                {&in.dt, "inputs.dt", true, false},
+                                {&out.conv_out, "outputs.conv_out", true, false},
+                                {&out.y, "outputs.y", true, false}};
+    if (m.conv_bias) v.push_back({&w.conv_bias, "weights.conv_bias", false, true});
+    if (m.d_skip) v.push_back({&w.D, "weights.D", false, true});
+    if (m.gate) v.push_back({&in.z, "inputs.z", true, false});
+    return v;
+  }
+  static std::vector<OptionalArg> optionals(const Config& m, Weights& w, Inputs& in,
+                                            int64_t tokens) {
+    return {{&w.conv_bias, "weights.conv_bias", m.conv_bias, {m.conv_dim()}},
+            {&w.D, "weights.D", m.d_skip, {m.num_heads}},
+            {&in.z, "inputs.z", m.gate, {tokens, int64_t{m.num_heads} * m.head_dim}}};
+  }
 };
 
 struct DriverStats {
@@ -170,13 +393,16 @@ struct DriverStats {
   int64_t varlen_rounds = 0;                    // rounds with per-row window lengths
   // Drivers (runs) of each kind: caller-owned pools (of them vLLM-paged), lazy replay pools.
   int64_t caller_runs = 0, paged_runs = 0, lazy_runs = 0;
-  int64_t adopted = 0;               // adopt() of a slot just released (mid-round included)
-  int64_t adopted_mid_round = 0;     // of them, a row of the open round
-  int64_t adopted_written = 0;       // adopt() of a free slot the caller wrote
-  int64_t released_pending = 0;      // caller-owned releases with accepted steps not yet run
-  int64_t materialized = 0;          // materialize() calls
-  int64_t materialized_pending = 0;  // slots materialized with accepted steps not yet run
-  int64_t poisoned_calls = 0;        // prefill / decode calls with weights poisoned after the call
+  int64_t mamba2_runs = 0;            // runs of Mamba2 pools (the others Gated DeltaNet)
+  int64_t bad_argument_rejected = 0;  // layer calls with a wrong shape / dtype / ndim / device /
+                                      // optional argument of the kind (misaligned: below)
+  int64_t adopted = 0;                // adopt() of a slot just released (mid-round included)
+  int64_t adopted_mid_round = 0;      // of them, a row of the open round
+  int64_t adopted_written = 0;        // adopt() of a free slot the caller wrote
+  int64_t released_pending = 0;       // caller-owned releases with accepted steps not yet run
+  int64_t materialized = 0;           // materialize() calls
+  int64_t materialized_pending = 0;   // slots materialized with accepted steps not yet run
+  int64_t poisoned_calls = 0;         // prefill / decode calls with weights poisoned after the call
   int64_t misaligned_rejected = 0, duplicate_materialize_rejected = 0, adopt_rejected = 0;
 
   void add(const DriverStats& s) {
@@ -185,6 +411,7 @@ struct DriverStats {
     released += s.released, compared_slots += s.compared_slots, aborted += s.aborted;
     released_mid_round += s.released_mid_round, varlen_rounds += s.varlen_rounds;
     caller_runs += s.caller_runs, paged_runs += s.paged_runs, lazy_runs += s.lazy_runs;
+    mamba2_runs += s.mamba2_runs, bad_argument_rejected += s.bad_argument_rejected;
     adopted += s.adopted, adopted_mid_round += s.adopted_mid_round;
     adopted_written += s.adopted_written, released_pending += s.released_pending;
     materialized += s.materialized, materialized_pending += s.materialized_pending;
@@ -241,22 +468,33 @@ struct CallerMemory {
   }
 };
 
-class PoolDriver {
+// The kind-agnostic face of a driver (PoolDriver below picks the kind).
+class DriverBase {
  public:
-  // A small random GDN config and pool shape drawn from `src`; weights and inputs from a seeded
-  // generator (inputs shaped like real ones: A = exp(A_log) in [1, 16], dt in [1e-3, 1e-1]).
-  explicit PoolDriver(Source& src) : src_(src) {
-    GdnConfig g;
-    g.num_k_heads = 1 + static_cast<int>(src.below(2));
-    g.num_v_heads = g.num_k_heads * (1 + static_cast<int>(src.below(2)));
-    g.head_k_dim = 2 << src.below(3);
-    g.head_v_dim = 2 << src.below(3);
-    g.conv_width = 2 + static_cast<int>(src.below(3));
-    g.conv_bias = src.coin();
-    g.act_dtype = src.coin() ? DType::kBF16 : DType::kF32;
-    g.conv_state_dtype = src.coin() ? DType::kBF16 : DType::kF32;
-    g.ssm_state_dtype = DType::kF32;
-    config_ = ModelConfig::gated_delta_net(1 + static_cast<int>(src.below(2)), g);
+  virtual ~DriverBase() = default;
+  virtual bool step() = 0;
+  virtual void round() = 0;
+  virtual void finish() = 0;
+  virtual const DriverStats& stats() const = 0;
+  virtual MemoryMode memory() const = 0;
+};
+
+// The driver of one layer kind K (GdnKind, Mamba2Kind): everything but K's tensors is shared.
+template <typename K>
+class KindDriver final : public DriverBase {
+ public:
+  using Config = typename K::Config;
+  using Weights = typename K::Weights;
+  using Inputs = typename K::Inputs;
+  using Outputs = typename K::Outputs;
+  using Layer = typename K::Layer;
+  using Tokens = typename K::Tokens;
+  using Outs = typename K::Outs;
+
+  // A small random config of kind K and pool shape drawn from `src`; weights and inputs from a
+  // seeded generator (shaped like real ones, see K).
+  explicit KindDriver(Source& src) : src_(src) {
+    config_ = K::draw(src);
     options_.num_slots = 1 + static_cast<int>(src.below(4));
     options_.max_rows = 1 + static_cast<int>(src.below(4));
     options_.max_window = 1 + static_cast<int>(src.below(5));
@@ -296,37 +534,21 @@ class PoolDriver {
       stats_.paged_runs += memory_ == MemoryMode::kCallerPaged;
     }
     stats_.lazy_runs += lazy_;
-    const int D = g.conv_dim(), HV = g.num_v_heads;
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    stats_.mamba2_runs += config_.kind == LayerKind::kMamba2;
     for (int l = 0; l < config_.num_layers; ++l) {
-      Layer L;
       const DType w = src.coin() ? DType::kBF16 : DType::kF32;  // weights: any float dtype
-      L.conv_weight = HostTensor(w, {D, g.conv_width});
-      for (int64_t i = 0; i < L.conv_weight.numel(); ++i) L.conv_weight.set(i, 0.5f * normal(rng_));
-      if (g.conv_bias) {
-        L.conv_bias = HostTensor(w, {D});
-        for (int64_t i = 0; i < D; ++i) L.conv_bias.set(i, 0.1f * normal(rng_));
-      }
-      L.A_log = HostTensor(w, {HV});
-      L.dt_bias = HostTensor(w, {HV});
-      for (int h = 0; h < HV; ++h) {
-        L.A_log.set(h, static_cast<float>(std::log(1.0 + 15.0 * uni(rng_))));
-        const double dt = std::exp(std::log(1e-3) + uni(rng_) * (std::log(1e-1) - std::log(1e-3)));
-        L.dt_bias.set(h, static_cast<float>(std::log(std::expm1(dt))));
-      }
-      layers_.push_back(std::move(L));
+      layers_.push_back(K::random_layer(cfg(), w, rng_));
     }
   }
 
-  const DriverStats& stats() const { return stats_; }
-  MemoryMode memory() const { return memory_; }
+  const DriverStats& stats() const override { return stats_; }
+  MemoryMode memory() const override { return memory_; }
 
   // The final comparison of a run (a lazy pool may not have compared its last commits).
-  void finish() { compare_all("at the end of the run"); }
+  void finish() override { compare_all("at the end of the run"); }
 
   // One random operation. Returns false when the source is exhausted.
-  bool step() {
+  bool step() override {
     if (src_.exhausted()) return false;
     ++stats_.ops;
     switch (src_.below(12)) {
@@ -360,12 +582,11 @@ class PoolDriver {
   }
 
   // One speculative round over random live requests, padding included (the soak test's unit).
-  void round() {
+  void round() override {
     if (live_.empty()) {
       acquire();
       if (live_.empty()) return;
     }
-    const GdnConfig& g = config_.gdn;
     const int T = 1 + static_cast<int>(src_.below(static_cast<uint32_t>(options_.max_window)));
     const int B = 1 + static_cast<int>(src_.below(static_cast<uint32_t>(options_.max_rows)));
     // Rows: distinct live requests, some padding.
@@ -426,7 +647,7 @@ class PoolDriver {
       if (src_.below(16) == 0) {
         // One view a byte off its alignment: rejected, the layer still to verify.
         Misaligned bad(layers_[l].view(), inputs[l].view(), outs[l].view());
-        const char* name = bad.shift(src_, config_.gdn.conv_bias);
+        const char* name = bad.shift(src_, cfg());
         expect_rejected("verify with a misaligned view",
                         [&] { pool_->verify(l, bad.weights, bad.inputs, bad.outputs); },
                         Status::kInvalidArgument, {name, "aligned"});
@@ -552,10 +773,12 @@ class PoolDriver {
         Tokens gathered = gather(inputs[l], tok0[r], path);
         Outs o = make_outs(static_cast<int>(path.size()));
         shadow_->prefill(l, s, layers_[l].view(), gathered.view(), o.view());
+        const auto mine = outs[l].compared(), theirs = o.compared();
         for (std::size_t i = 0; i < path.size(); ++i) {
           const std::size_t tok = static_cast<std::size_t>(tok0[r] + path[i]);
-          same_row(outs[l].core_out, tok, o.core_out, i, "core_out", l, r, path[i]);
-          same_row(outs[l].conv_out, tok, o.conv_out, i, "conv_out", l, r, path[i]);
+          for (std::size_t k = 0; k < mine.size(); ++k) {
+            same_row(*mine[k].second, tok, *theirs[k].second, i, mine[k].first, l, r, path[i]);
+          }
         }
       }
     }
@@ -669,13 +892,12 @@ class PoolDriver {
       return;
     }
     const int s = free[src_.below(static_cast<uint32_t>(free.size()))];
-    const GdnConfig& g = config_.gdn;
+    const DType conv_dtype = config_.conv_state_dtype(), ssm_dtype = config_.ssm_state_dtype();
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (int l = 0; l < config_.num_layers; ++l) {
-      HostTensor conv(g.conv_state_dtype,
-                      {caller_.conv_bytes / static_cast<int64_t>(dtype_size(g.conv_state_dtype))});
-      HostTensor ssm(g.ssm_state_dtype,
-                     {caller_.ssm_bytes / static_cast<int64_t>(dtype_size(g.ssm_state_dtype))});
+      HostTensor conv(conv_dtype,
+                      {caller_.conv_bytes / static_cast<int64_t>(dtype_size(conv_dtype))});
+      HostTensor ssm(ssm_dtype, {caller_.ssm_bytes / static_cast<int64_t>(dtype_size(ssm_dtype))});
       for (int64_t e = 0; e < conv.numel(); ++e) conv.set(e, normal(rng_));
       for (int64_t e = 0; e < ssm.numel(); ++e) ssm.set(e, 0.25f * normal(rng_));
       std::memcpy(caller_.conv_at(l, s), conv.bytes.data(), conv.bytes.size());
@@ -785,7 +1007,7 @@ class PoolDriver {
     poisoned_.push_back(std::make_unique<Layer>(layers_[l]));
     Layer& w = *poisoned_.back();
     call(w.view());
-    for (HostTensor* t : {&w.conv_weight, &w.conv_bias, &w.A_log, &w.dt_bias}) {
+    for (HostTensor* t : w.tensors()) {
       if (!t->bytes.empty()) std::memset(t->bytes.data(), 0xFF, t->bytes.size());
     }
   }
@@ -799,9 +1021,9 @@ class PoolDriver {
       const Tokens in = random_tokens(n);
       Outs a = make_outs(n), b = make_outs(n);
       with_weights(temp, l,
-                   [&](const GdnWeights& w) { pool_->prefill(l, q.pool, w, in.view(), a.view()); });
+                   [&](const Weights& w) { pool_->prefill(l, q.pool, w, in.view(), a.view()); });
       shadow_->prefill(l, q.shadow, layers_[l].view(), in.view(), b.view());
-      if (a.core_out.bytes != b.core_out.bytes) violation("prefill outputs differ between pools");
+      if (!same_outs(a, b)) violation("prefill outputs differ between pools");
     }
     q.pending = false;
     if (check_now()) compare_all("after prefill");
@@ -827,11 +1049,9 @@ class PoolDriver {
       const Tokens in = random_tokens(n);
       Outs a = make_outs(n), b = make_outs(n);
       with_weights(temp, l,
-                   [&](const GdnWeights& w) { pool_->decode(l, rows, w, in.view(), a.view()); });
+                   [&](const Weights& w) { pool_->decode(l, rows, w, in.view(), a.view()); });
       shadow_->decode(l, shadow_rows, layers_[l].view(), in.view(), b.view());
-      if (a.core_out.bytes != b.core_out.bytes || a.conv_out.bytes != b.conv_out.bytes) {
-        violation("decode outputs differ between pools");
-      }
+      if (!same_outs(a, b)) violation("decode outputs differ between pools");
     }
     if (check_now()) compare_all("after decode");
   }
@@ -839,29 +1059,18 @@ class PoolDriver {
   // A layer call's views with one of them (weights, inputs or outputs) moved a byte off its
   // dtype's alignment (its values copied along, so only the address is wrong).
   struct Misaligned {
-    GdnWeights weights;
-    GdnInputs inputs;
-    GdnOutputs outputs;
+    Weights weights;
+    Inputs inputs;
+    Outputs outputs;
     std::vector<uint64_t> buffer;
 
-    Misaligned(const GdnWeights& w, const GdnInputs& in, const GdnOutputs& out)
+    Misaligned(const Weights& w, const Inputs& in, const Outputs& out)
         : weights(w), inputs(in), outputs(out) {}
-    // Shifts one view drawn from `src`; returns its name as the library spells it.
-    const char* shift(Source& src, bool has_bias) {
-      struct Choice {
-        TensorView* view;
-        const char* name;
-      };
-      std::vector<Choice> c = {{&weights.conv_weight, "weights.conv_weight"},
-                               {&weights.A_log, "weights.A_log"},
-                               {&weights.dt_bias, "weights.dt_bias"},
-                               {&inputs.mixed_qkv, "inputs.mixed_qkv"},
-                               {&inputs.a, "inputs.a"},
-                               {&inputs.b, "inputs.b"},
-                               {&outputs.conv_out, "outputs.conv_out"},
-                               {&outputs.core_out, "outputs.core_out"}};
-      if (has_bias) c.push_back({&weights.conv_bias, "weights.conv_bias"});
-      const Choice& pick = c[src.below(static_cast<uint32_t>(c.size()))];
+    // Shifts one view drawn from `src` (of those the config gives); returns its name as the
+    // library spells it.
+    const char* shift(Source& src, const Config& c) {
+      const std::vector<NamedView> views = K::views(c, weights, inputs, outputs);
+      const NamedView& pick = views[src.below(static_cast<uint32_t>(views.size()))];
       TensorView& v = *pick.view;
       const std::size_t bytes = static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype);
       buffer.assign(bytes / 8 + 2, 0);
@@ -872,13 +1081,66 @@ class PoolDriver {
     }
   };
 
+  // One of the kind's arguments made wrong (all the others as the config wants): a wrong extent
+  // (a dim past the tokens), a wrong dtype (weights: not a float; the rest: the other float), an
+  // optional argument given where the config has none or missing where it wants one, ndim > 6,
+  // or CUDA memory given to a CPU pool. Rejected with kInvalidArgument naming the view.
+  // (One-token inputs and outputs.)
+  void bad_argument(uint32_t how, int layer, SlotHandle h, const Inputs& in0, const Outputs& out0) {
+    Weights w = layers_[static_cast<std::size_t>(layer)].view();
+    Inputs in = in0;
+    Outputs out = out0;
+    const std::vector<NamedView> views = K::views(cfg(), w, in, out);
+    const NamedView& v = views[src_.below(static_cast<uint32_t>(views.size()))];
+    HostTensor given;  // an optional argument the config does not want
+    const char* name = v.name;
+    const char* what = "";
+    switch (how) {
+      case 0: {
+        const int first = v.per_token ? 1 : 0;
+        const int d =
+            first + static_cast<int>(src_.below(static_cast<uint32_t>(v.view->ndim - first)));
+        v.view->shape[d] += 1;
+        what = "prefill with a wrong extent";
+        break;
+      }
+      case 1:
+        v.view->dtype =
+            v.any_float ? DType::kI32 : (v.view->dtype == DType::kF32 ? DType::kBF16 : DType::kF32);
+        what = "prefill with a wrong dtype";
+        break;
+      case 2: {
+        const std::vector<OptionalArg> opts = K::optionals(cfg(), w, in, 1);
+        const OptionalArg& o = opts[src_.below(static_cast<uint32_t>(opts.size()))];
+        if (o.wanted) {
+          *o.view = TensorView{};  // missing where the config wants one
+        } else {
+          given = HostTensor(config_.act_dtype(), o.shape);  // given where the config has none
+          *o.view = given.view();
+        }
+        name = o.name;
+        what = "prefill with an optional argument that does not match the config";
+        break;
+      }
+      case 3:
+        v.view->ndim = 7 + static_cast<int>(src_.below(1000));
+        what = "prefill with ndim > 6";
+        break;
+      default:
+        v.view->device = Device::kCuda;
+        what = "prefill with a view on another device";
+        break;
+    }
+    expect_rejected(what, [&] { pool_->prefill(layer, h, w, in, out); }, Status::kInvalidArgument,
+                    {name});
+    ++stats_.bad_argument_rejected;
+  }
   // Calls every one of which must be rejected and change nothing.
   void invalid_outside_round() {
-    const GdnConfig& g = config_.gdn;
     const int L = config_.num_layers;
     const Tokens in = random_tokens(1);
     Outs out = make_outs(1);
-    const GdnWeights w = layers_[0].view();
+    const Weights w = layers_[0].view();
     const SlotHandle h = live_.empty() ? SlotHandle::padding() : live_[0].pool;
     switch (src_.below(15)) {
       case 12:
@@ -889,7 +1151,7 @@ class PoolDriver {
         if (!live_.empty()) {
           // A weight, input or output view one byte off: prefill or decode (a padding row too).
           Misaligned bad(w, in.view(), out.view());
-          const char* name = bad.shift(src_, g.conv_bias);
+          const char* name = bad.shift(src_, cfg());
           const int l = static_cast<int>(src_.below(static_cast<uint32_t>(L)));
           if (src_.coin()) {
             expect_rejected("prefill with a misaligned view",
@@ -901,7 +1163,7 @@ class PoolDriver {
             Tokens in2 = random_tokens(static_cast<int>(rows.size()));
             Outs out2 = make_outs(static_cast<int>(rows.size()));
             Misaligned bad2(w, in2.view(), out2.view());
-            const char* name2 = bad2.shift(src_, g.conv_bias);
+            const char* name2 = bad2.shift(src_, cfg());
             expect_rejected(
                 "decode with a misaligned view",
                 [&] { pool_->decode(l, rows, bad2.weights, bad2.inputs, bad2.outputs); },
@@ -957,48 +1219,13 @@ class PoolDriver {
         }
         break;
       case 6:
-        if (!live_.empty()) {
-          GdnInputs bad = in.view();
-          bad.mixed_qkv.shape[1] += 1;
-          expect_rejected("prefill with a wrong conv_dim",
-                          [&] { pool_->prefill(0, h, w, bad, out.view()); });
-        }
-        break;
       case 7:
-        if (!live_.empty()) {
-          GdnInputs bad = in.view();
-          bad.a.dtype = bad.a.dtype == DType::kF32 ? DType::kBF16 : DType::kF32;
-          expect_rejected("prefill with a wrong dtype",
-                          [&] { pool_->prefill(0, h, w, bad, out.view()); });
-        }
-        break;
       case 8:
-        if (!live_.empty()) {
-          GdnWeights bad = w;
-          HostTensor bias(DType::kF32, {g.conv_dim()});
-          if (g.conv_bias) {
-            bad.conv_bias = TensorView{};  // missing where the config wants one
-          } else {
-            bad.conv_bias = bias.view();  // given where the config has none
-          }
-          expect_rejected("prefill with a conv bias that does not match the config",
-                          [&] { pool_->prefill(0, h, bad, in.view(), out.view()); });
-        }
-        break;
       case 9:
-        if (!live_.empty()) {
-          GdnInputs bad = in.view();
-          bad.mixed_qkv.ndim = 7 + static_cast<int>(src_.below(1000));
-          expect_rejected("prefill with ndim > 6",
-                          [&] { pool_->prefill(0, h, w, bad, out.view()); });
-        }
-        break;
       case 10:
         if (!live_.empty()) {
-          GdnOutputs bad = out.view();
-          bad.core_out.device = Device::kCuda;
-          expect_rejected("prefill with an output on another device",
-                          [&] { pool_->prefill(0, h, w, in.view(), bad); });
+          const int l = static_cast<int>(src_.below(static_cast<uint32_t>(L)));
+          bad_argument(src_.below(5), l, h, in.view(), out.view());
         }
         break;
       default: {
@@ -1186,32 +1413,29 @@ class PoolDriver {
     }
   }
 
-  Tokens random_tokens(int n) {
-    const GdnConfig& g = config_.gdn;
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    Tokens t{HostTensor(g.act_dtype, {n, g.conv_dim()}),
-             HostTensor(g.act_dtype, {n, g.num_v_heads}),
-             HostTensor(g.act_dtype, {n, g.num_v_heads})};
-    for (int64_t i = 0; i < t.qkv.numel(); ++i) t.qkv.set(i, normal(rng_));
-    for (int64_t i = 0; i < t.a.numel(); ++i) t.a.set(i, normal(rng_));
-    for (int64_t i = 0; i < t.b.numel(); ++i) t.b.set(i, normal(rng_));
-    return t;
+  const Config& cfg() const { return K::of(config_); }
+  Tokens random_tokens(int n) { return K::random_tokens(cfg(), n, rng_); }
+  Outs make_outs(int n) const { return K::make_outs(cfg(), n); }
+  static bool same_outs(const Outs& a, const Outs& b) {
+    const auto x = a.compared(), y = b.compared();
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      if (x[k].second->bytes != y[k].second->bytes) return false;
+    }
+    return true;
   }
-  Outs make_outs(int n) const {
-    const GdnConfig& g = config_.gdn;
-    return {HostTensor(g.act_dtype, {n, g.conv_dim()}),
-            HostTensor(g.act_dtype, {n, g.num_v_heads, g.head_v_dim})};
-  }
+  // The tokens `path` (offsets from `base`) of `all`, in that order (absent tensors stay absent).
   static Tokens gather(const Tokens& all, int base, const std::vector<int>& path) {
-    Tokens t{HostTensor(all.qkv.dtype, {static_cast<int64_t>(path.size()), all.qkv.shape[1]}),
-             HostTensor(all.a.dtype, {static_cast<int64_t>(path.size()), all.a.shape[1]}),
-             HostTensor(all.b.dtype, {static_cast<int64_t>(path.size()), all.b.shape[1]})};
-    for (std::size_t i = 0; i < path.size(); ++i) {
-      const std::size_t src = static_cast<std::size_t>(base + path[i]);
-      for (auto [to, from] :
-           {std::pair{&t.qkv, &all.qkv}, std::pair{&t.a, &all.a}, std::pair{&t.b, &all.b}}) {
-        const std::size_t rb = from->row_bytes();
-        std::memcpy(to->bytes.data() + i * rb, from->bytes.data() + src * rb, rb);
+    Tokens t = all;
+    const auto to = t.tensors(), from = all.tensors();
+    for (std::size_t k = 0; k < from.size(); ++k) {
+      if (from[k]->shape.empty()) continue;
+      HostTensor& dst = *const_cast<HostTensor*>(to[k]);
+      const std::size_t rb = from[k]->row_bytes();
+      dst.shape[0] = static_cast<int64_t>(path.size());
+      dst.bytes.assign(rb * path.size(), 0);
+      for (std::size_t i = 0; i < path.size(); ++i) {
+        const std::size_t src = static_cast<std::size_t>(base + path[i]);
+        std::memcpy(dst.bytes.data() + i * rb, from[k]->bytes.data() + src * rb, rb);
       }
     }
     return t;
@@ -1241,6 +1465,27 @@ class PoolDriver {
   std::vector<Request> live_;
   std::vector<SlotHandle> stale_;
   DriverStats stats_;
+};
+
+// The driver of a run: the layer kind drawn first (Gated DeltaNet or Mamba2, even odds), then
+// everything else by that kind's KindDriver.
+class PoolDriver {
+ public:
+  explicit PoolDriver(Source& src) {
+    if (src.coin()) {
+      d_ = std::make_unique<KindDriver<Mamba2Kind>>(src);
+    } else {
+      d_ = std::make_unique<KindDriver<GdnKind>>(src);
+    }
+  }
+  bool step() { return d_->step(); }
+  void round() { d_->round(); }
+  void finish() { d_->finish(); }
+  const DriverStats& stats() const { return d_->stats(); }
+  MemoryMode memory() const { return d_->memory(); }
+
+ private:
+  std::unique_ptr<DriverBase> d_;
 };
 
 }  // namespace specstate::fuzz
