@@ -1,9 +1,11 @@
 // Call validation of the pool: handles (foreign, out of range, stale, repeated), layers, outputs
 // that would alias the pool's memory, rows of the open round, state buffers. Nothing here
 // writes anything.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "pool_impl.h"
@@ -59,17 +61,23 @@ int StatePool::Impl::resolve(const char* function, const std::string& what,
 std::vector<int32_t> StatePool::Impl::resolve_rows(const char* function,
                                                    const std::vector<SlotHandle>& rows) {
   std::vector<int32_t> resolved(rows.size(), -1);
-  std::unordered_map<int32_t, std::size_t> seen_at;  // O(rows), whatever num_slots is
+  // (slot, row) of the rows so far, sorted by slot: one allocation of O(rows), whatever
+  // num_slots is (an engine's whole cache may be the pool's slots); called per layer by decode.
+  std::vector<std::pair<int32_t, std::size_t>> seen;
+  seen.reserve(rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (rows[r].is_padding()) continue;
     const int slot = resolve(function, "rows[" + std::to_string(r) + "]", rows[r]);
-    const auto [at, fresh] = seen_at.emplace(slot, r);
-    if (!fresh) {
+    const auto at = std::lower_bound(
+        seen.begin(), seen.end(), slot,
+        [](const std::pair<int32_t, std::size_t>& e, int32_t s) { return e.first < s; });
+    if (at != seen.end() && at->first == slot) {
       fail(Status::kInvalidArgument, function,
            "rows[" + std::to_string(r) + "] = " + handle_string(rows[r]) +
                " repeats the slot of rows[" + std::to_string(at->second) +
                "]: a slot appears at most once per batch");
     }
+    seen.insert(at, {slot, r});
     resolved[r] = slot;
   }
   return resolved;
