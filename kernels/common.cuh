@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernel_types.h"
@@ -161,12 +162,25 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
-// Whether the current device runs programmatic dependent launch (compute capability >= 9.0).
+// Whether the current device runs programmatic dependent launch (compute capability >= 9.0),
+// asked of the runtime once per device (every recurrence launch calls this on the host).
 inline bool programmatic_launch_supported() {
-  int device = 0, major = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         major >= 9;
+  constexpr int kDevices = 64;
+  static std::atomic<int8_t> known[kDevices] = {};  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (device >= 0 && device < kDevices) {
+    const int8_t k = known[device].load(std::memory_order_relaxed);
+    if (k != 0) return k == 2;
+  }
+  int major = 0;
+  const bool yes =
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      major >= 9;
+  if (device >= 0 && device < kDevices) {
+    known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
+  }
+  return yes;
 }
 
 // Launches a recurrence kernel with programmatic dependent launch where the device has it: it may
