@@ -92,31 +92,73 @@ __global__ void __launch_bounds__(kCommitThreads)
   }
 }
 
-// One thread per row.
-__global__ void commit_pending_kernel(const __grid_constant__ CommitPendingParams p) {
-  const int row = blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= p.rows) return;
+// The fold predicate settles a cursor (base, h) (kernel_types.h: replay_folds).
+__device__ __forceinline__ void settle_cursor(int& base, int& h, int ring, int fold_limit) {
+  if (h > fold_limit) {
+    base = (base + h) % ring;
+    h = 0;
+  }
+}
+
+// One CTA per (row, layer): the conv pending steps, the settled cursor, a tree's accepted path
+// compacted in the ring, h += n.
+__global__ void __launch_bounds__(256)
+    commit_pending_kernel(const __grid_constant__ CommitPendingParams p) {
+  const int row = blockIdx.x;
+  const int layer = blockIdx.y;
   const int slot = p.slots[row];
   if (slot < 0) return;
   int32_t error = 0;
   const int last = commit_step(p.mode, p.accepted[row * p.accepted_stride],
                                row_window(p.varlen, row, p.window, &error), &error);
-  if (error != 0) atomicOr(p.error_flag, error);
+  if (error != 0 && layer == 0 && threadIdx.x == 0) atomicOr(p.error_flag, error);
   const int32_t* parents = p.parents ? p.parents + int64_t{row} * p.window : nullptr;
+  __shared__ int path[32];  // a tree's accepted path (replay trees hold at most 16 tokens)
   int n = 0;
   for (int t = last; t >= 0; t = parents ? parents[t] : t - 1) ++n;
-  int i = n;
-  for (int t = last; t >= 0; t = parents ? parents[t] : t - 1) {
-    p.path[slot * p.path_stride_slot + --i] = t;
+  if (threadIdx.x == 0) {
+    int i = n;
+    for (int t = last; t >= 0; t = parents ? parents[t] : t - 1) {
+      --i;
+      if (layer == 0) p.path[slot * p.path_stride_slot + i] = t;
+      if (i < 32) path[i] = t;
+    }
+    p.pending[int64_t{layer} * p.num_slots + slot] = n;
   }
-  for (int l = 0; l < p.layers; ++l) p.pending[int64_t{l} * p.num_slots + slot] = n;
+  if (p.cursor == nullptr) return;
+  int32_t* cur = p.cursor + (int64_t{layer} * p.num_slots + slot) * 2;
+  int base = cur[0], h = cur[1];
+  settle_cursor(base, h, p.ring, p.fold_limit);
+  __syncthreads();  // every thread has read the cursor and sees the path
+  if (parents != nullptr) {
+    // The window's records sit at base + h + t; the accepted path's move to base + h + i
+    // (p_i >= i, ascending: a record is read before its position is overwritten).
+    char* ring = p.factors + (int64_t{layer} * p.num_slots + slot) * p.factor_stride_slot;
+    const int64_t units = p.factor_bytes / 16;
+    for (int i = 0; i < n && i < 32; ++i) {
+      if (path[i] == i) continue;
+      const uint4* src =
+          reinterpret_cast<const uint4*>(ring + ((base + h + path[i]) % p.ring) * p.factor_bytes);
+      uint4* dst = reinterpret_cast<uint4*>(ring + ((base + h + i) % p.ring) * p.factor_bytes);
+      for (int64_t j = threadIdx.x; j < units; j += blockDim.x) dst[j] = src[j];
+      __syncthreads();
+    }
+  }
+  if (threadIdx.x == 0) {
+    cur[0] = base;
+    cur[1] = h + n;
+  }
 }
 
 struct ClearParams {
   int32_t* pending = nullptr;
+  int32_t* cursor = nullptr;  // [layers][num_slots][2], or null
   int num_slots = 0;
   int layer_begin = 0;
   int layer_end = 0;
+  int ring = 0;
+  int fold_limit = 0;
+  bool settle = false;  // kSettled: settle the cursor; otherwise consume the history
   int n = 0;
   int32_t slots[kUploadChunk] = {};
 };
@@ -125,7 +167,18 @@ __global__ void clear_pending_kernel(const __grid_constant__ ClearParams p) {
   for (int i = threadIdx.x; i < p.n; i += blockDim.x) {
     if (p.slots[i] < 0) continue;
     for (int l = p.layer_begin; l < p.layer_end; ++l) {
-      p.pending[int64_t{l} * p.num_slots + p.slots[i]] = 0;
+      const int64_t at = int64_t{l} * p.num_slots + p.slots[i];
+      p.pending[at] = 0;
+      if (p.cursor == nullptr) continue;
+      int base = p.cursor[2 * at], h = p.cursor[2 * at + 1];
+      if (p.settle) {
+        settle_cursor(base, h, p.ring, p.fold_limit);
+      } else {
+        base = (base + h) % p.ring;
+        h = 0;
+      }
+      p.cursor[2 * at] = base;
+      p.cursor[2 * at + 1] = h;
     }
   }
 }
@@ -166,16 +219,23 @@ cudaError_t launch_commit(const CommitParams& p, cudaStream_t stream) {
 }
 
 cudaError_t launch_commit_pending(const CommitPendingParams& p, cudaStream_t stream) {
-  if (p.rows <= 0) return cudaSuccess;
-  commit_pending_kernel<<<(p.rows + 127) / 128, 128, 0, stream>>>(p);
+  if (p.rows <= 0 || p.layers <= 0) return cudaSuccess;
+  if (p.layers > 65535) return cudaErrorInvalidValue;
+  if (p.parents != nullptr && p.window > 32) return cudaErrorInvalidValue;
+  commit_pending_kernel<<<dim3(p.rows, p.layers), p.parents != nullptr ? 256 : 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
-cudaError_t launch_clear_pending(int32_t* pending, int num_slots, int layer_begin, int layer_end,
-                                 const int32_t* slots, int n, cudaStream_t stream) {
+cudaError_t launch_clear_pending(const ClearPendingArgs& a, const int32_t* slots, int n,
+                                 cudaStream_t stream) {
   for (int begin = 0; begin < n; begin += kUploadChunk) {
     ClearParams p;
-    p.pending = pending;
+    p.pending = a.pending;
+    p.cursor = a.cursor;
+    p.ring = a.ring;
+    p.fold_limit = a.fold_limit;
+    p.settle = a.settle;
+    const int num_slots = a.num_slots, layer_begin = a.layer_begin, layer_end = a.layer_end;
     p.num_slots = num_slots;
     p.layer_begin = layer_begin;
     p.layer_end = layer_end;

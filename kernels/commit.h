@@ -61,10 +61,12 @@ struct CommitParams {
 // clears it with cudaMemsetAsync in the same stream, so the pair is capturable).
 cudaError_t launch_commit(const CommitParams& params, cudaStream_t stream);
 
-// Replay commit (DESIGN.md section 6): per row, the accepted steps root..last become the slot's
-// pending steps in every layer: path[slot][0..n) = their window indices, pending[l][slot] = n.
-// No state moves. Values are read and checked as by launch_commit (a flagged row records n = 0,
-// i.e. keeps its state).
+// Replay commit (DESIGN.md section 6): per row and layer, the accepted steps root..last become
+// the slot's pending conv steps (path[slot][0..n) = their window indices, pending[l][slot] = n),
+// its cursor is settled by the fold predicate, a tree's accepted path of factor records is
+// compacted to ring positions base + h + 0..n-1, and h += n. No state moves. Values are read and
+// checked as by launch_commit (a flagged row commits n = 0: it keeps its state, and its cursor is
+// still settled). Trees: window <= 32.
 struct CommitPendingParams {
   int layers = 0;
   int rows = 0;
@@ -80,13 +82,30 @@ struct CommitPendingParams {
   int32_t* __restrict__ pending = nullptr;         // [layers, num_slots]
   int32_t* __restrict__ path = nullptr;            // [num_slots, path_stride_slot]
   int32_t* __restrict__ error_flag = nullptr;      // device int32, OR-ed error bits
+  int ring = 0;                                    // R
+  int fold_limit = 0;                              // R - 2 * T_max
+  int64_t factor_bytes = 0;                        // one record (a multiple of 16)
+  int64_t factor_stride_slot = 0;                  // R * factor_bytes
+  int32_t* __restrict__ cursor = nullptr;          // [layers, num_slots, 2] (base, h), or null
+  char* __restrict__ factors = nullptr;            // [layers, num_slots, R, record]
 };
 cudaError_t launch_commit_pending(const CommitPendingParams& params, cudaStream_t stream);
 
 // pending[l][slot] = 0 for l in [layer_begin, layer_end) and every slot of `slots` (host values,
-// carried in the launch parameters).
-cudaError_t launch_clear_pending(int32_t* pending, int num_slots, int layer_begin, int layer_end,
-                                 const int32_t* slots, int n, cudaStream_t stream);
+// carried in the launch parameters); with cursors, each cursor is settled by the fold predicate
+// (settle) or its history consumed (base += h, h = 0).
+struct ClearPendingArgs {
+  int32_t* pending = nullptr;  // [layers, num_slots]
+  int32_t* cursor = nullptr;   // [layers, num_slots, 2], or null
+  int num_slots = 0;
+  int layer_begin = 0;
+  int layer_end = 0;
+  int ring = 0;
+  int fold_limit = 0;
+  bool settle = false;
+};
+cudaError_t launch_clear_pending(const ClearPendingArgs& args, const int32_t* slots, int n,
+                                 cudaStream_t stream);
 
 // Writes `n` int32 values to device memory `dst` with kernels that carry the values in their
 // parameters: no host memory is read at execution time, so the upload is capturable and needs

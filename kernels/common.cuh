@@ -207,7 +207,7 @@ cudaError_t launch_after_conv(void (*kernel)(Params), dim3 grid, dim3 block, con
 // the kernel stages at once (`chunk`).
 template <typename Params>
 cudaError_t check_recurrence_launch(const Params& p, int chunk, bool* skip) {
-  *skip = p.rows <= 0 || p.tokens < 0 || (p.tokens == 0 && p.pending == nullptr);
+  *skip = p.rows <= 0 || p.tokens < 0 || (p.tokens == 0 && p.cursor == nullptr);
   if (!*skip && p.parents != nullptr && p.snap == nullptr && p.tokens > chunk) {
     return cudaErrorInvalidValue;
   }

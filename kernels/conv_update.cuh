@@ -12,33 +12,6 @@ namespace specstate::kernels {
 inline constexpr int kConvChannels = 8;  // channels per thread (16-byte bf16 vectors)
 inline constexpr int kConvThreads = 64;
 
-// The extra per-token inputs of a record (GDN: a | b), column j of [extra_count * extra_cols]:
-// the replayed steps' values go to replay_extra (for the recurrence kernel), the window's values
-// into the records. One thread owns column j of its row for every token, so the pending values
-// are read before the same thread overwrites them.
-template <typename Act>
-__device__ void copy_extra_column(const ConvUpdateParams& p, int row, int r, int slot, int j) {
-  const int which = j / p.extra_cols, col = j % p.extra_cols;
-  Act* rec = static_cast<Act*>(p.records) + slot * p.record_stride_slot + p.conv_dim + j;
-  if (p.pending != nullptr) {
-    const int n = p.pending[slot];
-    Act* dst = static_cast<Act*>(p.replay_extra) + row * p.replay_extra_stride_row + j;
-    for (int i = 0; i < n; ++i) {
-      const int t = p.path[slot * p.path_stride_slot + i];
-      dst[i * p.replay_extra_stride_t] = rec[t * p.record_stride_t];
-    }
-  }
-  if (p.write_records) {
-    const Act* src = static_cast<const Act*>(p.extra[which]);
-    const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
-    for (int t = 0; t < rt.count; ++t) {
-      rec[t * p.record_stride_t] =
-          src[(rt.begin + t) * p.extra_stride_token[which] + col * p.extra_stride_c[which]];
-    }
-  }
-  (void)r;
-}
-
 // N channels of one token's row (channel stride `stride_c`; a partial group, nc < N, reads
 // zeros past nc and writes nothing there), as 16-byte vectors where the layout allows.
 template <typename Act, int N>
@@ -72,6 +45,16 @@ __device__ __forceinline__ void load_conv_weights(const ConvUpdateParams& p, int
                                                   float (&w)[kConvChannels][W],
                                                   float (&bias)[kConvChannels]) {
   constexpr int C = kConvChannels;
+  if (p.weight == nullptr) {
+    // A materialize: pending conv steps only shift the window; no output, no weights.
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      bias[i] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < W; ++j) w[i][j] = 0.0f;
+    }
+    return;
+  }
   const bool full = nc == C;
   float wf[C * W];
   const bool w_contig = full && p.weight_stride_tap == 1 && p.weight_stride_c == W;
@@ -117,18 +100,10 @@ __global__ void __launch_bounds__(kConvThreads)
   launch_dependents();
   const int groups = (p.conv_dim + C - 1) / C;
   const bool has_records = kRecords && p.records != nullptr;
-  const int extra_threads = has_records ? p.extra_count * p.extra_cols : 0;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   const int r = blockIdx.y;
   const int row = p.row_begin + r;
-  if (g >= groups) {
-    // Threads past the channels copy the extra record columns (once per row: z = 0).
-    const int j = g - groups;
-    if (j >= extra_threads || blockIdx.z != 0) return;
-    const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
-    if (slot >= 0) copy_extra_column<Act>(p, row, r, slot, j);
-    return;
-  }
+  if (g >= groups) return;
   const int c0 = g * C;
   const int nc = min(C, p.conv_dim - c0);
   const bool full = nc == C;
@@ -171,28 +146,16 @@ __global__ void __launch_bounds__(kConvThreads)
     }
   }
   if (kRecords && p.pending != nullptr) {
-    // Replay (token_loop): the slot's pending steps, in order, from the committed window. Their
-    // conv outputs feed the recurrence's replay; the window then starts from the result.
+    // Replay (token_loop): the slot's pending steps, in order, from the committed window: each
+    // shifts its recorded input into the window (their conv outputs are not needed: the
+    // recurrence applies factor records). The window then starts from the result.
     const int n = p.pending[slot];
     for (int i = 0; i < n; ++i) {
       const int t = p.path[slot * p.path_stride_slot + i];
       float xin[C];
       load_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, xin);
-      float y[C];
-#pragma unroll
-      for (int k = 0; k < C; ++k) {
-        float acc = bias[k];
-#pragma unroll
-        for (int j = 0; j < H; ++j) acc += w[k][j] * s[k * H + j];
-        acc += w[k][H] * xin[k];
-        y[k] = silu(acc);
-      }
-      Act* op = static_cast<Act*>(p.replay_out) + row * p.replay_out_stride_row +
-                i * p.replay_out_stride_t + c0;
-      // (Channels below replay_out_from are not read by the recurrence's replay.)
-      if (c0 + C > p.replay_out_from) store_row<Act, C>(op, 1, full, nc, y);
-        // Shift: the input joins the window in the conv state dtype, as a committed window holds
-        // it.
+      // Shift: the input joins the window in the conv state dtype, as a committed window holds
+      // it.
 #pragma unroll
       for (int k = 0; k < C; ++k) {
 #pragma unroll
@@ -315,13 +278,7 @@ __global__ void __launch_bounds__(kReplayGroups* kReplayVt)
   const int row = p.row_begin + r;
   const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
   if (slot < 0) return;  // padding row (uniform over the CTA): nothing read, nothing written
-  if (static_cast<int>(blockIdx.x) >= channel_ctas) {
-    // The extra record columns (GDN a | b, Mamba2 dt), one thread each, as conv_update_kernel.
-    const int j = (static_cast<int>(blockIdx.x) - channel_ctas) * (kReplayGroups * kReplayVt) +
-                  threadIdx.y * kReplayGroups + threadIdx.x;
-    if (j < p.extra_count * p.extra_cols) copy_extra_column<Act>(p, row, r, slot, j);
-    return;
-  }
+  (void)channel_ctas;
   const int groups = (p.conv_dim + C - 1) / C;
   const int g = blockIdx.x * kReplayGroups + threadIdx.x;
   const int v = threadIdx.y;
@@ -385,18 +342,7 @@ __global__ void __launch_bounds__(kReplayGroups* kReplayVt)
   // Every read of the records and of the committed window is above this line.
   __syncthreads();
   if (!active) return;
-  float y[C];
-#pragma unroll
-  for (int i = 0; i < C; ++i) {
-    float acc = bias[i];
-#pragma unroll
-    for (int j = 0; j < W; ++j) acc += w[i][j] * win[j][i];
-    y[i] = silu(acc);
-  }
   if (v < n) {
-    Act* op = static_cast<Act*>(p.replay_out) + row * p.replay_out_stride_row +
-              v * p.replay_out_stride_t + c0;
-    if (c0 + C > p.replay_out_from) store_row<Act, C>(op, 1, full, nc, y);
     if (p.store_replayed) {
       // The committed window after the pending steps: history[n .. n+H-1]. Step v's input is
       // column v - n + H of it; step 0 also writes the old columns that remain (n < H).
@@ -421,6 +367,14 @@ __global__ void __launch_bounds__(kReplayGroups* kReplayVt)
     }
     return;
   }
+  float y[C];
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+    float acc = bias[i];
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc += w[i][j] * win[j][i];
+    y[i] = silu(acc);
+  }
   const int t = v - n;
   store_row<Act, C>(
       static_cast<Act*>(p.out) + (rt.begin + t) * p.out_stride_token + c0 * p.out_stride_c,
@@ -439,8 +393,7 @@ cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t str
   // rows on: measured on H200 (Qwen3-Next, T = 2/4/8), the token loop is 1.2-1.5x faster at
   // B = 128 and 1.1-1.2x slower at B = 32 than one token per thread.
   const bool loop = p.store_final || p.pending != nullptr || p.tokens == 0 || p.rows >= 64;
-  const int extra = p.records != nullptr ? p.extra_count * p.extra_cols : 0;
-  const dim3 grid((groups + extra + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
+  const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
   const bool records = p.records != nullptr || p.pending != nullptr;
   // Small replay verifies: every (channel group, virtual token) its own thread. Measured on the
   // H200 (Qwen3-Next TP1 rounds, docs/cuda.md): faster at B = 1 from T = 4 (T = 8: 1186 -> 995
@@ -452,8 +405,7 @@ cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t str
       p.snap == nullptr && p.rows <= kReplaySmallRows &&
       p.path_stride_slot + p.tokens <= kReplayVt) {
     const int channel_ctas = (groups + kReplayGroups - 1) / kReplayGroups;
-    const int extra_ctas = (extra + kReplayGroups * kReplayVt - 1) / (kReplayGroups * kReplayVt);
-    const dim3 small_grid(channel_ctas + extra_ctas, p.rows);
+    const dim3 small_grid(channel_ctas, p.rows);
     const dim3 block(kReplayGroups, kReplayVt);
     switch (p.width) {
       case 2:

@@ -4,12 +4,13 @@
 // State I/O (chosen by the strategy, never a mode flag):
 //   start state      the committed window of the row's slot
 //   replay           pending != null: first re-run the slot's pending steps from its records
-//                    (their conv outputs -> replay_out, their extra columns -> replay_extra)
+//                    (each shifts its recorded input into the window; no output is computed)
 //   store_replayed   write the committed window after the replayed steps
 //   per-token stores snap != null: the window after every token into row-indexed snapshots
 //   final store      store_final: the window after the last token into the committed window
-//   records          records != null && write_records: each token's inputs (x and the extra
-//                    columns) into the slot's record at the token's window index
+//   records          records != null && write_records: each token's input x into the slot's
+//                    record at the token's window index
+//   weight == null   (materialize) no token runs; nothing but the records and window is read
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,10 +35,6 @@ struct ConvUpdateParams {
   bool store_replayed = false;
   bool store_final = false;
   bool write_records = false;
-  int extra_cols = 0;       // columns of each extra per-token input (GDN: a and b, HV each)
-  int extra_count = 0;      // 0..2 extra inputs carried in the records after x
-  int replay_out_from = 0;  // replayed steps' conv outputs are written from this channel on
-                            // (GDN: its q channels [0, H*K) are not needed by a replayed step)
   ElemType weight_dtype = ElemType::kF32;
   ElemType bias_dtype = ElemType::kF32;
 
@@ -48,31 +45,22 @@ struct ConvUpdateParams {
   int64_t weight_stride_c = 0;
   int64_t weight_stride_tap = 1;
   int64_t bias_stride = 1;
-  int64_t extra_stride_token[2] = {0, 0};
-  int64_t extra_stride_c[2] = {1, 1};
   int64_t state_stride_slot = 0;  // committed window: [slots][conv_dim][W-1], contiguous per slot
   int64_t snap_stride_row = 0;    // snapshot windows: [rows][T][conv_dim][W-1]
   int64_t snap_stride_t = 0;
-  int64_t record_stride_slot = 0;  // records [slots][T_max][conv_dim + extra_count * extra_cols]
+  int64_t record_stride_slot = 0;  // records [slots][T_max][conv_dim]
   int64_t record_stride_t = 0;
-  int64_t path_stride_slot = 0;       // path [slots][T_max]
-  int64_t replay_out_stride_row = 0;  // replay_out [rows][T_max][conv_dim]
-  int64_t replay_out_stride_t = 0;
-  int64_t replay_extra_stride_row = 0;  // replay_extra [rows][T_max][extra_count * extra_cols]
-  int64_t replay_extra_stride_t = 0;
+  int64_t path_stride_slot = 0;  // path [slots][T_max]
 
-  const void* __restrict__ x = nullptr;                    // [rows * tokens, conv_dim] act dtype
-  void* __restrict__ out = nullptr;                        // [rows * tokens, conv_dim] act dtype
-  const void* __restrict__ weight = nullptr;               // [conv_dim, W] weight_dtype
-  const void* __restrict__ bias = nullptr;                 // [conv_dim] bias_dtype, or null
-  const void* __restrict__ extra[2] = {nullptr, nullptr};  // [rows * tokens, extra_cols] act
-  void* __restrict__ state = nullptr;                      // [slots, conv_dim, W-1] state dtype
+  const void* __restrict__ x = nullptr;           // [rows * tokens, conv_dim] act dtype
+  void* __restrict__ out = nullptr;               // [rows * tokens, conv_dim] act dtype
+  const void* __restrict__ weight = nullptr;      // [conv_dim, W] weight_dtype
+  const void* __restrict__ bias = nullptr;        // [conv_dim] bias_dtype, or null
+  void* __restrict__ state = nullptr;             // [slots, conv_dim, W-1] state dtype
   void* __restrict__ snap = nullptr;              // [rows, T, conv_dim, W-1] state dtype, or null
   void* __restrict__ records = nullptr;           // [slots, T_max, record] act dtype (replay)
   const int32_t* __restrict__ pending = nullptr;  // [slots] this layer's pending steps, or null
   const int32_t* __restrict__ path = nullptr;     // [slots, T_max] window index of each step
-  void* __restrict__ replay_out = nullptr;        // [rows, T_max, conv_dim] act dtype
-  void* __restrict__ replay_extra = nullptr;      // [rows, T_max, extra cols] act dtype
   const int32_t* __restrict__ slots = nullptr;    // [rows] device; null: slot_inline
   const int32_t* __restrict__ parents = nullptr;  // [rows, T] device (tree); null: chain
   // Per-row token ranges (variable windows, kernel_types.h); cu null: row r at r * tokens, and

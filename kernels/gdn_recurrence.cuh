@@ -19,6 +19,15 @@
 namespace specstate::kernels {
 
 inline constexpr int kGdnThreads = 128;
+#ifndef SPECSTATE_GDN_REPLAY_RPT
+#define SPECSTATE_GDN_REPLAY_RPT 1
+#endif
+#ifndef SPECSTATE_GDN_REPLAY_RPT_ROWS
+#define SPECSTATE_GDN_REPLAY_RPT_ROWS 4
+#endif
+// V rows per thread of the replay chain instantiation (K = 128) from kGdnReplayRptRows batch rows.
+inline constexpr int kGdnReplayRpt = SPECSTATE_GDN_REPLAY_RPT;
+inline constexpr int kGdnReplayRptRows = SPECSTATE_GDN_REPLAY_RPT_ROWS;
 
 template <int LANES>
 __host__ __device__ constexpr int gdn_rows_per_cta() {
@@ -34,20 +43,7 @@ struct GdnChunk {
   float eg[kChunk];
   float beta[kChunk];
   float kq[kChunk];
-  float v[kChunk][kRows];
-};
-
-// Where a chunk's token inputs come from: the window (the conv output and the caller's gates) or
-// the replayed steps (the conv kernel's replay buffers). Token i of the source at tok0 + i.
-template <typename Act>
-struct GdnSource {
-  const Act* qkv;
-  int64_t qkv_stride_token, qkv_stride_c;
-  const Act* a;
-  int64_t a_stride_token, a_stride_h;
-  const Act* b;
-  int64_t b_stride_token, b_stride_h;
-  int64_t tok0;
+  __align__(16) float v[kChunk][kRows];
 };
 
 // KQ consecutive elements (16-byte aligned run start) as one vector load where it fits.
@@ -65,61 +61,103 @@ __device__ __forceinline__ void load_lane_elems(const Act* p, float (&out)[KQ]) 
   }
 }
 
-// Stages virtual tokens [c0, c0 + n) for value head hv (key head h): virtual token i is token i
-// of `first` for i < n_first (the replayed steps), token i - n_first of `second` otherwise (the
-// window). Every thread of the CTA calls it; it ends with __syncthreads().
-template <typename Act, int K, int kRows, int kChunk, bool kTwoSources>
+// A row's window inputs for one CTA, resolved once per row: token t's q and k of key head h at
+// q + t * st, k + t * st (channel stride sc), this CTA's first v row at v + t * st, the gates of
+// value head hv at a + t * a_st, b + t * b_st. `vec`: q and k of every token are 16-byte aligned
+// runs (sc == 1), loaded as vectors.
+template <typename Act>
+struct GdnRowInputs {
+  const Act* q;
+  const Act* k;
+  const Act* v;
+  const Act* a;
+  const Act* b;
+  int64_t st, sc, a_st, b_st;
+  int v_rows;  // rows of this CTA inside V
+  bool vec;
+};
+
+template <typename Act, int K, int kRows>
+__device__ __forceinline__ GdnRowInputs<Act> gdn_row_inputs(const GdnRecurrenceParams& p,
+                                                            int64_t tok0, int h, int hv) {
+  GdnRowInputs<Act> in;
+  in.st = p.qkv_stride_token;
+  in.sc = p.qkv_stride_c;
+  const Act* row = static_cast<const Act*>(p.qkv) + tok0 * in.st;
+  in.q = row + int64_t{h} * K * in.sc;
+  in.k = row + (int64_t{p.num_k_heads} + h) * K * in.sc;
+  const int v0 = blockIdx.x * kRows;
+  in.v = row + (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * p.head_v_dim + v0) * in.sc;
+  in.v_rows = min(kRows, p.head_v_dim - v0);
+  in.a_st = p.a_stride_token;
+  in.b_st = p.b_stride_token;
+  in.a = static_cast<const Act*>(p.a) + tok0 * in.a_st + hv * p.a_stride_h;
+  in.b = static_cast<const Act*>(p.b) + tok0 * in.b_st + hv * p.b_stride_h;
+  in.vec = in.sc == 1 && aligned16(in.q) && aligned16(in.k) &&
+           (in.st * static_cast<int64_t>(sizeof(Act))) % 16 == 0;
+  return in;
+}
+
+// Where a row's factor records go (replay): the slot's ring, window token t at ring position
+// (wpos + t) % R; `k_writer`: this CTA writes the key head's k and kf, `eg_writer` e^g.
+struct GdnFactorSink {
+  char* ring = nullptr;  // the slot's records, or null: none written
+  int wpos = 0;
+  bool k_writer = false;
+  bool eg_writer = false;
+  __device__ __forceinline__ char* record(const GdnRecurrenceParams& p, int t) const {
+    int pos = wpos + t;  // wpos < R and the window fits the ring
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  }
+};
+
+// Stages window tokens [c0, c0 + n) of the row for value head hv (key head h) at chunk slots
+// off + i; writes their factor records' k, kf and e^g when `sink` says so. The gates are one
+// token per thread; q and k are normalised one token per warp. Every thread of the CTA calls it;
+// it ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk>
 __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
-                                          const GdnSource<Act>& first, int n_first,
-                                          const GdnSource<Act>& second,
-                                          const GdnRecurrenceParams& p, int h, int hv, int c0,
-                                          int n, float A, float dt_bias) {
+                                          const GdnRecurrenceParams& p, const GdnRowInputs<Act>& in,
+                                          int h, int hv, int c0, int n, float A, float dt_bias,
+                                          const GdnFactorSink& sink, int off = 0,
+                                          bool wait_async = false) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int V = p.head_v_dim;
   // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
   for (int i = tid; i < n * kRows; i += kGdnThreads) {
-    const int tt = i / kRows, vr = blockIdx.x * kRows + i % kRows;
-    const int vt = c0 + tt;
-    const bool f = kTwoSources && vt < n_first;
-    const Act* qkv = f ? first.qkv : second.qkv;
-    const int64_t st = f ? first.qkv_stride_token : second.qkv_stride_token;
-    const int64_t sc = f ? first.qkv_stride_c : second.qkv_stride_c;
-    const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
-    c.v[tt][i % kRows] =
-        vr < V ? to_float<Act>(
-                     qkv[tok * st + (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * V + vr) * sc])
-               : 0.0f;
+    const int tt = i / kRows, r = i % kRows;
+    c.v[off + tt][r] = r < in.v_rows ? to_float<Act>(in.v[(c0 + tt) * in.st + r * in.sc]) : 0.0f;
   }
-  // Warp w normalises q and k of tokens w, w+4, ...; lane 0 computes the gates.
+  // The gates, one token per thread.
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    const int64_t t = c0 + tt;
+    const float eg = expf(A * softplus(to_float<Act>(in.a[t * in.a_st]) + dt_bias));
+    c.eg[off + tt] = eg;
+    c.beta[off + tt] = sigmoid(to_float<Act>(in.b[t * in.b_st]));
+    if (sink.ring != nullptr && sink.eg_writer) {
+      reinterpret_cast<float*>(sink.record(p, c0 + tt) + p.f_eg)[hv] = eg;
+    }
+  }
+  // Warp w normalises q and k of tokens w, w+4, ...
   for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
-    const int vt = c0 + tt;
-    const bool f = kTwoSources && vt < n_first;
-    const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
-    const int64_t sc = f ? first.qkv_stride_c : second.qkv_stride_c;
-    const int64_t q_off = int64_t{h} * K * sc;
-    const int64_t k_off = (int64_t{p.num_k_heads} + h) * K * sc;
-    const Act* base =
-        (f ? first.qkv : second.qkv) + tok * (f ? first.qkv_stride_token : second.qkv_stride_token);
+    const int64_t t = c0 + tt;
     constexpr int KQ = K / 32;  // q/k elements per lane in the prologue
     float qv[KQ], kv[KQ];
     // Contiguous channels (the usual case): lane l holds elements [l*KQ, l*KQ + KQ) and loads
     // them as one vector; otherwise element i*32 + l, strided.
-    const bool vec = sc == 1 && aligned16(base + q_off) && aligned16(base + k_off);
-    if (vec) {
-      if (!f) load_lane_elems<Act, KQ>(base + q_off + lane * KQ, qv);
-      load_lane_elems<Act, KQ>(base + k_off + lane * KQ, kv);
+    if (in.vec) {
+      load_lane_elems<Act, KQ>(in.q + t * in.st + lane * KQ, qv);
+      load_lane_elems<Act, KQ>(in.k + t * in.st + lane * KQ, kv);
     } else {
 #pragma unroll
       for (int i = 0; i < KQ; ++i) {
-        if (!f) qv[i] = to_float<Act>(base[q_off + (i * 32 + lane) * sc]);
-        kv[i] = to_float<Act>(base[k_off + (i * 32 + lane) * sc]);
+        qv[i] = to_float<Act>(in.q[t * in.st + (i * 32 + lane) * in.sc]);
+        kv[i] = to_float<Act>(in.k[t * in.st + (i * 32 + lane) * in.sc]);
       }
     }
     float sq = 0.f, sk = 0.f;
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
-      // A replayed step produces no output: its q is not needed (nor read).
-      if (f) qv[i] = 0.0f;
       sq += qv[i] * qv[i];
       sk += kv[i] * kv[i];
     }
@@ -130,59 +168,143 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
     }
     const float qf = p.scale / sqrtf(sq + 1e-6f);
     const float kf = 1.0f / sqrtf(sk + 1e-6f);
+    char* rec = sink.ring != nullptr && sink.k_writer ? sink.record(p, c0 + tt) : nullptr;
     float kq = 0.f;
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
       const float qn = qv[i] * qf, kn = kv[i] * kf;
-      const int e = vec ? lane * KQ + i : i * 32 + lane;
-      c.q[tt][e] = qn;
-      c.k[tt][e] = kn;
+      const int e = in.vec ? lane * KQ + i : i * 32 + lane;
+      c.q[off + tt][e] = qn;
+      c.k[off + tt][e] = kn;
       kq += qn * kn;
+      // The key as the step read it (exact in the act dtype); k^ = k * kf is recomputed.
+      if (rec != nullptr)
+        reinterpret_cast<Act*>(rec + p.f_k)[int64_t{h} * K + e] = from_float<Act>(kv[i]);
     }
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) kq += __shfl_xor_sync(0xffffffffu, kq, m);
     if (lane == 0) {
-      const float a =
-          f ? to_float<Act>(first.a[tok * first.a_stride_token + hv * first.a_stride_h])
-            : to_float<Act>(second.a[tok * second.a_stride_token + hv * second.a_stride_h]);
-      const float b =
-          f ? to_float<Act>(first.b[tok * first.b_stride_token + hv * first.b_stride_h])
-            : to_float<Act>(second.b[tok * second.b_stride_token + hv * second.b_stride_h]);
-      c.eg[tt] = expf(A * softplus(a + dt_bias));
-      c.beta[tt] = sigmoid(b);
-      c.kq[tt] = kq;
+      c.kq[off + tt] = kq;
+      if (rec != nullptr) reinterpret_cast<float*>(rec + p.f_kf)[h] = kf;
     }
   }
+  // History records prefetched with cp.async (gdn_prefetch_history) land before the barrier.
+  if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
 }
 
-// One token step on this thread's slice of S (staged token tt); returns o for this V row.
-// kOutput = false (a replayed step): S q~ and the output are not computed; the state update is
-// the same arithmetic, so the states stay bit-identical.
-template <typename St, int K, int LANES, int kRows, int kChunk, bool kOutput = true>
-__device__ __forceinline__ float gdn_step(float4 (&S)[K / (4 * LANES)],
-                                          const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
-                                          int vrow) {
-  constexpr int NK = K / (4 * LANES);
-  float4 kn[NK];
-  float sk = 0.f, sq = 0.f;
+template <int kBytes>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(gmem), "n"(kBytes)
+                 : "memory");
+  }
+}
+
+// Starts copying history records [0, n) of a slot (record i at ring position (base + i) mod R)
+// into shared memory with cp.async, issued before the wait for the conv kernel so that their
+// latency overlaps the state load and the window's loads: the key as the record holds it (act
+// dtype) into hk and its factor into hkf, this CTA's rows of u into c.v, e^g into c.eg. The
+// copies complete at gdn_stage(..., wait_async = true); gdn_apply_raw applies them.
+template <typename Act, int K, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>& c, Act* hk,
+                                                     float* hkf, const GdnRecurrenceParams& p,
+                                                     const char* ring, int base, int h, int hv,
+                                                     int n) {
+  static_assert((K * sizeof(Act)) % 16 == 0 && kRows % 4 == 0, "16-byte copies");
+  constexpr int kKParts = static_cast<int>(K * sizeof(Act) / 16);  // 16-byte parts of a key
+  constexpr int kUParts = kRows / 4;                               // 4-row parts of u
+  const int tid = threadIdx.x;
+  const int V = p.head_v_dim;
+  const int v0 = blockIdx.x * kRows;
+  const auto record = [&](int tt) {
+    int pos = base + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kKParts; i += kGdnThreads) {
+    const int tt = i / kKParts, part = i % kKParts;
+    cp_async<16>(reinterpret_cast<char*>(hk + tt * K) + part * 16,
+                 record(tt) + p.f_k + int64_t{h} * K * sizeof(Act) + part * 16);
+  }
+  const bool u_vec = V % 4 == 0 && v0 + kRows <= V;
+  for (int i = tid; i < n * kUParts; i += kGdnThreads) {
+    const int tt = i / kUParts, r = (i % kUParts) * 4;
+    const float* u = reinterpret_cast<const float*>(record(tt) + p.f_u) + int64_t{hv} * V + v0 + r;
+    if (u_vec) {
+      cp_async<16>(&c.v[tt][r], u);
+    } else {
 #pragma unroll
-  for (int i = 0; i < NK; ++i) {
-    kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
-    sk += S[i].x * kn[i].x + S[i].y * kn[i].y + S[i].z * kn[i].z + S[i].w * kn[i].w;
-    if constexpr (kOutput) {
-      const float4 qn = *reinterpret_cast<const float4*>(&c.q[tt][i * 4 * LANES + kl * 4]);
-      sq += S[i].x * qn.x + S[i].y * qn.y + S[i].z * qn.z + S[i].w * qn.w;
+      for (int j = 0; j < 4; ++j) c.v[tt][r + j] = v0 + r + j < V ? u[j] : 0.0f;
     }
   }
-#pragma unroll
-  for (int m = LANES / 2; m > 0; m >>= 1) {
-    sk += __shfl_xor_sync(0xffffffffu, sk, m);
-    if constexpr (kOutput) sq += __shfl_xor_sync(0xffffffffu, sq, m);
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    cp_async<4>(&c.eg[tt], record(tt) + p.f_eg + int64_t{hv} * 4);
+    cp_async<4>(&hkf[tt], record(tt) + p.f_kf + int64_t{h} * 4);
   }
-  const float eg = c.eg[tt];
-  const float u = c.beta[tt] * (c.v[tt][vrow] - eg * sk);
-  const float o = eg * sq + u * c.kq[tt];
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Stages history factor records [c0, c0 + n) of a slot (record i at ring position
+// (base + i) mod R, with base < R and i < R): k^ = k * kf as the step computed it, e^g and this
+// CTA's rows of u (in the v array). Vectorised: a thread stages 8 elements of one record's key
+// (one 16-byte load of bf16, two of f32) or 4 rows of u; staging costs a few instructions per
+// record and CTA instead of one element per thread. Ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk, bool kSync = true>
+__device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk>& c,
+                                                  const GdnRecurrenceParams& p, const char* ring,
+                                                  int base, int h, int hv, int c0, int n) {
+  static_assert(K % 8 == 0 && kRows % 4 == 0, "vector staging");
+  constexpr int kParts = K / 8;       // 8-element parts of a key
+  constexpr int kUParts = kRows / 4;  // 4-row parts of u
+  const int tid = threadIdx.x;
+  const int V = p.head_v_dim;
+  const auto record = [&](int tt) {
+    int pos = base + c0 + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kParts; i += kGdnThreads) {
+    const int tt = i / kParts, e = (i % kParts) * 8;
+    const char* rec = record(tt);
+    const float kf = reinterpret_cast<const float*>(rec + p.f_kf)[h];
+    float k8[8];
+    load_n<Act, 8>(reinterpret_cast<const Act*>(rec + p.f_k) + int64_t{h} * K + e, k8, true);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) k8[j] *= kf;
+    *reinterpret_cast<float4*>(&c.k[tt][e]) = make_float4(k8[0], k8[1], k8[2], k8[3]);
+    *reinterpret_cast<float4*>(&c.k[tt][e + 4]) = make_float4(k8[4], k8[5], k8[6], k8[7]);
+  }
+  const bool u_vec = V % 4 == 0;
+  for (int i = tid; i < n * kUParts; i += kGdnThreads) {
+    const int tt = i / kUParts, r = (i % kUParts) * 4, vr = blockIdx.x * kRows + r;
+    const float* u = reinterpret_cast<const float*>(record(tt) + p.f_u) + int64_t{hv} * V + vr;
+    if (u_vec && vr + 4 <= V) {
+      const float4 x = *reinterpret_cast<const float4*>(u);
+      c.v[tt][r] = x.x;
+      c.v[tt][r + 1] = x.y;
+      c.v[tt][r + 2] = x.z;
+      c.v[tt][r + 3] = x.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) c.v[tt][r + j] = vr + j < V ? u[j] : 0.0f;
+    }
+  }
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    c.eg[tt] = reinterpret_cast<const float*>(record(tt) + p.f_eg)[hv];
+  }
+  if constexpr (kSync) __syncthreads();
+}
+
+// The state update of one token, S = e^g S + u k^T, one fused multiply-add per element (rounded
+// to the state dtype after the token, as decode stores it). The step and the history records'
+// application both call it: the replay strategy is bit-exact by construction.
+template <typename St, int NK>
+__device__ __forceinline__ void gdn_update(float4 (&S)[NK], const float4 (&kn)[NK], float u,
+                                           float eg) {
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
     S[i].x = round_to<St>(fmaf(u, kn[i].x, eg * S[i].x));
@@ -190,7 +312,98 @@ __device__ __forceinline__ float gdn_step(float4 (&S)[K / (4 * LANES)],
     S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
     S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
   }
-  return o;
+}
+
+// A thread's V rows: RPT rows (row j at j * kRowsBase + vrow0 inside the CTA), each with the same
+// K columns. Every row's arithmetic is the one-row arithmetic (same order, same reduction), so
+// the result does not depend on RPT; RPT > 1 reuses each staged key and query value for RPT
+// rows (the shared-memory traffic per state element is 1/RPT).
+template <int RPT>
+struct GdnRows {
+  int vrow[RPT];  // inside the CTA (index of the staged v / u)
+  int v[RPT];     // inside the head
+  bool ok[RPT];   // v < V
+};
+
+// Applies staged history record tt to this thread's rows of S.
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_apply(float4 (&S)[RPT][K / (4 * LANES)],
+                                          const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                          const GdnRows<RPT>& rows) {
+  constexpr int NK = K / (4 * LANES);
+  float4 kn[NK];
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
+  }
+  const float eg = c.eg[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
+}
+
+// Applies prefetched history record tt (gdn_prefetch_history: the key in the act dtype and its
+// factor) to this thread's rows of S: k^ = k * kf, the product the step computed.
+template <typename Act, typename St, int K, int LANES, int RPT, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
+                                              const GdnChunk<K, kRows, kChunk>& c, const Act* hk,
+                                              const float* hkf, int tt, int kl,
+                                              const GdnRows<RPT>& rows) {
+  constexpr int NK = K / (4 * LANES);
+  const float kf = hkf[tt];
+  float4 kn[NK];
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = load4<Act>(hk + tt * K + i * 4 * LANES + kl * 4);
+    kn[i].x *= kf;
+    kn[i].y *= kf;
+    kn[i].z *= kf;
+    kn[i].w *= kf;
+  }
+  const float eg = c.eg[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
+}
+
+// One token step on this thread's rows of S (staged token tt); sets o and u (the update) of each
+// row. kOutput = false (a tree path recomputed): S q~ and the output are not computed; the state
+// update is the same arithmetic.
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true>
+__device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
+                                         const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                         const GdnRows<RPT>& rows, float (&u)[RPT],
+                                         float (&o)[RPT]) {
+  constexpr int NK = K / (4 * LANES);
+  float4 kn[NK];
+  float sk[RPT], sq[RPT];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) sk[j] = sq[j] = 0.f;
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
+    float4 qn;
+    if constexpr (kOutput) qn = *reinterpret_cast<const float4*>(&c.q[tt][i * 4 * LANES + kl * 4]);
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      const float4 s = S[j][i];
+      sk[j] += s.x * kn[i].x + s.y * kn[i].y + s.z * kn[i].z + s.w * kn[i].w;
+      if constexpr (kOutput) sq[j] += s.x * qn.x + s.y * qn.y + s.z * qn.z + s.w * qn.w;
+    }
+  }
+#pragma unroll
+  for (int m = LANES / 2; m > 0; m >>= 1) {
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      sk[j] += __shfl_xor_sync(0xffffffffu, sk[j], m);
+      if constexpr (kOutput) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], m);
+    }
+  }
+  const float eg = c.eg[tt], beta = c.beta[tt], kq = c.kq[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
+    o[j] = eg * sq[j] + u[j] * kq;
+    gdn_update<St, NK>(S[j], kn, u[j], eg);
+  }
 }
 
 template <typename St, int NK, int LANES>
@@ -206,61 +419,82 @@ __device__ __forceinline__ void gdn_store_state(St* dst, const float4 (&S)[NK], 
   }
 }
 
-// K: head_k_dim; LANES: lanes per V row. Snapshots are stored with an evict-first hint (written
-// once, read back at most once by commit); 8 CTAs per SM for LANES = 8 (measured: +10% BW).
-// Measured and dropped (H200, B=128): an L2 prefetch of the state one wave of CTAs ahead (-4%),
-// and the state in shared memory via cp.async at 10 CTAs/SM instead of registers (-5 to -9%).
+template <typename St, int NK, int LANES>
+__device__ __forceinline__ void gdn_load_state(const St* src, float4 (&S)[NK], int kl, bool ok) {
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    S[i] = ok ? load4<St>(src + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// K: head_k_dim; LANES: lanes per V row; RPT: V rows per thread (GdnRows). Snapshots are stored
+// with an evict-first hint (written once, read back at most once by commit); 8 CTAs per SM for
+// LANES = 8 (measured: +10% BW). Measured and dropped (H200, B=128): an L2 prefetch of the state
+// one wave of CTAs ahead (-4%), and the state in shared memory via cp.async at 10 CTAs/SM instead
+// of registers (-5 to -9%).
 // kItems: rows of the batch one CTA handles in turn (same V slice and head): the next row's
 // committed state lands in shared memory (cp.async) while the current row is computed, so only
 // the first read of a CTA has its latency exposed.
-// kChunk: tokens staged at a time; the replay instantiation stages 16 so that a round's replayed
-// steps and its window usually fit one chunk (one prologue, one barrier pair per row).
-// kReplay: the instantiation that may run a replay phase or recompute tree states (the snapshot
-// and advance instantiation carries none of that code).
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
-__global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
+// kChunk: tokens staged at a time.
+// kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
+// recompute tree states (the snapshot and advance instantiation carries none of that code).
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree = false, int RPT = 1>
+__global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
+                                               : LANES == 8 ? 8
+                                                            : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   static_assert(kItems == 1 || kItems == 2, "one or two rows per CTA");
-  constexpr int NK = K / (4 * LANES);  // float4 per thread
+  static_assert(!kReplay || kItems == 1, "the replay instantiation handles one row per CTA");
+  static_assert(RPT == 1 || kItems == 1, "several V rows per thread: one batch row per CTA");
+  constexpr int NK = K / (4 * LANES);  // float4 per thread and V row
   constexpr int kRowsPerWarp = 32 / LANES;
   static_assert(NK >= 1 && K % (4 * LANES) == 0, "K must be a multiple of 4 * LANES");
-  constexpr int kRows = gdn_rows_per_cta<LANES>();
+  constexpr int kRowsBase = gdn_rows_per_cta<LANES>();
+  constexpr int kRows = kRowsBase * RPT;
   __shared__ GdnChunk<K, kRows, kChunk> chunk;
+  // Merged history records (replay): their keys as the records hold them, and their factors.
+  __shared__ __align__(16) Act hist_k[kReplay ? kChunk * K : 8];
+  __shared__ float hist_kf[kReplay ? kChunk : 1];
   __shared__ __align__(16) St next_state[kItems > 1 ? kRows * K : 4];
+  // A tree without snapshots restarts branches from the row's start state (post history).
+  __shared__ __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int kl = lane % LANES;
   const int V = p.head_v_dim;
-  const int vrow = warp * kRowsPerWarp + lane / LANES;  // this thread's V row within the CTA
-  const int v = blockIdx.x * kRows + vrow;
-  const bool v_ok = v < V;
+  GdnRows<RPT> rows;
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    rows.vrow[j] = j * kRowsBase + warp * kRowsPerWarp + lane / LANES;
+    rows.v[j] = blockIdx.x * kRows + rows.vrow[j];
+    rows.ok[j] = rows.v[j] < V;
+  }
   const int hv = blockIdx.y;
-  const int h = hv / (p.num_v_heads / p.num_k_heads);
-  const int64_t head_off = (int64_t{hv} * V + (v_ok ? v : 0)) * K;
+  // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
+  const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
+  // Row j's state at head_off + row_off(j) (a slot's or a snapshot's head block).
+  const int64_t head_off = int64_t{hv} * V * K;
+  const auto row_off = [&](int j) { return int64_t{rows.ok[j] ? rows.v[j] : 0} * K; };
   // Rows of this launch handled by this CTA: blockIdx.z and blockIdx.z + gridDim.z.
   const int r0 = blockIdx.z, r1 = blockIdx.z + gridDim.z;
   const int slot0 = p.slots ? p.slots[p.row_begin + r0] : p.slot_inline[r0];
   const int slot1 =
       kItems > 1 && r1 < p.rows ? (p.slots ? p.slots[p.row_begin + r1] : p.slot_inline[r1]) : -1;
-  St* next_mine = next_state + (kItems > 1 ? vrow * K : 0);
-  // The pending counts do not depend on the preceding conv kernel: read them before the wait.
-  const int pend0 = kReplay && p.pending != nullptr && slot0 >= 0 ? p.pending[slot0] : 0;
-  const int pend1 = kReplay && p.pending != nullptr && slot1 >= 0 ? p.pending[slot1] : 0;
+  St* next_mine = next_state + (kItems > 1 ? rows.vrow[0] * K : 0);
+  St* const state = static_cast<St*>(p.state);
 
-  float4 S[NK];
+  float4 S[RPT][NK];
   if (slot0 >= 0) {
-    const St* committed0 = static_cast<const St*>(p.state) + slot0 * p.state_stride_slot + head_off;
+    const St* committed0 = state + slot0 * p.state_stride_slot + head_off;
 #pragma unroll
-    for (int i = 0; i < NK; ++i) {
-      S[i] =
-          v_ok ? load4<St>(committed0 + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    for (int j = 0; j < RPT; ++j)
+      gdn_load_state<St, NK, LANES>(committed0 + row_off(j), S[j], kl, rows.ok[j]);
   }
   if constexpr (kItems > 1) {
-    if (slot1 >= 0 && v_ok) {
-      const St* committed1 =
-          static_cast<const St*>(p.state) + slot1 * p.state_stride_slot + head_off;
+    if (slot1 >= 0 && rows.ok[0]) {
+      const St* committed1 = state + slot1 * p.state_stride_slot + head_off + row_off(0);
       const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(next_mine));
 #pragma unroll
       for (int i = 0; i < NK; ++i) {
@@ -275,82 +509,122 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
+  const auto store_rows = [&](St* dst, bool stream) {
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      if (rows.ok[j]) gdn_store_state<St, NK, LANES>(dst + row_off(j), S[j], kl, stream);
+    }
+  };
+
+  // Replay history (DESIGN.md section 6): the cursor, the factor records and the committed
+  // checkpoint are not written by the preceding conv kernel, so the history is applied (and a
+  // fold stored) before the wait for that grid: at small batches it overlaps the conv.
+  int wpos = 0;  // ring position of window token 0 (base + h)
+  // A chain whose history and window fit one chunk stages both at once after the wait (one
+  // prologue and one barrier pair, as a plain verify): `merged` records what is left to apply.
+  int merged_hist = 0;
+  bool merged_store = false;
+  if constexpr (kReplay) {
+    if (p.cursor != nullptr && slot0 >= 0) {
+      const int base = p.cursor[2 * slot0];
+      int hist = p.cursor[2 * slot0 + 1];
+      wpos = base + hist;  // base < R and hist < R
+      if (wpos >= p.ring) wpos -= p.ring;
+      const bool folds = p.fold && hist > p.fold_limit;
+      if (p.settled && folds) hist = 0;  // the first verify of the round stored it
+      const char* ring = p.factors + slot0 * p.factor_stride_slot;
+      const int count = row_tokens(p.varlen, p.row_begin + r0, p.tokens).count;
+      const bool store = p.fold ? folds && !p.settled
+                                : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
+      if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
+        merged_hist = hist;
+        merged_store = store;
+        gdn_prefetch_history<Act, K, kRows, kChunk>(chunk, hist_k, hist_kf, p, ring, base, h, hv,
+                                                    hist);
+        hist = 0;
+      }
+      for (int c0 = 0; c0 < hist; c0 += kChunk) {
+        const int m = min(kChunk, hist - c0);
+        gdn_stage_history<Act, K, kRows, kChunk>(chunk, p, ring, base, h, hv, c0, m);
+        for (int tt = 0; tt < m; ++tt)
+          gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, chunk, tt, kl, rows);
+        __syncthreads();  // the next chunk overwrites the shared arrays
+      }
+      if (store && merged_hist == 0)
+        store_rows(state + slot0 * p.state_stride_slot + head_off, false);
+    }
+  }
 
   // Everything above reads only what the preceding conv kernel does not write (slots, the
-  // committed state). With programmatic dependent launch it overlaps that kernel; the conv
-  // outputs (qkv, the replay buffers) are read only after this wait for the preceding grid.
+  // committed state, the records). With programmatic dependent launch it overlaps that kernel;
+  // the conv outputs are read only after this wait for the preceding grid.
   grid_dependency_wait();
+  if (p.tokens == 0) return;  // materialize: history only
 
-  const float A = -expf(load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride));
-  const float dt_bias = load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);
+  const float A = p.A_log ? -expf(load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride)) : 0.0f;
+  const float dt_bias =
+      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
   // A tree without snapshots recomputes a branch's start state from the row's start state.
-  const bool recompute = kReplay && p.parents != nullptr && p.snap == nullptr;
+  const bool recompute = kReplay && kTree && p.parents != nullptr && p.snap == nullptr;
 
 #pragma unroll 1
   for (int item = 0; item < kItems; ++item) {
     const int slot = item == 0 ? slot0 : slot1;
     if (slot < 0) continue;  // padding row or none (uniform over the CTA)
     const int row = p.row_begin + (item == 0 ? r0 : r1);
-    St* committed = static_cast<St*>(p.state) + slot * p.state_stride_slot + head_off;
+    St* committed = state + slot * p.state_stride_slot + head_off;
     St* snap_row = p.snap ? static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off : nullptr;
     if constexpr (kItems > 1) {
       if (item > 0) {
         asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's own elements
+        gdn_load_state<St, NK, LANES>(next_mine, S[0], kl, rows.ok[0]);
+      }
+    }
+    if (recompute) {
+      // This thread's own elements: read back by this thread only.
+#pragma unroll
+      for (int j = 0; j < RPT; ++j) {
 #pragma unroll
         for (int i = 0; i < NK; ++i) {
-          S[i] = v_ok ? load4<St>(next_mine + i * 4 * LANES + kl * 4)
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
+          *reinterpret_cast<float4*>(start_state + rows.vrow[j] * K + i * 4 * LANES + kl * 4) =
+              S[j][i];
         }
       }
     }
-
-    // Virtual tokens: the slot's pending steps (replay, DESIGN.md section 6: re-run from the
-    // committed state with the same step as the window, no outputs), then the window.
-    const int n_rep = item == 0 ? pend0 : pend1;
-    const Act* rq = static_cast<const Act*>(p.replay_qkv) + row * p.replay_qkv_stride_row;
-    const Act* rg = static_cast<const Act*>(p.replay_gates) + row * p.replay_gates_stride_row;
-    const GdnSource<Act> rep{rq,
-                             p.replay_qkv_stride_t,
-                             1,
-                             rg,
-                             p.replay_gates_stride_t,
-                             1,
-                             rg + p.num_v_heads,
-                             p.replay_gates_stride_t,
-                             1,
-                             0};
     const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
     const int64_t row_token0 = rt.begin;                  // inputs and outputs
     const int64_t row_parent0 = int64_t{row} * p.tokens;  // parents: [rows, tokens]
-    const GdnSource<Act> win{static_cast<const Act*>(p.qkv),
-                             p.qkv_stride_token,
-                             p.qkv_stride_c,
-                             static_cast<const Act*>(p.a),
-                             p.a_stride_token,
-                             p.a_stride_h,
-                             static_cast<const Act*>(p.b),
-                             p.b_stride_token,
-                             p.b_stride_h,
-                             row_token0};
-    const int total = n_rep + rt.count;  // (the window has tokens iff total > n_rep)
-    // A tree without snapshots needs its whole window staged in one chunk.
-    const bool split = recompute && total > kChunk;
-    for (int c0 = 0; c0 < total;) {
-      int m = min(kChunk, total - c0);
-      if (split && c0 < n_rep) m = min(m, n_rep - c0);
-      gdn_stage<Act, K, kRows, kChunk, kReplay>(chunk, rep, n_rep, win, p, h, hv, c0, m, A,
-                                                dt_bias);
-      for (int tt = 0; tt < m; ++tt) {
-        const int vt = c0 + tt;
-        if (vt < n_rep) {
-          gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, tt, kl, vrow);
-          if (vt == n_rep - 1 && v_ok && (p.store_replayed || (p.store_final && total == n_rep))) {
-            gdn_store_state<St, NK, LANES>(committed, S, kl, false);
-          }
-          continue;
+    GdnFactorSink sink;
+    if (kReplay && p.write_factors && p.factors != nullptr) {
+      sink.ring = p.factors + slot * p.factor_stride_slot;
+      sink.wpos = wpos;
+      sink.eg_writer = blockIdx.x == 0;
+      sink.k_writer = blockIdx.x == 0 && hv == h * p.v_per_k;
+    }
+    // Row j's output and u record of window token t: out_v + v_j * out_stride_v + t *
+    // out_stride_token and u_rec + v_j + ring position * u_stride (lane 0 of the row writes both).
+    const bool writer = kl == 0;
+    float* u_rec = sink.ring != nullptr && writer
+                       ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V
+                       : nullptr;
+    const int u_stride = static_cast<int>(p.factor_bytes / 4);
+    Act* out_v = out + row_token0 * p.out_stride_token + hv * p.out_stride_h;
+    const GdnRowInputs<Act> in = gdn_row_inputs<Act, K, kRows>(p, row_token0, h, hv);
+    for (int c0 = 0; c0 < rt.count;) {
+      // A tree without snapshots needs its whole window staged in one chunk (tokens <= kChunk).
+      const int m = min(kChunk, rt.count - c0);
+      const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
+      gdn_stage<Act, K, kRows, kChunk>(chunk, p, in, h, hv, c0, m, A, dt_bias, sink, off, off > 0);
+      if (off > 0) {
+        for (int tt = 0; tt < off; ++tt) {
+          gdn_apply_raw<Act, St, K, LANES, RPT, kRows, kChunk>(S, chunk, hist_k, hist_kf, tt, kl,
+                                                               rows);
         }
-        const int t = vt - n_rep;
+        if (merged_store) store_rows(committed, false);
+      }
+      for (int tt = 0; tt < m; ++tt) {
+        const int t = c0 + tt;
         if (p.parents != nullptr && t > 0) {
           const int parent = p.parents[row_parent0 + t];
           if (parent != t - 1) {
@@ -358,56 +632,70 @@ __global__ void __launch_bounds__(kGdnThreads, LANES == 8 ? 8 : 1)
               // The parent's snapshot was written by this thread.
               const St* from = snap_row + parent * p.snap_stride_t;
 #pragma unroll
-              for (int i = 0; i < NK; ++i) {
-                S[i] = v_ok ? load4<St>(from + i * 4 * LANES + kl * 4)
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
+              for (int j = 0; j < RPT; ++j) {
+                gdn_load_state<St, NK, LANES>(from + row_off(j), S[j], kl, rows.ok[j]);
               }
             } else {
-              // The parent's state: the row's start state (the committed memory, which holds it
-              // exactly: written above by this thread after a replay, or untouched) advanced
-              // along root..parent, all staged in this chunk.
-              // The path's indices increase from the root (parents[t] < t): a bit mask of them,
-              // walked from the lowest bit, is the path in order (windows <= 32 tokens here).
+              // The parent's state: the row's start state advanced along root..parent, all
+              // staged in this chunk. The path's indices increase from the root (parents[t] <
+              // t): a bit mask of them, walked from the lowest bit, is the path in order
+              // (windows <= 32 tokens here).
               uint32_t path = 0;
               for (int a = parent; a >= 0; a = p.parents[row_parent0 + a]) path |= 1u << a;
 #pragma unroll
-              for (int i = 0; i < NK; ++i) {
-                S[i] = v_ok ? load4<St>(committed + i * 4 * LANES + kl * 4)
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
+              for (int j = 0; j < RPT; ++j) {
+#pragma unroll
+                for (int i = 0; i < NK; ++i) {
+                  S[j][i] = *reinterpret_cast<const float4*>(start_state + rows.vrow[j] * K +
+                                                             i * 4 * LANES + kl * 4);
+                }
               }
               while (path != 0) {
                 const int a = __ffs(path) - 1;
                 path &= path - 1;
-                gdn_step<St, K, LANES, kRows, kChunk, false>(S, chunk, n_rep + a - c0, kl, vrow);
+                float u_unused[RPT], o_unused[RPT];
+                gdn_step<St, K, LANES, RPT, kRows, kChunk, false>(S, chunk, off + a - c0, kl, rows,
+                                                                  u_unused, o_unused);
               }
             }
           }
         }
-        const float o = gdn_step<St, K, LANES, kRows, kChunk>(S, chunk, tt, kl, vrow);
-        if (snap_row != nullptr && v_ok) {
-          gdn_store_state<St, NK, LANES>(snap_row + t * p.snap_stride_t, S, kl, true);
+        float u[RPT], o[RPT];
+        gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, chunk, off + tt, kl, rows, u, o);
+        if (u_rec != nullptr) {
+          int pos = wpos + t;  // wpos < R, t < T <= R
+          if (pos >= p.ring) pos -= p.ring;
+#pragma unroll
+          for (int j = 0; j < RPT; ++j) {
+            if (rows.ok[j]) u_rec[pos * u_stride + rows.v[j]] = u[j];
+          }
         }
-        if (kl == 0 && v_ok) {
-          out[(row_token0 + t) * p.out_stride_token + hv * p.out_stride_h + v * p.out_stride_v] =
-              from_float<Act>(o);
+        if (snap_row != nullptr) store_rows(snap_row + t * p.snap_stride_t, true);
+        if (writer) {
+#pragma unroll
+          for (int j = 0; j < RPT; ++j) {
+            if (rows.ok[j]) {
+              out_v[t * p.out_stride_token + rows.v[j] * p.out_stride_v] = from_float<Act>(o[j]);
+            }
+          }
         }
       }
       __syncthreads();  // the next chunk's prologue overwrites the shared arrays
       c0 += m;
     }
-    if (p.store_final && total > n_rep && v_ok) {
-      gdn_store_state<St, NK, LANES>(committed, S, kl, false);
-    }
+    if (p.store_final && rt.count > 0) store_rows(committed, false);
   }
 }
 
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay>
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree = false, int RPT = 1>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
-  constexpr int rows_per_cta = gdn_rows_per_cta<LANES>();
-  return launch_after_conv(gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay>,
-                           dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads,
-                                (p.rows + kItems - 1) / kItems),
-                           dim3(kGdnThreads), p, stream);
+  constexpr int rows_per_cta = gdn_rows_per_cta<LANES>() * RPT;
+  return launch_after_conv(
+      gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT>,
+      dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads,
+           (p.rows + kItems - 1) / kItems),
+      dim3(kGdnThreads), p, stream);
 }
 
 template <typename Act, typename St, int K>
@@ -415,13 +703,19 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   // Two rows per CTA from 16 rows on when the window is short (the state read is then a large
   // share of the traffic and its latency is exposed once per CTA). Measured on H200, Qwen3-Next,
   // B=128: T=2 74% -> 80% of copy BW; T=4/8 87% -> 85-86% (hence one row per CTA there).
-  if (p.pending != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
-    // One row per CTA: the replay kernel is issue-bound at large batches (measured on H200,
-    // Qwen3-Next, T=4, B=128: 74% SM throughput, 29% DRAM), and two rows per CTA were slower
-    // (315 vs 295 us per layer).
-    const bool two = false;
-    return two ? launch_gdn_shape<Act, St, K, 8, 2, 16, true>(p, stream)
-               : launch_gdn_shape<Act, St, K, 8, 1, 16, true>(p, stream);
+  if (p.cursor != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
+    // Replay (history records, or tree windows without snapshots): one row per CTA.
+    // Trees get their own instantiation: only they keep the start state in shared memory (8 KiB
+    // a CTA that a chain's CTAs leave to L1). Chains with K = 128 from kGdnReplayRptRows rows on:
+    // kGdnReplayRpt V rows per thread (GdnRows), each staged key and query value serving that
+    // many rows.
+    if (p.parents != nullptr) return launch_gdn_shape<Act, St, K, 8, 1, 16, true, true>(p, stream);
+    if constexpr (K == 128 && kGdnReplayRpt > 1) {
+      if (p.rows >= kGdnReplayRptRows) {
+        return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false, kGdnReplayRpt>(p, stream);
+      }
+    }
+    return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false>(p, stream);
   }
   const bool two = p.rows >= 16 && p.tokens <= 3;
   return two ? launch_gdn_shape<Act, St, K, 8, 2, 8, false>(p, stream)
@@ -429,10 +723,14 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
 }
 
 template <typename Act, typename St>
-cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p, cudaStream_t stream) {
+cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p0, cudaStream_t stream) {
   bool skip = false;
-  const cudaError_t bad = check_recurrence_launch(p, kGdnChunk, &skip);
+  const cudaError_t bad = check_recurrence_launch(p0, kGdnChunk, &skip);
   if (bad != cudaSuccess || skip) return bad;
+  if (p0.num_k_heads <= 0 || p0.num_v_heads % p0.num_k_heads != 0) return cudaErrorInvalidValue;
+  GdnRecurrenceParams p = p0;
+  p.v_per_k = p0.num_v_heads / p0.num_k_heads;
+  p.inv_v_per_k = 1.0f / static_cast<float>(p.v_per_k);
   // LANES = 8 everywhere: the 32-lane split (4x the CTAs at B = 1) was measured slower (every
   // CTA repeats the q/k prologue): B=1,T=4 10.1 us vs 7.3 us per layer.
   switch (p.head_k_dim) {

@@ -4,9 +4,13 @@
 //
 // State I/O (chosen by the strategy, never a mode flag):
 //   start state      the committed state of the row's slot
-//   replay           pending != null: first re-run the slot's pending steps (inputs: the conv
-//                    kernel's replay_qkv / replay_gates), no outputs
-//   store_replayed   write the committed state after the replayed steps
+//   history          cursor != null (replay, DESIGN.md section 6): the committed state is a
+//                    checkpoint; first apply the slot's h history factor records from ring
+//                    position base (S = e^g S + u k^T each, no outputs)
+//   fold             verify: store the post-history state iff h > fold_limit (settled: a cursor
+//                    that folded is read as (base + h, 0) and nothing is applied)
+//   store_replayed   (advance / materialize) write the committed state after the history
+//   factor records   write_factors: each window token's record at ring position base + h + t
 //   per-token stores snap != null: the state after every token into row-indexed snapshots; a
 //                    tree token then starts from its parent's snapshot. Without snapshots a tree
 //                    token's start state is recomputed from the row's start state along its path
@@ -35,6 +39,15 @@ struct GdnRecurrenceParams {
   float scale = 1.0f;   // query scale
   bool store_replayed = false;
   bool store_final = false;
+  bool fold = false;
+  bool settled = false;
+  bool write_factors = false;
+  int ring = 0;        // R: factor records per slot (replay)
+  int fold_limit = 0;  // R - 2 * T_max: a verify folds iff h > fold_limit
+  // Set by the launcher from the head counts (callers leave them): value heads per key head and
+  // its reciprocal (the kernel's key head of hv is then a multiply, not an integer division).
+  int v_per_k = 1;
+  float inv_v_per_k = 1.0f;
   ElemType a_log_dtype = ElemType::kF32;
   ElemType dt_bias_dtype = ElemType::kF32;
 
@@ -52,24 +65,22 @@ struct GdnRecurrenceParams {
   int64_t state_stride_slot = 0;  // committed state [slots][HV][V][K], contiguous per slot
   int64_t snap_stride_row = 0;    // snapshots [rows][T][HV][V][K]
   int64_t snap_stride_t = 0;
-  int64_t replay_qkv_stride_row = 0;  // replay_qkv [rows][T_max][conv_dim] (channel stride 1)
-  int64_t replay_qkv_stride_t = 0;
-  int64_t replay_gates_stride_row = 0;  // replay_gates [rows][T_max][a: HV | b: HV]
-  int64_t replay_gates_stride_t = 0;
+  int64_t factor_stride_slot = 0;                // bytes: factors [slots][R][record]
+  int64_t factor_bytes = 0;                      // bytes of one record (kernels::gdn_factor_layout)
+  int64_t f_u = 0, f_eg = 0, f_kf = 0, f_k = 0;  // byte offsets inside a record
 
-  const void* __restrict__ qkv = nullptr;           // [rows * tokens, conv_dim] act dtype
-  const void* __restrict__ a = nullptr;             // [rows * tokens, HV] act dtype
-  const void* __restrict__ b = nullptr;             // [rows * tokens, HV] act dtype
-  const void* __restrict__ A_log = nullptr;         // [HV] a_log_dtype
-  const void* __restrict__ dt_bias = nullptr;       // [HV] dt_bias_dtype
-  void* __restrict__ out = nullptr;                 // [rows * tokens, HV, V] act dtype
-  void* __restrict__ state = nullptr;               // [slots, HV, V, K] state dtype
-  void* __restrict__ snap = nullptr;                // [rows, T, HV, V, K] state dtype, or null
-  const int32_t* __restrict__ pending = nullptr;    // [slots] this layer's pending steps, or null
-  const void* __restrict__ replay_qkv = nullptr;    // [rows, T_max, conv_dim] act dtype
-  const void* __restrict__ replay_gates = nullptr;  // [rows, T_max, 2 * HV] act dtype
-  const int32_t* __restrict__ slots = nullptr;      // [rows] device; null: slot_inline
-  const int32_t* __restrict__ parents = nullptr;    // [rows, T] device (tree); null: chain
+  const void* __restrict__ qkv = nullptr;         // [rows * tokens, conv_dim] act dtype
+  const void* __restrict__ a = nullptr;           // [rows * tokens, HV] act dtype
+  const void* __restrict__ b = nullptr;           // [rows * tokens, HV] act dtype
+  const void* __restrict__ A_log = nullptr;       // [HV] a_log_dtype
+  const void* __restrict__ dt_bias = nullptr;     // [HV] dt_bias_dtype
+  void* __restrict__ out = nullptr;               // [rows * tokens, HV, V] act dtype
+  void* __restrict__ state = nullptr;             // [slots, HV, V, K] state dtype
+  void* __restrict__ snap = nullptr;              // [rows, T, HV, V, K] state dtype, or null
+  const int32_t* __restrict__ cursor = nullptr;   // [slots, 2] this layer's (base, h), or null
+  char* __restrict__ factors = nullptr;           // [slots, R, record] this layer's ring
+  const int32_t* __restrict__ slots = nullptr;    // [rows] device; null: slot_inline
+  const int32_t* __restrict__ parents = nullptr;  // [rows, T] device (tree); null: chain
   // Per-row token ranges (variable windows, kernel_types.h); cu null: row r at r * tokens, and
   // `tokens` is then every row's count. With cu, `tokens` is the largest (parents: [rows, tokens]).
   RowTokensParams varlen;

@@ -24,4 +24,45 @@ struct RowTokensParams {
   int64_t capacity = 0;  // tokens the inputs hold (with cu)
 };
 
+// Replay factor records (DESIGN.md sections 4 and 6): one token's rank-1 factors, so that applying
+// an accepted token is one multiply-add per state element. Byte offsets inside a record; the
+// record is padded to 16 bytes. Shared by the CPU oracle and the kernels (host-safe, pure).
+//   GDN:    u f32 [HV][V] (beta (v - e^g S k^)), e^g f32 [HV], kf f32 [H] (1 / |k|), k act [H][K]
+//           (the conv output as the step read it; k^ = k * kf, recomputed bit for bit)
+//   Mamba2: dt f32 [nheads], dA f32 [nheads], x act [nheads][P], B act [G][N]
+//           (dB = B * dt recomputed bit for bit; S = S * dA + dB x^T)
+struct GdnFactorLayout {
+  int64_t u = 0, eg = 0, kf = 0, k = 0, bytes = 0;
+};
+constexpr int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
+constexpr GdnFactorLayout gdn_factor_layout(int64_t H, int64_t HV, int64_t K, int64_t V,
+                                            int64_t act_bytes) {
+  GdnFactorLayout l;
+  l.u = 0;
+  l.eg = l.u + 4 * HV * V;
+  l.kf = l.eg + 4 * HV;
+  l.k = round_up16(l.kf + 4 * H);
+  l.bytes = round_up16(l.k + act_bytes * H * K);
+  return l;
+}
+struct Mamba2FactorLayout {
+  int64_t dt = 0, dA = 0, x = 0, B = 0, bytes = 0;
+};
+constexpr Mamba2FactorLayout mamba2_factor_layout(int64_t nheads, int64_t P, int64_t G, int64_t N,
+                                                  int64_t act_bytes) {
+  Mamba2FactorLayout l;
+  l.dt = 0;
+  l.dA = 4 * nheads;
+  l.x = round_up16(l.dA + 4 * nheads);
+  l.B = round_up16(l.x + act_bytes * nheads * P);
+  l.bytes = round_up16(l.B + act_bytes * G * N);
+  return l;
+}
+
+// The fold predicate (DESIGN.md section 6): a verify whose slot has h history records folds
+// (stores the post-history state as the new checkpoint) iff h > R - 2 * T_max, so that the
+// window's records and the next commit always fit the ring. A pure function of (h, R, T_max):
+// verify, commit, discard and materialize evaluate it alike, with no host sync.
+constexpr bool replay_folds(int h, int ring, int max_window) { return h > ring - 2 * max_window; }
+
 }  // namespace specstate::kernels

@@ -35,82 +35,138 @@ struct Mamba2Chunk {
   float dA[kChunk];
 };
 
-template <typename Act>
-struct Mamba2Source {
-  const Act* xbc;
-  int64_t xbc_stride_token, xbc_stride_c;
-  const Act* dt;
-  int64_t dt_stride_token, dt_stride_h;
-  int64_t tok0;
+// Where a row's factor records go (replay): the slot's ring, window token t at ring position
+// (wpos + t) % R; `b_writer`: this CTA writes the group's B, `head_writer` the head's dt and dA.
+struct Mamba2FactorSink {
+  char* ring = nullptr;  // the slot's records, or null: none written
+  int wpos = 0;
+  bool b_writer = false;
+  bool head_writer = false;
 };
 
-// Stages virtual tokens [c0, c0 + n): token i of `first` for i < n_first (replayed steps, no
-// gate needed), token i - n_first of `second` otherwise. Ends with __syncthreads().
-template <typename Act, int N, int kChunk, bool kTwoSources>
+// Stages window tokens [c0, c0 + n) of the row (token i at tok0 + i) and writes their factor
+// records when `sink` says so. Ends with __syncthreads().
+template <typename Act, int N, int kChunk>
 __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
-                                             const Mamba2Source<Act>& first, int n_first,
-                                             const Mamba2Source<Act>& second,
-                                             const Mamba2RecurrenceParams& p, int h, int c0, int n,
-                                             float A, float dt_bias) {
+                                             const Mamba2RecurrenceParams& p, int64_t tok0, int h,
+                                             int c0, int n, float A, float dt_bias,
+                                             const Mamba2FactorSink& sink, int off = 0) {
   const int tid = threadIdx.x;
   const int P = p.head_dim;
   const int g = h / (p.num_heads / p.n_groups);
   const int64_t b_off = int64_t{p.num_heads} * P + int64_t{g} * N;
   const int64_t c_off = b_off + int64_t{p.n_groups} * N;
+  const Act* xbc = static_cast<const Act*>(p.xbc);
+  const int64_t st = p.xbc_stride_token, sc = p.xbc_stride_c;
+  const auto record = [&](int tt) {
+    int pos = sink.wpos + c0 + tt;  // wpos < R and the window fits the ring
+    if (pos >= p.ring) pos -= p.ring;
+    return sink.ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
   // dt and dA of each token first (thread tt), then B * dt and C.
   __shared__ float dt_s[kChunk];
   if (tid < n) {
-    const int vt = c0 + tid;
-    const bool f = kTwoSources && vt < n_first;
-    const Mamba2Source<Act>& s = f ? first : second;
-    const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
-    const Act* dtp = f ? first.dt : second.dt;
-    const int64_t dts = f ? first.dt_stride_token : second.dt_stride_token;
-    const int64_t dth = f ? first.dt_stride_h : second.dt_stride_h;
-    (void)s;
-    float dt = softplus(to_float<Act>(dtp[tok * dts + h * dth]) + dt_bias);
+    const int64_t tok = tok0 + c0 + tid;
+    float dt = softplus(
+        to_float<Act>(static_cast<const Act*>(p.dt)[tok * p.dt_stride_token + h * p.dt_stride_h]) +
+        dt_bias);
     if (p.has_dt_min) dt = fmaxf(dt, p.dt_min);
     if (p.has_dt_max) dt = fminf(dt, p.dt_max);
     dt_s[tid] = dt;
-    c.dA[tid] = expf(A * dt);
+    const float dA = expf(A * dt);
+    c.dA[off + tid] = dA;
+    if (sink.ring != nullptr && sink.head_writer) {
+      char* rec = record(tid);
+      reinterpret_cast<float*>(rec + p.f_dt)[h] = dt;
+      reinterpret_cast<float*>(rec + p.f_dA)[h] = dA;
+    }
   }
   __syncthreads();
   for (int i = tid; i < n * N; i += kMamba2Threads) {
     const int tt = i / N, k = i % N;
-    const int vt = c0 + tt;
-    const bool f = kTwoSources && vt < n_first;
-    const Act* xbc = f ? first.xbc : second.xbc;
-    const int64_t st = f ? first.xbc_stride_token : second.xbc_stride_token;
-    const int64_t sc = f ? first.xbc_stride_c : second.xbc_stride_c;
-    const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
-    const Act* base = xbc + tok * st;
-    c.B[tt][k] = to_float<Act>(base[(b_off + k) * sc]) * dt_s[tt];
-    c.C[tt][k] = to_float<Act>(base[(c_off + k) * sc]);
+    const Act* base = xbc + (tok0 + c0 + tt) * st;
+    const Act braw = base[(b_off + k) * sc];
+    c.B[off + tt][k] = to_float<Act>(braw) * dt_s[tt];
+    c.C[off + tt][k] = to_float<Act>(base[(c_off + k) * sc]);
+    if (sink.ring != nullptr && sink.b_writer) {
+      reinterpret_cast<Act*>(record(tt) + p.f_B)[int64_t{g} * N + k] = braw;
+    }
   }
   constexpr int kRows = mamba2_rows<N>();
   for (int i = tid; i < n * kRows; i += kMamba2Threads) {
     const int tt = i / kRows, r = i % kRows;
     const int ch = blockIdx.x * kRows + r;
-    const int vt = c0 + tt;
-    const bool f = kTwoSources && vt < n_first;
-    const Act* xbc = f ? first.xbc : second.xbc;
-    const int64_t st = f ? first.xbc_stride_token : second.xbc_stride_token;
-    const int64_t sc = f ? first.xbc_stride_c : second.xbc_stride_c;
-    const int64_t tok = f ? first.tok0 + vt : second.tok0 + vt - n_first;
+    const int64_t tok = tok0 + c0 + tt;
     float xv = 0.0f, zv = 1.0f;
     if (ch < P) {
-      xv = to_float<Act>(xbc[tok * st + (int64_t{h} * P + ch) * sc]);
-      if (p.gate && !f) {
-        const float zz = to_float<Act>(
-            static_cast<const Act*>(p.z)[(second.tok0 + vt - n_first) * p.z_stride_token +
-                                         (int64_t{h} * P + ch) * p.z_stride_c]);
+      const Act xraw = xbc[tok * st + (int64_t{h} * P + ch) * sc];
+      xv = to_float<Act>(xraw);
+      if (sink.ring != nullptr) {
+        reinterpret_cast<Act*>(record(tt) + p.f_x)[int64_t{h} * P + ch] = xraw;
+      }
+      if (p.gate) {
+        const float zz = to_float<Act>(static_cast<const Act*>(
+            p.z)[tok * p.z_stride_token + (int64_t{h} * P + ch) * p.z_stride_c]);
         zv = zz * sigmoid(zz);
       }
     }
-    c.x[tt][r] = xv;
-    c.z[tt][r] = zv;
+    c.x[off + tt][r] = xv;
+    c.z[off + tt][r] = zv;
   }
   __syncthreads();
+}
+
+// Stages history factor records [c0, c0 + n) of a slot (record i at ring position
+// (base + i) mod R): dB = B * dt and dA as the step computed them, and x of this CTA's channels.
+// Vectorised as the GDN history (8 elements of B, or of x, per thread). Ends with
+// __syncthreads().
+template <typename Act, int N, int kChunk, bool kSync = true>
+__device__ __forceinline__ void mamba2_stage_history(Mamba2Chunk<N, kChunk>& c,
+                                                     const Mamba2RecurrenceParams& p,
+                                                     const char* ring, int base, int h, int c0,
+                                                     int n) {
+  constexpr int kRows = mamba2_rows<N>();
+  static_assert(N % 8 == 0 && kRows % 8 == 0, "vector staging");
+  constexpr int kParts = N / 8;
+  constexpr int kXParts = kRows / 8;
+  const int tid = threadIdx.x;
+  const int P = p.head_dim;
+  const int g = h / (p.num_heads / p.n_groups);
+  const auto record = [&](int tt) {
+    int pos = base + c0 + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kParts; i += kMamba2Threads) {
+    const int tt = i / kParts, k = (i % kParts) * 8;
+    const char* rec = record(tt);
+    const float dt = reinterpret_cast<const float*>(rec + p.f_dt)[h];
+    float b8[8];
+    load_n<Act, 8>(reinterpret_cast<const Act*>(rec + p.f_B) + int64_t{g} * N + k, b8, true);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b8[j] *= dt;
+    *reinterpret_cast<float4*>(&c.B[tt][k]) = make_float4(b8[0], b8[1], b8[2], b8[3]);
+    *reinterpret_cast<float4*>(&c.B[tt][k + 4]) = make_float4(b8[4], b8[5], b8[6], b8[7]);
+  }
+  // x of channels [ch0, ch0 + 8): one 16-byte load where P allows (P % 8 == 0), else scalar.
+  const bool x_vec = P % 8 == 0;
+  for (int i = tid; i < n * kXParts; i += kMamba2Threads) {
+    const int tt = i / kXParts, r = (i % kXParts) * 8, ch = blockIdx.x * kRows + r;
+    const Act* x = reinterpret_cast<const Act*>(record(tt) + p.f_x) + int64_t{h} * P + ch;
+    float x8[8];
+    if (x_vec && ch + 8 <= P) {
+      load_n<Act, 8>(x, x8, true);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x8[j] = ch + j < P ? to_float<Act>(x[j]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) c.x[tt][r + j] = x8[j];
+  }
+  for (int tt = tid; tt < n; tt += kMamba2Threads) {
+    c.dA[tt] = reinterpret_cast<const float*>(record(tt) + p.f_dA)[h];
+  }
+  if constexpr (kSync) __syncthreads();
 }
 
 // One token step on this thread's slice of the state (staged token tt); returns y for its
@@ -164,20 +220,27 @@ __device__ __forceinline__ void mamba2_load(float4 (&S)[NK], const St* src, int 
   }
 }
 
-// kReplay: the instantiation that may run a replay phase or recompute tree states.
-template <typename Act, typename St, int N, int kChunk, bool kReplay>
+// kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
+// recompute tree states.
+template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree = false>
 __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
     mamba2_recurrence_kernel(const __grid_constant__ Mamba2RecurrenceParams p) {
   constexpr int LANES = mamba2_lanes<N>();
   constexpr int NK = N / (4 * LANES);
   static_assert(NK >= 1 && N % (4 * LANES) == 0, "N must be 16 or a multiple of 32");
+  constexpr int kRows = mamba2_rows<N>();
   __shared__ Mamba2Chunk<N, kChunk> chunk;
+  // A tree without snapshots restarts branches from the row's start state (post history): in
+  // shared memory, or in registers for N = 256 (the chunk fills shared memory there).
+  constexpr bool kStartInRegs = N > 128;
+  __shared__ __align__(16) float start_state[kReplay && kTree && !kStartInRegs ? kRows * N : 4];
+  float4 start_regs[kStartInRegs ? NK : 1];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kl = lane % LANES;
   const int r = warp * (32 / LANES) + lane / LANES;  // channel within the CTA
   const int P = p.head_dim;
-  const int ch = blockIdx.x * mamba2_rows<N>() + r;
+  const int ch = blockIdx.x * kRows + r;
   const bool ok = ch < P;
   const int h = blockIdx.y;
   const int rr = blockIdx.z;
@@ -188,76 +251,121 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   St* committed = static_cast<St*>(p.state) + slot * p.state_stride_slot + head_off;
   float4 S[NK];
   mamba2_load<St, NK, LANES>(S, committed, kl, ok);
-  const int n_rep = kReplay && p.pending != nullptr ? p.pending[slot] : 0;
+
+  // Replay history (DESIGN.md section 6), before the wait for the conv grid (nothing of it is
+  // written by the conv kernel).
+  int wpos = 0;
+  // A chain whose history and window fit one chunk stages both at once after the wait (as the
+  // GDN recurrence does).
+  int merged_hist = 0, merged_base = 0;
+  bool merged_store = false;
+  if constexpr (kReplay) {
+    if (p.cursor != nullptr) {
+      const int base = p.cursor[2 * slot];
+      int hist = p.cursor[2 * slot + 1];
+      wpos = (base + hist) % p.ring;
+      const bool folds = p.fold && hist > p.fold_limit;
+      if (p.settled && folds) hist = 0;
+      const char* ring = p.factors + slot * p.factor_stride_slot;
+      const int count = row_tokens(p.varlen, row, p.tokens).count;
+      const bool store = p.fold ? folds && !p.settled
+                                : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
+      if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
+        merged_hist = hist;
+        merged_base = base;
+        merged_store = store;
+        hist = 0;
+      }
+      for (int c0 = 0; c0 < hist; c0 += kChunk) {
+        const int m = min(kChunk, hist - c0);
+        mamba2_stage_history<Act, N, kChunk>(chunk, p, ring, base, h, c0, m);
+        for (int tt = 0; tt < m; ++tt) mamba2_step<St, N, kChunk, false>(S, chunk, tt, kl, r);
+        __syncthreads();
+      }
+      if (store && merged_hist == 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
+    }
+  }
 
   // The conv outputs are read only after the preceding conv grid completed.
   grid_dependency_wait();
+  if (p.tokens == 0) return;  // materialize: history only
 
-  const float A = -expf(load_any(p.A_log, p.a_log_dtype, h * p.a_log_stride));
-  const float dt_bias = load_any(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride);
-  const float D = p.d_skip ? load_any(p.D, p.d_dtype, h * p.d_stride) : 0.0f;
+  const float A = p.A_log ? -expf(load_any(p.A_log, p.a_log_dtype, h * p.a_log_stride)) : 0.0f;
+  const float dt_bias =
+      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride) : 0.0f;
+  const float D = p.d_skip && p.D ? load_any(p.D, p.d_dtype, h * p.d_stride) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
   St* snap_row = p.snap ? static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off : nullptr;
-  const bool recompute = kReplay && p.parents != nullptr && p.snap == nullptr;
+  const bool recompute = kReplay && kTree && p.parents != nullptr && p.snap == nullptr;
+  float* start_mine = start_state + (kReplay && kTree && !kStartInRegs ? r * N : 0);
+  if (recompute) {
+#pragma unroll
+    for (int i = 0; i < NK; ++i) {
+      if constexpr (kStartInRegs) {
+        start_regs[i] = S[i];
+      } else {
+        *reinterpret_cast<float4*>(start_mine + i * 4 * LANES + kl * 4) = S[i];
+      }
+    }
+  }
 
-  const Mamba2Source<Act> rep{static_cast<const Act*>(p.replay_xbc) + row * p.replay_xbc_stride_row,
-                              p.replay_xbc_stride_t,
-                              1,
-                              static_cast<const Act*>(p.replay_dt) + row * p.replay_dt_stride_row,
-                              p.replay_dt_stride_t,
-                              1,
-                              0};
   const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
   const int64_t row_token0 = rt.begin;                  // inputs and outputs
   const int64_t row_parent0 = int64_t{row} * p.tokens;  // parents: [rows, tokens]
-  const Mamba2Source<Act> win{static_cast<const Act*>(p.xbc),
-                              p.xbc_stride_token,
-                              p.xbc_stride_c,
-                              static_cast<const Act*>(p.dt),
-                              p.dt_stride_token,
-                              p.dt_stride_h,
-                              row_token0};
-  const int total = n_rep + rt.count;  // (the window has tokens iff total > n_rep)
-  const bool split = recompute && total > kChunk;
-  for (int c0 = 0; c0 < total;) {
-    int m = min(kChunk, total - c0);
-    if (split && c0 < n_rep) m = min(m, n_rep - c0);
-    mamba2_stage<Act, N, kChunk, kReplay>(chunk, rep, n_rep, win, p, h, c0, m, A, dt_bias);
+  Mamba2FactorSink sink;
+  if (kReplay && p.write_factors && p.factors != nullptr) {
+    sink.ring = p.factors + slot * p.factor_stride_slot;
+    sink.wpos = wpos;
+    sink.head_writer = blockIdx.x == 0;
+    sink.b_writer = blockIdx.x == 0 && h % (p.num_heads / p.n_groups) == 0;
+  }
+  for (int c0 = 0; c0 < rt.count;) {
+    // A tree without snapshots needs its whole window in one chunk (tokens <= kChunk).
+    const int m = min(kChunk, rt.count - c0);
+    const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
+    if (off > 0) {
+      mamba2_stage_history<Act, N, kChunk, false>(chunk, p, p.factors + slot * p.factor_stride_slot,
+                                                  merged_base, h, 0, off);
+    }
+    mamba2_stage<Act, N, kChunk>(chunk, p, row_token0, h, c0, m, A, dt_bias, sink, off);
+    if (off > 0) {
+      for (int tt = 0; tt < off; ++tt) mamba2_step<St, N, kChunk, false>(S, chunk, tt, kl, r);
+      if (merged_store && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
+    }
     for (int tt = 0; tt < m; ++tt) {
-      const int vt = c0 + tt;
-      if (kReplay && vt < n_rep) {
-        mamba2_step<St, N, kChunk, false>(S, chunk, tt, kl, r);
-        if (vt == n_rep - 1 && ok && (p.store_replayed || (p.store_final && total == n_rep))) {
-          mamba2_store<St, NK, LANES>(committed, S, kl, false);
-        }
-        continue;
-      }
-      const int t = vt - n_rep;
+      const int t = c0 + tt;
       if (p.parents != nullptr && t > 0) {
         const int parent = p.parents[row_parent0 + t];
         if (parent != t - 1) {
           if (!recompute) {
             mamba2_load<St, NK, LANES>(S, snap_row + parent * p.snap_stride_t, kl, ok);
           } else {
-            // The start state (the committed memory holds it exactly) along root..parent.
+            // The row's start state along root..parent.
             uint32_t path = 0;
             for (int a = parent; a >= 0; a = p.parents[row_parent0 + a]) path |= 1u << a;
-            mamba2_load<St, NK, LANES>(S, committed, kl, ok);
+#pragma unroll
+            for (int i = 0; i < NK; ++i) {
+              if constexpr (kStartInRegs) {
+                S[i] = start_regs[i];
+              } else {
+                S[i] = *reinterpret_cast<const float4*>(start_mine + i * 4 * LANES + kl * 4);
+              }
+            }
             while (path != 0) {
               const int a = __ffs(path) - 1;
               path &= path - 1;
-              mamba2_step<St, N, kChunk, false>(S, chunk, n_rep + a - c0, kl, r);
+              mamba2_step<St, N, kChunk, false>(S, chunk, off + a - c0, kl, r);
             }
           }
         }
       }
-      float y = mamba2_step<St, N, kChunk, true>(S, chunk, tt, kl, r);
+      float y = mamba2_step<St, N, kChunk, true>(S, chunk, off + tt, kl, r);
       if (snap_row != nullptr && ok) {
         mamba2_store<St, NK, LANES>(snap_row + t * p.snap_stride_t, S, kl, true);
       }
       if (kl == 0 && ok) {
-        if (p.d_skip) y += chunk.x[tt][r] * D;
-        y *= chunk.z[tt][r];
+        if (p.d_skip) y += chunk.x[off + tt][r] * D;
+        y *= chunk.z[off + tt][r];
         out[(row_token0 + t) * p.out_stride_token + h * p.out_stride_h + ch * p.out_stride_p] =
             from_float<Act>(y);
       }
@@ -265,21 +373,23 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
     __syncthreads();  // the next chunk's staging overwrites the shared arrays
     c0 += m;
   }
-  if (p.store_final && total > n_rep && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
+  if (p.store_final && rt.count > 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
 }
 
-template <typename Act, typename St, int N, int kChunk, bool kReplay>
+template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree = false>
 cudaError_t launch_mamba2_shape(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
   constexpr int kRows = mamba2_rows<N>();
-  return launch_after_conv(mamba2_recurrence_kernel<Act, St, N, kChunk, kReplay>,
+  return launch_after_conv(mamba2_recurrence_kernel<Act, St, N, kChunk, kReplay, kTree>,
                            dim3((p.head_dim + kRows - 1) / kRows, p.num_heads, p.rows),
                            dim3(kMamba2Threads), p, stream);
 }
 
 template <typename Act, typename St, int N>
 cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
-  if (p.pending != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
-    return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true>(p, stream);
+  if (p.cursor != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
+    return p.parents != nullptr
+               ? launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, true>(p, stream)
+               : launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false>(p, stream);
   }
   return launch_mamba2_shape<Act, St, N, 8, false>(p, stream);
 }

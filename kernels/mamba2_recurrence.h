@@ -10,8 +10,9 @@
 //   (y *= silu(z[h][p]) when the gate is on).
 //
 // State I/O as for the GDN recurrence (gdn_recurrence.h): start state the committed state of the
-// row's slot; pending != null: the slot's pending steps first (inputs: the conv kernel's
-// replay_xbc / replay_dt), store_replayed; snap != null: per-token snapshots (a tree token starts
+// row's slot; cursor != null (replay): the slot's history factor records first (the checkpoint
+// plus h records, kernels::mamba2_factor_layout), fold / settled / store_replayed and the window's
+// factor records as for GDN; snap != null: per-token snapshots (a tree token starts
 // from its parent's snapshot), otherwise a tree token's start state is recomputed along its
 // path (tokens <= kMamba2Chunk); store_final.
 #pragma once
@@ -43,6 +44,11 @@ struct Mamba2RecurrenceParams {
   float dt_max = 0.0f;
   bool store_replayed = false;
   bool store_final = false;
+  bool fold = false;
+  bool settled = false;
+  bool write_factors = false;
+  int ring = 0;        // R: factor records per slot (replay)
+  int fold_limit = 0;  // R - 2 * T_max: a verify folds iff h > fold_limit
   ElemType a_log_dtype = ElemType::kF32;
   ElemType dt_bias_dtype = ElemType::kF32;
   ElemType d_dtype = ElemType::kF32;
@@ -62,10 +68,9 @@ struct Mamba2RecurrenceParams {
   int64_t state_stride_slot = 0;  // committed state [slots][nheads][P][N], contiguous per slot
   int64_t snap_stride_row = 0;    // snapshots [rows][T][nheads][P][N]
   int64_t snap_stride_t = 0;
-  int64_t replay_xbc_stride_row = 0;  // replay_xbc [rows][T_max][conv_dim] (channel stride 1)
-  int64_t replay_xbc_stride_t = 0;
-  int64_t replay_dt_stride_row = 0;  // replay_dt [rows][T_max][nheads]
-  int64_t replay_dt_stride_t = 0;
+  int64_t factor_stride_slot = 0;  // bytes: factors [slots][R][record]
+  int64_t factor_bytes = 0;        // bytes of one record (kernels::mamba2_factor_layout)
+  int64_t f_dt = 0, f_dA = 0, f_x = 0, f_B = 0;  // byte offsets inside a record
 
   const void* __restrict__ xbc = nullptr;         // [rows * tokens, conv_dim] act dtype
   const void* __restrict__ dt = nullptr;          // [rows * tokens, nheads] act dtype
@@ -76,9 +81,8 @@ struct Mamba2RecurrenceParams {
   void* __restrict__ out = nullptr;               // [rows * tokens, nheads, P] act dtype
   void* __restrict__ state = nullptr;             // [slots, nheads, P, N] state dtype
   void* __restrict__ snap = nullptr;              // [rows, T, nheads, P, N] state dtype, or null
-  const int32_t* __restrict__ pending = nullptr;  // [slots] this layer's pending steps, or null
-  const void* __restrict__ replay_xbc = nullptr;  // [rows, T_max, conv_dim] act dtype
-  const void* __restrict__ replay_dt = nullptr;   // [rows, T_max, nheads] act dtype
+  const int32_t* __restrict__ cursor = nullptr;   // [slots, 2] this layer's (base, h), or null
+  char* __restrict__ factors = nullptr;           // [slots, R, record] this layer's ring
   const int32_t* __restrict__ slots = nullptr;    // [rows] device; null: slot_inline
   const int32_t* __restrict__ parents = nullptr;  // [rows, T] device (tree); null: chain
   // Per-row token ranges (variable windows, kernel_types.h); cu null: row r at r * tokens, and

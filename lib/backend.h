@@ -70,6 +70,12 @@ struct PoolStorage {
   char* record(int layer, int slot, int t) const noexcept {
     return bytes(Buf::kRecords, layout.record_offset(layer, slot, t));
   }
+  char* factor(int layer, int slot, int pos) const noexcept {
+    return bytes(Buf::kFactors, layout.factor_offset(layer, slot, pos));
+  }
+  int32_t* cursor(int layer, int slot) const noexcept {
+    return static_cast<int32_t*>(base(Buf::kCursor)) + layout.cursor_index(layer, slot);
+  }
   int32_t* pending() const noexcept { return static_cast<int32_t*>(base(Buf::kPending)); }
   int32_t* path() const noexcept { return static_cast<int32_t*>(base(Buf::kPath)); }
 };
@@ -110,12 +116,22 @@ struct RoundPlan {
 
 // What one layer call reads and writes of the state, decided by the strategy. Every token step
 // starts from the committed state of its row's slot (or, in a tree, from its parent's state).
+// Replay (DESIGN.md section 6): the committed SSM memory is a checkpoint plus `h` history factor
+// records per slot and layer (kFactors, kCursor); the committed conv window plus pending conv
+// steps (kRecords, kPending, kPath).
 struct StateIO {
-  bool replay = false;          // first re-run each slot's pending steps (records, kPending/kPath)
-  bool store_replayed = false;  // then write the committed state (conv window + SSM) once
+  bool conv_pending = false;    // first re-run the slot's pending conv steps (window shifts)
+  bool history = false;         // apply the slot's history factor records to the checkpoint
+  bool store_replayed = false;  // then write the committed conv window (and, unless `fold`
+                                // decides, the SSM state) once
+  bool fold = false;            // verify: store the post-history SSM state iff the fold
+                                // predicate holds (kernels::replay_folds), nothing otherwise
+  bool settled = false;         // verify repeated in a round: a cursor the predicate says folded
+                                // is read as settled (base + h, 0): the checkpoint holds it
   bool store_tokens = false;    // the state after every token into row-indexed snapshot scratch
   bool store_final = false;     // the state after the last token into the committed state
-  bool write_records = false;   // each token's record into its slot's record area (window index)
+  bool write_records = false;   // each token's conv and factor record (ring position base+h+t)
+  bool replay() const noexcept { return conv_pending || history; }
 };
 
 // One layer call: `rows` rows of `tokens_per_row` tokens packed at r * tokens_per_row + i, or
@@ -208,13 +224,25 @@ class BackendImpl {
                           const Mamba2Outputs& outputs) = 0;
 
   // Commit primitives (the strategy picks one). Copy: each row's snapshot of its last step into
-  // its slot (every layer). Pending: each row's slot records the steps root..last step as
-  // pending in every layer (kPending/kPath); no state moves.
+  // its slot (every layer). Pending (replay): in every layer, each row's slot settles its cursor
+  // (the fold predicate), compacts a tree's accepted path of factor records in the ring, advances
+  // h by the accepted steps and records them as its pending conv steps (kPending/kPath); no state
+  // moves.
   virtual void commit_copy(const PoolStorage& storage, const CommitWork& work) = 0;
   virtual void commit_pending(const PoolStorage& storage, const CommitWork& work) = 0;
-  // Marks `slots` as having no pending steps in layers [layer_begin, layer_end).
+  // Replay bookkeeping of `slots` in layers [layer_begin, layer_end):
+  //   kConsumed: the committed memory was made exact (materialize, advance, overwrite): no
+  //              pending conv steps, the history consumed (base += h, h = 0).
+  //   kSettled:  a verify of the layer ran and its round ends without commit (or is read
+  //              mid-round): no pending conv steps (the verify wrote the window), the cursor
+  //              settled by the fold predicate.
+  enum class Clear { kConsumed, kSettled };
   virtual void clear_pending(const PoolStorage& storage, int layer_begin, int layer_end,
-                             const std::vector<int32_t>& slots) = 0;
+                             const std::vector<int32_t>& slots, Clear how = Clear::kConsumed) = 0;
+  // Replay: makes the committed memory of `run.slots` in `run.layer` exact from the records alone
+  // (pending conv steps, history factors; no weights, inputs or outputs). The bookkeeping is
+  // cleared by the caller (clear_pending kConsumed).
+  virtual void materialize_layer(const PoolStorage& storage, const LayerRun& run) = 0;
 
   // Outcome of the device-side checks of the last commit (waits for it): kOutOfRange when a
   // row's device accepted value was out of range (that row was skipped). Host-validated

@@ -1,5 +1,6 @@
 #include "layout.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -26,6 +27,10 @@ const char* buf_name(Buf buf) noexcept {
       return "replay pending counts";
     case Buf::kPath:
       return "replay paths";
+    case Buf::kFactors:
+      return "replay factor records";
+    case Buf::kCursor:
+      return "replay cursors";
     case Buf::kCount:
       break;
   }
@@ -43,7 +48,7 @@ int64_t Layout::workspace_bytes() const noexcept {
 int64_t Layout::records_bytes_per_slot() const noexcept {
   if (!has(Buf::kRecords)) return 0;
   return int64_t{layers} * max_window * record_bytes + int64_t{layers} * 4 +
-         int64_t{max_window} * 4;
+         int64_t{max_window} * 4 + int64_t{layers} * ring * factor_bytes + int64_t{layers} * 8;
 }
 
 int64_t Layout::scratch_bytes_per_row() const noexcept {
@@ -101,6 +106,24 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
   l.max_window = options.max_window;
   l.strategy = options.strategy;
   l.shapes = layer_shapes(config);
+  if (options.strategy == Strategy::kReplay) {
+    if (options.replay_ring < 0 ||
+        (options.replay_ring > 0 && options.replay_ring / 2 < options.max_window)) {
+      throw Error(Status::kInvalidArgument,
+                  std::string(fn) +
+                      ": options.replay_ring = " + std::to_string(options.replay_ring) +
+                      " must be 0 (the default) or at least 2 * max_window = " +
+                      std::to_string(2 * int64_t{options.max_window}));
+    }
+    const int64_t ring =
+        options.replay_ring > 0 ? options.replay_ring : 2 * int64_t{options.max_window};
+    if (ring > std::numeric_limits<int32_t>::max() / 2) {
+      throw Error(Status::kInvalidArgument, std::string(fn) +
+                                                ": options.replay_ring = " + std::to_string(ring) +
+                                                " is too large (at most 2^30 records)");
+    }
+    l.ring = static_cast<int>(ring);
+  }
 
   SizeCalc c{fn, "conv state (conv_dim x (conv_width - 1))"};
   l.conv_elems = c.mul(l.shapes.conv_dim, l.shapes.conv_width - 1);
@@ -111,6 +134,7 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
   l.ssm_bytes = c.mul(l.ssm_elems, dtype_size(l.shapes.ssm_dtype));
   c.field = "replay record (elements per token)";
   l.record_bytes = c.mul(l.shapes.record_elems, dtype_size(l.shapes.act_dtype));
+  l.factor_bytes = l.shapes.factor_bytes;
 
   c.field = "committed conv state (num_layers x num_slots x conv state)";
   const int64_t layer_slots = c.mul(l.layers, l.slots);

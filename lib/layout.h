@@ -21,9 +21,11 @@ enum class Buf : int {
   kSsm,       // committed SSM    [L][slots][state...]               ssm dtype
   kSnapConv,  // snapshot conv    [L][max_rows][max_window][conv_dim][W-1]
   kSnapSsm,   // snapshot SSM     [L][max_rows][max_window][state...]
-  kRecords,   // replay records   [L][slots][max_window][record]     act dtype
-  kPending,   // replay: pending steps per layer and slot, int32 [L][slots]
-  kPath,      // replay: window index of each pending step, int32 [slots][max_window]
+  kRecords,   // replay conv records [L][slots][max_window][conv_dim] act dtype (window inputs)
+  kPending,   // replay: pending conv steps per layer and slot, int32 [L][slots]
+  kPath,      // replay: window index of each pending conv step, int32 [slots][max_window]
+  kFactors,   // replay factor ring [L][slots][R][factor record] (layer kind's layout)
+  kCursor,    // replay ring cursors, int32 [L][slots][2] = (base, h)
   kCount
 };
 const char* buf_name(Buf buf) noexcept;
@@ -33,7 +35,8 @@ struct LayerShapes {
   int64_t conv_dim = 0;
   int conv_width = 0;
   std::vector<int64_t> ssm_shape;  // one slot's SSM state, e.g. {HV, V, K}
-  int64_t record_elems = 0;        // one token's replay record (act dtype)
+  int64_t record_elems = 0;        // one token's conv record: its conv input (act dtype)
+  int64_t factor_bytes = 0;        // one token's factor record (16-byte multiple)
   DType act_dtype = DType::kF32;
   DType conv_dtype = DType::kF32;
   DType ssm_dtype = DType::kF32;
@@ -44,6 +47,7 @@ struct Layout {
   int slots = 0;
   int max_rows = 0;
   int max_window = 0;
+  int ring = 0;  // replay: R factor records per slot and layer (0 under snapshot)
   Strategy strategy = Strategy::kSnapshot;
   bool caller_committed = false;  // the committed state lives in caller-owned views
   LayerShapes shapes;
@@ -52,7 +56,8 @@ struct Layout {
   int64_t ssm_elems = 0;   // one slot, one layer
   int64_t conv_bytes = 0;  // of one slot-layer conv window
   int64_t ssm_bytes = 0;
-  int64_t record_bytes = 0;                                    // one token's record
+  int64_t record_bytes = 0;                                    // one token's conv record
+  int64_t factor_bytes = 0;                                    // one token's factor record
   std::array<int64_t, static_cast<int>(Buf::kCount)> bytes{};  // whole buffers
 
   bool has(Buf b) const noexcept { return bytes[static_cast<int>(b)] > 0; }
@@ -77,7 +82,13 @@ struct Layout {
   int64_t record_offset(int layer, int slot, int t) const noexcept {
     return ((int64_t{layer} * slots + slot) * max_window + t) * record_bytes;
   }
+  int64_t factor_offset(int layer, int slot, int pos) const noexcept {
+    return ((int64_t{layer} * slots + slot) * ring + pos) * factor_bytes;
+  }
   // Element offsets of the int32 replay bookkeeping.
+  int64_t cursor_index(int layer, int slot) const noexcept {
+    return (int64_t{layer} * slots + slot) * 2;
+  }
   int64_t pending_index(int layer, int slot) const noexcept {
     return int64_t{layer} * slots + slot;
   }

@@ -154,6 +154,8 @@ int64_t add_checked(int64_t a, int64_t b, const char* field) {
   return out;
 }
 
+int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
 }  // namespace
 
 StateBytes state_bytes(const ModelConfig& config, int window) {
@@ -168,8 +170,11 @@ StateBytes state_bytes(const ModelConfig& config, int window) {
     conv_size = static_cast<int64_t>(dtype_size(m.conv_state_dtype));
     ssm_elems = mul_checked(int64_t{m.num_heads} * m.head_dim, m.d_state, "ssm_per_layer");
     ssm_size = static_cast<int64_t>(dtype_size(m.ssm_state_dtype));
-    record_cols = out.conv_dim + m.num_heads;
+    record_cols = out.conv_dim;
     act_size = static_cast<int64_t>(dtype_size(m.act_dtype));
+    const int64_t x_off = round16(8 * int64_t{m.num_heads});
+    const int64_t b_off = round16(x_off + act_size * m.num_heads * m.head_dim);
+    out.factor_record_per_token = round16(b_off + act_size * m.n_groups * m.d_state);
   } else {
     const GdnConfig& g = config.gdn;
     const int64_t hv = g.num_v_heads;
@@ -178,8 +183,11 @@ StateBytes state_bytes(const ModelConfig& config, int window) {
     conv_size = static_cast<int64_t>(dtype_size(g.conv_state_dtype));
     ssm_elems = mul_checked(hv * g.head_v_dim, g.head_k_dim, "ssm_per_layer");
     ssm_size = static_cast<int64_t>(dtype_size(g.ssm_state_dtype));
-    record_cols = out.conv_dim + 2 * hv;
+    record_cols = out.conv_dim;
     act_size = static_cast<int64_t>(dtype_size(g.act_dtype));
+    const int64_t k_off = round16(4 * (hv * g.head_v_dim + hv + g.num_k_heads));
+    out.factor_record_per_token =
+        round16(k_off + act_size * int64_t{g.num_k_heads} * g.head_k_dim);
   }
   out.conv_per_layer = mul_checked(mul_checked(out.conv_dim, conv_cols, "conv_per_layer"),
                                    conv_size, "conv_per_layer");
@@ -188,10 +196,17 @@ StateBytes state_bytes(const ModelConfig& config, int window) {
       mul_checked(layers, add_checked(out.conv_per_layer, out.ssm_per_layer, "bytes per layer"),
                   "committed_per_request");
   out.scratch_per_row = mul_checked(out.committed_per_request, window, "scratch_per_row");
-  out.record_per_token = mul_checked(record_cols, act_size, "record_per_token");
-  out.records_per_slot = add_checked(mul_checked(mul_checked(layers, window, "records_per_slot"),
-                                                 out.record_per_token, "records_per_slot"),
-                                     layers * 4 + int64_t{window} * 4, "records_per_slot");
+  out.conv_record_per_token = mul_checked(record_cols, act_size, "record_per_token");
+  out.record_per_token =
+      add_checked(out.conv_record_per_token, out.factor_record_per_token, "record_per_token");
+  out.ring = 2 * window;
+  const int64_t per_layer =
+      add_checked(add_checked(mul_checked(window, out.conv_record_per_token, "records_per_slot"),
+                              mul_checked(out.ring, out.factor_record_per_token, "records_per_slot"),
+                              "records_per_slot"),
+                  12, "records_per_slot");
+  out.records_per_slot = add_checked(mul_checked(layers, per_layer, "records_per_slot"),
+                                     int64_t{window} * 4, "records_per_slot");
   return out;
 }
 

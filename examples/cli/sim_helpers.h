@@ -97,11 +97,17 @@ struct StateBytes {
   int64_t committed_per_request = 0;  // layers * (conv + ssm)
   // Snapshot: the conv window and SSM state after every window token, per verify row.
   int64_t scratch_per_row = 0;  // layers * window * (conv + ssm)
-  // Replay: one token's record per layer is its layer inputs [mixed_qkv | a | b].
-  int64_t record_per_token = 0;  // (conv_dim + 2 * HV) * sizeof(act dtype)
-  // Per slot: the records of a window in every layer, a pending count (int32) per layer and the
-  // window index of each pending step (int32 per window token).
-  int64_t records_per_slot = 0;  // layers * window * record + layers * 4 + window * 4
+  // Replay (DESIGN.md section 4): per token and layer a conv record (its conv input, act dtype)
+  // and a factor record (GDN: u f32 [HV][V], e^g f32 [HV], kf f32 [H], k act [H][K]; Mamba2: dt,
+  // dA f32 [nheads], x act [nheads][P], B act [G][N]; each part 16-byte aligned).
+  int64_t conv_record_per_token = 0;    // conv_dim * sizeof(act dtype)
+  int64_t factor_record_per_token = 0;  // the factor record, padded to 16 bytes
+  int64_t record_per_token = 0;         // both
+  int ring = 0;                         // R, the pool's default: 2 * window
+  // Per slot: the conv records of a window and a ring of R factor records in every layer, a
+  // pending count (int32) and a cursor (2 x int32) per layer, and the window index of each
+  // pending conv step (int32 per window token).
+  int64_t records_per_slot = 0;  // layers * (window * conv record + R * factor + 12) + window * 4
 };
 // Every product is overflow-checked: throws specstate::Error(kInvalidArgument) naming the field
 // whose byte count passes int64 (custom dimensions can: 2^20 layers of 4 GiB states).

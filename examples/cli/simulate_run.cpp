@@ -512,8 +512,14 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     double verify_total = 0, commit_total = 0;
     int64_t verify_bytes_total = 0, commit_bytes_total = 0, padding_rows_total = 0;
     tokens_total = 0;
-    // Replay: accepted steps a slot's next verify (or the final materialize) re-runs.
-    std::map<int64_t, int64_t> pending;
+    // Replay v2 (DESIGN.md sections 6 and 8), per request: h, the factor records applied since
+    // the checkpoint, and the pending conv steps (the last commit's accepted steps), as the
+    // slot's cursor and pending count hold them. A verify folds iff h > R - 2 T_max.
+    struct ReplayCursor {
+      int64_t history = 0, pending = 0;
+    };
+    std::map<int64_t, ReplayCursor> cursor;
+    const int64_t fold_limit = sb.ring - 2 * int64_t{max_window};
     for (int64_t round = 0; round < num_rounds; ++round) {
       const auto& records = by_round[static_cast<std::size_t>(round)];
       if (records.empty()) continue;
@@ -535,15 +541,25 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
 
       // Bytes the strategy must move at least (DESIGN.md section 8; docs/simulate.md):
       // snapshot: verify reads the state and writes T states per live row-layer, commit reads
-      // and writes one per advancing row-layer; replay: verify reads and writes the state once
-      // per live row-layer, writes a record per window token and reads back the records of the
-      // slot's pending steps, commit moves no state.
-      int64_t round_tokens = 0, advancing = 0, replayed_tokens = 0;
+      // and writes one per advancing row-layer; replay: verify reads the checkpoint (conv window
+      // + SSM state) once per live row-layer, reads back its h history factor records and its
+      // pending conv records, writes the conv window when it had pending steps and the SSM
+      // checkpoint only when it folds, and writes a conv and a factor record per window token;
+      // commit moves no state (cursor arithmetic).
+      int64_t round_tokens = 0, advancing = 0, history_records = 0, pending_steps = 0;
+      int64_t conv_writes = 0, folds = 0;
       for (const auto* rec : records) {
-        round_tokens += rec->accepted_length();
-        advancing += rec->accepted_length() > 0 ? 1 : 0;
-        replayed_tokens += pending[rec->request];
-        pending[rec->request] = rec->accepted_length();
+        const int64_t a = rec->accepted_length();
+        round_tokens += a;
+        advancing += a > 0 ? 1 : 0;
+        ReplayCursor& c = cursor[rec->request];
+        history_records += c.history;
+        pending_steps += c.pending;
+        conv_writes += c.pending > 0 ? 1 : 0;
+        const bool fold = c.history > fold_limit;
+        folds += fold ? 1 : 0;
+        c.history = (fold ? 0 : c.history) + a;  // commit: settle, then h += a
+        c.pending = a;
       }
       const int64_t live_layers = int64_t{plan.live_rows} * L;
       // The live rows' verified tokens: T each when padded (filler included), their own
@@ -552,8 +568,12 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
           o.packing == "variable" ? plan.num_tokens() : int64_t{plan.live_rows} * plan.window();
       int64_t vbytes = 0, cbytes = 0;
       if (replay) {
-        vbytes = live_layers * state_layer_bytes * 2 + live_tokens * L * sb.record_per_token +
-                 replayed_tokens * L * sb.record_per_token;
+        vbytes = live_layers * state_layer_bytes +
+                 (conv_writes * sb.conv_per_layer + folds * sb.ssm_per_layer) * L +
+                 live_tokens * L * sb.record_per_token +
+                 (history_records * sb.factor_record_per_token +
+                  pending_steps * sb.conv_record_per_token) *
+                     L;
       } else {
         vbytes = (live_layers + live_tokens * L) * state_layer_bytes;
         cbytes = advancing * L * state_layer_bytes * 2;
@@ -594,18 +614,22 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
       }
       if (draw) draw_progress(*progress, ++rounds_drawn, total_rounds_drawn);
     }
-    // What replay still owes at the end: the last commits' steps, re-run by materialize.
-    int64_t owed_tokens = 0, owed_slots = 0;
-    for (const auto& [request, steps] : pending) {
-      owed_tokens += steps;
-      owed_slots += steps > 0 ? 1 : 0;
+    // What replay still owes at the end, brought into committed memory by materialize: per
+    // slot-layer with history or pending conv steps, the state read once, the h factor records
+    // and the pending conv records read, the conv window written when it had pending steps and
+    // the SSM state when it had history.
+    int64_t owed_bytes = 0;
+    for (const auto& [request, c] : cursor) {
+      if (c.history == 0 && c.pending == 0) continue;
+      owed_bytes += state_layer_bytes + (c.pending > 0 ? sb.conv_per_layer : 0) +
+                    (c.history > 0 ? sb.ssm_per_layer : 0) +
+                    c.history * sb.factor_record_per_token + c.pending * sb.conv_record_per_token;
     }
     const auto materialize_start = Clock::now();
     pool->materialize();
     memory.synchronize();
     const double materialize_s = seconds_since(materialize_start);
-    const int64_t materialize_bytes =
-        replay ? owed_slots * L * state_layer_bytes * 2 + owed_tokens * L * sb.record_per_token : 0;
+    const int64_t materialize_bytes = replay ? owed_bytes * L : 0;
 
     Json check;
     check["ran"] = o.check;
@@ -684,8 +708,10 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     timing["materialize_seconds"] = materialize_s;
     section["timing"] = timing;
     Json bytes;
-    bytes["model"] = replay ? "replay: verify 2 states per live row-layer + a record per window "
-                              "token written + the pending steps' records read; commit 0"
+    bytes["model"] = replay ? "replay: verify reads the checkpoint per live row-layer + its h "
+                              "history factor records and pending conv records, writes the conv "
+                              "window after pending steps, the SSM state only when it folds (h > "
+                              "R - 2T) and a conv + factor record per window token; commit 0"
                             : "snapshot: verify (1 + T) states per live row-layer; commit 2 "
                               "states per advancing row-layer";
     bytes["verify_bytes"] = verify_bytes_total;

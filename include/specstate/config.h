@@ -131,10 +131,12 @@ enum class Backend : int32_t { kCpu = 0, kCuda = 1 };
 // How verify records what commit needs (DESIGN.md section 6); the results are bit-identical.
 //   kSnapshot: verify stores the state after every window token in row-indexed scratch; commit
 //              copies the accepted one into the slot (T states of scratch per row).
-//   kReplay:   verify stores each token's layer inputs (a record of kilobytes) per slot; commit
-//              only records the accepted length / node; the slot's next verify re-runs those
-//              steps from the committed state before its window (one state read + write per
-//              round). The committed memory lags until then: StatePool::materialize.
+//   kReplay:   the slot holds a checkpoint and a ring of PoolOptions::replay_ring factor records
+//              per layer (the step's rank-1 update u, k^, e^g: kilobytes per token). Verify
+//              applies the slot's history records to the checkpoint in registers, runs the
+//              window and writes its records; it stores the checkpoint only when the ring would
+//              fill (a fold). Commit moves cursors only. The committed memory lags the committed
+//              state until StatePool::materialize.
 enum class Strategy : int32_t { kSnapshot = 0, kReplay = 1 };
 
 const char* backend_name(Backend backend) noexcept;
@@ -146,6 +148,12 @@ struct PoolOptions {
   int max_window = 1;  // largest window T (tokens per row per round)
   Backend backend = Backend::kCpu;
   Strategy strategy = Strategy::kSnapshot;
+  // Replay only: R, the factor records each slot and layer keeps (DESIGN.md section 6). A verify
+  // folds (writes the checkpoint) when the slot's history exceeds R - 2 * max_window, so a larger
+  // R writes the state less often but applies longer histories and costs R records of memory.
+  // 0: the default, 2 * max_window (a fold at every verify that has history; measured fastest on
+  // the H200, where the verify is issue-bound: docs/cuda.md). Must be 0 or >= 2 * max_window.
+  int replay_ring = 0;
   int device = 0;          // CUDA device ordinal (kCuda only)
   void* stream = nullptr;  // cudaStream_t the pool's work runs on (kCuda only; null = default)
 };

@@ -1,6 +1,7 @@
 // The CPU backend: the oracle every other backend and strategy is tested against. Memory is
 // host memory; every call runs on the calling thread. One driver (run_rows) serves every layer
 // kind and every strategy: it does what the StateIO of the call says, with the kind's token step.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -9,6 +10,7 @@
 #include "../backend.h"
 #include "../logging.h"
 #include "gdn_step.h"
+#include "kernels/kernel_types.h"
 #include "mamba2_step.h"
 #include "specstate/status.h"
 
@@ -22,8 +24,11 @@ struct StateBuf {
 };
 
 // Runs `run` row by row with the token step `step` (a kind's step: load_inputs, load_record,
-// store_record, step). DESIGN.md section 6: the replay phase re-runs the slot's pending steps
-// from the committed state; the window's token t starts from its parent's state.
+// store_record, shift_conv, apply_factor, step). DESIGN.md section 6, replay: the replay phase
+// re-runs the slot's pending conv steps from its conv records and applies its history factor
+// records to the checkpoint; a verify stores the post-history state iff the fold predicate
+// holds, and writes each window token's factor record at ring position base + h + t of the
+// settled cursor. The window's token t starts from its parent's state.
 template <typename Step>
 void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
   const Layout& l = s.layout;
@@ -38,20 +43,41 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
     char* ssm = s.ssm(run.layer, slot);
     std::memcpy(cur.conv.data(), conv, l.conv_bytes);
     std::memcpy(cur.ssm.data(), ssm, l.ssm_bytes);
-    if (io.replay) {
-      const int n = s.pending()[l.pending_index(run.layer, slot)];
-      for (int i = 0; i < n; ++i) {
-        const int t = s.path()[l.path_index(slot, i)];
-        step.load_record(s.record(run.layer, slot, t));
-        step.step(cur.conv.data(), cur.conv.data(), cur.ssm.data(), cur.ssm.data(), -1);
+    const int n = run.length(r);
+    const bool only_replay = io.store_final && n == 0;
+    if (io.conv_pending) {
+      const int pend = s.pending()[l.pending_index(run.layer, slot)];
+      for (int i = 0; i < pend; ++i) {
+        step.load_record(s.record(run.layer, slot, s.path()[l.path_index(slot, i)]));
+        step.shift_conv(cur.conv.data());
       }
-      if (io.store_replayed || (io.store_final && run.length(r) == 0)) {
+      if (pend > 0 && (io.store_replayed || only_replay)) {
         std::memcpy(conv, cur.conv.data(), l.conv_bytes);
+      }
+    }
+    // The settled cursor: a fold (this verify's, or the first verify's of this round) makes the
+    // checkpoint the post-history state.
+    int base = 0, hist = 0;
+    if (s.base(Buf::kCursor) != nullptr) {
+      base = s.cursor(run.layer, slot)[0];
+      hist = s.cursor(run.layer, slot)[1];
+    }
+    const bool folds = io.fold && kernels::replay_folds(hist, l.ring, l.max_window);
+    if (io.settled && folds) {
+      base = (base + hist) % l.ring;
+      hist = 0;
+    } else if (io.history) {
+      for (int i = 0; i < hist; ++i)
+        step.apply_factor(cur.ssm.data(), s.factor(run.layer, slot, (base + i) % l.ring));
+      if (folds || (!io.fold && hist > 0 && (io.store_replayed || only_replay))) {
         std::memcpy(ssm, cur.ssm.data(), l.ssm_bytes);
+      }
+      if (folds) {
+        base = (base + hist) % l.ring;
+        hist = 0;
       }
     }
     const int64_t token0 = run.token0(r);  // the row's tokens in the inputs
-    const int n = run.length(r);
     if (!run.plan) {
       // Advance: a chain from the (replayed) committed state, stored once at the end.
       for (int i = 0; i < n; ++i) {
@@ -84,8 +110,12 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
         next_ssm = nodes[t].ssm.data();
       }
       step.load_inputs(token0 + t);
-      if (io.write_records) step.store_record(s.record(run.layer, slot, t));
-      step.step(prev_conv, next_conv, prev_ssm, next_ssm, token0 + t);
+      void* factor = nullptr;
+      if (io.write_records) {
+        step.store_record(s.record(run.layer, slot, t));
+        factor = s.factor(run.layer, slot, (base + hist + t) % l.ring);
+      }
+      step.step(prev_conv, next_conv, prev_ssm, next_ssm, token0 + t, factor);
     }
   }
 }
@@ -140,6 +170,7 @@ class CpuBackend final : public BackendImpl {
       std::memset(s.conv(l, slot), 0, s.layout.conv_bytes);
       std::memset(s.ssm(l, slot), 0, s.layout.ssm_bytes);
       if (s.pending()) s.pending()[s.layout.pending_index(l, slot)] = 0;
+      if (s.base(Buf::kCursor)) s.cursor(l, slot)[0] = s.cursor(l, slot)[1] = 0;
     }
   }
 
@@ -201,33 +232,87 @@ class CpuBackend final : public BackendImpl {
     check_host(work);
     const RoundPlan& plan = *work.plan;
     const Layout& l = s.layout;
+    std::vector<int32_t> path;
+    std::vector<char> moved;
     for (int r = 0; r < plan.rows; ++r) {
       const int slot = plan.slots[r];
       if (slot < 0) continue;
       // The accepted steps root..last, in order (a chain: 0..a-1; a tree: the node's path).
-      int n = 0;
+      path.clear();
       for (int t = work.last_step[r]; t >= 0; t = plan.parents[std::size_t(r) * plan.window + t]) {
-        ++n;
+        path.push_back(t);
       }
-      int i = n;
-      for (int t = work.last_step[r]; t >= 0; t = plan.parents[std::size_t(r) * plan.window + t]) {
-        s.path()[l.path_index(slot, --i)] = t;
+      std::reverse(path.begin(), path.end());
+      const int n = static_cast<int>(path.size());
+      for (int i = 0; i < n; ++i) s.path()[l.path_index(slot, i)] = path[i];
+      for (int layer = 0; layer < l.layers; ++layer) {
+        s.pending()[l.pending_index(layer, slot)] = n;
+        int32_t* cur = s.cursor(layer, slot);
+        settle(l, cur);
+        // The window's records sit at base + h + t; the accepted path's move to base + h + i
+        // (p_i >= i, ascending: a record is read before its position is overwritten).
+        for (int i = 0; i < n; ++i) {
+          if (path[i] == i) continue;
+          std::memcpy(s.factor(layer, slot, (cur[0] + cur[1] + i) % l.ring),
+                      s.factor(layer, slot, (cur[0] + cur[1] + path[i]) % l.ring),
+                      static_cast<std::size_t>(l.factor_bytes));
+        }
+        cur[1] += n;
       }
-      for (int layer = 0; layer < l.layers; ++layer) s.pending()[l.pending_index(layer, slot)] = n;
     }
     logger().trace("cpu commit (pending): {} rows", plan.rows);
   }
 
   void clear_pending(const PoolStorage& s, int layer_begin, int layer_end,
-                     const std::vector<int32_t>& slots) override {
-    for (int l = layer_begin; l < layer_end; ++l) {
+                     const std::vector<int32_t>& slots, Clear how) override {
+    const Layout& l = s.layout;
+    for (int layer = layer_begin; layer < layer_end; ++layer) {
       for (int32_t slot : slots) {
-        if (slot >= 0) s.pending()[s.layout.pending_index(l, slot)] = 0;
+        if (slot < 0) continue;
+        if (s.pending()) s.pending()[l.pending_index(layer, slot)] = 0;
+        if (!s.base(Buf::kCursor)) continue;
+        int32_t* cur = s.cursor(layer, slot);
+        if (how == Clear::kSettled) {
+          settle(l, cur);
+        } else {
+          cur[0] = (cur[0] + cur[1]) % l.ring;
+          cur[1] = 0;
+        }
+      }
+    }
+  }
+
+  void materialize_layer(const PoolStorage& s, const LayerRun& run) override {
+    // No weights, inputs or outputs: only the records are read.
+    switch (s.config.kind) {
+      case LayerKind::kGatedDeltaNet: {
+        const GdnWeights w{};
+        const GdnInputs in{};
+        const GdnOutputs out{};
+        cpu::GdnStep step(s.config.gdn, w, in, out);
+        run_rows(s, run, step);
+        return;
+      }
+      case LayerKind::kMamba2: {
+        const Mamba2Weights w{};
+        const Mamba2Inputs in{};
+        const Mamba2Outputs out{};
+        cpu::Mamba2Step step(s.config.mamba, w, in, out);
+        run_rows(s, run, step);
+        return;
       }
     }
   }
 
  private:
+  // The fold predicate settles a cursor: the verify that saw h > R - 2 T_max stored the
+  // post-history state as the checkpoint.
+  static void settle(const Layout& l, int32_t* cur) {
+    if (kernels::replay_folds(cur[1], l.ring, l.max_window)) {
+      cur[0] = (cur[0] + cur[1]) % l.ring;
+      cur[1] = 0;
+    }
+  }
   static void check_host(const CommitWork& work) {
     if (!work.device_accepted.empty()) {
       throw Error(Status::kInvalidArgument,

@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "specstate/dtype.h"
 #include "specstate/tensor_view.h"
@@ -88,22 +89,82 @@ struct HeadInputs {
   float dt_bias;
 };
 
+// k^ = k * kf, kf = 1 / sqrt(sum k^2 + 1e-6): the step and a factor record's application compute
+// the normalised key with this one function, so they see the same floats.
+inline float key_scale(const Eigen::VectorXf& k_raw) {
+  return 1.0f / std::sqrt(k_raw.squaredNorm() + 1e-6f);
+}
+inline Eigen::VectorXf normalized_key(const Eigen::VectorXf& k_raw, float kf) { return k_raw * kf; }
+
+// The rank-1 part of the GDN update, S = e^g S + u k^T, split as the step computes it (S is
+// scaled before u is formed). Shared by the step and the factor records' application (DESIGN.md
+// section 6: bit-exact by construction).
+inline void gdn_decay(Eigen::Map<RowMatrix>& S, float eg) { S *= eg; }
+inline void gdn_rank1(Eigen::Map<RowMatrix>& S, const Eigen::VectorXf& u,
+                      const Eigen::VectorXf& k) {
+  S.noalias() += u * k.transpose();
+}
+
+// A GDN step's factors (the record of DESIGN.md section 4), written when non-null.
+struct GdnFactors {
+  float* u = nullptr;   // [V]
+  float* eg = nullptr;  // e^g
+  float* kf = nullptr;  // 1 / |k|
+};
+
 // One Gated DeltaNet step of one value head, in place on S [V, K] (K contiguous), fp32.
 //   q~ = q / sqrt(sum q^2 + 1e-6) * scale;  k^ = k / sqrt(sum k^2 + 1e-6)
 //   g = -exp(A_log) * softplus(a + dt_bias);  beta = sigmoid(b)
 //   S = exp(g) S;  u = beta (v - S k^);  S += u k^T;  o = S q~
-inline void gdn_head_step(const HeadInputs& in, float scale, int K, int V, float* state,
-                          float* out) {
-  Eigen::Map<const Eigen::VectorXf> q_raw(in.q, K), k_raw(in.k, K), v(in.v, V);
+inline void gdn_head_step(const HeadInputs& in, float scale, int K, int V, float* state, float* out,
+                          const GdnFactors& factors = {}) {
+  Eigen::Map<const Eigen::VectorXf> q_raw(in.q, K), v(in.v, V);
+  const Eigen::VectorXf k_raw = Eigen::Map<const Eigen::VectorXf>(in.k, K);
   const Eigen::VectorXf q = q_raw * (scale / std::sqrt(q_raw.squaredNorm() + 1e-6f));
-  const Eigen::VectorXf k = k_raw * (1.0f / std::sqrt(k_raw.squaredNorm() + 1e-6f));
+  const float kf = key_scale(k_raw);
+  const Eigen::VectorXf k = normalized_key(k_raw, kf);
   const float g = -std::exp(in.A_log) * softplus(in.a + in.dt_bias);
   const float beta = sigmoid(in.b);
+  const float eg = std::exp(g);
   Eigen::Map<RowMatrix> S(state, V, K);
-  S *= std::exp(g);
+  gdn_decay(S, eg);
   const Eigen::VectorXf u = beta * (v - S * k);
-  S.noalias() += u * k.transpose();
+  gdn_rank1(S, u, k);
   Eigen::Map<Eigen::VectorXf>(out, V).noalias() = S * q;
+  if (factors.u) Eigen::Map<Eigen::VectorXf>(factors.u, V) = u;
+  if (factors.eg) *factors.eg = eg;
+  if (factors.kf) *factors.kf = kf;
+}
+
+// Applies one GDN factor record to S [V, K]: S = e^g S + u k^T with k = k_raw * kf.
+inline void gdn_head_apply(float eg, const float* u_rec, const float* k_raw_rec, float kf, int K,
+                           int V, float* state) {
+  const Eigen::VectorXf u = Eigen::Map<const Eigen::VectorXf>(u_rec, V);
+  const Eigen::VectorXf k_raw = Eigen::Map<const Eigen::VectorXf>(k_raw_rec, K);
+  const Eigen::VectorXf k = normalized_key(k_raw, kf);
+  Eigen::Map<RowMatrix> S(state, V, K);
+  gdn_decay(S, eg);
+  gdn_rank1(S, u, k);
+}
+
+// The Mamba2 update of one channel's states, s = s dA + dB x (dB = B * dt): shared by the step
+// and the factor records' application.
+inline void mamba2_update(float* s, int N, float dA, const float* dB, float xp) {
+  for (int n = 0; n < N; ++n) s[n] = s[n] * dA + dB[n] * xp;
+}
+
+// A conv window shift by one input (a conv record): the state after a step whose conv output is
+// not needed. window [conv_dim, W-1] in conv dtype, in place; x [conv_dim] fp32.
+inline void conv_shift(void* window, DType conv_dtype, const float* x, int64_t conv_dim, int hist,
+                       std::vector<float>& scratch) {
+  scratch.resize(static_cast<std::size_t>(conv_dim) * hist);
+  load_array(window, conv_dtype, conv_dim * hist, scratch.data());
+  for (int64_t c = 0; c < conv_dim; ++c) {
+    float* w = scratch.data() + c * hist;
+    for (int j = 0; j + 1 < hist; ++j) w[j] = w[j + 1];
+    w[hist - 1] = x[c];
+  }
+  store_array(scratch.data(), conv_dim * hist, conv_dtype, window);
 }
 
 }  // namespace specstate::detail::cpu

@@ -1,7 +1,8 @@
 // Internal: the CPU backend's one Gated DeltaNet token step (DESIGN.md section 3), shared by
-// prefill, decode, verify (chain and tree) and every strategy, including the replay of recorded
-// steps. Because every path runs this exact code in the same order on the same values, the CPU
-// strategies are bit-exact against sequential decoding and against each other.
+// prefill, decode, verify (chain and tree) and every strategy; the replay strategy's factor
+// records are written by it and applied with the same update helpers (cpu_math.h). Because every
+// path runs this exact code in the same order on the same values, the CPU strategies are bit-exact
+// against sequential decoding and against each other.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "../layout.h"
 #include "cpu_math.h"
+#include "kernels/kernel_types.h"
 #include "specstate/config.h"
 #include "specstate/gdn.h"
 
@@ -31,8 +33,7 @@ class GdnStep {
     scale_ = g_.effective_scale();
   }
 
-  // The token's inputs: from the call's views (token index), or from a record
-  // [mixed_qkv | a | b] in the activation dtype (the same values, bit for bit).
+  // The token's inputs from the call's views (token index).
   void load_inputs(int64_t token) {
     const int64_t d = g_.conv_dim();
     for (int64_t c = 0; c < d; ++c) {
@@ -43,26 +44,49 @@ class GdnStep {
       b_[hv] = load(in_.b, token * in_.b.stride[0] + hv * in_.b.stride[1]);
     }
   }
+  // Conv records: the token's conv input (mixed_qkv) in the activation dtype, bit for bit.
   void load_record(const void* record) {
-    const int64_t d = g_.conv_dim(), hv = g_.num_v_heads;
-    load_array(record, g_.act_dtype, d, x_.data());
-    const std::size_t es = dtype_size(g_.act_dtype);
-    load_array(static_cast<const char*>(record) + d * es, g_.act_dtype, hv, a_.data());
-    load_array(static_cast<const char*>(record) + (d + hv) * es, g_.act_dtype, hv, b_.data());
+    load_array(record, g_.act_dtype, g_.conv_dim(), x_.data());
   }
   void store_record(void* record) const {
-    const int64_t d = g_.conv_dim(), hv = g_.num_v_heads;
-    store_array(x_.data(), d, g_.act_dtype, record);
-    const std::size_t es = dtype_size(g_.act_dtype);
-    store_array(a_.data(), hv, g_.act_dtype, static_cast<char*>(record) + d * es);
-    store_array(b_.data(), hv, g_.act_dtype, static_cast<char*>(record) + (d + hv) * es);
+    store_array(x_.data(), g_.conv_dim(), g_.act_dtype, record);
+  }
+  // A pending conv step: the window shifted by the loaded record's input.
+  void shift_conv(void* conv) {
+    conv_shift(conv, g_.conv_state_dtype, x_.data(), g_.conv_dim(), hist_, window_);
+  }
+
+  // Applies one factor record (kernels::gdn_factor_layout) to the SSM state (storage dtype, in
+  // place; a bf16 state is rounded after the token as the step rounds it).
+  void apply_factor(void* ssm, const void* factor) {
+    const int H = g_.num_k_heads, HV = g_.num_v_heads, K = g_.head_k_dim, V = g_.head_v_dim;
+    const auto fl = kernels::gdn_factor_layout(H, HV, K, V, dtype_size(g_.act_dtype));
+    const char* f = static_cast<const char*>(factor);
+    const auto* u = reinterpret_cast<const float*>(f + fl.u);
+    const auto* eg = reinterpret_cast<const float*>(f + fl.eg);
+    const auto* kf = reinterpret_cast<const float*>(f + fl.kf);
+    k_raw_.resize(static_cast<std::size_t>(H) * K);
+    load_array(f + fl.k, g_.act_dtype, int64_t{H} * K, k_raw_.data());
+    const int64_t head_elems = int64_t{V} * K;
+    const DType sdt = g_.ssm_state_dtype;
+    const std::size_t sbytes = dtype_size(sdt);
+    for (int hv = 0; hv < HV; ++hv) {
+      const int h = hv / (HV / H);
+      auto* st = static_cast<char*>(ssm) + hv * head_elems * sbytes;
+      load_array(st, sdt, head_elems, head_state_.data());
+      gdn_head_apply(eg[hv], u + int64_t{hv} * V, k_raw_.data() + int64_t{h} * K, kf[h], K, V,
+                     head_state_.data());
+      store_array(head_state_.data(), head_elems, sdt, st);
+    }
   }
 
   // Advances the loaded token: conv window prev_conv -> next_conv, SSM prev_ssm -> next_ssm
   // (storage-dtype memory of one state; prev and next may be the same). Outputs go to token
   // `out_token` of the call's output views, or nowhere when it is negative (a replayed step).
+  // `factor`: the token's factor record (kernels::gdn_factor_layout) is written there when
+  // non-null.
   void step(const void* prev_conv, void* next_conv, const void* prev_ssm, void* next_ssm,
-            int64_t out_token) {
+            int64_t out_token, void* factor = nullptr) {
     const int64_t d = g_.conv_dim();
     const DType act = g_.act_dtype;
     load_array(prev_conv, g_.conv_state_dtype, d * hist_, window_.data());
@@ -84,6 +108,12 @@ class GdnStep {
     const int64_t head_elems = int64_t{V} * K;
     const DType sdt = g_.ssm_state_dtype;
     const std::size_t sbytes = dtype_size(sdt);
+    const auto fl = kernels::gdn_factor_layout(H, HV, K, V, dtype_size(act));
+    char* f = static_cast<char*>(factor);
+    if (f) {
+      // The key as the step reads it: the conv output (rounded to the activation dtype).
+      store_array(y_.data() + int64_t{H} * K, int64_t{H} * K, act, f + fl.k);
+    }
     for (int hv = 0; hv < HV; ++hv) {
       const int h = hv / (HV / H);
       HeadInputs head;
@@ -97,7 +127,14 @@ class GdnStep {
       const auto* src = static_cast<const char*>(prev_ssm) + hv * head_elems * sbytes;
       auto* dst = static_cast<char*>(next_ssm) + hv * head_elems * sbytes;
       load_array(src, sdt, head_elems, head_state_.data());
-      gdn_head_step(head, scale_, K, V, head_state_.data(), head_out_.data());
+      GdnFactors factors;
+      if (f) {
+        factors.u = reinterpret_cast<float*>(f + fl.u) + int64_t{hv} * V;
+        factors.eg = reinterpret_cast<float*>(f + fl.eg) + hv;
+        // Every value head of key head h computes the same kf; the first one's is kept.
+        if (hv % (HV / H) == 0) factors.kf = reinterpret_cast<float*>(f + fl.kf) + h;
+      }
+      gdn_head_step(head, scale_, K, V, head_state_.data(), head_out_.data(), factors);
       store_array(head_state_.data(), head_elems, sdt, dst);
       if (out_token < 0) continue;
       for (int p = 0; p < V; ++p) {
@@ -116,7 +153,7 @@ class GdnStep {
   const GdnOutputs& out_;
   int hist_ = 0;
   float scale_ = 1.0f;
-  std::vector<float> x_, y_, a_, b_, window_, next_window_, head_state_, head_out_;
+  std::vector<float> x_, y_, a_, b_, window_, next_window_, head_state_, head_out_, k_raw_;
 };
 
 }  // namespace specstate::detail::cpu

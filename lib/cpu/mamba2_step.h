@@ -20,6 +20,7 @@
 
 #include "../layout.h"
 #include "cpu_math.h"
+#include "kernels/kernel_types.h"
 #include "specstate/config.h"
 #include "specstate/mamba2.h"
 
@@ -43,9 +44,7 @@ class Mamba2Step {
     head_out_.resize(m_.head_dim);
   }
 
-  // The token's inputs: from the call's views (token index), or from a record [xBC | dt] in the
-  // activation dtype (the same values, bit for bit). z is read only from the views (a replayed
-  // step produces no output).
+  // The token's inputs from the call's views (token index).
   void load_inputs(int64_t token) {
     const int64_t d = m_.conv_dim();
     for (int64_t c = 0; c < d; ++c) {
@@ -58,24 +57,52 @@ class Mamba2Step {
       z_[i] = load(in_.z, token * in_.z.stride[0] + static_cast<int64_t>(i) * in_.z.stride[1]);
     }
   }
+  // Conv records: the token's conv input (xBC) in the activation dtype, bit for bit.
   void load_record(const void* record) {
-    const int64_t d = m_.conv_dim();
-    load_array(record, m_.act_dtype, d, x_.data());
-    const std::size_t es = dtype_size(m_.act_dtype);
-    load_array(static_cast<const char*>(record) + d * es, m_.act_dtype, m_.num_heads, dt_.data());
+    load_array(record, m_.act_dtype, m_.conv_dim(), x_.data());
   }
   void store_record(void* record) const {
-    const int64_t d = m_.conv_dim();
-    store_array(x_.data(), d, m_.act_dtype, record);
-    const std::size_t es = dtype_size(m_.act_dtype);
-    store_array(dt_.data(), m_.num_heads, m_.act_dtype, static_cast<char*>(record) + d * es);
+    store_array(x_.data(), m_.conv_dim(), m_.act_dtype, record);
+  }
+  void shift_conv(void* conv) {
+    conv_shift(conv, m_.conv_state_dtype, x_.data(), m_.conv_dim(), hist_, window_);
+  }
+
+  // Applies one factor record (kernels::mamba2_factor_layout) to the SSM state (storage dtype,
+  // in place).
+  void apply_factor(void* ssm, const void* factor) {
+    const int H = m_.num_heads, P = m_.head_dim, N = m_.d_state, G = m_.n_groups;
+    const auto fl = kernels::mamba2_factor_layout(H, P, G, N, dtype_size(m_.act_dtype));
+    const char* f = static_cast<const char*>(factor);
+    const auto* dt = reinterpret_cast<const float*>(f + fl.dt);
+    const auto* dA = reinterpret_cast<const float*>(f + fl.dA);
+    rec_x_.resize(static_cast<std::size_t>(H) * P);
+    rec_B_.resize(static_cast<std::size_t>(G) * N);
+    load_array(f + fl.x, m_.act_dtype, int64_t{H} * P, rec_x_.data());
+    load_array(f + fl.B, m_.act_dtype, int64_t{G} * N, rec_B_.data());
+    const int64_t head_elems = int64_t{P} * N;
+    const DType sdt = m_.ssm_state_dtype;
+    const std::size_t sbytes = dtype_size(sdt);
+    for (int h = 0; h < H; ++h) {
+      const float* Bg = rec_B_.data() + int64_t{h / (H / G)} * N;
+      for (int n = 0; n < N; ++n) dB_[n] = Bg[n] * dt[h];
+      auto* st = static_cast<char*>(ssm) + h * head_elems * sbytes;
+      load_array(st, sdt, head_elems, head_state_.data());
+      for (int p = 0; p < P; ++p) {
+        mamba2_update(head_state_.data() + int64_t{p} * N, N, dA[h], dB_.data(),
+                      rec_x_[int64_t{h} * P + p]);
+      }
+      store_array(head_state_.data(), head_elems, sdt, st);
+    }
   }
 
   // Advances the loaded token: conv window prev_conv -> next_conv, SSM prev_ssm -> next_ssm
   // (storage-dtype memory of one state; prev and next may be the same). Outputs go to token
   // `out_token` of the call's output views, or nowhere when it is negative (a replayed step).
+  // `factor`: the token's factor record (kernels::mamba2_factor_layout) is written there when
+  // non-null.
   void step(const void* prev_conv, void* next_conv, const void* prev_ssm, void* next_ssm,
-            int64_t out_token) {
+            int64_t out_token, void* factor = nullptr) {
     const int64_t d = m_.conv_dim();
     const DType act = m_.act_dtype;
     load_array(prev_conv, m_.conv_state_dtype, d * hist_, window_.data());
@@ -99,6 +126,13 @@ class Mamba2Step {
     const int64_t head_elems = int64_t{P} * N;
     const DType sdt = m_.ssm_state_dtype;
     const std::size_t sbytes = dtype_size(sdt);
+    const auto fl = kernels::mamba2_factor_layout(H, P, G, N, dtype_size(act));
+    char* f = static_cast<char*>(factor);
+    if (f) {
+      // x and B as the step reads them: the conv output (rounded to the activation dtype).
+      store_array(x, int64_t{H} * P, act, f + fl.x);
+      store_array(B, int64_t{G} * N, act, f + fl.B);
+    }
     for (int h = 0; h < H; ++h) {
       const int g = h / heads_per_group;
       const float* Bg = B + int64_t{g} * N;
@@ -108,6 +142,10 @@ class Mamba2Step {
       if (m_.dt_max) dt = std::min(dt, *m_.dt_max);
       const float A = -std::exp(load(w_.A_log, h * w_.A_log.stride[0]));
       const float dA = std::exp(A * dt);
+      if (f) {
+        reinterpret_cast<float*>(f + fl.dt)[h] = dt;
+        reinterpret_cast<float*>(f + fl.dA)[h] = dA;
+      }
       for (int n = 0; n < N; ++n) dB_[n] = Bg[n] * dt;
       const auto* src = static_cast<const char*>(prev_ssm) + h * head_elems * sbytes;
       auto* dst = static_cast<char*>(next_ssm) + h * head_elems * sbytes;
@@ -116,11 +154,9 @@ class Mamba2Step {
       for (int p = 0; p < P; ++p) {
         const float xp = x[int64_t{h} * P + p];
         float* s = head_state_.data() + int64_t{p} * N;
+        mamba2_update(s, N, dA, dB_.data(), xp);
         float acc = 0.0f;
-        for (int n = 0; n < N; ++n) {
-          s[n] = s[n] * dA + dB_[n] * xp;
-          acc += s[n] * Cg[n];
-        }
+        for (int n = 0; n < N; ++n) acc += s[n] * Cg[n];
         if (m_.d_skip) acc += xp * D;
         if (m_.gate) {
           const float zp = z_[int64_t{h} * P + p];
@@ -143,7 +179,8 @@ class Mamba2Step {
   const Mamba2Inputs& in_;
   const Mamba2Outputs& out_;
   int hist_ = 0;
-  std::vector<float> x_, y_, dt_, z_, window_, next_window_, head_state_, dB_, head_out_;
+  std::vector<float> x_, y_, dt_, z_, window_, next_window_, head_state_, dB_, head_out_, rec_x_,
+      rec_B_;
 };
 
 }  // namespace specstate::detail::cpu

@@ -160,14 +160,6 @@ class CudaBackend final : public BackendImpl {
             sizeof(int32_t) * (k::kConvInlineRows + 1));
       alloc(reinterpret_cast<void**>(&error_), sizeof(int32_t));
       alloc(&scratch_.conv_out, scratch_tokens_ * l.shapes.conv_dim * act_bytes);
-      if (l.has(Buf::kRecords)) {
-        // Replayed steps of one launch: verify rows, or advance/materialize rows (<= inline).
-        replay_rows_ = std::max(l.max_rows, std::min(l.slots, k::kConvInlineRows));
-        const std::size_t per_row = static_cast<std::size_t>(l.max_window) * act_bytes;
-        alloc(&scratch_.replay_qkv, replay_rows_ * per_row * l.shapes.conv_dim);
-        alloc(&scratch_.replay_gates,
-              replay_rows_ * per_row * (l.shapes.record_elems - l.shapes.conv_dim));
-      }
       check(cudaDeviceSynchronize(), "zeroing the pool");
     } catch (...) {
       free(s);
@@ -186,11 +178,10 @@ class CudaBackend final : public BackendImpl {
       p = nullptr;
     }
     for (void** p :
-         {&scratch_.conv_out, &scratch_.replay_qkv, &scratch_.replay_gates,
-          reinterpret_cast<void**>(&slots_), reinterpret_cast<void**>(&parents_),
-          reinterpret_cast<void**>(&steps_), reinterpret_cast<void**>(&error_),
-          reinterpret_cast<void**>(&offsets_), reinterpret_cast<void**>(&advance_offsets_),
-          reinterpret_cast<void**>(&layer_table_)}) {
+         {&scratch_.conv_out, reinterpret_cast<void**>(&slots_),
+          reinterpret_cast<void**>(&parents_), reinterpret_cast<void**>(&steps_),
+          reinterpret_cast<void**>(&error_), reinterpret_cast<void**>(&offsets_),
+          reinterpret_cast<void**>(&advance_offsets_), reinterpret_cast<void**>(&layer_table_)}) {
       if (*p) cudaFree(*p);
       *p = nullptr;
     }
@@ -209,6 +200,11 @@ class CudaBackend final : public BackendImpl {
       check(cudaMemset2DAsync(s.pending() + slot, sizeof(int32_t) * l.slots, 0, sizeof(int32_t),
                               l.layers, stream_),
             "zeroing a slot's pending steps");
+    }
+    if (s.base(Buf::kCursor)) {
+      check(cudaMemset2DAsync(s.cursor(0, slot), sizeof(int32_t) * 2 * l.slots, 0,
+                              sizeof(int32_t) * 2, l.layers, stream_),
+            "zeroing a slot's replay cursors");
     }
   }
 
@@ -339,11 +335,17 @@ class CudaBackend final : public BackendImpl {
     p.num_slots = l.slots;
     p.path_stride_slot = l.max_window;
     p.slots = slots_;
-    p.parents = parents_;
+    p.parents = plan.is_tree ? parents_ : nullptr;
     p.pending = s.pending();
     p.path = s.path();
     p.error_flag = error_;
     p.varlen = round_varlen(plan);
+    p.ring = l.ring;
+    p.fold_limit = l.ring - 2 * l.max_window;
+    p.factor_bytes = l.factor_bytes;
+    p.factor_stride_slot = l.factor_bytes * l.ring;
+    p.cursor = static_cast<int32_t*>(s.base(Buf::kCursor));
+    p.factors = static_cast<char*>(s.base(Buf::kFactors));
     const int32_t* accepted = nullptr;
     accepted_source(work, &p.mode, &accepted, &p.accepted_stride);
     p.accepted = accepted;
@@ -353,12 +355,32 @@ class CudaBackend final : public BackendImpl {
   }
 
   void clear_pending(const PoolStorage& s, int layer_begin, int layer_end,
-                     const std::vector<int32_t>& slots) override {
+                     const std::vector<int32_t>& slots, Clear how) override {
     if (slots.empty() || !s.pending()) return;
     DeviceGuard guard(device_);
-    check(k::launch_clear_pending(s.pending(), s.layout.slots, layer_begin, layer_end, slots.data(),
-                                  static_cast<int>(slots.size()), stream_),
+    k::ClearPendingArgs a;
+    a.pending = s.pending();
+    a.cursor = static_cast<int32_t*>(s.base(Buf::kCursor));
+    a.num_slots = s.layout.slots;
+    a.layer_begin = layer_begin;
+    a.layer_end = layer_end;
+    a.ring = s.layout.ring;
+    a.fold_limit = s.layout.ring - 2 * s.layout.max_window;
+    a.settle = how == Clear::kSettled;
+    check(k::launch_clear_pending(a, slots.data(), static_cast<int>(slots.size()), stream_),
           "clearing pending steps");
+  }
+
+  void materialize_layer(const PoolStorage& s, const LayerRun& run) override {
+    // No weights, inputs or outputs: the kernels read only the records, cursors and state.
+    switch (s.config.kind) {
+      case LayerKind::kGatedDeltaNet:
+        run_gdn(s, run, GdnWeights{}, GdnInputs{}, GdnOutputs{});
+        return;
+      case LayerKind::kMamba2:
+        run_mamba2(s, run, Mamba2Weights{}, Mamba2Inputs{}, Mamba2Outputs{});
+        return;
+    }
   }
 
   Status last_commit_status() override {
@@ -414,7 +436,7 @@ class CudaBackend final : public BackendImpl {
         a.tokens = std::min<int>(n - t0, static_cast<int>(scratch_tokens_));
         a.token0 = t0;
         a.inline_slots = run.slots.data();
-        if (t0 > 0) a.io.replay = false;
+        if (t0 > 0) a.io.conv_pending = a.io.history = false;
         launch(a, "prefill");
       }
       return;
@@ -422,7 +444,6 @@ class CudaBackend final : public BackendImpl {
     static_assert(k::kGdnInlineRows == k::kMamba2InlineRows, "one inline row limit");
     int per_launch = std::min<int>({k::kConvInlineRows, k::kGdnInlineRows,
                                     static_cast<int>(scratch_tokens_ / std::max(n, 1))});
-    if (run.io.replay) per_launch = std::min(per_launch, replay_rows_);
     per_launch = std::max(1, per_launch);
     for (int r0 = 0; r0 < rows; r0 += per_launch) {
       a.rows = std::min(per_launch, rows - r0);
@@ -452,8 +473,7 @@ class CudaBackend final : public BackendImpl {
   template <typename Args, typename Launch>
   void run_varlen_advance(const LayerRun& run, Args a, Launch& launch) {
     const int rows = static_cast<int>(run.slots.size());
-    const int per_launch_max = std::min<int>(
-        {k::kConvInlineRows, k::kGdnInlineRows, run.io.replay ? replay_rows_ : k::kConvInlineRows});
+    const int per_launch_max = std::min<int>({k::kConvInlineRows, k::kGdnInlineRows});
     std::vector<int32_t> rel;
     for (int r0 = 0; r0 < rows;) {
       if (run.length(r0) > scratch_tokens_) {
@@ -464,7 +484,7 @@ class CudaBackend final : public BackendImpl {
           one.tokens = std::min<int>(n - t0, static_cast<int>(scratch_tokens_));
           one.token0 = run.token0(r0) + t0;
           one.inline_slots = run.slots.data() + r0;
-          if (t0 > 0) one.io.replay = false;
+          if (t0 > 0) one.io.conv_pending = one.io.history = false;
           launch(one, "prefill");
         }
         ++r0;
@@ -523,7 +543,6 @@ class CudaBackend final : public BackendImpl {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   int64_t scratch_tokens_ = 0;
-  int replay_rows_ = 0;
   int32_t* slots_ = nullptr;      // [max_rows] the round's slots (begin_round)
   int32_t* parents_ = nullptr;    // [max_rows, max_window] the round's parents (begin_round)
   int32_t* steps_ = nullptr;      // [max_rows] host-path commit steps

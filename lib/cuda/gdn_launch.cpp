@@ -10,14 +10,12 @@ char* offset_bytes(const TensorView& view, int64_t elems) {
   return static_cast<char*>(view.data) + elems * static_cast<int64_t>(dtype_size(view.dtype));
 }
 
-// The conv kernel's params of a call (shared by the kinds): x is the kind's conv input, extras
-// the per-token columns its records carry after x (GDN: a, b; Mamba2: dt).
+// The conv kernel's params of a call (shared by the kinds): x is the kind's conv input (the conv
+// records hold it).
 template <typename Args>
 kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
-                                      const TensorView& conv_out_view, const TensorView* extras,
-                                      int extra_count, int extra_cols, int replay_out_from,
-                                      void** conv_out, int64_t* out_stride_token,
-                                      int64_t* out_stride_c) {
+                                      const TensorView& conv_out_view, void** conv_out,
+                                      int64_t* out_stride_token, int64_t* out_stride_c) {
   namespace k = specstate::kernels;
   const PoolStorage& s = *a.storage;
   const Layout& lay = s.layout;
@@ -30,7 +28,7 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
                             : a.scratch.conv_out;
   *out_stride_token = user_conv_out ? conv_out_view.stride[0] : d;
   *out_stride_c = user_conv_out ? conv_out_view.stride[1] : 1;
-  const bool replay = io.replay && s.base(Buf::kPending) != nullptr;
+  const bool replay = io.conv_pending && s.base(Buf::kPending) != nullptr;
   const bool records = s.base(Buf::kRecords) != nullptr;
   const int64_t T_max = lay.max_window;
 
@@ -50,8 +48,6 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
   c.bias_stride = c.has_bias ? w.conv_bias.stride[0] : 0;
   c.weight = w.conv_weight.data;
   c.bias = c.has_bias ? w.conv_bias.data : nullptr;
-  c.extra_count = extra_count;
-  c.extra_cols = extra_cols;
   if (a.tokens > 0) {
     c.x_stride_token = x.stride[0];
     c.x_stride_c = x.stride[1];
@@ -59,11 +55,6 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
     c.out = *conv_out;
     c.out_stride_token = *out_stride_token;
     c.out_stride_c = *out_stride_c;
-    for (int i = 0; i < extra_count; ++i) {
-      c.extra[i] = offset_bytes(extras[i], a.token0 * extras[i].stride[0]);
-      c.extra_stride_token[i] = extras[i].stride[0];
-      c.extra_stride_c[i] = extras[i].stride[1];
-    }
   }
   c.state_stride_slot =
       s.conv_slot_stride / static_cast<int64_t>(dtype_size(lay.shapes.conv_dtype));
@@ -82,13 +73,6 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
     c.pending = s.pending() + lay.pending_index(a.layer, 0);
     c.path = s.path();
     c.path_stride_slot = T_max;
-    c.replay_out = a.scratch.replay_qkv;
-    c.replay_out_stride_t = d;
-    c.replay_out_stride_row = int64_t{d} * T_max;
-    c.replay_out_from = replay_out_from;
-    c.replay_extra = a.scratch.replay_gates;
-    c.replay_extra_stride_t = int64_t{extra_count} * extra_cols;
-    c.replay_extra_stride_row = c.replay_extra_stride_t * T_max;
   }
   if (a.device_slots) {
     c.slots = a.device_slots;
@@ -101,9 +85,9 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
 }
 
 // The state-I/O fields every recurrence kernel's params share (same names in each kind's
-// struct): rows and slots, committed state, per-token snapshots, store flags, pending counts.
+// struct): rows and slots, committed state, per-token snapshots, store flags, the replay ring.
 template <typename Rec, typename Args>
-void state_io_params(Rec& r, const Args& a, const kernels::ConvUpdateParams& conv) {
+void state_io_params(Rec& r, const Args& a) {
   const PoolStorage& s = *a.storage;
   const Layout& lay = s.layout;
   r.rows = a.rows;
@@ -117,7 +101,18 @@ void state_io_params(Rec& r, const Args& a, const kernels::ConvUpdateParams& con
     r.snap_stride_row = lay.ssm_elems * lay.max_window;
     r.snap = s.snap_ssm(a.layer, 0, 0);
   }
-  r.pending = conv.pending;  // null unless the conv runs the replay phase
+  if (s.base(Buf::kCursor) != nullptr && (a.io.history || a.io.write_records)) {
+    // Replay: the layer's cursors and ring (a verify reads its cursor to place its records).
+    r.cursor = s.cursor(a.layer, 0);
+    r.factors = s.factor(a.layer, 0, 0);
+    r.ring = lay.ring;
+    r.fold_limit = lay.ring - 2 * lay.max_window;
+    r.factor_bytes = lay.factor_bytes;
+    r.factor_stride_slot = lay.factor_bytes * lay.ring;
+    r.fold = a.io.fold;
+    r.settled = a.io.settled;
+    r.write_factors = a.io.write_records;
+  }
   if (a.device_slots) {
     r.slots = a.device_slots;
   } else {
@@ -132,25 +127,17 @@ void state_io_params(Rec& r, const Args& a, const kernels::ConvUpdateParams& con
 GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   namespace k = specstate::kernels;
   const PoolStorage& s = *a.storage;
-  const Layout& lay = s.layout;
   const GdnConfig& g = s.config.gdn;
   const GdnWeights& w = *a.weights;
   const GdnInputs& in = *a.inputs;
   const GdnOutputs& out = *a.outputs;
-  const StateIO& io = a.io;
-  const int d = static_cast<int>(g.conv_dim());
-  const bool replay = io.replay && s.base(Buf::kPending) != nullptr;
-  const int64_t T_max = lay.max_window;
-
   GdnLaunch L;
   L.act = elem(g.act_dtype);
   L.conv_state = elem(g.conv_state_dtype);
   L.ssm_state = elem(g.ssm_state_dtype);
   void* conv_out = nullptr;
   int64_t conv_out_stride_token = 0, conv_out_stride_c = 1;
-  const TensorView extras[2] = {in.a, in.b};
-  L.conv = conv_params(a, in.mixed_qkv, out.conv_out, extras, 2, g.num_v_heads,
-                       g.num_k_heads * g.head_k_dim, &conv_out, &conv_out_stride_token,
+  L.conv = conv_params(a, in.mixed_qkv, out.conv_out, &conv_out, &conv_out_stride_token,
                        &conv_out_stride_c);
   k::GdnRecurrenceParams& r = L.rec;
   r.num_k_heads = g.num_k_heads;
@@ -179,41 +166,31 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
     r.b = offset_bytes(in.b, a.token0 * in.b.stride[0]);
     r.out = offset_bytes(out.core_out, a.token0 * out.core_out.stride[0]);
   }
-  if (replay) {
-    r.replay_qkv = a.scratch.replay_qkv;
-    r.replay_qkv_stride_t = d;
-    r.replay_qkv_stride_row = int64_t{d} * T_max;
-    r.replay_gates = a.scratch.replay_gates;
-    r.replay_gates_stride_t = 2 * int64_t{g.num_v_heads};
-    r.replay_gates_stride_row = r.replay_gates_stride_t * T_max;
-  }
-
-  state_io_params(r, a, L.conv);
+  const auto fl = k::gdn_factor_layout(g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim,
+                                       dtype_size(g.act_dtype));
+  r.f_u = fl.u;
+  r.f_eg = fl.eg;
+  r.f_kf = fl.kf;
+  r.f_k = fl.k;
+  state_io_params(r, a);
   return L;
 }
 
 Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
   namespace k = specstate::kernels;
   const PoolStorage& s = *a.storage;
-  const Layout& lay = s.layout;
   const Mamba2Config& m = s.config.mamba;
   const Mamba2Weights& w = *a.weights;
   const Mamba2Inputs& in = *a.inputs;
   const Mamba2Outputs& out = *a.outputs;
-  const StateIO& io = a.io;
-  const int d = static_cast<int>(m.conv_dim());
-  const bool replay = io.replay && s.base(Buf::kPending) != nullptr;
-  const int64_t T_max = lay.max_window;
-
   Mamba2Launch L;
   L.act = elem(m.act_dtype);
   L.conv_state = elem(m.conv_state_dtype);
   L.ssm_state = elem(m.ssm_state_dtype);
   void* conv_out = nullptr;
   int64_t conv_out_stride_token = 0, conv_out_stride_c = 1;
-  const TensorView extras[1] = {in.dt};
-  L.conv = conv_params(a, in.xBC, out.conv_out, extras, 1, m.num_heads, 0, &conv_out,
-                       &conv_out_stride_token, &conv_out_stride_c);
+  L.conv =
+      conv_params(a, in.xBC, out.conv_out, &conv_out, &conv_out_stride_token, &conv_out_stride_c);
 
   k::Mamba2RecurrenceParams& r = L.rec;
   r.num_heads = m.num_heads;
@@ -254,15 +231,13 @@ Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
     r.out_stride_p = out.y.stride[2];
     r.out = offset_bytes(out.y, a.token0 * out.y.stride[0]);
   }
-  if (replay) {
-    r.replay_xbc = a.scratch.replay_qkv;
-    r.replay_xbc_stride_t = d;
-    r.replay_xbc_stride_row = int64_t{d} * T_max;
-    r.replay_dt = a.scratch.replay_gates;
-    r.replay_dt_stride_t = m.num_heads;
-    r.replay_dt_stride_row = int64_t{m.num_heads} * T_max;
-  }
-  state_io_params(r, a, L.conv);
+  const auto fl = k::mamba2_factor_layout(m.num_heads, m.head_dim, m.n_groups, m.d_state,
+                                          dtype_size(m.act_dtype));
+  r.f_dt = fl.dt;
+  r.f_dA = fl.dA;
+  r.f_x = fl.x;
+  r.f_B = fl.B;
+  state_io_params(r, a);
   return L;
 }
 

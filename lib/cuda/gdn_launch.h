@@ -15,9 +15,7 @@ namespace specstate::detail::cuda {
 
 // Row-indexed scratch the backend owns for one layer call (device memory).
 struct GdnScratch {
-  void* conv_out = nullptr;      // [scratch_tokens, conv_dim] act: conv output when not given
-  void* replay_qkv = nullptr;    // [replay_rows, max_window, conv_dim] act: replayed conv outputs
-  void* replay_gates = nullptr;  // [replay_rows, max_window, extra cols] act: replayed extras
+  void* conv_out = nullptr;  // [scratch_tokens, conv_dim] act: conv output when not given
 };
 
 // One launch of a layer call: `rows` rows of `tokens` tokens from input token `token0`.

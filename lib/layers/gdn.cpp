@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../validate.h"
+#include "kernels/kernel_types.h"
 #include "specstate/status.h"
 
 namespace specstate::detail::gdn {
@@ -58,7 +59,10 @@ LayerShapes shapes(const GdnConfig& g) {
   s.conv_dim = g.conv_dim();
   s.conv_width = g.conv_width;
   s.ssm_shape = {g.num_v_heads, g.head_v_dim, g.head_k_dim};
-  s.record_elems = s.conv_dim + 2 * int64_t{g.num_v_heads};
+  s.record_elems = s.conv_dim;
+  s.factor_bytes = kernels::gdn_factor_layout(g.num_k_heads, g.num_v_heads, g.head_k_dim,
+                                              g.head_v_dim, dtype_size(g.act_dtype))
+                       .bytes;
   s.act_dtype = g.act_dtype;
   s.conv_dtype = g.conv_state_dtype;
   s.ssm_dtype = g.ssm_state_dtype;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../validate.h"
+#include "kernels/kernel_types.h"
 #include "specstate/status.h"
 
 namespace specstate::detail::mamba2 {
@@ -73,7 +74,10 @@ LayerShapes shapes(const Mamba2Config& m) {
   s.conv_dim = m.conv_dim();
   s.conv_width = m.conv_width;
   s.ssm_shape = {m.num_heads, m.head_dim, m.d_state};
-  s.record_elems = s.conv_dim + int64_t{m.num_heads};
+  s.record_elems = s.conv_dim;
+  s.factor_bytes = kernels::mamba2_factor_layout(m.num_heads, m.head_dim, m.n_groups, m.d_state,
+                                                 dtype_size(m.act_dtype))
+                       .bytes;
   s.act_dtype = m.act_dtype;
   s.conv_dtype = m.conv_state_dtype;
   s.ssm_dtype = m.ssm_state_dtype;

@@ -3,13 +3,18 @@
 namespace specstate::detail {
 
 void ReplayStrategy::workspace(Layout& l) {
-  SizeCalc c{"StatePool", "replay records (num_layers x num_slots x max_window x record)"};
+  SizeCalc c{"StatePool", "replay conv records (num_layers x num_slots x max_window x record)"};
   const int64_t records = c.mul(c.mul(l.layers, l.slots), l.max_window);
   l.bytes[static_cast<int>(Buf::kRecords)] = c.mul(records, l.record_bytes);
   c.field = "replay pending counts (num_layers x num_slots)";
   l.bytes[static_cast<int>(Buf::kPending)] = c.mul(c.mul(l.layers, l.slots), 4);
   c.field = "replay paths (num_slots x max_window)";
   l.bytes[static_cast<int>(Buf::kPath)] = c.mul(c.mul(l.slots, l.max_window), 4);
+  c.field = "replay factor ring (num_layers x num_slots x replay_ring x factor record)";
+  l.bytes[static_cast<int>(Buf::kFactors)] =
+      c.mul(c.mul(c.mul(l.layers, l.slots), l.ring), l.factor_bytes);
+  c.field = "replay cursors (num_layers x num_slots x 2)";
+  l.bytes[static_cast<int>(Buf::kCursor)] = c.mul(c.mul(l.layers, l.slots), 8);
 }
 
 ReplayStrategy::ReplayStrategy(const Layout& layout)
@@ -17,35 +22,28 @@ ReplayStrategy::ReplayStrategy(const Layout& layout)
       slots_(layout.slots),
       deferred_(static_cast<std::size_t>(layout.layers) * layout.slots, 0),
       sticky_(static_cast<std::size_t>(layout.slots), 0),
-      consumed_(deferred_.size(), 0) {}
+      verified_(deferred_.size(), 0) {}
 
 bool ReplayStrategy::deferred(int layer, int slot) const {
-  const std::size_t i = static_cast<std::size_t>(layer) * slots_ + slot;
-  return consumed_[i] == 0 && (sticky_[slot] != 0 || deferred_[i] != 0);
-}
-
-bool ReplayStrategy::any_deferred(int layer, const std::vector<int32_t>& slots) const {
-  for (int32_t s : slots) {
-    if (s >= 0 && deferred(layer, s)) return true;
-  }
-  return false;
+  return sticky_[slot] != 0 || deferred_[at(layer, slot)] != 0;
 }
 
 StateIO ReplayStrategy::verify_io(int layer, const RoundPlan& plan, bool first) {
   StateIO io;
   io.write_records = true;
-  // The first verify of a layer in a round always runs the replay phase (the device counts say
-  // how many steps; often none): a verify captured in a CUDA graph must replay whatever the
-  // commit of the previous graph launch left, which the host cannot know at capture. A repeated
-  // verify of the layer in the same round starts from the memory the first one made exact.
-  (void)plan;
-  io.replay = first;
-  io.store_replayed = io.replay;
+  io.history = true;
+  io.fold = true;
+  // The first verify of a layer in a round always runs the replay phase (the device cursors and
+  // counts say how much; often nothing): a verify captured in a CUDA graph must replay whatever
+  // the commit of the previous graph launch left, which the host cannot know at capture. A
+  // repeated verify of the layer in the same round finds the conv window exact and reads a
+  // folded cursor as settled.
+  io.conv_pending = first;
+  io.store_replayed = first;
+  io.settled = !first;
   if (first) {
     for (int32_t s : plan.slots) {
-      if (s < 0) continue;
-      set(layer, s, false);
-      consumed_[static_cast<std::size_t>(layer) * slots_ + s] = 1;
+      if (s >= 0) verified_[at(layer, s)] = 1;
     }
   }
   return io;
@@ -54,21 +52,27 @@ StateIO ReplayStrategy::verify_io(int layer, const RoundPlan& plan, bool first) 
 StateIO ReplayStrategy::advance_io(int layer, const std::vector<int32_t>& slots) {
   StateIO io;
   io.store_final = true;
-  io.replay = any_deferred(layer, slots);
+  for (int32_t s : slots) {
+    if (s >= 0 && deferred(layer, s)) {
+      io.conv_pending = true;
+      io.history = true;
+      break;
+    }
+  }
   return io;
 }
 
 void ReplayStrategy::after_advance(BackendImpl& backend, const PoolStorage& storage, int layer,
                                    const std::vector<int32_t>& slots, const StateIO& io) {
-  if (!io.replay) return;
+  if (!io.replay()) return;
   std::vector<int32_t> cleared;
   for (int32_t s : slots) {
     if (s >= 0 && deferred(layer, s)) {
       cleared.push_back(s);
-      set(layer, s, false);
+      deferred_[at(layer, s)] = 0;
     }
   }
-  backend.clear_pending(storage, layer, layer + 1, cleared);
+  backend.clear_pending(storage, layer, layer + 1, cleared, BackendImpl::Clear::kConsumed);
 }
 
 void ReplayStrategy::commit(BackendImpl& backend, const PoolStorage& storage,
@@ -79,12 +83,13 @@ void ReplayStrategy::commit(BackendImpl& backend, const PoolStorage& storage,
   for (int r = 0; r < plan.rows; ++r) {
     const int32_t s = plan.slots[r];
     if (s < 0) continue;
-    // Device-valued commits: the value is unknown here, so the slot may be pending (and may be
-    // committed again by later launches of a graph holding this commit).
-    const bool pending = device || work.last_step[r] >= 0;
+    // Device-valued commits: the value is unknown here, so the slot may lag (and may be
+    // committed again by later launches of a graph holding this commit). A row that keeps
+    // (a = 0) lags as before: a fold only made its checkpoint exact.
+    const bool advanced = device || work.last_step[r] >= 0;
     for (int l = 0; l < layers_; ++l) {
-      set(l, s, pending);
-      consumed_[static_cast<std::size_t>(l) * slots_ + s] = 0;
+      if (advanced) deferred_[at(l, s)] = 1;
+      verified_[at(l, s)] = 0;
     }
     if (device) sticky_[s] = 1;
   }
@@ -92,51 +97,60 @@ void ReplayStrategy::commit(BackendImpl& backend, const PoolStorage& storage,
 
 void ReplayStrategy::discard_round(BackendImpl& backend, const PoolStorage& storage,
                                    const RoundPlan& plan, const std::vector<bool>& verified) {
-  // Verified layers re-ran their pending steps into the committed memory and overwrote the
-  // records: their device counts must not be replayed again. Unverified layers keep theirs.
+  // Verified layers brought their conv windows up to date and may have folded: settle them.
+  // Unverified layers keep everything as it was.
   std::vector<int32_t> live;
   for (int32_t s : plan.slots) {
     if (s < 0) continue;
     live.push_back(s);
-    for (int l = 0; l < layers_; ++l) consumed_[static_cast<std::size_t>(l) * slots_ + s] = 0;
+    for (int l = 0; l < layers_; ++l) verified_[at(l, s)] = 0;
   }
   if (live.empty()) return;
   for (int l = 0; l < layers_; ++l) {
-    if (verified[l]) backend.clear_pending(storage, l, l + 1, live);
+    if (verified[l]) backend.clear_pending(storage, l, l + 1, live, BackendImpl::Clear::kSettled);
   }
 }
 
 void ReplayStrategy::reset_slot(int slot) {
   for (int l = 0; l < layers_; ++l) {
-    set(l, slot, false);
-    consumed_[static_cast<std::size_t>(l) * slots_ + slot] = 0;
+    deferred_[at(l, slot)] = 0;
+    verified_[at(l, slot)] = 0;
   }
   sticky_[slot] = 0;
 }
 
 void ReplayStrategy::slot_overwritten(int slot) {
   for (int l = 0; l < layers_; ++l) {
-    set(l, slot, false);
-    consumed_[static_cast<std::size_t>(l) * slots_ + slot] = 0;
+    deferred_[at(l, slot)] = 0;
+    verified_[at(l, slot)] = 0;
   }
 }
 
 void ReplayStrategy::materialize(BackendImpl& backend, const PoolStorage& storage,
                                  const std::vector<int32_t>& slots,
                                  const std::function<void(const LayerRun&)>& run_layer) {
+  (void)run_layer;  // the records alone make the memory exact: no weights are read
   for (int l = 0; l < layers_; ++l) {
     LayerRun run;
     run.layer = l;
     run.tokens_per_row = 0;
+    std::vector<int32_t> settle;
     for (int32_t s : slots) {
-      if (s >= 0 && deferred(l, s)) run.slots.push_back(s);
+      if (s < 0 || !deferred(l, s)) continue;
+      run.slots.push_back(s);
+      // A layer the open round verified: its cursor may read as folded, its pending conv count
+      // is stale (the verify wrote the window). Settle it first (idempotent: the round's commit
+      // settles again and finds nothing to do).
+      if (verified_[at(l, s)]) settle.push_back(s);
     }
     if (run.slots.empty()) continue;
-    run.io.replay = true;
-    run.io.store_final = true;
-    run_layer(run);
-    for (int32_t s : run.slots) set(l, s, false);
-    backend.clear_pending(storage, l, l + 1, run.slots);
+    backend.clear_pending(storage, l, l + 1, settle, BackendImpl::Clear::kSettled);
+    run.io.conv_pending = true;
+    run.io.history = true;
+    run.io.store_replayed = true;
+    backend.materialize_layer(storage, run);
+    for (int32_t s : run.slots) deferred_[at(l, s)] = 0;
+    backend.clear_pending(storage, l, l + 1, run.slots, BackendImpl::Clear::kConsumed);
   }
 }
 

@@ -1,18 +1,22 @@
-// Internal: the replay strategy (DESIGN.md section 6). Verify writes each window token's record
-// (its layer inputs, kilobytes) into the slot's record area; commit records per slot how many
-// steps were accepted and which window indices they are (a tree: the accepted node's path); the
-// slot's next verify of each layer first re-runs those steps from the committed state with the
-// same step function, writes the committed state once, then runs the new window. Per round and
-// row-layer: one state read and one write.
+// Internal: the replay strategy (DESIGN.md section 6, replay v2). Per slot and layer the committed
+// SSM memory holds a checkpoint, and a ring of R factor records holds the steps accepted since
+// (the cursor (base, h): h records from ring position base). Verify loads the checkpoint, applies
+// the h history records (one multiply-add per state element each), runs the window with the
+// unchanged step and writes one factor record per window token at ring position base + h + t;
+// iff the fold predicate holds (h > R - 2 T_max) it stores the post-history state as the new
+// checkpoint, and the cursor reads as (base + h, 0) from then on. Commit settles the cursor by
+// the same predicate, compacts a tree's accepted path and adds the accepted steps to h: no state
+// traffic. The conv window keeps the raw inputs of the last window (kRecords) and is brought up
+// to date by the slot's next verify (pending conv steps, kPending / kPath).
 //
-// Host bookkeeping: deferred_[layer * slots + slot] says the slot may have pending steps in that
-// layer (set by commit, cleared when a call re-ran them). It only decides whether a launch needs
-// its replay phase; the device-side counts (kPending) are the truth and are 0 wherever the flag
-// is clear, except for layers a still-open round has verified (they are overwritten by commit or
-// cleared by discard_round). A slot committed with device-resident values may be in a CUDA graph
-// whose later launches commit again without the host seeing it: such a slot is `sticky` (always
-// possibly pending) until it is released, except in a layer an open round has verified
-// (`consumed_`: that layer's device count is stale until the round's commit overwrites it).
+// Host bookkeeping: deferred_[layer * slots + slot] says the slot may lag in that layer (history
+// records or pending conv steps). It decides whether a materialize or an advance needs its replay
+// phase; the device-side cursors and counts are the truth. verified_ marks the layers an open
+// round has verified for a slot: their cursors may read as folded and their pending conv counts
+// are stale, so a materialize settles them first (clear_pending kSettled), and a discarded round
+// settles them. A slot committed with device-resident values may be in a CUDA graph whose later
+// launches commit again without the host seeing it: such a slot is `sticky` (always possibly
+// deferred) until it is released.
 #pragma once
 
 #include <vector>
@@ -23,8 +27,8 @@ namespace specstate::detail {
 
 class ReplayStrategy final : public StrategyImpl {
  public:
-  // kRecords [L][slots][max_window][record], kPending int32 [L][slots], kPath int32
-  // [slots][max_window].
+  // kRecords [L][slots][max_window][conv record], kPending int32 [L][slots], kPath int32
+  // [slots][max_window], kFactors [L][slots][R][factor record], kCursor int32 [L][slots][2].
   static void workspace(Layout& layout);
 
   explicit ReplayStrategy(const Layout& layout);
@@ -41,21 +45,21 @@ class ReplayStrategy final : public StrategyImpl {
   void reset_slot(int slot) override;
   void slot_overwritten(int slot) override;
   bool deferred(int layer, int slot) const override;
+  // Needs no weights: records alone make the memory exact (run_layer is not called).
   void materialize(BackendImpl& backend, const PoolStorage& storage,
                    const std::vector<int32_t>& slots,
                    const std::function<void(const LayerRun&)>& run_layer) override;
 
  private:
-  bool any_deferred(int layer, const std::vector<int32_t>& slots) const;
-  void set(int layer, int slot, bool value) {
-    deferred_[static_cast<std::size_t>(layer) * slots_ + slot] = value ? 1 : 0;
+  std::size_t at(int layer, int slot) const {
+    return static_cast<std::size_t>(layer) * slots_ + slot;
   }
 
   int layers_ = 0;
   int slots_ = 0;
   std::vector<uint8_t> deferred_;  // [L][slots]
   std::vector<uint8_t> sticky_;    // [slots]
-  std::vector<uint8_t> consumed_;  // [L][slots] verified in the open round, not yet committed
+  std::vector<uint8_t> verified_;  // [L][slots] verified in the open round, not yet committed
 };
 
 }  // namespace specstate::detail

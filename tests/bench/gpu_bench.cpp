@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -50,7 +51,9 @@ struct World {
   cudaStream_t stream = nullptr;
   double copy_gbps = 0;
   std::unique_ptr<StatePool> pool;   // snapshot
-  std::unique_ptr<StatePool> rpool;  // replay
+  std::unique_ptr<StatePool> rpool;  // replay, max_window = rpool_T (replay_pool)
+  int rpool_T = 0;
+  int ring = 0;  // PoolOptions::replay_ring of the replay pools (SPECSTATE_BENCH_RING, 0: default)
   std::vector<SlotHandle> handles, rhandles;
   detail::cuda::GdnScratch replay_scratch;  // the bench's own replay scratch for kernel launches
   int32_t* accepted4 = nullptr;             // [4][kMaxB] accepted lengths of 4 consecutive rounds
@@ -79,13 +82,11 @@ struct World {
     options.backend = Backend::kCuda;
     options.stream = stream;
     pool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g), options);
-    options.strategy = Strategy::kReplay;
-    rpool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g), options);
+    if (const char* r = std::getenv("SPECSTATE_BENCH_RING")) ring = std::atoi(r);
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
-    for (int i = 0; i < kMaxB; ++i) rhandles.push_back(rpool->acquire());
     uint64_t seed = 1;
     for (int l = 0; l < kLayers; ++l) {
-      for (StatePool* p : {pool.get(), rpool.get()}) {
+      for (StatePool* p : {pool.get()}) {
         check(fill_random(p->ssm_state(l).data, p->ssm_state(l).numel(), false, 0.05f, seed++,
                           stream),
               "fill");
@@ -112,13 +113,42 @@ struct World {
     slots = device_alloc<int32_t>(kMaxB);
     accepted = device_alloc<int32_t>(kMaxB);
     accepted4 = device_alloc<int32_t>(4 * kMaxB);
-    replay_scratch.replay_qkv = device_alloc<uint16_t>(std::size_t{kMaxB} * kMaxT * kConvDim);
-    replay_scratch.replay_gates = device_alloc<uint16_t>(std::size_t{kMaxB} * kMaxT * 2 * kHV);
     flush = device_alloc<char>(kFlushBytes);
     check(cudaEventCreate(&e0), "event");
     check(cudaEventCreate(&e1), "event");
     check(cudaStreamSynchronize(stream), "setup");
   }
+
+  // The replay pool of windows up to T (an engine sizes max_window to its T: the fold predicate
+  // h > R - 2 max_window depends on it), made anew when T changes, its states random.
+  StatePool& replay_pool(int T) {
+    if (rpool && rpool_T == T) return *rpool;
+    rpool.reset();
+    rhandles.clear();
+    PoolOptions options;
+    options.num_slots = kMaxB;
+    options.max_rows = kMaxB;
+    options.max_window = T;
+    options.backend = Backend::kCuda;
+    options.stream = stream;
+    options.strategy = Strategy::kReplay;
+    options.replay_ring = ring;
+    rpool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g), options);
+    rpool_T = T;
+    for (int i = 0; i < kMaxB; ++i) rhandles.push_back(rpool->acquire());
+    uint64_t seed = 1000 + T;
+    for (int l = 0; l < kLayers; ++l) {
+      check(fill_random(rpool->ssm_state(l).data, rpool->ssm_state(l).numel(), false, 0.05f, seed++,
+                        stream),
+            "fill");
+      check(fill_random(rpool->conv_state(l).data, rpool->conv_state(l).numel(), true, 1.0f, seed++,
+                        stream),
+            "fill");
+    }
+    check(cudaStreamSynchronize(stream), "replay pool");
+    return *rpool;
+  }
+  int ring_of(int T) const { return ring > 0 ? ring : 2 * T; }
 
   static World& get() {
     static World world;
@@ -180,6 +210,9 @@ struct World {
   // One eager replay round with the batch's accepted lengths: the rows' slots then hold pending
   // steps, which the replay kernels re-run (as in service, where every round's verify does).
   void prime_replay(const VerifyBatch& b, int T, int B) {
+    replay_pool(T);
+    // SPECSTATE_BENCH_NO_PRIME: the per-kernel replay benchmarks then run with no history.
+    if (std::getenv("SPECSTATE_BENCH_NO_PRIME") != nullptr) return;
     rpool->begin_verify(batch_of(*rpool, b));
     for (int l = 0; l < kLayers; ++l) {
       rpool->verify(l, weights(l), inputs(l, int64_t{B} * T), outputs(l, int64_t{B} * T));
@@ -197,12 +230,12 @@ struct World {
     a.rows = B;
     a.tokens = T;
     if (replay) {
-      a.io.replay = a.io.store_replayed = a.io.write_records = true;
+      a.io.conv_pending = a.io.history = a.io.fold = a.io.store_replayed = true;
+      a.io.write_records = true;
     } else {
       a.io.store_tokens = true;
     }
     a.device_slots = slots;
-    a.scratch = replay_scratch;
     const GdnWeights w = weights(l);
     const GdnInputs in = inputs(l, int64_t{B} * T);
     const GdnOutputs out = outputs(l, int64_t{B} * T);
@@ -226,20 +259,45 @@ double gdn_bytes(int T, int B) {
   return B * kSsmBytes * (1 + T) + tokens * kConvDim * 2 + tokens * kHV * 2 * 2 +
          tokens * kHV * kV * 2;
 }
-// Replay verify recurrence, one layer: the state read and written once, the window's inputs and
-// outputs, the pending steps' inputs (about (T+1)/2 accepted per round).
-double gdn_replay_bytes(int T, int B) {
-  const double tokens = double(B) * T, pending = double(B) * (T + 1) / 2;
-  return B * kSsmBytes * 2 + tokens * kConvDim * 2 + tokens * kHV * 2 * 2 + tokens * kHV * kV * 2 +
-         pending * (2 * kH * kK + kHV * kV + 2 * kHV) * 2;
+// Replay verify recurrence, one layer (DESIGN.md section 8): the checkpoint read once, written
+// at the fold rate f, the history factor records read (h per row, the bench's mean), the window's
+// inputs, outputs and factor records written.
+constexpr double kFactorBytes = 20672;  // u (HV x V f32), e^g, kf, k (H x K bf16), padded
+double gdn_replay_bytes(int T, int B, double f, double h) {
+  const double tokens = double(B) * T;
+  return B * kSsmBytes * (1 + f) + B * h * kFactorBytes + tokens * kFactorBytes +
+         tokens * kConvDim * 2 + tokens * kHV * 2 * 2 + tokens * kHV * kV * 2;
 }
 // Replay verify conv, one layer: the snapshot conv's inputs and outputs without the T windows,
-// plus the records written (window) and read (pending), the replay buffers, one window store.
+// plus the conv records written (window) and read (pending), one window store.
 double conv_replay_bytes(int T, int B) {
   const double tokens = double(B) * T, pending = double(B) * (T + 1) / 2;
-  const double record = (kConvDim + 2.0 * kHV) * 2;
+  const double record = kConvDim * 2.0;
   return tokens * kConvDim * 2 * 2 + 2 * B * kConvStateBytes + kConvDim * kW * 2 + tokens * record +
-         pending * (record + record);
+         pending * record;
+}
+// The fold rate and mean history of the ring under the bench's acceptance draw (uniform in
+// [1, T] per row and round): the cursor of one row simulated over many rounds.
+std::pair<double, double> fold_rate(int T, int max_window, int ring) {
+  std::mt19937_64 rng(7);
+  int h = 0, folds = 0;
+  double hist = 0;
+  const int rounds = 100000;
+  for (int i = 0; i < rounds; ++i) {
+    hist += h;
+    if (h > ring - 2 * max_window) {
+      ++folds;
+      h = 0;
+    }
+    h += 1 + static_cast<int>(rng() % T);
+  }
+  return {double(folds) / rounds, hist / rounds};
+}
+// The replay floor of a round: per row and layer one checkpoint read, f writes, the conv window
+// read and written, and the factor records (h read, T written).
+double replay_floor_bytes(int T, int B, int ring) {
+  const auto [f, h] = fold_rate(T, T, ring);
+  return double(kLayers) * B * (kSsmBytes * (1 + f) + 2 * kConvStateBytes + (h + T) * kFactorBytes);
 }
 // The floor of a round: every row's state read and written once per layer.
 double floor_bytes(int B) { return double(kLayers) * B * 2 * (kSsmBytes + kConvStateBytes); }
@@ -323,8 +381,9 @@ void per_layer_kernel(benchmark::State& state, Kernel kernel, bool replay) {
     }
   });
   const double us = time_graph(w, exec, state) / kLayers;
+  const auto [f, h] = fold_rate(T, T, w.ring_of(T));
   const double bytes = conv ? (replay ? conv_replay_bytes(T, B) : conv_bytes(T, B))
-                            : (replay ? gdn_replay_bytes(T, B) : gdn_bytes(T, B));
+                            : (replay ? gdn_replay_bytes(T, B, f, h) : gdn_bytes(T, B));
   const SglangRow* s = sglang_row(T, B);
   report(state, w, T, B, std::string(conv ? "conv" : "gdn") + (replay ? "_replay" : ""), us, bytes,
          conv ? s->conv_us : s->rec_us);
@@ -379,7 +438,7 @@ void BM_Round(benchmark::State& state) {
 void rounds4(benchmark::State& state, bool replay, bool variable) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
-  StatePool& p = replay ? *w.rpool : *w.pool;
+  StatePool& p = replay ? w.replay_pool(T) : *w.pool;
   VerifyBatch batch = w.batch_of(p, w.batch(T, B));
   int64_t tokens = int64_t{B} * T;
   int32_t* accepted = w.accepted4;
@@ -414,7 +473,8 @@ void rounds4(benchmark::State& state, bool replay, bool variable) {
   const double us = time_graph(w, exec, state) / 4;
   if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
   const SglangReplayRow* s = sglang_replay_row(T, B);
-  const double bytes = replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B))
+  const auto [f, h] = fold_rate(T, T, w.ring_of(T));
+  const double bytes = replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B, f, h))
                               : kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
   if (variable) state.counters["tokens"] = static_cast<double>(tokens);
   const char* what = variable ? (replay ? "rounds4_var_replay" : "rounds4_var_snapshot")
@@ -493,12 +553,14 @@ void print_table() {
     }
   }
   std::printf(
-      "\nrounds (graph of 4 consecutive rounds, median / 4, us): floor = 36 x B x (read + write "
-      "of one state) at %.0f GB/s; SGLang: snapshot, fold-every-commit, ReplaySSM ring of 16\n",
+      "\nrounds (graph of 4 consecutive rounds, median / 4, us): floor2 = 36 x B x (read + write "
+      "of one state) at %.0f GB/s (v1 / SGLang fold); floor = the replay v2 floor (DESIGN.md "
+      "section 8: one read, a write at the fold rate f of ring R, the factor records); SGLang: "
+      "snapshot, fold-every-commit, ReplaySSM ring of 16\n",
       w.copy_gbps);
-  std::printf("%2s %4s | %9s %9s | %8s %6s | %9s %9s %9s | %6s %6s %6s | %5s\n", "T", "B",
-              "snapshot", "replay", "floor", "x flr", "SGL snap", "SGL fold", "SGL ring", "/snap",
-              "/fold", "/ring", "%BW");
+  std::printf("%2s %4s | %9s %9s | %3s %5s %8s %8s %6s | %9s %9s %9s | %6s %6s %6s | %5s\n", "T",
+              "B", "snapshot", "replay", "R", "f", "floor2", "floor", "x flr", "SGL snap",
+              "SGL fold", "SGL ring", "/snap", "/fold", "/ring", "%BW");
   for (int T : {2, 4, 8}) {
     for (int B : {1, 8, 32, 128}) {
       auto get = [&](const char* what) {
@@ -507,12 +569,17 @@ void print_table() {
       };
       const Result sn = get("rounds4_snapshot"), rp = get("rounds4_replay");
       const SglangReplayRow* s = sglang_replay_row(T, B);
-      const double floor_us = floor_bytes(B) / (w.copy_gbps * 1e9) * 1e6;
+      const int R = w.ring_of(T);
+      const double f = fold_rate(T, T, R).first;
+      const double floor2_us = floor_bytes(B) / (w.copy_gbps * 1e9) * 1e6;
+      const double floor_b = replay_floor_bytes(T, B, R);
+      const double floor_us = floor_b / (w.copy_gbps * 1e9) * 1e6;
       std::printf(
-          "%2d %4d | %9.1f %9.1f | %8.1f %6.2f | %9.1f %9.1f %9.1f | %6.2f %6.2f %6.2f | %4.0f%%\n",
-          T, B, sn.us, rp.us, floor_us, rp.us / floor_us, s->snapshot_us, s->fold_us, s->circ16_us,
-          rp.us / s->snapshot_us, rp.us / s->fold_us, rp.us / s->circ16_us,
-          100 * floor_bytes(B) / (rp.us * 1e-6) / 1e9 / w.copy_gbps);
+          "%2d %4d | %9.1f %9.1f | %3d %5.2f %8.1f %8.1f %6.2f | %9.1f %9.1f %9.1f | %6.2f %6.2f "
+          "%6.2f | %4.0f%%\n",
+          T, B, sn.us, rp.us, R, f, floor2_us, floor_us, rp.us / floor_us, s->snapshot_us,
+          s->fold_us, s->circ16_us, rp.us / s->snapshot_us, rp.us / s->fold_us,
+          rp.us / s->circ16_us, 100 * floor_b / (rp.us * 1e-6) / 1e9 / w.copy_gbps);
     }
   }
   std::printf(

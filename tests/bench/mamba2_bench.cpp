@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -130,6 +131,7 @@ struct World {
     o.backend = Backend::kCuda;
     o.strategy = s;
     o.stream = stream;
+    if (const char* r = std::getenv("SPECSTATE_BENCH_RING")) o.replay_ring = std::atoi(r);
     pool = std::make_unique<StatePool>(ModelConfig::mamba2(kLayers, nemotron_h_8b()), o);
     pool_strategy = s;
     pool_T = T;

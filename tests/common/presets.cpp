@@ -126,6 +126,16 @@ std::vector<EquivalenceCase> cpu_equivalence_cases() {
       {"mamba2_all_bf16_chain", "m2_all_bf16", false, 5, 4, 30},
       {"mamba2_bf16_conv_clamp_tree", "m2_bf16_conv", true, 4, 4, 30},
       {"mamba2_g1_chain", "m2_g1", false, 3, 4, 30},
+      // Replay rings: R = 2 T_max folds at every verify with history; R = 40 keeps long
+      // histories (folds on a few rounds, different rows on different rounds); wrap-around over
+      // 100+ rounds.
+      {"f32_chain_ring2t", "small_f32", false, 4, 5, 40, 8},
+      {"bf16_tree_ring2t", "small_bf16", true, 5, 6, 40, 10},
+      {"bf16_chain_ring40_long", "small_bf16", false, 4, 4, 120, 40},
+      {"f32_tree_ring13", "small_f32", true, 6, 4, 60, 13},
+      {"mamba2_f32_chain_ring2t", "m2_small_f32", false, 4, 5, 40, 8},
+      {"mamba2_bf16_tree_ring2t", "m2_small_bf16", true, 5, 5, 40, 10},
+      {"mamba2_bf16_chain_ring40_long", "m2_small_bf16", false, 4, 4, 120, 40},
   };
 }
 
@@ -141,6 +151,12 @@ std::vector<EquivalenceCase> gpu_equivalence_cases() {
       {"mamba2_f32_clamp_chain", "m2_gpu_f32", false, 8, 3, 12},
       {"mamba2_f32_clamp_tree", "m2_gpu_f32", true, 5, 3, 12},
       {"mamba2_n256_tree", "m2_gpu_n256", true, 4, 3, 10},
+      {"k128_chain_ring2t", "gpu_k128", false, 4, 5, 24, 8},
+      {"k128_tree_ring2t", "gpu_k128", true, 5, 5, 24, 10},
+      {"k32_chain_ring40_long", "gpu_k32", false, 4, 4, 110, 40},
+      {"k32_tree_ring13", "gpu_k32", true, 6, 4, 40, 13},
+      {"mamba2_bf16_chain_ring2t", "m2_gpu_bf16", false, 4, 5, 24, 8},
+      {"mamba2_bf16_tree_ring40_long", "m2_gpu_bf16", true, 4, 3, 110, 40},
   };
 }
 

@@ -41,6 +41,8 @@ struct EquivalenceCase {
   int max_window;  // rounds draw T in 1..max_window
   int requests;
   int rounds;
+  int ring = 0;  // replay: PoolOptions::replay_ring (0: the default; 2 * max_window folds every
+                 // round; larger rings keep long histories)
 };
 
 // The cases every backend runs (the GPU suite adds the CUDA-sized presets).

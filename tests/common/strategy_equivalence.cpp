@@ -60,6 +60,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   options.num_slots = c.requests + 2;
   options.max_rows = c.requests + 2;
   options.max_window = c.max_window;
+  options.replay_ring = c.ring;
   options.backend = mem.backend();
   options.stream = mem.stream();
   Pair pools(model, options);
@@ -140,6 +141,13 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
       }
     }
     if (rng() % 10 == 0) pools.replay.materialize({hr[rng() % c.requests]});
+    if (c.requests > 1 && rng() % 9 == 0) {
+      // A fork (copy_slot) of a slot with history onto another slot with history.
+      const int i = static_cast<int>(rng() % c.requests);
+      const int j = (i + 1 + static_cast<int>(rng() % (c.requests - 1))) % c.requests;
+      pools.snap.copy_slot(hs[i], hs[j]);
+      pools.replay.copy_slot(hr[i], hr[j]);
+    }
 
     // The round: T in 1..max_window, a random subset of the requests (the rest sit out) in
     // random order, padding rows in between.
@@ -200,6 +208,18 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
     }
     // An occasional look at the committed memory mid-round (implicit materialize).
     if (rng() % 9 == 0) same_state("mid-round view");
+    // A request released mid-round (after its layers were verified, maybe folded): its row is
+    // padding now and keeps; a new request takes the slot after the commit.
+    int released = -1;
+    if (rng() % 10 == 0) {
+      const int r = static_cast<int>(rng() % B);
+      if (row_request[r] >= 0) {
+        released = row_request[r];
+        pools.snap.release(hs[released]);
+        pools.replay.release(hr[released]);
+        row_request[r] = -1;
+      }
+    }
     std::vector<int32_t> accepted(B);
     for (int r = 0; r < B; ++r) {
       if (row_request[r] < 0) {
@@ -223,6 +243,12 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
       pools.replay.commit(accepted);
     }
     ++replayed_rounds;
+    if (released >= 0) {
+      hs[released] = pools.snap.acquire();
+      hr[released] = pools.replay.acquire();
+      ASSERT_EQ(pools.snap.slot_index(hs[released]), pools.replay.slot_index(hr[released]));
+      prefill(released, 2);
+    }
     if (round % 5 == 4) same_state("after commit");
   }
   same_state("at the end");

@@ -293,7 +293,7 @@ TEST(ConfigMamba2, AccessorsFollowTheKind) {
   StatePool pool(ModelConfig::mamba2(2, small_mamba2_config()), options);
   EXPECT_EQ(pool.committed_bytes(), 2 * pool.config().slot_bytes());
   const TensorView records = pool.workspace(Workspace::kRecords, 0);
-  EXPECT_EQ(records.shape[2], small_mamba2_config().conv_dim() + 4);  // [xBC | dt]
+  EXPECT_EQ(records.shape[2], small_mamba2_config().conv_dim());  // xBC
   EXPECT_STREQ(layer_kind_name(LayerKind::kMamba2), "mamba2");
   EXPECT_STREQ(layer_kind_name(LayerKind::kGatedDeltaNet), "gated_delta_net");
 }

@@ -48,25 +48,35 @@ TEST(PlanCli, JsonAcrossTensorParallelism) {
 }
 
 // Qwen3-Next-80B at TP1: 36 GDN layers, conv_dim = 2*16*128 + 32*128 = 8192, bf16 conv and
-// activations, f32 SSM. A replay record is one token's layer inputs: (8192 + 2*32) bf16 values.
-constexpr int64_t kQwenLayer = 32 * 128 * 128 * 4 + 8192 * 3 * 2;  // 2,146,304
-constexpr int64_t kQwenRecord = (8192 + 2 * 32) * 2;               // 16,512
+// activations, f32 SSM. Replay v2 keeps per token and layer a conv record (the token's conv
+// input, 8192 bf16) and a factor record (kernels::gdn_factor_layout): u f32 [HV=32][V=128],
+// e^g f32 [32], kf f32 [H=16] (16,576 B, a multiple of 16), then k bf16 [16][K=128]; 20,672 B.
+constexpr int64_t kQwenLayer = 32 * 128 * 128 * 4 + 8192 * 3 * 2;                     // 2,146,304
+constexpr int64_t kQwenConvRecord = 8192 * 2;                                         // 16,384
+constexpr int64_t kQwenFactorRecord = 32 * 128 * 4 + 32 * 4 + 16 * 4 + 16 * 128 * 2;  // 20,672
+constexpr int64_t kQwenRecord = kQwenConvRecord + kQwenFactorRecord;                  // 37,056
+// Per slot and layer besides the records: a pending count and a cursor (base, h), 3 x int32.
+constexpr int64_t kCounts = 3 * 4;
 
 TEST(PlanCli, Qwen3NextTp1Replay) {
   const CliRun run =
       run_cli("plan --model qwen3-next-80b --tp 1 --max-requests 64 --window 4 --strategy replay");
   ASSERT_EQ(run.code, 0) << run.output;
-  // 36 x 4 records + a pending count per layer + 4 path entries = 2,377,888 B per slot.
-  const int64_t per_slot = 36 * 4 * kQwenRecord + 36 * 4 + 4 * 4;
-  EXPECT_EQ(per_slot, 2377888);
+  // 36 x (4 conv records + R = 2 x 4 = 8 factor records + the counts) + 4 path entries =
+  // 8,313,280 B per slot.
+  const int64_t per_slot = 36 * (4 * kQwenConvRecord + 8 * kQwenFactorRecord + kCounts) + 4 * 4;
+  EXPECT_EQ(per_slot, 8313280);
+  EXPECT_EQ(64 * per_slot, 532049920);
+  EXPECT_EQ(int64_t{64} * 36 * kQwenLayer + 64 * per_slot, 5477134336);
   EXPECT_NE(run.output.find("strategy replay"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("77,266,944 B (73.7 MiB)"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("2,377,888 B (2.3 MiB)"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("152,184,832 B"), std::string::npos) << run.output;  // x 64 slots
+  EXPECT_NE(run.output.find("8,313,280 B (7.9 MiB)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("532,049,920 B"), std::string::npos) << run.output;  // x 64 slots
   EXPECT_NE(run.output.find("none under replay"), std::string::npos) << run.output;
-  // committed 4,945,084,416 + records 152,184,832
-  EXPECT_NE(run.output.find("5,097,269,248 B"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("16,512 B per token and layer"), std::string::npos) << run.output;
+  // committed 4,945,084,416 + records 532,049,920
+  EXPECT_NE(run.output.find("5,477,134,336 B"), std::string::npos) << run.output;
+  EXPECT_EQ(kQwenRecord, 37056);
+  EXPECT_NE(run.output.find("37,056 B per token and layer"), std::string::npos) << run.output;
 }
 
 TEST(PlanCli, JsonTotalIsAllTheMemoryOfTheStrategy) {
@@ -89,7 +99,9 @@ TEST(PlanCli, JsonTotalIsAllTheMemoryOfTheStrategy) {
     EXPECT_EQ(j["strategy"].get<std::string>(), strategy);
     const int64_t committed = 8 * 36 * kQwenLayer;
     const int64_t scratch_row = replay ? 0 : 3 * 36 * kQwenLayer;
-    const int64_t records_slot = replay ? 36 * 3 * kQwenRecord + 36 * 4 + 3 * 4 : 0;
+    // 36 x (3 conv records + R = 2 x 3 = 6 factor records + the counts) + 3 path entries.
+    const int64_t records_slot =
+        replay ? 36 * (3 * kQwenConvRecord + 6 * kQwenFactorRecord + kCounts) + 3 * 4 : 0;
     EXPECT_EQ(j["committed_bytes_total"].get<int64_t>(), committed);
     EXPECT_EQ(j["scratch_bytes_per_row"].get<int64_t>(), scratch_row);
     EXPECT_EQ(j["scratch_bytes_total"].get<int64_t>(), 6 * scratch_row);
@@ -106,8 +118,15 @@ TEST(PlanCli, JsonTotalIsAllTheMemoryOfTheStrategy) {
 TEST(PlanCli, AgreesWithARealPoolForEachStrategy) {
   const int64_t layer = 1024 * 3 * 2 + 8 * 64 * 64 * 4;  // 137,216
   const int64_t committed = 3 * 8 * layer;
-  const int64_t workspace[] = {2 * 8 * 5 * layer,  // snapshot: rows x L x T
-                               3 * (8 * 5 * (1024 + 16) * 2 + 8 * 4 + 5 * 4)};  // replay: slots
+  // Replay v2, per token and layer: the conv record (1024 bf16) and the factor record: u f32
+  // [8][64], e^g f32 [8], kf f32 [4] (2,096 B, a multiple of 16), then k bf16 [4][64]: 2,608 B.
+  const int64_t conv_record = 1024 * 2;                                   // 2,048
+  const int64_t factor_record = 8 * 64 * 4 + 8 * 4 + 4 * 4 + 4 * 64 * 2;  // 2,608
+  const int64_t workspace[] = {
+      2 * 8 * 5 * layer,  // snapshot: rows x L x T
+      // replay: slots x (L x (T conv records + R = 2T factor records + pending count and cursor)
+      // + T path entries)
+      3 * (8 * (5 * conv_record + 10 * factor_record + kCounts) + 5 * 4)};
   for (int k = 0; k < 2; ++k) {
     const Strategy strategy = k == 0 ? Strategy::kSnapshot : Strategy::kReplay;
     SCOPED_TRACE(strategy_name(strategy));

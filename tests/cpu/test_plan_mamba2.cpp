@@ -55,7 +55,10 @@ TEST(PlanMamba2, MemoryFromTheFieldsEqualsRealPools) {
   EXPECT_EQ(b8.conv_dim, 10240);
   EXPECT_EQ(b8.ssm_per_layer, 4194304);
   EXPECT_EQ(b8.committed_per_request, 102137856);
-  EXPECT_EQ(b8.record_per_token, (10240 + 128) * 2);
+  // Replay v2 records per token and layer: the conv record (10240 bf16) and the factor record
+  // (kernels::mamba2_factor_layout): dt f32 [128] at 0, dA f32 [128] at 512, x bf16 [128][64]
+  // at 1,024, B bf16 [8][128] at 17,408; 19,456 B (every offset a multiple of 16, no padding).
+  EXPECT_EQ(b8.record_per_token, 10240 * 2 + (128 * 4 + 128 * 4 + 128 * 64 * 2 + 8 * 128 * 2));
   // TP 8 keeps the real pools small enough to allocate here.
   for (const char* name : {"nemotron-h-8b", "nemotron-h-47b"}) {
     SCOPED_TRACE(name);

@@ -22,17 +22,50 @@ PoolOptions replay_options(int slots, int rows, int window) {
   return o;
 }
 
-TEST(Replay, RecordsAreUnderFivePercentOfTheCommittedStateAtQwen3NextT4) {
+TEST(Replay, RecordsAndCursorsAreUnderTwentyPercentOfTheCommittedStateAtQwen3NextT4) {
   const ModelConfig m = ModelConfig::gated_delta_net(36, gdn_preset("qwen3next_tp1"));
   StatePool pool(m, replay_options(1, 1, 4));
-  // One slot: committed 77,266,944 B; records 36 x 4 x (8192 + 64) x 2 B + bookkeeping.
+  // One slot: committed 77,266,944 B; conv records 36 x 4 x 8192 x 2 B; a factor ring of the
+  // default R = 2 T = 8 per layer, a factor record being u (32 x 128 f32) + e^g (32 f32) + kf
+  // (16 f32) + k (16 x 128 bf16) = 20,672 B; pending counts, cursors and paths.
   EXPECT_EQ(pool.committed_bytes(), 77266944);
-  EXPECT_EQ(pool.workspace_bytes(), 36 * 4 * 16512 + 36 * 4 + 4 * 4);
-  EXPECT_LE(static_cast<double>(pool.workspace_bytes()), 0.05 * pool.committed_bytes());
+  EXPECT_EQ(pool.workspace_bytes(),
+            36 * 4 * 16384 + 36 * 4 + 4 * 4 + int64_t{36} * 8 * 20672 + 36 * 8);
+  EXPECT_LE(static_cast<double>(pool.workspace_bytes()), 0.20 * pool.committed_bytes());
+  // R = 16 (folds at most every few rounds) still fits the 20%.
+  PoolOptions wide = replay_options(1, 1, 4);
+  wide.replay_ring = 16;
+  StatePool ring16(m, wide);
+  EXPECT_EQ(ring16.workspace_bytes(),
+            36 * 4 * 16384 + 36 * 4 + 4 * 4 + int64_t{36} * 16 * 20672 + 36 * 8);
+  EXPECT_LE(static_cast<double>(ring16.workspace_bytes()), 0.20 * ring16.committed_bytes());
   PoolOptions snap = replay_options(1, 1, 4);
   snap.strategy = Strategy::kSnapshot;
   StatePool reference(m, snap);
   EXPECT_EQ(reference.workspace_bytes(), 4 * pool.committed_bytes());  // T states per row
+}
+
+TEST(Replay, RingShorterThanTwoWindowsIsRejectedNamingIt) {
+  const ModelConfig m = ModelConfig::gated_delta_net(1, gdn_preset("small_f32"));
+  for (int ring : {-1, 1, 7}) {
+    PoolOptions o = replay_options(2, 2, 4);
+    o.replay_ring = ring;
+    try {
+      StatePool pool(m, o);
+      FAIL() << "replay_ring = " << ring << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("options.replay_ring = " + std::to_string(ring)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  PoolOptions o = replay_options(2, 2, 4);
+  o.replay_ring = 8;
+  EXPECT_NO_THROW(StatePool(m, o));
+  o.strategy = Strategy::kSnapshot;
+  o.replay_ring = 3;  // ignored by snapshot pools
+  EXPECT_NO_THROW(StatePool(m, o));
 }
 
 TEST(Replay, EachStrategyHasOnlyItsOwnWorkspace) {
@@ -42,7 +75,7 @@ TEST(Replay, EachStrategyHasOnlyItsOwnWorkspace) {
   EXPECT_EQ(rec.ndim, 3);
   EXPECT_EQ(rec.shape[0], 3);
   EXPECT_EQ(rec.shape[1], 4);
-  EXPECT_EQ(rec.shape[2], m.gdn.conv_dim() + 2 * m.gdn.num_v_heads);
+  EXPECT_EQ(rec.shape[2], m.gdn.conv_dim());
   try {
     replay.snapshot_ssm(0);
     FAIL() << "a replay pool has no snapshot scratch";
@@ -58,7 +91,7 @@ TEST(Replay, EachStrategyHasOnlyItsOwnWorkspace) {
   EXPECT_NO_THROW(snap.workspace(Workspace::kSnapshotConv, 0));
 }
 
-TEST(Replay, RecordsHoldEachWindowTokensLayerInputs) {
+TEST(Replay, ConvRecordsHoldEachWindowTokensConvInput) {
   std::mt19937_64 rng(11);
   const GdnConfig g = gdn_preset("small_bf16");
   const ModelConfig m = ModelConfig::gated_delta_net(1, g);
@@ -70,7 +103,7 @@ TEST(Replay, RecordsHoldEachWindowTokensLayerInputs) {
   pool.begin_verify(VerifyBatch{{b, a}, 3, {}});
   pool.verify(0, w.view(), in.view(), out.view());
   const TensorView rec = pool.workspace(Workspace::kRecords, 0);
-  const int64_t d = g.conv_dim(), hv = g.num_v_heads, width = d + 2 * hv;
+  const int64_t d = g.conv_dim(), width = d;
   const auto* data = static_cast<const uint16_t*>(rec.data);
   for (int r = 0; r < 2; ++r) {
     const int slot = pool.slot_index(r == 0 ? b : a);
@@ -79,10 +112,6 @@ TEST(Replay, RecordsHoldEachWindowTokensLayerInputs) {
       const int64_t token = r * 3 + t;
       for (int64_t c = 0; c < d; ++c) {
         ASSERT_EQ(float_from_bf16(row[c]), in.mixed_qkv.get(token * d + c)) << "x " << c;
-      }
-      for (int64_t h = 0; h < hv; ++h) {
-        ASSERT_EQ(float_from_bf16(row[d + h]), in.a.get(token * hv + h)) << "a " << h;
-        ASSERT_EQ(float_from_bf16(row[d + hv + h]), in.b.get(token * hv + h)) << "b " << h;
       }
     }
   }

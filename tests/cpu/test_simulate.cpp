@@ -37,7 +37,17 @@ constexpr int64_t kTinyLayers = 2;
 constexpr int64_t kTinyConvLayer = 64 * 3 * 4;                       // conv_dim x (W-1) x f32
 constexpr int64_t kTinySsmLayer = 2 * 16 * 16 * 4;                   // HV x V x K x f32
 constexpr int64_t kTinyStateLayer = kTinyConvLayer + kTinySsmLayer;  // 2816
-constexpr int64_t kTinyRecord = (64 + 2 * 2) * 4;                    // (conv_dim + 2 HV) x f32
+// Replay v2 records of one token and layer (DESIGN.md section 4): the conv record is the token's
+// conv input, conv_dim x f32; the factor record is kernels::gdn_factor_layout's: u f32 [HV][V]
+// at 0, e^g f32 [HV] at 128, kf f32 [H] at 136, then k f32 [H][K] at 144 (140 padded to 16 B),
+// 208 in all (a multiple of 16: no tail padding).
+constexpr int64_t kTinyConvRecord = 64 * 4;                           // conv_dim x f32 = 256
+constexpr int64_t kTinyFactorRecord = 2 * 16 * 4                      // u
+                                      + 2 * 4                         // e^g
+                                      + 1 * 4                         // kf
+                                      + 4                             // padding: k starts at 144
+                                      + 1 * 16 * 4;                   // k; 208
+constexpr int64_t kTinyRecord = kTinyConvRecord + kTinyFactorRecord;  // 464
 
 GdnConfig tiny_gdn() {
   GdnConfig g;
@@ -49,9 +59,12 @@ GdnConfig tiny_gdn() {
   return g;
 }
 
-// Replay workspace of the tiny preset: records, a pending count per layer and slot, the path.
+// Replay workspace of the tiny preset, per slot: in every layer the conv records of a window,
+// a ring of R = 2 x window factor records (the pool's default replay_ring), a pending count and a
+// cursor (base, h) (3 x int32); and the path (an int32 per window token).
 int64_t tiny_replay_workspace(int64_t slots, int64_t window) {
-  return kTinyLayers * slots * window * kTinyRecord + kTinyLayers * slots * 4 + slots * window * 4;
+  return slots * (kTinyLayers * (window * kTinyConvRecord + 2 * window * kTinyFactorRecord + 12) +
+                  window * 4);
 }
 // Snapshot workspace: the state after every window token, per row and layer.
 int64_t tiny_snapshot_workspace(int64_t rows, int64_t window) {
@@ -161,8 +174,10 @@ TEST(Simulate, ReplayReportMemoryAndBytesModel) {
   EXPECT_EQ(report["options"]["strategy"].get<std::string>(), "replay");
   const auto& mem = report["memory"];
   EXPECT_EQ(mem["committed_bytes"].get<int64_t>(), 3 * kTinyLayers * kTinyStateLayer);
-  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), tiny_replay_workspace(3, 4));  // 6,600
-  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), 6600);
+  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), tiny_replay_workspace(3, 4));  // 16,248
+  // 3 slots x (2 layers x (4 conv records + R = 8 factor records + 12 B of counts) + 4 path
+  // entries).
+  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), 3 * (2 * (4 * 256 + 8 * 208 + 12) + 4 * 4));
   EXPECT_EQ(mem["records_bytes_per_slot"].get<int64_t>(), tiny_replay_workspace(1, 4));
   EXPECT_EQ(mem["scratch_bytes_per_row"].get<int64_t>(), 0);
   PoolOptions po;
@@ -172,18 +187,24 @@ TEST(Simulate, ReplayReportMemoryAndBytesModel) {
   po.strategy = Strategy::kReplay;
   const StatePool pool(ModelConfig::gated_delta_net(2, tiny_gdn()), po);
   EXPECT_EQ(pool.workspace_bytes(), tiny_replay_workspace(3, 4));
-  // Every round: 3 live rows read + write the state once per layer and write 4 records per
-  // layer; from round 1 on they also read back the 2 records of the steps the last commit left.
-  const int64_t base = 3 * kTinyLayers * (2 * kTinyStateLayer + 4 * kTinyRecord);
+  // Replay v2 (DESIGN.md sections 6 and 8), R = 2T = 8, so a verify folds iff h > R - 2T = 0.
+  // Every round the 3 live rows read their checkpoint (conv window + SSM state) once per layer
+  // and write the window's 4 records (conv + factor) per layer. Round 0 has h = 0 and no pending
+  // conv steps: no fold, nothing else. From round 1 on each row has h = 2 (the last commit's
+  // a = 2): it reads back 2 history factor records and 2 pending conv records, and writes the
+  // conv window (after its pending steps) and the SSM checkpoint (the fold).
+  const int64_t base = 3 * kTinyLayers * (kTinyStateLayer + 4 * kTinyRecord);
   ASSERT_EQ(report["rounds"].size(), 5u);
   for (std::size_t r = 0; r < 5; ++r) {
     SCOPED_TRACE("round " + std::to_string(r));
-    const int64_t replayed = r == 0 ? 0 : 3 * 2;
+    const int64_t replayed = r == 0 ? 0 : 3 * 2;  // history = pending conv records, all rows
+    const int64_t folded = r == 0 ? 0 : 3;        // rows writing their checkpoint
     EXPECT_EQ(report["rounds"][r]["verify_bytes"].get<int64_t>(),
-              base + replayed * kTinyLayers * kTinyRecord);
+              base + replayed * kTinyLayers * kTinyRecord + folded * kTinyLayers * kTinyStateLayer);
     EXPECT_EQ(report["rounds"][r]["commit_bytes"].get<int64_t>(), 0);
   }
-  // The last commit's steps are re-run by the final materialize.
+  // The last commit's steps (h = 2 per slot) are applied by the final materialize: per slot and
+  // layer the state read and written once and 2 factor + 2 conv records read.
   EXPECT_EQ(report["bytes"]["materialize_bytes"].get<int64_t>(),
             3 * kTinyLayers * 2 * kTinyStateLayer + 3 * 2 * kTinyLayers * kTinyRecord);
   EXPECT_GE(report["timing"]["materialize_seconds"].get<double>(), 0.0);
