@@ -474,6 +474,11 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
   const int hv = blockIdx.y;
   // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
   const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
+  // The layer's gate parameters: written by nobody in the round and independent of the slot, so
+  // their loads are issued first (their latency overlaps the slot's and the state's).
+  const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
+  const float dt_bias =
+      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
   // Row j's state at head_off + row_off(j) (a slot's or a snapshot's head block).
   const int64_t head_off = int64_t{hv} * V * K;
   const auto row_off = [&](int j) { return int64_t{rows.ok[j] ? rows.v[j] : 0} * K; };
@@ -561,9 +566,7 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
   grid_dependency_wait();
   if (p.tokens == 0) return;  // materialize: history only
 
-  const float A = p.A_log ? -expf(load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride)) : 0.0f;
-  const float dt_bias =
-      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
+  const float A = p.A_log ? -expf(a_log) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
   // A tree without snapshots recomputes a branch's start state from the row's start state.
   const bool recompute = kReplay && kTree && p.parents != nullptr && p.snap == nullptr;

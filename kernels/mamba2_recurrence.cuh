@@ -50,7 +50,8 @@ template <typename Act, int N, int kChunk>
 __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
                                              const Mamba2RecurrenceParams& p, int64_t tok0, int h,
                                              int c0, int n, float A, float dt_bias,
-                                             const Mamba2FactorSink& sink, int off = 0) {
+                                             const Mamba2FactorSink& sink, int off = 0,
+                                             bool wait_async = false) {
   const int tid = threadIdx.x;
   const int P = p.head_dim;
   const int g = h / (p.num_heads / p.n_groups);
@@ -81,6 +82,8 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
       reinterpret_cast<float*>(rec + p.f_dA)[h] = dA;
     }
   }
+  // History records prefetched with cp.async (mamba2_prefetch_history) land before the barrier.
+  if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
   for (int i = tid; i < n * N; i += kMamba2Threads) {
     const int tt = i / N, k = i % N;
@@ -116,11 +119,84 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
   __syncthreads();
 }
 
+// Raw history records in shared memory (replay, a chain whose history and window fit one
+// chunk): B of the head's group and x of this CTA's channels as the records hold them (act
+// dtype), dt; dA goes to the chunk. Copied with cp.async before the wait for the conv kernel.
+template <typename Act, int N, int kChunk>
+struct Mamba2RawHistory {
+  __align__(16) Act B[kChunk][N];
+  __align__(16) Act x[kChunk][mamba2_rows<N>()];
+  float dt[kChunk];
+};
+
+template <int kBytes>
+__device__ __forceinline__ void mamba2_cp_async(void* smem, const void* gmem) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(gmem), "n"(kBytes)
+                 : "memory");
+  }
+}
+
+// Starts copying history records [0, n) of a slot (record i at ring position (base + i) mod R)
+// into shared memory with cp.async, issued before the wait for the conv kernel so that their
+// latency overlaps the state load (as gdn_prefetch_history). The copies complete at
+// mamba2_stage(..., wait_async = true); mamba2_apply_raw applies them.
+template <typename Act, int N, int kChunk>
+__device__ __forceinline__ void mamba2_prefetch_history(Mamba2RawHistory<Act, N, kChunk>& hr,
+                                                        Mamba2Chunk<N, kChunk>& c,
+                                                        const Mamba2RecurrenceParams& p,
+                                                        const char* ring, int base, int h, int n) {
+  constexpr int kRows = mamba2_rows<N>();
+  static_assert((N * sizeof(Act)) % 16 == 0, "16-byte copies of B");
+  constexpr int kBParts = static_cast<int>(N * sizeof(Act) / 16);
+  const int tid = threadIdx.x;
+  const int P = p.head_dim;
+  const int g = h / (p.num_heads / p.n_groups);
+  const int ch0 = blockIdx.x * kRows;
+  const auto record = [&](int tt) {
+    int pos = base + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kBParts; i += kMamba2Threads) {
+    const int tt = i / kBParts, part = i % kBParts;
+    mamba2_cp_async<16>(reinterpret_cast<char*>(&hr.B[tt][0]) + part * 16,
+                        record(tt) + p.f_B + int64_t{g} * N * sizeof(Act) + part * 16);
+  }
+  // x of this CTA's channels: 16-byte copies where the run is aligned and whole, else plain
+  // loads (channels past P read as zero).
+  constexpr int kXBytes = static_cast<int>(kRows * sizeof(Act));
+  const bool x_vec = kXBytes % 16 == 0 && ch0 + kRows <= P &&
+                     ((int64_t{h} * P + ch0) * static_cast<int64_t>(sizeof(Act))) % 16 == 0;
+  if (x_vec) {
+    constexpr int kXParts = kXBytes / 16;
+    for (int i = tid; i < n * kXParts; i += kMamba2Threads) {
+      const int tt = i / kXParts, part = i % kXParts;
+      mamba2_cp_async<16>(reinterpret_cast<char*>(&hr.x[tt][0]) + part * 16,
+                          record(tt) + p.f_x + (int64_t{h} * P + ch0) * sizeof(Act) + part * 16);
+    }
+  } else {
+    for (int i = tid; i < n * kRows; i += kMamba2Threads) {
+      const int tt = i / kRows, r = i % kRows;
+      const Act* x = reinterpret_cast<const Act*>(record(tt) + p.f_x) + int64_t{h} * P + ch0 + r;
+      hr.x[tt][r] = ch0 + r < P ? *x : from_float<Act>(0.0f);
+    }
+  }
+  for (int tt = tid; tt < n; tt += kMamba2Threads) {
+    mamba2_cp_async<4>(&hr.dt[tt], record(tt) + p.f_dt + int64_t{h} * 4);
+    mamba2_cp_async<4>(&c.dA[tt], record(tt) + p.f_dA + int64_t{h} * 4);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
 // Stages history factor records [c0, c0 + n) of a slot (record i at ring position
 // (base + i) mod R): dB = B * dt and dA as the step computed them, and x of this CTA's channels.
 // Vectorised as the GDN history (8 elements of B, or of x, per thread). Ends with
 // __syncthreads().
-template <typename Act, int N, int kChunk, bool kSync = true>
+template <typename Act, int N, int kChunk>
 __device__ __forceinline__ void mamba2_stage_history(Mamba2Chunk<N, kChunk>& c,
                                                      const Mamba2RecurrenceParams& p,
                                                      const char* ring, int base, int h, int c0,
@@ -166,7 +242,7 @@ __device__ __forceinline__ void mamba2_stage_history(Mamba2Chunk<N, kChunk>& c,
   for (int tt = tid; tt < n; tt += kMamba2Threads) {
     c.dA[tt] = reinterpret_cast<const float*>(record(tt) + p.f_dA)[h];
   }
-  if constexpr (kSync) __syncthreads();
+  __syncthreads();
 }
 
 // One token step on this thread's slice of the state (staged token tt); returns y for its
@@ -200,6 +276,34 @@ __device__ __forceinline__ float mamba2_step(float4 (&S)[N / (4 * mamba2_lanes<N
   return acc;
 }
 
+// Applies prefetched history record tt (mamba2_prefetch_history) to this thread's slice of the
+// state: dB = B * dt and x as mamba2_stage_history stages them, the same multiply-add as
+// mamba2_step (bit-identical).
+template <typename Act, typename St, int N, int kChunk>
+__device__ __forceinline__ void mamba2_apply_raw(float4 (&S)[N / (4 * mamba2_lanes<N>())],
+                                                 const Mamba2RawHistory<Act, N, kChunk>& hr,
+                                                 const Mamba2Chunk<N, kChunk>& c, int tt, int kl,
+                                                 int r) {
+  constexpr int LANES = mamba2_lanes<N>();
+  constexpr int NK = N / (4 * LANES);
+  const float dA = c.dA[tt];
+  const float dt = hr.dt[tt];
+  const float xp = to_float<Act>(hr.x[tt][r]);
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    const int n = i * 4 * LANES + kl * 4;
+    float4 b = load4<Act>(&hr.B[tt][n]);
+    b.x *= dt;
+    b.y *= dt;
+    b.z *= dt;
+    b.w *= dt;
+    S[i].x = round_to<St>(fmaf(b.x, xp, S[i].x * dA));
+    S[i].y = round_to<St>(fmaf(b.y, xp, S[i].y * dA));
+    S[i].z = round_to<St>(fmaf(b.z, xp, S[i].z * dA));
+    S[i].w = round_to<St>(fmaf(b.w, xp, S[i].w * dA));
+  }
+}
+
 template <typename St, int NK, int LANES>
 __device__ __forceinline__ void mamba2_store(St* dst, const float4 (&S)[NK], int kl, bool stream) {
 #pragma unroll
@@ -230,6 +334,13 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   static_assert(NK >= 1 && N % (4 * LANES) == 0, "N must be 16 or a multiple of 32");
   constexpr int kRows = mamba2_rows<N>();
   __shared__ Mamba2Chunk<N, kChunk> chunk;
+  // Merged history records (replay chains), as the records hold them; not where the static
+  // shared memory would pass 48 KiB (N = 256 with f32 activations): there the history is staged
+  // before the wait in a chunk of its own.
+  constexpr bool kMerge =
+      kReplay && !kTree &&
+      sizeof(Mamba2Chunk<N, kChunk>) + sizeof(Mamba2RawHistory<Act, N, kChunk>) <= 44 * 1024;
+  __shared__ Mamba2RawHistory<Act, N, kMerge ? kChunk : 1> hist_raw;
   // A tree without snapshots restarts branches from the row's start state (post history): in
   // shared memory, or in registers for N = 256 (the chunk fills shared memory there).
   constexpr bool kStartInRegs = N > 128;
@@ -245,8 +356,14 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   const int h = blockIdx.y;
   const int rr = blockIdx.z;
   const int row = p.row_begin + rr;
+  // The layer's gate parameters: written by nobody in the round and independent of the slot, so
+  // their loads are issued first (their latency overlaps the slot's and the state's).
+  const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, h * p.a_log_stride) : 0.0f;
+  const float dt_bias =
+      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride) : 0.0f;
+  const float D = p.d_skip && p.D ? load_any(p.D, p.d_dtype, h * p.d_stride) : 0.0f;
   const int slot = p.slots ? p.slots[row] : p.slot_inline[rr];
-  if (slot < 0) return;  // padding row: nothing read, nothing written (uniform over the CTA)
+  if (slot < 0) return;  // padding row: no state read, nothing written (uniform over the CTA)
   const int64_t head_off = (int64_t{h} * P + (ok ? ch : 0)) * N;
   St* committed = static_cast<St*>(p.state) + slot * p.state_stride_slot + head_off;
   float4 S[NK];
@@ -255,25 +372,29 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   // Replay history (DESIGN.md section 6), before the wait for the conv grid (nothing of it is
   // written by the conv kernel).
   int wpos = 0;
-  // A chain whose history and window fit one chunk stages both at once after the wait (as the
-  // GDN recurrence does).
-  int merged_hist = 0, merged_base = 0;
+  // A chain whose history and window fit one chunk copies its history records into shared memory
+  // now (cp.async) and applies them after the wait, staged with the window (one prologue and one
+  // barrier pair, as the GDN recurrence does).
+  int merged_hist = 0;
   bool merged_store = false;
   if constexpr (kReplay) {
     if (p.cursor != nullptr) {
       const int base = p.cursor[2 * slot];
       int hist = p.cursor[2 * slot + 1];
-      wpos = (base + hist) % p.ring;
+      wpos = base + hist;  // base < R and hist < R
+      if (wpos >= p.ring) wpos -= p.ring;
       const bool folds = p.fold && hist > p.fold_limit;
       if (p.settled && folds) hist = 0;
       const char* ring = p.factors + slot * p.factor_stride_slot;
       const int count = row_tokens(p.varlen, row, p.tokens).count;
       const bool store = p.fold ? folds && !p.settled
                                 : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
-      if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
+      if (kMerge && p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
         merged_hist = hist;
-        merged_base = base;
         merged_store = store;
+        if constexpr (kMerge) {
+          mamba2_prefetch_history<Act, N, kChunk>(hist_raw, chunk, p, ring, base, h, hist);
+        }
         hist = 0;
       }
       for (int c0 = 0; c0 < hist; c0 += kChunk) {
@@ -289,11 +410,8 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
   // The conv outputs are read only after the preceding conv grid completed.
   grid_dependency_wait();
   if (p.tokens == 0) return;  // materialize: history only
+  const float A = p.A_log ? -expf(a_log) : 0.0f;
 
-  const float A = p.A_log ? -expf(load_any(p.A_log, p.a_log_dtype, h * p.a_log_stride)) : 0.0f;
-  const float dt_bias =
-      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride) : 0.0f;
-  const float D = p.d_skip && p.D ? load_any(p.D, p.d_dtype, h * p.d_stride) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
   St* snap_row = p.snap ? static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off : nullptr;
   const bool recompute = kReplay && kTree && p.parents != nullptr && p.snap == nullptr;
@@ -323,13 +441,13 @@ __global__ void __launch_bounds__(kMamba2Threads, N <= 128 ? 8 : 4)
     // A tree without snapshots needs its whole window in one chunk (tokens <= kChunk).
     const int m = min(kChunk, rt.count - c0);
     const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
-    if (off > 0) {
-      mamba2_stage_history<Act, N, kChunk, false>(chunk, p, p.factors + slot * p.factor_stride_slot,
-                                                  merged_base, h, 0, off);
+    mamba2_stage<Act, N, kChunk>(chunk, p, row_token0, h, c0, m, A, dt_bias, sink, off, off > 0);
+    if constexpr (kMerge) {
+      for (int tt = 0; tt < off; ++tt) {
+        mamba2_apply_raw<Act, St, N, kChunk>(S, hist_raw, chunk, tt, kl, r);
+      }
     }
-    mamba2_stage<Act, N, kChunk>(chunk, p, row_token0, h, c0, m, A, dt_bias, sink, off);
     if (off > 0) {
-      for (int tt = 0; tt < off; ++tt) mamba2_step<St, N, kChunk, false>(S, chunk, tt, kl, r);
       if (merged_store && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
     }
     for (int tt = 0; tt < m; ++tt) {
