@@ -116,7 +116,7 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
                       std::to_string(2 * int64_t{options.max_window}));
     }
     const int64_t ring =
-        options.replay_ring > 0 ? options.replay_ring : 2 * int64_t{options.max_window};
+        options.replay_ring > 0 ? options.replay_ring : default_replay_ring(options.max_window);
     if (ring > std::numeric_limits<int32_t>::max() / 2) {
       throw Error(Status::kInvalidArgument, std::string(fn) +
                                                 ": options.replay_ring = " + std::to_string(ring) +
@@ -153,3 +153,11 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
 }
 
 }  // namespace specstate::detail
+
+namespace specstate {
+
+int64_t default_replay_ring(int64_t max_window) noexcept {
+  return std::max<int64_t>(2 * max_window, 6);
+}
+
+}  // namespace specstate

@@ -186,8 +186,7 @@ StateBytes state_bytes(const ModelConfig& config, int window) {
     record_cols = out.conv_dim;
     act_size = static_cast<int64_t>(dtype_size(g.act_dtype));
     const int64_t k_off = round16(4 * (hv * g.head_v_dim + hv + g.num_k_heads));
-    out.factor_record_per_token =
-        round16(k_off + act_size * int64_t{g.num_k_heads} * g.head_k_dim);
+    out.factor_record_per_token = round16(k_off + act_size * int64_t{g.num_k_heads} * g.head_k_dim);
   }
   out.conv_per_layer = mul_checked(mul_checked(out.conv_dim, conv_cols, "conv_per_layer"),
                                    conv_size, "conv_per_layer");
@@ -199,12 +198,12 @@ StateBytes state_bytes(const ModelConfig& config, int window) {
   out.conv_record_per_token = mul_checked(record_cols, act_size, "record_per_token");
   out.record_per_token =
       add_checked(out.conv_record_per_token, out.factor_record_per_token, "record_per_token");
-  out.ring = 2 * window;
-  const int64_t per_layer =
-      add_checked(add_checked(mul_checked(window, out.conv_record_per_token, "records_per_slot"),
-                              mul_checked(out.ring, out.factor_record_per_token, "records_per_slot"),
-                              "records_per_slot"),
-                  12, "records_per_slot");
+  out.ring = default_replay_ring(window);
+  const int64_t per_layer = add_checked(
+      add_checked(mul_checked(window, out.conv_record_per_token, "records_per_slot"),
+                  mul_checked(out.ring, out.factor_record_per_token, "records_per_slot"),
+                  "records_per_slot"),
+      12, "records_per_slot");
   out.records_per_slot = add_checked(mul_checked(layers, per_layer, "records_per_slot"),
                                      int64_t{window} * 4, "records_per_slot");
   return out;

@@ -142,6 +142,9 @@ enum class Strategy : int32_t { kSnapshot = 0, kReplay = 1 };
 const char* backend_name(Backend backend) noexcept;
 const char* strategy_name(Strategy strategy) noexcept;
 
+// The replay ring R a pool gets for PoolOptions::replay_ring = 0 (see there).
+int64_t default_replay_ring(int64_t max_window) noexcept;
+
 struct PoolOptions {
   int num_slots = 1;   // requests whose committed state the pool holds
   int max_rows = 1;    // largest verify batch (rows, padding included)
@@ -151,8 +154,11 @@ struct PoolOptions {
   // Replay only: R, the factor records each slot and layer keeps (DESIGN.md section 6). A verify
   // folds (writes the checkpoint) when the slot's history exceeds R - 2 * max_window, so a larger
   // R writes the state less often but applies longer histories and costs R records of memory.
-  // 0: the default, 2 * max_window (a fold at every verify that has history; measured fastest on
-  // the H200, where the verify is issue-bound: docs/cuda.md). Must be 0 or >= 2 * max_window.
+  // 0: the default, default_replay_ring(max_window) = max(2 * max_window, 6): from T = 3 on a
+  // fold at every verify that has history; at T <= 2 one every other round or so. Measured
+  // fastest on the H200 (docs/cuda.md: R = 2T at T = 4 and 8, where the verify is issue-bound
+  // and longer histories cost more than the writes they save; R = 6 at T = 2, where a fold per
+  // round is the larger cost). Must be 0 or >= 2 * max_window.
   int replay_ring = 0;
   int device = 0;          // CUDA device ordinal (kCuda only)
   void* stream = nullptr;  // cudaStream_t the pool's work runs on (kCuda only; null = default)

@@ -148,7 +148,7 @@ struct World {
     check(cudaStreamSynchronize(stream), "replay pool");
     return *rpool;
   }
-  int ring_of(int T) const { return ring > 0 ? ring : 2 * T; }
+  int ring_of(int T) const { return ring > 0 ? ring : static_cast<int>(default_replay_ring(T)); }
 
   static World& get() {
     static World world;

@@ -45,6 +45,26 @@ TEST(Replay, RecordsAndCursorsAreUnderTwentyPercentOfTheCommittedStateAtQwen3Nex
   EXPECT_EQ(reference.workspace_bytes(), 4 * pool.committed_bytes());  // T states per row
 }
 
+TEST(Replay, DefaultRingIsTwoWindowsAndAtLeastSix) {
+  EXPECT_EQ(default_replay_ring(1), 6);
+  EXPECT_EQ(default_replay_ring(2), 6);
+  EXPECT_EQ(default_replay_ring(3), 6);
+  EXPECT_EQ(default_replay_ring(4), 8);
+  EXPECT_EQ(default_replay_ring(8), 16);
+  // A pool with replay_ring = 0 has exactly the records of an explicit default ring, at T = 2
+  // (R = 6, not 2T = 4) and T = 4 (R = 8).
+  const ModelConfig m = ModelConfig::gated_delta_net(2, gdn_preset("small_f32"));
+  for (int T : {2, 4}) {
+    PoolOptions def = replay_options(2, 2, T), explicit_ring = def, two_t = def;
+    explicit_ring.replay_ring = static_cast<int>(default_replay_ring(T));
+    two_t.replay_ring = 2 * T;
+    const int64_t w = StatePool(m, def).workspace_bytes();
+    EXPECT_EQ(w, StatePool(m, explicit_ring).workspace_bytes()) << "T = " << T;
+    if (T == 2) EXPECT_GT(w, StatePool(m, two_t).workspace_bytes());
+    if (T == 4) EXPECT_EQ(w, StatePool(m, two_t).workspace_bytes());
+  }
+}
+
 TEST(Replay, RingShorterThanTwoWindowsIsRejectedNamingIt) {
   const ModelConfig m = ModelConfig::gated_delta_net(1, gdn_preset("small_f32"));
   for (int ring : {-1, 1, 7}) {

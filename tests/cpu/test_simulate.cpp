@@ -60,11 +60,12 @@ GdnConfig tiny_gdn() {
 }
 
 // Replay workspace of the tiny preset, per slot: in every layer the conv records of a window,
-// a ring of R = 2 x window factor records (the pool's default replay_ring), a pending count and a
-// cursor (base, h) (3 x int32); and the path (an int32 per window token).
+// a ring of R = default_replay_ring(window) factor records (the pool's default), a pending
+// count and a cursor (base, h) (3 x int32); and the path (an int32 per window token).
 int64_t tiny_replay_workspace(int64_t slots, int64_t window) {
-  return slots * (kTinyLayers * (window * kTinyConvRecord + 2 * window * kTinyFactorRecord + 12) +
-                  window * 4);
+  const int64_t ring = default_replay_ring(window);
+  return slots *
+         (kTinyLayers * (window * kTinyConvRecord + ring * kTinyFactorRecord + 12) + window * 4);
 }
 // Snapshot workspace: the state after every window token, per row and layer.
 int64_t tiny_snapshot_workspace(int64_t rows, int64_t window) {
