@@ -42,6 +42,19 @@ __device__ __forceinline__ float round_to(float v) {
   return to_float<T>(from_float<T>(v));
 }
 
+// An asynchronous copy of kBytes (4, 8 or 16) from global to shared memory (cp.async; 16 bytes
+// bypass L1). Completes at cp.async.wait_all after cp.async.commit_group.
+template <int kBytes>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(gmem), "n"(kBytes)
+                 : "memory");
+  }
+}
+
 // A scalar of run-time dtype (weights, gate parameters: small, cached, any float dtype).
 __device__ __forceinline__ float load_any(const void* p, ElemType t, int64_t i) {
   return t == ElemType::kBF16 ? __bfloat162float(static_cast<const bf16*>(p)[i])

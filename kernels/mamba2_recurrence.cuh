@@ -129,17 +129,6 @@ struct Mamba2RawHistory {
   float dt[kChunk];
 };
 
-template <int kBytes>
-__device__ __forceinline__ void mamba2_cp_async(void* smem, const void* gmem) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem) : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(gmem), "n"(kBytes)
-                 : "memory");
-  }
-}
-
 // Starts copying history records [0, n) of a slot (record i at ring position (base + i) mod R)
 // into shared memory with cp.async, issued before the wait for the conv kernel so that their
 // latency overlaps the state load (as gdn_prefetch_history). The copies complete at
@@ -163,8 +152,8 @@ __device__ __forceinline__ void mamba2_prefetch_history(Mamba2RawHistory<Act, N,
   };
   for (int i = tid; i < n * kBParts; i += kMamba2Threads) {
     const int tt = i / kBParts, part = i % kBParts;
-    mamba2_cp_async<16>(reinterpret_cast<char*>(&hr.B[tt][0]) + part * 16,
-                        record(tt) + p.f_B + int64_t{g} * N * sizeof(Act) + part * 16);
+    cp_async<16>(reinterpret_cast<char*>(&hr.B[tt][0]) + part * 16,
+                 record(tt) + p.f_B + int64_t{g} * N * sizeof(Act) + part * 16);
   }
   // x of this CTA's channels: 16-byte copies where the run is aligned and whole, else plain
   // loads (channels past P read as zero).
@@ -175,8 +164,8 @@ __device__ __forceinline__ void mamba2_prefetch_history(Mamba2RawHistory<Act, N,
     constexpr int kXParts = kXBytes / 16;
     for (int i = tid; i < n * kXParts; i += kMamba2Threads) {
       const int tt = i / kXParts, part = i % kXParts;
-      mamba2_cp_async<16>(reinterpret_cast<char*>(&hr.x[tt][0]) + part * 16,
-                          record(tt) + p.f_x + (int64_t{h} * P + ch0) * sizeof(Act) + part * 16);
+      cp_async<16>(reinterpret_cast<char*>(&hr.x[tt][0]) + part * 16,
+                   record(tt) + p.f_x + (int64_t{h} * P + ch0) * sizeof(Act) + part * 16);
     }
   } else {
     for (int i = tid; i < n * kRows; i += kMamba2Threads) {
@@ -186,8 +175,8 @@ __device__ __forceinline__ void mamba2_prefetch_history(Mamba2RawHistory<Act, N,
     }
   }
   for (int tt = tid; tt < n; tt += kMamba2Threads) {
-    mamba2_cp_async<4>(&hr.dt[tt], record(tt) + p.f_dt + int64_t{h} * 4);
-    mamba2_cp_async<4>(&c.dA[tt], record(tt) + p.f_dA + int64_t{h} * 4);
+    cp_async<4>(&hr.dt[tt], record(tt) + p.f_dt + int64_t{h} * 4);
+    cp_async<4>(&c.dA[tt], record(tt) + p.f_dA + int64_t{h} * 4);
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
 }

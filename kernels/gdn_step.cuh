@@ -1,0 +1,414 @@
+// The GDN token step of the CUDA backend, shared by every launch of gdn_recurrence_kernel
+// (decode, prefill, verify of both strategies): the staging of a chunk of tokens in shared
+// memory, the replay history records (staged or prefetched with cp.async), the state update of
+// one token (gdn_update, also the history records' application) and the step itself.
+// DESIGN.md section 3, GDN step:
+//   q~ = q / sqrt(sum q^2 + 1e-6) * scale;  k^ = k / sqrt(sum k^2 + 1e-6)
+//   g = -exp(A_log) softplus(a + dt_bias);  beta = sigmoid(b)
+//   S = e^g S;  u = beta (v - S k^);  S += u k^T;  o = S q~
+// computed as  sk = S k^, sq = S q~ (old S), u = beta (v - e^g sk), S = e^g S + u k^T,
+// o = e^g sq + u (k^ . q~): one pass over S per token.
+//
+// Work split: a CTA owns 4 * 32/LANES rows of V for one (row, value head) and all K columns. A
+// warp holds 32/LANES V rows; the LANES lanes of a V row hold K/LANES columns each as float4 at
+// k = i*4*LANES + lane%LANES*4, so every 16-byte store of a warp covers whole 128-byte lines.
+// LANES = 8: 16 state floats per thread, 8 CTAs per SM. The state stays in registers across the
+// window; each token's state is stored once (snapshot) with vector stores. Rows of S are
+// independent in the delta rule given k^, q~, so splitting V over CTAs needs no communication.
+#pragma once
+
+#include "common.cuh"
+#include "gdn_recurrence.h"
+
+namespace specstate::kernels {
+
+inline constexpr int kGdnThreads = 128;
+
+template <int LANES>
+__host__ __device__ constexpr int gdn_rows_per_cta() {
+  return kGdnThreads / LANES;
+}
+
+// Shared-memory staging of a chunk of tokens: normalised q~ and k^, the gates, k^.q~ and this
+// CTA's v rows.
+template <int K, int kRows, int kChunk>
+struct GdnChunk {
+  __align__(16) float q[kChunk][K];
+  __align__(16) float k[kChunk][K];
+  float eg[kChunk];
+  float beta[kChunk];
+  float kq[kChunk];
+  __align__(16) float v[kChunk][kRows];
+};
+
+// KQ consecutive elements (16-byte aligned run start) as one vector load where it fits.
+template <typename Act, int KQ>
+__device__ __forceinline__ void load_lane_elems(const Act* p, float (&out)[KQ]) {
+  if constexpr (KQ == 4) {
+    const float4 v = load4<Act>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < KQ; ++i) out[i] = to_float<Act>(p[i]);
+  }
+}
+
+// A row's window inputs for one CTA, resolved once per row: token t's q and k of key head h at
+// q + t * st, k + t * st (channel stride sc), this CTA's first v row at v + t * st, the gates of
+// value head hv at a + t * a_st, b + t * b_st. `vec`: q and k of every token are 16-byte aligned
+// runs (sc == 1), loaded as vectors.
+template <typename Act>
+struct GdnRowInputs {
+  const Act* q;
+  const Act* k;
+  const Act* v;
+  const Act* a;
+  const Act* b;
+  int64_t st, sc, a_st, b_st;
+  int v_rows;  // rows of this CTA inside V
+  bool vec;
+};
+
+template <typename Act, int K, int kRows>
+__device__ __forceinline__ GdnRowInputs<Act> gdn_row_inputs(const GdnRecurrenceParams& p,
+                                                            int64_t tok0, int h, int hv) {
+  GdnRowInputs<Act> in;
+  in.st = p.qkv_stride_token;
+  in.sc = p.qkv_stride_c;
+  const Act* row = static_cast<const Act*>(p.qkv) + tok0 * in.st;
+  in.q = row + int64_t{h} * K * in.sc;
+  in.k = row + (int64_t{p.num_k_heads} + h) * K * in.sc;
+  const int v0 = blockIdx.x * kRows;
+  in.v = row + (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * p.head_v_dim + v0) * in.sc;
+  in.v_rows = min(kRows, p.head_v_dim - v0);
+  in.a_st = p.a_stride_token;
+  in.b_st = p.b_stride_token;
+  in.a = static_cast<const Act*>(p.a) + tok0 * in.a_st + hv * p.a_stride_h;
+  in.b = static_cast<const Act*>(p.b) + tok0 * in.b_st + hv * p.b_stride_h;
+  in.vec = in.sc == 1 && aligned16(in.q) && aligned16(in.k) &&
+           (in.st * static_cast<int64_t>(sizeof(Act))) % 16 == 0;
+  return in;
+}
+
+// Where a row's factor records go (replay): the slot's ring, window token t at ring position
+// (wpos + t) % R; `k_writer`: this CTA writes the key head's k and kf, `eg_writer` e^g.
+struct GdnFactorSink {
+  char* ring = nullptr;  // the slot's records, or null: none written
+  int wpos = 0;
+  bool k_writer = false;
+  bool eg_writer = false;
+  __device__ __forceinline__ char* record(const GdnRecurrenceParams& p, int t) const {
+    int pos = wpos + t;  // wpos < R and the window fits the ring
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  }
+};
+
+// Stages window tokens [c0, c0 + n) of the row for value head hv (key head h) at chunk slots
+// off + i; writes their factor records' k, kf and e^g when `sink` says so. The gates are one
+// token per thread; q and k are normalised one token per warp. Every thread of the CTA calls it;
+// it ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
+                                          const GdnRecurrenceParams& p, const GdnRowInputs<Act>& in,
+                                          int h, int hv, int c0, int n, float A, float dt_bias,
+                                          const GdnFactorSink& sink, int off = 0,
+                                          bool wait_async = false) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
+  for (int i = tid; i < n * kRows; i += kGdnThreads) {
+    const int tt = i / kRows, r = i % kRows;
+    c.v[off + tt][r] = r < in.v_rows ? to_float<Act>(in.v[(c0 + tt) * in.st + r * in.sc]) : 0.0f;
+  }
+  // The gates, one token per thread.
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    const int64_t t = c0 + tt;
+    const float eg = expf(A * softplus(to_float<Act>(in.a[t * in.a_st]) + dt_bias));
+    c.eg[off + tt] = eg;
+    c.beta[off + tt] = sigmoid(to_float<Act>(in.b[t * in.b_st]));
+    if (sink.ring != nullptr && sink.eg_writer) {
+      reinterpret_cast<float*>(sink.record(p, c0 + tt) + p.f_eg)[hv] = eg;
+    }
+  }
+  // Warp w normalises q and k of tokens w, w+4, ...
+  for (int tt = warp; tt < n; tt += kGdnThreads / 32) {
+    const int64_t t = c0 + tt;
+    constexpr int KQ = K / 32;  // q/k elements per lane in the prologue
+    float qv[KQ], kv[KQ];
+    // Contiguous channels (the usual case): lane l holds elements [l*KQ, l*KQ + KQ) and loads
+    // them as one vector; otherwise element i*32 + l, strided.
+    if (in.vec) {
+      load_lane_elems<Act, KQ>(in.q + t * in.st + lane * KQ, qv);
+      load_lane_elems<Act, KQ>(in.k + t * in.st + lane * KQ, kv);
+    } else {
+#pragma unroll
+      for (int i = 0; i < KQ; ++i) {
+        qv[i] = to_float<Act>(in.q[t * in.st + (i * 32 + lane) * in.sc]);
+        kv[i] = to_float<Act>(in.k[t * in.st + (i * 32 + lane) * in.sc]);
+      }
+    }
+    float sq = 0.f, sk = 0.f;
+#pragma unroll
+    for (int i = 0; i < KQ; ++i) {
+      sq += qv[i] * qv[i];
+      sk += kv[i] * kv[i];
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      sq += __shfl_xor_sync(0xffffffffu, sq, m);
+      sk += __shfl_xor_sync(0xffffffffu, sk, m);
+    }
+    const float qf = p.scale / sqrtf(sq + 1e-6f);
+    const float kf = 1.0f / sqrtf(sk + 1e-6f);
+    char* rec = sink.ring != nullptr && sink.k_writer ? sink.record(p, c0 + tt) : nullptr;
+    float kq = 0.f;
+#pragma unroll
+    for (int i = 0; i < KQ; ++i) {
+      const float qn = qv[i] * qf, kn = kv[i] * kf;
+      const int e = in.vec ? lane * KQ + i : i * 32 + lane;
+      c.q[off + tt][e] = qn;
+      c.k[off + tt][e] = kn;
+      kq += qn * kn;
+      // The key as the step read it (exact in the act dtype); k^ = k * kf is recomputed.
+      if (rec != nullptr)
+        reinterpret_cast<Act*>(rec + p.f_k)[int64_t{h} * K + e] = from_float<Act>(kv[i]);
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) kq += __shfl_xor_sync(0xffffffffu, kq, m);
+    if (lane == 0) {
+      c.kq[off + tt] = kq;
+      if (rec != nullptr) reinterpret_cast<float*>(rec + p.f_kf)[h] = kf;
+    }
+  }
+  // History records prefetched with cp.async (gdn_prefetch_history) land before the barrier.
+  if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();
+}
+
+// Starts copying history records [0, n) of a slot (record i at ring position (base + i) mod R)
+// into shared memory with cp.async, issued before the wait for the conv kernel so that their
+// latency overlaps the state load and the window's loads: the key as the record holds it (act
+// dtype) into hk and its factor into hkf, this CTA's rows of u into c.v, e^g into c.eg. The
+// copies complete at gdn_stage(..., wait_async = true); gdn_apply_raw applies them.
+template <typename Act, int K, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>& c, Act* hk,
+                                                     float* hkf, const GdnRecurrenceParams& p,
+                                                     const char* ring, int base, int h, int hv,
+                                                     int n) {
+  static_assert((K * sizeof(Act)) % 16 == 0 && kRows % 4 == 0, "16-byte copies");
+  constexpr int kKParts = static_cast<int>(K * sizeof(Act) / 16);  // 16-byte parts of a key
+  constexpr int kUParts = kRows / 4;                               // 4-row parts of u
+  const int tid = threadIdx.x;
+  const int V = p.head_v_dim;
+  const int v0 = blockIdx.x * kRows;
+  const auto record = [&](int tt) {
+    int pos = base + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kKParts; i += kGdnThreads) {
+    const int tt = i / kKParts, part = i % kKParts;
+    cp_async<16>(reinterpret_cast<char*>(hk + tt * K) + part * 16,
+                 record(tt) + p.f_k + int64_t{h} * K * sizeof(Act) + part * 16);
+  }
+  const bool u_vec = V % 4 == 0 && v0 + kRows <= V;
+  for (int i = tid; i < n * kUParts; i += kGdnThreads) {
+    const int tt = i / kUParts, r = (i % kUParts) * 4;
+    const float* u = reinterpret_cast<const float*>(record(tt) + p.f_u) + int64_t{hv} * V + v0 + r;
+    if (u_vec) {
+      cp_async<16>(&c.v[tt][r], u);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) c.v[tt][r + j] = v0 + r + j < V ? u[j] : 0.0f;
+    }
+  }
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    cp_async<4>(&c.eg[tt], record(tt) + p.f_eg + int64_t{hv} * 4);
+    cp_async<4>(&hkf[tt], record(tt) + p.f_kf + int64_t{h} * 4);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Stages history factor records [c0, c0 + n) of a slot (record i at ring position
+// (base + i) mod R, with base < R and i < R): k^ = k * kf as the step computed it, e^g and this
+// CTA's rows of u (in the v array). Vectorised: a thread stages 8 elements of one record's key
+// (one 16-byte load of bf16, two of f32) or 4 rows of u; staging costs a few instructions per
+// record and CTA instead of one element per thread. Ends with __syncthreads().
+template <typename Act, int K, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk>& c,
+                                                  const GdnRecurrenceParams& p, const char* ring,
+                                                  int base, int h, int hv, int c0, int n) {
+  static_assert(K % 8 == 0 && kRows % 4 == 0, "vector staging");
+  constexpr int kParts = K / 8;       // 8-element parts of a key
+  constexpr int kUParts = kRows / 4;  // 4-row parts of u
+  const int tid = threadIdx.x;
+  const int V = p.head_v_dim;
+  const auto record = [&](int tt) {
+    int pos = base + c0 + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  for (int i = tid; i < n * kParts; i += kGdnThreads) {
+    const int tt = i / kParts, e = (i % kParts) * 8;
+    const char* rec = record(tt);
+    const float kf = reinterpret_cast<const float*>(rec + p.f_kf)[h];
+    float k8[8];
+    load_n<Act, 8>(reinterpret_cast<const Act*>(rec + p.f_k) + int64_t{h} * K + e, k8, true);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) k8[j] *= kf;
+    *reinterpret_cast<float4*>(&c.k[tt][e]) = make_float4(k8[0], k8[1], k8[2], k8[3]);
+    *reinterpret_cast<float4*>(&c.k[tt][e + 4]) = make_float4(k8[4], k8[5], k8[6], k8[7]);
+  }
+  const bool u_vec = V % 4 == 0;
+  for (int i = tid; i < n * kUParts; i += kGdnThreads) {
+    const int tt = i / kUParts, r = (i % kUParts) * 4, vr = blockIdx.x * kRows + r;
+    const float* u = reinterpret_cast<const float*>(record(tt) + p.f_u) + int64_t{hv} * V + vr;
+    if (u_vec && vr + 4 <= V) {
+      const float4 x = *reinterpret_cast<const float4*>(u);
+      c.v[tt][r] = x.x;
+      c.v[tt][r + 1] = x.y;
+      c.v[tt][r + 2] = x.z;
+      c.v[tt][r + 3] = x.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) c.v[tt][r + j] = vr + j < V ? u[j] : 0.0f;
+    }
+  }
+  for (int tt = tid; tt < n; tt += kGdnThreads) {
+    c.eg[tt] = reinterpret_cast<const float*>(record(tt) + p.f_eg)[hv];
+  }
+  __syncthreads();
+}
+
+// The state update of one token, S = e^g S + u k^T, one fused multiply-add per element (rounded
+// to the state dtype after the token, as decode stores it). The step and the history records'
+// application both call it: the replay strategy is bit-exact by construction.
+template <typename St, int NK>
+__device__ __forceinline__ void gdn_update(float4 (&S)[NK], const float4 (&kn)[NK], float u,
+                                           float eg) {
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    S[i].x = round_to<St>(fmaf(u, kn[i].x, eg * S[i].x));
+    S[i].y = round_to<St>(fmaf(u, kn[i].y, eg * S[i].y));
+    S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
+    S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
+  }
+}
+
+// A thread's V rows: RPT rows (row j at j * kRowsBase + vrow0 inside the CTA), each with the same
+// K columns. Every row's arithmetic is the one-row arithmetic (same order, same reduction), so
+// the result does not depend on RPT; RPT > 1 reuses each staged key and query value for RPT
+// rows (the shared-memory traffic per state element is 1/RPT).
+template <int RPT>
+struct GdnRows {
+  int vrow[RPT];  // inside the CTA (index of the staged v / u)
+  int v[RPT];     // inside the head
+  bool ok[RPT];   // v < V
+};
+
+// Applies staged history record tt to this thread's rows of S.
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_apply(float4 (&S)[RPT][K / (4 * LANES)],
+                                          const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                          const GdnRows<RPT>& rows) {
+  constexpr int NK = K / (4 * LANES);
+  float4 kn[NK];
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
+  }
+  const float eg = c.eg[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
+}
+
+// Applies prefetched history record tt (gdn_prefetch_history: the key in the act dtype and its
+// factor) to this thread's rows of S: k^ = k * kf, the product the step computed.
+template <typename Act, typename St, int K, int LANES, int RPT, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
+                                              const GdnChunk<K, kRows, kChunk>& c, const Act* hk,
+                                              const float* hkf, int tt, int kl,
+                                              const GdnRows<RPT>& rows) {
+  constexpr int NK = K / (4 * LANES);
+  const float kf = hkf[tt];
+  float4 kn[NK];
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = load4<Act>(hk + tt * K + i * 4 * LANES + kl * 4);
+    kn[i].x *= kf;
+    kn[i].y *= kf;
+    kn[i].z *= kf;
+    kn[i].w *= kf;
+  }
+  const float eg = c.eg[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
+}
+
+// One token step on this thread's rows of S (staged token tt); sets o and u (the update) of each
+// row. kOutput = false (a tree path recomputed): S q~ and the output are not computed; the state
+// update is the same arithmetic.
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true>
+__device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
+                                         const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                         const GdnRows<RPT>& rows, float (&u)[RPT],
+                                         float (&o)[RPT]) {
+  constexpr int NK = K / (4 * LANES);
+  float4 kn[NK];
+  float sk[RPT], sq[RPT];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) sk[j] = sq[j] = 0.f;
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
+    float4 qn;
+    if constexpr (kOutput) qn = *reinterpret_cast<const float4*>(&c.q[tt][i * 4 * LANES + kl * 4]);
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      const float4 s = S[j][i];
+      sk[j] += s.x * kn[i].x + s.y * kn[i].y + s.z * kn[i].z + s.w * kn[i].w;
+      if constexpr (kOutput) sq[j] += s.x * qn.x + s.y * qn.y + s.z * qn.z + s.w * qn.w;
+    }
+  }
+#pragma unroll
+  for (int m = LANES / 2; m > 0; m >>= 1) {
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      sk[j] += __shfl_xor_sync(0xffffffffu, sk[j], m);
+      if constexpr (kOutput) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], m);
+    }
+  }
+  const float eg = c.eg[tt], beta = c.beta[tt], kq = c.kq[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
+    o[j] = eg * sq[j] + u[j] * kq;
+    gdn_update<St, NK>(S[j], kn, u[j], eg);
+  }
+}
+
+template <typename St, int NK, int LANES>
+__device__ __forceinline__ void gdn_store_state(St* dst, const float4 (&S)[NK], int kl,
+                                                bool stream) {
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    if (stream) {
+      store4_stream<St>(dst + i * 4 * LANES + kl * 4, S[i]);
+    } else {
+      store4<St>(dst + i * 4 * LANES + kl * 4, S[i]);
+    }
+  }
+}
+
+template <typename St, int NK, int LANES>
+__device__ __forceinline__ void gdn_load_state(const St* src, float4 (&S)[NK], int kl, bool ok) {
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    S[i] = ok ? load4<St>(src + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+}  // namespace specstate::kernels
