@@ -38,6 +38,25 @@ inline float host_element(const TensorView& v, int64_t i) {
                                  : static_cast<const float*>(v.data)[i];
 }
 
+// Each case of `base` once per strategy: all snapshot, then all replay.
+template <typename Case>
+std::vector<Case> for_both_strategies(const std::vector<Case>& base) {
+  std::vector<Case> all;
+  for (Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
+    for (Case c : base) {
+      c.strategy = strategy;
+      all.push_back(c);
+    }
+  }
+  return all;
+}
+
+// "<name>_<strategy>": the test name of a case with a name and a strategy.
+template <typename Case>
+std::string name_and_strategy(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(info.param.name) + "_" + strategy_name(info.param.strategy);
+}
+
 struct SpecEquivalenceCase {
   bool tree = false;
   bool shared_tree = false;  // one parents array [T] for all rows

@@ -13,6 +13,7 @@
 
 #include "common/gdn_data.h"
 #include "common/speculative_equivalence.h"
+#include "common/strided_views.h"
 
 namespace specstate::test {
 namespace {
@@ -48,21 +49,11 @@ std::vector<Case> cases() {
       Case{"bf16_act_f32_ssm_tree", DType::kBF16, DType::kBF16, DType::kF32, false, true, false},
       Case{"all_bf16_chain", DType::kBF16, DType::kBF16, DType::kBF16, true, false, false},
       Case{"f32_act_bf16_conv_tree", DType::kF32, DType::kBF16, DType::kF32, true, true, false}};
-  std::vector<Case> all;
-  for (Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
-    for (Case c : base) {
-      c.strategy = strategy;
-      all.push_back(c);
-    }
-  }
-  return all;
+  return for_both_strategies(base);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, SpeculativeEquivalence, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(info.param.name) + "_" +
-                                  strategy_name(info.param.strategy);
-                         });
+                         name_and_strategy<Case>);
 
 // A tree's snapshot of node t equals the final state of a fresh run over the path root..t.
 TEST(TreeSnapshots, EachNodeSnapshotEqualsAFreshRunOverItsPath) {
@@ -114,48 +105,26 @@ TEST(VerifyPurity, CommittedStateUnchangedAndVerifyRepeatable) {
 
 // Strided caller views (rows of a wider buffer) give bit-identical results to contiguous ones.
 TEST(StridedViews, RowStridedInputsAndOutputsMatchContiguous) {
-  const uint64_t seed = 5;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
   const GdnConfig g = small_config();
-  PoolOptions options;
-  options.num_slots = 2;
-  options.max_rows = 1;
-  options.max_window = 3;
-  const ModelConfig model = ModelConfig::gated_delta_net(1, g);
-  StatePool p1(model, options), p2(model, options);
-  SlotHandle h1 = p1.acquire(), h2 = p2.acquire();
-  LayerWeights w = random_weights(g, rng);
-  TokenInputs in = random_inputs(g, 3, rng);
-  TokenOutputs out1 = make_outputs(g, 3);
-  const int64_t d = g.conv_dim(), hv = g.num_v_heads, v = g.head_v_dim;
-  // Wide buffers: each token row padded by 7 extra elements; a/b interleaved as [tokens, 2, HV].
-  std::vector<float> wide_x(3 * (d + 7)), ab(3 * 2 * hv), wide_core(3 * (hv * v + 3));
-  for (int t = 0; t < 3; ++t) {
-    for (int64_t c = 0; c < d; ++c) wide_x[t * (d + 7) + c] = in.mixed_qkv.get(t * d + c);
-    for (int64_t i = 0; i < hv; ++i) {
-      ab[t * 2 * hv + i] = in.a.get(t * hv + i);
-      ab[t * 2 * hv + hv + i] = in.b.get(t * hv + i);
+  run_strided_views_check<GdnKind>(g, 5, [&](const TokenInputs& in, StridedLayout<GdnKind>& s) {
+    const int64_t d = g.conv_dim(), hv = g.num_v_heads, v = g.head_v_dim;
+    // Wide buffers: each token row padded by 7 extra elements; a/b interleaved as [tokens, 2, HV].
+    s.buffers = {std::vector<float>(3 * (d + 7)), std::vector<float>(3 * 2 * hv),
+                 std::vector<float>(3 * (hv * v + 3))};
+    std::vector<float>&wide_x = s.buffers[0], &ab = s.buffers[1], &wide_core = s.buffers[2];
+    for (int t = 0; t < 3; ++t) {
+      for (int64_t c = 0; c < d; ++c) wide_x[t * (d + 7) + c] = in.mixed_qkv.get(t * d + c);
+      for (int64_t i = 0; i < hv; ++i) {
+        ab[t * 2 * hv + i] = in.a.get(t * hv + i);
+        ab[t * 2 * hv + hv + i] = in.b.get(t * hv + i);
+      }
     }
-  }
-  GdnInputs strided{TensorView::strided(wide_x.data(), DType::kF32, {3, d}, {d + 7, 1}),
-                    TensorView::strided(ab.data(), DType::kF32, {3, hv}, {2 * hv, 1}),
-                    TensorView::strided(ab.data() + hv, DType::kF32, {3, hv}, {2 * hv, 1})};
-  GdnOutputs strided_out{
-      {}, TensorView::strided(wide_core.data(), DType::kF32, {3, hv, v}, {hv * v + 3, v, 1})};
-  p1.begin_verify(VerifyBatch{{h1}, 3, {}});
-  p1.verify(0, w.view(), in.view(), out1.view());
-  p1.commit(std::vector<int32_t>{2});
-  p2.begin_verify(VerifyBatch{{h2}, 3, {}});
-  p2.verify(0, w.view(), strided, strided_out);
-  p2.commit(std::vector<int32_t>{2});
-  EXPECT_EQ(committed_bytes(p1), committed_bytes(p2));
-  for (int t = 0; t < 3; ++t) {
-    for (int64_t i = 0; i < hv * v; ++i) {
-      ASSERT_EQ(out1.core_out.get(t * hv * v + i), wide_core[t * (hv * v + 3) + i]);
-    }
-  }
-  EXPECT_GT(sum_squares(out1.core_out.view()), 0.0);
+    s.in = {TensorView::strided(wide_x.data(), DType::kF32, {3, d}, {d + 7, 1}),
+            TensorView::strided(ab.data(), DType::kF32, {3, hv}, {2 * hv, 1}),
+            TensorView::strided(ab.data() + hv, DType::kF32, {3, hv}, {2 * hv, 1})};
+    s.out = {{},
+             TensorView::strided(wide_core.data(), DType::kF32, {3, hv, v}, {hv * v + 3, v, 1})};
+  });
 }
 
 }  // namespace

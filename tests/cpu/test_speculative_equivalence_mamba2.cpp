@@ -13,6 +13,7 @@
 #include "common/mamba2_data.h"
 #include "common/presets.h"
 #include "common/speculative_equivalence.h"
+#include "common/strided_views.h"
 
 namespace specstate::test {
 namespace {
@@ -46,21 +47,11 @@ std::vector<Case> cases() {
       {"f32_act_bf16_conv_dt_clamp_tree", "m2_bf16_conv", true, false},
       {"one_group_w3_chain", "m2_g1", false, false},
   };
-  std::vector<Case> all;
-  for (Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
-    for (Case c : base) {
-      c.strategy = strategy;
-      all.push_back(c);
-    }
-  }
-  return all;
+  return for_both_strategies(base);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, SpeculativeEquivalenceMamba2, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return std::string(info.param.name) + "_" +
-                                  strategy_name(info.param.strategy);
-                         });
+                         name_and_strategy<Case>);
 
 // A tree's snapshot of node t equals the final state of a fresh run over the path root..t.
 TEST(TreeSnapshotsMamba2, EachNodeSnapshotEqualsAFreshRunOverItsPath) {
@@ -71,47 +62,24 @@ TEST(TreeSnapshotsMamba2, EachNodeSnapshotEqualsAFreshRunOverItsPath) {
 // Strided caller views (rows of wider buffers; z and dt interleaved) give bit-identical results
 // to contiguous ones.
 TEST(StridedViewsMamba2, RowStridedInputsAndOutputsMatchContiguous) {
-  const uint64_t seed = 6;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
   const Mamba2Config m = mamba2_preset("m2_small_f32");
-  PoolOptions options;
-  options.num_slots = 2;
-  options.max_rows = 1;
-  options.max_window = 3;
-  const ModelConfig model = ModelConfig::mamba2(1, m);
-  StatePool p1(model, options), p2(model, options);
-  SlotHandle h1 = p1.acquire(), h2 = p2.acquire();
-  Mamba2LayerWeights w = random_weights(m, rng);
-  Mamba2TokenInputs in = random_inputs(m, 3, rng);
-  Mamba2TokenOutputs out1 = make_outputs(m, 3);
-  const int64_t d = m.conv_dim(), H = m.num_heads, P = m.head_dim;
-  // One wide row per token as an engine's in_proj output: [z | xBC | dt | 5 spare].
-  const int64_t row = H * P + d + H + 5;
-  std::vector<float> wide(3 * row), wide_y(3 * (H * P + 3));
-  for (int t = 0; t < 3; ++t) {
-    for (int64_t i = 0; i < H * P; ++i) wide[t * row + i] = in.z.get(t * H * P + i);
-    for (int64_t c = 0; c < d; ++c) wide[t * row + H * P + c] = in.xBC.get(t * d + c);
-    for (int64_t h = 0; h < H; ++h) wide[t * row + H * P + d + h] = in.dt.get(t * H + h);
-  }
-  Mamba2Inputs strided{TensorView::strided(wide.data() + H * P, DType::kF32, {3, d}, {row, 1}),
-                       TensorView::strided(wide.data() + H * P + d, DType::kF32, {3, H}, {row, 1}),
-                       TensorView::strided(wide.data(), DType::kF32, {3, H * P}, {row, 1})};
-  Mamba2Outputs strided_out{
-      {}, TensorView::strided(wide_y.data(), DType::kF32, {3, H, P}, {H * P + 3, P, 1})};
-  p1.begin_verify(VerifyBatch{{h1}, 3, {}});
-  p1.verify(0, w.view(), in.view(), out1.view());
-  p1.commit(std::vector<int32_t>{2});
-  p2.begin_verify(VerifyBatch{{h2}, 3, {}});
-  p2.verify(0, w.view(), strided, strided_out);
-  p2.commit(std::vector<int32_t>{2});
-  EXPECT_EQ(committed_bytes(p1), committed_bytes(p2));
-  for (int t = 0; t < 3; ++t) {
-    for (int64_t i = 0; i < H * P; ++i) {
-      ASSERT_EQ(out1.y.get(t * H * P + i), wide_y[t * (H * P + 3) + i]);
-    }
-  }
-  EXPECT_GT(sum_squares(out1.y.view()), 0.0);
+  run_strided_views_check<Mamba2Kind>(
+      m, 6, [&](const Mamba2TokenInputs& in, StridedLayout<Mamba2Kind>& s) {
+        const int64_t d = m.conv_dim(), H = m.num_heads, P = m.head_dim;
+        // One wide row per token as an engine's in_proj output: [z | xBC | dt | 5 spare].
+        const int64_t row = H * P + d + H + 5;
+        s.buffers = {std::vector<float>(3 * row), std::vector<float>(3 * (H * P + 3))};
+        std::vector<float>&wide = s.buffers[0], &wide_y = s.buffers[1];
+        for (int t = 0; t < 3; ++t) {
+          for (int64_t i = 0; i < H * P; ++i) wide[t * row + i] = in.z.get(t * H * P + i);
+          for (int64_t c = 0; c < d; ++c) wide[t * row + H * P + c] = in.xBC.get(t * d + c);
+          for (int64_t h = 0; h < H; ++h) wide[t * row + H * P + d + h] = in.dt.get(t * H + h);
+        }
+        s.in = {TensorView::strided(wide.data() + H * P, DType::kF32, {3, d}, {row, 1}),
+                TensorView::strided(wide.data() + H * P + d, DType::kF32, {3, H}, {row, 1}),
+                TensorView::strided(wide.data(), DType::kF32, {3, H * P}, {row, 1})};
+        s.out = {{}, TensorView::strided(wide_y.data(), DType::kF32, {3, H, P}, {H * P + 3, P, 1})};
+      });
 }
 
 }  // namespace
