@@ -7,7 +7,9 @@
 #include <random>
 #include <string>
 
+#include "common/kind_driver.h"
 #include "common/layer_kinds.h"
+#include "common/pool_rounds.h"
 
 namespace specstate::test {
 namespace {
@@ -30,11 +32,6 @@ class HostMemory final : public Memory {
   std::list<Buffer> persistent_, round_;
 };
 
-template <typename Kind>
-struct Layer {
-  typename Kind::Weights weights;
-};
-
 // Both pools, side by side.
 struct Pair {
   StatePool snap, replay;
@@ -52,26 +49,12 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
               uint64_t seed) {
   using Inputs = typename Kind::Inputs;
   using Outputs = typename Kind::Outputs;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const int L = 2;
-  const ModelConfig model = Kind::model(L, g);
-  PoolOptions options;
-  options.num_slots = c.requests + 2;
-  options.max_rows = c.requests + 2;
-  options.max_window = c.max_window;
+  KindDriver<Kind> d(g, mem, seed);
+  std::mt19937_64& rng = d.rng;
+  const int L = KindDriver<Kind>::kLayers;
+  PoolOptions options = d.options(c.requests + 2, c.requests + 2, c.max_window);
   options.replay_ring = c.ring;
-  options.backend = mem.backend();
-  options.stream = mem.stream();
-  Pair pools(model, options);
-  const PutBuffer put_round = [&](const Buffer& b) { return mem.put(b); };
-  const PutBuffer put_persistent = [&](const Buffer& b) { return mem.put(b, true); };
-  std::vector<Layer<Kind>> layers(L);
-  for (int l = 0; l < L; ++l) {
-    layers[l].weights = Kind::put(random_weights(g, rng), put_persistent);
-  }
-  auto inputs = [&](int64_t tokens) { return Kind::put(random_inputs(g, tokens, rng), put_round); };
-  auto outputs = [&](int64_t tokens) { return Kind::put(make_outputs(g, tokens), put_round); };
+  Pair pools(d.model, options);
   auto same_outputs = [&](const Outputs& a, const Outputs& b, const std::string& what) {
     const NamedViews x = Kind::tensors(a), y = Kind::tensors(b);
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -91,10 +74,10 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   std::vector<SlotHandle> hs, hr;
   auto prefill = [&](int i, int n) {
     for (int l = 0; l < L; ++l) {
-      const Inputs in = inputs(n);
-      const Outputs os = outputs(n), orp = outputs(n);
-      pools.snap.prefill(l, hs[i], layers[l].weights, in, os);
-      pools.replay.prefill(l, hr[i], layers[l].weights, in, orp);
+      const Inputs in = d.inputs(n);
+      const Outputs os = d.outputs(n), orp = d.outputs(n);
+      pools.snap.prefill(l, hs[i], d.weights[l], in, os);
+      pools.replay.prefill(l, hr[i], d.weights[l], in, orp);
       same_outputs(os, orp, "prefill of request " + std::to_string(i));
     }
   };
@@ -111,14 +94,8 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
     mem.clear();
     // Between rounds: a request leaves and another arrives in its slot; a decode step; an
     // explicit materialize. Each lands on slots that may hold pending replay steps.
-    if (rng() % 8 == 0) {
-      const int i = static_cast<int>(rng() % c.requests);
-      pools.snap.release(hs[i]);
-      pools.replay.release(hr[i]);
-      hs[i] = pools.snap.acquire();
-      hr[i] = pools.replay.acquire();
-      prefill(i, 2);
-    }
+    const int left = maybe_replace_request(rng, 8, c.requests, pools.snap, hs, pools.replay, hr);
+    if (left >= 0) prefill(left, 2);
     if (rng() % 6 == 0) {
       std::vector<SlotHandle> rs, rr;
       for (int i = 0; i < c.requests; ++i) {
@@ -131,11 +108,11 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
         rs.insert(rs.begin(), SlotHandle::padding());
         rr.insert(rr.begin(), SlotHandle::padding());
         for (int l = 0; l < L; ++l) {
-          const Inputs in = inputs(static_cast<int64_t>(rs.size()));
-          const Outputs os = outputs(static_cast<int64_t>(rs.size()));
-          const Outputs orp = outputs(static_cast<int64_t>(rs.size()));
-          pools.snap.decode(l, rs, layers[l].weights, in, os);
-          pools.replay.decode(l, rr, layers[l].weights, in, orp);
+          const Inputs in = d.inputs(static_cast<int64_t>(rs.size()));
+          const Outputs os = d.outputs(static_cast<int64_t>(rs.size()));
+          const Outputs orp = d.outputs(static_cast<int64_t>(rs.size()));
+          pools.snap.decode(l, rs, d.weights[l], in, os);
+          pools.replay.decode(l, rr, d.weights[l], in, orp);
           same_outputs(os, orp, "decode");
         }
       }
@@ -183,10 +160,10 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
       pools.replay.begin_verify(br);
       const int verified = static_cast<int>(rng() % (L + 1));
       for (int l = 0; l < verified; ++l) {
-        const Inputs in = inputs(int64_t{B} * T);
-        const Outputs os = outputs(int64_t{B} * T), orp = outputs(int64_t{B} * T);
-        pools.snap.verify(l, layers[l].weights, in, os);
-        pools.replay.verify(l, layers[l].weights, in, orp);
+        const Inputs in = d.inputs(int64_t{B} * T);
+        const Outputs os = d.outputs(int64_t{B} * T), orp = d.outputs(int64_t{B} * T);
+        pools.snap.verify(l, d.weights[l], in, os);
+        pools.replay.verify(l, d.weights[l], in, orp);
         same_outputs(os, orp, "dropped round, layer " + std::to_string(l));
       }
       if (verified > 0 || rng() % 2 == 0) {
@@ -199,10 +176,10 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
     for (int l = 0; l < L; ++l) {
       const int repeats = rng() % 7 == 0 ? 2 : 1;  // a repeated verify of the layer
       for (int k = 0; k < repeats; ++k) {
-        const Inputs in = inputs(int64_t{B} * T);
-        const Outputs os = outputs(int64_t{B} * T), orp = outputs(int64_t{B} * T);
-        pools.snap.verify(l, layers[l].weights, in, os);
-        pools.replay.verify(l, layers[l].weights, in, orp);
+        const Inputs in = d.inputs(int64_t{B} * T);
+        const Outputs os = d.outputs(int64_t{B} * T), orp = d.outputs(int64_t{B} * T);
+        pools.snap.verify(l, d.weights[l], in, os);
+        pools.replay.verify(l, d.weights[l], in, orp);
         same_outputs(os, orp, "verify of layer " + std::to_string(l));
       }
     }
@@ -232,16 +209,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
         accepted_total += keep ? 0 : 1;
       }
     }
-    if (mem.backend() == Backend::kCuda && round % 2 == 1) {
-      Buffer acc(DType::kI32, {B});
-      for (int r = 0; r < B; ++r) acc.set(r, static_cast<float>(accepted[r]));
-      const TensorView dev = mem.put(acc);
-      pools.snap.commit(dev);
-      pools.replay.commit(dev);
-    } else {
-      pools.snap.commit(accepted);
-      pools.replay.commit(accepted);
-    }
+    commit_both(mem, round, accepted, pools.snap, pools.replay);
     ++replayed_rounds;
     if (released >= 0) {
       hs[released] = pools.snap.acquire();
@@ -252,12 +220,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
     if (round % 5 == 4) same_state("after commit");
   }
   same_state("at the end");
-  double norm = 0;
-  for (int l = 0; l < L; ++l) {
-    const std::vector<uint8_t> b = mem.bytes(pools.replay.ssm_state(l));
-    norm += std::count_if(b.begin(), b.end(), [](uint8_t x) { return x != 0; });
-  }
-  EXPECT_GT(norm, 0) << "committed SSM state is all zeros";
+  expect_nonzero_ssm_state(mem, pools.replay, L);
   EXPECT_GT(kept_rows, 0) << "no round kept a row (a = 0)";
   EXPECT_GT(accepted_total, c.rounds / 2) << "the trace accepted almost nothing";
   EXPECT_EQ(replayed_rounds, c.rounds);
@@ -268,11 +231,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
 std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
 
 void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t seed) {
-  if (is_mamba2_preset(c.preset)) {
-    run_case<Mamba2Kind>(c, mamba2_preset(c.preset), mem, seed);
-  } else {
-    run_case<GdnKind>(c, gdn_preset(c.preset), mem, seed);
-  }
+  for_kind(c.preset, [&](auto kind, const auto& g) { run_case<decltype(kind)>(c, g, mem, seed); });
 }
 
 }  // namespace specstate::test

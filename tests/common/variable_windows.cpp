@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/kind_driver.h"
 #include "common/layer_kinds.h"
 #include "common/pool_rounds.h"
 
@@ -42,26 +43,15 @@ HostInputs with_rows(const HostInputs& src, const std::vector<int64_t>& src_rows
 template <typename Kind>
 void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
               const VariableWindowsRun& how, Memory& mem, uint64_t seed) {
-  using Inputs = typename Kind::Inputs;
   using Outputs = typename Kind::Outputs;
   using HostInputs = typename Kind::HostInputs;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const int L = 2;
-  const ModelConfig model = Kind::model(L, g);
-  PoolOptions options;
-  options.num_slots = c.requests + 1;
-  options.max_rows = c.requests + 2;
-  options.max_window = c.max_window;
-  options.backend = mem.backend();
-  options.stream = mem.stream();
+  KindDriver<Kind> d(g, mem, seed);
+  std::mt19937_64& rng = d.rng;
+  const int L = KindDriver<Kind>::kLayers;
+  PoolOptions options = d.options(c.requests + 1, c.requests + 2, c.max_window);
   options.strategy = how.strategy;
-  StatePool uniform(model, options), variable(model, options);
-  const PutBuffer put_round = [&](const Buffer& b) { return mem.put(b); };
-  const PutBuffer put_persistent = [&](const Buffer& b) { return mem.put(b, true); };
-  std::vector<typename Kind::Weights> weights;
-  for (int l = 0; l < L; ++l) weights.push_back(Kind::put(random_weights(g, rng), put_persistent));
-  auto outputs = [&](int64_t tokens) { return Kind::put(make_outputs(g, tokens), put_round); };
+  StatePool uniform(d.model, options), variable(d.model, options);
+  const std::vector<typename Kind::Weights>& weights = d.weights;
   // Rows `rows_u` of the uniform pool's output equal rows [0, n) of the variable pool's.
   auto same_rows = [&](const Outputs& u, const std::vector<int64_t>& rows_u, const Outputs& v,
                        const std::string& what) {
@@ -96,8 +86,8 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
     if (total == 0) return;
     for (int l = 0; l < L; ++l) {
       const HostInputs host = random_inputs(g, total, rng);
-      const Outputs ov = outputs(total);
-      variable.prefill(l, rows, lengths, weights[l], Kind::put(host, put_round), ov);
+      const Outputs ov = d.outputs(total);
+      variable.prefill(l, rows, lengths, weights[l], d.put(host), ov);
       int64_t at = 0;
       for (std::size_t k = 0; k < requests.size(); ++k) {
         const int n = lengths[k];
@@ -105,8 +95,8 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
         std::vector<int64_t> idx(n);
         for (int t = 0; t < n; ++t) idx[t] = at + t;
         const HostInputs one = with_rows(host, idx, random_inputs(g, n, rng));
-        const Outputs ou = outputs(n);
-        uniform.prefill(l, hu[requests[k]], weights[l], Kind::put(one, put_round), ou);
+        const Outputs ou = d.outputs(n);
+        uniform.prefill(l, hu[requests[k]], weights[l], d.put(one), ou);
         // ou's rows [0, n) against ov's rows [at, at + n).
         const NamedViews x = Kind::tensors(ou), y = Kind::tensors(ov);
         for (std::size_t f = 0; f < x.size(); ++f) {
@@ -135,13 +125,9 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
   for (int round = 0; round < c.rounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     mem.clear();
-    if (rng() % 5 == 0) {
-      // A request leaves, another arrives in its slot and is prefilled with others.
-      const int i = static_cast<int>(rng() % c.requests);
-      uniform.release(hu[i]);
-      variable.release(hv[i]);
-      hu[i] = uniform.acquire();
-      hv[i] = variable.acquire();
+    // A request leaves, another arrives in its slot and is prefilled with others.
+    const int i = maybe_replace_request(rng, 5, c.requests, uniform, hu, variable, hv);
+    if (i >= 0) {
       prefill_all(c.requests > 1 ? std::vector<int>{i, (i + 1) % c.requests} : std::vector<int>{i});
       if (::testing::Test::HasFatalFailure()) return;
     }
@@ -211,9 +197,9 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
     for (int l = 0; l < L; ++l) {
       const HostInputs host_u = random_inputs(g, int64_t{B} * T, rng);
       const HostInputs host_v = with_rows(host_u, real, random_inputs(g, v_tokens, rng));
-      const Outputs ou = outputs(int64_t{B} * T), ov = outputs(v_tokens);
-      uniform.verify(l, weights[l], Kind::put(host_u, put_round), ou);
-      variable.verify(l, weights[l], Kind::put(host_v, put_round), ov);
+      const Outputs ou = d.outputs(int64_t{B} * T), ov = d.outputs(v_tokens);
+      uniform.verify(l, weights[l], d.put(host_u), ou);
+      variable.verify(l, weights[l], d.put(host_v), ov);
       same_rows(ou, real, ov, "verify of layer " + std::to_string(l));
       if (::testing::Test::HasFatalFailure()) return;
     }
@@ -224,26 +210,13 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
                            : static_cast<int32_t>(rng() % (n + 1));
       accepted_total += accepted[r] > (c.tree ? -1 : 0);
     }
-    if (mem.backend() == Backend::kCuda && round % 2 == 1) {
-      Buffer acc(DType::kI32, {B});
-      for (int r = 0; r < B; ++r) acc.set(r, static_cast<float>(accepted[r]));
-      const TensorView dev = mem.put(acc);
-      uniform.commit(dev);
-      variable.commit(dev);
+    if (commit_both(mem, round, accepted, uniform, variable)) {
       ASSERT_EQ(variable.last_commit_status(), Status::kSuccess);
-    } else {
-      uniform.commit(accepted);
-      variable.commit(accepted);
     }
     same_state("after commit");
     if (::testing::Test::HasFatalFailure()) return;
   }
-  int64_t norm = 0;
-  for (int l = 0; l < L; ++l) {
-    const std::vector<uint8_t> b = mem.bytes(variable.ssm_state(l));
-    norm += std::count_if(b.begin(), b.end(), [](uint8_t x) { return x != 0; });
-  }
-  EXPECT_GT(norm, 0) << "committed SSM state is all zeros";
+  expect_nonzero_ssm_state(mem, variable, L);
   EXPECT_GT(short_rows, c.rounds / 3) << "too few rows had a window shorter than the round's";
   EXPECT_GT(zero_rows, 0) << "no row had an empty window";
   EXPECT_GT(accepted_total, c.rounds / 2) << "the rounds accepted almost nothing";
@@ -253,11 +226,8 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
 
 void run_variable_windows(const EquivalenceCase& c, const VariableWindowsRun& how, Memory& mem,
                           uint64_t seed) {
-  if (is_mamba2_preset(c.preset)) {
-    run_case<Mamba2Kind>(c, mamba2_preset(c.preset), how, mem, seed);
-  } else {
-    run_case<GdnKind>(c, gdn_preset(c.preset), how, mem, seed);
-  }
+  for_kind(c.preset,
+           [&](auto kind, const auto& g) { run_case<decltype(kind)>(c, g, how, mem, seed); });
 }
 
 }  // namespace specstate::test
