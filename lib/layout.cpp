@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "layers/gdn.h"
 #include "layers/mamba2.h"
@@ -158,6 +159,40 @@ namespace specstate {
 
 int64_t default_replay_ring(int64_t max_window) noexcept {
   return std::max<int64_t>(2 * max_window, 6);
+}
+
+ReplayRingModel replay_ring_model(int max_window, int ring) {
+  const int T = max_window;
+  if (T < 1) {
+    throw Error(Status::kInvalidArgument,
+                "replay_ring_model: max_window = " + std::to_string(T) + " must be positive");
+  }
+  if (ring < 2 * int64_t{T} || ring > (1 << 20)) {
+    throw Error(Status::kInvalidArgument,
+                "replay_ring_model: ring = " + std::to_string(ring) +
+                    " must be in [2 * max_window = " + std::to_string(2 * int64_t{T}) + ", 2^20]");
+  }
+  // Between two folds the history grows by a per round: a cycle starts at a verify seeing h = a
+  // (the round after a fold) and ends at the first verify with h > L = R - 2T (it folds). From a
+  // verify seeing h: n[h] verifies to the cycle's end (this one included), s[h] the sum of their
+  // histories. h > L: n = 1, s = h; else n = 1 + mean_a n[h + a], s = h + mean_a s[h + a].
+  // The sums over a in [1, T] slide with h: O(R) time and memory.
+  const int L = ring - 2 * T;
+  const auto size = static_cast<std::size_t>(L + 2 * T + 2);
+  std::vector<double> n(size, 0.0), s(size, 0.0);
+  double wn = 0, ws = 0;  // sums of n[h + 1 .. h + T] and s[h + 1 .. h + T]
+  for (int h = L + T; h >= 1; --h) {
+    wn += n[h + 1] - n[h + 1 + T];
+    ws += s[h + 1] - s[h + 1 + T];
+    n[h] = h > L ? 1.0 : 1.0 + wn / T;
+    s[h] = h > L ? double(h) : h + ws / T;
+  }
+  double cycle = 0, sum = 0;
+  for (int a = 1; a <= T; ++a) {
+    cycle += n[a] / T;
+    sum += s[a] / T;
+  }
+  return ReplayRingModel{1.0 / cycle, sum / cycle};
 }
 
 }  // namespace specstate

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/sim_helpers.h"
@@ -58,6 +59,47 @@ int64_t checked(int64_t a, int64_t b, bool add, const std::string& option, const
   return out;
 }
 
+// One candidate replay ring of the plan (issue 16: memory and modelled traffic per R).
+struct RingRow {
+  int ring = 0;
+  bool is_default = false;
+  int64_t records_per_slot = 0;
+  double of_committed = 0;  // records_per_slot / committed state of a request
+  ReplayRingModel model;    // folds per round and mean history (acceptance uniform in [1, T])
+  // Per round and request (DESIGN.md section 8's floor): every layer reads the checkpoint,
+  // writes it at the fold rate, reads and writes the conv window, reads the history's factor
+  // records and writes the window's.
+  double state_bytes_per_round = 0;
+};
+
+// R = 2T, 3T, 4T, 6T and 8T; the default, max(2T, 6), is one of them (6T at T = 1, 3T at T = 2).
+std::vector<RingRow> ring_rows(const ModelConfig& config, int window, int64_t committed) {
+  std::vector<RingRow> rows;
+  const int def = static_cast<int>(default_replay_ring(window));
+  for (int mult : {2, 3, 4, 6, 8}) {
+    RingRow r;
+    r.ring = mult * window;
+    r.is_default = r.ring == def;
+    StateBytes b;
+    try {
+      b = state_bytes(config, window, r.ring);
+    } catch (const Error& e) {
+      throw CLI::ValidationError("--window",
+                                 "--window " + std::to_string(window) + ": " + e.what());
+    }
+    r.records_per_slot = b.records_per_slot;
+    r.of_committed = static_cast<double>(b.records_per_slot) / static_cast<double>(committed);
+    r.model = replay_ring_model(window, r.ring);
+    r.state_bytes_per_round =
+        static_cast<double>(config.num_layers) *
+        (static_cast<double>(b.ssm_per_layer) * (1.0 + r.model.fold_rate) +
+         2.0 * static_cast<double>(b.conv_per_layer) +
+         (r.model.mean_history + window) * static_cast<double>(b.factor_record_per_token));
+    rows.push_back(r);
+  }
+  return rows;
+}
+
 int run_plan(const PlanArgs& args) {
   const ModelPreset preset = resolve_model(args.model, args.model_file, args.dims);
   const ModelConfig config = apply_tp(preset, args.tp);
@@ -99,6 +141,8 @@ int run_plan(const PlanArgs& args) {
       checked(b.committed_per_request, replay ? records_per_slot : scratch_per_row, true,
               window_opt, "committed state + workspace per request");
   const GdnConfig& g = config.gdn;
+  const std::vector<RingRow> rings =
+      replay ? ring_rows(config, args.window, b.committed_per_request) : std::vector<RingRow>{};
 
   if (args.json) {
     nlohmann::ordered_json j;
@@ -121,6 +165,20 @@ int run_plan(const PlanArgs& args) {
     j["workspace_bytes_total"] = workspace_total;
     // All the memory the strategy needs: committed state + its workspace.
     j["total_bytes"] = total;
+    if (replay) {
+      j["replay_ring"] = default_replay_ring(args.window);
+      nlohmann::ordered_json list = nlohmann::ordered_json::array();
+      for (const RingRow& r : rings) {
+        list.push_back({{"ring", r.ring},
+                        {"default", r.is_default},
+                        {"records_bytes_per_slot", r.records_per_slot},
+                        {"records_fraction_of_committed", r.of_committed},
+                        {"fold_rate", r.model.fold_rate},
+                        {"mean_history", r.model.mean_history},
+                        {"state_bytes_per_round_per_request", r.state_bytes_per_round}});
+      }
+      j["replay_rings"] = list;
+    }
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -145,9 +203,12 @@ int run_plan(const PlanArgs& args) {
                 m.head_dim, m.d_state, dtype_name(m.ssm_state_dtype),
                 with_commas(b.ssm_per_layer).c_str());
     if (replay) {
-      std::printf("  record        (%lld + %d) x %s = %s B per token and layer ([xBC | dt])\n",
-                  static_cast<long long>(b.conv_dim), m.num_heads, dtype_name(m.act_dtype),
-                  with_commas(b.record_per_token).c_str());
+      std::printf(
+          "  records       per token and layer: conv input %lld x %s = %s B (a window's);\n"
+          "                factor record (dt, dA, x, B) %s B (a ring of R)\n",
+          static_cast<long long>(b.conv_dim), dtype_name(m.act_dtype),
+          with_commas(b.conv_record_per_token).c_str(),
+          with_commas(b.factor_record_per_token).c_str());
     }
   } else {
     if (preset.total_layers > config.num_layers) {
@@ -166,9 +227,12 @@ int run_plan(const PlanArgs& args) {
                 g.num_v_heads, g.head_v_dim, g.head_k_dim, dtype_name(g.ssm_state_dtype),
                 with_commas(b.ssm_per_layer).c_str());
     if (replay) {
-      std::printf("  record        (%lld + 2 x %d) x %s = %s B per token and layer\n",
-                  static_cast<long long>(b.conv_dim), g.num_v_heads, dtype_name(g.act_dtype),
-                  with_commas(b.record_per_token).c_str());
+      std::printf(
+          "  records       per token and layer: conv input %lld x %s = %s B (a window's);\n"
+          "                factor record (u, e^g, kf, k) %s B (a ring of R)\n",
+          static_cast<long long>(b.conv_dim), dtype_name(g.act_dtype),
+          with_commas(b.conv_record_per_token).c_str(),
+          with_commas(b.factor_record_per_token).c_str());
     }
   }
   std::printf("\n");
@@ -185,6 +249,24 @@ int run_plan(const PlanArgs& args) {
     std::printf("  %-30s %s\n", "snapshot scratch", "none under replay");
     std::printf("  %-30s %-32s %s\n", "total", bytes_cell(total_per_request).c_str(),
                 bytes_cell(total).c_str());
+    std::printf(
+        "\n  replay ring R (factor records per slot and layer; per round a accepted in [1, T]\n"
+        "  uniformly; traffic: DESIGN.md section 8's state bytes of a round, per request)\n");
+    std::printf("  %-12s %-30s %13s %12s %9s  %s\n", "R", "records per request", "of committed",
+                "folds/round", "history", "traffic/round");
+    for (const RingRow& r : rings) {
+      const std::string label = std::to_string(r.ring) + (r.is_default ? " (default)" : "");
+      std::printf("  %-12s %-30s %12.1f%% %12.2f %9.2f  %s\n", label.c_str(),
+                  bytes_cell(r.records_per_slot).c_str(), 100.0 * r.of_committed, r.model.fold_rate,
+                  r.model.mean_history, human_bytes(r.state_bytes_per_round).c_str());
+    }
+    std::printf(
+        "  recommended: R = %lld, the default (measured fastest on the H200 for GDN and Mamba2,\n"
+        "  docs/cuda.md: a larger R writes the checkpoint less often but applies longer "
+        "histories,\n"
+        "  and the verify is bound by instructions, not bytes); PoolOptions::replay_ring sets "
+        "it.\n",
+        static_cast<long long>(default_replay_ring(args.window)));
   } else {
     const std::string label = "snapshot scratch " + window;
     std::printf("  %-30s %-32s %s  (%d rows)\n", label.c_str(), bytes_cell(scratch_per_row).c_str(),

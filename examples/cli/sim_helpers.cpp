@@ -158,7 +158,7 @@ int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 }  // namespace
 
-StateBytes state_bytes(const ModelConfig& config, int window) {
+StateBytes state_bytes(const ModelConfig& config, int window, int ring) {
   const int64_t layers = config.num_layers;
   int64_t conv_cols = 0, conv_size = 0, ssm_elems = 0, ssm_size = 0, record_cols = 0, act_size = 0;
   StateBytes out;
@@ -198,7 +198,7 @@ StateBytes state_bytes(const ModelConfig& config, int window) {
   out.conv_record_per_token = mul_checked(record_cols, act_size, "record_per_token");
   out.record_per_token =
       add_checked(out.conv_record_per_token, out.factor_record_per_token, "record_per_token");
-  out.ring = default_replay_ring(window);
+  out.ring = ring > 0 ? ring : static_cast<int>(default_replay_ring(window));
   const int64_t per_layer = add_checked(
       add_checked(mul_checked(window, out.conv_record_per_token, "records_per_slot"),
                   mul_checked(out.ring, out.factor_record_per_token, "records_per_slot"),

@@ -103,7 +103,7 @@ struct StateBytes {
   int64_t conv_record_per_token = 0;    // conv_dim * sizeof(act dtype)
   int64_t factor_record_per_token = 0;  // the factor record, padded to 16 bytes
   int64_t record_per_token = 0;         // both
-  int ring = 0;                         // R, the pool's default: 2 * window
+  int ring = 0;                         // R: state_bytes' ring, or default_replay_ring(window)
   // Per slot: the conv records of a window and a ring of R factor records in every layer, a
   // pending count (int32) and a cursor (2 x int32) per layer, and the window index of each
   // pending conv step (int32 per window token).
@@ -111,7 +111,8 @@ struct StateBytes {
 };
 // Every product is overflow-checked: throws specstate::Error(kInvalidArgument) naming the field
 // whose byte count passes int64 (custom dimensions can: 2^20 layers of 4 GiB states).
-StateBytes state_bytes(const ModelConfig& config, int window);
+// `ring`: the replay ring R of the records (0: the pool's default, default_replay_ring(window)).
+StateBytes state_bytes(const ModelConfig& config, int window, int ring = 0);
 
 // The strategy's workspace (everything besides the committed state) of a pool with `slots`
 // slots, `rows` verify rows and windows up to `window`: snapshot scratch * rows, or replay

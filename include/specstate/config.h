@@ -145,6 +145,18 @@ const char* strategy_name(Strategy strategy) noexcept;
 // The replay ring R a pool gets for PoolOptions::replay_ring = 0 (see there).
 int64_t default_replay_ring(int64_t max_window) noexcept;
 
+// The cursor of one slot under replay with ring R and windows of T = max_window tokens, when
+// every round accepts a in [1, T] tokens uniformly (DESIGN.md section 6: a verify with history h
+// folds iff h > R - 2T; commit then adds a): the long-run folds per round (1 at R = 2T) and the
+// mean history a verify applies ((T + 1) / 2 at R = 2T). Exact (a renewal argument over the
+// cursor's values, O(R T) time). Throws Error(kInvalidArgument) naming the argument for
+// max_window < 1, ring < 2 * max_window or ring > 2^20.
+struct ReplayRingModel {
+  double fold_rate = 0;
+  double mean_history = 0;
+};
+ReplayRingModel replay_ring_model(int max_window, int ring);
+
 struct PoolOptions {
   int num_slots = 1;   // requests whose committed state the pool holds
   int max_rows = 1;    // largest verify batch (rows, padding included)

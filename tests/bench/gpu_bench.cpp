@@ -277,26 +277,15 @@ double conv_replay_bytes(int T, int B) {
          pending * record;
 }
 // The fold rate and mean history of the ring under the bench's acceptance draw (uniform in
-// [1, T] per row and round): the cursor of one row simulated over many rounds.
-std::pair<double, double> fold_rate(int T, int max_window, int ring) {
-  std::mt19937_64 rng(7);
-  int h = 0, folds = 0;
-  double hist = 0;
-  const int rounds = 100000;
-  for (int i = 0; i < rounds; ++i) {
-    hist += h;
-    if (h > ring - 2 * max_window) {
-      ++folds;
-      h = 0;
-    }
-    h += 1 + static_cast<int>(rng() % T);
-  }
-  return {double(folds) / rounds, hist / rounds};
+// [1, T] per row and round): the library's exact model of the cursor (replay_ring_model).
+std::pair<double, double> fold_rate(int T, int ring) {
+  const ReplayRingModel m = replay_ring_model(T, ring);
+  return {m.fold_rate, m.mean_history};
 }
 // The replay floor of a round: per row and layer one checkpoint read, f writes, the conv window
 // read and written, and the factor records (h read, T written).
 double replay_floor_bytes(int T, int B, int ring) {
-  const auto [f, h] = fold_rate(T, T, ring);
+  const auto [f, h] = fold_rate(T, ring);
   return double(kLayers) * B * (kSsmBytes * (1 + f) + 2 * kConvStateBytes + (h + T) * kFactorBytes);
 }
 // The floor of a round: every row's state read and written once per layer.
@@ -381,7 +370,7 @@ void per_layer_kernel(benchmark::State& state, Kernel kernel, bool replay) {
     }
   });
   const double us = time_graph(w, exec, state) / kLayers;
-  const auto [f, h] = fold_rate(T, T, w.ring_of(T));
+  const auto [f, h] = fold_rate(T, w.ring_of(T));
   const double bytes = conv ? (replay ? conv_replay_bytes(T, B) : conv_bytes(T, B))
                             : (replay ? gdn_replay_bytes(T, B, f, h) : gdn_bytes(T, B));
   const SglangRow* s = sglang_row(T, B);
@@ -473,7 +462,7 @@ void rounds4(benchmark::State& state, bool replay, bool variable) {
   const double us = time_graph(w, exec, state) / 4;
   if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
   const SglangReplayRow* s = sglang_replay_row(T, B);
-  const auto [f, h] = fold_rate(T, T, w.ring_of(T));
+  const auto [f, h] = fold_rate(T, w.ring_of(T));
   const double bytes = replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B, f, h))
                               : kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
   if (variable) state.counters["tokens"] = static_cast<double>(tokens);
@@ -570,7 +559,7 @@ void print_table() {
       const Result sn = get("rounds4_snapshot"), rp = get("rounds4_replay");
       const SglangReplayRow* s = sglang_replay_row(T, B);
       const int R = w.ring_of(T);
-      const double f = fold_rate(T, T, R).first;
+      const double f = fold_rate(T, R).first;
       const double floor2_us = floor_bytes(B) / (w.copy_gbps * 1e9) * 1e6;
       const double floor_b = replay_floor_bytes(T, B, R);
       const double floor_us = floor_b / (w.copy_gbps * 1e9) * 1e6;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/sim_helpers.h"
 #include "common/cli_run.h"
@@ -76,7 +77,61 @@ TEST(PlanCli, Qwen3NextTp1Replay) {
   // committed 4,945,084,416 + records 532,049,920
   EXPECT_NE(run.output.find("5,477,134,336 B"), std::string::npos) << run.output;
   EXPECT_EQ(kQwenRecord, 37056);
-  EXPECT_NE(run.output.find("37,056 B per token and layer"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("conv input 8192 x bf16 = 16,384 B"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("factor record (u, e^g, kf, k) 20,672 B"), std::string::npos)
+      << run.output;
+  // The ring table: R = 2T ... 8T, the default marked, its records as above (10.8% of the
+  // committed state); R = 16: 36 x 8 more factor records, a fold every 4 rounds.
+  EXPECT_NE(run.output.find("8 (default)  8,313,280 B (7.9 MiB)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("10.8%"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(with_commas(per_slot + 36 * 8 * kQwenFactorRecord) + " B"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("recommended: R = 8"), std::string::npos) << run.output;
+}
+
+TEST(PlanCli, ReplayRingsInJsonFollowTheModelAndTheDefault) {
+  for (int T : {1, 2, 4}) {
+    const CliRun run = run_cli("plan --model qwen3-next-80b --window " + std::to_string(T) +
+                               " --strategy replay --json");
+    ASSERT_EQ(run.code, 0) << run.output;
+    const auto j = nlohmann::json::parse(run.output);
+    EXPECT_EQ(j["replay_ring"].get<int64_t>(), default_replay_ring(T));
+    const auto& rings = j["replay_rings"];
+    ASSERT_EQ(rings.size(), 5u);
+    int defaults = 0;
+    double last_folds = 2, last_history = -1;
+    int64_t last_records = 0;
+    for (std::size_t i = 0; i < rings.size(); ++i) {
+      const auto& r = rings[i];
+      const int ring = r["ring"].get<int>();
+      const std::vector<int> mults{2, 3, 4, 6, 8};
+      EXPECT_EQ(ring, mults[i] * T);
+      const ReplayRingModel m = replay_ring_model(T, ring);
+      EXPECT_DOUBLE_EQ(r["fold_rate"].get<double>(), m.fold_rate);
+      EXPECT_DOUBLE_EQ(r["mean_history"].get<double>(), m.mean_history);
+      // A longer ring: fewer folds, a longer history, more records.
+      EXPECT_LT(m.fold_rate, last_folds);
+      EXPECT_GT(m.mean_history, last_history);
+      EXPECT_GT(r["records_bytes_per_slot"].get<int64_t>(), last_records);
+      last_folds = m.fold_rate;
+      last_history = m.mean_history;
+      last_records = r["records_bytes_per_slot"].get<int64_t>();
+      if (r["default"].get<bool>()) {
+        ++defaults;
+        EXPECT_EQ(ring, default_replay_ring(T));
+        EXPECT_EQ(r["records_bytes_per_slot"].get<int64_t>(),
+                  j["records_bytes_per_slot"].get<int64_t>());
+        EXPECT_LE(r["records_fraction_of_committed"].get<double>(), 0.20);  // issue 16's budget
+      }
+      EXPECT_GT(r["state_bytes_per_round_per_request"].get<double>(), 0.0);
+    }
+    EXPECT_EQ(defaults, 1) << "T = " << T;
+  }
+  // Snapshot plans carry no ring.
+  const CliRun snap = run_cli("plan --model qwen3-next-80b --json");
+  ASSERT_EQ(snap.code, 0) << snap.output;
+  EXPECT_FALSE(nlohmann::json::parse(snap.output).contains("replay_rings"));
 }
 
 TEST(PlanCli, JsonTotalIsAllTheMemoryOfTheStrategy) {
