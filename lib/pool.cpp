@@ -11,7 +11,6 @@
 #include <limits>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "logging.h"
@@ -45,32 +44,7 @@ void StatePool::Impl::advance(int layer, std::vector<int32_t> slot_list, int tok
   run.io = strategy->advance_io(layer, slot_list);
   run.slots = std::move(slot_list);
   detail::KindArgs<Weights>::run(*backend, storage, run, w, in, out);
-  // Not kept for materialize: an advance leaves no pending steps (it re-ran its own slots'),
-  // and the weights a caller passes to prefill / decode may be freed after the call (issue
-  // 20.4). Pending steps come from a verify, whose weights last_weights holds.
   strategy->after_advance(*backend, storage, layer, run.slots, run.io);
-}
-
-// Re-runs recorded steps of one layer with that layer's last weights (no inputs, no outputs):
-// the pool's one switch on the layer kind.
-void StatePool::Impl::run_recorded(const detail::LayerRun& run) {
-  const auto& w = last_weights[static_cast<std::size_t>(run.layer)];
-  switch (config.kind) {
-    case LayerKind::kGatedDeltaNet:
-      if (const auto* g = std::get_if<GdnWeights>(&w)) {
-        backend->run_gdn(storage, run, *g, GdnInputs{}, GdnOutputs{});
-        return;
-      }
-      break;
-    case LayerKind::kMamba2:
-      if (const auto* m = std::get_if<Mamba2Weights>(&w)) {
-        backend->run_mamba2(storage, run, *m, Mamba2Inputs{}, Mamba2Outputs{});
-        return;
-      }
-      break;
-  }
-  fail(Status::kFailedPrecondition, "StatePool::materialize",
-       "layer " + std::to_string(run.layer) + " has pending steps but was never run");
 }
 
 // Runs the strategy's deferred work for `slot_list` (all live slots when empty).
@@ -81,8 +55,7 @@ void StatePool::Impl::materialize_slots(std::vector<int32_t> slot_list) {
       if (slots.is_allocated(s)) slot_list.push_back(s);
     }
   }
-  strategy->materialize(*backend, storage, slot_list,
-                        [&](const detail::LayerRun& run) { run_recorded(run); });
+  strategy->materialize(*backend, storage, slot_list);
 }
 
 template <typename Weights>
@@ -210,7 +183,6 @@ StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& op
     detail::bind_caller_committed(fn, *committed, layout, impl->backend->device(), impl->storage);
   }
   impl->backend->allocate(impl->storage);
-  impl->last_weights.resize(static_cast<std::size_t>(config.num_layers));
   impl->close_round();
   detail::logger().debug(
       "pool {}: {} slots, {} layers, {} strategy, {} committed bytes, {} workspace bytes on {}",

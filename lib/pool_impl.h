@@ -13,7 +13,6 @@
 #include <memory>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "backend.h"
@@ -120,9 +119,6 @@ struct StatePool::Impl {
   std::unique_ptr<detail::StrategyImpl> strategy;
   detail::PoolStorage storage;
   detail::SlotAllocator slots{0};  // sized once the pool's size has been checked
-  // Each layer's weights of its last verify / advance (of the pool's kind): what materialize
-  // replays with.
-  std::vector<std::variant<std::monostate, GdnWeights, Mamba2Weights>> last_weights;
 
   bool round_open = false;
   VerifyBatch batch;
@@ -222,7 +218,6 @@ struct StatePool::Impl {
 
   // Re-runs recorded steps of one layer with that layer's last weights (no inputs, no outputs):
   // the pool's one switch on the layer kind.
-  void run_recorded(const detail::LayerRun& run);
 
   // Runs the strategy's deferred work for `slot_list` (all live slots when empty).
   void materialize_slots(std::vector<int32_t> slot_list);

@@ -34,7 +34,6 @@ void StatePool::Impl::verify(int layer, const Weights& weights,
   run.plan = &plan;
   run.io = strategy->verify_io(layer, plan, !verified[layer]);
   detail::KindArgs<Weights>::run(*backend, storage, run, weights, inputs, outputs);
-  last_weights[layer] = weights;
   verified[layer] = true;
 }
 

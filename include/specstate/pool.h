@@ -168,9 +168,10 @@ class StatePool {
 
   // --- deferred work (DESIGN.md section 5.7) -------------------------------------------------
   // Makes the committed memory of `handles` (all live slots when empty) equal their committed
-  // state in every layer. A no-op for the snapshot strategy. Under replay it re-runs the slots'
-  // pending accepted steps with the weights of each layer's last verify, so those views must
-  // still be valid. Allowed inside an open round. A handle given twice is rejected
+  // state in every layer. A no-op for the snapshot strategy. Under replay it applies the slots'
+  // history factor records to their checkpoints and stores them (and shifts the conv windows
+  // by the recorded inputs): no weights are read, so the last verify's views may be gone.
+  // Allowed inside an open round. A handle given twice is rejected
   // (kInvalidArgument, naming both indices), like a stale or foreign one, before any work runs.
   void materialize(const std::vector<SlotHandle>& handles = {});
 

@@ -127,9 +127,7 @@ void ReplayStrategy::slot_overwritten(int slot) {
 }
 
 void ReplayStrategy::materialize(BackendImpl& backend, const PoolStorage& storage,
-                                 const std::vector<int32_t>& slots,
-                                 const std::function<void(const LayerRun&)>& run_layer) {
-  (void)run_layer;  // the records alone make the memory exact: no weights are read
+                                 const std::vector<int32_t>& slots) {
   for (int l = 0; l < layers_; ++l) {
     LayerRun run;
     run.layer = l;

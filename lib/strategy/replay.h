@@ -45,10 +45,9 @@ class ReplayStrategy final : public StrategyImpl {
   void reset_slot(int slot) override;
   void slot_overwritten(int slot) override;
   bool deferred(int layer, int slot) const override;
-  // Needs no weights: records alone make the memory exact (run_layer is not called).
+  // Needs no weights: the records alone make the memory exact.
   void materialize(BackendImpl& backend, const PoolStorage& storage,
-                   const std::vector<int32_t>& slots,
-                   const std::function<void(const LayerRun&)>& run_layer) override;
+                   const std::vector<int32_t>& slots) override;
 
  private:
   std::size_t at(int layer, int slot) const {

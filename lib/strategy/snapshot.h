@@ -23,8 +23,7 @@ class SnapshotStrategy final : public StrategyImpl {
                      const std::vector<bool>&) override {}
   void reset_slot(int) override {}
   bool deferred(int, int) const override { return false; }
-  void materialize(BackendImpl&, const PoolStorage&, const std::vector<int32_t>&,
-                   const std::function<void(const LayerRun&)>&) override {}
+  void materialize(BackendImpl&, const PoolStorage&, const std::vector<int32_t>&) override {}
 };
 
 }  // namespace specstate::detail

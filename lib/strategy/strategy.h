@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -43,11 +42,10 @@ class StrategyImpl {
 
   // Whether `slot` has deferred work in `layer` (the committed memory lags the state).
   virtual bool deferred(int layer, int slot) const = 0;
-  // Makes the committed memory of `slots` exact in every layer. `run_layer(run)` launches one
-  // layer's call with that layer's weights (the pool keeps the views of the last call).
+  // Makes the committed memory of `slots` exact in every layer (from the strategy's own records:
+  // no weights, inputs or outputs).
   virtual void materialize(BackendImpl& backend, const PoolStorage& storage,
-                           const std::vector<int32_t>& slots,
-                           const std::function<void(const LayerRun&)>& run_layer) = 0;
+                           const std::vector<int32_t>& slots) = 0;
 };
 
 // The strategy of `layout.strategy`, and the workspace it adds to a layout (sizes overflow-checked;

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "common/gdn_data.h"
 #include "common/presets.h"
@@ -62,6 +64,36 @@ TEST(Replay, DefaultRingIsTwoWindowsAndAtLeastSix) {
     EXPECT_EQ(w, StatePool(m, explicit_ring).workspace_bytes()) << "T = " << T;
     if (T == 2) EXPECT_GT(w, StatePool(m, two_t).workspace_bytes());
     if (T == 4) EXPECT_EQ(w, StatePool(m, two_t).workspace_bytes());
+  }
+}
+
+TEST(Replay, RingModelFoldsEveryRoundAtTwoWindowsAndLessBeyond) {
+  for (int T : {1, 2, 4, 8}) {
+    const ReplayRingModel m = replay_ring_model(T, 2 * T);
+    EXPECT_DOUBLE_EQ(m.fold_rate, 1.0) << T;
+    EXPECT_DOUBLE_EQ(m.mean_history, (T + 1) / 2.0) << T;
+  }
+  // T = 1, R = 6: one accepted token a round, a fold when h > 4: every 5th round, histories
+  // 1, 2, 3, 4, 5 (mean 3).
+  EXPECT_DOUBLE_EQ(replay_ring_model(1, 6).fold_rate, 0.2);
+  EXPECT_DOUBLE_EQ(replay_ring_model(1, 6).mean_history, 3.0);
+  // T = 2, R = 6 (the default): folds when h > 2. From h = a: a = 2 -> h 2, then 3 or 4 (2
+  // verifies); a = 1 -> h 1, then 2 (-> 3 or 4) or 3 (fold): 9/4 verifies a cycle on average.
+  EXPECT_NEAR(replay_ring_model(2, 6).fold_rate, 4.0 / 9.0, 1e-12);
+  // A longer ring folds less often and applies longer histories.
+  const ReplayRingModel r8 = replay_ring_model(4, 8), r16 = replay_ring_model(4, 16);
+  EXPECT_LT(r16.fold_rate, r8.fold_rate);
+  EXPECT_GT(r16.mean_history, r8.mean_history);
+  EXPECT_NEAR(r16.fold_rate, 0.2495, 1e-3);  // the benchmark's simulated cursor: 0.25
+  for (const auto& [T, R, name] : {std::tuple{0, 6, "max_window = 0"}, std::tuple{4, 7, "ring = 7"},
+                                   std::tuple{1, (1 << 20) + 1, "ring = 1048577"}}) {
+    try {
+      replay_ring_model(T, R);
+      FAIL() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -195,6 +227,35 @@ TEST(Replay, MaterializeMakesTheMemoryExactOnceAndIsIdempotent) {
   replay.materialize();
   EXPECT_EQ(committed_bytes(replay), committed_bytes(snap));
   EXPECT_GT(sum_squares(replay.ssm_state(1)), 0.0);
+}
+
+// Materialize reads only the records: the weights of the last verify may be gone (here: freed
+// after being poisoned with NaN, which a re-run with them would spread into the state).
+TEST(Replay, MaterializeNeedsNoWeights) {
+  std::mt19937_64 rng(22);
+  const GdnConfig g = gdn_preset("small_f32");
+  const ModelConfig m = ModelConfig::gated_delta_net(2, g);
+  PoolOptions so = replay_options(2, 1, 3);
+  so.strategy = Strategy::kSnapshot;
+  StatePool replay(m, replay_options(2, 1, 3)), snap(m, so);
+  SlotHandle r = replay.acquire(), s = snap.acquire();
+  std::vector<LayerWeights> w = {random_weights(g, rng), random_weights(g, rng)};
+  TokenInputs in = random_inputs(g, 3, rng);
+  TokenOutputs out = make_outputs(g, 3);
+  for (StatePool* p : {&snap, &replay}) {
+    p->begin_verify(VerifyBatch{{p == &replay ? r : s}, 3, {}});
+    for (int l = 0; l < 2; ++l) p->verify(l, w[l].view(), in.view(), out.view());
+    p->commit(std::vector<int32_t>{3});
+  }
+  for (LayerWeights& lw : w) {
+    for (Buffer* b : {&lw.A_log, &lw.dt_bias, &lw.conv_weight}) {
+      for (int64_t i = 0; i < b->numel(); ++i) b->set(i, std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+  w.clear();
+  replay.materialize();
+  EXPECT_EQ(committed_bytes(replay), committed_bytes(snap));
+  EXPECT_GT(sum_squares(replay.ssm_state(0)), 0.0);
 }
 
 }  // namespace
