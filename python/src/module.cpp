@@ -88,8 +88,9 @@ void bind_config(nb::module_& m) {
       m, "Strategy",
       "How verify records what commit needs (bit-identical results). SNAPSHOT: the state after "
       "every window token in row-indexed scratch, commit copies the accepted one. REPLAY: "
-      "per-token records per slot, commit only records the accepted length, the next verify "
-      "re-runs those steps (committed memory lags until then: StatePool.materialize).")
+      "per-token rank-1 factor records in a ring per slot, commit only moves the slot's cursor, "
+      "the next verify applies them to the checkpoint (committed memory lags until then: "
+      "StatePool.materialize).")
       .value("SNAPSHOT", Strategy::kSnapshot)
       .value("REPLAY", Strategy::kReplay);
   nb::enum_<Workspace>(m, "Workspace", "Workspace tensors of a strategy (StatePool.workspace).")

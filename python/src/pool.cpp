@@ -23,15 +23,13 @@ class PyPool {
  public:
   PyPool(const ModelConfig& config, const PoolOptions& options)
       : pool_(config, options),
-        stream_(reinterpret_cast<uintptr_t>(options.stream)),
-        last_weights_(static_cast<std::size_t>(config.num_layers)) {}
+        stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
   // Over caller-owned committed state (DESIGN.md section 4): the arrays stay referenced for the
   // pool's lifetime.
   PyPool(const ModelConfig& config, const PoolOptions& options, const CommittedStateViews& views,
          std::vector<nb::object> held)
       : pool_(config, options, views),
         stream_(reinterpret_cast<uintptr_t>(options.stream)),
-        last_weights_(static_cast<std::size_t>(config.num_layers)),
         committed_arrays_(std::move(held)) {}
   ~PyPool() {
 #ifdef SPECSTATE_PY_CUDA
@@ -47,13 +45,7 @@ class PyPool {
   uintptr_t stream() const { return stream_; }
   void set_stream(uintptr_t s) { stream_ = s; }
   bool is_cuda() const { return pool_.options().backend == Backend::kCuda; }
-  // Replay re-runs pending steps with the weights of each layer's last verify / advance: the
-  // pool holds those weights (and so their arrays) until the layer's next call.
   void hold_round_array(nb::object array) { round_array_ = std::move(array); }
-  void hold_weights(int layer, nb::handle weights) {
-    if (layer >= 0 && static_cast<std::size_t>(layer) < last_weights_.size())
-      last_weights_[static_cast<std::size_t>(layer)] = nb::borrow(weights);
-  }
 
   // Orders the pool's stream after `caller` (enter) and `caller` after the pool's work (leave).
   // A no-op on CPU pools and when the caller's stream is the pool's.
@@ -119,7 +111,6 @@ class PyPool {
   std::vector<nb::object> committed_arrays_;
   nb::object round_array_;  // the open round's device cu_seqlens (read by the kernels)
   uintptr_t stream_ = 0;    // the caller's stream when a call names none
-  std::vector<nb::object> last_weights_;
   std::mutex mutex_;
 };
 
@@ -240,7 +231,6 @@ void layer_call(PyPool& p, int layer, nb::handle_t<W> weights, const I& in, cons
     call(s, wv, iv, ov);
     return 0;
   });
-  p.hold_weights(layer, weights);
 }
 
 // prefill / decode / verify for one layer kind's argument types (GDN or Mamba2 overloads).

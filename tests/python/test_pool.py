@@ -295,9 +295,9 @@ def test_configs_and_enums():
         bad.validate()
 
 
-def test_replay_holds_the_weights_of_the_last_verify():
-    """Replay re-runs pending steps with each layer's last verify weights: the pool keeps them
-    alive even when the caller passed temporaries."""
+def test_replay_needs_no_weights_after_the_verify():
+    """Replay's deferred work reads only the pool's records: weights passed as temporaries may be
+    poisoned and freed after the verify, and the committed states still match snapshot's."""
     model = Model(seed=5)
     window = model.inputs(4)
     final = []
@@ -307,13 +307,16 @@ def test_replay_holds_the_weights_of_the_last_verify():
         pool.begin_verify(specstate.VerifyBatch([h], window=4))
         for layer, (x, a, b) in enumerate(window):
             w = model.weights[layer]
-            temp = specstate.GdnWeights(conv_weight=w.conv_weight.copy(), A_log=w.A_log.copy(),
-                                        dt_bias=w.dt_bias.copy())
+            cw, al, db = w.conv_weight.copy(), w.A_log.copy(), w.dt_bias.copy()
+            temp = specstate.GdnWeights(conv_weight=cw, A_log=al, dt_bias=db)
             pool.verify(layer, temp, specstate.GdnInputs(x, a, b), model.outputs(4))
-            del temp
+            for arr in (cw, al, db):
+                arr[...] = np.nan
+            del temp, cw, al, db
         pool.commit([3])
         gc.collect()
         np.ones(100000, np.float32)  # reuse freed memory, if any was freed
         final.append(states(pool, model.layers))
     for (c0, s0), (c1, s1) in zip(*final):
         assert np.array_equal(c0, c1) and np.array_equal(s0, s1)
+        assert np.any(s0 != 0)
