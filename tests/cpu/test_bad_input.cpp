@@ -7,62 +7,17 @@
 #include <random>
 #include <string>
 
+#include "common/bad_input.h"
 #include "common/gdn_data.h"
 
 namespace specstate::test {
 namespace {
 
-constexpr int kLayers = 2;
-constexpr int kT = 3;
-
-class BadInput : public ::testing::Test {
+class BadInput : public BadInputPool<GdnKind> {
  protected:
   void SetUp() override {
-    std::mt19937_64 rng(seed_);
-    g_ = small_config();
-    PoolOptions options;
-    options.num_slots = 4;
-    options.max_rows = 3;
-    options.max_window = kT;
-    pool_ = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g_), options);
-    a_ = pool_->acquire();
-    b_ = pool_->acquire();
-    for (int l = 0; l < kLayers; ++l) {
-      w_.push_back(random_weights(g_, rng));
-      in_.push_back(random_inputs(g_, 3 * kT, rng));
-      out_.push_back(make_outputs(g_, 3 * kT));
-      for (SlotHandle h : {a_, b_}) {
-        TokenInputs p = random_inputs(g_, 2, rng);
-        TokenOutputs o = make_outputs(g_, 2);
-        pool_->prefill(l, h, w_[l].view(), p.view(), o.view());
-      }
-    }
-  }
-
-  // Opens a round over rows (a, padding, b) and verifies every layer.
-  void verified_round(std::vector<int32_t> parents = {}) {
-    pool_->begin_verify(VerifyBatch{{a_, SlotHandle::padding(), b_}, kT, std::move(parents)});
-    for (int l = 0; l < kLayers; ++l) {
-      pool_->verify(l, w_[l].view(), in_[l].view(), out_[l].view());
-    }
-  }
-
-  // Runs `call`, expects Error with `status` and every needle in its message, and no change.
-  void expect_rejected(const std::function<void()>& call, Status status,
-                       std::initializer_list<const char*> needles) {
-    SCOPED_TRACE("seed " + std::to_string(seed_));
-    const std::vector<uint8_t> before = committed_bytes(*pool_);
-    try {
-      call();
-      ADD_FAILURE() << "the call was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), status) << e.what();
-      for (const char* needle : needles) {
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-            << "message lacks '" << needle << "': " << e.what();
-      }
-    }
-    EXPECT_EQ(committed_bytes(*pool_), before) << "a rejected call changed the committed state";
+    seed_ = 1234;
+    make_pool(small_config(), Strategy::kSnapshot);
   }
 
   // After a rejected commit the round is still open: a valid commit works and moves the state.
@@ -71,14 +26,6 @@ class BadInput : public ::testing::Test {
     pool_->commit(accepted);
     EXPECT_NE(committed_bytes(*pool_), before);
   }
-
-  uint64_t seed_ = 1234;
-  GdnConfig g_;
-  std::unique_ptr<StatePool> pool_;
-  SlotHandle a_, b_;
-  std::vector<LayerWeights> w_;
-  std::vector<TokenInputs> in_;
-  std::vector<TokenOutputs> out_;
 };
 
 TEST_F(BadInput, AcceptedLengthAboveWindow) {
@@ -209,7 +156,7 @@ TEST_F(BadInput, SameSlotTwiceInOneBatch) {
 TEST_F(BadInput, HandleFromAnotherPool) {
   PoolOptions options;
   options.num_slots = 4;
-  StatePool other(ModelConfig::gated_delta_net(kLayers, g_), options);
+  StatePool other(ModelConfig::gated_delta_net(kLayers, config_), options);
   SlotHandle foreign = other.acquire();
   expect_rejected(
       [&] {
@@ -265,13 +212,13 @@ TEST_F(BadInput, StrideMismatch) {
 
 TEST_F(BadInput, DTypeMismatch) {
   pool_->begin_verify(VerifyBatch{{a_, SlotHandle::padding(), b_}, kT, {}});
-  Buffer bf(DType::kBF16, {3 * kT, g_.num_v_heads});
+  Buffer bf(DType::kBF16, {3 * kT, config_.num_v_heads});
   GdnInputs in = in_[0].view();
   in.b = bf.view();
   expect_rejected([&] { pool_->verify(0, w_[0].view(), in, out_[0].view()); },
                   Status::kInvalidArgument, {"inputs.b", "dtype = bf16", "expected f32"});
   GdnWeights w = w_[0].view();
-  Buffer ints(DType::kI32, {g_.num_v_heads});
+  Buffer ints(DType::kI32, {config_.num_v_heads});
   w.A_log = ints.view();
   expect_rejected([&] { pool_->verify(0, w, in_[0].view(), out_[0].view()); },
                   Status::kInvalidArgument, {"weights.A_log", "dtype = i32"});

@@ -9,79 +9,31 @@
 #include <random>
 #include <string>
 
+#include "common/bad_input.h"
 #include "common/gdn_data.h"
 #include "common/mamba2_data.h"
 
 namespace specstate::test {
 namespace {
 
-constexpr int kLayers = 2;
-constexpr int kT = 3;
-
-class BadInputMamba2 : public ::testing::TestWithParam<Strategy> {
+class BadInputMamba2 : public BadInputPool<Mamba2Kind, ::testing::TestWithParam<Strategy>> {
  protected:
   void SetUp() override {
-    std::mt19937_64 rng(seed_);
-    m_ = small_mamba2_config();  // f32, conv bias, D skip, z gate
-    PoolOptions options;
-    options.num_slots = 4;
-    options.max_rows = 3;
-    options.max_window = kT;
-    options.strategy = GetParam();
-    pool_ = std::make_unique<StatePool>(ModelConfig::mamba2(kLayers, m_), options);
-    a_ = pool_->acquire();
-    b_ = pool_->acquire();
-    for (int l = 0; l < kLayers; ++l) {
-      w_.push_back(random_weights(m_, rng));
-      in_.push_back(random_inputs(m_, 3 * kT, rng));
-      out_.push_back(make_outputs(m_, 3 * kT));
-      for (SlotHandle h : {a_, b_}) {
-        Mamba2TokenInputs p = random_inputs(m_, 2, rng);
-        Mamba2TokenOutputs o = make_outputs(m_, 2);
-        pool_->prefill(l, h, w_[l].view(), p.view(), o.view());
-      }
-    }
+    seed_ = 4321;
+    make_pool(small_mamba2_config(), GetParam());  // f32, conv bias, D skip, z gate
   }
-
-  void begin_round() { pool_->begin_verify(VerifyBatch{{a_, SlotHandle::padding(), b_}, kT, {}}); }
-
-  // Runs `call`, expects Error with `status` and every needle in its message, and no change.
-  void expect_rejected(const std::function<void()>& call, Status status,
-                       std::initializer_list<std::string> needles) {
-    SCOPED_TRACE("seed " + std::to_string(seed_));
-    const std::vector<uint8_t> before = committed_bytes(*pool_);
-    try {
-      call();
-      ADD_FAILURE() << "the call was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), status) << e.what();
-      for (const std::string& needle : needles) {
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-            << "message lacks '" << needle << "': " << e.what();
-      }
-    }
-    EXPECT_EQ(committed_bytes(*pool_), before) << "a rejected call changed the committed state";
-  }
-
-  uint64_t seed_ = 4321;
-  Mamba2Config m_;
-  std::unique_ptr<StatePool> pool_;
-  SlotHandle a_, b_;
-  std::vector<Mamba2LayerWeights> w_;
-  std::vector<Mamba2TokenInputs> in_;
-  std::vector<Mamba2TokenOutputs> out_;
 };
 
 // Each argument of a layer call, made wrong in turn, is named by the rejection (prefill, decode
 // and verify validate the same way).
 TEST_P(BadInputMamba2, EachArgumentIsNamed) {
   const int64_t tokens = 3 * kT;
-  Buffer wrong_rows(DType::kF32, {tokens + 1, m_.conv_dim()});
-  Buffer wrong_heads(DType::kF32, {tokens, m_.num_heads + 1});
-  Buffer bf16_y(DType::kBF16, {tokens, m_.num_heads, m_.head_dim});
-  Buffer short_weight(DType::kF32, {m_.conv_dim(), m_.conv_width - 1});
-  Buffer short_head(DType::kF32, {m_.num_heads - 1});
-  Buffer z_3d(DType::kF32, {tokens, m_.num_heads, m_.head_dim});
+  Buffer wrong_rows(DType::kF32, {tokens + 1, config_.conv_dim()});
+  Buffer wrong_heads(DType::kF32, {tokens, config_.num_heads + 1});
+  Buffer bf16_y(DType::kBF16, {tokens, config_.num_heads, config_.head_dim});
+  Buffer short_weight(DType::kF32, {config_.conv_dim(), config_.conv_width - 1});
+  Buffer short_head(DType::kF32, {config_.num_heads - 1});
+  Buffer z_3d(DType::kF32, {tokens, config_.num_heads, config_.head_dim});
   struct Mutation {
     std::string needle;
     std::function<void(Mamba2Weights&, Mamba2Inputs&, Mamba2Outputs&)> apply;
@@ -117,8 +69,8 @@ TEST_P(BadInputMamba2, EachArgumentIsNamed) {
   EXPECT_NE(committed_bytes(*pool_), before);
   // Decode and prefill name the same arguments.
   std::mt19937_64 rng(seed_ + 1);
-  Mamba2TokenInputs one = random_inputs(m_, 1, rng);
-  Mamba2TokenOutputs one_out = make_outputs(m_, 1);
+  Mamba2TokenInputs one = random_inputs(config_, 1, rng);
+  Mamba2TokenOutputs one_out = make_outputs(config_, 1);
   Mamba2Weights no_d = w_[0].view();
   no_d.D = TensorView{};
   expect_rejected([&] { pool_->decode(0, {a_}, no_d, one.view(), one_out.view()); },
@@ -132,7 +84,7 @@ TEST_P(BadInputMamba2, EachArgumentIsNamed) {
 // Options the config turns off must not be given (a silent ignore would hide a config that does
 // not match the model).
 TEST_P(BadInputMamba2, ArgumentsTheConfigDoesNotHaveAreRejected) {
-  Mamba2Config off = m_;
+  Mamba2Config off = config_;
   off.conv_bias = false;
   off.d_skip = false;
   off.gate = false;
@@ -144,8 +96,8 @@ TEST_P(BadInputMamba2, ArgumentsTheConfigDoesNotHaveAreRejected) {
   Mamba2LayerWeights w = random_weights(off, rng);
   Mamba2TokenInputs in = random_inputs(off, 2, rng);
   Mamba2TokenOutputs out = make_outputs(off, 2);
-  const Mamba2LayerWeights full = random_weights(m_, rng);
-  const Mamba2TokenInputs full_in = random_inputs(m_, 2, rng);
+  const Mamba2LayerWeights full = random_weights(config_, rng);
+  const Mamba2TokenInputs full_in = random_inputs(config_, 2, rng);
   auto rejected = [&](const Mamba2Weights& wv, const Mamba2Inputs& iv, const char* needle,
                       const char* flag) {
     try {
@@ -208,7 +160,7 @@ TEST_P(BadInputMamba2, KeptRowsAndPaddingAreUntouched) {
   const std::vector<uint8_t> b_before = slot_bytes(*pool_, pool_->slot_index(b_));
   begin_round();
   for (int l = 0; l < kLayers; ++l) pool_->verify(l, w_[l].view(), in_[l].view(), out_[l].view());
-  const int64_t per_row = int64_t{kT} * m_.num_heads * m_.head_dim;
+  const int64_t per_row = int64_t{kT} * config_.num_heads * config_.head_dim;
   for (int64_t i = per_row; i < 2 * per_row; ++i) {
     ASSERT_EQ(out_[0].y.get(i), 0.0f) << "padding row output written at " << i;
   }
@@ -220,7 +172,8 @@ TEST_P(BadInputMamba2, KeptRowsAndPaddingAreUntouched) {
   begin_round();
   const TensorView ssm = pool_->ssm_state(0);
   Mamba2Outputs alias = out_[0].view();
-  alias.y = TensorView::contiguous(ssm.data, DType::kF32, {3 * kT, m_.num_heads, m_.head_dim});
+  alias.y =
+      TensorView::contiguous(ssm.data, DType::kF32, {3 * kT, config_.num_heads, config_.head_dim});
   expect_rejected([&] { pool_->verify(0, w_[0].view(), in_[0].view(), alias); },
                   Status::kInvalidArgument, {"outputs.y", "overlaps the pool"});
 }
