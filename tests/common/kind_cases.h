@@ -2,7 +2,10 @@
 // common/presets.h: the f32 and bf16 small configs of each kind).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "specstate/specstate.h"
@@ -17,6 +20,11 @@ struct KindCase {
 };
 
 inline void PrintTo(const KindCase& c, std::ostream* out) { *out << c.name; }
+
+// The case's name: the test-name suffix of a suite parameterized by a KindCase.
+inline std::string kind_case_name(const ::testing::TestParamInfo<KindCase>& info) {
+  return info.param.name;
+}
 
 // Both kinds, f32 and bf16, both strategies (8 cases).
 inline const std::vector<KindCase>& kind_dtype_strategy_cases() {

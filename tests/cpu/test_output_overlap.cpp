@@ -14,6 +14,7 @@
 #include "common/expect.h"
 #include "common/kind_cases.h"
 #include "common/pool_rounds.h"
+#include "common/twin_pools.h"
 
 namespace specstate::test {
 namespace {
@@ -56,14 +57,9 @@ TEST_P(OutputOverlap, PrefillDecodeAndVerifyRejectOutputsSharingMemoryWithTheirI
   for_kind(c.preset, [&](auto kind, const auto& layer) {
     using Kind = decltype(kind);
     PoolRounds<Kind> r(layer, kLayers, 1702);
-    StatePool p = r.pool(c.strategy), ref = r.pool(c.strategy);
-    const SlotHandle h = p.acquire(), hr = ref.acquire();
-    const auto pre = r.inputs(3);
-    r.prefill(p, h, pre);
-    r.prefill(ref, hr, pre);
-    const auto first = r.inputs(kT);
-    r.round(p, round_batch(false, {h}), first, round_accept(false, {2}));
-    r.round(ref, round_batch(false, {hr}), first, round_accept(false, {2}));
+    Twins<Kind> twins(r, c, 1);
+    StatePool& p = twins.p;
+    const SlotHandle h = twins.hp[0];
 
     const char* in_name = main_input_name(Kind{});
     const char* out_name = main_output_name(Kind{});
@@ -113,15 +109,12 @@ TEST_P(OutputOverlap, PrefillDecodeAndVerifyRejectOutputsSharingMemoryWithTheirI
     p.begin_verify(round_batch(false, {h}));
     each_overlap("StatePool::verify", kT,
                  [&](const auto& vin, const auto& out) { p.verify(0, r.weights(0), vin, out); });
-    EXPECT_EQ(exported(p, h), exported(ref, hr)) << "a rejected call changed the state";
+    twins.expect_same_state("after the rejected calls");
     // The round is still open and unverified: it verifies and commits like the twin's.
     auto out_p = r.outputs(kT);
     r.verify(p, in, out_p, 0, kLayers);
     p.commit(round_accept(false, {3}));
-    const auto out_r = r.round(ref, round_batch(false, {hr}), in, round_accept(false, {3}));
-    EXPECT_EQ(PoolRounds<Kind>::output_bytes(out_p, 0, kT),
-              PoolRounds<Kind>::output_bytes(out_r, 0, kT));
-    EXPECT_EQ(exported(p, h), exported(ref, hr));
+    twins.expect_same_round(in, out_p, {3});
   });
 }
 
@@ -188,10 +181,7 @@ TEST_P(OutputOverlap, ViewsInterleavedTokenByTokenInOneBufferAreAccepted) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, OutputOverlap, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<CheckCase>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Cpu, OutputOverlap, ::testing::ValuesIn(cases()), kind_case_name);
 
 }  // namespace
 }  // namespace specstate::test

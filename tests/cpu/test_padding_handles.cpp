@@ -14,6 +14,7 @@
 #include "common/expect.h"
 #include "common/kind_cases.h"
 #include "common/pool_rounds.h"
+#include "common/twin_pools.h"
 
 namespace specstate::test {
 namespace {
@@ -32,15 +33,10 @@ TEST_P(PaddingHandle, IsNamedAsPaddingByEveryCallThatTakesOneRequest) {
   for_kind(c.preset, [&](auto kind, const auto& layer) {
     using Kind = decltype(kind);
     PoolRounds<Kind> r(layer, kLayers, 1701);
-    StatePool p = r.pool(c.strategy), ref = r.pool(c.strategy);
-    const SlotHandle h = p.acquire(), hr = ref.acquire();
-    const auto in = r.inputs(3);
-    r.prefill(p, h, in);
-    r.prefill(ref, hr, in);
     // Replay: one committed round leaves pending steps, which a wrongly accepted call would run.
-    const auto round_in = r.inputs(kT);
-    r.round(p, round_batch(false, {h}), round_in, round_accept(false, {2}));
-    r.round(ref, round_batch(false, {hr}), round_in, round_accept(false, {2}));
+    Twins<Kind> twins(r, c, 1);
+    StatePool& p = twins.p;
+    const SlotHandle h = twins.hp[0];
 
     const int64_t words = (p.slot_state_bytes() + 3) / 4;
     std::vector<int32_t> buf(static_cast<std::size_t>(words));
@@ -91,22 +87,15 @@ TEST_P(PaddingHandle, IsNamedAsPaddingByEveryCallThatTakesOneRequest) {
       }
     }
     EXPECT_FALSE(std::ifstream(path).good()) << "export_slot(padding, path) wrote " << path;
-    EXPECT_EQ(p.free_slots(), ref.free_slots());
+    EXPECT_EQ(p.free_slots(), twins.ref.free_slots());
     EXPECT_TRUE(p.is_live(h));
-    EXPECT_EQ(exported(p, h), exported(ref, hr)) << "a rejected call changed the state";
+    twins.expect_same_state("after the rejected calls");
     // The request goes on exactly like its twin.
-    const auto next = r.inputs(kT);
-    const auto o1 = r.round(p, round_batch(false, {h}), next, round_accept(false, {3}));
-    const auto o2 = r.round(ref, round_batch(false, {hr}), next, round_accept(false, {3}));
-    EXPECT_EQ(PoolRounds<Kind>::output_bytes(o1, 0, kT), PoolRounds<Kind>::output_bytes(o2, 0, kT));
-    EXPECT_EQ(exported(p, h), exported(ref, hr));
+    twins.expect_same_next_round({3});
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, PaddingHandle, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<CheckCase>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Cpu, PaddingHandle, ::testing::ValuesIn(cases()), kind_case_name);
 
 }  // namespace
 }  // namespace specstate::test

@@ -14,6 +14,7 @@
 #include "common/expect.h"
 #include "common/kind_cases.h"
 #include "common/pool_rounds.h"
+#include "common/twin_pools.h"
 
 namespace specstate::test {
 namespace {
@@ -26,47 +27,6 @@ constexpr int kLayers = 3;
 constexpr int kT = kRoundT;
 constexpr int kRequests = 2;
 
-// Two pools with the same requests, prefilled alike and one committed round behind them (so
-// that replay has pending steps, which the first verify of each layer re-runs).
-template <typename Kind>
-struct Twins {
-  PoolRounds<Kind>& r;
-  const RepeatCase& c;
-  StatePool p, ref;
-  std::vector<SlotHandle> hp, hr;
-
-  Twins(PoolRounds<Kind>& rounds, const RepeatCase& cs)
-      : r(rounds), c(cs), p(rounds.pool(cs.strategy)), ref(rounds.pool(cs.strategy)) {
-    for (int i = 0; i < kRequests; ++i) {
-      hp.push_back(p.acquire());
-      hr.push_back(ref.acquire());
-      const auto in = r.inputs(3 + i);
-      r.prefill(p, hp.back(), in);
-      r.prefill(ref, hr.back(), in);
-    }
-    const auto in = r.inputs(int64_t{kRequests} * kT);
-    r.round(p, round_batch(c.tree, hp), in, round_accept(c.tree, {2, 3}));
-    r.round(ref, round_batch(c.tree, hr), in, round_accept(c.tree, {2, 3}));
-  }
-
-  void expect_same_state(const std::string& when) {
-    for (int i = 0; i < kRequests; ++i) {
-      EXPECT_EQ(exported(p, hp[i]), exported(ref, hr[i])) << when << ": request " << i;
-    }
-  }
-
-  // The next round, the same on both pools: the states go on alike (replay: from the pending
-  // steps the commit left).
-  void expect_same_next_round() {
-    const auto in = r.inputs(int64_t{kRequests} * kT);
-    const auto o1 = r.round(p, round_batch(c.tree, hp), in, round_accept(c.tree, {3, 1}));
-    const auto o2 = r.round(ref, round_batch(c.tree, hr), in, round_accept(c.tree, {3, 1}));
-    EXPECT_EQ(PoolRounds<Kind>::output_bytes(o1, 0, kRequests * kT),
-              PoolRounds<Kind>::output_bytes(o2, 0, kRequests * kT));
-    expect_same_state("after the next round");
-  }
-};
-
 class RepeatedVerify : public ::testing::TestWithParam<RepeatCase> {};
 
 TEST_P(RepeatedVerify, SameInputsGiveTheFirstOutputsAndCommitAsOneVerify) {
@@ -74,7 +34,7 @@ TEST_P(RepeatedVerify, SameInputsGiveTheFirstOutputsAndCommitAsOneVerify) {
   for_kind(c.preset, [&](auto kind, const auto& layer) {
     using Kind = decltype(kind);
     PoolRounds<Kind> r(layer, kLayers, 1731);
-    Twins<Kind> t(r, c);
+    Twins<Kind> t(r, c, kRequests);
     const int64_t n = int64_t{kRequests} * kT;
     const auto in = r.inputs(n);
     const std::vector<int32_t> accepted = round_accept(c.tree, {4, 2});
@@ -95,7 +55,7 @@ TEST_P(RepeatedVerify, SameInputsGiveTheFirstOutputsAndCommitAsOneVerify) {
     EXPECT_EQ(PoolRounds<Kind>::output_bytes(first, 0, n),
               PoolRounds<Kind>::output_bytes(want, 0, n));
     t.expect_same_state("after the commit");
-    t.expect_same_next_round();
+    t.expect_same_next_round({3, 1});
   });
 }
 
@@ -104,7 +64,7 @@ TEST_P(RepeatedVerify, TheLastVerifyOfALayerIsTheOneCommitted) {
   for_kind(c.preset, [&](auto kind, const auto& layer) {
     using Kind = decltype(kind);
     PoolRounds<Kind> r(layer, kLayers, 1732);
-    Twins<Kind> t(r, c);
+    Twins<Kind> t(r, c, kRequests);
     const int64_t n = int64_t{kRequests} * kT;
     const auto stale = r.inputs(n), in = r.inputs(n);
     const std::vector<int32_t> accepted = round_accept(c.tree, {3, 4});
@@ -121,7 +81,7 @@ TEST_P(RepeatedVerify, TheLastVerifyOfALayerIsTheOneCommitted) {
               PoolRounds<Kind>::output_bytes(want, 0, n))
         << "the two windows must differ for this test to mean anything";
     t.expect_same_state("after the commit");
-    t.expect_same_next_round();
+    t.expect_same_next_round({3, 1});
   });
 }
 
@@ -130,7 +90,7 @@ TEST_P(RepeatedVerify, CommitStillNeedsEveryLayerVerified) {
   for_kind(c.preset, [&](auto kind, const auto& layer) {
     using Kind = decltype(kind);
     PoolRounds<Kind> r(layer, kLayers, 1733);
-    Twins<Kind> t(r, c);
+    Twins<Kind> t(r, c, kRequests);
     const int64_t n = int64_t{kRequests} * kT;
     const auto in = r.inputs(n);
     auto out = r.outputs(n);
@@ -145,14 +105,11 @@ TEST_P(RepeatedVerify, CommitStillNeedsEveryLayerVerified) {
     t.p.commit(accepted);
     r.round(t.ref, round_batch(c.tree, t.hr), in, accepted);
     t.expect_same_state("after the commit");
-    t.expect_same_next_round();
+    t.expect_same_next_round({3, 1});
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, RepeatedVerify, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<RepeatCase>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Cpu, RepeatedVerify, ::testing::ValuesIn(cases()), kind_case_name);
 
 }  // namespace
 }  // namespace specstate::test
