@@ -99,6 +99,17 @@ GdnConfig small_config(DType act, DType conv_state, DType ssm_state, bool conv_b
   return c;
 }
 
+GdnConfig tiny_config() {
+  GdnConfig g;
+  g.num_k_heads = 1;
+  g.num_v_heads = 1;
+  g.head_k_dim = 4;
+  g.head_v_dim = 4;
+  g.conv_width = 2;
+  g.act_dtype = g.conv_state_dtype = DType::kF32;
+  return g;
+}
+
 namespace {
 void fill_normal(Buffer& buffer, std::mt19937_64& rng, float scale) {
   std::normal_distribution<float> normal(0.0f, 1.0f);

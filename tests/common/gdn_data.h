@@ -56,6 +56,8 @@ struct TokenOutputs {
 
 GdnConfig small_config(DType act = DType::kF32, DType conv_state = DType::kF32,
                        DType ssm_state = DType::kF32, bool conv_bias = true);
+// H = HV = 1, K = V = 4, W = 2, f32 activations and conv state: the smallest GDN layer.
+GdnConfig tiny_config();
 LayerWeights random_weights(const GdnConfig& config, std::mt19937_64& rng);
 TokenInputs random_inputs(const GdnConfig& config, int64_t tokens, std::mt19937_64& rng);
 TokenOutputs make_outputs(const GdnConfig& config, int64_t tokens);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/gdn_data.h"
 #include "specstate/spec/trace.h"
 #include "specstate/specstate.h"
 
@@ -44,16 +45,7 @@ std::string temp_dir() {
 
 // --- defect 1: a TensorView with ndim outside [0, 6] -----------------------------------------
 
-GdnConfig tiny_config() {
-  GdnConfig g;
-  g.num_k_heads = 1;
-  g.num_v_heads = 1;
-  g.head_k_dim = 4;
-  g.head_v_dim = 4;
-  g.conv_width = 2;
-  g.act_dtype = g.conv_state_dtype = DType::kF32;
-  return g;
-}
+using test::tiny_config;  // common/gdn_data.h
 
 TEST(HostileTensorView, DescribeNeverReadsPastTheArrays) {
   TensorView v;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gdn_data.h"
 #include "specstate/specstate.h"
 
 namespace specstate {
@@ -19,16 +20,7 @@ bool contains(const std::string& text, const std::string& fragment) {
   return text.find(fragment) != std::string::npos;
 }
 
-GdnConfig tiny_config() {
-  GdnConfig g;
-  g.num_k_heads = 1;
-  g.num_v_heads = 1;
-  g.head_k_dim = 4;
-  g.head_v_dim = 4;
-  g.conv_width = 2;
-  g.act_dtype = g.conv_state_dtype = DType::kF32;
-  return g;
-}
+using test::tiny_config;  // common/gdn_data.h
 
 // Defect 2: conv_dim() = 2*H*K + HV*V overflows int at K = 2^30; the pool must refuse the config
 // with kInvalidArgument naming the field, before any allocation.
