@@ -3,6 +3,8 @@
 // implementation written here, including degenerate inputs: all-zero q/k tokens (the 1e-6 eps
 // keeps them finite), huge and tiny gates, the softplus threshold at 20, a + dt_bias over
 // [-20, 30] and b over [-10, 10]. Every check also asserts the result is finite and not all zero.
+// The same cases run on the CUDA backend (head_k_dim 32, the kernels' smallest; skipped visibly
+// without a device): a kernel whose gate or normalisation is wrong fails here (issue 17.7).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,8 +13,11 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "cli/golden_case.h"
+#include "common/backend_buffers.h"
 #include "specstate/specstate.h"
 
 namespace specstate {
@@ -86,13 +91,15 @@ struct Case {
   std::vector<float> x, a, b;  // [tokens, D], [tokens, HV], [tokens, HV]
 };
 
-Case make_case(std::mt19937_64& rng, int tokens, Inputs kind) {
+// `backend`: the CUDA kernels take head_k_dim 32, 64 or 128 (the CPU any): 32 there.
+Case make_case(std::mt19937_64& rng, int tokens, Inputs kind, Backend backend) {
   std::uniform_int_distribution<int> pick(0, 1);
   Case cs;
   Cfg& c = cs.cfg;
   c.H = 1 + pick(rng);
   c.HV = c.H * (1 + pick(rng));
   c.K = 4 << pick(rng);
+  if (backend == Backend::kCuda) c.K = 32;
   c.V = 4 << pick(rng);
   c.W = 2 + pick(rng) + pick(rng);
   c.bias = pick(rng) == 1;
@@ -177,19 +184,28 @@ GdnConfig to_gdn(const Cfg& c) {
   return g;
 }
 
-GdnWeights weights_view(Case& cs) {
+// The case's weights on the pool's backend.
+GdnWeights weights_view(Case& cs, test::BackendBuffers& mem) {
   const Cfg& c = cs.cfg;
-  return {TensorView::contiguous(cs.w.conv_w.data(), DType::kF32, {c.D(), c.W}),
-          c.bias ? TensorView::contiguous(cs.w.conv_b.data(), DType::kF32, {c.D()}) : TensorView{},
-          TensorView::contiguous(cs.w.A_log.data(), DType::kF32, {c.HV}),
-          TensorView::contiguous(cs.w.dt_bias.data(), DType::kF32, {c.HV})};
+  return {mem.up(cs.w.conv_w, {c.D(), c.W}), c.bias ? mem.up(cs.w.conv_b, {c.D()}) : TensorView{},
+          mem.up(cs.w.A_log, {c.HV}), mem.up(cs.w.dt_bias, {c.HV})};
+}
+
+PoolOptions options_for(Backend backend, int max_window = 1) {
+  PoolOptions o;
+  o.backend = backend;
+  o.max_window = max_window;
+  return o;
 }
 
 // max |ours - ref| / max(1, |ref|) over all elements; fails on non-finite values.
 struct Compare {
   double worst = 0, norm = 0;
   std::string where;
-  void add(const float* ours, const std::vector<double>& ref, const std::string& what) {
+  void add(const std::vector<float>& host, const std::vector<double>& ref,
+           const std::string& what) {
+    ASSERT_GE(host.size(), ref.size()) << what;
+    const float* ours = host.data();
     for (std::size_t i = 0; i < ref.size(); ++i) {
       ASSERT_TRUE(std::isfinite(ours[i])) << what << "[" << i << "] = " << ours[i];
       ASSERT_TRUE(std::isfinite(ref[i])) << "reference " << what << "[" << i << "]";
@@ -223,202 +239,228 @@ const char* kind_name(Inputs k) {
 }
 
 // Prefill `tokens` tokens (then decode 2 more) and compare outputs and the committed state.
-void check_prefill_decode(uint64_t seed, Inputs kind) {
+void check_prefill_decode(uint64_t seed, Inputs kind, Backend backend) {
   SCOPED_TRACE("seed " + std::to_string(seed) + ", inputs " + kind_name(kind));
   std::mt19937_64 rng(seed);
   const int tokens = 5;
-  Case cs = make_case(rng, tokens + 2, kind);
+  Case cs = make_case(rng, tokens + 2, kind, backend);
   const Cfg& c = cs.cfg;
-  const int D = c.D();
-  StatePool pool(ModelConfig::gated_delta_net(1, to_gdn(c)), PoolOptions{});
+  const int D = c.D(), HV = c.HV, V = c.V;
+  test::BackendBuffers mem(backend);
+  StatePool pool(ModelConfig::gated_delta_net(1, to_gdn(c)), options_for(backend));
   const SlotHandle h = pool.acquire();
   RefState st{std::vector<double>(static_cast<std::size_t>(D) * (c.W - 1), 0.0),
-              std::vector<double>(static_cast<std::size_t>(c.HV) * c.V * c.K, 0.0)};
-  std::vector<float> conv_out(static_cast<std::size_t>(tokens) * D),
-      core_out(static_cast<std::size_t>(tokens) * c.HV * c.V);
-  const GdnWeights w = weights_view(cs);
+              std::vector<double>(static_cast<std::size_t>(HV) * V * c.K, 0.0)};
+  const GdnWeights w = weights_view(cs, mem);
+  const auto first = [&](const std::vector<float>& v, int64_t n) {
+    return std::vector<float>(v.begin(), v.begin() + n);
+  };
+  const TensorView conv_out = mem.zeros(std::size_t{tokens} * D, {tokens, D});
+  const TensorView core_out = mem.zeros(std::size_t{tokens} * HV * V, {tokens, HV, V});
   pool.prefill(0, h, w,
-               {TensorView::contiguous(cs.x.data(), DType::kF32, {tokens, D}),
-                TensorView::contiguous(cs.a.data(), DType::kF32, {tokens, c.HV}),
-                TensorView::contiguous(cs.b.data(), DType::kF32, {tokens, c.HV})},
-               {TensorView::contiguous(conv_out.data(), DType::kF32, {tokens, D}),
-                TensorView::contiguous(core_out.data(), DType::kF32, {tokens, c.HV, c.V})});
+               {mem.up(first(cs.x, int64_t{tokens} * D), {tokens, D}),
+                mem.up(first(cs.a, int64_t{tokens} * HV), {tokens, HV}),
+                mem.up(first(cs.b, int64_t{tokens} * HV), {tokens, HV})},
+               {conv_out, core_out});
+  const std::vector<float> pc = mem.down(conv_out.data, std::size_t{tokens} * D);
+  const std::vector<float> po = mem.down(core_out.data, std::size_t{tokens} * HV * V);
   Compare cmp;
   std::vector<double> rc, ro;
   for (int t = 0; t < tokens + 2; ++t) {
-    ref_step(c, cs.w, st, &cs.x[static_cast<std::size_t>(t) * D], &cs.a[t * c.HV], &cs.b[t * c.HV],
-             rc, ro);
+    ref_step(c, cs.w, st, &cs.x[static_cast<std::size_t>(t) * D], &cs.a[t * HV], &cs.b[t * HV], rc,
+             ro);
     if (t < tokens) {
-      cmp.add(&conv_out[static_cast<std::size_t>(t) * D], rc,
+      cmp.add(std::vector<float>(pc.begin() + int64_t{t} * D, pc.end()), rc,
               "prefill conv_out t" + std::to_string(t));
-      cmp.add(&core_out[static_cast<std::size_t>(t) * c.HV * c.V], ro,
+      cmp.add(std::vector<float>(po.begin() + int64_t{t} * HV * V, po.end()), ro,
               "prefill core_out t" + std::to_string(t));
     } else {  // decode one token through a batch with a padding row
-      std::vector<float> x2(2 * static_cast<std::size_t>(D), 0.f), a2(2 * c.HV, 0.f),
-          b2(2 * c.HV, 0.f);
+      std::vector<float> x2(2 * static_cast<std::size_t>(D), 0.f), a2(2 * HV, 0.f), b2(2 * HV, 0.f);
       std::copy_n(&cs.x[static_cast<std::size_t>(t) * D], D, x2.begin() + D);
-      std::copy_n(&cs.a[t * c.HV], c.HV, a2.begin() + c.HV);
-      std::copy_n(&cs.b[t * c.HV], c.HV, b2.begin() + c.HV);
-      std::vector<float> co(2 * static_cast<std::size_t>(D)),
-          oo(2 * static_cast<std::size_t>(c.HV) * c.V);
+      std::copy_n(&cs.a[t * HV], HV, a2.begin() + HV);
+      std::copy_n(&cs.b[t * HV], HV, b2.begin() + HV);
+      const TensorView co = mem.zeros(2 * std::size_t(D), {2, D});
+      const TensorView oo = mem.zeros(2 * std::size_t(HV) * V, {2, HV, V});
       pool.decode(0, {SlotHandle::padding(), h}, w,
-                  {TensorView::contiguous(x2.data(), DType::kF32, {2, D}),
-                   TensorView::contiguous(a2.data(), DType::kF32, {2, c.HV}),
-                   TensorView::contiguous(b2.data(), DType::kF32, {2, c.HV})},
-                  {TensorView::contiguous(co.data(), DType::kF32, {2, D}),
-                   TensorView::contiguous(oo.data(), DType::kF32, {2, c.HV, c.V})});
-      cmp.add(&co[D], rc, "decode conv_out t" + std::to_string(t));
-      cmp.add(&oo[static_cast<std::size_t>(c.HV) * c.V], ro,
+                  {mem.up(x2, {2, D}), mem.up(a2, {2, HV}), mem.up(b2, {2, HV})}, {co, oo});
+      cmp.add(mem.down(static_cast<const float*>(co.data) + D, D), rc,
+              "decode conv_out t" + std::to_string(t));
+      cmp.add(mem.down(static_cast<const float*>(oo.data) + HV * V, std::size_t(HV) * V), ro,
               "decode core_out t" + std::to_string(t));
     }
   }
-  const TensorView ssm = pool.ssm_state(0);
-  const TensorView conv = pool.conv_state(0);
-  cmp.add(static_cast<const float*>(ssm.data) + pool.slot_index(h) * ssm.stride[0], st.S,
-          "ssm state");
-  cmp.add(static_cast<const float*>(conv.data) + pool.slot_index(h) * conv.stride[0], st.conv,
-          "conv state");
+  const int64_t slot = pool.slot_index(h);
+  cmp.add(mem.slot(pool.ssm_state(0), slot, st.S.size()), st.S, "ssm state");
+  cmp.add(mem.slot(pool.conv_state(0), slot, st.conv.size()), st.conv, "conv state");
   EXPECT_LE(cmp.worst, kTol) << cmp.where;
   if (kind != Inputs::kAllZero || c.bias) EXPECT_GT(cmp.norm, 0.0) << "all-zero reference";
 }
 
 // Verify a window (chain or tree) on top of a prefilled state, commit node `last`, and compare
 // every token's outputs and the committed state with the float64 path reference.
-void check_verify(uint64_t seed, Inputs kind, bool tree) {
+void check_verify(uint64_t seed, Inputs kind, bool tree, Backend backend) {
   SCOPED_TRACE("seed " + std::to_string(seed) + ", inputs " + kind_name(kind) +
                (tree ? ", tree" : ", chain"));
   std::mt19937_64 rng(seed);
   const int pre = 3, T = 5;
-  Case cs = make_case(rng, pre + T, kind);
+  Case cs = make_case(rng, pre + T, kind, backend);
   const Cfg& c = cs.cfg;
-  const int D = c.D();
-  PoolOptions o;
-  o.max_window = T;
-  StatePool pool(ModelConfig::gated_delta_net(1, to_gdn(c)), o);
+  const int D = c.D(), HV = c.HV, V = c.V;
+  test::BackendBuffers mem(backend);
+  StatePool pool(ModelConfig::gated_delta_net(1, to_gdn(c)), options_for(backend, T));
   const SlotHandle h = pool.acquire();
-  const GdnWeights w = weights_view(cs);
-  std::vector<float> pc(static_cast<std::size_t>(pre) * D),
-      po(static_cast<std::size_t>(pre) * c.HV * c.V);
+  const GdnWeights w = weights_view(cs, mem);
+  const auto range = [](const std::vector<float>& v, int64_t begin, int64_t n) {
+    return std::vector<float>(v.begin() + begin, v.begin() + begin + n);
+  };
   pool.prefill(0, h, w,
-               {TensorView::contiguous(cs.x.data(), DType::kF32, {pre, D}),
-                TensorView::contiguous(cs.a.data(), DType::kF32, {pre, c.HV}),
-                TensorView::contiguous(cs.b.data(), DType::kF32, {pre, c.HV})},
-               {TensorView::contiguous(pc.data(), DType::kF32, {pre, D}),
-                TensorView::contiguous(po.data(), DType::kF32, {pre, c.HV, c.V})});
+               {mem.up(range(cs.x, 0, int64_t{pre} * D), {pre, D}),
+                mem.up(range(cs.a, 0, int64_t{pre} * HV), {pre, HV}),
+                mem.up(range(cs.b, 0, int64_t{pre} * HV), {pre, HV})},
+               {mem.zeros(std::size_t{pre} * D, {pre, D}),
+                mem.zeros(std::size_t{pre} * HV * V, {pre, HV, V})});
   RefState base{std::vector<double>(static_cast<std::size_t>(D) * (c.W - 1), 0.0),
-                std::vector<double>(static_cast<std::size_t>(c.HV) * c.V * c.K, 0.0)};
+                std::vector<double>(static_cast<std::size_t>(HV) * V * c.K, 0.0)};
   std::vector<double> rc, ro;
   for (int t = 0; t < pre; ++t) {
-    ref_step(c, cs.w, base, &cs.x[static_cast<std::size_t>(t) * D], &cs.a[t * c.HV],
-             &cs.b[t * c.HV], rc, ro);
+    ref_step(c, cs.w, base, &cs.x[static_cast<std::size_t>(t) * D], &cs.a[t * HV], &cs.b[t * HV],
+             rc, ro);
   }
   const std::vector<int32_t> parents =
       tree ? std::vector<int32_t>{-1, 0, 0, 1, 2} : std::vector<int32_t>{-1, 0, 1, 2, 3};
   pool.begin_verify(VerifyBatch{{h}, T, tree ? parents : std::vector<int32_t>{}});
   const float* x = &cs.x[static_cast<std::size_t>(pre) * D];
-  const float* a = &cs.a[pre * c.HV];
-  const float* b = &cs.b[pre * c.HV];
+  const float* a = &cs.a[pre * HV];
+  const float* b = &cs.b[pre * HV];
   // Inputs through a strided view (a token stride of D + 3) to exercise strides too.
   std::vector<float> xs(static_cast<std::size_t>(T) * (D + 3), 7.f);
   for (int t = 0; t < T; ++t) std::copy_n(x + static_cast<std::size_t>(t) * D, D, &xs[t * (D + 3)]);
-  std::vector<float> vc(static_cast<std::size_t>(T) * D),
-      vo(static_cast<std::size_t>(T) * c.HV * c.V);
-  pool.verify(0, w,
-              {TensorView::strided(xs.data(), DType::kF32, {T, D}, {D + 3, 1}),
-               TensorView::contiguous(const_cast<float*>(a), DType::kF32, {T, c.HV}),
-               TensorView::contiguous(const_cast<float*>(b), DType::kF32, {T, c.HV})},
-              {TensorView::contiguous(vc.data(), DType::kF32, {T, D}),
-               TensorView::contiguous(vo.data(), DType::kF32, {T, c.HV, c.V})});
+  const TensorView vc = mem.zeros(std::size_t{T} * D, {T, D});
+  const TensorView vo = mem.zeros(std::size_t{T} * HV * V, {T, HV, V});
+  pool.verify(
+      0, w,
+      {mem.up(xs, {T, D}, {D + 3, 1}), mem.up(range(cs.a, int64_t{pre} * HV, T * HV), {T, HV}),
+       mem.up(range(cs.b, int64_t{pre} * HV, T * HV), {T, HV})},
+      {vc, vo});
+  const std::vector<float> hc = mem.down(vc.data, std::size_t{T} * D);
+  const std::vector<float> ho = mem.down(vo.data, std::size_t{T} * HV * V);
   Compare cmp;
   std::vector<RefState> after(T);
   for (int t = 0; t < T; ++t) {
     RefState st = parents[t] < 0 ? base : after[parents[t]];
-    ref_step(c, cs.w, st, x + static_cast<std::size_t>(t) * D, a + t * c.HV, b + t * c.HV, rc, ro);
+    ref_step(c, cs.w, st, x + static_cast<std::size_t>(t) * D, a + t * HV, b + t * HV, rc, ro);
     after[t] = st;
-    cmp.add(&vc[static_cast<std::size_t>(t) * D], rc, "verify conv_out t" + std::to_string(t));
-    cmp.add(&vo[static_cast<std::size_t>(t) * c.HV * c.V], ro,
+    cmp.add(std::vector<float>(hc.begin() + int64_t{t} * D, hc.end()), rc,
+            "verify conv_out t" + std::to_string(t));
+    cmp.add(std::vector<float>(ho.begin() + int64_t{t} * HV * V, ho.end()), ro,
             "verify core_out t" + std::to_string(t));
   }
   const int last = tree ? 3 : 2;  // tree: path 0 -> 1 -> 3; chain: a = 3
   pool.commit(std::vector<int32_t>{tree ? last : last + 1});
-  const TensorView ssm = pool.ssm_state(0);
-  const TensorView conv = pool.conv_state(0);
-  cmp.add(static_cast<const float*>(ssm.data) + pool.slot_index(h) * ssm.stride[0], after[last].S,
-          "committed ssm");
-  cmp.add(static_cast<const float*>(conv.data) + pool.slot_index(h) * conv.stride[0],
-          after[last].conv, "committed conv");
+  const int64_t slot = pool.slot_index(h);
+  cmp.add(mem.slot(pool.ssm_state(0), slot, after[last].S.size()), after[last].S, "committed ssm");
+  cmp.add(mem.slot(pool.conv_state(0), slot, after[last].conv.size()), after[last].conv,
+          "committed conv");
   EXPECT_LE(cmp.worst, kTol) << cmp.where;
   if (kind != Inputs::kAllZero || c.bias) EXPECT_GT(cmp.norm, 0.0) << "all-zero reference";
 }
 
-class ReferenceF64 : public ::testing::TestWithParam<Inputs> {};
+// (Inputs, backend): the CPU oracle, and the CUDA kernels where a device is present.
+class ReferenceF64 : public ::testing::TestWithParam<std::tuple<Inputs, Backend>> {
+ protected:
+  void SetUp() override {
+    if (std::get<1>(GetParam()) == Backend::kCuda && !cli::cuda_device_available()) {
+      GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+    }
+  }
+};
 
 TEST_P(ReferenceF64, PrefillAndDecode) {
-  for (uint64_t seed = 1; seed <= 6; ++seed) check_prefill_decode(seed * 7919 + 1, GetParam());
+  const auto [kind, backend] = GetParam();
+  for (uint64_t seed = 1; seed <= 6; ++seed) check_prefill_decode(seed * 7919 + 1, kind, backend);
 }
 
 TEST_P(ReferenceF64, VerifyChainAndCommit) {
-  for (uint64_t seed = 1; seed <= 6; ++seed) check_verify(seed * 104729 + 3, GetParam(), false);
+  const auto [kind, backend] = GetParam();
+  for (uint64_t seed = 1; seed <= 6; ++seed) check_verify(seed * 104729 + 3, kind, false, backend);
 }
 
 TEST_P(ReferenceF64, VerifyTreeAndCommit) {
-  for (uint64_t seed = 1; seed <= 6; ++seed) check_verify(seed * 15485863 + 5, GetParam(), true);
+  const auto [kind, backend] = GetParam();
+  for (uint64_t seed = 1; seed <= 6; ++seed) check_verify(seed * 15485863 + 5, kind, true, backend);
 }
 
-INSTANTIATE_TEST_SUITE_P(Inputs, ReferenceF64,
-                         ::testing::Values(Inputs::kRealistic, Inputs::kZeroQK, Inputs::kAllZero,
-                                           Inputs::kExtremeGates, Inputs::kSoftplusEdge),
-                         [](const auto& info) {
-                           switch (info.param) {
-                             case Inputs::kRealistic:
-                               return std::string("Realistic");
-                             case Inputs::kZeroQK:
-                               return std::string("ZeroQK");
-                             case Inputs::kAllZero:
-                               return std::string("AllZero");
-                             case Inputs::kExtremeGates:
-                               return std::string("ExtremeGates");
-                             case Inputs::kSoftplusEdge:
-                               return std::string("SoftplusEdge");
-                           }
-                           return std::string("X");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Inputs, ReferenceF64,
+    ::testing::Combine(::testing::Values(Inputs::kRealistic, Inputs::kZeroQK, Inputs::kAllZero,
+                                         Inputs::kExtremeGates, Inputs::kSoftplusEdge),
+                       ::testing::Values(Backend::kCpu, Backend::kCuda)),
+    [](const auto& info) {
+      std::string name = "X";
+      switch (std::get<0>(info.param)) {
+        case Inputs::kRealistic:
+          name = "Realistic";
+          break;
+        case Inputs::kZeroQK:
+          name = "ZeroQK";
+          break;
+        case Inputs::kAllZero:
+          name = "AllZero";
+          break;
+        case Inputs::kExtremeGates:
+          name = "ExtremeGates";
+          break;
+        case Inputs::kSoftplusEdge:
+          name = "SoftplusEdge";
+          break;
+      }
+      return name + (std::get<1>(info.param) == Backend::kCuda ? "_Cuda" : "");
+    });
 
 // The softplus threshold itself: a + dt_bias = 19.9 and 20.1 with A = 1 give decays exp(-19.9)
 // and exp(-20.1); with a threshold at 2 (a plausible bug) both would be exp(-x) as well, so the
 // edge that can tell is x in (2, 20): softplus(5) = 5.0067, not 5.
-TEST(ReferenceF64Edges, SoftplusBelowTheThresholdIsNotTheIdentity) {
-  Cfg c{1, 1, 4, 4, 2, false, std::nullopt};
+class ReferenceF64Edges : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Backend::kCuda && !cli::cuda_device_available()) {
+      GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+    }
+  }
+};
+
+TEST_P(ReferenceF64Edges, SoftplusBelowTheThresholdIsNotTheIdentity) {
+  Cfg c{1, 1, 32, 4, 2, false, std::nullopt};  // K = 32: the CUDA kernels' smallest
   Case cs;
   cs.cfg = c;
-  const int D = c.D();
+  const int D = c.D(), VK = c.V * c.K;
   cs.w.conv_w.assign(static_cast<std::size_t>(D) * 2, 0.f);
   for (int ch = 0; ch < D; ++ch) cs.w.conv_w[ch * 2 + 1] = 1.f;  // conv passes x through
   cs.w.A_log = {std::log(0.2f)};
   cs.w.dt_bias = {0.f};
-  StatePool pool(ModelConfig::gated_delta_net(1, to_gdn(c)), PoolOptions{});
+  test::BackendBuffers mem(GetParam());
+  StatePool pool(ModelConfig::gated_delta_net(1, to_gdn(c)), options_for(GetParam()));
   const SlotHandle h = pool.acquire();
-  const GdnWeights w = weights_view(cs);
+  const GdnWeights w = weights_view(cs, mem);
   std::vector<float> x(static_cast<std::size_t>(D) * 2, 1.f), a = {0.f, 5.f}, b = {10.f, -3.f};
-  std::vector<float> co(static_cast<std::size_t>(D) * 2), oo(8);
-  pool.prefill(0, h, w,
-               {TensorView::contiguous(x.data(), DType::kF32, {2, D}),
-                TensorView::contiguous(a.data(), DType::kF32, {2, 1}),
-                TensorView::contiguous(b.data(), DType::kF32, {2, 1})},
-               {TensorView::contiguous(co.data(), DType::kF32, {2, D}),
-                TensorView::contiguous(oo.data(), DType::kF32, {2, 1, 4})});
-  RefState st{std::vector<double>(D, 0.0), std::vector<double>(16, 0.0)};
+  pool.prefill(0, h, w, {mem.up(x, {2, D}), mem.up(a, {2, 1}), mem.up(b, {2, 1})},
+               {mem.zeros(std::size_t(D) * 2, {2, D}), mem.zeros(2 * std::size_t(c.V), {2, 1, 4})});
+  RefState st{std::vector<double>(D, 0.0), std::vector<double>(VK, 0.0)};
   std::vector<double> rc, ro;
   for (int t = 0; t < 2; ++t) ref_step(c, cs.w, st, &x[t * D], &a[t], &b[t], rc, ro);
-  const float* S = static_cast<const float*>(pool.ssm_state(0).data);
+  const std::vector<float> S = mem.slot(pool.ssm_state(0), pool.slot_index(h), VK);
   // Token 0 builds the state, token 1 (beta small, so the decay does not cancel) decays it by
-  // exp(-0.2 * softplus(5)): 0.13% off if
-  // softplus(5) were taken as 5.
-  for (int i = 0; i < 16; ++i) {
+  // exp(-0.2 * softplus(5)): 0.13% off if softplus(5) were taken as 5.
+  for (int i = 0; i < VK; ++i) {
     EXPECT_NEAR(S[i], st.S[i], 1e-5 * std::max(1.0, std::abs(st.S[i]))) << i;
   }
   EXPECT_GT(std::abs(st.S[0]), 1e-3);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, ReferenceF64Edges,
+                         ::testing::Values(Backend::kCpu, Backend::kCuda), [](const auto& info) {
+                           return std::string(info.param == Backend::kCuda ? "Cuda" : "Cpu");
+                         });
 
 }  // namespace
 }  // namespace specstate

@@ -4,7 +4,9 @@
 // gate on/off, D skip on/off, conv bias on/off, the dt clamp, one and several groups, widths 2..4,
 // and degenerate time steps: dt + dt_bias around the softplus threshold 20 (both sides) and inside
 // (2, 20) where softplus(u) != u still shows, dt + dt_bias over [-30, 40], all-zero inputs. Every
-// check asserts finite results and a reference that is not all zero.
+// check asserts finite results and a reference that is not all zero. The same cases run on the
+// CUDA backend (d_state 16 or 32, the kernels' sizes; skipped visibly without a device): a kernel
+// whose gate or clamp is wrong fails here (issue 17.7).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +14,11 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "cli/golden_case.h"
+#include "common/backend_buffers.h"
 #include "common/mamba2_data.h"
 
 namespace specstate::test {
@@ -101,7 +106,8 @@ struct Case {
   Mamba2TokenInputs in;
 };
 
-Case make_case(std::mt19937_64& rng, int tokens, Kind kind) {
+// `backend`: the CUDA kernels take d_state 16, 32, 64, 128 or 256 (the CPU any): 16 or 32 there.
+Case make_case(std::mt19937_64& rng, int tokens, Kind kind, Backend backend) {
   std::uniform_int_distribution<int> pick(0, 1);
   Case cs;
   Mamba2Config& m = cs.m;
@@ -109,6 +115,7 @@ Case make_case(std::mt19937_64& rng, int tokens, Kind kind) {
   m.num_heads = m.n_groups * (1 + pick(rng) + pick(rng));
   m.head_dim = 4 << pick(rng);
   m.d_state = 4 << (pick(rng) + pick(rng));
+  if (backend == Backend::kCuda) m.d_state = 16 << pick(rng);
   m.conv_width = 2 + pick(rng) + pick(rng);
   m.conv_bias = pick(rng) == 1;
   m.d_skip = pick(rng) == 1;
@@ -191,20 +198,56 @@ struct Compare {
 
 double tolerance(Kind kind) { return kind == Kind::kBf16 ? 1e-2 : 1e-5; }
 
+// The host views of a call on the pool's backend (copies there), and its outputs brought back.
+Mamba2Weights on(BackendBuffers& mem, const Mamba2Weights& w) {
+  const auto up = [&](const TensorView& v) { return v.data ? mem.up(v) : TensorView{}; };
+  return {up(w.conv_weight), up(w.conv_bias), up(w.A_log), up(w.dt_bias), up(w.D)};
+}
+Mamba2Inputs on(BackendBuffers& mem, const Mamba2Inputs& in) {
+  return {mem.up(in.xBC), mem.up(in.dt), in.z.data ? mem.up(in.z) : TensorView{}};
+}
+// Runs `call(outputs on the backend)` and copies them into `host`.
+template <typename Call>
+void with_outputs(BackendBuffers& mem, const Mamba2Outputs& host, Call call) {
+  const Mamba2Outputs dev{mem.up(host.conv_out), mem.up(host.y)};
+  call(dev);
+  mem.down(dev.conv_out, host.conv_out);
+  mem.down(dev.y, host.y);
+}
+// A pool state view (all slots) copied to the host, held by `bytes`.
+TensorView host_state(BackendBuffers& mem, const TensorView& state,
+                      std::vector<unsigned char>& bytes) {
+  bytes.resize(static_cast<std::size_t>(state.numel()) * dtype_size(state.dtype));
+  TensorView host = state;
+  host.data = bytes.data();
+  host.device = Device::kCpu;
+  mem.down(state, host);
+  return host;
+}
+
+// Skips the CUDA instances without a device.
+bool runs_here(Backend backend) { return backend == Backend::kCpu || cli::cuda_device_available(); }
+
 // Prefill 5 tokens, then decode 2 more through a batch with a padding row; compare outputs and
 // the committed state.
-void check_prefill_decode(uint64_t seed, Kind kind) {
+void check_prefill_decode(uint64_t seed, Kind kind, Backend backend) {
   SCOPED_TRACE("seed " + std::to_string(seed) + ", inputs " + kind_name(kind));
   std::mt19937_64 rng(seed);
   const int tokens = 5;
-  Case cs = make_case(rng, tokens + 2, kind);
+  Case cs = make_case(rng, tokens + 2, kind, backend);
   const Mamba2Config& m = cs.m;
   const int64_t HP = int64_t{m.num_heads} * m.head_dim;
-  StatePool pool(ModelConfig::mamba2(1, m), PoolOptions{});
+  BackendBuffers mem(backend);
+  PoolOptions po;
+  po.backend = backend;
+  StatePool pool(ModelConfig::mamba2(1, m), po);
   const SlotHandle h = pool.acquire();
   RefState st = zero_state(m);
+  const Mamba2Weights w = on(mem, cs.w.view());
   Mamba2TokenOutputs out = make_outputs(m, tokens);
-  pool.prefill(0, h, cs.w.view(), cs.in.rows(0, tokens), out.view());
+  with_outputs(mem, out.view(), [&](const Mamba2Outputs& o) {
+    pool.prefill(0, h, w, on(mem, cs.in.rows(0, tokens)), o);
+  });
   Compare cmp;
   cmp.relative_to_max = kind == Kind::kBf16;
   std::vector<double> rc, ry;
@@ -224,12 +267,16 @@ void check_prefill_decode(uint64_t seed, Kind kind) {
       two.dt.set(m.num_heads + k, cs.in.dt.get(t * m.num_heads + k));
     for (int64_t i = 0; m.gate && i < HP; ++i) two.z.set(HP + i, cs.in.z.get(t * HP + i));
     Mamba2TokenOutputs o2 = make_outputs(m, 2);
-    pool.decode(0, {SlotHandle::padding(), h}, cs.w.view(), two.view(), o2.view());
+    with_outputs(mem, o2.view(), [&](const Mamba2Outputs& o) {
+      pool.decode(0, {SlotHandle::padding(), h}, w, on(mem, two.view()), o);
+    });
     cmp.add(o2.conv_out.view(), m.conv_dim(), rc, "decode conv_out" + ts);
     cmp.add(o2.y.view(), HP, ry, "decode y" + ts);
     for (int64_t i = 0; i < HP; ++i) ASSERT_EQ(o2.y.get(i), 0.0f) << "padding row written";
   }
-  const TensorView ssm = pool.ssm_state(0), conv = pool.conv_state(0);
+  std::vector<unsigned char> ssm_bytes, conv_bytes;
+  const TensorView ssm = host_state(mem, pool.ssm_state(0), ssm_bytes);
+  const TensorView conv = host_state(mem, pool.conv_state(0), conv_bytes);
   cmp.add(ssm, pool.slot_index(h) * ssm.stride[0], st.S, "ssm state");
   cmp.add(conv, pool.slot_index(h) * conv.stride[0], st.conv, "conv state");
   cmp.expect_within(tolerance(kind));
@@ -238,21 +285,26 @@ void check_prefill_decode(uint64_t seed, Kind kind) {
 
 // Verify a window (chain or tree) on top of a prefilled state under `strategy`, commit a node,
 // and compare every token's outputs and the committed state with the float64 path reference.
-void check_verify(uint64_t seed, Kind kind, bool tree, Strategy strategy) {
+void check_verify(uint64_t seed, Kind kind, bool tree, Strategy strategy, Backend backend) {
   SCOPED_TRACE("seed " + std::to_string(seed) + ", inputs " + kind_name(kind) +
                (tree ? ", tree, " : ", chain, ") + strategy_name(strategy));
   std::mt19937_64 rng(seed);
   const int pre = 3, T = 5;
-  Case cs = make_case(rng, pre + T, kind);
+  Case cs = make_case(rng, pre + T, kind, backend);
   const Mamba2Config& m = cs.m;
   const int64_t HP = int64_t{m.num_heads} * m.head_dim;
+  BackendBuffers mem(backend);
   PoolOptions o;
   o.max_window = T;
   o.strategy = strategy;
+  o.backend = backend;
   StatePool pool(ModelConfig::mamba2(1, m), o);
   const SlotHandle h = pool.acquire();
+  const Mamba2Weights w = on(mem, cs.w.view());
   Mamba2TokenOutputs pre_out = make_outputs(m, pre);
-  pool.prefill(0, h, cs.w.view(), cs.in.rows(0, pre), pre_out.view());
+  with_outputs(mem, pre_out.view(), [&](const Mamba2Outputs& out) {
+    pool.prefill(0, h, w, on(mem, cs.in.rows(0, pre)), out);
+  });
   RefState base = zero_state(m);
   std::vector<double> rc, ry;
   for (int t = 0; t < pre; ++t) ref_step(m, cs.w, base, cs.in, t, rc, ry);
@@ -260,7 +312,9 @@ void check_verify(uint64_t seed, Kind kind, bool tree, Strategy strategy) {
       tree ? std::vector<int32_t>{-1, 0, 0, 1, 2} : std::vector<int32_t>{-1, 0, 1, 2, 3};
   pool.begin_verify(VerifyBatch{{h}, T, tree ? parents : std::vector<int32_t>{}});
   Mamba2TokenOutputs out = make_outputs(m, T);
-  pool.verify(0, cs.w.view(), cs.in.rows(pre, T), out.view());
+  with_outputs(mem, out.view(), [&](const Mamba2Outputs& dev) {
+    pool.verify(0, w, on(mem, cs.in.rows(pre, T)), dev);
+  });
   Compare cmp;
   cmp.relative_to_max = kind == Kind::kBf16;
   std::vector<RefState> after(T);
@@ -273,50 +327,74 @@ void check_verify(uint64_t seed, Kind kind, bool tree, Strategy strategy) {
   }
   const int last = tree ? 3 : 2;  // tree: path 0 -> 1 -> 3; chain: a = 3
   pool.commit(std::vector<int32_t>{tree ? last : last + 1});
-  const TensorView ssm = pool.ssm_state(0), conv = pool.conv_state(0);  // materializes (replay)
+  std::vector<unsigned char> ssm_bytes, conv_bytes;  // the views materialize (replay)
+  const TensorView ssm = host_state(mem, pool.ssm_state(0), ssm_bytes);
+  const TensorView conv = host_state(mem, pool.conv_state(0), conv_bytes);
   cmp.add(ssm, pool.slot_index(h) * ssm.stride[0], after[last].S, "committed ssm");
   cmp.add(conv, pool.slot_index(h) * conv.stride[0], after[last].conv, "committed conv");
   cmp.expect_within(tolerance(kind));
   if (kind != Kind::kAllZero || m.conv_bias) EXPECT_GT(cmp.norm, 0.0) << "all-zero reference";
 }
 
-class ReferenceF64Mamba2 : public ::testing::TestWithParam<Kind> {};
+// (inputs, backend): the CPU oracle, and the CUDA kernels where a device is present.
+class ReferenceF64Mamba2 : public ::testing::TestWithParam<std::tuple<Kind, Backend>> {
+ protected:
+  void SetUp() override {
+    if (!runs_here(std::get<1>(GetParam())))
+      GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  }
+};
 
 TEST_P(ReferenceF64Mamba2, PrefillAndDecode) {
-  for (uint64_t seed = 1; seed <= 8; ++seed) check_prefill_decode(seed * 7919 + 11, GetParam());
+  const auto [kind, backend] = GetParam();
+  for (uint64_t seed = 1; seed <= 8; ++seed) check_prefill_decode(seed * 7919 + 11, kind, backend);
 }
 
 TEST_P(ReferenceF64Mamba2, VerifyChainAndCommit) {
+  const auto [kind, backend] = GetParam();
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     for (Strategy s : {Strategy::kSnapshot, Strategy::kReplay}) {
-      check_verify(seed * 104729 + 13, GetParam(), false, s);
+      check_verify(seed * 104729 + 13, kind, false, s, backend);
     }
   }
 }
 
 TEST_P(ReferenceF64Mamba2, VerifyTreeAndCommit) {
+  const auto [kind, backend] = GetParam();
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     for (Strategy s : {Strategy::kSnapshot, Strategy::kReplay}) {
-      check_verify(seed * 15485863 + 17, GetParam(), true, s);
+      check_verify(seed * 15485863 + 17, kind, true, s, backend);
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Inputs, ReferenceF64Mamba2,
-                         ::testing::Values(Kind::kRealistic, Kind::kAllZero, Kind::kExtremeDt,
-                                           Kind::kSoftplusEdge, Kind::kClamp, Kind::kBf16),
-                         [](const auto& info) { return std::string(kind_name(info.param)); });
+                         ::testing::Combine(::testing::Values(Kind::kRealistic, Kind::kAllZero,
+                                                              Kind::kExtremeDt, Kind::kSoftplusEdge,
+                                                              Kind::kClamp, Kind::kBf16),
+                                            ::testing::Values(Backend::kCpu, Backend::kCuda)),
+                         [](const auto& info) {
+                           return std::string(kind_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) == Backend::kCuda ? "_Cuda" : "");
+                         });
 
 // The softplus branch below the threshold: dt + dt_bias = 3 gives Δ = softplus(3) = 3.0486, not
 // 3 (what a threshold moved to 2 would give); with A = -0.1 the state after two tokens differs by
 // about 1.6% between the two. And the clamp: Δ = dt_max when softplus exceeds it.
-TEST(ReferenceF64Mamba2Edges, SoftplusBelowTheThresholdAndTheClamp) {
+class ReferenceF64Mamba2Edges : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (!runs_here(GetParam())) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  }
+};
+
+TEST_P(ReferenceF64Mamba2Edges, SoftplusBelowTheThresholdAndTheClamp) {
   for (bool clamp : {false, true}) {
     SCOPED_TRACE(clamp ? "dt clamp [0.5, 1.5]" : "no clamp");
     Mamba2Config m;
     m.num_heads = 1;
     m.head_dim = 2;
-    m.d_state = 2;
+    m.d_state = 16;  // the CUDA kernels' smallest
     m.n_groups = 1;
     m.conv_width = 2;
     m.conv_bias = false;
@@ -336,15 +414,22 @@ TEST(ReferenceF64Mamba2Edges, SoftplusBelowTheThresholdAndTheClamp) {
     for (int64_t i = 0; i < in.xBC.numel(); ++i) in.xBC.set(i, 1.f);  // x = B = C = silu(1)
     in.dt.set(0, 3.f);
     in.dt.set(1, -3.f);  // softplus(-3) = 0.0486 < dt_min when clamped
-    StatePool pool(ModelConfig::mamba2(1, m), PoolOptions{});
+    BackendBuffers mem(GetParam());
+    PoolOptions po;
+    po.backend = GetParam();
+    StatePool pool(ModelConfig::mamba2(1, m), po);
     const SlotHandle h = pool.acquire();
     Mamba2TokenOutputs out = make_outputs(m, 2);
-    pool.prefill(0, h, w.view(), in.view(), out.view());
+    with_outputs(mem, out.view(), [&](const Mamba2Outputs& o) {
+      pool.prefill(0, h, on(mem, w.view()), on(mem, in.view()), o);
+    });
     RefState st = zero_state(m);
     std::vector<double> rc, ry;
     for (int t = 0; t < 2; ++t) ref_step(m, w, st, in, t, rc, ry);
-    const float* S = static_cast<const float*>(pool.ssm_state(0).data);
-    for (int i = 0; i < 4; ++i) EXPECT_NEAR(S[i], st.S[i], 1e-6 * std::abs(st.S[i])) << i;
+    const std::vector<float> S = mem.slot(pool.ssm_state(0), pool.slot_index(h), st.S.size());
+    for (std::size_t i = 0; i < st.S.size(); ++i) {
+      EXPECT_NEAR(S[i], st.S[i], 1e-6 * std::abs(st.S[i])) << i;
+    }
     // Token 0's step alone: Δ = softplus(3) (or the clamp's 1.5), S = Δ silu(1)^2.
     const double s1 = silu(1.0) * silu(1.0);
     const double d0 = clamp ? 1.5 : softplus(3.0), d1 = clamp ? 0.5 : softplus(-3.0);
@@ -353,6 +438,11 @@ TEST(ReferenceF64Mamba2Edges, SoftplusBelowTheThresholdAndTheClamp) {
     EXPECT_GT(std::abs(S[0]), 1e-2);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, ReferenceF64Mamba2Edges,
+                         ::testing::Values(Backend::kCpu, Backend::kCuda), [](const auto& info) {
+                           return std::string(info.param == Backend::kCuda ? "Cuda" : "Cpu");
+                         });
 
 }  // namespace
 }  // namespace specstate::test
