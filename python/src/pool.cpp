@@ -22,8 +22,7 @@ namespace {
 class PyPool {
  public:
   PyPool(const ModelConfig& config, const PoolOptions& options)
-      : pool_(config, options),
-        stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
+      : pool_(config, options), stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
   // Over caller-owned committed state (DESIGN.md section 4): the arrays stay referenced for the
   // pool's lifetime.
   PyPool(const ModelConfig& config, const PoolOptions& options, const CommittedStateViews& views,
