@@ -59,6 +59,17 @@ int64_t checked(int64_t a, int64_t b, bool add, const std::string& option, const
   return out;
 }
 
+// The replay records of a token and layer: its conv input (a window's are kept) and its factor
+// record (`parts`; a ring of R are kept).
+void print_records(const StateBytes& b, DType act, const char* parts) {
+  std::printf(
+      "  records       per token and layer: conv input %lld x %s = %s B (a window's);\n"
+      "                factor record (%s) %s B (a ring of R)\n",
+      static_cast<long long>(b.conv_dim), dtype_name(act),
+      with_commas(b.conv_record_per_token).c_str(), parts,
+      with_commas(b.factor_record_per_token).c_str());
+}
+
 // One candidate replay ring of the plan (issue 16: memory and modelled traffic per R).
 struct RingRow {
   int ring = 0;
@@ -202,14 +213,7 @@ int run_plan(const PlanArgs& args) {
                 dtype_name(m.conv_state_dtype), with_commas(b.conv_per_layer).c_str(), m.num_heads,
                 m.head_dim, m.d_state, dtype_name(m.ssm_state_dtype),
                 with_commas(b.ssm_per_layer).c_str());
-    if (replay) {
-      std::printf(
-          "  records       per token and layer: conv input %lld x %s = %s B (a window's);\n"
-          "                factor record (dt, dA, x, B) %s B (a ring of R)\n",
-          static_cast<long long>(b.conv_dim), dtype_name(m.act_dtype),
-          with_commas(b.conv_record_per_token).c_str(),
-          with_commas(b.factor_record_per_token).c_str());
-    }
+    if (replay) print_records(b, m.act_dtype, "dt, dA, x, B");
   } else {
     if (preset.total_layers > config.num_layers) {
       std::printf(
@@ -226,14 +230,7 @@ int run_plan(const PlanArgs& args) {
                 dtype_name(g.conv_state_dtype), with_commas(b.conv_per_layer).c_str(),
                 g.num_v_heads, g.head_v_dim, g.head_k_dim, dtype_name(g.ssm_state_dtype),
                 with_commas(b.ssm_per_layer).c_str());
-    if (replay) {
-      std::printf(
-          "  records       per token and layer: conv input %lld x %s = %s B (a window's);\n"
-          "                factor record (u, e^g, kf, k) %s B (a ring of R)\n",
-          static_cast<long long>(b.conv_dim), dtype_name(g.act_dtype),
-          with_commas(b.conv_record_per_token).c_str(),
-          with_commas(b.factor_record_per_token).c_str());
-    }
+    if (replay) print_records(b, g.act_dtype, "u, e^g, kf, k");
   }
   std::printf("\n");
   std::printf("  %-30s %-32s %s\n", "", "per request", "total");

@@ -205,57 +205,54 @@ TEST(Replay, PrefillAndDecodeOfARowOfTheOpenRoundAreRejected) {
   }
 }
 
+// A replay pool and a snapshot pool of two small GDN layers, one request each, after the same
+// verify of 3 tokens and a commit of `accepted`: the replay slot has history to materialize.
+struct CommittedPair {
+  std::mt19937_64 rng;
+  GdnConfig g = gdn_preset("small_f32");
+  ModelConfig m = ModelConfig::gated_delta_net(2, g);
+  StatePool replay{m, replay_options(2, 1, 3)}, snap{m, snapshot_of(replay_options(2, 1, 3))};
+  SlotHandle r = replay.acquire(), s = snap.acquire();
+  std::vector<LayerWeights> w;
+  CommittedPair(uint64_t seed, int32_t accepted) : rng(seed) {
+    w = {random_weights(g, rng), random_weights(g, rng)};
+    TokenInputs in = random_inputs(g, 3, rng);
+    TokenOutputs out = make_outputs(g, 3);
+    for (StatePool* p : {&replay, &snap}) {
+      p->begin_verify(VerifyBatch{{p == &replay ? r : s}, 3, {}});
+      for (int l = 0; l < 2; ++l) p->verify(l, w[l].view(), in.view(), out.view());
+      p->commit(std::vector<int32_t>{accepted});
+    }
+  }
+  static PoolOptions snapshot_of(PoolOptions o) {
+    o.strategy = Strategy::kSnapshot;
+    return o;
+  }
+};
+
 // Materialize is idempotent and changes nothing a view can see (views materialize themselves).
 TEST(Replay, MaterializeMakesTheMemoryExactOnceAndIsIdempotent) {
-  std::mt19937_64 rng(21);
-  const GdnConfig g = gdn_preset("small_f32");
-  const ModelConfig m = ModelConfig::gated_delta_net(2, g);
-  PoolOptions so = replay_options(2, 1, 3);
-  so.strategy = Strategy::kSnapshot;
-  StatePool replay(m, replay_options(2, 1, 3)), snap(m, so);
-  SlotHandle r = replay.acquire(), s = snap.acquire();
-  std::vector<LayerWeights> w = {random_weights(g, rng), random_weights(g, rng)};
-  TokenInputs in = random_inputs(g, 3, rng);
-  TokenOutputs out = make_outputs(g, 3);
-  for (StatePool* p : {&replay, &snap}) {
-    p->begin_verify(VerifyBatch{{p == &replay ? r : s}, 3, {}});
-    for (int l = 0; l < 2; ++l) p->verify(l, w[l].view(), in.view(), out.view());
-    p->commit(std::vector<int32_t>{2});
-  }
-  replay.materialize({r});
-  replay.materialize({r});
-  replay.materialize();
-  EXPECT_EQ(committed_bytes(replay), committed_bytes(snap));
-  EXPECT_GT(sum_squares(replay.ssm_state(1)), 0.0);
+  CommittedPair c(21, 2);
+  c.replay.materialize({c.r});
+  c.replay.materialize({c.r});
+  c.replay.materialize();
+  EXPECT_EQ(committed_bytes(c.replay), committed_bytes(c.snap));
+  EXPECT_GT(sum_squares(c.replay.ssm_state(1)), 0.0);
 }
 
 // Materialize reads only the records: the weights of the last verify may be gone (here: freed
 // after being poisoned with NaN, which a re-run with them would spread into the state).
 TEST(Replay, MaterializeNeedsNoWeights) {
-  std::mt19937_64 rng(22);
-  const GdnConfig g = gdn_preset("small_f32");
-  const ModelConfig m = ModelConfig::gated_delta_net(2, g);
-  PoolOptions so = replay_options(2, 1, 3);
-  so.strategy = Strategy::kSnapshot;
-  StatePool replay(m, replay_options(2, 1, 3)), snap(m, so);
-  SlotHandle r = replay.acquire(), s = snap.acquire();
-  std::vector<LayerWeights> w = {random_weights(g, rng), random_weights(g, rng)};
-  TokenInputs in = random_inputs(g, 3, rng);
-  TokenOutputs out = make_outputs(g, 3);
-  for (StatePool* p : {&snap, &replay}) {
-    p->begin_verify(VerifyBatch{{p == &replay ? r : s}, 3, {}});
-    for (int l = 0; l < 2; ++l) p->verify(l, w[l].view(), in.view(), out.view());
-    p->commit(std::vector<int32_t>{3});
-  }
-  for (LayerWeights& lw : w) {
+  CommittedPair c(22, 3);
+  for (LayerWeights& lw : c.w) {
     for (Buffer* b : {&lw.A_log, &lw.dt_bias, &lw.conv_weight}) {
       for (int64_t i = 0; i < b->numel(); ++i) b->set(i, std::numeric_limits<float>::quiet_NaN());
     }
   }
-  w.clear();
-  replay.materialize();
-  EXPECT_EQ(committed_bytes(replay), committed_bytes(snap));
-  EXPECT_GT(sum_squares(replay.ssm_state(0)), 0.0);
+  c.w.clear();
+  c.replay.materialize();
+  EXPECT_EQ(committed_bytes(c.replay), committed_bytes(c.snap));
+  EXPECT_GT(sum_squares(c.replay.ssm_state(0)), 0.0);
 }
 
 }  // namespace
