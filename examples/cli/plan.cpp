@@ -140,7 +140,9 @@ int run_plan(const PlanArgs& args) {
   const int64_t total_per_request =
       checked(b.committed_per_request, replay ? records_per_slot : scratch_per_row, true,
               window_opt, "committed state + workspace per request");
-  const GdnConfig& g = config.gdn;
+  const GdnConfig g = gdn_dims(config);  // GDN or KDA (the same dimensions)
+  const bool kda = config.kind == LayerKind::kKda;
+  const char* kind_label = kda ? "KDA" : "Gated DeltaNet";
   const std::vector<RingRow> rings =
       replay ? ring_rows(config, args.window, b.committed_per_request) : std::vector<RingRow>{};
 
@@ -212,14 +214,13 @@ int run_plan(const PlanArgs& args) {
     }
   } else {
     if (preset.total_layers > config.num_layers) {
-      std::printf(
-          "  layers        %d, of which %d Gated DeltaNet (the rest hold a KV cache, not ours)\n",
-          preset.total_layers, config.num_layers);
+      std::printf("  layers        %d, of which %d %s (the rest hold a KV cache, not ours)\n",
+                  preset.total_layers, config.num_layers, kind_label);
     } else {
-      std::printf("  layers        %d, all Gated DeltaNet\n", config.num_layers);
+      std::printf("  layers        %d, all %s\n", config.num_layers, kind_label);
     }
-    std::printf("  GDN layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %lld\n", g.num_k_heads,
-                g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width,
+    std::printf("  %s layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %lld\n", kda ? "KDA" : "GDN",
+                g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width,
                 static_cast<long long>(b.conv_dim));
     std::printf("  per layer     conv %lld x %d x %s = %s B; SSM %d x %d x %d x %s = %s B\n",
                 static_cast<long long>(b.conv_dim), g.conv_width - 1,
@@ -229,9 +230,9 @@ int run_plan(const PlanArgs& args) {
     if (replay) {
       std::printf(
           "  records       per token and layer: conv input %lld x %s = %s B (a window's);\n"
-          "                factor record (u, e^g, kf, k) %s B (a ring of R)\n",
+          "                factor record (u, e^g%s, kf, k) %s B (a ring of R)\n",
           static_cast<long long>(b.conv_dim), dtype_name(g.act_dtype),
-          with_commas(b.conv_record_per_token).c_str(),
+          with_commas(b.conv_record_per_token).c_str(), kda ? " [HV][K]" : "",
           with_commas(b.factor_record_per_token).c_str());
     }
   }
