@@ -22,8 +22,7 @@ namespace {
 class PyPool {
  public:
   PyPool(const ModelConfig& config, const PoolOptions& options)
-      : pool_(config, options),
-        stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
+      : pool_(config, options), stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
   // Over caller-owned committed state (DESIGN.md section 4): the arrays stay referenced for the
   // pool's lifetime.
   PyPool(const ModelConfig& config, const PoolOptions& options, const CommittedStateViews& views,
@@ -748,6 +747,7 @@ void bind_pool(nb::module_& m) {
               "The open round's batch (no rows when none is open).");
   bind_layer_calls<PyGdnWeights, PyGdnInputs, PyGdnOutputs>(pool, "GdnWeights");
   bind_layer_calls<PyMamba2Weights, PyMamba2Inputs, PyMamba2Outputs>(pool, "Mamba2Weights");
+  bind_layer_calls<PyKdaWeights, PyKdaInputs, PyKdaOutputs>(pool, "KdaWeights");
 }
 
 }  // namespace specstate::py
