@@ -31,6 +31,9 @@ struct RowTokensParams {
 //           (the conv output as the step read it; k^ = k * kf, recomputed bit for bit)
 //   Mamba2: dt f32 [nheads], dA f32 [nheads], x act [nheads][P], B act [G][N]
 //           (dB = B * dt recomputed bit for bit; S = S * dA + dB x^T)
+//   KDA:    u f32 [HV][V], e^g f32 [HV][K] (the decay per key channel, DESIGN.md section 3),
+//           kf f32 [H], k act [H][K] (as GDN's); every part 16-byte aligned
+//           (S[v][i] = e^g[i] S[v][i] + u[v] k^[i])
 struct GdnFactorLayout {
   int64_t u = 0, eg = 0, kf = 0, k = 0, bytes = 0;
 };
@@ -56,6 +59,20 @@ constexpr Mamba2FactorLayout mamba2_factor_layout(int64_t nheads, int64_t P, int
   l.x = round_up16(l.dA + 4 * nheads);
   l.B = round_up16(l.x + act_bytes * nheads * P);
   l.bytes = round_up16(l.B + act_bytes * G * N);
+  return l;
+}
+
+struct KdaFactorLayout {
+  int64_t u = 0, eg = 0, kf = 0, k = 0, bytes = 0;
+};
+constexpr KdaFactorLayout kda_factor_layout(int64_t H, int64_t HV, int64_t K, int64_t V,
+                                            int64_t act_bytes) {
+  KdaFactorLayout l;
+  l.u = 0;
+  l.eg = round_up16(l.u + 4 * HV * V);
+  l.kf = round_up16(l.eg + 4 * HV * K);
+  l.k = round_up16(l.kf + 4 * H);
+  l.bytes = round_up16(l.k + act_bytes * H * K);
   return l;
 }
 

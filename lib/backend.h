@@ -14,6 +14,7 @@
 #include "layout.h"
 #include "specstate/config.h"
 #include "specstate/gdn.h"
+#include "specstate/kda.h"
 #include "specstate/mamba2.h"
 #include "specstate/status.h"
 #include "specstate/tensor_view.h"
@@ -222,6 +223,8 @@ class BackendImpl {
   virtual void run_mamba2(const PoolStorage& storage, const LayerRun& run,
                           const Mamba2Weights& weights, const Mamba2Inputs& inputs,
                           const Mamba2Outputs& outputs) = 0;
+  virtual void run_kda(const PoolStorage& storage, const LayerRun& run, const KdaWeights& weights,
+                       const KdaInputs& inputs, const KdaOutputs& outputs) = 0;
 
   // Commit primitives (the strategy picks one). Copy: each row's snapshot of its last step into
   // its slot (every layer). Pending (replay): in every layer, each row's slot settles its cursor
@@ -249,6 +252,12 @@ class BackendImpl {
   // backends report kSuccess.
   virtual Status last_commit_status() { return Status::kSuccess; }
 };
+
+// Whether the CUDA backend has kernels for the config's layer kind: kSuccess, or kNotSupported
+// with a message naming the kind in `why`. Answered from the config alone (no device, no CUDA
+// runtime), so a pool the CUDA backend cannot run is refused the same way in every build and on
+// every machine (lib/cuda_kinds.cpp).
+Status cuda_supports_kind(const ModelConfig& config, std::string* why);
 
 std::unique_ptr<BackendImpl> make_cpu_backend();
 // Defined in lib/cuda/ when the CUDA backend is built; otherwise throws kNotSupported.

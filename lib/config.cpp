@@ -4,6 +4,7 @@
 #include <string>
 
 #include "layers/gdn.h"
+#include "layers/kda.h"
 #include "layers/mamba2.h"
 #include "specstate/status.h"
 
@@ -13,12 +14,18 @@ float GdnConfig::effective_scale() const noexcept {
   return scale ? *scale : 1.0f / std::sqrt(static_cast<float>(head_k_dim));
 }
 
+float KdaConfig::effective_scale() const noexcept {
+  return scale ? *scale : 1.0f / std::sqrt(static_cast<float>(head_k_dim));
+}
+
 const char* layer_kind_name(LayerKind kind) noexcept {
   switch (kind) {
     case LayerKind::kGatedDeltaNet:
       return "gated_delta_net";
     case LayerKind::kMamba2:
       return "mamba2";
+    case LayerKind::kKda:
+      return "kda";
   }
   return "unknown";
 }
@@ -40,10 +47,13 @@ void ModelConfig::validate() const {
     case LayerKind::kMamba2:
       detail::mamba2::validate(mamba);
       return;
+    case LayerKind::kKda:
+      detail::kda::validate(kda_layer);
+      return;
   }
   throw Error(Status::kInvalidArgument,
               "ModelConfig: kind = " + std::to_string(static_cast<int>(kind)) +
-                  " is not a layer kind (gated_delta_net = 0, mamba2 = 1)");
+                  " is not a layer kind (gated_delta_net = 0, mamba2 = 1, kda = 2)");
 }
 
 }  // namespace specstate

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "layers/gdn.h"
+#include "layers/kda.h"
 #include "layers/mamba2.h"
 #include "specstate/status.h"
 #include "strategy/strategy.h"
@@ -63,6 +64,8 @@ LayerShapes layer_shapes(const ModelConfig& config) {
       return gdn::shapes(config.gdn);
     case LayerKind::kMamba2:
       return mamba2::shapes(config.mamba);
+    case LayerKind::kKda:
+      return kda::shapes(config.kda_layer);
   }
   throw Error(Status::kInvalidArgument,
               "ModelConfig: kind = " + std::to_string(static_cast<int>(config.kind)) +

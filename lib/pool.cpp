@@ -164,9 +164,14 @@ StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& op
     case Backend::kCpu:
       impl->backend = detail::make_cpu_backend();
       break;
-    case Backend::kCuda:
+    case Backend::kCuda: {
+      // A layer kind without CUDA kernels is refused before a device is opened.
+      std::string why;
+      const Status kind_ok = detail::cuda_supports_kind(config, &why);
+      if (kind_ok != Status::kSuccess) fail(kind_ok, fn, why);
       impl->backend = detail::make_cuda_backend(options);
       break;
+    }
     default:
       fail(Status::kInvalidArgument, fn,
            "options.backend = " + std::to_string(static_cast<int>(options.backend)));
@@ -355,6 +360,22 @@ void StatePool::decode(int layer, const std::vector<SlotHandle>& rows, const Gdn
 
 void StatePool::decode(int layer, const std::vector<SlotHandle>& rows, const Mamba2Weights& weights,
                        const Mamba2Inputs& inputs, const Mamba2Outputs& outputs) {
+  impl_->decode(layer, rows, weights, inputs, outputs);
+}
+
+void StatePool::prefill(int layer, SlotHandle handle, const KdaWeights& weights,
+                        const KdaInputs& inputs, const KdaOutputs& outputs) {
+  impl_->prefill(layer, handle, weights, inputs, outputs);
+}
+
+void StatePool::prefill(int layer, const std::vector<SlotHandle>& handles,
+                        const std::vector<int32_t>& lengths, const KdaWeights& weights,
+                        const KdaInputs& inputs, const KdaOutputs& outputs) {
+  impl_->prefill_batch(layer, handles, lengths, weights, inputs, outputs);
+}
+
+void StatePool::decode(int layer, const std::vector<SlotHandle>& rows, const KdaWeights& weights,
+                       const KdaInputs& inputs, const KdaOutputs& outputs) {
   impl_->decode(layer, rows, weights, inputs, outputs);
 }
 }  // namespace specstate

@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "layers/gdn.h"
+#include "layers/kda.h"
 #include "layers/mamba2.h"
 #include "layout.h"
 #include "slot_allocator.h"
@@ -106,6 +107,39 @@ struct KindArgs<Mamba2Weights> {
   static void run(detail::BackendImpl& b, const detail::PoolStorage& s, const detail::LayerRun& r,
                   const Mamba2Weights& w, const Inputs& in, const Outputs& out) {
     b.run_mamba2(s, r, w, in, out);
+  }
+};
+
+template <>
+struct KindArgs<KdaWeights> {
+  using Inputs = KdaInputs;
+  using Outputs = KdaOutputs;
+  static constexpr LayerKind kKind = LayerKind::kKda;
+  static constexpr const char* kArgs = "KdaWeights / KdaInputs / KdaOutputs";
+  static constexpr const char* kTokenInput = "inputs.mixed_qkv";
+  static const TensorView& token_input(const Inputs& in) { return in.mixed_qkv; }
+  static void check(const char* fn, const ModelConfig& c, Device dev, const KdaWeights& w,
+                    const Inputs& in, const Outputs& out, int64_t tokens) {
+    detail::kda::check_args(fn, c.kda_layer, dev, w, in, out, tokens);
+  }
+  template <typename F>
+  static void for_each_output(const Outputs& out, F&& f) {
+    f("outputs.conv_out", out.conv_out);
+    f("outputs.core_out", out.core_out);
+  }
+  template <typename F>
+  static void for_each_read(const KdaWeights& w, const Inputs& in, F&& f) {
+    f("weights.conv_weight", w.conv_weight);
+    f("weights.conv_bias", w.conv_bias);
+    f("weights.A_log", w.A_log);
+    f("weights.dt_bias", w.dt_bias);
+    f("inputs.mixed_qkv", in.mixed_qkv);
+    f("inputs.g", in.g);
+    f("inputs.b", in.b);
+  }
+  static void run(detail::BackendImpl& b, const detail::PoolStorage& s, const detail::LayerRun& r,
+                  const KdaWeights& w, const Inputs& in, const Outputs& out) {
+    b.run_kda(s, r, w, in, out);
   }
 };
 

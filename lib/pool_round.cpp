@@ -230,6 +230,11 @@ void StatePool::verify(int layer, const Mamba2Weights& weights, const Mamba2Inpu
   impl_->verify(layer, weights, inputs, outputs);
 }
 
+void StatePool::verify(int layer, const KdaWeights& weights, const KdaInputs& inputs,
+                       const KdaOutputs& outputs) {
+  impl_->verify(layer, weights, inputs, outputs);
+}
+
 namespace {
 void check_round_for_commit(const char* fn, bool round_open, const std::vector<bool>& verified) {
   if (!round_open) {

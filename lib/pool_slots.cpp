@@ -153,12 +153,12 @@ namespace {
 // 64 bytes, little-endian, in front of the state bytes of an export buffer:
 //   [0, 8)    magic "specslot"
 //   [8, 12)   u32 format version (1)
-//   [12, 16)  u32 layer kind (LayerKind: 0 gated_delta_net, 1 mamba2)
+//   [12, 16)  u32 layer kind (LayerKind: 0 gated_delta_net, 1 mamba2, 2 kda)
 //   [16, 20)  u32 num_layers
 //   [20, 23)  u8 act_dtype, conv_state_dtype, ssm_state_dtype (DType: 0 f32, 1 bf16, 2 i32)
 //   [23, 24)  0
-//   [24, 44)  u32 x 5 shape fields: GDN num_k_heads, num_v_heads, head_k_dim, head_v_dim,
-//             conv_width; Mamba2 num_heads, head_dim, d_state, n_groups, conv_width
+//   [24, 44)  u32 x 5 shape fields: GDN and KDA num_k_heads, num_v_heads, head_k_dim,
+//             head_v_dim, conv_width; Mamba2 num_heads, head_dim, d_state, n_groups, conv_width
 //   [44, 48)  0
 //   [48, 56)  u64 state bytes that follow (num_layers x (conv window + SSM state))
 //   [56, 64)  u64 FNV-1a 64 of bytes [0, 56)
@@ -195,6 +195,10 @@ ShapeFields shape_fields(const GdnConfig& g) {
 }
 ShapeFields shape_fields(const Mamba2Config& m) {
   return {kMamba2Fields, {m.num_heads, m.head_dim, m.d_state, m.n_groups, m.conv_width}};
+}
+// KDA's shape fields are GDN's (the same heads and dims; the kind field tells them apart).
+ShapeFields shape_fields(const KdaConfig& c) {
+  return {kGdnFields, {c.num_k_heads, c.num_v_heads, c.head_k_dim, c.head_v_dim, c.conv_width}};
 }
 ShapeFields shape_fields(const ModelConfig& c) {
   return c.visit_layer([](const auto& layer) { return shape_fields(layer); });

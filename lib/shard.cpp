@@ -53,25 +53,36 @@ ShardMap shard_map(const ModelConfig& tp1, int tp, int rank) {
     m.head_elems = c.head_dim;
     return m;
   }
-  const GdnConfig& g = tp1.gdn;
-  if (g.num_k_heads % tp != 0) {
-    bad("gdn.num_k_heads = " + std::to_string(g.num_k_heads) +
+  // GDN and KDA: the same heads, the same mixed_qkv = [q: H * K | k: H * K | v: HV * V] (KDA's
+  // gate g [tokens, HV, K] and dt_bias [HV, K] split by value heads, as its b and A_log).
+  const bool kda = tp1.kind == LayerKind::kKda;
+  const char* prefix = kda ? "kda." : "gdn.";
+  const int H = kda ? tp1.kda_layer.num_k_heads : tp1.gdn.num_k_heads;
+  const int HV = kda ? tp1.kda_layer.num_v_heads : tp1.gdn.num_v_heads;
+  const int K = kda ? tp1.kda_layer.head_k_dim : tp1.gdn.head_k_dim;
+  const int V = kda ? tp1.kda_layer.head_v_dim : tp1.gdn.head_v_dim;
+  if (H % tp != 0) {
+    bad(std::string(prefix) + "num_k_heads = " + std::to_string(H) +
         " is not a multiple of tp = " + std::to_string(tp));
   }
-  if (g.num_v_heads % tp != 0) {
-    bad("gdn.num_v_heads = " + std::to_string(g.num_v_heads) +
+  if (HV % tp != 0) {
+    bad(std::string(prefix) + "num_v_heads = " + std::to_string(HV) +
         " is not a multiple of tp = " + std::to_string(tp));
   }
-  m.config.gdn.num_k_heads = g.num_k_heads / tp;
-  m.config.gdn.num_v_heads = g.num_v_heads / tp;
-  const int64_t qk = int64_t{g.num_k_heads} * g.head_k_dim;
-  const int64_t v = int64_t{g.num_v_heads} * g.head_v_dim;
-  // mixed_qkv = [q: H * K | k: H * K | v: HV * V]
+  if (kda) {
+    m.config.kda_layer.num_k_heads = H / tp;
+    m.config.kda_layer.num_v_heads = HV / tp;
+  } else {
+    m.config.gdn.num_k_heads = H / tp;
+    m.config.gdn.num_v_heads = HV / tp;
+  }
+  const int64_t qk = int64_t{H} * K;
+  const int64_t v = int64_t{HV} * V;
   m.conv = {part(qk, tp, rank),
             {qk + part(qk, tp, rank).begin, qk / tp},
             {2 * qk + part(v, tp, rank).begin, v / tp}};
-  m.heads = part(g.num_v_heads, tp, rank);
-  m.head_elems = g.head_v_dim;
+  m.heads = part(HV, tp, rank);
+  m.head_elems = V;
   return m;
 }
 

@@ -151,7 +151,9 @@ int run_plan(const PlanArgs& args) {
   const int64_t total_per_request =
       checked(b.committed_per_request, replay ? records_per_slot : scratch_per_row, true,
               window_opt, "committed state + workspace per request");
-  const GdnConfig& g = config.gdn;
+  const GdnConfig g = gdn_dims(config);  // GDN or KDA (the same dimensions)
+  const bool kda = config.kind == LayerKind::kKda;
+  const char* kind_label = kda ? "KDA" : "Gated DeltaNet";
   const std::vector<RingRow> rings =
       replay ? ring_rows(config, args.window, b.committed_per_request) : std::vector<RingRow>{};
 
@@ -216,21 +218,20 @@ int run_plan(const PlanArgs& args) {
     if (replay) print_records(b, m.act_dtype, "dt, dA, x, B");
   } else {
     if (preset.total_layers > config.num_layers) {
-      std::printf(
-          "  layers        %d, of which %d Gated DeltaNet (the rest hold a KV cache, not ours)\n",
-          preset.total_layers, config.num_layers);
+      std::printf("  layers        %d, of which %d %s (the rest hold a KV cache, not ours)\n",
+                  preset.total_layers, config.num_layers, kind_label);
     } else {
-      std::printf("  layers        %d, all Gated DeltaNet\n", config.num_layers);
+      std::printf("  layers        %d, all %s\n", config.num_layers, kind_label);
     }
-    std::printf("  GDN layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %lld\n", g.num_k_heads,
-                g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width,
+    std::printf("  %s layer     H=%d HV=%d K=%d V=%d W=%d, conv_dim %lld\n", kda ? "KDA" : "GDN",
+                g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim, g.conv_width,
                 static_cast<long long>(b.conv_dim));
     std::printf("  per layer     conv %lld x %d x %s = %s B; SSM %d x %d x %d x %s = %s B\n",
                 static_cast<long long>(b.conv_dim), g.conv_width - 1,
                 dtype_name(g.conv_state_dtype), with_commas(b.conv_per_layer).c_str(),
                 g.num_v_heads, g.head_v_dim, g.head_k_dim, dtype_name(g.ssm_state_dtype),
                 with_commas(b.ssm_per_layer).c_str());
-    if (replay) print_records(b, g.act_dtype, "u, e^g, kf, k");
+    if (replay) print_records(b, g.act_dtype, kda ? "u, e^g [HV][K], kf, k" : "u, e^g, kf, k");
   }
   std::printf("\n");
   std::printf("  %-30s %-32s %s\n", "", "per request", "total");

@@ -56,7 +56,54 @@ ModelPreset make_mamba2_preset(std::string name, std::string description, int to
                      ModelConfig::mamba2(mamba_layers, layer)};
 }
 
+// A KDA model as Kimi-Linear configures its layers (linear_attn_config): num_k_heads = num_v_heads
+// = num_heads, head_k_dim = head_v_dim = head_dim, short_conv_kernel_size, no conv bias, the
+// plain gate (no gate_lower_bound in the checkpoint), bf16 activations and conv state, f32 SSM.
+ModelPreset make_kda_preset(std::string name, std::string description, int total_layers,
+                            int kda_layers, int heads, int head_dim, int conv_width) {
+  KdaConfig layer;
+  layer.num_k_heads = layer.num_v_heads = heads;
+  layer.head_k_dim = layer.head_v_dim = head_dim;
+  layer.conv_width = conv_width;
+  layer.conv_bias = false;
+  layer.act_dtype = DType::kBF16;
+  layer.conv_state_dtype = DType::kBF16;
+  layer.ssm_state_dtype = DType::kF32;
+  return ModelPreset{std::move(name), std::move(description), total_layers,
+                     ModelConfig::kda(kda_layers, layer)};
+}
+
 }  // namespace
+
+GdnConfig gdn_dims(const KdaConfig& k) {
+  GdnConfig g;
+  g.num_k_heads = k.num_k_heads;
+  g.num_v_heads = k.num_v_heads;
+  g.head_k_dim = k.head_k_dim;
+  g.head_v_dim = k.head_v_dim;
+  g.conv_width = k.conv_width;
+  g.conv_bias = k.conv_bias;
+  g.act_dtype = k.act_dtype;
+  g.conv_state_dtype = k.conv_state_dtype;
+  g.ssm_state_dtype = k.ssm_state_dtype;
+  return g;
+}
+
+void set_gdn_dims(KdaConfig& k, const GdnConfig& g) {
+  k.num_k_heads = g.num_k_heads;
+  k.num_v_heads = g.num_v_heads;
+  k.head_k_dim = g.head_k_dim;
+  k.head_v_dim = g.head_v_dim;
+  k.conv_width = g.conv_width;
+  k.conv_bias = g.conv_bias;
+  k.act_dtype = g.act_dtype;
+  k.conv_state_dtype = g.conv_state_dtype;
+  k.ssm_state_dtype = g.ssm_state_dtype;
+}
+
+GdnConfig gdn_dims(const ModelConfig& c) {
+  return c.kind == LayerKind::kKda ? gdn_dims(c.kda_layer) : c.gdn;
+}
 
 const std::vector<ModelPreset>& model_presets() {
   static const std::vector<ModelPreset> presets = {
@@ -86,6 +133,13 @@ const std::vector<ModelPreset>& model_presets() {
                          "Nemotron-H-56B: 118 layers of which 54 Mamba2, nheads=256 P=64 N=256 "
                          "G=8 W=4, conv bias, D, bf16 act+conv, f32 SSM",
                          118, 54, 256, 64, 256, 8),
+      // Kimi-Linear-48B-A3B (moonshotai/Kimi-Linear-48B-A3B-Instruct config.json,
+      // linear_attn_config; docs/kda.md): 27 layers, kda_layers lists 20 of them (every 4th layer
+      // and the last are MLA), 32 heads of head_dim 128, short_conv_kernel_size 4.
+      make_kda_preset("kimi-linear-48b-a3b",
+                      "Kimi-Linear-48B-A3B: 27 layers of which 20 KDA, H=HV=32 K=V=128 W=4, "
+                      "bf16 act+conv, f32 SSM",
+                      27, 20, 32, 128, 4),
   };
   return presets;
 }
@@ -119,14 +173,21 @@ ModelConfig apply_tp(const ModelPreset& preset, int tp) {
     config.mamba.n_groups = g / tp;
     return config;
   }
-  const int h = config.gdn.num_k_heads, hv = config.gdn.num_v_heads;
+  // GDN and KDA: key and value heads split over the ranks (K, V, W unchanged).
+  GdnConfig g = gdn_dims(config);
+  const int h = g.num_k_heads, hv = g.num_v_heads;
   if (tp < 1 || h % tp != 0 || hv % tp != 0) {
     throw CLI::ValidationError("--tp", "--tp " + std::to_string(tp) + " must divide the " +
                                            std::to_string(h) + " key heads and " +
                                            std::to_string(hv) + " value heads of " + preset.name);
   }
-  config.gdn.num_k_heads = h / tp;
-  config.gdn.num_v_heads = hv / tp;
+  g.num_k_heads = h / tp;
+  g.num_v_heads = hv / tp;
+  if (config.kind == LayerKind::kKda) {
+    set_gdn_dims(config.kda_layer, g);
+  } else {
+    config.gdn = g;
+  }
   return config;
 }
 
@@ -176,7 +237,7 @@ StateBytes state_bytes(const ModelConfig& config, int window, int ring) {
     const int64_t b_off = round16(x_off + act_size * m.num_heads * m.head_dim);
     out.factor_record_per_token = round16(b_off + act_size * m.n_groups * m.d_state);
   } else {
-    const GdnConfig& g = config.gdn;
+    const GdnConfig g = gdn_dims(config);  // KDA: the same dimensions
     const int64_t hv = g.num_v_heads;
     out.conv_dim = 2 * int64_t{g.num_k_heads} * g.head_k_dim + hv * g.head_v_dim;
     conv_cols = g.conv_width - 1;
@@ -185,7 +246,13 @@ StateBytes state_bytes(const ModelConfig& config, int window, int ring) {
     ssm_size = static_cast<int64_t>(dtype_size(g.ssm_state_dtype));
     record_cols = out.conv_dim;
     act_size = static_cast<int64_t>(dtype_size(g.act_dtype));
-    const int64_t k_off = round16(4 * (hv * g.head_v_dim + hv + g.num_k_heads));
+    // GDN: u [HV][V] f32, e^g [HV] f32, kf [H] f32 packed, k act [H][K] at 16; KDA: u, e^g
+    // [HV][K], kf each at 16 (kernels::kda_factor_layout), then k.
+    const int64_t k_off =
+        config.kind == LayerKind::kKda
+            ? round16(round16(round16(4 * hv * g.head_v_dim) + 4 * hv * g.head_k_dim) +
+                      4 * int64_t{g.num_k_heads})
+            : round16(4 * (hv * g.head_v_dim + hv + g.num_k_heads));
     out.factor_record_per_token = round16(k_off + act_size * int64_t{g.num_k_heads} * g.head_k_dim);
   }
   out.conv_per_layer = mul_checked(mul_checked(out.conv_dim, conv_cols, "conv_per_layer"),
@@ -271,10 +338,15 @@ DType parse_dtype(const std::string& text, const std::string& option) {
                                          "(f32 or bf16)");
 }
 
+const char* cli_kind_name(LayerKind kind) {
+  return kind == LayerKind::kMamba2 ? "mamba2" : kind == LayerKind::kKda ? "kda" : "gdn";
+}
+
 LayerKind parse_kind(const std::string& text, const std::string& option) {
   if (text == "gdn" || text == "gated_delta_net") return LayerKind::kGatedDeltaNet;
   if (text == "mamba2") return LayerKind::kMamba2;
-  throw CLI::ValidationError(option, "\"" + text + "\" is not a layer kind (gdn or mamba2)");
+  if (text == "kda") return LayerKind::kKda;
+  throw CLI::ValidationError(option, "\"" + text + "\" is not a layer kind (gdn, mamba2 or kda)");
 }
 
 }  // namespace
@@ -321,9 +393,9 @@ ModelPreset read_model_file(const std::string& path) {
   const auto fail = [&](const std::string& what) {
     throw CLI::ValidationError(option, path + ": " + what);
   };
-  if (!j.contains("kind")) fail("\"kind\" missing (\"gdn\" or \"mamba2\")");
+  if (!j.contains("kind")) fail("\"kind\" missing (\"gdn\", \"mamba2\" or \"kda\")");
   if (!j.contains("layers")) fail("\"layers\" missing (the recurrent layers)");
-  if (!j["kind"].is_string()) fail("\"kind\" must be \"gdn\" or \"mamba2\"");
+  if (!j["kind"].is_string()) fail("\"kind\" must be \"gdn\", \"mamba2\" or \"kda\"");
   const LayerKind kind = parse_kind(j["kind"].get<std::string>(), option);
   const bool mamba = kind == LayerKind::kMamba2;
   const std::set<std::string> common = {
@@ -339,8 +411,8 @@ ModelPreset read_model_file(const std::string& path) {
       for (const auto* keys : {&common, &own}) {
         for (const auto& k : *keys) known += (known.empty() ? "" : ", ") + k;
       }
-      fail("unknown key \"" + key + "\" for a " + (mamba ? "mamba2" : "gdn") +
-           " model (known: " + known + ")");
+      fail("unknown key \"" + key + "\" for a " + cli_kind_name(kind) + " model (known: " + known +
+           ")");
     }
   }
   const auto integer = [&](const char* key, int fallback) {
@@ -401,7 +473,9 @@ ModelPreset read_model_file(const std::string& path) {
     m.ssm_state_dtype = dtype("ssm_state_dtype", m.ssm_state_dtype);
     out.config = ModelConfig::mamba2(layers, m);
   } else {
-    GdnConfig g;
+    // GDN and KDA read the same fields, each over its own library defaults.
+    const bool kda = kind == LayerKind::kKda;
+    GdnConfig g = kda ? gdn_dims(KdaConfig{}) : GdnConfig{};
     g.num_k_heads = integer("num_k_heads", g.num_k_heads);
     g.num_v_heads = integer("num_v_heads", g.num_v_heads);
     g.head_k_dim = integer("head_k_dim", g.head_k_dim);
@@ -411,7 +485,13 @@ ModelPreset read_model_file(const std::string& path) {
     g.act_dtype = dtype("act_dtype", g.act_dtype);
     g.conv_state_dtype = dtype("conv_state_dtype", g.conv_state_dtype);
     g.ssm_state_dtype = dtype("ssm_state_dtype", g.ssm_state_dtype);
-    out.config = ModelConfig::gated_delta_net(layers, g);
+    if (kda) {
+      KdaConfig k;
+      set_gdn_dims(k, g);
+      out.config = ModelConfig::kda(layers, k);
+    } else {
+      out.config = ModelConfig::gated_delta_net(layers, g);
+    }
   }
   try {
     out.config.validate();
@@ -439,6 +519,7 @@ ModelPreset resolve_model(const std::string& model, const std::string& model_fil
       // Another kind: the library's defaults of that layer (Qwen3-Next-80B / Nemotron-H-8B at
       // TP 1), every layer recurrent unless --total-layers says otherwise.
       c = kind == LayerKind::kMamba2 ? ModelConfig::mamba2(d.layers, Mamba2Config{})
+          : kind == LayerKind::kKda  ? ModelConfig::kda(d.layers, KdaConfig{})
                                      : ModelConfig::gated_delta_net(d.layers, GdnConfig{});
       out.name = "custom";
       out.total_layers = d.layers;
@@ -449,7 +530,7 @@ ModelPreset resolve_model(const std::string& model, const std::string& model_fil
   const auto other_kind = [&](int value, const char* option) {
     if (value > 0) {
       throw CLI::ValidationError(
-          option, std::string(option) + " is a " + (mamba ? "Gated DeltaNet" : "Mamba2") +
+          option, std::string(option) + " is a " + (mamba ? "Gated DeltaNet / KDA" : "Mamba2") +
                       " dimension; the layers of " + out.name + " are " + layer_kind_name(c.kind));
     }
   };
@@ -486,7 +567,7 @@ ModelPreset resolve_model(const std::string& model, const std::string& model_fil
     other_kind(d.head_dim, "--head-dim");
     other_kind(d.d_state, "--d-state");
     other_kind(d.groups, "--groups");
-    GdnConfig& g = c.gdn;
+    GdnConfig g = gdn_dims(c);  // GDN or KDA
     set(d.heads, g.num_k_heads);
     set(d.v_heads, g.num_v_heads);
     set(d.head_k_dim, g.head_k_dim);
@@ -495,6 +576,11 @@ ModelPreset resolve_model(const std::string& model, const std::string& model_fil
     if (!d.act_dtype.empty()) g.act_dtype = parse_dtype(d.act_dtype, "--act-dtype");
     if (!d.conv_dtype.empty()) g.conv_state_dtype = parse_dtype(d.conv_dtype, "--conv-dtype");
     if (!d.ssm_dtype.empty()) g.ssm_state_dtype = parse_dtype(d.ssm_dtype, "--ssm-dtype");
+    if (c.kind == LayerKind::kKda) {
+      set_gdn_dims(c.kda_layer, g);
+    } else {
+      c.gdn = g;
+    }
   }
   if (!switched) out.name += " (custom)";
   out.description = "custom dimensions";
@@ -548,10 +634,11 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& model_fil
   const auto dim = [&](const char* name, int& field, const char* help) {
     cmd->add_option(name, field, help)->check(CLI::Range(1, 1 << 20))->group("Model dimensions");
   };
-  cmd->add_option("--kind", dims.kind, "Layer kind of custom dimensions: gdn or mamba2")
-      ->check(CLI::IsMember({"gdn", "mamba2"}))
+  cmd->add_option("--kind", dims.kind,
+                  "Layer kind of custom dimensions: gdn, mamba2 or kda (KDA takes GDN's options)")
+      ->check(CLI::IsMember({"gdn", "mamba2", "kda"}))
       ->group("Model dimensions");
-  dim("--layers", dims.layers, "Recurrent (GDN or Mamba2) layers");
+  dim("--layers", dims.layers, "Recurrent (GDN, Mamba2 or KDA) layers");
   dim("--total-layers", dims.total_layers,
       "All layers, attention included (default: --layers + the model's other layers)");
   dim("--heads", dims.heads, "GDN: key heads H; Mamba2: heads");
@@ -591,9 +678,11 @@ void describe_model(const ModelPreset& preset, const ModelConfig& config,
     out["ssm_state_dtype"] = dtype_name(config.ssm_state_dtype());
     return;
   }
-  const GdnConfig& g = config.gdn;
+  const GdnConfig g = gdn_dims(config);
+  const bool kda = config.kind == LayerKind::kKda;
+  if (kda) out["layer_kind"] = layer_kind_name(config.kind);
   out["total_layers"] = preset.total_layers;
-  out["gdn_layers"] = config.num_layers;
+  out[kda ? "kda_layers" : "gdn_layers"] = config.num_layers;
   out["num_k_heads"] = g.num_k_heads;
   out["num_v_heads"] = g.num_v_heads;
   out["head_k_dim"] = g.head_k_dim;

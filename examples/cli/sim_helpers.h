@@ -20,7 +20,8 @@ struct ModelPreset {
 };
 
 // The embedded presets: "tiny", "small" (the default of plan and simulate), "qwen3-next-80b"
-// (GDN); "nemotron-h-8b", "nemotron-h-47b", "nemotron-h-56b" (Mamba2: plan only so far).
+// (GDN); "nemotron-h-8b", "nemotron-h-47b", "nemotron-h-56b" (Mamba2); "kimi-linear-48b-a3b"
+// (KDA).
 const std::vector<ModelPreset>& model_presets();
 std::vector<std::string> model_preset_names();
 // Throws CLI::ValidationError naming --model when `name` is not a preset.
@@ -29,12 +30,19 @@ const ModelPreset& find_preset(const std::string& name);
 // K, V, W unchanged). Throws CLI::ValidationError naming --tp when tp does not divide H and HV.
 ModelConfig apply_tp(const ModelPreset& preset, int tp);
 
+// KDA layers have GDN's dimensions (H, HV, K, V, W, conv bias, dtypes): the CLI's GDN paths
+// (byte model, TP split, custom dimensions, reports) read and write a KDA layer through these.
+GdnConfig gdn_dims(const KdaConfig& layer);
+void set_gdn_dims(KdaConfig& layer, const GdnConfig& dims);
+// The GDN dimensions of a GDN or KDA model (the model's gdn for any other kind).
+GdnConfig gdn_dims(const ModelConfig& config);
+
 // The preset both `plan` and `simulate` use when no model is given.
 inline constexpr const char* kDefaultModel = "small";
 
 // Custom dimensions over the model (a preset or a model file); 0 or empty: the model's value.
 struct ModelDims {
-  std::string kind;      // --kind gdn|mamba2 (another kind than the model's needs --layers)
+  std::string kind;      // --kind gdn|mamba2|kda (another kind than the model's needs --layers)
   int layers = 0;        // --layers: recurrent layers (GDN or Mamba2)
   int total_layers = 0;  // --total-layers: all layers (default: --layers + the model's others)
   int heads = 0;         // --heads: GDN key heads H, or Mamba2 heads
@@ -56,8 +64,8 @@ struct ModelDims {
 // ...), also for a config the library's validation rejects.
 ModelPreset resolve_model(const std::string& model, const std::string& model_file,
                           const ModelDims& dims);
-// Reads a JSON model file: {"kind": "gdn" | "mamba2", "layers": N, optional "name",
-// "description", "total_layers" and the layer's fields (GDN: num_k_heads, num_v_heads,
+// Reads a JSON model file: {"kind": "gdn" | "mamba2" | "kda" (GDN's fields), "layers": N, optional
+// "name", "description", "total_layers" and the layer's fields (GDN: num_k_heads, num_v_heads,
 // head_k_dim, head_v_dim; Mamba2: num_heads, head_dim, d_state, n_groups, d_skip, gate; both:
 // conv_width, conv_bias, act_dtype, conv_state_dtype, ssm_state_dtype); fields left out keep
 // the library's defaults (GdnConfig, Mamba2Config). Throws CLI::ValidationError naming
@@ -81,7 +89,8 @@ void check_writable(const std::string& path, const char* option);
 
 // Writes the preset's layer counts, shapes and dtypes (under TP) into `out`, the same keys in
 // every report: total_layers, gdn_layers, num_k_heads, num_v_heads, head_k_dim, head_v_dim,
-// conv_width, conv_dim, act_dtype, conv_state_dtype, ssm_state_dtype. A Mamba2 preset writes
+// conv_width, conv_dim, act_dtype, conv_state_dtype, ssm_state_dtype (a KDA preset: the same
+// keys with layer_kind "kda" and kda_layers for gdn_layers). A Mamba2 preset writes
 // layer_kind "mamba2", total_layers, mamba2_layers, num_heads, head_dim, d_state, n_groups,
 // conv_width, conv_dim and the dtypes instead.
 void describe_model(const ModelPreset& preset, const ModelConfig& config,
@@ -98,8 +107,9 @@ struct StateBytes {
   // Snapshot: the conv window and SSM state after every window token, per verify row.
   int64_t scratch_per_row = 0;  // layers * window * (conv + ssm)
   // Replay (DESIGN.md section 4): per token and layer a conv record (its conv input, act dtype)
-  // and a factor record (GDN: u f32 [HV][V], e^g f32 [HV], kf f32 [H], k act [H][K]; Mamba2: dt,
-  // dA f32 [nheads], x act [nheads][P], B act [G][N]; each part 16-byte aligned).
+  // and a factor record (GDN: u f32 [HV][V], e^g f32 [HV], kf f32 [H], k act [H][K]; KDA: the
+  // same with e^g f32 [HV][K]; Mamba2: dt, dA f32 [nheads], x act [nheads][P], B act [G][N];
+  // each part 16-byte aligned).
   int64_t conv_record_per_token = 0;    // conv_dim * sizeof(act dtype)
   int64_t factor_record_per_token = 0;  // the factor record, padded to 16 bytes
   int64_t record_per_token = 0;         // both

@@ -73,13 +73,15 @@ void print_summary(const Json& r, std::ostream& out) {
                   r["options"]["backend"].get<std::string>().c_str(),
                   r["options"]["strategy"].get<std::string>().c_str());
   } else {
+    const bool kda = m.contains("kda_layers");  // KDA reports GDN's dimensions
     std::snprintf(line, sizeof(line),
-                  "specstate simulate: %s (TP %d: %d GDN layers, H=%d HV=%d K=%d V=%d), backend "
+                  "specstate simulate: %s (TP %d: %d %s layers, H=%d HV=%d K=%d V=%d), backend "
                   "%s, strategy %s\n",
                   m["name"].get<std::string>().c_str(), r["options"]["tp"].get<int>(),
-                  m["gdn_layers"].get<int>(), m["num_k_heads"].get<int>(),
-                  m["num_v_heads"].get<int>(), m["head_k_dim"].get<int>(),
-                  m["head_v_dim"].get<int>(), r["options"]["backend"].get<std::string>().c_str(),
+                  m[kda ? "kda_layers" : "gdn_layers"].get<int>(), kda ? "KDA" : "GDN",
+                  m["num_k_heads"].get<int>(), m["num_v_heads"].get<int>(),
+                  m["head_k_dim"].get<int>(), m["head_v_dim"].get<int>(),
+                  r["options"]["backend"].get<std::string>().c_str(),
                   r["options"]["strategy"].get<std::string>().c_str());
   }
   out << line;

@@ -153,6 +153,7 @@ struct LayerWeightsHost {
   HostBuffer conv_weight, conv_bias, A_log, dt_bias, d_skip;  // f32
   GdnWeights host, pool;
   Mamba2Weights m2_host, m2_pool;
+  KdaWeights kda_host, kda_pool;  // dt_bias [HV, K]
 };
 
 // One set of per-token inputs for max_rows * max_window tokens; verify uses its first rows * T.
@@ -165,7 +166,8 @@ struct InputSet {
 
 // What simulate feeds a layer of either kind, and its core output [tokens, heads, head_dim].
 struct LayerShape {
-  bool mamba2 = false;
+  bool mamba2 = false, kda = false;
+  int64_t K = 1;                    // KDA: the gate's columns per head (g [tokens, HV, K])
   int64_t D = 0, W = 0;             // conv channels, taps
   int64_t heads = 0, head_dim = 0;  // core output: GDN HV x V, Mamba2 nheads x P
   int64_t a_cols = 0, b_cols = 0;   // GDN: HV, HV; Mamba2: nheads (dt), nheads * P (z) or 0
@@ -187,6 +189,16 @@ LayerShape layer_shape(const ModelConfig& c) {
     s.b_cols = m.gate ? int64_t{m.num_heads} * m.head_dim : 0;
     s.conv_bias = m.conv_bias;
     s.d_skip = m.d_skip;
+  } else if (c.kind == LayerKind::kKda) {
+    const KdaConfig& k = c.kda_layer;
+    s.kda = true;
+    s.W = k.conv_width;
+    s.heads = k.num_v_heads;
+    s.head_dim = k.head_v_dim;
+    s.K = k.head_k_dim;
+    s.a_cols = int64_t{k.num_v_heads} * k.head_k_dim;  // g [tokens, HV, K]
+    s.b_cols = k.num_v_heads;
+    s.conv_bias = k.conv_bias;
   } else {
     const GdnConfig& g = c.gdn;
     s.W = g.conv_width;
@@ -215,6 +227,19 @@ void layer_call(StatePool& pool, const LayerShape& sh, int layer, const LayerWei
       pool.prefill(layer, *prefill_handle, mw, in, o);
     } else {
       pool.verify(layer, mw, in, o);
+    }
+    return;
+  }
+  if (sh.kda) {
+    const KdaInputs in{view(x, sh.D),
+                       TensorView::contiguous(a, sh.act, {tokens, sh.heads, sh.K}, device),
+                       view(b, sh.b_cols)};
+    const KdaOutputs o{{}, core};
+    const KdaWeights& kw = pool_weights ? w.kda_pool : w.kda_host;
+    if (prefill_handle) {
+      pool.prefill(layer, *prefill_handle, kw, in, o);
+    } else {
+      pool.verify(layer, kw, in, o);
     }
     return;
   }
@@ -348,12 +373,15 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   for (auto& w : weights) {
     w.conv_weight = HostBuffer(DType::kF32, D * W);
     w.A_log = HostBuffer(DType::kF32, HV);
-    w.dt_bias = HostBuffer(DType::kF32, HV);
+    const int64_t dt_cols = sh.kda ? sh.K : 1;  // KDA: one dt_bias per key channel
+    w.dt_bias = HostBuffer(DType::kF32, HV * dt_cols);
     for (int64_t i = 0; i < D * W; ++i) w.conv_weight.set(i, 0.5f * normal(rng));
     for (int64_t h = 0; h < HV; ++h) {
       w.A_log.set(h, static_cast<float>(std::log(1.0 + 15.0 * uniform01(rng))));
-      const double dt = std::exp(std::log(1e-3) + uniform01(rng) * std::log(100.0));
-      w.dt_bias.set(h, static_cast<float>(std::log(std::expm1(dt))));
+      for (int64_t i = 0; i < dt_cols; ++i) {
+        const double dt = std::exp(std::log(1e-3) + uniform01(rng) * std::log(100.0));
+        w.dt_bias.set(h * dt_cols + i, static_cast<float>(std::log(std::expm1(dt))));
+      }
     }
     if (sh.conv_bias) {
       w.conv_bias = HostBuffer(DType::kF32, D);
@@ -379,6 +407,13 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
                               host(w.d_skip, {HV})};
     w.m2_pool = Mamba2Weights{w.pool.conv_weight, w.pool.conv_bias, w.pool.A_log, w.pool.dt_bias,
                               placed(w.d_skip, {HV})};
+    if (sh.kda) {
+      w.kda_host = KdaWeights{w.host.conv_weight, w.host.conv_bias, w.host.A_log,
+                              host(w.dt_bias, {HV, sh.K})};
+      w.kda_pool = KdaWeights{w.pool.conv_weight, w.pool.conv_bias, w.pool.A_log,
+                              placed(w.dt_bias, {HV, sh.K})};
+      w.host.dt_bias = w.pool.dt_bias = TensorView{};  // GDN's [HV] view does not fit
+    }
   }
   // A few input sets, cycled over (round, layer): generating inputs stays out of the timing.
   constexpr int kInputSets = 4;

@@ -180,8 +180,9 @@ std::string render_svg(const Json& r) {
     const Json& m = r["model"];
     const Json& opts = r["options"];
     const Json& acc = r["acceptance"];
-    const std::string layers = m.contains("gdn_layers")
-                                   ? std::to_string(m["gdn_layers"].get<int>()) + " GDN layers"
+    const std::string layers =
+        m.contains("gdn_layers")   ? std::to_string(m["gdn_layers"].get<int>()) + " GDN layers"
+        : m.contains("kda_layers") ? std::to_string(m["kda_layers"].get<int>()) + " KDA layers"
                                    : std::to_string(m.value("mamba2_layers", 0)) + " Mamba2 layers";
     const std::string window = r["trace"].value("window", std::string());
     std::string strategies;

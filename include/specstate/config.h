@@ -6,6 +6,7 @@
 #include <string>
 
 #include "specstate/dtype.h"
+#include "specstate/kda.h"
 
 namespace specstate {
 
@@ -57,8 +58,8 @@ struct Mamba2Config {
   int64_t ssm_state_elems() const noexcept { return int64_t{num_heads} * head_dim * d_state; }
 };
 
-enum class LayerKind : int32_t { kGatedDeltaNet = 0, kMamba2 = 1 };
-// "gated_delta_net", "mamba2" (or "unknown").
+enum class LayerKind : int32_t { kGatedDeltaNet = 0, kMamba2 = 1, kKda = 2 };
+// "gated_delta_net", "mamba2", "kda" (or "unknown").
 const char* layer_kind_name(LayerKind kind) noexcept;
 
 // A model is `num_layers` recurrent layers of one configuration (the pool is layer-major, so a
@@ -66,8 +67,9 @@ const char* layer_kind_name(LayerKind kind) noexcept;
 struct ModelConfig {
   LayerKind kind = LayerKind::kGatedDeltaNet;
   int num_layers = 1;
-  GdnConfig gdn;       // kind == kGatedDeltaNet
-  Mamba2Config mamba;  // kind == kMamba2
+  GdnConfig gdn;        // kind == kGatedDeltaNet
+  Mamba2Config mamba;   // kind == kMamba2
+  KdaConfig kda_layer;  // kind == kKda (ModelConfig::kda is the factory)
 
   static ModelConfig gated_delta_net(int num_layers, const GdnConfig& layer) {
     ModelConfig config;
@@ -83,15 +85,24 @@ struct ModelConfig {
     config.mamba = layer;
     return config;
   }
+  static ModelConfig kda(int num_layers, const KdaConfig& layer) {
+    ModelConfig config;
+    config.kind = LayerKind::kKda;
+    config.num_layers = num_layers;
+    config.kda_layer = layer;
+    return config;
+  }
 
-  // Calls f(layer) with the config of the model's layer kind (`gdn` or `mamba`): the one place
-  // that maps the kind to its config. Every layer config has conv_dim(), conv_width, the three
-  // dtypes and ssm_state_elems(), so each value below is one expression over the kinds.
+  // Calls f(layer) with the config of the model's layer kind (`gdn`, `mamba`, `kda_layer`): the one
+  // place that maps the kind to its config. Every layer config has conv_dim(), conv_width, the
+  // three dtypes and ssm_state_elems(), so each value below is one expression over the kinds.
   template <typename F>
   decltype(auto) visit_layer(F&& f) const {
     switch (kind) {
       case LayerKind::kMamba2:
         return f(mamba);
+      case LayerKind::kKda:
+        return f(kda_layer);
       case LayerKind::kGatedDeltaNet:
       default:
         return f(gdn);

@@ -25,6 +25,7 @@
 
 #include "specstate/config.h"
 #include "specstate/gdn.h"
+#include "specstate/kda.h"
 #include "specstate/mamba2.h"
 #include "specstate/status.h"
 #include "specstate/tensor_view.h"
@@ -189,6 +190,8 @@ class StatePool {
                const GdnOutputs& outputs);
   void prefill(int layer, SlotHandle handle, const Mamba2Weights& weights,
                const Mamba2Inputs& inputs, const Mamba2Outputs& outputs);
+  void prefill(int layer, SlotHandle handle, const KdaWeights& weights, const KdaInputs& inputs,
+               const KdaOutputs& outputs);
   // Batched variable-length prefill, one call per layer for several requests: handles[r]
   // advances by lengths[r] tokens (0 allowed), packed at lengths[0] + .. + lengths[r-1]; the
   // inputs hold sum(lengths) tokens. Equal to prefilling each request on its own.
@@ -198,11 +201,16 @@ class StatePool {
   void prefill(int layer, const std::vector<SlotHandle>& handles,
                const std::vector<int32_t>& lengths, const Mamba2Weights& weights,
                const Mamba2Inputs& inputs, const Mamba2Outputs& outputs);
+  void prefill(int layer, const std::vector<SlotHandle>& handles,
+               const std::vector<int32_t>& lengths, const KdaWeights& weights,
+               const KdaInputs& inputs, const KdaOutputs& outputs);
   // One token per row (row r's token at r); padding rows are skipped.
   void decode(int layer, const std::vector<SlotHandle>& rows, const GdnWeights& weights,
               const GdnInputs& inputs, const GdnOutputs& outputs);
   void decode(int layer, const std::vector<SlotHandle>& rows, const Mamba2Weights& weights,
               const Mamba2Inputs& inputs, const Mamba2Outputs& outputs);
+  void decode(int layer, const std::vector<SlotHandle>& rows, const KdaWeights& weights,
+              const KdaInputs& inputs, const KdaOutputs& outputs);
 
   // --- slot operations (prefix caching, parallel sampling, preemption, hand-off) --------------
   // Each materializes its source first (DESIGN.md section 5.7) and leaves its destination with
@@ -222,13 +230,13 @@ class StatePool {
   // strategy, so a CPU <-> GPU or GPU <-> GPU hand-off is a copy. Layout (slot_state_bytes()
   // bytes, little-endian, no padding): a header of kSlotStateHeaderBytes, then for each layer
   // l = 0..L-1 the conv window [conv_dim][W-1] in the conv dtype (oldest column first), then the
-  // SSM state ([HV][V][K]; Mamba2 [nheads][P][N]) in the SSM dtype. The header says which
+  // SSM state ([HV][V][K], KDA too; Mamba2 [nheads][P][N]) in the SSM dtype. The header says which
   // config the state belongs to (docs/lifecycle.md "The export format" gives its fields):
   //   [0, 8) magic "specslot"; [8, 12) u32 version 1; [12, 16) u32 kind (LayerKind);
   //   [16, 20) u32 num_layers; [20, 23) u8 act, conv state, ssm state dtype (DType); [23] 0;
-  //   [24, 44) u32 x 5 shape fields (GDN num_k_heads, num_v_heads, head_k_dim, head_v_dim,
-  //   conv_width; Mamba2 num_heads, head_dim, d_state, n_groups, conv_width); [44, 48) 0;
-  //   [48, 56) u64 state bytes that follow; [56, 64) u64 FNV-1a 64 of bytes [0, 56).
+  //   [24, 44) u32 x 5 shape fields (GDN and KDA num_k_heads, num_v_heads, head_k_dim,
+  //   head_v_dim, conv_width; Mamba2 num_heads, head_dim, d_state, n_groups, conv_width); [44, 48)
+  //   0; [48, 56) u64 state bytes that follow; [56, 64) u64 FNV-1a 64 of bytes [0, 56).
   static constexpr int64_t kSlotStateHeaderBytes = 64;
   // kSlotStateHeaderBytes + L x (conv window + SSM state) bytes: the header included.
   int64_t slot_state_bytes() const noexcept;
@@ -284,6 +292,8 @@ class StatePool {
               const GdnOutputs& outputs);
   void verify(int layer, const Mamba2Weights& weights, const Mamba2Inputs& inputs,
               const Mamba2Outputs& outputs);
+  void verify(int layer, const KdaWeights& weights, const KdaInputs& inputs,
+              const KdaOutputs& outputs);
   // Ends the round: per row, chain: accepted length a in [0, T] (0 = keep, a = state after
   // token a-1); tree: accepted node in [-1, T-1] (-1 = keep). Every layer must have been
   // verified. Validated as a whole before anything is written.

@@ -1,6 +1,6 @@
 // Tensor-parallel shards: rank r of a TP group of `tp` ranks holds the heads [r*n/tp, (r+1)*n/tp)
-// of every layer (GDN: key and value heads; Mamba2: heads and B/C groups), so its pool is an
-// ordinary pool of the sharded config. ShardMap says which columns of a TP1 tensor belong to the
+// of every layer (GDN and KDA: key and value heads; Mamba2: heads and B/C groups), so its pool is
+// an ordinary pool of the sharded config. ShardMap says which columns of a TP1 tensor belong to the
 // shard, and shard_gather copies them (host memory), so an engine, a test or a hand-off can map a
 // TP1 layer's weights, inputs, outputs and states to rank r's and back. Each head's arithmetic
 // does not depend on the other heads, so the shards' results are bit-identical to the TP1 pool's.
@@ -26,7 +26,7 @@ struct ShardMap {
   ModelConfig config;                 // the shard's model: heads (and groups) divided by tp
   std::vector<ColumnRange> conv;      // channels of conv_dim (mixed_qkv / xBC, conv weights,
                                       // conv_out, the conv state), in the shard's order
-  ColumnRange heads;                  // value heads (GDN) / heads (Mamba2): gates, A_log,
+  ColumnRange heads;                  // value heads (GDN, KDA) / heads (Mamba2): gates, A_log,
                                       // dt_bias, D, the core output and the SSM state
   int64_t head_elems = 0;             // elements per head of the outputs (V or P)
   int64_t conv_dim() const noexcept;  // the shard's channels (sum of `conv`)

@@ -4,6 +4,7 @@
 #include "specstate/config.h"
 #include "specstate/dtype.h"
 #include "specstate/gdn.h"
+#include "specstate/kda.h"
 #include "specstate/log.h"
 #include "specstate/mamba2.h"
 #include "specstate/pool.h"

@@ -10,6 +10,7 @@
 #include "../backend.h"
 #include "../logging.h"
 #include "gdn_step.h"
+#include "kda_step.h"
 #include "kernels/kernel_types.h"
 #include "mamba2_step.h"
 #include "specstate/status.h"
@@ -213,6 +214,12 @@ class CpuBackend final : public BackendImpl {
     run_rows(s, run, step);
   }
 
+  void run_kda(const PoolStorage& s, const LayerRun& run, const KdaWeights& weights,
+               const KdaInputs& inputs, const KdaOutputs& outputs) override {
+    cpu::KdaStep step(s.config.kda_layer, weights, inputs, outputs);
+    run_rows(s, run, step);
+  }
+
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {
     check_host(work);
     const RoundPlan& plan = *work.plan;
@@ -298,6 +305,14 @@ class CpuBackend final : public BackendImpl {
         const Mamba2Inputs in{};
         const Mamba2Outputs out{};
         cpu::Mamba2Step step(s.config.mamba, w, in, out);
+        run_rows(s, run, step);
+        return;
+      }
+      case LayerKind::kKda: {
+        const KdaWeights w{};
+        const KdaInputs in{};
+        const KdaOutputs out{};
+        cpu::KdaStep step(s.config.kda_layer, w, in, out);
         run_rows(s, run, step);
         return;
       }

@@ -95,9 +95,10 @@ class CudaBackend final : public BackendImpl {
         }
         break;
       }
-      default:
-        *why = std::string("cuda backend: kind = ") + layer_kind_name(config.kind);
-        return Status::kNotSupported;
+      default: {
+        const Status kind_ok = cuda_supports_kind(config, why);
+        return kind_ok != Status::kSuccess ? kind_ok : Status::kNotSupported;
+      }
     }
     if (layout.max_rows > 65535) {
       *why = "cuda backend: max_rows = " + std::to_string(layout.max_rows) + " > 65535";
@@ -292,6 +293,12 @@ class CudaBackend final : public BackendImpl {
         });
   }
 
+  // KDA has no CUDA kernels yet: can_implement refuses such a pool, so this is never reached.
+  void run_kda(const PoolStorage&, const LayerRun&, const KdaWeights&, const KdaInputs&,
+               const KdaOutputs&) override {
+    throw Error(Status::kNotSupported, "cuda backend: KDA layers have no CUDA kernels yet");
+  }
+
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {
     DeviceGuard guard(device_);
     const RoundPlan& plan = *work.plan;
@@ -379,6 +386,9 @@ class CudaBackend final : public BackendImpl {
         return;
       case LayerKind::kMamba2:
         run_mamba2(s, run, Mamba2Weights{}, Mamba2Inputs{}, Mamba2Outputs{});
+        return;
+      case LayerKind::kKda:
+        run_kda(s, run, KdaWeights{}, KdaInputs{}, KdaOutputs{});
         return;
     }
   }

@@ -108,6 +108,34 @@ struct PyMamba2Outputs {
   }
 };
 
+struct PyKdaWeights {
+  Arg conv_weight, conv_bias, A_log, dt_bias;
+  KdaWeights views() const {
+    return KdaWeights{conv_weight.view, conv_bias.view, A_log.view, dt_bias.view};
+  }
+  template <typename F>
+  void each(F f) const {
+    f(conv_weight, "weights.conv_weight"), f(conv_bias, "weights.conv_bias");
+    f(A_log, "weights.A_log"), f(dt_bias, "weights.dt_bias");
+  }
+};
+struct PyKdaInputs {
+  Arg mixed_qkv, g, b;
+  KdaInputs views() const { return KdaInputs{mixed_qkv.view, g.view, b.view}; }
+  template <typename F>
+  void each(F f) const {
+    f(mixed_qkv, "inputs.mixed_qkv"), f(g, "inputs.g"), f(b, "inputs.b");
+  }
+};
+struct PyKdaOutputs {
+  Arg conv_out, core_out;
+  KdaOutputs views() const { return KdaOutputs{conv_out.view, core_out.view}; }
+  template <typename F>
+  void each(F f) const {
+    f(conv_out, "outputs.conv_out"), f(core_out, "outputs.core_out");
+  }
+};
+
 void bind_tensors(nb::module_& m);
 void bind_config(nb::module_& m);
 void bind_pool(nb::module_& m);

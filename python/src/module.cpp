@@ -100,7 +100,8 @@ void bind_config(nb::module_& m) {
       .value("RECORDS", Workspace::kRecords, "replay: [slots, max_window, record]");
   nb::enum_<LayerKind>(m, "LayerKind", "The recurrent layer type of a model.")
       .value("GATED_DELTA_NET", LayerKind::kGatedDeltaNet)
-      .value("MAMBA2", LayerKind::kMamba2);
+      .value("MAMBA2", LayerKind::kMamba2)
+      .value("KDA", LayerKind::kKda);
   nb::enum_<LogLevel>(m, "LogLevel", "Level of the spdlog logger 'specstate'.")
       .value("TRACE", LogLevel::kTrace)
       .value("DEBUG", LogLevel::kDebug)
@@ -215,6 +216,65 @@ void bind_config(nb::module_& m) {
       .def("conv_dim", &Mamba2Config::conv_dim, "nheads*P + 2*G*N.")
       .def("ssm_state_elems", &Mamba2Config::ssm_state_elems, "nheads * P * N.");
 
+  nb::class_<KdaConfig>(m, "KdaConfig",
+                        "One KDA layer (Kimi Delta Attention, Kimi-Linear): the GDN step with a "
+                        "decay per key channel. Defaults: Kimi-Linear-48B-A3B at TP1 (H=HV=32, "
+                        "K=V=128, W=4, bf16 activations and conv state, f32 SSM).")
+      .def(
+          "__init__",
+          [](KdaConfig* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
+             int conv_width, std::optional<float> scale, bool conv_bias,
+             std::optional<float> lower_bound, DType act_dtype, DType conv_state_dtype,
+             DType ssm_state_dtype) {
+            new (self) KdaConfig();
+            self->num_k_heads = num_k_heads;
+            self->num_v_heads = num_v_heads;
+            self->head_k_dim = head_k_dim;
+            self->head_v_dim = head_v_dim;
+            self->conv_width = conv_width;
+            self->scale = scale;
+            self->conv_bias = conv_bias;
+            self->lower_bound = lower_bound;
+            self->act_dtype = act_dtype;
+            self->conv_state_dtype = conv_state_dtype;
+            self->ssm_state_dtype = ssm_state_dtype;
+          },
+          nb::kw_only(), nb::arg("num_k_heads") = 32, nb::arg("num_v_heads") = 32,
+          nb::arg("head_k_dim") = 128, nb::arg("head_v_dim") = 128, nb::arg("conv_width") = 4,
+          nb::arg("scale").none() = nb::none(), nb::arg("conv_bias") = false,
+          nb::arg("lower_bound").none() = nb::none(), nb::arg("act_dtype") = DType::kBF16,
+          nb::arg("conv_state_dtype") = DType::kBF16, nb::arg("ssm_state_dtype") = DType::kF32,
+          "Keyword arguments set the fields.")
+      .def_rw("num_k_heads", &KdaConfig::num_k_heads, "H: query/key heads.")
+      .def_rw("num_v_heads", &KdaConfig::num_v_heads, "HV: value heads, a multiple of H.")
+      .def_rw("head_k_dim", &KdaConfig::head_k_dim, "K.")
+      .def_rw("head_v_dim", &KdaConfig::head_v_dim, "V.")
+      .def_rw("conv_width", &KdaConfig::conv_width,
+              "W: conv taps; the conv state keeps W-1 columns.")
+      .def_rw("scale", &KdaConfig::scale, nb::arg("value").none(),
+              "Query scale; K**-0.5 when None.")
+      .def_rw("conv_bias", &KdaConfig::conv_bias, "Whether the weights carry a conv bias.")
+      .def_rw("lower_bound", &KdaConfig::lower_bound, nb::arg("value").none(),
+              "None: g = -exp(A_log) * softplus(g + dt_bias); set (negative): g = lower_bound * "
+              "sigmoid(exp(A_log) * (g + dt_bias)) (fla's lower-bound gate).")
+      .def_rw("act_dtype", &KdaConfig::act_dtype,
+              "dtype of mixed_qkv, g, b, conv_out and core_out.")
+      .def_rw("conv_state_dtype", &KdaConfig::conv_state_dtype, "Committed conv window dtype.")
+      .def_rw("ssm_state_dtype", &KdaConfig::ssm_state_dtype, "Committed SSM state dtype.")
+      .def("conv_dim", &KdaConfig::conv_dim, "2*H*K + HV*V.")
+      .def("effective_scale", &KdaConfig::effective_scale, "scale, or K**-0.5 when unset.")
+      .def("ssm_state_elems", &KdaConfig::ssm_state_elems, "HV * V * K.")
+      .def("__repr__", [](const KdaConfig& c) {
+        return "KdaConfig(num_k_heads=" + std::to_string(c.num_k_heads) +
+               ", num_v_heads=" + std::to_string(c.num_v_heads) +
+               ", head_k_dim=" + std::to_string(c.head_k_dim) +
+               ", head_v_dim=" + std::to_string(c.head_v_dim) +
+               ", conv_width=" + std::to_string(c.conv_width) +
+               ", act_dtype=" + dtype_name(c.act_dtype) +
+               ", conv_state_dtype=" + dtype_name(c.conv_state_dtype) +
+               ", ssm_state_dtype=" + dtype_name(c.ssm_state_dtype) + ")";
+      });
+
   nb::class_<ModelConfig>(m, "ModelConfig",
                           "A model: num_layers recurrent layers of one configuration (attention "
                           "layers are not specstate's business).")
@@ -227,6 +287,9 @@ void bind_config(nb::module_& m) {
                   "num_layers Mamba2 layers of config `layer`.")
       .def_rw("gdn", &ModelConfig::gdn, "The GDN layer config (kind GATED_DELTA_NET).")
       .def_rw("mamba", &ModelConfig::mamba, "The Mamba2 layer config (kind MAMBA2).")
+      .def_static("kda", &ModelConfig::kda, nb::arg("num_layers"), nb::arg("layer"),
+                  "num_layers KDA layers of config `layer`.")
+      .def_rw("kda_layer", &ModelConfig::kda_layer, "The KDA layer config (kind KDA).")
       .def("conv_dim", &ModelConfig::conv_dim, "Channels of the conv.")
       .def("conv_width", &ModelConfig::conv_width, "W.")
       .def("conv_state_dtype", &ModelConfig::conv_state_dtype, "Committed conv dtype.")

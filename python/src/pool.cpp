@@ -747,6 +747,7 @@ void bind_pool(nb::module_& m) {
               "The open round's batch (no rows when none is open).");
   bind_layer_calls<PyGdnWeights, PyGdnInputs, PyGdnOutputs>(pool, "GdnWeights");
   bind_layer_calls<PyMamba2Weights, PyMamba2Inputs, PyMamba2Outputs>(pool, "Mamba2Weights");
+  bind_layer_calls<PyKdaWeights, PyKdaInputs, PyKdaOutputs>(pool, "KdaWeights");
 }
 
 }  // namespace specstate::py

@@ -442,6 +442,59 @@ void bind_tensors(nb::module_& m) {
       .SPECSTATE_ARG_RW(PyMamba2Outputs, y, "outputs", true, false, "[tokens, nheads, P].")
       .SPECSTATE_ARG_RW(PyMamba2Outputs, conv_out, "outputs", true, true,
                         "[tokens, conv_dim] or None.");
+
+  nb::class_<PyKdaWeights>(m, "KdaWeights",
+                           "One KDA layer's weights, as views of the caller's arrays.")
+      .def(
+          "__init__",
+          [](PyKdaWeights* self, nb::handle conv_weight, nb::handle A_log, nb::handle dt_bias,
+             nb::handle conv_bias) {
+            new (self) PyKdaWeights();
+            self->conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
+            self->A_log = to_arg(A_log, "weights.A_log", false, false);
+            self->dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
+            self->conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
+          },
+          nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
+          nb::arg("conv_bias").none() = nb::none(),
+          "conv_weight [conv_dim, W], A_log [HV], dt_bias [HV, K] (one bias per key channel), "
+          "conv_bias [conv_dim] or None; float32 or bfloat16.")
+      .SPECSTATE_ARG_RW(PyKdaWeights, conv_weight, "weights", false, false,
+                        "[conv_dim, W] depthwise conv weight.")
+      .SPECSTATE_ARG_RW(PyKdaWeights, conv_bias, "weights", false, true,
+                        "[conv_dim] conv bias, or None (KdaConfig.conv_bias False).")
+      .SPECSTATE_ARG_RW(PyKdaWeights, A_log, "weights", false, false, "[HV] log decay scale.")
+      .SPECSTATE_ARG_RW(PyKdaWeights, dt_bias, "weights", false, false, "[HV, K] gate bias.");
+  nb::class_<PyKdaInputs>(m, "KdaInputs", "Per-token KDA layer inputs, packed by row.")
+      .def(
+          "__init__",
+          [](PyKdaInputs* self, nb::handle mixed_qkv, nb::handle g, nb::handle b) {
+            new (self) PyKdaInputs();
+            self->mixed_qkv = to_arg(mixed_qkv, "inputs.mixed_qkv", false, false);
+            self->g = to_arg(g, "inputs.g", false, false);
+            self->b = to_arg(b, "inputs.b", false, false);
+          },
+          nb::arg("mixed_qkv"), nb::arg("g"), nb::arg("b"),
+          "mixed_qkv [tokens, conv_dim] = [q | k | v] before the conv, g [tokens, HV, K] raw "
+          "gate, b [tokens, HV] beta logits; in the layer's act dtype.")
+      .SPECSTATE_ARG_RW(PyKdaInputs, mixed_qkv, "inputs", false, false,
+                        "[tokens, conv_dim] conv input.")
+      .SPECSTATE_ARG_RW(PyKdaInputs, g, "inputs", false, false, "[tokens, HV, K] raw gate.")
+      .SPECSTATE_ARG_RW(PyKdaInputs, b, "inputs", false, false, "[tokens, HV] beta logits.");
+  nb::class_<PyKdaOutputs>(m, "KdaOutputs", "Per-token KDA layer outputs.")
+      .def(
+          "__init__",
+          [](PyKdaOutputs* self, nb::handle core_out, nb::handle conv_out) {
+            new (self) PyKdaOutputs();
+            self->core_out = to_arg(core_out, "outputs.core_out", true, false);
+            self->conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
+          },
+          nb::arg("core_out"), nb::arg("conv_out").none() = nb::none(),
+          "core_out [tokens, HV, V] recurrence output; conv_out [tokens, conv_dim] or None.")
+      .SPECSTATE_ARG_RW(PyKdaOutputs, core_out, "outputs", true, false,
+                        "[tokens, HV, V] recurrence output.")
+      .SPECSTATE_ARG_RW(PyKdaOutputs, conv_out, "outputs", true, true,
+                        "[tokens, conv_dim] conv output after SiLU, or None.");
 #undef SPECSTATE_ARG_RW
 }
 

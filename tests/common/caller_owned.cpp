@@ -272,6 +272,8 @@ void run_caller_owned(const char* preset, Strategy strategy, bool tree, CallerLa
                       Memory& mem, uint64_t seed) {
   if (is_mamba2_preset(preset)) {
     run<Mamba2Kind>(mamba2_preset(preset), strategy, tree, layout, mem, seed);
+  } else if (is_kda_preset(preset)) {
+    run<KdaKind>(kda_preset(preset), strategy, tree, layout, mem, seed);
   } else {
     run<GdnKind>(gdn_preset(preset), strategy, tree, layout, mem, seed);
   }

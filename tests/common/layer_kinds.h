@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/gdn_data.h"
+#include "common/kda_data.h"
 #include "common/mamba2_data.h"
 #include "specstate/specstate.h"
 
@@ -94,6 +95,43 @@ struct Mamba2Kind {
   }
   static NamedViews tensors(const Outputs& out) {
     return {{"y", out.y}, {"conv_out", out.conv_out}};
+  }
+};
+
+struct KdaKind {
+  using Config = KdaConfig;
+  using HostWeights = KdaLayerWeights;
+  using HostInputs = KdaTokenInputs;
+  using HostOutputs = KdaTokenOutputs;
+  using Weights = KdaWeights;
+  using Inputs = KdaInputs;
+  using Outputs = KdaOutputs;
+  static constexpr LayerKind kKind = LayerKind::kKda;
+
+  static ModelConfig model(int layers, const Config& c) { return ModelConfig::kda(layers, c); }
+  static Weights put(const HostWeights& w, const PutBuffer& put) {
+    Weights v;
+    v.conv_weight = put(w.conv_weight);
+    if (w.conv_bias.numel()) v.conv_bias = put(w.conv_bias);
+    v.A_log = put(w.A_log);
+    v.dt_bias = put(w.dt_bias);
+    return v;
+  }
+  static Inputs put(const HostInputs& in, const PutBuffer& put) {
+    Inputs v;
+    v.mixed_qkv = put(in.mixed_qkv);
+    v.g = put(in.g);
+    v.b = put(in.b);
+    return v;
+  }
+  static Outputs put(const HostOutputs& out, const PutBuffer& put) {
+    Outputs v;
+    v.conv_out = put(out.conv_out);
+    v.core_out = put(out.core_out);
+    return v;
+  }
+  static NamedViews tensors(const Outputs& out) {
+    return {{"core_out", out.core_out}, {"conv_out", out.conv_out}};
   }
 };
 

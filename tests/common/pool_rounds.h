@@ -31,6 +31,8 @@ template <typename F>
 void for_kind(const char* preset, F&& f) {
   if (is_mamba2_preset(preset)) {
     f(Mamba2Kind{}, mamba2_preset(preset));
+  } else if (is_kda_preset(preset)) {
+    f(KdaKind{}, kda_preset(preset));
   } else {
     f(GdnKind{}, gdn_preset(preset));
   }
@@ -191,6 +193,7 @@ class PoolRounds {
  private:
   static int64_t tokens(const TokenInputs& in) { return in.mixed_qkv.shape()[0]; }
   static int64_t tokens(const Mamba2TokenInputs& in) { return in.xBC.shape()[0]; }
+  static int64_t tokens(const KdaTokenInputs& in) { return in.mixed_qkv.shape()[0]; }
 
   Config layer_;
   int layers_;

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "common/gdn_data.h"
+#include "common/kda_data.h"
 #include "common/mamba2_data.h"
 
 namespace specstate::test {
@@ -111,6 +112,37 @@ Mamba2Config mamba2_preset(const std::string& name) {
   throw std::invalid_argument("mamba2_preset: unknown preset " + name);
 }
 
+bool is_kda_preset(const std::string& name) {
+  return name.rfind("kda_", 0) == 0 || name == "kimi_linear_tp1";
+}
+
+KdaConfig kda_preset(const std::string& name) {
+  const DType f32 = DType::kF32, bf16 = DType::kBF16;
+  if (name == "kda_small_f32") return small_kda_config(f32, f32, f32, true);
+  if (name == "kda_small_bf16") {
+    KdaConfig c = small_kda_config(bf16, bf16, f32, false);
+    c.head_v_dim = 6;
+    return c;
+  }
+  if (name == "kda_lb_all_bf16") {
+    KdaConfig c = small_kda_config(bf16, bf16, bf16, true);
+    c.num_k_heads = 1;
+    c.num_v_heads = 3;
+    c.head_k_dim = 6;
+    c.head_v_dim = 8;
+    c.conv_width = 3;
+    c.lower_bound = -5.0f;
+    return c;
+  }
+  if (name == "kda_lb_f32") {
+    KdaConfig c = small_kda_config(f32, f32, f32, true);
+    c.lower_bound = -5.0f;
+    return c;
+  }
+  if (name == "kimi_linear_tp1") return KdaConfig{};  // the defaults
+  throw std::invalid_argument("kda_preset: unknown preset " + name);
+}
+
 std::vector<EquivalenceCase> cpu_equivalence_cases() {
   return {
       {"f32_chain", "small_f32", false, 5, 5, 40},
@@ -136,6 +168,15 @@ std::vector<EquivalenceCase> cpu_equivalence_cases() {
       {"mamba2_f32_chain_ring2t", "m2_small_f32", false, 4, 5, 40, 8},
       {"mamba2_bf16_tree_ring2t", "m2_small_bf16", true, 5, 5, 40, 10},
       {"mamba2_bf16_chain_ring40_long", "m2_small_bf16", false, 4, 4, 120, 40},
+      {"kda_f32_chain", "kda_small_f32", false, 5, 5, 40},
+      {"kda_f32_tree", "kda_small_f32", true, 6, 5, 40},
+      {"kda_bf16_chain", "kda_small_bf16", false, 4, 6, 40},
+      {"kda_bf16_tree", "kda_small_bf16", true, 5, 6, 40},
+      {"kda_lb_all_bf16_tree", "kda_lb_all_bf16", true, 4, 4, 30},
+      {"kda_lb_f32_chain", "kda_lb_f32", false, 5, 4, 30},
+      {"kda_f32_chain_ring2t", "kda_small_f32", false, 4, 5, 40, 8},
+      {"kda_bf16_tree_ring2t", "kda_small_bf16", true, 5, 5, 40, 10},
+      {"kda_bf16_chain_ring40_long", "kda_small_bf16", false, 4, 4, 120, 40},
   };
 }
 

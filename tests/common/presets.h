@@ -34,9 +34,19 @@ GdnConfig gdn_preset(const std::string& name);
 Mamba2Config mamba2_preset(const std::string& name);
 bool is_mamba2_preset(const std::string& name);
 
+// Named KDA layer configs (names start with "kda_"):
+//   kda_small_f32      H=2 HV=4 K=V=8 W=4, conv bias, all f32, no lower bound
+//   kda_small_bf16     H=2 HV=4 K=8 V=6 W=4, bf16 activations and conv state, f32 SSM, no bias
+//   kda_lb_all_bf16    H=1 HV=3 K=6 V=8 W=3 (grouped value heads), everything bf16, conv bias,
+//                      lower_bound = -5 (fla's naive_kda_lowerbound_gate)
+//   kda_lb_f32         the small f32 config with lower_bound = -5
+//   kimi_linear_tp1    Kimi-Linear-48B-A3B at TP1: H=HV=32 K=V=128 W=4, bf16 act/conv, f32 SSM
+KdaConfig kda_preset(const std::string& name);
+bool is_kda_preset(const std::string& name);
+
 struct EquivalenceCase {
   const char* name;
-  const char* preset;  // gdn_preset or mamba2_preset name (the layer kind follows)
+  const char* preset;  // gdn_preset, mamba2_preset or kda_preset name (the kind follows)
   bool tree;
   int max_window;  // rounds draw T in 1..max_window
   int requests;

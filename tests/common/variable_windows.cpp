@@ -17,6 +17,7 @@ namespace {
 
 std::vector<Buffer*> fields(TokenInputs& in) { return {&in.mixed_qkv, &in.a, &in.b}; }
 std::vector<Buffer*> fields(Mamba2TokenInputs& in) { return {&in.xBC, &in.dt, &in.z}; }
+std::vector<Buffer*> fields(KdaTokenInputs& in) { return {&in.mixed_qkv, &in.g, &in.b}; }
 
 // Token rows `src_rows` of `src` copied, in order, into rows [0, n) of `dst` (same columns).
 void copy_rows(const Buffer& src, const std::vector<int64_t>& src_rows, Buffer& dst) {

@@ -48,7 +48,11 @@ INSTANTIATE_TEST_SUITE_P(
                       OwnedCase{"m2_chain_snapshot_per_layer", "m2_small_f32", Strategy::kSnapshot,
                                 false, CallerLayout::kPerLayer},
                       OwnedCase{"m2_tree_replay_one_tensor", "m2_small_bf16", Strategy::kReplay,
-                                true, CallerLayout::kOneTensor}),
+                                true, CallerLayout::kOneTensor},
+                      OwnedCase{"kda_chain_snapshot_one_tensor", "kda_small_f32",
+                                Strategy::kSnapshot, false, CallerLayout::kOneTensor},
+                      OwnedCase{"kda_tree_replay_per_layer", "kda_small_bf16", Strategy::kReplay,
+                                true, CallerLayout::kPerLayer}),
     [](const ::testing::TestParamInfo<OwnedCase>& info) { return std::string(info.param.name); });
 
 TEST(CallerOwnedBadInput, ViewsThePoolCannotAdoptAreRejectedNamingThem) {

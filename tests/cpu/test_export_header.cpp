@@ -68,6 +68,8 @@ const std::vector<HeaderCase>& cases() {
       {"gdn_bf16_replay", "small_bf16", Strategy::kReplay},
       {"m2_f32_replay", "m2_small_f32", Strategy::kReplay},
       {"m2_bf16_snapshot", "m2_small_bf16", Strategy::kSnapshot},
+      {"kda_f32_replay", "kda_small_f32", Strategy::kReplay},
+      {"kda_bf16_snapshot", "kda_small_bf16", Strategy::kSnapshot},
   };
   return all;
 }
@@ -100,10 +102,22 @@ TEST_P(ExportHeader, BufferIsTheHeaderThenTheState) {
     EXPECT_EQ(image[21], static_cast<uint8_t>(m.conv_state_dtype()));
     EXPECT_EQ(image[22], static_cast<uint8_t>(m.ssm_state_dtype()));
     const bool m2 = m.kind == LayerKind::kMamba2;
-    const int64_t fields[5] = {m2 ? m.mamba.num_heads : m.gdn.num_k_heads,
-                               m2 ? m.mamba.head_dim : m.gdn.num_v_heads,
-                               m2 ? m.mamba.d_state : m.gdn.head_k_dim,
-                               m2 ? m.mamba.n_groups : m.gdn.head_v_dim, m.conv_width()};
+    // KDA writes GDN's five shape fields (its own kind field tells them apart).
+    const bool kda = m.kind == LayerKind::kKda;
+    const GdnConfig gdn_like = [&] {
+      if (!kda) return m.gdn;
+      GdnConfig g;
+      g.num_k_heads = m.kda_layer.num_k_heads;
+      g.num_v_heads = m.kda_layer.num_v_heads;
+      g.head_k_dim = m.kda_layer.head_k_dim;
+      g.head_v_dim = m.kda_layer.head_v_dim;
+      return g;
+    }();
+    if (kda) EXPECT_EQ(le(image, 12, 4), 2u) << "LayerKind::kKda";
+    const int64_t fields[5] = {m2 ? m.mamba.num_heads : gdn_like.num_k_heads,
+                               m2 ? m.mamba.head_dim : gdn_like.num_v_heads,
+                               m2 ? m.mamba.d_state : gdn_like.head_k_dim,
+                               m2 ? m.mamba.n_groups : gdn_like.head_v_dim, m.conv_width()};
     for (int i = 0; i < 5; ++i) EXPECT_EQ(le(image, 24 + 4 * i, 4), uint64_t(fields[i])) << i;
     EXPECT_EQ(le(image, 48, 8), static_cast<uint64_t>(state));
     std::vector<uint8_t> resealed = image;
@@ -239,6 +253,16 @@ std::vector<ConfigPair> same_size_pairs() {
                    ModelConfig::gated_delta_net(2, gdn_preset("small_f32")),
                    ModelConfig::mamba2(2, mamba2_preset("m2_small_f32")),
                    {"kind = gated_delta_net, this pool has mamba2"}});
+  }
+  {  // a GDN layer and a KDA layer of the same shape fields and bytes
+    const GdnConfig g = gdn_preset("small_f32");
+    const KdaConfig k = kda_preset("kda_small_f32");
+    EXPECT_EQ(k.conv_dim(), g.conv_dim());
+    EXPECT_EQ(k.ssm_state_elems(), g.ssm_state_elems());
+    out.push_back({"kda_kind",
+                   ModelConfig::kda(2, k),
+                   ModelConfig::gated_delta_net(2, g),
+                   {"kind = kda, this pool has gated_delta_net"}});
   }
   {  // two layers of W = 4 against one of W = 11
     GdnConfig b = gdn_preset("small_f32");

@@ -57,6 +57,8 @@ const Case kCases[] = {
     {"gdn_replay", "small_bf16", Strategy::kReplay},
     {"m2_snapshot", "m2_small_bf16", Strategy::kSnapshot},
     {"m2_replay", "m2_small_bf16", Strategy::kReplay},
+    {"kda_snapshot", "kda_small_bf16", Strategy::kSnapshot},
+    {"kda_replay", "kda_small_bf16", Strategy::kReplay},
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
@@ -235,6 +237,7 @@ struct OwnedWeights {
   std::vector<OwnedView> parts;
   GdnWeights gdn;
   Mamba2Weights m2;
+  KdaWeights kda;
   explicit OwnedWeights(const GdnWeights& w) {
     for (const TensorView* v : {&w.conv_weight, &w.conv_bias, &w.A_log, &w.dt_bias}) {
       parts.emplace_back(*v);
@@ -247,8 +250,15 @@ struct OwnedWeights {
     }
     m2 = Mamba2Weights{parts[0].view, parts[1].view, parts[2].view, parts[3].view, parts[4].view};
   }
+  explicit OwnedWeights(const KdaWeights& w) {
+    for (const TensorView* v : {&w.conv_weight, &w.conv_bias, &w.A_log, &w.dt_bias}) {
+      parts.emplace_back(*v);
+    }
+    kda = KdaWeights{parts[0].view, parts[1].view, parts[2].view, parts[3].view};
+  }
   const GdnWeights& get(const GdnWeights&) const { return gdn; }
   const Mamba2Weights& get(const Mamba2Weights&) const { return m2; }
+  const KdaWeights& get(const KdaWeights&) const { return kda; }
   void poison() {
     for (OwnedView& p : parts) p.poison();
   }
@@ -496,6 +506,10 @@ template <>
 TensorView& token_input<Mamba2Kind>(Mamba2Inputs& in) {
   return in.xBC;
 }
+template <>
+TensorView& token_input<KdaKind>(KdaInputs& in) {
+  return in.mixed_qkv;
+}
 
 template <typename Kind>
 TensorView& main_output(typename Kind::Outputs& out);
@@ -507,14 +521,18 @@ template <>
 TensorView& main_output<Mamba2Kind>(Mamba2Outputs& out) {
   return out.y;
 }
+template <>
+TensorView& main_output<KdaKind>(KdaOutputs& out) {
+  return out.core_out;
+}
 
 TEST_P(HostileRound3, MisalignedViewsAreRejectedNamingTheView) {
   const Case& c = GetParam();
   for_case(c, [&](auto kind, const auto& g) {
     using Kind = decltype(kind);
-    const bool gdn = Kind::kKind == LayerKind::kGatedDeltaNet;
-    const std::string input_name = gdn ? "inputs.mixed_qkv" : "inputs.xBC";
-    const std::string output_name = gdn ? "outputs.core_out" : "outputs.y";
+    const bool m2 = Kind::kKind == LayerKind::kMamba2;  // GDN and KDA name theirs alike
+    const std::string input_name = m2 ? "inputs.xBC" : "inputs.mixed_qkv";
+    const std::string output_name = m2 ? "outputs.y" : "outputs.core_out";
     PoolRounds<Kind> m(g, kLayers, 0xF6);
     StatePool p = m.pool(c.strategy, kSlots, kRows, kRoundT);
     const SlotHandle h = p.acquire();

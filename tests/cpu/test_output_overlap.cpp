@@ -35,6 +35,10 @@ const char* main_input_name(GdnKind) { return "inputs.mixed_qkv"; }
 const char* main_input_name(Mamba2Kind) { return "inputs.xBC"; }
 const char* main_output_name(GdnKind) { return "outputs.core_out"; }
 const char* main_output_name(Mamba2Kind) { return "outputs.y"; }
+TensorView& main_input(KdaInputs& in) { return in.mixed_qkv; }
+TensorView& main_output(KdaOutputs& out) { return out.core_out; }
+const char* main_input_name(KdaKind) { return "inputs.mixed_qkv"; }
+const char* main_output_name(KdaKind) { return "outputs.core_out"; }
 
 // A view of `like`'s shape and dtype (contiguous) laid over `at`'s memory.
 TensorView over(const TensorView& at, const TensorView& like) {

@@ -29,6 +29,10 @@ const std::vector<SlotCase>& cases() {
       {"m2_f32_chain_replay", "m2_small_f32", Strategy::kReplay, false},
       {"m2_bf16_chain_snapshot", "m2_small_bf16", Strategy::kSnapshot, false},
       {"m2_bf16_tree_replay", "m2_small_bf16", Strategy::kReplay, true},
+      {"kda_f32_tree_snapshot", "kda_small_f32", Strategy::kSnapshot, true},
+      {"kda_f32_chain_replay", "kda_small_f32", Strategy::kReplay, false},
+      {"kda_bf16_chain_snapshot", "kda_small_bf16", Strategy::kSnapshot, false},
+      {"kda_lb_bf16_tree_replay", "kda_lb_all_bf16", Strategy::kReplay, true},
   };
   return all;
 }

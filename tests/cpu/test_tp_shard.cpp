@@ -1,6 +1,6 @@
 // Tensor-parallel shards (issue 12 item 1): running every rank's pool of the sharded config on
 // the rank's columns of the TP1 weights and inputs gives, concatenated, bit for bit the TP1 pool's
-// outputs and committed states, for both strategies and both layer kinds (tp = 2 and 4; chains
+// outputs and committed states, for both strategies and every layer kind (tp = 2 and 4; chains
 // and trees; prefill, then verify + commit rounds).
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/gdn_data.h"
+#include "common/kda_data.h"
 #include "common/mamba2_data.h"
 
 namespace specstate::test {
@@ -105,6 +106,39 @@ struct Mamba2Side {
   static const Buffer& main_out(const Out& o) { return o.y; }
 };
 
+// KDA: GDN's heads and columns; g [tokens, HV, K] and dt_bias [HV, K] follow the value heads.
+struct KdaSide {
+  using W = KdaLayerWeights;
+  using In = KdaTokenInputs;
+  using Out = KdaTokenOutputs;
+  static KdaConfig config(DType act) {
+    KdaConfig k = small_kda_config(act, act, DType::kF32, true);
+    k.num_k_heads = 4;
+    k.num_v_heads = 8;
+    k.head_v_dim = 6;
+    k.lower_bound = -5.0f;
+    return k;
+  }
+  static ModelConfig model(int L, const KdaConfig& k) { return ModelConfig::kda(L, k); }
+  static const KdaConfig& layer(const ModelConfig& m) { return m.kda_layer; }
+  static W shard(const ShardMap& m, const W& w) {
+    W s;
+    s.conv_weight = gather(w.conv_weight, 0, m.conv);
+    s.conv_bias = gather(w.conv_bias, 0, m.conv);
+    s.A_log = gather(w.A_log, 0, {m.heads});
+    s.dt_bias = gather(w.dt_bias, 0, {m.heads});
+    return s;
+  }
+  static In shard(const ShardMap& m, const In& in) {
+    In s;
+    s.mixed_qkv = gather(in.mixed_qkv, 1, m.conv);
+    s.g = gather(in.g, 1, {m.heads});
+    s.b = gather(in.b, 1, {m.heads});
+    return s;
+  }
+  static const Buffer& main_out(const Out& o) { return o.core_out; }
+};
+
 struct ShardCase {
   const char* name;
   bool mamba2;
@@ -112,12 +146,14 @@ struct ShardCase {
   bool tree;
   Strategy strategy;
   DType act;
+  bool kda = false;
 };
 void PrintTo(const ShardCase& c, std::ostream* out) { *out << c.name; }
 
 template <typename Side>
 void run(const ShardCase& c) {
-  const uint64_t seed = 0x5a4d + c.tp * 10 + c.tree + 100 * static_cast<int>(c.strategy);
+  const uint64_t seed =
+      0x5a4d + c.tp * 10 + c.tree + 100 * static_cast<int>(c.strategy) + (c.kda ? 7 : 0);
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int L = 2, requests = 3, T = 4, rounds = 6;
@@ -248,6 +284,8 @@ TEST_P(TpShard, ShardsConcatenatedEqualTheTp1PoolBitForBit) {
   const ShardCase c = GetParam();
   if (c.mamba2) {
     run<Mamba2Side>(c);
+  } else if (c.kda) {
+    run<KdaSide>(c);
   } else {
     run<GdnSide>(c);
   }
@@ -265,6 +303,10 @@ std::vector<ShardCase> cases() {
                    DType::kF32});
     all.push_back({replay ? "mamba2_tp4_chain_bf16_replay" : "mamba2_tp4_chain_bf16_snapshot", true,
                    4, false, s, DType::kBF16});
+    all.push_back({replay ? "kda_tp2_tree_replay" : "kda_tp2_tree_snapshot", false, 2, true, s,
+                   DType::kF32, true});
+    all.push_back({replay ? "kda_tp4_chain_bf16_replay" : "kda_tp4_chain_bf16_snapshot", false, 4,
+                   false, s, DType::kBF16, true});
   }
   return all;
 }
@@ -294,6 +336,24 @@ TEST(TpShardMap, ColumnsAndBadArguments) {
   EXPECT_THROW(shard_map(m, 2, 2), Error);
   const ModelConfig mm = ModelConfig::mamba2(1, Mamba2Side::config(DType::kF32));
   EXPECT_EQ(shard_map(mm, 4, 3).conv_dim(), shard_map(mm, 4, 3).config.conv_dim());
+  // KDA: GDN's columns (H=4 K=8 V=6: q 16..31, k 48..63, v 64 + 24..47), its own field names.
+  const ModelConfig mk = ModelConfig::kda(1, KdaSide::config(DType::kF32));
+  const ShardMap sk = shard_map(mk, 2, 1);
+  ASSERT_EQ(sk.conv.size(), 3u);
+  EXPECT_EQ(sk.conv[0].begin, 16);
+  EXPECT_EQ(sk.conv[1].begin, 48);
+  EXPECT_EQ(sk.conv[2].begin, 64 + 24);
+  EXPECT_EQ(sk.conv[2].count, 24);
+  EXPECT_EQ(sk.heads.begin, 4);
+  EXPECT_EQ(sk.head_elems, 6);
+  EXPECT_EQ(sk.config.kda_layer.num_v_heads, 4);
+  EXPECT_EQ(sk.conv_dim(), sk.config.conv_dim());
+  try {
+    shard_map(mk, 8, 0);
+    FAIL() << "tp = 8 does not divide 4 key heads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kda.num_k_heads = 4"), std::string::npos) << e.what();
+  }
   Buffer src(DType::kF32, {2, 4}), dst(DType::kF32, {2, 3});
   EXPECT_THROW(shard_gather(src.view(), 1, {{2, 3}}, dst.view()), Error);  // past the end
 }
