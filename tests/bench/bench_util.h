@@ -2,6 +2,7 @@
 // device copy bandwidth every figure is reported against (METHOD: measured by the same binary).
 #pragma once
 
+#include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -54,7 +55,8 @@ inline double measure_copy_gbps(cudaStream_t stream) {
       if (i >= 2) ms.push_back(t);
     }
     const double gbps = 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
-    std::printf("copy bandwidth (%zu MiB, read + write): %.1f GB/s\n", bytes >> 20, gbps);
+    // stderr: stdout stays the benchmark's own output (--benchmark_format=json parses).
+    std::fprintf(stderr, "copy bandwidth (%zu MiB, read + write): %.1f GB/s\n", bytes >> 20, gbps);
     best = std::max(best, gbps);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -62,6 +64,68 @@ inline double measure_copy_gbps(cudaStream_t stream) {
     cudaFree(b);
   }
   return best;
+}
+
+// Captures what `body` enqueues on `stream` into an executable graph.
+template <typename Fn>
+cudaGraphExec_t capture_graph(cudaStream_t stream, Fn&& body) {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+  body();
+  check(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec = nullptr;
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaGraphDestroy(graph);
+  return exec;
+}
+
+// Replays `exec` (two warm-up launches, then one per benchmark iteration) with `flush_bytes` of
+// `flush` rewritten before each replay (the L2 flushed), timed by events e0 / e1 on `stream`;
+// returns the median replay time in us.
+inline double time_graph(cudaGraphExec_t exec, cudaStream_t stream, void* flush,
+                         std::size_t flush_bytes, cudaEvent_t e0, cudaEvent_t e1,
+                         benchmark::State& state) {
+  for (int i = 0; i < 2; ++i) check(cudaGraphLaunch(exec, stream), "warm-up");
+  check(cudaStreamSynchronize(stream), "warm-up");
+  std::vector<double> us;
+  int i = 0;
+  for (auto _ : state) {
+    check(cudaMemsetAsync(flush, i++ & 0xff, flush_bytes, stream), "flush");
+    check(cudaEventRecord(e0, stream), "event");
+    check(cudaGraphLaunch(exec, stream), "replay");
+    check(cudaEventRecord(e1, stream), "event");
+    check(cudaEventSynchronize(e1), "sync");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    state.SetIterationTime(ms * 1e-3);
+    us.push_back(ms * 1e3);
+  }
+  return median(us);
+}
+
+// The shapes every rounds and per-layer benchmark runs: T in {2, 4, 8} x B in {1, 8, 32, 128},
+// manual (event) time in us.
+inline void shapes(benchmark::internal::Benchmark* b) {
+  for (int T : {2, 4, 8}) {
+    for (int B : {1, 8, 32, 128}) b->Args({T, B});
+  }
+  b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+}
+
+// main() of a GPU benchmark binary: runs the benchmarks (none without a device, said on stdout),
+// then `print_table`.
+inline int run_benchmarks(int argc, char** argv, void (*print_table)()) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: GPU benchmarks skipped\n");
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  print_table();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace specstate::bench

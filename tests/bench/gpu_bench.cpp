@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench_fill.h"
@@ -300,36 +301,13 @@ std::map<std::tuple<int, int, std::string>, Result>& results() {
   return r;
 }
 
-// Replays `exec` with the L2 flushed before each replay; returns the median replay time (us).
 double time_graph(World& w, cudaGraphExec_t exec, benchmark::State& state) {
-  for (int i = 0; i < 2; ++i) check(cudaGraphLaunch(exec, w.stream), "warm-up");
-  check(cudaStreamSynchronize(w.stream), "warm-up");
-  std::vector<double> us;
-  int i = 0;
-  for (auto _ : state) {
-    check(cudaMemsetAsync(w.flush, i++ & 0xff, kFlushBytes, w.stream), "flush");
-    check(cudaEventRecord(w.e0, w.stream), "event");
-    check(cudaGraphLaunch(exec, w.stream), "replay");
-    check(cudaEventRecord(w.e1, w.stream), "event");
-    check(cudaEventSynchronize(w.e1), "sync");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, w.e0, w.e1);
-    state.SetIterationTime(ms * 1e-3);
-    us.push_back(ms * 1e3);
-  }
-  return median(us);
+  return bench::time_graph(exec, w.stream, w.flush, kFlushBytes, w.e0, w.e1, state);
 }
 
 template <typename Fn>
 cudaGraphExec_t capture(World& w, Fn&& body) {
-  cudaGraph_t graph = nullptr;
-  check(cudaStreamBeginCapture(w.stream, cudaStreamCaptureModeGlobal), "capture");
-  body();
-  check(cudaStreamEndCapture(w.stream, &graph), "end capture");
-  cudaGraphExec_t exec = nullptr;
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaGraphDestroy(graph);
-  return exec;
+  return capture_graph(w.stream, std::forward<Fn>(body));
 }
 
 void report(benchmark::State& state, World& w, int T, int B, const std::string& what, double us,
@@ -485,13 +463,6 @@ void variable_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
 }
 
-void shapes(benchmark::internal::Benchmark* b) {
-  for (int T : {2, 4, 8}) {
-    for (int B : {1, 8, 32, 128}) b->Args({T, B});
-  }
-  b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
-}
-
 BENCHMARK(BM_VerifyConv)->Apply(shapes);
 BENCHMARK(BM_VerifyGdn)->Apply(shapes);
 BENCHMARK(BM_Commit36)->Apply(shapes);
@@ -598,15 +569,5 @@ void print_table() {
 }  // namespace specstate::bench
 
 int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: GPU benchmarks skipped\n");
-    return 0;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  specstate::bench::print_table();
-  benchmark::Shutdown();
-  return 0;
+  return specstate::bench::run_benchmarks(argc, argv, specstate::bench::print_table);
 }

@@ -53,12 +53,6 @@ const SglangM2& sglang(int T, int B) {
   throw std::runtime_error("no SGLang row");
 }
 
-void* dalloc(std::size_t bytes) {
-  void* p = nullptr;
-  check(cudaMalloc(&p, bytes), "cudaMalloc");
-  return p;
-}
-
 Mamba2Config nemotron_h_8b() {
   Mamba2Config m;
   m.num_heads = kH;
@@ -95,7 +89,7 @@ struct World {
     check(cudaEventCreate(&e1), "event");
     uint64_t seed = 11;
     auto make = [&](std::size_t n, bool bf16, float scale) {
-      void* p = dalloc(n * (bf16 ? 2 : 4));
+      void* p = device_alloc<char>(n * (bf16 ? 2 : 4));
       check(fill_random(p, n, bf16, scale, seed++, stream), "fill");
       return p;
     };
@@ -111,8 +105,8 @@ struct World {
       dt_bias.push_back(make(kH, false, 1.0f));
       D.push_back(make(kH, false, 1.0f));
     }
-    accepted4 = static_cast<int32_t*>(dalloc(sizeof(int32_t) * 4 * kMaxB));
-    flush = dalloc(kFlushBytes);
+    accepted4 = device_alloc<int32_t>(4 * kMaxB);
+    flush = device_alloc<char>(kFlushBytes);
     check(cudaStreamSynchronize(stream), "setup");
   }
   static World& get() {
@@ -196,31 +190,12 @@ void rounds4(benchmark::State& state, Strategy strategy) {
     p.commit(TensorView::contiguous(w.accepted4 + k * kMaxB, DType::kI32, {B}, Device::kCuda));
   };
   round(3);  // leaves pending steps for the first captured round (replay)
-  cudaGraph_t graph = nullptr;
-  check(cudaStreamBeginCapture(w.stream, cudaStreamCaptureModeGlobal), "capture");
-  for (int k = 0; k < 4; ++k) round(k);
-  check(cudaStreamEndCapture(w.stream, &graph), "end capture");
-  cudaGraphExec_t exec = nullptr;
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaGraphDestroy(graph);
-  for (int i = 0; i < 2; ++i) check(cudaGraphLaunch(exec, w.stream), "warm-up");
-  check(cudaStreamSynchronize(w.stream), "warm-up");
-  std::vector<double> us;
-  int i = 0;
-  for (auto _ : state) {
-    check(cudaMemsetAsync(w.flush, i++ & 0xff, kFlushBytes, w.stream), "flush");
-    check(cudaEventRecord(w.e0, w.stream), "event");
-    check(cudaGraphLaunch(exec, w.stream), "replay");
-    check(cudaEventRecord(w.e1, w.stream), "event");
-    check(cudaEventSynchronize(w.e1), "sync");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, w.e0, w.e1);
-    state.SetIterationTime(ms * 1e-3);
-    us.push_back(ms * 1e3 / 4);
-  }
+  cudaGraphExec_t exec = capture_graph(w.stream, [&] {
+    for (int k = 0; k < 4; ++k) round(k);
+  });
+  const double t = time_graph(exec, w.stream, w.flush, kFlushBytes, w.e0, w.e1, state) / 4;
   cudaGraphExecDestroy(exec);
   if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
-  const double t = median(us);
   results()[{T, B, static_cast<int>(strategy)}] = t;
   const double floor_us = kLayers * B * 2 * kStateBytes / (w.copy_gbps * 1e9) * 1e6;
   state.counters["us"] = t;
@@ -231,12 +206,6 @@ void rounds4(benchmark::State& state, Strategy strategy) {
 void BM_M2Rounds4Snapshot(benchmark::State& s) { rounds4(s, Strategy::kSnapshot); }
 void BM_M2Rounds4Replay(benchmark::State& s) { rounds4(s, Strategy::kReplay); }
 
-void shapes(benchmark::internal::Benchmark* b) {
-  for (int T : {2, 4, 8}) {
-    for (int B : {1, 8, 32, 128}) b->Args({T, B});
-  }
-  b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
-}
 BENCHMARK(BM_M2Rounds4Snapshot)->Apply(shapes);
 BENCHMARK(BM_M2Rounds4Replay)->Apply(shapes);
 
@@ -268,15 +237,5 @@ void print_table() {
 }  // namespace specstate::bench
 
 int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: GPU benchmarks skipped\n");
-    return 0;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  specstate::bench::print_table();
-  benchmark::Shutdown();
-  return 0;
+  return specstate::bench::run_benchmarks(argc, argv, specstate::bench::print_table);
 }
