@@ -25,6 +25,10 @@
 
 #include "bench_fill.h"
 #include "bench_util.h"
+#include "kernels/conv_update.h"
+#include "kernels/mamba2_recurrence.h"
+#include "lib/cuda/gdn_launch.h"
+#include "lib/pool_access.h"
 #include "specstate/specstate.h"
 
 namespace specstate::bench {
@@ -37,14 +41,19 @@ constexpr std::size_t kFlushBytes = 256u << 20;
 constexpr double kStateBytes = double(kH) * kP * kN * 4;  // 4 MiB
 
 // SGLang's Mamba2 snapshot path on the H200 (roundEst, us) and the floor it quotes.
+// Per layer inside a graph of all 24 layers: conv_us (convG), ssu_us (ssuG); shared/baseline/
+// MAMBA2_AND_REPLAY.md part 1.
 struct SglangM2 {
   int T, B;
-  double round_est_us, floor_us;
+  double round_est_us, floor_us, conv_us, ssu_us;
 };
 constexpr SglangM2 kSglang[] = {
-    {2, 1, 348.1, 46.9}, {2, 8, 1519.1, 375.0}, {2, 32, 5364.9, 1500.0},  {2, 128, 21114.4, 6000.0},
-    {4, 1, 496.2, 46.9}, {4, 8, 2237.6, 375.0}, {4, 32, 7702.7, 1500.0},  {4, 128, 30728.7, 6000.0},
-    {8, 1, 791.2, 46.9}, {8, 8, 3736.8, 375.0}, {8, 32, 12670.1, 1500.0}, {8, 128, 54859.4, 6000.0},
+    {2, 1, 348.1, 46.9, 2.8, 9.1},        {2, 8, 1519.1, 375.0, 3.1, 42.2},
+    {2, 32, 5364.9, 1500.0, 5.5, 147.9},  {2, 128, 21114.4, 6000.0, 16.1, 584.7},
+    {4, 1, 496.2, 46.9, 2.7, 15.3},       {4, 8, 2237.6, 375.0, 3.2, 72.0},
+    {4, 32, 7702.7, 1500.0, 6.1, 244.6},  {4, 128, 30728.7, 6000.0, 19.2, 982.9},
+    {8, 1, 791.2, 46.9, 3.2, 27.1},       {8, 8, 3736.8, 375.0, 4.1, 133.5},
+    {8, 32, 12670.1, 1500.0, 8.8, 449.1}, {8, 128, 54859.4, 6000.0, 27.4, 1979.4},
 };
 const SglangM2& sglang(int T, int B) {
   for (const SglangM2& r : kSglang) {
@@ -74,6 +83,7 @@ struct World {
   double copy_gbps = 0;
   std::vector<void*> xbc, dt, conv_out, y, conv_w, conv_b, A_log, dt_bias, D;
   int32_t* accepted4 = nullptr;  // [4][kMaxB]
+  int32_t* slots = nullptr;      // [kMaxB] the slots of handles 0.. for direct kernel launches
   void* flush = nullptr;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   // The one live pool.
@@ -106,6 +116,7 @@ struct World {
       D.push_back(make(kH, false, 1.0f));
     }
     accepted4 = device_alloc<int32_t>(4 * kMaxB);
+    slots = device_alloc<int32_t>(kMaxB);
     flush = device_alloc<char>(kFlushBytes);
     check(cudaStreamSynchronize(stream), "setup");
   }
@@ -130,6 +141,11 @@ struct World {
     pool_strategy = s;
     pool_T = T;
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
+    std::vector<int32_t> slot_index(kMaxB);
+    for (int i = 0; i < kMaxB; ++i)
+      slot_index[i] = static_cast<int32_t>(pool->slot_index(handles[i]));
+    check(cudaMemcpy(slots, slot_index.data(), sizeof(int32_t) * kMaxB, cudaMemcpyHostToDevice),
+          "slots");
     for (int l = 0; l < kLayers; ++l) {
       const TensorView ssm = pool->ssm_state(l), conv = pool->conv_state(l);
       check(fill_random(ssm.data, ssm.numel(), false, 0.05f, 100 + l, stream), "fill");
@@ -203,9 +219,116 @@ void rounds4(benchmark::State& state, Strategy strategy) {
   state.counters["sglang_us"] = sglang(T, B).round_est_us;
 }
 
+// Per-kernel figures (issue 17.8): one kernel of every layer's verify, a graph of kLayers launches
+// built by the backend's own param builder, median / kLayers, L2 flushed. Replay: the rows'
+// slots primed by one eager round (as a round after a commit finds them: history records to
+// apply, pending conv steps). Bytes (DESIGN.md section 8): conv, the inputs and outputs plus the
+// committed windows read (and, snapshot, T windows written; replay, the records written and read);
+// recurrence, the state read, written T times (snapshot) or at the fold rate (replay), the
+// factor records read (history) and written (window), x / B / C / dt in and y out.
+constexpr double kConvStateBytes = double(kConvDim) * (kW - 1) * 2;  // one bf16 window
+constexpr double kFactorBytes =
+    double(kernels::mamba2_factor_layout(kH, kP, kG, kN, 2).bytes);  // dt, dA, x, B of a token
+
+struct M2Kernel {
+  double us = 0, bytes = 0, frac = 0, sglang_us = 0;
+};
+std::map<std::tuple<int, int, bool, bool>, M2Kernel>& kernel_results() {
+  static std::map<std::tuple<int, int, bool, bool>, M2Kernel> r;
+  return r;
+}
+
+void per_layer_kernel(benchmark::State& state, bool conv, Strategy strategy) {
+  const int T = state.range(0), B = state.range(1);
+  const bool replay = strategy == Strategy::kReplay;
+  World& w = World::get();
+  StatePool& p = w.pool_for(strategy, T);
+  const int64_t tokens = int64_t{B} * T;
+  if (replay) {
+    VerifyBatch batch;
+    batch.window = T;
+    for (int r = 0; r < B; ++r) batch.rows.push_back(w.handles[r]);
+    std::vector<int32_t> acc(B);
+    std::mt19937_64 rng(77 * T + B);
+    for (int32_t& a : acc) a = std::uniform_int_distribution<int>(1, T)(rng);
+    check(cudaMemcpy(w.accepted4, acc.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice),
+          "accepted");
+    p.begin_verify(batch);
+    for (int l = 0; l < kLayers; ++l)
+      p.verify(l, w.weights(l), w.inputs(l, tokens), w.outputs(l, tokens));
+    p.commit(TensorView::contiguous(w.accepted4, DType::kI32, {B}, Device::kCuda));
+    check(cudaStreamSynchronize(w.stream), "prime");
+  }
+  std::vector<Mamba2Weights> weights;
+  std::vector<Mamba2Inputs> inputs;
+  std::vector<Mamba2Outputs> outputs;
+  for (int l = 0; l < kLayers; ++l) {
+    weights.push_back(w.weights(l));
+    inputs.push_back(w.inputs(l, tokens));
+    outputs.push_back(w.outputs(l, tokens));
+  }
+  cudaGraphExec_t exec = capture_graph(w.stream, [&] {
+    for (int l = 0; l < kLayers; ++l) {
+      detail::cuda::Mamba2LaunchArgs a;
+      a.storage = &detail::PoolAccess::storage(p);
+      a.layer = l;
+      a.rows = B;
+      a.tokens = T;
+      if (replay) {
+        a.io.conv_pending = a.io.history = a.io.fold = a.io.store_replayed = true;
+        a.io.write_records = true;
+      } else {
+        a.io.store_tokens = true;
+      }
+      a.device_slots = w.slots;
+      a.weights = &weights[l];
+      a.inputs = &inputs[l];
+      a.outputs = &outputs[l];
+      const detail::cuda::Mamba2Launch L = detail::cuda::build_mamba2_launch(a);
+      if (conv) {
+        check(kernels::launch_conv_update(L.conv, L.act, L.conv_state, w.stream), "conv");
+      } else {
+        check(kernels::launch_mamba2_recurrence(L.rec, L.act, L.ssm_state, w.stream), "ssu");
+      }
+    }
+  });
+  const double us = time_graph(exec, w.stream, w.flush, kFlushBytes, w.e0, w.e1, state) / kLayers;
+  cudaGraphExecDestroy(exec);
+  const ReplayRingModel ring = replay_ring_model(T, static_cast<int>(default_replay_ring(T)));
+  const double tok = double(tokens), io = tok * kConvDim * 2;  // one pass of xBC or conv_out
+  double bytes = 0;
+  if (conv) {
+    bytes = 2 * io + B * kConvStateBytes + double(kConvDim) * (kW + 1) * 2 +
+            (replay ? 2 * io : tok * kConvStateBytes);
+  } else {
+    const double ins = io + tok * kH * 2 + tok * kH * kP * 2;  // xBC, dt in; y out
+    bytes = B * kStateBytes * (replay ? 1 + ring.fold_rate : 1 + T) + ins +
+            (replay ? (B * ring.mean_history + tok) * kFactorBytes : 0);
+  }
+  M2Kernel r;
+  r.us = us;
+  r.bytes = bytes;
+  r.frac = bytes / (us * 1e-6) / 1e9 / w.copy_gbps;
+  r.sglang_us = conv ? sglang(T, B).conv_us : sglang(T, B).ssu_us;
+  kernel_results()[{T, B, conv, replay}] = r;
+  state.counters["us"] = us;
+  state.counters["MB"] = bytes / 1e6;
+  state.counters["frac_copy_bw"] = r.frac;
+  state.counters["sglang_us"] = r.sglang_us;
+}
+
+void BM_M2VerifyConv(benchmark::State& s) { per_layer_kernel(s, true, Strategy::kSnapshot); }
+void BM_M2VerifySsu(benchmark::State& s) { per_layer_kernel(s, false, Strategy::kSnapshot); }
+void BM_M2VerifyConvReplay(benchmark::State& s) { per_layer_kernel(s, true, Strategy::kReplay); }
+void BM_M2VerifySsuReplay(benchmark::State& s) { per_layer_kernel(s, false, Strategy::kReplay); }
+
 void BM_M2Rounds4Snapshot(benchmark::State& s) { rounds4(s, Strategy::kSnapshot); }
 void BM_M2Rounds4Replay(benchmark::State& s) { rounds4(s, Strategy::kReplay); }
 
+BENCHMARK(BM_M2VerifyConv)->Apply(shapes);
+BENCHMARK(BM_M2VerifySsu)->Apply(shapes);
+BENCHMARK(BM_M2VerifyConvReplay)->Apply(shapes);
+BENCHMARK(BM_M2VerifySsuReplay)->Apply(shapes);
 BENCHMARK(BM_M2Rounds4Snapshot)->Apply(shapes);
 BENCHMARK(BM_M2Rounds4Replay)->Apply(shapes);
 
@@ -230,6 +353,18 @@ void print_table() {
       std::printf("%2d %4d | %9.1f %9.1f | %8.1f %6.2f %6.2f | %9.1f %6.2f %6.2f\n", T, B, sn, rp,
                   floor_us, sn / floor_us, rp / floor_us, sg, sn / sg, rp / sg);
     }
+  }
+  if (kernel_results().empty()) return;
+  std::printf(
+      "\nMamba2 verify kernels per layer (graph of 24 launches, median / 24, us; frac = the "
+      "kernel's bytes / time / copy bandwidth; SGLang = convG / ssuG)\n");
+  std::printf("%2s %4s | %-6s %-8s | %9s %9s %5s | %9s %6s\n", "T", "B", "kernel", "strategy", "us",
+              "MB", "frac", "SGLang", "/SGL");
+  for (const auto& [key, r] : kernel_results()) {
+    const auto& [T, B, conv, replay] = key;
+    std::printf("%2d %4d | %-6s %-8s | %9.1f %9.1f %4.0f%% | %9.1f %6.2f\n", T, B,
+                conv ? "conv" : "ssu", replay ? "replay" : "snapshot", r.us, r.bytes / 1e6,
+                100 * r.frac, r.sglang_us, r.sglang_us > 0 ? r.us / r.sglang_us : 0.0);
   }
 }
 
