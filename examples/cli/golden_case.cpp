@@ -1,7 +1,7 @@
 // The golden conformance check (golden_case.h, docs/golden.md, tests/data/golden/README.md):
 // loading the case files, running each case through the runner of its layer kind
-// (golden_runner.h; the adapters are golden_gdn.cpp and golden_mamba2.cpp), the report and the
-// command's summary.
+// (golden_runner.h; the adapters are golden_gdn.cpp, golden_mamba2.cpp and golden_kda.cpp), the
+// report and the command's summary.
 #include "cli/golden_case.h"
 
 #include <algorithm>
@@ -64,8 +64,8 @@ json case_params(const GoldenCase& golden) {
 // The layer kinds, tried in order: the first whose `matches` says yes runs the case. GDN comes
 // last and takes every other case (one without mixed_qkv.l0 is "not a GDN golden case").
 const golden::GoldenKind& kind_of(const GoldenCase& golden, const json& params) {
-  const golden::GoldenKind* const kinds[] = {&golden::mamba2_golden_kind(),
-                                             &golden::gdn_golden_kind()};
+  const golden::GoldenKind* const kinds[] = {
+      &golden::mamba2_golden_kind(), &golden::kda_golden_kind(), &golden::gdn_golden_kind()};
   for (const golden::GoldenKind* kind : kinds) {
     if (kind->matches(golden, params)) return *kind;
   }

@@ -5,8 +5,9 @@
 //
 // What depends on the layer kind (which tensors hold the inputs, the sizes and dtypes, the layer
 // config, one layer's verify call) is a small adapter (GoldenAdapter): golden_gdn.cpp for GDN,
-// golden_mamba2.cpp for Mamba2. A new kind is one more adapter file and one line in the kind table
-// of golden_case.cpp. Internal to the CLI library (examples/cli), not a public header.
+// golden_mamba2.cpp for Mamba2, golden_kda.cpp for KDA. A new kind is one more adapter file and
+// one line in the kind table of golden_case.cpp. Internal to the CLI library (examples/cli), not a
+// public header.
 #pragma once
 
 #include <cstdint>
@@ -194,6 +195,7 @@ std::unique_ptr<GoldenAdapter> make_adapter(const GoldenCase& golden, const json
 
 const GoldenKind& gdn_golden_kind();     // golden_gdn.cpp
 const GoldenKind& mamba2_golden_kind();  // golden_mamba2.cpp
+const GoldenKind& kda_golden_kind();     // golden_kda.cpp
 
 // Runs the round and fills `report` (tensors, checks, notes, outcome kPass / kFail). Throws
 // specstate::Error for problems of the case or the backend; the caller reports kError.

@@ -296,7 +296,7 @@ TEST(GoldenReplay, FolderRunsEveryCase) {
   std::ostringstream out;
   EXPECT_EQ(check_golden({kGoldenDir}, options_for(Backend::kCpu, Strategy::kReplay), out), 0)
       << out.str();
-  EXPECT_NE(out.str().find("check-golden (cpu, replay): 3 passed, 0 failed"), std::string::npos)
+  EXPECT_NE(out.str().find("check-golden (cpu, replay): 4 passed, 0 failed"), std::string::npos)
       << out.str();
 }
 
@@ -333,15 +333,17 @@ TEST(GoldenReplay, TreeParentsChangedFails) {
   EXPECT_FALSE(find_tensor(report, "ssm_state_committed").pass);
 }
 
-// The Mamba2 case itself is tests/cpu/test_golden_mamba2.cpp's.
+// The Mamba2 and KDA cases themselves are tests/cpu/test_golden_mamba2.cpp's and
+// test_golden_kda.cpp's.
 TEST(Golden, FolderRunsEveryCase) {
   const GoldenInputs inputs = load_golden_inputs({kGoldenDir});
   EXPECT_TRUE(inputs.errors.empty());
-  ASSERT_EQ(inputs.cases.size(), 3u);
+  ASSERT_EQ(inputs.cases.size(), 4u);
   std::ostringstream out;
   EXPECT_EQ(check_golden({kGoldenDir}, GoldenOptions{}, out), 0) << out.str();
-  EXPECT_NE(out.str().find("3 passed, 0 failed"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("4 passed, 0 failed"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("Mamba2 chain"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("KDA chain"), std::string::npos) << out.str();
 }
 
 // --- corrupted copies -----------------------------------------------------------------------

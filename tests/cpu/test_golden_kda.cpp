@@ -1,0 +1,322 @@
+// Golden conformance of KDA layers: case K_A (tests/data/golden/golden_kda_caseA.safetensors,
+// written by tools/kda_golden.py; the KDA part of tests/data/golden/README.md) through the same
+// code as `specstate check-golden`, on the CPU backend under both strategies. Its expected values
+// are the script's float64 reference (ref_*), not fla's kernels yet (no un-prefixed tensors: the
+// "vs sglang" column is absent). Corrupted copies must fail, the case must hold real numbers and
+// its degenerate tokens, and the binary must pass it. Built only with the command line
+// (SPECSTATE_CLI_PATH).
+#include <gtest/gtest.h>
+
+#if defined(SPECSTATE_CLI_PATH)
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/golden_case.h"
+#include "common/cli_run.h"
+#include "specstate/safetensors.h"
+
+namespace specstate::cli {
+namespace {
+
+const std::string kFile = std::string(SPECSTATE_TEST_DATA) + "/golden/golden_kda_caseA.safetensors";
+
+// Sizes of case K_A (tools/kda_golden.py).
+constexpr int kR = 5, kT = 4, kH = 2, kHV = 4, kK = 16, kV = 8;
+constexpr int kD = 2 * kH * kK + kHV * kV;
+
+GoldenOptions options_for(Strategy strategy) {
+  GoldenOptions o;
+  o.backend = Backend::kCpu;
+  o.strategy = strategy;
+  return o;
+}
+
+std::string report_text(const GoldenReport& report) {
+  std::ostringstream out;
+  print_golden_report(out, report);
+  return out.str();
+}
+
+const TensorComparison* find(const GoldenReport& report, const std::string& tensor) {
+  for (const TensorComparison& t : report.tensors) {
+    if (t.tensor == tensor) return &t;
+  }
+  return nullptr;
+}
+
+// An editable copy of the case (every tensor as raw bytes, plus metadata).
+class Editor {
+ public:
+  Editor() {
+    const SafetensorsFile file(kFile);
+    metadata_ = file.metadata();
+    for (const std::string& name : file.names()) {
+      const SafetensorsTensorInfo& info = file.info(name);
+      const uint8_t* data = file.raw_data(name);
+      tensors_[name] = {name, info.dtype, info.shape,
+                        std::vector<uint8_t>(data, data + (info.data_end - info.data_begin))};
+    }
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& kv : tensors_) out.push_back(kv.first);
+    return out;
+  }
+  std::vector<float> floats(const std::string& name) const {
+    const auto& t = tensors_.at(name);
+    std::vector<float> out(t.bytes.size() / 4);
+    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
+    return out;
+  }
+  void edit(const std::string& name, const std::function<void(std::vector<float>&)>& fn) {
+    std::vector<float> v = floats(name);
+    fn(v);
+    std::memcpy(tensors_.at(name).bytes.data(), v.data(), v.size() * 4);
+  }
+  std::vector<int32_t> ints(const std::string& name) const {
+    const auto& t = tensors_.at(name);
+    std::vector<int32_t> out(t.bytes.size() / 4);
+    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
+    return out;
+  }
+  void set_ints(const std::string& name, const std::vector<int32_t>& values) {
+    std::memcpy(tensors_.at(name).bytes.data(), values.data(), values.size() * 4);
+  }
+  // Replaces `from` (which must occur) by `to` in params_json.
+  void edit_params(const std::string& from, const std::string& to) {
+    std::string& params = metadata_.at("params_json");
+    const std::size_t at = params.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " not in " << params;
+    params.replace(at, from.size(), to);
+  }
+  GoldenCase to_case() const {
+    std::vector<SafetensorsFile::NewTensor> list;
+    for (const auto& kv : tensors_) list.push_back(kv.second);
+    std::vector<SafetensorsFile> parts;
+    parts.push_back(SafetensorsFile::from_bytes(SafetensorsFile::serialize(list, metadata_),
+                                                "edited_kda.safetensors"));
+    return make_golden_case(std::move(parts));
+  }
+
+ private:
+  std::map<std::string, SafetensorsFile::NewTensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+GoldenReport run_file(Strategy strategy) {
+  std::vector<SafetensorsFile> parts;
+  parts.emplace_back(kFile);
+  return run_golden_case(make_golden_case(std::move(parts)), options_for(strategy));
+}
+
+class GoldenKda : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(GoldenKda, CaseAPassesOnTheCpuAgainstTheFloat64Reference) {
+  const Strategy strategy = GetParam();
+  const GoldenReport report = run_file(strategy);
+  const std::string text = report_text(report);
+  std::cout << text;
+  ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << text;
+  EXPECT_NE(report.description.find("KDA chain T=4, rows=5 (4 real), L=2, H=2 HV=4 K=16 V=8 W=4"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(report.description.find("gate plain"), std::string::npos) << text;
+  std::vector<std::string> expected = {"conv_out", "core_out", "conv_state_committed",
+                                       "ssm_state_committed"};
+  if (strategy == Strategy::kSnapshot) {
+    expected.push_back("inter_conv_window");
+    expected.push_back("inter_ssm");
+  }
+  for (const std::string& name : expected) {
+    const TensorComparison* t = find(report, name);
+    ASSERT_NE(t, nullptr) << name << " not compared\n" << text;
+    EXPECT_TRUE(t->has_ref) << name;
+    EXPECT_FALSE(t->has_sglang) << name << ": the case holds no fla tensors yet";
+    EXPECT_TRUE(t->pass) << name;
+    const bool copy = name == "inter_conv_window" || name == "conv_state_committed";
+    if (copy) {
+      EXPECT_EQ(t->vs_ref, 0.0) << name;
+    } else {
+      // f32 arithmetic against float64: not zero (the tensor was not compared with itself).
+      EXPECT_GT(t->vs_ref, 0.0) << name;
+      EXPECT_LE(t->vs_ref, 1e-5) << name;
+    }
+  }
+  ASSERT_EQ(report.checks.size(), 4u);
+  for (const PropertyCheck& c : report.checks) EXPECT_TRUE(c.pass) << c.name << ": " << c.detail;
+  // The real row that accepts 0 keeps slot 0; slot 2 is named by no row.
+  EXPECT_NE(text.find("slots without a commit unchanged [0, 2]"), std::string::npos) << text;
+}
+
+// Each corruption makes the case fail where it should (the test can fail).
+TEST_P(GoldenKda, CorruptedCopiesFail) {
+  const Strategy strategy = GetParam();
+  struct Corruption {
+    const char* what;
+    std::function<void(Editor&)> apply;
+    std::vector<const char*> failing;
+    std::vector<const char*> passing;
+  };
+  const std::vector<Corruption> corruptions = {
+      {"one expected core_out value off by 1e-4 of the range",
+       [](Editor& e) {
+         e.edit("ref_core_out.l1", [](auto& v) {
+           float range = 0;
+           for (float x : v) range = std::max(range, std::fabs(x));
+           v[(1 * kT + 2) * kHV * kV + 5] += 1e-4f * range;
+         });
+       },
+       {"core_out"},
+       {"conv_out", "ssm_state_committed", "conv_state_committed"}},
+      {"one expected committed state value, one ulp in the unused slot 2",
+       [](Editor& e) {
+         e.edit("ref_conv_state_committed.l0", [](auto& v) {
+           float& x = v[2 * kD * 3 + 7];
+           x = std::nextafter(x, 1e30f);
+         });
+       },
+       {"conv_state_committed"},
+       {"conv_out", "core_out", "ssm_state_committed"}},
+      {"the raw gate of row 1 (every token)",
+       [](Editor& e) {
+         e.edit("g.l0", [](auto& v) {
+           for (int t = 0; t < kT; ++t) {
+             for (int i = 0; i < kHV * kK; ++i) v[(1 * kT + t) * kHV * kK + i] += 0.5f;
+           }
+         });
+       },
+       {"core_out", "ssm_state_committed"},
+       {"conv_out", "conv_state_committed"}},
+      {"dt_bias of value head 2, key channel 9",
+       [](Editor& e) { e.edit("dt_bias.l1", [](auto& v) { v[2 * kK + 9] += 0.5f; }); },
+       {"core_out", "ssm_state_committed"},
+       {"conv_out"}},
+      {"A_log",
+       [](Editor& e) { e.edit("A_log.l0", [](auto& v) { v[1] += 0.05f; }); },
+       {"core_out", "ssm_state_committed"},
+       {"conv_out"}},
+      {"beta logits of row 0",
+       [](Editor& e) {
+         e.edit("b.l1", [](auto& v) {
+           for (int i = 0; i < kT * kHV; ++i) v[i] += 0.3f;
+         });
+       },
+       {"core_out", "ssm_state_committed"},
+       {"conv_out"}},
+      {"accepted length of row 1",
+       [](Editor& e) {
+         std::vector<int32_t> a = e.ints("accept_len"), s = e.ints("last_step");
+         a[1] -= 1;
+         s[1] -= 1;
+         e.set_ints("accept_len", a);
+         e.set_ints("last_step", s);
+       },
+       {"ssm_state_committed", "conv_state_committed"},
+       {"core_out", "conv_out"}},
+      {"the lower-bound gate declared for the plain gate's values",
+       [](Editor& e) {
+         e.edit_params("\"gate\": \"plain\"",
+                       "\"gate\": \"lower_bound\", "
+                       "\"lower_bound\": -5.0");
+       },
+       {"core_out", "ssm_state_committed"},
+       {"conv_out", "conv_state_committed"}},
+  };
+  for (const Corruption& c : corruptions) {
+    SCOPED_TRACE(c.what);
+    Editor e;
+    c.apply(e);
+    const GoldenReport report = run_golden_case(e.to_case(), options_for(strategy));
+    const std::string text = report_text(report);
+    EXPECT_EQ(report.outcome, GoldenOutcome::kFail) << text;
+    for (const char* name : c.failing) {
+      ASSERT_NE(find(report, name), nullptr) << name;
+      EXPECT_FALSE(find(report, name)->pass) << name << " passed\n" << text;
+    }
+    for (const char* name : c.passing) {
+      ASSERT_NE(find(report, name), nullptr) << name;
+      EXPECT_TRUE(find(report, name)->pass) << name << " failed\n" << text;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, GoldenKda, ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),
+                         [](const auto& info) { return std::string(strategy_name(info.param)); });
+
+// The case holds real numbers (a run of zeros would pass against zeros) and the degenerate
+// tokens that tools/kda_golden.py promises.
+TEST(GoldenKdaCase, IsNotAllZerosAndHoldsTheDegenerateTokens) {
+  const Editor e;
+  const auto max_abs = [](const std::vector<float>& v) {
+    float m = 0;
+    for (float x : v) m = std::max(m, std::fabs(x));
+    return m;
+  };
+  for (const std::string& name : e.names()) {
+    if (name.rfind("ref_", 0) != 0) continue;
+    EXPECT_GT(max_abs(e.floats(name)), 0.05f) << name;
+  }
+  EXPECT_EQ(e.ints("cache_indices"), (std::vector<int32_t>{4, 3, 1, 0, -1}));
+  EXPECT_EQ(e.ints("accept_len"), (std::vector<int32_t>{1, 4, 2, 0, 0}));
+  // Layer 1, row 2, token 0: q and k of key head 1 are exactly zero after the conv, and the
+  // outputs stay finite (the l2 norm's eps is inside the sqrt).
+  const std::vector<float> conv = e.floats("ref_conv_out.l1");
+  const float* tok = &conv[(2 * kT + 0) * kD];
+  for (int i = 0; i < kK; ++i) {
+    EXPECT_EQ(tok[kK + i], 0.0f) << "q channel " << i;
+    EXPECT_EQ(tok[kH * kK + kK + i], 0.0f) << "k channel " << i;
+  }
+  EXPECT_NE(tok[0], 0.0f);  // key head 0 is not degenerate
+  for (float x : e.floats("ref_core_out.l1")) ASSERT_TRUE(std::isfinite(x));
+  // Gate inputs at the softplus threshold 20 (layer 0) and beta logits of +-10 (both layers).
+  const std::vector<float> g = e.floats("g.l0"), dt = e.floats("dt_bias.l0");
+  int near_threshold = 0;
+  for (int tok_i = 0; tok_i < kR * kT; ++tok_i) {
+    for (int j = 0; j < kHV * kK; ++j) {
+      near_threshold += std::fabs(g[tok_i * kHV * kK + j] + dt[j] - 20.0f) <= 0.011f;
+    }
+  }
+  EXPECT_GE(near_threshold, 5);
+  int plus10 = 0, minus10 = 0;
+  for (const char* name : {"b.l0", "b.l1"}) {
+    for (float b : e.floats(name)) {
+      plus10 += b == 10.0f;
+      minus10 += b == -10.0f;
+    }
+  }
+  EXPECT_GE(plus10, 2);
+  EXPECT_GE(minus10, 2);
+}
+
+// params_json names the kind; without `model` a g.l0 of rank 4 still makes the case KDA (a GDN
+// case's g.l0 is [R, T, HV]).
+TEST(GoldenKdaCase, RecognisedByModelOrByTheRankOfG) {
+  Editor e;
+  e.edit_params("\"model\": \"kda\", ", "");
+  const GoldenReport report = run_golden_case(e.to_case(), options_for(Strategy::kSnapshot));
+  const std::string text = report_text(report);
+  EXPECT_EQ(report.outcome, GoldenOutcome::kPass) << text;
+  EXPECT_EQ(report.description.rfind("KDA chain", 0), 0u) << text;
+}
+
+TEST(GoldenKdaCli, PassesThroughTheBinaryForBothStrategies) {
+  for (const char* strategy : {"snapshot", "replay"}) {
+    const test::CliRun run =
+        test::run_command(SPECSTATE_CLI_PATH,
+                          std::string("check-golden --strategy ") + strategy + " '" + kFile + "'");
+    EXPECT_EQ(run.code, 0) << run.output;
+    EXPECT_NE(run.output.find("1 passed, 0 failed"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("KDA chain"), std::string::npos) << run.output;
+  }
+}
+
+}  // namespace
+}  // namespace specstate::cli
+
+#endif  // SPECSTATE_CLI_PATH
