@@ -4,9 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/golden_case.h"
+#include "specstate/safetensors.h"
 
 namespace specstate::cli {
 
@@ -40,5 +46,100 @@ inline void expect_mixed_params_equal_f32(const GoldenReport& report, const Gold
     }
   }
 }
+
+// --- helpers of the per-kind golden suites (tests/cpu/test_golden_*.cpp) -------------------
+
+inline GoldenOptions golden_options(Strategy strategy, Backend backend = Backend::kCpu) {
+  GoldenOptions o;
+  o.backend = backend;
+  o.strategy = strategy;
+  return o;
+}
+
+inline GoldenReport run_golden_file(const std::string& path, Strategy strategy) {
+  std::vector<SafetensorsFile> parts;
+  parts.emplace_back(path);
+  return run_golden_case(make_golden_case(std::move(parts)), golden_options(strategy));
+}
+
+inline std::string golden_report_text(const GoldenReport& report) {
+  std::ostringstream out;
+  print_golden_report(out, report);
+  return out.str();
+}
+
+// The comparison of `tensor` in the report, or null.
+inline const TensorComparison* find_comparison(const GoldenReport& report,
+                                               const std::string& tensor) {
+  for (const TensorComparison& t : report.tensors) {
+    if (t.tensor == tensor) return &t;
+  }
+  return nullptr;
+}
+
+// An editable copy of a case file (every tensor as raw bytes, plus metadata), for the tests that
+// corrupt a case and expect it to fail.
+class GoldenCaseEditor {
+ public:
+  explicit GoldenCaseEditor(const std::string& path) {
+    const SafetensorsFile file(path);
+    metadata_ = file.metadata();
+    for (const std::string& name : file.names()) {
+      const SafetensorsTensorInfo& info = file.info(name);
+      const uint8_t* data = file.raw_data(name);
+      tensors_[name] = {name, info.dtype, info.shape,
+                        std::vector<uint8_t>(data, data + (info.data_end - info.data_begin))};
+    }
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& kv : tensors_) out.push_back(kv.first);
+    return out;
+  }
+  std::vector<float> floats(const std::string& name) const {
+    const auto& t = tensors_.at(name);
+    std::vector<float> out(t.bytes.size() / 4);
+    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
+    return out;
+  }
+  void set_floats(const std::string& name, const std::vector<float>& values) {
+    auto& t = tensors_.at(name);
+    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  }
+  void edit(const std::string& name, const std::function<void(std::vector<float>&)>& fn) {
+    std::vector<float> v = floats(name);
+    fn(v);
+    set_floats(name, v);
+  }
+  std::vector<int32_t> ints(const std::string& name) const {
+    const auto& t = tensors_.at(name);
+    std::vector<int32_t> out(t.bytes.size() / 4);
+    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
+    return out;
+  }
+  void set_ints(const std::string& name, const std::vector<int32_t>& values) {
+    std::memcpy(tensors_.at(name).bytes.data(), values.data(), values.size() * 4);
+  }
+  std::map<std::string, std::string>& metadata() { return metadata_; }
+  // Replaces `from` (which must occur) by `to` in params_json.
+  void edit_params(const std::string& from, const std::string& to) {
+    std::string& params = metadata_.at("params_json");
+    const std::size_t at = params.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " not in " << params;
+    params.replace(at, from.size(), to);
+  }
+  GoldenCase to_case() const {
+    std::vector<SafetensorsFile::NewTensor> list;
+    for (const auto& kv : tensors_) list.push_back(kv.second);
+    std::vector<SafetensorsFile> parts;
+    parts.push_back(SafetensorsFile::from_bytes(SafetensorsFile::serialize(list, metadata_),
+                                                "edited.safetensors"));
+    return make_golden_case(std::move(parts));
+  }
+
+ private:
+  std::map<std::string, SafetensorsFile::NewTensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
 
 }  // namespace specstate::cli

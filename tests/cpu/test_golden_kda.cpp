@@ -19,6 +19,7 @@
 
 #include "cli/golden_case.h"
 #include "common/cli_run.h"
+#include "common/golden_expect.h"
 #include "specstate/safetensors.h"
 
 namespace specstate::cli {
@@ -30,97 +31,12 @@ const std::string kFile = std::string(SPECSTATE_TEST_DATA) + "/golden/golden_kda
 constexpr int kR = 5, kT = 4, kH = 2, kHV = 4, kK = 16, kV = 8;
 constexpr int kD = 2 * kH * kK + kHV * kV;
 
-GoldenOptions options_for(Strategy strategy) {
-  GoldenOptions o;
-  o.backend = Backend::kCpu;
-  o.strategy = strategy;
-  return o;
-}
-
-std::string report_text(const GoldenReport& report) {
-  std::ostringstream out;
-  print_golden_report(out, report);
-  return out.str();
-}
-
-const TensorComparison* find(const GoldenReport& report, const std::string& tensor) {
-  for (const TensorComparison& t : report.tensors) {
-    if (t.tensor == tensor) return &t;
-  }
-  return nullptr;
-}
-
-// An editable copy of the case (every tensor as raw bytes, plus metadata).
-class Editor {
- public:
-  Editor() {
-    const SafetensorsFile file(kFile);
-    metadata_ = file.metadata();
-    for (const std::string& name : file.names()) {
-      const SafetensorsTensorInfo& info = file.info(name);
-      const uint8_t* data = file.raw_data(name);
-      tensors_[name] = {name, info.dtype, info.shape,
-                        std::vector<uint8_t>(data, data + (info.data_end - info.data_begin))};
-    }
-  }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& kv : tensors_) out.push_back(kv.first);
-    return out;
-  }
-  std::vector<float> floats(const std::string& name) const {
-    const auto& t = tensors_.at(name);
-    std::vector<float> out(t.bytes.size() / 4);
-    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
-    return out;
-  }
-  void edit(const std::string& name, const std::function<void(std::vector<float>&)>& fn) {
-    std::vector<float> v = floats(name);
-    fn(v);
-    std::memcpy(tensors_.at(name).bytes.data(), v.data(), v.size() * 4);
-  }
-  std::vector<int32_t> ints(const std::string& name) const {
-    const auto& t = tensors_.at(name);
-    std::vector<int32_t> out(t.bytes.size() / 4);
-    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
-    return out;
-  }
-  void set_ints(const std::string& name, const std::vector<int32_t>& values) {
-    std::memcpy(tensors_.at(name).bytes.data(), values.data(), values.size() * 4);
-  }
-  // Replaces `from` (which must occur) by `to` in params_json.
-  void edit_params(const std::string& from, const std::string& to) {
-    std::string& params = metadata_.at("params_json");
-    const std::size_t at = params.find(from);
-    ASSERT_NE(at, std::string::npos) << from << " not in " << params;
-    params.replace(at, from.size(), to);
-  }
-  GoldenCase to_case() const {
-    std::vector<SafetensorsFile::NewTensor> list;
-    for (const auto& kv : tensors_) list.push_back(kv.second);
-    std::vector<SafetensorsFile> parts;
-    parts.push_back(SafetensorsFile::from_bytes(SafetensorsFile::serialize(list, metadata_),
-                                                "edited_kda.safetensors"));
-    return make_golden_case(std::move(parts));
-  }
-
- private:
-  std::map<std::string, SafetensorsFile::NewTensor> tensors_;
-  std::map<std::string, std::string> metadata_;
-};
-
-GoldenReport run_file(Strategy strategy) {
-  std::vector<SafetensorsFile> parts;
-  parts.emplace_back(kFile);
-  return run_golden_case(make_golden_case(std::move(parts)), options_for(strategy));
-}
-
 class GoldenKda : public ::testing::TestWithParam<Strategy> {};
 
 TEST_P(GoldenKda, CaseAPassesOnTheCpuAgainstTheFloat64Reference) {
   const Strategy strategy = GetParam();
-  const GoldenReport report = run_file(strategy);
-  const std::string text = report_text(report);
+  const GoldenReport report = run_golden_file(kFile, strategy);
+  const std::string text = golden_report_text(report);
   std::cout << text;
   ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << text;
   EXPECT_NE(report.description.find("KDA chain T=4, rows=5 (4 real), L=2, H=2 HV=4 K=16 V=8 W=4"),
@@ -134,7 +50,7 @@ TEST_P(GoldenKda, CaseAPassesOnTheCpuAgainstTheFloat64Reference) {
     expected.push_back("inter_ssm");
   }
   for (const std::string& name : expected) {
-    const TensorComparison* t = find(report, name);
+    const TensorComparison* t = find_comparison(report, name);
     ASSERT_NE(t, nullptr) << name << " not compared\n" << text;
     EXPECT_TRUE(t->has_ref) << name;
     EXPECT_FALSE(t->has_sglang) << name << ": the case holds no fla tensors yet";
@@ -159,13 +75,13 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
   const Strategy strategy = GetParam();
   struct Corruption {
     const char* what;
-    std::function<void(Editor&)> apply;
+    std::function<void(GoldenCaseEditor&)> apply;
     std::vector<const char*> failing;
     std::vector<const char*> passing;
   };
   const std::vector<Corruption> corruptions = {
       {"one expected core_out value off by 1e-4 of the range",
-       [](Editor& e) {
+       [](GoldenCaseEditor& e) {
          e.edit("ref_core_out.l1", [](auto& v) {
            float range = 0;
            for (float x : v) range = std::max(range, std::fabs(x));
@@ -175,7 +91,7 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
        {"core_out"},
        {"conv_out", "ssm_state_committed", "conv_state_committed"}},
       {"one expected committed state value, one ulp in the unused slot 2",
-       [](Editor& e) {
+       [](GoldenCaseEditor& e) {
          e.edit("ref_conv_state_committed.l0", [](auto& v) {
            float& x = v[2 * kD * 3 + 7];
            x = std::nextafter(x, 1e30f);
@@ -184,7 +100,7 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
        {"conv_state_committed"},
        {"conv_out", "core_out", "ssm_state_committed"}},
       {"the raw gate of row 1 (every token)",
-       [](Editor& e) {
+       [](GoldenCaseEditor& e) {
          e.edit("g.l0", [](auto& v) {
            for (int t = 0; t < kT; ++t) {
              for (int i = 0; i < kHV * kK; ++i) v[(1 * kT + t) * kHV * kK + i] += 0.5f;
@@ -194,15 +110,15 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
        {"core_out", "ssm_state_committed"},
        {"conv_out", "conv_state_committed"}},
       {"dt_bias of value head 2, key channel 9",
-       [](Editor& e) { e.edit("dt_bias.l1", [](auto& v) { v[2 * kK + 9] += 0.5f; }); },
+       [](GoldenCaseEditor& e) { e.edit("dt_bias.l1", [](auto& v) { v[2 * kK + 9] += 0.5f; }); },
        {"core_out", "ssm_state_committed"},
        {"conv_out"}},
       {"A_log",
-       [](Editor& e) { e.edit("A_log.l0", [](auto& v) { v[1] += 0.05f; }); },
+       [](GoldenCaseEditor& e) { e.edit("A_log.l0", [](auto& v) { v[1] += 0.05f; }); },
        {"core_out", "ssm_state_committed"},
        {"conv_out"}},
       {"beta logits of row 0",
-       [](Editor& e) {
+       [](GoldenCaseEditor& e) {
          e.edit("b.l1", [](auto& v) {
            for (int i = 0; i < kT * kHV; ++i) v[i] += 0.3f;
          });
@@ -210,7 +126,7 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
        {"core_out", "ssm_state_committed"},
        {"conv_out"}},
       {"accepted length of row 1",
-       [](Editor& e) {
+       [](GoldenCaseEditor& e) {
          std::vector<int32_t> a = e.ints("accept_len"), s = e.ints("last_step");
          a[1] -= 1;
          s[1] -= 1;
@@ -220,7 +136,7 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
        {"ssm_state_committed", "conv_state_committed"},
        {"core_out", "conv_out"}},
       {"the lower-bound gate declared for the plain gate's values",
-       [](Editor& e) {
+       [](GoldenCaseEditor& e) {
          e.edit_params("\"gate\": \"plain\"",
                        "\"gate\": \"lower_bound\", "
                        "\"lower_bound\": -5.0");
@@ -230,18 +146,18 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
   };
   for (const Corruption& c : corruptions) {
     SCOPED_TRACE(c.what);
-    Editor e;
+    GoldenCaseEditor e(kFile);
     c.apply(e);
-    const GoldenReport report = run_golden_case(e.to_case(), options_for(strategy));
-    const std::string text = report_text(report);
+    const GoldenReport report = run_golden_case(e.to_case(), golden_options(strategy));
+    const std::string text = golden_report_text(report);
     EXPECT_EQ(report.outcome, GoldenOutcome::kFail) << text;
     for (const char* name : c.failing) {
-      ASSERT_NE(find(report, name), nullptr) << name;
-      EXPECT_FALSE(find(report, name)->pass) << name << " passed\n" << text;
+      ASSERT_NE(find_comparison(report, name), nullptr) << name;
+      EXPECT_FALSE(find_comparison(report, name)->pass) << name << " passed\n" << text;
     }
     for (const char* name : c.passing) {
-      ASSERT_NE(find(report, name), nullptr) << name;
-      EXPECT_TRUE(find(report, name)->pass) << name << " failed\n" << text;
+      ASSERT_NE(find_comparison(report, name), nullptr) << name;
+      EXPECT_TRUE(find_comparison(report, name)->pass) << name << " failed\n" << text;
     }
   }
 }
@@ -252,7 +168,7 @@ INSTANTIATE_TEST_SUITE_P(Cpu, GoldenKda, ::testing::Values(Strategy::kSnapshot, 
 // The case holds real numbers (a run of zeros would pass against zeros) and the degenerate
 // tokens that tools/kda_golden.py promises.
 TEST(GoldenKdaCase, IsNotAllZerosAndHoldsTheDegenerateTokens) {
-  const Editor e;
+  const GoldenCaseEditor e(kFile);
   const auto max_abs = [](const std::vector<float>& v) {
     float m = 0;
     for (float x : v) m = std::max(m, std::fabs(x));
@@ -297,10 +213,10 @@ TEST(GoldenKdaCase, IsNotAllZerosAndHoldsTheDegenerateTokens) {
 // params_json names the kind; without `model` a g.l0 of rank 4 still makes the case KDA (a GDN
 // case's g.l0 is [R, T, HV]).
 TEST(GoldenKdaCase, RecognisedByModelOrByTheRankOfG) {
-  Editor e;
+  GoldenCaseEditor e(kFile);
   e.edit_params("\"model\": \"kda\", ", "");
-  const GoldenReport report = run_golden_case(e.to_case(), options_for(Strategy::kSnapshot));
-  const std::string text = report_text(report);
+  const GoldenReport report = run_golden_case(e.to_case(), golden_options(Strategy::kSnapshot));
+  const std::string text = golden_report_text(report);
   EXPECT_EQ(report.outcome, GoldenOutcome::kPass) << text;
   EXPECT_EQ(report.description.rfind("KDA chain", 0), 0u) << text;
 }

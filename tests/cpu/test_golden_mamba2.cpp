@@ -26,95 +26,12 @@ namespace {
 const std::string kFile =
     std::string(SPECSTATE_TEST_DATA) + "/golden/golden_mamba2_caseA.safetensors";
 
-GoldenOptions options_for(Strategy strategy) {
-  GoldenOptions o;
-  o.backend = Backend::kCpu;
-  o.strategy = strategy;
-  return o;
-}
-
-GoldenReport run_file(const std::string& path, Strategy strategy) {
-  std::vector<SafetensorsFile> parts;
-  parts.emplace_back(path);
-  return run_golden_case(make_golden_case(std::move(parts)), options_for(strategy));
-}
-
-std::string report_text(const GoldenReport& report) {
-  std::ostringstream out;
-  print_golden_report(out, report);
-  return out.str();
-}
-
-const TensorComparison* find(const GoldenReport& report, const std::string& tensor) {
-  for (const TensorComparison& t : report.tensors) {
-    if (t.tensor == tensor) return &t;
-  }
-  return nullptr;
-}
-
-// An editable copy of the case (every tensor as raw bytes, plus metadata).
-class Editor {
- public:
-  Editor() {
-    const SafetensorsFile file(kFile);
-    metadata_ = file.metadata();
-    for (const std::string& name : file.names()) {
-      const SafetensorsTensorInfo& info = file.info(name);
-      const uint8_t* data = file.raw_data(name);
-      tensors_[name] = {name, info.dtype, info.shape,
-                        std::vector<uint8_t>(data, data + (info.data_end - info.data_begin))};
-    }
-  }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& kv : tensors_) out.push_back(kv.first);
-    return out;
-  }
-  std::vector<float> floats(const std::string& name) const {
-    const auto& t = tensors_.at(name);
-    std::vector<float> out(t.bytes.size() / 4);
-    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
-    return out;
-  }
-  void set_floats(const std::string& name, const std::vector<float>& values) {
-    auto& t = tensors_.at(name);
-    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
-  }
-  void edit(const std::string& name, const std::function<void(std::vector<float>&)>& fn) {
-    std::vector<float> v = floats(name);
-    fn(v);
-    set_floats(name, v);
-  }
-  std::vector<int32_t> ints(const std::string& name) const {
-    const auto& t = tensors_.at(name);
-    std::vector<int32_t> out(t.bytes.size() / 4);
-    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
-    return out;
-  }
-  void set_ints(const std::string& name, const std::vector<int32_t>& values) {
-    std::memcpy(tensors_.at(name).bytes.data(), values.data(), values.size() * 4);
-  }
-  std::map<std::string, std::string>& metadata() { return metadata_; }
-  GoldenCase to_case() const {
-    std::vector<SafetensorsFile::NewTensor> list;
-    for (const auto& kv : tensors_) list.push_back(kv.second);
-    std::vector<SafetensorsFile> parts;
-    parts.push_back(SafetensorsFile::from_bytes(SafetensorsFile::serialize(list, metadata_),
-                                                "edited_mamba2.safetensors"));
-    return make_golden_case(std::move(parts));
-  }
-
- private:
-  std::map<std::string, SafetensorsFile::NewTensor> tensors_;
-  std::map<std::string, std::string> metadata_;
-};
-
 class GoldenMamba2 : public ::testing::TestWithParam<Strategy> {};
 
 TEST_P(GoldenMamba2, CaseAPassesOnTheCpuWithinTheReadmeTolerances) {
   const Strategy strategy = GetParam();
-  const GoldenReport report = run_file(kFile, strategy);
-  const std::string text = report_text(report);
+  const GoldenReport report = run_golden_file(kFile, strategy);
+  const std::string text = golden_report_text(report);
   std::cout << text;
   ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << text;
   EXPECT_NE(report.description.find("Mamba2 chain T=4"), std::string::npos) << text;
@@ -126,7 +43,7 @@ TEST_P(GoldenMamba2, CaseAPassesOnTheCpuWithinTheReadmeTolerances) {
     expected.push_back("inter_ssm");
   }
   for (const std::string& name : expected) {
-    const TensorComparison* t = find(report, name);
+    const TensorComparison* t = find_comparison(report, name);
     ASSERT_NE(t, nullptr) << name << " not compared\n" << text;
     EXPECT_TRUE(t->has_ref && t->has_sglang) << name;
     EXPECT_TRUE(t->pass) << name;
@@ -144,22 +61,24 @@ TEST_P(GoldenMamba2, CorruptedCopiesFail) {
   const Strategy strategy = GetParam();
   struct Corruption {
     const char* what;
-    std::function<void(Editor&)> apply;
+    std::function<void(GoldenCaseEditor&)> apply;
     std::vector<const char*> failing;  // tensors that must fail
     std::vector<const char*> passing;  // tensors that must still pass
   };
   const std::vector<Corruption> corruptions = {
       // Row 1 accepts all 4 tokens: token 3 is in its committed conv window (token 0 is not).
       {"xBC of row 1, token 3, one channel",
-       [](Editor& e) { e.edit("xBC.l0", [](auto& v) { v[(1 * 4 + 3) * 192 + 5] += 0.5f; }); },
+       [](GoldenCaseEditor& e) {
+         e.edit("xBC.l0", [](auto& v) { v[(1 * 4 + 3) * 192 + 5] += 0.5f; });
+       },
        {"conv_out", "core_out", "conv_state_committed"},
        {}},
       {"xBC of row 1, token 0, one channel (outside the committed conv window)",
-       [](Editor& e) { e.edit("xBC.l0", [](auto& v) { v[1 * 4 * 192 + 5] += 0.5f; }); },
+       [](GoldenCaseEditor& e) { e.edit("xBC.l0", [](auto& v) { v[1 * 4 * 192 + 5] += 0.5f; }); },
        {"conv_out", "core_out", "ssm_state_committed"},
        {"conv_state_committed"}},
       {"dt of every token",
-       [](Editor& e) {
+       [](GoldenCaseEditor& e) {
          e.edit("dt.l1", [](auto& v) {
            for (float& x : v) x += 0.05f;
          });
@@ -167,19 +86,19 @@ TEST_P(GoldenMamba2, CorruptedCopiesFail) {
        {"core_out", "ssm_state_committed"},
        {"conv_out", "conv_state_committed"}},
       {"A_log",
-       [](Editor& e) { e.edit("A_log.l0", [](auto& v) { v[3] += 0.01f; }); },
+       [](GoldenCaseEditor& e) { e.edit("A_log.l0", [](auto& v) { v[3] += 0.01f; }); },
        {"core_out", "ssm_state_committed"},
        {"conv_out"}},
       {"D (the skip only enters y)",
-       [](Editor& e) { e.edit("D.l0", [](auto& v) { v[2] *= 1.01f; }); },
+       [](GoldenCaseEditor& e) { e.edit("D.l0", [](auto& v) { v[2] *= 1.01f; }); },
        {"core_out"},
        {"conv_out", "ssm_state_committed", "conv_state_committed"}},
       {"z (the gate only enters y)",
-       [](Editor& e) { e.edit("z.l1", [](auto& v) { v[7] += 0.1f; }); },
+       [](GoldenCaseEditor& e) { e.edit("z.l1", [](auto& v) { v[7] += 0.1f; }); },
        {"core_out"},
        {"conv_out", "ssm_state_committed", "conv_state_committed"}},
       {"accepted length of row 1",
-       [](Editor& e) {
+       [](GoldenCaseEditor& e) {
          std::vector<int32_t> a = e.ints("accept_len"), s = e.ints("last_step");
          a[1] -= 1;
          s[1] -= 1;
@@ -191,18 +110,18 @@ TEST_P(GoldenMamba2, CorruptedCopiesFail) {
   };
   for (const Corruption& c : corruptions) {
     SCOPED_TRACE(c.what);
-    Editor e;
+    GoldenCaseEditor e(kFile);
     c.apply(e);
-    const GoldenReport report = run_golden_case(e.to_case(), options_for(strategy));
-    const std::string text = report_text(report);
+    const GoldenReport report = run_golden_case(e.to_case(), golden_options(strategy));
+    const std::string text = golden_report_text(report);
     EXPECT_EQ(report.outcome, GoldenOutcome::kFail) << text;
     for (const char* name : c.failing) {
-      ASSERT_NE(find(report, name), nullptr) << name;
-      EXPECT_FALSE(find(report, name)->pass) << name << " passed\n" << text;
+      ASSERT_NE(find_comparison(report, name), nullptr) << name;
+      EXPECT_FALSE(find_comparison(report, name)->pass) << name << " passed\n" << text;
     }
     for (const char* name : c.passing) {
-      ASSERT_NE(find(report, name), nullptr) << name;
-      EXPECT_TRUE(find(report, name)->pass) << name << " failed\n" << text;
+      ASSERT_NE(find_comparison(report, name), nullptr) << name;
+      EXPECT_TRUE(find_comparison(report, name)->pass) << name << " failed\n" << text;
     }
   }
 }
@@ -213,7 +132,7 @@ TEST_P(GoldenMamba2, CorruptedCopiesFail) {
 // include the rounding of the inputs themselves, which a real bf16 case's reference would not, so
 // the bound is 3e-2, not the README's 1e-2.)
 TEST_P(GoldenMamba2, Bf16CopyRunsTheBf16Path) {
-  Editor e;
+  GoldenCaseEditor e(kFile);
   auto to_bf16 = [](std::vector<float>& v) {
     for (float& x : v) x = round_to_bf16(x);
   };
@@ -234,8 +153,8 @@ TEST_P(GoldenMamba2, Bf16CopyRunsTheBf16Path) {
     params.replace(at, k.size(), k.substr(0, k.size() - 4) + "bf16\"");
   }
   e.metadata()["params_json"] = params;
-  const GoldenReport report = run_golden_case(e.to_case(), options_for(GetParam()));
-  const std::string text = report_text(report);
+  const GoldenReport report = run_golden_case(e.to_case(), golden_options(GetParam()));
+  const std::string text = golden_report_text(report);
   std::cout << text;
   EXPECT_NE(report.outcome, GoldenOutcome::kError) << text;
   EXPECT_NE(report.description.find("act bf16"), std::string::npos) << text;
@@ -261,7 +180,7 @@ TEST_P(GoldenMamba2, Bf16CopyRunsTheBf16Path) {
 // passed as f32 (each parameter read through its own dtype), within the bf16 tolerance of the
 // all-f32 references, and the strategies agree bit for bit.
 TEST_P(GoldenMamba2, MixedParameterDtypesAsEnginesHoldThem) {
-  Editor mixed;
+  GoldenCaseEditor mixed(kFile);
   bool a_log_needs_f32 = false;
   for (const float a : mixed.floats("A_log.l0")) a_log_needs_f32 |= round_to_bf16(a) != a;
   ASSERT_TRUE(a_log_needs_f32) << "the premise: A_log holds values bf16 cannot";
@@ -272,16 +191,16 @@ TEST_P(GoldenMamba2, MixedParameterDtypesAsEnginesHoldThem) {
       });
     }
   }
-  Editor same = mixed;  // the same numbers, every parameter declared f32
+  GoldenCaseEditor same = mixed;  // the same numbers, every parameter declared f32
   std::string& params = mixed.metadata()["params_json"];
   const std::string key = "\"dt_bias_D_dtype\": \"f32\"";
   ASSERT_NE(params.find(key), std::string::npos) << params;
   ASSERT_NE(params.find("\"A_dtype\": \"f32\""), std::string::npos) << params;
   params.replace(params.find(key), key.size(), "\"dt_bias_D_dtype\": \"bf16\"");
 
-  const GoldenReport report = run_golden_case(mixed.to_case(), options_for(GetParam()));
-  const GoldenReport f32 = run_golden_case(same.to_case(), options_for(GetParam()));
-  const std::string text = report_text(report);
+  const GoldenReport report = run_golden_case(mixed.to_case(), golden_options(GetParam()));
+  const GoldenReport f32 = run_golden_case(same.to_case(), golden_options(GetParam()));
+  const std::string text = golden_report_text(report);
   std::cout << text;
   expect_mixed_params_equal_f32(report, f32, text, "A_log f32, dt_bias bf16, D bf16",
                                 "A_log f32, dt_bias f32, D f32");
@@ -297,17 +216,17 @@ class GoldenMamba2Cuda : public ::testing::TestWithParam<Strategy> {};
 
 TEST_P(GoldenMamba2Cuda, CaseAPassesOnTheCudaBackend) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
-  GoldenOptions o = options_for(GetParam());
+  GoldenOptions o = golden_options(GetParam());
   o.backend = Backend::kCuda;
   std::vector<SafetensorsFile> parts;
   parts.emplace_back(kFile);
   const GoldenReport report = run_golden_case(make_golden_case(std::move(parts)), o);
-  const std::string text = report_text(report);
+  const std::string text = golden_report_text(report);
   std::cout << text;
   ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << text;
   EXPECT_NE(report.description.find("backend cuda"), std::string::npos) << report.description;
   for (const char* name : {"conv_out", "core_out", "ssm_state_committed"}) {
-    const TensorComparison* t = find(report, name);
+    const TensorComparison* t = find_comparison(report, name);
     ASSERT_NE(t, nullptr) << name;
     EXPECT_TRUE(t->pass) << name;
     EXPECT_GT(t->vs_ref, 0.0) << name << ": compared against nothing?";
