@@ -147,6 +147,33 @@ inline void gdn_head_apply(float eg, const float* u_rec, const float* k_raw_rec,
   gdn_rank1(S, u, k);
 }
 
+// Applies one delta-rule factor record (GDN's or KDA's layout: u f32 [HV][V], e^g, kf f32 [H],
+// k act [H][K]) to the SSM state `ssm` [HV][V][K] (storage dtype, in place; a bf16 state is
+// rounded after the token, as the step rounds it). `apply_head(hv, eg, u, k_raw, kf, state)` is
+// the kind's update of value head hv's fp32 state [V][K] (gdn_head_apply, kda_head_apply); `eg`
+// is the record's whole e^g array (GDN: one per value head, KDA: K per value head).
+template <typename Layout, typename ApplyHead>
+void apply_delta_factor(void* ssm, const void* factor, const Layout& fl, int H, int HV, int K,
+                        int V, DType act, DType sdt, std::vector<float>& k_raw,
+                        std::vector<float>& head_state, ApplyHead&& apply_head) {
+  const char* f = static_cast<const char*>(factor);
+  const auto* u = reinterpret_cast<const float*>(f + fl.u);
+  const auto* eg = reinterpret_cast<const float*>(f + fl.eg);
+  const auto* kf = reinterpret_cast<const float*>(f + fl.kf);
+  k_raw.resize(static_cast<std::size_t>(H) * K);
+  load_array(f + fl.k, act, int64_t{H} * K, k_raw.data());
+  const int64_t head_elems = int64_t{V} * K;
+  const std::size_t sbytes = dtype_size(sdt);
+  for (int hv = 0; hv < HV; ++hv) {
+    const int h = hv / (HV / H);
+    auto* st = static_cast<char*>(ssm) + hv * head_elems * sbytes;
+    load_array(st, sdt, head_elems, head_state.data());
+    apply_head(hv, eg, u + int64_t{hv} * V, k_raw.data() + int64_t{h} * K, kf[h],
+               head_state.data());
+    store_array(head_state.data(), head_elems, sdt, st);
+  }
+}
+
 // The Mamba2 update of one channel's states, s = s dA + dB x (dB = B * dt): shared by the step
 // and the factor records' application.
 inline void mamba2_update(float* s, int N, float dA, const float* dB, float xp) {

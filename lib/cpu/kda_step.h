@@ -140,24 +140,12 @@ class KdaStep {
   // place; a bf16 state is rounded after the token as the step rounds it).
   void apply_factor(void* ssm, const void* factor) {
     const int H = c_.num_k_heads, HV = c_.num_v_heads, K = c_.head_k_dim, V = c_.head_v_dim;
-    const auto fl = kernels::kda_factor_layout(H, HV, K, V, dtype_size(c_.act_dtype));
-    const char* f = static_cast<const char*>(factor);
-    const auto* u = reinterpret_cast<const float*>(f + fl.u);
-    const auto* eg = reinterpret_cast<const float*>(f + fl.eg);
-    const auto* kf = reinterpret_cast<const float*>(f + fl.kf);
-    k_raw_.resize(static_cast<std::size_t>(H) * K);
-    load_array(f + fl.k, c_.act_dtype, int64_t{H} * K, k_raw_.data());
-    const int64_t head_elems = int64_t{V} * K;
-    const DType sdt = c_.ssm_state_dtype;
-    const std::size_t sbytes = dtype_size(sdt);
-    for (int hv = 0; hv < HV; ++hv) {
-      const int h = hv / (HV / H);
-      auto* st = static_cast<char*>(ssm) + hv * head_elems * sbytes;
-      load_array(st, sdt, head_elems, head_state_.data());
-      kda_head_apply(eg + int64_t{hv} * K, u + int64_t{hv} * V, k_raw_.data() + int64_t{h} * K,
-                     kf[h], K, V, head_state_.data());
-      store_array(head_state_.data(), head_elems, sdt, st);
-    }
+    apply_delta_factor(
+        ssm, factor, kernels::kda_factor_layout(H, HV, K, V, dtype_size(c_.act_dtype)), H, HV, K, V,
+        c_.act_dtype, c_.ssm_state_dtype, k_raw_, head_state_,
+        [&](int hv, const float* eg, const float* u, const float* k, float kf, float* state) {
+          kda_head_apply(eg + int64_t{hv} * K, u, k, kf, K, V, state);
+        });
   }
 
   // Advances the loaded token: conv window prev_conv -> next_conv, SSM prev_ssm -> next_ssm
