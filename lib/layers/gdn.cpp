@@ -5,68 +5,19 @@
 #include <string>
 
 #include "../validate.h"
+#include "delta.h"
 #include "kernels/kernel_types.h"
 #include "specstate/status.h"
 
 namespace specstate::detail::gdn {
 
-namespace {
-[[noreturn]] void bad_field(const char* field, const std::string& value, const std::string& why) {
-  throw Error(Status::kInvalidArgument,
-              std::string("ModelConfig: gdn.") + field + " = " + value + ": " + why);
-}
-void check_positive(const char* field, int value) {
-  if (value <= 0) bad_field(field, std::to_string(value), "must be positive");
-}
-void check_float_dtype(const char* field, DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    bad_field(field, dtype_name(dtype), "must be f32 or bf16");
-  }
-}
-}  // namespace
-
-void validate(const GdnConfig& g) {
-  check_positive("num_k_heads", g.num_k_heads);
-  check_positive("num_v_heads", g.num_v_heads);
-  check_positive("head_k_dim", g.head_k_dim);
-  check_positive("head_v_dim", g.head_v_dim);
-  if (g.num_v_heads % g.num_k_heads != 0) {
-    bad_field("num_v_heads", std::to_string(g.num_v_heads),
-              "must be a multiple of num_k_heads = " + std::to_string(g.num_k_heads));
-  }
-  if (g.conv_width < 2) bad_field("conv_width", std::to_string(g.conv_width), "must be >= 2");
-  // Every per-token extent must fit an int (kernels and views index channels with int).
-  const int64_t conv_dim = g.conv_dim();
-  if (conv_dim + 2 * int64_t{g.num_v_heads} > std::numeric_limits<int32_t>::max()) {
-    bad_field("head_k_dim", std::to_string(g.head_k_dim),
-              "conv_dim = 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim = " +
-                  std::to_string(conv_dim) + " does not fit in 32 bits");
-  }
-  if (int64_t{g.num_v_heads} * g.head_v_dim > std::numeric_limits<int32_t>::max()) {
-    bad_field("head_v_dim", std::to_string(g.head_v_dim),
-              "num_v_heads * head_v_dim does not fit in 32 bits");
-  }
-  if (g.scale && !(std::isfinite(*g.scale) && *g.scale > 0.0f)) {
-    bad_field("scale", std::to_string(*g.scale), "must be finite and positive");
-  }
-  check_float_dtype("act_dtype", g.act_dtype);
-  check_float_dtype("conv_state_dtype", g.conv_state_dtype);
-  check_float_dtype("ssm_state_dtype", g.ssm_state_dtype);
-}
+void validate(const GdnConfig& g) { delta::validate_common(g, "gdn", 2 * int64_t{g.num_v_heads}); }
 
 LayerShapes shapes(const GdnConfig& g) {
-  LayerShapes s;
-  s.conv_dim = g.conv_dim();
-  s.conv_width = g.conv_width;
-  s.ssm_shape = {g.num_v_heads, g.head_v_dim, g.head_k_dim};
-  s.record_elems = s.conv_dim;
-  s.factor_bytes = kernels::gdn_factor_layout(g.num_k_heads, g.num_v_heads, g.head_k_dim,
-                                              g.head_v_dim, dtype_size(g.act_dtype))
-                       .bytes;
-  s.act_dtype = g.act_dtype;
-  s.conv_dtype = g.conv_state_dtype;
-  s.ssm_dtype = g.ssm_state_dtype;
-  return s;
+  return delta::shapes_common(
+      g, kernels::gdn_factor_layout(g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim,
+                                    dtype_size(g.act_dtype))
+             .bytes);
 }
 
 void check_args(const char* function, const GdnConfig& g, Device dev, const GdnWeights& w,
