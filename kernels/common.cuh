@@ -175,6 +175,25 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
+// The current device's multiprocessor count, asked of the runtime once per device (132 when the
+// runtime cannot say).
+inline int device_sm_count() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // 0: unknown
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 132;
+  if (device >= 0 && device < kDevices) {
+    const int k = known[device].load(std::memory_order_relaxed);
+    if (k != 0) return k;
+  }
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) {
+    n = 132;
+  }
+  if (device >= 0 && device < kDevices) known[device].store(n, std::memory_order_relaxed);
+  return n;
+}
+
 // Whether the current device runs programmatic dependent launch (compute capability >= 9.0),
 // asked of the runtime once per device (every recurrence launch calls this on the host).
 inline bool programmatic_launch_supported() {

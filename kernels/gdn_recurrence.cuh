@@ -2,6 +2,9 @@
 // section 3), the work split and the token step shared by every launch: gdn_step.cuh.
 #pragma once
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "gdn_step.cuh"
 
 namespace specstate::kernels {
@@ -18,12 +21,26 @@ namespace specstate::kernels {
 // kChunk: tokens staged at a time.
 // kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
 // recompute tree states (the snapshot and advance instantiation carries none of that code).
+// The shared memory of one CTA. next_state: the next item's state (kItems = 2: the next row's;
+// kMulti, a replay chain over several V blocks: the next block's).
+template <typename St, int K, int kRows, int kItems, int kChunk, bool kReplay, bool kTree,
+          bool kMulti>
+struct GdnShared {
+  static constexpr bool kNext = kItems > 1 || kMulti;
+  GdnChunk<K, kRows, kChunk> chunk;
+  // Merged history records' key factors (replay; their keys wait in the chunk: gdn_raw_key).
+  float hist_kf[kReplay ? kChunk : 1];
+  __align__(16) St next_state[kNext ? kRows * K : 4];
+  // A tree without snapshots restarts branches from the row's start state (post history).
+  __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
+};
+
+// One (row, value head, V block) of the launch: V rows [vblock * kRows, +kRows) of value head hv
+// (key head h), with the layer's gate parameters a_log and dt_bias already loaded.
 template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
-          bool kTree = false, int RPT = 1>
-__global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
-                                               : LANES == 8 ? 8
-                                                            : 1)
-    gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
+          bool kTree, int RPT, typename Shared>
+__device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shared& sm, int vblock,
+                                              int h, int hv, float a_log, float dt_bias) {
   static_assert(kItems == 1 || kItems == 2, "one or two rows per CTA");
   static_assert(!kReplay || kItems == 1, "the replay instantiation handles one row per CTA");
   static_assert(RPT == 1 || kItems == 1, "several V rows per thread: one batch row per CTA");
@@ -32,14 +49,10 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
   static_assert(NK >= 1 && K % (4 * LANES) == 0, "K must be a multiple of 4 * LANES");
   constexpr int kRowsBase = gdn_rows_per_cta<LANES>();
   constexpr int kRows = kRowsBase * RPT;
-  __shared__ GdnChunk<K, kRows, kChunk> chunk;
-  // Merged history records (replay): their keys as the records hold them, and their factors.
-  __shared__ __align__(16) Act hist_k[kReplay ? kChunk * K : 8];
-  __shared__ float hist_kf[kReplay ? kChunk : 1];
-  __shared__ __align__(16) St next_state[kItems > 1 ? kRows * K : 4];
-  // A tree without snapshots restarts branches from the row's start state (post history).
-  __shared__ __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
-
+  auto& chunk = sm.chunk;
+  float* const hist_kf = sm.hist_kf;
+  St* const next_state = sm.next_state;
+  float* const start_state = sm.start_state;
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int kl = lane % LANES;
@@ -48,17 +61,9 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
 #pragma unroll
   for (int j = 0; j < RPT; ++j) {
     rows.vrow[j] = j * kRowsBase + warp * kRowsPerWarp + lane / LANES;
-    rows.v[j] = blockIdx.x * kRows + rows.vrow[j];
+    rows.v[j] = vblock * kRows + rows.vrow[j];
     rows.ok[j] = rows.v[j] < V;
   }
-  const int hv = blockIdx.y;
-  // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
-  const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
-  // The layer's gate parameters: written by nobody in the round and independent of the slot, so
-  // their loads are issued first (their latency overlaps the slot's and the state's).
-  const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
-  const float dt_bias =
-      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
   // Row j's state at head_off + row_off(j) (a slot's or a snapshot's head block).
   const int64_t head_off = int64_t{hv} * V * K;
   const auto row_off = [&](int j) { return int64_t{rows.ok[j] ? rows.v[j] : 0} * K; };
@@ -124,13 +129,13 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
       if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
         merged_hist = hist;
         merged_store = store;
-        gdn_prefetch_history<Act, K, kRows, kChunk>(chunk, hist_k, hist_kf, p, ring, base, h, hv,
-                                                    hist);
+        gdn_prefetch_history<Act, K, kRows, kChunk>(chunk, hist_kf, p, ring, base, h, hv, hist,
+                                                    vblock);
         hist = 0;
       }
       for (int c0 = 0; c0 < hist; c0 += kChunk) {
         const int m = min(kChunk, hist - c0);
-        gdn_stage_history<Act, K, kRows, kChunk>(chunk, p, ring, base, h, hv, c0, m);
+        gdn_stage_history<Act, K, kRows, kChunk>(chunk, p, ring, base, h, hv, c0, m, vblock);
         for (int tt = 0; tt < m; ++tt)
           gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, chunk, tt, kl, rows);
         __syncthreads();  // the next chunk overwrites the shared arrays
@@ -182,8 +187,8 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
     if (kReplay && p.write_factors && p.factors != nullptr) {
       sink.ring = p.factors + slot * p.factor_stride_slot;
       sink.wpos = wpos;
-      sink.eg_writer = blockIdx.x == 0;
-      sink.k_writer = blockIdx.x == 0 && hv == h * p.v_per_k;
+      sink.eg_writer = vblock == 0;
+      sink.k_writer = vblock == 0 && hv == h * p.v_per_k;
     }
     // Row j's output and u record of window token t: out_v + v_j * out_stride_v + t *
     // out_stride_token and u_rec + v_j + ring position * u_stride (lane 0 of the row writes both).
@@ -193,7 +198,7 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
                        : nullptr;
     const int u_stride = static_cast<int>(p.factor_bytes / 4);
     Act* out_v = out + row_token0 * p.out_stride_token + hv * p.out_stride_h;
-    const GdnRowInputs<Act> in = gdn_row_inputs<Act, K, kRows>(p, row_token0, h, hv);
+    const GdnRowInputs<Act> in = gdn_row_inputs<Act, K, kRows>(p, row_token0, h, hv, vblock);
     for (int c0 = 0; c0 < rt.count;) {
       // A tree without snapshots needs its whole window staged in one chunk (tokens <= kChunk).
       const int m = min(kChunk, rt.count - c0);
@@ -201,8 +206,7 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
       gdn_stage<Act, K, kRows, kChunk>(chunk, p, in, h, hv, c0, m, A, dt_bias, sink, off, off > 0);
       if (off > 0) {
         for (int tt = 0; tt < off; ++tt) {
-          gdn_apply_raw<Act, St, K, LANES, RPT, kRows, kChunk>(S, chunk, hist_k, hist_kf, tt, kl,
-                                                               rows);
+          gdn_apply_raw<Act, St, K, LANES, RPT, kRows, kChunk>(S, chunk, hist_kf, tt, kl, rows);
         }
         if (merged_store) store_rows(committed, false);
       }
@@ -270,15 +274,256 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
   }
 }
 
+// A replay chain row over several V blocks of one value head (p.vblocks > 1, chosen by the
+// launcher where the batch fills the GPU several times over): the window's q/k normalisation,
+// gates and factor-record keys are staged once and serve every block, the history keys are
+// converted to k^ once, and the next block's state is copied into shared memory (cp.async) while
+// the current one is computed. Every block's arithmetic is gdn_row_block's (gdn_apply, gdn_step,
+// the same order), so the results are bit-identical. Returns false, having written nothing, where
+// the row does not fit this path (no cursor, a padding row, snapshots, no window, or history
+// plus window longer than a chunk): the caller then runs gdn_row_block per block.
+template <typename Act, typename St, int K, int LANES, int kChunk, typename Shared>
+__device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p, Shared& sm, int h,
+                                                   int hv, float a_log, float dt_bias) {
+  constexpr int NK = K / (4 * LANES);
+  constexpr int kRows = gdn_rows_per_cta<LANES>();
+  constexpr int kRowsPerWarp = 32 / LANES;
+  constexpr int kPre = 2;  // staged v/u elements per thread of the next block
+  static_assert(kChunk * kRows <= kPre * kGdnThreads, "a block's staged rows: kPre per thread");
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kl = lane % LANES;
+  const int V = p.head_v_dim;
+  const int nblk = (V + kRows - 1) / kRows;
+  const int vb0 = blockIdx.x * p.vblocks;
+  const int nvb = min(p.vblocks, nblk - vb0);
+  const int r0 = blockIdx.z;
+  const int row = p.row_begin + r0;
+  if (p.cursor == nullptr || p.snap != nullptr) return false;
+  const int slot = p.slots ? p.slots[row] : p.slot_inline[r0];
+  if (slot < 0) return false;
+  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
+  const int base = p.cursor[2 * slot];
+  int hist = p.cursor[2 * slot + 1];
+  int wpos = base + hist;  // base < R and hist < R
+  if (wpos >= p.ring) wpos -= p.ring;
+  const bool folds = p.fold && hist > p.fold_limit;
+  if (p.settled && folds) hist = 0;  // the first verify of the round stored it
+  if (rt.count <= 0 || hist + rt.count > kChunk) return false;
+  // As gdn_row_block with a window (count > 0).
+  const bool store = p.fold ? folds && !p.settled : hist > 0 && p.store_replayed;
+  const char* ring = p.factors + slot * p.factor_stride_slot;
+  St* const committed =
+      static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{hv} * V * K;
+  GdnRows<1> rows;
+  rows.vrow[0] = warp * kRowsPerWarp + lane / LANES;
+  const auto set_rows = [&](int vb) {
+    rows.v[0] = vb * kRows + rows.vrow[0];
+    rows.ok[0] = rows.v[0] < V;
+  };
+  set_rows(vb0);
+  const auto record = [&](int tt) {
+    int pos = base + tt;
+    if (pos >= p.ring) pos -= p.ring;
+    return ring + static_cast<int64_t>(pos) * p.factor_bytes;
+  };
+  if (hist > 0) {
+    gdn_prefetch_history<Act, K, kRows, kChunk>(sm.chunk, sm.hist_kf, p, ring, base, h, hv, hist,
+                                                vb0);
+  }
+  float4 S[1][NK];
+  gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[0] ? rows.v[0] : 0} * K, S[0], kl,
+                                rows.ok[0]);
+  grid_dependency_wait();
+
+  const float A = p.A_log ? -expf(a_log) : 0.0f;
+  const GdnRowInputs<Act> in = gdn_row_inputs<Act, K, kRows>(p, rt.begin, h, hv, vb0);
+  GdnFactorSink sink;
+  if (p.write_factors && p.factors != nullptr) {
+    sink.ring = p.factors + slot * p.factor_stride_slot;
+    sink.wpos = wpos;
+    sink.eg_writer = vb0 == 0;
+    sink.k_writer = vb0 == 0 && hv == h * p.v_per_k;
+  }
+  gdn_stage<Act, K, kRows, kChunk>(sm.chunk, p, in, h, hv, 0, rt.count, A, dt_bias, sink, hist,
+                                   hist > 0);
+  if (hist > 0) {
+    // k^ = k * kf of every history record, once (gdn_apply_raw's product, for gdn_apply), in
+    // place: the raw key in the tail of chunk row tt (gdn_raw_key) becomes the row's fp32 k^.
+    // Read into registers, then written after a barrier (the rows overlap across threads).
+    constexpr int kParts = K / 4;  // float4 of a key row
+    constexpr int kMax = (kChunk * kParts + kGdnThreads - 1) / kGdnThreads;
+    float4 k4[kMax];
+#pragma unroll
+    for (int q = 0; q < kMax; ++q) {
+      const int i = tid + q * kGdnThreads;
+      if (i < hist * kParts) {
+        const int tt = i / kParts, e = (i % kParts) * 4;
+        const float kf = sm.hist_kf[tt];
+        k4[q] = load4<Act>(gdn_raw_key<Act>(sm.chunk, tt) + e);
+        k4[q].x *= kf;
+        k4[q].y *= kf;
+        k4[q].z *= kf;
+        k4[q].w *= kf;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kMax; ++q) {
+      const int i = tid + q * kGdnThreads;
+      if (i < hist * kParts) {
+        *reinterpret_cast<float4*>(&sm.chunk.k[i / kParts][(i % kParts) * 4]) = k4[q];
+      }
+    }
+    __syncthreads();
+  }
+
+  const bool writer = kl == 0;
+  float* const u_rec = sink.ring != nullptr && writer
+                           ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V
+                           : nullptr;
+  const int u_stride = static_cast<int>(p.factor_bytes / 4);  // a slot's ring is < 2 GiB
+  Act* const out_v = static_cast<Act*>(p.out) + rt.begin * p.out_stride_token + hv * p.out_stride_h;
+  const int nv = (hist + rt.count) * kRows;  // staged rows of a block: u history, then v
+  St* const next_mine = sm.next_state + rows.vrow[0] * K;
+#pragma unroll 1
+  for (int j = 0; j < nvb; ++j) {
+    const int vb = vb0 + j;
+    const bool more = j + 1 < nvb;
+    float pre[kPre] = {};
+    // This thread's row of the u records and of the output (the row's lane 0 writes both).
+    float* const u_row = u_rec != nullptr && rows.ok[0] ? u_rec + rows.v[0] : nullptr;
+    Act* const o_row = writer && rows.ok[0] ? out_v + rows.v[0] * p.out_stride_v : nullptr;
+    for (int tt = 0; tt < hist; ++tt) {
+      gdn_apply<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
+    }
+    if (store && rows.ok[0])
+      gdn_store_state<St, NK, LANES>(committed + rows.v[0] * K, S[0], kl, false);
+    if (more) {
+      // The next block's staged rows (u history, then v) into registers while this one computes.
+#pragma unroll
+      for (int q = 0; q < kPre; ++q) {
+        const int i = tid + q * kGdnThreads;
+        if (i < nv) {
+          const int tt = i / kRows, r = i % kRows, vr = (vb + 1) * kRows + r;
+          if (vr < V) {
+            pre[q] = tt < hist
+                         ? reinterpret_cast<const float*>(record(tt) + p.f_u)[int64_t{hv} * V + vr]
+                         : to_float<Act>(in.v[(tt - hist) * in.st + (vr - vb0 * kRows) * in.sc]);
+          }
+        }
+      }
+    }
+    for (int t = 0; t < rt.count; ++t) {
+      float u[1], o[1];
+      gdn_step<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o);
+      if (t == 0 && more) {
+        // The next block's state into shared memory (this thread's own elements, read back by
+        // this thread only) while this block computes; issued after a step has consumed S, so
+        // the shared next_state it overwrites has been read.
+        const int vn = (vb + 1) * kRows + rows.vrow[0];
+        if (vn < V) {
+          const St* src = committed + int64_t{vn} * K;
+#pragma unroll
+          for (int i = 0; i < NK; ++i) {
+            cp_async<4 * sizeof(St)>(next_mine + i * 4 * LANES + kl * 4,
+                                     src + i * 4 * LANES + kl * 4);
+          }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+      }
+      if (u_row != nullptr) {
+        int pos = wpos + t;  // wpos < R, t < T <= R
+        if (pos >= p.ring) pos -= p.ring;
+        u_row[pos * u_stride] = u[0];
+      }
+      if (o_row != nullptr) o_row[t * p.out_stride_token] = from_float<Act>(o[0]);
+    }
+    if (p.store_final && rows.ok[0]) {
+      gdn_store_state<St, NK, LANES>(committed + rows.v[0] * K, S[0], kl, false);
+    }
+    if (more) {
+      __syncthreads();  // every thread is done with this block's staged rows
+#pragma unroll
+      for (int q = 0; q < kPre; ++q) {
+        const int i = tid + q * kGdnThreads;
+        if (i < nv) sm.chunk.v[i / kRows][i % kRows] = pre[q];
+      }
+      asm volatile("cp.async.wait_all;" ::: "memory");
+      __syncthreads();
+      set_rows(vb + 1);
+      gdn_load_state<St, NK, LANES>(next_mine, S[0], kl, rows.ok[0]);
+    }
+  }
+  return true;
+}
+
+#ifndef SPECSTATE_GDN_MULTI_MIN_CTAS
+#define SPECSTATE_GDN_MULTI_MIN_CTAS 8  // CTAs per SM the kMulti instantiation is compiled for
+#endif
 template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
-          bool kTree = false, int RPT = 1>
+          bool kTree = false, int RPT = 1, bool kMulti = false>
+__global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
+                                               : kMulti     ? SPECSTATE_GDN_MULTI_MIN_CTAS
+                                               : LANES == 8 ? 8
+                                                            : 1)
+    gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
+  static_assert(!kMulti || (kReplay && !kTree && RPT == 1 && kItems == 1), "a replay chain");
+  constexpr int kRows = gdn_rows_per_cta<LANES>() * RPT;
+  __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti> sm;
+  const int hv = blockIdx.y;
+  // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
+  const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
+  // The layer's gate parameters: written by nobody in the round and independent of the slot, so
+  // their loads are issued first (their latency overlaps the slot's and the state's).
+  const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
+  const float dt_bias =
+      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
+  if constexpr (kMulti) {
+    // A replay chain, p.vblocks V blocks per CTA.
+    if (gdn_replay_vblocks<Act, St, K, LANES, kChunk>(p, sm, h, hv, a_log, dt_bias)) return;
+    const int nblk = (p.head_v_dim + kRows - 1) / kRows;
+    const int vb0 = blockIdx.x * p.vblocks;
+    const int nvb = min(p.vblocks, nblk - vb0);
+#pragma unroll 1
+    for (int j = 0; j < nvb; ++j) {
+      if (j > 0) __syncthreads();  // the shared arrays are reused
+      gdn_row_block<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT>(p, sm, vb0 + j, h, hv,
+                                                                            a_log, dt_bias);
+    }
+  } else {
+    gdn_row_block<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT>(p, sm, blockIdx.x, h, hv,
+                                                                          a_log, dt_bias);
+  }
+}
+
+template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree = false, int RPT = 1, bool kMulti = false>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>() * RPT;
+  const int nblk = (p.head_v_dim + rows_per_cta - 1) / rows_per_cta;
+  const int vblocks = kMulti ? p.vblocks : 1;
   return launch_after_conv(
-      gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT>,
-      dim3((p.head_v_dim + rows_per_cta - 1) / rows_per_cta, p.num_v_heads,
-           (p.rows + kItems - 1) / kItems),
+      gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kMulti>,
+      dim3((nblk + vblocks - 1) / vblocks, p.num_v_heads, (p.rows + kItems - 1) / kItems),
       dim3(kGdnThreads), p, stream);
+}
+
+// V blocks per CTA of a replay chain launch: the most (1, 2, 4 or 8, at most the head's blocks)
+// that still leave 6 CTAs per SM (of the 8 resident); SPECSTATE_GDN_VBLOCKS overrides. Measured
+// (H200, Qwen3-Next TP1, rounds of T = 2, 4, 8; docs/cuda.md): B = 1 best with 1, B = 8 with 2,
+// B = 32 with 8 (4 at T = 8, within 3%), B = 128 with 8.
+inline int gdn_replay_vblocks_for(const GdnRecurrenceParams& p, int rows_per_cta) {
+  const int nblk = (p.head_v_dim + rows_per_cta - 1) / rows_per_cta;
+  if (const char* env = std::getenv("SPECSTATE_GDN_VBLOCKS")) {
+    const int n = std::atoi(env);
+    if (n == 1 || n == 2 || n == 4 || n == 8) return std::min(n, nblk);
+  }
+  const int64_t slots = int64_t{device_sm_count()} * 6;
+  int vb = 1;
+  while (vb * 2 <= nblk && vb < 8 &&
+         int64_t{p.rows} * p.num_v_heads * ((nblk + vb * 2 - 1) / (vb * 2)) >= slots) {
+    vb *= 2;
+  }
+  return vb;
 }
 
 template <typename Act, typename St, int K>
@@ -291,6 +536,10 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
     // their own instantiation: only they keep the start state in shared memory (8 KiB a CTA that
     // a chain's CTAs leave to L1).
     if (p.parents != nullptr) return launch_gdn_shape<Act, St, K, 8, 1, 16, true, true>(p, stream);
+    GdnRecurrenceParams q = p;
+    q.vblocks = gdn_replay_vblocks_for(p, gdn_rows_per_cta<8>());
+    if (q.vblocks > 1)
+      return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false, 1, true>(q, stream);
     return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false>(p, stream);
   }
   const bool two = p.rows >= 16 && p.tokens <= 3;

@@ -48,6 +48,10 @@ struct GdnRecurrenceParams {
   // its reciprocal (the kernel's key head of hv is then a multiply, not an integer division).
   int v_per_k = 1;
   float inv_v_per_k = 1.0f;
+  // V blocks of one (row, value head) per CTA for a replay chain (the window's staging then
+  // serves several blocks); set by the launcher from the batch and the GPU's size (callers leave
+  // it). SPECSTATE_GDN_VBLOCKS=n (1, 2, 4 or 8) overrides the choice, for tuning and tests.
+  int vblocks = 1;
   ElemType a_log_dtype = ElemType::kF32;
   ElemType dt_bias_dtype = ElemType::kF32;
 

@@ -74,14 +74,15 @@ struct GdnRowInputs {
 
 template <typename Act, int K, int kRows>
 __device__ __forceinline__ GdnRowInputs<Act> gdn_row_inputs(const GdnRecurrenceParams& p,
-                                                            int64_t tok0, int h, int hv) {
+                                                            int64_t tok0, int h, int hv,
+                                                            int vblock) {
   GdnRowInputs<Act> in;
   in.st = p.qkv_stride_token;
   in.sc = p.qkv_stride_c;
   const Act* row = static_cast<const Act*>(p.qkv) + tok0 * in.st;
   in.q = row + int64_t{h} * K * in.sc;
   in.k = row + (int64_t{p.num_k_heads} + h) * K * in.sc;
-  const int v0 = blockIdx.x * kRows;
+  const int v0 = vblock * kRows;
   in.v = row + (2 * int64_t{p.num_k_heads} * K + int64_t{hv} * p.head_v_dim + v0) * in.sc;
   in.v_rows = min(kRows, p.head_v_dim - v0);
   in.a_st = p.a_stride_token;
@@ -188,22 +189,35 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
   __syncthreads();
 }
 
+// Where a prefetched history record's key (the act dtype, as the record holds it) waits in shared
+// memory: the tail of the chunk's key row tt, which the window (staged from row hist on) leaves
+// free in the merged case; k^ = k * kf is formed from it (gdn_apply_raw, or once in place).
+template <typename Act, int K, int kRows, int kChunk>
+__device__ __forceinline__ Act* gdn_raw_key(GdnChunk<K, kRows, kChunk>& c, int tt) {
+  static_assert(sizeof(float) % sizeof(Act) == 0, "the raw key fits a float row");
+  return reinterpret_cast<Act*>(&c.k[tt][0]) + K * (sizeof(float) / sizeof(Act) - 1);
+}
+template <typename Act, int K, int kRows, int kChunk>
+__device__ __forceinline__ const Act* gdn_raw_key(const GdnChunk<K, kRows, kChunk>& c, int tt) {
+  return reinterpret_cast<const Act*>(&c.k[tt][0]) + K * (sizeof(float) / sizeof(Act) - 1);
+}
+
 // Starts copying history records [0, n) of a slot (record i at ring position (base + i) mod R)
 // into shared memory with cp.async, issued before the wait for the conv kernel so that their
 // latency overlaps the state load and the window's loads: the key as the record holds it (act
-// dtype) into hk and its factor into hkf, this CTA's rows of u into c.v, e^g into c.eg. The
+// dtype) into gdn_raw_key(c, i) and its factor into hkf, this CTA's rows of u into c.v, e^g into
+// c.eg. The
 // copies complete at gdn_stage(..., wait_async = true); gdn_apply_raw applies them.
 template <typename Act, int K, int kRows, int kChunk>
-__device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>& c, Act* hk,
-                                                     float* hkf, const GdnRecurrenceParams& p,
-                                                     const char* ring, int base, int h, int hv,
-                                                     int n) {
+__device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>& c, float* hkf,
+                                                     const GdnRecurrenceParams& p, const char* ring,
+                                                     int base, int h, int hv, int n, int vblock) {
   static_assert((K * sizeof(Act)) % 16 == 0 && kRows % 4 == 0, "16-byte copies");
   constexpr int kKParts = static_cast<int>(K * sizeof(Act) / 16);  // 16-byte parts of a key
   constexpr int kUParts = kRows / 4;                               // 4-row parts of u
   const int tid = threadIdx.x;
   const int V = p.head_v_dim;
-  const int v0 = blockIdx.x * kRows;
+  const int v0 = vblock * kRows;
   const auto record = [&](int tt) {
     int pos = base + tt;
     if (pos >= p.ring) pos -= p.ring;
@@ -211,7 +225,7 @@ __device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>&
   };
   for (int i = tid; i < n * kKParts; i += kGdnThreads) {
     const int tt = i / kKParts, part = i % kKParts;
-    cp_async<16>(reinterpret_cast<char*>(hk + tt * K) + part * 16,
+    cp_async<16>(reinterpret_cast<char*>(gdn_raw_key<Act>(c, tt)) + part * 16,
                  record(tt) + p.f_k + int64_t{h} * K * sizeof(Act) + part * 16);
   }
   const bool u_vec = V % 4 == 0 && v0 + kRows <= V;
@@ -240,7 +254,8 @@ __device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>&
 template <typename Act, int K, int kRows, int kChunk>
 __device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk>& c,
                                                   const GdnRecurrenceParams& p, const char* ring,
-                                                  int base, int h, int hv, int c0, int n) {
+                                                  int base, int h, int hv, int c0, int n,
+                                                  int vblock) {
   static_assert(K % 8 == 0 && kRows % 4 == 0, "vector staging");
   constexpr int kParts = K / 8;       // 8-element parts of a key
   constexpr int kUParts = kRows / 4;  // 4-row parts of u
@@ -264,7 +279,7 @@ __device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk>& c,
   }
   const bool u_vec = V % 4 == 0;
   for (int i = tid; i < n * kUParts; i += kGdnThreads) {
-    const int tt = i / kUParts, r = (i % kUParts) * 4, vr = blockIdx.x * kRows + r;
+    const int tt = i / kUParts, r = (i % kUParts) * 4, vr = vblock * kRows + r;
     const float* u = reinterpret_cast<const float*>(record(tt) + p.f_u) + int64_t{hv} * V + vr;
     if (u_vec && vr + 4 <= V) {
       const float4 x = *reinterpret_cast<const float4*>(u);
@@ -329,15 +344,14 @@ __device__ __forceinline__ void gdn_apply(float4 (&S)[RPT][K / (4 * LANES)],
 // factor) to this thread's rows of S: k^ = k * kf, the product the step computed.
 template <typename Act, typename St, int K, int LANES, int RPT, int kRows, int kChunk>
 __device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
-                                              const GdnChunk<K, kRows, kChunk>& c, const Act* hk,
-                                              const float* hkf, int tt, int kl,
-                                              const GdnRows<RPT>& rows) {
+                                              const GdnChunk<K, kRows, kChunk>& c, const float* hkf,
+                                              int tt, int kl, const GdnRows<RPT>& rows) {
   constexpr int NK = K / (4 * LANES);
   const float kf = hkf[tt];
   float4 kn[NK];
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
-    kn[i] = load4<Act>(hk + tt * K + i * 4 * LANES + kl * 4);
+    kn[i] = load4<Act>(gdn_raw_key<Act>(c, tt) + i * 4 * LANES + kl * 4);
     kn[i].x *= kf;
     kn[i].y *= kf;
     kn[i].z *= kf;

@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -279,7 +280,9 @@ double conv_replay_bytes(int T, int B) {
 }
 // The fold rate and mean history of the ring under the bench's acceptance draw (uniform in
 // [1, T] per row and round): the library's exact model of the cursor (replay_ring_model).
+// NaN where a forced SPECSTATE_BENCH_RING is too short for T (no pool of that T is made).
 std::pair<double, double> fold_rate(int T, int ring) {
+  if (ring < 2 * T) return {std::nan(""), std::nan("")};
   const ReplayRingModel m = replay_ring_model(T, ring);
   return {m.fold_rate, m.mean_history};
 }

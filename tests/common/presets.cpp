@@ -46,6 +46,14 @@ GdnConfig gdn_preset(const std::string& name) {
     g.conv_width = 4;
     return g;
   }
+  if (name == "gpu_k128_v72") {  // 5 V blocks of 16 rows, the last one half full
+    g.num_k_heads = 2;
+    g.num_v_heads = 4;
+    g.head_k_dim = 128;
+    g.head_v_dim = 72;
+    g.conv_width = 4;
+    return g;
+  }
   if (name == "qwen3next_tp1") {
     g.num_k_heads = 16;
     g.num_v_heads = 32;

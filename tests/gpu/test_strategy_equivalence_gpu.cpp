@@ -4,6 +4,10 @@
 // prefills, release/re-acquire), host and device accepted values.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+#include <tuple>
+
 #include "common/strategy_equivalence.h"
 #include "gpu_util.h"
 
@@ -27,6 +31,61 @@ INSTANTIATE_TEST_SUITE_P(Gpu, StrategyEquivalenceGpu, ::testing::ValuesIn(gpu_eq
                          [](const ::testing::TestParamInfo<EquivalenceCase>& info) {
                            return case_name(info.param);
                          });
+
+// The GDN replay kernel's path that runs several V blocks of a row per CTA (chosen by the launcher
+// at large batches only; SPECSTATE_GDN_VBLOCKS forces it here): the same equivalence with 2, 4
+// and 8 blocks per CTA, over short histories (history and window staged once for every block),
+// long ones (ring 40: the per-block fallback) and a head whose last block is half full (V = 72).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+using VblocksCase = std::tuple<EquivalenceCase, int>;
+class ReplayVblocksGpu : public ::testing::TestWithParam<VblocksCase> {};
+
+TEST_P(ReplayVblocksGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, vblocks] = GetParam();
+  const ScopedEnv env("SPECSTATE_GDN_VBLOCKS", std::to_string(vblocks));
+  CudaStream stream(cudaStreamNonBlocking);
+  ASSERT_NE(stream.get(), nullptr);
+  {
+    DeviceMemory mem(stream.get());
+    run_strategy_equivalence(c, mem, 0x5B10C + c.rounds * 31 + vblocks);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ReplayVblocksGpu,
+    ::testing::Combine(::testing::Values(EquivalenceCase{"k128_chain", "gpu_k128", false, 4, 5, 16},
+                                         EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 4,
+                                                         5, 24, 8},
+                                         EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 3, 12},
+                                         EquivalenceCase{"v72_chain_ring40_long", "gpu_k128_v72",
+                                                         false, 4, 4, 60, 40}),
+                       ::testing::Values(2, 4, 8)),
+    [](const ::testing::TestParamInfo<VblocksCase>& info) {
+      return std::string(std::get<0>(info.param).name) + "_vb" +
+             std::to_string(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace specstate::test
