@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernel_types.h"
 
@@ -192,6 +193,25 @@ inline int device_sm_count() {
   }
   if (device >= 0 && device < kDevices) known[device].store(n, std::memory_order_relaxed);
   return n;
+}
+
+// Blocks (of V rows, or channels) of one (row, head) per CTA of a replay chain launch: the most
+// (1, 2, 4 or 8, at most `blocks`) that still leave 6 CTAs per SM (of the 8 resident); the
+// environment variable `env` (1, 2, 4 or 8) overrides, for tuning and tests. Measured (H200,
+// GDN Qwen3-Next TP1, rounds of T = 2, 4, 8; docs/cuda.md): B = 1 best with 1, B = 8 with 2,
+// B = 32 with 8 (4 at T = 8, within 3%), B = 128 with 8.
+inline int replay_vblocks_for(int rows, int heads, int blocks, const char* env) {
+  if (const char* e = std::getenv(env)) {
+    const int n = std::atoi(e);
+    if (n == 1 || n == 2 || n == 4 || n == 8) return n < blocks ? n : blocks;
+  }
+  const int64_t slots = int64_t{device_sm_count()} * 6;
+  int vb = 1;
+  while (vb * 2 <= blocks && vb < 8 &&
+         int64_t{rows} * heads * ((blocks + vb * 2 - 1) / (vb * 2)) >= slots) {
+    vb *= 2;
+  }
+  return vb;
 }
 
 // Whether the current device runs programmatic dependent launch (compute capability >= 9.0),

@@ -2,9 +2,6 @@
 // section 3), the work split and the token step shared by every launch: gdn_step.cuh.
 #pragma once
 
-#include <algorithm>
-#include <cstdlib>
-
 #include "gdn_step.cuh"
 
 namespace specstate::kernels {
@@ -347,30 +344,29 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
                                    hist > 0);
   if (hist > 0) {
     // k^ = k * kf of every history record, once (gdn_apply_raw's product, for gdn_apply), in
-    // place: the raw key in the tail of chunk row tt (gdn_raw_key) becomes the row's fp32 k^.
-    // Read into registers, then written after a barrier (the rows overlap across threads).
-    constexpr int kParts = K / 4;  // float4 of a key row
-    constexpr int kMax = (kChunk * kParts + kGdnThreads - 1) / kGdnThreads;
-    float4 k4[kMax];
+    // place: the raw key in the tail of chunk row tt (gdn_raw_key) becomes the row's fp32 k^. A
+    // warp converts whole rows: it reads the raw row, then (after __syncwarp, the raw row and
+    // the float row overlap) writes the float row.
+    constexpr int kPerLane = (K / 4 + 31) / 32;
+    for (int tt = warp; tt < hist; tt += kGdnThreads / 32) {
+      const float kf = sm.hist_kf[tt];
+      float4 k4[kPerLane];
 #pragma unroll
-    for (int q = 0; q < kMax; ++q) {
-      const int i = tid + q * kGdnThreads;
-      if (i < hist * kParts) {
-        const int tt = i / kParts, e = (i % kParts) * 4;
-        const float kf = sm.hist_kf[tt];
-        k4[q] = load4<Act>(gdn_raw_key<Act>(sm.chunk, tt) + e);
-        k4[q].x *= kf;
-        k4[q].y *= kf;
-        k4[q].z *= kf;
-        k4[q].w *= kf;
+      for (int q = 0; q < kPerLane; ++q) {
+        const int e = (lane + 32 * q) * 4;
+        if (e < K) {
+          k4[q] = load4<Act>(gdn_raw_key<Act>(sm.chunk, tt) + e);
+          k4[q].x *= kf;
+          k4[q].y *= kf;
+          k4[q].z *= kf;
+          k4[q].w *= kf;
+        }
       }
-    }
-    __syncthreads();
+      __syncwarp();
 #pragma unroll
-    for (int q = 0; q < kMax; ++q) {
-      const int i = tid + q * kGdnThreads;
-      if (i < hist * kParts) {
-        *reinterpret_cast<float4*>(&sm.chunk.k[i / kParts][(i % kParts) * 4]) = k4[q];
+      for (int q = 0; q < kPerLane; ++q) {
+        const int e = (lane + 32 * q) * 4;
+        if (e < K) *reinterpret_cast<float4*>(&sm.chunk.k[tt][e]) = k4[q];
       }
     }
     __syncthreads();
@@ -507,25 +503,6 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
       dim3(kGdnThreads), p, stream);
 }
 
-// V blocks per CTA of a replay chain launch: the most (1, 2, 4 or 8, at most the head's blocks)
-// that still leave 6 CTAs per SM (of the 8 resident); SPECSTATE_GDN_VBLOCKS overrides. Measured
-// (H200, Qwen3-Next TP1, rounds of T = 2, 4, 8; docs/cuda.md): B = 1 best with 1, B = 8 with 2,
-// B = 32 with 8 (4 at T = 8, within 3%), B = 128 with 8.
-inline int gdn_replay_vblocks_for(const GdnRecurrenceParams& p, int rows_per_cta) {
-  const int nblk = (p.head_v_dim + rows_per_cta - 1) / rows_per_cta;
-  if (const char* env = std::getenv("SPECSTATE_GDN_VBLOCKS")) {
-    const int n = std::atoi(env);
-    if (n == 1 || n == 2 || n == 4 || n == 8) return std::min(n, nblk);
-  }
-  const int64_t slots = int64_t{device_sm_count()} * 6;
-  int vb = 1;
-  while (vb * 2 <= nblk && vb < 8 &&
-         int64_t{p.rows} * p.num_v_heads * ((nblk + vb * 2 - 1) / (vb * 2)) >= slots) {
-    vb *= 2;
-  }
-  return vb;
-}
-
 template <typename Act, typename St, int K>
 cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   // Two rows per CTA from 16 rows on when the window is short (the state read is then a large
@@ -537,7 +514,9 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
     // a chain's CTAs leave to L1).
     if (p.parents != nullptr) return launch_gdn_shape<Act, St, K, 8, 1, 16, true, true>(p, stream);
     GdnRecurrenceParams q = p;
-    q.vblocks = gdn_replay_vblocks_for(p, gdn_rows_per_cta<8>());
+    q.vblocks = replay_vblocks_for(
+        p.rows, p.num_v_heads, (p.head_v_dim + gdn_rows_per_cta<8>() - 1) / gdn_rows_per_cta<8>(),
+        "SPECSTATE_GDN_VBLOCKS");
     if (q.vblocks > 1)
       return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false, 1, true>(q, stream);
     return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false>(p, stream);

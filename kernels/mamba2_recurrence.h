@@ -49,6 +49,10 @@ struct Mamba2RecurrenceParams {
   bool write_factors = false;
   int ring = 0;        // R: factor records per slot (replay)
   int fold_limit = 0;  // R - 2 * T_max: a verify folds iff h > fold_limit
+  // Channel blocks of one (row, head) per CTA for a replay chain (the window's staging then serves
+  // several blocks); set by the launcher (callers leave it). SPECSTATE_MAMBA2_VBLOCKS=n (1, 2, 4
+  // or 8) overrides the choice, for tuning and tests.
+  int vblocks = 1;
   ElemType a_log_dtype = ElemType::kF32;
   ElemType dt_bias_dtype = ElemType::kF32;
   ElemType d_dtype = ElemType::kF32;

@@ -97,6 +97,14 @@ Mamba2Config mamba2_preset(const std::string& name) {
     m.n_groups = 2;
     return m;
   }
+  if (name == "m2_gpu_p72") {  // N = 128, P = 72 (5 channel blocks, the last half full), z gate
+    Mamba2Config m = small_mamba2_config(bf16, bf16, f32, true, true, true);
+    m.num_heads = 4;
+    m.head_dim = 72;
+    m.d_state = 128;
+    m.n_groups = 2;
+    return m;
+  }
   if (name == "m2_gpu_f32") {  // CUDA-sized: N = 128, P = 24 (a partial channel block), clamp
     Mamba2Config m = small_mamba2_config(f32, f32, f32, false, true, false);
     m.num_heads = 4;

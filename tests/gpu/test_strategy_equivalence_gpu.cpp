@@ -32,10 +32,11 @@ INSTANTIATE_TEST_SUITE_P(Gpu, StrategyEquivalenceGpu, ::testing::ValuesIn(gpu_eq
                            return case_name(info.param);
                          });
 
-// The GDN replay kernel's path that runs several V blocks of a row per CTA (chosen by the launcher
-// at large batches only; SPECSTATE_GDN_VBLOCKS forces it here): the same equivalence with 2, 4
-// and 8 blocks per CTA, over short histories (history and window staged once for every block),
-// long ones (ring 40: the per-block fallback) and a head whose last block is half full (V = 72).
+// The replay kernels' path that runs several blocks of a row per CTA (GDN: V blocks; Mamba2:
+// channel blocks; chosen by the launcher at large batches only, SPECSTATE_GDN_VBLOCKS and
+// SPECSTATE_MAMBA2_VBLOCKS force it here): the same equivalence with 2, 4 and 8 blocks per CTA,
+// over short histories (history and window staged once for every block), long ones (ring 40:
+// the per-block fallback) and heads whose last block is half full (V = 72, P = 72).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const std::string& value) : name_(name) {
@@ -64,7 +65,9 @@ class ReplayVblocksGpu : public ::testing::TestWithParam<VblocksCase> {};
 TEST_P(ReplayVblocksGpu, ReplayEqualsSnapshotBitForBit) {
   SPECSTATE_REQUIRE_GPU();
   const auto& [c, vblocks] = GetParam();
-  const ScopedEnv env("SPECSTATE_GDN_VBLOCKS", std::to_string(vblocks));
+  const ScopedEnv env(
+      is_mamba2_preset(c.preset) ? "SPECSTATE_MAMBA2_VBLOCKS" : "SPECSTATE_GDN_VBLOCKS",
+      std::to_string(vblocks));
   CudaStream stream(cudaStreamNonBlocking);
   ASSERT_NE(stream.get(), nullptr);
   {
@@ -75,13 +78,17 @@ TEST_P(ReplayVblocksGpu, ReplayEqualsSnapshotBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Gpu, ReplayVblocksGpu,
-    ::testing::Combine(::testing::Values(EquivalenceCase{"k128_chain", "gpu_k128", false, 4, 5, 16},
-                                         EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 4,
-                                                         5, 24, 8},
-                                         EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 3, 12},
-                                         EquivalenceCase{"v72_chain_ring40_long", "gpu_k128_v72",
-                                                         false, 4, 4, 60, 40}),
-                       ::testing::Values(2, 4, 8)),
+    ::testing::Combine(
+        ::testing::Values(
+            EquivalenceCase{"k128_chain", "gpu_k128", false, 4, 5, 16},
+            EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 4, 5, 24, 8},
+            EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 3, 12},
+            EquivalenceCase{"v72_chain_ring40_long", "gpu_k128_v72", false, 4, 4, 60, 40},
+            EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 5, 5, 16},
+            EquivalenceCase{"mamba2_f32_chain", "m2_gpu_f32", false, 8, 3, 12},
+            EquivalenceCase{"mamba2_p72_chain_ring2t", "m2_gpu_p72", false, 4, 4, 24, 8},
+            EquivalenceCase{"mamba2_p72_chain_ring40_long", "m2_gpu_p72", false, 4, 4, 60, 40}),
+        ::testing::Values(2, 4, 8)),
     [](const ::testing::TestParamInfo<VblocksCase>& info) {
       return std::string(std::get<0>(info.param).name) + "_vb" +
              std::to_string(std::get<1>(info.param));
