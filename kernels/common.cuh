@@ -196,16 +196,17 @@ inline int device_sm_count() {
 }
 
 // Blocks (of V rows, or channels) of one (row, head) per CTA of a replay chain launch: the most
-// (1, 2, 4 or 8, at most `blocks`) that still leave 6 CTAs per SM (of the 8 resident); the
-// environment variable `env` (1, 2, 4 or 8) overrides, for tuning and tests. Measured (H200,
-// GDN Qwen3-Next TP1, rounds of T = 2, 4, 8; docs/cuda.md): B = 1 best with 1, B = 8 with 2,
-// B = 32 with 8 (4 at T = 8, within 3%), B = 128 with 8.
-inline int replay_vblocks_for(int rows, int heads, int blocks, const char* env) {
+// (1, 2, 4 or 8, at most `blocks`) that still leave `min_per_sm` CTAs per SM; the environment
+// variable `env` (1, 2, 4 or 8) overrides, for tuning and tests. Measured on the H200 (rounds of
+// T = 2, 4, 8; docs/cuda.md): GDN (Qwen3-Next TP1, 8 V blocks a head) gains from 6 CTAs per SM
+// on (B = 8: 2 blocks, B = 32 and 128: 8); Mamba2 (Nemotron-H, 4 channel blocks a head) only
+// from about 24 (B = 32 and 128: 4, 0.82-0.99x; B = 8 with 2 or 4 was 1.13-1.28x slower).
+inline int replay_vblocks_for(int rows, int heads, int blocks, int min_per_sm, const char* env) {
   if (const char* e = std::getenv(env)) {
     const int n = std::atoi(e);
     if (n == 1 || n == 2 || n == 4 || n == 8) return n < blocks ? n : blocks;
   }
-  const int64_t slots = int64_t{device_sm_count()} * 6;
+  const int64_t slots = int64_t{device_sm_count()} * min_per_sm;
   int vb = 1;
   while (vb * 2 <= blocks && vb < 8 &&
          int64_t{rows} * heads * ((blocks + vb * 2 - 1) / (vb * 2)) >= slots) {

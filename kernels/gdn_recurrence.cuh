@@ -516,7 +516,7 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
     GdnRecurrenceParams q = p;
     q.vblocks = replay_vblocks_for(
         p.rows, p.num_v_heads, (p.head_v_dim + gdn_rows_per_cta<8>() - 1) / gdn_rows_per_cta<8>(),
-        "SPECSTATE_GDN_VBLOCKS");
+        6, "SPECSTATE_GDN_VBLOCKS");
     if (q.vblocks > 1)
       return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false, 1, true>(q, stream);
     return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false>(p, stream);

@@ -756,7 +756,7 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
     if constexpr (N >= 32 && N <= 128) {
       Mamba2RecurrenceParams q = p;
       q.vblocks = replay_vblocks_for(p.rows, p.num_heads,
-                                     (p.head_dim + mamba2_rows<N>() - 1) / mamba2_rows<N>(),
+                                     (p.head_dim + mamba2_rows<N>() - 1) / mamba2_rows<N>(), 24,
                                      "SPECSTATE_MAMBA2_VBLOCKS");
       if (q.vblocks > 1) {
         return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, true>(q, stream);
