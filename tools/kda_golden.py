@@ -4,7 +4,7 @@
     python3 tools/kda_golden.py                  # tests/data/golden/golden_kda_caseA.safetensors
     python3 tools/kda_golden.py --out FILE       # somewhere else
     python3 tools/kda_golden.py --lower-bound -5 # the lower-bound gate (a case of its own)
-    python3 tools/kda_golden.py --fla            # NOT IMPLEMENTED HERE (see below)
+    python3 tools/kda_golden.py --fla            # also fla's own kernels' outputs (GPU, fla-core)
 
 One verify round of L = 2 KDA layers over a chain of T = 4 draft tokens, then the commit of the
 accepted prefix, in the conventions of the GDN cases (tests/data/golden/README.md): per-layer
@@ -32,18 +32,17 @@ threshold (x = 19.99, 20.0, 20.01: total forgetting) and far below it (x = -30: 
 logits of +10 and -10; rows: three that accept 1, 4 and 2 tokens, one real row that accepts 0
 (keeps its slot) and one padding row (slot -1); slot 2 is named by no row.
 
-There are no fla tensors in this case yet: the un-prefixed names (`conv_out.l0`, `core_out.l0`,
-`inter_ssm.l0.r0`, `ssm_state_committed.l0`, ...) are where the GPU run puts what fla's kernels
-produced, as the GDN cases hold SGLang's; check-golden prints them as `absent` meanwhile.
-
---fla (to be run on the GPU machine, next session): produce the same inputs, then the outputs from
-fla's fused_recurrent_kda (fla-core 0.6.0, `fla.ops.kda`) with use_qk_l2norm_in_kernel=True, the
-gate fused (A_log, dt_bias) or from fla's kda_gate, initial_state from ssm_state_init transposed to
-fla's [HV][K][V] and back, one call per row over its T tokens with the saved state after every
-token (T calls of one token each, or fla's intermediate-state output where 0.6.0 has one), plus
-the conv from fla's causal_conv1d; store those under the un-prefixed names next to the ref_ ones,
-and record fla's version and commit in params_json. Not done here: there is no GPU, and the option
-exits with an error rather than writing anything that looks like fla's output.
+--fla (a CUDA GPU with torch, triton and fla-core 0.6.0): the same inputs, and also what fla's own
+kernels produce for them, under the un-prefixed names (`conv_out.l0`, `core_out.l0`,
+`inter_conv_window.l0`, `inter_ssm.l0.r0`, `conv_state_committed.l0`, `ssm_state_committed.l0`),
+as the GDN cases hold SGLang's; check-golden then compares against both (ref_ at the act dtype's
+tolerance, fla's at twice it). The conv is fla's `causal_conv1d_update` (its cache [D, W] holds the
+window in columns 1..W-1), one call per token; the recurrence is fla's verify path,
+`fused_recurrent_kda_fwd` with `ssm_state_indices` of shape [1, T] (the state after token t stored
+in place at slot 1 + t, the start state read from slot 1), `use_qk_l2norm_in_kernel`, the gate and
+beta sigmoid fused (A_log, dt_bias [HV, K], lower_bound), and `state_v_first=True`: fla's [HV][V][K]
+layout, which is specstate's. Without --fla the un-prefixed names are absent and check-golden says
+so.
 """
 
 import argparse
@@ -156,6 +155,61 @@ def reference_layer(x, lower_bound, scale):
     return out
 
 
+def fla_layer(x, lower_bound, scale):
+    """One layer through fla's kernels (float32 on the GPU): the same tensors as
+    reference_layer, as float64 arrays."""
+    import torch
+    from fla.modules.causal_conv1d import causal_conv1d_update
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+    dev = torch.device("cuda")
+    f32 = torch.float32
+    out = {"conv_out": np.zeros((R, T, D)), "inter_conv_window": np.zeros((R, T, D, W - 1)),
+           "core_out": np.zeros((R, T, HV, V)), "inter_ssm": np.zeros((R, T, HV, V, K))}
+    weight = torch.tensor(x["conv_weight"], dtype=f32, device=dev).contiguous()
+    bias = torch.tensor(x["conv_bias"], dtype=f32, device=dev).contiguous()
+    A_log = torch.tensor(x["A_log"], dtype=f32, device=dev).contiguous()
+    dt_bias = torch.tensor(x["dt_bias"], dtype=f32, device=dev).contiguous()  # [HV, K]
+    for r, slot in enumerate(CACHE_INDICES):
+        if slot < 0:
+            continue
+        cache = torch.zeros((1, D, W), dtype=f32, device=dev)
+        cache[0, :, 1:] = torch.tensor(x["conv_state_init"][slot], dtype=f32, device=dev)
+        ys = []
+        for t in range(T):
+            xt = torch.tensor(x["mixed_qkv"][r, t][None, :], dtype=f32, device=dev).contiguous()
+            y, cache = causal_conv1d_update(xt, cache, weight=weight, bias=bias, activation="silu")
+            ys.append(y[0])
+            out["conv_out"][r, t] = y[0].double().cpu().numpy()
+            out["inter_conv_window"][r, t] = cache[0, :, 1:].double().cpu().numpy()
+        y = torch.stack(ys)  # [T, D]
+        q = y[:, :H * K].reshape(1, T, H, K).contiguous()
+        k = y[:, H * K:2 * H * K].reshape(1, T, H, K).contiguous()
+        v = y[:, 2 * H * K:].reshape(1, T, HV, V).contiguous()
+        g = torch.tensor(x["g"][r][None], dtype=f32, device=dev).contiguous()  # [1, T, HV, K]
+        beta = torch.tensor(x["b"][r][None], dtype=f32, device=dev).contiguous()  # [1, T, HV]
+        states = torch.zeros((T + 1, HV, V, K), dtype=f32, device=dev)
+        states[1] = torch.tensor(x["ssm_state_init"][slot], dtype=f32, device=dev)
+        indices = torch.arange(1, T + 1, dtype=torch.int32, device=dev)[None, :].contiguous()
+        o, _ = fused_recurrent_kda_fwd(
+            q=q, k=k, v=v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=states,
+            scale=scale, inplace_final_state=True, state_v_first=True,
+            ssm_state_indices=indices, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+            use_beta_sigmoid_in_kernel=True, lower_bound=lower_bound)
+        torch.cuda.synchronize()
+        out["core_out"][r] = o[0].double().cpu().numpy()
+        out["inter_ssm"][r] = states[1:].double().cpu().numpy()
+    conv_c = x["conv_state_init"].astype(np.float64).copy()
+    ssm_c = x["ssm_state_init"].astype(np.float64).copy()
+    for r, slot in enumerate(CACHE_INDICES):
+        if slot >= 0 and ACCEPT_LEN[r] > 0:
+            conv_c[slot] = out["inter_conv_window"][r, ACCEPT_LEN[r] - 1]
+            ssm_c[slot] = out["inter_ssm"][r, ACCEPT_LEN[r] - 1]
+    out["conv_state_committed"] = conv_c
+    out["ssm_state_committed"] = ssm_c
+    return out
+
+
 def write_safetensors(path, tensors, metadata):
     """tensors: list of (name, array of float32 or int32); little-endian, row-major, contiguous."""
     header, blobs, offset = {}, [], 0
@@ -186,11 +240,8 @@ def main():
                         help="use the lower-bound gate (finite, negative; fla's default -5)")
     parser.add_argument("--case", default=None, help="case name (default K_A, K_LB with a bound)")
     parser.add_argument("--fla", action="store_true",
-                        help="also store fla's fused_recurrent_kda outputs (GPU machine; not here)")
+                        help="also store fla's own kernels' outputs (a CUDA GPU, torch, fla-core)")
     args = parser.parse_args()
-    if args.fla:
-        sys.exit("kda_golden.py: --fla needs fla-core 0.6.0 and a GPU; it is not implemented in this "
-                 "script yet (see the docstring). Nothing written.")
     if args.lower_bound is not None and not (np.isfinite(args.lower_bound) and args.lower_bound < 0):
         sys.exit("kda_golden.py: --lower-bound must be finite and negative")
     case = args.case or ("K_A" if args.lower_bound is None else "K_LB")
@@ -208,8 +259,26 @@ def main():
         ("intermediate_state_indices", np.arange(R, dtype=np.int32)),
         ("parents", np.arange(-1, T - 1, dtype=np.int32)),
     ]
+    fla_version = None
+    if args.fla:
+        try:
+            import fla  # noqa: F401  (fla-core)
+            import torch
+        except ImportError as e:
+            sys.exit(f"kda_golden.py: --fla needs torch and fla-core ({e}). Nothing written.")
+        if not torch.cuda.is_available():
+            sys.exit("kda_golden.py: --fla needs a CUDA GPU (fla's kernels are Triton). Nothing written.")
+        fla_version = fla.__version__
     for l, x in enumerate(layers):
         ref = reference_layer(x, args.lower_bound, scale)
+        if args.fla:
+            got = fla_layer(x, args.lower_bound, scale)
+            for name in ["conv_out", "inter_conv_window", "core_out", "conv_state_committed",
+                         "ssm_state_committed"]:
+                tensors.append((f"{name}.l{l}", got[name].astype(np.float32)))
+            for r in range(R):
+                if CACHE_INDICES[r] >= 0:
+                    tensors.append((f"inter_ssm.l{l}.r{r}", got["inter_ssm"][r].astype(np.float32)))
         for name in ["mixed_qkv", "g", "b", "conv_weight", "conv_bias", "A_log", "dt_bias",
                      "conv_state_init", "ssm_state_init"]:
             tensors.append((f"{name}.l{l}", x[name]))
@@ -234,12 +303,18 @@ def main():
         "ssm_state_layout": "[slots, HV, V, K], K contiguous (fla keeps [HV, K, V])",
         "dt_bias_layout": "[HV, K] (fla's per-key-channel bias)",
         "g_layout": "[rows, T, HV, K] raw gate, before dt_bias",
-        "expected": "float64 reference (tools/kda_golden.py); no fla tensors yet",
+        "expected": ("float64 reference (tools/kda_golden.py, ref_*)" +
+                     (f"; fla-core {fla_version} kernels (un-prefixed)" if fla_version else
+                      "; no fla tensors (run with --fla on a GPU)")),
         "cache_indices": CACHE_INDICES, "accept_len": ACCEPT_LEN, "last_step": last_step,
         "parents": list(range(-1, T - 1)), "seed": SEED,
     }
     if args.lower_bound is None:
         del params["lower_bound"]
+    if fla_version:
+        params["fla_version"] = fla_version
+        params["fla_kernels"] = ("fla.modules.causal_conv1d.causal_conv1d_update, "
+                                 "fla.ops.kda.fused_recurrent.fused_recurrent_kda_fwd")
     metadata = {"case": case, "params_json": json.dumps(params), "part": "0", "nparts": "1"}
     write_safetensors(args.out, tensors, metadata)
     print(f"wrote {args.out} ({os.path.getsize(args.out)} bytes, case {case})")

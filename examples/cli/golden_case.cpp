@@ -286,8 +286,10 @@ void print_golden_report(std::ostream& out, const GoldenReport& report) {
     out << "  error: " << report.message << "\n  FAIL\n";
     return;
   }
-  out << "  " << std::left << std::setw(22) << "tensor" << std::setw(12) << "vs sglang"
-      << std::setw(12) << "vs f64 ref" << std::setw(20) << "tolerance (ref/sgl)"
+  const std::string third = report.third_party == "sglang" ? "sgl" : report.third_party;
+  out << "  " << std::left << std::setw(22) << "tensor" << std::setw(12)
+      << "vs " + report.third_party << std::setw(12) << "vs f64 ref" << std::setw(20)
+      << "tolerance (ref/" + third + ")"
       << "result\n";
   for (const TensorComparison& t : report.tensors) {
     std::ostringstream tol;

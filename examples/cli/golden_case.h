@@ -85,6 +85,8 @@ struct GoldenReport {
   std::vector<TensorComparison> tensors;
   std::vector<PropertyCheck> checks;
   std::vector<std::string> notes;  // lines printed after the tensors (e.g. what does not apply)
+  // Whose kernels produced the case's un-prefixed tensors ("sglang", "fla"): the report's column.
+  std::string third_party = "sglang";
 
   // Whether this case makes check-golden exit non-zero: a failed or broken case, or an
   // unsupported one that was named explicitly (one found in a folder is only reported).

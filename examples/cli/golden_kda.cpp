@@ -56,6 +56,15 @@ class KdaAdapter final : public AdapterBase<KdaSpec> {
   KdaAdapter(const GoldenCase& golden, const json& params)
       : AdapterBase(golden.store, read_spec(golden, params)) {}
 
+  // The case's un-prefixed tensors are fla's (tools/kda_golden.py --fla).
+  const ReportStyle& style() const override {
+    static const ReportStyle style = [] {
+      ReportStyle s;
+      s.third_party = "fla";
+      return s;
+    }();
+    return style;
+  }
   ModelConfig model() const override {
     KdaConfig layer;
     fill_delta_config(spec_, layer);

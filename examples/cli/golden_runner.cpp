@@ -348,6 +348,7 @@ void run_round(const TensorStore& store, const GoldenAdapter& adapter, const Gol
   const bool snapshots = options.strategy == Strategy::kSnapshot;
   const RoundSpec& s = adapter.round();
   const ReportStyle& style = adapter.style();
+  report.third_party = style.third_party;
   PoolOptions pool_options;
   pool_options.num_slots = s.S;
   pool_options.max_rows = s.R;

@@ -122,6 +122,7 @@ struct ReportStyle {
   bool core_out_checked_first = false;           // the NaN-sentinel check's order within a row
   bool layer_names_in_purity = false;            // "conv_state.l0 changed", ssm_state last
   bool commit_error_lists_accepted = true;       // "...skipped rows of accepted [..]"
+  std::string third_party = "sglang";            // whose kernels wrote the un-prefixed tensors
 };
 
 struct LayerOutputs {
