@@ -296,7 +296,7 @@ TEST(GoldenReplay, FolderRunsEveryCase) {
   std::ostringstream out;
   EXPECT_EQ(check_golden({kGoldenDir}, options_for(Backend::kCpu, Strategy::kReplay), out), 0)
       << out.str();
-  EXPECT_NE(out.str().find("check-golden (cpu, replay): 4 passed, 0 failed"), std::string::npos)
+  EXPECT_NE(out.str().find("check-golden (cpu, replay): 5 passed, 0 failed"), std::string::npos)
       << out.str();
 }
 
@@ -338,10 +338,11 @@ TEST(GoldenReplay, TreeParentsChangedFails) {
 TEST(Golden, FolderRunsEveryCase) {
   const GoldenInputs inputs = load_golden_inputs({kGoldenDir});
   EXPECT_TRUE(inputs.errors.empty());
-  ASSERT_EQ(inputs.cases.size(), 4u);
+  ASSERT_EQ(inputs.cases.size(), 5u);  // GDN A and C, Mamba2 M_A, KDA K_A and K_LB
   std::ostringstream out;
   EXPECT_EQ(check_golden({kGoldenDir}, GoldenOptions{}, out), 0) << out.str();
-  EXPECT_NE(out.str().find("4 passed, 0 failed"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("5 passed, 0 failed"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("gate lower bound -5"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("Mamba2 chain"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("KDA chain"), std::string::npos) << out.str();
 }

@@ -1,10 +1,11 @@
-// Golden conformance of KDA layers: case K_A (tests/data/golden/golden_kda_caseA.safetensors,
-// written by tools/kda_golden.py; the KDA part of tests/data/golden/README.md) through the same
-// code as `specstate check-golden`, on the CPU backend under both strategies. Its expected values
-// are the script's float64 reference (ref_*), not fla's kernels yet (no un-prefixed tensors: the
-// "vs sglang" column is absent). Corrupted copies must fail, the case must hold real numbers and
-// its degenerate tokens, and the binary must pass it. Built only with the command line
-// (SPECSTATE_CLI_PATH).
+// Golden conformance of KDA layers: cases K_A (the plain gate) and K_LB (the lower-bound gate,
+// -5), tests/data/golden/golden_kda_case{A,LB}.safetensors, written on an H200 by
+// tools/kda_golden.py --fla (the KDA part of tests/data/golden/README.md), through the same code as
+// `specstate check-golden`, on the CPU backend under both strategies. Each holds two expectations:
+// the script's float64 reference (ref_*) and fla-core 0.6.0's own kernels (un-prefixed: its
+// causal_conv1d_update and fused_recurrent_kda in verify mode). Corrupted copies must fail, the
+// case must hold real numbers and its degenerate tokens, and the binary must pass it. Built only
+// with the command line (SPECSTATE_CLI_PATH).
 #include <gtest/gtest.h>
 
 #if defined(SPECSTATE_CLI_PATH)
@@ -26,6 +27,8 @@ namespace specstate::cli {
 namespace {
 
 const std::string kFile = std::string(SPECSTATE_TEST_DATA) + "/golden/golden_kda_caseA.safetensors";
+const std::string kFileLb =
+    std::string(SPECSTATE_TEST_DATA) + "/golden/golden_kda_caseLB.safetensors";
 
 // Sizes of case K_A (tools/kda_golden.py).
 constexpr int kR = 5, kT = 4, kH = 2, kHV = 4, kK = 16, kV = 8;
@@ -33,16 +36,17 @@ constexpr int kD = 2 * kH * kK + kHV * kV;
 
 class GoldenKda : public ::testing::TestWithParam<Strategy> {};
 
-TEST_P(GoldenKda, CaseAPassesOnTheCpuAgainstTheFloat64Reference) {
-  const Strategy strategy = GetParam();
-  const GoldenReport report = run_golden_file(kFile, strategy);
+// Case K_A or K_LB passes on the CPU against the float64 reference and against fla's kernels.
+void expect_case_passes(const std::string& file, Strategy strategy, const char* gate) {
+  const GoldenReport report = run_golden_file(file, strategy);
   const std::string text = golden_report_text(report);
   std::cout << text;
   ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << text;
   EXPECT_NE(report.description.find("KDA chain T=4, rows=5 (4 real), L=2, H=2 HV=4 K=16 V=8 W=4"),
             std::string::npos)
       << text;
-  EXPECT_NE(report.description.find("gate plain"), std::string::npos) << text;
+  EXPECT_NE(report.description.find(gate), std::string::npos) << text;
+  EXPECT_NE(text.find("vs fla"), std::string::npos) << text;
   std::vector<std::string> expected = {"conv_out", "core_out", "conv_state_committed",
                                        "ssm_state_committed"};
   if (strategy == Strategy::kSnapshot) {
@@ -53,21 +57,33 @@ TEST_P(GoldenKda, CaseAPassesOnTheCpuAgainstTheFloat64Reference) {
     const TensorComparison* t = find_comparison(report, name);
     ASSERT_NE(t, nullptr) << name << " not compared\n" << text;
     EXPECT_TRUE(t->has_ref) << name;
-    EXPECT_FALSE(t->has_sglang) << name << ": the case holds no fla tensors yet";
+    EXPECT_TRUE(t->has_sglang) << name << ": fla's tensor (the third party's column)";
     EXPECT_TRUE(t->pass) << name;
     const bool copy = name == "inter_conv_window" || name == "conv_state_committed";
     if (copy) {
       EXPECT_EQ(t->vs_ref, 0.0) << name;
+      EXPECT_EQ(t->vs_sglang, 0.0) << name;
     } else {
-      // f32 arithmetic against float64: not zero (the tensor was not compared with itself).
+      // f32 arithmetic against float64 and against fla's Triton kernels: not zero (the tensor
+      // was not compared with itself), within the f32 tolerances.
       EXPECT_GT(t->vs_ref, 0.0) << name;
       EXPECT_LE(t->vs_ref, 1e-5) << name;
+      EXPECT_GT(t->vs_sglang, 0.0) << name;
+      EXPECT_LE(t->vs_sglang, 2e-5) << name;
     }
   }
   ASSERT_EQ(report.checks.size(), 4u);
   for (const PropertyCheck& c : report.checks) EXPECT_TRUE(c.pass) << c.name << ": " << c.detail;
   // The real row that accepts 0 keeps slot 0; slot 2 is named by no row.
   EXPECT_NE(text.find("slots without a commit unchanged [0, 2]"), std::string::npos) << text;
+}
+
+TEST_P(GoldenKda, CaseAPassesOnTheCpuAgainstTheReferenceAndFla) {
+  expect_case_passes(kFile, GetParam(), "gate plain");
+}
+
+TEST_P(GoldenKda, CaseLowerBoundPassesOnTheCpuAgainstTheReferenceAndFla) {
+  expect_case_passes(kFileLb, GetParam(), "gate lower bound -5");
 }
 
 // Each corruption makes the case fail where it should (the test can fail).
@@ -86,6 +102,16 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
            float range = 0;
            for (float x : v) range = std::max(range, std::fabs(x));
            v[(1 * kT + 2) * kHV * kV + 5] += 1e-4f * range;
+         });
+       },
+       {"core_out"},
+       {"conv_out", "ssm_state_committed", "conv_state_committed"}},
+      {"one of fla's core_out values off by 1e-4 of the range (the reference untouched)",
+       [](GoldenCaseEditor& e) {
+         e.edit("core_out.l0", [](auto& v) {
+           float range = 0;
+           for (float x : v) range = std::max(range, std::fabs(x));
+           v[(2 * kT + 1) * kHV * kV + 3] -= 1e-4f * range;
          });
        },
        {"core_out"},
