@@ -267,6 +267,61 @@ cudaError_t check_recurrence_launch(const Params& p, int chunk, bool* skip) {
   return cudaSuccess;
 }
 
+// A slot's replay cursor as a recurrence launch sees it (DESIGN.md section 6): the ring position
+// `base` of its first history record, the `hist` records to apply (0 where an earlier verify of
+// the round folded: `settled`), the ring position `wpos` of window token 0, and whether the
+// post-history state is stored (`store`: a fold, or an advance / materialize that asks for it).
+// `count`: the row's window tokens. Every kind's kernels read it the same way.
+struct ReplayCursor {
+  int base = 0, hist = 0, wpos = 0;
+  bool store = false;
+};
+template <typename Params>
+__device__ __forceinline__ ReplayCursor replay_cursor(const Params& p, int slot, int count) {
+  ReplayCursor c;
+  c.base = p.cursor[2 * slot];
+  c.hist = p.cursor[2 * slot + 1];
+  c.wpos = c.base + c.hist;  // base < R and hist < R
+  if (c.wpos >= p.ring) c.wpos -= p.ring;
+  const bool folds = p.fold && c.hist > p.fold_limit;
+  if (p.settled && folds) c.hist = 0;  // the first verify of the round stored it
+  c.store = p.fold ? folds && !p.settled
+                   : c.hist > 0 && (p.store_replayed || (p.store_final && count == 0));
+  return c;
+}
+
+// Rows [0, n) of an fp32 matrix in shared memory whose tails hold raw rows (E values of the act
+// dtype each, at raw(tt)): row tt becomes raw * factor(tt), in place, at out(tt). A warp converts
+// whole rows (warps take rows in turn, kThreads in the CTA): it reads the raw row, then, after
+// __syncwarp (the raw and the float row overlap), writes the float row. The caller publishes the
+// rows to the CTA with a barrier.
+template <typename Act, int E, int kThreads, typename Raw, typename Factor, typename Out>
+__device__ __forceinline__ void scale_raw_rows(int n, Raw raw, Factor factor, Out out) {
+  constexpr int kPerLane = (E / 4 + 31) / 32;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int tt = warp; tt < n; tt += kThreads / 32) {
+    const float f = factor(tt);
+    float4 v[kPerLane];
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) {
+      const int e = (lane + 32 * q) * 4;
+      if (e < E) {
+        v[q] = load4<Act>(raw(tt) + e);
+        v[q].x *= f;
+        v[q].y *= f;
+        v[q].z *= f;
+        v[q].w *= f;
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) {
+      const int e = (lane + 32 * q) * 4;
+      if (e < E) *reinterpret_cast<float4*>(out(tt) + e) = v[q];
+    }
+  }
+}
+
 // A hint that `ptr` will be read soon by this thread: its line is fetched into L1 now.
 __device__ __forceinline__ void prefetch_l1(const void* ptr) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));
@@ -282,6 +337,29 @@ __device__ __forceinline__ RowTokens row_tokens(const RowTokensParams& v, int ro
   const int64_t b = v.cu[row], e = v.cu[row + 1];
   if (b < 0 || e < b || e - b > tokens || e > v.capacity) return RowTokens{0, 0};
   return RowTokens{b, static_cast<int>(e - b)};
+}
+
+// The row of a replay chain launch that runs several blocks (of V rows, or channels) per CTA
+// (p.vblocks; blockIdx.x * p.vblocks is the CTA's first block, blockIdx.z the row): its blocks,
+// slot, tokens and cursor. False where the row does not fit that path (no cursor, snapshots, a
+// tree, a padding row, no window, or history and window longer than a chunk of kChunk tokens).
+struct ReplayBlocks {
+  int vb0 = 0, nvb = 0, row = 0, slot = -1;
+  RowTokens rt;
+  ReplayCursor cur;
+};
+template <int kChunk, typename Params>
+__device__ __forceinline__ bool replay_blocks(const Params& p, int blocks, ReplayBlocks& b) {
+  if (p.cursor == nullptr || p.snap != nullptr || p.parents != nullptr) return false;
+  const int rr = blockIdx.z;
+  b.vb0 = blockIdx.x * p.vblocks;
+  b.nvb = min(p.vblocks, blocks - b.vb0);
+  b.row = p.row_begin + rr;
+  b.slot = p.slots ? p.slots[b.row] : p.slot_inline[rr];
+  if (b.slot < 0) return false;
+  b.rt = row_tokens(p.varlen, b.row, p.tokens);
+  b.cur = replay_cursor(p, b.slot, b.rt.count);
+  return b.rt.count > 0 && b.cur.hist + b.rt.count <= kChunk;
 }
 
 // Calls f(Act{}, St{}) with the C++ types of the run-time activation and state dtypes, so that

@@ -113,16 +113,13 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
   bool merged_store = false;
   if constexpr (kReplay) {
     if (p.cursor != nullptr && slot0 >= 0) {
-      const int base = p.cursor[2 * slot0];
-      int hist = p.cursor[2 * slot0 + 1];
-      wpos = base + hist;  // base < R and hist < R
-      if (wpos >= p.ring) wpos -= p.ring;
-      const bool folds = p.fold && hist > p.fold_limit;
-      if (p.settled && folds) hist = 0;  // the first verify of the round stored it
-      const char* ring = p.factors + slot0 * p.factor_stride_slot;
       const int count = row_tokens(p.varlen, p.row_begin + r0, p.tokens).count;
-      const bool store = p.fold ? folds && !p.settled
-                                : hist > 0 && (p.store_replayed || (p.store_final && count == 0));
+      const ReplayCursor cur = replay_cursor(p, slot0, count);
+      const int base = cur.base;
+      int hist = cur.hist;
+      wpos = cur.wpos;
+      const bool store = cur.store;
+      const char* ring = p.factors + slot0 * p.factor_stride_slot;
       if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
         merged_hist = hist;
         merged_store = store;
@@ -289,24 +286,12 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   static_assert(kChunk * kRows <= kPre * kGdnThreads, "a block's staged rows: kPre per thread");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kl = lane % LANES;
   const int V = p.head_v_dim;
-  const int nblk = (V + kRows - 1) / kRows;
-  const int vb0 = blockIdx.x * p.vblocks;
-  const int nvb = min(p.vblocks, nblk - vb0);
-  const int r0 = blockIdx.z;
-  const int row = p.row_begin + r0;
-  if (p.cursor == nullptr || p.snap != nullptr) return false;
-  const int slot = p.slots ? p.slots[row] : p.slot_inline[r0];
-  if (slot < 0) return false;
-  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
-  const int base = p.cursor[2 * slot];
-  int hist = p.cursor[2 * slot + 1];
-  int wpos = base + hist;  // base < R and hist < R
-  if (wpos >= p.ring) wpos -= p.ring;
-  const bool folds = p.fold && hist > p.fold_limit;
-  if (p.settled && folds) hist = 0;  // the first verify of the round stored it
-  if (rt.count <= 0 || hist + rt.count > kChunk) return false;
-  // As gdn_row_block with a window (count > 0).
-  const bool store = p.fold ? folds && !p.settled : hist > 0 && p.store_replayed;
+  ReplayBlocks b;
+  if (!replay_blocks<kChunk>(p, (V + kRows - 1) / kRows, b)) return false;
+  const int vb0 = b.vb0, nvb = b.nvb, slot = b.slot;
+  const RowTokens rt = b.rt;
+  const int base = b.cur.base, hist = b.cur.hist, wpos = b.cur.wpos;
+  const bool store = b.cur.store;
   const char* ring = p.factors + slot * p.factor_stride_slot;
   St* const committed =
       static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{hv} * V * K;
@@ -344,31 +329,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
                                    hist > 0);
   if (hist > 0) {
     // k^ = k * kf of every history record, once (gdn_apply_raw's product, for gdn_apply), in
-    // place: the raw key in the tail of chunk row tt (gdn_raw_key) becomes the row's fp32 k^. A
-    // warp converts whole rows: it reads the raw row, then (after __syncwarp, the raw row and
-    // the float row overlap) writes the float row.
-    constexpr int kPerLane = (K / 4 + 31) / 32;
-    for (int tt = warp; tt < hist; tt += kGdnThreads / 32) {
-      const float kf = sm.hist_kf[tt];
-      float4 k4[kPerLane];
-#pragma unroll
-      for (int q = 0; q < kPerLane; ++q) {
-        const int e = (lane + 32 * q) * 4;
-        if (e < K) {
-          k4[q] = load4<Act>(gdn_raw_key<Act>(sm.chunk, tt) + e);
-          k4[q].x *= kf;
-          k4[q].y *= kf;
-          k4[q].z *= kf;
-          k4[q].w *= kf;
-        }
-      }
-      __syncwarp();
-#pragma unroll
-      for (int q = 0; q < kPerLane; ++q) {
-        const int e = (lane + 32 * q) * 4;
-        if (e < K) *reinterpret_cast<float4*>(&sm.chunk.k[tt][e]) = k4[q];
-      }
-    }
+    // place: the raw key in the tail of chunk row tt (gdn_raw_key) becomes the row's fp32 k^.
+    scale_raw_rows<Act, K, kGdnThreads>(
+        hist, [&](int tt) { return gdn_raw_key<Act>(sm.chunk, tt); },
+        [&](int tt) { return sm.hist_kf[tt]; }, [&](int tt) { return &sm.chunk.k[tt][0]; });
     __syncthreads();
   }
 

@@ -21,23 +21,4 @@ for v in "${values[@]}" "${values[0]}"; do
   fi
   files+=("$f")
 done
-python3 - "$var" "${values[*]}" "${files[@]}" <<'PY'
-import json, sys
-var, values, paths = sys.argv[1], sys.argv[2].split(" "), sys.argv[3:]
-def load(path):
-    text = "\n".join(l for l in open(path).read().splitlines()
-                     if not l.startswith("copy bandwidth"))
-    out = {}
-    for bm in json.JSONDecoder().raw_decode(text)[0]["benchmarks"]:
-        if "us" in bm:
-            out[bm["name"].removesuffix("/manual_time")] = bm["us"]
-    return out
-runs = [load(p) for p in paths]
-heads = [f"{var}={v or 'unset'}" for v in values] + ["first again"]
-print(f"{'benchmark':44} " + " ".join(f"{h[-14:]:>14}" for h in heads) + "  ratios to the first")
-for name, u0 in runs[0].items():
-    us = [r.get(name, float("nan")) for r in runs]
-    base = (us[0] + us[-1]) / 2
-    print(f"{name:44} " + " ".join(f"{u:14.1f}" for u in us) + "  " +
-          " ".join(f"{u / base:5.3f}" for u in us[1:-1]))
-PY
+python3 "$(dirname "${BASH_SOURCE[0]}")/bench_json.py" sweep "$var" "${values[*]}" "${files[@]}"

@@ -105,6 +105,20 @@ def make_inputs(rng):
     return layers
 
 
+def commit(x, out):
+    """The commit of the round: each real row's slot takes its saved window and state at
+    `last_step` (a row that accepts 0 keeps its slot); adds the committed pools to `out`."""
+    conv_c = x["conv_state_init"].astype(np.float64).copy()
+    ssm_c = x["ssm_state_init"].astype(np.float64).copy()
+    for r, slot in enumerate(CACHE_INDICES):
+        if slot >= 0 and ACCEPT_LEN[r] > 0:
+            conv_c[slot] = out["inter_conv_window"][r, ACCEPT_LEN[r] - 1]
+            ssm_c[slot] = out["inter_ssm"][r, ACCEPT_LEN[r] - 1]
+    out["conv_state_committed"] = conv_c
+    out["ssm_state_committed"] = ssm_c
+    return out
+
+
 def reference_layer(x, lower_bound, scale):
     """float64 reference of one layer: conv_out [R,T,D], windows [R,T,D,W-1], core_out
     [R,T,HV,V], states [R,T,HV,V,K]; padding rows stay zero."""
@@ -144,15 +158,7 @@ def reference_layer(x, lower_bound, scale):
                 S[hv] += np.outer(u, k)
                 out["core_out"][r, t, hv] = S[hv] @ q
             out["inter_ssm"][r, t] = S
-    conv_c = x["conv_state_init"].astype(np.float64).copy()
-    ssm_c = x["ssm_state_init"].astype(np.float64).copy()
-    for r, slot in enumerate(CACHE_INDICES):
-        if slot >= 0 and ACCEPT_LEN[r] > 0:
-            conv_c[slot] = out["inter_conv_window"][r, ACCEPT_LEN[r] - 1]
-            ssm_c[slot] = out["inter_ssm"][r, ACCEPT_LEN[r] - 1]
-    out["conv_state_committed"] = conv_c
-    out["ssm_state_committed"] = ssm_c
-    return out
+    return commit(x, out)
 
 
 def fla_layer(x, lower_bound, scale):
@@ -199,15 +205,7 @@ def fla_layer(x, lower_bound, scale):
         torch.cuda.synchronize()
         out["core_out"][r] = o[0].double().cpu().numpy()
         out["inter_ssm"][r] = states[1:].double().cpu().numpy()
-    conv_c = x["conv_state_init"].astype(np.float64).copy()
-    ssm_c = x["ssm_state_init"].astype(np.float64).copy()
-    for r, slot in enumerate(CACHE_INDICES):
-        if slot >= 0 and ACCEPT_LEN[r] > 0:
-            conv_c[slot] = out["inter_conv_window"][r, ACCEPT_LEN[r] - 1]
-            ssm_c[slot] = out["inter_ssm"][r, ACCEPT_LEN[r] - 1]
-    out["conv_state_committed"] = conv_c
-    out["ssm_state_committed"] = ssm_c
-    return out
+    return commit(x, out)
 
 
 def write_safetensors(path, tensors, metadata):

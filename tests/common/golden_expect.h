@@ -142,4 +142,33 @@ class GoldenCaseEditor {
   std::map<std::string, std::string> metadata_;
 };
 
+// A corrupted copy of a golden case: `apply` edits it; the case must then fail, with the
+// `failing` tensors failing and the `passing` ones still passing.
+struct GoldenCorruption {
+  const char* what;
+  std::function<void(GoldenCaseEditor&)> apply;
+  std::vector<const char*> failing;  // tensors that must fail
+  std::vector<const char*> passing;  // tensors that must still pass
+};
+
+inline void expect_corruptions_fail(const std::string& file, Strategy strategy,
+                                    const std::vector<GoldenCorruption>& corruptions) {
+  for (const GoldenCorruption& c : corruptions) {
+    SCOPED_TRACE(c.what);
+    GoldenCaseEditor e(file);
+    c.apply(e);
+    const GoldenReport report = run_golden_case(e.to_case(), golden_options(strategy));
+    const std::string text = golden_report_text(report);
+    EXPECT_EQ(report.outcome, GoldenOutcome::kFail) << text;
+    for (const char* name : c.failing) {
+      ASSERT_NE(find_comparison(report, name), nullptr) << name;
+      EXPECT_FALSE(find_comparison(report, name)->pass) << name << " passed\n" << text;
+    }
+    for (const char* name : c.passing) {
+      ASSERT_NE(find_comparison(report, name), nullptr) << name;
+      EXPECT_TRUE(find_comparison(report, name)->pass) << name << " failed\n" << text;
+    }
+  }
+}
+
 }  // namespace specstate::cli

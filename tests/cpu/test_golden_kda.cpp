@@ -89,13 +89,7 @@ TEST_P(GoldenKda, CaseLowerBoundPassesOnTheCpuAgainstTheReferenceAndFla) {
 // Each corruption makes the case fail where it should (the test can fail).
 TEST_P(GoldenKda, CorruptedCopiesFail) {
   const Strategy strategy = GetParam();
-  struct Corruption {
-    const char* what;
-    std::function<void(GoldenCaseEditor&)> apply;
-    std::vector<const char*> failing;
-    std::vector<const char*> passing;
-  };
-  const std::vector<Corruption> corruptions = {
+  const std::vector<GoldenCorruption> corruptions = {
       {"one expected core_out value off by 1e-4 of the range",
        [](GoldenCaseEditor& e) {
          e.edit("ref_core_out.l1", [](auto& v) {
@@ -170,22 +164,7 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
        {"core_out", "ssm_state_committed"},
        {"conv_out", "conv_state_committed"}},
   };
-  for (const Corruption& c : corruptions) {
-    SCOPED_TRACE(c.what);
-    GoldenCaseEditor e(kFile);
-    c.apply(e);
-    const GoldenReport report = run_golden_case(e.to_case(), golden_options(strategy));
-    const std::string text = golden_report_text(report);
-    EXPECT_EQ(report.outcome, GoldenOutcome::kFail) << text;
-    for (const char* name : c.failing) {
-      ASSERT_NE(find_comparison(report, name), nullptr) << name;
-      EXPECT_FALSE(find_comparison(report, name)->pass) << name << " passed\n" << text;
-    }
-    for (const char* name : c.passing) {
-      ASSERT_NE(find_comparison(report, name), nullptr) << name;
-      EXPECT_TRUE(find_comparison(report, name)->pass) << name << " failed\n" << text;
-    }
-  }
+  expect_corruptions_fail(kFile, strategy, corruptions);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, GoldenKda, ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),

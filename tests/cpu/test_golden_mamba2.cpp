@@ -59,13 +59,7 @@ TEST_P(GoldenMamba2, CaseAPassesOnTheCpuWithinTheReadmeTolerances) {
 // gates the output, so the states still pass.
 TEST_P(GoldenMamba2, CorruptedCopiesFail) {
   const Strategy strategy = GetParam();
-  struct Corruption {
-    const char* what;
-    std::function<void(GoldenCaseEditor&)> apply;
-    std::vector<const char*> failing;  // tensors that must fail
-    std::vector<const char*> passing;  // tensors that must still pass
-  };
-  const std::vector<Corruption> corruptions = {
+  const std::vector<GoldenCorruption> corruptions = {
       // Row 1 accepts all 4 tokens: token 3 is in its committed conv window (token 0 is not).
       {"xBC of row 1, token 3, one channel",
        [](GoldenCaseEditor& e) {
@@ -108,22 +102,7 @@ TEST_P(GoldenMamba2, CorruptedCopiesFail) {
        {"ssm_state_committed", "conv_state_committed"},
        {"core_out", "conv_out"}},
   };
-  for (const Corruption& c : corruptions) {
-    SCOPED_TRACE(c.what);
-    GoldenCaseEditor e(kFile);
-    c.apply(e);
-    const GoldenReport report = run_golden_case(e.to_case(), golden_options(strategy));
-    const std::string text = golden_report_text(report);
-    EXPECT_EQ(report.outcome, GoldenOutcome::kFail) << text;
-    for (const char* name : c.failing) {
-      ASSERT_NE(find_comparison(report, name), nullptr) << name;
-      EXPECT_FALSE(find_comparison(report, name)->pass) << name << " passed\n" << text;
-    }
-    for (const char* name : c.passing) {
-      ASSERT_NE(find_comparison(report, name), nullptr) << name;
-      EXPECT_TRUE(find_comparison(report, name)->pass) << name << " failed\n" << text;
-    }
-  }
+  expect_corruptions_fail(kFile, strategy, corruptions);
 }
 
 // The case with bf16 activations, conv weights and conv state (inputs rounded to bf16, the copied
