@@ -6,18 +6,6 @@
 
 namespace specstate::kernels {
 
-// K: head_k_dim; LANES: lanes per V row; RPT: V rows per thread (GdnRows; 1 in every launch:
-// 2 was measured within +-2% and dropped, docs/cuda.md). Snapshots are stored
-// with an evict-first hint (written once, read back at most once by commit); 8 CTAs per SM for
-// LANES = 8 (measured: +10% BW). Measured and dropped (H200, B=128): an L2 prefetch of the state
-// one wave of CTAs ahead (-4%), and the state in shared memory via cp.async at 10 CTAs/SM instead
-// of registers (-5 to -9%).
-// kItems: rows of the batch one CTA handles in turn (same V slice and head): the next row's
-// committed state lands in shared memory (cp.async) while the current row is computed, so only
-// the first read of a CTA has its latency exposed.
-// kChunk: tokens staged at a time.
-// kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
-// recompute tree states (the snapshot and advance instantiation carries none of that code).
 // The shared memory of one CTA. next_state: the next item's state (kItems = 2: the next row's;
 // kMulti, a replay chain over several V blocks: the next block's).
 template <typename St, int K, int kRows, int kItems, int kChunk, bool kReplay, bool kTree,
@@ -416,6 +404,17 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   return true;
 }
 
+// The kernel. K: head_k_dim; LANES: lanes per V row; RPT: V rows per thread (GdnRows; 1 in every
+// launch: 2 was measured within +-2% and dropped, docs/cuda.md). Snapshots are stored with an
+// evict-first hint (written once, read back at most once by commit); 8 CTAs per SM for LANES = 8
+// (measured: +10% BW). Measured and dropped (H200, B=128): an L2 prefetch of the state one wave of
+// CTAs ahead (-4%), and the state in shared memory via cp.async at 10 CTAs/SM instead of registers
+// (-5 to -9%). kItems: rows of the batch one CTA handles in turn (same V slice and head): the next
+// row's committed state lands in shared memory (cp.async) while the current row is computed, so
+// only the first read of a CTA has its latency exposed. kChunk: tokens staged at a time. kReplay:
+// the instantiation that may apply history records (replay, DESIGN.md section 6) or recompute tree
+// states (the snapshot and advance instantiation carries none of that code). kMulti: a replay chain
+// over p.vblocks V blocks per CTA (gdn_replay_vblocks).
 #ifndef SPECSTATE_GDN_MULTI_MIN_CTAS
 #define SPECSTATE_GDN_MULTI_MIN_CTAS 8  // CTAs per SM the kMulti instantiation is compiled for
 #endif
