@@ -2,7 +2,8 @@
 """Speculative decoding of transformers' own Qwen3-Next with specstate owning the GDN state.
 
 transformers' `Qwen3NextForCausalLM` (a tiny random config: Gated DeltaNet layers with a full
-attention layer every fourth, as the real model interleaves them) decodes in speculative rounds:
+attention layer every fourth, as the real model interleaves them) decodes in speculative rounds
+(the loop, the drafters and the check are examples/python/spec_loop.py, shared by every client):
 
   * every GDN layer's forward is hooked: its projections, gating and output norm stay
     transformers' code, the conv + gated delta rule run in specstate's pool
@@ -19,9 +20,7 @@ the script checks it and exits 1 otherwise.
     python examples/python/qwen3_next_spec.py --strategy snapshot --device cuda --window 5
 """
 
-import argparse
-import copy
-import inspect
+import os
 import sys
 
 import torch
@@ -29,33 +28,27 @@ from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
 import specstate
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from spec_loop import LayerOwner, act_dtype, client_arguments, run_client  # noqa: E402
+
 
 # --- specstate behind transformers' GDN layers ----------------------------------------------
 
-class SpecstateGdn:
+class SpecstateGdn(LayerOwner):
     """Owns the pool and replaces the forward of every Qwen3NextGatedDeltaNet of `model`."""
 
     def __init__(self, model, strategy, max_window, dtype):
-        self.gdn = [m.linear_attn for m in model.model.layers if hasattr(m, "linear_attn")]
-        first = self.gdn[0]
-        act = specstate.DType.BF16 if dtype == torch.bfloat16 else specstate.DType.F32
+        gdn = [m.linear_attn for m in model.model.layers if hasattr(m, "linear_attn")]
+        first = gdn[0]
+        act = act_dtype(dtype)
         layer = specstate.GdnConfig(
             num_k_heads=first.num_k_heads, num_v_heads=first.num_v_heads,
             head_k_dim=first.head_k_dim, head_v_dim=first.head_v_dim,
             conv_width=first.conv_kernel_size, conv_bias=first.conv1d.bias is not None,
             act_dtype=act, conv_state_dtype=act, ssm_state_dtype=specstate.DType.F32)
-        cuda = first.A_log.is_cuda
-        self.stream = torch.cuda.current_stream().cuda_stream if cuda else None
-        self.pool = specstate.StatePool(
-            specstate.ModelConfig.gated_delta_net(len(self.gdn), layer),
-            specstate.PoolOptions(num_slots=1, max_rows=1, max_window=max_window,
-                                  strategy=strategy, stream=self.stream,
-                                  backend=specstate.Backend.CUDA if cuda else
-                                  specstate.Backend.CPU,
-                                  device=first.A_log.device.index or 0))
-        self.handle = self.pool.acquire()
-        self.verifying = False
-        for index, module in enumerate(self.gdn):
+        super().__init__(gdn, specstate.ModelConfig.gated_delta_net(len(gdn), layer), strategy,
+                         max_window, first.A_log.device)
+        for index, module in enumerate(gdn):
             w = specstate.GdnWeights(  # views of the module's parameters, no copies
                 conv_weight=module.conv1d.weight.detach().squeeze(1),
                 A_log=module.A_log.detach(), dt_bias=module.dt_bias.detach(),
@@ -70,111 +63,19 @@ class SpecstateGdn:
             mixed_qkv = torch.cat([x.reshape(1, n, -1) for x in (q, k, v)], dim=-1)[0]
             core = torch.empty(n, m.num_v_heads, m.head_v_dim, dtype=mixed_qkv.dtype,
                                device=mixed_qkv.device)
-            inputs = specstate.GdnInputs(mixed_qkv, a[0], b[0])  # a, b: strided views
-            outputs = specstate.GdnOutputs(core_out=core)
-            if self.verifying:  # the window of the open round; the committed state is unchanged
-                self.pool.verify(index, weights, inputs, outputs, stream=self.stream)
-            else:               # prompt: advances the committed state
-                self.pool.prefill(index, self.handle, weights, inputs, outputs,
-                                  stream=self.stream)
+            self.run(index, weights, specstate.GdnInputs(mixed_qkv, a[0], b[0]),  # strided a, b
+                     specstate.GdnOutputs(core_out=core))
             out = m.norm(core.reshape(-1, m.head_v_dim), z.reshape(-1, m.head_v_dim))
             return m.out_proj(out.reshape(1, n, -1))
         return forward
 
 
-def truncate_kv(cache, length):
-    """Drops the KV entries of rejected tokens from every attention layer."""
-    layers = getattr(cache, "layers", None)
-    if layers is not None:  # transformers >= 4.56: per-layer objects
-        for layer in layers:
-            if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
-                layer.keys = layer.keys[:, :, :length]
-                layer.values = layer.values[:, :, :length]
-        return
-    for i, keys in enumerate(cache.key_cache):  # older Qwen3NextDynamicCache
-        if keys is not None and keys.dim() == 4:
-            cache.key_cache[i] = keys[:, :, :length]
-            cache.value_cache[i] = cache.value_cache[i][:, :, :length]
-
-
-# transformers >= 5 calls it `cache` (`past_key_values` is deprecated there).
-CACHE_KWARG = ("cache" if "cache" in inspect.signature(Qwen3NextForCausalLM.forward).parameters
-               else "past_key_values")
-
-
-def new_cache(model):
+def hybrid_cache():
     try:
         from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextDynamicCache
-        return Qwen3NextDynamicCache(model.config)
+        return Qwen3NextDynamicCache
     except ImportError:
-        from transformers import DynamicCache
-        return DynamicCache(config=model.config)
-
-
-# --- drafters -------------------------------------------------------------------------------
-
-class PerturbedDrafter:
-    """The target with noise added to its weights: close, not equal (an imperfect draft model)."""
-
-    def __init__(self, model, noise, seed):
-        self.model = copy.deepcopy(model)
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        with torch.no_grad():
-            for p in self.model.parameters():
-                delta = torch.randn(p.shape, generator=gen).to(p.device) * p.float().std()
-                p.add_((delta * noise).to(p.dtype))
-
-    def propose(self, context, k):
-        ids = torch.tensor([context], device=self.model.device)
-        out = self.model.generate(ids, max_new_tokens=k, do_sample=False, min_new_tokens=k)
-        return out[0, len(context):].tolist()
-
-
-class NgramDrafter:
-    """Prompt lookup: the tokens that followed the latest earlier occurrence of the last n."""
-
-    def __init__(self, n=2):
-        self.n = n
-
-    def propose(self, context, k):
-        tail = context[-self.n:]
-        for start in range(len(context) - self.n - 1, -1, -1):
-            if context[start:start + self.n] == tail:
-                follow = context[start + self.n:start + self.n + k]
-                return (follow + [context[-1]] * k)[:k]
-        return [context[-1]] * k
-
-
-# --- the speculative loop -------------------------------------------------------------------
-
-@torch.no_grad()
-def speculative_generate(model, gdn, drafter, prompt, max_new_tokens, window):
-    cache = new_cache(model)
-    kv = {CACHE_KWARG: cache, "use_cache": True}  # transformers' KV cache: attention layers only
-    ids = lambda tokens: torch.tensor([tokens], device=model.device)  # noqa: E731
-    gdn.verifying = False
-    logits = model(ids(prompt), **kv).logits
-    root = int(logits[0, -1].argmax())
-    out, context = [root], prompt + [root]
-    rounds = proposed = accepted_drafts = 0
-    while len(out) < max_new_tokens:
-        tokens = [root] + drafter.propose(context, window - 1)          # the window, root first
-        gdn.pool.begin_verify(specstate.VerifyBatch([gdn.handle], window=window))
-        gdn.verifying = True
-        logits = model(ids(tokens), **kv).logits[0]
-        gdn.verifying = False
-        target = logits.argmax(-1).tolist()                              # target[t]: after t
-        acc = specstate.accept_greedy_chain(tokens, target)
-        gdn.pool.commit([acc.accepted_length()], stream=gdn.stream)     # GDN: keep a tokens
-        truncate_kv(cache, len(context) - 1 + acc.accepted_length())    # attention: the same
-        new = acc.emitted(tokens)                                        # drafts kept + bonus
-        out += new
-        context += new
-        root = acc.bonus_token
-        rounds += 1
-        proposed += window - 1
-        accepted_drafts += acc.accepted_length() - 1
-    return out[:max_new_tokens], dict(rounds=rounds, proposed=proposed, accepted=accepted_drafts)
+        return None
 
 
 def tiny_config(layers):
@@ -192,68 +93,9 @@ def tiny_config(layers):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--strategy", choices=["snapshot", "replay"], default="replay")
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    ap.add_argument("--drafter", choices=["perturbed", "ngram"], default="perturbed")
-    ap.add_argument("--noise", type=float, default=0.01,
-                    help="perturbed drafter: weight noise relative to each tensor's std")
-    ap.add_argument("--window", type=int, default=4, help="T: root + T-1 drafts per round")
-    ap.add_argument("--layers", type=int, default=8, help="decoder layers (every 4th attention)")
-    ap.add_argument("--prompt-len", type=int, default=12)
-    ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-
-    torch.manual_seed(args.seed)
-    dtype = getattr(torch, args.dtype)
-    model = Qwen3NextForCausalLM(tiny_config(args.layers)).to(args.device, dtype).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    gen = torch.Generator().manual_seed(args.seed + 1)
-    prompt = torch.randint(2, model.config.vocab_size, (args.prompt_len,), generator=gen).tolist()
-
-    # transformers' own greedy decoding: the reference (before any hook is installed)
-    drafter = (PerturbedDrafter(model, args.noise, args.seed + 2) if args.drafter == "perturbed"
-               else NgramDrafter())
-    with torch.no_grad():
-        ids = torch.tensor([prompt], device=args.device)
-        ref_out = model.generate(ids, max_new_tokens=args.new_tokens, do_sample=False,
-                                 min_new_tokens=args.new_tokens,
-                                 output_scores=True, return_dict_in_generate=True)
-    reference = ref_out.sequences[0, len(prompt):].tolist()
-
-    strategy = specstate.Strategy.SNAPSHOT if args.strategy == "snapshot" else \
-        specstate.Strategy.REPLAY
-    gdn = SpecstateGdn(model, strategy, args.window, dtype)
-    tokens, stats = speculative_generate(model, gdn, drafter, prompt, args.new_tokens,
-                                         args.window)
-
-    pool = gdn.pool
-    gdn_layers = len(gdn.gdn)
-    print(f"specstate {specstate.__version__}: Qwen3-Next tiny ({args.layers} layers, "
-          f"{gdn_layers} GDN + {args.layers - gdn_layers} attention), {args.dtype}, "
-          f"{args.device}, strategy {args.strategy}, window {args.window}, "
-          f"drafter {args.drafter}")
-    print(f"rounds {stats['rounds']}, tokens/round {(len(tokens) - 1) / stats['rounds']:.2f}, "
-          f"acceptance rate {stats['accepted'] / max(stats['proposed'], 1):.3f} "
-          f"({stats['accepted']}/{stats['proposed']} drafts)")
-    slot = pool.config.slot_bytes()
-    per_round = (2 if args.strategy == "replay" else 1 + args.window + 2) * slot
-    print(f"state: {slot} B committed per request ({gdn_layers} layers), workspace "
-          f"{pool.workspace_bytes()} B; per round and request about {per_round} B of state "
-          f"traffic ({'read + write once' if args.strategy == 'replay' else 'verify 1+T, commit 2'})")
-    same = tokens == reference
-    if same:
-        print(f"tokens: identical to model.generate(do_sample=False) ({len(tokens)} tokens)")
-        return 0
-    first = next(i for i, (x, y) in enumerate(zip(tokens, reference)) if x != y)
-    scores = ref_out.scores[first][0].float()
-    top = scores.topk(2).values
-    print(f"tokens: first difference at new token {first}: specstate {tokens[first]}, "
-          f"generate {reference[first]}; generate's logit gap there {float(top[0] - top[1]):.3g}")
-    return 0 if args.dtype != "float32" else 1
+    args = client_arguments(__doc__.split("\n")[0]).parse_args(argv)
+    return run_client(args, "Qwen3-Next", "GDN", lambda a: Qwen3NextForCausalLM(tiny_config(a.layers)),
+                      SpecstateGdn, hybrid_cache())
 
 
 if __name__ == "__main__":

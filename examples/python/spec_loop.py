@@ -1,0 +1,208 @@
+"""What every real client shares (examples/python/*_spec.py): a transformers hybrid model whose
+recurrent layers run in a specstate pool, decoded in speculative rounds and checked token for
+token against the model's own `generate(do_sample=False)`.
+
+A client supplies the model (a tiny random config, no downloads) and a `LayerOwner` subclass that
+replaces the forward of each recurrent layer: transformers' projections, gates and output norm
+stay, the layer's conv and recurrence run in specstate's pool (prefill while the prompt is read,
+verify inside a round). The attention layers keep transformers' KV cache, truncated to the
+accepted tokens after every round; `pool.commit` keeps the recurrent state after exactly the
+accepted prefix.
+"""
+
+import argparse
+import copy
+import inspect
+
+import torch
+
+import specstate
+
+
+class LayerOwner:
+    """Owns one pool for `layers` (the model's recurrent modules) and routes their forward:
+    `run(index, weights, inputs, outputs)` verifies inside a round, prefills otherwise."""
+
+    def __init__(self, layers, model_config, strategy, max_window, device):
+        self.layers = layers
+        cuda = device.type == "cuda"
+        self.stream = torch.cuda.current_stream().cuda_stream if cuda else None
+        self.pool = specstate.StatePool(
+            model_config,
+            specstate.PoolOptions(num_slots=1, max_rows=1, max_window=max_window,
+                                  strategy=strategy, stream=self.stream,
+                                  backend=specstate.Backend.CUDA if cuda else
+                                  specstate.Backend.CPU,
+                                  device=device.index or 0))
+        self.handle = self.pool.acquire()
+        self.verifying = False
+
+    def run(self, index, weights, inputs, outputs):
+        if self.verifying:  # the window of the open round; the committed state is unchanged
+            self.pool.verify(index, weights, inputs, outputs, stream=self.stream)
+        else:               # prompt: advances the committed state
+            self.pool.prefill(index, self.handle, weights, inputs, outputs, stream=self.stream)
+
+
+def act_dtype(dtype):
+    return specstate.DType.BF16 if dtype == torch.bfloat16 else specstate.DType.F32
+
+
+def truncate_kv(cache, length):
+    """Drops the KV entries of rejected tokens from every attention layer."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:  # transformers >= 4.56: per-layer objects
+        for layer in layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
+                layer.keys = layer.keys[:, :, :length]
+                layer.values = layer.values[:, :, :length]
+        return
+    for i, keys in enumerate(cache.key_cache):  # older hybrid caches
+        if keys is not None and keys.dim() == 4:
+            cache.key_cache[i] = keys[:, :, :length]
+            cache.value_cache[i] = cache.value_cache[i][:, :, :length]
+
+
+def cache_kwarg(model):
+    """transformers >= 5 calls it `cache` (`past_key_values` is deprecated there)."""
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def new_cache(model, hybrid_cache=None):
+    """The model's hybrid cache class where it has one, else a DynamicCache for its config."""
+    if hybrid_cache is not None:
+        return hybrid_cache(model.config)
+    from transformers import DynamicCache
+    return DynamicCache(config=model.config)
+
+
+class PerturbedDrafter:
+    """The target with noise added to its weights: close, not equal (an imperfect draft model)."""
+
+    def __init__(self, model, noise, seed):
+        self.model = copy.deepcopy(model)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        with torch.no_grad():
+            for p in self.model.parameters():
+                delta = torch.randn(p.shape, generator=gen).to(p.device) * p.float().std()
+                p.add_((delta * noise).to(p.dtype))
+
+    def propose(self, context, k):
+        ids = torch.tensor([context], device=self.model.device)
+        out = self.model.generate(ids, max_new_tokens=k, do_sample=False, min_new_tokens=k)
+        return out[0, len(context):].tolist()
+
+
+class NgramDrafter:
+    """Prompt lookup: the tokens that followed the latest earlier occurrence of the last n."""
+
+    def __init__(self, n=2):
+        self.n = n
+
+    def propose(self, context, k):
+        tail = context[-self.n:]
+        for start in range(len(context) - self.n - 1, -1, -1):
+            if context[start:start + self.n] == tail:
+                follow = context[start + self.n:start + self.n + k]
+                return (follow + [context[-1]] * k)[:k]
+        return [context[-1]] * k
+
+
+@torch.no_grad()
+def speculative_generate(model, owner, drafter, prompt, max_new_tokens, window, cache):
+    kv = {cache_kwarg(model): cache, "use_cache": True}  # KV cache: attention layers only
+    ids = lambda tokens: torch.tensor([tokens], device=model.device)  # noqa: E731
+    owner.verifying = False
+    logits = model(ids(prompt), **kv).logits
+    root = int(logits[0, -1].argmax())
+    out, context = [root], prompt + [root]
+    rounds = proposed = accepted_drafts = 0
+    while len(out) < max_new_tokens:
+        tokens = [root] + drafter.propose(context, window - 1)          # the window, root first
+        owner.pool.begin_verify(specstate.VerifyBatch([owner.handle], window=window))
+        owner.verifying = True
+        logits = model(ids(tokens), **kv).logits[0]
+        owner.verifying = False
+        target = logits.argmax(-1).tolist()                              # target[t]: after t
+        acc = specstate.accept_greedy_chain(tokens, target)
+        owner.pool.commit([acc.accepted_length()], stream=owner.stream)  # recurrent: a tokens
+        truncate_kv(cache, len(context) - 1 + acc.accepted_length())    # attention: the same
+        new = acc.emitted(tokens)                                        # drafts kept + bonus
+        out += new
+        context += new
+        root = acc.bonus_token
+        rounds += 1
+        proposed += window - 1
+        accepted_drafts += acc.accepted_length() - 1
+    return out[:max_new_tokens], dict(rounds=rounds, proposed=proposed, accepted=accepted_drafts)
+
+
+def client_arguments(description, layers=8):
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--strategy", choices=["snapshot", "replay"], default="replay")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--drafter", choices=["perturbed", "ngram"], default="perturbed")
+    ap.add_argument("--noise", type=float, default=0.01,
+                    help="perturbed drafter: weight noise relative to each tensor's std")
+    ap.add_argument("--window", type=int, default=4, help="T: root + T-1 drafts per round")
+    ap.add_argument("--layers", type=int, default=layers, help="decoder layers")
+    ap.add_argument("--prompt-len", type=int, default=12)
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def run_client(args, name, kind, make_model, make_owner, hybrid_cache=None, other="attention"):
+    """Builds the model (`make_model(args)`, on args.device in args.dtype), decodes the reference
+    with `generate`, installs the owner (`make_owner(model, strategy, window, dtype)`), decodes
+    speculatively and reports. Returns 0 when the tokens are identical (any mismatch in bfloat16
+    is reported with the logit gap where the tokens first differ, and returns 0 too). `kind`
+    names the recurrent layers in the report, `other` the rest."""
+    torch.manual_seed(args.seed)
+    dtype = getattr(torch, args.dtype)
+    model = make_model(args).to(args.device, dtype).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    prompt = torch.randint(2, model.config.vocab_size, (args.prompt_len,), generator=gen).tolist()
+
+    # transformers' own greedy decoding: the reference (before any hook is installed)
+    drafter = (PerturbedDrafter(model, args.noise, args.seed + 2) if args.drafter == "perturbed"
+               else NgramDrafter())
+    with torch.no_grad():
+        ids = torch.tensor([prompt], device=args.device)
+        ref_out = model.generate(ids, max_new_tokens=args.new_tokens, do_sample=False,
+                                 min_new_tokens=args.new_tokens,
+                                 output_scores=True, return_dict_in_generate=True)
+    reference = ref_out.sequences[0, len(prompt):].tolist()
+
+    strategy = specstate.Strategy.SNAPSHOT if args.strategy == "snapshot" else \
+        specstate.Strategy.REPLAY
+    owner = make_owner(model, strategy, args.window, dtype)
+    tokens, stats = speculative_generate(model, owner, drafter, prompt, args.new_tokens,
+                                         args.window, new_cache(model, hybrid_cache))
+
+    pool = owner.pool
+    recurrent = len(owner.layers)
+    print(f"specstate {specstate.__version__}: {name} tiny ({args.layers} layers, {recurrent} "
+          f"{kind} + {args.layers - recurrent} {other}), {args.dtype}, {args.device}, "
+          f"strategy {args.strategy}, window {args.window}, drafter {args.drafter}")
+    print(f"rounds {stats['rounds']}, tokens/round {(len(tokens) - 1) / stats['rounds']:.2f}, "
+          f"acceptance rate {stats['accepted'] / max(stats['proposed'], 1):.3f} "
+          f"({stats['accepted']}/{stats['proposed']} drafts)")
+    slot = pool.config.slot_bytes()
+    per_round = (2 if args.strategy == "replay" else 1 + args.window + 2) * slot
+    print(f"state: {slot} B committed per request ({recurrent} layers), workspace "
+          f"{pool.workspace_bytes()} B; per round and request about {per_round} B of state "
+          f"traffic ({'read + write once' if args.strategy == 'replay' else 'verify 1+T, commit 2'})")
+    if tokens == reference:
+        print(f"tokens: identical to model.generate(do_sample=False) ({len(tokens)} tokens)")
+        return 0
+    first = next(i for i, (x, y) in enumerate(zip(tokens, reference)) if x != y)
+    scores = ref_out.scores[first][0].float()
+    top = scores.topk(2).values
+    print(f"tokens: first difference at new token {first}: specstate {tokens[first]}, "
+          f"generate {reference[first]}; generate's logit gap there {float(top[0] - top[1]):.3g}")
+    return 0 if args.dtype != "float32" else 1
