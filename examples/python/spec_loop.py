@@ -138,13 +138,13 @@ def speculative_generate(model, owner, drafter, prompt, max_new_tokens, window, 
     return out[:max_new_tokens], dict(rounds=rounds, proposed=proposed, accepted=accepted_drafts)
 
 
-def client_arguments(description, layers=8):
+def client_arguments(description, layers=8, noise=0.01):
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--strategy", choices=["snapshot", "replay"], default="replay")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--drafter", choices=["perturbed", "ngram"], default="perturbed")
-    ap.add_argument("--noise", type=float, default=0.01,
+    ap.add_argument("--noise", type=float, default=noise,
                     help="perturbed drafter: weight noise relative to each tensor's std")
     ap.add_argument("--window", type=int, default=4, help="T: root + T-1 drafts per round")
     ap.add_argument("--layers", type=int, default=layers, help="decoder layers")
