@@ -1,6 +1,8 @@
-"""The real client (examples/python/qwen3_next_spec.py): transformers' Qwen3-Next decoding
-speculatively through specstate emits exactly model.generate's tokens (float32, CPU here; the
-same test runs on CUDA where there is a device). Skipped without torch and transformers."""
+"""The real clients (examples/python/*_spec.py, one per layer kind): transformers' own hybrid
+models decoding speculatively through specstate emit exactly model.generate's tokens (float32, CPU
+here; the same tests run on CUDA where there is a device and the kind has CUDA kernels).
+Qwen3-Next and Qwen3.5 (GDN), Nemotron-H (Mamba2), Kimi-Linear (KDA). Skipped without torch and
+transformers, or where this transformers lacks the model."""
 
 import importlib.util
 import os
@@ -8,22 +10,26 @@ import os
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("transformers")
-try:
-    from transformers import Qwen3NextForCausalLM  # noqa: F401
-except ImportError:
-    pytest.skip("this transformers has no Qwen3-Next", allow_module_level=True)
+transformers = pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
 import specstate  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLIENT = os.path.join(HERE, "..", "..", "examples", "python", "qwen3_next_spec.py")
+EXAMPLES = os.path.join(HERE, "..", "..", "examples", "python")
+
+# client script, the transformers class it needs, extra arguments (drafts that get rejected)
+CLIENTS = {
+    "qwen3_next": ("qwen3_next_spec.py", "Qwen3NextForCausalLM", ["--noise", "0.005"]),
+    "qwen3_5": ("qwen3_5_spec.py", "Qwen3_5ForCausalLM", []),
+    "nemotron_h": ("nemotron_h_spec.py", "NemotronHForCausalLM", []),
+    "kimi_linear": ("kimi_linear_spec.py", "KimiLinearForCausalLM", []),
+}
 
 
-def load_client():
-    spec = importlib.util.spec_from_file_location("qwen3_next_spec", CLIENT)
+def load_client(script):
+    spec = importlib.util.spec_from_file_location(script[:-3], os.path.join(EXAMPLES, script))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -34,13 +40,19 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("strategy", ["snapshot", "replay"])
-def test_token_exact_with_generate(strategy, device, capsys):
-    client = load_client()
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_token_exact_with_generate(client, strategy, device, capsys):
+    script, model_class, extra = CLIENTS[client]
+    if not hasattr(transformers, model_class):
+        pytest.skip(f"this transformers ({transformers.__version__}) has no {model_class}")
+    module = load_client(script)
     try:
-        rc = client.main(["--strategy", strategy, "--device", device, "--layers", "4",
-                          "--new-tokens", "12", "--window", "3", "--noise", "0.005"])
+        rc = module.main(["--strategy", strategy, "--device", device, "--layers", "4",
+                          "--new-tokens", "12", "--window", "3"] + extra)
     except specstate.NotSupportedError as e:
-        pytest.skip(f"specstate built without its CUDA backend: {e}")
+        pytest.skip(f"{client} on {device}: {e}")
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "identical to model.generate" in out, out
+    # the report names the client's model and its rounds (the check ran on real rounds)
+    assert "rounds " in out and "tokens/round" in out, out
