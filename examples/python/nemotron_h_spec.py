@@ -33,7 +33,9 @@ class SpecstateMamba2(LayerOwner):
                   if type(b.mixer).__name__.endswith("Mamba2Mixer")]
         first = mixers[0]
         act = act_dtype(dtype)
-        dt_min, dt_max = first.time_step_limit  # the mixer's clamp of dt (softplus'd)
+        # the mixer's clamp of dt (softplus'd); older transformers keep it in the config
+        dt_min, dt_max = getattr(first, "time_step_limit", None) or tuple(
+            getattr(model.config, "time_step_limit", (0.0, float("inf"))))
         layer = specstate.Mamba2Config(
             num_heads=first.num_heads, head_dim=first.head_dim, d_state=first.ssm_state_size,
             n_groups=first.n_groups, conv_width=first.conv_kernel_size,
