@@ -26,48 +26,22 @@ import sys
 import torch
 from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
-import specstate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spec_loop import LayerOwner, act_dtype, client_arguments, run_client  # noqa: E402
+from spec_loop import GdnOwner, client_arguments, run_client  # noqa: E402
 
 
-# --- specstate behind transformers' GDN layers ----------------------------------------------
+def project(m, hidden_states):
+    """Qwen3-Next's fused projections, split into the GDN layer's inputs."""
+    n = hidden_states.shape[1]
+    q, k, v, z, b, a = m.fix_query_key_value_ordering(m.in_proj_qkvz(hidden_states),
+                                                      m.in_proj_ba(hidden_states))
+    mixed_qkv = torch.cat([x.reshape(1, n, -1) for x in (q, k, v)], dim=-1)[0]
+    return mixed_qkv, a[0], b[0], z
 
-class SpecstateGdn(LayerOwner):
-    """Owns the pool and replaces the forward of every Qwen3NextGatedDeltaNet of `model`."""
 
-    def __init__(self, model, strategy, max_window, dtype):
-        gdn = [m.linear_attn for m in model.model.layers if hasattr(m, "linear_attn")]
-        first = gdn[0]
-        act = act_dtype(dtype)
-        layer = specstate.GdnConfig(
-            num_k_heads=first.num_k_heads, num_v_heads=first.num_v_heads,
-            head_k_dim=first.head_k_dim, head_v_dim=first.head_v_dim,
-            conv_width=first.conv_kernel_size, conv_bias=first.conv1d.bias is not None,
-            act_dtype=act, conv_state_dtype=act, ssm_state_dtype=specstate.DType.F32)
-        super().__init__(gdn, specstate.ModelConfig.gated_delta_net(len(gdn), layer), strategy,
-                         max_window, first.A_log.device)
-        for index, module in enumerate(gdn):
-            w = specstate.GdnWeights(  # views of the module's parameters, no copies
-                conv_weight=module.conv1d.weight.detach().squeeze(1),
-                A_log=module.A_log.detach(), dt_bias=module.dt_bias.detach(),
-                conv_bias=None if module.conv1d.bias is None else module.conv1d.bias.detach())
-            module.forward = self._make_forward(module, index, w)
-
-    def _make_forward(self, m, index, weights):
-        def forward(hidden_states, *args, **kwargs):  # [1, n, hidden]; the cache is ignored
-            n = hidden_states.shape[1]
-            q, k, v, z, b, a = m.fix_query_key_value_ordering(m.in_proj_qkvz(hidden_states),
-                                                              m.in_proj_ba(hidden_states))
-            mixed_qkv = torch.cat([x.reshape(1, n, -1) for x in (q, k, v)], dim=-1)[0]
-            core = torch.empty(n, m.num_v_heads, m.head_v_dim, dtype=mixed_qkv.dtype,
-                               device=mixed_qkv.device)
-            self.run(index, weights, specstate.GdnInputs(mixed_qkv, a[0], b[0]),  # strided a, b
-                     specstate.GdnOutputs(core_out=core))
-            out = m.norm(core.reshape(-1, m.head_v_dim), z.reshape(-1, m.head_v_dim))
-            return m.out_proj(out.reshape(1, n, -1))
-        return forward
+def owner(model, strategy, max_window, dtype):
+    return GdnOwner(model, strategy, max_window, dtype, project)
 
 
 def hybrid_cache():
@@ -95,7 +69,7 @@ def tiny_config(layers):
 def main(argv=None):
     args = client_arguments(__doc__.split("\n")[0]).parse_args(argv)
     return run_client(args, "Qwen3-Next", "GDN", lambda a: Qwen3NextForCausalLM(tiny_config(a.layers)),
-                      SpecstateGdn, hybrid_cache())
+                      owner, hybrid_cache())
 
 
 if __name__ == "__main__":

@@ -48,6 +48,43 @@ def act_dtype(dtype):
     return specstate.DType.BF16 if dtype == torch.bfloat16 else specstate.DType.F32
 
 
+class GdnOwner(LayerOwner):
+    """A LayerOwner for the Gated DeltaNet layers (`linear_attn`) of a Qwen-style model.
+    `project(m, hidden_states)` gives a layer's (mixed_qkv [n, q | k | v], a [n, HV], b [n, HV],
+    z [1, n, HV * V]), as that model's projections produce them; the conv and the delta rule run in
+    the pool, the gated norm and out_proj stay the model's."""
+
+    def __init__(self, model, strategy, max_window, dtype, project):
+        gdn = [m.linear_attn for m in model.model.layers if hasattr(m, "linear_attn")]
+        first = gdn[0]
+        act = act_dtype(dtype)
+        layer = specstate.GdnConfig(
+            num_k_heads=first.num_k_heads, num_v_heads=first.num_v_heads,
+            head_k_dim=first.head_k_dim, head_v_dim=first.head_v_dim,
+            conv_width=first.conv_kernel_size, conv_bias=first.conv1d.bias is not None,
+            act_dtype=act, conv_state_dtype=act, ssm_state_dtype=specstate.DType.F32)
+        super().__init__(gdn, specstate.ModelConfig.gated_delta_net(len(gdn), layer), strategy,
+                         max_window, first.A_log.device)
+        for index, module in enumerate(gdn):
+            w = specstate.GdnWeights(  # views of the module's parameters, no copies
+                conv_weight=module.conv1d.weight.detach().squeeze(1),
+                A_log=module.A_log.detach(), dt_bias=module.dt_bias.detach(),
+                conv_bias=None if module.conv1d.bias is None else module.conv1d.bias.detach())
+            module.forward = self._make_forward(module, index, w, project)
+
+    def _make_forward(self, m, index, weights, project):
+        def forward(hidden_states, *args, **kwargs):  # [1, n, hidden]; the cache is ignored
+            n = hidden_states.shape[1]
+            mixed_qkv, a, b, z = project(m, hidden_states)
+            core = torch.empty(n, m.num_v_heads, m.head_v_dim, dtype=mixed_qkv.dtype,
+                               device=mixed_qkv.device)
+            self.run(index, weights, specstate.GdnInputs(mixed_qkv, a, b),  # a, b may be strided
+                     specstate.GdnOutputs(core_out=core))
+            out = m.norm(core.reshape(-1, m.head_v_dim), z.reshape(-1, m.head_v_dim))
+            return m.out_proj(out.reshape(1, n, -1))
+        return forward
+
+
 def truncate_kv(cache, length):
     """Drops the KV entries of rejected tokens from every attention layer."""
     layers = getattr(cache, "layers", None)
