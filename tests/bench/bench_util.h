@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench_fill.h"
+#include "specstate/config.h"
 
 namespace specstate::bench {
 
@@ -105,6 +107,28 @@ inline double time_graph(cudaGraphExec_t exec, cudaStream_t stream, void* flush,
 
 // The shapes every rounds and per-layer benchmark runs: T in {2, 4, 8} x B in {1, 8, 32, 128},
 // manual (event) time in us.
+// SPECSTATE_BENCH_RING: PoolOptions::replay_ring of the benchmarks' replay pools (0 or unset:
+// the default ring, default_replay_ring(T)).
+inline int bench_ring() {
+  const char* r = std::getenv("SPECSTATE_BENCH_RING");
+  return r ? std::atoi(r) : 0;
+}
+
+// The options of a benchmark's CUDA pool: `rows` slots and rows, windows up to `max_window`, on
+// `stream`; a replay pool takes bench_ring().
+inline PoolOptions bench_pool_options(int rows, int max_window, cudaStream_t stream,
+                                      Strategy strategy = Strategy::kSnapshot) {
+  PoolOptions o;
+  o.num_slots = rows;
+  o.max_rows = rows;
+  o.max_window = max_window;
+  o.backend = Backend::kCuda;
+  o.stream = stream;
+  o.strategy = strategy;
+  if (strategy == Strategy::kReplay) o.replay_ring = bench_ring();
+  return o;
+}
+
 inline void shapes(benchmark::internal::Benchmark* b) {
   for (int T : {2, 4, 8}) {
     for (int B : {1, 8, 32, 128}) b->Args({T, B});

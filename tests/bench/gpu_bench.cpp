@@ -77,14 +77,9 @@ struct World {
     g.act_dtype = DType::kBF16;
     g.conv_state_dtype = DType::kBF16;
     g.ssm_state_dtype = DType::kF32;
-    PoolOptions options;
-    options.num_slots = kMaxB;
-    options.max_rows = kMaxB;
-    options.max_window = kMaxT;
-    options.backend = Backend::kCuda;
-    options.stream = stream;
-    pool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g), options);
-    if (const char* r = std::getenv("SPECSTATE_BENCH_RING")) ring = std::atoi(r);
+    pool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g),
+                                       bench_pool_options(kMaxB, kMaxT, stream));
+    ring = bench_ring();
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
     uint64_t seed = 1;
     for (int l = 0; l < kLayers; ++l) {
@@ -127,15 +122,8 @@ struct World {
     if (rpool && rpool_T == T) return *rpool;
     rpool.reset();
     rhandles.clear();
-    PoolOptions options;
-    options.num_slots = kMaxB;
-    options.max_rows = kMaxB;
-    options.max_window = T;
-    options.backend = Backend::kCuda;
-    options.stream = stream;
-    options.strategy = Strategy::kReplay;
-    options.replay_ring = ring;
-    rpool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g), options);
+    rpool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g),
+                                        bench_pool_options(kMaxB, T, stream, Strategy::kReplay));
     rpool_T = T;
     for (int i = 0; i < kMaxB; ++i) rhandles.push_back(rpool->acquire());
     uint64_t seed = 1000 + T;

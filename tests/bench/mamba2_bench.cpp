@@ -129,15 +129,8 @@ struct World {
     if (pool && pool_strategy == s && pool_T == T) return *pool;
     pool.reset();
     handles.clear();
-    PoolOptions o;
-    o.num_slots = kMaxB;
-    o.max_rows = kMaxB;
-    o.max_window = T;
-    o.backend = Backend::kCuda;
-    o.strategy = s;
-    o.stream = stream;
-    if (const char* r = std::getenv("SPECSTATE_BENCH_RING")) o.replay_ring = std::atoi(r);
-    pool = std::make_unique<StatePool>(ModelConfig::mamba2(kLayers, nemotron_h_8b()), o);
+    pool = std::make_unique<StatePool>(ModelConfig::mamba2(kLayers, nemotron_h_8b()),
+                                       bench_pool_options(kMaxB, T, stream, s));
     pool_strategy = s;
     pool_T = T;
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
