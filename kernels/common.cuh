@@ -202,17 +202,9 @@ inline int device_sm_count() {
 // on (B = 8: 2 blocks, B = 32 and 128: 8); Mamba2 (Nemotron-H, 4 channel blocks a head) only
 // from about 24 (B = 32 and 128: 4, 0.82-0.99x; B = 8 with 2 or 4 was 1.13-1.28x slower).
 inline int replay_vblocks_for(int rows, int heads, int blocks, int min_per_sm, const char* env) {
-  if (const char* e = std::getenv(env)) {
-    const int n = std::atoi(e);
-    if (n == 1 || n == 2 || n == 4 || n == 8) return n < blocks ? n : blocks;
-  }
-  const int64_t slots = int64_t{device_sm_count()} * min_per_sm;
-  int vb = 1;
-  while (vb * 2 <= blocks && vb < 8 &&
-         int64_t{rows} * heads * ((blocks + vb * 2 - 1) / (vb * 2)) >= slots) {
-    vb *= 2;
-  }
-  return vb;
+  const char* e = std::getenv(env);
+  return replay_blocks_per_cta(rows, heads, blocks, min_per_sm, device_sm_count(),
+                               e ? std::atoi(e) : 0);
 }
 
 // Whether the current device runs programmatic dependent launch (compute capability >= 9.0),

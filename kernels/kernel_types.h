@@ -82,4 +82,22 @@ constexpr KdaFactorLayout kda_factor_layout(int64_t H, int64_t HV, int64_t K, in
 // verify, commit, discard and materialize evaluate it alike, with no host sync.
 constexpr bool replay_folds(int h, int ring, int max_window) { return h > ring - 2 * max_window; }
 
+// Blocks (of V rows, or channels) of one (row, head) per CTA of a replay chain launch: the most
+// of 1, 2, 4 or 8 (at most `blocks`, the head's blocks) whose CTAs, rows * heads * ceil(blocks /
+// n), still number at least `min_per_sm` per SM on `sms` SMs; `forced` (1, 2, 4 or 8, capped at
+// `blocks`) overrides, anything else is ignored. kernels/common.cuh's replay_vblocks_for supplies
+// the device's SM count and the environment's override.
+constexpr int replay_blocks_per_cta(int64_t rows, int64_t heads, int blocks, int min_per_sm,
+                                    int sms, int forced = 0) {
+  if (forced == 1 || forced == 2 || forced == 4 || forced == 8) {
+    return forced < blocks ? forced : (blocks > 0 ? blocks : 1);
+  }
+  const int64_t slots = int64_t{sms} * min_per_sm;
+  int vb = 1;
+  while (vb * 2 <= blocks && vb < 8 && rows * heads * ((blocks + vb * 2 - 1) / (vb * 2)) >= slots) {
+    vb *= 2;
+  }
+  return vb;
+}
+
 }  // namespace specstate::kernels

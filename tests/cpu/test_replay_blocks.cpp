@@ -1,0 +1,76 @@
+// The replay verify kernels' block count per CTA (kernels::replay_blocks_per_cta, which the CUDA
+// launchers call with the device's SM count and SPECSTATE_GDN_VBLOCKS / SPECSTATE_MAMBA2_VBLOCKS):
+// the choices measured on the H200 (132 SMs; docs/cuda.md, "several blocks of a row per CTA"),
+// how they move with the GPU's size, and the override's rules. Host-only arithmetic: runs in CI.
+#include <gtest/gtest.h>
+
+#include "kernels/kernel_types.h"
+
+namespace specstate::kernels {
+namespace {
+
+constexpr int kH200 = 132;
+// GDN, Qwen3-Next TP1: 32 value heads of 8 V blocks (128 rows / 16); 6 CTAs per SM.
+int gdn(int64_t batch, int sms = kH200, int forced = 0) {
+  return replay_blocks_per_cta(batch, 32, 8, 6, sms, forced);
+}
+// Mamba2, Nemotron-H-8B TP1: 128 heads of 4 channel blocks (64 / 16); 24 CTAs per SM.
+int mamba2(int64_t batch, int sms = kH200, int forced = 0) {
+  return replay_blocks_per_cta(batch, 128, 4, 24, sms, forced);
+}
+
+TEST(ReplayBlocksPerCta, TheChoicesMeasuredOnTheH200) {
+  // GDN rounds were fastest with 1 block at B = 1, 2 at B = 8, 8 at B = 32 and 128.
+  EXPECT_EQ(gdn(1), 1);
+  EXPECT_EQ(gdn(8), 2);
+  EXPECT_EQ(gdn(32), 8);
+  EXPECT_EQ(gdn(128), 8);
+  // Mamba2 lost with any merging at B = 8 and gained with 4 blocks from B = 32 on.
+  EXPECT_EQ(mamba2(1), 1);
+  EXPECT_EQ(mamba2(8), 1);
+  EXPECT_EQ(mamba2(32), 4);
+  EXPECT_EQ(mamba2(128), 4);
+}
+
+TEST(ReplayBlocksPerCta, NeverMoreThanTheHeadsBlocksOrEightAndAPowerOfTwo) {
+  for (int blocks = 1; blocks <= 16; ++blocks) {
+    for (int64_t rows : {1, 8, 64, 4096}) {
+      const int n = replay_blocks_per_cta(rows, 64, blocks, 1, kH200);
+      EXPECT_GE(n, 1);
+      EXPECT_LE(n, blocks);
+      EXPECT_LE(n, 8);
+      EXPECT_EQ(n & (n - 1), 0) << n;
+    }
+  }
+}
+
+TEST(ReplayBlocksPerCta, MoreSmsMergeLess) {
+  // A GPU with fewer SMs is filled by fewer CTAs, so it merges earlier.
+  EXPECT_EQ(gdn(8, 64), 4);
+  EXPECT_EQ(gdn(8, 264), 1);
+  EXPECT_EQ(mamba2(8, 40), 4);
+  // Monotone in the batch: a larger batch never merges fewer blocks.
+  for (int sms : {40, 80, 132, 264}) {
+    int last = 1;
+    for (int64_t b = 1; b <= 512; b *= 2) {
+      EXPECT_GE(gdn(b, sms), last) << "sms " << sms << " batch " << b;
+      last = gdn(b, sms);
+    }
+  }
+}
+
+TEST(ReplayBlocksPerCta, TheOverrideTakesOneTwoFourOrEightCappedAtTheBlocks) {
+  EXPECT_EQ(gdn(128, kH200, 1), 1);
+  EXPECT_EQ(gdn(1, kH200, 8), 8);
+  EXPECT_EQ(gdn(8, kH200, 4), 4);
+  EXPECT_EQ(replay_blocks_per_cta(4, 4, 5, 6, kH200, 8), 5);  // V = 72: 5 blocks
+  EXPECT_EQ(mamba2(1, kH200, 8), 4);
+  // Anything else is no override: the heuristic's choice.
+  for (int bad : {0, 3, 5, 16, -1}) {
+    EXPECT_EQ(gdn(8, kH200, bad), 2) << bad;
+    EXPECT_EQ(gdn(128, kH200, bad), 8) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace specstate::kernels
