@@ -78,6 +78,26 @@ inline void conv_step(const float* window, const float* x, const TensorView& wei
   }
 }
 
+// The conv part of every kind's CPU token step: the window of one state (storage-dtype memory
+// prev_conv) advanced by this token's input x into next_conv (prev and next may be the same
+// memory); y is the conv output rounded to the activation dtype (what feeds the recurrence, as in
+// the model), also stored as token out_token of the conv_out view when that view is given and
+// out_token >= 0. window, next_window: [conv_dim, W-1] fp32 scratch.
+inline void conv_token(const void* prev_conv, void* next_conv, DType conv_dtype, DType act,
+                       const float* x, const TensorView& weight, const TensorView& bias,
+                       int64_t conv_dim, int width, const TensorView& conv_out, int64_t out_token,
+                       float* window, float* next_window, float* y) {
+  const int64_t hist = width - 1;
+  load_array(prev_conv, conv_dtype, conv_dim * hist, window);
+  conv_step(window, x, weight, bias, static_cast<int>(conv_dim), width, y, next_window);
+  store_array(next_window, conv_dim * hist, conv_dtype, next_conv);
+  const bool out = out_token >= 0 && !conv_out.empty();
+  for (int64_t c = 0; c < conv_dim; ++c) {
+    y[c] = round_to(act, y[c]);
+    if (out) store(conv_out, out_token * conv_out.stride[0] + c * conv_out.stride[1], y[c]);
+  }
+}
+
 // Per-token, per-value-head gate values and normalised q/k (shared by every strategy).
 struct HeadInputs {
   const float* q;  // [K] raw (conv output)

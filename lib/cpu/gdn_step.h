@@ -76,20 +76,9 @@ class GdnStep {
             int64_t out_token, void* factor = nullptr) {
     const int64_t d = g_.conv_dim();
     const DType act = g_.act_dtype;
-    load_array(prev_conv, g_.conv_state_dtype, d * hist_, window_.data());
-    conv_step(window_.data(), x_.data(), w_.conv_weight, w_.conv_bias, static_cast<int>(d),
-              g_.conv_width, y_.data(), next_window_.data());
-    store_array(next_window_.data(), d * hist_, g_.conv_state_dtype, next_conv);
-    // The conv output is stored in the activation dtype, and that rounded value feeds the
-    // recurrence, as in the model.
-    const bool conv_out = out_token >= 0 && !out_.conv_out.empty();
-    for (int64_t c = 0; c < d; ++c) {
-      y_[c] = round_to(act, y_[c]);
-      if (conv_out) {
-        store(out_.conv_out, out_token * out_.conv_out.stride[0] + c * out_.conv_out.stride[1],
-              y_[c]);
-      }
-    }
+    conv_token(prev_conv, next_conv, g_.conv_state_dtype, act, x_.data(), w_.conv_weight,
+               w_.conv_bias, d, g_.conv_width, out_.conv_out, out_token, window_.data(),
+               next_window_.data(), y_.data());
 
     const int H = g_.num_k_heads, HV = g_.num_v_heads, K = g_.head_k_dim, V = g_.head_v_dim;
     const int64_t head_elems = int64_t{V} * K;

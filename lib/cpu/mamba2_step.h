@@ -105,18 +105,9 @@ class Mamba2Step {
             int64_t out_token, void* factor = nullptr) {
     const int64_t d = m_.conv_dim();
     const DType act = m_.act_dtype;
-    load_array(prev_conv, m_.conv_state_dtype, d * hist_, window_.data());
-    conv_step(window_.data(), x_.data(), w_.conv_weight, w_.conv_bias, static_cast<int>(d),
-              m_.conv_width, y_.data(), next_window_.data());
-    store_array(next_window_.data(), d * hist_, m_.conv_state_dtype, next_conv);
-    const bool conv_out = out_token >= 0 && !out_.conv_out.empty();
-    for (int64_t c = 0; c < d; ++c) {
-      y_[c] = round_to(act, y_[c]);
-      if (conv_out) {
-        store(out_.conv_out, out_token * out_.conv_out.stride[0] + c * out_.conv_out.stride[1],
-              y_[c]);
-      }
-    }
+    conv_token(prev_conv, next_conv, m_.conv_state_dtype, act, x_.data(), w_.conv_weight,
+               w_.conv_bias, d, m_.conv_width, out_.conv_out, out_token, window_.data(),
+               next_window_.data(), y_.data());
 
     const int H = m_.num_heads, P = m_.head_dim, N = m_.d_state, G = m_.n_groups;
     const int heads_per_group = H / G;
