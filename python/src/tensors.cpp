@@ -289,6 +289,43 @@ nb::object view_to_python(const TensorView& view, int device_id, nb::handle owne
   return nb::cast(std::move(array));
 }
 
+// The weights of a delta-rule layer kind (GDN, KDA: conv_weight, A_log, dt_bias, conv_bias?),
+// bound with the kind's names and docs.
+template <typename W>
+void bind_delta_weights(nb::module_& m, const char* name, const char* doc, const char* init_doc,
+                        const char* bias_doc, const char* a_log_doc, const char* dt_bias_doc) {
+  const auto rw = [](auto field, const char* what) {
+    return std::make_pair([field](const W& self) { return (self.*field).object; },
+                          [field, what](W& self, nb::handle value) {
+                            self.*field = to_arg(value, what, false,
+                                                 std::string(what) == "weights.conv_bias");
+                          });
+  };
+  nb::class_<W> c(m, name, doc);
+  c.def(
+      "__init__",
+      [](W* self, nb::handle conv_weight, nb::handle A_log, nb::handle dt_bias,
+         nb::handle conv_bias) {
+        new (self) W();
+        self->conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
+        self->A_log = to_arg(A_log, "weights.A_log", false, false);
+        self->dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
+        self->conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
+      },
+      nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
+      nb::arg("conv_bias").none() = nb::none(), init_doc);
+  const auto prop = [&](const char* field_name, Arg W::*field, const char* what,
+                        const char* field_doc) {
+    auto [get, set] = rw(field, what);
+    c.def_prop_rw(field_name, get, set, nb::arg("value").none(), field_doc);
+  };
+  prop("conv_weight", &W::conv_weight, "weights.conv_weight",
+       "[conv_dim, W] depthwise conv weight.");
+  prop("conv_bias", &W::conv_bias, "weights.conv_bias", bias_doc);
+  prop("A_log", &W::A_log, "weights.A_log", a_log_doc);
+  prop("dt_bias", &W::dt_bias, "weights.dt_bias", dt_bias_doc);
+}
+
 void bind_tensors(nb::module_& m) {
   m.def(
       "describe", [](nb::handle x) { return to_arg(x, "x", false, false).view.describe(); },
@@ -326,30 +363,14 @@ void bind_tensors(nb::module_& m) {
       },                                                                   \
       nb::arg("value").none(), doc)
 
-  nb::class_<PyGdnWeights>(
+  bind_delta_weights<PyGdnWeights>(
       m, "GdnWeights",
       "One Gated DeltaNet layer's weights, as views of the caller's arrays (no copies; the "
-      "arrays stay alive while this object holds them).")
-      .def(
-          "__init__",
-          [](PyGdnWeights* self, nb::handle conv_weight, nb::handle A_log, nb::handle dt_bias,
-             nb::handle conv_bias) {
-            new (self) PyGdnWeights();
-            self->conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
-            self->A_log = to_arg(A_log, "weights.A_log", false, false);
-            self->dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
-            self->conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
-          },
-          nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
-          nb::arg("conv_bias").none() = nb::none(),
-          "conv_weight [conv_dim, W] (tap W-1 multiplies the current token), A_log [HV], "
-          "dt_bias [HV], conv_bias [conv_dim] or None; float32 or bfloat16.")
-      .SPECSTATE_ARG_RW(PyGdnWeights, conv_weight, "weights", false, false,
-                        "[conv_dim, W] depthwise conv weight.")
-      .SPECSTATE_ARG_RW(PyGdnWeights, conv_bias, "weights", false, true,
-                        "[conv_dim] conv bias, or None (GdnConfig.conv_bias False).")
-      .SPECSTATE_ARG_RW(PyGdnWeights, A_log, "weights", false, false, "[HV] log decay.")
-      .SPECSTATE_ARG_RW(PyGdnWeights, dt_bias, "weights", false, false, "[HV] gate bias.");
+      "arrays stay alive while this object holds them).",
+      "conv_weight [conv_dim, W] (tap W-1 multiplies the current token), A_log [HV], "
+      "dt_bias [HV], conv_bias [conv_dim] or None; float32 or bfloat16.",
+      "[conv_dim] conv bias, or None (GdnConfig.conv_bias False).", "[HV] log decay.",
+      "[HV] gate bias.");
 
   nb::class_<PyGdnInputs>(
       m, "GdnInputs",
@@ -443,28 +464,12 @@ void bind_tensors(nb::module_& m) {
       .SPECSTATE_ARG_RW(PyMamba2Outputs, conv_out, "outputs", true, true,
                         "[tokens, conv_dim] or None.");
 
-  nb::class_<PyKdaWeights>(m, "KdaWeights",
-                           "One KDA layer's weights, as views of the caller's arrays.")
-      .def(
-          "__init__",
-          [](PyKdaWeights* self, nb::handle conv_weight, nb::handle A_log, nb::handle dt_bias,
-             nb::handle conv_bias) {
-            new (self) PyKdaWeights();
-            self->conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
-            self->A_log = to_arg(A_log, "weights.A_log", false, false);
-            self->dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
-            self->conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
-          },
-          nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
-          nb::arg("conv_bias").none() = nb::none(),
-          "conv_weight [conv_dim, W], A_log [HV], dt_bias [HV, K] (one bias per key channel), "
-          "conv_bias [conv_dim] or None; float32 or bfloat16.")
-      .SPECSTATE_ARG_RW(PyKdaWeights, conv_weight, "weights", false, false,
-                        "[conv_dim, W] depthwise conv weight.")
-      .SPECSTATE_ARG_RW(PyKdaWeights, conv_bias, "weights", false, true,
-                        "[conv_dim] conv bias, or None (KdaConfig.conv_bias False).")
-      .SPECSTATE_ARG_RW(PyKdaWeights, A_log, "weights", false, false, "[HV] log decay scale.")
-      .SPECSTATE_ARG_RW(PyKdaWeights, dt_bias, "weights", false, false, "[HV, K] gate bias.");
+  bind_delta_weights<PyKdaWeights>(
+      m, "KdaWeights", "One KDA layer's weights, as views of the caller's arrays.",
+      "conv_weight [conv_dim, W], A_log [HV], dt_bias [HV, K] (one bias per key channel), "
+      "conv_bias [conv_dim] or None; float32 or bfloat16.",
+      "[conv_dim] conv bias, or None (KdaConfig.conv_bias False).", "[HV] log decay scale.",
+      "[HV, K] gate bias.");
   nb::class_<PyKdaInputs>(m, "KdaInputs", "Per-token KDA layer inputs, packed by row.")
       .def(
           "__init__",
