@@ -63,6 +63,52 @@ void bind_errors(nb::module_& m) {
   });
 }
 
+// The fields the delta-rule kinds' configs share (GdnConfig, KdaConfig): set from __init__'s
+// keywords, and bound as properties, methods and __repr__ under the kind's class name.
+template <typename C>
+void set_delta_fields(C* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
+                      int conv_width, std::optional<float> scale, bool conv_bias, DType act_dtype,
+                      DType conv_state_dtype, DType ssm_state_dtype) {
+  self->num_k_heads = num_k_heads;
+  self->num_v_heads = num_v_heads;
+  self->head_k_dim = head_k_dim;
+  self->head_v_dim = head_v_dim;
+  self->conv_width = conv_width;
+  self->scale = scale;
+  self->conv_bias = conv_bias;
+  self->act_dtype = act_dtype;
+  self->conv_state_dtype = conv_state_dtype;
+  self->ssm_state_dtype = ssm_state_dtype;
+}
+
+template <typename C>
+void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* conv_bias_doc,
+                      const char* act_dtype_doc) {
+  cls.def_rw("num_k_heads", &C::num_k_heads, "H: query/key heads.")
+      .def_rw("num_v_heads", &C::num_v_heads, "HV: value heads, a multiple of H.")
+      .def_rw("head_k_dim", &C::head_k_dim, "K.")
+      .def_rw("head_v_dim", &C::head_v_dim, "V.")
+      .def_rw("conv_width", &C::conv_width, "W: conv taps; the conv state keeps W-1 columns.")
+      .def_rw("scale", &C::scale, nb::arg("value").none(), "Query scale; K**-0.5 when None.")
+      .def_rw("conv_bias", &C::conv_bias, conv_bias_doc)
+      .def_rw("act_dtype", &C::act_dtype, act_dtype_doc)
+      .def_rw("conv_state_dtype", &C::conv_state_dtype, "Committed conv window dtype.")
+      .def_rw("ssm_state_dtype", &C::ssm_state_dtype, "Committed SSM state dtype.")
+      .def("conv_dim", &C::conv_dim, "2*H*K + HV*V.")
+      .def("effective_scale", &C::effective_scale, "scale, or K**-0.5 when unset.")
+      .def("ssm_state_elems", &C::ssm_state_elems, "HV * V * K.")
+      .def("__repr__", [name](const C& c) {
+        return name + "(num_k_heads=" + std::to_string(c.num_k_heads) +
+               ", num_v_heads=" + std::to_string(c.num_v_heads) +
+               ", head_k_dim=" + std::to_string(c.head_k_dim) +
+               ", head_v_dim=" + std::to_string(c.head_v_dim) +
+               ", conv_width=" + std::to_string(c.conv_width) +
+               ", act_dtype=" + dtype_name(c.act_dtype) +
+               ", conv_state_dtype=" + dtype_name(c.conv_state_dtype) +
+               ", ssm_state_dtype=" + dtype_name(c.ssm_state_dtype) + ")";
+      });
+}
+
 }  // namespace
 
 void bind_config(nb::module_& m) {
@@ -116,57 +162,26 @@ void bind_config(nb::module_& m) {
       "version", [] { return std::string(specstate::version()); },
       "The C++ library's version, e.g. '0.1.0'.");
 
-  nb::class_<GdnConfig>(m, "GdnConfig",
-                        "One Gated DeltaNet layer (Qwen3-Next). Defaults: Qwen3-Next-80B at TP1 "
-                        "(H=16, HV=32, K=V=128, W=4, bf16 activations and conv state, f32 SSM).")
-      .def(
-          "__init__",
-          [](GdnConfig* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
-             int conv_width, std::optional<float> scale, bool conv_bias, DType act_dtype,
-             DType conv_state_dtype, DType ssm_state_dtype) {
-            new (self) GdnConfig();
-            self->num_k_heads = num_k_heads;
-            self->num_v_heads = num_v_heads;
-            self->head_k_dim = head_k_dim;
-            self->head_v_dim = head_v_dim;
-            self->conv_width = conv_width;
-            self->scale = scale;
-            self->conv_bias = conv_bias;
-            self->act_dtype = act_dtype;
-            self->conv_state_dtype = conv_state_dtype;
-            self->ssm_state_dtype = ssm_state_dtype;
-          },
-          nb::kw_only(), nb::arg("num_k_heads") = 16, nb::arg("num_v_heads") = 32,
-          nb::arg("head_k_dim") = 128, nb::arg("head_v_dim") = 128, nb::arg("conv_width") = 4,
-          nb::arg("scale").none() = nb::none(), nb::arg("conv_bias") = false,
-          nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
-          nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.")
-      .def_rw("num_k_heads", &GdnConfig::num_k_heads, "H: query/key heads.")
-      .def_rw("num_v_heads", &GdnConfig::num_v_heads, "HV: value heads, a multiple of H.")
-      .def_rw("head_k_dim", &GdnConfig::head_k_dim, "K.")
-      .def_rw("head_v_dim", &GdnConfig::head_v_dim, "V.")
-      .def_rw("conv_width", &GdnConfig::conv_width,
-              "W: conv taps; the conv state keeps W-1 columns.")
-      .def_rw("scale", &GdnConfig::scale, nb::arg("value").none(),
-              "Query scale; K**-0.5 when None.")
-      .def_rw("conv_bias", &GdnConfig::conv_bias, "Whether verify/decode take a conv bias.")
-      .def_rw("act_dtype", &GdnConfig::act_dtype,
-              "dtype of mixed_qkv, a, b, conv_out and core_out.")
-      .def_rw("conv_state_dtype", &GdnConfig::conv_state_dtype, "Committed conv window dtype.")
-      .def_rw("ssm_state_dtype", &GdnConfig::ssm_state_dtype, "Committed SSM state dtype.")
-      .def("conv_dim", &GdnConfig::conv_dim, "2*H*K + HV*V.")
-      .def("effective_scale", &GdnConfig::effective_scale, "scale, or K**-0.5 when unset.")
-      .def("ssm_state_elems", &GdnConfig::ssm_state_elems, "HV * V * K.")
-      .def("__repr__", [](const GdnConfig& c) {
-        return "GdnConfig(num_k_heads=" + std::to_string(c.num_k_heads) +
-               ", num_v_heads=" + std::to_string(c.num_v_heads) +
-               ", head_k_dim=" + std::to_string(c.head_k_dim) +
-               ", head_v_dim=" + std::to_string(c.head_v_dim) +
-               ", conv_width=" + std::to_string(c.conv_width) +
-               ", act_dtype=" + dtype_name(c.act_dtype) +
-               ", conv_state_dtype=" + dtype_name(c.conv_state_dtype) +
-               ", ssm_state_dtype=" + dtype_name(c.ssm_state_dtype) + ")";
-      });
+  nb::class_<GdnConfig> gdn(
+      m, "GdnConfig",
+      "One Gated DeltaNet layer (Qwen3-Next). Defaults: Qwen3-Next-80B at TP1 "
+      "(H=16, HV=32, K=V=128, W=4, bf16 activations and conv state, f32 SSM).");
+  gdn.def(
+      "__init__",
+      [](GdnConfig* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
+         int conv_width, std::optional<float> scale, bool conv_bias, DType act_dtype,
+         DType conv_state_dtype, DType ssm_state_dtype) {
+        new (self) GdnConfig();
+        set_delta_fields(self, num_k_heads, num_v_heads, head_k_dim, head_v_dim, conv_width, scale,
+                         conv_bias, act_dtype, conv_state_dtype, ssm_state_dtype);
+      },
+      nb::kw_only(), nb::arg("num_k_heads") = 16, nb::arg("num_v_heads") = 32,
+      nb::arg("head_k_dim") = 128, nb::arg("head_v_dim") = 128, nb::arg("conv_width") = 4,
+      nb::arg("scale").none() = nb::none(), nb::arg("conv_bias") = false,
+      nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
+      nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.");
+  def_delta_fields(gdn, "GdnConfig", "Whether verify/decode take a conv bias.",
+                   "dtype of mixed_qkv, a, b, conv_out and core_out.");
 
   nb::class_<Mamba2Config>(m, "Mamba2Config",
                            "One Mamba2 layer (Nemotron-H, Falcon-H1, Granite-4.0-H). Defaults: "
@@ -216,64 +231,33 @@ void bind_config(nb::module_& m) {
       .def("conv_dim", &Mamba2Config::conv_dim, "nheads*P + 2*G*N.")
       .def("ssm_state_elems", &Mamba2Config::ssm_state_elems, "nheads * P * N.");
 
-  nb::class_<KdaConfig>(m, "KdaConfig",
-                        "One KDA layer (Kimi Delta Attention, Kimi-Linear): the GDN step with a "
-                        "decay per key channel. Defaults: Kimi-Linear-48B-A3B at TP1 (H=HV=32, "
-                        "K=V=128, W=4, bf16 activations and conv state, f32 SSM).")
-      .def(
-          "__init__",
-          [](KdaConfig* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
-             int conv_width, std::optional<float> scale, bool conv_bias,
-             std::optional<float> lower_bound, DType act_dtype, DType conv_state_dtype,
-             DType ssm_state_dtype) {
-            new (self) KdaConfig();
-            self->num_k_heads = num_k_heads;
-            self->num_v_heads = num_v_heads;
-            self->head_k_dim = head_k_dim;
-            self->head_v_dim = head_v_dim;
-            self->conv_width = conv_width;
-            self->scale = scale;
-            self->conv_bias = conv_bias;
-            self->lower_bound = lower_bound;
-            self->act_dtype = act_dtype;
-            self->conv_state_dtype = conv_state_dtype;
-            self->ssm_state_dtype = ssm_state_dtype;
-          },
-          nb::kw_only(), nb::arg("num_k_heads") = 32, nb::arg("num_v_heads") = 32,
-          nb::arg("head_k_dim") = 128, nb::arg("head_v_dim") = 128, nb::arg("conv_width") = 4,
-          nb::arg("scale").none() = nb::none(), nb::arg("conv_bias") = false,
-          nb::arg("lower_bound").none() = nb::none(), nb::arg("act_dtype") = DType::kBF16,
-          nb::arg("conv_state_dtype") = DType::kBF16, nb::arg("ssm_state_dtype") = DType::kF32,
-          "Keyword arguments set the fields.")
-      .def_rw("num_k_heads", &KdaConfig::num_k_heads, "H: query/key heads.")
-      .def_rw("num_v_heads", &KdaConfig::num_v_heads, "HV: value heads, a multiple of H.")
-      .def_rw("head_k_dim", &KdaConfig::head_k_dim, "K.")
-      .def_rw("head_v_dim", &KdaConfig::head_v_dim, "V.")
-      .def_rw("conv_width", &KdaConfig::conv_width,
-              "W: conv taps; the conv state keeps W-1 columns.")
-      .def_rw("scale", &KdaConfig::scale, nb::arg("value").none(),
-              "Query scale; K**-0.5 when None.")
-      .def_rw("conv_bias", &KdaConfig::conv_bias, "Whether the weights carry a conv bias.")
+  nb::class_<KdaConfig> kda(
+      m, "KdaConfig",
+      "One KDA layer (Kimi Delta Attention, Kimi-Linear): the GDN step with a "
+      "decay per key channel. Defaults: Kimi-Linear-48B-A3B at TP1 (H=HV=32, "
+      "K=V=128, W=4, bf16 activations and conv state, f32 SSM).");
+  kda.def(
+         "__init__",
+         [](KdaConfig* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
+            int conv_width, std::optional<float> scale, bool conv_bias,
+            std::optional<float> lower_bound, DType act_dtype, DType conv_state_dtype,
+            DType ssm_state_dtype) {
+           new (self) KdaConfig();
+           set_delta_fields(self, num_k_heads, num_v_heads, head_k_dim, head_v_dim, conv_width,
+                            scale, conv_bias, act_dtype, conv_state_dtype, ssm_state_dtype);
+           self->lower_bound = lower_bound;
+         },
+         nb::kw_only(), nb::arg("num_k_heads") = 32, nb::arg("num_v_heads") = 32,
+         nb::arg("head_k_dim") = 128, nb::arg("head_v_dim") = 128, nb::arg("conv_width") = 4,
+         nb::arg("scale").none() = nb::none(), nb::arg("conv_bias") = false,
+         nb::arg("lower_bound").none() = nb::none(), nb::arg("act_dtype") = DType::kBF16,
+         nb::arg("conv_state_dtype") = DType::kBF16, nb::arg("ssm_state_dtype") = DType::kF32,
+         "Keyword arguments set the fields.")
       .def_rw("lower_bound", &KdaConfig::lower_bound, nb::arg("value").none(),
               "None: g = -exp(A_log) * softplus(g + dt_bias); set (negative): g = lower_bound * "
-              "sigmoid(exp(A_log) * (g + dt_bias)) (fla's lower-bound gate).")
-      .def_rw("act_dtype", &KdaConfig::act_dtype,
-              "dtype of mixed_qkv, g, b, conv_out and core_out.")
-      .def_rw("conv_state_dtype", &KdaConfig::conv_state_dtype, "Committed conv window dtype.")
-      .def_rw("ssm_state_dtype", &KdaConfig::ssm_state_dtype, "Committed SSM state dtype.")
-      .def("conv_dim", &KdaConfig::conv_dim, "2*H*K + HV*V.")
-      .def("effective_scale", &KdaConfig::effective_scale, "scale, or K**-0.5 when unset.")
-      .def("ssm_state_elems", &KdaConfig::ssm_state_elems, "HV * V * K.")
-      .def("__repr__", [](const KdaConfig& c) {
-        return "KdaConfig(num_k_heads=" + std::to_string(c.num_k_heads) +
-               ", num_v_heads=" + std::to_string(c.num_v_heads) +
-               ", head_k_dim=" + std::to_string(c.head_k_dim) +
-               ", head_v_dim=" + std::to_string(c.head_v_dim) +
-               ", conv_width=" + std::to_string(c.conv_width) +
-               ", act_dtype=" + dtype_name(c.act_dtype) +
-               ", conv_state_dtype=" + dtype_name(c.conv_state_dtype) +
-               ", ssm_state_dtype=" + dtype_name(c.ssm_state_dtype) + ")";
-      });
+              "sigmoid(exp(A_log) * (g + dt_bias)) (fla's lower-bound gate).");
+  def_delta_fields(kda, "KdaConfig", "Whether the weights carry a conv bias.",
+                   "dtype of mixed_qkv, g, b, conv_out and core_out.");
 
   nb::class_<ModelConfig>(m, "ModelConfig",
                           "A model: num_layers recurrent layers of one configuration (attention "
