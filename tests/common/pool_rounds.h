@@ -2,8 +2,10 @@
 // tests/cpu/test_slot_ops.cpp, tests/gpu/test_slot_ops_gpu.cpp): one model of L layers of a
 // layer kind (GdnKind / Mamba2Kind) with random weights, random per-layer inputs, and the calls
 // of a round (prefill, verify of a layer range) through a PutBuffer, so the same code drives a
-// CPU pool (host views) and a CUDA pool (device copies made by the caller's PutBuffer).
-// Header-only; the state of a slot is read through StatePool::export_slot (host bytes).
+// CPU pool (host views) and a CUDA pool (device copies made by the caller's PutBuffer, or by a
+// Memory of common/strategy_equivalence.h, which also gives the pools' backend and reads the
+// outputs back). Header-only; the state of a slot is read through StatePool::export_slot (host
+// bytes).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,6 +20,7 @@
 
 #include "common/layer_kinds.h"
 #include "common/presets.h"
+#include "common/strategy_equivalence.h"
 #include "specstate/specstate.h"
 
 namespace specstate::test {
@@ -94,6 +97,12 @@ class PoolRounds {
     for (int l = 0; l < layers; ++l) host_weights_.push_back(random_weights(layer_, rng_));
     for (const auto& w : host_weights_) weights_.push_back(Kind::put(w, put_));
   }
+  // Buffers in `mem` (alive as long as `mem`), pools on its backend (CUDA: device 0, mem's
+  // stream), each verify's outputs read back into the host buffers.
+  PoolRounds(const Config& layer, int layers, uint64_t seed, Memory& mem)
+      : PoolRounds(layer, layers, seed, [&mem](const Buffer& b) { return mem.put(b, true); }) {
+    mem_ = &mem;
+  }
 
   int layers() const { return layers_; }
   const Config& layer() const { return layer_; }
@@ -104,6 +113,11 @@ class PoolRounds {
     o.max_rows = rows;
     o.max_window = window;
     o.strategy = strategy;
+    if (mem_ != nullptr && mem_->backend() == Backend::kCuda) {
+      o.backend = Backend::kCuda;
+      o.device = 0;
+      o.stream = mem_->stream();
+    }
     return o;
   }
   StatePool pool(Strategy strategy, int slots = 6, int rows = 4, int window = 4) const {
@@ -132,11 +146,14 @@ class PoolRounds {
   }
 
   // Verifies layers [begin, end) of the open round with `in` (the batch's tokens); the outputs
-  // go to `out` (host buffers; on a device PutBuffer they stay in the device copies).
+  // go to `out` (host buffers; on a device PutBuffer they stay in the device copies, from a
+  // Memory they are read back).
   void verify(StatePool& pool, const std::vector<HostInputs>& in, std::vector<HostOutputs>& out,
               int begin, int end) {
     for (int l = begin; l < end; ++l) {
-      pool.verify(l, weights_[l], Kind::put(in[l], put_), Kind::put(out[l], put_));
+      const auto views = Kind::put(out[l], put_);
+      pool.verify(l, weights_[l], Kind::put(in[l], put_), views);
+      read_back(views, out[l]);
     }
   }
   // begin_verify + verify of every layer + commit.
@@ -166,9 +183,38 @@ class PoolRounds {
     std::vector<HostOutputs> out = outputs(n);
     pool.begin_verify(batch);
     for (int l = 0; l < layers_; ++l) {
-      pool.verify(l, weights_[l], inputs_of(l), Kind::put(out[l], put_));
+      const auto views = Kind::put(out[l], put_);
+      pool.verify(l, weights_[l], inputs_of(l), views);
+      read_back(views, out[l]);
     }
     pool.commit(accepted);
+    return out;
+  }
+  // Tokens [begin, begin + count) of `in` as views the pool reads (one request's rows of a
+  // batch's inputs), in the PutBuffer's memory.
+  typename Kind::Inputs put_rows(const HostInputs& in, int64_t begin, int64_t count) const {
+    return Kind::put(in, [&](const Buffer& b) {
+      TensorView v = put_(b);
+      v.data = static_cast<char*>(v.data) +
+               begin * v.stride[0] * static_cast<int64_t>(dtype_size(v.dtype));
+      v.shape[0] = count;
+      return v;
+    });
+  }
+
+  // The bytes of a contiguous view of the pools' memory (host, or through the Memory).
+  std::vector<uint8_t> bytes(const TensorView& v) const {
+    return mem_ != nullptr ? mem_->bytes(v) : view_bytes(v);
+  }
+  // Every slot's committed bytes of a pool (through the views: materializes).
+  std::vector<uint8_t> pool_bytes(const StatePool& pool) const {
+    std::vector<uint8_t> out;
+    for (int l = 0; l < pool.config().num_layers; ++l) {
+      for (const TensorView& v : {pool.conv_state(l), pool.ssm_state(l)}) {
+        const auto b = bytes(v);
+        out.insert(out.end(), b.begin(), b.end());
+      }
+    }
     return out;
   }
 
@@ -191,6 +237,22 @@ class PoolRounds {
   const PutBuffer& put() const { return put_; }
 
  private:
+  // The outputs a verify wrote into `views` copied into `host` (with a Memory; else they are
+  // host's own views already, or stay in the caller's device copies).
+  void read_back(const typename Kind::Outputs& views, HostOutputs& host) const {
+    if (mem_ == nullptr) return;
+    const auto from = Kind::tensors(views);
+    const auto to = Kind::tensors(Kind::put(host, host_put));
+    for (std::size_t i = 0; i < from.size(); ++i) {
+      const TensorView& dst = to[i].second;
+      if (dst.data == nullptr || dst.numel() == 0) continue;
+      const auto b = mem_->bytes(from[i].second);
+      std::memcpy(
+          dst.data, b.data(),
+          std::min(b.size(), static_cast<std::size_t>(dst.numel()) * dtype_size(dst.dtype)));
+    }
+  }
+
   static int64_t tokens(const TokenInputs& in) { return in.mixed_qkv.shape()[0]; }
   static int64_t tokens(const Mamba2TokenInputs& in) { return in.xBC.shape()[0]; }
   static int64_t tokens(const KdaTokenInputs& in) { return in.mixed_qkv.shape()[0]; }
@@ -199,6 +261,7 @@ class PoolRounds {
   int layers_;
   std::mt19937_64 rng_;
   PutBuffer put_;
+  Memory* mem_ = nullptr;
   std::vector<typename Kind::HostWeights> host_weights_;
   std::vector<typename Kind::Weights> weights_;
 };

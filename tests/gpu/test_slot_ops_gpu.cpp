@@ -1,87 +1,62 @@
-// Slot operations and the round lifecycle on the CUDA backend (issue 10 sections 1 and 3), for
-// both layer kinds and both strategies:
+// The slot-operation suite (common/slot_ops.h) on the CUDA backend, both strategies, GDN and
+// Mamba2; and what only a device pool does (issue 10 sections 1 and 3):
 //   - export -> import round trips bit for bit CPU -> CUDA -> CUDA (other strategy) -> CPU,
 //     through host and device buffers and a safetensors file, and an imported request goes on
 //     exactly like the CUDA pool that ran it;
-//   - copy_slot / fork / reset on the device (one strided copy per buffer);
 //   - a row released mid-round becomes padding: a device-valued commit skips it (its value is
-//     not keep) and the other rows commit; a host commit that advances it is rejected;
-//   - abort_round then a new round equals never having started the first.
-// Every test calls SPECSTATE_REQUIRE_GPU() and skips visibly without a device.
+//     not keep) and the other rows commit; a host commit that advances it is rejected.
+// Every test skips visibly without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <deque>
+#include <memory>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
-#include "common/pool_rounds.h"
-#include "common/slot_cases.h"
+#include "common/slot_ops.h"
 #include "gpu_util.h"
 
 namespace specstate::test {
 namespace {
 
-const std::vector<SlotCase>& cases() {
-  static const std::vector<SlotCase> all = {
-      {"gdn_k32_chain_snapshot", "gpu_k32", Strategy::kSnapshot, false},
-      {"gdn_k32_tree_replay", "gpu_k32", Strategy::kReplay, true},
-      {"gdn_f32_tree_snapshot", "gpu_f32", Strategy::kSnapshot, true},
-      {"gdn_f32_chain_replay", "gpu_f32", Strategy::kReplay, false},
-      {"m2_g1_tree_snapshot", "m2_g1", Strategy::kSnapshot, true},
-      {"m2_g1_chain_replay", "m2_g1", Strategy::kReplay, false},
-  };
-  return all;
-}
-
-constexpr int kLayers = 3;
-constexpr int kT = kRoundT;
-
-// Device copies of host buffers, alive until the test ends (the pools run asynchronously).
-struct DeviceStore {
-  std::deque<DeviceTensor> tensors;
-  PutBuffer put() {
-    return [this](const Buffer& b) {
-      tensors.emplace_back(b);
-      return tensors.back().view();
-    };
+// Device memory on a stream of its own (declared first: it outlives the memory's buffers).
+class StreamMemory final : public Memory {
+ public:
+  Backend backend() const override { return Backend::kCuda; }
+  void* stream() const override { return stream_.get(); }
+  TensorView put(const Buffer& host, bool persistent) override {
+    return mem_.put(host, persistent);
   }
+  std::vector<uint8_t> bytes(const TensorView& view) override { return mem_.bytes(view); }
+  void clear() override { mem_.clear(); }
+
+ private:
+  CudaStream stream_{cudaStreamNonBlocking};
+  DeviceMemory mem_{stream_.get()};
 };
 
-// A device byte buffer of the export size, as an i32 view.
-struct DeviceBytes {
-  DeviceTensor t;
-  int64_t n;
-  explicit DeviceBytes(int64_t bytes) : n((bytes + 3) / 4) {
-    Buffer host(DType::kI32, {n});
-    t = DeviceTensor(host);
-  }
-  TensorView view() const { return t.view(); }
-};
-
-StatePool cuda_pool(const ModelConfig& model, PoolOptions o, cudaStream_t stream) {
-  o.backend = Backend::kCuda;
-  o.device = 0;
-  o.stream = stream;
-  return StatePool(model, o);
+// The suite's memory: null without a device (its tests skip).
+std::unique_ptr<Memory> cuda_memory() {
+  if (!has_gpu()) return nullptr;
+  return std::make_unique<StreamMemory>();
 }
 
-class SlotOpsGpu : public ::testing::TestWithParam<SlotCase> {};
+INSTANTIATE_TEST_SUITE_P(Gpu, SlotOps,
+                         ::testing::ValuesIn(slot_ops_params(Backend::kCuda, &cuda_memory)),
+                         slot_ops_name);
+
+// What only CUDA pools do, on the suite's fixture (its memory, its rounds).
+class SlotOpsGpu : public SlotOps {};
 
 TEST_P(SlotOpsGpu, ExportImportRoundTripsCpuCudaCpuAcrossStrategies) {
-  SPECSTATE_REQUIRE_GPU();
-  const SlotCase& c = GetParam();
-  for_kind(c.preset, [&](auto kind, const auto& layer) {
-    using Kind = decltype(kind);
-    CudaStream stream(cudaStreamNonBlocking);
-    ASSERT_NE(stream.get(), nullptr);
-    DeviceStore store;
-    PoolRounds<Kind> host(layer, kLayers, 401);
-    PoolRounds<Kind> dev(layer, kLayers, 402, store.put());
+  with_rounds(402, [&](auto& dev) {
+    ASSERT_NE(mem().stream(), nullptr);
+    std::decay_t<decltype(dev)> host(dev.layer(), kLayers, 401);
     StatePool cpu = host.pool(c.strategy);
-    StatePool g1 = cuda_pool(dev.model(), dev.options(c.strategy), stream.get());
-    StatePool g2 = cuda_pool(dev.model(), dev.options(other(c.strategy)), stream.get());
+    StatePool g1 = dev.pool(c.strategy), g2 = dev.pool(other(c.strategy));
     StatePool back = host.pool(other(c.strategy));
     const SlotHandle a = cpu.acquire(), b1 = g1.acquire(), b2 = g2.acquire();
     g2.acquire();  // another slot index on g2
@@ -99,10 +74,10 @@ TEST_P(SlotOpsGpu, ExportImportRoundTripsCpuCudaCpuAcrossStrategies) {
                                               {static_cast<int64_t>(words.size())}));
     EXPECT_EQ(exported(g1, b1), want);
     // CUDA -> CUDA of the other strategy through a device buffer.
-    DeviceBytes dbuf(g1.slot_state_bytes());
-    g1.export_slot(b1, dbuf.view());
-    g2.import_slot(b2, dbuf.view());
-    SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream.get()));
+    const TensorView dbuf = mem().put(Buffer(DType::kI32, {(g1.slot_state_bytes() + 3) / 4}), true);
+    g1.export_slot(b1, dbuf);
+    g2.import_slot(b2, dbuf);
+    SPECSTATE_CUDA_OK(cudaStreamSynchronize(static_cast<cudaStream_t>(mem().stream())));
     EXPECT_EQ(exported(g2, b2), want);
     // ... and through a file.
     const std::string path = ::testing::TempDir() + "specstate_gpu_" + c.name + ".safetensors";
@@ -132,55 +107,11 @@ TEST_P(SlotOpsGpu, ExportImportRoundTripsCpuCudaCpuAcrossStrategies) {
   });
 }
 
-TEST_P(SlotOpsGpu, CopyForkAndResetOnTheDevice) {
-  SPECSTATE_REQUIRE_GPU();
-  const SlotCase& c = GetParam();
-  for_kind(c.preset, [&](auto kind, const auto& layer) {
-    using Kind = decltype(kind);
-    CudaStream stream(cudaStreamNonBlocking);
-    DeviceStore store;
-    PoolRounds<Kind> dev(layer, kLayers, 403, store.put());
-    StatePool g = cuda_pool(dev.model(), dev.options(c.strategy), stream.get());
-    const SlotHandle src = g.acquire(), dst = g.acquire();
-    dev.prefill(g, src, dev.inputs(3));
-    dev.prefill(g, dst, dev.inputs(5));
-    dev.round(g, batch_of(c, {src, dst}), accept(c, {2, 3}));  // both pending under replay
-    g.copy_slot(src, dst);
-    EXPECT_EQ(exported(g, dst), exported(g, src));
-    const SlotHandle f = g.fork(src);
-    EXPECT_EQ(exported(g, f), exported(g, src));
-    expect_nonzero(exported(g, f), "the fork");
-    // The same round on each: dst replays nothing of its own old steps.
-    const auto in = dev.inputs(kT);
-    dev.round(g, batch_of(c, {src}), in, accept(c, {3}));
-    dev.round(g, batch_of(c, {dst}), in, accept(c, {3}));
-    dev.round(g, batch_of(c, {f}), in, accept(c, {3}));
-    EXPECT_EQ(exported(g, dst), exported(g, src));
-    EXPECT_EQ(exported(g, f), exported(g, src));
-    g.reset(f);
-    for (uint8_t byte : exported(g, f)) ASSERT_EQ(byte, 0);
-    expect_nonzero(exported(g, src), "src after the reset of its fork");
-  });
-}
-
 TEST_P(SlotOpsGpu, ARowReleasedMidRoundIsSkippedByADeviceCommit) {
-  SPECSTATE_REQUIRE_GPU();
-  const SlotCase& c = GetParam();
-  for_kind(c.preset, [&](auto kind, const auto& layer) {
-    using Kind = decltype(kind);
-    CudaStream stream(cudaStreamNonBlocking);
-    DeviceStore store;
-    PoolRounds<Kind> dev(layer, kLayers, 404, store.put());
-    StatePool g = cuda_pool(dev.model(), dev.options(c.strategy), stream.get());
-    StatePool ref = cuda_pool(dev.model(), dev.options(c.strategy), stream.get());
+  with_rounds(404, [&](auto& dev) {
+    StatePool g = dev.pool(c.strategy), ref = dev.pool(c.strategy);
     std::vector<SlotHandle> hg, hr;
-    for (int i = 0; i < 3; ++i) {
-      hg.push_back(g.acquire());
-      hr.push_back(ref.acquire());
-      const auto in = dev.inputs(2 + i);
-      dev.prefill(g, hg[i], in);
-      dev.prefill(ref, hr[i], in);
-    }
+    std::tie(hg, hr) = alike_requests(dev, g, ref, 3);
     const auto hist = dev.inputs(3 * kT);
     dev.round(g, batch_of(c, hg), hist, accept(c, {1, 2, 3}));
     dev.round(ref, batch_of(c, hr), hist, accept(c, {1, 2, 3}));
@@ -227,40 +158,9 @@ TEST_P(SlotOpsGpu, ARowReleasedMidRoundIsSkippedByADeviceCommit) {
   });
 }
 
-TEST_P(SlotOpsGpu, AbortRoundThenANewRoundEqualsNeverStartingTheFirst) {
-  SPECSTATE_REQUIRE_GPU();
-  const SlotCase& c = GetParam();
-  for_kind(c.preset, [&](auto kind, const auto& layer) {
-    using Kind = decltype(kind);
-    CudaStream stream(cudaStreamNonBlocking);
-    DeviceStore store;
-    PoolRounds<Kind> dev(layer, kLayers, 405, store.put());
-    StatePool g = cuda_pool(dev.model(), dev.options(c.strategy), stream.get());
-    StatePool ref = cuda_pool(dev.model(), dev.options(c.strategy), stream.get());
-    const SlotHandle a = g.acquire(), ar = ref.acquire();
-    const auto x = dev.inputs(3), y = dev.inputs(kT);
-    dev.prefill(g, a, x);
-    dev.prefill(ref, ar, x);
-    dev.round(g, batch_of(c, {a}), y, accept(c, {3}));
-    dev.round(ref, batch_of(c, {ar}), y, accept(c, {3}));
-    const auto dropped = dev.inputs(kT);
-    auto out = dev.outputs(kT);
-    g.begin_verify(batch_of(c, {a}));
-    dev.verify(g, dropped, out, 0, 2);
-    EXPECT_THROW(g.begin_verify(batch_of(c, {a})), Error);
-    g.abort_round();
-    const auto in = dev.inputs(kT);
-    dev.round(g, batch_of(c, {a}), in, accept(c, {2}));
-    dev.round(ref, batch_of(c, {ar}), in, accept(c, {2}));
-    EXPECT_EQ(exported(g, a), exported(ref, ar));
-    expect_nonzero(exported(g, a), "the state");
-  });
-}
-
-INSTANTIATE_TEST_SUITE_P(Gpu, SlotOpsGpu, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<SlotCase>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Gpu, SlotOpsGpu,
+                         ::testing::ValuesIn(slot_ops_params(Backend::kCuda, &cuda_memory)),
+                         slot_ops_name);
 
 }  // namespace
 }  // namespace specstate::test
