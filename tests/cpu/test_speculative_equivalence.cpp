@@ -3,15 +3,19 @@
 // plain sequential decoding of the accepted tokens, and every verify output of an accepted token
 // equals the decode output at that step. On the CPU both are bit-exact. Also: verify is
 // pure, a = 0 and padding rows are untouched, and a tree's snapshot of node t equals a fresh run
-// over the path to t (the ggml rollback idea, applied to trees).
+// over the path to t (the ggml rollback idea, applied to trees). The other layer kinds run the same
+// driver from one table of presets (SpeculativeEquivalenceKinds).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 
 #include "common/gdn_data.h"
+#include "common/pool_rounds.h"
+#include "common/presets.h"
 #include "common/speculative_equivalence.h"
 #include "common/strided_views.h"
 
@@ -54,6 +58,59 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, SpeculativeEquivalence, ::testing::ValuesIn(cases()),
                          name_and_strategy<Case>);
+
+// The other layer kinds, one table: each case names a preset (its kind follows) and runs the
+// same driver. Padding rows' outputs are not written (Mamba2 and KDA check that too).
+struct KindCase {
+  const char* name;
+  const char* preset;  // mamba2_preset or kda_preset
+  bool tree;
+  bool shared_tree;  // one parents array [T] for all rows
+  Strategy strategy = Strategy::kSnapshot;
+};
+
+std::vector<KindCase> kind_cases() {
+  const std::vector<KindCase> base = {
+      {"f32_chain", "m2_small_f32", false, false},
+      {"f32_tree_per_row", "m2_small_f32", true, false},
+      {"f32_tree_shared", "m2_small_f32", true, true},
+      {"bf16_act_f32_ssm_chain", "m2_small_bf16", false, false},
+      {"bf16_act_f32_ssm_tree", "m2_small_bf16", true, false},
+      {"all_bf16_chain", "m2_all_bf16", false, false},
+      {"all_bf16_tree", "m2_all_bf16", true, false},
+      {"f32_act_bf16_conv_dt_clamp_tree", "m2_bf16_conv", true, false},
+      {"one_group_w3_chain", "m2_g1", false, false},
+      {"f32_chain", "kda_small_f32", false, false},
+      {"f32_tree_per_row", "kda_small_f32", true, false},
+      {"f32_tree_shared", "kda_small_f32", true, true},
+      {"bf16_act_f32_ssm_chain", "kda_small_bf16", false, false},
+      {"bf16_act_f32_ssm_tree", "kda_small_bf16", true, false},
+      {"lower_bound_all_bf16_chain", "kda_lb_all_bf16", false, false},
+      {"lower_bound_all_bf16_tree", "kda_lb_all_bf16", true, false},
+      {"lower_bound_f32_tree", "kda_lb_f32", true, true},
+  };
+  return for_both_strategies(base);
+}
+
+// "<kind>_<name>_<strategy>", the kind as its presets spell it (m2, kda).
+std::string kind_case_name(const ::testing::TestParamInfo<KindCase>& info) {
+  return std::string(is_mamba2_preset(info.param.preset) ? "m2_" : "kda_") +
+         name_and_strategy(info);
+}
+
+class SpeculativeEquivalenceKinds : public ::testing::TestWithParam<KindCase> {};
+
+TEST_P(SpeculativeEquivalenceKinds, CommittedStateEqualsSequentialDecode) {
+  const KindCase c = GetParam();
+  const uint64_t seed =
+      (is_mamba2_preset(c.preset) ? 0x3a3ba2u : 0x4bda5u) + std::hash<std::string>{}(c.name) % 1000;
+  for_kind(c.preset, [&](auto kind, const auto& layer) {
+    run_speculative_equivalence<decltype(kind)>(layer, {c.tree, c.shared_tree, c.strategy}, seed);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, SpeculativeEquivalenceKinds, ::testing::ValuesIn(kind_cases()),
+                         kind_case_name);
 
 // A tree's snapshot of node t equals the final state of a fresh run over the path root..t.
 TEST(TreeSnapshots, EachNodeSnapshotEqualsAFreshRunOverItsPath) {
