@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/golden_case.h"
+#include "common/cli_run.h"
 #include "specstate/safetensors.h"
 
 namespace specstate::cli {
@@ -81,6 +82,7 @@ inline const TensorComparison* find_comparison(const GoldenReport& report,
 // corrupt a case and expect it to fail.
 class GoldenCaseEditor {
  public:
+  GoldenCaseEditor() = default;
   explicit GoldenCaseEditor(const std::string& path) {
     const SafetensorsFile file(path);
     metadata_ = file.metadata();
@@ -96,12 +98,16 @@ class GoldenCaseEditor {
     for (const auto& kv : tensors_) out.push_back(kv.first);
     return out;
   }
-  std::vector<float> floats(const std::string& name) const {
+  // A tensor's raw bytes as 4-byte elements (f32 or i32).
+  template <typename T>
+  std::vector<T> values(const std::string& name) const {
+    static_assert(sizeof(T) == 4, "f32 or i32 tensors");
     const auto& t = tensors_.at(name);
-    std::vector<float> out(t.bytes.size() / 4);
+    std::vector<T> out(t.bytes.size() / 4);
     std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
     return out;
   }
+  std::vector<float> floats(const std::string& name) const { return values<float>(name); }
   void set_floats(const std::string& name, const std::vector<float>& values) {
     auto& t = tensors_.at(name);
     std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
@@ -111,12 +117,7 @@ class GoldenCaseEditor {
     fn(v);
     set_floats(name, v);
   }
-  std::vector<int32_t> ints(const std::string& name) const {
-    const auto& t = tensors_.at(name);
-    std::vector<int32_t> out(t.bytes.size() / 4);
-    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
-    return out;
-  }
+  std::vector<int32_t> ints(const std::string& name) const { return values<int32_t>(name); }
   void set_ints(const std::string& name, const std::vector<int32_t>& values) {
     std::memcpy(tensors_.at(name).bytes.data(), values.data(), values.size() * 4);
   }
@@ -137,7 +138,7 @@ class GoldenCaseEditor {
     return make_golden_case(std::move(parts));
   }
 
- private:
+ protected:
   std::map<std::string, SafetensorsFile::NewTensor> tensors_;
   std::map<std::string, std::string> metadata_;
 };
@@ -150,6 +151,45 @@ struct GoldenCorruption {
   std::vector<const char*> failing;  // tensors that must fail
   std::vector<const char*> passing;  // tensors that must still pass
 };
+
+// The corruption every kind's suite makes: row 1 accepts one token fewer (its committed states
+// change, its outputs do not).
+inline GoldenCorruption shorter_acceptance_of_row_1() {
+  return {"accepted length of row 1",
+          [](GoldenCaseEditor& e) {
+            std::vector<int32_t> a = e.ints("accept_len"), s = e.ints("last_step");
+            a[1] -= 1;
+            s[1] -= 1;
+            e.set_ints("accept_len", a);
+            e.set_ints("last_step", s);
+          },
+          {"ssm_state_committed", "conv_state_committed"},
+          {"core_out", "conv_out"}};
+}
+
+// The tensors a passing case compares under `strategy`: outputs and committed states, and the
+// intermediate snapshots under snapshot (replay keeps none).
+inline std::vector<std::string> compared_tensors(Strategy strategy) {
+  std::vector<std::string> expected = {"conv_out", "core_out", "conv_state_committed",
+                                       "ssm_state_committed"};
+  if (strategy == Strategy::kSnapshot) {
+    expected.push_back("inter_conv_window");
+    expected.push_back("inter_ssm");
+  }
+  return expected;
+}
+
+// The binary `cli` passes `file` under both strategies, its report naming `description`.
+inline void expect_cli_passes(const std::string& cli, const std::string& file,
+                              const std::string& description) {
+  for (const char* strategy : {"snapshot", "replay"}) {
+    const test::CliRun run = test::run_command(
+        cli, std::string("check-golden --strategy ") + strategy + " '" + file + "'");
+    EXPECT_EQ(run.code, 0) << run.output;
+    EXPECT_NE(run.output.find("1 passed, 0 failed"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find(description), std::string::npos) << run.output;
+  }
+}
 
 inline void expect_corruptions_fail(const std::string& file, Strategy strategy,
                                     const std::vector<GoldenCorruption>& corruptions) {

@@ -54,56 +54,35 @@ class TempDir {
   fs::path path_;
 };
 
-// An editable copy of a case: every tensor as (dtype, shape, raw bytes), plus metadata.
-class CaseEditor {
+// An editable copy of a case: every tensor as (dtype, shape, raw bytes), plus metadata; here
+// tensors may also be added, reshaped, erased, and parts written to files.
+class CaseEditor : public GoldenCaseEditor {
  public:
-  CaseEditor() = default;
-  explicit CaseEditor(const std::string& path) {
-    const SafetensorsFile file(path);
-    metadata_ = file.metadata();
-    for (const std::string& name : file.names()) {
-      const SafetensorsTensorInfo& info = file.info(name);
-      const uint8_t* data = file.raw_data(name);
-      tensors_[name] = {name, info.dtype, info.shape,
-                        std::vector<uint8_t>(data, data + (info.data_end - info.data_begin))};
-    }
-  }
+  using GoldenCaseEditor::GoldenCaseEditor;
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& kv : tensors_) out.push_back(kv.first);
-    return out;
-  }
   const std::vector<int64_t>& shape(const std::string& name) const {
     return tensors_.at(name).shape;
   }
-  std::vector<float> floats(const std::string& name) const {
-    const auto& t = tensors_.at(name);
-    std::vector<float> out(t.bytes.size() / 4);
-    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
-    return out;
-  }
-  std::vector<int32_t> ints(const std::string& name) const {
-    const auto& t = tensors_.at(name);
-    std::vector<int32_t> out(t.bytes.size() / 4);
-    std::memcpy(out.data(), t.bytes.data(), t.bytes.size());
-    return out;
+  // Adds or replaces tensor `name`: `values` (4-byte elements) as `dtype` of `shape`.
+  template <typename T>
+  void assign(const std::string& name, SafetensorsDType dtype, const std::vector<int64_t>& shape,
+              const std::vector<T>& values) {
+    static_assert(sizeof(T) == 4, "f32 or i32 tensors");
+    auto& t = tensors_[name];
+    t = {name, dtype, shape, std::vector<uint8_t>(values.size() * 4)};
+    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
   }
   void set_floats(const std::string& name, const std::vector<int64_t>& shape,
                   const std::vector<float>& values) {
-    auto& t = tensors_[name];
-    t = {name, SafetensorsDType::kF32, shape, std::vector<uint8_t>(values.size() * 4)};
-    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+    assign(name, SafetensorsDType::kF32, shape, values);
   }
   void set_floats(const std::string& name, const std::vector<float>& values) {
     set_floats(name, shape(name), values);
   }
   void add_ints(const std::string& name, const std::vector<int64_t>& shape,
                 const std::vector<int32_t>& values) {
-    auto& t = tensors_[name];
-    t = {name, SafetensorsDType::kI32, shape, std::vector<uint8_t>(values.size() * 4)};
-    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+    assign(name, SafetensorsDType::kI32, shape, values);
   }
   void set_ints(const std::string& name, const std::vector<int32_t>& values) {
     auto& t = tensors_.at(name);
@@ -111,7 +90,6 @@ class CaseEditor {
     std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
   }
   void erase(const std::string& name) { tensors_.erase(name); }
-  std::map<std::string, std::string>& metadata() { return metadata_; }
 
   // The tensors whose names satisfy `keep`, as a file image with `metadata`.
   template <typename Keep>
@@ -125,11 +103,6 @@ class CaseEditor {
   std::vector<uint8_t> bytes() const {
     return bytes([](const std::string&) { return true; }, metadata_);
   }
-  GoldenCase to_case() const {
-    std::vector<SafetensorsFile> parts;
-    parts.push_back(SafetensorsFile::from_bytes(bytes(), "edited.safetensors"));
-    return make_golden_case(std::move(parts));
-  }
   void write(const std::string& path) const { write_bytes(path, bytes()); }
 
   static void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
@@ -138,10 +111,6 @@ class CaseEditor {
               static_cast<std::streamsize>(bytes.size()));
     ASSERT_TRUE(out.good()) << path;
   }
-
- private:
-  std::map<std::string, std::string> metadata_;
-  std::map<std::string, SafetensorsFile::NewTensor> tensors_;
 };
 
 std::string report_text(const GoldenReport& report) {
@@ -303,12 +272,7 @@ TEST(GoldenReplay, FolderRunsEveryCase) {
 // A wrong accepted length changes what the replayed commit re-runs: the committed state fails.
 TEST(GoldenReplay, WrongAcceptedLengthFails) {
   CaseEditor edited(kCaseA);
-  std::vector<int32_t> accept = edited.ints("accept_len");
-  std::vector<int32_t> last = edited.ints("last_step");
-  accept[1] -= 1;
-  last[1] -= 1;
-  edited.set_ints("accept_len", accept);
-  edited.set_ints("last_step", last);
+  shorter_acceptance_of_row_1().apply(edited);
   const GoldenReport report =
       run_golden_case(edited.to_case(), options_for(Backend::kCpu, Strategy::kReplay));
   SCOPED_TRACE(report_text(report));
@@ -778,23 +742,21 @@ TEST(GoldenParamDtypes, GdnALogF32WithDtBiasBf16) {
   }
 }
 
-TEST(GoldenBf16, Bf16CaseWithoutBiasInTwoPartsPasses) {
-  bf16_two_part_case(Backend::kCpu, Strategy::kSnapshot);
-}
+// A case run four times: GoldenBf16.<name> (CPU, snapshot), GoldenBf16.<name>UnderReplay, and
+// GoldenCuda.<name>OnTheCudaBackend[UnderReplay] (skipped without a device).
+#define SPECSTATE_GOLDEN_FOUR_RUNS(name, run)                                                 \
+  TEST(GoldenBf16, name) { run(Backend::kCpu, Strategy::kSnapshot); }                         \
+  TEST(GoldenBf16, name##UnderReplay) { run(Backend::kCpu, Strategy::kReplay); }              \
+  TEST(GoldenCuda, name##OnTheCudaBackend) {                                                  \
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)"; \
+    run(Backend::kCuda, Strategy::kSnapshot);                                                 \
+  }                                                                                           \
+  TEST(GoldenCuda, name##OnTheCudaBackendUnderReplay) {                                       \
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)"; \
+    run(Backend::kCuda, Strategy::kReplay);                                                   \
+  }
 
-TEST(GoldenBf16, Bf16CaseWithoutBiasInTwoPartsPassesUnderReplay) {
-  bf16_two_part_case(Backend::kCpu, Strategy::kReplay);
-}
-
-TEST(GoldenCuda, Bf16CaseWithoutBiasInTwoPartsPassesOnTheCudaBackend) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
-  bf16_two_part_case(Backend::kCuda, Strategy::kSnapshot);
-}
-
-TEST(GoldenCuda, Bf16CaseWithoutBiasInTwoPartsPassesOnTheCudaBackendUnderReplay) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
-  bf16_two_part_case(Backend::kCuda, Strategy::kReplay);
-}
+SPECSTATE_GOLDEN_FOUR_RUNS(Bf16CaseWithoutBiasInTwoPartsPasses, bf16_two_part_case)
 
 void realistic_sizes_case(Backend backend, Strategy strategy) {
   const uint64_t seed = 20240612;
@@ -881,23 +843,7 @@ void realistic_sizes_case(Backend backend, Strategy strategy) {
   }
 }
 
-TEST(GoldenBf16, RealisticSizesWithinTolerance) {
-  realistic_sizes_case(Backend::kCpu, Strategy::kSnapshot);
-}
-
-TEST(GoldenBf16, RealisticSizesWithinToleranceUnderReplay) {
-  realistic_sizes_case(Backend::kCpu, Strategy::kReplay);
-}
-
-TEST(GoldenCuda, RealisticSizesWithinToleranceOnTheCudaBackend) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
-  realistic_sizes_case(Backend::kCuda, Strategy::kSnapshot);
-}
-
-TEST(GoldenCuda, RealisticSizesWithinToleranceOnTheCudaBackendUnderReplay) {
-  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
-  realistic_sizes_case(Backend::kCuda, Strategy::kReplay);
-}
+SPECSTATE_GOLDEN_FOUR_RUNS(RealisticSizesWithinTolerance, realistic_sizes_case)
 
 // --- the CUDA backend: the same cases, views into device memory ------------------------------
 

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "cli/golden_case.h"
-#include "common/cli_run.h"
 #include "common/golden_expect.h"
 #include "specstate/safetensors.h"
 
@@ -47,13 +46,7 @@ void expect_case_passes(const std::string& file, Strategy strategy, const char* 
       << text;
   EXPECT_NE(report.description.find(gate), std::string::npos) << text;
   EXPECT_NE(text.find("vs fla"), std::string::npos) << text;
-  std::vector<std::string> expected = {"conv_out", "core_out", "conv_state_committed",
-                                       "ssm_state_committed"};
-  if (strategy == Strategy::kSnapshot) {
-    expected.push_back("inter_conv_window");
-    expected.push_back("inter_ssm");
-  }
-  for (const std::string& name : expected) {
+  for (const std::string& name : compared_tensors(strategy)) {
     const TensorComparison* t = find_comparison(report, name);
     ASSERT_NE(t, nullptr) << name << " not compared\n" << text;
     EXPECT_TRUE(t->has_ref) << name;
@@ -145,16 +138,7 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
        },
        {"core_out", "ssm_state_committed"},
        {"conv_out"}},
-      {"accepted length of row 1",
-       [](GoldenCaseEditor& e) {
-         std::vector<int32_t> a = e.ints("accept_len"), s = e.ints("last_step");
-         a[1] -= 1;
-         s[1] -= 1;
-         e.set_ints("accept_len", a);
-         e.set_ints("last_step", s);
-       },
-       {"ssm_state_committed", "conv_state_committed"},
-       {"core_out", "conv_out"}},
+      shorter_acceptance_of_row_1(),
       {"the lower-bound gate declared for the plain gate's values",
        [](GoldenCaseEditor& e) {
          e.edit_params("\"gate\": \"plain\"",
@@ -227,14 +211,7 @@ TEST(GoldenKdaCase, RecognisedByModelOrByTheRankOfG) {
 }
 
 TEST(GoldenKdaCli, PassesThroughTheBinaryForBothStrategies) {
-  for (const char* strategy : {"snapshot", "replay"}) {
-    const test::CliRun run =
-        test::run_command(SPECSTATE_CLI_PATH,
-                          std::string("check-golden --strategy ") + strategy + " '" + kFile + "'");
-    EXPECT_EQ(run.code, 0) << run.output;
-    EXPECT_NE(run.output.find("1 passed, 0 failed"), std::string::npos) << run.output;
-    EXPECT_NE(run.output.find("KDA chain"), std::string::npos) << run.output;
-  }
+  expect_cli_passes(SPECSTATE_CLI_PATH, kFile, "KDA chain");
 }
 
 }  // namespace

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "cli/golden_case.h"
-#include "common/cli_run.h"
 #include "common/golden_expect.h"
 #include "specstate/dtype.h"
 #include "specstate/safetensors.h"
@@ -36,13 +35,7 @@ TEST_P(GoldenMamba2, CaseAPassesOnTheCpuWithinTheReadmeTolerances) {
   ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << text;
   EXPECT_NE(report.description.find("Mamba2 chain T=4"), std::string::npos) << text;
   EXPECT_NE(report.description.find("nheads=8 P=16 N=16 G=2 W=4"), std::string::npos) << text;
-  std::vector<std::string> expected = {"conv_out", "core_out", "conv_state_committed",
-                                       "ssm_state_committed"};
-  if (strategy == Strategy::kSnapshot) {
-    expected.push_back("inter_conv_window");
-    expected.push_back("inter_ssm");
-  }
-  for (const std::string& name : expected) {
+  for (const std::string& name : compared_tensors(strategy)) {
     const TensorComparison* t = find_comparison(report, name);
     ASSERT_NE(t, nullptr) << name << " not compared\n" << text;
     EXPECT_TRUE(t->has_ref && t->has_sglang) << name;
@@ -91,16 +84,7 @@ TEST_P(GoldenMamba2, CorruptedCopiesFail) {
        [](GoldenCaseEditor& e) { e.edit("z.l1", [](auto& v) { v[7] += 0.1f; }); },
        {"core_out"},
        {"conv_out", "ssm_state_committed", "conv_state_committed"}},
-      {"accepted length of row 1",
-       [](GoldenCaseEditor& e) {
-         std::vector<int32_t> a = e.ints("accept_len"), s = e.ints("last_step");
-         a[1] -= 1;
-         s[1] -= 1;
-         e.set_ints("accept_len", a);
-         e.set_ints("last_step", s);
-       },
-       {"ssm_state_committed", "conv_state_committed"},
-       {"core_out", "conv_out"}},
+      shorter_acceptance_of_row_1(),
   };
   expect_corruptions_fail(kFile, strategy, corruptions);
 }
@@ -219,14 +203,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GoldenMamba2Cuda,
                          });
 
 TEST(GoldenMamba2Cli, PassesThroughTheBinaryForBothStrategies) {
-  for (const char* strategy : {"snapshot", "replay"}) {
-    const test::CliRun run =
-        test::run_command(SPECSTATE_CLI_PATH,
-                          std::string("check-golden --strategy ") + strategy + " '" + kFile + "'");
-    EXPECT_EQ(run.code, 0) << run.output;
-    EXPECT_NE(run.output.find("1 passed, 0 failed"), std::string::npos) << run.output;
-    EXPECT_NE(run.output.find("Mamba2 chain"), std::string::npos) << run.output;
-  }
+  expect_cli_passes(SPECSTATE_CLI_PATH, kFile, "Mamba2 chain");
 }
 
 }  // namespace
