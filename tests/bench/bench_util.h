@@ -15,6 +15,7 @@
 
 #include "bench_fill.h"
 #include "specstate/config.h"
+#include "specstate/pool.h"
 
 namespace specstate::bench {
 
@@ -29,6 +30,44 @@ T* device_alloc(std::size_t count) {
   void* p = nullptr;
   check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc");
   return static_cast<T*>(p);
+}
+
+// The dtypes engines run both benchmarked models in: bf16 activations and conv state, f32 SSM
+// state.
+template <typename LayerConfig>
+void set_engine_dtypes(LayerConfig& c) {
+  c.act_dtype = DType::kBF16;
+  c.conv_state_dtype = DType::kBF16;
+  c.ssm_state_dtype = DType::kF32;
+}
+
+// Layer l's committed states of `pool` filled with random values: the SSM state (f32, scale
+// 0.05) from `ssm_seed`, the conv windows (bf16, scale 1) from `conv_seed`.
+inline void fill_layer_states(StatePool& pool, int l, uint64_t ssm_seed, uint64_t conv_seed,
+                              cudaStream_t stream) {
+  const TensorView ssm = pool.ssm_state(l), conv = pool.conv_state(l);
+  check(fill_random(ssm.data, ssm.numel(), false, 0.05f, ssm_seed, stream), "fill");
+  check(fill_random(conv.data, conv.numel(), true, 1.0f, conv_seed, stream), "fill");
+}
+
+// What both kinds' launch arguments (detail::cuda::GdnLaunchArgs, Mamba2LaunchArgs) of a bench
+// round hold alike: the pool's storage, layer l, B rows of T tokens on the bench's device slot
+// list, and the state I/O of snapshot (per-token stores) or replay (pending steps re-run,
+// committed state stored once, records).
+template <typename LaunchArgs, typename Storage>
+void set_round_args(LaunchArgs& a, const Storage* storage, int l, int B, int T, bool replay,
+                    const int32_t* device_slots) {
+  a.storage = storage;
+  a.layer = l;
+  a.rows = B;
+  a.tokens = T;
+  if (replay) {
+    a.io.conv_pending = a.io.history = a.io.fold = a.io.store_replayed = true;
+    a.io.write_records = true;
+  } else {
+    a.io.store_tokens = true;
+  }
+  a.device_slots = device_slots;
 }
 
 inline double median(std::vector<double> v) {

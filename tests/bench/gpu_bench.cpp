@@ -74,23 +74,15 @@ struct World {
     g.head_k_dim = kK;
     g.head_v_dim = kV;
     g.conv_width = kW;
-    g.act_dtype = DType::kBF16;
-    g.conv_state_dtype = DType::kBF16;
-    g.ssm_state_dtype = DType::kF32;
+    set_engine_dtypes(g);
     pool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g),
                                        bench_pool_options(kMaxB, kMaxT, stream));
     ring = bench_ring();
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
     uint64_t seed = 1;
     for (int l = 0; l < kLayers; ++l) {
-      for (StatePool* p : {pool.get()}) {
-        check(fill_random(p->ssm_state(l).data, p->ssm_state(l).numel(), false, 0.05f, seed++,
-                          stream),
-              "fill");
-        check(fill_random(p->conv_state(l).data, p->conv_state(l).numel(), true, 1.0f, seed++,
-                          stream),
-              "fill");
-      }
+      fill_layer_states(*pool, l, seed, seed + 1, stream);
+      seed += 2;
       const std::size_t tokens = kMaxB * kMaxT;
       auto make = [&](std::size_t n, bool bf16, float scale) {
         void* p = bf16 ? static_cast<void*>(device_alloc<uint16_t>(n))
@@ -128,12 +120,8 @@ struct World {
     for (int i = 0; i < kMaxB; ++i) rhandles.push_back(rpool->acquire());
     uint64_t seed = 1000 + T;
     for (int l = 0; l < kLayers; ++l) {
-      check(fill_random(rpool->ssm_state(l).data, rpool->ssm_state(l).numel(), false, 0.05f, seed++,
-                        stream),
-            "fill");
-      check(fill_random(rpool->conv_state(l).data, rpool->conv_state(l).numel(), true, 1.0f, seed++,
-                        stream),
-            "fill");
+      fill_layer_states(*rpool, l, seed, seed + 1, stream);
+      seed += 2;
     }
     check(cudaStreamSynchronize(stream), "replay pool");
     return *rpool;
@@ -215,17 +203,8 @@ struct World {
   // (per-token stores) or replay (pending steps re-run, committed state stored once, records).
   detail::cuda::GdnLaunch launch_params(int l, int T, int B, bool replay) const {
     detail::cuda::GdnLaunchArgs a;
-    a.storage = &detail::PoolAccess::storage(replay ? *rpool : *pool);
-    a.layer = l;
-    a.rows = B;
-    a.tokens = T;
-    if (replay) {
-      a.io.conv_pending = a.io.history = a.io.fold = a.io.store_replayed = true;
-      a.io.write_records = true;
-    } else {
-      a.io.store_tokens = true;
-    }
-    a.device_slots = slots;
+    set_round_args(a, &detail::PoolAccess::storage(replay ? *rpool : *pool), l, B, T, replay,
+                   slots);
     const GdnWeights w = weights(l);
     const GdnInputs in = inputs(l, int64_t{B} * T);
     const GdnOutputs out = outputs(l, int64_t{B} * T);

@@ -72,9 +72,7 @@ Mamba2Config nemotron_h_8b() {
   m.conv_bias = true;
   m.d_skip = true;
   m.gate = false;
-  m.act_dtype = DType::kBF16;
-  m.conv_state_dtype = DType::kBF16;
-  m.ssm_state_dtype = DType::kF32;
+  set_engine_dtypes(m);
   return m;
 }
 
@@ -139,11 +137,7 @@ struct World {
       slot_index[i] = static_cast<int32_t>(pool->slot_index(handles[i]));
     check(cudaMemcpy(slots, slot_index.data(), sizeof(int32_t) * kMaxB, cudaMemcpyHostToDevice),
           "slots");
-    for (int l = 0; l < kLayers; ++l) {
-      const TensorView ssm = pool->ssm_state(l), conv = pool->conv_state(l);
-      check(fill_random(ssm.data, ssm.numel(), false, 0.05f, 100 + l, stream), "fill");
-      check(fill_random(conv.data, conv.numel(), true, 1.0f, 200 + l, stream), "fill");
-    }
+    for (int l = 0; l < kLayers; ++l) fill_layer_states(*pool, l, 100 + l, 200 + l, stream);
     return *pool;
   }
 
@@ -263,17 +257,7 @@ void per_layer_kernel(benchmark::State& state, bool conv, Strategy strategy) {
   cudaGraphExec_t exec = capture_graph(w.stream, [&] {
     for (int l = 0; l < kLayers; ++l) {
       detail::cuda::Mamba2LaunchArgs a;
-      a.storage = &detail::PoolAccess::storage(p);
-      a.layer = l;
-      a.rows = B;
-      a.tokens = T;
-      if (replay) {
-        a.io.conv_pending = a.io.history = a.io.fold = a.io.store_replayed = true;
-        a.io.write_records = true;
-      } else {
-        a.io.store_tokens = true;
-      }
-      a.device_slots = w.slots;
+      set_round_args(a, &detail::PoolAccess::storage(p), l, B, T, replay, w.slots);
       a.weights = &weights[l];
       a.inputs = &inputs[l];
       a.outputs = &outputs[l];
