@@ -9,10 +9,10 @@ namespace specstate::kernels {
 // The shared memory of one CTA. next_state: the next item's state (kItems = 2: the next row's;
 // kMulti, a replay chain over several V blocks: the next block's).
 template <typename St, int K, int kRows, int kItems, int kChunk, bool kReplay, bool kTree,
-          bool kMulti>
+          bool kMulti, bool kKda>
 struct GdnShared {
   static constexpr bool kNext = kItems > 1 || kMulti;
-  GdnChunk<K, kRows, kChunk> chunk;
+  GdnChunk<K, kRows, kChunk, kKda> chunk;
   // Merged history records' key factors (replay; their keys wait in the chunk: gdn_raw_key).
   float hist_kf[kReplay ? kChunk : 1];
   __align__(16) St next_state[kNext ? kRows * K : 4];
@@ -414,12 +414,13 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 // only the first read of a CTA has its latency exposed. kChunk: tokens staged at a time. kReplay:
 // the instantiation that may apply history records (replay, DESIGN.md section 6) or recompute tree
 // states (the snapshot and advance instantiation carries none of that code). kMulti: a replay chain
-// over p.vblocks V blocks per CTA (gdn_replay_vblocks).
+// over p.vblocks V blocks per CTA (gdn_replay_vblocks). kKda: the KDA layer (the gate per key
+// channel; launch_kda_recurrence).
 #ifndef SPECSTATE_GDN_MULTI_MIN_CTAS
 #define SPECSTATE_GDN_MULTI_MIN_CTAS 8  // CTAs per SM the kMulti instantiation is compiled for
 #endif
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
-          bool kTree = false, int RPT = 1, bool kMulti = false>
+template <typename Act, typename St, bool kKda, int K, int LANES, int kItems, int kChunk,
+          bool kReplay, bool kTree = false, int RPT = 1, bool kMulti = false>
 __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
                                                : kMulti     ? SPECSTATE_GDN_MULTI_MIN_CTAS
                                                : LANES == 8 ? 8
@@ -427,15 +428,16 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   static_assert(!kMulti || (kReplay && !kTree && RPT == 1 && kItems == 1), "a replay chain");
   constexpr int kRows = gdn_rows_per_cta<LANES>() * RPT;
-  __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti> sm;
+  __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda> sm;
   const int hv = blockIdx.y;
   // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
   const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
   // The layer's gate parameters: written by nobody in the round and independent of the slot, so
   // their loads are issued first (their latency overlaps the slot's and the state's).
   const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
+  // (KDA's dt_bias is per key channel: gdn_stage loads it.)
   const float dt_bias =
-      p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
+      !kKda && p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
   if constexpr (kMulti) {
     // A replay chain, p.vblocks V blocks per CTA.
     if (gdn_replay_vblocks<Act, St, K, LANES, kChunk>(p, sm, h, hv, a_log, dt_bias)) return;
@@ -454,19 +456,19 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
   }
 }
 
-template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
-          bool kTree = false, int RPT = 1, bool kMulti = false>
+template <typename Act, typename St, bool kKda, int K, int LANES, int kItems, int kChunk,
+          bool kReplay, bool kTree = false, int RPT = 1, bool kMulti = false>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>() * RPT;
   const int nblk = (p.head_v_dim + rows_per_cta - 1) / rows_per_cta;
   const int vblocks = kMulti ? p.vblocks : 1;
   return launch_after_conv(
-      gdn_recurrence_kernel<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kMulti>,
+      gdn_recurrence_kernel<Act, St, kKda, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kMulti>,
       dim3((nblk + vblocks - 1) / vblocks, p.num_v_heads, (p.rows + kItems - 1) / kItems),
       dim3(kGdnThreads), p, stream);
 }
 
-template <typename Act, typename St, int K>
+template <typename Act, typename St, bool kKda, int K>
 cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   // Two rows per CTA from 16 rows on when the window is short (the state read is then a large
   // share of the traffic and its latency is exposed once per CTA). Measured on H200, Qwen3-Next,
@@ -475,21 +477,23 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
     // Replay (history records, or tree windows without snapshots): one row per CTA. Trees get
     // their own instantiation: only they keep the start state in shared memory (8 KiB a CTA that
     // a chain's CTAs leave to L1).
-    if (p.parents != nullptr) return launch_gdn_shape<Act, St, K, 8, 1, 16, true, true>(p, stream);
+    if (p.parents != nullptr)
+      return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, true>(p, stream);
     GdnRecurrenceParams q = p;
     q.vblocks = replay_vblocks_for(
         p.rows, p.num_v_heads, (p.head_v_dim + gdn_rows_per_cta<8>() - 1) / gdn_rows_per_cta<8>(),
         6, "SPECSTATE_GDN_VBLOCKS");
     if (q.vblocks > 1)
-      return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false, 1, true>(q, stream);
-    return launch_gdn_shape<Act, St, K, 8, 1, 16, true, false>(p, stream);
+      return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, false, 1, true>(q, stream);
+    return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, false>(p, stream);
   }
   const bool two = p.rows >= 16 && p.tokens <= 3;
-  return two ? launch_gdn_shape<Act, St, K, 8, 2, 8, false>(p, stream)
-             : launch_gdn_shape<Act, St, K, 8, 1, 8, false>(p, stream);
+  return two ? launch_gdn_shape<Act, St, kKda, K, 8, 2, 8, false>(p, stream)
+             : launch_gdn_shape<Act, St, kKda, K, 8, 1, 8, false>(p, stream);
 }
 
-template <typename Act, typename St>
+// kKda: the KDA layer (launch_kda_recurrence), instantiated in kda_recurrence_<act>.cu.
+template <typename Act, typename St, bool kKda = false>
 cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p0, cudaStream_t stream) {
   bool skip = false;
   const cudaError_t bad = check_recurrence_launch(p0, kGdnChunk, &skip);
@@ -502,11 +506,11 @@ cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p0, cudaStrea
   // CTA repeats the q/k prologue): B=1,T=4 10.1 us vs 7.3 us per layer.
   switch (p.head_k_dim) {
     case 32:
-      return launch_gdn_k<Act, St, 32>(p, stream);
+      return launch_gdn_k<Act, St, kKda, 32>(p, stream);
     case 64:
-      return launch_gdn_k<Act, St, 64>(p, stream);
+      return launch_gdn_k<Act, St, kKda, 64>(p, stream);
     case 128:
-      return launch_gdn_k<Act, St, 128>(p, stream);
+      return launch_gdn_k<Act, St, kKda, 128>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -1,6 +1,8 @@
 // Gated DeltaNet recurrence (DESIGN.md section 3): the one GDN token step of the CUDA backend,
 // shared by decode, prefill, verify and every strategy. Host-safe launcher declaration; the
-// kernel lives in gdn_recurrence.cuh.
+// kernel lives in gdn_recurrence.cuh. The KDA recurrence (Kimi Delta Attention: the GDN step with
+// a decay per key channel, DESIGN.md section 3) is the same kernel with the gate as a K-vector:
+// launch_kda_recurrence takes these params with the KDA fields below set.
 //
 // State I/O (chosen by the strategy, never a mode flag):
 //   start state      the committed state of the row's slot
@@ -63,6 +65,13 @@ struct GdnRecurrenceParams {
   int64_t b_stride_h = 1;
   int64_t a_log_stride = 1;
   int64_t dt_bias_stride = 1;
+  // KDA only: `a` is the raw gate [tokens, HV, K] (key channel stride a_stride_k), dt_bias is
+  // [HV, K] (dt_bias_stride per value head, dt_bias_stride_k per channel), and the records' e^g
+  // is [HV][K] (kernels::kda_factor_layout). lower_bound: fla's lower-bound gate where set.
+  int64_t a_stride_k = 1;
+  int64_t dt_bias_stride_k = 1;
+  bool has_lower_bound = false;
+  float lower_bound = 0.0f;
   int64_t out_stride_token = 0;  // core_out [tokens, HV, V]
   int64_t out_stride_h = 0;
   int64_t out_stride_v = 1;
@@ -96,6 +105,9 @@ struct GdnRecurrenceParams {
 // without snapshots at most kGdnChunk tokens (cudaErrorInvalidValue otherwise).
 inline constexpr int kGdnChunk = 16;  // tokens staged in shared memory at a time
 cudaError_t launch_gdn_recurrence(const GdnRecurrenceParams& params, ElemType act, ElemType state,
+                                  cudaStream_t stream);
+// The KDA layer's recurrence: the same contract, the gate per key channel.
+cudaError_t launch_kda_recurrence(const GdnRecurrenceParams& params, ElemType act, ElemType state,
                                   cudaStream_t stream);
 
 }  // namespace specstate::kernels

@@ -8,6 +8,10 @@
 //   S = e^g S;  u = beta (v - S k^);  S += u k^T;  o = S q~
 // computed as  sk = S k^, sq = S q~ (old S), u = beta (v - e^g sk), S = e^g S + u k^T,
 // o = e^g sq + u (k^ . q~): one pass over S per token.
+// KDA (kKda: the chunk's gate is a K-vector, DESIGN.md section 3, KDA step): the decay is per key
+// channel, S[v][i] = e^g[i] S[v][i]; the step decays S in place while it forms sk = S k^ and
+// sq = S q~ (of the decayed S), then u = beta (v - sk), S = S + u k^T, o = sq + u (k^ . q~). A
+// record's application is the same decay and the same multiply-add (kda_decay, gdn_rank1).
 //
 // Work split: a CTA owns 4 * 32/LANES rows of V for one (row, value head) and all K columns. A
 // warp holds 32/LANES V rows; the LANES lanes of a V row hold K/LANES columns each as float4 at
@@ -30,11 +34,13 @@ __host__ __device__ constexpr int gdn_rows_per_cta() {
 }
 
 // Shared-memory staging of a chunk of tokens: normalised q~ and k^, the gates, k^.q~ and this
-// CTA's v rows.
-template <int K, int kRows, int kChunk>
+// CTA's v rows. kKda: the decay per key channel (egk) instead of per head (eg).
+template <int K, int kRows, int kChunk, bool kKda = false>
 struct GdnChunk {
+  static constexpr bool kVectorGate = kKda;
   __align__(16) float q[kChunk][K];
   __align__(16) float k[kChunk][K];
+  __align__(16) float egk[kKda ? kChunk : 1][kKda ? K : 4];
   float eg[kChunk];
   float beta[kChunk];
   float kq[kChunk];
@@ -112,8 +118,8 @@ struct GdnFactorSink {
 // off + i; writes their factor records' k, kf and e^g when `sink` says so. The gates are one
 // token per thread; q and k are normalised one token per warp. Every thread of the CTA calls it;
 // it ends with __syncthreads().
-template <typename Act, int K, int kRows, int kChunk>
-__device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
+template <typename Act, int K, int kRows, int kChunk, bool kKda>
+__device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
                                           const GdnRecurrenceParams& p, const GdnRowInputs<Act>& in,
                                           int h, int hv, int c0, int n, float A, float dt_bias,
                                           const GdnFactorSink& sink, int off = 0,
@@ -124,14 +130,40 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
     const int tt = i / kRows, r = i % kRows;
     c.v[off + tt][r] = r < in.v_rows ? to_float<Act>(in.v[(c0 + tt) * in.st + r * in.sc]) : 0.0f;
   }
-  // The gates, one token per thread.
-  for (int tt = tid; tt < n; tt += kGdnThreads) {
-    const int64_t t = c0 + tt;
-    const float eg = expf(A * softplus(to_float<Act>(in.a[t * in.a_st]) + dt_bias));
-    c.eg[off + tt] = eg;
-    c.beta[off + tt] = sigmoid(to_float<Act>(in.b[t * in.b_st]));
-    if (sink.ring != nullptr && sink.eg_writer) {
-      reinterpret_cast<float*>(sink.record(p, c0 + tt) + p.f_eg)[hv] = eg;
+  if constexpr (kKda) {
+    // The decay per key channel (DESIGN.md section 3, KDA step), one (token, channel) per thread:
+    // x = g_raw + dt_bias[hv][i]; g = A softplus(x), A = -exp(A_log), or with fla's lower bound
+    // g = lower_bound sigmoid(exp(A_log) x). kGdnThreads is a multiple of K: a thread's channel
+    // is the same for every token, its dt_bias loaded once.
+    static_assert(kGdnThreads % K == 0, "one key channel per thread");
+    const int e = tid % K;
+    const float bias = p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype,
+                                            hv * p.dt_bias_stride + e * p.dt_bias_stride_k)
+                                 : 0.0f;
+    for (int i = tid; i < n * K; i += kGdnThreads) {
+      const int tt = i / K;
+      const int64_t t = c0 + tt;
+      const float x = to_float<Act>(in.a[t * in.a_st + e * p.a_stride_k]) + bias;
+      const float g = p.has_lower_bound ? p.lower_bound * sigmoid(-A * x) : A * softplus(x);
+      const float eg = expf(g);
+      c.egk[off + tt][e] = eg;
+      if (sink.ring != nullptr && sink.eg_writer) {
+        reinterpret_cast<float*>(sink.record(p, c0 + tt) + p.f_eg)[int64_t{hv} * K + e] = eg;
+      }
+    }
+    for (int tt = tid; tt < n; tt += kGdnThreads) {
+      c.beta[off + tt] = sigmoid(to_float<Act>(in.b[(c0 + tt) * in.b_st]));
+    }
+  } else {
+    // The gates, one token per thread.
+    for (int tt = tid; tt < n; tt += kGdnThreads) {
+      const int64_t t = c0 + tt;
+      const float eg = expf(A * softplus(to_float<Act>(in.a[t * in.a_st]) + dt_bias));
+      c.eg[off + tt] = eg;
+      c.beta[off + tt] = sigmoid(to_float<Act>(in.b[t * in.b_st]));
+      if (sink.ring != nullptr && sink.eg_writer) {
+        reinterpret_cast<float*>(sink.record(p, c0 + tt) + p.f_eg)[hv] = eg;
+      }
     }
   }
   // Warp w normalises q and k of tokens w, w+4, ...
@@ -192,13 +224,14 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk>& c,
 // Where a prefetched history record's key (the act dtype, as the record holds it) waits in shared
 // memory: the tail of the chunk's key row tt, which the window (staged from row hist on) leaves
 // free in the merged case; k^ = k * kf is formed from it (gdn_apply_raw, or once in place).
-template <typename Act, int K, int kRows, int kChunk>
-__device__ __forceinline__ Act* gdn_raw_key(GdnChunk<K, kRows, kChunk>& c, int tt) {
+template <typename Act, int K, int kRows, int kChunk, bool kKda>
+__device__ __forceinline__ Act* gdn_raw_key(GdnChunk<K, kRows, kChunk, kKda>& c, int tt) {
   static_assert(sizeof(float) % sizeof(Act) == 0, "the raw key fits a float row");
   return reinterpret_cast<Act*>(&c.k[tt][0]) + K * (sizeof(float) / sizeof(Act) - 1);
 }
-template <typename Act, int K, int kRows, int kChunk>
-__device__ __forceinline__ const Act* gdn_raw_key(const GdnChunk<K, kRows, kChunk>& c, int tt) {
+template <typename Act, int K, int kRows, int kChunk, bool kKda>
+__device__ __forceinline__ const Act* gdn_raw_key(const GdnChunk<K, kRows, kChunk, kKda>& c,
+                                                  int tt) {
   return reinterpret_cast<const Act*>(&c.k[tt][0]) + K * (sizeof(float) / sizeof(Act) - 1);
 }
 
@@ -208,10 +241,11 @@ __device__ __forceinline__ const Act* gdn_raw_key(const GdnChunk<K, kRows, kChun
 // dtype) into gdn_raw_key(c, i) and its factor into hkf, this CTA's rows of u into c.v, e^g into
 // c.eg. The
 // copies complete at gdn_stage(..., wait_async = true); gdn_apply_raw applies them.
-template <typename Act, int K, int kRows, int kChunk>
-__device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>& c, float* hkf,
-                                                     const GdnRecurrenceParams& p, const char* ring,
-                                                     int base, int h, int hv, int n, int vblock) {
+template <typename Act, int K, int kRows, int kChunk, bool kKda>
+__device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk, kKda>& c,
+                                                     float* hkf, const GdnRecurrenceParams& p,
+                                                     const char* ring, int base, int h, int hv,
+                                                     int n, int vblock) {
   static_assert((K * sizeof(Act)) % 16 == 0 && kRows % 4 == 0, "16-byte copies");
   constexpr int kKParts = static_cast<int>(K * sizeof(Act) / 16);  // 16-byte parts of a key
   constexpr int kUParts = kRows / 4;                               // 4-row parts of u
@@ -239,8 +273,15 @@ __device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>&
       for (int j = 0; j < 4; ++j) c.v[tt][r + j] = v0 + r + j < V ? u[j] : 0.0f;
     }
   }
+  if constexpr (kKda) {
+    constexpr int kEParts = K / 4;  // 16-byte parts of a record's e^g vector
+    for (int i = tid; i < n * kEParts; i += kGdnThreads) {
+      const int tt = i / kEParts, part = i % kEParts;
+      cp_async<16>(&c.egk[tt][part * 4], record(tt) + p.f_eg + (int64_t{hv} * K + part * 4) * 4);
+    }
+  }
   for (int tt = tid; tt < n; tt += kGdnThreads) {
-    cp_async<4>(&c.eg[tt], record(tt) + p.f_eg + int64_t{hv} * 4);
+    if constexpr (!kKda) cp_async<4>(&c.eg[tt], record(tt) + p.f_eg + int64_t{hv} * 4);
     cp_async<4>(&hkf[tt], record(tt) + p.f_kf + int64_t{h} * 4);
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -251,8 +292,8 @@ __device__ __forceinline__ void gdn_prefetch_history(GdnChunk<K, kRows, kChunk>&
 // CTA's rows of u (in the v array). Vectorised: a thread stages 8 elements of one record's key
 // (one 16-byte load of bf16, two of f32) or 4 rows of u; staging costs a few instructions per
 // record and CTA instead of one element per thread. Ends with __syncthreads().
-template <typename Act, int K, int kRows, int kChunk>
-__device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk>& c,
+template <typename Act, int K, int kRows, int kChunk, bool kKda>
+__device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk, kKda>& c,
                                                   const GdnRecurrenceParams& p, const char* ring,
                                                   int base, int h, int hv, int c0, int n,
                                                   int vblock) {
@@ -292,8 +333,15 @@ __device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk>& c,
       for (int j = 0; j < 4; ++j) c.v[tt][r + j] = vr + j < V ? u[j] : 0.0f;
     }
   }
-  for (int tt = tid; tt < n; tt += kGdnThreads) {
-    c.eg[tt] = reinterpret_cast<const float*>(record(tt) + p.f_eg)[hv];
+  if constexpr (kKda) {
+    for (int i = tid; i < n * K; i += kGdnThreads) {
+      const int tt = i / K, e = i % K;
+      c.egk[tt][e] = reinterpret_cast<const float*>(record(tt) + p.f_eg)[int64_t{hv} * K + e];
+    }
+  } else {
+    for (int tt = tid; tt < n; tt += kGdnThreads) {
+      c.eg[tt] = reinterpret_cast<const float*>(record(tt) + p.f_eg)[hv];
+    }
   }
   __syncthreads();
 }
@@ -317,6 +365,50 @@ __device__ __forceinline__ void gdn_update(float4 (&S)[NK], const float4 (&kn)[N
 // K columns. Every row's arithmetic is the one-row arithmetic (same order, same reduction), so
 // the result does not depend on RPT; RPT > 1 reuses each staged key and query value for RPT
 // rows (the shared-memory traffic per state element is 1/RPT).
+// KDA's update, in two parts that the step and the records' application share: the decay per key
+// channel (S[v][i] = e^g[i] S[v][i], kept in fp32), then S = S + u k^T rounded to the state dtype
+// after the token. The step fuses the decay into its dot products (same product, same value).
+__device__ __forceinline__ void kda_decay(float4& s, const float4& e) {
+  s.x *= e.x;
+  s.y *= e.y;
+  s.z *= e.z;
+  s.w *= e.w;
+}
+template <typename St, int NK>
+__device__ __forceinline__ void gdn_rank1(float4 (&S)[NK], const float4 (&kn)[NK], float u) {
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    S[i].x = round_to<St>(fmaf(u, kn[i].x, S[i].x));
+    S[i].y = round_to<St>(fmaf(u, kn[i].y, S[i].y));
+    S[i].z = round_to<St>(fmaf(u, kn[i].z, S[i].z));
+    S[i].w = round_to<St>(fmaf(u, kn[i].w, S[i].w));
+  }
+}
+
+// A record's decay and update of this thread's rows (either kind): GDN S = e^g S + u k^T (one
+// multiply-add per element), KDA the per-channel decay then the same multiply-add.
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kKda, typename Rows>
+__device__ __forceinline__ void gdn_apply_kn(float4 (&S)[RPT][K / (4 * LANES)],
+                                             const float4 (&kn)[K / (4 * LANES)],
+                                             const GdnChunk<K, kRows, kChunk, kKda>& c, int tt,
+                                             int kl, const Rows& rows) {
+  constexpr int NK = K / (4 * LANES);
+  if constexpr (kKda) {
+#pragma unroll
+    for (int i = 0; i < NK; ++i) {
+      const float4 e = *reinterpret_cast<const float4*>(&c.egk[tt][i * 4 * LANES + kl * 4]);
+#pragma unroll
+      for (int j = 0; j < RPT; ++j) kda_decay(S[j][i], e);
+    }
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) gdn_rank1<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]]);
+  } else {
+    const float eg = c.eg[tt];
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
+  }
+}
+
 template <int RPT>
 struct GdnRows {
   int vrow[RPT];  // inside the CTA (index of the staged v / u)
@@ -325,9 +417,9 @@ struct GdnRows {
 };
 
 // Applies staged history record tt to this thread's rows of S.
-template <typename St, int K, int LANES, int RPT, int kRows, int kChunk>
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kKda>
 __device__ __forceinline__ void gdn_apply(float4 (&S)[RPT][K / (4 * LANES)],
-                                          const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                          const GdnChunk<K, kRows, kChunk, kKda>& c, int tt, int kl,
                                           const GdnRows<RPT>& rows) {
   constexpr int NK = K / (4 * LANES);
   float4 kn[NK];
@@ -335,17 +427,16 @@ __device__ __forceinline__ void gdn_apply(float4 (&S)[RPT][K / (4 * LANES)],
   for (int i = 0; i < NK; ++i) {
     kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
   }
-  const float eg = c.eg[tt];
-#pragma unroll
-  for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
+  gdn_apply_kn<St, K, LANES, RPT>(S, kn, c, tt, kl, rows);
 }
 
 // Applies prefetched history record tt (gdn_prefetch_history: the key in the act dtype and its
 // factor) to this thread's rows of S: k^ = k * kf, the product the step computed.
-template <typename Act, typename St, int K, int LANES, int RPT, int kRows, int kChunk>
+template <typename Act, typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kKda>
 __device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
-                                              const GdnChunk<K, kRows, kChunk>& c, const float* hkf,
-                                              int tt, int kl, const GdnRows<RPT>& rows) {
+                                              const GdnChunk<K, kRows, kChunk, kKda>& c,
+                                              const float* hkf, int tt, int kl,
+                                              const GdnRows<RPT>& rows) {
   constexpr int NK = K / (4 * LANES);
   const float kf = hkf[tt];
   float4 kn[NK];
@@ -357,17 +448,16 @@ __device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
     kn[i].z *= kf;
     kn[i].w *= kf;
   }
-  const float eg = c.eg[tt];
-#pragma unroll
-  for (int j = 0; j < RPT; ++j) gdn_update<St, NK>(S[j], kn, c.v[tt][rows.vrow[j]], eg);
+  gdn_apply_kn<St, K, LANES, RPT>(S, kn, c, tt, kl, rows);
 }
 
 // One token step on this thread's rows of S (staged token tt); sets o and u (the update) of each
 // row. kOutput = false (a tree path recomputed): S q~ and the output are not computed; the state
 // update is the same arithmetic.
-template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true>
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true,
+          bool kKda = false>
 __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
-                                         const GdnChunk<K, kRows, kChunk>& c, int tt, int kl,
+                                         const GdnChunk<K, kRows, kChunk, kKda>& c, int tt, int kl,
                                          const GdnRows<RPT>& rows, float (&u)[RPT],
                                          float (&o)[RPT]) {
   constexpr int NK = K / (4 * LANES);
@@ -380,8 +470,11 @@ __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
     kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
     float4 qn;
     if constexpr (kOutput) qn = *reinterpret_cast<const float4*>(&c.q[tt][i * 4 * LANES + kl * 4]);
+    float4 e;
+    if constexpr (kKda) e = *reinterpret_cast<const float4*>(&c.egk[tt][i * 4 * LANES + kl * 4]);
 #pragma unroll
     for (int j = 0; j < RPT; ++j) {
+      if constexpr (kKda) kda_decay(S[j][i], e);  // KDA: the dot products see the decayed S
       const float4 s = S[j][i];
       sk[j] += s.x * kn[i].x + s.y * kn[i].y + s.z * kn[i].z + s.w * kn[i].w;
       if constexpr (kOutput) sq[j] += s.x * qn.x + s.y * qn.y + s.z * qn.z + s.w * qn.w;
@@ -395,12 +488,22 @@ __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
       if constexpr (kOutput) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], m);
     }
   }
-  const float eg = c.eg[tt], beta = c.beta[tt], kq = c.kq[tt];
+  const float beta = c.beta[tt], kq = c.kq[tt];
+  if constexpr (kKda) {
 #pragma unroll
-  for (int j = 0; j < RPT; ++j) {
-    u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
-    o[j] = eg * sq[j] + u[j] * kq;
-    gdn_update<St, NK>(S[j], kn, u[j], eg);
+    for (int j = 0; j < RPT; ++j) {
+      u[j] = beta * (c.v[tt][rows.vrow[j]] - sk[j]);
+      o[j] = sq[j] + u[j] * kq;
+      gdn_rank1<St, NK>(S[j], kn, u[j]);
+    }
+  } else {
+    const float eg = c.eg[tt];
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
+      o[j] = eg * sq[j] + u[j] * kq;
+      gdn_update<St, NK>(S[j], kn, u[j], eg);
+    }
   }
 }
 

@@ -73,8 +73,10 @@ if has tests; then
     "$OUT/gpu_tests.log" | head -60
   echo "gpu tests rc=$rc"
   [ $rc -ne 0 ] && status=1
-  echo "== golden cases on CUDA (GDN A and C, bf16, realistic sizes, Mamba2 A; both strategies)"
-  "$cpu_tests_bin" --gtest_color=no --gtest_filter='*GoldenCuda*:*GoldenMamba2Cuda*' \
+  echo "== golden cases and float64 references on CUDA (GDN A and C, bf16, realistic sizes, Mamba2 A,"
+  echo "   KDA A and LB from fla; both strategies)"
+  "$cpu_tests_bin" --gtest_color=no \
+    --gtest_filter='*GoldenCuda*:*GoldenMamba2Cuda*:*GoldenKdaCuda*:*ReferenceF64*Cuda*' \
     >"$OUT/golden_cuda.log" 2>&1
   rc=$?
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure" "$OUT/golden_cuda.log" | head -20

@@ -78,8 +78,11 @@ class CudaBackend final : public BackendImpl {
       return Status::kNotSupported;
     }
     switch (config.kind) {
-      case LayerKind::kGatedDeltaNet: {
-        const int K = config.gdn.head_k_dim;
+      case LayerKind::kGatedDeltaNet:
+      case LayerKind::kKda: {
+        // One kernel for both delta-rule kinds (KDA: the gate per key channel).
+        const int K =
+            config.kind == LayerKind::kKda ? config.kda_layer.head_k_dim : config.gdn.head_k_dim;
         if (K != 32 && K != 64 && K != 128) {
           *why = "cuda backend: head_k_dim = " + std::to_string(K) + ", supported: 32, 64, 128";
           return Status::kNotSupported;
@@ -293,10 +296,14 @@ class CudaBackend final : public BackendImpl {
         });
   }
 
-  // KDA has no CUDA kernels yet: can_implement refuses such a pool, so this is never reached.
-  void run_kda(const PoolStorage&, const LayerRun&, const KdaWeights&, const KdaInputs&,
-               const KdaOutputs&) override {
-    throw Error(Status::kNotSupported, "cuda backend: KDA layers have no CUDA kernels yet");
+  void run_kda(const PoolStorage& s, const LayerRun& run, const KdaWeights& weights,
+               const KdaInputs& inputs, const KdaOutputs& outputs) override {
+    run_layer<cuda::KdaLaunchArgs>(
+        s, run, weights, inputs, outputs, [&](const cuda::KdaLaunchArgs& a, const char* what) {
+          const cuda::GdnLaunch L = cuda::build_kda_launch(a);
+          check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
+          check(k::launch_kda_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
+        });
   }
 
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {

@@ -122,15 +122,14 @@ void state_io_params(Rec& r, const Args& a) {
   r.varlen = a.varlen;
 }
 
-}  // namespace
-
-GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
+// The fields of a delta-rule kind's launch (GDN and KDA: the same conv over [q | k | v], the same
+// recurrence kernel); the gate's fields are the kind's (build_gdn_launch, build_kda_launch).
+template <typename Args, typename Config>
+GdnLaunch delta_launch(const Args& a, const Config& g, const TensorView& b) {
   namespace k = specstate::kernels;
-  const PoolStorage& s = *a.storage;
-  const GdnConfig& g = s.config.gdn;
-  const GdnWeights& w = *a.weights;
-  const GdnInputs& in = *a.inputs;
-  const GdnOutputs& out = *a.outputs;
+  const auto& w = *a.weights;
+  const auto& in = *a.inputs;
+  const auto& out = *a.outputs;
   GdnLaunch L;
   L.act = elem(g.act_dtype);
   L.conv_state = elem(g.conv_state_dtype);
@@ -154,25 +153,60 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   if (a.tokens > 0) {
     r.qkv_stride_token = conv_out_stride_token;
     r.qkv_stride_c = conv_out_stride_c;
-    r.a_stride_token = in.a.stride[0];
-    r.a_stride_h = in.a.stride[1];
-    r.b_stride_token = in.b.stride[0];
-    r.b_stride_h = in.b.stride[1];
+    r.b_stride_token = b.stride[0];
+    r.b_stride_h = b.stride[1];
     r.out_stride_token = out.core_out.stride[0];
     r.out_stride_h = out.core_out.stride[1];
     r.out_stride_v = out.core_out.stride[2];
     r.qkv = conv_out;
-    r.a = offset_bytes(in.a, a.token0 * in.a.stride[0]);
-    r.b = offset_bytes(in.b, a.token0 * in.b.stride[0]);
+    r.b = offset_bytes(b, a.token0 * b.stride[0]);
     r.out = offset_bytes(out.core_out, a.token0 * out.core_out.stride[0]);
   }
-  const auto fl = k::gdn_factor_layout(g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim,
-                                       dtype_size(g.act_dtype));
+  state_io_params(r, a);
+  return L;
+}
+
+template <typename Layout>
+void set_factor_offsets(kernels::GdnRecurrenceParams& r, const Layout& fl) {
   r.f_u = fl.u;
   r.f_eg = fl.eg;
   r.f_kf = fl.kf;
   r.f_k = fl.k;
-  state_io_params(r, a);
+}
+
+}  // namespace
+
+GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
+  const GdnConfig& g = a.storage->config.gdn;
+  GdnLaunch L = delta_launch(a, g, a.inputs->b);
+  kernels::GdnRecurrenceParams& r = L.rec;
+  if (a.tokens > 0) {
+    const TensorView& gate = a.inputs->a;
+    r.a_stride_token = gate.stride[0];
+    r.a_stride_h = gate.stride[1];
+    r.a = offset_bytes(gate, a.token0 * gate.stride[0]);
+  }
+  set_factor_offsets(r, kernels::gdn_factor_layout(g.num_k_heads, g.num_v_heads, g.head_k_dim,
+                                                   g.head_v_dim, dtype_size(g.act_dtype)));
+  return L;
+}
+
+GdnLaunch build_kda_launch(const KdaLaunchArgs& a) {
+  const KdaConfig& c = a.storage->config.kda_layer;
+  GdnLaunch L = delta_launch(a, c, a.inputs->b);
+  kernels::GdnRecurrenceParams& r = L.rec;
+  if (!a.weights->dt_bias.empty()) r.dt_bias_stride_k = a.weights->dt_bias.stride[1];
+  r.has_lower_bound = c.lower_bound.has_value();
+  r.lower_bound = c.lower_bound.value_or(0.0f);
+  if (a.tokens > 0) {
+    const TensorView& gate = a.inputs->g;  // [tokens, HV, K]
+    r.a_stride_token = gate.stride[0];
+    r.a_stride_h = gate.stride[1];
+    r.a_stride_k = gate.stride[2];
+    r.a = offset_bytes(gate, a.token0 * gate.stride[0]);
+  }
+  set_factor_offsets(r, kernels::kda_factor_layout(c.num_k_heads, c.num_v_heads, c.head_k_dim,
+                                                   c.head_v_dim, dtype_size(c.act_dtype)));
   return L;
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/conv_update.h"
 #include "kernels/gdn_recurrence.h"
 #include "kernels/mamba2_recurrence.h"
+#include "specstate/kda.h"
 #include "specstate/mamba2.h"
 
 namespace specstate::detail::cuda {
@@ -38,7 +39,9 @@ struct LaunchArgs {
 };
 using GdnLaunchArgs = LaunchArgs<GdnWeights, GdnInputs, GdnOutputs>;
 using Mamba2LaunchArgs = LaunchArgs<Mamba2Weights, Mamba2Inputs, Mamba2Outputs>;
+using KdaLaunchArgs = LaunchArgs<KdaWeights, KdaInputs, KdaOutputs>;
 
+// GDN's and KDA's launches (KDA runs the GDN kernel with the gate per key channel).
 struct GdnLaunch {
   kernels::ConvUpdateParams conv;
   kernels::GdnRecurrenceParams rec;
@@ -55,6 +58,7 @@ struct Mamba2Launch {
 };
 
 GdnLaunch build_gdn_launch(const GdnLaunchArgs& args);
+GdnLaunch build_kda_launch(const KdaLaunchArgs& args);
 Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& args);
 
 inline kernels::ElemType elem(DType dtype) {

@@ -155,6 +155,31 @@ KdaConfig kda_preset(const std::string& name) {
     c.lower_bound = -5.0f;
     return c;
   }
+  // CUDA-sized (head_k_dim 32, 64 or 128).
+  if (name == "kda_gpu_k128") {  // bf16 activations and conv state, f32 SSM, no bias
+    KdaConfig c = small_kda_config(bf16, bf16, f32, false);
+    c.num_k_heads = 2;
+    c.num_v_heads = 4;
+    c.head_k_dim = 128;
+    c.head_v_dim = 64;
+    return c;
+  }
+  if (name == "kda_gpu_lb_f32") {  // all f32, conv bias, fla's lower bound; K = 32, V = 40
+    KdaConfig c = small_kda_config(f32, f32, f32, true);
+    c.head_k_dim = 32;
+    c.head_v_dim = 40;
+    c.lower_bound = -5.0f;
+    return c;
+  }
+  if (name == "kda_gpu_grouped_bf16") {  // everything bf16, 3 value heads per key head, K = 64
+    KdaConfig c = small_kda_config(bf16, bf16, bf16, true);
+    c.num_k_heads = 1;
+    c.num_v_heads = 3;
+    c.head_k_dim = 64;
+    c.head_v_dim = 48;
+    c.conv_width = 3;
+    return c;
+  }
   if (name == "kimi_linear_tp1") return KdaConfig{};  // the defaults
   throw std::invalid_argument("kda_preset: unknown preset " + name);
 }
@@ -214,6 +239,12 @@ std::vector<EquivalenceCase> gpu_equivalence_cases() {
       {"k32_tree_ring13", "gpu_k32", true, 6, 4, 40, 13},
       {"mamba2_bf16_chain_ring2t", "m2_gpu_bf16", false, 4, 5, 24, 8},
       {"mamba2_bf16_tree_ring40_long", "m2_gpu_bf16", true, 4, 3, 110, 40},
+      {"kda_k128_chain", "kda_gpu_k128", false, 4, 5, 16},
+      {"kda_k128_tree", "kda_gpu_k128", true, 5, 5, 16},
+      {"kda_lb_f32_chain", "kda_gpu_lb_f32", false, 8, 3, 12},
+      {"kda_grouped_bf16_tree", "kda_gpu_grouped_bf16", true, 5, 4, 12},
+      {"kda_k128_chain_ring2t", "kda_gpu_k128", false, 4, 5, 24, 8},
+      {"kda_lb_f32_tree_ring40_long", "kda_gpu_lb_f32", true, 4, 3, 110, 40},
   };
 }
 

@@ -40,6 +40,10 @@ bool is_mamba2_preset(const std::string& name);
 //   kda_lb_all_bf16    H=1 HV=3 K=6 V=8 W=3 (grouped value heads), everything bf16, conv bias,
 //                      lower_bound = -5 (fla's naive_kda_lowerbound_gate)
 //   kda_lb_f32         the small f32 config with lower_bound = -5
+//   kda_gpu_k128       H=2 HV=4 K=128 V=64 W=4, bf16 act/conv, f32 SSM, no bias (CUDA-sized)
+//   kda_gpu_lb_f32     H=2 HV=4 K=32 V=40 W=4, all f32, conv bias, lower_bound = -5 (CUDA-sized;
+//                      the last V block of 16 rows half full)
+//   kda_gpu_grouped_bf16  H=1 HV=3 K=64 V=48 W=3, everything bf16, conv bias (CUDA-sized)
 //   kimi_linear_tp1    Kimi-Linear-48B-A3B at TP1: H=HV=32 K=V=128 W=4, bf16 act/conv, f32 SSM
 KdaConfig kda_preset(const std::string& name);
 bool is_kda_preset(const std::string& name);

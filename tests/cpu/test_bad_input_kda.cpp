@@ -261,17 +261,31 @@ TEST(ConfigKda, FactorRecordLayoutByHand) {
   EXPECT_EQ(factor_bytes(KdaConfig{}), 41088);
 }
 
-// A KDA pool on the CUDA backend is refused when the pool is created, naming the kind, whatever
-// the build and the machine (the kind check comes before a device is opened).
-TEST(ConfigKda, CudaPoolIsRefusedNamingTheKind) {
+// A KDA pool on the CUDA backend is treated as a GDN one (the same kernel, the gate per key
+// channel): with no usable device both are refused the same way; with one, the Kimi-Linear
+// config is accepted and a head_k_dim the kernel has no instantiation for is refused, naming it.
+TEST(ConfigKda, CudaPoolIsTreatedAsGdn) {
   PoolOptions options;
   options.backend = Backend::kCuda;
-  for (const char* preset : {"kda_small_f32", "kimi_linear_tp1"}) {
-    SCOPED_TRACE(preset);
-    test::expect_rejected([&] { StatePool pool(ModelConfig::kda(1, kda_preset(preset)), options); },
-                          Status::kNotSupported,
-                          {"StatePool", "kind = kda", "KDA layers have no CUDA kernels yet"});
+  std::string gdn_error;
+  try {
+    StatePool pool(ModelConfig::gated_delta_net(1, GdnConfig{}), options);
+  } catch (const Error& e) {
+    gdn_error = e.what();
   }
+  if (!gdn_error.empty()) {
+    // No usable device (or a build without the CUDA backend): KDA gets GDN's error, word for word.
+    SCOPED_TRACE(gdn_error);
+    test::expect_rejected(
+        [&] { StatePool pool(ModelConfig::kda(1, kda_preset("kimi_linear_tp1")), options); },
+        Status::kNotSupported, {gdn_error.c_str()});
+    return;
+  }
+  StatePool pool(ModelConfig::kda(1, kda_preset("kimi_linear_tp1")), options);
+  EXPECT_EQ(pool.config().kind, LayerKind::kKda);
+  test::expect_rejected(
+      [&] { StatePool bad(ModelConfig::kda(1, kda_preset("kda_small_f32")), options); },
+      Status::kNotSupported, {"StatePool", "head_k_dim = 8", "32, 64, 128"});
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 // small configs (grouped value heads, K != V, both gates), and degenerate inputs: all-zero q/k
 // (the 1e-6 eps keeps them finite), a huge gate (e^g = 0: the state is forgotten), g -> 0
 // (e^g = 1: nothing decays), beta = 0 (sigmoid(-30): no update) and beta = 1 (sigmoid(30)).
-// Every check asserts the result is finite and not all zero.
+// Every check asserts the result is finite and not all zero. The same checks run on the CUDA
+// backend (head_k_dim 32 or 64, the kernel's sizes, and a half-full last V block; skipped visibly
+// without a device).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,10 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "common/backend_buffers.h"
 #include "specstate/specstate.h"
 
 namespace specstate {
 namespace {
+
+using test::BackendBuffers;
 
 struct Cfg {
   int H, HV, K, V, W;
@@ -109,7 +114,10 @@ struct Case {
   std::vector<float> x, g, b;  // [tokens, D], [tokens, HV, K], [tokens, HV]
 };
 
-Case make_case(std::mt19937_64& rng, int tokens, Kind kind, bool lower_bound) {
+// `backend`: the CUDA kernels take head_k_dim 32, 64 or 128 (the CPU any): 32 or 64 there, with
+// V = 40 or 24 (V blocks of 16 rows: the last one partly full).
+Case make_case(std::mt19937_64& rng, int tokens, Kind kind, bool lower_bound,
+               Backend backend = Backend::kCpu) {
   std::uniform_int_distribution<int> pick(0, 1);
   std::normal_distribution<float> normal(0.f, 1.f);
   std::uniform_real_distribution<float> uni(0.f, 1.f);
@@ -117,8 +125,12 @@ Case make_case(std::mt19937_64& rng, int tokens, Kind kind, bool lower_bound) {
   Cfg& c = cs.c;
   c.H = 1 + pick(rng);
   c.HV = c.H * (1 + pick(rng));
-  c.K = 4 << pick(rng);
-  c.V = c.K == 4 ? 8 : 4;  // K != V: a transposed state would show
+  c.K = (backend == Backend::kCuda ? 32 : 4) << pick(rng);
+  if (backend == Backend::kCuda) {
+    c.V = c.K == 32 ? 40 : 24;
+  } else {
+    c.V = c.K == 4 ? 8 : 4;  // K != V: a transposed state would show
+  }
   c.W = 2 + pick(rng) + pick(rng);
   c.bias = pick(rng) == 1;
   if (lower_bound) c.lower_bound = -5.0f;
@@ -221,33 +233,55 @@ struct Compare {
 
 constexpr double kTol = 2e-4;  // fp32 against float64, small K/V
 
+// A call's host views on the pool's backend (copies there), and its outputs brought back.
+KdaWeights on(BackendBuffers& mem, const KdaWeights& w) {
+  const auto up = [&](const TensorView& v) { return v.data ? mem.up(v) : TensorView{}; };
+  return {up(w.conv_weight), up(w.conv_bias), up(w.A_log), up(w.dt_bias)};
+}
+KdaInputs on(BackendBuffers& mem, const KdaInputs& in) {
+  return {mem.up(in.mixed_qkv), mem.up(in.g), mem.up(in.b)};
+}
+
 // Prefill 4 tokens, decode 1, verify a window of 3 (chain) under `strategy`, commit 2; every
 // output and the committed SSM state against the reference.
-void check(uint64_t seed, Kind kind, bool lower_bound, Strategy strategy) {
+void check(uint64_t seed, Kind kind, bool lower_bound, Strategy strategy,
+           Backend backend = Backend::kCpu) {
   SCOPED_TRACE("seed " + std::to_string(seed) + ", " + kind_name(kind) +
                (lower_bound ? ", lower bound" : "") + ", " + strategy_name(strategy));
   std::mt19937_64 rng(seed);
   const int P = 4, T = 3, N = P + 1 + T;
-  Case cs = make_case(rng, N, kind, lower_bound);
+  Case cs = make_case(rng, N, kind, lower_bound, backend);
   const Cfg& c = cs.c;
   const int D = c.D(), O = c.HV * c.V;
+  BackendBuffers mem(backend);
   PoolOptions options;
   options.max_window = T;
   options.strategy = strategy;
+  options.backend = backend;
   StatePool pool(ModelConfig::kda(1, to_kda(c)), options);
   const SlotHandle h = pool.acquire();
-  const KdaWeights w = weights_view(cs);
+  const KdaWeights w = on(mem, weights_view(cs));
   std::vector<float> conv(static_cast<std::size_t>(N) * D), core(static_cast<std::size_t>(N) * O);
-  auto outputs = [&](int t0, int n) {
-    return KdaOutputs{
+  // Runs `call` with outputs on the backend for tokens [t0, t0 + n), then copies them back.
+  auto with_outputs = [&](int t0, int n, auto call) {
+    const KdaOutputs host{
         TensorView::contiguous(&conv[static_cast<std::size_t>(t0) * D], DType::kF32, {n, D}),
         TensorView::contiguous(&core[static_cast<std::size_t>(t0) * O], DType::kF32,
                                {n, c.HV, c.V})};
+    const KdaOutputs dev{mem.up(host.conv_out), mem.up(host.core_out)};
+    call(dev);
+    mem.down(dev.conv_out, host.conv_out);
+    mem.down(dev.core_out, host.core_out);
   };
-  pool.prefill(0, h, w, inputs_view(cs, 0, P), outputs(0, P));
-  pool.decode(0, {h}, w, inputs_view(cs, P, 1), outputs(P, 1));
+  with_outputs(
+      0, P, [&](const KdaOutputs& o) { pool.prefill(0, h, w, on(mem, inputs_view(cs, 0, P)), o); });
+  with_outputs(P, 1, [&](const KdaOutputs& o) {
+    pool.decode(0, {h}, w, on(mem, inputs_view(cs, P, 1)), o);
+  });
   pool.begin_verify(VerifyBatch{{h}, T, {}});
-  pool.verify(0, w, inputs_view(cs, P + 1, T), outputs(P + 1, T));
+  with_outputs(P + 1, T, [&](const KdaOutputs& o) {
+    pool.verify(0, w, on(mem, inputs_view(cs, P + 1, T)), o);
+  });
   pool.commit(std::vector<int32_t>{2});
   RefState st{std::vector<double>(static_cast<std::size_t>(D) * (c.W - 1), 0.0),
               std::vector<double>(static_cast<std::size_t>(c.HV) * c.V * c.K, 0.0)};
@@ -262,22 +296,38 @@ void check(uint64_t seed, Kind kind, bool lower_bound, Strategy strategy) {
     if (t == P + 2) committed = st;  // accepted: the window's tokens 0 and 1
   }
   const TensorView ssm = pool.ssm_state(0, h);
-  cmp.add(static_cast<const float*>(ssm.data), committed.S, "committed S");
+  const std::vector<float> S = mem.down(ssm.data, committed.S.size());
+  cmp.add(S.data(), committed.S, "committed S");
   EXPECT_LE(cmp.worst, kTol) << cmp.where;
   EXPECT_GT(cmp.norm, 0.0) << "every output is zero";
 }
 
-TEST(ReferenceF64Kda, PrefillDecodeVerifyMatchFloat64) {
+// The CPU oracle, and the CUDA kernels where a device is present (the _Cuda instance).
+class ReferenceF64KdaBackend : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Backend::kCuda && !cli::cuda_device_available())
+      GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  }
+};
+
+TEST_P(ReferenceF64KdaBackend, PrefillDecodeVerifyMatchFloat64) {
   for (Kind kind : {Kind::kRealistic, Kind::kZeroQK, Kind::kHugeGate, Kind::kNoDecay,
                     Kind::kBetaZero, Kind::kBetaOne}) {
     for (bool lb : {false, true}) {
       for (uint64_t s = 0; s < 3; ++s) {
         const Strategy strategy = s % 2 ? Strategy::kReplay : Strategy::kSnapshot;
-        check(0x4bda00 + 17 * s + 101 * static_cast<int>(kind) + (lb ? 7 : 0), kind, lb, strategy);
+        check(0x4bda00 + 17 * s + 101 * static_cast<int>(kind) + (lb ? 7 : 0), kind, lb, strategy,
+              GetParam());
       }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(ReferenceF64Kda, ReferenceF64KdaBackend,
+                         ::testing::Values(Backend::kCpu, Backend::kCuda), [](const auto& info) {
+                           return std::string(info.param == Backend::kCuda ? "Cuda" : "Cpu");
+                         });
 
 // The degenerate gates have the effect the formula says, seen through the library alone. With
 // W = 2 token 2's conv output depends only on tokens 1 and 2, so two histories that differ in

@@ -115,7 +115,7 @@ def test_kda_verify_commit_equals_decode(strategy, lower_bound):
     assert nonzero
 
 
-def test_kda_pool_rejects_other_kinds_and_cuda():
+def test_kda_pool_rejects_other_kinds_and_unsupported_cuda_shapes():
     cfg, config, weights, inputs, outputs = kda_model()
     pool = specstate.StatePool(config, specstate.PoolOptions(num_slots=1, max_window=4))
     h = pool.acquire()
@@ -132,5 +132,17 @@ def test_kda_pool_rejects_other_kinds_and_cuda():
     with pytest.raises(specstate.Error, match="inputs.g"):
         pool.prefill(0, h, weights[0], bad, outputs(1))
     assert config.kind == specstate.LayerKind.KDA and config.kda_layer.head_k_dim == 8
-    with pytest.raises(specstate.Error, match="KDA layers have no CUDA kernels yet"):
-        specstate.StatePool(config, specstate.PoolOptions(backend=specstate.Backend.CUDA))
+    # On CUDA a KDA pool is treated as a GDN one: with no usable device (or no CUDA backend in
+    # this build) it gets GDN's error word for word; with one, head_k_dim = 8 is refused by name.
+    cuda = specstate.PoolOptions(backend=specstate.Backend.CUDA)
+    gdn_error = None
+    try:
+        specstate.StatePool(specstate.ModelConfig.gated_delta_net(1, specstate.GdnConfig()), cuda)
+    except specstate.Error as e:
+        gdn_error = str(e)
+    with pytest.raises(specstate.Error) as refused:
+        specstate.StatePool(config, cuda)
+    if gdn_error is not None:
+        assert str(refused.value) == gdn_error
+    else:
+        assert "head_k_dim = 8" in str(refused.value)
