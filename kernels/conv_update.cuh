@@ -259,20 +259,21 @@ __global__ void __launch_bounds__(kConvThreads)
 
 // Small batches under replay (verify): one thread per (8 channels, virtual token), the virtual
 // tokens being the slot's pending steps and then the window tokens, all of a channel group's
-// tokens in one CTA (kReplayGroups groups x kReplayVt tokens). Every thread first loads what its
+// tokens in one CTA (64 / VT groups x VT tokens, VT = 8 or 16: the fewest that hold the slot's
+// pending steps and the window, so that few threads idle). Every thread first loads what its
 // token's window needs (the committed window, the pending steps' records, window inputs), then,
 // after a barrier (window tokens overwrite the records that pending steps read), computes and
 // stores. conv_update_kernel walks the same tokens one after another in one thread: at small
 // batches that walk is the kernel's time. The arithmetic is the same, so are the results.
-inline constexpr int kReplayGroups = 4;
-inline constexpr int kReplayVt = 16;  // virtual tokens of a channel group: pending + window
+inline constexpr int kReplaySmallThreads = 64;
 inline constexpr int kReplaySmallRows = 16;
 
-template <typename Act, typename St, int W>
-__global__ void __launch_bounds__(kReplayGroups* kReplayVt)
+template <typename Act, typename St, int W, int VT>
+__global__ void __launch_bounds__(kReplaySmallThreads)
     conv_replay_small_kernel(const __grid_constant__ ConvUpdateParams p, int channel_ctas) {
   constexpr int C = kConvChannels;
   constexpr int H = W - 1;
+  constexpr int kReplayGroups = kReplaySmallThreads / VT;
   launch_dependents();
   const int r = blockIdx.y;
   const int row = p.row_begin + r;
@@ -396,31 +397,43 @@ cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t str
   const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
   const bool records = p.records != nullptr || p.pending != nullptr;
   // Small replay verifies: every (channel group, virtual token) its own thread. Measured on the
-  // H200 (Qwen3-Next TP1 rounds, docs/cuda.md): faster at B = 1 from T = 4 (T = 8: 1186 -> 995
-  // us) and at B = 8 for T = 8 (2158 -> 1993 us); slower at B = 8 for T <= 4 and at B = 1 for
-  // T = 2 (the serial walk is short there, and the many mostly idle CTAs delay the recurrence
+  // H200 (Qwen3-Next TP1 rounds of 36 layers, us, token loop -> this kernel with VT = 8 where
+  // pending + window fit 8 tokens, else 16; docs/cuda.md): T = 8: B = 1 953 -> 854, B = 8 1697
+  // -> 1630; T = 4: B = 8 1084 -> 995 but B = 1 579 -> 613; T = 2: B = 1 424 -> 521, B = 8 806
+  // -> 821 (the serial walk is short there, and the many mostly idle CTAs delay the recurrence
   // launched behind this kernel). The pending steps are at most path_stride_slot.
-  const bool small = p.tokens >= 8 ? p.rows <= 8 : (p.tokens >= 4 && p.rows == 1);
+  // SPECSTATE_CONV_SMALL=0 / 1 forces the choice where the path applies (tuning and tests).
+  const char* const force = std::getenv("SPECSTATE_CONV_SMALL");
+  const bool small = force != nullptr ? force[0] == '1'
+                     : p.tokens >= 8  ? p.rows <= 8
+                                      : (p.tokens >= 4 && p.rows >= 2 && p.rows <= 8);
+  const int vt = p.path_stride_slot + p.tokens <= 8 ? 8 : 16;
   if (small && p.pending != nullptr && p.records != nullptr && !p.store_final &&
-      p.snap == nullptr && p.rows <= kReplaySmallRows &&
-      p.path_stride_slot + p.tokens <= kReplayVt) {
-    const int channel_ctas = (groups + kReplayGroups - 1) / kReplayGroups;
+      p.snap == nullptr && p.rows <= kReplaySmallRows && p.path_stride_slot + p.tokens <= 16) {
+    const int per_cta = kReplaySmallThreads / vt;  // channel groups of a CTA
+    const int channel_ctas = (groups + per_cta - 1) / per_cta;
     const dim3 small_grid(channel_ctas, p.rows);
-    const dim3 block(kReplayGroups, kReplayVt);
-    switch (p.width) {
-      case 2:
-        conv_replay_small_kernel<Act, St, 2><<<small_grid, block, 0, stream>>>(p, channel_ctas);
-        break;
-      case 3:
-        conv_replay_small_kernel<Act, St, 3><<<small_grid, block, 0, stream>>>(p, channel_ctas);
-        break;
+    const dim3 block(per_cta, vt);
+    const auto launch = [&](auto kernel) {
+      kernel<<<small_grid, block, 0, stream>>>(p, channel_ctas);
+      return cudaGetLastError();
+    };
+    switch (p.width * 2 + (vt == 8 ? 0 : 1)) {
       case 4:
-        conv_replay_small_kernel<Act, St, 4><<<small_grid, block, 0, stream>>>(p, channel_ctas);
-        break;
+        return launch(conv_replay_small_kernel<Act, St, 2, 8>);
+      case 5:
+        return launch(conv_replay_small_kernel<Act, St, 2, 16>);
+      case 6:
+        return launch(conv_replay_small_kernel<Act, St, 3, 8>);
+      case 7:
+        return launch(conv_replay_small_kernel<Act, St, 3, 16>);
+      case 8:
+        return launch(conv_replay_small_kernel<Act, St, 4, 8>);
+      case 9:
+        return launch(conv_replay_small_kernel<Act, St, 4, 16>);
       default:
         return cudaErrorInvalidValue;
     }
-    return cudaGetLastError();
   }
   switch (p.width * 2 + (records ? 1 : 0)) {
     case 4:

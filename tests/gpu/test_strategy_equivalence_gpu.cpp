@@ -94,5 +94,40 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(info.param));
     });
 
+// The small-batch replay conv (a thread per channel group and pending or window token, VT = 8
+// virtual tokens where pending + window fit, else 16), forced on every launch it can serve by
+// SPECSTATE_CONV_SMALL=1, and forced off by 0: replay still equals snapshot bit for bit, chains
+// and trees, every kind. Rounds draw T in 1..max_window (max_window 4: VT 8; 6 and 8: VT 16).
+using ConvSmallCase = std::tuple<EquivalenceCase, int>;
+class ConvSmallGpu : public ::testing::TestWithParam<ConvSmallCase> {};
+
+TEST_P(ConvSmallGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, force] = GetParam();
+  const ScopedEnv env("SPECSTATE_CONV_SMALL", std::to_string(force));
+  CudaStream stream(cudaStreamNonBlocking);
+  ASSERT_NE(stream.get(), nullptr);
+  {
+    DeviceMemory mem(stream.get());
+    run_strategy_equivalence(c, mem, 0xC0A5 + c.rounds * 13 + force);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ConvSmallGpu,
+    ::testing::Combine(
+        ::testing::Values(
+            EquivalenceCase{"k32_chain_vt8", "gpu_k32", false, 4, 6, 16},
+            EquivalenceCase{"k32_tree_vt16", "gpu_k32", true, 6, 5, 16},
+            EquivalenceCase{"k128_chain_vt16", "gpu_k128", false, 8, 3, 12},
+            EquivalenceCase{"mamba2_bf16_tree_vt8", "m2_gpu_bf16", true, 4, 5, 16},
+            EquivalenceCase{"kda_lb_f32_chain_vt8", "kda_gpu_lb_f32", false, 4, 4, 16},
+            EquivalenceCase{"kda_grouped_bf16_tree_vt16", "kda_gpu_grouped_bf16", true, 8, 3, 12}),
+        ::testing::Values(0, 1)),
+    [](const ::testing::TestParamInfo<ConvSmallCase>& info) {
+      return std::string(std::get<0>(info.param).name) + "_small" +
+             std::to_string(std::get<1>(info.param));
+    });
+
 }  // namespace
 }  // namespace specstate::test
