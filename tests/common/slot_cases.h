@@ -28,7 +28,7 @@ struct SlotCase {
 inline void PrintTo(const SlotCase& c, std::ostream* out) { *out << c.name; }
 
 // The cases of one backend: on the CPU every layer kind in f32 and bf16; on CUDA the presets its
-// kernels take (GDN with K = 32 and f32, Mamba2 of one group; no KDA kernels yet).
+// kernels take (GDN with K = 32 and f32, Mamba2 of one group, KDA with both gates).
 inline std::vector<SlotCase> slot_cases(Backend backend) {
   constexpr Backend kCpu = Backend::kCpu, kCuda = Backend::kCuda;
   constexpr Strategy kSnap = Strategy::kSnapshot, kReplay = Strategy::kReplay;
@@ -51,6 +51,8 @@ inline std::vector<SlotCase> slot_cases(Backend backend) {
       {kCuda, "gdn_f32_chain_replay", "gpu_f32", kReplay, false},
       {kCuda, "m2_g1_tree_snapshot", "m2_g1", kSnap, true},
       {kCuda, "m2_g1_chain_replay", "m2_g1", kReplay, false},
+      {kCuda, "kda_lb_f32_tree_snapshot", "kda_gpu_lb_f32", kSnap, true},
+      {kCuda, "kda_grouped_bf16_chain_replay", "kda_gpu_grouped_bf16", kReplay, false},
   };
   std::vector<SlotCase> out;
   for (const SlotCase& c : all) {
