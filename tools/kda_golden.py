@@ -5,6 +5,11 @@
     python3 tools/kda_golden.py --out FILE       # somewhere else
     python3 tools/kda_golden.py --lower-bound -5 # the lower-bound gate (a case of its own)
     python3 tools/kda_golden.py --fla            # also fla's own kernels' outputs (GPU, fla-core)
+    python3 tools/kda_golden.py --head-k-dim 32 --head-v-dim 24   # other head sizes
+
+The checked-in cases (K_A, K_LB) use head_k_dim 32 and head_v_dim 24, sizes the CUDA kernels take
+(head_k_dim 32, 64 or 128; 24 value rows are one and a half V blocks of 16), so they run on both
+backends.
 
 One verify round of L = 2 KDA layers over a chain of T = 4 draft tokens, then the commit of the
 accepted prefix, in the conventions of the GDN cases (tests/data/golden/README.md): per-layer
@@ -54,7 +59,7 @@ import sys
 import numpy as np
 
 L, R, T = 2, 5, 4
-H, HV, K, V, W = 2, 4, 16, 8, 4
+H, HV, K, V, W = 2, 4, 32, 24, 4
 S_SLOTS = 5
 D = 2 * H * K + HV * V
 CACHE_INDICES = [4, 3, 1, 0, -1]
@@ -230,6 +235,7 @@ def write_safetensors(path, tensors, metadata):
 
 
 def main():
+    global K, V, D
     here = os.path.dirname(os.path.abspath(__file__))
     default_out = os.path.join(here, "..", "tests", "data", "golden", "golden_kda_caseA.safetensors")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -237,9 +243,15 @@ def main():
     parser.add_argument("--lower-bound", type=float, default=None,
                         help="use the lower-bound gate (finite, negative; fla's default -5)")
     parser.add_argument("--case", default=None, help="case name (default K_A, K_LB with a bound)")
+    parser.add_argument("--head-k-dim", type=int, default=K, help=f"K (default {K})")
+    parser.add_argument("--head-v-dim", type=int, default=V, help=f"V (default {V})")
     parser.add_argument("--fla", action="store_true",
                         help="also store fla's own kernels' outputs (a CUDA GPU, torch, fla-core)")
     args = parser.parse_args()
+    if args.head_k_dim < 2 or args.head_v_dim < 1:
+        sys.exit("kda_golden.py: --head-k-dim must be >= 2 and --head-v-dim >= 1")
+    K, V = args.head_k_dim, args.head_v_dim
+    D = 2 * H * K + HV * V
     if args.lower_bound is not None and not (np.isfinite(args.lower_bound) and args.lower_bound < 0):
         sys.exit("kda_golden.py: --lower-bound must be finite and negative")
     case = args.case or ("K_A" if args.lower_bound is None else "K_LB")

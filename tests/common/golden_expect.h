@@ -57,10 +57,11 @@ inline GoldenOptions golden_options(Strategy strategy, Backend backend = Backend
   return o;
 }
 
-inline GoldenReport run_golden_file(const std::string& path, Strategy strategy) {
+inline GoldenReport run_golden_file(const std::string& path, Strategy strategy,
+                                    Backend backend = Backend::kCpu) {
   std::vector<SafetensorsFile> parts;
   parts.emplace_back(path);
-  return run_golden_case(make_golden_case(std::move(parts)), golden_options(strategy));
+  return run_golden_case(make_golden_case(std::move(parts)), golden_options(strategy, backend));
 }
 
 inline std::string golden_report_text(const GoldenReport& report) {

@@ -29,21 +29,26 @@ const std::string kFile = std::string(SPECSTATE_TEST_DATA) + "/golden/golden_kda
 const std::string kFileLb =
     std::string(SPECSTATE_TEST_DATA) + "/golden/golden_kda_caseLB.safetensors";
 
-// Sizes of case K_A (tools/kda_golden.py).
-constexpr int kR = 5, kT = 4, kH = 2, kHV = 4, kK = 16, kV = 8;
+// Sizes of case K_A (tools/kda_golden.py): head_k_dim 32 and head_v_dim 24, sizes the CUDA
+// kernels take (24 value rows: a full and a half-full V block of 16).
+constexpr int kR = 5, kT = 4, kH = 2, kHV = 4, kK = 32, kV = 24;
 constexpr int kD = 2 * kH * kK + kHV * kV;
 
 class GoldenKda : public ::testing::TestWithParam<Strategy> {};
 
-// Case K_A or K_LB passes on the CPU against the float64 reference and against fla's kernels.
-void expect_case_passes(const std::string& file, Strategy strategy, const char* gate) {
-  const GoldenReport report = run_golden_file(file, strategy);
+// Case K_A or K_LB passes on `backend` against the float64 reference and against fla's kernels.
+void expect_case_passes(const std::string& file, Strategy strategy, const char* gate,
+                        Backend backend = Backend::kCpu) {
+  const GoldenReport report = run_golden_file(file, strategy, backend);
   const std::string text = golden_report_text(report);
   std::cout << text;
   ASSERT_EQ(report.outcome, GoldenOutcome::kPass) << text;
-  EXPECT_NE(report.description.find("KDA chain T=4, rows=5 (4 real), L=2, H=2 HV=4 K=16 V=8 W=4"),
+  EXPECT_NE(report.description.find("KDA chain T=4, rows=5 (4 real), L=2, H=2 HV=4 K=32 V=24 W=4"),
             std::string::npos)
       << text;
+  if (backend == Backend::kCuda) {
+    EXPECT_NE(report.description.find("backend cuda"), std::string::npos) << report.description;
+  }
   EXPECT_NE(report.description.find(gate), std::string::npos) << text;
   EXPECT_NE(text.find("vs fla"), std::string::npos) << text;
   for (const std::string& name : compared_tensors(strategy)) {
@@ -152,6 +157,20 @@ TEST_P(GoldenKda, CorruptedCopiesFail) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, GoldenKda, ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),
+                         [](const auto& info) { return std::string(strategy_name(info.param)); });
+
+// The CUDA backend (device-memory views, GDN's kernel with the gate per key channel): both cases,
+// the same tolerances, against the reference and fla; it skips visibly without a device.
+class GoldenKdaCuda : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(GoldenKdaCuda, CasesAAndLowerBoundPassOnTheCudaBackend) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  expect_case_passes(kFile, GetParam(), "gate plain", Backend::kCuda);
+  expect_case_passes(kFileLb, GetParam(), "gate lower bound -5", Backend::kCuda);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, GoldenKdaCuda,
+                         ::testing::Values(Strategy::kSnapshot, Strategy::kReplay),
                          [](const auto& info) { return std::string(strategy_name(info.param)); });
 
 // The case holds real numbers (a run of zeros would pass against zeros) and the degenerate
