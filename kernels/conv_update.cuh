@@ -401,12 +401,15 @@ cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t str
   // pending + window fit 8 tokens, else 16; docs/cuda.md): T = 8: B = 1 953 -> 854, B = 8 1697
   // -> 1630; T = 4: B = 8 1084 -> 995 but B = 1 579 -> 613; T = 2: B = 1 424 -> 521, B = 8 806
   // -> 821 (the serial walk is short there, and the many mostly idle CTAs delay the recurrence
-  // launched behind this kernel). The pending steps are at most path_stride_slot.
+  // launched behind this kernel). Nemotron-H's Mamba2 at T = 4, B = 1: 455 with it (VT 16) against
+  // 513 without, hence the per-kind row range for T in 4..7 (small_rows_lo/hi). The pending steps
+  // are at most path_stride_slot.
   // SPECSTATE_CONV_SMALL=0 / 1 forces the choice where the path applies (tuning and tests).
   const char* const force = std::getenv("SPECSTATE_CONV_SMALL");
-  const bool small = force != nullptr ? force[0] == '1'
-                     : p.tokens >= 8  ? p.rows <= 8
-                                      : (p.tokens >= 4 && p.rows >= 2 && p.rows <= 8);
+  const bool small =
+      force != nullptr ? force[0] == '1'
+      : p.tokens >= 8  ? p.rows <= 8
+                       : (p.tokens >= 4 && p.rows >= p.small_rows_lo && p.rows <= p.small_rows_hi);
   const int vt = p.path_stride_slot + p.tokens <= 8 ? 8 : 16;
   if (small && p.pending != nullptr && p.records != nullptr && !p.store_final &&
       p.snap == nullptr && p.rows <= kReplaySmallRows && p.path_stride_slot + p.tokens <= 16) {

@@ -35,6 +35,12 @@ struct ConvUpdateParams {
   bool store_replayed = false;
   bool store_final = false;
   bool write_records = false;
+  // A replay verify of 4..7 tokens over rows in [small_rows_lo, small_rows_hi] runs the
+  // one-thread-per-token conv (conv_replay_small_kernel; T >= 8: rows <= 8 for every kind). Set
+  // per kind by the launch builder from H200 measurements (docs/cuda.md): 1..1 by default, GDN
+  // 2..8 (the recurrence behind it measured slower with it at one row).
+  int small_rows_lo = 1;
+  int small_rows_hi = 1;
   ElemType weight_dtype = ElemType::kF32;
   ElemType bias_dtype = ElemType::kF32;
 

@@ -179,6 +179,10 @@ void set_factor_offsets(kernels::GdnRecurrenceParams& r, const Layout& fl) {
 GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   const GdnConfig& g = a.storage->config.gdn;
   GdnLaunch L = delta_launch(a, g, a.inputs->b);
+  // Qwen3-Next TP1 rounds, T = 4 (H200): the small-batch replay conv at B = 8 1084 -> 993 us, at
+  // B = 1 579 -> 613 (kernels/conv_update.cuh).
+  L.conv.small_rows_lo = 2;
+  L.conv.small_rows_hi = 8;
   kernels::GdnRecurrenceParams& r = L.rec;
   if (a.tokens > 0) {
     const TensorView& gate = a.inputs->a;
