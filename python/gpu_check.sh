@@ -4,6 +4,7 @@
 # .gpudeps (scripts/make-gpudeps.sh) and .whl (pip download scikit-build-core pathspec packaging
 # --no-deps -d .whl). Builds the package with the CUDA backend (sm_90), runs tests/python (GPU
 # tests included) and the real client on the GPU for both strategies. Logs to $OUT (./out).
+# PY_STAGES="build" stops once the package is built and installed (for tools/kda_bench.py).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -43,6 +44,7 @@ fi
 "$PY" -c "import torch, specstate; print('specstate', specstate.__version__, 'torch', torch.__version__)"
 "$PY" -X faulthandler -c "import specstate, torch; print('import order specstate, torch: ok', flush=True)" ||
   echo "import specstate before torch: aborted (rc $?)"
+[[ " ${PY_STAGES:-build pytest clients} " == *" pytest "* ]] || exit $status
 echo "== pytest tests/python [t=${SECONDS}s]"
 "$PY" -m pytest -q -rs tests/python 2>&1 | tee "$OUT/pytest.log" | tail -25
 [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
