@@ -61,6 +61,7 @@ int dim(const Shape& shape, std::size_t i, const char* what, const std::string& 
 void read_delta_spec(const GoldenCase& golden, const json& params, const char* kind,
                      bool per_key_gate, DeltaSpec& spec) {
   const TensorStore& store = golden.store;
+  spec.per_key_gate = per_key_gate;
 
   while (store.contains(layer_name("mixed_qkv", spec.L))) ++spec.L;
   if (spec.L == 0) {

@@ -36,22 +36,7 @@ class GdnAdapter final : public AdapterBase<CaseSpec> {
   }
 
   LayerOutputs verify_layer(StatePool& pool, Memory& mem, int l) const override {
-    const CaseSpec& s = spec_;
-    const int64_t tokens = int64_t{s.R} * s.T;
-    GdnWeights weights;
-    weights.conv_weight = layer_tensor(mem, "conv_weight", l, s.conv_weight, {s.D, s.W});
-    if (s.conv_bias) weights.conv_bias = layer_tensor(mem, "conv_bias", l, s.conv_weight, {s.D});
-    weights.A_log = layer_tensor(mem, "A_log", l, s.a_log, {s.HV});
-    weights.dt_bias = layer_tensor(mem, "dt_bias", l, s.dt_bias, {s.HV});
-    GdnInputs inputs;
-    inputs.mixed_qkv = layer_tensor(mem, "mixed_qkv", l, s.act, {tokens, s.D});
-    inputs.a = layer_tensor(mem, "a", l, s.act, {tokens, s.HV});
-    inputs.b = layer_tensor(mem, "b", l, s.act, {tokens, s.HV});
-    GdnOutputs outputs;
-    outputs.conv_out = upload_nan(mem, s.act, {tokens, s.D}, "conv_out");
-    outputs.core_out = upload_nan(mem, s.act, {tokens, s.HV, s.V}, "core_out");
-    pool.verify(l, weights, inputs, outputs);
-    return {outputs.conv_out, outputs.core_out};
+    return verify_delta_layer<GdnWeights, GdnOutputs>(pool, mem, store_, l, spec_, &GdnInputs::a);
   }
 };
 

@@ -73,22 +73,7 @@ class KdaAdapter final : public AdapterBase<KdaSpec> {
   }
 
   LayerOutputs verify_layer(StatePool& pool, Memory& mem, int l) const override {
-    const KdaSpec& s = spec_;
-    const int64_t tokens = int64_t{s.R} * s.T;
-    KdaWeights weights;
-    weights.conv_weight = layer_tensor(mem, "conv_weight", l, s.conv_weight, {s.D, s.W});
-    if (s.conv_bias) weights.conv_bias = layer_tensor(mem, "conv_bias", l, s.conv_weight, {s.D});
-    weights.A_log = layer_tensor(mem, "A_log", l, s.a_log, {s.HV});
-    weights.dt_bias = layer_tensor(mem, "dt_bias", l, s.dt_bias, {s.HV, s.K});
-    KdaInputs inputs;
-    inputs.mixed_qkv = layer_tensor(mem, "mixed_qkv", l, s.act, {tokens, s.D});
-    inputs.g = layer_tensor(mem, "g", l, s.act, {tokens, s.HV, s.K});
-    inputs.b = layer_tensor(mem, "b", l, s.act, {tokens, s.HV});
-    KdaOutputs outputs;
-    outputs.conv_out = upload_nan(mem, s.act, {tokens, s.D}, "conv_out");
-    outputs.core_out = upload_nan(mem, s.act, {tokens, s.HV, s.V}, "core_out");
-    pool.verify(l, weights, inputs, outputs);
-    return {outputs.conv_out, outputs.core_out};
+    return verify_delta_layer<KdaWeights, KdaOutputs>(pool, mem, store_, l, spec_, &KdaInputs::g);
   }
 };
 
