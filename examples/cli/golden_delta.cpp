@@ -67,8 +67,7 @@ void read_delta_spec(const GoldenCase& golden, const json& params, const char* k
   if (spec.L == 0) {
     bad_case(std::string("no tensor 'mixed_qkv.l0': not a ") + kind + " golden case");
   }
-  const Shape x = shape_in(store, "mixed_qkv.l0");
-  if (x.size() != 3) bad_case("mixed_qkv.l0 has shape " + shape_string(x) + ", expected [R, T, D]");
+  const Shape x = shape_of_rank(store, "mixed_qkv.l0", 3, "[R, T, D]");
   spec.R = dim(x, 0, "R", "mixed_qkv.l0");
   spec.T = dim(x, 1, "T", "mixed_qkv.l0");
   spec.D = dim(x, 2, "conv_dim", "mixed_qkv.l0");
@@ -80,11 +79,8 @@ void read_delta_spec(const GoldenCase& golden, const json& params, const char* k
   spec.W = dim(cw, 1, "W", "conv_weight.l0");
   // The gate: GDN's a.l0 [R, T, HV] (K from the state), KDA's g.l0 [R, T, HV, K].
   const std::string gate_tensor = layer_name(per_key_gate ? "g" : "a", 0);
-  const Shape a = shape_in(store, gate_tensor);
-  if (a.size() != (per_key_gate ? 4u : 3u)) {
-    bad_case(gate_tensor + " has shape " + shape_string(a) + ", expected " +
-             (per_key_gate ? "[R, T, HV, K]" : "[R, T, HV]"));
-  }
+  const Shape a = shape_of_rank(store, gate_tensor, per_key_gate ? 4 : 3,
+                                per_key_gate ? "[R, T, HV, K]" : "[R, T, HV]");
   spec.HV = dim(a, 2, "HV", gate_tensor);
   if (per_key_gate) spec.K = dim(a, 3, "K", gate_tensor);
   const Shape ssm = shape_in(store, "ssm_state_init.l0");
@@ -160,12 +156,7 @@ void read_delta_spec(const GoldenCase& golden, const json& params, const char* k
   }
 
   read_round_indices(store, params, spec);
-  spec.conv_out = {spec.R, spec.T, spec.D};
-  spec.core_out = {spec.R, spec.T, spec.HV, spec.V};
-  spec.conv_window = {spec.R, spec.T, spec.D, spec.W - 1};
-  spec.ssm_step = {spec.T, spec.HV, spec.V, spec.K};
-  spec.conv_pool = {spec.S, spec.D, spec.W - 1};
-  spec.ssm_pool = {spec.S, spec.HV, spec.V, spec.K};
+  set_state_shapes(spec, spec.D, spec.W, spec.HV, spec.V, spec.K);
 }
 
 std::string describe_delta(const DeltaSpec& s, const char* kind, const std::string& extra,

@@ -69,8 +69,7 @@ Spec read_spec(const TensorStore& store, const json& params) {
   Spec s;
   while (store.contains(layer_name("xBC", s.L))) ++s.L;
   if (s.L == 0) bad_case("no tensor 'xBC.l0'");
-  const Shape x = shape_in(store, "xBC.l0");
-  if (x.size() != 3) bad_case("xBC.l0 has shape " + shape_string(x) + ", expected [R, T, Dc]");
+  const Shape x = shape_of_rank(store, "xBC.l0", 3, "[R, T, Dc]");
   s.R = dim(x, 0, "R", "xBC.l0");
   s.T = dim(x, 1, "T", "xBC.l0");
   s.Dc = dim(x, 2, "conv_dim", "xBC.l0");
@@ -80,10 +79,7 @@ Spec read_spec(const TensorStore& store, const json& params) {
   }
   s.W = dim(cw, 1, "W", "conv_weight.l0");
   if (s.W < 2) bad_case("conv width W = " + std::to_string(s.W) + " must be >= 2");
-  const Shape ssm = shape_in(store, "ssm_state_init.l0");
-  if (ssm.size() != 4) {
-    bad_case("ssm_state_init.l0 has shape " + shape_string(ssm) + ", expected [S, H, P, N]");
-  }
+  const Shape ssm = shape_of_rank(store, "ssm_state_init.l0", 4, "[S, H, P, N]");
   s.S = dim(ssm, 0, "S", "ssm_state_init.l0");
   s.H = dim(ssm, 1, "H", "ssm_state_init.l0");
   s.P = dim(ssm, 2, "P", "ssm_state_init.l0");
@@ -188,12 +184,7 @@ Spec read_spec(const TensorStore& store, const json& params) {
     s.n_real += slot >= 0;
     s.last_step[r] = slot >= 0 ? a - 1 : -1;
   }
-  s.conv_out = {s.R, s.T, s.Dc};
-  s.core_out = {s.R, s.T, s.H, s.P};
-  s.conv_window = {s.R, s.T, s.Dc, s.W - 1};
-  s.ssm_step = {s.T, s.H, s.P, s.N};
-  s.conv_pool = {s.S, s.Dc, s.W - 1};
-  s.ssm_pool = {s.S, s.H, s.P, s.N};
+  set_state_shapes(s, s.Dc, s.W, s.H, s.P, s.N);
   return s;
 }
 

@@ -54,6 +54,14 @@ void expect_shape(const TensorStore& store, const std::string& name, const Shape
   }
 }
 
+Shape shape_of_rank(const TensorStore& store, const std::string& name, std::size_t rank,
+                    const std::string& layout) {
+  const Shape shape = shape_in(store, name);
+  if (shape.size() != rank)
+    bad_case(name + " has shape " + shape_string(shape) + ", expected " + layout);
+  return shape;
+}
+
 void check_param(const json& params, const char* key, int64_t value, const std::string& source) {
   const auto it = params.find(key);
   if (it == params.end()) return;
@@ -144,6 +152,16 @@ void read_round_indices(const TensorStore& store, const json& params, RoundSpec&
   for (int r = 0; r < spec.R; ++r) {
     if (!spec.real[r]) spec.last_step[r] = -1;  // a padding row keeps (and reads nothing)
   }
+}
+
+void set_state_shapes(RoundSpec& round, int conv_dim, int width, int heads, int v, int k) {
+  const int64_t R = round.R, T = round.T, S = round.S;
+  round.conv_out = {R, T, conv_dim};
+  round.core_out = {R, T, heads, v};
+  round.conv_window = {R, T, conv_dim, width - 1};
+  round.ssm_step = {T, heads, v, k};
+  round.conv_pool = {S, conv_dim, width - 1};
+  round.ssm_pool = {S, heads, v, k};
 }
 
 namespace {

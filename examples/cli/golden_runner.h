@@ -48,6 +48,10 @@ std::string layer_name(const std::string& base, int layer);  // base.l<layer>
 // The shape of a tensor of the case (bad_case when absent), and a check of it.
 Shape shape_in(const TensorStore& store, const std::string& name);
 void expect_shape(const TensorStore& store, const std::string& name, const Shape& expected);
+// The shape of a tensor of the case that must have `rank` dims; bad_case otherwise, saying
+// "<name> has shape [..], expected <layout>".
+Shape shape_of_rank(const TensorStore& store, const std::string& name, std::size_t rank,
+                    const std::string& layout);
 // A value that params_json may state: when present it must be the integer `value` (which
 // `source` gives).
 void check_param(const json& params, const char* key, int64_t value, const std::string& source);
@@ -110,6 +114,11 @@ struct RoundSpec {
   Shape ssm_step;             // [T, ...] (inter_ssm.l<l>.r<i>: one row's states after each token)
   Shape conv_pool, ssm_pool;  // [S, ...] (conv_state_committed, ssm_state_committed)
 };
+
+// The shapes above for a kind whose slot holds a conv state [conv_dim, W-1] and an ssm state
+// [heads, v, k], and whose core output is [heads, v] per token (GDN, KDA: HV, V, K; Mamba2: H, P,
+// N), from the round's R, T and S.
+void set_state_shapes(RoundSpec& round, int conv_dim, int width, int heads, int v, int k);
 
 // Details in which the Mamba2 report has always differed from the GDN one, kept so that each
 // kind's output stays what it was. A new kind takes the defaults (the GDN report).
