@@ -229,8 +229,11 @@ void accumulate(Diff& diff, const std::vector<float>& ours, const std::vector<fl
 // float64 reference `tol`, against SGLang twice that (ours and SGLang's each within tol of it).
 class Comparison {
  public:
-  Comparison(std::string tensor, double tol, const ReportStyle& style)
-      : tensor_(std::move(tensor)), tol_ref_(tol), tol_sglang_(2 * tol), style_(style) {}
+  Comparison(std::string tensor, double tol, const ReportStyle& style) : style_(style) {
+    out_.tensor = std::move(tensor);
+    out_.tol_ref = tol;
+    out_.tol_sglang = 2 * tol;
+  }
 
   // ours vs `name` (SGLang) and `ref_` + name, for one layer; absent tensors are skipped.
   void add_layer(const TensorStore& store, const std::string& name, const std::vector<float>& ours,
@@ -259,19 +262,11 @@ class Comparison {
   }
 
   TensorComparison result(bool required) const {
-    TensorComparison out;
-    out.tensor = tensor_;
-    out.has_sglang = has_sglang_;
-    out.has_ref = has_ref_;
-    out.vs_sglang = vs_sglang_;
-    out.vs_ref = vs_ref_;
-    out.tol_ref = tol_ref_;
-    out.tol_sglang = tol_sglang_;
-    out.worst = worst_;
-    const bool ok_ref = !has_ref_ || vs_ref_ <= tol_ref_;
-    const bool ok_sglang = !has_sglang_ || vs_sglang_ <= tol_sglang_;
-    out.pass = ok_ref && ok_sglang && (has_ref_ || has_sglang_ || !required);
-    if (!has_ref_ && !has_sglang_ && required) out.worst = "missing from the case";
+    TensorComparison out = out_;
+    const bool ok_ref = !out.has_ref || out.vs_ref <= out.tol_ref;
+    const bool ok_sglang = !out.has_sglang || out.vs_sglang <= out.tol_sglang;
+    out.pass = ok_ref && ok_sglang && (out.has_ref || out.has_sglang || !required);
+    if (!out.has_ref && !out.has_sglang && required) out.worst = "missing from the case";
     return out;
   }
 
@@ -286,28 +281,25 @@ class Comparison {
 
   void finish_layer(bool has_s, const Diff& sglang, bool has_r, const Diff& ref) {
     if (has_s) {
-      has_sglang_ = true;
-      if (!(sglang.rel() <= vs_sglang_)) {
-        vs_sglang_ = sglang.rel();
-        const bool show = style_.sglang_where_unless_earlier_ref ? !has_ref_ : !has_r && !has_ref_;
-        if (show) worst_ = sglang.where;
+      out_.has_sglang = true;
+      if (!(sglang.rel() <= out_.vs_sglang)) {
+        out_.vs_sglang = sglang.rel();
+        const bool show =
+            style_.sglang_where_unless_earlier_ref ? !out_.has_ref : !has_r && !out_.has_ref;
+        if (show) out_.worst = sglang.where;
       }
     }
     if (has_r) {
-      has_ref_ = true;
-      if (!(ref.rel() <= vs_ref_)) {
-        vs_ref_ = ref.rel();
-        worst_ = ref.where;
+      out_.has_ref = true;
+      if (!(ref.rel() <= out_.vs_ref)) {
+        out_.vs_ref = ref.rel();
+        out_.worst = ref.where;
       }
     }
   }
 
-  std::string tensor_;
-  double tol_ref_, tol_sglang_;
   const ReportStyle& style_;
-  bool has_sglang_ = false, has_ref_ = false;
-  double vs_sglang_ = 0.0, vs_ref_ = 0.0;
-  std::string worst_;
+  TensorComparison out_;  // what result() returns, but for pass
 };
 
 // The raw bytes of a run, per layer: what two strategies must agree on bit for bit.
