@@ -15,21 +15,22 @@ namespace specstate::cli::golden {
 
 void bad_case(const std::string& message) { throw CaseError(message); }
 
-std::string shape_string(const Shape& shape) {
-  std::ostringstream out;
-  out << "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << "]";
-  return out.str();
-}
+namespace {
 
-std::string int_list_string(const std::vector<int32_t>& values) {
+// "[a, b, c]".
+template <typename Int>
+std::string list_string(const std::vector<Int>& values) {
   std::ostringstream out;
   out << "[";
   for (std::size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
   out << "]";
   return out.str();
 }
+
+}  // namespace
+
+std::string shape_string(const Shape& shape) { return list_string(shape); }
+std::string int_list_string(const std::vector<int32_t>& values) { return list_string(values); }
 
 int64_t numel_of(const Shape& shape) {
   int64_t n = 1;
