@@ -3,7 +3,8 @@
 // conv_bias.l, A_log.l, dt_bias.l, conv_state_init.l, ssm_state_init.l), what SGLang's kernels
 // produced (conv_out.l, core_out.l, inter_conv_window.l, inter_ssm.l.r<i>,
 // conv_state_committed.l, ssm_state_committed.l) and the float64 reference of the same (ref_*).
-// This file reads the sizes and dtypes and makes one layer's verify call; the runner does the rest.
+// This file names GDN's config and gate in what golden_delta.h shares with KDA (the sizes and
+// dtypes, one layer's verify call); the runner does the rest.
 #include <string>
 
 #include "cli/golden_delta.h"

@@ -3,9 +3,10 @@
 // the inputs of one verify round (mixed_qkv.l [R, T, 2HK + HV V], g.l [R, T, HV, K] raw gate,
 // b.l [R, T, HV], conv_weight.l, conv_bias.l, A_log.l [HV], dt_bias.l [HV, K], conv_state_init.l,
 // ssm_state_init.l [S, HV, V, K]), the float64 reference of the round (ref_*) and, once produced
-// on a GPU, fla's outputs under the un-prefixed names. This file reads the sizes and dtypes and
-// makes one layer's verify call; the runner does the rest. A case is KDA when params_json says
-// model "kda" or g.l0 has rank 4 (a GDN case's g.l0 is [R, T, HV]).
+// on a GPU, fla's outputs under the un-prefixed names. This file adds KDA's gate to what
+// golden_delta.h shares with GDN (the sizes and dtypes, one layer's verify call); the runner does
+// the rest. A case is KDA when params_json says model "kda" or g.l0 has rank 4 (a GDN case's g.l0
+// is [R, T, HV]).
 #include <cmath>
 #include <optional>
 #include <sstream>

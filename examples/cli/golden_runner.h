@@ -156,10 +156,10 @@ class GoldenAdapter {
 // What every adapter has: the case's tensors and the kind's Spec (a RoundSpec that adds the kind's
 // sizes and dtypes), which the adapter reads from the case in its constructor.
 //
-// A new kind's file (see golden_gdn.cpp): a `struct Spec : RoundSpec`, a read_spec that fills it
-// from the case (read_round_indices reads the round's indices), describe_case(spec, options), an
-// adapter deriving from AdapterBase<Spec> with model() and verify_layer(), and its GoldenKind,
-// added to the kind table of golden_case.cpp.
+// A new kind's file (see golden_mamba2.cpp): a `struct Spec : RoundSpec`, a read_spec that fills
+// it from the case (read_round_indices reads the round's indices, set_state_shapes the shapes),
+// describe_case(spec, options), an adapter deriving from AdapterBase<Spec> with model() and
+// verify_layer(), and its GoldenKind, added to the kind table of golden_case.cpp.
 template <typename Spec>
 class AdapterBase : public GoldenAdapter {
  public:
