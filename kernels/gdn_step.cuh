@@ -37,7 +37,6 @@ __host__ __device__ constexpr int gdn_rows_per_cta() {
 // CTA's v rows. kKda: the decay per key channel (egk) instead of per head (eg).
 template <int K, int kRows, int kChunk, bool kKda = false>
 struct GdnChunk {
-  static constexpr bool kVectorGate = kKda;
   __align__(16) float q[kChunk][K];
   __align__(16) float k[kChunk][K];
   __align__(16) float egk[kKda ? kChunk : 1][kKda ? K : 4];

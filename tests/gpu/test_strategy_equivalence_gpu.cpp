@@ -59,21 +59,33 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-using VblocksCase = std::tuple<EquivalenceCase, int>;
-class ReplayVblocksGpu : public ::testing::TestWithParam<VblocksCase> {};
-
-TEST_P(ReplayVblocksGpu, ReplayEqualsSnapshotBitForBit) {
-  SPECSTATE_REQUIRE_GPU();
-  const auto& [c, vblocks] = GetParam();
-  const ScopedEnv env(
-      is_mamba2_preset(c.preset) ? "SPECSTATE_MAMBA2_VBLOCKS" : "SPECSTATE_GDN_VBLOCKS",
-      std::to_string(vblocks));
+// A case run with a tuning variable forced to a value: replay equals snapshot bit for bit.
+using EnvCase = std::tuple<EquivalenceCase, int>;
+void run_under_env(const char* var, const EquivalenceCase& c, int value, uint64_t seed) {
+  const ScopedEnv env(var, std::to_string(value));
   CudaStream stream(cudaStreamNonBlocking);
   ASSERT_NE(stream.get(), nullptr);
   {
     DeviceMemory mem(stream.get());
-    run_strategy_equivalence(c, mem, 0x5B10C + c.rounds * 31 + vblocks);
+    run_strategy_equivalence(c, mem, seed);
   }
+}
+// "<case><tag><value>", e.g. k128_chain_vb4.
+struct EnvCaseName {
+  const char* tag;
+  std::string operator()(const ::testing::TestParamInfo<EnvCase>& info) const {
+    return std::string(std::get<0>(info.param).name) + tag +
+           std::to_string(std::get<1>(info.param));
+  }
+};
+
+class ReplayVblocksGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(ReplayVblocksGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, vblocks] = GetParam();
+  run_under_env(is_mamba2_preset(c.preset) ? "SPECSTATE_MAMBA2_VBLOCKS" : "SPECSTATE_GDN_VBLOCKS",
+                c, vblocks, 0x5B10C + c.rounds * 31 + vblocks);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -89,28 +101,18 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"mamba2_p72_chain_ring2t", "m2_gpu_p72", false, 4, 4, 24, 8},
             EquivalenceCase{"mamba2_p72_chain_ring40_long", "m2_gpu_p72", false, 4, 4, 60, 40}),
         ::testing::Values(2, 4, 8)),
-    [](const ::testing::TestParamInfo<VblocksCase>& info) {
-      return std::string(std::get<0>(info.param).name) + "_vb" +
-             std::to_string(std::get<1>(info.param));
-    });
+    EnvCaseName{"_vb"});
 
 // The small-batch replay conv (a thread per channel group and pending or window token, VT = 8
 // virtual tokens where pending + window fit, else 16), forced on every launch it can serve by
 // SPECSTATE_CONV_SMALL=1, and forced off by 0: replay still equals snapshot bit for bit, chains
 // and trees, every kind. Rounds draw T in 1..max_window (max_window 4: VT 8; 6 and 8: VT 16).
-using ConvSmallCase = std::tuple<EquivalenceCase, int>;
-class ConvSmallGpu : public ::testing::TestWithParam<ConvSmallCase> {};
+class ConvSmallGpu : public ::testing::TestWithParam<EnvCase> {};
 
 TEST_P(ConvSmallGpu, ReplayEqualsSnapshotBitForBit) {
   SPECSTATE_REQUIRE_GPU();
   const auto& [c, force] = GetParam();
-  const ScopedEnv env("SPECSTATE_CONV_SMALL", std::to_string(force));
-  CudaStream stream(cudaStreamNonBlocking);
-  ASSERT_NE(stream.get(), nullptr);
-  {
-    DeviceMemory mem(stream.get());
-    run_strategy_equivalence(c, mem, 0xC0A5 + c.rounds * 13 + force);
-  }
+  run_under_env("SPECSTATE_CONV_SMALL", c, force, 0xC0A5 + c.rounds * 13 + force);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -124,10 +126,7 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"kda_lb_f32_chain_vt8", "kda_gpu_lb_f32", false, 4, 4, 16},
             EquivalenceCase{"kda_grouped_bf16_tree_vt16", "kda_gpu_grouped_bf16", true, 8, 3, 12}),
         ::testing::Values(0, 1)),
-    [](const ::testing::TestParamInfo<ConvSmallCase>& info) {
-      return std::string(std::get<0>(info.param).name) + "_small" +
-             std::to_string(std::get<1>(info.param));
-    });
+    EnvCaseName{"_small"});
 
 }  // namespace
 }  // namespace specstate::test
