@@ -128,8 +128,8 @@ fi
 
 if has sim; then
   # The main job on the GPU: specstate simulate --backend cuda, both strategies, checked against
-  # plain prefill on the CPU and against each other (GDN and Mamba2, chains, a tree, variable
-  # windows from a trace of mixed windows).
+  # plain prefill on the CPU and against each other (GDN, Mamba2 and KDA, chains, a tree,
+  # variable windows from a trace of mixed windows).
   echo "== simulate on CUDA [t=${SECONDS}s]"
   if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
        -DSPECSTATE_CUDA=ON -DSPECSTATE_BUILD_EXAMPLES=ON -DSPECSTATE_INSTALL=OFF \
@@ -151,7 +151,9 @@ if has sim; then
           "--model small --requests 4 --rounds 8 --tree=-1,0,0,1,1"
           "--model small --trace $trace --packing variable"
           "--model nemotron-h-8b --requests 4 --rounds 6"
-          "--model nemotron-h-8b --trace $trace --packing variable")
+          "--model nemotron-h-8b --trace $trace --packing variable"
+          "--model kimi-linear-48b-a3b --requests 4 --rounds 6"
+          "--model kimi-linear-48b-a3b --trace $trace --packing variable")
     i=0
     for args in "${sims[@]}"; do
       log="$OUT/sim_$i.log"
