@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -68,6 +70,14 @@ void set_round_args(LaunchArgs& a, const Storage* storage, int l, int B, int T, 
     a.io.store_tokens = true;
   }
   a.device_slots = device_slots;
+}
+
+// 0 .. n-1 shuffled by `rng`: the order in which a round takes the pool's handles (its first B).
+inline std::vector<int> shuffled_order(int n, std::mt19937_64& rng) {
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
 }
 
 inline double median(std::vector<double> v) {

@@ -156,9 +156,7 @@ struct World {
   // random in [1, T] (device), and four rounds' worth in accepted4.
   VerifyBatch batch(int T, int B) {
     std::mt19937_64 rng(1000 * T + B);
-    std::vector<int> order(kMaxB);
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
+    const std::vector<int> order = shuffled_order(kMaxB, rng);
     VerifyBatch batch;
     batch.window = T;
     std::vector<int32_t> slot_index(B), acc(B), acc4(4 * kMaxB);

@@ -62,17 +62,15 @@ const SglangM2& sglang(int T, int B) {
   throw std::runtime_error("no SGLang row");
 }
 
+// Mamba2Config's defaults are Nemotron-H-8B at TP1 (include/specstate/config.h: conv bias, D
+// skip, no gate); the constants above name its dimensions for the byte counts.
 Mamba2Config nemotron_h_8b() {
   Mamba2Config m;
-  m.num_heads = kH;
-  m.head_dim = kP;
-  m.d_state = kN;
-  m.n_groups = kG;
-  m.conv_width = kW;
-  m.conv_bias = true;
-  m.d_skip = true;
-  m.gate = false;
   set_engine_dtypes(m);
+  if (m.num_heads != kH || m.head_dim != kP || m.d_state != kN || m.n_groups != kG ||
+      m.conv_width != kW || !m.conv_bias || !m.d_skip || m.gate) {
+    throw std::logic_error("Mamba2Config's defaults are no longer Nemotron-H-8B's shape");
+  }
   return m;
 }
 
@@ -175,9 +173,7 @@ void rounds4(benchmark::State& state, Strategy strategy) {
   World& w = World::get();
   StatePool& p = w.pool_for(strategy, T);
   std::mt19937_64 rng(1000 * T + B);
-  std::vector<int> order(kMaxB);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
+  const std::vector<int> order = shuffled_order(kMaxB, rng);
   VerifyBatch batch;
   batch.window = T;
   for (int r = 0; r < B; ++r) batch.rows.push_back(w.handles[order[r]]);
