@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a GPU machine (the H200 device machine, or any CUDA box): configure for sm_90,
 # build the CUDA backend, run the GPU tests, run them again under compute-sanitizer (memcheck and
-# racecheck), run the GPU benchmarks and print a short table. Logs go to $OUT (default: ./out).
+# racecheck), run the GPU benchmarks (GDN, Mamba2, and KDA against fla: stage kdabench) and print
+# short tables. Logs go to $OUT (default: ./out).
 #
 #   scripts/gpu-check.sh                      # everything
 #   STAGES="build tests bench" scripts/gpu-check.sh
@@ -15,7 +16,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 OUT="${OUT:-$root/out}"
 mkdir -p "$OUT"
-STAGES="${STAGES:-build tests sanitizer bench m2bench sim tp}"
+STAGES="${STAGES:-build tests sanitizer bench m2bench kdabench sim tp}"
 BUILD="${BUILD_DIR:-$root/build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 status=0
@@ -202,6 +203,28 @@ if has tp; then
       echo "tp_verify_loop $args: rc=$rc (log $log)"
       [ $rc -ne 0 ] && [ $rc -ne 77 ] && { tail -20 "$log"; status=1; }
     done
+  fi
+fi
+if has kdabench; then
+  # KDA against fla (tools/kda_bench.py, issue 18.4): the Python package with the CUDA backend
+  # (python/gpu_check.sh PY_STAGES=build) and fla-core (+ einops) from the wheels in ./.whl, or
+  # already importable; both strategies and fla's verify path timed in one process.
+  echo "== KDA rounds against fla [t=${SECONDS}s]"
+  fla_path=""
+  if ! python3 -c "import fla" 2>/dev/null; then
+    fla_path="$(mktemp -d)"
+    python3 -m pip install -q --no-deps --target "$fla_path" .whl/fla_core-*.whl .whl/einops-*.whl \
+      >"$OUT/fla_install.log" 2>&1 || { tail -5 "$OUT/fla_install.log"; status=1; }
+  fi
+  if PY_STAGES=build OUT="$OUT/py" python/gpu_check.sh >"$OUT/kda_py_build.log" 2>&1; then
+    PYTHONPATH="$fla_path${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 tools/kda_bench.py \
+      --json "$OUT/kda_bench.json" >"$OUT/kda_bench.log" 2>&1
+    rc=$?
+    sed -n '/KDA rounds/,$p' "$OUT/kda_bench.log"
+    echo "kda bench rc=$rc"
+    [ $rc -ne 0 ] && { tail -20 "$OUT/kda_bench.log"; status=1; }
+  else
+    tail -20 "$OUT/kda_py_build.log"; echo "kda bench: the Python package did not build"; status=1
   fi
 fi
 exit $status
