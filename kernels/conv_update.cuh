@@ -266,7 +266,6 @@ __global__ void __launch_bounds__(kConvThreads)
 // stores. conv_update_kernel walks the same tokens one after another in one thread: at small
 // batches that walk is the kernel's time. The arithmetic is the same, so are the results.
 inline constexpr int kReplaySmallThreads = 64;
-inline constexpr int kReplaySmallRows = 16;
 
 template <typename Act, typename St, int W, int VT>
 __global__ void __launch_bounds__(kReplaySmallThreads)
@@ -406,13 +405,10 @@ cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t str
   // are at most path_stride_slot.
   // SPECSTATE_CONV_SMALL=0 / 1 forces the choice where the path applies (tuning and tests).
   const char* const force = std::getenv("SPECSTATE_CONV_SMALL");
-  const bool small =
-      force != nullptr ? force[0] == '1'
-      : p.tokens >= 8  ? p.rows <= 8
-                       : (p.tokens >= 4 && p.rows >= p.small_rows_lo && p.rows <= p.small_rows_hi);
-  const int vt = p.path_stride_slot + p.tokens <= 8 ? 8 : 16;
-  if (small && p.pending != nullptr && p.records != nullptr && !p.store_final &&
-      p.snap == nullptr && p.rows <= kReplaySmallRows && p.path_stride_slot + p.tokens <= 16) {
+  const int vt = conv_small_vt(p.rows, p.tokens, p.path_stride_slot, p.small_rows_lo,
+                               p.small_rows_hi, force != nullptr ? (force[0] == '1' ? 1 : 0) : -1);
+  if (vt > 0 && p.pending != nullptr && p.records != nullptr && !p.store_final &&
+      p.snap == nullptr) {
     const int per_cta = kReplaySmallThreads / vt;  // channel groups of a CTA
     const int channel_ctas = (groups + per_cta - 1) / per_cta;
     const dim3 small_grid(channel_ctas, p.rows);
