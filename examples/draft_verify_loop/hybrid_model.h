@@ -2,8 +2,9 @@
 // through specstate's public API only. Header-only so that the example and the tests share it.
 //
 // The model is shaped like Qwen3-Next, in miniature: token embedding, then layers of two kinds,
-// Gated DeltaNet (recurrent state in a specstate::StatePool) and causal softmax attention (a KV
-// cache the example keeps itself: it rolls back by truncation, so accepted tokens are simply
+// Gated DeltaNet (recurrent state in a specstate::StatePool; or, with ModelShape::kda,
+// Kimi-Linear's KDA: the same layer with its gate per key channel) and causal softmax attention (a
+// KV cache the example keeps itself: it rolls back by truncation, so accepted tokens are simply
 // appended), each as a residual block after an RMS norm, and an output projection whose argmax
 // is the next token. The drafter is the same model with perturbed weights and its own pool; it
 // drafts by verifying growing windows and rolls its own state back with commit, like the target.
@@ -17,7 +18,9 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "specstate/spec/acceptance.h"
@@ -32,6 +35,10 @@ using specstate::GdnConfig;
 using specstate::GdnInputs;
 using specstate::GdnOutputs;
 using specstate::GdnWeights;
+using specstate::KdaConfig;
+using specstate::KdaInputs;
+using specstate::KdaOutputs;
+using specstate::KdaWeights;
 using specstate::ModelConfig;
 using specstate::SlotHandle;
 using specstate::StatePool;
@@ -55,6 +62,23 @@ struct ModelShape {
     g.act_dtype = DType::kF32;  // activations f32; conv state bf16 and SSM f32 as in Qwen3-Next
     return g;
   }();
+  // The recurrent layers are KDA (Kimi-Linear) instead of GDN: `gdn`'s heads, dims and dtypes,
+  // the gate g per value head and key channel, dt_bias [HV, K].
+  bool kda = false;
+  KdaConfig kda_config() const {
+    KdaConfig k;
+    k.num_k_heads = gdn.num_k_heads;
+    k.num_v_heads = gdn.num_v_heads;
+    k.head_k_dim = gdn.head_k_dim;
+    k.head_v_dim = gdn.head_v_dim;
+    k.conv_width = gdn.conv_width;
+    k.act_dtype = gdn.act_dtype;
+    k.conv_state_dtype = gdn.conv_state_dtype;
+    k.ssm_state_dtype = gdn.ssm_state_dtype;
+    return k;
+  }
+  // Columns of a recurrent layer's gate input per token: GDN's a [HV], KDA's g [HV, K].
+  int gate_cols() const { return gdn.num_v_heads * (kda ? gdn.head_k_dim : 1); }
 };
 
 // Reproducible across standard libraries.
@@ -66,18 +90,31 @@ inline float normal(std::mt19937_64& rng) {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
+// A recurrent (delta-rule) layer: GDN, or KDA with ModelShape::kda.
 struct GdnLayer {
-  std::vector<float> w_in;            // [d_model, conv_dim + 2*HV]: -> mixed_qkv | a | b
-  std::vector<float> conv_weight;     // [conv_dim, W]
-  std::vector<float> A_log, dt_bias;  // [HV]
-  std::vector<float> w_out;           // [HV*V, d_model]
+  std::vector<float> w_in;         // [d_model, conv_dim + G + HV]: -> mixed_qkv | gate | b
+  std::vector<float> conv_weight;  // [conv_dim, W]
+  std::vector<float> A_log;        // [HV]
+  std::vector<float> dt_bias;      // [HV] (GDN) or [HV, K] (KDA)
+  std::vector<float> w_out;        // [HV*V, d_model]
   GdnWeights view() const {
     const int64_t d = static_cast<int64_t>(A_log.size());
-    const int64_t c = static_cast<int64_t>(conv_weight.size()) / conv_width;
-    return GdnWeights{TensorView::contiguous(conv_weight.data(), DType::kF32, {c, conv_width}),
+    return GdnWeights{conv(),
                       {},
                       TensorView::contiguous(A_log.data(), DType::kF32, {d}),
                       TensorView::contiguous(dt_bias.data(), DType::kF32, {d})};
+  }
+  KdaWeights kda_view() const {
+    const int64_t hv = static_cast<int64_t>(A_log.size());
+    const int64_t k = static_cast<int64_t>(dt_bias.size()) / hv;
+    return KdaWeights{conv(),
+                      {},
+                      TensorView::contiguous(A_log.data(), DType::kF32, {hv}),
+                      TensorView::contiguous(dt_bias.data(), DType::kF32, {hv, k})};
+  }
+  TensorView conv() const {
+    const int64_t c = static_cast<int64_t>(conv_weight.size()) / conv_width;
+    return TensorView::contiguous(conv_weight.data(), DType::kF32, {c, conv_width});
   }
   int64_t conv_width = 4;
 };
@@ -91,7 +128,7 @@ class HybridModel {
   HybridModel(const ModelShape& shape, uint64_t seed) : shape_(shape) {
     std::mt19937_64 rng(seed);
     const int d = shape.d_model, D = shape.gdn.conv_dim(), HV = shape.gdn.num_v_heads;
-    const int V = shape.gdn.head_v_dim, W = shape.gdn.conv_width;
+    const int V = shape.gdn.head_v_dim, W = shape.gdn.conv_width, G = shape.gate_cols();
     auto fill = [&](std::vector<float>& w, std::size_t n, float std) {
       w.resize(n);
       for (auto& x : w) x = std * normal(rng);
@@ -102,14 +139,18 @@ class HybridModel {
       if (kind == LayerKind::kGdn) {
         GdnLayer g;
         g.conv_width = W;
-        fill(g.w_in, static_cast<std::size_t>(d) * (D + 2 * HV), 1.0f / std::sqrt(float(d)));
+        fill(g.w_in, static_cast<std::size_t>(d) * (D + G + HV), 1.0f / std::sqrt(float(d)));
         fill(g.conv_weight, static_cast<std::size_t>(D) * W, 0.5f);
         g.A_log.resize(static_cast<std::size_t>(HV));
-        g.dt_bias.resize(static_cast<std::size_t>(HV));
+        g.dt_bias.resize(static_cast<std::size_t>(G));  // GDN: one per head; KDA: per channel
+        const int per_head = G / HV;
         for (int h = 0; h < HV; ++h) {  // decays in (0, 1): A in [1, 16], dt in [1e-3, 1e-1]
           g.A_log[h] = static_cast<float>(std::log(1.0 + 15.0 * uniform01(rng)));
-          const double dt = std::exp(std::log(1e-3) + uniform01(rng) * std::log(100.0));
-          g.dt_bias[h] = static_cast<float>(std::log(std::expm1(dt)));
+          for (int i = 0; i < per_head; ++i) {
+            const double dt = std::exp(std::log(1e-3) + uniform01(rng) * std::log(100.0));
+            g.dt_bias[static_cast<std::size_t>(h) * per_head + i] =
+                static_cast<float>(std::log(std::expm1(dt)));
+          }
         }
         fill(g.w_out, static_cast<std::size_t>(HV) * V * d, 1.0f / std::sqrt(float(HV * V)));
         gdn_.push_back(std::move(g));
@@ -145,9 +186,11 @@ class HybridModel {
   }
 
   const ModelShape& shape() const noexcept { return shape_; }
-  // What the pool holds: the GDN layers only.
+  // What the pool holds: the recurrent layers only (GDN, or KDA with ModelShape::kda).
   ModelConfig state_config() const {
-    return ModelConfig::gated_delta_net(static_cast<int>(gdn_.size()), shape_.gdn);
+    const int n = static_cast<int>(gdn_.size());
+    return shape_.kda ? ModelConfig::kda(n, shape_.kda_config())
+                      : ModelConfig::gated_delta_net(n, shape_.gdn);
   }
   int num_gdn_layers() const noexcept { return static_cast<int>(gdn_.size()); }
   int num_attention_layers() const noexcept { return static_cast<int>(attention_.size()); }
@@ -213,13 +256,15 @@ inline void rms_norm(const std::vector<float>& h, std::vector<float>& x, int64_t
 
 }  // namespace detail
 
-// One forward pass. `gdn_op(layer, inputs, outputs)` runs the GDN layer's state update through
-// the pool (prefill, decode or verify, whichever the caller is doing).
+// One forward pass. `gdn_op(layer, weights, inputs, outputs)` runs the recurrent layer's state
+// update through the pool (prefill, decode or verify, whichever the caller is doing), with the
+// kind's types (GdnWeights / GdnInputs / GdnOutputs, or the Kda ones): a generic lambda.
 template <typename GdnOp>
 ForwardResult forward(const HybridModel& model, const ForwardBatch& batch, GdnOp&& gdn_op) {
   const ModelShape& s = model.shape();
   const int64_t n = int64_t{batch.rows} * batch.window, d = s.d_model;
   const int64_t D = s.gdn.conv_dim(), HV = s.gdn.num_v_heads, V = s.gdn.head_v_dim;
+  const int64_t G = s.gate_cols();
   ForwardResult result;
   result.k.resize(static_cast<std::size_t>(model.num_attention_layers()));
   result.v.resize(result.k.size());
@@ -232,21 +277,36 @@ ForwardResult forward(const HybridModel& model, const ForwardBatch& batch, GdnOp
     detail::rms_norm(h, x, n, d);
     if (kind == LayerKind::kGdn) {
       const GdnLayer& g = model.gdn(gi);
-      const int64_t P = D + 2 * HV;
+      const int64_t P = D + G + HV;
       std::vector<float> proj(static_cast<std::size_t>(n * P));
       detail::matmul(x.data(), g.w_in.data(), proj.data(), n, d, P);
-      std::vector<float> qkv(static_cast<std::size_t>(n * D)), a(static_cast<std::size_t>(n * HV)),
-          b(a.size()), core(static_cast<std::size_t>(n * HV * V), 0.0f);
+      std::vector<float> qkv(static_cast<std::size_t>(n * D)), a(static_cast<std::size_t>(n * G)),
+          b(static_cast<std::size_t>(n * HV)), core(static_cast<std::size_t>(n * HV * V), 0.0f);
       for (int64_t t = 0; t < n; ++t) {
         std::copy_n(proj.data() + t * P, D, qkv.data() + t * D);
-        std::copy_n(proj.data() + t * P + D, HV, a.data() + t * HV);
-        std::copy_n(proj.data() + t * P + D + HV, HV, b.data() + t * HV);
+        std::copy_n(proj.data() + t * P + D, G, a.data() + t * G);
+        std::copy_n(proj.data() + t * P + D + G, HV, b.data() + t * HV);
       }
-      gdn_op(gi,
-             GdnInputs{TensorView::contiguous(qkv.data(), DType::kF32, {n, D}),
-                       TensorView::contiguous(a.data(), DType::kF32, {n, HV}),
-                       TensorView::contiguous(b.data(), DType::kF32, {n, HV})},
-             GdnOutputs{{}, TensorView::contiguous(core.data(), DType::kF32, {n, HV, V})});
+      const TensorView qkv_v = TensorView::contiguous(qkv.data(), DType::kF32, {n, D});
+      const TensorView b_v = TensorView::contiguous(b.data(), DType::kF32, {n, HV});
+      const TensorView core_v = TensorView::contiguous(core.data(), DType::kF32, {n, HV, V});
+      if (s.kda) {
+        // A callback written for GDN's types only (the TP example) cannot run a KDA model.
+        if constexpr (std::is_invocable_v<GdnOp&, int, const KdaWeights&, const KdaInputs&,
+                                          const KdaOutputs&>) {
+          const int64_t K = s.gdn.head_k_dim;
+          gdn_op(gi, g.kda_view(),
+                 KdaInputs{qkv_v, TensorView::contiguous(a.data(), DType::kF32, {n, HV, K}), b_v},
+                 KdaOutputs{{}, core_v});
+        } else {
+          throw std::invalid_argument(
+              "forward: a KDA model needs a layer callback for KDA's types");
+        }
+      } else {
+        gdn_op(gi, g.view(),
+               GdnInputs{qkv_v, TensorView::contiguous(a.data(), DType::kF32, {n, HV}), b_v},
+               GdnOutputs{{}, core_v});
+      }
       std::vector<float> out(static_cast<std::size_t>(n * d));
       detail::matmul(core.data(), g.w_out.data(), out.data(), n, HV * V, d);
       for (int64_t i = 0; i < n * d; ++i) h[i] += out[i];
@@ -409,8 +469,8 @@ inline void prefill_prompt(const HybridModel& model, StatePool& pool, SlotHandle
   ForwardBatch batch{
       1, n, std::vector<int32_t>(prompt.begin(), prompt.end() - 1), {chain_parents(n)}, {&cache}};
   const ForwardResult fr =
-      forward(model, batch, [&](int l, const GdnInputs& in, const GdnOutputs& out) {
-        pool.prefill(l, slot, model.gdn(l).view(), in, out);
+      forward(model, batch, [&](int l, const auto& w, const auto& in, const auto& out) {
+        pool.prefill(l, slot, w, in, out);
       });
   std::vector<int32_t> all(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) all[static_cast<std::size_t>(i)] = i;
@@ -454,8 +514,8 @@ inline LoopResult run_autoregressive(const HybridModel& model, const LoopOptions
     if (live.empty()) break;
     batch.rows = o.requests;
     const ForwardResult fr =
-        forward(model, batch, [&](int l, const GdnInputs& in, const GdnOutputs& out) {
-          pool.decode(l, rows, model.gdn(l).view(), in, out);
+        forward(model, batch, [&](int l, const auto& w, const auto& in, const auto& out) {
+          pool.decode(l, rows, w, in, out);
         });
     for (int r : live) {
       append_kv(res.caches[r], fr, r, 1, model.shape().d_model, {0});
@@ -550,8 +610,8 @@ inline LoopResult run_speculative(const HybridModel& target, const HybridModel& 
       if (draft_pool.round_open()) draft_pool.abort_round();
       draft_pool.begin_verify(draft_plan.batch);
       draft_fr = forward(drafter, window_batch(w, window_tokens, draft_caches),
-                         [&](int l, const GdnInputs& in, const GdnOutputs& out) {
-                           draft_pool.verify(l, drafter.gdn(l).view(), in, out);
+                         [&](int l, const auto& w, const auto& in, const auto& out) {
+                           draft_pool.verify(l, w, in, out);
                          });
       draft_window = w;
     };
@@ -575,8 +635,8 @@ inline LoopResult run_speculative(const HybridModel& target, const HybridModel& 
     // 2. Verify: the target consumes the whole window; every GDN layer through the pool.
     target_pool.begin_verify(plan.batch);
     const ForwardResult fr = forward(target, window_batch(window, window_tokens, res.caches),
-                                     [&](int l, const GdnInputs& in, const GdnOutputs& out) {
-                                       target_pool.verify(l, target.gdn(l).view(), in, out);
+                                     [&](int l, const auto& w, const auto& in, const auto& out) {
+                                       target_pool.verify(l, w, in, out);
                                      });
 
     // 3. Accept greedily against the target's argmax.

@@ -2,10 +2,11 @@
 // specstate, checked against plain autoregressive decoding.
 //
 //   draft_verify_loop [--window T] [--requests R] [--new-tokens N] [--noise EPS] [--seed S]
-//                     [--branch]
+//                     [--branch] [--kind gdn|kda]
 //
 // --branch drafts a tree: the chain of T-1 drafts plus, at every depth, the drafter's second
-// choice beside it (2T-1 window tokens, verified and committed as a tree).
+// choice beside it (2T-1 window tokens, verified and committed as a tree). --kind kda makes the
+// recurrent layers Kimi-Linear's KDA (the gate per key channel) instead of Gated DeltaNet.
 //
 // Exit status 0 when the speculative run emitted exactly the autoregressive tokens and left
 // bit-identical committed states and KV caches; 1 otherwise; 2 for bad arguments.
@@ -23,7 +24,7 @@ int usage(const char* message, const char* arg) {
   std::fprintf(stderr, "draft_verify_loop: %s: %s\n", message, arg);
   std::fprintf(stderr,
                "usage: draft_verify_loop [--window T] [--requests R] [--new-tokens N] "
-               "[--noise EPS] [--seed S] [--branch]\n");
+               "[--noise EPS] [--seed S] [--branch] [--kind gdn|kda]\n");
   return 2;
 }
 
@@ -32,16 +33,24 @@ int usage(const char* message, const char* arg) {
 int main(int argc, char** argv) {
   using namespace draft_verify_loop;
   LoopOptions o;
+  ModelShape shape;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::printf(
           "usage: draft_verify_loop [--window T] [--requests R] [--new-tokens N] "
-          "[--noise EPS] [--seed S] [--branch]\n");
+          "[--noise EPS] [--seed S] [--branch] [--kind gdn|kda]\n");
       return 0;
     }
     if (arg == "--branch") {
       o.branch = true;
+      continue;
+    }
+    if (arg == "--kind") {
+      if (i + 1 >= argc) return usage("missing value for", argv[i]);
+      const std::string kind = argv[++i];
+      if (kind != "gdn" && kind != "kda") return usage("--kind must be gdn or kda, not", argv[i]);
+      shape.kda = kind == "kda";
       continue;
     }
     if (i + 1 >= argc) return usage("missing value for", argv[i]);
@@ -64,13 +73,14 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    const HybridModel target(ModelShape{}, o.seed);
+    const HybridModel target(shape, o.seed);
     const HybridModel drafter = target.perturbed(o.draft_noise, o.seed + 1);
     std::printf(
-        "model: vocab %d, d_model %d, %zu layers (%d Gated DeltaNet through specstate, "
+        "model: vocab %d, d_model %d, %zu layers (%d %s through specstate, "
         "%d attention with a KV cache)\n",
         target.shape().vocab, target.shape().d_model, target.shape().layers.size(),
-        target.num_gdn_layers(), target.num_attention_layers());
+        target.num_gdn_layers(), shape.kda ? "KDA" : "Gated DeltaNet",
+        target.num_attention_layers());
     std::printf(
         "loop: %d requests, %s window of depth T=%d, %d new tokens each, drafter noise %.3g, "
         "seed %llu\n",

@@ -108,8 +108,8 @@ void prefill(const dvl::HybridModel& model, StatePool& pool, ShardedGdn& gdn, Sl
                           std::vector<int32_t>(prompt.begin(), prompt.end() - 1),
                           {dvl::chain_parents(n)},
                           {&req.cache}};
-  const auto fr =
-      dvl::forward(model, batch, [&](int l, const GdnInputs& in, const GdnOutputs& out) {
+  const auto fr = dvl::forward(
+      model, batch, [&](int l, const GdnWeights&, const GdnInputs& in, const GdnOutputs& out) {
         gdn.call(
             l, in, out,
             [&](int layer, const GdnWeights& w, const GdnInputs& i, const GdnOutputs& o) {
@@ -135,8 +135,8 @@ void decode_steps(const dvl::HybridModel& model, StatePool& pool, ShardedGdn& gd
       batch.parents.push_back({-1});
       batch.caches.push_back(&reqs[i].cache);
     }
-    const auto fr =
-        dvl::forward(model, batch, [&](int l, const GdnInputs& in, const GdnOutputs& out) {
+    const auto fr = dvl::forward(
+        model, batch, [&](int l, const GdnWeights&, const GdnInputs& in, const GdnOutputs& out) {
           gdn.call(
               l, in, out,
               [&](int layer, const GdnWeights& w, const GdnInputs& i, const GdnOutputs& o) {
@@ -265,8 +265,8 @@ RankResult run_rank(const dvl::HybridModel& model, const Options& o, int tp, int
       vb.window = T;
       pool.begin_verify(vb);
       gdn.reset_timing();
-      const auto fr =
-          dvl::forward(model, fb, [&](int l, const GdnInputs& in, const GdnOutputs& out) {
+      const auto fr = dvl::forward(
+          model, fb, [&](int l, const GdnWeights&, const GdnInputs& in, const GdnOutputs& out) {
             gdn.call(
                 l, in, out,
                 [&](int layer, const GdnWeights& w, const GdnInputs& i, const GdnOutputs& ou) {

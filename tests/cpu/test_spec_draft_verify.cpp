@@ -1,6 +1,6 @@
 // The draft_verify_loop example as a test: greedy speculative decoding of a tiny hybrid model
-// (GDN layers through StatePool, attention with a KV cache) emits exactly the tokens of plain
-// autoregressive decoding and leaves bit-identical committed states.
+// (GDN or KDA layers through StatePool, attention with a KV cache) emits exactly the tokens of
+// plain autoregressive decoding and leaves bit-identical committed states.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@ struct Case {
   float noise;
   uint64_t seed;
   bool branch = false;
+  bool kda = false;  // the recurrent layers are KDA (ModelShape::kda)
 };
 
 class DraftVerifyLoop : public ::testing::TestWithParam<Case> {};
@@ -30,7 +31,11 @@ TEST_P(DraftVerifyLoop, SpeculativeEqualsAutoregressive) {
   o.draft_noise = c.noise;
   o.seed = c.seed;
   o.branch = c.branch;
-  const HybridModel target(ModelShape{}, o.seed);
+  ModelShape shape;
+  shape.kda = c.kda;
+  const HybridModel target(shape, o.seed);
+  EXPECT_EQ(target.state_config().kind,
+            c.kda ? specstate::LayerKind::kKda : specstate::LayerKind::kGatedDeltaNet);
   const HybridModel drafter = target.perturbed(o.draft_noise, o.seed + 1);
   const LoopResult spec = run_speculative(target, drafter, o);
   std::vector<int> lengths;
@@ -66,15 +71,18 @@ TEST_P(DraftVerifyLoop, SpeculativeEqualsAutoregressive) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Loops, DraftVerifyLoop,
-                         ::testing::Values(Case{4, 3, 24, 0.05f, 1}, Case{1, 2, 10, 0.05f, 2},
-                                           Case{2, 4, 20, 0.05f, 3}, Case{6, 5, 40, 0.02f, 4},
-                                           Case{4, 3, 24, 1.0f, 5},  // a poor drafter
-                                           Case{8, 1, 30, 0.0f, 6},  // a perfect drafter
-                                           // Draft trees: chain + second choices as leaves.
-                                           Case{4, 3, 24, 0.3f, 7, true},
-                                           Case{1, 2, 10, 0.3f, 8, true},
-                                           Case{5, 5, 40, 1.0f, 9, true}));
+INSTANTIATE_TEST_SUITE_P(
+    Loops, DraftVerifyLoop,
+    ::testing::Values(Case{4, 3, 24, 0.05f, 1}, Case{1, 2, 10, 0.05f, 2}, Case{2, 4, 20, 0.05f, 3},
+                      Case{6, 5, 40, 0.02f, 4}, Case{4, 3, 24, 1.0f, 5},  // a poor drafter
+                      Case{8, 1, 30, 0.0f, 6},                            // a perfect drafter
+                      // Draft trees: chain + second choices as leaves.
+                      Case{4, 3, 24, 0.3f, 7, true}, Case{1, 2, 10, 0.3f, 8, true},
+                      Case{5, 5, 40, 1.0f, 9, true},
+                      // KDA layers: chains and trees, close and poor
+                      Case{4, 3, 24, 0.05f, 10, false, true},
+                      Case{6, 4, 30, 0.02f, 11, false, true}, Case{4, 3, 24, 0.3f, 12, true, true},
+                      Case{5, 2, 20, 1.0f, 13, true, true}));
 
 TEST(DraftVerifyLoop, TreesAcceptSecondChoices) {
   // With a mediocre drafter, the drafter's second choices (the tree's extra leaves) are
