@@ -207,6 +207,56 @@ void expect_close(const std::vector<float>& ref, const std::vector<float>& got, 
                       << ", relative " << rel;
 }
 
+namespace {
+
+PoolOptions on_cuda(PoolOptions options, cudaStream_t stream) {
+  options.backend = Backend::kCuda;
+  options.stream = stream;
+  return options;
+}
+
+}  // namespace
+
+OraclePools::OraclePools(const ModelConfig& model, const PoolOptions& options, cudaStream_t stream,
+                         int requests)
+    : cpu(model, options), gpu(model, on_cuda(options, stream)) {
+  for (int i = 0; i < requests; ++i) {
+    ch.push_back(cpu.acquire());
+    gh.push_back(gpu.acquire());
+  }
+}
+
+RandomLayers::RandomLayers(const GdnConfig& g, int layers, std::mt19937_64& rng) {
+  for (int l = 0; l < layers; ++l) {
+    weights.push_back(random_weights(g, rng));
+    dweights.emplace_back(weights.back());
+  }
+}
+
+void prefill_history(OraclePools& p, const RandomLayers& w, const GdnConfig& g, int tokens,
+                     std::mt19937_64& rng, cudaStream_t stream) {
+  for (std::size_t req = 0; req < p.ch.size(); ++req) {
+    for (std::size_t l = 0; l < w.weights.size(); ++l) {
+      const int layer = static_cast<int>(l);
+      const TokenInputs in = random_inputs(g, tokens, rng);
+      TokenOutputs out = make_outputs(g, tokens);
+      p.cpu.prefill(layer, p.ch[req], w.weights[l].view(), in.view(), out.view());
+      DeviceInputs din(in, 0);
+      DeviceOutputs dout(out, 0, true);
+      p.gpu.prefill(layer, p.gh[req], w.dweights[l].view(), din.view(), dout.view());
+      SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+    }
+  }
+}
+
+VerifyBatch padded_batch(const std::vector<SlotHandle>& handles, int pad_row, int window) {
+  VerifyBatch batch;
+  batch.window = window;
+  batch.rows = handles;
+  batch.rows.insert(batch.rows.begin() + pad_row, SlotHandle::padding());
+  return batch;
+}
+
 double state_tolerance(const GdnConfig& g) {
   // f32 arithmetic in another order: ~1e-6. A bf16 rounding that lands on the other side
   // of a tie-break (activations or state) moves an element by one bf16 ulp (2^-8 relative).

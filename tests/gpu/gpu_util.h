@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,33 @@ struct DeviceOutputs {
   GdnOutputs rows(int64_t begin, int64_t count) const;
   void download(TokenOutputs& out) const;
 };
+
+// The CPU oracle and a CUDA pool on `stream` of one model and options, with `requests` slots
+// acquired in each, in turn: request i is ch[i] in cpu and gh[i] in gpu. Declare the stream
+// before them (a pool's stream must outlive the pool).
+struct OraclePools {
+  StatePool cpu, gpu;
+  std::vector<SlotHandle> ch, gh;
+  OraclePools(const ModelConfig& model, const PoolOptions& options, cudaStream_t stream,
+              int requests);
+};
+
+// `layers` random GDN layer weights drawn from `rng` one after another, with their device copies.
+struct RandomLayers {
+  std::vector<LayerWeights> weights;
+  std::vector<DeviceWeights> dweights;
+  RandomLayers(const GdnConfig& g, int layers, std::mt19937_64& rng);
+};
+
+// Some history before the rounds under test (the committed state is then not zero): `tokens`
+// random tokens prefilled into every request, request after request and layer after layer, the
+// same inputs in both pools; waits for `stream` after each layer.
+void prefill_history(OraclePools& p, const RandomLayers& w, const GdnConfig& g, int tokens,
+                     std::mt19937_64& rng, cudaStream_t stream);
+
+// A verify batch of window `window` (no parents) over `handles` with a padding row inserted at
+// index `pad_row`.
+VerifyBatch padded_batch(const std::vector<SlotHandle>& handles, int pad_row, int window);
 
 // All elements of a view (host or device memory, contiguous rows) as floats.
 std::vector<float> to_floats(const TensorView& view);

@@ -35,15 +35,7 @@ TEST_P(AdvanceChunks, LargeDecodeBatchAndLongPrefillMatchTheOracle) {
   options.max_window = 4;  // conv-output scratch: max(4 * 4, 256) = 256 tokens
   const ModelConfig model = ModelConfig::gated_delta_net(L, g);
   CudaStream owned_stream;
-  PoolOptions gpu_options = options;
-  gpu_options.backend = Backend::kCuda;
-  gpu_options.stream = owned_stream.get();
-  StatePool cpu(model, options), gpu(model, gpu_options);
-  std::vector<SlotHandle> ch, gh;
-  for (int i = 0; i < slots; ++i) {
-    ch.push_back(cpu.acquire());
-    gh.push_back(gpu.acquire());
-  }
+  OraclePools p(model, options, owned_stream.get(), slots);
   const LayerWeights w = random_weights(g, rng);
   const DeviceWeights dw(w);
 
@@ -52,10 +44,10 @@ TEST_P(AdvanceChunks, LargeDecodeBatchAndLongPrefillMatchTheOracle) {
     const int n = 600;
     const TokenInputs in = random_inputs(g, n, rng);
     TokenOutputs ref = make_outputs(g, n), got = make_outputs(g, n);
-    cpu.prefill(0, ch[7], w.view(), in.view(), ref.view());
+    p.cpu.prefill(0, p.ch[7], w.view(), in.view(), ref.view());
     DeviceInputs din(in, 0);
     DeviceOutputs dout(got, 0, with_conv_out);
-    gpu.prefill(0, gh[7], dw.view(), din.view(), dout.view());
+    p.gpu.prefill(0, p.gh[7], dw.view(), din.view(), dout.view());
     SPECSTATE_CUDA_OK(cudaStreamSynchronize(owned_stream.get()));
     dout.download(got);
     expect_close(to_floats(ref.core_out.view()), to_floats(got.core_out.view()), 1e-5,
@@ -67,16 +59,16 @@ TEST_P(AdvanceChunks, LargeDecodeBatchAndLongPrefillMatchTheOracle) {
   }
   // Two decode steps over 300 rows + 1 padding row: two launches each.
   for (int step = 0; step < 2; ++step) {
-    std::vector<SlotHandle> crow(ch), grow(gh);
+    std::vector<SlotHandle> crow(p.ch), grow(p.gh);
     crow.insert(crow.begin() + 123, SlotHandle::padding());
     grow.insert(grow.begin() + 123, SlotHandle::padding());
     const int rows = static_cast<int>(crow.size());
     const TokenInputs in = random_inputs(g, rows, rng);
     TokenOutputs ref = make_outputs(g, rows), got = make_outputs(g, rows);
-    cpu.decode(0, crow, w.view(), in.view(), ref.view());
+    p.cpu.decode(0, crow, w.view(), in.view(), ref.view());
     DeviceInputs din(in, 0);
     DeviceOutputs dout(got, 0, with_conv_out);
-    gpu.decode(0, grow, dw.view(), din.view(), dout.view());
+    p.gpu.decode(0, grow, dw.view(), din.view(), dout.view());
     SPECSTATE_CUDA_OK(cudaStreamSynchronize(owned_stream.get()));
     dout.download(got);
     expect_close(rows_to_floats(ref.core_out.view(), 0, 123),
@@ -85,8 +77,9 @@ TEST_P(AdvanceChunks, LargeDecodeBatchAndLongPrefillMatchTheOracle) {
                  rows_to_floats(got.core_out.view(), 124, rows - 124), 1e-5,
                  "decode core_out, rows > 123");
   }
-  expect_close(to_floats(cpu.ssm_state(0)), to_floats(gpu.ssm_state(0)), 1e-5, "committed ssm");
-  expect_close(to_floats(cpu.conv_state(0)), to_floats(gpu.conv_state(0)), 1e-5, "committed conv");
+  expect_close(to_floats(p.cpu.ssm_state(0)), to_floats(p.gpu.ssm_state(0)), 1e-5, "committed ssm");
+  expect_close(to_floats(p.cpu.conv_state(0)), to_floats(p.gpu.conv_state(0)), 1e-5,
+               "committed conv");
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, AdvanceChunks, ::testing::Values(true, false),

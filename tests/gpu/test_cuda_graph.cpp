@@ -37,44 +37,15 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   CudaStream owned_stream(cudaStreamNonBlocking);
   cudaStream_t stream = owned_stream.get();
   ASSERT_NE(stream, nullptr);
-  PoolOptions gpu_options = options;
-  gpu_options.backend = Backend::kCuda;
-  gpu_options.stream = stream;
-  StatePool cpu(model, options), gpu(model, gpu_options);
-  std::vector<SlotHandle> ch, gh;
-  for (int i = 0; i < requests; ++i) {
-    ch.push_back(cpu.acquire());
-    gh.push_back(gpu.acquire());
-  }
-  std::vector<LayerWeights> weights;
-  std::vector<DeviceWeights> dweights;
-  for (int l = 0; l < L; ++l) {
-    weights.push_back(random_weights(g, rng));
-    dweights.emplace_back(weights.back());
-  }
+  OraclePools p(model, options, stream, requests);
+  const RandomLayers w(g, L, rng);
   // Some history first, so that the committed state is not zero.
-  for (int req = 0; req < requests; ++req) {
-    for (int l = 0; l < L; ++l) {
-      const TokenInputs in = random_inputs(g, 3, rng);
-      TokenOutputs out = make_outputs(g, 3);
-      cpu.prefill(l, ch[req], weights[l].view(), in.view(), out.view());
-      DeviceInputs din(in, 0);
-      DeviceOutputs dout(out, 0, true);
-      gpu.prefill(l, gh[req], dweights[l].view(), din.view(), dout.view());
-      SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(prefill_history(p, w, g, 3, rng, stream));
   SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
 
   // The fixed batch of the graph: rows 0..B-1 with a padding row at index 2.
   const int B = requests + 1, pad_row = 2;
-  VerifyBatch cb, gb;
-  cb.window = gb.window = T;
-  for (int r = 0, req = 0; r < B; ++r) {
-    cb.rows.push_back(r == pad_row ? SlotHandle::padding() : ch[req]);
-    gb.rows.push_back(r == pad_row ? SlotHandle::padding() : gh[req]);
-    if (r != pad_row) ++req;
-  }
+  VerifyBatch cb = padded_batch(p.ch, pad_row, T), gb = padded_batch(p.gh, pad_row, T);
   if (tree) {
     cb.parents = {-1, 0, 0, 1};  // one tree for every row
     gb.parents = cb.parents;
@@ -93,11 +64,11 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   SPECSTATE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * B));
   SPECSTATE_CUDA_OK(cudaMemset(d_accepted, 0, sizeof(int32_t) * B));
 
-  gpu.begin_verify(gb);
+  p.gpu.begin_verify(gb);
   cudaGraph_t graph = nullptr;
   SPECSTATE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int l = 0; l < L; ++l) gpu.verify(l, dweights[l].view(), din[l].view(), dout[l].view());
-  gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {B}, Device::kCuda));
+  for (int l = 0; l < L; ++l) p.gpu.verify(l, w.dweights[l].view(), din[l].view(), dout[l].view());
+  p.gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {B}, Device::kCuda));
   SPECSTATE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec = nullptr;
   SPECSTATE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
@@ -126,14 +97,14 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
     }
     SPECSTATE_CUDA_OK(
         cudaMemcpy(d_accepted, accepted.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice));
-    cpu.begin_verify(cb);
-    for (int l = 0; l < L; ++l) cpu.verify(l, weights[l].view(), in[l].view(), ref[l].view());
-    cpu.commit(accepted);
+    p.cpu.begin_verify(cb);
+    for (int l = 0; l < L; ++l) p.cpu.verify(l, w.weights[l].view(), in[l].view(), ref[l].view());
+    p.cpu.commit(accepted);
 
-    gpu.begin_verify(gb);  // uploads the (same) plan outside the graph
+    p.gpu.begin_verify(gb);  // uploads the (same) plan outside the graph
     SPECSTATE_CUDA_OK(cudaGraphLaunch(exec, stream));
     SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
-    EXPECT_EQ(gpu.last_commit_status(), Status::kSuccess);
+    EXPECT_EQ(p.gpu.last_commit_status(), Status::kSuccess);
     for (int l = 0; l < L; ++l) {
       dout[l].download(host_out[l]);
       for (int r = 0; r < B; ++r) {
@@ -143,10 +114,10 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
                      rows_to_floats(host_out[l].core_out.view(), int64_t{r} * T, T),
                      output_tolerance(g), what + ": core_out");
       }
-      expect_close(to_floats(cpu.ssm_state(l)), to_floats(gpu.ssm_state(l)), state_tolerance(g),
+      expect_close(to_floats(p.cpu.ssm_state(l)), to_floats(p.gpu.ssm_state(l)), state_tolerance(g),
                    "committed ssm, layer " + std::to_string(l));
-      expect_close(to_floats(cpu.conv_state(l)), to_floats(gpu.conv_state(l)), state_tolerance(g),
-                   "committed conv, layer " + std::to_string(l));
+      expect_close(to_floats(p.cpu.conv_state(l)), to_floats(p.gpu.conv_state(l)),
+                   state_tolerance(g), "committed conv, layer " + std::to_string(l));
     }
     if (HasFailure()) break;
   }

@@ -82,22 +82,8 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
   CudaStream owned_stream;
   cudaStream_t stream = owned_stream.get();
   ASSERT_NE(stream, nullptr);
-  PoolOptions gpu_options = options;
-  gpu_options.backend = Backend::kCuda;
-  gpu_options.stream = stream;
-  StatePool cpu(model, options);
-  StatePool gpu(model, gpu_options);
-  std::vector<SlotHandle> ch, gh;
-  for (int i = 0; i < c.requests; ++i) {
-    ch.push_back(cpu.acquire());
-    gh.push_back(gpu.acquire());
-  }
-  std::vector<LayerWeights> weights;
-  std::vector<DeviceWeights> dweights;
-  for (int l = 0; l < c.layers; ++l) {
-    weights.push_back(random_weights(g, rng));
-    dweights.emplace_back(weights.back());
-  }
+  OraclePools p(model, options, stream, c.requests);
+  const RandomLayers w(g, c.layers, rng);
   int32_t* d_accepted = nullptr;
   SPECSTATE_CUDA_OK(
       cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * options.max_rows));
@@ -108,21 +94,21 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
     for (int l = 0; l < c.layers; ++l) {
       const TokenInputs in = random_inputs(g, n, rng);
       TokenOutputs ref = make_outputs(g, n), got = make_outputs(g, n);
-      cpu.prefill(l, ch[req], weights[l].view(), in.view(), ref.view());
+      p.cpu.prefill(l, p.ch[req], w.weights[l].view(), in.view(), ref.view());
       DeviceInputs din(in, c.pad);
       DeviceOutputs dout(got, c.pad, c.with_conv_out);
-      gpu.prefill(l, gh[req], dweights[l].view(), din.view(), dout.view());
+      p.gpu.prefill(l, p.gh[req], w.dweights[l].view(), din.view(), dout.view());
       SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
       dout.download(got);
       compare_outputs(ref, got, g, 0, n, c.with_conv_out,
                       "prefill request " + std::to_string(req) + " layer " + std::to_string(l));
     }
   }
-  compare_committed(cpu, gpu, g, "after prefill");
+  compare_committed(p.cpu, p.gpu, g, "after prefill");
 
   // 2. Decode: one token per row, a padding row in the middle.
   {
-    std::vector<SlotHandle> crow(ch), grow(gh);
+    std::vector<SlotHandle> crow(p.ch), grow(p.gh);
     const int pad_at = c.requests / 2;
     crow.insert(crow.begin() + pad_at, SlotHandle::padding());
     grow.insert(grow.begin() + pad_at, SlotHandle::padding());
@@ -130,10 +116,10 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
     for (int l = 0; l < c.layers; ++l) {
       const TokenInputs in = random_inputs(g, rows, rng);
       TokenOutputs ref = make_outputs(g, rows), got = make_outputs(g, rows);
-      cpu.decode(l, crow, weights[l].view(), in.view(), ref.view());
+      p.cpu.decode(l, crow, w.weights[l].view(), in.view(), ref.view());
       DeviceInputs din(in, c.pad);
       DeviceOutputs dout(got, c.pad, c.with_conv_out);
-      gpu.decode(l, grow, dweights[l].view(), din.view(), dout.view());
+      p.gpu.decode(l, grow, w.dweights[l].view(), din.view(), dout.view());
       SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
       dout.download(got);
       for (int r = 0; r < rows; ++r) {
@@ -142,7 +128,7 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
                         "decode row " + std::to_string(r) + " layer " + std::to_string(l));
       }
     }
-    compare_committed(cpu, gpu, g, "after decode");
+    compare_committed(p.cpu, p.gpu, g, "after decode");
   }
 
   // 3. Verify + commit rounds.
@@ -162,8 +148,8 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
     VerifyBatch cb, gb;
     cb.window = gb.window = T;
     for (int r = 0; r < B; ++r) {
-      cb.rows.push_back(row_request[r] < 0 ? SlotHandle::padding() : ch[row_request[r]]);
-      gb.rows.push_back(row_request[r] < 0 ? SlotHandle::padding() : gh[row_request[r]]);
+      cb.rows.push_back(row_request[r] < 0 ? SlotHandle::padding() : p.ch[row_request[r]]);
+      gb.rows.push_back(row_request[r] < 0 ? SlotHandle::padding() : p.gh[row_request[r]]);
     }
     if (c.tree) {
       const int trees = c.shared_tree ? 1 : B;
@@ -173,23 +159,23 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
       }
       gb.parents = cb.parents;
     }
-    cpu.begin_verify(cb);
-    gpu.begin_verify(gb);
+    p.cpu.begin_verify(cb);
+    p.gpu.begin_verify(gb);
     // Under replay a view materializes the slots, so the pending steps would be re-run by the
     // view instead of by verify: look at the memory only on some rounds.
     const bool look = !replay || round % 3 == 2;
     std::vector<std::vector<uint8_t>> before;
     for (int l = 0; l < c.layers && look; ++l) {
-      before.push_back(rows_bytes(gpu.conv_state(l), 0, options.num_slots));
-      before.push_back(rows_bytes(gpu.ssm_state(l), 0, options.num_slots));
+      before.push_back(rows_bytes(p.gpu.conv_state(l), 0, options.num_slots));
+      before.push_back(rows_bytes(p.gpu.ssm_state(l), 0, options.num_slots));
     }
     for (int l = 0; l < c.layers; ++l) {
       const TokenInputs in = random_inputs(g, int64_t{B} * T, rng);
       TokenOutputs ref = make_outputs(g, int64_t{B} * T), got = make_outputs(g, int64_t{B} * T);
-      cpu.verify(l, weights[l].view(), in.view(), ref.view());
+      p.cpu.verify(l, w.weights[l].view(), in.view(), ref.view());
       DeviceInputs din(in, c.pad);
       DeviceOutputs dout(got, c.pad, c.with_conv_out);
-      gpu.verify(l, dweights[l].view(), din.view(), dout.view());
+      p.gpu.verify(l, w.dweights[l].view(), din.view(), dout.view());
       SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
       dout.download(got);
       for (int r = 0; r < B; ++r) {
@@ -197,18 +183,18 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
         const std::string what = "verify layer " + std::to_string(l) + " row " + std::to_string(r);
         compare_outputs(ref, got, g, int64_t{r} * T, T, c.with_conv_out, what);
         if (replay) continue;
-        expect_close(rows_to_floats(cpu.snapshot_conv(l), r, 1),
-                     rows_to_floats(gpu.snapshot_conv(l), r, 1), state_tolerance(g),
+        expect_close(rows_to_floats(p.cpu.snapshot_conv(l), r, 1),
+                     rows_to_floats(p.gpu.snapshot_conv(l), r, 1), state_tolerance(g),
                      what + ": conv snapshots");
-        expect_close(rows_to_floats(cpu.snapshot_ssm(l), r, 1),
-                     rows_to_floats(gpu.snapshot_ssm(l), r, 1), state_tolerance(g),
+        expect_close(rows_to_floats(p.cpu.snapshot_ssm(l), r, 1),
+                     rows_to_floats(p.gpu.snapshot_ssm(l), r, 1), state_tolerance(g),
                      what + ": ssm snapshots");
       }
     }
     for (int l = 0; l < c.layers && look; ++l) {
-      ASSERT_EQ(rows_bytes(gpu.conv_state(l), 0, options.num_slots), before[2 * l])
+      ASSERT_EQ(rows_bytes(p.gpu.conv_state(l), 0, options.num_slots), before[2 * l])
           << "verify wrote the committed conv state, layer " << l;
-      ASSERT_EQ(rows_bytes(gpu.ssm_state(l), 0, options.num_slots), before[2 * l + 1])
+      ASSERT_EQ(rows_bytes(p.gpu.ssm_state(l), 0, options.num_slots), before[2 * l + 1])
           << "verify wrote the committed SSM state, layer " << l;
     }
 
@@ -217,17 +203,17 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
       const int lo = c.tree ? -1 : 0, hi = c.tree ? T - 1 : T;
       accepted[r] = row_request[r] < 0 ? lo : std::uniform_int_distribution<int>(lo, hi)(rng);
     }
-    cpu.commit(accepted);
+    p.cpu.commit(accepted);
     if (round % 2 == 0) {
-      gpu.commit(accepted);
+      p.gpu.commit(accepted);
     } else {
       SPECSTATE_CUDA_OK(
           cudaMemcpy(d_accepted, accepted.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice));
-      gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {B}, Device::kCuda));
+      p.gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {B}, Device::kCuda));
     }
-    EXPECT_EQ(gpu.last_commit_status(), Status::kSuccess);
+    EXPECT_EQ(p.gpu.last_commit_status(), Status::kSuccess);
     if (!replay || round % 3 == 1 || round + 1 == c.rounds) {
-      compare_committed(cpu, gpu, g, "after commit, round " + std::to_string(round));
+      compare_committed(p.cpu, p.gpu, g, "after commit, round " + std::to_string(round));
     }
     if (HasFatalFailure() || HasNonfatalFailure()) break;
   }

@@ -51,12 +51,7 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
     sh.push_back(spec.acquire());
     rh.push_back(ref.acquire());
   }
-  std::vector<LayerWeights> weights;
-  std::vector<DeviceWeights> dweights;
-  for (int l = 0; l < L; ++l) {
-    weights.push_back(random_weights(g, rng));
-    dweights.emplace_back(weights.back());
-  }
+  const RandomLayers w(g, L, rng);
   int32_t* d_accepted = nullptr;
   SPECSTATE_CUDA_OK(
       cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * (requests + 1)));
@@ -85,7 +80,7 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
       out.push_back(make_outputs(g, int64_t{B} * T));
       DeviceInputs din(in[l], 0);
       DeviceOutputs dout(out[l], 0, true);
-      spec.verify(l, dweights[l].view(), din.view(), dout.view());
+      spec.verify(l, w.dweights[l].view(), din.view(), dout.view());
       SPECSTATE_CUDA_OK(cudaDeviceSynchronize());
       dout.download(out[l]);
     }
@@ -125,7 +120,7 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
           TokenOutputs dec = make_outputs(g, 1);
           DeviceInputs din(one, 0);
           DeviceOutputs dout(dec, 0, true);
-          ref.decode(l, {rh[rows[r]]}, dweights[l].view(), din.view(), dout.view());
+          ref.decode(l, {rh[rows[r]]}, w.dweights[l].view(), din.view(), dout.view());
           SPECSTATE_CUDA_OK(cudaDeviceSynchronize());
           dout.download(dec);
           expect_close(rows_to_floats(out[l].core_out.view(), token, 1),

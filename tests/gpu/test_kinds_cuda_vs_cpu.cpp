@@ -40,15 +40,7 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
   options.max_window = T;
   options.strategy = c.strategy;
   CudaStream stream;
-  PoolOptions gpu_options = options;
-  gpu_options.backend = Backend::kCuda;
-  gpu_options.stream = stream.get();
-  StatePool cpu(model, options), gpu(model, gpu_options);
-  std::vector<SlotHandle> ch, gh;
-  for (int i = 0; i < requests; ++i) {
-    ch.push_back(cpu.acquire());
-    gh.push_back(gpu.acquire());
-  }
+  OraclePools p(model, options, stream.get(), requests);
   std::list<DeviceTensor> keep;
   const PutBuffer put = [&](const Buffer& b) {
     keep.emplace_back(b);
@@ -64,12 +56,12 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
   }
   auto compare_state = [&](const std::string& what) {
     SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream.get()));
-    gpu.materialize();
+    p.gpu.materialize();
     SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream.get()));
     for (int l = 0; l < L; ++l) {
-      expect_close(to_floats(cpu.ssm_state(l)), to_floats(gpu.ssm_state(l)), tolerance(m),
+      expect_close(to_floats(p.cpu.ssm_state(l)), to_floats(p.gpu.ssm_state(l)), tolerance(m),
                    what + ": committed ssm, layer " + std::to_string(l));
-      expect_close(to_floats(cpu.conv_state(l)), to_floats(gpu.conv_state(l)), tolerance(m),
+      expect_close(to_floats(p.cpu.conv_state(l)), to_floats(p.gpu.conv_state(l)), tolerance(m),
                    what + ": committed conv, layer " + std::to_string(l));
     }
   };
@@ -92,8 +84,8 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
       const typename Kind::HostInputs in = random_inputs(m, n, rng);
       typename Kind::HostOutputs ref = make_outputs(m, n);
       const typename Kind::Outputs dev = Kind::put(make_outputs(m, n), put);
-      cpu.prefill(l, ch[i], cw[l], Kind::put(in, host), Kind::put(ref, host));
-      gpu.prefill(l, gh[i], gw[l], Kind::put(in, put), dev);
+      p.cpu.prefill(l, p.ch[i], cw[l], Kind::put(in, host), Kind::put(ref, host));
+      p.gpu.prefill(l, p.gh[i], gw[l], Kind::put(in, put), dev);
       compare_y(ref, dev, 0, n, "prefill " + std::to_string(i));
     }
   }
@@ -101,7 +93,7 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
   int accepted_total = 0;
   for (int round = 0; round < rounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
-    std::vector<SlotHandle> cr(ch), gr(gh);
+    std::vector<SlotHandle> cr(p.ch), gr(p.gh);
     cr.insert(cr.begin() + 1, SlotHandle::padding());
     gr.insert(gr.begin() + 1, SlotHandle::padding());
     const int B = static_cast<int>(cr.size());
@@ -114,14 +106,14 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
       }
       gb.parents = cb.parents;
     }
-    cpu.begin_verify(cb);
-    gpu.begin_verify(gb);
+    p.cpu.begin_verify(cb);
+    p.gpu.begin_verify(gb);
     for (int l = 0; l < L; ++l) {
       const typename Kind::HostInputs in = random_inputs(m, int64_t{B} * T, rng);
       typename Kind::HostOutputs ref = make_outputs(m, int64_t{B} * T);
       const typename Kind::Outputs dev = Kind::put(make_outputs(m, int64_t{B} * T), put);
-      cpu.verify(l, cw[l], Kind::put(in, host), Kind::put(ref, host));
-      gpu.verify(l, gw[l], Kind::put(in, put), dev);
+      p.cpu.verify(l, cw[l], Kind::put(in, host), Kind::put(ref, host));
+      p.gpu.verify(l, gw[l], Kind::put(in, put), dev);
       for (int r = 0; r < B; ++r) {
         if (r == 1) continue;
         compare_y(ref, dev, int64_t{r} * T, T,
@@ -135,15 +127,15 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
                                      : static_cast<int>(rng() % (T + 1)));
       accepted_total += accepted[r] > 0;
     }
-    cpu.commit(accepted);
+    p.cpu.commit(accepted);
     if (round % 2 == 0) {
-      gpu.commit(accepted);
+      p.gpu.commit(accepted);
     } else {
       Buffer acc(DType::kI32, {B});
       for (int r = 0; r < B; ++r) acc.set(r, static_cast<float>(accepted[r]));
-      gpu.commit(put(acc));
+      p.gpu.commit(put(acc));
     }
-    EXPECT_EQ(gpu.last_commit_status(), Status::kSuccess);
+    EXPECT_EQ(p.gpu.last_commit_status(), Status::kSuccess);
     // Under replay, look at the memory only now and then (a view materializes it).
     if (c.strategy == Strategy::kSnapshot || round % 3 == 2) compare_state("after commit");
     if (::testing::Test::HasFailure()) break;

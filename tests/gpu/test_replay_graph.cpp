@@ -32,41 +32,12 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
   CudaStream owned_stream(cudaStreamNonBlocking);
   cudaStream_t stream = owned_stream.get();
   ASSERT_NE(stream, nullptr);
-  PoolOptions gpu_options = options;
-  gpu_options.backend = Backend::kCuda;
-  gpu_options.stream = stream;
-  StatePool cpu(model, options), gpu(model, gpu_options);
-  std::vector<SlotHandle> ch, gh;
-  for (int i = 0; i < requests; ++i) {
-    ch.push_back(cpu.acquire());
-    gh.push_back(gpu.acquire());
-  }
-  std::vector<LayerWeights> weights;
-  std::vector<DeviceWeights> dweights;
-  for (int l = 0; l < L; ++l) {
-    weights.push_back(random_weights(g, rng));
-    dweights.emplace_back(weights.back());
-  }
-  for (int req = 0; req < requests; ++req) {
-    for (int l = 0; l < L; ++l) {
-      const TokenInputs in = random_inputs(g, 3, rng);
-      TokenOutputs out = make_outputs(g, 3);
-      cpu.prefill(l, ch[req], weights[l].view(), in.view(), out.view());
-      DeviceInputs din(in, 0);
-      DeviceOutputs dout(out, 0, true);
-      gpu.prefill(l, gh[req], dweights[l].view(), din.view(), dout.view());
-      SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
-    }
-  }
+  OraclePools p(model, options, stream, requests);
+  const RandomLayers w(g, L, rng);
+  ASSERT_NO_FATAL_FAILURE(prefill_history(p, w, g, 3, rng, stream));
   // Rows: every request, a padding row at index 1; the same batch in every round.
   const int B = requests + 1, pad_row = 1;
-  VerifyBatch cb, gb;
-  cb.window = gb.window = T;
-  for (int r = 0, req = 0; r < B; ++r) {
-    cb.rows.push_back(r == pad_row ? SlotHandle::padding() : ch[req]);
-    gb.rows.push_back(r == pad_row ? SlotHandle::padding() : gh[req]);
-    if (r != pad_row) ++req;
-  }
+  VerifyBatch cb = padded_batch(p.ch, pad_row, T), gb = padded_batch(p.gh, pad_row, T);
   if (tree) {
     for (int r = 0; r < B; ++r) {
       const std::vector<int32_t> p =
@@ -94,11 +65,11 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
   cudaGraph_t graph = nullptr;
   SPECSTATE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   for (int k = 0; k < rounds_per_graph; ++k) {
-    gpu.begin_verify(gb);
+    p.gpu.begin_verify(gb);
     for (int l = 0; l < L; ++l) {
-      gpu.verify(l, dweights[l].view(), din[k][l].view(), dout[k][l].view());
+      p.gpu.verify(l, w.dweights[l].view(), din[k][l].view(), dout[k][l].view());
     }
-    gpu.commit(TensorView::contiguous(d_accepted + k * B, DType::kI32, {B}, Device::kCuda));
+    p.gpu.commit(TensorView::contiguous(d_accepted + k * B, DType::kI32, {B}, Device::kCuda));
   }
   SPECSTATE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec = nullptr;
@@ -124,17 +95,17 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
                          : std::uniform_int_distribution<int>(tree ? -1 : 0, tree ? T - 1 : T)(rng);
         accepted_total += a > 0;
       }
-      cpu.begin_verify(cb);
+      p.cpu.begin_verify(cb);
       for (int l = 0; l < L; ++l) {
-        cpu.verify(l, weights[l].view(), in[k][l].view(), ref[k][l].view());
+        p.cpu.verify(l, w.weights[l].view(), in[k][l].view(), ref[k][l].view());
       }
-      cpu.commit(std::vector<int32_t>(accepted.begin() + k * B, accepted.begin() + (k + 1) * B));
+      p.cpu.commit(std::vector<int32_t>(accepted.begin() + k * B, accepted.begin() + (k + 1) * B));
     }
     SPECSTATE_CUDA_OK(cudaMemcpy(d_accepted, accepted.data(), sizeof(int32_t) * accepted.size(),
                                  cudaMemcpyHostToDevice));
     SPECSTATE_CUDA_OK(cudaGraphLaunch(exec, stream));
     SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
-    EXPECT_EQ(gpu.last_commit_status(), Status::kSuccess);
+    EXPECT_EQ(p.gpu.last_commit_status(), Status::kSuccess);
     for (int k = 0; k < rounds_per_graph; ++k) {
       for (int l = 0; l < L; ++l) {
         dout[k][l].download(host_out[k][l]);
@@ -152,13 +123,13 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
     // pending steps for the next launch's first round to replay.
     if (launch % 2 == 1 || launch + 1 == launches) {
       // The materialize runs on the pool's (non-blocking) stream: wait for it before reading.
-      gpu.materialize();
+      p.gpu.materialize();
       SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
       for (int l = 0; l < L; ++l) {
-        expect_close(to_floats(cpu.ssm_state(l)), to_floats(gpu.ssm_state(l)), state_tolerance(g),
-                     "committed ssm, layer " + std::to_string(l));
-        expect_close(to_floats(cpu.conv_state(l)), to_floats(gpu.conv_state(l)), state_tolerance(g),
-                     "committed conv, layer " + std::to_string(l));
+        expect_close(to_floats(p.cpu.ssm_state(l)), to_floats(p.gpu.ssm_state(l)),
+                     state_tolerance(g), "committed ssm, layer " + std::to_string(l));
+        expect_close(to_floats(p.cpu.conv_state(l)), to_floats(p.gpu.conv_state(l)),
+                     state_tolerance(g), "committed conv, layer " + std::to_string(l));
       }
     }
     if (HasFailure()) break;
@@ -188,47 +159,34 @@ TEST(ReplayCommitChecks, OutOfRangeDeviceValuesKeepTheirRowsAndFlag) {
   options.max_window = T;
   options.strategy = Strategy::kReplay;
   CudaStream stream;
-  PoolOptions gpu_options = options;
-  gpu_options.backend = Backend::kCuda;
-  gpu_options.stream = stream.get();
-  StatePool cpu(model, options), gpu(model, gpu_options);
-  std::vector<SlotHandle> ch, gh;
-  for (int i = 0; i < 4; ++i) {
-    ch.push_back(cpu.acquire());
-    gh.push_back(gpu.acquire());
-  }
-  std::vector<LayerWeights> weights;
-  std::vector<DeviceWeights> dweights;
-  for (int l = 0; l < L; ++l) {
-    weights.push_back(random_weights(g, rng));
-    dweights.emplace_back(weights.back());
-  }
+  OraclePools p(model, options, stream.get(), 4);
+  const RandomLayers w(g, L, rng);
   int32_t* d_accepted = nullptr;
   SPECSTATE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * 4));
   for (int round = 0; round < 3; ++round) {
-    cpu.begin_verify(VerifyBatch{ch, T, {}});
-    gpu.begin_verify(VerifyBatch{gh, T, {}});
+    p.cpu.begin_verify(VerifyBatch{p.ch, T, {}});
+    p.gpu.begin_verify(VerifyBatch{p.gh, T, {}});
     for (int l = 0; l < L; ++l) {
       const TokenInputs in = random_inputs(g, 4 * T, rng);
       TokenOutputs out = make_outputs(g, 4 * T);
-      cpu.verify(l, weights[l].view(), in.view(), out.view());
+      p.cpu.verify(l, w.weights[l].view(), in.view(), out.view());
       DeviceInputs din(in, 0);
       DeviceOutputs dout(out, 0, true);
-      gpu.verify(l, dweights[l].view(), din.view(), dout.view());
+      p.gpu.verify(l, w.dweights[l].view(), din.view(), dout.view());
     }
     // Row 1: a > T; row 3: a < 0 (rounds 1, 2). The oracle keeps those rows (a = 0).
     const std::vector<int32_t> raw = {2, round > 0 ? T + 1 : 3, 1, round > 0 ? -2 : 2};
     const std::vector<int32_t> kept = {2, round > 0 ? 0 : 3, 1, round > 0 ? 0 : 2};
     SPECSTATE_CUDA_OK(
         cudaMemcpy(d_accepted, raw.data(), sizeof(int32_t) * 4, cudaMemcpyHostToDevice));
-    gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {4}, Device::kCuda));
-    cpu.commit(kept);
-    EXPECT_EQ(gpu.last_commit_status(), round > 0 ? Status::kOutOfRange : Status::kSuccess);
+    p.gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {4}, Device::kCuda));
+    p.cpu.commit(kept);
+    EXPECT_EQ(p.gpu.last_commit_status(), round > 0 ? Status::kOutOfRange : Status::kSuccess);
   }
   for (int l = 0; l < L; ++l) {
-    expect_close(to_floats(cpu.ssm_state(l)), to_floats(gpu.ssm_state(l)), state_tolerance(g),
+    expect_close(to_floats(p.cpu.ssm_state(l)), to_floats(p.gpu.ssm_state(l)), state_tolerance(g),
                  "committed ssm, layer " + std::to_string(l));
-    expect_close(to_floats(cpu.conv_state(l)), to_floats(gpu.conv_state(l)), state_tolerance(g),
+    expect_close(to_floats(p.cpu.conv_state(l)), to_floats(p.gpu.conv_state(l)), state_tolerance(g),
                  "committed conv, layer " + std::to_string(l));
   }
   cudaFree(d_accepted);
