@@ -25,6 +25,24 @@ inline std::vector<int> path_to(const std::vector<int32_t>& parents, int offset,
   return path;
 }
 
+// The window indices a commit of `accepted` keeps: a chain's first `accepted` tokens, or a tree's
+// path from the root to node `accepted` (the row's parents at `offset`).
+inline std::vector<int> accepted_path(bool tree, const std::vector<int32_t>& parents, int offset,
+                                      int accepted) {
+  if (tree) return path_to(parents, offset, accepted);
+  std::vector<int> path;
+  for (int t = 0; t < accepted; ++t) path.push_back(t);
+  return path;
+}
+
+// Requests 0..n-1 in a random order.
+inline std::vector<int> shuffled_requests(int n, std::mt19937_64& rng) {
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
 // Row `xrow` of x and row `yrow` of y (contiguous rows of the same width), byte for byte.
 inline bool same_row_bytes(const TensorView& x, int64_t xrow, const TensorView& y, int64_t yrow) {
   const int64_t bytes = x.stride[0] * static_cast<int64_t>(dtype_size(x.dtype));
@@ -92,9 +110,7 @@ void run_speculative_equivalence(const typename Kind::Config& g, const SpecEquiv
   for (int round = 0; round < rounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     // Rows: a random subset of requests in random order, padding rows in between.
-    std::vector<int> order(requests);
-    for (int i = 0; i < requests; ++i) order[i] = i;
-    std::shuffle(order.begin(), order.end(), rng);
+    const std::vector<int> order = shuffled_requests(requests, rng);
     const int live = std::uniform_int_distribution<int>(1, requests)(rng);
     std::vector<int> row_request;  // -1 = padding
     for (int i = 0; i < live; ++i) row_request.push_back(order[i]);
@@ -162,12 +178,8 @@ void run_speculative_equivalence(const typename Kind::Config& g, const SpecEquiv
         ASSERT_EQ(slot_bytes(spec, spec.slot_index(spec_h[req])), untouched[r])
             << "row " << r << " kept its state (accepted " << accepted[r] << ") but changed";
       }
-      std::vector<int> path;
-      if (c.tree) {
-        path = path_to(batch.parents, parents_of(r), accepted[r]);
-      } else {
-        for (int t = 0; t < accepted[r]; ++t) path.push_back(t);
-      }
+      const std::vector<int> path =
+          accepted_path(c.tree, batch.parents, parents_of(r), accepted[r]);
       accepted_tokens += static_cast<int>(path.size());
       for (int l = 0; l < layers; ++l) {
         const int n = static_cast<int>(path.size());

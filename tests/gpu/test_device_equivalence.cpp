@@ -9,17 +9,11 @@
 #include <random>
 #include <string>
 
+#include "common/speculative_equivalence.h"
 #include "gpu_util.h"
 
 namespace specstate::test {
 namespace {
-
-std::vector<int> path_to(const std::vector<int32_t>& parents, int node) {
-  std::vector<int> path;
-  for (int t = node; t >= 0; t = parents[t]) path.push_back(t);
-  std::reverse(path.begin(), path.end());
-  return path;
-}
 
 class DeviceEquivalence : public ::testing::TestWithParam<bool> {};  // param: tree
 
@@ -58,20 +52,14 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
   int accepted_tokens = 0;
   for (int round = 0; round < rounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
-    std::vector<int> rows(requests);
-    for (int i = 0; i < requests; ++i) rows[i] = i;
-    std::shuffle(rows.begin(), rows.end(), rng);
+    std::vector<int> rows = shuffled_requests(requests, rng);
     rows.insert(rows.begin() + rng() % (requests + 1), -1);  // one padding row
     const int B = requests + 1;
     VerifyBatch batch;
     batch.window = T;
     for (int r = 0; r < B; ++r)
       batch.rows.push_back(rows[r] < 0 ? SlotHandle::padding() : sh[rows[r]]);
-    if (tree) {
-      batch.parents.assign(T, -1);
-      for (int t = 1; t < T; ++t)
-        batch.parents[t] = std::uniform_int_distribution<int>(0, t - 1)(rng);
-    }
+    if (tree) batch.parents = random_tree(T, rng);
     spec.begin_verify(batch);
     std::vector<TokenInputs> in;
     std::vector<TokenOutputs> out;
@@ -96,12 +84,7 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
 
     for (int r = 0; r < B; ++r) {
       if (rows[r] < 0) continue;
-      std::vector<int> path;
-      if (tree) {
-        path = path_to(batch.parents, accepted[r]);
-      } else {
-        for (int t = 0; t < accepted[r]; ++t) path.push_back(t);
-      }
+      const std::vector<int> path = accepted_path(tree, batch.parents, 0, accepted[r]);
       accepted_tokens += static_cast<int>(path.size());
       for (int l = 0; l < L; ++l) {
         for (int t : path) {
