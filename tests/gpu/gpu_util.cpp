@@ -257,6 +257,10 @@ VerifyBatch padded_batch(const std::vector<SlotHandle>& handles, int pad_row, in
   return batch;
 }
 
+std::string chain_or_tree(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "tree" : "chain";
+}
+
 double state_tolerance(const GdnConfig& g) {
   // f32 arithmetic in another order: ~1e-6. A bf16 rounding that lands on the other side
   // of a tie-break (activations or state) moves an element by one bf16 ulp (2^-8 relative).

@@ -126,6 +126,9 @@ void prefill_history(OraclePools& p, const RandomLayers& w, const GdnConfig& g, 
 // index `pad_row`.
 VerifyBatch padded_batch(const std::vector<SlotHandle>& handles, int pad_row, int window);
 
+// The test name of a suite whose bool parameter says tree (true) or chain (false) windows.
+std::string chain_or_tree(const ::testing::TestParamInfo<bool>& info);
+
 // All elements of a view (host or device memory, contiguous rows) as floats.
 std::vector<float> to_floats(const TensorView& view);
 // Elements [begin, begin + count) of the leading dimension of a view, as floats.

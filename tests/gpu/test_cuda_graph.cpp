@@ -127,10 +127,7 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   cudaFree(d_accepted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, CudaGraph, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "tree" : "chain");
-                         });
+INSTANTIATE_TEST_SUITE_P(Gpu, CudaGraph, ::testing::Values(false, true), chain_or_tree);
 
 }  // namespace
 }  // namespace specstate::test

@@ -140,10 +140,7 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
   cudaFree(d_accepted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, ReplayGraph, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "tree" : "chain");
-                         });
+INSTANTIATE_TEST_SUITE_P(Gpu, ReplayGraph, ::testing::Values(false, true), chain_or_tree);
 
 // Device-side accepted values out of range under replay: the row records no pending steps (it
 // keeps its state, bit-identical), the other rows commit, and the flag is raised.
