@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "common/presets.h"
 #include "common/speculative_equivalence.h"
 #include "gpu_util.h"
 
@@ -23,15 +24,7 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
   const uint64_t seed = tree ? 777 : 778;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  GdnConfig g;
-  g.num_k_heads = 4;
-  g.num_v_heads = 8;
-  g.head_k_dim = 128;
-  g.head_v_dim = 64;
-  g.conv_width = 4;
-  g.act_dtype = DType::kBF16;
-  g.conv_state_dtype = DType::kBF16;
-  g.ssm_state_dtype = DType::kF32;
+  const GdnConfig g = gdn_preset("gpu_k128");  // H=4 HV=8 K=128 V=64 W=4, bf16 act/conv
   const int L = 2, requests = 4, T = 5, rounds = 16;
   PoolOptions options;
   options.num_slots = requests;
@@ -125,10 +118,7 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
   cudaFree(d_accepted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, DeviceEquivalence, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "tree" : "chain");
-                         });
+INSTANTIATE_TEST_SUITE_P(Gpu, DeviceEquivalence, ::testing::Values(false, true), chain_or_tree);
 
 }  // namespace
 }  // namespace specstate::test
