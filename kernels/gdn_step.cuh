@@ -21,6 +21,8 @@
 // independent in the delta rule given k^, q~, so splitting V over CTAs needs no communication.
 #pragma once
 
+#include <cstddef>
+
 #include "common.cuh"
 #include "gdn_recurrence.h"
 
@@ -33,18 +35,31 @@ __host__ __device__ constexpr int gdn_rows_per_cta() {
   return kGdnThreads / LANES;
 }
 
+// KDA's decay per (token, key channel) in a chunk; GDN's chunk has none (an empty base, so GDN's
+// shared-memory layout is the one it had before KDA: measured on the H200, 16 bytes of offset
+// in front of eg / v / next_state made the GDN replay verify 3-5% slower at B >= 32).
+template <int K, int kChunk, bool kKda>
+struct GdnChunkGate {
+  __align__(16) float egk[kChunk][K];
+};
+template <int K, int kChunk>
+struct GdnChunkGate<K, kChunk, false> {};
+
 // Shared-memory staging of a chunk of tokens: normalised q~ and k^, the gates, k^.q~ and this
-// CTA's v rows. kKda: the decay per key channel (egk) instead of per head (eg).
+// CTA's v rows. kKda: the decay per key channel (egk, GdnChunkGate) instead of per head (eg).
 template <int K, int kRows, int kChunk, bool kKda = false>
-struct GdnChunk {
+struct GdnChunk : GdnChunkGate<K, kChunk, kKda> {
   __align__(16) float q[kChunk][K];
   __align__(16) float k[kChunk][K];
-  __align__(16) float egk[kKda ? kChunk : 1][kKda ? K : 4];
   float eg[kChunk];
   float beta[kChunk];
   float kq[kChunk];
   __align__(16) float v[kChunk][kRows];
 };
+// GDN's chunk carries nothing of KDA's (GdnChunkGate): its gates follow q and k directly.
+using GdnChunkQwen3Next = GdnChunk<128, 16, 16>;
+static_assert(offsetof(GdnChunkQwen3Next, eg) == 2 * 16 * 128 * sizeof(float),
+              "GDN's chunk layout is the one measured (no KDA member in front of the gates)");
 
 // KQ consecutive elements (16-byte aligned run start) as one vector load where it fits.
 template <typename Act, int KQ>
