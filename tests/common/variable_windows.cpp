@@ -225,6 +225,24 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
 
 }  // namespace
 
+std::vector<VarlenCase> varlen_cases(const std::vector<EquivalenceCase>& base,
+                                     const std::vector<bool>& device_cu) {
+  std::vector<VarlenCase> out;
+  for (const EquivalenceCase& c : base) {
+    for (Strategy s : {Strategy::kSnapshot, Strategy::kReplay}) {
+      for (bool cu : device_cu) out.push_back({c, {s, cu}});
+    }
+  }
+  return out;
+}
+
+std::string varlen_case_name(const ::testing::TestParamInfo<VarlenCase>& info) {
+  return std::string(info.param.base.name) +
+         (info.param.how.strategy == Strategy::kReplay ? "_replay" : "_snapshot");
+}
+
+void PrintTo(const VarlenCase& c, std::ostream* out) { *out << c.base.name; }
+
 void run_variable_windows(const EquivalenceCase& c, const VariableWindowsRun& how, Memory& mem,
                           uint64_t seed) {
   for_kind(c.preset,

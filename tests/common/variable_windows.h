@@ -5,7 +5,12 @@
 // backend, strategy and layer kind (`Memory` as in strategy_equivalence.h).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
 
 #include "common/presets.h"
 #include "common/strategy_equivalence.h"
@@ -18,6 +23,23 @@ struct VariableWindowsRun {
   // rows * window tokens, the packed ones first) instead of host batch.lengths.
   bool device_cu_seqlens = false;
 };
+
+// A case of the variable-windows suites: an equivalence case and how to run it.
+struct VarlenCase {
+  EquivalenceCase base;
+  VariableWindowsRun how;
+};
+
+// Every case of `base` under each strategy (snapshot, then replay) and each of `device_cu`
+// (CUDA suites: host lengths, then device cu_seqlens).
+std::vector<VarlenCase> varlen_cases(const std::vector<EquivalenceCase>& base,
+                                     const std::vector<bool>& device_cu = {false});
+
+// "<name>_snapshot" / "<name>_replay": the test name of a case.
+std::string varlen_case_name(const ::testing::TestParamInfo<VarlenCase>& info);
+
+// gtest prints a case by its name.
+void PrintTo(const VarlenCase& c, std::ostream* out);
 
 // Runs the case (preset, tree, max_window, requests, rounds) on `mem`'s backend.
 void run_variable_windows(const EquivalenceCase& c, const VariableWindowsRun& how, Memory& mem,

@@ -18,23 +18,6 @@
 namespace specstate::test {
 namespace {
 
-struct VarlenCase {
-  EquivalenceCase base;
-  Strategy strategy;
-};
-
-void PrintTo(const VarlenCase& c, std::ostream* out) { *out << c.base.name; }
-
-std::vector<VarlenCase> varlen_cases() {
-  std::vector<VarlenCase> out;
-  for (const EquivalenceCase& c : cpu_equivalence_cases()) {
-    for (Strategy s : {Strategy::kSnapshot, Strategy::kReplay}) {
-      out.push_back(VarlenCase{c, s});
-    }
-  }
-  return out;
-}
-
 class VariableWindows : public ::testing::TestWithParam<VarlenCase> {};
 
 TEST_P(VariableWindows, PackedRowsEqualUniformWindowWithFiller) {
@@ -42,15 +25,12 @@ TEST_P(VariableWindows, PackedRowsEqualUniformWindowWithFiller) {
   EquivalenceCase e = c.base;
   e.rounds = std::min(e.rounds, 24);
   auto mem = host_memory();
-  run_variable_windows(e, {c.strategy, false}, *mem, 0x7A1 + e.rounds * 3 + e.tree);
+  run_variable_windows(e, c.how, *mem, 0x7A1 + e.rounds * 3 + e.tree);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, VariableWindows, ::testing::ValuesIn(varlen_cases()),
-                         [](const ::testing::TestParamInfo<VarlenCase>& info) {
-                           return std::string(info.param.base.name) +
-                                  (info.param.strategy == Strategy::kReplay ? "_replay"
-                                                                            : "_snapshot");
-                         });
+INSTANTIATE_TEST_SUITE_P(Cpu, VariableWindows,
+                         ::testing::ValuesIn(varlen_cases(cpu_equivalence_cases())),
+                         varlen_case_name);
 
 // --- bad input --------------------------------------------------------------------------------
 

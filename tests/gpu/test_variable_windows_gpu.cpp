@@ -16,43 +16,25 @@
 namespace specstate::test {
 namespace {
 
-struct GpuVarlenCase {
-  EquivalenceCase base;
-  Strategy strategy;
-  bool device_cu;
-};
-
-void PrintTo(const GpuVarlenCase& c, std::ostream* out) { *out << c.base.name; }
-
-std::vector<GpuVarlenCase> cases() {
-  std::vector<GpuVarlenCase> out;
-  for (const EquivalenceCase& c : gpu_equivalence_cases()) {
-    for (Strategy s : {Strategy::kSnapshot, Strategy::kReplay}) {
-      for (bool cu : {false, true}) out.push_back({c, s, cu});
-    }
-  }
-  return out;
-}
-
-class VariableWindowsGpu : public ::testing::TestWithParam<GpuVarlenCase> {};
+class VariableWindowsGpu : public ::testing::TestWithParam<VarlenCase> {};
 
 TEST_P(VariableWindowsGpu, PackedRowsEqualUniformWindowWithFiller) {
   SPECSTATE_REQUIRE_GPU();
-  const GpuVarlenCase& c = GetParam();
+  const VarlenCase& c = GetParam();
   EquivalenceCase e = c.base;
   e.rounds = std::min(e.rounds, 12);
   CudaStream stream(cudaStreamNonBlocking);
   ASSERT_NE(stream.get(), nullptr);
   DeviceMemory mem(stream.get());
-  run_variable_windows(e, {c.strategy, c.device_cu}, mem, 0x5EED + e.rounds + e.tree);
+  run_variable_windows(e, c.how, mem, 0x5EED + e.rounds + e.tree);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, VariableWindowsGpu, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<GpuVarlenCase>& info) {
-                           return std::string(info.param.base.name) +
-                                  (info.param.strategy == Strategy::kReplay ? "_replay"
-                                                                            : "_snapshot") +
-                                  (info.param.device_cu ? "_device_cu" : "_host_lengths");
+INSTANTIATE_TEST_SUITE_P(Gpu, VariableWindowsGpu,
+                         ::testing::ValuesIn(varlen_cases(gpu_equivalence_cases(), {false, true})),
+                         [](const ::testing::TestParamInfo<VarlenCase>& info) {
+                           return varlen_case_name(info) + (info.param.how.device_cu_seqlens
+                                                                ? "_device_cu"
+                                                                : "_host_lengths");
                          });
 
 class VariableWindowsGpuChecks : public ::testing::TestWithParam<Strategy> {};
