@@ -34,17 +34,25 @@ INSTANTIATE_TEST_SUITE_P(Cpu, VariableWindows,
 
 // --- bad input --------------------------------------------------------------------------------
 
-class VariableWindowsBadInput : public ::testing::TestWithParam<Strategy> {};
+// Each test: a pool of one small_f32 layer under the parameter's strategy, random weights from
+// the test's seed, and two slots a and b.
+class VariableWindowsBadInput : public ::testing::TestWithParam<Strategy> {
+ protected:
+  const GdnConfig g = gdn_preset("small_f32");
+
+  StatePool one_layer_pool(int num_slots, int max_rows, int max_window) const {
+    PoolOptions o;
+    o.num_slots = num_slots;
+    o.max_rows = max_rows;
+    o.max_window = max_window;
+    o.strategy = GetParam();
+    return StatePool(ModelConfig::gated_delta_net(1, g), o);
+  }
+};
 
 TEST_P(VariableWindowsBadInput, RejectedWithTheArgumentAndNothingChanges) {
   std::mt19937_64 rng(11);
-  const GdnConfig g = gdn_preset("small_f32");
-  PoolOptions o;
-  o.num_slots = 4;
-  o.max_rows = 4;
-  o.max_window = 4;
-  o.strategy = GetParam();
-  StatePool pool(ModelConfig::gated_delta_net(1, g), o);
+  StatePool pool = one_layer_pool(4, 4, 4);
   const LayerWeights w = random_weights(g, rng);
   const SlotHandle a = pool.acquire(), b = pool.acquire();
   {
@@ -136,13 +144,7 @@ TEST_P(VariableWindowsBadInput, RejectedWithTheArgumentAndNothingChanges) {
 
 TEST_P(VariableWindowsBadInput, BatchedPrefillRejectsBadLengths) {
   std::mt19937_64 rng(12);
-  const GdnConfig g = gdn_preset("small_f32");
-  PoolOptions o;
-  o.num_slots = 3;
-  o.max_rows = 2;
-  o.max_window = 2;
-  o.strategy = GetParam();
-  StatePool pool(ModelConfig::gated_delta_net(1, g), o);
+  StatePool pool = one_layer_pool(3, 2, 2);
   const LayerWeights w = random_weights(g, rng);
   const SlotHandle a = pool.acquire(), b = pool.acquire();
   const TokenInputs in = random_inputs(g, 5, rng);
