@@ -61,6 +61,16 @@ struct KindDriver {
   std::vector<typename Kind::Weights> weights;
 };
 
+// A verify batch of window T whose row r is request row_request[r]'s handle in `handles`
+// (row_request[r] < 0: a padding row).
+inline VerifyBatch request_batch(const std::vector<int>& row_request,
+                                 const std::vector<SlotHandle>& handles, int T) {
+  VerifyBatch batch;
+  batch.window = T;
+  for (int i : row_request) batch.rows.push_back(i < 0 ? SlotHandle::padding() : handles[i]);
+  return batch;
+}
+
 // Between rounds, one time in `one_in`: a random one of `requests` requests leaves, its slots in
 // pools `a` and `b` are released and a new request takes one in each. Returns it, else -1.
 inline int maybe_replace_request(std::mt19937_64& rng, int one_in, int requests, StatePool& a,

@@ -138,13 +138,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
       row_request.insert(row_request.begin() + rng() % (row_request.size() + 1), -1);
     }
     const int B = static_cast<int>(row_request.size());
-    VerifyBatch bs, br;
-    bs.window = br.window = T;
-    for (int r = 0; r < B; ++r) {
-      const int i = row_request[r];
-      bs.rows.push_back(i < 0 ? SlotHandle::padding() : hs[i]);
-      br.rows.push_back(i < 0 ? SlotHandle::padding() : hr[i]);
-    }
+    VerifyBatch bs = request_batch(row_request, hs, T), br = request_batch(row_request, hr, T);
     if (c.tree) {
       for (int r = 0; r < B; ++r) {
         const std::vector<int32_t> p = random_tree(T, rng);

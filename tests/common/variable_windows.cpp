@@ -158,13 +158,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
       zero_rows += row_request[r] >= 0 && lengths[r] == 0;
     }
     const int64_t packed = offsets[B];
-    VerifyBatch bu, bv;
-    bu.window = bv.window = T;
-    for (int r = 0; r < B; ++r) {
-      const int i = row_request[r];
-      bu.rows.push_back(i < 0 ? SlotHandle::padding() : hu[i]);
-      bv.rows.push_back(i < 0 ? SlotHandle::padding() : hv[i]);
-    }
+    VerifyBatch bu = request_batch(row_request, hu, T), bv = request_batch(row_request, hv, T);
     // (Packed parents of a round without tokens would be empty, i.e. a chain.)
     const bool padded_parents = how.device_cu_seqlens || packed == 0 || rng() % 2;
     if (c.tree) {
