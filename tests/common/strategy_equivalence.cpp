@@ -70,6 +70,14 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
           << what << ": layer " << l << " committed SSM state differs";
     }
   };
+  // Layer l of the open round verified in both pools on the same random inputs.
+  auto verify_both = [&](int l, int64_t tokens, const std::string& what) {
+    const Inputs in = d.inputs(tokens);
+    const Outputs os = d.outputs(tokens), orp = d.outputs(tokens);
+    pools.snap.verify(l, d.weights[l], in, os);
+    pools.replay.verify(l, d.weights[l], in, orp);
+    same_outputs(os, orp, what);
+  };
   // A request: its handle in each pool (the pools allocate identically, so the slots agree).
   std::vector<SlotHandle> hs, hr;
   auto prefill = [&](int i, int n) {
@@ -154,11 +162,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
       pools.replay.begin_verify(br);
       const int verified = static_cast<int>(rng() % (L + 1));
       for (int l = 0; l < verified; ++l) {
-        const Inputs in = d.inputs(int64_t{B} * T);
-        const Outputs os = d.outputs(int64_t{B} * T), orp = d.outputs(int64_t{B} * T);
-        pools.snap.verify(l, d.weights[l], in, os);
-        pools.replay.verify(l, d.weights[l], in, orp);
-        same_outputs(os, orp, "dropped round, layer " + std::to_string(l));
+        verify_both(l, int64_t{B} * T, "dropped round, layer " + std::to_string(l));
       }
       if (verified > 0 || rng() % 2 == 0) {
         pools.snap.abort_round();
@@ -170,11 +174,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
     for (int l = 0; l < L; ++l) {
       const int repeats = rng() % 7 == 0 ? 2 : 1;  // a repeated verify of the layer
       for (int k = 0; k < repeats; ++k) {
-        const Inputs in = d.inputs(int64_t{B} * T);
-        const Outputs os = d.outputs(int64_t{B} * T), orp = d.outputs(int64_t{B} * T);
-        pools.snap.verify(l, d.weights[l], in, os);
-        pools.replay.verify(l, d.weights[l], in, orp);
-        same_outputs(os, orp, "verify of layer " + std::to_string(l));
+        verify_both(l, int64_t{B} * T, "verify of layer " + std::to_string(l));
       }
     }
     // An occasional look at the committed memory mid-round (implicit materialize).
