@@ -105,6 +105,19 @@ class CaseEditor : public GoldenCaseEditor {
   }
   void write(const std::string& path) const { write_bytes(path, bytes()); }
 
+  // A tensor of layer 0 (no ".l1" in its name): part 0 of a case split by layer.
+  static bool in_layer0(const std::string& name) { return name.find(".l1") == std::string::npos; }
+  // The case split by layer into two parts with `metadata` (nparts 2): layer 0's tensors in
+  // `part0`, the others in `part1`.
+  void write_layer_parts(std::map<std::string, std::string> metadata, const std::string& part0,
+                         const std::string& part1) const {
+    metadata["nparts"] = "2";
+    metadata["part"] = "0";
+    write_bytes(part0, bytes(in_layer0, metadata));
+    metadata["part"] = "1";
+    write_bytes(part1, bytes([](const std::string& n) { return !in_layer0(n); }, metadata));
+  }
+
   static void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(bytes.data()),
@@ -448,13 +461,7 @@ TEST(GoldenParts, SplitCaseWithoutIntermediatesPasses) {
     }
   }
   auto meta = edited.metadata();
-  meta["nparts"] = "2";
-  meta["part"] = "0";
-  const auto layer0 = [](const std::string& n) { return n.find(".l1") == std::string::npos; };
-  CaseEditor::write_bytes(dir.file("a_part0.safetensors"), edited.bytes(layer0, meta));
-  meta["part"] = "1";
-  CaseEditor::write_bytes(dir.file("a_part1.safetensors"),
-                          edited.bytes([&](const std::string& n) { return !layer0(n); }, meta));
+  edited.write_layer_parts(meta, dir.file("a_part0.safetensors"), dir.file("a_part1.safetensors"));
 
   // Parts named in any order, or the folder.
   for (const std::vector<std::string>& paths :
@@ -484,10 +491,13 @@ TEST(GoldenParts, SplitCaseWithoutIntermediatesPasses) {
   EXPECT_EQ(check_golden({dir.file("a_part0.safetensors")}, GoldenOptions{}, out), 1);
 
   // A tensor in two parts.
+  meta["nparts"] = "2";
   meta["part"] = "1";
   CaseEditor::write_bytes(
       dir.file("a_part1.safetensors"),
-      edited.bytes([&](const std::string& n) { return !layer0(n) || n == "cache_indices"; }, meta));
+      edited.bytes(
+          [](const std::string& n) { return !CaseEditor::in_layer0(n) || n == "cache_indices"; },
+          meta));
   const GoldenInputs dup = load_golden_inputs({dir.file("")});
   ASSERT_EQ(dup.errors.size(), 1u);
   EXPECT_NE(dup.errors[0].message.find("'cache_indices' is in both"), std::string::npos)
@@ -655,13 +665,7 @@ void bf16_two_part_case(Backend backend, Strategy strategy) {
   }
   meta["params_json"] = params;
   meta["case"] = "Bf16";
-  meta["nparts"] = "2";
-  meta["part"] = "0";
-  const auto layer0 = [](const std::string& n) { return n.find(".l1") == std::string::npos; };
-  CaseEditor::write_bytes(dir.file("bf16_0.safetensors"), c.bytes(layer0, meta));
-  meta["part"] = "1";
-  CaseEditor::write_bytes(dir.file("bf16_1.safetensors"),
-                          c.bytes([&](const std::string& n) { return !layer0(n); }, meta));
+  c.write_layer_parts(meta, dir.file("bf16_0.safetensors"), dir.file("bf16_1.safetensors"));
 
   const GoldenInputs inputs = load_golden_inputs({dir.file("")});
   ASSERT_TRUE(inputs.errors.empty()) << inputs.errors[0].message;
