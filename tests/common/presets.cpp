@@ -38,6 +38,26 @@ GdnConfig gdn_preset(const std::string& name) {
     g.act_dtype = g.conv_state_dtype = g.ssm_state_dtype = DType::kF32;
     return g;
   }
+  if (name == "gpu_k64_f32") {
+    g.num_k_heads = 2;
+    g.num_v_heads = 4;
+    g.head_k_dim = 64;
+    g.head_v_dim = 32;
+    g.conv_width = 4;
+    g.conv_bias = true;
+    g.act_dtype = g.conv_state_dtype = g.ssm_state_dtype = DType::kF32;
+    return g;
+  }
+  if (name == "gpu_h1_f32") {
+    g.num_k_heads = 1;
+    g.num_v_heads = 2;
+    g.head_k_dim = 32;
+    g.head_v_dim = 16;
+    g.conv_width = 4;
+    g.conv_bias = true;
+    g.act_dtype = g.conv_state_dtype = g.ssm_state_dtype = DType::kF32;
+    return g;
+  }
   if (name == "gpu_k128") {
     g.num_k_heads = 4;
     g.num_v_heads = 8;

@@ -17,6 +17,8 @@ namespace specstate::test {
 //   small_bf16_conv  f32 activations, bf16 conv state, conv bias
 //   gpu_k32          H=2 HV=4 K=32 V=16 W=3 (CUDA-sized heads), bf16 act/conv, f32 SSM
 //   gpu_f32          H=2 HV=4 K=V=32 W=4, conv bias, all f32
+//   gpu_k64_f32      H=2 HV=4 K=64 V=32 W=4, conv bias, all f32 (tests/gpu/test_cuda_graph.cpp)
+//   gpu_h1_f32       H=1 HV=2 K=32 V=16 W=4, conv bias, all f32 (tests/gpu/test_advance_chunks.cpp)
 //   gpu_k128         H=4 HV=8 K=128 V=64 W=4, bf16 act/conv, f32 SSM
 //   qwen3next_tp1    Qwen3-Next-80B at TP1: H=16 HV=32 K=V=128 W=4, bf16 act/conv, f32 SSM
 GdnConfig gdn_preset(const std::string& name);

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "common/presets.h"
 #include "gpu_util.h"
 
 namespace specstate::test {
@@ -20,14 +21,7 @@ TEST_P(AdvanceChunks, LargeDecodeBatchAndLongPrefillMatchTheOracle) {
   const uint64_t seed = with_conv_out ? 31 : 32;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  GdnConfig g;
-  g.num_k_heads = 1;
-  g.num_v_heads = 2;
-  g.head_k_dim = 32;
-  g.head_v_dim = 16;
-  g.conv_width = 4;
-  g.conv_bias = true;
-  g.act_dtype = g.conv_state_dtype = g.ssm_state_dtype = DType::kF32;
+  const GdnConfig g = gdn_preset("gpu_h1_f32");
   const int slots = 300, L = 1;
   PoolOptions options;
   options.num_slots = slots;

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "common/presets.h"
 #include "gpu_util.h"
 
 namespace specstate::test {
@@ -20,14 +21,7 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   const uint64_t seed = tree ? 4242 : 4141;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  GdnConfig g;
-  g.num_k_heads = 2;
-  g.num_v_heads = 4;
-  g.head_k_dim = 64;
-  g.head_v_dim = 32;
-  g.conv_width = 4;
-  g.conv_bias = true;
-  g.act_dtype = g.conv_state_dtype = g.ssm_state_dtype = DType::kF32;
+  const GdnConfig g = gdn_preset("gpu_k64_f32");
   const int L = 3, requests = 4, T = 4, rounds = 8;
   const ModelConfig model = ModelConfig::gated_delta_net(L, g);
   PoolOptions options;
