@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/layer_kinds.h"
+#include "common/presets.h"
 #include "common/strategy_equivalence.h"
 
 namespace specstate::test {
@@ -35,10 +36,7 @@ struct KindDriver {
   }
   // Pool options on mem's backend and stream.
   PoolOptions options(int num_slots, int max_rows, int max_window) const {
-    PoolOptions o;
-    o.num_slots = num_slots;
-    o.max_rows = max_rows;
-    o.max_window = max_window;
+    PoolOptions o = test_pool_options(num_slots, max_rows, max_window);
     o.backend = mem.backend();
     o.stream = mem.stream();
     return o;

@@ -8,6 +8,15 @@
 
 namespace specstate::test {
 
+PoolOptions test_pool_options(int num_slots, int max_rows, int max_window, Strategy strategy) {
+  PoolOptions o;
+  o.num_slots = num_slots;
+  o.max_rows = max_rows;
+  o.max_window = max_window;
+  o.strategy = strategy;
+  return o;
+}
+
 GdnConfig gdn_preset(const std::string& name) {
   if (name == "small_f32") return small_config(DType::kF32, DType::kF32, DType::kF32, true);
   if (name == "small_bf16") return small_config(DType::kBF16, DType::kBF16, DType::kF32, false);

@@ -41,12 +41,8 @@ class VariableWindowsBadInput : public ::testing::TestWithParam<Strategy> {
   const GdnConfig g = gdn_preset("small_f32");
 
   StatePool one_layer_pool(int num_slots, int max_rows, int max_window) const {
-    PoolOptions o;
-    o.num_slots = num_slots;
-    o.max_rows = max_rows;
-    o.max_window = max_window;
-    o.strategy = GetParam();
-    return StatePool(ModelConfig::gated_delta_net(1, g), o);
+    return StatePool(ModelConfig::gated_delta_net(1, g),
+                     test_pool_options(num_slots, max_rows, max_window, GetParam()));
   }
 };
 

@@ -23,10 +23,8 @@ TEST_P(AdvanceChunks, LargeDecodeBatchAndLongPrefillMatchTheOracle) {
   std::mt19937_64 rng(seed);
   const GdnConfig g = gdn_preset("gpu_h1_f32");
   const int slots = 300, L = 1;
-  PoolOptions options;
-  options.num_slots = slots;
-  options.max_rows = 4;
-  options.max_window = 4;  // conv-output scratch: max(4 * 4, 256) = 256 tokens
+  PoolOptions options =
+      test_pool_options(slots, 4, 4);  // conv-output scratch: max(4 * 4, 256) = 256 tokens
   const ModelConfig model = ModelConfig::gated_delta_net(L, g);
   CudaStream owned_stream;
   OraclePools p(model, options, owned_stream.get(), slots);

@@ -24,10 +24,7 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   const GdnConfig g = gdn_preset("gpu_k64_f32");
   const int L = 3, requests = 4, T = 4, rounds = 8;
   const ModelConfig model = ModelConfig::gated_delta_net(L, g);
-  PoolOptions options;
-  options.num_slots = requests + 1;
-  options.max_rows = requests + 1;
-  options.max_window = T;
+  PoolOptions options = test_pool_options(requests + 1, requests + 1, T);
   CudaStream owned_stream(cudaStreamNonBlocking);
   cudaStream_t stream = owned_stream.get();
   ASSERT_NE(stream, nullptr);

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "common/presets.h"
 #include "gpu_util.h"
 
 namespace specstate::test {
@@ -73,11 +74,7 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
   std::mt19937_64 rng(seed);
   const GdnConfig g = make_config(c);
   const ModelConfig model = ModelConfig::gated_delta_net(c.layers, g);
-  PoolOptions options;
-  options.num_slots = c.requests + 2;
-  options.max_rows = c.requests + 2;
-  options.max_window = c.T;
-  options.strategy = c.strategy;
+  PoolOptions options = test_pool_options(c.requests + 2, c.requests + 2, c.T, c.strategy);
   const bool replay = c.strategy == Strategy::kReplay;
   CudaStream owned_stream;
   cudaStream_t stream = owned_stream.get();

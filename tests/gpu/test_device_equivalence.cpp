@@ -26,10 +26,7 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
   std::mt19937_64 rng(seed);
   const GdnConfig g = gdn_preset("gpu_k128");  // H=4 HV=8 K=128 V=64 W=4, bf16 act/conv
   const int L = 2, requests = 4, T = 5, rounds = 16;
-  PoolOptions options;
-  options.num_slots = requests;
-  options.max_rows = requests + 1;
-  options.max_window = T;
+  PoolOptions options = test_pool_options(requests, requests + 1, T);
   options.backend = Backend::kCuda;
   const ModelConfig model = ModelConfig::gated_delta_net(L, g);
   StatePool spec(model, options), ref(model, options);

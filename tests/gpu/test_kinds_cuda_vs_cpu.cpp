@@ -34,11 +34,7 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
   std::mt19937_64 rng(seed);
   const int L = 2, requests = 4, T = 5, rounds = 8;
   const ModelConfig model = Kind::model(L, m);
-  PoolOptions options;
-  options.num_slots = requests + 1;
-  options.max_rows = requests + 1;
-  options.max_window = T;
-  options.strategy = c.strategy;
+  PoolOptions options = test_pool_options(requests + 1, requests + 1, T, c.strategy);
   CudaStream stream;
   OraclePools p(model, options, stream.get(), requests);
   std::list<DeviceTensor> keep;

@@ -24,11 +24,7 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
   const GdnConfig g = gdn_preset("gpu_f32");
   const int L = 3, requests = 4, T = 4, rounds_per_graph = 3, launches = 4;
   const ModelConfig model = ModelConfig::gated_delta_net(L, g);
-  PoolOptions options;
-  options.num_slots = requests + 1;
-  options.max_rows = requests + 1;
-  options.max_window = T;
-  options.strategy = Strategy::kReplay;
+  PoolOptions options = test_pool_options(requests + 1, requests + 1, T, Strategy::kReplay);
   CudaStream owned_stream(cudaStreamNonBlocking);
   cudaStream_t stream = owned_stream.get();
   ASSERT_NE(stream, nullptr);
@@ -150,11 +146,7 @@ TEST(ReplayCommitChecks, OutOfRangeDeviceValuesKeepTheirRowsAndFlag) {
   const GdnConfig g = gdn_preset("gpu_f32");
   const int L = 2, T = 3;
   const ModelConfig model = ModelConfig::gated_delta_net(L, g);
-  PoolOptions options;
-  options.num_slots = 4;
-  options.max_rows = 4;
-  options.max_window = T;
-  options.strategy = Strategy::kReplay;
+  PoolOptions options = test_pool_options(4, 4, T, Strategy::kReplay);
   CudaStream stream;
   OraclePools p(model, options, stream.get(), 4);
   const RandomLayers w(g, L, rng);
@@ -192,11 +184,7 @@ TEST(ReplayCommitChecks, OutOfRangeDeviceValuesKeepTheirRowsAndFlag) {
 // A tree window longer than the recurrence kernel stages is refused before anything runs.
 TEST(ReplayCommitChecks, TreeWindowAboveTheKernelLimitIsRefusedAtBeginVerify) {
   SPECSTATE_REQUIRE_GPU();
-  PoolOptions options;
-  options.num_slots = 1;
-  options.max_rows = 1;
-  options.max_window = 20;
-  options.strategy = Strategy::kReplay;
+  PoolOptions options = test_pool_options(1, 1, 20, Strategy::kReplay);
   options.backend = Backend::kCuda;
   StatePool gpu(ModelConfig::gated_delta_net(1, gdn_preset("gpu_f32")), options);
   SlotHandle h = gpu.acquire();
