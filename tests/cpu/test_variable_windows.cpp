@@ -34,22 +34,25 @@ INSTANTIATE_TEST_SUITE_P(Cpu, VariableWindows,
 
 // --- bad input --------------------------------------------------------------------------------
 
-// Each test: a pool of one small_f32 layer under the parameter's strategy, random weights from
-// the test's seed, and two slots a and b.
+// Each test: a pool of one small_f32 layer under the parameter's strategy, its random weights w
+// (the first draw of the test's seed) and two slots a and b.
 class VariableWindowsBadInput : public ::testing::TestWithParam<Strategy> {
  protected:
   const GdnConfig g = gdn_preset("small_f32");
+  std::mt19937_64 rng;
+  LayerWeights w;
 
-  StatePool one_layer_pool(int num_slots, int max_rows, int max_window) const {
+  // Seeds rng with `seed`, draws w from it and returns the pool.
+  StatePool one_layer_pool(uint64_t seed, int num_slots, int max_rows, int max_window) {
+    rng.seed(seed);
+    w = random_weights(g, rng);
     return StatePool(ModelConfig::gated_delta_net(1, g),
                      test_pool_options(num_slots, max_rows, max_window, GetParam()));
   }
 };
 
 TEST_P(VariableWindowsBadInput, RejectedWithTheArgumentAndNothingChanges) {
-  std::mt19937_64 rng(11);
-  StatePool pool = one_layer_pool(4, 4, 4);
-  const LayerWeights w = random_weights(g, rng);
+  StatePool pool = one_layer_pool(11, 4, 4, 4);
   const SlotHandle a = pool.acquire(), b = pool.acquire();
   {
     const TokenInputs in = random_inputs(g, 3, rng);
@@ -139,9 +142,7 @@ TEST_P(VariableWindowsBadInput, RejectedWithTheArgumentAndNothingChanges) {
 }
 
 TEST_P(VariableWindowsBadInput, BatchedPrefillRejectsBadLengths) {
-  std::mt19937_64 rng(12);
-  StatePool pool = one_layer_pool(3, 2, 2);
-  const LayerWeights w = random_weights(g, rng);
+  StatePool pool = one_layer_pool(12, 3, 2, 2);
   const SlotHandle a = pool.acquire(), b = pool.acquire();
   const TokenInputs in = random_inputs(g, 5, rng);
   const TokenOutputs out = make_outputs(g, 5);
