@@ -87,6 +87,76 @@ __device__ __forceinline__ void load_conv_weights(const ConvUpdateParams& p, int
   }
 }
 
+// The conv output of one token from its window (oldest first; DESIGN.md section 3):
+// y = silu(bias + sum_j w[j] win[j]), the one arithmetic of every conv kernel.
+template <int W>
+__device__ __forceinline__ void conv_window_output(const float (&w)[kConvChannels][W],
+                                                   const float (&bias)[kConvChannels],
+                                                   const float (&win)[W][kConvChannels],
+                                                   float (&y)[kConvChannels]) {
+#pragma unroll
+  for (int i = 0; i < kConvChannels; ++i) {
+    float acc = bias[i];
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc += w[i][j] * win[j][i];
+    y[i] = silu(acc);
+  }
+}
+
+// Element k of a replay slot's input history for one channel group (what the window of a
+// replayed or window token is made of): the committed columns (k < W - 1), then the pending
+// steps' inputs from their records, as a committed window holds them (rounded to the conv state
+// dtype St).
+template <typename Act, typename St, int W>
+struct ConvReplayHistory {
+  const St* st;         // the group's committed window, [C][W-1]
+  const Act* rec;       // the group's channels of the slot's record 0
+  const int32_t* path;  // the slot's pending steps' window indices
+  int64_t record_stride_t;
+  int nc;
+  bool full;
+  __device__ __forceinline__ void operator()(int k, float (&out)[kConvChannels]) const {
+    constexpr int H = W - 1;
+    if (k < H) {
+#pragma unroll
+      for (int i = 0; i < kConvChannels; ++i) out[i] = i < nc ? to_float<St>(st[i * H + k]) : 0.0f;
+    } else {
+      load_row<Act, kConvChannels>(rec + path[k - H] * record_stride_t, 1, full, nc, out);
+#pragma unroll
+      for (int i = 0; i < kConvChannels; ++i) out[i] = round_to<St>(out[i]);
+    }
+  }
+};
+
+// The window of window token t of a replay row (oldest first; win[W-1] is t's own input): its
+// ancestors in the window (parents, or t-1, t-2, ... in a chain), then the start window, the
+// last W-1 elements history[n .. n+W-2] of the slot's input history after its n pending steps.
+template <typename Act, typename St, int W, typename History>
+__device__ __forceinline__ void replay_token_window(const Act* x, int64_t x_stride_token,
+                                                    int64_t x_stride_c, const int32_t* parents,
+                                                    int64_t row_parent0, int64_t token0, int c0,
+                                                    int nc, bool full, int n, int t,
+                                                    const History& history,
+                                                    float (&win)[W][kConvChannels]) {
+  int node = t;
+  int depth = 0;
+#pragma unroll
+  for (int j = W - 1; j >= 0; --j) {
+    if (node >= 0) {
+      load_row<Act, kConvChannels>(x + (token0 + node) * x_stride_token + c0 * x_stride_c,
+                                   x_stride_c, full, nc, win[j]);
+      if (j < W - 1) {
+#pragma unroll
+        for (int i = 0; i < kConvChannels; ++i) win[j][i] = round_to<St>(win[j][i]);
+      }
+      node = parents ? parents[row_parent0 + node] : node - 1;
+      ++depth;
+    } else {
+      history(n + j + depth - 1, win[j]);
+    }
+  }
+}
+
 // kRecords: the instantiation that reads or writes replay records (the snapshot and plain advance
 // instantiation carries none of that code: at small batches every instruction before the loads
 // is latency).
@@ -221,13 +291,7 @@ __global__ void __launch_bounds__(kConvThreads)
       store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
     }
     float y[C];
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-      float acc = bias[i];
-#pragma unroll
-      for (int j = 0; j < W; ++j) acc += w[i][j] * win[j][i];
-      y[i] = silu(acc);
-    }
+    conv_window_output<W>(w, bias, win, y);
     store_row<Act, C>(
         static_cast<Act*>(p.out) + (row_token0 + t) * p.out_stride_token + c0 * p.out_stride_c,
         p.out_stride_c, full, nc, y);
@@ -297,18 +361,7 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
   float win[W][C];  // this token's window, oldest first; win[W-1] is its own input
   if (active) {
     load_conv_weights<W>(p, c0, nc, w, bias);
-    // Element k of the slot's input history: the committed columns (k < H), then the pending
-    // steps' inputs, as a committed window holds them (rounded to the conv state dtype).
-    const auto history = [&](int k, float(&out)[C]) {
-      if (k < H) {
-#pragma unroll
-        for (int i = 0; i < C; ++i) out[i] = i < nc ? to_float<St>(st[i * H + k]) : 0.0f;
-      } else {
-        load_row<Act, C>(rec + path[k - H] * p.record_stride_t, 1, full, nc, out);
-#pragma unroll
-        for (int i = 0; i < C; ++i) out[i] = round_to<St>(out[i]);
-      }
-    };
+    const ConvReplayHistory<Act, St, W> history{st, rec, path, p.record_stride_t, nc, full};
     if (v < n) {
       // Pending step v: the window before it is history[v .. v+H-1], its input history[v+H]
       // (its record, not rounded: the current input of a step).
@@ -318,25 +371,9 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
     } else {
       // Window token t: its ancestors in the window, then the start window (the last H of the
       // history, history[n .. n+H-1]).
-      const Act* x = static_cast<const Act*>(p.x);
-      const int64_t row_parent0 = int64_t{row} * p.tokens;
-      int node = v - n;
-      int depth = 0;
-#pragma unroll
-      for (int j = W - 1; j >= 0; --j) {
-        if (node >= 0) {
-          load_row<Act, C>(x + (rt.begin + node) * p.x_stride_token + c0 * p.x_stride_c,
-                           p.x_stride_c, full, nc, win[j]);
-          if (j < W - 1) {
-#pragma unroll
-            for (int i = 0; i < C; ++i) win[j][i] = round_to<St>(win[j][i]);
-          }
-          node = p.parents ? p.parents[row_parent0 + node] : node - 1;
-          ++depth;
-        } else {
-          history(n + j + depth - 1, win[j]);
-        }
-      }
+      replay_token_window<Act, St, W>(static_cast<const Act*>(p.x), p.x_stride_token, p.x_stride_c,
+                                      p.parents, int64_t{row} * p.tokens, rt.begin, c0, nc, full, n,
+                                      v - n, history, win);
     }
   }
   // Every read of the records and of the committed window is above this line.
@@ -368,13 +405,7 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
     return;
   }
   float y[C];
-#pragma unroll
-  for (int i = 0; i < C; ++i) {
-    float acc = bias[i];
-#pragma unroll
-    for (int j = 0; j < W; ++j) acc += w[i][j] * win[j][i];
-    y[i] = silu(acc);
-  }
+  conv_window_output<W>(w, bias, win, y);
   const int t = v - n;
   store_row<Act, C>(
       static_cast<Act*>(p.out) + (rt.begin + t) * p.out_stride_token + c0 * p.out_stride_c,

@@ -131,8 +131,11 @@ struct GdnFactorSink {
 // Stages window tokens [c0, c0 + n) of the row for value head hv (key head h) at chunk slots
 // off + i; writes their factor records' k, kf and e^g when `sink` says so. The gates are one
 // token per thread; q and k are normalised one token per warp. Every thread of the CTA calls it;
-// it ends with __syncthreads().
-template <typename Act, int K, int kRows, int kChunk, bool kKda>
+// it ends with __syncthreads(). kStaged (the fused conv + recurrence launch, gdn_fused.cuh): the
+// conv outputs of these tokens are already in the chunk (q and k raw, as the act dtype holds
+// them, at rows off + i; v likewise), so only the gates are read and q and k are normalised in
+// place.
+template <typename Act, int K, int kRows, int kChunk, bool kKda, bool kStaged = false>
 __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
                                           const GdnRecurrenceParams& p, const GdnRowInputs<Act>& in,
                                           int h, int hv, int c0, int n, float A, float dt_bias,
@@ -140,7 +143,7 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
                                           bool wait_async = false) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
-  for (int i = tid; i < n * kRows; i += kGdnThreads) {
+  for (int i = tid; !kStaged && i < n * kRows; i += kGdnThreads) {
     const int tt = i / kRows, r = i % kRows;
     c.v[off + tt][r] = r < in.v_rows ? to_float<Act>(in.v[(c0 + tt) * in.st + r * in.sc]) : 0.0f;
   }
@@ -187,7 +190,13 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
     float qv[KQ], kv[KQ];
     // Contiguous channels (the usual case): lane l holds elements [l*KQ, l*KQ + KQ) and loads
     // them as one vector; otherwise element i*32 + l, strided.
-    if (in.vec) {
+    if constexpr (kStaged) {
+#pragma unroll
+      for (int i = 0; i < KQ; ++i) {
+        qv[i] = c.q[off + tt][lane * KQ + i];
+        kv[i] = c.k[off + tt][lane * KQ + i];
+      }
+    } else if (in.vec) {
       load_lane_elems<Act, KQ>(in.q + t * in.st + lane * KQ, qv);
       load_lane_elems<Act, KQ>(in.k + t * in.st + lane * KQ, kv);
     } else {
@@ -215,7 +224,7 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
 #pragma unroll
     for (int i = 0; i < KQ; ++i) {
       const float qn = qv[i] * qf, kn = kv[i] * kf;
-      const int e = in.vec ? lane * KQ + i : i * 32 + lane;
+      const int e = kStaged || in.vec ? lane * KQ + i : i * 32 + lane;
       c.q[off + tt][e] = qn;
       c.k[off + tt][e] = kn;
       kq += qn * kn;

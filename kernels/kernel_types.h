@@ -117,4 +117,17 @@ constexpr int conv_small_vt(int rows, int tokens, int max_window, int rows_lo, i
   return small ? (max_window + tokens <= 8 ? 8 : 16) : 0;
 }
 
+// Whether a GDN / KDA replay verify that the fused conv + recurrence launch can serve
+// (gdn_fused.h: `applies`) runs it: a launch of `rows` rows; `forced` (0 or 1; -1 none)
+// overrides the measured rule (SPECSTATE_GDN_FUSED). The rule is rows <= kGdnFusedMaxRows,
+// measured on the H200 (docs/cuda.md, "The fused small-batch launch"; Qwen3-Next TP1 rounds of
+// 36 layers, two launches -> fused): B = 1 T = 2 / 4 / 8 424.5 -> 414.4, 581.5 -> 514.0,
+// 856.0 -> 676.2 us; B = 8 1.7-1.9x slower (every CTA recomputes its key head's q and k conv,
+// 16 times per key head, at 4 CTAs an SM), hence one row.
+inline constexpr int kGdnFusedMaxRows = 1;
+constexpr bool gdn_fused_choice(bool applies, int rows, int forced = -1) {
+  if (!applies) return false;
+  return forced >= 0 ? forced == 1 : rows <= kGdnFusedMaxRows;
+}
+
 }  // namespace specstate::kernels

@@ -13,6 +13,7 @@
 #include "gdn_launch.h"
 #include "kernels/commit.h"
 #include "kernels/conv_update.h"
+#include "kernels/gdn_fused.h"
 #include "kernels/gdn_recurrence.h"
 #include "kernels/mamba2_recurrence.h"
 #include "layer_copy.h"
@@ -164,6 +165,14 @@ class CudaBackend final : public BackendImpl {
             sizeof(int32_t) * (k::kConvInlineRows + 1));
       alloc(reinterpret_cast<void**>(&error_), sizeof(int32_t));
       alloc(&scratch_.conv_out, scratch_tokens_ * l.shapes.conv_dim * act_bytes);
+      // The fused delta-rule launch's arrival counters, [rows, key heads] (kernels/gdn_fused.h).
+      const int key_heads = s.config.kind == LayerKind::kGatedDeltaNet ? s.config.gdn.num_k_heads
+                            : s.config.kind == LayerKind::kKda ? s.config.kda_layer.num_k_heads
+                                                               : 0;
+      if (key_heads > 0) {
+        alloc(reinterpret_cast<void**>(&fused_counters_),
+              sizeof(int32_t) * static_cast<std::size_t>(l.max_rows) * key_heads);
+      }
       check(cudaDeviceSynchronize(), "zeroing the pool");
     } catch (...) {
       free(s);
@@ -185,7 +194,8 @@ class CudaBackend final : public BackendImpl {
          {&scratch_.conv_out, reinterpret_cast<void**>(&slots_),
           reinterpret_cast<void**>(&parents_), reinterpret_cast<void**>(&steps_),
           reinterpret_cast<void**>(&error_), reinterpret_cast<void**>(&offsets_),
-          reinterpret_cast<void**>(&advance_offsets_), reinterpret_cast<void**>(&layer_table_)}) {
+          reinterpret_cast<void**>(&advance_offsets_), reinterpret_cast<void**>(&layer_table_),
+          reinterpret_cast<void**>(&fused_counters_)}) {
       if (*p) cudaFree(*p);
       *p = nullptr;
     }
@@ -278,12 +288,10 @@ class CudaBackend final : public BackendImpl {
 
   void run_gdn(const PoolStorage& s, const LayerRun& run, const GdnWeights& weights,
                const GdnInputs& inputs, const GdnOutputs& outputs) override {
-    run_layer<cuda::GdnLaunchArgs>(
-        s, run, weights, inputs, outputs, [&](const cuda::GdnLaunchArgs& a, const char* what) {
-          const cuda::GdnLaunch L = cuda::build_gdn_launch(a);
-          check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
-          check(k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
-        });
+    run_layer<cuda::GdnLaunchArgs>(s, run, weights, inputs, outputs,
+                                   [&](const cuda::GdnLaunchArgs& a, const char* what) {
+                                     launch_delta(cuda::build_gdn_launch(a), false, what);
+                                   });
   }
 
   void run_mamba2(const PoolStorage& s, const LayerRun& run, const Mamba2Weights& weights,
@@ -298,12 +306,10 @@ class CudaBackend final : public BackendImpl {
 
   void run_kda(const PoolStorage& s, const LayerRun& run, const KdaWeights& weights,
                const KdaInputs& inputs, const KdaOutputs& outputs) override {
-    run_layer<cuda::KdaLaunchArgs>(
-        s, run, weights, inputs, outputs, [&](const cuda::KdaLaunchArgs& a, const char* what) {
-          const cuda::GdnLaunch L = cuda::build_kda_launch(a);
-          check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
-          check(k::launch_kda_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
-        });
+    run_layer<cuda::KdaLaunchArgs>(s, run, weights, inputs, outputs,
+                                   [&](const cuda::KdaLaunchArgs& a, const char* what) {
+                                     launch_delta(cuda::build_kda_launch(a), true, what);
+                                   });
   }
 
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {
@@ -417,6 +423,25 @@ class CudaBackend final : public BackendImpl {
   }
 
  private:
+  // A delta-rule layer's launches (GDN, or KDA: kda): the fused conv + recurrence kernel where it
+  // serves the call (kernels/gdn_fused.h: small-batch replay verifies of chains), else the conv
+  // and then the recurrence.
+  void launch_delta(const cuda::GdnLaunch& L, bool kda, const char* what) {
+    k::GdnFusedParams fused;
+    fused.rec = L.rec;
+    fused.conv = L.conv;
+    fused.counters = fused_counters_;
+    fused.write_conv_out = L.user_conv_out;
+    if (k::gdn_fused_chosen(fused, L.act, L.conv_state, L.ssm_state)) {
+      check(k::launch_gdn_fused(fused, kda, stream_), what);
+      return;
+    }
+    check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
+    check(kda ? k::launch_kda_recurrence(L.rec, L.act, L.ssm_state, stream_)
+              : k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, stream_),
+          what);
+  }
+
   // One layer call as launches (the same for every kind): verify in one launch over the round's
   // device buffers; prefill in chunks of tokens (the pending steps replayed by the first);
   // decode and materialize in chunks of rows whose slots travel by value.
@@ -560,10 +585,11 @@ class CudaBackend final : public BackendImpl {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   int64_t scratch_tokens_ = 0;
-  int32_t* slots_ = nullptr;      // [max_rows] the round's slots (begin_round)
-  int32_t* parents_ = nullptr;    // [max_rows, max_window] the round's parents (begin_round)
-  int32_t* steps_ = nullptr;      // [max_rows] host-path commit steps
-  int32_t* error_ = nullptr;      // commit error flag
+  int32_t* slots_ = nullptr;           // [max_rows] the round's slots (begin_round)
+  int32_t* parents_ = nullptr;         // [max_rows, max_window] the round's parents (begin_round)
+  int32_t* steps_ = nullptr;           // [max_rows] host-path commit steps
+  int32_t* error_ = nullptr;           // commit error flag
+  int32_t* fused_counters_ = nullptr;  // [max_rows, key heads] kernels/gdn_fused.h, or null
   int32_t* offsets_ = nullptr;    // [max_rows + 1] the round's host token offsets (begin_round)
   char** layer_table_ = nullptr;  // [2L] committed conv then SSM, slot 0 of each layer
   bool committed_aligned16_ = false;

@@ -138,6 +138,7 @@ GdnLaunch delta_launch(const Args& a, const Config& g, const TensorView& b) {
   int64_t conv_out_stride_token = 0, conv_out_stride_c = 1;
   L.conv = conv_params(a, in.mixed_qkv, out.conv_out, &conv_out, &conv_out_stride_token,
                        &conv_out_stride_c);
+  L.user_conv_out = !out.conv_out.empty();
   k::GdnRecurrenceParams& r = L.rec;
   r.num_k_heads = g.num_k_heads;
   r.num_v_heads = g.num_v_heads;

@@ -45,6 +45,7 @@ using KdaLaunchArgs = LaunchArgs<KdaWeights, KdaInputs, KdaOutputs>;
 struct GdnLaunch {
   kernels::ConvUpdateParams conv;
   kernels::GdnRecurrenceParams rec;
+  bool user_conv_out = false;  // conv.out is the caller's conv_out (else the backend's scratch)
   kernels::ElemType act = kernels::ElemType::kF32;
   kernels::ElemType conv_state = kernels::ElemType::kF32;
   kernels::ElemType ssm_state = kernels::ElemType::kF32;

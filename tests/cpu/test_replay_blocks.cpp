@@ -109,5 +109,18 @@ TEST(ConvSmallVt, VirtualTokensHoldPendingAndWindowAndTheLimitsHold) {
   EXPECT_EQ(conv_small_vt(1, 8, 8, 1, 1, 0), 0);
 }
 
+// The fused small-batch launch of GDN / KDA replay verifies (kernels::gdn_fused_choice): up to
+// kGdnFusedMaxRows rows where it can serve the launch, never where it cannot (forced or not);
+// SPECSTATE_GDN_FUSED's 1 takes it at any batch, 0 never.
+TEST(GdnFusedChoice, SmallBatchesWhereItAppliesAndTheOverride) {
+  EXPECT_TRUE(gdn_fused_choice(true, 1));
+  EXPECT_TRUE(gdn_fused_choice(true, kGdnFusedMaxRows));
+  EXPECT_FALSE(gdn_fused_choice(true, kGdnFusedMaxRows + 1));
+  EXPECT_FALSE(gdn_fused_choice(false, 1));
+  EXPECT_FALSE(gdn_fused_choice(false, 1, 1));
+  EXPECT_TRUE(gdn_fused_choice(true, 128, 1));
+  EXPECT_FALSE(gdn_fused_choice(true, 1, 0));
+}
+
 }  // namespace
 }  // namespace specstate::kernels

@@ -4,11 +4,14 @@
 // prefills, release/re-acquire), host and device accepted values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "common/strategy_equivalence.h"
+#include "common/variable_windows.h"
 #include "gpu_util.h"
 
 namespace specstate::test {
@@ -127,6 +130,69 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"kda_grouped_bf16_tree_vt16", "kda_gpu_grouped_bf16", true, 8, 3, 12}),
         ::testing::Values(0, 1)),
     EnvCaseName{"_small"});
+
+// The fused small-batch launch of GDN and KDA replay verifies (conv + recurrence in one kernel,
+// kernels/gdn_fused.h), forced on every launch it can serve by SPECSTATE_GDN_FUSED=1 and off by
+// 0: replay (fused) equals snapshot (the conv and recurrence kernels) bit for bit. Chains of
+// K = 128 with bf16 conv state (what it serves), a head whose last V block is half full (V = 72:
+// a v channel group with no channels), KDA, rings folding every round (2T) and the largest the
+// kernel takes (16); the tree case checks that trees still take the two launches.
+class FusedGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(FusedGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, force] = GetParam();
+  run_under_env("SPECSTATE_GDN_FUSED", c, force, 0xF05ED + c.rounds * 7 + force);
+}
+
+const std::vector<EquivalenceCase>& fused_cases() {
+  static const std::vector<EquivalenceCase> cases = {
+      {"k128_chain", "gpu_k128", false, 4, 6, 16},
+      {"k128_chain_ring2t", "gpu_k128", false, 4, 5, 16, 8},
+      {"k128_chain_t8_ring16", "gpu_k128", false, 8, 4, 12, 16},
+      {"v72_chain", "gpu_k128_v72", false, 5, 4, 14},
+      {"kda_k128_chain", "kda_gpu_k128", false, 4, 6, 16},
+      {"kda_k128_chain_ring2t", "kda_gpu_k128", false, 3, 5, 16, 6},
+      {"k128_tree", "gpu_k128", true, 4, 4, 10},
+  };
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, FusedGpu,
+                         ::testing::Combine(::testing::ValuesIn(fused_cases()),
+                                            ::testing::Values(0, 1)),
+                         EnvCaseName{"_fused"});
+
+// Variable windows under the fused launch (rows of 0 .. T tokens beside each other, packed by
+// offsets from the host or the device): the packed round equals the uniform one with filler.
+class FusedVarlenGpu : public ::testing::TestWithParam<std::tuple<VarlenCase, int>> {};
+
+TEST_P(FusedVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, force] = GetParam();
+  const ScopedEnv env("SPECSTATE_GDN_FUSED", std::to_string(force));
+  CudaStream stream(cudaStreamNonBlocking);
+  ASSERT_NE(stream.get(), nullptr);
+  {
+    DeviceMemory mem(stream.get());
+    EquivalenceCase e = c.base;
+    e.rounds = std::min(e.rounds, 10);
+    run_variable_windows(e, c.how, mem, 0xF0A5 + e.rounds + force);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, FusedVarlenGpu,
+                         ::testing::Combine(::testing::ValuesIn(varlen_cases({fused_cases()[0],
+                                                                              fused_cases()[4]},
+                                                                             {false, true})),
+                                            ::testing::Values(1)),
+                         [](const ::testing::TestParamInfo<std::tuple<VarlenCase, int>>& info) {
+                           const VarlenCase& c = std::get<0>(info.param);
+                           return std::string(c.base.name) +
+                                  (c.how.strategy == Strategy::kReplay ? "_replay" : "_snapshot") +
+                                  (c.how.device_cu_seqlens ? "_device_cu" : "_host_lengths") +
+                                  "_fused" + std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace specstate::test

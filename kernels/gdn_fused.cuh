@@ -1,0 +1,248 @@
+// Kernel of launch_gdn_fused (see gdn_fused.h): a GDN or KDA replay verify of a chain as one
+// launch per layer, for small batches. Each CTA (row, value head, V block) first computes the
+// conv outputs of the channels it reads (q and k of its key head, its own v rows) from the
+// slot's committed window, its pending steps' records and the window's inputs, with the conv
+// kernels' helpers (replay_token_window, conv_window_output), straight into the chunk the token
+// step reads; then it runs the recurrence as gdn_row_block's merged replay path does (history
+// prefetched with cp.async, gdn_stage, gdn_apply_raw, gdn_step). Conv outputs pass through the
+// act dtype as they do through conv_out in the two-kernel path, so the results are the same bits.
+#pragma once
+
+#include "conv_update.cuh"
+#include "gdn_fused.h"
+#include "gdn_recurrence.cuh"
+
+namespace specstate::kernels {
+
+template <int K, bool kKda, int W>
+struct GdnFusedShared {
+  static constexpr int kRows = gdn_rows_per_cta<8>();
+  static constexpr int kQK = K / kConvChannels;                    // channel groups of q (and of k)
+  static constexpr int kGroups = 2 * kQK + kRows / kConvChannels;  // q, k, then this block's v
+  GdnChunk<K, kRows, kGdnChunk, kKda> chunk;
+  float hist_kf[kGdnChunk];
+  float start_window[kGroups][W - 1][kConvChannels];  // each group's window after the pending
+  int last;  // this CTA is the last of its key head to have read q's and k's conv state
+};
+
+// Channel group g of the CTA (q's groups, k's, then V rows v0 ..): its first channel in the
+// conv's [q | k | v] and its channels (*nc; 0 past the head's V rows).
+template <int K, int kRows>
+__device__ __forceinline__ int fused_group_channel(const GdnRecurrenceParams& p, int g, int h,
+                                                   int hv, int v0, int* nc) {
+  constexpr int C = kConvChannels, kQK = K / C;
+  if (g < 2 * kQK) {
+    *nc = C;
+    return g < kQK ? h * K + g * C : (p.num_k_heads + h) * K + (g - kQK) * C;
+  }
+  const int r = (g - 2 * kQK) * C;
+  *nc = max(0, min(C, p.head_v_dim - v0 - r));
+  return 2 * p.num_k_heads * K + hv * p.head_v_dim + v0 + r;
+}
+
+// The conv of the CTA's channels for the row's window tokens into chunk rows off + t (q and k
+// raw, v), then the conv state writes: the window after the pending steps (where the conv kernel
+// stores it) and each window token's record. This CTA's v channels are written by it after its
+// reads; q's and k's by the key head's last CTA to arrive (gdn_fused.h). Ends with
+// __syncthreads(). Conv state dtype = Act (gdn_fused_chosen).
+template <typename Act, int K, int kRows, bool kKda, int W, typename Shared>
+__device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams& fp, int r,
+                                               int slot, const RowTokens& rt, int h, int hv,
+                                               int vblock, int off) {
+  using St = Act;
+  constexpr int C = kConvChannels, H = W - 1, kQK = Shared::kQK, kGroups = Shared::kGroups;
+  const ConvUpdateParams& cp = fp.conv;
+  const GdnRecurrenceParams& p = fp.rec;
+  const int v0 = vblock * kRows;
+  const int n = cp.pending[slot];
+  const int items = kGroups * max(rt.count, 1);  // no window: one item per group (its window)
+  const Act* const x = static_cast<const Act*>(cp.x);
+  Act* const rec0 = static_cast<Act*>(cp.records) + slot * cp.record_stride_slot;
+  St* const st0 = static_cast<St*>(cp.state) + slot * cp.state_stride_slot;
+  const int32_t* const path = cp.path + slot * cp.path_stride_slot;
+  // conv_out (where asked): v by each CTA, q and k by the key head's designated CTA.
+  const bool qk_out = fp.write_conv_out && vblock == 0 && hv == h * p.v_per_k;
+  for (int i = threadIdx.x; i < items; i += kGdnThreads) {
+    const int g = i % kGroups, t = i / kGroups;
+    int nc = 0;
+    const int c0 = fused_group_channel<K, kRows>(p, g, h, hv, v0, &nc);
+    float* const dst = g < kQK       ? &sm.chunk.q[off + t][g * C]
+                       : g < 2 * kQK ? &sm.chunk.k[off + t][(g - kQK) * C]
+                                     : &sm.chunk.v[off + t][(g - 2 * kQK) * C];
+    if (nc == 0) {
+      if (rt.count > 0) {
+#pragma unroll
+        for (int j = 0; j < C; ++j) dst[j] = 0.0f;
+      }
+      continue;
+    }
+    const bool full = nc == C;
+    const ConvReplayHistory<Act, St, W> history{st0 + int64_t{c0} * H, rec0 + c0, path,
+                                                cp.record_stride_t,    nc,        full};
+    float win[W][C];
+    if (rt.count > 0) {
+      replay_token_window<Act, St, W>(x, cp.x_stride_token, cp.x_stride_c, nullptr, 0, rt.begin, c0,
+                                      nc, full, n, t, history, win);
+    } else {
+#pragma unroll
+      for (int j = 0; j < H; ++j) history(n + j, win[j]);
+    }
+    if (t == 0) {
+#pragma unroll
+      for (int j = 0; j < H; ++j) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) sm.start_window[g][j][c] = win[j][c];
+      }
+    }
+    if (rt.count > 0) {
+      float w[C][W];
+      float bias[C];
+      load_conv_weights<W>(cp, c0, nc, w, bias);
+      float y[C];
+      conv_window_output<W>(w, bias, win, y);
+      // The value the recurrence reads back from conv_out in the two-kernel path.
+#pragma unroll
+      for (int j = 0; j < C; ++j) dst[j] = j < nc ? to_float<Act>(from_float<Act>(y[j])) : 0.0f;
+      if (fp.write_conv_out && (g >= 2 * kQK || qk_out)) {
+        store_row<Act, C>(
+            static_cast<Act*>(cp.out) + (rt.begin + t) * cp.out_stride_token + c0 * cp.out_stride_c,
+            cp.out_stride_c, full, nc, y);
+      }
+    }
+  }
+  __syncthreads();  // every read of this CTA's committed windows and records is above
+  if (threadIdx.x == 0) {
+    const int readers = p.v_per_k * ((p.head_v_dim + kRows - 1) / kRows);
+    int32_t* const counter = fp.counters + int64_t{r} * p.num_k_heads + h;
+    __threadfence();
+    const bool last = atomicAdd(counter, 1) == readers - 1;
+    if (last) {
+      atomicExch(counter, 0);  // every reader has arrived: zero for the next launch
+      __threadfence();
+    }
+    sm.last = last;
+  }
+  __syncthreads();
+  const bool qk_writer = sm.last != 0;
+  const bool store_window = n > 0 && (cp.store_replayed || (cp.store_final && rt.count == 0));
+  const bool write_records = cp.write_records && rt.count > 0;
+  for (int i = threadIdx.x; i < items; i += kGdnThreads) {
+    const int g = i % kGroups, t = i / kGroups;
+    if (g < 2 * kQK && !qk_writer) continue;
+    int nc = 0;
+    const int c0 = fused_group_channel<K, kRows>(p, g, h, hv, v0, &nc);
+    if (nc == 0) continue;
+    const bool full = nc == C;
+    if (t == 0 && store_window) {
+      St* const st = st0 + int64_t{c0} * H;
+      float s[C * H];
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int j = 0; j < H; ++j) s[c * H + j] = sm.start_window[g][j][c];
+      }
+      if (full) {
+        store_n<St, C * H>(st, s, aligned16(st));
+      } else {
+#pragma unroll
+        for (int e = 0; e < C * H; ++e) {
+          if (e < nc * H) st[e] = from_float<St>(s[e]);
+        }
+      }
+    }
+    if (write_records) {
+      // The token's own input, exact in the act dtype, is its record (the conv kernels' rule).
+      float xin[C];
+      load_row<Act, C>(x + (rt.begin + t) * cp.x_stride_token + c0 * cp.x_stride_c, cp.x_stride_c,
+                       full, nc, xin);
+      store_row<Act, C>(rec0 + c0 + t * cp.record_stride_t, 1, full, nc, xin);
+    }
+  }
+}
+
+#ifndef SPECSTATE_GDN_FUSED_MIN_CTAS
+#define SPECSTATE_GDN_FUSED_MIN_CTAS 4
+#endif
+// The kernel: grid (V blocks, value heads, rows), 128 threads, one V block of 16 rows per CTA;
+// K = 128 (gdn_fused_chosen), f32 SSM state.
+template <typename Act, bool kKda, int K, int W>
+__global__ void __launch_bounds__(kGdnThreads, SPECSTATE_GDN_FUSED_MIN_CTAS)
+    gdn_fused_kernel(const __grid_constant__ GdnFusedParams fp) {
+  using St = float;
+  constexpr int LANES = 8;
+  constexpr int NK = K / (4 * LANES);
+  constexpr int kRows = gdn_rows_per_cta<LANES>();
+  constexpr int kRowsPerWarp = 32 / LANES;
+  constexpr int kChunk = kGdnChunk;
+  __shared__ GdnFusedShared<K, kKda, W> sm;
+  const GdnRecurrenceParams& p = fp.rec;
+  const int vblock = blockIdx.x, hv = blockIdx.y, r = blockIdx.z;
+  const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
+  // The layer's gate parameters first (gdn_recurrence_kernel's order).
+  const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
+  const float dt_bias =
+      !kKda && p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
+  const int row = p.row_begin + r;
+  const int slot = p.slots[row];
+  if (slot < 0) return;  // padding row: every CTA of the row returns, nothing read or written
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kl = lane % LANES;
+  const int V = p.head_v_dim;
+  GdnRows<1> rows;
+  rows.vrow[0] = warp * kRowsPerWarp + lane / LANES;
+  rows.v[0] = vblock * kRows + rows.vrow[0];
+  rows.ok[0] = rows.v[0] < V;
+  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
+  const ReplayCursor cur = replay_cursor(p, slot, rt.count);
+  const char* const ring = p.factors + slot * p.factor_stride_slot;
+  if (cur.hist > 0) {
+    gdn_prefetch_history<Act, K, kRows, kChunk>(sm.chunk, sm.hist_kf, p, ring, cur.base, h, hv,
+                                                cur.hist, vblock);
+  }
+  St* const committed =
+      static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{hv} * V * K;
+  float4 S[1][NK];
+  gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[0] ? rows.v[0] : 0} * K, S[0], kl,
+                                rows.ok[0]);
+  // The window's conv outputs land at chunk rows hist .., after the history's (ring <= kChunk).
+  gdn_fused_conv<Act, K, kRows, kKda, W>(sm, fp, r, slot, rt, h, hv, vblock, cur.hist);
+
+  const float A = p.A_log ? -expf(a_log) : 0.0f;
+  const GdnRowInputs<Act> in = gdn_row_inputs<Act, K, kRows>(p, rt.begin, h, hv, vblock);
+  GdnFactorSink sink;
+  if (p.write_factors && p.factors != nullptr) {
+    sink.ring = p.factors + slot * p.factor_stride_slot;
+    sink.wpos = cur.wpos;
+    sink.eg_writer = vblock == 0;
+    sink.k_writer = vblock == 0 && hv == h * p.v_per_k;
+  }
+  gdn_stage<Act, K, kRows, kChunk, kKda, true>(sm.chunk, p, in, h, hv, 0, rt.count, A, dt_bias,
+                                               sink, cur.hist, cur.hist > 0);
+  for (int tt = 0; tt < cur.hist; ++tt) {
+    gdn_apply_raw<Act, St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, sm.hist_kf, tt, kl, rows);
+  }
+  if (cur.store && rows.ok[0]) {
+    gdn_store_state<St, NK, LANES>(committed + rows.v[0] * K, S[0], kl, false);
+  }
+  const bool writer = kl == 0;
+  float* const u_row =
+      sink.ring != nullptr && writer && rows.ok[0]
+          ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V + rows.v[0]
+          : nullptr;
+  const int u_stride = static_cast<int>(p.factor_bytes / 4);  // a slot's ring is < 2 GiB
+  Act* const o_row = writer && rows.ok[0]
+                         ? static_cast<Act*>(p.out) + rt.begin * p.out_stride_token +
+                               hv * p.out_stride_h + rows.v[0] * p.out_stride_v
+                         : nullptr;
+  for (int t = 0; t < rt.count; ++t) {
+    float u[1], o[1];
+    gdn_step<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, cur.hist + t, kl, rows, u, o);
+    if (u_row != nullptr) {
+      int pos = cur.wpos + t;  // wpos < R, t < T <= R
+      if (pos >= p.ring) pos -= p.ring;
+      u_row[pos * u_stride] = u[0];
+    }
+    if (o_row != nullptr) o_row[t * p.out_stride_token] = from_float<Act>(o[0]);
+  }
+}
+
+}  // namespace specstate::kernels
