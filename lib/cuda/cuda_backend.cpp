@@ -1,7 +1,6 @@
-// The CUDA backend (snapshot strategy): device memory, and the launches of kernels/ for
-// advance (prefill/decode), verify and commit. Every call is asynchronous on the pool's stream
-// and free of host synchronisation, so verify of all layers plus commit can be captured in one
-// CUDA graph; slots and parents live in fixed device buffers written by begin_round.
+// The CUDA backend: device memory and the launches of kernels/ for advance, verify and commit.
+// Every call is asynchronous on the pool's stream with no host synchronisation, so a round can be
+// one CUDA graph; slots and parents live in fixed device buffers written by begin_round.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -166,13 +165,11 @@ class CudaBackend final : public BackendImpl {
       alloc(reinterpret_cast<void**>(&error_), sizeof(int32_t));
       alloc(&scratch_.conv_out, scratch_tokens_ * l.shapes.conv_dim * act_bytes);
       // The fused delta-rule launch's arrival counters, [rows, key heads] (kernels/gdn_fused.h).
-      const int key_heads = s.config.kind == LayerKind::kGatedDeltaNet ? s.config.gdn.num_k_heads
-                            : s.config.kind == LayerKind::kKda ? s.config.kda_layer.num_k_heads
-                                                               : 0;
-      if (key_heads > 0) {
-        alloc(reinterpret_cast<void**>(&fused_counters_),
-              sizeof(int32_t) * static_cast<std::size_t>(l.max_rows) * key_heads);
-      }
+      const LayerKind kind = s.config.kind;
+      const int heads = kind == LayerKind::kGatedDeltaNet ? s.config.gdn.num_k_heads
+                        : kind == LayerKind::kKda         ? s.config.kda_layer.num_k_heads
+                                                          : 0;
+      if (heads > 0) alloc(reinterpret_cast<void**>(&fused_counters_), 4ull * l.max_rows * heads);
       check(cudaDeviceSynchronize(), "zeroing the pool");
     } catch (...) {
       free(s);
@@ -427,11 +424,7 @@ class CudaBackend final : public BackendImpl {
   // serves the call (kernels/gdn_fused.h: small-batch replay verifies of chains), else the conv
   // and then the recurrence.
   void launch_delta(const cuda::GdnLaunch& L, bool kda, const char* what) {
-    k::GdnFusedParams fused;
-    fused.rec = L.rec;
-    fused.conv = L.conv;
-    fused.counters = fused_counters_;
-    fused.write_conv_out = L.user_conv_out;
+    const k::GdnFusedParams fused{L.rec, L.conv, fused_counters_, L.user_conv_out};
     if (k::gdn_fused_chosen(fused, L.act, L.conv_state, L.ssm_state)) {
       check(k::launch_gdn_fused(fused, kda, stream_), what);
       return;
