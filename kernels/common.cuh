@@ -37,6 +37,14 @@ __device__ __forceinline__ bf16 from_float<bf16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+// A value of T as 32 bits, held in a register until it is needed, and back to float (exact).
+__device__ __forceinline__ uint32_t act_bits(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ uint32_t act_bits(bf16 v) { return __bfloat16_as_ushort(v); }
+template <typename T>
+__device__ __forceinline__ float float_from_act_bits(uint32_t bits) {
+  return sizeof(T) == 2 ? __uint_as_float(bits << 16) : __uint_as_float(bits);
+}
+
 // The value `v` takes after a round trip through T.
 template <typename T>
 __device__ __forceinline__ float round_to(float v) {

@@ -336,7 +336,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   for (int j = 0; j < nvb; ++j) {
     const int vb = vb0 + j;
     const bool more = j + 1 < nvb;
-    float pre[kPre] = {};
+    // The next block's staged rows, held as loaded (the bits of u of the history, or of v of the
+    // window in the act dtype) until they are stored after this block's tokens: no instruction
+    // here waits for the loads.
+    uint32_t pre[kPre] = {};
     // This thread's row of the u records and of the output (the row's lane 0 writes both).
     float* const u_row = u_rec != nullptr && rows.ok[0] ? u_rec + rows.v[0] : nullptr;
     Act* const o_row = writer && rows.ok[0] ? out_v + rows.v[0] * p.out_stride_v : nullptr;
@@ -352,10 +355,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         const int i = tid + q * kGdnThreads;
         if (i < nv) {
           const int tt = i / kRows, r = i % kRows, vr = (vb + 1) * kRows + r;
-          if (vr < V) {
-            pre[q] = tt < hist
-                         ? reinterpret_cast<const float*>(record(tt) + p.f_u)[int64_t{hv} * V + vr]
-                         : to_float<Act>(in.v[(tt - hist) * in.st + (vr - vb0 * kRows) * in.sc]);
+          if (vr < V && tt < hist) {
+            pre[q] = reinterpret_cast<const uint32_t*>(record(tt) + p.f_u)[int64_t{hv} * V + vr];
+          } else if (vr < V) {
+            pre[q] = act_bits(in.v[(tt - hist) * in.st + (vr - vb0 * kRows) * in.sc]);
           }
         }
       }
@@ -393,7 +396,11 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 #pragma unroll
       for (int q = 0; q < kPre; ++q) {
         const int i = tid + q * kGdnThreads;
-        if (i < nv) sm.chunk.v[i / kRows][i % kRows] = pre[q];
+        if (i < nv) {
+          const int tt = i / kRows;
+          sm.chunk.v[tt][i % kRows] =
+              tt < hist ? __uint_as_float(pre[q]) : float_from_act_bits<Act>(pre[q]);
+        }
       }
       asm volatile("cp.async.wait_all;" ::: "memory");
       __syncthreads();
