@@ -41,8 +41,14 @@ __device__ __forceinline__ bf16 from_float<bf16>(float v) {
 __device__ __forceinline__ uint32_t act_bits(float v) { return __float_as_uint(v); }
 __device__ __forceinline__ uint32_t act_bits(bf16 v) { return __bfloat16_as_ushort(v); }
 template <typename T>
-__device__ __forceinline__ float float_from_act_bits(uint32_t bits) {
-  return sizeof(T) == 2 ? __uint_as_float(bits << 16) : __uint_as_float(bits);
+__device__ __forceinline__ float float_from_act_bits(uint32_t bits);
+template <>
+__device__ __forceinline__ float float_from_act_bits<float>(uint32_t bits) {
+  return __uint_as_float(bits);
+}
+template <>
+__device__ __forceinline__ float float_from_act_bits<bf16>(uint32_t bits) {
+  return __uint_as_float(bits << 16);  // a bf16 is the high half of its float
 }
 
 // The value `v` takes after a round trip through T.
