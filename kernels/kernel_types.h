@@ -121,10 +121,11 @@ constexpr int conv_small_vt(int rows, int tokens, int max_window, int rows_lo, i
 // (gdn_fused.h: `applies`) runs it: a launch of `rows` rows; `forced` (0 or 1; -1 none)
 // overrides the measured rule (SPECSTATE_GDN_FUSED). The rule is rows <= kGdnFusedMaxRows,
 // measured on the H200 (docs/cuda.md, "The fused small-batch launch"; Qwen3-Next TP1 rounds of
-// 36 layers, two launches -> fused): B = 1 T = 2 / 4 / 8 424.5 -> 414.4, 581.5 -> 514.0,
-// 856.0 -> 676.2 us; B = 8 1.7-1.9x slower (every CTA recomputes its key head's q and k conv,
-// 16 times per key head, at 4 CTAs an SM), hence one row.
-inline constexpr int kGdnFusedMaxRows = 1;
+// 36 layers, two launches -> fused, one run): B = 1 T = 2 / 4 / 8 421.2 -> 410.2, 577.9 -> 510.2,
+// 846.9 -> 671.1 us; B = 2 487.1 -> 452.9, 638.4 -> 581.0, 881.3 -> 774.0; B = 4 1.35-1.47x
+// slower and B = 8 1.7-1.9x (every CTA recomputes its key head's q and k conv, 16 times per key
+// head, at 4 CTAs an SM), hence two rows.
+inline constexpr int kGdnFusedMaxRows = 2;
 constexpr bool gdn_fused_choice(bool applies, int rows, int forced = -1) {
   if (!applies) return false;
   return forced >= 0 ? forced == 1 : rows <= kGdnFusedMaxRows;

@@ -414,7 +414,10 @@ void rounds4(benchmark::State& state, bool replay, bool variable) {
   if (variable) state.counters["tokens"] = static_cast<double>(tokens);
   const char* what = variable ? (replay ? "rounds4_var_replay" : "rounds4_var_snapshot")
                               : (replay ? "rounds4_replay" : "rounds4_snapshot");
-  report(state, w, T, B, what, us, bytes, replay ? s->circ16_us : s->snapshot_us);
+  report(state, w, T, B, what, us, bytes,
+         s == nullptr ? 0.0
+         : replay     ? s->circ16_us
+                      : s->snapshot_us);
   cudaGraphExecDestroy(exec);
   if (dacc != nullptr) cudaFree(dacc);
 }
@@ -439,6 +442,15 @@ BENCHMARK(BM_VerifyConvReplay)->Apply(shapes);
 BENCHMARK(BM_VerifyGdnReplay)->Apply(shapes);
 BENCHMARK(BM_Rounds4Snapshot)->Apply(shapes);
 BENCHMARK(BM_Rounds4Replay)->Apply(shapes);
+// B = 2 and 4 (no SGLang figure recorded for them): where the fused small-batch launch stops
+// paying (kernels::gdn_fused_choice; sweep SPECSTATE_GDN_FUSED = 0 / 1 with bench-sweep.sh).
+void small_batch_shapes(benchmark::internal::Benchmark* b) {
+  for (int T : {2, 4, 8}) {
+    for (int B : {2, 4}) b->Args({T, B});
+  }
+  b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
+}
+BENCHMARK(BM_Rounds4Replay)->Apply(small_batch_shapes);
 BENCHMARK(BM_Rounds4VariableSnapshot)->Apply(variable_shapes);
 BENCHMARK(BM_Rounds4VariableReplay)->Apply(variable_shapes);
 

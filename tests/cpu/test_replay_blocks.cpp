@@ -116,6 +116,10 @@ TEST(GdnFusedChoice, SmallBatchesWhereItAppliesAndTheOverride) {
   EXPECT_TRUE(gdn_fused_choice(true, 1));
   EXPECT_TRUE(gdn_fused_choice(true, kGdnFusedMaxRows));
   EXPECT_FALSE(gdn_fused_choice(true, kGdnFusedMaxRows + 1));
+  // The H200's measured rule: fused at B = 1 and 2, two launches from B = 4 on.
+  EXPECT_TRUE(gdn_fused_choice(true, 2));
+  EXPECT_FALSE(gdn_fused_choice(true, 4));
+  EXPECT_FALSE(gdn_fused_choice(true, 8));
   EXPECT_FALSE(gdn_fused_choice(false, 1));
   EXPECT_FALSE(gdn_fused_choice(false, 1, 1));
   EXPECT_TRUE(gdn_fused_choice(true, 128, 1));
