@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -178,12 +179,15 @@ inline PoolOptions bench_pool_options(int rows, int max_window, cudaStream_t str
   return o;
 }
 
-inline void shapes(benchmark::internal::Benchmark* b) {
-  for (int T : {2, 4, 8}) {
-    for (int B : {1, 8, 32, 128}) b->Args({T, B});
+// A benchmark's (T, B) grid, timed manually in microseconds.
+inline void shape_grid(benchmark::internal::Benchmark* b, std::initializer_list<int> windows,
+                       std::initializer_list<int> batches) {
+  for (int T : windows) {
+    for (int B : batches) b->Args({T, B});
   }
   b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
 }
+inline void shapes(benchmark::internal::Benchmark* b) { shape_grid(b, {2, 4, 8}, {1, 8, 32, 128}); }
 
 // main() of a GPU benchmark binary: runs the benchmarks (none without a device, said on stdout),
 // then `print_table`.

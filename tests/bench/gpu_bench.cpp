@@ -427,12 +427,7 @@ void BM_Rounds4Replay(benchmark::State& state) { rounds4(state, true, false); }
 void BM_Rounds4VariableSnapshot(benchmark::State& state) { rounds4(state, false, true); }
 void BM_Rounds4VariableReplay(benchmark::State& state) { rounds4(state, true, true); }
 
-void variable_shapes(benchmark::internal::Benchmark* b) {
-  for (int T : {4, 8}) {
-    for (int B : {8, 32, 128}) b->Args({T, B});
-  }
-  b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
-}
+void variable_shapes(benchmark::internal::Benchmark* b) { shape_grid(b, {4, 8}, {8, 32, 128}); }
 
 BENCHMARK(BM_VerifyConv)->Apply(shapes);
 BENCHMARK(BM_VerifyGdn)->Apply(shapes);
@@ -444,12 +439,7 @@ BENCHMARK(BM_Rounds4Snapshot)->Apply(shapes);
 BENCHMARK(BM_Rounds4Replay)->Apply(shapes);
 // B = 2 and 4 (no SGLang figure recorded for them): where the fused small-batch launch stops
 // paying (kernels::gdn_fused_choice; sweep SPECSTATE_GDN_FUSED = 0 / 1 with bench-sweep.sh).
-void small_batch_shapes(benchmark::internal::Benchmark* b) {
-  for (int T : {2, 4, 8}) {
-    for (int B : {2, 4}) b->Args({T, B});
-  }
-  b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
-}
+void small_batch_shapes(benchmark::internal::Benchmark* b) { shape_grid(b, {2, 4, 8}, {2, 4}); }
 BENCHMARK(BM_Rounds4Replay)->Apply(small_batch_shapes);
 BENCHMARK(BM_Rounds4VariableSnapshot)->Apply(variable_shapes);
 BENCHMARK(BM_Rounds4VariableReplay)->Apply(variable_shapes);
