@@ -18,7 +18,34 @@ struct GdnShared {
   __align__(16) St next_state[kNext ? kRows * K : 4];
   // A tree without snapshots restarts branches from the row's start state (post history).
   __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
+  // kMulti: a block's per-token outputs and u records, written by each V row's lane 0 after its
+  // step and stored to global memory once per block (gdn_flush_block).
+  float out_rows[kMulti ? kChunk : 1][kMulti ? kRows : 1];
+  float u_rows[kMulti ? kChunk : 1][kMulti ? kRows : 1];
 };
+
+// Stores a block's staged outputs and u records (GdnShared::out_rows / u_rows of window tokens
+// [0, count), rows [v0, v0 + kRows) of the head): a thread per (token, row), consecutive threads
+// on consecutive V rows, so each token's rows are one contiguous run where the output's V stride
+// is 1. `u_rec`: the head's u in ring record 0 (null: no records), record t at ring position
+// (wpos + t) mod R.
+template <typename Act, int kRows, int kChunk>
+__device__ __forceinline__ void gdn_flush_block(const GdnRecurrenceParams& p,
+                                                const float (&out_rows)[kChunk][kRows],
+                                                const float (&u_rows)[kChunk][kRows], Act* out_v,
+                                                float* u_rec, int wpos, int count, int v0) {
+  const int u_stride = static_cast<int>(p.factor_bytes / 4);  // a slot's ring is < 2 GiB
+  for (int i = threadIdx.x; i < count * kRows; i += kGdnThreads) {
+    const int t = i / kRows, r = i % kRows, v = v0 + r;
+    if (v >= p.head_v_dim) continue;
+    out_v[t * p.out_stride_token + v * p.out_stride_v] = from_float<Act>(out_rows[t][r]);
+    if (u_rec != nullptr) {
+      int pos = wpos + t;  // wpos < R, t < T <= R
+      if (pos >= p.ring) pos -= p.ring;
+      u_rec[pos * u_stride + v] = u_rows[t][r];
+    }
+  }
+}
 
 // One (row, value head, V block) of the launch: V rows [vblock * kRows, +kRows) of value head hv
 // (key head h), with the layer's gate parameters a_log and dt_bias already loaded.
@@ -325,10 +352,9 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   }
 
   const bool writer = kl == 0;
-  float* const u_rec = sink.ring != nullptr && writer
+  float* const u_rec = sink.ring != nullptr
                            ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V
                            : nullptr;
-  const int u_stride = static_cast<int>(p.factor_bytes / 4);  // a slot's ring is < 2 GiB
   Act* const out_v = static_cast<Act*>(p.out) + rt.begin * p.out_stride_token + hv * p.out_stride_h;
   const int nv = (hist + rt.count) * kRows;  // staged rows of a block: u history, then v
   St* const next_mine = sm.next_state + rows.vrow[0] * K;
@@ -340,9 +366,6 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // window in the act dtype) until they are stored after this block's tokens: no instruction
     // here waits for the loads.
     uint32_t pre[kPre] = {};
-    // This thread's row of the u records and of the output (the row's lane 0 writes both).
-    float* const u_row = u_rec != nullptr && rows.ok[0] ? u_rec + rows.v[0] : nullptr;
-    Act* const o_row = writer && rows.ok[0] ? out_v + rows.v[0] * p.out_stride_v : nullptr;
     for (int tt = 0; tt < hist; ++tt) {
       gdn_apply<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
     }
@@ -381,18 +404,21 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
       }
-      if (u_row != nullptr) {
-        int pos = wpos + t;  // wpos < R, t < T <= R
-        if (pos >= p.ring) pos -= p.ring;
-        u_row[pos * u_stride] = u[0];
+      // The row's output and u record, stored with the block's others after its tokens
+      // (gdn_flush_block): no per-token global addressing in this loop.
+      if (writer) {
+        sm.out_rows[t][rows.vrow[0]] = o[0];
+        sm.u_rows[t][rows.vrow[0]] = u[0];
       }
-      if (o_row != nullptr) o_row[t * p.out_stride_token] = from_float<Act>(o[0]);
     }
     if (p.store_final && rows.ok[0]) {
       gdn_store_state<St, NK, LANES>(committed + rows.v[0] * K, S[0], kl, false);
     }
+    // Every thread is done with this block's staged rows, and its outputs are in shared memory.
+    __syncthreads();
+    gdn_flush_block<Act, kRows, kChunk>(p, sm.out_rows, sm.u_rows, out_v, u_rec, wpos, rt.count,
+                                        vb * kRows);
     if (more) {
-      __syncthreads();  // every thread is done with this block's staged rows
 #pragma unroll
       for (int q = 0; q < kPre; ++q) {
         const int i = tid + q * kGdnThreads;
