@@ -485,6 +485,8 @@ __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
                                          float (&o)[RPT]) {
   constexpr int NK = K / (4 * LANES);
   float4 kn[NK];
+  // Each dot product is one chain of fused multiply-adds, one instruction per element (the
+  // issue-bound replay verify's token step has no separate products or partial-sum adds).
   float sk[RPT], sq[RPT];
 #pragma unroll
   for (int j = 0; j < RPT; ++j) sk[j] = sq[j] = 0.f;
@@ -499,8 +501,10 @@ __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
     for (int j = 0; j < RPT; ++j) {
       if constexpr (kKda) kda_decay(S[j][i], e);  // KDA: the dot products see the decayed S
       const float4 s = S[j][i];
-      sk[j] += s.x * kn[i].x + s.y * kn[i].y + s.z * kn[i].z + s.w * kn[i].w;
-      if constexpr (kOutput) sq[j] += s.x * qn.x + s.y * qn.y + s.z * qn.z + s.w * qn.w;
+      sk[j] = fmaf(s.w, kn[i].w, fmaf(s.z, kn[i].z, fmaf(s.y, kn[i].y, fmaf(s.x, kn[i].x, sk[j]))));
+      if constexpr (kOutput) {
+        sq[j] = fmaf(s.w, qn.w, fmaf(s.z, qn.z, fmaf(s.y, qn.y, fmaf(s.x, qn.x, sq[j]))));
+      }
     }
   }
 #pragma unroll
