@@ -269,7 +269,8 @@ __device__ __forceinline__ float mamba2_step(float4 (&S)[N / (4 * mamba2_lanes<N
     S[i].w = round_to<St>(fmaf(b.w, xp, S[i].w * dA));
     if constexpr (kOutput) {
       const float4 cc = *reinterpret_cast<const float4*>(&c.C[tt][n]);
-      acc += S[i].x * cc.x + S[i].y * cc.y + S[i].z * cc.z + S[i].w * cc.w;
+      // y = S C as one chain of fused multiply-adds, one instruction per state element.
+      acc = fmaf(S[i].w, cc.w, fmaf(S[i].z, cc.z, fmaf(S[i].y, cc.y, fmaf(S[i].x, cc.x, acc))));
     }
   }
   if constexpr (kOutput) {
