@@ -25,7 +25,36 @@ struct Mamba2Shared {
   Mamba2RawHistory<Act, N, kMerge ? kChunk : 1> hist_raw;
   __align__(16) float start_state[kReplay && kTree && !kStartInRegs ? kRows * N : 4];
   __align__(16) St next_state[kMulti ? kRows * N : 4];
+  // kMulti: the next channel block's x (history records, then the window) and gate input as
+  // the records and the inputs hold them (act dtype), copied while the current block computes
+  // (mamba2_copy_rows) and converted into the chunk between the blocks.
+  __align__(16) Act x_next[kMulti ? kChunk : 1][kMulti ? kRows : 8];
+  __align__(16) Act z_next[kMulti ? kChunk : 1][kMulti ? kRows : 8];
 };
+
+// Copies rows [t0, t0 + n) of a channel block's kRows act values into dst[t0 .. t0 + n): row tt
+// from src(tt) (channel stride 1 where `vec`, else `stride_c`). `vec`: every row is a 16-byte
+// aligned, whole run (cp.async, completed by the caller's cp.async.wait_all); otherwise plain
+// loads, channels from `valid` on read as zero.
+template <typename Act, int kRows, int kChunk, typename Src>
+__device__ __forceinline__ void mamba2_copy_rows(Act (&dst)[kChunk][kRows], int t0, int n,
+                                                 const Src& src, bool vec, int64_t stride_c,
+                                                 int valid) {
+  static_assert((kRows * sizeof(Act)) % 16 == 0, "16-byte parts of a row");
+  constexpr int kParts = static_cast<int>(kRows * sizeof(Act) / 16);
+  if (vec) {
+    for (int i = threadIdx.x; i < n * kParts; i += kMamba2Threads) {
+      const int tt = t0 + i / kParts, part = i % kParts;
+      cp_async<16>(reinterpret_cast<char*>(&dst[tt][0]) + part * 16,
+                   reinterpret_cast<const char*>(src(tt)) + part * 16);
+    }
+  } else {
+    for (int i = threadIdx.x; i < n * kRows; i += kMamba2Threads) {
+      const int tt = t0 + i / kRows, r = i % kRows;
+      dst[tt][r] = r < valid ? src(tt)[r * stride_c] : from_float<Act>(0.0f);
+    }
+  }
+}
 
 // One (row, head, channel block) of the launch: channels [vblock * kRows, +kRows) of head h,
 // with the layer's gate parameters already loaded.
@@ -198,7 +227,6 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
     constexpr int LANES = mamba2_lanes<N>();
     constexpr int NK = N / (4 * LANES);
     constexpr int kRows = mamba2_rows<N>();
-    constexpr int kPre = (2 * kChunk * kRows + kMamba2Threads - 1) / kMamba2Threads;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kl = lane % LANES;
     const int r = warp * (32 / LANES) + lane / LANES;  // channel within the block
@@ -258,44 +286,33 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
     for (int j = 0; j < nvb; ++j) {
       const int vb = vb0 + j;
       const bool more = j + 1 < nvb;
-      float pre[kPre];
       for (int tt = 0; tt < hist; ++tt) mamba2_step<St, N, kChunk, false>(S, sm.chunk, tt, kl, r);
       if (store && ok) mamba2_store<St, NK, LANES>(head_state + int64_t{ch} * N, S, kl, false);
       if (more) {
-        // The next block's x (history records, then the window's, whose records this block
-        // writes) and gate into registers while this one computes; x = 0 and gate 1 past P.
-#pragma unroll
-        for (int q = 0; q < kPre; ++q) {
-          const int i = tid + q * kMamba2Threads;
-          pre[q] = 0.0f;
-          if (i < nx) {
-            const int tt = i / kRows, chn = (vb + 1) * kRows + i % kRows;
-            if (chn < P) {
-              if (tt < hist) {
-                pre[q] = to_float<Act>(
-                    reinterpret_cast<const Act*>(record(tt) + p.f_x)[int64_t{h} * P + chn]);
-              } else {
-                const int t = tt - hist;
-                const Act xraw = xbc[(rt.begin + t) * p.xbc_stride_token +
-                                     (int64_t{h} * P + chn) * p.xbc_stride_c];
-                pre[q] = to_float<Act>(xraw);
-                if (sink.ring != nullptr) {
-                  int pos = wpos + t;
-                  if (pos >= p.ring) pos -= p.ring;
-                  reinterpret_cast<Act*>(sink.ring + static_cast<int64_t>(pos) * p.factor_bytes +
-                                         p.f_x)[int64_t{h} * P + chn] = xraw;
-                }
-              }
-            }
-          } else if (i < nx + nz) {
-            const int t = (i - nx) / kRows, chn = (vb + 1) * kRows + (i - nx) % kRows;
-            pre[q] = 1.0f;
-            if (chn < P && p.gate) {
-              const float zz = to_float<Act>(static_cast<const Act*>(
-                  p.z)[(rt.begin + t) * p.z_stride_token + (int64_t{h} * P + chn) * p.z_stride_c]);
-              pre[q] = zz * sigmoid(zz);
-            }
-          }
+        // The next block's x (history records, then the window) and gate input into shared
+        // memory with cp.async while this one computes: no registers held across its tokens.
+        const int valid = P - (vb + 1) * kRows;
+        const bool whole = valid >= kRows;
+        const int64_t xoff = int64_t{h} * P + (vb + 1) * kRows;
+        mamba2_copy_rows<Act, kRows, kChunk>(
+            sm.x_next, 0, hist,
+            [&](int tt) { return reinterpret_cast<const Act*>(record(tt) + p.f_x) + xoff; },
+            whole && (xoff * static_cast<int64_t>(sizeof(Act))) % 16 == 0, 1, valid);
+        const Act* const x_win = xbc + rt.begin * p.xbc_stride_token + xoff * p.xbc_stride_c;
+        mamba2_copy_rows<Act, kRows, kChunk>(
+            sm.x_next, hist, rt.count,
+            [&](int tt) { return x_win + (tt - hist) * p.xbc_stride_token; },
+            whole && p.xbc_stride_c == 1 && aligned16(x_win) &&
+                (p.xbc_stride_token * static_cast<int64_t>(sizeof(Act))) % 16 == 0,
+            p.xbc_stride_c, valid);
+        if (p.gate) {
+          const Act* const z_win =
+              static_cast<const Act*>(p.z) + rt.begin * p.z_stride_token + xoff * p.z_stride_c;
+          mamba2_copy_rows<Act, kRows, kChunk>(
+              sm.z_next, 0, rt.count, [&](int t) { return z_win + t * p.z_stride_token; },
+              whole && p.z_stride_c == 1 && aligned16(z_win) &&
+                  (p.z_stride_token * static_cast<int64_t>(sizeof(Act))) % 16 == 0,
+              p.z_stride_c, valid);
         }
       }
       for (int t = 0; t < rt.count; ++t) {
@@ -325,17 +342,37 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
         mamba2_store<St, NK, LANES>(head_state + int64_t{ch} * N, S, kl, false);
       }
       if (more) {
-        __syncthreads();  // every thread is done with this block's staged rows
-#pragma unroll
-        for (int q = 0; q < kPre; ++q) {
-          const int i = tid + q * kMamba2Threads;
-          if (i < nx) {
-            sm.chunk.x[i / kRows][i % kRows] = pre[q];
-          } else if (i < nx + nz) {
-            sm.chunk.z[hist + (i - nx) / kRows][(i - nx) % kRows] = pre[q];
-          }
-        }
+        // Every thread is done with this block's staged rows, and its copies (the next block's
+        // x, gate and state) have landed: after the barrier, everybody's have.
         asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();
+        // The next block's x as floats (x = 0 past P) and the window's x into its factor records
+        // (as the window's staging does for the first block); the gate as silu(z), or 1.
+        const int c0n = (vb + 1) * kRows;
+        for (int i = tid; i < nx; i += kMamba2Threads) {
+          const int tt = i / kRows, rr = i % kRows;
+          float xv = 0.0f;
+          if (c0n + rr < P) {
+            const Act xraw = sm.x_next[tt][rr];
+            xv = to_float<Act>(xraw);
+            if (tt >= hist && sink.ring != nullptr) {
+              int pos = wpos + tt - hist;  // wpos < R and the window fits the ring
+              if (pos >= p.ring) pos -= p.ring;
+              reinterpret_cast<Act*>(sink.ring + static_cast<int64_t>(pos) * p.factor_bytes +
+                                     p.f_x)[int64_t{h} * P + c0n + rr] = xraw;
+            }
+          }
+          sm.chunk.x[tt][rr] = xv;
+        }
+        for (int i = tid; i < nz; i += kMamba2Threads) {
+          const int t = i / kRows, rr = i % kRows;
+          float zv = 1.0f;
+          if (p.gate && c0n + rr < P) {
+            const float zz = to_float<Act>(sm.z_next[t][rr]);
+            zv = zz * sigmoid(zz);
+          }
+          sm.chunk.z[hist + t][rr] = zv;
+        }
         __syncthreads();
         ch += kRows;
         ok = ch < P;
