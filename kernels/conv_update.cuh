@@ -391,12 +391,19 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
         }
       }
       if (v == 0) {
+        // Column k keeps history[n + k], this thread's win[k + n] where k + n < H. The row is
+        // chosen by comparing against n in unrolled loops (win[j], j known at compile time):
+        // indexed with the runtime n, win would live in local memory, and every thread would
+        // store its whole window there.
 #pragma unroll
         for (int k = 0; k < H; ++k) {
-          if (k + n < H) {
 #pragma unroll
-            for (int i = 0; i < C; ++i) {
-              if (i < nc) st[i * H + k] = from_float<St>(win[k + n][i]);
+          for (int j = k; j < H; ++j) {
+            if (j - k == n) {
+#pragma unroll
+              for (int i = 0; i < C; ++i) {
+                if (i < nc) st[i * H + k] = from_float<St>(win[j][i]);
+              }
             }
           }
         }
