@@ -9,7 +9,11 @@ a="$1"
 b="$2"
 filter="$3"
 prefix="${4:-${OUT:-/tmp}/compare}"
-run() { "$1" --benchmark_filter="$filter" --benchmark_format=json >"$2" 2>"$2.err"; }
+run() {
+  "$1" --benchmark_filter="$filter" --benchmark_format=json >"$2" 2>"$2.err" &&
+    grep -q '"benchmarks"' "$2" ||
+    { echo "bench-compare: $1 wrote no benchmarks (no GPU, or none matched '$filter'):"; tail -5 "$2.err"; exit 1; }
+}
 run "$a" "$prefix-a1.json"
 run "$b" "$prefix-b.json"
 run "$a" "$prefix-a2.json"

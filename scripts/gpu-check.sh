@@ -6,6 +6,7 @@
 #
 #   scripts/gpu-check.sh                      # everything
 #   STAGES="build tests bench" scripts/gpu-check.sh
+#   STAGES="build tests ab" scripts/gpu-check.sh   # against .ab-base (scripts/ab-base.sh REV)
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -125,6 +126,31 @@ if has m2bench; then
   sed -n '/Mamba2 rounds/,$p' "$OUT/mamba2_bench.log"
   echo "mamba2 bench rc=$rc"
   [ $rc -ne 0 ] && { tail -20 "$OUT/mamba2_bench.log"; status=1; }
+fi
+
+if has ab; then
+  # The working tree against a base tree (scripts/ab-base.sh REV writes it into .ab-base/; carry
+  # it): the base's benchmarks are built beside this tree's, then each kind's rounds run A, B, A
+  # again (scripts/bench-compare.sh: B / A and the A-A spread). How a kernel change is decided.
+  base="${AB_BASE:-$root/.ab-base}"
+  echo "== A/B against $(cat "$base/.ab-revision" 2>/dev/null || echo "$base") [t=${SECONDS}s]"
+  if [ ! -f "$base/CMakeLists.txt" ]; then
+    echo "ab: no base tree at $base (scripts/ab-base.sh REV makes one)"
+    status=1
+  elif cmake -S "$base" -B "$BUILD-base" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+         -DCMAKE_CUDA_ARCHITECTURES=90 -DSPECSTATE_CUDA=ON -DSPECSTATE_INSTALL=OFF \
+         "${cmake_extra[@]}" >"$OUT/ab_build.log" 2>&1 &&
+       cmake --build "$BUILD-base" -j "$JOBS" --target specstate_gpu_bench specstate_mamba2_bench \
+         >>"$OUT/ab_build.log" 2>&1; then
+    scripts/bench-compare.sh "$BUILD-base/tests/bench/specstate_gpu_bench" "$bench_bin" \
+      "${AB_GDN_FILTER:-BM_Rounds4Replay/T:(2|4|8)/B:(1|8|32|128)/}" "$OUT/ab_gdn" || status=1
+    scripts/bench-compare.sh "$BUILD-base/tests/bench/specstate_mamba2_bench" "$m2_bench_bin" \
+      "${AB_M2_FILTER:-BM_M2Rounds4Replay/T:(2|4|8)/B:(1|8|32|128)/}" "$OUT/ab_m2" || status=1
+  else
+    tail -30 "$OUT/ab_build.log"
+    echo "ab: the base did not build"
+    status=1
+  fi
 fi
 
 if has sim; then
