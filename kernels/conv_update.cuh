@@ -38,6 +38,74 @@ __device__ __forceinline__ void store_row(Act* ptr, int64_t stride_c, bool full,
   }
 }
 
+// A channel group's conv window, s[i * H + k] = channel c0 + i, column k, in a window of the
+// launch's element order (ConvUpdateParams::channels_last): channels first, the group's C x H
+// elements are contiguous at `st`; channels last, its column k is C contiguous channels at
+// st + k * conv_dim. `st` is the group's first element (conv_group_offset); a partial group
+// (nc < C) reads zeros past nc and writes nothing there.
+template <int H>
+__device__ __forceinline__ int64_t conv_group_offset(int c0, bool last) {
+  return last ? int64_t{c0} : int64_t{c0} * H;
+}
+
+template <typename St, int C, int H>
+__device__ __forceinline__ void load_window(const St* st, bool last, int64_t conv_dim, bool full,
+                                            int nc, float (&s)[C * H]) {
+  if (!last) {
+    if (full) {
+      load_n<St, C * H>(st, s, aligned16(st));
+    } else {
+#pragma unroll
+      for (int i = 0; i < C * H; ++i) s[i] = i < nc * H ? to_float<St>(st[i]) : 0.0f;
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < H; ++k) {
+    float col[C];
+    const St* at = st + k * conv_dim;
+    if (full) {
+      load_n<St, C>(at, col, aligned16(at));
+    } else {
+#pragma unroll
+      for (int i = 0; i < C; ++i) col[i] = i < nc ? to_float<St>(at[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < C; ++i) s[i * H + k] = col[i];
+  }
+}
+
+template <typename St, int C, int H>
+__device__ __forceinline__ void store_window(St* st, bool last, int64_t conv_dim, bool full, int nc,
+                                             const float (&s)[C * H]) {
+  if (!last) {
+    if (full) {
+      store_n<St, C * H>(st, s, aligned16(st));
+    } else {
+#pragma unroll
+      for (int i = 0; i < C * H; ++i) {
+        if (i < nc * H) st[i] = from_float<St>(s[i]);
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < H; ++k) {
+    float col[C];
+#pragma unroll
+    for (int i = 0; i < C; ++i) col[i] = s[i * H + k];
+    St* at = st + k * conv_dim;
+    if (full) {
+      store_n<St, C>(at, col, aligned16(at));
+    } else {
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        if (i < nc) at[i] = from_float<St>(col[i]);
+      }
+    }
+  }
+}
+
 // The conv weights [C][W] and bias [C] of channels c0 .. c0 + nc (a partial group repeats
 // channel c0), in float, whatever their dtype and strides.
 template <int W>
@@ -107,7 +175,7 @@ __device__ __forceinline__ void conv_window_output(const float (&w)[kConvChannel
 // replayed or window token is made of): the committed columns (k < W - 1), then the pending
 // steps' inputs from their records, as a committed window holds them (rounded to the conv state
 // dtype St).
-template <typename Act, typename St, int W>
+template <typename Act, typename St, int W, bool kLast = false>
 struct ConvReplayHistory {
   const St* st;         // the group's committed window, [C][W-1]
   const Act* rec;       // the group's channels of the slot's record 0
@@ -115,11 +183,16 @@ struct ConvReplayHistory {
   int64_t record_stride_t;
   int nc;
   bool full;
+  // kLast (channels-last windows): element (channel i, column k) at st[i + k * conv_dim];
+  // otherwise at st[i * (W-1) + k].
+  int64_t conv_dim = 0;
   __device__ __forceinline__ void operator()(int k, float (&out)[kConvChannels]) const {
     constexpr int H = W - 1;
     if (k < H) {
 #pragma unroll
-      for (int i = 0; i < kConvChannels; ++i) out[i] = i < nc ? to_float<St>(st[i * H + k]) : 0.0f;
+      for (int i = 0; i < kConvChannels; ++i) {
+        out[i] = i < nc ? to_float<St>(st[kLast ? i + k * conv_dim : i * H + k]) : 0.0f;
+      }
     } else {
       load_row<Act, kConvChannels>(rec + path[k - H] * record_stride_t, 1, full, nc, out);
 #pragma unroll
@@ -160,7 +233,9 @@ __device__ __forceinline__ void replay_token_window(const Act* x, int64_t x_stri
 // kRecords: the instantiation that reads or writes replay records (the snapshot and plain advance
 // instantiation carries none of that code: at small batches every instruction before the loads
 // is latency).
-template <typename Act, typename St, int W, bool kRecords>
+// kLast: the windows are channels last (p.channels_last), an instantiation of its own so that the
+// default order's code is what it was.
+template <typename Act, typename St, int W, bool kRecords, bool kLast>
 __global__ void __launch_bounds__(kConvThreads)
     conv_update_kernel(const __grid_constant__ ConvUpdateParams p, bool token_loop) {
   constexpr int C = kConvChannels;
@@ -186,15 +261,11 @@ __global__ void __launch_bounds__(kConvThreads)
   const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
   if (slot < 0) return;  // padding row: nothing read, nothing written
 
-  // Committed window of these channels, [C][H].
-  St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{c0} * H;
+  // Committed window of these channels, s[i * H + k] whatever the element order.
+  constexpr bool last = kLast;
+  St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + conv_group_offset<H>(c0, last);
   float s[C * H];
-  if (full) {
-    load_n<St, C * H>(st, s, aligned16(st));
-  } else {
-#pragma unroll
-    for (int i = 0; i < C * H; ++i) s[i] = i < nc * H ? to_float<St>(st[i]) : 0.0f;
-  }
+  load_window<St, C, H>(st, last, p.conv_dim, full, nc, s);
 
   Act* rec =
       has_records ? static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0 : nullptr;
@@ -235,14 +306,7 @@ __global__ void __launch_bounds__(kConvThreads)
     }
     if (n > 0 &&
         (p.store_replayed || (p.store_final && row_tokens(p.varlen, row, p.tokens).count == 0))) {
-      if (full) {
-        store_n<St, C * H>(st, s, aligned16(st));
-      } else {
-#pragma unroll
-        for (int i = 0; i < C * H; ++i) {
-          if (i < nc * H) st[i] = from_float<St>(s[i]);
-        }
-      }
+      store_window<St, C, H>(st, last, p.conv_dim, full, nc, s);
     }
   }
 
@@ -304,20 +368,11 @@ __global__ void __launch_bounds__(kConvThreads)
     St* dst = nullptr;
     if (p.snap != nullptr) {
       dst = static_cast<St*>(p.snap) + row * p.snap_stride_row + t * p.snap_stride_t +
-            int64_t{c0} * H;
+            conv_group_offset<H>(c0, last);
     } else if (p.store_final && t == rt.count - 1) {
       dst = st;  // every read of the committed window happened above (registers)
     }
-    if (dst) {
-      if (full) {
-        store_n<St, C * H>(dst, next, aligned16(dst));
-      } else {
-#pragma unroll
-        for (int i = 0; i < C * H; ++i) {
-          if (i < nc * H) dst[i] = from_float<St>(next[i]);
-        }
-      }
-    }
+    if (dst) store_window<St, C, H>(dst, last, p.conv_dim, full, nc, next);
   }
 }
 
@@ -331,7 +386,7 @@ __global__ void __launch_bounds__(kConvThreads)
 // batches that walk is the kernel's time. The arithmetic is the same, so are the results.
 inline constexpr int kReplaySmallThreads = 64;
 
-template <typename Act, typename St, int W, int VT>
+template <typename Act, typename St, int W, int VT, bool kLast>
 __global__ void __launch_bounds__(kReplaySmallThreads)
     conv_replay_small_kernel(const __grid_constant__ ConvUpdateParams p, int channel_ctas) {
   constexpr int C = kConvChannels;
@@ -353,7 +408,10 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
   const int nc = active ? min(C, p.conv_dim - c0) : C;
   const bool full = nc == C;
   Act* rec = static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0;
-  St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{c0} * H;
+  // Element (channel i, column k) of the committed window at st[i * cs + k * ks].
+  constexpr bool last = kLast;
+  const int64_t cs = last ? 1 : H, ks = last ? int64_t{p.conv_dim} : 1;
+  St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + conv_group_offset<H>(c0, last);
   const int32_t* path = p.path + slot * p.path_stride_slot;
 
   float w[C][W];
@@ -361,7 +419,8 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
   float win[W][C];  // this token's window, oldest first; win[W-1] is its own input
   if (active) {
     load_conv_weights<W>(p, c0, nc, w, bias);
-    const ConvReplayHistory<Act, St, W> history{st, rec, path, p.record_stride_t, nc, full};
+    const ConvReplayHistory<Act, St, W, kLast> history{st, rec,  path,      p.record_stride_t,
+                                                       nc, full, p.conv_dim};
     if (v < n) {
       // Pending step v: the window before it is history[v .. v+H-1], its input history[v+H]
       // (its record, not rounded: the current input of a step).
@@ -387,7 +446,7 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
       if (m >= 0) {
 #pragma unroll
         for (int i = 0; i < C; ++i) {
-          if (i < nc) st[i * H + m] = from_float<St>(win[H][i]);
+          if (i < nc) st[i * cs + m * ks] = from_float<St>(win[H][i]);
         }
       }
       if (v == 0) {
@@ -402,7 +461,7 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
             if (j - k == n) {
 #pragma unroll
               for (int i = 0; i < C; ++i) {
-                if (i < nc) st[i * H + k] = from_float<St>(win[j][i]);
+                if (i < nc) st[i * cs + k * ks] = from_float<St>(win[j][i]);
               }
             }
           }
@@ -421,10 +480,9 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
   if (p.write_records) store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
 }
 
-template <typename Act, typename St>
-cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t stream) {
-  if (p.rows <= 0 || p.tokens < 0) return cudaSuccess;
-  if (p.tokens == 0 && p.pending == nullptr) return cudaSuccess;
+// One element order's kernels (kLast: channels-last windows).
+template <typename Act, typename St, bool kLast>
+cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t stream) {
   const int groups = (p.conv_dim + kConvChannels - 1) / kConvChannels;
   // A final store and a replay must loop (the committed window is read, then updated in place;
   // the pending records are read before the same thread overwrites them). Otherwise loop from 64
@@ -457,44 +515,52 @@ cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t str
     };
     switch (p.width * 2 + (vt == 8 ? 0 : 1)) {
       case 4:
-        return launch(conv_replay_small_kernel<Act, St, 2, 8>);
+        return launch(conv_replay_small_kernel<Act, St, 2, 8, kLast>);
       case 5:
-        return launch(conv_replay_small_kernel<Act, St, 2, 16>);
+        return launch(conv_replay_small_kernel<Act, St, 2, 16, kLast>);
       case 6:
-        return launch(conv_replay_small_kernel<Act, St, 3, 8>);
+        return launch(conv_replay_small_kernel<Act, St, 3, 8, kLast>);
       case 7:
-        return launch(conv_replay_small_kernel<Act, St, 3, 16>);
+        return launch(conv_replay_small_kernel<Act, St, 3, 16, kLast>);
       case 8:
-        return launch(conv_replay_small_kernel<Act, St, 4, 8>);
+        return launch(conv_replay_small_kernel<Act, St, 4, 8, kLast>);
       case 9:
-        return launch(conv_replay_small_kernel<Act, St, 4, 16>);
+        return launch(conv_replay_small_kernel<Act, St, 4, 16, kLast>);
       default:
         return cudaErrorInvalidValue;
     }
   }
   switch (p.width * 2 + (records ? 1 : 0)) {
     case 4:
-      conv_update_kernel<Act, St, 2, false><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      conv_update_kernel<Act, St, 2, false, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     case 5:
-      conv_update_kernel<Act, St, 2, true><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      conv_update_kernel<Act, St, 2, true, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     case 6:
-      conv_update_kernel<Act, St, 3, false><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      conv_update_kernel<Act, St, 3, false, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     case 7:
-      conv_update_kernel<Act, St, 3, true><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      conv_update_kernel<Act, St, 3, true, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     case 8:
-      conv_update_kernel<Act, St, 4, false><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      conv_update_kernel<Act, St, 4, false, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     case 9:
-      conv_update_kernel<Act, St, 4, true><<<grid, kConvThreads, 0, stream>>>(p, loop);
+      conv_update_kernel<Act, St, 4, true, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
       break;
     default:
       return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+template <typename Act, typename St>
+cudaError_t launch_conv_update_typed(const ConvUpdateParams& p, cudaStream_t stream) {
+  if (p.rows <= 0 || p.tokens < 0) return cudaSuccess;
+  if (p.tokens == 0 && p.pending == nullptr) return cudaSuccess;
+  return p.channels_last ? launch_conv_update_order<Act, St, true>(p, stream)
+                         : launch_conv_update_order<Act, St, false>(p, stream);
 }
 
 }  // namespace specstate::kernels

@@ -51,7 +51,8 @@ struct ConvUpdateParams {
   int64_t weight_stride_c = 0;
   int64_t weight_stride_tap = 1;
   int64_t bias_stride = 1;
-  int64_t state_stride_slot = 0;  // committed window: [slots][conv_dim][W-1], contiguous per slot
+  int64_t state_stride_slot = 0;  // committed window: [slots][conv_dim][W-1] (channels_last:
+                                  // [slots][W-1][conv_dim]), contiguous per slot
   int64_t snap_stride_row = 0;    // snapshot windows: [rows][T][conv_dim][W-1]
   int64_t snap_stride_t = 0;
   int64_t record_stride_slot = 0;  // records [slots][T_max][conv_dim]
@@ -73,6 +74,10 @@ struct ConvUpdateParams {
   // `tokens` is then every row's count. With cu, `tokens` is the largest (parents: [rows, tokens]).
   RowTokensParams varlen;
   int32_t slot_inline[kConvInlineRows] = {};  // [rows] advance: slots by value, -1 = skip
+  // The element order of every conv window the launch reads or writes (committed and snapshot,
+  // PoolOptions::conv_layout): false, [conv_dim][W-1] per slot; true, [W-1][conv_dim]. (Last, so
+  // that no other field moves: the kernels' parameter offsets stay those of the default order.)
+  bool channels_last = false;
 };
 
 // Per (row, token) the window is the token's ancestor path over the start window (the committed

@@ -9,15 +9,16 @@ bool gdn_fused_chosen(const GdnFusedParams& f, ElemType act, ElemType conv_state
                       ElemType ssm_state) {
   const GdnRecurrenceParams& p = f.rec;
   const ConvUpdateParams& c = f.conv;
-  const bool applies =
-      f.counters != nullptr && p.cursor != nullptr && p.factors != nullptr &&
-      c.pending != nullptr && c.records != nullptr && c.path != nullptr && c.weight != nullptr &&
-      p.slots != nullptr && c.slots == p.slots && c.row_begin == p.row_begin &&
-      p.parents == nullptr && c.parents == nullptr && p.snap == nullptr && c.snap == nullptr &&
-      !p.store_final && !c.store_final && p.rows > 0 && c.rows == p.rows && p.tokens > 0 &&
-      c.tokens == p.tokens && p.ring <= kGdnChunk && p.head_k_dim == 128 && c.width == 4 &&
-      p.num_k_heads > 0 && p.num_v_heads % p.num_k_heads == 0 && act == ElemType::kBF16 &&
-      conv_state == ElemType::kBF16 && ssm_state == ElemType::kF32;
+  const bool applies = f.counters != nullptr && p.cursor != nullptr && p.factors != nullptr &&
+                       c.pending != nullptr && c.records != nullptr && c.path != nullptr &&
+                       c.weight != nullptr && p.slots != nullptr && c.slots == p.slots &&
+                       c.row_begin == p.row_begin && p.parents == nullptr && c.parents == nullptr &&
+                       p.snap == nullptr && c.snap == nullptr && !p.store_final && !c.store_final &&
+                       p.rows > 0 && c.rows == p.rows && p.tokens > 0 && c.tokens == p.tokens &&
+                       p.ring <= kGdnChunk && p.head_k_dim == 128 && c.width == 4 &&
+                       p.num_k_heads > 0 && p.num_v_heads % p.num_k_heads == 0 &&
+                       act == ElemType::kBF16 && conv_state == ElemType::kBF16 &&
+                       ssm_state == ElemType::kF32 && !c.channels_last && !p.state_kv;
   const char* const force = std::getenv("SPECSTATE_GDN_FUSED");
   return gdn_fused_choice(applies, p.rows, force != nullptr ? (force[0] == '1' ? 1 : 0) : -1);
 }

@@ -32,6 +32,7 @@ struct GdnFusedParams {
 // Whether the fused kernel runs this launch: it can serve it (a replay verify of a chain on
 // device slots, no snapshots, no parents, no final store; history + window within one chunk:
 // ring <= kGdnChunk; K = 128, conv width 4, bf16 activations and conv state, f32 SSM state,
+// specstate's element order (channels-first windows, [HV][V][K] states),
 // counters given) and gdn_fused_choice picks it (the measured rule, or SPECSTATE_GDN_FUSED=0 / 1).
 // Otherwise the caller runs the two launches.
 bool gdn_fused_chosen(const GdnFusedParams& params, ElemType act, ElemType conv_state,

@@ -9,7 +9,7 @@ namespace specstate::kernels {
 // The shared memory of one CTA. next_state: the next item's state (kItems = 2: the next row's;
 // kMulti, a replay chain over several V blocks: the next block's).
 template <typename St, int K, int kRows, int kItems, int kChunk, bool kReplay, bool kTree,
-          bool kMulti, bool kKda>
+          bool kMulti, bool kKda, bool kKV = false>
 struct GdnShared {
   static constexpr bool kNext = kItems > 1 || kMulti;
   GdnChunk<K, kRows, kChunk, kKda> chunk;
@@ -22,7 +22,94 @@ struct GdnShared {
   // step and stored to global memory once per block (gdn_flush_block).
   float out_rows[kMulti ? kChunk : 1][kMulti ? kRows : 1];
   float u_rows[kMulti ? kChunk : 1][kMulti ? kRows : 1];
+  // kKV: the CTA's V rows of a [K][V] state on their way to or from global memory (gdn_kv_load /
+  // gdn_kv_store); a row is K + 1 floats so that neither side's accesses meet in a bank.
+  float kv_tile[kKV ? kRows : 1][kKV ? K + 1 : 1];
 };
+
+// [K][V] states (PoolOptions::ssm_layout = kKV, GdnRecurrenceParams::state_kv): the CTA's V rows
+// [v0, v0 + kRows) of one head are loaded and stored through the shared tile, so that global
+// memory sees runs of 4 consecutive V elements (the state's contiguous axis) per thread, whole
+// sectors per CTA, while each thread keeps its row's K elements in registers as for [V][K]
+// states. `head`: the head's state ([K][V], row k at head + k * V). Every thread of the CTA
+// calls these (they hold barriers); rows past V read zeros and write nothing.
+template <typename St, int K, int kRows, int NK, int LANES, int RPT>
+__device__ __forceinline__ void gdn_kv_load(const St* head, int V, int v0,
+                                            float (&tile)[kRows][K + 1], float4 (&S)[RPT][NK],
+                                            const GdnRows<RPT>& rows, int kl) {
+  static_assert(kRows % 4 == 0, "runs of 4 V elements");
+  constexpr int Q = kRows / 4;
+  const bool vec = V % 4 == 0 && reinterpret_cast<uintptr_t>(head) % (4 * sizeof(St)) == 0;
+  for (int idx = threadIdx.x; idx < K * Q; idx += kGdnThreads) {
+    const int k = idx / Q, q = idx % Q, v = v0 + 4 * q;
+    const St* src = head + int64_t{k} * V + v;
+    float4 x;
+    if (vec && v + 4 <= V) {
+      x = load4<St>(src);
+    } else {
+      x.x = v < V ? to_float<St>(src[0]) : 0.0f;
+      x.y = v + 1 < V ? to_float<St>(src[1]) : 0.0f;
+      x.z = v + 2 < V ? to_float<St>(src[2]) : 0.0f;
+      x.w = v + 3 < V ? to_float<St>(src[3]) : 0.0f;
+    }
+    tile[4 * q][k] = x.x;
+    tile[4 * q + 1][k] = x.y;
+    tile[4 * q + 2][k] = x.z;
+    tile[4 * q + 3][k] = x.w;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    const float* row = tile[rows.vrow[j]];
+#pragma unroll
+    for (int i = 0; i < NK; ++i) {
+      const int k = i * 4 * LANES + kl * 4;
+      S[j][i] = rows.ok[j] ? make_float4(row[k], row[k + 1], row[k + 2], row[k + 3])
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  __syncthreads();  // the tile is reused
+}
+
+template <typename St, int K, int kRows, int NK, int LANES, int RPT>
+__device__ __forceinline__ void gdn_kv_store(St* head, int V, int v0, float (&tile)[kRows][K + 1],
+                                             const float4 (&S)[RPT][NK], const GdnRows<RPT>& rows,
+                                             int kl, bool stream) {
+  constexpr int Q = kRows / 4;
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    float* row = tile[rows.vrow[j]];
+#pragma unroll
+    for (int i = 0; i < NK; ++i) {
+      const int k = i * 4 * LANES + kl * 4;
+      row[k] = S[j][i].x;
+      row[k + 1] = S[j][i].y;
+      row[k + 2] = S[j][i].z;
+      row[k + 3] = S[j][i].w;
+    }
+  }
+  __syncthreads();
+  const bool vec = V % 4 == 0 && reinterpret_cast<uintptr_t>(head) % (4 * sizeof(St)) == 0;
+  for (int idx = threadIdx.x; idx < K * Q; idx += kGdnThreads) {
+    const int k = idx / Q, q = idx % Q, v = v0 + 4 * q;
+    St* dst = head + int64_t{k} * V + v;
+    const float4 x =
+        make_float4(tile[4 * q][k], tile[4 * q + 1][k], tile[4 * q + 2][k], tile[4 * q + 3][k]);
+    if (vec && v + 4 <= V) {
+      if (stream) {
+        store4_stream<St>(dst, x);
+      } else {
+        store4<St>(dst, x);
+      }
+    } else {
+      if (v < V) dst[0] = from_float<St>(x.x);
+      if (v + 1 < V) dst[1] = from_float<St>(x.y);
+      if (v + 2 < V) dst[2] = from_float<St>(x.z);
+      if (v + 3 < V) dst[3] = from_float<St>(x.w);
+    }
+  }
+  __syncthreads();  // the tile is reused
+}
 
 // Stores a block's staged outputs and u records (GdnShared::out_rows / u_rows of window tokens
 // [0, count), rows [v0, v0 + kRows) of the head): a thread per (token, row), consecutive threads
@@ -49,11 +136,13 @@ __device__ __forceinline__ void gdn_flush_block(const GdnRecurrenceParams& p,
 
 // One (row, value head, V block) of the launch: V rows [vblock * kRows, +kRows) of value head hv
 // (key head h), with the layer's gate parameters a_log and dt_bias already loaded.
+// kKV: the state is [K][V] (p.state_kv): its loads and stores go through sm.kv_tile.
 template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
-          bool kTree, int RPT, typename Shared>
+          bool kTree, int RPT, bool kKV, typename Shared>
 __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shared& sm, int vblock,
                                               int h, int hv, float a_log, float dt_bias) {
   static_assert(kItems == 1 || kItems == 2, "one or two rows per CTA");
+  static_assert(!kKV || kItems == 1, "two rows per CTA stage [V][K] rows only");
   static_assert(!kReplay || kItems == 1, "the replay instantiation handles one row per CTA");
   static_assert(RPT == 1 || kItems == 1, "several V rows per thread: one batch row per CTA");
   constexpr int NK = K / (4 * LANES);  // float4 per thread and V row
@@ -88,12 +177,17 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
   St* const state = static_cast<St*>(p.state);
 
   float4 S[RPT][NK];
-  if (slot0 >= 0) {
-    const St* committed0 = state + slot0 * p.state_stride_slot + head_off;
+  // Row j's state from / to a head block (a slot's or a snapshot's), in the launch's order.
+  const auto load_rows = [&](const St* from) {
+    if constexpr (kKV) {
+      gdn_kv_load<St, K, kRows, NK, LANES, RPT>(from, V, vblock * kRows, sm.kv_tile, S, rows, kl);
+    } else {
 #pragma unroll
-    for (int j = 0; j < RPT; ++j)
-      gdn_load_state<St, NK, LANES>(committed0 + row_off(j), S[j], kl, rows.ok[j]);
-  }
+      for (int j = 0; j < RPT; ++j)
+        gdn_load_state<St, NK, LANES>(from + row_off(j), S[j], kl, rows.ok[j]);
+    }
+  };
+  if (slot0 >= 0) load_rows(state + slot0 * p.state_stride_slot + head_off);
   if constexpr (kItems > 1) {
     if (slot1 >= 0 && rows.ok[0]) {
       const St* committed1 = state + slot1 * p.state_stride_slot + head_off + row_off(0);
@@ -112,9 +206,14 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
     asm volatile("cp.async.commit_group;" ::: "memory");
   }
   const auto store_rows = [&](St* dst, bool stream) {
+    if constexpr (kKV) {
+      gdn_kv_store<St, K, kRows, NK, LANES, RPT>(dst, V, vblock * kRows, sm.kv_tile, S, rows, kl,
+                                                 stream);
+    } else {
 #pragma unroll
-    for (int j = 0; j < RPT; ++j) {
-      if (rows.ok[j]) gdn_store_state<St, NK, LANES>(dst + row_off(j), S[j], kl, stream);
+      for (int j = 0; j < RPT; ++j) {
+        if (rows.ok[j]) gdn_store_state<St, NK, LANES>(dst + row_off(j), S[j], kl, stream);
+      }
     }
   };
 
@@ -225,12 +324,8 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
           const int parent = p.parents[row_parent0 + t];
           if (parent != t - 1) {
             if (!recompute) {
-              // The parent's snapshot was written by this thread.
-              const St* from = snap_row + parent * p.snap_stride_t;
-#pragma unroll
-              for (int j = 0; j < RPT; ++j) {
-                gdn_load_state<St, NK, LANES>(from + row_off(j), S[j], kl, rows.ok[j]);
-              }
+              // The parent's snapshot was written by this thread (by this CTA: kKV).
+              load_rows(snap_row + parent * p.snap_stride_t);
             } else {
               // The parent's state: the row's start state advanced along root..parent, all
               // staged in this chunk. The path's indices increase from the root (parents[t] <
@@ -453,15 +548,16 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 #define SPECSTATE_GDN_MULTI_MIN_CTAS 8  // CTAs per SM the kMulti instantiation is compiled for
 #endif
 template <typename Act, typename St, bool kKda, int K, int LANES, int kItems, int kChunk,
-          bool kReplay, bool kTree = false, int RPT = 1, bool kMulti = false>
+          bool kReplay, bool kTree = false, int RPT = 1, bool kMulti = false, bool kKV = false>
 __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
                                                : kMulti     ? SPECSTATE_GDN_MULTI_MIN_CTAS
                                                : LANES == 8 ? 8
                                                             : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
-  static_assert(!kMulti || (kReplay && !kTree && RPT == 1 && kItems == 1), "a replay chain");
+  static_assert(!kMulti || (kReplay && !kTree && RPT == 1 && kItems == 1 && !kKV),
+                "a replay chain of [V][K] states");
   constexpr int kRows = gdn_rows_per_cta<LANES>() * RPT;
-  __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda> sm;
+  __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV> sm;
   const int hv = blockIdx.y;
   // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
   const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
@@ -480,29 +576,40 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
 #pragma unroll 1
     for (int j = 0; j < nvb; ++j) {
       if (j > 0) __syncthreads();  // the shared arrays are reused
-      gdn_row_block<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT>(p, sm, vb0 + j, h, hv,
-                                                                            a_log, dt_bias);
+      gdn_row_block<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT, false>(
+          p, sm, vb0 + j, h, hv, a_log, dt_bias);
     }
   } else {
-    gdn_row_block<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT>(p, sm, blockIdx.x, h, hv,
-                                                                          a_log, dt_bias);
+    gdn_row_block<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kKV>(p, sm, blockIdx.x, h,
+                                                                               hv, a_log, dt_bias);
   }
 }
 
 template <typename Act, typename St, bool kKda, int K, int LANES, int kItems, int kChunk,
-          bool kReplay, bool kTree = false, int RPT = 1, bool kMulti = false>
+          bool kReplay, bool kTree = false, int RPT = 1, bool kMulti = false, bool kKV = false>
 cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) {
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>() * RPT;
   const int nblk = (p.head_v_dim + rows_per_cta - 1) / rows_per_cta;
   const int vblocks = kMulti ? p.vblocks : 1;
   return launch_after_conv(
-      gdn_recurrence_kernel<Act, St, kKda, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kMulti>,
+      gdn_recurrence_kernel<Act, St, kKda, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kMulti,
+                            kKV>,
       dim3((nblk + vblocks - 1) / vblocks, p.num_v_heads, (p.rows + kItems - 1) / kItems),
       dim3(kGdnThreads), p, stream);
 }
 
 template <typename Act, typename St, bool kKda, int K>
 cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
+  if (p.state_kv) {
+    // [K][V] states (PoolOptions::ssm_layout = kKV): one row and one V block per CTA, the state
+    // through the shared tile (gdn_kv_load / gdn_kv_store); the same arithmetic.
+    if (p.cursor != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
+      if (p.parents != nullptr)
+        return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, true, 1, false, true>(p, stream);
+      return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, false, 1, false, true>(p, stream);
+    }
+    return launch_gdn_shape<Act, St, kKda, K, 8, 1, 8, false, false, 1, false, true>(p, stream);
+  }
   // Two rows per CTA from 16 rows on when the window is short (the state read is then a large
   // share of the traffic and its latency is exposed once per CTA). Measured on H200, Qwen3-Next,
   // B=128: T=2 74% -> 80% of copy BW; T=4/8 87% -> 85-86% (hence one row per CTA there).

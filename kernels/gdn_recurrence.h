@@ -44,6 +44,10 @@ struct GdnRecurrenceParams {
   bool fold = false;
   bool settled = false;
   bool write_factors = false;
+  // Every state the launch reads or writes (committed, snapshots) is [HV][K][V] per slot
+  // (PoolOptions::ssm_layout = kKV) instead of [HV][V][K] (in the bools' padding: no field
+  // moves).
+  bool state_kv = false;
   int ring = 0;        // R: factor records per slot (replay)
   int fold_limit = 0;  // R - 2 * T_max: a verify folds iff h > fold_limit
   // Set by the launcher from the head counts (callers leave them): value heads per key head and

@@ -1,6 +1,7 @@
 #include "layout.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -58,6 +59,79 @@ int64_t Layout::scratch_bytes_per_row() const noexcept {
   return int64_t{layers} * max_window * (conv_bytes + ssm_bytes);
 }
 
+std::array<int64_t, 2> Layout::conv_inner_strides() const noexcept {
+  const int64_t H = shapes.conv_width - 1;
+  if (conv_layout == ConvLayout::kChannelsLast) return {1, shapes.conv_dim};
+  return {H, 1};
+}
+
+std::vector<int64_t> Layout::ssm_inner_strides() const {
+  const auto& st = shapes.ssm_shape;
+  std::vector<int64_t> strides(st.size());
+  int64_t stride = 1;
+  for (std::size_t d = st.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= st[d];
+  }
+  if (ssm_layout == SsmLayout::kKV && st.size() == 3) {
+    // [HV][K][V]: (hv, v, k) at hv * V * K + k * V + v.
+    strides[1] = 1;
+    strides[2] = st[1];
+  }
+  return strides;
+}
+
+namespace {
+
+// dst[i * cols + j] = src[j * rows + i] (to) or its inverse, for `count` matrices of rows x cols
+// elements of `esize` bytes: the one permutation every non-canonical layout needs.
+void transpose_blocks(const void* src, void* dst, int64_t count, int64_t rows, int64_t cols,
+                      std::size_t esize) {
+  const auto* in = static_cast<const char*>(src);
+  auto* out = static_cast<char*>(dst);
+  const int64_t block = rows * cols;
+  for (int64_t b = 0; b < count; ++b) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        std::memcpy(out + (b * block + j * rows + i) * esize,
+                    in + (b * block + i * cols + j) * esize, esize);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Layout::permute_conv(const void* src, void* dst, bool to_layout) const noexcept {
+  const std::size_t es = dtype_size(shapes.conv_dtype);
+  if (conv_layout == ConvLayout::kChannelsFirst) {
+    std::memcpy(dst, src, static_cast<std::size_t>(conv_bytes));
+    return;
+  }
+  const int64_t C = shapes.conv_dim, H = shapes.conv_width - 1;
+  // Canonical [C][H] <-> [H][C].
+  if (to_layout) {
+    transpose_blocks(src, dst, 1, C, H, es);
+  } else {
+    transpose_blocks(src, dst, 1, H, C, es);
+  }
+}
+
+void Layout::permute_ssm(const void* src, void* dst, bool to_layout) const noexcept {
+  const std::size_t es = dtype_size(shapes.ssm_dtype);
+  const auto& st = shapes.ssm_shape;
+  if (ssm_layout == SsmLayout::kVK || st.size() != 3) {
+    std::memcpy(dst, src, static_cast<std::size_t>(ssm_bytes));
+    return;
+  }
+  // Per head, canonical [V][K] <-> [K][V].
+  if (to_layout) {
+    transpose_blocks(src, dst, st[0], st[1], st[2], es);
+  } else {
+    transpose_blocks(src, dst, st[0], st[2], st[1], es);
+  }
+}
+
 LayerShapes layer_shapes(const ModelConfig& config) {
   switch (config.kind) {
     case LayerKind::kGatedDeltaNet:
@@ -110,6 +184,26 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
   l.max_window = options.max_window;
   l.strategy = options.strategy;
   l.shapes = layer_shapes(config);
+  if (options.conv_layout != ConvLayout::kChannelsFirst &&
+      options.conv_layout != ConvLayout::kChannelsLast) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": options.conv_layout = " +
+                    std::to_string(static_cast<int>(options.conv_layout)) +
+                    " is not a ConvLayout (0 = channels_first, 1 = channels_last)");
+  }
+  if (options.ssm_layout != SsmLayout::kVK && options.ssm_layout != SsmLayout::kKV) {
+    throw Error(Status::kInvalidArgument, std::string(fn) + ": options.ssm_layout = " +
+                                              std::to_string(static_cast<int>(options.ssm_layout)) +
+                                              " is not an SsmLayout (0 = vk, 1 = kv)");
+  }
+  if (options.ssm_layout == SsmLayout::kKV && config.kind == LayerKind::kMamba2) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) +
+                    ": options.ssm_layout = kv is for the delta-rule kinds (gated_delta_net, "
+                    "kda: [HV][K][V]); a mamba2 state is [nheads][P][N] (vk)");
+  }
+  l.conv_layout = options.conv_layout;
+  l.ssm_layout = options.ssm_layout;
   if (options.strategy == Strategy::kReplay) {
     if (options.replay_ring < 0 ||
         (options.replay_ring > 0 && options.replay_ring / 2 < options.max_window)) {

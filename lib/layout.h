@@ -50,6 +50,9 @@ struct Layout {
   int ring = 0;  // replay: R factor records per slot and layer (0 under snapshot)
   Strategy strategy = Strategy::kSnapshot;
   bool caller_committed = false;  // the committed state lives in caller-owned views
+  // The element order of every slot's state, committed and snapshot scratch (PoolOptions).
+  ConvLayout conv_layout = ConvLayout::kChannelsFirst;
+  SsmLayout ssm_layout = SsmLayout::kVK;
   LayerShapes shapes;
 
   int64_t conv_elems = 0;  // one slot, one layer: conv_dim * (W-1)
@@ -113,6 +116,19 @@ struct Layout {
   }
   int64_t records_bytes_per_slot() const noexcept;
   int64_t scratch_bytes_per_row() const noexcept;
+
+  // Element strides of one slot's state in its logical index order, which every view of the
+  // state keeps: conv (channel, column) of [conv_dim][W-1]; SSM the dims of shapes.ssm_shape.
+  std::array<int64_t, 2> conv_inner_strides() const noexcept;
+  std::vector<int64_t> ssm_inner_strides() const;
+  // Both orders are specstate's own (channels first, [HV][V][K]): states are plain bytes.
+  bool canonical() const noexcept {
+    return conv_layout == ConvLayout::kChannelsFirst && ssm_layout == SsmLayout::kVK;
+  }
+  // One slot-layer state copied between the canonical order and this layout's (to_layout:
+  // canonical -> layout, else layout -> canonical); src and dst do not overlap.
+  void permute_conv(const void* src, void* dst, bool to_layout) const noexcept;
+  void permute_ssm(const void* src, void* dst, bool to_layout) const noexcept;
 };
 
 // Overflow-checked size arithmetic; the error names the function and the field.

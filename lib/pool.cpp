@@ -221,11 +221,12 @@ TensorView StatePool::conv_state(int layer) const {
   impl_->materialize_slots({});
   const auto& s = impl_->storage;
   const auto& l = s.layout;
-  // Slot stride: the pool's own buffers are contiguous; a caller's views keep their stride.
+  // Slot stride: the pool's own buffers are contiguous; a caller's views keep their stride. The
+  // inner strides are the layout's (options.conv_layout).
+  const auto cs = l.conv_inner_strides();
   return TensorView::strided(
       s.conv(layer, 0), l.shapes.conv_dtype, {l.slots, l.shapes.conv_dim, l.shapes.conv_width - 1},
-      {s.conv_slot_stride / static_cast<int64_t>(dtype_size(l.shapes.conv_dtype)),
-       l.shapes.conv_width - 1, 1},
+      {s.conv_slot_stride / static_cast<int64_t>(dtype_size(l.shapes.conv_dtype)), cs[0], cs[1]},
       impl_->device());
 }
 
@@ -240,12 +241,10 @@ TensorView StatePool::ssm_state(int layer) const {
   v.device = impl_->device();
   v.ndim = 1 + static_cast<int>(l.shapes.ssm_shape.size());
   v.shape[0] = l.slots;
-  for (std::size_t i = 0; i < l.shapes.ssm_shape.size(); ++i)
+  const std::vector<int64_t> inner = l.ssm_inner_strides();  // options.ssm_layout
+  for (std::size_t i = 0; i < l.shapes.ssm_shape.size(); ++i) {
     v.shape[i + 1] = l.shapes.ssm_shape[i];
-  int64_t stride = 1;
-  for (int i = v.ndim - 1; i >= 1; --i) {
-    v.stride[i] = stride;
-    stride *= v.shape[i];
+    v.stride[i + 1] = inner[i];
   }
   v.stride[0] = s.ssm_slot_stride / static_cast<int64_t>(dtype_size(l.shapes.ssm_dtype));
   return v;
@@ -258,8 +257,10 @@ TensorView StatePool::conv_state(int layer, SlotHandle handle) const {
   impl_->materialize_slots({slot});
   const auto& s = impl_->storage;
   const auto& l = s.layout;
-  return TensorView::contiguous(s.conv(layer, slot), l.shapes.conv_dtype,
-                                {l.shapes.conv_dim, l.shapes.conv_width - 1}, impl_->device());
+  const auto cs = l.conv_inner_strides();
+  return TensorView::strided(s.conv(layer, slot), l.shapes.conv_dtype,
+                             {l.shapes.conv_dim, l.shapes.conv_width - 1}, {cs[0], cs[1]},
+                             impl_->device());
 }
 
 TensorView StatePool::ssm_state(int layer, SlotHandle handle) const {
@@ -269,8 +270,9 @@ TensorView StatePool::ssm_state(int layer, SlotHandle handle) const {
   impl_->materialize_slots({slot});
   const auto& s = impl_->storage;
   const auto& st = s.layout.shapes.ssm_shape;
-  return TensorView::contiguous(s.ssm(layer, slot), s.layout.shapes.ssm_dtype,
-                                {st[0], st[1], st[2]}, impl_->device());
+  const std::vector<int64_t> in = s.layout.ssm_inner_strides();
+  return TensorView::strided(s.ssm(layer, slot), s.layout.shapes.ssm_dtype, {st[0], st[1], st[2]},
+                             {in[0], in[1], in[2]}, impl_->device());
 }
 
 TensorView StatePool::workspace(Workspace which, int layer) const {
@@ -287,16 +289,22 @@ TensorView StatePool::workspace(Workspace which, int layer) const {
     }
   };
   switch (which) {
-    case Workspace::kSnapshotConv:
+    case Workspace::kSnapshotConv: {
       need(detail::Buf::kSnapConv, "kSnapshotConv");
-      return TensorView::contiguous(
+      const auto cs = l.conv_inner_strides();
+      return TensorView::strided(
           s.snap_conv(layer, 0, 0), l.shapes.conv_dtype,
-          {l.max_rows, l.max_window, l.shapes.conv_dim, l.shapes.conv_width - 1}, dev);
+          {l.max_rows, l.max_window, l.shapes.conv_dim, l.shapes.conv_width - 1},
+          {l.max_window * l.conv_elems, l.conv_elems, cs[0], cs[1]}, dev);
+    }
     case Workspace::kSnapshotSsm: {
       need(detail::Buf::kSnapSsm, "kSnapshotSsm");
       const auto& st = l.shapes.ssm_shape;
-      return TensorView::contiguous(s.snap_ssm(layer, 0, 0), l.shapes.ssm_dtype,
-                                    {l.max_rows, l.max_window, st[0], st[1], st[2]}, dev);
+      const std::vector<int64_t> in = l.ssm_inner_strides();
+      return TensorView::strided(s.snap_ssm(layer, 0, 0), l.shapes.ssm_dtype,
+                                 {l.max_rows, l.max_window, st[0], st[1], st[2]},
+                                 {l.max_window * l.ssm_elems, l.ssm_elems, in[0], in[1], in[2]},
+                                 dev);
     }
     case Workspace::kRecords:
       need(detail::Buf::kRecords, "kRecords");

@@ -56,16 +56,28 @@ void detail::bind_caller_committed(const char* fn, const CommittedStateViews& vi
       check_view(
           v, {fn, name.c_str(), {l.slots, st[0], st[1], st[2]}, dtype, DTypeRule::kExact, device});
     }
-    // Each slot's state contiguous.
+    // Each slot's state compact, in the layout's element order (options.conv_layout /
+    // ssm_layout: the inner strides a view of that order has).
+    std::vector<int64_t> want;
+    if (conv) {
+      const auto cs = l.conv_inner_strides();
+      want = {cs[0], cs[1]};
+    } else {
+      want = l.ssm_inner_strides();
+    }
     int64_t inner = 1;
-    for (int d = v.ndim - 1; d >= 1; --d) {
-      if (v.shape[d] > 1 && v.stride[d] != inner) {
+    for (int d = v.ndim - 1; d >= 1; --d) inner *= v.shape[d];
+    for (int d = 1; d < v.ndim; ++d) {
+      const int64_t expect = want[static_cast<std::size_t>(d - 1)];
+      if (v.shape[d] > 1 && v.stride[d] != expect) {
         fail(Status::kInvalidArgument, fn,
              name + " (" + v.describe() + ") stride " + std::to_string(d) + " = " +
-                 std::to_string(v.stride[d]) + ", expected " + std::to_string(inner) +
-                 ": each slot's state must be contiguous");
+                 std::to_string(v.stride[d]) + ", expected " + std::to_string(expect) +
+                 ": each slot's state must be contiguous, in the options." +
+                 (conv ? std::string("conv_layout = ") + conv_layout_name(l.conv_layout)
+                       : std::string("ssm_layout = ") + ssm_layout_name(l.ssm_layout)) +
+                 " order");
       }
-      inner *= v.shape[d];
     }
     const int64_t stride = l.slots > 1 ? v.stride[0] : inner;
     if (stride < inner) {

@@ -175,6 +175,9 @@ using Header = std::array<uint8_t, static_cast<std::size_t>(kHeaderBytes)>;
 struct Fingerprint {
   uint32_t kind = 0, layers = 0;
   uint8_t act = 0, conv = 0, ssm = 0;
+  // The state's element order (PoolOptions::conv_layout in bit 0, ssm_layout in bit 1): 0, the
+  // canonical order, is what every export of a specstate without layouts holds.
+  uint8_t layout = 0;
   uint32_t shape[kShapeFields] = {};
   uint64_t state_bytes = 0;
 };
@@ -204,8 +207,21 @@ ShapeFields shape_fields(const ModelConfig& c) {
   return c.visit_layer([](const auto& layer) { return shape_fields(layer); });
 }
 
-Fingerprint fingerprint(const ModelConfig& c, int64_t state_bytes) {
+uint8_t layout_bits(const detail::Layout& l) {
+  return static_cast<uint8_t>((l.conv_layout == ConvLayout::kChannelsLast ? 1 : 0) |
+                              (l.ssm_layout == SsmLayout::kKV ? 2 : 0));
+}
+
+std::string layout_text(uint8_t bits) {
+  if (bits > 3) return "layout bits " + std::to_string(bits) + " (unknown)";
+  return std::string("conv_layout = ") +
+         conv_layout_name(bits & 1 ? ConvLayout::kChannelsLast : ConvLayout::kChannelsFirst) +
+         ", ssm_layout = " + ssm_layout_name(bits & 2 ? SsmLayout::kKV : SsmLayout::kVK);
+}
+
+Fingerprint fingerprint(const ModelConfig& c, int64_t state_bytes, uint8_t layout = 0) {
   Fingerprint f;
+  f.layout = layout;
   f.kind = static_cast<uint32_t>(c.kind);
   f.layers = static_cast<uint32_t>(c.num_layers);
   f.act = static_cast<uint8_t>(c.act_dtype());
@@ -242,6 +258,7 @@ Header encode(const Fingerprint& f) {
   h[20] = f.act;
   h[21] = f.conv;
   h[22] = f.ssm;
+  h[23] = f.layout;
   for (int i = 0; i < kShapeFields; ++i) put_le(h.data() + 24 + 4 * i, f.shape[i], 4);
   put_le(h.data() + 48, f.state_bytes, 8);
   put_le(h.data() + kChecksumAt, fnv1a(h.data(), kChecksumAt), 8);
@@ -288,7 +305,7 @@ std::string header_mismatch(const Header& h, const Fingerprint& want, const char
   }
   const uint64_t stored = get_le(h.data() + kChecksumAt, 8);
   const uint64_t actual = fnv1a(h.data(), kChecksumAt);
-  if (stored != actual || h[23] != 0 || get_le(h.data() + 44, 4) != 0) {
+  if (stored != actual || h[23] > 3 || get_le(h.data() + 44, 4) != 0) {
     return "has a truncated or corrupt slot state header (checksum of bytes 0..55 is " +
            std::to_string(actual) + ", the header stores " + std::to_string(stored) + ")";
   }
@@ -298,6 +315,7 @@ std::string header_mismatch(const Header& h, const Fingerprint& want, const char
   got.act = h[20];
   got.conv = h[21];
   got.ssm = h[22];
+  got.layout = h[23];
   for (int i = 0; i < kShapeFields; ++i) {
     got.shape[i] = static_cast<uint32_t>(get_le(h.data() + 24 + 4 * i, 4));
   }
@@ -316,6 +334,12 @@ std::string header_mismatch(const Header& h, const Fingerprint& want, const char
       differ(names[i], std::to_string(got.shape[i]), std::to_string(want.shape[i]));
     }
   }
+  if (got.layout != want.layout) {
+    // The same state in another element order: the bytes would be read transposed.
+    diffs.push_back(layout_text(got.layout) + ", this pool has " + layout_text(want.layout) +
+                    " (the bytes are in the exporting pool's element order; a safetensors file " +
+                    "holds the logical order and moves between layouts)");
+  }
   if (diffs.empty() && got.state_bytes != want.state_bytes) {
     diffs.push_back("state bytes = " + std::to_string(got.state_bytes) + ", this pool has " +
                     std::to_string(want.state_bytes));
@@ -323,7 +347,9 @@ std::string header_mismatch(const Header& h, const Fingerprint& want, const char
   if (diffs.empty()) return std::string();
   std::string out = "was exported from ";
   for (std::size_t i = 0; i < diffs.size(); ++i) out += (i ? "; " : "") + diffs[i];
-  return out + ": it is a slot state of another model config";
+  return out + (got.layout != want.layout && diffs.size() == 1
+                    ? ": it is a slot state of another state layout"
+                    : ": it is a slot state of another model config");
 }
 
 // `n` bytes at `at` (host or device memory) as the one conv window of a one-layer, one-slot
@@ -356,7 +382,8 @@ void StatePool::export_slot(SlotHandle handle, const TensorView& dst) {
   const int slot = impl_->resolve(fn, "handle", handle);
   impl_->check_state_buffer(fn, "dst", dst);
   const auto& l = impl_->storage.layout;
-  const Header header = encode(fingerprint(impl_->config, l.committed_bytes_per_slot()));
+  const Header header =
+      encode(fingerprint(impl_->config, l.committed_bytes_per_slot(), layout_bits(l)));
   impl_->materialize_slots({slot});
   char* out = static_cast<char*>(dst.data);
   if (dst.device == Device::kCpu) {
@@ -382,9 +409,9 @@ void StatePool::import_slot(SlotHandle handle, const TensorView& src) {
     impl_->backend->export_slot(bytes_as_storage(impl_->storage, in, kHeaderBytes), 0,
                                 header.data(), Device::kCpu);
   }
-  const std::string why =
-      header_mismatch(header, fingerprint(impl_->config, l.committed_bytes_per_slot()),
-                      shape_fields(impl_->config).names);
+  const std::string why = header_mismatch(
+      header, fingerprint(impl_->config, l.committed_bytes_per_slot(), layout_bits(l)),
+      shape_fields(impl_->config).names);
   if (!why.empty()) {
     fail(Status::kInvalidArgument, fn, "src (" + src.describe() + ") " + why);
   }
@@ -466,13 +493,16 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
   std::vector<SafetensorsFile::NewTensor> tensors;
   const uint8_t* at = bytes.data();
   for (int layer = 0; layer < l.layers; ++layer) {
+    // The file holds the logical (canonical) element order whatever the pool's layout.
     SafetensorsFile::NewTensor conv{layer_tensor_name(layer, "conv_state"),
                                     safetensors_dtype(l.shapes.conv_dtype), conv_shape,
-                                    std::vector<uint8_t>(at, at + l.conv_bytes)};
+                                    std::vector<uint8_t>(static_cast<std::size_t>(l.conv_bytes))};
+    l.permute_conv(at, conv.bytes.data(), false);
     at += l.conv_bytes;
     SafetensorsFile::NewTensor ssm{layer_tensor_name(layer, "ssm_state"),
                                    safetensors_dtype(l.shapes.ssm_dtype), l.shapes.ssm_shape,
-                                   std::vector<uint8_t>(at, at + l.ssm_bytes)};
+                                   std::vector<uint8_t>(static_cast<std::size_t>(l.ssm_bytes))};
+    l.permute_ssm(at, ssm.bytes.data(), false);
     at += l.ssm_bytes;
     tensors.push_back(std::move(conv));
     tensors.push_back(std::move(ssm));
@@ -561,7 +591,15 @@ void StatePool::import_slot(SlotHandle handle, const std::string& path) {
   for (const Expected& e : expected) {
     const SafetensorsTensorInfo& info = file.info(e.name);
     const uint8_t* data = file.raw_data(e.name);
-    bytes.insert(bytes.end(), data, data + (info.data_end - info.data_begin));
+    const auto n = static_cast<std::size_t>(info.data_end - info.data_begin);
+    // The file's logical order into the pool's element order (options.conv_layout / ssm_layout).
+    bytes.resize(bytes.size() + n);
+    uint8_t* to = bytes.data() + bytes.size() - n;
+    if (e.shape == &conv_shape) {
+      l.permute_conv(data, to, true);
+    } else {
+      l.permute_ssm(data, to, true);
+    }
   }
   impl_->backend->import_slot(impl_->storage, slot, bytes.data(), Device::kCpu);
   impl_->mark_overwritten(slot);

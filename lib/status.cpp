@@ -52,6 +52,26 @@ const char* strategy_name(Strategy strategy) noexcept {
   return "unknown";
 }
 
+const char* conv_layout_name(ConvLayout layout) noexcept {
+  switch (layout) {
+    case ConvLayout::kChannelsFirst:
+      return "channels_first";
+    case ConvLayout::kChannelsLast:
+      return "channels_last";
+  }
+  return "unknown";
+}
+
+const char* ssm_layout_name(SsmLayout layout) noexcept {
+  switch (layout) {
+    case SsmLayout::kVK:
+      return "vk";
+    case SsmLayout::kKV:
+      return "kv";
+  }
+  return "unknown";
+}
+
 const char* version() noexcept { return "0.1.0"; }
 
 }  // namespace specstate

@@ -7,6 +7,7 @@
 #   scripts/gpu-check.sh                      # everything
 #   STAGES="build tests bench" scripts/gpu-check.sh
 #   STAGES="build tests ab" scripts/gpu-check.sh   # against .ab-base (scripts/ab-base.sh REV)
+#   STAGES="build tests layout" scripts/gpu-check.sh   # the rounds under each state layout
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -151,6 +152,19 @@ if has ab; then
     echo "ab: the base did not build"
     status=1
   fi
+fi
+
+if has layout; then
+  # The state layouts (PoolOptions::conv_layout / ssm_layout, SPECSTATE_BENCH_LAYOUT): the same
+  # rounds in specstate's order, with channels-last conv windows, with [HV][K][V] states and with
+  # both (vLLM's order), the first again at the end (the run-to-run spread). LAYOUT_GDN_FILTER /
+  # LAYOUT_M2_FILTER pick the shapes.
+  echo "== state layouts (SPECSTATE_BENCH_LAYOUT) [t=${SECONDS}s]"
+  scripts/bench-sweep.sh "$bench_bin" SPECSTATE_BENCH_LAYOUT "default conv_last kv vllm" \
+    "${LAYOUT_GDN_FILTER:-BM_Rounds4(Replay|Snapshot)/T:4/B:(1|8|32|128)/}" "$OUT/layout_gdn" ||
+    status=1
+  scripts/bench-sweep.sh "$m2_bench_bin" SPECSTATE_BENCH_LAYOUT "default conv_last" \
+    "${LAYOUT_M2_FILTER:-BM_M2Rounds4Replay/T:4/B:(1|8|32|128)/}" "$OUT/layout_m2" || status=1
 fi
 
 if has sim; then

@@ -150,8 +150,27 @@ enum class Backend : int32_t { kCpu = 0, kCuda = 1 };
 //              state until StatePool::materialize.
 enum class Strategy : int32_t { kSnapshot = 0, kReplay = 1 };
 
+// The element order of one slot's state, per layer (DESIGN.md section 4), for the committed state
+// (the pool's own, or the caller's views) and the snapshot scratch alike. Views of the state keep
+// their logical shape and index order ([slots, conv_dim, W-1], [slots, HV, V, K]); the layout
+// only changes their strides, and every result is bit-identical under every layout.
+//   kChannelsFirst: [conv_dim][W-1], oldest column first: specstate's and SGLang's order, vLLM's
+//                   "DS" (VLLM_SSM_CONV_STATE_LAYOUT=DS).
+//   kChannelsLast:  [W-1][conv_dim]: vLLM v1's default ("SD", the conv_state tensor of every
+//                   Mamba2 / GDN / KDA layer, (W-1, conv_dim) per block). A caller-owned pool
+//                   takes such a tensor as its transpose, a [slots, conv_dim, W-1] view with
+//                   strides (slot, 1, conv_dim).
+enum class ConvLayout : int32_t { kChannelsFirst = 0, kChannelsLast = 1 };
+//   kVK: [HV][V][K] (Mamba2 [nheads][P][N]): SGLang's, vLLM's GDN state, fla's state_v_first.
+//   kKV: [HV][K][V]: fla's default and vLLM's KDA recurrent state (GDN and KDA only). A
+//        caller-owned pool takes such a tensor as a [slots, HV, V, K] view with strides
+//        (slot, K * V, 1, V) (torch: state.transpose(-1, -2)).
+enum class SsmLayout : int32_t { kVK = 0, kKV = 1 };
+
 const char* backend_name(Backend backend) noexcept;
 const char* strategy_name(Strategy strategy) noexcept;
+const char* conv_layout_name(ConvLayout layout) noexcept;  // "channels_first" / "channels_last"
+const char* ssm_layout_name(SsmLayout layout) noexcept;    // "vk" / "kv"
 
 // The replay ring R a pool gets for PoolOptions::replay_ring = 0 (see there).
 int64_t default_replay_ring(int64_t max_window) noexcept;
@@ -183,6 +202,11 @@ struct PoolOptions {
   // and longer histories cost more than the writes they save; R = 6 at T = 2, where a fold per
   // round is the larger cost). Must be 0 or >= 2 * max_window.
   int replay_ring = 0;
+  // Element order of each slot's conv window and SSM state (see ConvLayout / SsmLayout): the
+  // defaults are specstate's; vLLM's tensors are kChannelsLast and, for KDA, kKV. kKV is
+  // rejected for Mamba2.
+  ConvLayout conv_layout = ConvLayout::kChannelsFirst;
+  SsmLayout ssm_layout = SsmLayout::kVK;
   int device = 0;          // CUDA device ordinal (kCuda only)
   void* stream = nullptr;  // cudaStream_t the pool's work runs on (kCuda only; null = default)
 };

@@ -35,15 +35,17 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
   const Layout& l = s.layout;
   const StateIO& io = run.io;
   const int T = run.tokens_per_row;
-  StateBuf cur(l);
-  std::vector<StateBuf> nodes;  // tree states of the window when no snapshot stores them
+  StateBuf cur(l), prev(l), next(l);  // prev / next: snapshot tokens of a non-canonical layout
+  std::vector<StateBuf> nodes;        // tree states of the window when no snapshot stores them
   for (int r = 0; r < run.rows(); ++r) {
     const int slot = run.plan ? run.plan->slots[r] : run.slots[r];
     if (slot < 0) continue;  // padding rows: nothing read, nothing written
     char* conv = s.conv(run.layer, slot);
     char* ssm = s.ssm(run.layer, slot);
-    std::memcpy(cur.conv.data(), conv, l.conv_bytes);
-    std::memcpy(cur.ssm.data(), ssm, l.ssm_bytes);
+    // The token steps work in the canonical element order; the pool's memory is in the layout's
+    // (options.conv_layout / ssm_layout: a plain copy for the canonical one).
+    l.permute_conv(conv, cur.conv.data(), false);
+    l.permute_ssm(ssm, cur.ssm.data(), false);
     const int n = run.length(r);
     const bool only_replay = io.store_final && n == 0;
     if (io.conv_pending) {
@@ -53,7 +55,7 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
         step.shift_conv(cur.conv.data());
       }
       if (pend > 0 && (io.store_replayed || only_replay)) {
-        std::memcpy(conv, cur.conv.data(), l.conv_bytes);
+        l.permute_conv(cur.conv.data(), conv, true);
       }
     }
     // The settled cursor: a fold (this verify's, or the first verify's of this round) makes the
@@ -71,7 +73,7 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
       for (int i = 0; i < hist; ++i)
         step.apply_factor(cur.ssm.data(), s.factor(run.layer, slot, (base + i) % l.ring));
       if (folds || (!io.fold && hist > 0 && (io.store_replayed || only_replay))) {
-        std::memcpy(ssm, cur.ssm.data(), l.ssm_bytes);
+        l.permute_ssm(cur.ssm.data(), ssm, true);
       }
       if (folds) {
         base = (base + hist) % l.ring;
@@ -86,8 +88,8 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
         step.step(cur.conv.data(), cur.conv.data(), cur.ssm.data(), cur.ssm.data(), token0 + i);
       }
       if (io.store_final && n > 0) {
-        std::memcpy(conv, cur.conv.data(), l.conv_bytes);
-        std::memcpy(ssm, cur.ssm.data(), l.ssm_bytes);
+        l.permute_conv(cur.conv.data(), conv, true);
+        l.permute_ssm(cur.ssm.data(), ssm, true);
       }
       continue;
     }
@@ -99,7 +101,19 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
       const int parent = run.plan->parents[static_cast<std::size_t>(r) * T + t];
       const char *prev_conv, *prev_ssm;
       char *next_conv, *next_ssm;
-      if (io.store_tokens) {
+      const bool permuted = io.store_tokens && !l.canonical();
+      if (permuted) {
+        // Snapshots in the layout's order: the parent's read into, the token's state written
+        // from, canonical working copies.
+        if (parent >= 0) {
+          l.permute_conv(s.snap_conv(run.layer, r, parent), prev.conv.data(), false);
+          l.permute_ssm(s.snap_ssm(run.layer, r, parent), prev.ssm.data(), false);
+        }
+        prev_conv = parent < 0 ? cur.conv.data() : prev.conv.data();
+        prev_ssm = parent < 0 ? cur.ssm.data() : prev.ssm.data();
+        next_conv = next.conv.data();
+        next_ssm = next.ssm.data();
+      } else if (io.store_tokens) {
         prev_conv = parent < 0 ? cur.conv.data() : s.snap_conv(run.layer, r, parent);
         prev_ssm = parent < 0 ? cur.ssm.data() : s.snap_ssm(run.layer, r, parent);
         next_conv = s.snap_conv(run.layer, r, t);
@@ -117,6 +131,10 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
         factor = s.factor(run.layer, slot, (base + hist + t) % l.ring);
       }
       step.step(prev_conv, next_conv, prev_ssm, next_ssm, token0 + t, factor);
+      if (permuted) {
+        l.permute_conv(next.conv.data(), s.snap_conv(run.layer, r, t), true);
+        l.permute_ssm(next.ssm.data(), s.snap_ssm(run.layer, r, t), true);
+      }
     }
   }
 }

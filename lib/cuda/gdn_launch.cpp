@@ -59,6 +59,7 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
   c.state_stride_slot =
       s.conv_slot_stride / static_cast<int64_t>(dtype_size(lay.shapes.conv_dtype));
   c.state = s.conv(a.layer, 0);
+  c.channels_last = lay.conv_layout == ConvLayout::kChannelsLast;  // committed and snapshots
   if (io.store_tokens) {
     c.snap_stride_t = int64_t{d} * hist;
     c.snap_stride_row = c.snap_stride_t * T_max;
@@ -164,6 +165,7 @@ GdnLaunch delta_launch(const Args& a, const Config& g, const TensorView& b) {
     r.out = offset_bytes(out.core_out, a.token0 * out.core_out.stride[0]);
   }
   state_io_params(r, a);
+  r.state_kv = a.storage->layout.ssm_layout == SsmLayout::kKV;  // committed and snapshots
   return L;
 }
 

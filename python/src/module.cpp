@@ -139,6 +139,22 @@ void bind_config(nb::module_& m) {
       "StatePool.materialize).")
       .value("SNAPSHOT", Strategy::kSnapshot)
       .value("REPLAY", Strategy::kReplay);
+  nb::enum_<ConvLayout>(
+      m, "ConvLayout",
+      "Element order of each slot's conv window (PoolOptions.conv_layout); views keep the shape "
+      "[slots, conv_dim, W-1] and carry the order in their strides.")
+      .value("CHANNELS_FIRST", ConvLayout::kChannelsFirst,
+             "[conv_dim][W-1]: specstate's and SGLang's, vLLM's 'DS'")
+      .value("CHANNELS_LAST", ConvLayout::kChannelsLast,
+             "[W-1][conv_dim]: vLLM v1's default conv_state ('SD'); adopt it transposed");
+  nb::enum_<SsmLayout>(
+      m, "SsmLayout",
+      "Element order of each slot's SSM state (PoolOptions.ssm_layout); views keep the shape "
+      "[slots, HV, V, K] and carry the order in their strides.")
+      .value("VK", SsmLayout::kVK, "[HV][V][K] (Mamba2 [nheads][P][N]): SGLang's, vLLM's GDN")
+      .value("KV", SsmLayout::kKV,
+             "[HV][K][V]: fla's default, vLLM's KDA recurrent_state (GDN and KDA only); adopt "
+             "it transposed");
   nb::enum_<Workspace>(m, "Workspace", "Workspace tensors of a strategy (StatePool.workspace).")
       .value("SNAPSHOT_CONV", Workspace::kSnapshotConv,
              "snapshot: [max_rows, max_window, conv_dim, W-1]")
@@ -292,7 +308,8 @@ void bind_config(nb::module_& m) {
       .def(
           "__init__",
           [](PoolOptions* self, int num_slots, int max_rows, int max_window, Backend backend,
-             Strategy strategy, int device, nb::handle stream) {
+             Strategy strategy, int device, nb::handle stream, int replay_ring,
+             ConvLayout conv_layout, SsmLayout ssm_layout) {
             new (self) PoolOptions();
             self->num_slots = num_slots;
             self->max_rows = max_rows;
@@ -300,13 +317,18 @@ void bind_config(nb::module_& m) {
             self->backend = backend;
             self->strategy = strategy;
             self->device = device;
+            self->replay_ring = replay_ring;
+            self->conv_layout = conv_layout;
+            self->ssm_layout = ssm_layout;
             auto s = to_stream(stream, "stream");
             self->stream = reinterpret_cast<void*>(s.value_or(0));
           },
           nb::kw_only(), nb::arg("num_slots") = 1, nb::arg("max_rows") = 1,
           nb::arg("max_window") = 1, nb::arg("backend") = Backend::kCpu,
           nb::arg("strategy") = Strategy::kSnapshot, nb::arg("device") = 0,
-          nb::arg("stream").none() = nb::none(), "Keyword arguments set the fields.")
+          nb::arg("stream").none() = nb::none(), nb::arg("replay_ring") = 0,
+          nb::arg("conv_layout") = ConvLayout::kChannelsFirst,
+          nb::arg("ssm_layout") = SsmLayout::kVK, "Keyword arguments set the fields.")
       .def_rw("num_slots", &PoolOptions::num_slots,
               "Requests whose committed state the pool holds.")
       .def_rw("max_rows", &PoolOptions::max_rows, "Largest verify batch (padding included).")
@@ -314,6 +336,12 @@ void bind_config(nb::module_& m) {
       .def_rw("backend", &PoolOptions::backend, "CPU or CUDA.")
       .def_rw("strategy", &PoolOptions::strategy, "SNAPSHOT or REPLAY.")
       .def_rw("device", &PoolOptions::device, "CUDA device ordinal (CUDA only).")
+      .def_rw("replay_ring", &PoolOptions::replay_ring,
+              "REPLAY: factor records per slot and layer (0: max(2 * max_window, 6)).")
+      .def_rw("conv_layout", &PoolOptions::conv_layout,
+              "Element order of the conv windows (ConvLayout).")
+      .def_rw("ssm_layout", &PoolOptions::ssm_layout,
+              "Element order of the SSM states (SsmLayout; KV for GDN and KDA only).")
       .def_prop_rw(
           "stream", [](const PoolOptions& o) { return reinterpret_cast<uintptr_t>(o.stream); },
           [](PoolOptions& o, nb::handle value) {
@@ -325,6 +353,9 @@ void bind_config(nb::module_& m) {
 
   m.def("backend_name", &backend_name, nb::arg("backend"), "'cpu' or 'cuda'.");
   m.def("strategy_name", &strategy_name, nb::arg("strategy"), "'snapshot' or 'replay'.");
+  m.def("conv_layout_name", &conv_layout_name, nb::arg("layout"),
+        "'channels_first' or 'channels_last'.");
+  m.def("ssm_layout_name", &ssm_layout_name, nb::arg("layout"), "'vk' or 'kv'.");
   m.def("dtype_name", &dtype_name, nb::arg("dtype"), "'f32', 'bf16' or 'i32'.");
   m.def("status_name", &status_name, nb::arg("status"), "The status's name.");
 }

@@ -164,11 +164,25 @@ inline int bench_ring() {
   return r ? std::atoi(r) : 0;
 }
 
+// SPECSTATE_BENCH_LAYOUT: the element order of the benchmarks' pools (PoolOptions::conv_layout /
+// ssm_layout): unset or "default", specstate's; "conv_last", channels-last conv windows; "kv",
+// [HV][K][V] states (delta-rule kinds); "vllm", both (a Mamba2 pool takes only the conv part).
+inline void apply_bench_layout(PoolOptions& o, LayerKind kind) {
+  const char* v = std::getenv("SPECSTATE_BENCH_LAYOUT");
+  const std::string layout = v ? v : "default";
+  if (layout == "conv_last" || layout == "vllm") o.conv_layout = ConvLayout::kChannelsLast;
+  if ((layout == "kv" || layout == "vllm") && kind != LayerKind::kMamba2) {
+    o.ssm_layout = SsmLayout::kKV;
+  }
+}
+
 // The options of a benchmark's CUDA pool: `rows` slots and rows, windows up to `max_window`, on
-// `stream`; a replay pool takes bench_ring().
+// `stream`; a replay pool takes bench_ring(); the layout is SPECSTATE_BENCH_LAYOUT's.
 inline PoolOptions bench_pool_options(int rows, int max_window, cudaStream_t stream,
-                                      Strategy strategy = Strategy::kSnapshot) {
+                                      Strategy strategy = Strategy::kSnapshot,
+                                      LayerKind kind = LayerKind::kGatedDeltaNet) {
   PoolOptions o;
+  apply_bench_layout(o, kind);
   o.num_slots = rows;
   o.max_rows = rows;
   o.max_window = max_window;

@@ -126,7 +126,7 @@ struct World {
     pool.reset();
     handles.clear();
     pool = std::make_unique<StatePool>(ModelConfig::mamba2(kLayers, nemotron_h_8b()),
-                                       bench_pool_options(kMaxB, T, stream, s));
+                                       bench_pool_options(kMaxB, T, stream, s, LayerKind::kMamba2));
     pool_strategy = s;
     pool_T = T;
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());

@@ -14,22 +14,32 @@ namespace {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// Shapes of one slot's state, from an owning pool of the model (the pool is the authority).
+// Shapes and inner strides (the element order) of one slot's state, from an owning pool of the
+// model with `options`' layouts (the pool is the authority).
 struct StateShapes {
-  std::vector<int64_t> conv, ssm;  // without the slot dimension
+  std::vector<int64_t> conv, ssm;                // without the slot dimension
+  std::vector<int64_t> conv_stride, ssm_stride;  // likewise
   DType conv_dtype, ssm_dtype;
 };
 
-StateShapes state_shapes(const ModelConfig& model) {
+StateShapes state_shapes(const ModelConfig& model, const PoolOptions& options) {
   PoolOptions o;
   o.num_slots = 1;
   o.max_rows = 1;
   o.max_window = 1;
+  o.conv_layout = options.conv_layout;
+  o.ssm_layout = options.ssm_layout;
   StatePool probe(model, o);
   StateShapes s;
   const TensorView c = probe.conv_state(0), m = probe.ssm_state(0);
-  for (int d = 1; d < c.ndim; ++d) s.conv.push_back(c.shape[d]);
-  for (int d = 1; d < m.ndim; ++d) s.ssm.push_back(m.shape[d]);
+  for (int d = 1; d < c.ndim; ++d) {
+    s.conv.push_back(c.shape[d]);
+    s.conv_stride.push_back(c.stride[d]);
+  }
+  for (int d = 1; d < m.ndim; ++d) {
+    s.ssm.push_back(m.shape[d]);
+    s.ssm_stride.push_back(m.stride[d]);
+  }
   s.conv_dtype = c.dtype;
   s.ssm_dtype = m.dtype;
   return s;
@@ -42,7 +52,8 @@ int64_t product(const std::vector<int64_t>& v) {
 }
 
 TensorView state_view(char* base, DType dtype, int slots, const std::vector<int64_t>& inner,
-                      int64_t slot_stride_elems, Device device) {
+                      const std::vector<int64_t>& inner_stride, int64_t slot_stride_elems,
+                      Device device) {
   TensorView v;
   v.data = base;
   v.dtype = dtype;
@@ -50,11 +61,9 @@ TensorView state_view(char* base, DType dtype, int slots, const std::vector<int6
   v.ndim = 1 + static_cast<int>(inner.size());
   v.shape[0] = slots;
   v.stride[0] = slot_stride_elems;
-  int64_t stride = 1;
   for (int d = v.ndim - 1; d >= 1; --d) {
     v.shape[d] = inner[static_cast<std::size_t>(d - 1)];
-    v.stride[d] = stride;
-    stride *= v.shape[d];
+    v.stride[d] = inner_stride[static_cast<std::size_t>(d - 1)];
   }
   return v;
 }
@@ -63,12 +72,12 @@ TensorView state_view(char* base, DType dtype, int slots, const std::vector<int6
 
 CallerMemory make_caller_memory(const ModelConfig& model, const PoolOptions& options,
                                 CallerLayout layout, Memory& mem, uint64_t seed) {
-  const StateShapes sh = state_shapes(model);
+  const StateShapes sh = state_shapes(model, options);
   const int L = model.num_layers, S = options.num_slots;
   CallerMemory cm;
-  auto region = [&](const std::vector<int64_t>& inner, DType dtype, int64_t* state_bytes,
-                    std::vector<int64_t>* offsets, TensorView* buffer,
-                    std::vector<TensorView>* views) {
+  auto region = [&](const std::vector<int64_t>& inner, const std::vector<int64_t>& inner_stride,
+                    DType dtype, int64_t* state_bytes, std::vector<int64_t>* offsets,
+                    TensorView* buffer, std::vector<TensorView>* views) {
     const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
     *state_bytes = product(inner) * elem;
     // A padded slot stride (16-byte multiple, at least 16 bytes of padding between slots).
@@ -88,14 +97,15 @@ CallerMemory make_caller_memory(const ModelConfig& model, const PoolOptions& opt
     char* base = static_cast<char*>(buffer->data);
     for (int l = 0; l < L; ++l) {
       const int64_t off = layer_at[static_cast<std::size_t>(l)];
-      views->push_back(state_view(base + off, dtype, S, inner, slot_bytes / elem,
+      views->push_back(state_view(base + off, dtype, S, inner, inner_stride, slot_bytes / elem,
                                   mem.backend() == Backend::kCuda ? Device::kCuda : Device::kCpu));
       for (int s = 0; s < S; ++s) offsets->push_back(off + s * slot_bytes);
     }
   };
-  region(sh.conv, sh.conv_dtype, &cm.conv_state_bytes, &cm.conv_offset, &cm.conv_buffer,
-         &cm.views.conv);
-  region(sh.ssm, sh.ssm_dtype, &cm.ssm_state_bytes, &cm.ssm_offset, &cm.ssm_buffer, &cm.views.ssm);
+  region(sh.conv, sh.conv_stride, sh.conv_dtype, &cm.conv_state_bytes, &cm.conv_offset,
+         &cm.conv_buffer, &cm.views.conv);
+  region(sh.ssm, sh.ssm_stride, sh.ssm_dtype, &cm.ssm_state_bytes, &cm.ssm_offset, &cm.ssm_buffer,
+         &cm.views.ssm);
   return cm;
 }
 
@@ -111,6 +121,7 @@ void run(const typename Kind::Config& g, Strategy strategy, bool tree, CallerLay
   PoolOptions o = m.options(strategy, /*slots=*/6, /*rows=*/4, /*window=*/kRoundT);
   o.backend = mem.backend();
   o.stream = mem.stream();
+  if (layout == CallerLayout::kVllm) o = vllm_layout_options(o, m.model().kind);
   CallerMemory cm = make_caller_memory(m.model(), o, layout, mem, seed ^ 0x5A5A);
   const std::vector<uint8_t> conv0 = mem.bytes(cm.conv_buffer), ssm0 = mem.bytes(cm.ssm_buffer);
   StatePool own(m.model(), o), caller(m.model(), o, cm.views);

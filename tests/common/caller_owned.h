@@ -18,6 +18,8 @@ namespace specstate::test {
 enum class CallerLayout {
   kOneTensor,  // one [L, slots, padded state] tensor per kind: equidistant layers
   kPerLayer,   // per-layer regions at irregular offsets: no common layer pitch
+  kVllm,       // kOneTensor in vLLM's element order (both pools: vllm_layout_options): each
+               // slot's conv window [W-1][conv_dim], the delta-rule kinds' state [HV][K][V]
 };
 
 // The caller's memory of one pool: a buffer per kind, the views handed to the pool, and where
@@ -30,7 +32,7 @@ struct CallerMemory {
 };
 
 // Allocates (through `mem`, persistent) and fills with a sentinel the caller memory of a pool
-// of `model` / `options` in `layout`.
+// of `model` / `options` in `layout` (the views in options' element order).
 CallerMemory make_caller_memory(const ModelConfig& model, const PoolOptions& options,
                                 CallerLayout layout, Memory& mem, uint64_t seed);
 

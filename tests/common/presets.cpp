@@ -213,6 +213,12 @@ KdaConfig kda_preset(const std::string& name) {
   throw std::invalid_argument("kda_preset: unknown preset " + name);
 }
 
+PoolOptions vllm_layout_options(PoolOptions o, LayerKind kind) {
+  o.conv_layout = ConvLayout::kChannelsLast;
+  o.ssm_layout = kind == LayerKind::kMamba2 ? SsmLayout::kVK : SsmLayout::kKV;
+  return o;
+}
+
 std::vector<EquivalenceCase> cpu_equivalence_cases() {
   return {
       {"f32_chain", "small_f32", false, 5, 5, 40},
@@ -244,6 +250,16 @@ std::vector<EquivalenceCase> cpu_equivalence_cases() {
       {"kda_bf16_tree", "kda_small_bf16", true, 5, 6, 40},
       {"kda_lb_all_bf16_tree", "kda_lb_all_bf16", true, 4, 4, 30},
       {"kda_lb_f32_chain", "kda_lb_f32", false, 5, 4, 30},
+      // vLLM's element order (channels-last conv windows, [HV][K][V] states) in one pool or
+      // both: bit-identical to the default order, element for element.
+      {"vllm_f32_tree_replay", "small_f32", true, 5, 4, 30, 0, kReplayVllm},
+      {"vllm_bf16_chain_snapshot", "small_bf16", false, 4, 4, 30, 8, kSnapshotVllm},
+      {"vllm_all_bf16_tree_both", "small_all_bf16", true, 4, 4, 30, 0, kSnapshotVllm | kReplayVllm},
+      {"vllm_mamba2_bf16_tree_replay", "m2_small_bf16", true, 5, 4, 30, 0, kReplayVllm},
+      {"vllm_mamba2_f32_chain_snapshot", "m2_small_f32", false, 4, 4, 30, 8, kSnapshotVllm},
+      {"vllm_kda_bf16_tree_replay", "kda_small_bf16", true, 5, 4, 30, 0, kReplayVllm},
+      {"vllm_kda_lb_f32_chain_both", "kda_lb_f32", false, 5, 4, 30, 10,
+       kSnapshotVllm | kReplayVllm},
       {"kda_f32_chain_ring2t", "kda_small_f32", false, 4, 5, 40, 8},
       {"kda_bf16_tree_ring2t", "kda_small_bf16", true, 5, 5, 40, 10},
       {"kda_bf16_chain_ring40_long", "kda_small_bf16", false, 4, 4, 120, 40},
@@ -274,6 +290,15 @@ std::vector<EquivalenceCase> gpu_equivalence_cases() {
       {"kda_grouped_bf16_tree", "kda_gpu_grouped_bf16", true, 5, 4, 12},
       {"kda_k128_chain_ring2t", "kda_gpu_k128", false, 4, 5, 24, 8},
       {"kda_lb_f32_tree_ring40_long", "kda_gpu_lb_f32", true, 4, 3, 110, 40},
+      // vLLM's element order (vllm_layout_options), bit-identical to the default order.
+      {"vllm_k128_tree_replay", "gpu_k128", true, 5, 4, 16, 0, kReplayVllm},
+      {"vllm_k128_chain_snapshot", "gpu_k128", false, 4, 4, 16, 0, kSnapshotVllm},
+      {"vllm_k32_chain_both_ring2t", "gpu_k32", false, 4, 4, 24, 8, kSnapshotVllm | kReplayVllm},
+      {"vllm_f32_chain_replay", "gpu_f32", false, 8, 3, 12, 0, kReplayVllm},
+      {"vllm_mamba2_bf16_tree_replay", "m2_gpu_bf16", true, 5, 4, 16, 0, kReplayVllm},
+      {"vllm_kda_k128_chain_replay", "kda_gpu_k128", false, 4, 5, 16, 0, kReplayVllm},
+      {"vllm_kda_grouped_bf16_tree_snapshot", "kda_gpu_grouped_bf16", true, 5, 4, 12, 0,
+       kSnapshotVllm},
   };
 }
 

@@ -64,7 +64,16 @@ struct EquivalenceCase {
   int rounds;
   int ring = 0;  // replay: PoolOptions::replay_ring (0: the default; 2 * max_window folds every
                  // round; larger rings keep long histories)
+  // Which pool keeps its state in vLLM's element order (vllm_layout_options): 0 neither (the
+  // default order), kReplayVllm, kSnapshotVllm or both. The states are compared in their logical
+  // order, so a layout must change nothing but where each element lies.
+  int vllm = 0;
 };
+inline constexpr int kSnapshotVllm = 1, kReplayVllm = 2;
+
+// `o` with vLLM's element order for `kind`: conv windows channels last ([W-1][conv_dim]), the
+// delta-rule kinds' SSM state [HV][K][V] (Mamba2 keeps [nheads][P][N]).
+PoolOptions vllm_layout_options(PoolOptions o, LayerKind kind);
 
 // The cases every backend runs (the GPU suite adds the CUDA-sized presets).
 std::vector<EquivalenceCase> cpu_equivalence_cases();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <list>
 #include <random>
 #include <string>
@@ -32,16 +33,38 @@ class HostMemory final : public Memory {
   std::list<Buffer> persistent_, round_;
 };
 
-// Both pools, side by side.
+// Both pools, side by side; `vllm` says which keeps vLLM's element order (EquivalenceCase).
 struct Pair {
   StatePool snap, replay;
-  Pair(const ModelConfig& m, PoolOptions o)
-      : snap(m, with(o, Strategy::kSnapshot)), replay(m, with(o, Strategy::kReplay)) {}
-  static PoolOptions with(PoolOptions o, Strategy s) {
+  Pair(const ModelConfig& m, PoolOptions o, int vllm)
+      : snap(m, with(o, Strategy::kSnapshot, m.kind, vllm & kSnapshotVllm)),
+        replay(m, with(o, Strategy::kReplay, m.kind, vllm & kReplayVllm)) {}
+  static PoolOptions with(PoolOptions o, Strategy s, LayerKind kind, bool vllm) {
     o.strategy = s;
-    return o;
+    return vllm ? vllm_layout_options(o, kind) : o;
   }
 };
+
+// The bytes of a view's elements in its logical index order (row-major over its shape), whatever
+// its strides: states of two element orders compare element for element. The view's elements
+// span exactly numel elements (a compact state in any order).
+std::vector<uint8_t> logical_bytes(Memory& mem, const TensorView& v) {
+  const std::vector<uint8_t> raw = mem.bytes(v);
+  const std::size_t es = dtype_size(v.dtype);
+  std::vector<uint8_t> out(raw.size());
+  std::vector<int64_t> idx(static_cast<std::size_t>(v.ndim), 0);
+  const int64_t n = v.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (int d = 0; d < v.ndim; ++d) off += idx[static_cast<std::size_t>(d)] * v.stride[d];
+    std::memcpy(out.data() + i * es, raw.data() + off * es, es);
+    for (int d = v.ndim - 1; d >= 0; --d) {
+      if (++idx[static_cast<std::size_t>(d)] < v.shape[d]) break;
+      idx[static_cast<std::size_t>(d)] = 0;
+    }
+  }
+  return out;
+}
 
 // The driver, for any layer kind (common/layer_kinds.h).
 template <typename Kind>
@@ -54,7 +77,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   const int L = KindDriver<Kind>::kLayers;
   PoolOptions options = d.options(c.requests + 2, c.requests + 2, c.max_window);
   options.replay_ring = c.ring;
-  Pair pools(d.model, options);
+  Pair pools(d.model, options, c.vllm);
   auto same_outputs = [&](const Outputs& a, const Outputs& b, const std::string& what) {
     const NamedViews x = Kind::tensors(a), y = Kind::tensors(b);
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -64,9 +87,11 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   };
   auto same_state = [&](const std::string& what) {
     for (int l = 0; l < L; ++l) {
-      ASSERT_EQ(mem.bytes(pools.snap.conv_state(l)), mem.bytes(pools.replay.conv_state(l)))
+      ASSERT_EQ(logical_bytes(mem, pools.snap.conv_state(l)),
+                logical_bytes(mem, pools.replay.conv_state(l)))
           << what << ": layer " << l << " committed conv state differs";
-      ASSERT_EQ(mem.bytes(pools.snap.ssm_state(l)), mem.bytes(pools.replay.ssm_state(l)))
+      ASSERT_EQ(logical_bytes(mem, pools.snap.ssm_state(l)),
+                logical_bytes(mem, pools.replay.ssm_state(l)))
           << what << ": layer " << l << " committed SSM state differs";
     }
   };

@@ -52,7 +52,18 @@ INSTANTIATE_TEST_SUITE_P(
                       OwnedCase{"kda_chain_snapshot_one_tensor", "kda_small_f32",
                                 Strategy::kSnapshot, false, CallerLayout::kOneTensor},
                       OwnedCase{"kda_tree_replay_per_layer", "kda_small_bf16", Strategy::kReplay,
-                                true, CallerLayout::kPerLayer}),
+                                true, CallerLayout::kPerLayer},
+                      // vLLM's element order: conv [W-1][conv_dim], delta-rule state [HV][K][V].
+                      OwnedCase{"gdn_tree_replay_vllm", "small_bf16", Strategy::kReplay, true,
+                                CallerLayout::kVllm},
+                      OwnedCase{"gdn_chain_snapshot_vllm", "small_f32", Strategy::kSnapshot, false,
+                                CallerLayout::kVllm},
+                      OwnedCase{"m2_chain_replay_vllm", "m2_small_bf16", Strategy::kReplay, false,
+                                CallerLayout::kVllm},
+                      OwnedCase{"kda_tree_snapshot_vllm", "kda_small_bf16", Strategy::kSnapshot,
+                                true, CallerLayout::kVllm},
+                      OwnedCase{"kda_chain_replay_vllm", "kda_lb_f32", Strategy::kReplay, false,
+                                CallerLayout::kVllm}),
     [](const ::testing::TestParamInfo<OwnedCase>& info) { return std::string(info.param.name); });
 
 TEST(CallerOwnedBadInput, ViewsThePoolCannotAdoptAreRejectedNamingThem) {

@@ -50,7 +50,16 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuOwnedCase{"m2_chain_snapshot_per_layer", "m2_gpu_bf16",
                                    Strategy::kSnapshot, false, CallerLayout::kPerLayer},
                       GpuOwnedCase{"m2_tree_replay_one_tensor", "m2_gpu_f32", Strategy::kReplay,
-                                   true, CallerLayout::kOneTensor}),
+                                   true, CallerLayout::kOneTensor},
+                      // vLLM's element order: conv [W-1][conv_dim], delta-rule state [HV][K][V].
+                      GpuOwnedCase{"k128_chain_replay_vllm", "gpu_k128", Strategy::kReplay, false,
+                                   CallerLayout::kVllm},
+                      GpuOwnedCase{"k32_tree_snapshot_vllm", "gpu_k32", Strategy::kSnapshot, true,
+                                   CallerLayout::kVllm},
+                      GpuOwnedCase{"m2_chain_replay_vllm", "m2_gpu_bf16", Strategy::kReplay, false,
+                                   CallerLayout::kVllm},
+                      GpuOwnedCase{"kda_tree_replay_vllm", "kda_gpu_k128", Strategy::kReplay, true,
+                                   CallerLayout::kVllm}),
     [](const ::testing::TestParamInfo<GpuOwnedCase>& info) {
       return std::string(info.param.name);
     });
