@@ -32,11 +32,11 @@ struct GdnShared {
 // memory sees runs of 4 consecutive V elements (the state's contiguous axis) per thread, whole
 // sectors per CTA, while each thread keeps its row's K elements in registers as for [V][K]
 // states. `head`: the head's state ([K][V], row k at head + k * V). Every thread of the CTA
-// calls these (they hold barriers); rows past V read zeros and write nothing.
-template <typename St, int K, int kRows, int NK, int LANES, int RPT>
-__device__ __forceinline__ void gdn_kv_load(const St* head, int V, int v0,
-                                            float (&tile)[kRows][K + 1], float4 (&S)[RPT][NK],
-                                            const GdnRows<RPT>& rows, int kl) {
+// calls these (they hold barriers); rows past V read zeros and write nothing. The global side
+// is not inlined: its address arithmetic then costs the token loop no registers (inlined, it
+// made the replay kernel spill 56 bytes there).
+template <typename St, int K, int kRows>
+__device__ __noinline__ void gdn_kv_tile_from_global(const St* head, int V, int v0, float* tile) {
   static_assert(kRows % 4 == 0, "runs of 4 V elements");
   constexpr int Q = kRows / 4;
   const bool vec = V % 4 == 0 && reinterpret_cast<uintptr_t>(head) % (4 * sizeof(St)) == 0;
@@ -52,12 +52,47 @@ __device__ __forceinline__ void gdn_kv_load(const St* head, int V, int v0,
       x.z = v + 2 < V ? to_float<St>(src[2]) : 0.0f;
       x.w = v + 3 < V ? to_float<St>(src[3]) : 0.0f;
     }
-    tile[4 * q][k] = x.x;
-    tile[4 * q + 1][k] = x.y;
-    tile[4 * q + 2][k] = x.z;
-    tile[4 * q + 3][k] = x.w;
+    float* col = tile + 4 * q * (K + 1) + k;
+    col[0] = x.x;
+    col[K + 1] = x.y;
+    col[2 * (K + 1)] = x.z;
+    col[3 * (K + 1)] = x.w;
   }
   __syncthreads();
+}
+
+template <typename St, int K, int kRows>
+__device__ __noinline__ void gdn_kv_tile_to_global(St* head, int V, int v0, const float* tile,
+                                                   bool stream) {
+  constexpr int Q = kRows / 4;
+  __syncthreads();
+  const bool vec = V % 4 == 0 && reinterpret_cast<uintptr_t>(head) % (4 * sizeof(St)) == 0;
+  for (int idx = threadIdx.x; idx < K * Q; idx += kGdnThreads) {
+    const int k = idx / Q, q = idx % Q, v = v0 + 4 * q;
+    St* dst = head + int64_t{k} * V + v;
+    const float* col = tile + 4 * q * (K + 1) + k;
+    const float4 x = make_float4(col[0], col[K + 1], col[2 * (K + 1)], col[3 * (K + 1)]);
+    if (vec && v + 4 <= V) {
+      if (stream) {
+        store4_stream<St>(dst, x);
+      } else {
+        store4<St>(dst, x);
+      }
+    } else {
+      if (v < V) dst[0] = from_float<St>(x.x);
+      if (v + 1 < V) dst[1] = from_float<St>(x.y);
+      if (v + 2 < V) dst[2] = from_float<St>(x.z);
+      if (v + 3 < V) dst[3] = from_float<St>(x.w);
+    }
+  }
+  __syncthreads();  // the tile is reused
+}
+
+template <typename St, int K, int kRows, int NK, int LANES, int RPT>
+__device__ __forceinline__ void gdn_kv_load(const St* head, int V, int v0,
+                                            float (&tile)[kRows][K + 1], float4 (&S)[RPT][NK],
+                                            const GdnRows<RPT>& rows, int kl) {
+  gdn_kv_tile_from_global<St, K, kRows>(head, V, v0, &tile[0][0]);
 #pragma unroll
   for (int j = 0; j < RPT; ++j) {
     const float* row = tile[rows.vrow[j]];
@@ -75,7 +110,6 @@ template <typename St, int K, int kRows, int NK, int LANES, int RPT>
 __device__ __forceinline__ void gdn_kv_store(St* head, int V, int v0, float (&tile)[kRows][K + 1],
                                              const float4 (&S)[RPT][NK], const GdnRows<RPT>& rows,
                                              int kl, bool stream) {
-  constexpr int Q = kRows / 4;
 #pragma unroll
   for (int j = 0; j < RPT; ++j) {
     float* row = tile[rows.vrow[j]];
@@ -88,27 +122,7 @@ __device__ __forceinline__ void gdn_kv_store(St* head, int V, int v0, float (&ti
       row[k + 3] = S[j][i].w;
     }
   }
-  __syncthreads();
-  const bool vec = V % 4 == 0 && reinterpret_cast<uintptr_t>(head) % (4 * sizeof(St)) == 0;
-  for (int idx = threadIdx.x; idx < K * Q; idx += kGdnThreads) {
-    const int k = idx / Q, q = idx % Q, v = v0 + 4 * q;
-    St* dst = head + int64_t{k} * V + v;
-    const float4 x =
-        make_float4(tile[4 * q][k], tile[4 * q + 1][k], tile[4 * q + 2][k], tile[4 * q + 3][k]);
-    if (vec && v + 4 <= V) {
-      if (stream) {
-        store4_stream<St>(dst, x);
-      } else {
-        store4<St>(dst, x);
-      }
-    } else {
-      if (v < V) dst[0] = from_float<St>(x.x);
-      if (v + 1 < V) dst[1] = from_float<St>(x.y);
-      if (v + 2 < V) dst[2] = from_float<St>(x.z);
-      if (v + 3 < V) dst[3] = from_float<St>(x.w);
-    }
-  }
-  __syncthreads();  // the tile is reused
+  gdn_kv_tile_to_global<St, K, kRows>(head, V, v0, &tile[0][0], stream);
 }
 
 // Stores a block's staged outputs and u records (GdnShared::out_rows / u_rows of window tokens
