@@ -77,6 +77,25 @@ inline std::vector<uint8_t> export_image(StatePool& pool, SlotHandle h) {
   return bytes;
 }
 
+// A view's elements in its logical index order (row-major over its shape), as bytes, from `raw`:
+// the bytes of its span, numel elements from its first (a compact state in any element order,
+// PoolOptions::conv_layout / ssm_layout). States of two orders compare element for element.
+inline std::vector<uint8_t> logical_bytes(const std::vector<uint8_t>& raw, const TensorView& v) {
+  const std::size_t es = dtype_size(v.dtype);
+  std::vector<uint8_t> out(raw.size());
+  std::vector<int64_t> idx(static_cast<std::size_t>(v.ndim), 0);
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    int64_t off = 0;
+    for (int d = 0; d < v.ndim; ++d) off += idx[static_cast<std::size_t>(d)] * v.stride[d];
+    std::memcpy(out.data() + i * es, raw.data() + off * es, es);
+    for (int d = v.ndim - 1; d >= 0; --d) {
+      if (++idx[static_cast<std::size_t>(d)] < v.shape[d]) break;
+      idx[static_cast<std::size_t>(d)] = 0;
+    }
+  }
+  return out;
+}
+
 // A slot's committed state as exported bytes (host), any backend: the export buffer without
 // its header (every layer's conv window, then its SSM state), to compare states with.
 inline std::vector<uint8_t> exported(StatePool& pool, SlotHandle h) {

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <list>
 #include <random>
 #include <string>
@@ -45,27 +44,6 @@ struct Pair {
   }
 };
 
-// The bytes of a view's elements in its logical index order (row-major over its shape), whatever
-// its strides: states of two element orders compare element for element. The view's elements
-// span exactly numel elements (a compact state in any order).
-std::vector<uint8_t> logical_bytes(Memory& mem, const TensorView& v) {
-  const std::vector<uint8_t> raw = mem.bytes(v);
-  const std::size_t es = dtype_size(v.dtype);
-  std::vector<uint8_t> out(raw.size());
-  std::vector<int64_t> idx(static_cast<std::size_t>(v.ndim), 0);
-  const int64_t n = v.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t off = 0;
-    for (int d = 0; d < v.ndim; ++d) off += idx[static_cast<std::size_t>(d)] * v.stride[d];
-    std::memcpy(out.data() + i * es, raw.data() + off * es, es);
-    for (int d = v.ndim - 1; d >= 0; --d) {
-      if (++idx[static_cast<std::size_t>(d)] < v.shape[d]) break;
-      idx[static_cast<std::size_t>(d)] = 0;
-    }
-  }
-  return out;
-}
-
 // The driver, for any layer kind (common/layer_kinds.h).
 template <typename Kind>
 void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& mem,
@@ -85,16 +63,17 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
           << what << ": " << x[i].first << " differs";
     }
   };
+  // The committed states in their logical order (the pools' element orders may differ).
+  auto logical = [&](const TensorView& v) { return logical_bytes(mem.bytes(v), v); };
   auto same_state = [&](const std::string& what) {
     for (int l = 0; l < L; ++l) {
-      ASSERT_EQ(logical_bytes(mem, pools.snap.conv_state(l)),
-                logical_bytes(mem, pools.replay.conv_state(l)))
+      ASSERT_EQ(logical(pools.snap.conv_state(l)), logical(pools.replay.conv_state(l)))
           << what << ": layer " << l << " committed conv state differs";
-      ASSERT_EQ(logical_bytes(mem, pools.snap.ssm_state(l)),
-                logical_bytes(mem, pools.replay.ssm_state(l)))
+      ASSERT_EQ(logical(pools.snap.ssm_state(l)), logical(pools.replay.ssm_state(l)))
           << what << ": layer " << l << " committed SSM state differs";
     }
   };
+
   // Layer l of the open round verified in both pools on the same random inputs.
   auto verify_both = [&](int l, int64_t tokens, const std::string& what) {
     const Inputs in = d.inputs(tokens);

@@ -23,21 +23,10 @@
 namespace specstate::test {
 namespace {
 
-// A host view's elements in logical index order (row-major over its shape), as bytes.
+// A host view's elements in logical index order, as bytes.
 std::vector<uint8_t> logical(const TensorView& v) {
-  const std::size_t es = dtype_size(v.dtype);
-  std::vector<uint8_t> out(static_cast<std::size_t>(v.numel()) * es);
-  std::vector<int64_t> idx(static_cast<std::size_t>(v.ndim), 0);
-  for (int64_t i = 0; i < v.numel(); ++i) {
-    int64_t off = 0;
-    for (int d = 0; d < v.ndim; ++d) off += idx[static_cast<std::size_t>(d)] * v.stride[d];
-    std::memcpy(out.data() + i * es, static_cast<const char*>(v.data) + off * es, es);
-    for (int d = v.ndim - 1; d >= 0; --d) {
-      if (++idx[static_cast<std::size_t>(d)] < v.shape[d]) break;
-      idx[static_cast<std::size_t>(d)] = 0;
-    }
-  }
-  return out;
+  const auto* p = static_cast<const uint8_t*>(v.data);
+  return logical_bytes(std::vector<uint8_t>(p, p + v.numel() * dtype_size(v.dtype)), v);
 }
 
 bool nonzero(const std::vector<uint8_t>& bytes) {
