@@ -394,6 +394,7 @@ struct DriverStats {
   // Drivers (runs) of each kind: caller-owned pools (of them vLLM-paged), lazy replay pools.
   int64_t caller_runs = 0, paged_runs = 0, lazy_runs = 0;
   int64_t mamba2_runs = 0;            // runs of Mamba2 pools (the others Gated DeltaNet)
+  int64_t vllm_order_runs = 0;        // runs in vLLM's element order (conv_layout / ssm_layout)
   int64_t bad_argument_rejected = 0;  // layer calls with a wrong shape / dtype / ndim / device /
                                       // optional argument of the kind (misaligned: below)
   int64_t adopted = 0;                // adopt() of a slot just released (mid-round included)
@@ -412,6 +413,7 @@ struct DriverStats {
     released_mid_round += s.released_mid_round, varlen_rounds += s.varlen_rounds;
     caller_runs += s.caller_runs, paged_runs += s.paged_runs, lazy_runs += s.lazy_runs;
     mamba2_runs += s.mamba2_runs, bad_argument_rejected += s.bad_argument_rejected;
+    vllm_order_runs += s.vllm_order_runs;
     adopted += s.adopted, adopted_mid_round += s.adopted_mid_round;
     adopted_written += s.adopted_written, released_pending += s.released_pending;
     materialized += s.materialized, materialized_pending += s.materialized_pending;
@@ -498,7 +500,16 @@ class KindDriver final : public DriverBase {
     options_.num_slots = 1 + static_cast<int>(src.below(4));
     options_.max_rows = 1 + static_cast<int>(src.below(4));
     options_.max_window = 1 + static_cast<int>(src.below(5));
-    rng_.seed(src.below(1u << 16));
+    const uint32_t seed = src.below(1u << 16);
+    rng_.seed(seed);
+    // One pool in five keeps vLLM's element order (PoolOptions::conv_layout, and for GDN half of
+    // the time ssm_layout = kKV), the shadow the same order, so that every comparison below is
+    // byte for byte in it (StateLayout* and the vllm_* equivalence cases compare the orders with
+    // each other). Taken from the seed, so the source's bytes keep their meaning.
+    if (seed % 5 == 1) {
+      options_.conv_layout = ConvLayout::kChannelsLast;
+      if (config_.kind != LayerKind::kMamba2 && seed % 2 == 1) options_.ssm_layout = SsmLayout::kKV;
+    }
     // The pool under test runs either strategy; the shadow only decodes (the strategy does not
     // matter there). Under replay every comparison goes through views, which materialize.
     PoolOptions tested = options_;
@@ -535,6 +546,7 @@ class KindDriver final : public DriverBase {
     }
     stats_.lazy_runs += lazy_;
     stats_.mamba2_runs += config_.kind == LayerKind::kMamba2;
+    stats_.vllm_order_runs += options_.conv_layout == ConvLayout::kChannelsLast;
     for (int l = 0; l < config_.num_layers; ++l) {
       const DType w = src.coin() ? DType::kBF16 : DType::kF32;  // weights: any float dtype
       layers_.push_back(K::random_layer(cfg(), w, rng_));
@@ -1277,8 +1289,15 @@ class KindDriver final : public DriverBase {
     ++stats_.rejected;
   }
 
+  // The elements a state view spans (1 + the largest offset), in elements: numel for a compact
+  // state in any element order (PoolOptions::conv_layout / ssm_layout), from dimension `from` on.
+  static int64_t span(const TensorView& v, int from) {
+    int64_t last = 0;
+    for (int d = from; d < v.ndim; ++d) last += (v.shape[d] - 1) * v.stride[d];
+    return last + 1;
+  }
   static std::vector<uint8_t> view_bytes(const TensorView& v) {
-    if (!v.is_contiguous()) violation("a per-slot state view is not contiguous");
+    if (span(v, 0) != v.numel()) violation("a per-slot state view is not compact");
     const auto* p = static_cast<const uint8_t*>(v.data);
     return std::vector<uint8_t>(p, p + v.numel() * static_cast<int64_t>(dtype_size(v.dtype)));
   }
@@ -1295,15 +1314,11 @@ class KindDriver final : public DriverBase {
     }
     return out;
   }
-  // Slot `slot` of a committed-state view: each slot's state contiguous, the slot stride the
-  // view's (a caller's views may pad or interleave slots).
+  // Slot `slot` of a committed-state view in the pool's element order: each slot's state
+  // compact, the slot stride the view's (a caller's views may pad or interleave slots).
   static std::vector<uint8_t> slot_bytes(const TensorView& v, int slot) {
     const int64_t per = v.numel() / v.shape[0];
-    for (int d = v.ndim - 1, inner = 1; d >= 1; inner *= static_cast<int>(v.shape[d]), --d) {
-      if (v.shape[d] > 1 && v.stride[d] != inner) {
-        violation("a committed state view's slot is not contiguous");
-      }
-    }
+    if (span(v, 1) != per) violation("a committed state view's slot is not compact");
     if (v.shape[0] > 1 && v.stride[0] < per) violation("a committed state view's slots overlap");
     const auto* p = static_cast<const uint8_t*>(v.data) +
                     slot * v.stride[0] * static_cast<int64_t>(dtype_size(v.dtype));
