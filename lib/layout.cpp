@@ -83,8 +83,8 @@ std::vector<int64_t> Layout::ssm_inner_strides() const {
 
 namespace {
 
-// dst[i * cols + j] = src[j * rows + i] (to) or its inverse, for `count` matrices of rows x cols
-// elements of `esize` bytes: the one permutation every non-canonical layout needs.
+// Transposes `count` row-major matrices of rows x cols elements of `esize` bytes each:
+// dst[j * rows + i] = src[i * cols + j]. The one permutation every non-canonical layout needs.
 void transpose_blocks(const void* src, void* dst, int64_t count, int64_t rows, int64_t cols,
                       std::size_t esize) {
   const auto* in = static_cast<const char*>(src);
