@@ -63,13 +63,7 @@ __device__ __forceinline__ void load_window(const St* st, bool last, int64_t con
 #pragma unroll
   for (int k = 0; k < H; ++k) {
     float col[C];
-    const St* at = st + k * conv_dim;
-    if (full) {
-      load_n<St, C>(at, col, aligned16(at));
-    } else {
-#pragma unroll
-      for (int i = 0; i < C; ++i) col[i] = i < nc ? to_float<St>(at[i]) : 0.0f;
-    }
+    load_row<St, C>(st + k * conv_dim, 1, full, nc, col);  // column k: C contiguous channels
 #pragma unroll
     for (int i = 0; i < C; ++i) s[i * H + k] = col[i];
   }
@@ -94,15 +88,7 @@ __device__ __forceinline__ void store_window(St* st, bool last, int64_t conv_dim
     float col[C];
 #pragma unroll
     for (int i = 0; i < C; ++i) col[i] = s[i * H + k];
-    St* at = st + k * conv_dim;
-    if (full) {
-      store_n<St, C>(at, col, aligned16(at));
-    } else {
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
-        if (i < nc) at[i] = from_float<St>(col[i]);
-      }
-    }
+    store_row<St, C>(st + k * conv_dim, 1, full, nc, col);
   }
 }
 
