@@ -154,15 +154,24 @@ std::vector<uint8_t> rows_bytes(const TensorView& v, int64_t begin, int64_t coun
 }
 
 std::vector<float> rows_to_floats(const TensorView& v, int64_t begin, int64_t count) {
-  // Views here are contiguous within a row (pool views, test buffers).
+  // Each row's elements in logical order (row-major over shape[1..]), read through the view's
+  // strides: a row is compact within stride[0] elements, in any element order (the pool's
+  // PoolOptions::conv_layout / ssm_layout), so states of two orders compare element for element.
   int64_t row_elems = 1;
   for (int d = 1; d < v.ndim; ++d) row_elems *= v.shape[d];
   const std::vector<uint8_t> bytes = rows_bytes(v, begin, count);
   std::vector<float> out;
   out.reserve(static_cast<std::size_t>(row_elems * count));
+  std::vector<int64_t> idx(static_cast<std::size_t>(v.ndim), 0);
   for (int64_t r = 0; r < count; ++r) {
+    std::fill(idx.begin(), idx.end(), 0);
     for (int64_t i = 0; i < row_elems; ++i) {
-      const int64_t e = r * v.stride[0] + i;
+      int64_t e = r * v.stride[0];
+      for (int d = 1; d < v.ndim; ++d) e += idx[static_cast<std::size_t>(d)] * v.stride[d];
+      for (int d = v.ndim - 1; d >= 1; --d) {
+        if (++idx[static_cast<std::size_t>(d)] < v.shape[d]) break;
+        idx[static_cast<std::size_t>(d)] = 0;
+      }
       if (v.dtype == DType::kBF16) {
         uint16_t raw;
         std::memcpy(&raw, bytes.data() + 2 * e, 2);
@@ -219,7 +228,11 @@ PoolOptions on_cuda(PoolOptions options, cudaStream_t stream) {
 
 OraclePools::OraclePools(const ModelConfig& model, const PoolOptions& options, cudaStream_t stream,
                          int requests)
-    : cpu(model, options), gpu(model, on_cuda(options, stream)) {
+    : OraclePools(model, options, options, stream, requests) {}
+
+OraclePools::OraclePools(const ModelConfig& model, const PoolOptions& cpu_options,
+                         const PoolOptions& gpu_options, cudaStream_t stream, int requests)
+    : cpu(model, cpu_options), gpu(model, on_cuda(gpu_options, stream)) {
   for (int i = 0; i < requests; ++i) {
     ch.push_back(cpu.acquire());
     gh.push_back(gpu.acquire());
@@ -259,6 +272,11 @@ VerifyBatch padded_batch(const std::vector<SlotHandle>& handles, int pad_row, in
 
 std::string chain_or_tree(const ::testing::TestParamInfo<bool>& info) {
   return info.param ? "tree" : "chain";
+}
+
+std::string graph_case_name(const ::testing::TestParamInfo<std::tuple<bool, bool>>& info) {
+  return std::string(std::get<0>(info.param) ? "tree" : "chain") +
+         (std::get<1>(info.param) ? "_vllm" : "");
 }
 
 double state_tolerance(const GdnConfig& g) {

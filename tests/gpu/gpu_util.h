@@ -9,6 +9,7 @@
 #include <list>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/gdn_data.h"
@@ -107,6 +108,9 @@ struct OraclePools {
   std::vector<SlotHandle> ch, gh;
   OraclePools(const ModelConfig& model, const PoolOptions& options, cudaStream_t stream,
               int requests);
+  // The oracle and the CUDA pool with options of their own (e.g. another element order).
+  OraclePools(const ModelConfig& model, const PoolOptions& cpu_options,
+              const PoolOptions& gpu_options, cudaStream_t stream, int requests);
 };
 
 // `layers` random GDN layer weights drawn from `rng` one after another, with their device copies.
@@ -128,8 +132,11 @@ VerifyBatch padded_batch(const std::vector<SlotHandle>& handles, int pad_row, in
 
 // The test name of a suite whose bool parameter says tree (true) or chain (false) windows.
 std::string chain_or_tree(const ::testing::TestParamInfo<bool>& info);
+// The test name of a graph suite over (tree window, CUDA pool in vLLM's element order).
+std::string graph_case_name(const ::testing::TestParamInfo<std::tuple<bool, bool>>& info);
 
-// All elements of a view (host or device memory, contiguous rows) as floats.
+// All elements of a view (host or device memory; rows compact in any element order) as floats,
+// in logical order.
 std::vector<float> to_floats(const TensorView& view);
 // Elements [begin, begin + count) of the leading dimension of a view, as floats.
 std::vector<float> rows_to_floats(const TensorView& view, int64_t begin, int64_t count);

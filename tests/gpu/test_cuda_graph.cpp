@@ -2,10 +2,13 @@
 // captured once in one graph (static shapes, padding rows, no host sync inside), then replayed
 // for many rounds with new inputs and new accepted values written into the same device buffers.
 // Every replay must match the CPU oracle running the same rounds eagerly.
+// Each case runs twice: the CUDA pool in the default element order, and in vLLM's (channels-last
+// conv windows, [HV][K][V] states) against the oracle in the default order, compared logically.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "common/presets.h"
 #include "gpu_util.h"
@@ -13,12 +16,13 @@
 namespace specstate::test {
 namespace {
 
-class CudaGraph : public ::testing::TestWithParam<bool> {};  // param: tree window
+// params: tree window; the CUDA pool in vLLM's element order (the oracle in the default one)
+class CudaGraph : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   SPECSTATE_REQUIRE_GPU();
-  const bool tree = GetParam();
-  const uint64_t seed = tree ? 4242 : 4141;
+  const bool tree = std::get<0>(GetParam()), vllm = std::get<1>(GetParam());
+  const uint64_t seed = (tree ? 4242 : 4141) + (vllm ? 7 : 0);
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const GdnConfig g = gdn_preset("gpu_k64_f32");
@@ -28,7 +32,9 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   CudaStream owned_stream(cudaStreamNonBlocking);
   cudaStream_t stream = owned_stream.get();
   ASSERT_NE(stream, nullptr);
-  OraclePools p(model, options, stream, requests);
+  const PoolOptions gpu_options =
+      vllm ? vllm_layout_options(options, LayerKind::kGatedDeltaNet) : options;
+  OraclePools p(model, options, gpu_options, stream, requests);
   const RandomLayers w(g, L, rng);
   // Some history first, so that the committed state is not zero.
   ASSERT_NO_FATAL_FAILURE(prefill_history(p, w, g, 3, rng, stream));
@@ -118,7 +124,8 @@ TEST_P(CudaGraph, CaptureOnceReplayWithNewInputsAndAcceptedLengths) {
   cudaFree(d_accepted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, CudaGraph, ::testing::Values(false, true), chain_or_tree);
+INSTANTIATE_TEST_SUITE_P(Gpu, CudaGraph, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         graph_case_name);
 
 }  // namespace
 }  // namespace specstate::test

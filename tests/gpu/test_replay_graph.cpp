@@ -2,10 +2,13 @@
 // layer, commit with device accepted values) captured once in one graph, so that each round's
 // verify re-runs the steps the previous round committed inside the graph, including across graph
 // launches. Replayed with new inputs and accepted values; equals the CPU oracle run eagerly.
+// Each case runs twice: the CUDA pool in the default element order, and in vLLM's (channels-last
+// conv windows, [HV][K][V] states) against the oracle in the default order, compared logically.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "common/presets.h"
 #include "gpu_util.h"
@@ -13,12 +16,13 @@
 namespace specstate::test {
 namespace {
 
-class ReplayGraph : public ::testing::TestWithParam<bool> {};  // param: tree window
+// params: tree window; the CUDA pool in vLLM's element order (the oracle in the default one)
+class ReplayGraph : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
   SPECSTATE_REQUIRE_GPU();
-  const bool tree = GetParam();
-  const uint64_t seed = tree ? 9191 : 9090;
+  const bool tree = std::get<0>(GetParam()), vllm = std::get<1>(GetParam());
+  const uint64_t seed = (tree ? 9191 : 9090) + (vllm ? 7 : 0);
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const GdnConfig g = gdn_preset("gpu_f32");
@@ -28,7 +32,9 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
   CudaStream owned_stream(cudaStreamNonBlocking);
   cudaStream_t stream = owned_stream.get();
   ASSERT_NE(stream, nullptr);
-  OraclePools p(model, options, stream, requests);
+  const PoolOptions gpu_options =
+      vllm ? vllm_layout_options(options, LayerKind::kGatedDeltaNet) : options;
+  OraclePools p(model, options, gpu_options, stream, requests);
   const RandomLayers w(g, L, rng);
   ASSERT_NO_FATAL_FAILURE(prefill_history(p, w, g, 3, rng, stream));
   // Rows: every request, a padding row at index 1; the same batch in every round.
@@ -136,7 +142,8 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
   cudaFree(d_accepted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, ReplayGraph, ::testing::Values(false, true), chain_or_tree);
+INSTANTIATE_TEST_SUITE_P(Gpu, ReplayGraph, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         graph_case_name);
 
 // Device-side accepted values out of range under replay: the row records no pending steps (it
 // keeps its state, bit-identical), the other rows commit, and the flag is raised.
