@@ -11,7 +11,8 @@ namespace specstate::kernels {
 template <typename St, int K, int kRows, int kItems, int kChunk, bool kReplay, bool kTree,
           bool kMulti, bool kKda, bool kKV = false>
 struct GdnShared {
-  static constexpr bool kNext = kItems > 1 || kMulti;
+  // (kMulti with kKV: the next block's state lands in kv_tile instead.)
+  static constexpr bool kNext = kItems > 1 || (kMulti && !kKV);
   GdnChunk<K, kRows, kChunk, kKda> chunk;
   // Merged history records' key factors (replay; their keys wait in the chunk: gdn_raw_key).
   float hist_kf[kReplay ? kChunk : 1];
@@ -23,7 +24,8 @@ struct GdnShared {
   float out_rows[kMulti ? kChunk : 1][kMulti ? kRows : 1];
   float u_rows[kMulti ? kChunk : 1][kMulti ? kRows : 1];
   // kKV: the CTA's V rows of a [K][V] state on their way to or from global memory (gdn_kv_load /
-  // gdn_kv_store); a row is K + 1 floats so that neither side's accesses meet in a bank.
+  // gdn_kv_store; kMulti: also the next block's state, gdn_kv_tile_fill_async); a row is K + 1
+  // floats so that neither side's accesses meet in a bank.
   float kv_tile[kKV ? kRows : 1][kKV ? K + 1 : 1];
 };
 
@@ -88,11 +90,32 @@ __device__ __noinline__ void gdn_kv_tile_to_global(St* head, int V, int v0, cons
   __syncthreads();  // the tile is reused
 }
 
-template <typename St, int K, int kRows, int NK, int LANES, int RPT>
-__device__ __forceinline__ void gdn_kv_load(const St* head, int V, int v0,
-                                            float (&tile)[kRows][K + 1], float4 (&S)[RPT][NK],
-                                            const GdnRows<RPT>& rows, int kl) {
-  gdn_kv_tile_from_global<St, K, kRows>(head, V, v0, &tile[0][0]);
+// fp32 [K][V] states, the first load of a CTA: the tile filled by cp.async, an element per copy
+// placed at its transposed position (consecutive threads on consecutive V elements: whole
+// sectors in global memory), without waiting. gdn_kv_tile_finish completes it where the state is
+// first used, so that its latency overlaps what the CTA issues before that (the history records,
+// the wait for the conv's grid, the window's staging), as the [V][K] order's register loads do.
+// Rows past V are zeros. Every thread of the CTA calls it.
+template <int K, int kRows>
+__device__ __noinline__ void gdn_kv_tile_fill_async(const float* head, int V, int v0, float* tile) {
+  for (int idx = threadIdx.x; idx < K * kRows; idx += kGdnThreads) {
+    const int k = idx / kRows, r = idx % kRows, v = v0 + r;
+    float* dst = tile + r * (K + 1) + k;
+    if (v < V) {
+      cp_async<4>(dst, head + int64_t{k} * V + v);
+    } else {
+      *dst = 0.0f;
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Each thread's elements of its V rows from the tile into registers, then a barrier (the tile
+// is reused).
+template <int K, int kRows, int NK, int LANES, int RPT>
+__device__ __forceinline__ void gdn_kv_tile_read(const float (&tile)[kRows][K + 1],
+                                                 float4 (&S)[RPT][NK], const GdnRows<RPT>& rows,
+                                                 int kl) {
 #pragma unroll
   for (int j = 0; j < RPT; ++j) {
     const float* row = tile[rows.vrow[j]];
@@ -103,7 +126,30 @@ __device__ __forceinline__ void gdn_kv_load(const St* head, int V, int v0,
                            : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
-  __syncthreads();  // the tile is reused
+  __syncthreads();
+}
+
+// Completes gdn_kv_tile_fill_async (and every cp.async this thread issued before it).
+template <int K, int kRows, int NK, int LANES, int RPT>
+__device__ __forceinline__ void gdn_kv_tile_finish(const float (&tile)[kRows][K + 1],
+                                                   float4 (&S)[RPT][NK], const GdnRows<RPT>& rows,
+                                                   int kl) {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();
+  gdn_kv_tile_read<K, kRows, NK, LANES, RPT>(tile, S, rows, kl);
+}
+
+template <typename St, int K, int kRows, int NK, int LANES, int RPT>
+__device__ __forceinline__ void gdn_kv_load(const St* head, int V, int v0,
+                                            float (&tile)[kRows][K + 1], float4 (&S)[RPT][NK],
+                                            const GdnRows<RPT>& rows, int kl) {
+  if constexpr (sizeof(St) == 4) {
+    gdn_kv_tile_fill_async<K, kRows>(reinterpret_cast<const float*>(head), V, v0, &tile[0][0]);
+    gdn_kv_tile_finish<K, kRows, NK, LANES, RPT>(tile, S, rows, kl);
+  } else {
+    gdn_kv_tile_from_global<St, K, kRows>(head, V, v0, &tile[0][0]);
+    gdn_kv_tile_read<K, kRows, NK, LANES, RPT>(tile, S, rows, kl);
+  }
 }
 
 template <typename St, int K, int kRows, int NK, int LANES, int RPT>
@@ -123,6 +169,23 @@ __device__ __forceinline__ void gdn_kv_store(St* head, int V, int v0, float (&ti
     }
   }
   gdn_kv_tile_to_global<St, K, kRows>(head, V, v0, &tile[0][0], stream);
+}
+
+// A thread's elements of V row v of a [K][V] state stored directly (4-byte stores, V apart):
+// for the rare stores that cannot use the tile (kMulti: store_final while the next block's copy
+// into the tile is in flight). No barrier.
+template <typename St, int K, int NK, int LANES>
+__device__ __forceinline__ void gdn_kv_store_direct(St* head, int V, int v, const float4 (&S)[NK],
+                                                    int kl, bool ok) {
+  if (!ok) return;
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    St* dst = head + int64_t{i * 4 * LANES + kl * 4} * V + v;
+    dst[0] = from_float<St>(S[i].x);
+    dst[V] = from_float<St>(S[i].y);
+    dst[2 * V] = from_float<St>(S[i].z);
+    dst[3 * V] = from_float<St>(S[i].w);
+  }
 }
 
 // Stores a block's staged outputs and u records (GdnShared::out_rows / u_rows of window tokens
@@ -400,7 +463,7 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
 // the same order), so the results are bit-identical. Returns false, having written nothing, where
 // the row does not fit this path (no cursor, a padding row, snapshots, no window, or history
 // plus window longer than a chunk): the caller then runs gdn_row_block per block.
-template <typename Act, typename St, int K, int LANES, int kChunk, typename Shared>
+template <typename Act, typename St, int K, int LANES, int kChunk, bool kKV, typename Shared>
 __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p, Shared& sm, int h,
                                                    int hv, float a_log, float dt_bias) {
   constexpr int NK = K / (4 * LANES);
@@ -436,8 +499,14 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
                                                 vb0);
   }
   float4 S[1][NK];
-  gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[0] ? rows.v[0] : 0} * K, S[0], kl,
-                                rows.ok[0]);
+  if constexpr (kKV) {
+    // [K][V] states: every transfer of a block's state goes through sm.kv_tile (the first load,
+    // the fold, the next block's copy), except store_final (gdn_kv_store_direct).
+    gdn_kv_load<St, K, kRows, NK, LANES, 1>(committed, V, vb0 * kRows, sm.kv_tile, S, rows, kl);
+  } else {
+    gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[0] ? rows.v[0] : 0} * K, S[0], kl,
+                                  rows.ok[0]);
+  }
   grid_dependency_wait();
 
   const float A = p.A_log ? -expf(a_log) : 0.0f;
@@ -466,7 +535,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
                            : nullptr;
   Act* const out_v = static_cast<Act*>(p.out) + rt.begin * p.out_stride_token + hv * p.out_stride_h;
   const int nv = (hist + rt.count) * kRows;  // staged rows of a block: u history, then v
-  St* const next_mine = sm.next_state + rows.vrow[0] * K;
+  St* const next_mine = kKV ? nullptr : sm.next_state + rows.vrow[0] * K;
 #pragma unroll 1
   for (int j = 0; j < nvb; ++j) {
     const int vb = vb0 + j;
@@ -478,8 +547,13 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     for (int tt = 0; tt < hist; ++tt) {
       gdn_apply<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
     }
-    if (store && rows.ok[0])
+    if constexpr (kKV) {
+      if (store)
+        gdn_kv_store<St, K, kRows, NK, LANES, 1>(committed, V, vb * kRows, sm.kv_tile, S, rows, kl,
+                                                 false);
+    } else if (store && rows.ok[0]) {
       gdn_store_state<St, NK, LANES>(committed + rows.v[0] * K, S[0], kl, false);
+    }
     if (more) {
       // The next block's staged rows (u history, then v) into registers while this one computes.
 #pragma unroll
@@ -498,7 +572,12 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     for (int t = 0; t < rt.count; ++t) {
       float u[1], o[1];
       gdn_step<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o);
-      if (t == 0 && more) {
+      if (kKV && t == 0 && more) {
+        // The next block's state into the tile (cooperative: read back after a barrier); the
+        // tile's last reads (the fold's store, the previous block's load) ended in barriers.
+        gdn_kv_tile_fill_async<K, kRows>(reinterpret_cast<const float*>(committed), V,
+                                         (vb + 1) * kRows, &sm.kv_tile[0][0]);
+      } else if (t == 0 && more) {
         // The next block's state into shared memory (this thread's own elements, read back by
         // this thread only) while this block computes; issued after a step has consumed S, so
         // the shared next_state it overwrites has been read.
@@ -520,7 +599,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         sm.u_rows[t][rows.vrow[0]] = u[0];
       }
     }
-    if (p.store_final && rows.ok[0]) {
+    if constexpr (kKV) {
+      if (p.store_final)
+        gdn_kv_store_direct<St, K, NK, LANES>(committed, V, rows.v[0], S[0], kl, rows.ok[0]);
+    } else if (p.store_final && rows.ok[0]) {
       gdn_store_state<St, NK, LANES>(committed + rows.v[0] * K, S[0], kl, false);
     }
     // Every thread is done with this block's staged rows, and its outputs are in shared memory.
@@ -540,7 +622,11 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       asm volatile("cp.async.wait_all;" ::: "memory");
       __syncthreads();
       set_rows(vb + 1);
-      gdn_load_state<St, NK, LANES>(next_mine, S[0], kl, rows.ok[0]);
+      if constexpr (kKV) {
+        gdn_kv_tile_read<K, kRows, NK, LANES, 1>(sm.kv_tile, S, rows, kl);
+      } else {
+        gdn_load_state<St, NK, LANES>(next_mine, S[0], kl, rows.ok[0]);
+      }
     }
   }
   return true;
@@ -568,8 +654,9 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
                                                : LANES == 8 ? 8
                                                             : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
-  static_assert(!kMulti || (kReplay && !kTree && RPT == 1 && kItems == 1 && !kKV),
-                "a replay chain of [V][K] states");
+  static_assert(
+      !kMulti || (kReplay && !kTree && RPT == 1 && kItems == 1 && (!kKV || sizeof(St) == 4)),
+      "a replay chain ([K][V] states: fp32, the next block copied by cp.async)");
   constexpr int kRows = gdn_rows_per_cta<LANES>() * RPT;
   __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV> sm;
   const int hv = blockIdx.y;
@@ -583,14 +670,14 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
       !kKda && p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
   if constexpr (kMulti) {
     // A replay chain, p.vblocks V blocks per CTA.
-    if (gdn_replay_vblocks<Act, St, K, LANES, kChunk>(p, sm, h, hv, a_log, dt_bias)) return;
+    if (gdn_replay_vblocks<Act, St, K, LANES, kChunk, kKV>(p, sm, h, hv, a_log, dt_bias)) return;
     const int nblk = (p.head_v_dim + kRows - 1) / kRows;
     const int vb0 = blockIdx.x * p.vblocks;
     const int nvb = min(p.vblocks, nblk - vb0);
 #pragma unroll 1
     for (int j = 0; j < nvb; ++j) {
       if (j > 0) __syncthreads();  // the shared arrays are reused
-      gdn_row_block<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT, false>(
+      gdn_row_block<Act, St, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kKV>(
           p, sm, vb0 + j, h, hv, a_log, dt_bias);
     }
   } else {
@@ -615,11 +702,25 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
 template <typename Act, typename St, bool kKda, int K>
 cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   if (p.state_kv) {
-    // [K][V] states (PoolOptions::ssm_layout = kKV): one row and one V block per CTA, the state
-    // through the shared tile (gdn_kv_load / gdn_kv_store); the same arithmetic.
+    // [K][V] states (PoolOptions::ssm_layout = kKV): the state through the shared tile
+    // (gdn_kv_load / gdn_kv_store); one row and one V block per CTA, except fp32 replay chains
+    // (several blocks, as below); the same arithmetic.
     if (p.cursor != nullptr || (p.parents != nullptr && p.snap == nullptr)) {
       if (p.parents != nullptr)
         return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, true, 1, false, true>(p, stream);
+      if constexpr (sizeof(St) == 4) {
+        // fp32 states: several V blocks per CTA where the batch fills the GPU several times
+        // over, as for [V][K] states (the same rule and override).
+        GdnRecurrenceParams q = p;
+        q.vblocks =
+            replay_vblocks_for(p.rows, p.num_v_heads,
+                               (p.head_v_dim + gdn_rows_per_cta<8>() - 1) / gdn_rows_per_cta<8>(),
+                               6, "SPECSTATE_GDN_VBLOCKS");
+        if (q.vblocks > 1) {
+          return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, false, 1, true, true>(q,
+                                                                                          stream);
+        }
+      }
       return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, false, 1, false, true>(p, stream);
     }
     return launch_gdn_shape<Act, St, kKda, K, 8, 1, 8, false, false, 1, false, true>(p, stream);

@@ -39,7 +39,8 @@ INSTANTIATE_TEST_SUITE_P(Gpu, StrategyEquivalenceGpu, ::testing::ValuesIn(gpu_eq
 // channel blocks; chosen by the launcher at large batches only, SPECSTATE_GDN_VBLOCKS and
 // SPECSTATE_MAMBA2_VBLOCKS force it here): the same equivalence with 2, 4 and 8 blocks per CTA,
 // over short histories (history and window staged once for every block), long ones (ring 40:
-// the per-block fallback) and heads whose last block is half full (V = 72, P = 72).
+// the per-block fallback), heads whose last block is half full (V = 72, P = 72), and pools in
+// vLLM's element order.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const std::string& value) : name_(name) {
@@ -102,7 +103,16 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 5, 5, 16},
             EquivalenceCase{"mamba2_f32_chain", "m2_gpu_f32", false, 8, 3, 12},
             EquivalenceCase{"mamba2_p72_chain_ring2t", "m2_gpu_p72", false, 4, 4, 24, 8},
-            EquivalenceCase{"mamba2_p72_chain_ring40_long", "m2_gpu_p72", false, 4, 4, 60, 40}),
+            EquivalenceCase{"mamba2_p72_chain_ring40_long", "m2_gpu_p72", false, 4, 4, 60, 40},
+            // vLLM's element order: fp32 [K][V] states take this path too, each block's state
+            // through the tile (the next block's by cp.async), store_final stored directly.
+            EquivalenceCase{"vllm_k128_chain", "gpu_k128", false, 4, 5, 16, 0, kReplayVllm},
+            EquivalenceCase{"vllm_v72_chain_ring2t_both", "gpu_k128_v72", false, 4, 4, 24, 8,
+                            kSnapshotVllm | kReplayVllm},
+            EquivalenceCase{"vllm_v72_chain_ring40_long", "gpu_k128_v72", false, 4, 4, 60, 40,
+                            kReplayVllm},
+            EquivalenceCase{"vllm_kda_k128_chain_ring2t", "kda_gpu_k128", false, 4, 5, 24, 8,
+                            kReplayVllm}),
         ::testing::Values(2, 4, 8)),
     EnvCaseName{"_vb"});
 
