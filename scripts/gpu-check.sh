@@ -257,7 +257,7 @@ if has kdabench; then
       >"$OUT/fla_install.log" 2>&1 || { tail -5 "$OUT/fla_install.log"; status=1; }
   fi
   if PY_STAGES=build OUT="$OUT/py" python/gpu_check.sh >"$OUT/kda_py_build.log" 2>&1; then
-    PYTHONPATH="$fla_path${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 tools/kda_bench.py \
+    PYTHONPATH="$fla_path${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 tools/kda_bench.py ${KDA_BENCH_ARGS:-} \
       --json "$OUT/kda_bench.json" >"$OUT/kda_bench.log" 2>&1
     rc=$?
     sed -n '/KDA rounds/,$p' "$OUT/kda_bench.log"

@@ -4,6 +4,7 @@ one process (issue 18.4).
 
     python3 tools/kda_bench.py                        # T = 2, 4, 8; B = 1, 8, 32, 128
     python3 tools/kda_bench.py --T 4 --B 8 --json out.json
+    python3 tools/kda_bench.py --layout vllm          # both sides in vLLM's element order
 
 Shapes: Kimi-Linear-48B-A3B at TP1 (20 KDA layers; H = HV = 32, K = V = 128, W = 4; bf16
 activations and conv state, fp32 SSM state [HV][V][K]: 2 MiB per row and layer). A round is what
@@ -25,6 +26,11 @@ fla (fla-core, Triton): its verify path as vLLM's KDA backend drives it, per lay
   q, k, v, g, beta are given to it as contiguous tensors (the split of the conv output is not
   timed: an engine's conv writes them where the recurrence reads them).
 "fla rec" is the recurrence alone (20 launches), "fla" the conv calls plus the recurrence.
+
+--layout vllm: the states in the order vLLM's KDA backend allocates: specstate's pools with
+PoolOptions(conv_layout=CHANNELS_LAST, ssm_layout=KV) ([W-1][conv_dim] windows, [HV][K][V]
+states), fla's recurrence with state_v_first=False ([B*T, HV, K, V] state slots). fla's conv
+cache stays [B, D, W] (its causal_conv1d_update's own layout).
 
 Prints a table and, with --json, writes the numbers (microseconds per round).
 """
@@ -83,7 +89,7 @@ def capture(torch, stream, body):
     return g
 
 
-def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen):
+def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout):
     s = torch.cuda.Stream()
     cfg = specstate.KdaConfig()  # Kimi-Linear-48B-A3B TP1 (the defaults)
     assert (cfg.num_k_heads, cfg.num_v_heads, cfg.head_k_dim, cfg.head_v_dim) == (H, HV, K, V)
@@ -91,7 +97,7 @@ def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen):
         specstate.ModelConfig.kda(L, cfg),
         specstate.PoolOptions(num_slots=MAX_B, max_rows=MAX_B, max_window=T,
                               backend=specstate.Backend.CUDA, strategy=strategy,
-                              stream=s.cuda_stream))
+                              stream=s.cuda_stream, **layout_options(specstate, layout)))
     handles = [pool.acquire() for _ in range(MAX_B)]
     dev = dict(device="cuda")
     bf16, f32 = torch.bfloat16, torch.float32
@@ -137,7 +143,15 @@ def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen):
     return out
 
 
-def bench_fla(torch, T, B, reps, flush, gen):
+def layout_options(specstate, layout):
+    """PoolOptions keywords of a --layout."""
+    if layout == "vllm":
+        return dict(conv_layout=specstate.ConvLayout.CHANNELS_LAST,
+                    ssm_layout=specstate.SsmLayout.KV)
+    return {}
+
+
+def bench_fla(torch, T, B, reps, flush, gen, layout):
     from fla.modules.causal_conv1d import causal_conv1d_update
     from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
 
@@ -158,6 +172,7 @@ def bench_fla(torch, T, B, reps, flush, gen):
             A_log=torch.rand(HV, generator=gen, **dev) * 2.0,
             dt_bias=torch.randn(HV, K, generator=gen, **dev) * 0.5,
             # T state slots per row (the state after every draft token), [B * T, HV, V, K]
+            # ([B * T, HV, K, V] in vLLM's order; K = V here)
             state=torch.randn(B * T, HV, V, K, generator=gen, **dev) * 0.5,
             o=torch.empty(B, T, HV, V, dtype=bf16, **dev)))
     indices = torch.arange(B * T, dtype=torch.int32, **dev).view(B, T)
@@ -170,7 +185,7 @@ def bench_fla(torch, T, B, reps, flush, gen):
         fused_recurrent_kda_fwd(
             q=ly["q"], k=ly["k"], v=ly["v"], g=ly["g"], beta=ly["beta"], A_log=ly["A_log"],
             dt_bias=ly["dt_bias"], initial_state=ly["state"], scale=K ** -0.5,
-            inplace_final_state=True, state_v_first=True, ssm_state_indices=indices,
+            inplace_final_state=True, state_v_first=layout != "vllm", ssm_state_indices=indices,
             num_accepted_tokens=accepted[k], use_qk_l2norm_in_kernel=True,
             use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, out=ly["o"])
 
@@ -205,6 +220,9 @@ def main():
     parser.add_argument("--B", default="1,8,32,128")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--layout", choices=("default", "vllm"), default="default",
+                        help="state element order of both sides (vllm: channels-last conv "
+                             "windows and [HV][K][V] states, fla's state_v_first=False)")
     args = parser.parse_args()
     try:
         import torch
@@ -222,11 +240,11 @@ def main():
     print(f"copy bandwidth {bw:.0f} GB/s")
     rows = []
     for T in Ts:
-        ours = {s: bench_specstate(torch, specstate, st, T, Bs, args.reps, flush, gen)
+        ours = {s: bench_specstate(torch, specstate, st, T, Bs, args.reps, flush, gen, args.layout)
                 for s, st in (("snapshot", specstate.Strategy.SNAPSHOT),
                               ("replay", specstate.Strategy.REPLAY))}
         for B in Bs:
-            f = bench_fla(torch, T, B, args.reps, flush, gen)
+            f = bench_fla(torch, T, B, args.reps, flush, gen, args.layout)
             # The floor: one read of every row's state per layer (2 MiB) at the copy bandwidth.
             floor = L * B * HV * V * K * 4 / (bw * 1e9) * 1e6
             rows.append(dict(T=T, B=B, snapshot=ours["snapshot"][B], replay=ours["replay"][B],
@@ -236,7 +254,8 @@ def main():
                   f"fla {r['fla']:9.1f}  fla rec {r['fla_rec']:9.1f}  replay/fla "
                   f"{r['replay'] / r['fla']:.2f}  replay/fla rec {r['replay'] / r['fla_rec']:.2f}",
                   flush=True)
-    print("\nKDA rounds, Kimi-Linear-48B TP1 (20 layers; graph of 4 rounds, median / 4, us)")
+    print(f"\nKDA rounds, Kimi-Linear-48B TP1 (20 layers; graph of 4 rounds, median / 4, us; "
+          f"state layout: {args.layout})")
     print("floor = 20 layers x B x one read of the 2 MiB state at the copy bandwidth; %BW = floor"
           " / replay")
     print(" T    B |  snapshot    replay |       fla   fla rec | rep/fla rep/rec snap/fla |"
@@ -250,7 +269,7 @@ def main():
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"shape": "kimi-linear-48b-a3b tp1, 20 KDA layers", "copy_gbps": bw,
-                       "rows": rows}, fh, indent=1)
+                       "layout": args.layout, "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":
