@@ -18,7 +18,8 @@ struct Coverage {
     const auto& s = total;
     std::printf(
         "fuzz_api: %lld inputs, %lld ops, %lld rounds (%lld tree, %lld aborted), %lld rejected "
-        "calls; %lld Mamba2 runs (the others Gated DeltaNet), %lld caller-owned runs (%lld "
+        "calls; %lld Mamba2 runs, %lld KDA runs (the others Gated DeltaNet), %lld caller-owned "
+        "runs (%lld "
         "vLLM-paged), %lld in vLLM's element order, %lld lazy replay runs; %lld re-adopted "
         "after release (%lld mid-round), %lld adopted as written, %lld releases with steps "
         "pending, %lld materialize calls (%lld slots with steps pending), %lld calls with "
@@ -27,12 +28,13 @@ struct Coverage {
         inputs, static_cast<long long>(s.ops), static_cast<long long>(s.rounds),
         static_cast<long long>(s.tree_rounds), static_cast<long long>(s.aborted),
         static_cast<long long>(s.rejected), static_cast<long long>(s.mamba2_runs),
-        static_cast<long long>(s.caller_runs), static_cast<long long>(s.paged_runs),
-        static_cast<long long>(s.vllm_order_runs), static_cast<long long>(s.lazy_runs),
-        static_cast<long long>(s.adopted), static_cast<long long>(s.adopted_mid_round),
-        static_cast<long long>(s.adopted_written), static_cast<long long>(s.released_pending),
-        static_cast<long long>(s.materialized), static_cast<long long>(s.materialized_pending),
-        static_cast<long long>(s.poisoned_calls), static_cast<long long>(s.misaligned_rejected),
+        static_cast<long long>(s.kda_runs), static_cast<long long>(s.caller_runs),
+        static_cast<long long>(s.paged_runs), static_cast<long long>(s.vllm_order_runs),
+        static_cast<long long>(s.lazy_runs), static_cast<long long>(s.adopted),
+        static_cast<long long>(s.adopted_mid_round), static_cast<long long>(s.adopted_written),
+        static_cast<long long>(s.released_pending), static_cast<long long>(s.materialized),
+        static_cast<long long>(s.materialized_pending), static_cast<long long>(s.poisoned_calls),
+        static_cast<long long>(s.misaligned_rejected),
         static_cast<long long>(s.bad_argument_rejected),
         static_cast<long long>(s.duplicate_materialize_rejected),
         static_cast<long long>(s.adopt_rejected), static_cast<long long>(s.compared_slots));

@@ -1,9 +1,9 @@
 // A random driver of the public StatePool API with a shadow oracle, shared by the API fuzz target
 // (choices from the fuzzer's bytes) and the soak test (choices from a seeded std::mt19937_64).
 //
-// The layer kind is drawn per run (Gated DeltaNet or Mamba2, PoolDriver at the end); the kind's
-// config draw, tensors and argument names live in a traits struct (GdnKind, Mamba2Kind), the rest
-// of the driver (KindDriver<K>) and every check below apply to both kinds.
+// The layer kind is drawn per run (Gated DeltaNet, Mamba2 or KDA, PoolDriver at the end); the
+// kind's config draw, tensors and argument names live in a traits struct (GdnKind, Mamba2Kind,
+// KdaKind), the rest of the driver (KindDriver<K>) and every check below apply to every kind.
 //
 // Two pools of one config: `pool`, the one under test, takes every call (acquire, release,
 // adopt, prefill, decode, materialize, begin_verify/verify/commit or abort_round (uniform or
@@ -386,6 +386,106 @@ struct Mamba2Kind {
   }
 };
 
+// KDA (Kimi Delta Attention): heads H in {1, 2}, HV = H or 2H, K, V in {2, 4, 8}, W in {2, 3, 4},
+// conv bias or not, fla's lower-bound gate a quarter of the time, act and conv-state dtypes f32 or
+// bf16, SSM state f32. The same draws as GdnKind before the gate's.
+struct KdaKind {
+  using Config = KdaConfig;
+  using Weights = KdaWeights;
+  using Inputs = KdaInputs;
+  using Outputs = KdaOutputs;
+  static constexpr const char* kName = "kda";
+  static const Config& of(const ModelConfig& m) { return m.kda_layer; }
+
+  struct Layer {
+    HostTensor conv_weight, conv_bias, A_log, dt_bias;
+    Weights view() const {
+      return {conv_weight.view(), optional_view(conv_bias), A_log.view(), dt_bias.view()};
+    }
+    std::vector<HostTensor*> tensors() { return {&conv_weight, &conv_bias, &A_log, &dt_bias}; }
+  };
+  struct Tokens {
+    HostTensor qkv, g, b;
+    Inputs view() const { return {qkv.view(), g.view(), b.view()}; }
+    std::vector<const HostTensor*> tensors() const { return {&qkv, &g, &b}; }
+  };
+  struct Outs {
+    HostTensor conv_out, core_out;
+    Outputs view() const { return {conv_out.view(), core_out.view()}; }
+    std::vector<std::pair<const char*, const HostTensor*>> compared() const {
+      return {{"core_out", &core_out}, {"conv_out", &conv_out}};
+    }
+  };
+
+  static ModelConfig draw(Source& src) {
+    KdaConfig c;
+    c.num_k_heads = 1 + static_cast<int>(src.below(2));
+    c.num_v_heads = c.num_k_heads * (1 + static_cast<int>(src.below(2)));
+    c.head_k_dim = 2 << src.below(3);
+    c.head_v_dim = 2 << src.below(3);
+    c.conv_width = 2 + static_cast<int>(src.below(3));
+    c.conv_bias = src.coin();
+    c.act_dtype = src.coin() ? DType::kBF16 : DType::kF32;
+    c.conv_state_dtype = src.coin() ? DType::kBF16 : DType::kF32;
+    c.ssm_state_dtype = DType::kF32;
+    if (src.below(4) == 0) c.lower_bound = -5.0f;  // fla's lower-bound gate, its default bound
+    return ModelConfig::kda(1 + static_cast<int>(src.below(2)), c);
+  }
+  // As tests/common/kda_data.cpp: exp(A_log) in [1, 16], softplus(dt_bias) in [1e-3, 1e-1] per
+  // value head and key channel.
+  static Layer random_layer(const Config& c, DType w, std::mt19937_64& rng) {
+    const int64_t D = c.conv_dim(), HV = c.num_v_heads, K = c.head_k_dim;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    Layer L;
+    L.conv_weight = HostTensor(w, {D, c.conv_width});
+    for (int64_t i = 0; i < L.conv_weight.numel(); ++i) L.conv_weight.set(i, 0.5f * normal(rng));
+    if (c.conv_bias) {
+      L.conv_bias = HostTensor(w, {D});
+      for (int64_t i = 0; i < D; ++i) L.conv_bias.set(i, 0.1f * normal(rng));
+    }
+    L.A_log = HostTensor(w, {HV});
+    L.dt_bias = HostTensor(w, {HV, K});
+    for (int64_t h = 0; h < HV; ++h) {
+      L.A_log.set(h, static_cast<float>(std::log(1.0 + 15.0 * uni(rng))));
+      for (int64_t i = 0; i < K; ++i) {
+        const double dt = std::exp(std::log(1e-3) + uni(rng) * (std::log(1e-1) - std::log(1e-3)));
+        L.dt_bias.set(h * K + i, static_cast<float>(std::log(std::expm1(dt))));
+      }
+    }
+    return L;
+  }
+  static Tokens random_tokens(const Config& c, int n, std::mt19937_64& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Tokens t{HostTensor(c.act_dtype, {n, c.conv_dim()}),
+             HostTensor(c.act_dtype, {n, c.num_v_heads, c.head_k_dim}),
+             HostTensor(c.act_dtype, {n, c.num_v_heads})};
+    for (int64_t i = 0; i < t.qkv.numel(); ++i) t.qkv.set(i, normal(rng));
+    for (int64_t i = 0; i < t.g.numel(); ++i) t.g.set(i, normal(rng));
+    for (int64_t i = 0; i < t.b.numel(); ++i) t.b.set(i, normal(rng));
+    return t;
+  }
+  static Outs make_outs(const Config& c, int n) {
+    return {HostTensor(c.act_dtype, {n, c.conv_dim()}),
+            HostTensor(c.act_dtype, {n, c.num_v_heads, c.head_v_dim})};
+  }
+  static std::vector<NamedView> views(const Config& c, Weights& w, Inputs& in, Outputs& out) {
+    std::vector<NamedView> v = {{&w.conv_weight, "weights.conv_weight", false, true},
+                                {&w.A_log, "weights.A_log", false, true},
+                                {&w.dt_bias, "weights.dt_bias", false, true},
+                                {&in.mixed_qkv, "inputs.mixed_qkv", true, false},
+                                {&in.g, "inputs.g", true, false},
+                                {&in.b, "inputs.b", true, false},
+                                {&out.conv_out, "outputs.conv_out", true, false},
+                                {&out.core_out, "outputs.core_out", true, false}};
+    if (c.conv_bias) v.push_back({&w.conv_bias, "weights.conv_bias", false, true});
+    return v;
+  }
+  static std::vector<OptionalArg> optionals(const Config& c, Weights& w, Inputs&, int64_t) {
+    return {{&w.conv_bias, "weights.conv_bias", c.conv_bias, {c.conv_dim()}}};
+  }
+};
+
 struct DriverStats {
   int64_t ops = 0, rounds = 0, commits = 0, rejected = 0, tree_rounds = 0, padded_rows = 0;
   int64_t acquired = 0, released = 0, compared_slots = 0;
@@ -393,7 +493,8 @@ struct DriverStats {
   int64_t varlen_rounds = 0;                    // rounds with per-row window lengths
   // Drivers (runs) of each kind: caller-owned pools (of them vLLM-paged), lazy replay pools.
   int64_t caller_runs = 0, paged_runs = 0, lazy_runs = 0;
-  int64_t mamba2_runs = 0;            // runs of Mamba2 pools (the others Gated DeltaNet)
+  int64_t mamba2_runs = 0;            // runs of Mamba2 pools
+  int64_t kda_runs = 0;               // runs of KDA pools (the others Gated DeltaNet)
   int64_t vllm_order_runs = 0;        // runs in vLLM's element order (conv_layout / ssm_layout)
   int64_t bad_argument_rejected = 0;  // layer calls with a wrong shape / dtype / ndim / device /
                                       // optional argument of the kind (misaligned: below)
@@ -413,6 +514,7 @@ struct DriverStats {
     released_mid_round += s.released_mid_round, varlen_rounds += s.varlen_rounds;
     caller_runs += s.caller_runs, paged_runs += s.paged_runs, lazy_runs += s.lazy_runs;
     mamba2_runs += s.mamba2_runs, bad_argument_rejected += s.bad_argument_rejected;
+    kda_runs += s.kda_runs;
     vllm_order_runs += s.vllm_order_runs;
     adopted += s.adopted, adopted_mid_round += s.adopted_mid_round;
     adopted_written += s.adopted_written, released_pending += s.released_pending;
@@ -481,7 +583,8 @@ class DriverBase {
   virtual MemoryMode memory() const = 0;
 };
 
-// The driver of one layer kind K (GdnKind, Mamba2Kind): everything but K's tensors is shared.
+// The driver of one layer kind K (GdnKind, Mamba2Kind, KdaKind): everything but K's tensors is
+// shared.
 template <typename K>
 class KindDriver final : public DriverBase {
  public:
@@ -546,6 +649,7 @@ class KindDriver final : public DriverBase {
     }
     stats_.lazy_runs += lazy_;
     stats_.mamba2_runs += config_.kind == LayerKind::kMamba2;
+    stats_.kda_runs += config_.kind == LayerKind::kKda;
     stats_.vllm_order_runs += options_.conv_layout == ConvLayout::kChannelsLast;
     for (int l = 0; l < config_.num_layers; ++l) {
       const DType w = src.coin() ? DType::kBF16 : DType::kF32;  // weights: any float dtype
@@ -1486,9 +1590,15 @@ class KindDriver final : public DriverBase {
 // everything else by that kind's KindDriver.
 class PoolDriver {
  public:
+  // One draw in [0, 6) picks the kind: odd Mamba2 (the same parity as the coin that chose
+  // between two kinds, so a fuzz input or soak seed that drew Mamba2 still does), 4 KDA, 0 and
+  // 2 Gated DeltaNet.
   explicit PoolDriver(Source& src) {
-    if (src.coin()) {
+    const uint32_t kind = src.below(6);
+    if (kind % 2 == 1) {
       d_ = std::make_unique<KindDriver<Mamba2Kind>>(src);
+    } else if (kind == 4) {
+      d_ = std::make_unique<KindDriver<KdaKind>>(src);
     } else {
       d_ = std::make_unique<KindDriver<GdnKind>>(src);
     }

@@ -4,10 +4,10 @@
 //
 //   specstate_soak [ROUNDS] [SEED]      ROUNDS defaults to $SPECSTATE_SOAK_ROUNDS, else 100000
 //
-// The driver draws a new small config (the layer kind, Gated DeltaNet or Mamba2, then its heads,
-// head and state sizes, W, optional arguments, dtypes, layers, pool shape, strategy, owned /
-// caller-owned / vLLM-paged memory, lazy comparisons) for every block of rounds, so one run
-// covers many configs of both kinds.
+// The driver draws a new small config (the layer kind, Gated DeltaNet, Mamba2 or KDA, then its
+// heads, head and state sizes, W, optional arguments, dtypes, layers, pool shape, strategy, owned /
+// caller-owned / vLLM-paged memory, element order, lazy comparisons) for every block of rounds, so
+// one run covers many configs of every kind.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,14 +45,15 @@ int main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
       "specstate_soak: %lld rounds (%lld tree, %lld variable windows, %lld aborted) over %d "
-      "configs (%lld Mamba2, the others Gated DeltaNet), seed %llu: %lld "
+      "configs (%lld Mamba2, %lld KDA, the others Gated DeltaNet), seed %llu: %lld "
       "ops, %lld rejected calls, %lld padding rows, %lld arrivals, %lld departures (%lld "
       "mid-round), %lld slot-layer comparisons, all bit-exact, %.1f s\n",
       done, static_cast<long long>(total.tree_rounds), static_cast<long long>(total.varlen_rounds),
       static_cast<long long>(total.aborted), configs, static_cast<long long>(total.mamba2_runs),
-      seed, static_cast<long long>(total.ops), static_cast<long long>(total.rejected),
-      static_cast<long long>(total.padded_rows), static_cast<long long>(total.acquired),
-      static_cast<long long>(total.released), static_cast<long long>(total.released_mid_round),
+      static_cast<long long>(total.kda_runs), seed, static_cast<long long>(total.ops),
+      static_cast<long long>(total.rejected), static_cast<long long>(total.padded_rows),
+      static_cast<long long>(total.acquired), static_cast<long long>(total.released),
+      static_cast<long long>(total.released_mid_round),
       static_cast<long long>(total.compared_slots), secs);
   std::printf(
       "specstate_soak: hostile draws: %lld caller-owned configs (%lld vLLM-paged), %lld lazy "
@@ -84,14 +85,16 @@ int main(int argc, char** argv) {
        total.adopted == 0 || total.adopted_mid_round == 0 || total.adopted_written == 0 ||
        total.released_pending == 0 || total.materialized_pending == 0 ||
        total.poisoned_calls == 0 || total.misaligned_rejected == 0 ||
-       total.bad_argument_rejected == 0 || total.mamba2_runs == 0 || total.mamba2_runs == configs ||
-       total.duplicate_materialize_rejected == 0 || total.adopt_rejected == 0)) {
-    std::fprintf(stderr,
-                 "specstate_soak: the run did not cover both layer kinds, caller-owned and paged "
-                 "pools, re-adopts "
-                 "(mid-round too), adopts of written slots, releases and materializes with steps "
-                 "pending, poisoned weights, misaligned views, wrong layer arguments, duplicate "
-                 "materializes and rejected adopts\n");
+       total.bad_argument_rejected == 0 || total.mamba2_runs == 0 || total.kda_runs == 0 ||
+       total.mamba2_runs + total.kda_runs == configs || total.duplicate_materialize_rejected == 0 ||
+       total.adopt_rejected == 0)) {
+    std::fprintf(
+        stderr,
+        "specstate_soak: the run did not cover the three layer kinds, caller-owned and paged "
+        "pools, re-adopts "
+        "(mid-round too), adopts of written slots, releases and materializes with steps "
+        "pending, poisoned weights, misaligned views, wrong layer arguments, duplicate "
+        "materializes and rejected adopts\n");
     return 1;
   }
   return 0;
