@@ -1,7 +1,7 @@
 // Gate parameters in dtypes of their own, as engines hold them (issue 17.3): vLLM and SGLang keep
 // Nemotron-H's Mamba2 A_log in f32 while dt_bias and D are bf16; SGLang's Qwen3-Next keeps GDN's
-// A_log f32 and dt_bias bf16. Each of A_log, dt_bias (and D) is validated and read through its
-// own view's dtype:
+// A_log f32 and dt_bias bf16 (KDA: the same pair, dt_bias per value head and key channel). Each
+// of A_log, dt_bias (and D) is validated and read through its own view's dtype:
 //   - every combination of f32 / bf16 over the gate parameters is accepted by verify;
 //   - a pool fed A_log f32 + dt_bias (+ D) bf16 gives, under both strategies, outputs and
 //     committed states bit-identical to a pool fed f32 views of the same numbers (a bf16 value
@@ -45,9 +45,13 @@ std::vector<std::pair<const char*, Buffer*>> gate_params(LayerWeights& w) {
 std::vector<std::pair<const char*, Buffer*>> gate_params(Mamba2LayerWeights& w) {
   return {{"A_log", &w.A_log}, {"dt_bias", &w.dt_bias}, {"D", &w.D}};
 }
+std::vector<std::pair<const char*, Buffer*>> gate_params(KdaLayerWeights& w) {
+  return {{"A_log", &w.A_log}, {"dt_bias", &w.dt_bias}};  // dt_bias [HV, K]
+}
 
 Mamba2Config test_config(Mamba2Kind) { return small_mamba2_config(); }  // f32, D, z gate
 GdnConfig test_config(GdnKind) { return small_config(); }               // f32, conv bias
+KdaConfig test_config(KdaKind) { return small_kda_config(); }           // f32, no conv bias
 
 // Host views of host buffers (a CPU pool reads them in place).
 TensorView host_view(const Buffer& b) { return b.view(); }
@@ -71,6 +75,7 @@ std::vector<float> floats_of(const TensorView& v) {
 
 int64_t tokens_of(const TokenInputs& in) { return in.mixed_qkv.shape()[0]; }
 int64_t tokens_of(const Mamba2TokenInputs& in) { return in.xBC.shape()[0]; }
+int64_t tokens_of(const KdaTokenInputs& in) { return in.mixed_qkv.shape()[0]; }
 
 // How the gate parameters are passed: A_log f32 and the others bf16 (`mixed`), or all f32 with
 // the others' values rounded to bf16 (`rounded`), or all f32 unrounded (`exact`).
@@ -175,12 +180,12 @@ RelError rel_error(const std::vector<float>& x, const std::vector<float>& y) {
 
 template <typename Kind>
 class MixedParamDtypes : public ::testing::Test {};
-using Kinds = ::testing::Types<GdnKind, Mamba2Kind>;
+using Kinds = ::testing::Types<GdnKind, Mamba2Kind, KdaKind>;
 class KindNames {
  public:
   template <typename T>
   static std::string GetName(int) {
-    return T::kKind == LayerKind::kMamba2 ? "mamba2" : "gdn";
+    return T::kKind == LayerKind::kMamba2 ? "mamba2" : T::kKind == LayerKind::kKda ? "kda" : "gdn";
   }
 };
 TYPED_TEST_SUITE(MixedParamDtypes, Kinds, KindNames);
