@@ -146,3 +146,63 @@ def test_kda_pool_rejects_other_kinds_and_unsupported_cuda_shapes():
         assert str(refused.value) == gdn_error
     else:
         assert "head_k_dim = 8" in str(refused.value)
+
+
+@pytest.mark.parametrize("strategy", [Strategy.SNAPSHOT, Strategy.REPLAY], ids=lambda s: s.name)
+def test_kda_over_vllms_cache_arrays_and_slot_hand_off(strategy, tmp_path):
+    """A KDA pool over arrays shaped as vLLM's KDA cache (conv_state (L, slots, W-1, conv_dim),
+    recurrent_state (L, slots, HV, K, V)), adopted as their transposes, runs the same rounds as an
+    owning pool in specstate's order, bit for bit, and writes the arrays in place; its slot moves
+    to a pool of specstate's order through a safetensors file (logical order), and a raw buffer
+    into that pool is refused naming both orders, with nothing written."""
+    from specstate import ConvLayout, SsmLayout
+    cfg, config, weights, inputs, outputs = kda_model(seed=4)
+    L, slots, T = 2, 3, 4
+    c, w = cfg.conv_dim(), cfg.conv_width
+    hv, k, v = cfg.num_v_heads, cfg.head_k_dim, cfg.head_v_dim
+    conv_all = np.full((L, slots, w - 1, c), 7.0, np.float32)
+    rec_all = np.full((L, slots, hv, k, v), 7.0, np.float32)
+    opts = specstate.PoolOptions(num_slots=slots, max_rows=1, max_window=T, strategy=strategy,
+                                 conv_layout=ConvLayout.CHANNELS_LAST, ssm_layout=SsmLayout.KV)
+    vllm = specstate.StatePool(config, opts,
+                               committed_conv=[conv_all[l].transpose(0, 2, 1) for l in range(L)],
+                               committed_ssm=[rec_all[l].transpose(0, 1, 3, 2) for l in range(L)])
+    own = specstate.StatePool(config, specstate.PoolOptions(num_slots=slots, max_rows=1,
+                                                            max_window=T, strategy=strategy))
+    hv_, ho = vllm.acquire(), own.acquire()
+    for accepted in [2, 4, 0, 3]:
+        window = inputs(T)
+        for pool, h in ((vllm, hv_), (own, ho)):
+            pool.begin_verify(specstate.VerifyBatch([h], window=T))
+        for layer, x in enumerate(window):
+            ov, oo = outputs(T), outputs(T)
+            vllm.verify(layer, weights[layer], x, ov)
+            own.verify(layer, weights[layer], x, oo)
+            assert np.array_equal(bits(ov.core_out), bits(oo.core_out))
+        vllm.commit([accepted])
+        own.commit([accepted])
+    slot = vllm.slot_index(hv_)
+    for (cv, sv), (co, so) in zip(states(vllm, L), states(own, L)):
+        assert np.array_equal(bits(cv[slot]), bits(co[slot]))
+        assert np.array_equal(bits(sv[slot]), bits(so[slot]))
+    own_conv, own_ssm = states(own, L)[1]
+    assert np.array_equal(bits(conv_all[1, slot]), bits(own_conv[slot].T))
+    assert np.array_equal(bits(rec_all[1, slot]), bits(own_ssm[slot].transpose(0, 2, 1)))
+    assert np.abs(rec_all[:, slot]).sum() > 0
+    assert (conv_all[:, slot + 1:] == 7.0).all() and (rec_all[:, slot + 1:] == 7.0).all()
+
+    # Hand-off to specstate's order: a safetensors file holds the logical order.
+    dst = specstate.StatePool(config, specstate.PoolOptions(num_slots=2, max_window=T))
+    g = dst.acquire()
+    path = tmp_path / "kda_slot.safetensors"
+    vllm.export_slot(hv_, path)
+    dst.import_slot(g, path)
+    for (cd, sd), (co, so) in zip(states(dst, L), states(own, L)):
+        assert np.array_equal(bits(cd[dst.slot_index(g)]), bits(co[slot]))
+        assert np.array_equal(bits(sd[dst.slot_index(g)]), bits(so[slot]))
+    # A raw buffer carries the order it was written in: refused by a pool of another order.
+    before = states(dst, L)
+    with pytest.raises(specstate.Error, match="channels_last"):
+        dst.import_slot(g, vllm.export_slot(hv_))
+    for (c0, s0), (c1, s1) in zip(before, states(dst, L)):
+        assert np.array_equal(bits(c0), bits(c1)) and np.array_equal(bits(s0), bits(s1))
