@@ -112,7 +112,9 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"vllm_v72_chain_ring40_long", "gpu_k128_v72", false, 4, 4, 60, 40,
                             kReplayVllm},
             EquivalenceCase{"vllm_kda_k128_chain_ring2t", "kda_gpu_k128", false, 4, 5, 24, 8,
-                            kReplayVllm}),
+                            kReplayVllm},
+            EquivalenceCase{"vllm_f32_k32_chain", "gpu_f32", false, 8, 3, 12, 0, kReplayVllm},
+            EquivalenceCase{"vllm_k64_f32_chain", "gpu_k64_f32", false, 4, 4, 12, 0, kReplayVllm}),
         ::testing::Values(2, 4, 8)),
     EnvCaseName{"_vb"});
 
