@@ -1,4 +1,5 @@
-"""specstate: the recurrent state of hybrid LLMs (Gated DeltaNet) during speculative decoding.
+"""specstate: the recurrent state of hybrid LLMs (Gated DeltaNet, Mamba2, KDA) during
+speculative decoding.
 
 A pool holds every request's committed conv and SSM state per layer. One speculative round::
 
