@@ -19,23 +19,72 @@ import torch
 import specstate
 
 
+STATE_LAYOUTS = ("specstate", "vllm")
+
+
+def vllm_cache(config, slots, device):
+    """Per-layer tensors shaped as vLLM allocates its hybrid models' cache for `config`, and the
+    views specstate adopts them through: the conv state (slots, W-1, conv_dim) ("SD", channels
+    last), the recurrent state (slots, HV, K, V) for KDA (fla's order), (slots, HV, V, K) for GDN
+    and (slots, heads, head_dim, d_state) for Mamba2. Returns (tensors, conv views, state views,
+    PoolOptions keywords)."""
+    dtype = lambda d: torch.bfloat16 if d == specstate.DType.BF16 else torch.float32  # noqa: E731
+    kv = config.kind == specstate.LayerKind.KDA
+    if kv:
+        k = config.kda_layer
+        shape = (slots, k.num_v_heads, k.head_k_dim, k.head_v_dim)
+    elif config.kind == specstate.LayerKind.MAMBA2:
+        m = config.mamba
+        shape = (slots, m.num_heads, m.head_dim, m.d_state)
+    else:
+        g = config.gdn
+        shape = (slots, g.num_v_heads, g.head_v_dim, g.head_k_dim)
+    layers = range(config.num_layers)
+    conv = [torch.zeros(slots, config.conv_width() - 1, config.conv_dim(),
+                        dtype=dtype(config.conv_state_dtype()), device=device) for _ in layers]
+    state = [torch.zeros(shape, dtype=dtype(config.ssm_state_dtype()), device=device)
+             for _ in layers]
+    options = dict(conv_layout=specstate.ConvLayout.CHANNELS_LAST,
+                   ssm_layout=specstate.SsmLayout.KV if kv else specstate.SsmLayout.VK)
+    return ((conv, state), [c.transpose(1, 2) for c in conv],
+            [t.transpose(2, 3) if kv else t for t in state], options)
+
+
 class LayerOwner:
     """Owns one pool for `layers` (the model's recurrent modules) and routes their forward:
-    `run(index, weights, inputs, outputs)` verifies inside a round, prefills otherwise."""
+    `run(index, weights, inputs, outputs)` verifies inside a round, prefills otherwise. The pool
+    is made by `open(layout)`: its own memory ("specstate"), or tensors shaped as vLLM's cache
+    that it adopts ("vllm", vllm_cache)."""
 
     def __init__(self, layers, model_config, strategy, max_window, device):
         self.layers = layers
+        self.model_config = model_config
+        self.strategy = strategy
+        self.max_window = max_window
+        self.device = device
         cuda = device.type == "cuda"
         self.stream = torch.cuda.current_stream().cuda_stream if cuda else None
-        self.pool = specstate.StatePool(
-            model_config,
-            specstate.PoolOptions(num_slots=1, max_rows=1, max_window=max_window,
-                                  strategy=strategy, stream=self.stream,
-                                  backend=specstate.Backend.CUDA if cuda else
-                                  specstate.Backend.CPU,
-                                  device=device.index or 0))
-        self.handle = self.pool.acquire()
+        self.cache = None
+        self.pool = None
+        self.handle = None
         self.verifying = False
+
+    def open(self, layout="specstate"):
+        cuda = self.device.type == "cuda"
+        options = dict(num_slots=1, max_rows=1, max_window=self.max_window,
+                       strategy=self.strategy, stream=self.stream,
+                       backend=specstate.Backend.CUDA if cuda else specstate.Backend.CPU,
+                       device=self.device.index or 0)
+        committed = {}
+        if layout == "vllm":
+            self.cache, conv, state, order = vllm_cache(self.model_config, 1, self.device)
+            options.update(order)
+            committed = dict(committed_conv=conv, committed_ssm=state)
+        self.layout = layout
+        self.pool = specstate.StatePool(self.model_config, specstate.PoolOptions(**options),
+                                        **committed)
+        self.handle = self.pool.acquire()
+        return self
 
     def run(self, index, weights, inputs, outputs):
         if self.verifying:  # the window of the open round; the committed state is unchanged
@@ -188,12 +237,17 @@ def client_arguments(description, layers=8, noise=0.01):
     ap.add_argument("--prompt-len", type=int, default=12)
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--state-layout", choices=STATE_LAYOUTS, default="specstate",
+                    help="the pool's memory: its own (specstate's element order), or tensors "
+                         "shaped as vLLM's cache (channels-last conv windows, KDA states "
+                         "[HV][K][V]) that the pool adopts")
     return ap
 
 
 def run_client(args, name, kind, make_model, make_owner, hybrid_cache=None, other="attention"):
     """Builds the model (`make_model(args)`, on args.device in args.dtype), decodes the reference
-    with `generate`, installs the owner (`make_owner(model, strategy, window, dtype)`), decodes
+    with `generate`, installs the owner (`make_owner(model, strategy, window, dtype)`, its pool
+    opened in args.state_layout), decodes
     speculatively and reports. Returns 0 when the tokens are identical (any mismatch in bfloat16
     is reported with the logit gap where the tokens first differ, and returns 0 too). `kind`
     names the recurrent layers in the report, `other` the rest."""
@@ -217,7 +271,7 @@ def run_client(args, name, kind, make_model, make_owner, hybrid_cache=None, othe
 
     strategy = specstate.Strategy.SNAPSHOT if args.strategy == "snapshot" else \
         specstate.Strategy.REPLAY
-    owner = make_owner(model, strategy, args.window, dtype)
+    owner = make_owner(model, strategy, args.window, dtype).open(args.state_layout)
     tokens, stats = speculative_generate(model, owner, drafter, prompt, args.new_tokens,
                                          args.window, new_cache(model, hybrid_cache))
 
@@ -225,7 +279,8 @@ def run_client(args, name, kind, make_model, make_owner, hybrid_cache=None, othe
     recurrent = len(owner.layers)
     print(f"specstate {specstate.__version__}: {name} tiny ({args.layers} layers, {recurrent} "
           f"{kind} + {args.layers - recurrent} {other}), {args.dtype}, {args.device}, "
-          f"strategy {args.strategy}, window {args.window}, drafter {args.drafter}")
+          f"strategy {args.strategy}, window {args.window}, drafter {args.drafter}, "
+          f"state layout {args.state_layout}")
     print(f"rounds {stats['rounds']}, tokens/round {(len(tokens) - 1) / stats['rounds']:.2f}, "
           f"acceptance rate {stats['accepted'] / max(stats['proposed'], 1):.3f} "
           f"({stats['accepted']}/{stats['proposed']} drafts)")
@@ -234,6 +289,12 @@ def run_client(args, name, kind, make_model, make_owner, hybrid_cache=None, othe
     print(f"state: {slot} B committed per request ({recurrent} layers), workspace "
           f"{pool.workspace_bytes()} B; per round and request about {per_round} B of state "
           f"traffic ({'read + write once' if args.strategy == 'replay' else 'verify 1+T, commit 2'})")
+    if owner.cache is not None:
+        pool.materialize()  # replay: the engine's tensors hold the committed state from here on
+        conv, state = owner.cache
+        print(f"state in vLLM's cache layout: conv_state {tuple(conv[0].shape)}, recurrent state "
+              f"{tuple(state[0].shape)} per layer, adopted by the pool (nonzero: "
+              f"{bool(state[0].abs().sum() > 0)})")
     if tokens == reference:
         print(f"tokens: identical to model.generate(do_sample=False) ({len(tokens)} tokens)")
         return 0

@@ -39,17 +39,21 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["specstate", "vllm"])
 @pytest.mark.parametrize("strategy", ["snapshot", "replay"])
 @pytest.mark.parametrize("client", list(CLIENTS))
-def test_token_exact_with_generate(client, strategy, device, capsys):
+def test_token_exact_with_generate(client, strategy, layout, device, capsys):
+    """`layout` vllm: the pool adopts tensors shaped as vLLM's cache (spec_loop.vllm_cache)."""
     script, model_class, extra = CLIENTS[client]
     if not hasattr(transformers, model_class):
         pytest.skip(f"this transformers ({transformers.__version__}) has no {model_class}")
     module = load_client(script)
     rc = module.main(["--strategy", strategy, "--device", device, "--layers", "4",
-                      "--new-tokens", "12", "--window", "3"] + extra)
+                      "--new-tokens", "12", "--window", "3", "--state-layout", layout] + extra)
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "identical to model.generate" in out, out
     # the report names the client's model and its rounds (the check ran on real rounds)
     assert "rounds " in out and "tokens/round" in out, out
+    if layout == "vllm":  # the state lives in the engine's tensors
+        assert "state in vLLM's cache layout" in out and "(nonzero: True)" in out, out
