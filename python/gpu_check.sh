@@ -61,4 +61,16 @@ for client in qwen3_next qwen3_5 nemotron_h kimi_linear; do
   "$PY" "examples/python/${client}_spec.py" --device cuda --dtype bfloat16 2>&1 |
     grep -v "falling back\|FutureWarning\|output = func" | tee "$OUT/client-$client-bf16.log"
 done
+# KDA over tensors shaped as vLLM's cache (the layout vLLM's KDA backend allocates).
+echo "== client kimi_linear: --device cuda --state-layout vllm [t=${SECONDS}s]"
+"$PY" examples/python/kimi_linear_spec.py --device cuda --state-layout vllm 2>&1 |
+  grep -v "falling back\|FutureWarning\|output = func" | tee "$OUT/client-kimi_linear-vllm.log"
+[ "${PIPESTATUS[0]}" -ne 0 ] && status=1
+# The summary last, so that a caller reading the tail of the output sees every verdict.
+echo "== summary"
+echo "pytest: $(tail -1 "$OUT/pytest.log")"
+for log in "$OUT"/client-*.log; do
+  echo "$(basename "$log" .log): $(grep -E "^tokens:" "$log" || echo "no verdict (see the log)")"
+done
+echo "python/gpu_check.sh status=$status"
 exit $status
