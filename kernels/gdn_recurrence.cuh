@@ -31,8 +31,9 @@ struct GdnShared {
 
 // [K][V] states (PoolOptions::ssm_layout = kKV, GdnRecurrenceParams::state_kv): the CTA's V rows
 // [v0, v0 + kRows) of one head are loaded and stored through the shared tile, so that global
-// memory sees runs of 4 consecutive V elements (the state's contiguous axis) per thread, whole
-// sectors per CTA, while each thread keeps its row's K elements in registers as for [V][K]
+// memory sees whole sectors along V (the state's contiguous axis: runs of 4 V elements per
+// thread; fp32 loads, gdn_kv_tile_fill_async, an element per thread, consecutive threads on
+// consecutive V), while each thread keeps its row's K elements in registers as for [V][K]
 // states. `head`: the head's state ([K][V], row k at head + k * V). Every thread of the CTA
 // calls these (they hold barriers); rows past V read zeros and write nothing. The global side
 // is not inlined: its address arithmetic then costs the token loop no registers (inlined, it
@@ -90,12 +91,12 @@ __device__ __noinline__ void gdn_kv_tile_to_global(St* head, int V, int v0, cons
   __syncthreads();  // the tile is reused
 }
 
-// fp32 [K][V] states, the first load of a CTA: the tile filled by cp.async, an element per copy
-// placed at its transposed position (consecutive threads on consecutive V elements: whole
-// sectors in global memory), without waiting. gdn_kv_tile_finish completes it where the state is
-// first used, so that its latency overlaps what the CTA issues before that (the history records,
-// the wait for the conv's grid, the window's staging), as the [V][K] order's register loads do.
-// Rows past V are zeros. Every thread of the CTA calls it.
+// fp32 [K][V] states: the tile filled by cp.async, an element per copy placed at its transposed
+// position (consecutive threads on consecutive V elements: whole sectors in global memory), all
+// of a thread's copies in flight at once (the synchronous fill waited for each 16-byte load
+// before the next), without waiting: gdn_kv_tile_finish completes it. gdn_kv_load completes it
+// at once; the several-blocks path after the current block's tokens, so that the next block's
+// copy overlaps them. Rows past V are zeros. Every thread of the CTA calls it.
 template <int K, int kRows>
 __device__ __noinline__ void gdn_kv_tile_fill_async(const float* head, int V, int v0, float* tile) {
   for (int idx = threadIdx.x; idx < K * kRows; idx += kGdnThreads) {
