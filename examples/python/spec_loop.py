@@ -23,38 +23,23 @@ STATE_LAYOUTS = ("specstate", "vllm")
 
 
 def vllm_cache(config, slots, device):
-    """Per-layer tensors shaped as vLLM allocates its hybrid models' cache for `config`, and the
-    views specstate adopts them through: the conv state (slots, W-1, conv_dim) ("SD", channels
-    last), the recurrent state (slots, HV, K, V) for KDA (fla's order), (slots, HV, V, K) for GDN
-    and (slots, heads, head_dim, d_state) for Mamba2. Returns (tensors, conv views, state views,
-    PoolOptions keywords)."""
+    """Per-layer tensors shaped as vLLM allocates its hybrid models' cache for `config`
+    (specstate.vllm.conv_shape / recurrent_shape: channels-last conv windows; KDA states
+    [HV][K][V]), zeros: (conv states, recurrent states)."""
     dtype = lambda d: torch.bfloat16 if d == specstate.DType.BF16 else torch.float32  # noqa: E731
-    kv = config.kind == specstate.LayerKind.KDA
-    if kv:
-        k = config.kda_layer
-        shape = (slots, k.num_v_heads, k.head_k_dim, k.head_v_dim)
-    elif config.kind == specstate.LayerKind.MAMBA2:
-        m = config.mamba
-        shape = (slots, m.num_heads, m.head_dim, m.d_state)
-    else:
-        g = config.gdn
-        shape = (slots, g.num_v_heads, g.head_v_dim, g.head_k_dim)
     layers = range(config.num_layers)
-    conv = [torch.zeros(slots, config.conv_width() - 1, config.conv_dim(),
+    conv = [torch.zeros(specstate.vllm.conv_shape(config, slots),
                         dtype=dtype(config.conv_state_dtype()), device=device) for _ in layers]
-    state = [torch.zeros(shape, dtype=dtype(config.ssm_state_dtype()), device=device)
-             for _ in layers]
-    options = dict(conv_layout=specstate.ConvLayout.CHANNELS_LAST,
-                   ssm_layout=specstate.SsmLayout.KV if kv else specstate.SsmLayout.VK)
-    return ((conv, state), [c.transpose(1, 2) for c in conv],
-            [t.transpose(2, 3) if kv else t for t in state], options)
+    state = [torch.zeros(specstate.vllm.recurrent_shape(config, slots),
+                         dtype=dtype(config.ssm_state_dtype()), device=device) for _ in layers]
+    return conv, state
 
 
 class LayerOwner:
     """Owns one pool for `layers` (the model's recurrent modules) and routes their forward:
     `run(index, weights, inputs, outputs)` verifies inside a round, prefills otherwise. The pool
     is made by `open(layout)`: its own memory ("specstate"), or tensors shaped as vLLM's cache
-    that it adopts ("vllm", vllm_cache)."""
+    that it adopts ("vllm": vllm_cache, specstate.vllm.state_pool)."""
 
     def __init__(self, layers, model_config, strategy, max_window, device):
         self.layers = layers
@@ -75,14 +60,13 @@ class LayerOwner:
                        strategy=self.strategy, stream=self.stream,
                        backend=specstate.Backend.CUDA if cuda else specstate.Backend.CPU,
                        device=self.device.index or 0)
-        committed = {}
-        if layout == "vllm":
-            self.cache, conv, state, order = vllm_cache(self.model_config, 1, self.device)
-            options.update(order)
-            committed = dict(committed_conv=conv, committed_ssm=state)
         self.layout = layout
-        self.pool = specstate.StatePool(self.model_config, specstate.PoolOptions(**options),
-                                        **committed)
+        if layout == "vllm":  # the pool adopts the engine's tensors (specstate.vllm)
+            self.cache = vllm_cache(self.model_config, 1, self.device)
+            self.pool = specstate.vllm.state_pool(self.model_config,
+                                                  specstate.PoolOptions(**options), *self.cache)
+        else:
+            self.pool = specstate.StatePool(self.model_config, specstate.PoolOptions(**options))
         self.handle = self.pool.acquire()
         return self
 

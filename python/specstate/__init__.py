@@ -44,4 +44,6 @@ def to_numpy(view):
         return np.from_dlpack(_specstate._bf16_bits(view)).view(ml_dtypes.bfloat16)
 
 
-__all__ = [name for name in dir(_specstate) if not name.startswith("_")] + ["to_numpy"]
+from . import vllm  # noqa: E402 (a pool over tensors shaped as vLLM's cache)
+
+__all__ = [name for name in dir(_specstate) if not name.startswith("_")] + ["to_numpy", "vllm"]

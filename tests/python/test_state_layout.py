@@ -71,3 +71,91 @@ def test_views_in_another_order_are_rejected():
     with pytest.raises(specstate.Error,
                        match=r"committed\.conv\[0\].*options\.conv_layout = channels_last"):
         specstate.StatePool(model.config, opts, committed_conv=conv, committed_ssm=ssm)
+
+
+# --- specstate.vllm: a pool over tensors shaped as vLLM's cache, every kind ----------------------
+
+def _kind_model(kind):
+    """(config, weights, inputs(n) -> per-layer inputs, outputs(n), main output name)."""
+    if kind == "gdn":
+        model = Model(seed=21)
+        return (model.config, model.weights,
+                lambda n: [specstate.GdnInputs(x, a, b) for x, a, b in model.inputs(n)],
+                model.outputs, "core_out")
+    if kind == "mamba2":
+        from test_mamba2 import mamba_model
+        config, weights, inputs, outputs = mamba_model(gate=True, seed=22)
+        return config, weights, inputs, outputs, "y"
+    from test_kda import kda_model
+    _, config, weights, inputs, outputs = kda_model(seed=23)
+    return config, weights, inputs, outputs, "core_out"
+
+
+@pytest.mark.parametrize("strategy", [Strategy.SNAPSHOT, Strategy.REPLAY], ids=lambda s: s.name)
+@pytest.mark.parametrize("kind", ["gdn", "mamba2", "kda"])
+def test_vllm_state_pool_adopts_vllms_shapes(kind, strategy):
+    from specstate import vllm
+    config, weights, inputs, outputs, main = _kind_model(kind)
+    L, slots, T = config.num_layers, 3, 4
+    conv = [np.full(vllm.conv_shape(config, slots), 7.0, np.float32) for _ in range(L)]
+    rec = [np.full(vllm.recurrent_shape(config, slots), 7.0, np.float32) for _ in range(L)]
+    opts = specstate.PoolOptions(num_slots=slots, max_rows=1, max_window=T, strategy=strategy)
+    pool = vllm.state_pool(config, opts, conv_states=conv, recurrent_states=rec)
+    assert opts.conv_layout == ConvLayout.CHANNELS_FIRST  # the caller's options are not changed
+    own = specstate.StatePool(config, opts)
+    hp, ho = pool.acquire(), own.acquire()
+    for accepted in [3, 1, 4]:
+        window = inputs(T)
+        for p, h in ((pool, hp), (own, ho)):
+            p.begin_verify(specstate.VerifyBatch([h], window=T))
+        for layer, x in enumerate(window):
+            op, oo = outputs(T), outputs(T)
+            pool.verify(layer, weights[layer], x, op)
+            own.verify(layer, weights[layer], x, oo)
+            assert np.array_equal(bits(getattr(op, main)), bits(getattr(oo, main)))
+        pool.commit([accepted])
+        own.commit([accepted])
+    slot = pool.slot_index(hp)
+    kv = kind == "kda"
+    for layer, (cp, sp), (co, so) in zip(range(L), states(pool, L), states(own, L)):
+        assert np.array_equal(bits(cp[slot]), bits(co[slot]))
+        assert np.array_equal(bits(sp[slot]), bits(so[slot]))
+        # The engine's tensors hold the committed state, in vLLM's order, written in place.
+        assert np.array_equal(bits(conv[layer][slot]), bits(co[slot].T))
+        want = so[slot].swapaxes(-1, -2) if kv else so[slot]
+        assert np.array_equal(bits(rec[layer][slot]), bits(want))
+        assert np.abs(rec[layer][slot]).sum() > 0
+        assert (conv[layer][slot + 1:] == 7.0).all() and (rec[layer][slot + 1:] == 7.0).all()
+
+
+def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
+    from specstate import vllm
+    config, *_ = _kind_model("kda")
+    L, slots = config.num_layers, 2
+    conv = [np.zeros(vllm.conv_shape(config, slots), np.float32) for _ in range(L)]
+    rec = [np.zeros(vllm.recurrent_shape(config, slots), np.float32) for _ in range(L)]
+    opts = specstate.PoolOptions(num_slots=slots, max_window=4)
+    s, hv, k, v = vllm.recurrent_shape(config, slots)
+    _, w1, c = vllm.conv_shape(config, slots)
+    bad = [
+        # KDA's state in GDN's order ([HV][V][K]): not vLLM's KDA layout
+        (dict(recurrent_states=[np.zeros((s, hv, v, k), np.float32)] * L),
+         r"recurrent_states\[0\] has shape \(2, 4, 6, 8\); vLLM's layout"),
+        # vLLM's speculative conv columns (W-1+num_spec): specstate owns the rollback
+        (dict(conv_states=[np.zeros((s, w1 + 2, c), np.float32)] * L),
+         r"conv_states\[0\] has shape \(2, 5, 56\)"),
+        (dict(conv_states=conv[:1]), r"conv_states has 1 tensors, the model has 2"),
+        (dict(recurrent_states=[rec[0], np.zeros((s + 1, hv, k, v), np.float32)]),
+         r"recurrent_states\[1\] has 3 slots, recurrent_states\[0\] has 2"),
+    ]
+    for change, message in bad:
+        args = dict(conv_states=conv, recurrent_states=rec)
+        args.update(change)
+        with pytest.raises(specstate.InvalidArgumentError, match=message) as e:
+            vllm.state_pool(config, opts, **args)
+        assert e.value.status == specstate.Status.INVALID_ARGUMENT
+    assert all(not t.any() for t in conv + rec)  # nothing written
+    # The pool's own checks still apply past the shapes (a tensor with a slot of other strides).
+    with pytest.raises(specstate.Error):
+        vllm.state_pool(config, opts, conv_states=[t[:, :, ::-1] for t in conv],
+                        recurrent_states=rec)
