@@ -176,15 +176,14 @@ inline TensorView optional_view(const HostTensor& t) {
 // their views, and the names of those views for the hostile-argument cases. The rest of the
 // driver is kind-agnostic.
 //
-// Gated DeltaNet: heads H in {1, 2}, HV = H or 2H, K, V in {2, 4, 8}, W in {2, 3, 4}, conv bias
-// or not, act and conv-state dtypes f32 or bf16, SSM state f32.
-struct GdnKind {
-  using Config = GdnConfig;
-  using Weights = GdnWeights;
-  using Inputs = GdnInputs;
-  using Outputs = GdnOutputs;
-  static constexpr const char* kName = "gated_delta_net";
-  static const Config& of(const ModelConfig& m) { return m.gdn; }
+// What the two delta-rule kinds (Gated DeltaNet, KDA) share: the weights (conv, A_log per value
+// head, dt_bias per value head or per value head and key channel), three inputs (mixed_qkv, the
+// gate's input, b), two outputs, the config's draws before KDA's own and the views' order.
+template <typename WeightsT, typename InputsT, typename OutputsT>
+struct DeltaKind {
+  using Weights = WeightsT;
+  using Inputs = InputsT;
+  using Outputs = OutputsT;
 
   struct Layer {
     HostTensor conv_weight, conv_bias, A_log, dt_bias;
@@ -193,10 +192,10 @@ struct GdnKind {
     }
     std::vector<HostTensor*> tensors() { return {&conv_weight, &conv_bias, &A_log, &dt_bias}; }
   };
-  struct Tokens {  // n tokens of one layer
-    HostTensor qkv, a, b;
-    Inputs view() const { return {qkv.view(), a.view(), b.view()}; }
-    std::vector<const HostTensor*> tensors() const { return {&qkv, &a, &b}; }
+  struct Tokens {  // n tokens of one layer; `gate`: GDN's a, KDA's g
+    HostTensor qkv, gate, b;
+    Inputs view() const { return {qkv.view(), gate.view(), b.view()}; }
+    std::vector<const HostTensor*> tensors() const { return {&qkv, &gate, &b}; }
   };
   struct Outs {
     HostTensor conv_out, core_out;
@@ -206,69 +205,103 @@ struct GdnKind {
     }
   };
 
-  static ModelConfig draw(Source& src) {
-    GdnConfig g;
-    g.num_k_heads = 1 + static_cast<int>(src.below(2));
-    g.num_v_heads = g.num_k_heads * (1 + static_cast<int>(src.below(2)));
-    g.head_k_dim = 2 << src.below(3);
-    g.head_v_dim = 2 << src.below(3);
-    g.conv_width = 2 + static_cast<int>(src.below(3));
-    g.conv_bias = src.coin();
-    g.act_dtype = src.coin() ? DType::kBF16 : DType::kF32;
-    g.conv_state_dtype = src.coin() ? DType::kBF16 : DType::kF32;
-    g.ssm_state_dtype = DType::kF32;
-    return ModelConfig::gated_delta_net(1 + static_cast<int>(src.below(2)), g);
+  // Heads H in {1, 2}, HV = H or 2H, K, V in {2, 4, 8}, W in {2, 3, 4}, conv bias or not, act and
+  // conv-state dtypes f32 or bf16, SSM state f32 (in this order: a fuzz input's bytes mean it).
+  template <typename C>
+  static void draw_dims(Source& src, C& c) {
+    c.num_k_heads = 1 + static_cast<int>(src.below(2));
+    c.num_v_heads = c.num_k_heads * (1 + static_cast<int>(src.below(2)));
+    c.head_k_dim = 2 << src.below(3);
+    c.head_v_dim = 2 << src.below(3);
+    c.conv_width = 2 + static_cast<int>(src.below(3));
+    c.conv_bias = src.coin();
+    c.act_dtype = src.coin() ? DType::kBF16 : DType::kF32;
+    c.conv_state_dtype = src.coin() ? DType::kBF16 : DType::kF32;
+    c.ssm_state_dtype = DType::kF32;
   }
-  // Weights shaped like real ones: A = exp(A_log) in [1, 16], softplus(dt_bias) in [1e-3, 1e-1].
-  static Layer random_layer(const Config& g, DType w, std::mt19937_64& rng) {
-    const int64_t D = g.conv_dim(), HV = g.num_v_heads;
+  // Weights shaped like real ones: A = exp(A_log) in [1, 16], softplus(dt_bias) in [1e-3, 1e-1]
+  // (`per_head` dt_bias values per value head: 1 for GDN, K for KDA).
+  template <typename C>
+  static Layer random_layer(const C& c, DType w, int64_t per_head, std::mt19937_64& rng) {
+    const int64_t D = c.conv_dim(), HV = c.num_v_heads;
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_real_distribution<double> uni(0.0, 1.0);
     Layer L;
-    L.conv_weight = HostTensor(w, {D, g.conv_width});
+    L.conv_weight = HostTensor(w, {D, c.conv_width});
     for (int64_t i = 0; i < L.conv_weight.numel(); ++i) L.conv_weight.set(i, 0.5f * normal(rng));
-    if (g.conv_bias) {
+    if (c.conv_bias) {
       L.conv_bias = HostTensor(w, {D});
       for (int64_t i = 0; i < D; ++i) L.conv_bias.set(i, 0.1f * normal(rng));
     }
     L.A_log = HostTensor(w, {HV});
-    L.dt_bias = HostTensor(w, {HV});
+    L.dt_bias = per_head == 1 ? HostTensor(w, {HV}) : HostTensor(w, {HV, per_head});
     for (int64_t h = 0; h < HV; ++h) {
       L.A_log.set(h, static_cast<float>(std::log(1.0 + 15.0 * uni(rng))));
-      const double dt = std::exp(std::log(1e-3) + uni(rng) * (std::log(1e-1) - std::log(1e-3)));
-      L.dt_bias.set(h, static_cast<float>(std::log(std::expm1(dt))));
+      for (int64_t i = 0; i < per_head; ++i) {
+        const double dt = std::exp(std::log(1e-3) + uni(rng) * (std::log(1e-1) - std::log(1e-3)));
+        L.dt_bias.set(h * per_head + i, static_cast<float>(std::log(std::expm1(dt))));
+      }
     }
     return L;
   }
-  static Tokens random_tokens(const Config& g, int n, std::mt19937_64& rng) {
+  // `gate_shape`: the gate input's shape past the tokens ({HV} for GDN's a, {HV, K} for KDA's g).
+  template <typename C>
+  static Tokens random_tokens(const C& c, int n, std::vector<int64_t> gate_shape,
+                              std::mt19937_64& rng) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    Tokens t{HostTensor(g.act_dtype, {n, g.conv_dim()}),
-             HostTensor(g.act_dtype, {n, g.num_v_heads}),
-             HostTensor(g.act_dtype, {n, g.num_v_heads})};
+    gate_shape.insert(gate_shape.begin(), n);
+    Tokens t{HostTensor(c.act_dtype, {n, c.conv_dim()}), HostTensor(c.act_dtype, gate_shape),
+             HostTensor(c.act_dtype, {n, c.num_v_heads})};
     for (int64_t i = 0; i < t.qkv.numel(); ++i) t.qkv.set(i, normal(rng));
-    for (int64_t i = 0; i < t.a.numel(); ++i) t.a.set(i, normal(rng));
+    for (int64_t i = 0; i < t.gate.numel(); ++i) t.gate.set(i, normal(rng));
     for (int64_t i = 0; i < t.b.numel(); ++i) t.b.set(i, normal(rng));
     return t;
   }
-  static Outs make_outs(const Config& g, int n) {
-    return {HostTensor(g.act_dtype, {n, g.conv_dim()}),
-            HostTensor(g.act_dtype, {n, g.num_v_heads, g.head_v_dim})};
+  template <typename C>
+  static Outs make_outs(const C& c, int n) {
+    return {HostTensor(c.act_dtype, {n, c.conv_dim()}),
+            HostTensor(c.act_dtype, {n, c.num_v_heads, c.head_v_dim})};
   }
-  // Every view of a call the config gives (conv_bias only where the config has one).
-  static std::vector<NamedView> views(const Config& g, Weights& w, Inputs& in, Outputs& out) {
+  // Every view of a call the config gives (conv_bias only where the config has one); `gate`:
+  // the gate input's view and name.
+  static std::vector<NamedView> views(bool conv_bias, Weights& w, Inputs& in, TensorView& gate,
+                                      const char* gate_name, Outputs& out) {
     std::vector<NamedView> v = {{&w.conv_weight, "weights.conv_weight", false, true},
                                 {&w.A_log, "weights.A_log", false, true},
                                 {&w.dt_bias, "weights.dt_bias", false, true},
                                 {&in.mixed_qkv, "inputs.mixed_qkv", true, false},
-                                {&in.a, "inputs.a", true, false},
+                                {&gate, gate_name, true, false},
                                 {&in.b, "inputs.b", true, false},
                                 {&out.conv_out, "outputs.conv_out", true, false},
                                 {&out.core_out, "outputs.core_out", true, false}};
-    if (g.conv_bias) v.push_back({&w.conv_bias, "weights.conv_bias", false, true});
+    if (conv_bias) v.push_back({&w.conv_bias, "weights.conv_bias", false, true});
     return v;
   }
-  static std::vector<OptionalArg> optionals(const Config& g, Weights& w, Inputs&, int64_t) {
-    return {{&w.conv_bias, "weights.conv_bias", g.conv_bias, {g.conv_dim()}}};
+  template <typename C>
+  static std::vector<OptionalArg> optionals(const C& c, Weights& w, Inputs&, int64_t) {
+    return {{&w.conv_bias, "weights.conv_bias", c.conv_bias, {c.conv_dim()}}};
+  }
+};
+
+// Gated DeltaNet: DeltaKind's draws; dt_bias and the gate input a per value head.
+struct GdnKind : DeltaKind<GdnWeights, GdnInputs, GdnOutputs> {
+  using Config = GdnConfig;
+  static constexpr const char* kName = "gated_delta_net";
+  static const Config& of(const ModelConfig& m) { return m.gdn; }
+
+  static ModelConfig draw(Source& src) {
+    GdnConfig g;
+    draw_dims(src, g);
+    return ModelConfig::gated_delta_net(1 + static_cast<int>(src.below(2)), g);
+  }
+  static Layer random_layer(const Config& g, DType w, std::mt19937_64& rng) {
+    return DeltaKind::random_layer(g, w, 1, rng);
+  }
+  static Tokens random_tokens(const Config& g, int n, std::mt19937_64& rng) {
+    return DeltaKind::random_tokens(g, n, {g.num_v_heads}, rng);
+  }
+  static std::vector<NamedView> views(const Config& g, Weights& w, Inputs& in, Outputs& out) {
+    return DeltaKind::views(g.conv_bias, w, in, in.a, "inputs.a", out);
   }
 };
 
@@ -386,103 +419,27 @@ struct Mamba2Kind {
   }
 };
 
-// KDA (Kimi Delta Attention): heads H in {1, 2}, HV = H or 2H, K, V in {2, 4, 8}, W in {2, 3, 4},
-// conv bias or not, fla's lower-bound gate a quarter of the time, act and conv-state dtypes f32 or
-// bf16, SSM state f32. The same draws as GdnKind before the gate's.
-struct KdaKind {
+// KDA (Kimi Delta Attention): DeltaKind's draws, then fla's lower-bound gate (bound -5) a quarter
+// of the time; dt_bias and the gate input g per value head and key channel.
+struct KdaKind : DeltaKind<KdaWeights, KdaInputs, KdaOutputs> {
   using Config = KdaConfig;
-  using Weights = KdaWeights;
-  using Inputs = KdaInputs;
-  using Outputs = KdaOutputs;
   static constexpr const char* kName = "kda";
   static const Config& of(const ModelConfig& m) { return m.kda_layer; }
 
-  struct Layer {
-    HostTensor conv_weight, conv_bias, A_log, dt_bias;
-    Weights view() const {
-      return {conv_weight.view(), optional_view(conv_bias), A_log.view(), dt_bias.view()};
-    }
-    std::vector<HostTensor*> tensors() { return {&conv_weight, &conv_bias, &A_log, &dt_bias}; }
-  };
-  struct Tokens {
-    HostTensor qkv, g, b;
-    Inputs view() const { return {qkv.view(), g.view(), b.view()}; }
-    std::vector<const HostTensor*> tensors() const { return {&qkv, &g, &b}; }
-  };
-  struct Outs {
-    HostTensor conv_out, core_out;
-    Outputs view() const { return {conv_out.view(), core_out.view()}; }
-    std::vector<std::pair<const char*, const HostTensor*>> compared() const {
-      return {{"core_out", &core_out}, {"conv_out", &conv_out}};
-    }
-  };
-
   static ModelConfig draw(Source& src) {
     KdaConfig c;
-    c.num_k_heads = 1 + static_cast<int>(src.below(2));
-    c.num_v_heads = c.num_k_heads * (1 + static_cast<int>(src.below(2)));
-    c.head_k_dim = 2 << src.below(3);
-    c.head_v_dim = 2 << src.below(3);
-    c.conv_width = 2 + static_cast<int>(src.below(3));
-    c.conv_bias = src.coin();
-    c.act_dtype = src.coin() ? DType::kBF16 : DType::kF32;
-    c.conv_state_dtype = src.coin() ? DType::kBF16 : DType::kF32;
-    c.ssm_state_dtype = DType::kF32;
-    if (src.below(4) == 0) c.lower_bound = -5.0f;  // fla's lower-bound gate, its default bound
+    draw_dims(src, c);
+    if (src.below(4) == 0) c.lower_bound = -5.0f;
     return ModelConfig::kda(1 + static_cast<int>(src.below(2)), c);
   }
-  // As tests/common/kda_data.cpp: exp(A_log) in [1, 16], softplus(dt_bias) in [1e-3, 1e-1] per
-  // value head and key channel.
   static Layer random_layer(const Config& c, DType w, std::mt19937_64& rng) {
-    const int64_t D = c.conv_dim(), HV = c.num_v_heads, K = c.head_k_dim;
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::uniform_real_distribution<double> uni(0.0, 1.0);
-    Layer L;
-    L.conv_weight = HostTensor(w, {D, c.conv_width});
-    for (int64_t i = 0; i < L.conv_weight.numel(); ++i) L.conv_weight.set(i, 0.5f * normal(rng));
-    if (c.conv_bias) {
-      L.conv_bias = HostTensor(w, {D});
-      for (int64_t i = 0; i < D; ++i) L.conv_bias.set(i, 0.1f * normal(rng));
-    }
-    L.A_log = HostTensor(w, {HV});
-    L.dt_bias = HostTensor(w, {HV, K});
-    for (int64_t h = 0; h < HV; ++h) {
-      L.A_log.set(h, static_cast<float>(std::log(1.0 + 15.0 * uni(rng))));
-      for (int64_t i = 0; i < K; ++i) {
-        const double dt = std::exp(std::log(1e-3) + uni(rng) * (std::log(1e-1) - std::log(1e-3)));
-        L.dt_bias.set(h * K + i, static_cast<float>(std::log(std::expm1(dt))));
-      }
-    }
-    return L;
+    return DeltaKind::random_layer(c, w, c.head_k_dim, rng);
   }
   static Tokens random_tokens(const Config& c, int n, std::mt19937_64& rng) {
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    Tokens t{HostTensor(c.act_dtype, {n, c.conv_dim()}),
-             HostTensor(c.act_dtype, {n, c.num_v_heads, c.head_k_dim}),
-             HostTensor(c.act_dtype, {n, c.num_v_heads})};
-    for (int64_t i = 0; i < t.qkv.numel(); ++i) t.qkv.set(i, normal(rng));
-    for (int64_t i = 0; i < t.g.numel(); ++i) t.g.set(i, normal(rng));
-    for (int64_t i = 0; i < t.b.numel(); ++i) t.b.set(i, normal(rng));
-    return t;
-  }
-  static Outs make_outs(const Config& c, int n) {
-    return {HostTensor(c.act_dtype, {n, c.conv_dim()}),
-            HostTensor(c.act_dtype, {n, c.num_v_heads, c.head_v_dim})};
+    return DeltaKind::random_tokens(c, n, {c.num_v_heads, c.head_k_dim}, rng);
   }
   static std::vector<NamedView> views(const Config& c, Weights& w, Inputs& in, Outputs& out) {
-    std::vector<NamedView> v = {{&w.conv_weight, "weights.conv_weight", false, true},
-                                {&w.A_log, "weights.A_log", false, true},
-                                {&w.dt_bias, "weights.dt_bias", false, true},
-                                {&in.mixed_qkv, "inputs.mixed_qkv", true, false},
-                                {&in.g, "inputs.g", true, false},
-                                {&in.b, "inputs.b", true, false},
-                                {&out.conv_out, "outputs.conv_out", true, false},
-                                {&out.core_out, "outputs.core_out", true, false}};
-    if (c.conv_bias) v.push_back({&w.conv_bias, "weights.conv_bias", false, true});
-    return v;
-  }
-  static std::vector<OptionalArg> optionals(const Config& c, Weights& w, Inputs&, int64_t) {
-    return {{&w.conv_bias, "weights.conv_bias", c.conv_bias, {c.conv_dim()}}};
+    return DeltaKind::views(c.conv_bias, w, in, in.g, "inputs.g", out);
   }
 };
 
