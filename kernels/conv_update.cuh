@@ -4,6 +4,8 @@
 // start history being the committed window after any replayed steps (DESIGN.md section 6).
 #pragma once
 
+#include <type_traits>
+
 #include "common.cuh"
 #include "conv_update.h"
 
@@ -362,103 +364,143 @@ __global__ void __launch_bounds__(kConvThreads)
   }
 }
 
-// Small batches under replay (verify): one thread per (8 channels, virtual token), the virtual
-// tokens being the slot's pending steps and then the window tokens, all of a channel group's
-// tokens in one CTA (64 / VT groups x VT tokens, VT = 8 or 16: the fewest that hold the slot's
-// pending steps and the window, so that few threads idle). Every thread first loads what its
-// token's window needs (the committed window, the pending steps' records, window inputs), then,
-// after a barrier (window tokens overwrite the records that pending steps read), computes and
-// stores. conv_update_kernel walks the same tokens one after another in one thread: at small
-// batches that walk is the kernel's time. The arithmetic is the same, so are the results.
+// Small batches under replay (verify): a channel group's input history staged once in shared
+// memory, then one thread per window token. A group (8 channels) of a row has the sequence
+//   E = [committed columns 0 .. W-2 | pending steps' records (path order) | window inputs],
+// H + n + T elements of 8 channels. The group's VT threads (VT = 8 or 16, the fewest that hold
+// n + T) each load one element (record or window input; thread 0 also the committed window, as
+// vectors), into shared memory; after a barrier thread t computes window token t from
+// E[n + t .. n + t + W-1] (a chain) or its ancestors over E (a tree), thread 0 stores the
+// committed window advanced by the pending steps (E[n .. n + W-2]) if asked. Each element is
+// loaded once per group instead of once per token that uses it, and no thread walks a history
+// (measured on the H200: docs/cuda.md). The arithmetic is conv_update_kernel's (records and
+// earlier inputs rounded to the conv state dtype, conv_window_output), so are the results.
 inline constexpr int kReplaySmallThreads = 64;
+
+// Whether every activation value is exact in the conv state dtype St (then rounding to St is the
+// identity and is skipped).
+template <typename Act, typename St>
+inline constexpr bool kActExactInState =
+    std::is_same<St, float>::value || std::is_same<St, Act>::value;
+
+template <typename St, typename Act>
+__device__ __forceinline__ float round_act_to(float v) {
+  if constexpr (kActExactInState<Act, St>) {
+    return v;
+  } else {
+    return round_to<St>(v);
+  }
+}
 
 template <typename Act, typename St, int W, int VT, bool kLast>
 __global__ void __launch_bounds__(kReplaySmallThreads)
     conv_replay_small_kernel(const __grid_constant__ ConvUpdateParams p, int channel_ctas) {
   constexpr int C = kConvChannels;
   constexpr int H = W - 1;
-  constexpr int kReplayGroups = kReplaySmallThreads / VT;
+  constexpr int kGroups = kReplaySmallThreads / VT;
+  constexpr int kElems = H + VT;  // n + T <= VT (conv_small_vt)
+  __shared__ __align__(16) float seq[kGroups][kElems][C];
   launch_dependents();
+  (void)channel_ctas;
   const int r = blockIdx.y;
   const int row = p.row_begin + r;
-  const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
-  if (slot < 0) return;  // padding row (uniform over the CTA): nothing read, nothing written
-  (void)channel_ctas;
   const int groups = (p.conv_dim + C - 1) / C;
-  const int g = blockIdx.x * kReplayGroups + threadIdx.x;
+  const int gl = threadIdx.x;
+  const int g = blockIdx.x * kGroups + gl;
   const int v = threadIdx.y;
-  const int n = p.pending[slot];
-  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
-  const bool active = g < groups && v < n + rt.count;
+  const bool in_group = g < groups;
   const int c0 = g * C;
-  const int nc = active ? min(C, p.conv_dim - c0) : C;
+  const int nc = in_group ? min(C, p.conv_dim - c0) : C;
   const bool full = nc == C;
-  Act* rec = static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0;
-  // Element (channel i, column k) of the committed window at st[i * cs + k * ks].
-  constexpr bool last = kLast;
-  const int64_t cs = last ? 1 : H, ks = last ? int64_t{p.conv_dim} : 1;
-  St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + conv_group_offset<H>(c0, last);
-  const int32_t* path = p.path + slot * p.path_stride_slot;
-
+  // Weights first: they depend on neither the slot nor the pending count (a thread that turns out
+  // to have no token loads them for nothing; at these batches the latency is the cost).
   float w[C][W];
   float bias[C];
-  float win[W][C];  // this token's window, oldest first; win[W-1] is its own input
-  if (active) {
-    load_conv_weights<W>(p, c0, nc, w, bias);
-    const ConvReplayHistory<Act, St, W, kLast> history{st, rec,  path,      p.record_stride_t,
-                                                       nc, full, p.conv_dim};
-    if (v < n) {
-      // Pending step v: the window before it is history[v .. v+H-1], its input history[v+H]
-      // (its record, not rounded: the current input of a step).
+  if (in_group && v < p.tokens) load_conv_weights<W>(p, c0, nc, w, bias);
+
+  const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
+  if (slot < 0) return;  // padding row (uniform over the CTA): nothing read, nothing written
+  const int n = p.pending[slot];
+  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
+  Act* rec = static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0;
+  St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + conv_group_offset<H>(c0, kLast);
+  float(&e)[kElems][C] = seq[gl];
+  const auto put = [&](int k, const float(&x)[C]) {
+    *reinterpret_cast<float4*>(&e[k][0]) = make_float4(x[0], x[1], x[2], x[3]);
+    *reinterpret_cast<float4*>(&e[k][4]) = make_float4(x[4], x[5], x[6], x[7]);
+  };
+  if (in_group) {
+    if (v < n + rt.count) {
+      float x[C];
+      if (v < n) {
+        // Pending step v's input, from its record, as a committed window holds it.
+        load_row<Act, C>(rec + p.path[slot * p.path_stride_slot + v] * p.record_stride_t, 1, full,
+                         nc, x);
 #pragma unroll
-      for (int j = 0; j < H; ++j) history(v + j, win[j]);
-      load_row<Act, C>(rec + path[v] * p.record_stride_t, 1, full, nc, win[H]);
-    } else {
-      // Window token t: its ancestors in the window, then the start window (the last H of the
-      // history, history[n .. n+H-1]).
-      replay_token_window<Act, St, W>(static_cast<const Act*>(p.x), p.x_stride_token, p.x_stride_c,
-                                      p.parents, int64_t{row} * p.tokens, rt.begin, c0, nc, full, n,
-                                      v - n, history, win);
+        for (int i = 0; i < C; ++i) x[i] = round_act_to<St, Act>(x[i]);
+      } else {
+        // Window input v - n, exact (a token's own input is used unrounded).
+        load_row<Act, C>(static_cast<const Act*>(p.x) + (rt.begin + v - n) * p.x_stride_token +
+                             c0 * p.x_stride_c,
+                         p.x_stride_c, full, nc, x);
+      }
+      put(H + v, x);
+    }
+    if (v == 0) {
+      float s[C * H];
+      load_window<St, C, H>(st, kLast, p.conv_dim, full, nc, s);
+#pragma unroll
+      for (int k = 0; k < H; ++k) {
+        float col[C];
+#pragma unroll
+        for (int i = 0; i < C; ++i) col[i] = s[i * H + k];
+        put(k, col);
+      }
     }
   }
   // Every read of the records and of the committed window is above this line.
   __syncthreads();
-  if (!active) return;
-  if (v < n) {
-    if (p.store_replayed) {
-      // The committed window after the pending steps: history[n .. n+H-1]. Step v's input is
-      // column v - n + H of it; step 0 also writes the old columns that remain (n < H).
-      const int m = v - n + H;
-      if (m >= 0) {
+  if (!in_group) return;
+  if (v == 0 && n > 0 && p.store_replayed) {
+    // The committed window after the pending steps: E[n .. n + H - 1].
+    float s[C * H];
 #pragma unroll
-        for (int i = 0; i < C; ++i) {
-          if (i < nc) st[i * cs + m * ks] = from_float<St>(win[H][i]);
-        }
-      }
-      if (v == 0) {
-        // Column k keeps history[n + k], this thread's win[k + n] where k + n < H. The row is
-        // chosen by comparing against n in unrolled loops (win[j], j known at compile time):
-        // indexed with the runtime n, win would live in local memory, and every thread would
-        // store its whole window there.
+    for (int k = 0; k < H; ++k) {
 #pragma unroll
-        for (int k = 0; k < H; ++k) {
+      for (int i = 0; i < C; ++i) s[i * H + k] = e[n + k][i];
+    }
+    store_window<St, C, H>(st, kLast, p.conv_dim, full, nc, s);
+  }
+  if (v >= rt.count) return;
+  const int t = v;
+  float win[W][C];  // oldest first; win[W-1] is the token's own input
+  const auto take = [&](int j, int k) {
 #pragma unroll
-          for (int j = k; j < H; ++j) {
-            if (j - k == n) {
+    for (int i = 0; i < C; ++i) {
+      win[j][i] = j < W - 1 && k >= H + n ? round_act_to<St, Act>(e[k][i]) : e[k][i];
+    }
+  };
+  if (p.parents == nullptr) {
 #pragma unroll
-              for (int i = 0; i < C; ++i) {
-                if (i < nc) st[i * cs + k * ks] = from_float<St>(win[j][i]);
-              }
-            }
-          }
-        }
+    for (int j = 0; j < W; ++j) take(j, n + t + j);
+  } else {
+    // A tree: the token's ancestors in the window, then the start window E[n + j + depth - 1].
+    const int64_t row_parent0 = int64_t{row} * p.tokens;
+    int node = t;
+    int depth = 0;
+#pragma unroll
+    for (int j = W - 1; j >= 0; --j) {
+      if (node >= 0) {
+        take(j, H + n + node);
+        node = p.parents[row_parent0 + node];
+        ++depth;
+      } else {
+        take(j, n + j + depth - 1);
       }
     }
-    return;
   }
   float y[C];
   conv_window_output<W>(w, bias, win, y);
-  const int t = v - n;
   store_row<Act, C>(
       static_cast<Act*>(p.out) + (rt.begin + t) * p.out_stride_token + c0 * p.out_stride_c,
       p.out_stride_c, full, nc, y);
@@ -477,18 +519,19 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
   const bool loop = p.store_final || p.pending != nullptr || p.tokens == 0 || p.rows >= 64;
   const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
   const bool records = p.records != nullptr || p.pending != nullptr;
-  // Small replay verifies: every (channel group, virtual token) its own thread. Measured on the
-  // H200 (Qwen3-Next TP1 rounds of 36 layers, us, token loop -> this kernel with VT = 8 where
-  // pending + window fit 8 tokens, else 16; docs/cuda.md): T = 8: B = 1 953 -> 854, B = 8 1697
-  // -> 1630; T = 4: B = 8 1084 -> 995 but B = 1 579 -> 613; T = 2: B = 1 424 -> 521, B = 8 806
-  // -> 821 (the serial walk is short there, and the many mostly idle CTAs delay the recurrence
-  // launched behind this kernel). Nemotron-H's Mamba2 at T = 4, B = 1: 455 with it (VT 16) against
-  // 513 without, hence the per-kind row range for T in 4..7 (small_rows_lo/hi). The pending steps
-  // are at most path_stride_slot.
+  // Small replay verifies: a channel group's input history in shared memory, a thread per window
+  // token. Measured on the H200 (docs/cuda.md, "Replay conv at small batches: the input history
+  // in shared memory"; rounds of 36 GDN / 24 Mamba2 layers, token loop -> this kernel, us):
+  // Qwen3-Next T = 2: B = 4 583.1 -> 544.0, B = 8 779.9 -> 714.4, B = 16 1076.6 -> 1134.5; T = 4:
+  // B = 4 795.6 -> 641.8, B = 8 1032.9 -> 852.6, B = 16 1453.7 -> 1393.7; T = 8: B = 16 2338.9 ->
+  // 2280.0. Nemotron-H T = 2: B = 1 332.6 -> 350.7, B = 8 897.0 -> 913.6; T = 4: B = 1 447.8 ->
+  // 399.4, B = 8 1136.6 -> 1076.8. Hence the per-kind row ranges (small_rows_lo / hi /
+  // short_hi, kernels::conv_small_vt). The pending steps are at most path_stride_slot.
   // SPECSTATE_CONV_SMALL=0 / 1 forces the choice where the path applies (tuning and tests).
   const char* const force = std::getenv("SPECSTATE_CONV_SMALL");
-  const int vt = conv_small_vt(p.rows, p.tokens, p.path_stride_slot, p.small_rows_lo,
-                               p.small_rows_hi, force != nullptr ? (force[0] == '1' ? 1 : 0) : -1);
+  const int vt =
+      conv_small_vt(p.rows, p.tokens, p.path_stride_slot, p.small_rows_lo, p.small_rows_hi,
+                    p.small_rows_short_hi, force != nullptr ? (force[0] == '1' ? 1 : 0) : -1);
   if (vt > 0 && p.pending != nullptr && p.records != nullptr && !p.store_final &&
       p.snap == nullptr) {
     const int per_cta = kReplaySmallThreads / vt;  // channel groups of a CTA

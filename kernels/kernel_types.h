@@ -100,20 +100,25 @@ constexpr int replay_blocks_per_cta(int64_t rows, int64_t heads, int blocks, int
   return vb;
 }
 
-// The replay verify conv's small-batch kernel (conv_replay_small_kernel: a thread per channel
-// group and pending or window token) for a launch of `rows` rows of `tokens` window tokens whose
-// pending steps are at most `max_window`: its virtual tokens per channel group (8 where pending
-// + window fit in 8, else 16), or 0 for the token loop. T >= 8: rows <= 8 for every kind; T in
-// 4..7: rows in [rows_lo, rows_hi], per kind (ConvUpdateParams::small_rows_lo/hi; GDN 2..8, the
-// others 1..1); T < 4: never. `forced` (0 or 1; -1 none) overrides where the kernel applies
+// The replay verify conv's small-batch kernel (conv_replay_small_kernel: a channel group's input
+// history staged in shared memory, a thread per window token) for a launch of `rows` rows of
+// `tokens` window tokens whose pending steps are at most `max_window`: its virtual tokens per
+// channel group (8 where pending + window fit in 8, else 16), or 0 for the token loop. Per kind
+// (ConvUpdateParams::small_rows_lo / hi / short_hi): T >= 8, rows <= max(8, rows_hi); T in 4..7,
+// rows in [rows_lo, rows_hi]; T in 2..3, rows in [rows_lo, short_hi] (short_hi 0: never); T = 1
+// never. GDN 2..16 and 2..8 at T < 4, Mamba2 1..8 and never at T < 4, KDA 1..1 (not measured
+// since the shared-memory kernel). `forced` (0 or 1; -1 none) overrides where the kernel applies
 // (rows <= 16, pending + window <= 16). Measured on the H200: docs/cuda.md, "Replay conv at small
-// batches: VT = 8". kernels/conv_update.cuh calls it with SPECSTATE_CONV_SMALL.
+// batches: the input history in shared memory". kernels/conv_update.cuh calls it with
+// SPECSTATE_CONV_SMALL.
 constexpr int conv_small_vt(int rows, int tokens, int max_window, int rows_lo, int rows_hi,
-                            int forced = -1) {
+                            int short_hi, int forced = -1) {
   if (rows > 16 || max_window + tokens > 16) return 0;
   const bool small = forced >= 0   ? forced == 1
-                     : tokens >= 8 ? rows <= 8
-                                   : tokens >= 4 && rows >= rows_lo && rows <= rows_hi;
+                     : tokens >= 8 ? rows <= (rows_hi > 8 ? rows_hi : 8)
+                     : tokens >= 4 ? rows >= rows_lo && rows <= rows_hi
+                     : tokens >= 2 ? rows >= rows_lo && rows <= short_hi
+                                   : false;
   return small ? (max_window + tokens <= 8 ? 8 : 16) : 0;
 }
 

@@ -182,10 +182,12 @@ void set_factor_offsets(kernels::GdnRecurrenceParams& r, const Layout& fl) {
 GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   const GdnConfig& g = a.storage->config.gdn;
   GdnLaunch L = delta_launch(a, g, a.inputs->b);
-  // Qwen3-Next TP1 rounds, T = 4 (H200): the small-batch replay conv at B = 8 1084 -> 993 us, at
-  // B = 1 579 -> 613 (kernels/conv_update.cuh).
+  // The small-batch replay conv (kernels/conv_update.cuh, measured on the H200 with Qwen3-Next TP1
+  // rounds): faster from 2 to 16 rows at T >= 4 and from 2 to 8 at T = 2 (one row: the fused
+  // launch, or measured slower).
   L.conv.small_rows_lo = 2;
-  L.conv.small_rows_hi = 8;
+  L.conv.small_rows_hi = 16;
+  L.conv.small_rows_short_hi = 8;
   kernels::GdnRecurrenceParams& r = L.rec;
   if (a.tokens > 0) {
     const TensorView& gate = a.inputs->a;
@@ -232,6 +234,10 @@ Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
   int64_t conv_out_stride_token = 0, conv_out_stride_c = 1;
   L.conv =
       conv_params(a, in.xBC, out.conv_out, &conv_out, &conv_out_stride_token, &conv_out_stride_c);
+  // The small-batch replay conv (kernels/conv_update.cuh, measured on the H200 with Nemotron-H-8B
+  // TP1 rounds): faster from 1 to 8 rows at T >= 4, slower at T = 2.
+  L.conv.small_rows_lo = 1;
+  L.conv.small_rows_hi = 8;
 
   k::Mamba2RecurrenceParams& r = L.rec;
   r.num_heads = m.num_heads;

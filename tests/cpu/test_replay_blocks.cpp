@@ -73,40 +73,54 @@ TEST(ReplayBlocksPerCta, TheOverrideTakesOneTwoFourOrEightCappedAtTheBlocks) {
 }
 
 // The replay conv's small-batch kernel (kernels::conv_small_vt): the choices measured on the H200
-// (docs/cuda.md, "Replay conv at small batches: VT = 8"), with the launch's max_window = T.
-// GDN takes it at T = 4 for 2..8 rows (B = 8: 1084 -> 993 us a round; B = 1 slower with it),
-// Mamba2 and KDA at T = 4 for one row; every kind at T = 8 up to 8 rows; never at T = 2.
-int gdn_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 2, 8, forced); }
-int other_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 1, 1, forced); }
+// (docs/cuda.md, "Replay conv at small batches: the input history in shared memory"), with the
+// launch's max_window = T. GDN (2..16, 2..8 at T < 4): T = 4, B = 16 1453.7 -> 1393.7 us a round,
+// T = 2, B = 8 779.9 -> 714.4 but B = 16 1076.6 -> 1134.5; Mamba2 (1..8, never at T < 4): T = 4,
+// B = 8 1136.6 -> 1076.8, T = 2, B = 1 332.6 -> 350.7; KDA (1..1, not re-measured): every kind at
+// T >= 8 up to 8 rows.
+int gdn_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 2, 16, 8, forced); }
+int m2_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 1, 8, 0, forced); }
+int kda_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 1, 1, 0, forced); }
 
 TEST(ConvSmallVt, TheChoicesMeasuredOnTheH200) {
   EXPECT_EQ(gdn_vt(1, 4), 0);
-  EXPECT_EQ(gdn_vt(8, 4), 8);
   EXPECT_EQ(gdn_vt(2, 4), 8);
-  EXPECT_EQ(gdn_vt(9, 4), 0);
-  EXPECT_EQ(other_vt(1, 4), 8);
-  EXPECT_EQ(other_vt(8, 4), 0);
+  EXPECT_EQ(gdn_vt(8, 4), 8);
+  EXPECT_EQ(gdn_vt(16, 4), 8);
+  EXPECT_EQ(gdn_vt(16, 8), 16);
+  EXPECT_EQ(gdn_vt(17, 4), 0);
+  EXPECT_EQ(gdn_vt(1, 2), 0);
+  EXPECT_EQ(gdn_vt(4, 2), 8);
+  EXPECT_EQ(gdn_vt(8, 2), 8);
+  EXPECT_EQ(gdn_vt(9, 2), 0);
+  EXPECT_EQ(gdn_vt(8, 1), 0);
+  EXPECT_EQ(m2_vt(1, 4), 8);
+  EXPECT_EQ(m2_vt(8, 4), 8);
+  EXPECT_EQ(m2_vt(9, 4), 0);
+  EXPECT_EQ(kda_vt(1, 4), 8);
+  EXPECT_EQ(kda_vt(8, 4), 0);
   for (int rows : {1, 8}) {
-    EXPECT_EQ(gdn_vt(rows, 8), 16) << rows;
-    EXPECT_EQ(other_vt(rows, 8), 16) << rows;
-    EXPECT_EQ(gdn_vt(rows, 2), 0) << rows;
-    EXPECT_EQ(other_vt(rows, 2), 0) << rows;
+    EXPECT_EQ(m2_vt(rows, 8), 16) << rows;
+    EXPECT_EQ(kda_vt(rows, 8), 16) << rows;
+    EXPECT_EQ(m2_vt(rows, 2), 0) << rows;
+    EXPECT_EQ(kda_vt(rows, 2), 0) << rows;
   }
+  EXPECT_EQ(m2_vt(9, 8), 0);
   EXPECT_EQ(gdn_vt(32, 8), 0);
 }
 
 TEST(ConvSmallVt, VirtualTokensHoldPendingAndWindowAndTheLimitsHold) {
   // VT 8 exactly where the pending steps (at most max_window) and the window fit in 8.
-  EXPECT_EQ(conv_small_vt(1, 4, 4, 1, 1), 8);
-  EXPECT_EQ(conv_small_vt(1, 4, 5, 1, 1), 16);
-  EXPECT_EQ(conv_small_vt(1, 8, 8, 1, 1), 16);
+  EXPECT_EQ(conv_small_vt(1, 4, 4, 1, 1, 0), 8);
+  EXPECT_EQ(conv_small_vt(1, 4, 5, 1, 1, 0), 16);
+  EXPECT_EQ(conv_small_vt(1, 8, 8, 1, 1, 0), 16);
   // Past 16 virtual tokens or 16 rows the kernel does not apply, forced or not.
-  EXPECT_EQ(conv_small_vt(1, 8, 9, 1, 1), 0);
-  EXPECT_EQ(conv_small_vt(1, 8, 9, 1, 1, 1), 0);
-  EXPECT_EQ(conv_small_vt(17, 4, 4, 1, 32, 1), 0);
+  EXPECT_EQ(conv_small_vt(1, 8, 9, 1, 1, 0), 0);
+  EXPECT_EQ(conv_small_vt(1, 8, 9, 1, 1, 0, 1), 0);
+  EXPECT_EQ(conv_small_vt(17, 4, 4, 1, 32, 32, 1), 0);
   // The override: 1 takes it wherever it applies, 0 never.
-  EXPECT_EQ(conv_small_vt(16, 2, 2, 1, 1, 1), 8);
-  EXPECT_EQ(conv_small_vt(1, 8, 8, 1, 1, 0), 0);
+  EXPECT_EQ(conv_small_vt(16, 2, 2, 1, 1, 0, 1), 8);
+  EXPECT_EQ(conv_small_vt(1, 8, 8, 1, 1, 0, 0), 0);
 }
 
 // The fused small-batch launch of GDN / KDA replay verifies (kernels::gdn_fused_choice): up to

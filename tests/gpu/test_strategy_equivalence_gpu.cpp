@@ -118,10 +118,11 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4, 8)),
     EnvCaseName{"_vb"});
 
-// The small-batch replay conv (a thread per channel group and pending or window token, VT = 8
-// virtual tokens where pending + window fit, else 16), forced on every launch it can serve by
-// SPECSTATE_CONV_SMALL=1, and forced off by 0: replay still equals snapshot bit for bit, chains
-// and trees, every kind. Rounds draw T in 1..max_window (max_window 4: VT 8; 6 and 8: VT 16).
+// The small-batch replay conv (a channel group's input history in shared memory, VT = 8 loader
+// threads where pending + window fit, else 16, one per window token), forced on every launch it
+// can serve by SPECSTATE_CONV_SMALL=1, and forced off by 0: replay still equals snapshot bit for
+// bit, chains and trees, every kind. Rounds draw T in 1..max_window (max_window 4: VT 8; 6 and 8:
+// VT 16).
 class ConvSmallGpu : public ::testing::TestWithParam<EnvCase> {};
 
 TEST_P(ConvSmallGpu, ReplayEqualsSnapshotBitForBit) {
@@ -139,9 +140,46 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"k128_chain_vt16", "gpu_k128", false, 8, 3, 12},
             EquivalenceCase{"mamba2_bf16_tree_vt8", "m2_gpu_bf16", true, 4, 5, 16},
             EquivalenceCase{"kda_lb_f32_chain_vt8", "kda_gpu_lb_f32", false, 4, 4, 16},
-            EquivalenceCase{"kda_grouped_bf16_tree_vt16", "kda_gpu_grouped_bf16", true, 8, 3, 12}),
+            EquivalenceCase{"kda_grouped_bf16_tree_vt16", "kda_gpu_grouped_bf16", true, 8, 3, 12},
+            // Channels-last conv windows (vLLM's order): the committed window staged and stored
+            // as columns of contiguous channels.
+            EquivalenceCase{"vllm_k32_tree_vt16", "gpu_k32", true, 6, 5, 16, 0, kReplayVllm},
+            EquivalenceCase{"vllm_mamba2_bf16_chain_vt8", "m2_gpu_bf16", false, 4, 5, 16, 0,
+                            kReplayVllm | kSnapshotVllm}),
         ::testing::Values(0, 1)),
     EnvCaseName{"_small"});
+
+// The small-batch replay conv under variable windows (packed rows, rows of length 0 beside rows
+// with pending steps: the committed window advanced with no window token), host lengths and
+// device cu_seqlens, forced on: packed rows equal the uniform window with filler bit for bit.
+class ConvSmallVarlenGpu : public ::testing::TestWithParam<VarlenCase> {};
+
+TEST_P(ConvSmallVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
+  SPECSTATE_REQUIRE_GPU();
+  const VarlenCase& c = GetParam();
+  const ScopedEnv env("SPECSTATE_CONV_SMALL", "1");
+  CudaStream stream(cudaStreamNonBlocking);
+  ASSERT_NE(stream.get(), nullptr);
+  {
+    DeviceMemory mem(stream.get());
+    EquivalenceCase e = c.base;
+    e.rounds = std::min(e.rounds, 10);
+    run_variable_windows(e, c.how, mem, 0xC0A6 + e.rounds + e.tree);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ConvSmallVarlenGpu,
+    ::testing::ValuesIn(varlen_cases({EquivalenceCase{"k32_chain_vt8", "gpu_k32", false, 4, 6, 16},
+                                      EquivalenceCase{"mamba2_bf16_tree_vt16", "m2_gpu_bf16", true,
+                                                      8, 4, 12}},
+                                     {false, true})),
+    [](const ::testing::TestParamInfo<VarlenCase>& info) {
+      const VarlenCase& c = info.param;
+      return std::string(c.base.name) +
+             (c.how.strategy == Strategy::kReplay ? "_replay" : "_snapshot") +
+             (c.how.device_cu_seqlens ? "_device_cu" : "_host_lengths");
+    });
 
 // The fused small-batch launch of GDN and KDA replay verifies (conv + recurrence in one kernel,
 // kernels/gdn_fused.h), forced on every launch it can serve by SPECSTATE_GDN_FUSED=1 and off by
