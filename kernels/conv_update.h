@@ -38,10 +38,10 @@ struct ConvUpdateParams {
   // Where a replay verify runs the small-batch conv (conv_replay_small_kernel; the rule is
   // kernels::conv_small_vt): T in 4..7 over rows in [small_rows_lo, small_rows_hi], T >= 8 up to
   // max(8, small_rows_hi) rows, T in 2..3 over [small_rows_lo, small_rows_short_hi] (0: never).
-  // Set per kind by the launch builder from H200 measurements (docs/cuda.md): 1..1 and never at
-  // T < 4 by default (KDA), GDN 2..16 and 2..8, Mamba2 1..8 and never.
-  int small_rows_lo = 1;
-  int small_rows_hi = 1;
+  // From H200 measurements (docs/cuda.md): 1..8 and never at T < 4 by default (Mamba2, KDA); GDN
+  // sets 2..16 and 2..8 (build_gdn_launch).
+  int small_rows_lo = kConvSmallRowsLo;
+  int small_rows_hi = kConvSmallRowsHi;
   ElemType weight_dtype = ElemType::kF32;
   ElemType bias_dtype = ElemType::kF32;
 
@@ -79,7 +79,7 @@ struct ConvUpdateParams {
   // PoolOptions::conv_layout): false, [conv_dim][W-1] per slot; true, [W-1][conv_dim]. (Last, so
   // that no other field moves: the kernels' parameter offsets stay those of the default order.)
   bool channels_last = false;
-  int small_rows_short_hi = 0;  // see small_rows_lo
+  int small_rows_short_hi = kConvSmallRowsShortHi;  // see small_rows_lo
 };
 
 // Per (row, token) the window is the token's ancestor path over the start window (the committed

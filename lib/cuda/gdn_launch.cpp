@@ -234,10 +234,6 @@ Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
   int64_t conv_out_stride_token = 0, conv_out_stride_c = 1;
   L.conv =
       conv_params(a, in.xBC, out.conv_out, &conv_out, &conv_out_stride_token, &conv_out_stride_c);
-  // The small-batch replay conv (kernels/conv_update.cuh, measured on the H200 with Nemotron-H-8B
-  // TP1 rounds): faster from 1 to 8 rows at T >= 4, slower at T = 2.
-  L.conv.small_rows_lo = 1;
-  L.conv.small_rows_hi = 8;
 
   k::Mamba2RecurrenceParams& r = L.rec;
   r.num_heads = m.num_heads;

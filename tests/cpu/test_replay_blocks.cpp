@@ -76,11 +76,14 @@ TEST(ReplayBlocksPerCta, TheOverrideTakesOneTwoFourOrEightCappedAtTheBlocks) {
 // (docs/cuda.md, "Replay conv at small batches: the input history in shared memory"), with the
 // launch's max_window = T. GDN (2..16, 2..8 at T < 4): T = 4, B = 16 1453.7 -> 1393.7 us a round,
 // T = 2, B = 8 779.9 -> 714.4 but B = 16 1076.6 -> 1134.5; Mamba2 (1..8, never at T < 4): T = 4,
-// B = 8 1136.6 -> 1076.8, T = 2, B = 1 332.6 -> 350.7; KDA (1..1, not re-measured): every kind at
-// T >= 8 up to 8 rows.
+// B = 8 1136.6 -> 1076.8, T = 2, B = 1 332.6 -> 350.7; KDA (the same defaults): Kimi-Linear T = 4,
+// B = 8 874.4 -> 840.0, T = 2, B = 8 635.2 -> 651.6.
 int gdn_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 2, 16, 8, forced); }
-int m2_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 1, 8, 0, forced); }
-int kda_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 1, 1, 0, forced); }
+// Mamba2 and KDA: ConvUpdateParams' defaults.
+int other_vt(int rows, int T, int forced = -1) {
+  return conv_small_vt(rows, T, T, kConvSmallRowsLo, kConvSmallRowsHi, kConvSmallRowsShortHi,
+                       forced);
+}
 
 TEST(ConvSmallVt, TheChoicesMeasuredOnTheH200) {
   EXPECT_EQ(gdn_vt(1, 4), 0);
@@ -94,18 +97,13 @@ TEST(ConvSmallVt, TheChoicesMeasuredOnTheH200) {
   EXPECT_EQ(gdn_vt(8, 2), 8);
   EXPECT_EQ(gdn_vt(9, 2), 0);
   EXPECT_EQ(gdn_vt(8, 1), 0);
-  EXPECT_EQ(m2_vt(1, 4), 8);
-  EXPECT_EQ(m2_vt(8, 4), 8);
-  EXPECT_EQ(m2_vt(9, 4), 0);
-  EXPECT_EQ(kda_vt(1, 4), 8);
-  EXPECT_EQ(kda_vt(8, 4), 0);
   for (int rows : {1, 8}) {
-    EXPECT_EQ(m2_vt(rows, 8), 16) << rows;
-    EXPECT_EQ(kda_vt(rows, 8), 16) << rows;
-    EXPECT_EQ(m2_vt(rows, 2), 0) << rows;
-    EXPECT_EQ(kda_vt(rows, 2), 0) << rows;
+    EXPECT_EQ(other_vt(rows, 4), 8) << rows;
+    EXPECT_EQ(other_vt(rows, 8), 16) << rows;
+    EXPECT_EQ(other_vt(rows, 2), 0) << rows;
   }
-  EXPECT_EQ(m2_vt(9, 8), 0);
+  EXPECT_EQ(other_vt(9, 4), 0);
+  EXPECT_EQ(other_vt(9, 8), 0);
   EXPECT_EQ(gdn_vt(32, 8), 0);
 }
 
