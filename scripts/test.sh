@@ -8,26 +8,28 @@ cd "$root"
 source scripts/deps.sh
 jobs="$(nproc)"
 
-echo "== clang-format"
+echo "== clang-format [t=${SECONDS}s]"
 files=$(git ls-files '*.h' '*.cpp' '*.cuh' '*.cu' 2>/dev/null || true)
 if [ -n "$files" ]; then
   clang-format --dry-run -Werror $files
 fi
 
-echo "== build + tests (Release)"
+echo "== build + tests (Release) [t=${SECONDS}s]"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECSTATE_BUILD_TESTS=ON \
   -DSPECSTATE_BUILD_EXAMPLES=ON
 cmake --build build -j "$jobs"
+echo "-- ctest [t=${SECONDS}s]"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== build + tests (ASan + UBSan, CPU)"
+echo "== build + tests (ASan + UBSan, CPU) [t=${SECONDS}s]"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPECSTATE_SANITIZE=ON \
   -DSPECSTATE_CUDA=OFF -DSPECSTATE_BUILD_BENCH=OFF -DSPECSTATE_INSTALL=OFF \
   -DSPECSTATE_BUILD_TESTS=ON -DSPECSTATE_BUILD_EXAMPLES=ON
 cmake --build build-asan -j "$jobs"
+echo "-- ctest [t=${SECONDS}s]"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE gpu
-echo "== Python package: a CPU wheel, installed into a fresh venv (build/venv), + pytest"
+echo "== Python package: a CPU wheel, installed into a fresh venv (build/venv), + pytest [t=${SECONDS}s]"
 # The global Python is left alone: the build requirements, the wheel and the test requirements go
 # into build/venv; pytest runs against the installed wheel (the source package python/specstate is
 # not on sys.path from the repository root).
@@ -48,5 +50,6 @@ ls "$root"/build/wheelhouse/specstate-*manylinux*.whl
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   "$root"/build/wheelhouse/specstate-*manylinux*.whl
 "$venv/bin/python" -c "import specstate, sys; print('specstate', specstate.__version__, 'from', specstate.__file__)"
+echo "-- pytest [t=${SECONDS}s]"
 SPECSTATE_WHEEL_SELF_CONTAINED=1 "$venv/bin/python" -m pytest -q tests/python
-echo "== all tests passed"
+echo "== all tests passed [t=${SECONDS}s]"
