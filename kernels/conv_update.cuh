@@ -159,65 +159,6 @@ __device__ __forceinline__ void conv_window_output(const float (&w)[kConvChannel
   }
 }
 
-// Element k of a replay slot's input history for one channel group (what the window of a
-// replayed or window token is made of): the committed columns (k < W - 1), then the pending
-// steps' inputs from their records, as a committed window holds them (rounded to the conv state
-// dtype St).
-template <typename Act, typename St, int W, bool kLast = false>
-struct ConvReplayHistory {
-  const St* st;         // the group's committed window, [C][W-1]
-  const Act* rec;       // the group's channels of the slot's record 0
-  const int32_t* path;  // the slot's pending steps' window indices
-  int64_t record_stride_t;
-  int nc;
-  bool full;
-  // kLast (channels-last windows): element (channel i, column k) at st[i + k * conv_dim];
-  // otherwise at st[i * (W-1) + k].
-  int64_t conv_dim = 0;
-  __device__ __forceinline__ void operator()(int k, float (&out)[kConvChannels]) const {
-    constexpr int H = W - 1;
-    if (k < H) {
-#pragma unroll
-      for (int i = 0; i < kConvChannels; ++i) {
-        out[i] = i < nc ? to_float<St>(st[kLast ? i + k * conv_dim : i * H + k]) : 0.0f;
-      }
-    } else {
-      load_row<Act, kConvChannels>(rec + path[k - H] * record_stride_t, 1, full, nc, out);
-#pragma unroll
-      for (int i = 0; i < kConvChannels; ++i) out[i] = round_to<St>(out[i]);
-    }
-  }
-};
-
-// The window of window token t of a replay row (oldest first; win[W-1] is t's own input): its
-// ancestors in the window (parents, or t-1, t-2, ... in a chain), then the start window, the
-// last W-1 elements history[n .. n+W-2] of the slot's input history after its n pending steps.
-template <typename Act, typename St, int W, typename History>
-__device__ __forceinline__ void replay_token_window(const Act* x, int64_t x_stride_token,
-                                                    int64_t x_stride_c, const int32_t* parents,
-                                                    int64_t row_parent0, int64_t token0, int c0,
-                                                    int nc, bool full, int n, int t,
-                                                    const History& history,
-                                                    float (&win)[W][kConvChannels]) {
-  int node = t;
-  int depth = 0;
-#pragma unroll
-  for (int j = W - 1; j >= 0; --j) {
-    if (node >= 0) {
-      load_row<Act, kConvChannels>(x + (token0 + node) * x_stride_token + c0 * x_stride_c,
-                                   x_stride_c, full, nc, win[j]);
-      if (j < W - 1) {
-#pragma unroll
-        for (int i = 0; i < kConvChannels; ++i) win[j][i] = round_to<St>(win[j][i]);
-      }
-      node = parents ? parents[row_parent0 + node] : node - 1;
-      ++depth;
-    } else {
-      history(n + j + depth - 1, win[j]);
-    }
-  }
-}
-
 // kRecords: the instantiation that reads or writes replay records (the snapshot and plain advance
 // instantiation carries none of that code: at small batches every instruction before the loads
 // is latency).

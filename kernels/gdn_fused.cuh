@@ -1,11 +1,12 @@
 // Kernel of launch_gdn_fused (see gdn_fused.h): a GDN or KDA replay verify of a chain as one
 // launch per layer, for small batches. Each CTA (row, value head, V block) first computes the
 // conv outputs of the channels it reads (q and k of its key head, its own v rows) from the
-// slot's committed window, its pending steps' records and the window's inputs, with the conv
-// kernels' helpers (replay_token_window, conv_window_output), straight into the chunk the token
-// step reads; then it runs the recurrence as gdn_row_block's merged replay path does (history
-// prefetched with cp.async, gdn_stage, gdn_apply_raw, gdn_step). Conv outputs pass through the
-// act dtype as they do through conv_out in the two-kernel path, so the results are the same bits.
+// slot's committed window, its pending steps' records and the window's inputs (staged once per
+// channel group in shared memory, as conv_replay_small_kernel does; conv_window_output), straight
+// into the chunk the token step reads; then it runs the recurrence as gdn_row_block's merged replay
+// path does (history prefetched with cp.async, gdn_stage, gdn_apply_raw, gdn_step). Conv outputs
+// pass through the act dtype as they do through conv_out in the two-kernel path, so the results are
+// the same bits.
 #pragma once
 
 #include "conv_update.cuh"
@@ -14,14 +15,19 @@
 
 namespace specstate::kernels {
 
-template <int K, bool kKda, int W>
+template <typename Act, int K, bool kKda, int W>
 struct GdnFusedShared {
   static constexpr int kRows = gdn_rows_per_cta<8>();
   static constexpr int kQK = K / kConvChannels;                    // channel groups of q (and of k)
   static constexpr int kGroups = 2 * kQK + kRows / kConvChannels;  // q, k, then this block's v
+  // A group's input history: the committed window (W-1 columns), the pending steps' records and
+  // the window's inputs; pending + window <= 2 max_window <= ring <= kGdnChunk (gdn_fused_chosen,
+  // PoolOptions' ring check). In the act dtype (= the conv state dtype here): every element is
+  // exact in it.
+  static constexpr int kElems = W - 1 + kGdnChunk;
   GdnChunk<K, kRows, kGdnChunk, kKda> chunk;
   float hist_kf[kGdnChunk];
-  float start_window[kGroups][W - 1][kConvChannels];  // each group's window after the pending
+  __align__(16) Act seq[kGroups][kElems][kConvChannels];
   int last;  // this CTA is the last of its key head to have read q's and k's conv state
 };
 
@@ -42,9 +48,11 @@ __device__ __forceinline__ int fused_group_channel(const GdnRecurrenceParams& p,
 
 // The conv of the CTA's channels for the row's window tokens into chunk rows off + t (q and k
 // raw, v), then the conv state writes: the window after the pending steps (where the conv kernel
-// stores it) and each window token's record. This CTA's v channels are written by it after its
-// reads; q's and k's by the key head's last CTA to arrive (gdn_fused.h). Ends with
-// __syncthreads(). Conv state dtype = Act (gdn_fused_chosen).
+// stores it) and each window token's record. Each group's input history is staged once in
+// sm.seq (conv_replay_small_kernel's scheme: an element per thread, loads issued together), then
+// each (group, token) computes from it. This CTA's v channels are written by it after its
+// reads; q's and k's by the key head's last CTA to arrive (gdn_fused.h). The chunk rows are
+// complete at its second barrier. Conv state dtype = Act (gdn_fused_chosen).
 template <typename Act, int K, int kRows, bool kKda, int W, typename Shared>
 __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams& fp, int r,
                                                int slot, const RowTokens& rt, int h, int hv,
@@ -55,14 +63,62 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
   const GdnRecurrenceParams& p = fp.rec;
   const int v0 = vblock * kRows;
   const int n = cp.pending[slot];
-  const int items = kGroups * max(rt.count, 1);  // no window: one item per group (its window)
   const Act* const x = static_cast<const Act*>(cp.x);
   Act* const rec0 = static_cast<Act*>(cp.records) + slot * cp.record_stride_slot;
   St* const st0 = static_cast<St*>(cp.state) + slot * cp.state_stride_slot;
   const int32_t* const path = cp.path + slot * cp.path_stride_slot;
+  const auto put = [&](int g, int k, const float(&v)[C]) {
+    store_n<Act, C>(&sm.seq[g][k][0], v, true);
+  };
+  // Stage: each group's committed window (its W-1 columns; threads 0 .. kGroups-1), then item
+  // (g, e), element H + e (pending step e's record, then window input e - n), two items a thread
+  // at a time so that their loads are in flight together.
+  if (threadIdx.x < kGroups) {
+    const int g = threadIdx.x;
+    int nc = 0;
+    const int c0 = fused_group_channel<K, kRows>(p, g, h, hv, v0, &nc);
+    if (nc > 0) {
+      float w[C * H];
+      load_window<St, C, H>(st0 + int64_t{c0} * H, false, 0, nc == C, nc, w);
+#pragma unroll
+      for (int k = 0; k < H; ++k) {
+        float col[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) col[c] = w[c * H + k];
+        put(g, k, col);
+      }
+    }
+  }
+  const int items = kGroups * (n + rt.count);
+  for (int i0 = threadIdx.x; i0 < items; i0 += 2 * kGdnThreads) {
+    float v[2][C];
+    int gs[2], es[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int i = i0 + q * kGdnThreads;
+      gs[q] = i % kGroups;
+      es[q] = i < items ? i / kGroups : -1;
+      int nc = 0;
+      const int c0 = fused_group_channel<K, kRows>(p, gs[q], h, hv, v0, &nc);
+      if (nc == 0) es[q] = -1;  // no channels: nothing read (the compute writes zeros)
+      if (es[q] < 0) continue;
+      const int e = es[q];
+      if (e < n) {
+        load_row<Act, C>(rec0 + c0 + path[e] * cp.record_stride_t, 1, nc == C, nc, v[q]);
+      } else {
+        load_row<Act, C>(x + (rt.begin + e - n) * cp.x_stride_token + c0 * cp.x_stride_c,
+                         cp.x_stride_c, nc == C, nc, v[q]);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      if (es[q] >= 0) put(gs[q], H + es[q], v[q]);
+    }
+  }
+  __syncthreads();  // every read of this CTA's committed windows and records is above
   // conv_out (where asked): v by each CTA, q and k by the key head's designated CTA.
   const bool qk_out = fp.write_conv_out && vblock == 0 && hv == h * p.v_per_k;
-  for (int i = threadIdx.x; i < items; i += kGdnThreads) {
+  for (int i = threadIdx.x; i < kGroups * rt.count; i += kGdnThreads) {
     const int g = i % kGroups, t = i / kGroups;
     int nc = 0;
     const int c0 = fused_group_channel<K, kRows>(p, g, h, hv, v0, &nc);
@@ -70,47 +126,28 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
                        : g < 2 * kQK ? &sm.chunk.k[off + t][(g - kQK) * C]
                                      : &sm.chunk.v[off + t][(g - 2 * kQK) * C];
     if (nc == 0) {
-      if (rt.count > 0) {
 #pragma unroll
-        for (int j = 0; j < C; ++j) dst[j] = 0.0f;
-      }
+      for (int j = 0; j < C; ++j) dst[j] = 0.0f;
       continue;
     }
     const bool full = nc == C;
-    const ConvReplayHistory<Act, St, W> history{st0 + int64_t{c0} * H, rec0 + c0, path,
-                                                cp.record_stride_t,    nc,        full};
-    float win[W][C];
-    if (rt.count > 0) {
-      replay_token_window<Act, St, W>(x, cp.x_stride_token, cp.x_stride_c, nullptr, 0, rt.begin, c0,
-                                      nc, full, n, t, history, win);
-    } else {
+    float w[C][W];
+    float bias[C];
+    load_conv_weights<W>(cp, c0, nc, w, bias);
+    float win[W][C];  // E[n + t .. n + t + W-1], oldest first
 #pragma unroll
-      for (int j = 0; j < H; ++j) history(n + j, win[j]);
-    }
-    if (t == 0) {
+    for (int j = 0; j < W; ++j) load_n<Act, C>(&sm.seq[g][n + t + j][0], win[j], true);
+    float y[C];
+    conv_window_output<W>(w, bias, win, y);
+    // The value the recurrence reads back from conv_out in the two-kernel path.
 #pragma unroll
-      for (int j = 0; j < H; ++j) {
-#pragma unroll
-        for (int c = 0; c < C; ++c) sm.start_window[g][j][c] = win[j][c];
-      }
-    }
-    if (rt.count > 0) {
-      float w[C][W];
-      float bias[C];
-      load_conv_weights<W>(cp, c0, nc, w, bias);
-      float y[C];
-      conv_window_output<W>(w, bias, win, y);
-      // The value the recurrence reads back from conv_out in the two-kernel path.
-#pragma unroll
-      for (int j = 0; j < C; ++j) dst[j] = j < nc ? to_float<Act>(from_float<Act>(y[j])) : 0.0f;
-      if (fp.write_conv_out && (g >= 2 * kQK || qk_out)) {
-        store_row<Act, C>(
-            static_cast<Act*>(cp.out) + (rt.begin + t) * cp.out_stride_token + c0 * cp.out_stride_c,
-            cp.out_stride_c, full, nc, y);
-      }
+    for (int j = 0; j < C; ++j) dst[j] = j < nc ? to_float<Act>(from_float<Act>(y[j])) : 0.0f;
+    if (fp.write_conv_out && (g >= 2 * kQK || qk_out)) {
+      store_row<Act, C>(
+          static_cast<Act*>(cp.out) + (rt.begin + t) * cp.out_stride_token + c0 * cp.out_stride_c,
+          cp.out_stride_c, full, nc, y);
     }
   }
-  __syncthreads();  // every read of this CTA's committed windows and records is above
   if (threadIdx.x == 0) {
     const int readers = p.v_per_k * ((p.head_v_dim + kRows - 1) / kRows);
     int32_t* const counter = fp.counters + int64_t{r} * p.num_k_heads + h;
@@ -126,7 +163,10 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
   const bool qk_writer = sm.last != 0;
   const bool store_window = n > 0 && (cp.store_replayed || (cp.store_final && rt.count == 0));
   const bool write_records = cp.write_records && rt.count > 0;
-  for (int i = threadIdx.x; i < items; i += kGdnThreads) {
+  // Writes: item (g, t): t = 0 also the window after the pending steps (E[n .. n + H - 1]), each
+  // t its record (its own input E[H + n + t], exact in the act dtype: the conv kernels' rule).
+  const int writes = kGroups * max(rt.count, 1);
+  for (int i = threadIdx.x; i < writes; i += kGdnThreads) {
     const int g = i % kGroups, t = i / kGroups;
     if (g < 2 * kQK && !qk_writer) continue;
     int nc = 0;
@@ -137,9 +177,11 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
       St* const st = st0 + int64_t{c0} * H;
       float s[C * H];
 #pragma unroll
-      for (int c = 0; c < C; ++c) {
+      for (int k = 0; k < H; ++k) {
+        float col[C];
+        load_n<Act, C>(&sm.seq[g][n + k][0], col, true);
 #pragma unroll
-        for (int j = 0; j < H; ++j) s[c * H + j] = sm.start_window[g][j][c];
+        for (int c = 0; c < C; ++c) s[c * H + k] = col[c];
       }
       if (full) {
         store_n<St, C * H>(st, s, aligned16(st));
@@ -151,10 +193,8 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
       }
     }
     if (write_records) {
-      // The token's own input, exact in the act dtype, is its record (the conv kernels' rule).
       float xin[C];
-      load_row<Act, C>(x + (rt.begin + t) * cp.x_stride_token + c0 * cp.x_stride_c, cp.x_stride_c,
-                       full, nc, xin);
+      load_n<Act, C>(&sm.seq[g][H + n + t][0], xin, true);
       store_row<Act, C>(rec0 + c0 + t * cp.record_stride_t, 1, full, nc, xin);
     }
   }
@@ -174,7 +214,7 @@ __global__ void __launch_bounds__(kGdnThreads, SPECSTATE_GDN_FUSED_MIN_CTAS)
   constexpr int kRows = gdn_rows_per_cta<LANES>();
   constexpr int kRowsPerWarp = 32 / LANES;
   constexpr int kChunk = kGdnChunk;
-  __shared__ GdnFusedShared<K, kKda, W> sm;
+  __shared__ GdnFusedShared<Act, K, kKda, W> sm;
   const GdnRecurrenceParams& p = fp.rec;
   const int vblock = blockIdx.x, hv = blockIdx.y, r = blockIdx.z;
   const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
