@@ -202,10 +202,10 @@ class CudaBackend final : public BackendImpl {
     DeviceGuard guard(device_);
     const Layout& l = s.layout;
     // One strided memset per buffer covers the slot in every layer (one per layer when the
-    // caller's layers are not equidistant).
-    layer_copy_.zero(slot_ptrs(s.conv_layers, slot, s.conv_slot_stride), l.conv_bytes,
+    // caller owns the layers: LayerPtrs).
+    layer_copy_.zero(slot_ptrs(s, s.conv_layers, slot, s.conv_slot_stride), l.conv_bytes,
                      "zeroing a slot's conv state");
-    layer_copy_.zero(slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes,
+    layer_copy_.zero(slot_ptrs(s, s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes,
                      "zeroing a slot's SSM state");
     if (s.pending()) {
       check(cudaMemset2DAsync(s.pending() + slot, sizeof(int32_t) * l.slots, 0, sizeof(int32_t),
@@ -223,11 +223,11 @@ class CudaBackend final : public BackendImpl {
     DeviceGuard guard(device_);
     const Layout& l = s.layout;
     // One strided copy per buffer covers the slot in every layer.
-    layer_copy_.copy(slot_ptrs(s.conv_layers, dst, s.conv_slot_stride),
-                     slot_ptrs(s.conv_layers, src, s.conv_slot_stride), l.conv_bytes,
+    layer_copy_.copy(slot_ptrs(s, s.conv_layers, dst, s.conv_slot_stride),
+                     slot_ptrs(s, s.conv_layers, src, s.conv_slot_stride), l.conv_bytes,
                      cudaMemcpyDeviceToDevice, "copying a slot's conv state");
-    layer_copy_.copy(slot_ptrs(s.ssm_layers, dst, s.ssm_slot_stride),
-                     slot_ptrs(s.ssm_layers, src, s.ssm_slot_stride), l.ssm_bytes,
+    layer_copy_.copy(slot_ptrs(s, s.ssm_layers, dst, s.ssm_slot_stride),
+                     slot_ptrs(s, s.ssm_layers, src, s.ssm_slot_stride), l.ssm_bytes,
                      cudaMemcpyDeviceToDevice, "copying a slot's SSM state");
   }
 
@@ -239,10 +239,10 @@ class CudaBackend final : public BackendImpl {
     // The export layout interleaves the layers' conv windows and SSM states: one strided copy
     // per buffer, the destination pitch being one layer's conv + SSM bytes.
     char* out = static_cast<char*>(buffer);
-    layer_copy_.copy(export_ptrs(s, out, 0), slot_ptrs(s.conv_layers, slot, s.conv_slot_stride),
+    layer_copy_.copy(export_ptrs(s, out, 0), slot_ptrs(s, s.conv_layers, slot, s.conv_slot_stride),
                      l.conv_bytes, kind, "exporting a slot's conv state");
     layer_copy_.copy(export_ptrs(s, out, l.conv_bytes),
-                     slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes, kind,
+                     slot_ptrs(s, s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes, kind,
                      "exporting a slot's SSM state");
     if (buffer_device == Device::kCpu) {
       check(cudaStreamSynchronize(stream_), "waiting for a slot export");
@@ -256,9 +256,9 @@ class CudaBackend final : public BackendImpl {
     const cudaMemcpyKind kind =
         buffer_device == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
     char* in = const_cast<char*>(static_cast<const char*>(buffer));
-    layer_copy_.copy(slot_ptrs(s.conv_layers, slot, s.conv_slot_stride), export_ptrs(s, in, 0),
+    layer_copy_.copy(slot_ptrs(s, s.conv_layers, slot, s.conv_slot_stride), export_ptrs(s, in, 0),
                      l.conv_bytes, kind, "importing a slot's conv state");
-    layer_copy_.copy(slot_ptrs(s.ssm_layers, slot, s.ssm_slot_stride),
+    layer_copy_.copy(slot_ptrs(s, s.ssm_layers, slot, s.ssm_slot_stride),
                      export_ptrs(s, in, l.conv_bytes), l.ssm_bytes, kind,
                      "importing a slot's SSM state");
     if (buffer_device == Device::kCpu) {

@@ -15,16 +15,20 @@ void check(cudaError_t err, const char* what) {
   }
 }
 
-std::vector<char*> slot_ptrs(const std::vector<char*>& layers, int slot, int64_t stride) {
-  std::vector<char*> out(layers.size());
-  for (std::size_t l = 0; l < layers.size(); ++l) out[l] = layers[l] + slot * stride;
+LayerPtrs slot_ptrs(const PoolStorage& s, const std::vector<char*>& layers, int slot,
+                    int64_t stride) {
+  LayerPtrs out;
+  out.ptrs.resize(layers.size());
+  for (std::size_t l = 0; l < layers.size(); ++l) out.ptrs[l] = layers[l] + slot * stride;
+  out.one_allocation = !s.layout.caller_committed;
   return out;
 }
 
-std::vector<char*> export_ptrs(const PoolStorage& s, char* buffer, int64_t offset) {
-  std::vector<char*> out(static_cast<std::size_t>(s.layout.layers));
+LayerPtrs export_ptrs(const PoolStorage& s, char* buffer, int64_t offset) {
+  LayerPtrs out;
+  out.ptrs.resize(static_cast<std::size_t>(s.layout.layers));
   const int64_t pitch = s.layout.conv_bytes + s.layout.ssm_bytes;
-  for (std::size_t l = 0; l < out.size(); ++l) out[l] = buffer + l * pitch + offset;
+  for (std::size_t l = 0; l < out.ptrs.size(); ++l) out.ptrs[l] = buffer + l * pitch + offset;
   return out;
 }
 
@@ -37,32 +41,36 @@ int64_t LayerCopy::max_pitch() {
   return max_pitch_;
 }
 
-void LayerCopy::copy(const std::vector<char*>& dst, const std::vector<char*>& src, int64_t width,
-                     cudaMemcpyKind kind, const char* what) {
-  if (dst.empty() || width <= 0) return;
-  const int64_t dp = PoolStorage::layer_pitch(dst), sp = PoolStorage::layer_pitch(src);
-  if (dst.size() > 1 && dp >= width && sp >= width && std::max(dp, sp) <= max_pitch()) {
-    check(cudaMemcpy2DAsync(dst[0], static_cast<std::size_t>(dp), src[0],
-                            static_cast<std::size_t>(sp), static_cast<std::size_t>(width),
-                            dst.size(), kind, stream_),
+void LayerCopy::copy(const LayerPtrs& dst, const LayerPtrs& src, int64_t width, cudaMemcpyKind kind,
+                     const char* what) {
+  const std::size_t n = dst.ptrs.size();
+  if (n == 0 || width <= 0) return;
+  const int64_t dp = PoolStorage::layer_pitch(dst.ptrs), sp = PoolStorage::layer_pitch(src.ptrs);
+  if (n > 1 && dst.one_allocation && src.one_allocation && dp >= width && sp >= width &&
+      std::max(dp, sp) <= max_pitch()) {
+    check(cudaMemcpy2DAsync(dst.ptrs[0], static_cast<std::size_t>(dp), src.ptrs[0],
+                            static_cast<std::size_t>(sp), static_cast<std::size_t>(width), n, kind,
+                            stream_),
           what);
     return;
   }
-  for (std::size_t l = 0; l < dst.size(); ++l) {
-    check(cudaMemcpyAsync(dst[l], src[l], static_cast<std::size_t>(width), kind, stream_), what);
+  for (std::size_t l = 0; l < n; ++l) {
+    check(cudaMemcpyAsync(dst.ptrs[l], src.ptrs[l], static_cast<std::size_t>(width), kind, stream_),
+          what);
   }
 }
 
-void LayerCopy::zero(const std::vector<char*>& dst, int64_t width, const char* what) {
-  if (dst.empty() || width <= 0) return;
-  const int64_t dp = PoolStorage::layer_pitch(dst);
-  if (dst.size() > 1 && dp >= width && dp <= max_pitch()) {
-    check(cudaMemset2DAsync(dst[0], static_cast<std::size_t>(dp), 0,
-                            static_cast<std::size_t>(width), dst.size(), stream_),
+void LayerCopy::zero(const LayerPtrs& dst, int64_t width, const char* what) {
+  const std::size_t n = dst.ptrs.size();
+  if (n == 0 || width <= 0) return;
+  const int64_t dp = PoolStorage::layer_pitch(dst.ptrs);
+  if (n > 1 && dst.one_allocation && dp >= width && dp <= max_pitch()) {
+    check(cudaMemset2DAsync(dst.ptrs[0], static_cast<std::size_t>(dp), 0,
+                            static_cast<std::size_t>(width), n, stream_),
           what);
     return;
   }
-  for (char* p : dst) {
+  for (char* p : dst.ptrs) {
     check(cudaMemsetAsync(p, 0, static_cast<std::size_t>(width), stream_), what);
   }
 }

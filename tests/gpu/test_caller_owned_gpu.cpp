@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,102 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<GpuOwnedCase>& info) {
       return std::string(info.param.name);
     });
+
+// Per-layer tensors in separate device allocations, as a framework allocates one tensor per
+// layer: the slot operations that span the layers (acquire's zeroing, copy_slot, export and
+// import) must not issue one 2-D memset or copy across them. Any two allocations are
+// "equidistant", and a 2-D call spanning two allocations fails (cudaErrorInvalidValue): seen on
+// the H200 through torch's caching allocator (tests/python/test_client.py's CUDA cases over the
+// clients' per-layer tensors, 2026-12-04).
+TEST(CallerOwnedGpuAllocations, SlotOperationsOverOneAllocationPerLayerTensor) {
+  SPECSTATE_REQUIRE_GPU();
+  const int L = 2, S = 3;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, gdn_preset("gpu_k32"));
+  CudaStream stream(cudaStreamNonBlocking);
+  ASSERT_NE(stream.get(), nullptr);
+  PoolOptions o;
+  o.num_slots = S;
+  o.max_rows = 2;
+  o.max_window = 4;
+  o.strategy = Strategy::kReplay;
+  o.backend = Backend::kCuda;
+  o.device = 0;
+  o.stream = stream.get();
+  // The views' shapes and strides from an owning pool; each (layer, kind) its own allocation,
+  // filled with a sentinel byte.
+  constexpr uint8_t kSentinel = 0xAB;
+  StatePool own(model, o);
+  CommittedStateViews views;
+  std::vector<void*> allocations;
+  std::vector<int64_t> bytes;
+  for (int l = 0; l < L; ++l) {
+    for (const bool conv : {true, false}) {
+      TensorView v = conv ? own.conv_state(l) : own.ssm_state(l);
+      const int64_t n = v.numel() * static_cast<int64_t>(dtype_size(v.dtype));
+      void* p = nullptr;
+      SPECSTATE_CUDA_OK(cudaMalloc(&p, static_cast<std::size_t>(n)));
+      allocations.push_back(p);
+      bytes.push_back(n);
+      SPECSTATE_CUDA_OK(cudaMemset(p, kSentinel, static_cast<std::size_t>(n)));
+      v.data = p;
+      (conv ? views.conv : views.ssm).push_back(v);
+    }
+  }
+  // Allocation i's bytes on the host.
+  const auto read = [&](std::size_t i) {
+    std::vector<uint8_t> h(static_cast<std::size_t>(bytes[i]));
+    EXPECT_EQ(cudaMemcpy(h.data(), allocations[i], h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  };
+  {
+    StatePool pool(model, o, views);
+    const SlotHandle a = pool.acquire();
+    const SlotHandle b = pool.acquire();
+    SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream.get()));
+    // acquire zeroed slots a and b of every layer and nothing else.
+    for (std::size_t i = 0; i < allocations.size(); ++i) {
+      const std::vector<uint8_t> h = read(i);
+      const int64_t slot_bytes = bytes[i] / S;
+      for (int s = 0; s < S; ++s) {
+        const bool live = s == pool.slot_index(a) || s == pool.slot_index(b);
+        for (int64_t k = 0; k < slot_bytes; ++k) {
+          ASSERT_EQ(h[static_cast<std::size_t>(s * slot_bytes + k)], live ? 0 : kSentinel)
+              << "allocation " << i << " slot " << s << " byte " << k;
+        }
+      }
+    }
+    // A state with nonzero bytes into a (import: a header from export, then random payload in
+    // the pools' dtypes), copied to b: b's export is a's, byte for byte, in every layer.
+    const int64_t n = pool.slot_state_bytes();
+    std::vector<int32_t> state(static_cast<std::size_t>((n + 3) / 4));
+    const TensorView host =
+        TensorView::contiguous(state.data(), DType::kI32, {static_cast<int64_t>(state.size())});
+    pool.export_slot(a, host);
+    std::mt19937 rng(7);
+    auto* payload = reinterpret_cast<uint8_t*>(state.data());
+    for (int64_t k = StatePool::kSlotStateHeaderBytes; k < n; ++k) {
+      payload[k] = static_cast<uint8_t>(1 + rng() % 100);  // small nonzero bytes: finite values
+    }
+    pool.import_slot(a, host);
+    pool.copy_slot(a, b);
+    std::vector<int32_t> back(state.size());
+    pool.export_slot(
+        b, TensorView::contiguous(back.data(), DType::kI32, {static_cast<int64_t>(back.size())}));
+    EXPECT_EQ(0, std::memcmp(back.data(), state.data(), static_cast<std::size_t>(n)));
+    // The third slot still holds the sentinel in every layer.
+    SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream.get()));
+    const int other = 3 - pool.slot_index(a) - pool.slot_index(b);
+    for (std::size_t i = 0; i < allocations.size(); ++i) {
+      const std::vector<uint8_t> h = read(i);
+      const int64_t slot_bytes = bytes[i] / S;
+      for (int64_t k = 0; k < slot_bytes; ++k) {
+        ASSERT_EQ(h[static_cast<std::size_t>(other * slot_bytes + k)], kSentinel)
+            << "allocation " << i << " byte " << k;
+      }
+    }
+  }
+  for (void* p : allocations) cudaFree(p);
+}
 
 class GraphPadding : public ::testing::TestWithParam<Strategy> {};
 
