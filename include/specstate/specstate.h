@@ -13,3 +13,4 @@
 #include "specstate/status.h"
 #include "specstate/tensor_view.h"
 #include "specstate/version.h"
+#include "specstate/vllm.h"

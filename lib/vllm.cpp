@@ -1,0 +1,96 @@
+#include "specstate/vllm.h"
+
+#include <string>
+#include <utility>
+
+#include "specstate/status.h"
+
+namespace specstate::vllm {
+namespace {
+
+std::string shape_text(const int64_t* dims, int n) {
+  std::string s = "(";
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + ")";
+}
+
+[[noreturn]] void refuse(const std::string& message) {
+  throw Error(Status::kInvalidArgument, "vllm::committed_views: " + message);
+}
+
+// Checks `tensors` against vLLM's shape `want` (any slot count, the same for every tensor).
+void check(const char* name, const std::vector<TensorView>& tensors, int layers,
+           const std::vector<int64_t>& want) {
+  if (static_cast<int>(tensors.size()) != layers) {
+    refuse(std::string(name) + " has " + std::to_string(tensors.size()) +
+           " tensors, the model has " + std::to_string(layers) + " recurrent layers");
+  }
+  const int n = static_cast<int>(want.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const TensorView& t = tensors[i];
+    const std::string who = std::string(name) + "[" + std::to_string(i) + "]";
+    bool same = t.ndim == n;
+    for (int d = 1; same && d < n; ++d) same = t.shape[static_cast<std::size_t>(d)] == want[d];
+    if (!same) {
+      refuse(who + " has shape " + shape_text(t.shape.data(), t.ndim) +
+             "; vLLM's layout for this config is (slots, " +
+             shape_text(want.data() + 1, n - 1).substr(1));
+    }
+    if (t.shape[0] != tensors[0].shape[0]) {
+      refuse(who + " has " + std::to_string(t.shape[0]) + " slots, " + name + "[0] has " +
+             std::to_string(tensors[0].shape[0]));
+    }
+  }
+}
+
+// `t` with its last two axes swapped (a view: no data moves).
+TensorView swap_last(TensorView t) {
+  const auto a = static_cast<std::size_t>(t.ndim - 2), b = static_cast<std::size_t>(t.ndim - 1);
+  std::swap(t.shape[a], t.shape[b]);
+  std::swap(t.stride[a], t.stride[b]);
+  return t;
+}
+
+}  // namespace
+
+std::vector<int64_t> conv_shape(const ModelConfig& model, int64_t slots) {
+  return {slots, model.conv_width() - 1, model.conv_dim()};
+}
+
+std::vector<int64_t> recurrent_shape(const ModelConfig& model, int64_t slots) {
+  switch (model.kind) {
+    case LayerKind::kKda: {
+      const KdaConfig& k = model.kda_layer;
+      return {slots, k.num_v_heads, k.head_k_dim, k.head_v_dim};
+    }
+    case LayerKind::kMamba2: {
+      const Mamba2Config& m = model.mamba;
+      return {slots, m.num_heads, m.head_dim, m.d_state};
+    }
+    case LayerKind::kGatedDeltaNet:
+    default: {
+      const GdnConfig& g = model.gdn;
+      return {slots, g.num_v_heads, g.head_v_dim, g.head_k_dim};
+    }
+  }
+}
+
+PoolOptions layout_options(PoolOptions options, const ModelConfig& model) {
+  options.conv_layout = ConvLayout::kChannelsLast;
+  options.ssm_layout = model.kind == LayerKind::kKda ? SsmLayout::kKV : SsmLayout::kVK;
+  return options;
+}
+
+CommittedStateViews committed_views(const ModelConfig& model,
+                                    const std::vector<TensorView>& conv_states,
+                                    const std::vector<TensorView>& recurrent_states) {
+  check("conv_states", conv_states, model.num_layers, conv_shape(model));
+  check("recurrent_states", recurrent_states, model.num_layers, recurrent_shape(model));
+  CommittedStateViews views;
+  for (const TensorView& t : conv_states) views.conv.push_back(swap_last(t));
+  const bool kv = model.kind == LayerKind::kKda;
+  for (const TensorView& t : recurrent_states) views.ssm.push_back(kv ? swap_last(t) : t);
+  return views;
+}
+
+}  // namespace specstate::vllm

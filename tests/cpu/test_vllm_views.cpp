@@ -1,0 +1,160 @@
+// specstate::vllm (include/specstate/vllm.h): a caller-owned pool over tensors shaped as vLLM
+// allocates its hybrid models' cache, every layer kind. The pool reads the engine's tensors in
+// place in vLLM's element order (each logical element is the vLLM tensor's transposed element),
+// writes into them in place (acquire zeroes exactly its slot), and any count or shape that is not
+// vLLM's for the model is refused naming the tensor, with no pool built.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/gdn_data.h"
+#include "common/presets.h"
+#include "common/speculative_equivalence.h"
+#include "specstate/specstate.h"
+
+namespace specstate::test {
+namespace {
+
+ModelConfig model_of(const std::string& preset, int layers) {
+  if (is_mamba2_preset(preset)) return ModelConfig::mamba2(layers, mamba2_preset(preset));
+  if (is_kda_preset(preset)) return ModelConfig::kda(layers, kda_preset(preset));
+  return ModelConfig::gated_delta_net(layers, gdn_preset(preset));
+}
+
+// Element `idx` of a host view through its strides.
+float at(const TensorView& v, std::initializer_list<int64_t> idx) {
+  int64_t i = 0, d = 0;
+  for (int64_t x : idx) i += x * v.stride[static_cast<std::size_t>(d++)];
+  return host_element(v, i);
+}
+
+// vLLM-shaped tensors of random nonzero values, one per layer.
+std::vector<Buffer> random_tensors(DType dtype, const std::vector<int64_t>& shape, int layers,
+                                   std::mt19937& rng) {
+  std::vector<Buffer> out;
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (int l = 0; l < layers; ++l) {
+    Buffer b(dtype, shape);
+    for (int64_t i = 0; i < b.numel(); ++i) b.set(i, u(rng));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+std::vector<TensorView> views_of(const std::vector<Buffer>& buffers) {
+  std::vector<TensorView> out;
+  for (const Buffer& b : buffers) out.push_back(b.view());
+  return out;
+}
+
+class VllmViews : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(VllmViews, ThePoolReadsAndWritesTheEngineTensorsInPlaceInVllmOrder) {
+  const int L = 2, S = 3;
+  const ModelConfig model = model_of(GetParam(), L);
+  std::mt19937 rng(42);
+  const std::vector<int64_t> cs = vllm::conv_shape(model, S), rs = vllm::recurrent_shape(model, S);
+  ASSERT_EQ(cs, (std::vector<int64_t>{S, model.conv_width() - 1, model.conv_dim()}));
+  std::vector<Buffer> conv = random_tensors(model.conv_state_dtype(), cs, L, rng);
+  std::vector<Buffer> rec = random_tensors(model.ssm_state_dtype(), rs, L, rng);
+  PoolOptions o;
+  o.num_slots = S;
+  o.max_rows = 2;
+  o.max_window = 4;
+  o = vllm::layout_options(o, model);
+  EXPECT_EQ(o.conv_layout, ConvLayout::kChannelsLast);
+  EXPECT_EQ(o.ssm_layout, model.kind == LayerKind::kKda ? SsmLayout::kKV : SsmLayout::kVK);
+  StatePool pool(model, o, vllm::committed_views(model, views_of(conv), views_of(rec)));
+
+  // Slot 1 adopted as the engine wrote it: logical (c, k) of the conv window is vLLM's [k][c];
+  // the state's logical (a, b, c) is vLLM's [a][b][c], or [a][c][b] for KDA ([HV][K][V]).
+  const SlotHandle h = pool.adopt(1);
+  const bool kv = model.kind == LayerKind::kKda;
+  int64_t nonzero = 0;
+  for (int l = 0; l < L; ++l) {
+    const TensorView c = pool.conv_state(l, h), s = pool.ssm_state(l, h);
+    const TensorView vc = conv[static_cast<std::size_t>(l)].view();
+    const TensorView vs = rec[static_cast<std::size_t>(l)].view();
+    for (int64_t ch = 0; ch < model.conv_dim(); ++ch) {
+      for (int64_t k = 0; k + 1 < model.conv_width(); ++k) {
+        ASSERT_EQ(at(c, {ch, k}), at(vc, {1, k, ch}))
+            << "layer " << l << " (" << ch << ", " << k << ")";
+      }
+    }
+    ASSERT_EQ(s.ndim, 3);
+    for (int64_t a = 0; a < s.shape[0]; ++a) {
+      for (int64_t b = 0; b < s.shape[1]; ++b) {
+        for (int64_t e = 0; e < s.shape[2]; ++e) {
+          const float want = kv ? at(vs, {1, a, e, b}) : at(vs, {1, a, b, e});
+          ASSERT_EQ(at(s, {a, b, e}), want)
+              << "layer " << l << " (" << a << ", " << b << ", " << e << ")";
+          nonzero += want != 0.0f;
+        }
+      }
+    }
+  }
+  EXPECT_GT(nonzero, 0);
+
+  // acquire() zeroes its slot in the engine's tensors, every layer, and nothing else.
+  const SlotHandle z = pool.acquire();
+  const int zs = pool.slot_index(z);
+  for (int l = 0; l < L; ++l) {
+    for (const Buffer* b :
+         {&conv[static_cast<std::size_t>(l)], &rec[static_cast<std::size_t>(l)]}) {
+      const int64_t per_slot = b->numel() / S;
+      for (int64_t i = 0; i < b->numel(); ++i) {
+        if (i / per_slot == zs) {
+          ASSERT_EQ(b->get(i), 0.0f) << "layer " << l << " element " << i;
+        } else {
+          ASSERT_NE(b->get(i), 0.0f) << "layer " << l << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(VllmViews, ShapesThatAreNotVllmsAreRefusedNamingTheTensor) {
+  const int L = 2, S = 3;
+  const ModelConfig model = model_of(GetParam(), L);
+  std::mt19937 rng(7);
+  const std::vector<int64_t> cs = vllm::conv_shape(model, S), rs = vllm::recurrent_shape(model, S);
+  const std::vector<Buffer> conv = random_tensors(model.conv_state_dtype(), cs, L, rng);
+  const std::vector<Buffer> rec = random_tensors(model.ssm_state_dtype(), rs, L, rng);
+  const auto refused = [&](const std::vector<TensorView>& c, const std::vector<TensorView>& r,
+                           const std::string& names) {
+    try {
+      vllm::committed_views(model, c, r);
+      ADD_FAILURE() << "accepted; expected a refusal naming " << names;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+    }
+  };
+  // One layer short.
+  refused({conv[0].view()}, views_of(rec), "conv_states has 1 tensors, the model has 2");
+  refused(views_of(conv), {rec[0].view()}, "recurrent_states has 1 tensors");
+  // vLLM's W-1+num_spec conv columns (num_spec = 2).
+  const Buffer wide(model.conv_state_dtype(), {S, model.conv_width() + 1, model.conv_dim()});
+  refused({conv[0].view(), wide.view()}, views_of(rec), "conv_states[1] has shape");
+  // The state's last two axes the other way round (K != V in these presets).
+  std::vector<int64_t> swapped = rs;
+  std::swap(swapped[2], swapped[3]);
+  ASSERT_NE(swapped, rs);
+  const Buffer other(model.ssm_state_dtype(), swapped);
+  refused(views_of(conv), {other.view(), rec[1].view()}, "recurrent_states[0] has shape");
+  // Layers with different slot counts.
+  const Buffer fewer(model.conv_state_dtype(), vllm::conv_shape(model, S - 1));
+  refused({conv[0].view(), fewer.view()}, views_of(rec), "conv_states[1] has 2 slots");
+}
+
+// K != V (or P != N) in each, so a swapped state shape is detectable.
+INSTANTIATE_TEST_SUITE_P(Cpu, VllmViews,
+                         ::testing::Values("gpu_k128_v72", "m2_gpu_f32", "kda_gpu_lb_f32"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
+
+}  // namespace
+}  // namespace specstate::test
