@@ -7,9 +7,12 @@
 //
 // Check: after every round, every live request's committed state (all layers) equals a
 // reference pool that only ever prefilled and decoded, one token at a time, the tokens each
-// request accepted: bit for bit on the CPU backend.
+// request accepted: bit for bit on the CPU backend. --kind picks the layer kind: Gated DeltaNet
+// (Qwen3-Next's, the default) or KDA (Kimi-Linear's: a gate per key channel); the loop is the
+// same code for both (one template over the kind's config, weights, inputs and outputs).
 //
 //   engine_loop [--rounds N] [--seed S] [--strategy snapshot|replay] [--max-draft K]
+//               [--kind gdn|kda]
 //
 // Exit status 0 on success, 1 on a mismatch, 2 for bad arguments.
 #include <cstdio>
@@ -18,6 +21,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specstate/spec/verify_batch.h"
@@ -27,22 +31,57 @@ namespace {
 
 using namespace specstate;
 
-// Host f32 tensors of a layer call: [tokens, conv_dim] mixed_qkv, [tokens, HV] a and b.
+// Host f32 tensors of a layer call: [tokens, conv_dim] mixed_qkv, the gate input a ([tokens, HV]
+// for GDN, [tokens, HV, K] for KDA's g) and [tokens, HV] b.
 struct Tokens {
   int64_t n = 0;
   std::vector<float> qkv, a, b;
   void append(const Tokens& t, int64_t i) {  // token i of t
-    const std::size_t d = t.qkv.size() / static_cast<std::size_t>(t.n);
-    const std::size_t h = t.a.size() / static_cast<std::size_t>(t.n);
-    qkv.insert(qkv.end(), t.qkv.begin() + i * d, t.qkv.begin() + (i + 1) * d);
-    a.insert(a.end(), t.a.begin() + i * h, t.a.begin() + (i + 1) * h);
-    b.insert(b.end(), t.b.begin() + i * h, t.b.begin() + (i + 1) * h);
+    const auto row = [&](const std::vector<float>& from, std::vector<float>& to) {
+      const std::size_t w = from.size() / static_cast<std::size_t>(t.n);
+      to.insert(to.end(), from.begin() + i * w, from.begin() + (i + 1) * w);
+    };
+    row(t.qkv, qkv);
+    row(t.a, a);
+    row(t.b, b);
     ++n;
   }
 };
 
+// What differs between the kinds: the config, the API's structs, and the gate's shapes (GDN a
+// gate input and dt_bias per value head, KDA per value head and key channel).
+struct GdnKind {
+  using Config = GdnConfig;
+  using Weights = GdnWeights;
+  using Inputs = GdnInputs;
+  using Outputs = GdnOutputs;
+  static ModelConfig model(int layers, const Config& c) {
+    return ModelConfig::gated_delta_net(layers, c);
+  }
+  static int64_t gate_width(const Config& c) { return c.num_v_heads; }
+  static void set_gate(Weights& w, Inputs& in, const Config& c, float* dt_bias, float* a,
+                       int64_t n) {
+    w.dt_bias = TensorView::contiguous(dt_bias, DType::kF32, {c.num_v_heads});
+    in.a = TensorView::contiguous(a, DType::kF32, {n, c.num_v_heads});
+  }
+};
+struct KdaKind {
+  using Config = KdaConfig;
+  using Weights = KdaWeights;
+  using Inputs = KdaInputs;
+  using Outputs = KdaOutputs;
+  static ModelConfig model(int layers, const Config& c) { return ModelConfig::kda(layers, c); }
+  static int64_t gate_width(const Config& c) { return int64_t{c.num_v_heads} * c.head_k_dim; }
+  static void set_gate(Weights& w, Inputs& in, const Config& c, float* dt_bias, float* g,
+                       int64_t n) {
+    w.dt_bias = TensorView::contiguous(dt_bias, DType::kF32, {c.num_v_heads, c.head_k_dim});
+    in.g = TensorView::contiguous(g, DType::kF32, {n, c.num_v_heads, c.head_k_dim});
+  }
+};
+
+template <typename Kind>
 struct Model {
-  GdnConfig g;
+  typename Kind::Config g;
   int layers = 3;
   std::vector<std::vector<float>> conv_w, conv_b, a_log, dt_bias;
   std::mt19937_64 rng;
@@ -59,20 +98,24 @@ struct Model {
       conv_w.emplace_back(static_cast<std::size_t>(d * g.conv_width));
       conv_b.emplace_back(static_cast<std::size_t>(d));
       a_log.emplace_back(static_cast<std::size_t>(g.num_v_heads));
-      dt_bias.emplace_back(static_cast<std::size_t>(g.num_v_heads));
+      dt_bias.emplace_back(static_cast<std::size_t>(Kind::gate_width(g)));
       for (auto* v : {&conv_w.back(), &conv_b.back(), &a_log.back(), &dt_bias.back()}) {
         for (float& x : *v) x = n(rng);
       }
     }
   }
-  GdnWeights weights(int l) {
+  // Layer l's weights and a call's inputs over tokens t (the gate's views are the kind's).
+  std::pair<typename Kind::Weights, typename Kind::Inputs> call(int l, Tokens& t) {
     const int64_t d = g.conv_dim(), hv = g.num_v_heads;
-    GdnWeights w;
+    typename Kind::Weights w;
     w.conv_weight = TensorView::contiguous(conv_w[l].data(), DType::kF32, {d, g.conv_width});
     if (g.conv_bias) w.conv_bias = TensorView::contiguous(conv_b[l].data(), DType::kF32, {d});
     w.A_log = TensorView::contiguous(a_log[l].data(), DType::kF32, {hv});
-    w.dt_bias = TensorView::contiguous(dt_bias[l].data(), DType::kF32, {hv});
-    return w;
+    typename Kind::Inputs in;
+    in.mixed_qkv = TensorView::contiguous(t.qkv.data(), DType::kF32, {t.n, d});
+    in.b = TensorView::contiguous(t.b.data(), DType::kF32, {t.n, hv});
+    Kind::set_gate(w, in, g, dt_bias[l].data(), t.a.data(), t.n);
+    return {w, in};
   }
   // n random tokens of one layer's inputs.
   Tokens tokens(int64_t n) {
@@ -80,30 +123,23 @@ struct Model {
     Tokens t;
     t.n = n;
     t.qkv.resize(static_cast<std::size_t>(n * g.conv_dim()));
-    t.a.resize(static_cast<std::size_t>(n * g.num_v_heads));
-    t.b.resize(t.a.size());
+    t.a.resize(static_cast<std::size_t>(n * Kind::gate_width(g)));
+    t.b.resize(static_cast<std::size_t>(n * g.num_v_heads));
     for (auto* v : {&t.qkv, &t.a, &t.b}) {
       for (float& e : *v) e = x(rng);
     }
     return t;
-  }
-  GdnInputs inputs(Tokens& t) {
-    const int64_t d = g.conv_dim(), hv = g.num_v_heads;
-    GdnInputs in;
-    in.mixed_qkv = TensorView::contiguous(t.qkv.data(), DType::kF32, {t.n, d});
-    in.a = TensorView::contiguous(t.a.data(), DType::kF32, {t.n, hv});
-    in.b = TensorView::contiguous(t.b.data(), DType::kF32, {t.n, hv});
-    return in;
   }
 };
 
 // Outputs of a layer call (host f32).
 struct Out {
   std::vector<float> conv, core;
-  GdnOutputs view(const GdnConfig& g, int64_t n) {
+  template <typename Outputs, typename Config>
+  Outputs view(const Config& g, int64_t n) {
     conv.assign(static_cast<std::size_t>(n * g.conv_dim()), 0.f);
     core.assign(static_cast<std::size_t>(n * g.num_v_heads * g.head_v_dim), 0.f);
-    GdnOutputs o;
+    Outputs o;
     o.conv_out = TensorView::contiguous(conv.data(), DType::kF32, {n, g.conv_dim()});
     o.core_out = TensorView::contiguous(core.data(), DType::kF32, {n, g.num_v_heads, g.head_v_dim});
     return o;
@@ -122,39 +158,18 @@ std::vector<uint8_t> state_of(StatePool& pool, SlotHandle h) {
 int usage(const char* what) {
   std::fprintf(stderr,
                "engine_loop: %s\nusage: engine_loop [--rounds N] [--seed S] "
-               "[--strategy snapshot|replay] [--max-draft K]\n",
+               "[--strategy snapshot|replay] [--max-draft K] [--kind gdn|kda]\n",
                what);
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  int rounds = 40, max_draft = 3;
-  uint64_t seed = 1;
-  Strategy strategy = Strategy::kReplay;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i + 1 >= argc) return usage(("missing value for " + arg).c_str());
-    const std::string v = argv[++i];
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    const bool num = end != v.c_str() && *end == '\0';
-    if (arg == "--rounds" && num && n >= 1 && n <= 100000) {
-      rounds = static_cast<int>(n);
-    } else if (arg == "--seed" && num && n >= 0) {
-      seed = static_cast<uint64_t>(n);
-    } else if (arg == "--max-draft" && num && n >= 0 && n <= 15) {
-      max_draft = static_cast<int>(n);
-    } else if (arg == "--strategy" && (v == "snapshot" || v == "replay")) {
-      strategy = v == "replay" ? Strategy::kReplay : Strategy::kSnapshot;
-    } else {
-      return usage(("bad " + arg + " " + v).c_str());
-    }
-  }
+// The engine's loop for one layer kind (main picks it).
+template <typename Kind>
+int run(int rounds, int max_draft, uint64_t seed, Strategy strategy) {
+  using Outputs = typename Kind::Outputs;
   try {
-    Model model(seed);
-    const ModelConfig config = ModelConfig::gated_delta_net(model.layers, model.g);
+    Model<Kind> model(seed);
+    const ModelConfig config = Kind::model(model.layers, model.g);
     PoolOptions options;
     options.num_slots = 8;
     options.max_rows = 8;
@@ -189,7 +204,8 @@ int main(int argc, char** argv) {
       for (int l = 0; l < model.layers; ++l) {
         Tokens t = model.tokens(total);
         Out out;
-        pool.prefill(l, hs, lengths, model.weights(l), model.inputs(t), out.view(model.g, total));
+        auto [w, in] = model.call(l, t);
+        pool.prefill(l, hs, lengths, w, in, out.template view<Outputs>(model.g, total));
         // The reference prefills each request on its own.
         int64_t at = 0;
         for (std::size_t k = 0; k < hs.size(); ++k) {
@@ -197,8 +213,9 @@ int main(int argc, char** argv) {
           for (int i = 0; i < lengths[k]; ++i) one.append(t, at + i);
           at += lengths[k];
           Out o;
-          ref.prefill(l, live[live.size() - hs.size() + k].r, model.weights(l), model.inputs(one),
-                      o.view(model.g, one.n));
+          auto [w1, in1] = model.call(l, one);
+          ref.prefill(l, live[live.size() - hs.size() + k].r, w1, in1,
+                      o.template view<Outputs>(model.g, one.n));
         }
       }
     };
@@ -225,7 +242,8 @@ int main(int argc, char** argv) {
       for (int l = 0; l < model.layers; ++l) {
         in[l] = model.tokens(plan.num_tokens());  // packed: row r at plan.token_offsets[r]
         Out out;
-        pool.verify(l, model.weights(l), model.inputs(in[l]), out.view(model.g, plan.num_tokens()));
+        auto [w, inputs] = model.call(l, in[l]);
+        pool.verify(l, w, inputs, out.template view<Outputs>(model.g, plan.num_tokens()));
       }
       verified += static_cast<int>(plan.num_tokens());
       // Acceptance (random here; spec::accept_greedy in a real engine): 1..T_r per row.
@@ -241,7 +259,8 @@ int main(int argc, char** argv) {
             Tokens one;
             one.append(in[l], plan.token_offsets[r] + i);
             Out o;
-            ref.decode(l, {live[r].r}, model.weights(l), model.inputs(one), o.view(model.g, 1));
+            auto [w, inputs] = model.call(l, one);
+            ref.decode(l, {live[r].r}, w, inputs, o.template view<Outputs>(model.g, 1));
           }
         }
         accepted_total += lengths[r];
@@ -263,9 +282,10 @@ int main(int argc, char** argv) {
       }
     }
     std::printf(
-        "engine_loop: %d rounds, strategy %s: %d arrivals, %d forks, %d departures; %d tokens "
+        "engine_loop: %s, %d rounds, strategy %s: %d arrivals, %d forks, %d departures; %d tokens "
         "verified (no filler), %d accepted\n",
-        rounds, strategy_name(strategy), arrivals, forks, departures, verified, accepted_total);
+        layer_kind_name(config.kind), rounds, strategy_name(strategy), arrivals, forks, departures,
+        verified, accepted_total);
     if (arrivals < 4 || departures < 1 || forks < 1) {
       std::printf("FAIL: the run exercised too little (arrivals, forks, departures)\n");
       return 1;
@@ -276,4 +296,36 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "engine_loop: %s\n", e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 40, max_draft = 3;
+  uint64_t seed = 1;
+  Strategy strategy = Strategy::kReplay;
+  bool kda = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return usage(("missing value for " + arg).c_str());
+    const std::string v = argv[++i];
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    const bool num = end != v.c_str() && *end == '\0';
+    if (arg == "--rounds" && num && n >= 1 && n <= 100000) {
+      rounds = static_cast<int>(n);
+    } else if (arg == "--seed" && num && n >= 0) {
+      seed = static_cast<uint64_t>(n);
+    } else if (arg == "--max-draft" && num && n >= 0 && n <= 15) {
+      max_draft = static_cast<int>(n);
+    } else if (arg == "--strategy" && (v == "snapshot" || v == "replay")) {
+      strategy = v == "replay" ? Strategy::kReplay : Strategy::kSnapshot;
+    } else if (arg == "--kind" && (v == "gdn" || v == "kda")) {
+      kda = v == "kda";
+    } else {
+      return usage(("bad " + arg + " " + v).c_str());
+    }
+  }
+  return kda ? run<KdaKind>(rounds, max_draft, seed, strategy)
+             : run<GdnKind>(rounds, max_draft, seed, strategy);
 }
