@@ -107,11 +107,10 @@ constexpr int replay_blocks_per_cta(int64_t rows, int64_t heads, int blocks, int
 // (ConvUpdateParams::small_rows_lo / hi / short_hi): T >= 8, rows <= max(8, rows_hi); T in 4..7,
 // rows in [rows_lo, rows_hi]; T in 2..3, rows in [rows_lo, short_hi] (short_hi 0: never); T = 1
 // never. GDN 2..16 and 2..8 at T < 4, Mamba2 and KDA 1..8 and never at T < 4. `forced` (0 or 1;
-// -1 none) overrides where the kernel applies
-// (rows <= 16, pending + window <= 16). Measured on the H200: docs/cuda.md, "Replay conv at small
-// batches: the input history in shared memory". kernels/conv_update.cuh calls it with
-// SPECSTATE_CONV_SMALL.
-// The default row ranges (ConvUpdateParams; Mamba2 and KDA).
+// -1 none) overrides where the kernel applies (rows <= 16, pending + window <= 16). Measured on
+// the H200: docs/cuda.md, "Replay conv at small batches: the input history in shared memory".
+// kernels/conv_update.cuh calls it with SPECSTATE_CONV_SMALL. kConvSmallRows*: the default row
+// ranges (ConvUpdateParams; Mamba2 and KDA).
 inline constexpr int kConvSmallRowsLo = 1, kConvSmallRowsHi = 8, kConvSmallRowsShortHi = 0;
 constexpr int conv_small_vt(int rows, int tokens, int max_window, int rows_lo, int rows_hi,
                             int short_hi, int forced = -1) {
