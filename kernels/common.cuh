@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernel_types.h"
 
@@ -80,16 +81,32 @@ __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
-// N contiguous elements of T -> float. `vec` selects 16-byte loads (caller checked alignment
-// and that N * sizeof(T) is a multiple of 16); otherwise scalar loads.
+// The vector width of N contiguous elements of T: 16 bytes where N * sizeof(T) is a multiple of
+// 16, else 8 where it is a multiple of 8 (a group of 4 bf16 channels), else 0 (scalar).
+template <typename T, int N>
+inline constexpr int kVecBytes = (N * sizeof(T)) % 16 == 0  ? 16
+                                 : (N * sizeof(T)) % 8 == 0 ? 8
+                                                            : 0;
+
+// Whether N contiguous elements of T at p can be moved as kVecBytes vectors.
+template <typename T, int N>
+__device__ __forceinline__ bool aligned_vec(const void* p) {
+  constexpr int kBytes = kVecBytes<T, N>;
+  return kBytes != 0 && (reinterpret_cast<uintptr_t>(p) & (kBytes - 1)) == 0;
+}
+
+// N contiguous elements of T -> float. `vec` selects kVecBytes loads (caller checked the
+// alignment: aligned_vec, or aligned16); otherwise scalar loads.
 template <typename T, int N>
 __device__ __forceinline__ void load_n(const T* __restrict__ p, float (&out)[N], bool vec) {
-  constexpr int kPer = 16 / sizeof(T);
-  if constexpr ((N * sizeof(T)) % 16 == 0) {
+  constexpr int kBytes = kVecBytes<T, N>;
+  if constexpr (kBytes != 0) {
     if (vec) {
+      using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
+      constexpr int kPer = kBytes / sizeof(T);
 #pragma unroll
       for (int i = 0; i < N / kPer; ++i) {
-        uint4 raw = reinterpret_cast<const uint4*>(p)[i];
+        Vec raw = reinterpret_cast<const Vec*>(p)[i];
         const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
         for (int j = 0; j < kPer; ++j) out[i * kPer + j] = to_float<T>(e[j]);
@@ -103,16 +120,18 @@ __device__ __forceinline__ void load_n(const T* __restrict__ p, float (&out)[N],
 
 template <typename T, int N>
 __device__ __forceinline__ void store_n(T* __restrict__ p, const float (&in)[N], bool vec) {
-  constexpr int kPer = 16 / sizeof(T);
-  if constexpr ((N * sizeof(T)) % 16 == 0) {
+  constexpr int kBytes = kVecBytes<T, N>;
+  if constexpr (kBytes != 0) {
     if (vec) {
+      using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
+      constexpr int kPer = kBytes / sizeof(T);
 #pragma unroll
       for (int i = 0; i < N / kPer; ++i) {
-        uint4 raw;
+        Vec raw;
         T* e = reinterpret_cast<T*>(&raw);
 #pragma unroll
         for (int j = 0; j < kPer; ++j) e[j] = from_float<T>(in[i * kPer + j]);
-        reinterpret_cast<uint4*>(p)[i] = raw;
+        reinterpret_cast<Vec*>(p)[i] = raw;
       }
       return;
     }

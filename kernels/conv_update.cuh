@@ -19,7 +19,7 @@ inline constexpr int kConvThreads = 64;
 template <typename Act, int N>
 __device__ __forceinline__ void load_row(const Act* ptr, int64_t stride_c, bool full, int nc,
                                          float (&out)[N]) {
-  if (full && stride_c == 1 && aligned16(ptr)) {
+  if (full && stride_c == 1 && aligned_vec<Act, N>(ptr)) {
     load_n<Act, N>(ptr, out, true);
   } else {
 #pragma unroll
@@ -30,7 +30,7 @@ __device__ __forceinline__ void load_row(const Act* ptr, int64_t stride_c, bool 
 template <typename Act, int N>
 __device__ __forceinline__ void store_row(Act* ptr, int64_t stride_c, bool full, int nc,
                                           const float (&in)[N]) {
-  if (full && stride_c == 1 && aligned16(ptr)) {
+  if (full && stride_c == 1 && aligned_vec<Act, N>(ptr)) {
     store_n<Act, N>(ptr, in, true);
   } else {
 #pragma unroll
@@ -55,7 +55,7 @@ __device__ __forceinline__ void load_window(const St* st, bool last, int64_t con
                                             int nc, float (&s)[C * H]) {
   if (!last) {
     if (full) {
-      load_n<St, C * H>(st, s, aligned16(st));
+      load_n<St, C * H>(st, s, aligned_vec<St, C * H>(st));
     } else {
 #pragma unroll
       for (int i = 0; i < C * H; ++i) s[i] = i < nc * H ? to_float<St>(st[i]) : 0.0f;
@@ -76,7 +76,7 @@ __device__ __forceinline__ void store_window(St* st, bool last, int64_t conv_dim
                                              const float (&s)[C * H]) {
   if (!last) {
     if (full) {
-      store_n<St, C * H>(st, s, aligned16(st));
+      store_n<St, C * H>(st, s, aligned_vec<St, C * H>(st));
     } else {
 #pragma unroll
       for (int i = 0; i < C * H; ++i) {
@@ -96,11 +96,9 @@ __device__ __forceinline__ void store_window(St* st, bool last, int64_t conv_dim
 
 // The conv weights [C][W] and bias [C] of channels c0 .. c0 + nc (a partial group repeats
 // channel c0), in float, whatever their dtype and strides.
-template <int W>
+template <int W, int C = kConvChannels>
 __device__ __forceinline__ void load_conv_weights(const ConvUpdateParams& p, int c0, int nc,
-                                                  float (&w)[kConvChannels][W],
-                                                  float (&bias)[kConvChannels]) {
-  constexpr int C = kConvChannels;
+                                                  float (&w)[C][W], float (&bias)[C]) {
   if (p.weight == nullptr) {
     // A materialize: pending conv steps only shift the window; no output, no weights.
 #pragma unroll
@@ -115,10 +113,10 @@ __device__ __forceinline__ void load_conv_weights(const ConvUpdateParams& p, int
   float wf[C * W];
   const bool w_contig = full && p.weight_stride_tap == 1 && p.weight_stride_c == W;
   if (w_contig && p.weight_dtype == ElemType::kBF16 &&
-      aligned16(static_cast<const bf16*>(p.weight) + int64_t{c0} * W)) {
+      aligned_vec<bf16, C * W>(static_cast<const bf16*>(p.weight) + int64_t{c0} * W)) {
     load_n<bf16, C * W>(static_cast<const bf16*>(p.weight) + int64_t{c0} * W, wf, true);
   } else if (w_contig && p.weight_dtype == ElemType::kF32 &&
-             aligned16(static_cast<const float*>(p.weight) + int64_t{c0} * W)) {
+             aligned_vec<float, C * W>(static_cast<const float*>(p.weight) + int64_t{c0} * W)) {
     load_n<float, C * W>(static_cast<const float*>(p.weight) + int64_t{c0} * W, wf, true);
   } else {
 #pragma unroll
@@ -144,14 +142,13 @@ __device__ __forceinline__ void load_conv_weights(const ConvUpdateParams& p, int
 }
 
 // The conv output of one token from its window (oldest first; DESIGN.md section 3):
-// y = silu(bias + sum_j w[j] win[j]), the one arithmetic of every conv kernel.
-template <int W>
-__device__ __forceinline__ void conv_window_output(const float (&w)[kConvChannels][W],
-                                                   const float (&bias)[kConvChannels],
-                                                   const float (&win)[W][kConvChannels],
-                                                   float (&y)[kConvChannels]) {
+// y = silu(bias + sum_j w[j] win[j]), the one arithmetic of every conv kernel (per channel: the
+// same whatever the channels per thread C).
+template <int W, int C = kConvChannels>
+__device__ __forceinline__ void conv_window_output(const float (&w)[C][W], const float (&bias)[C],
+                                                   const float (&win)[W][C], float (&y)[C]) {
 #pragma unroll
-  for (int i = 0; i < kConvChannels; ++i) {
+  for (int i = 0; i < C; ++i) {
     float acc = bias[i];
 #pragma unroll
     for (int j = 0; j < W; ++j) acc += w[i][j] * win[j][i];
@@ -164,10 +161,11 @@ __device__ __forceinline__ void conv_window_output(const float (&w)[kConvChannel
 // is latency).
 // kLast: the windows are channels last (p.channels_last), an instantiation of its own so that the
 // default order's code is what it was.
-template <typename Act, typename St, int W, bool kRecords, bool kLast>
-__global__ void __launch_bounds__(kConvThreads)
+// C: channels per thread (kConvChannels; 4 for replay verifies of many rows: half the registers,
+// twice the threads in flight, measured in docs/cuda.md).
+template <typename Act, typename St, int W, bool kRecords, bool kLast, int C = kConvChannels>
+__global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
     conv_update_kernel(const __grid_constant__ ConvUpdateParams p, bool token_loop) {
-  constexpr int C = kConvChannels;
   constexpr int H = W - 1;
   // Lets the recurrence kernel that follows (launched with programmatic stream serialization)
   // start its conv-independent prologue now; it waits for this grid before reading conv_out.
@@ -185,7 +183,7 @@ __global__ void __launch_bounds__(kConvThreads)
   // Weights and bias first: they do not depend on the slot, so their loads overlap its load.
   float w[C][W];
   float bias[C];
-  load_conv_weights<W>(p, c0, nc, w, bias);
+  load_conv_weights<W, C>(p, c0, nc, w, bias);
 
   const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
   if (slot < 0) return;  // padding row: nothing read, nothing written
@@ -284,7 +282,7 @@ __global__ void __launch_bounds__(kConvThreads)
       store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
     }
     float y[C];
-    conv_window_output<W>(w, bias, win, y);
+    conv_window_output<W, C>(w, bias, win, y);
     store_row<Act, C>(
         static_cast<Act*>(p.out) + (row_token0 + t) * p.out_stride_token + c0 * p.out_stride_c,
         p.out_stride_c, full, nc, y);
@@ -458,7 +456,6 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
   // rows on: measured on H200 (Qwen3-Next, T = 2/4/8), the token loop is 1.2-1.5x faster at
   // B = 128 and 1.1-1.2x slower at B = 32 than one token per thread.
   const bool loop = p.store_final || p.pending != nullptr || p.tokens == 0 || p.rows >= 64;
-  const dim3 grid((groups + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
   const bool records = p.records != nullptr || p.pending != nullptr;
   // Small replay verifies: a channel group's input history in shared memory, a thread per window
   // token. Measured on the H200 (docs/cuda.md, "Replay conv at small batches: the input history
@@ -500,29 +497,52 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
         return cudaErrorInvalidValue;
     }
   }
+  // Four channels a thread (half the registers, twice the threads) for token loops of many rows:
+  // SPECSTATE_CONV_NARROW=0 / 1 forces the choice (tuning and tests).
+  const char* const narrow_force = std::getenv("SPECSTATE_CONV_NARROW");
+  const bool narrow =
+      conv_narrow_choice(loop, p.rows, narrow_force ? (narrow_force[0] == '1' ? 1 : 0) : -1);
+  const auto run = [&](auto kernel, int channels) {
+    const int g = (p.conv_dim + channels - 1) / channels;
+    const dim3 grid_c((g + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
+    kernel<<<grid_c, kConvThreads, 0, stream>>>(p, loop);
+    return cudaGetLastError();
+  };
+  if (narrow) {
+    switch (p.width * 2 + (records ? 1 : 0)) {
+      case 4:
+        return run(conv_update_kernel<Act, St, 2, false, kLast, 4>, 4);
+      case 5:
+        return run(conv_update_kernel<Act, St, 2, true, kLast, 4>, 4);
+      case 6:
+        return run(conv_update_kernel<Act, St, 3, false, kLast, 4>, 4);
+      case 7:
+        return run(conv_update_kernel<Act, St, 3, true, kLast, 4>, 4);
+      case 8:
+        return run(conv_update_kernel<Act, St, 4, false, kLast, 4>, 4);
+      case 9:
+        return run(conv_update_kernel<Act, St, 4, true, kLast, 4>, 4);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  }
+  constexpr int C = kConvChannels;
   switch (p.width * 2 + (records ? 1 : 0)) {
     case 4:
-      conv_update_kernel<Act, St, 2, false, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
-      break;
+      return run(conv_update_kernel<Act, St, 2, false, kLast, C>, C);
     case 5:
-      conv_update_kernel<Act, St, 2, true, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
-      break;
+      return run(conv_update_kernel<Act, St, 2, true, kLast, C>, C);
     case 6:
-      conv_update_kernel<Act, St, 3, false, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
-      break;
+      return run(conv_update_kernel<Act, St, 3, false, kLast, C>, C);
     case 7:
-      conv_update_kernel<Act, St, 3, true, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
-      break;
+      return run(conv_update_kernel<Act, St, 3, true, kLast, C>, C);
     case 8:
-      conv_update_kernel<Act, St, 4, false, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
-      break;
+      return run(conv_update_kernel<Act, St, 4, false, kLast, C>, C);
     case 9:
-      conv_update_kernel<Act, St, 4, true, kLast><<<grid, kConvThreads, 0, stream>>>(p, loop);
-      break;
+      return run(conv_update_kernel<Act, St, 4, true, kLast, C>, C);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 template <typename Act, typename St>

@@ -123,6 +123,21 @@ constexpr int conv_small_vt(int rows, int tokens, int max_window, int rows_lo, i
   return small ? (max_window + tokens <= 8 ? 8 : 16) : 0;
 }
 
+// Whether a conv launch runs four channels a thread instead of kConvChannels (conv_update_kernel's
+// C): its token loop (`loop`: one thread walks a row's tokens) of `rows` rows, replay or not;
+// `forced` (0 or 1; -1 none) overrides (SPECSTATE_CONV_NARROW). Eight channels a thread hold 128
+// registers (16 warps an SM at 64-thread CTAs), four hold 79 (24 warps, and twice the threads).
+// Measured on the H200 (docs/cuda.md, "The conv's token loop at four channels a thread"; rounds,
+// eight -> four): Qwen3-Next replay T = 2, B = 16 0.966, B = 32 / 128 0.978-0.987 at T = 2 / 4 /
+// 8, snapshot B = 128 0.991-0.993; Nemotron-H replay B = 32 / 128 0.987-0.994, snapshot B = 128
+// 0.990-0.993 (snapshot verifies of 32 rows run a thread per token: unchanged).
+inline constexpr int kConvNarrowRows = 16;
+constexpr bool conv_narrow_choice(bool loop, int rows, int forced = -1) {
+  if (!loop) return false;
+  if (forced >= 0) return forced == 1;
+  return rows >= kConvNarrowRows;
+}
+
 // Whether a GDN / KDA replay verify that the fused conv + recurrence launch can serve
 // (gdn_fused.h: `applies`) runs it: a launch of `rows` rows; `forced` (0 or 1; -1 none)
 // overrides the measured rule (SPECSTATE_GDN_FUSED). The rule is rows <= kGdnFusedMaxRows,

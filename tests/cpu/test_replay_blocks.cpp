@@ -121,6 +121,24 @@ TEST(ConvSmallVt, VirtualTokensHoldPendingAndWindowAndTheLimitsHold) {
   EXPECT_EQ(conv_small_vt(1, 8, 8, 1, 1, 0, 0), 0);
 }
 
+// The conv's token loop at four channels a thread (kernels::conv_narrow_choice): from
+// kConvNarrowRows rows on, only where the launch loops over tokens; SPECSTATE_CONV_NARROW's 1
+// takes it at any batch of a token loop, 0 never. Measured on the H200 (docs/cuda.md, "The
+// conv's token loop at four channels a thread"): Qwen3-Next replay rounds T = 2, B = 16 0.966;
+// B = 32 and 128 0.978-0.987.
+TEST(ConvNarrowChoice, TokenLoopsOfManyRowsAndTheOverride) {
+  EXPECT_EQ(kConvNarrowRows, 16);
+  EXPECT_FALSE(conv_narrow_choice(true, 8));
+  EXPECT_FALSE(conv_narrow_choice(true, 15));
+  EXPECT_TRUE(conv_narrow_choice(true, 16));
+  EXPECT_TRUE(conv_narrow_choice(true, 128));
+  // A thread per token (no loop): never, forced or not.
+  EXPECT_FALSE(conv_narrow_choice(false, 128));
+  EXPECT_FALSE(conv_narrow_choice(false, 128, 1));
+  EXPECT_TRUE(conv_narrow_choice(true, 1, 1));
+  EXPECT_FALSE(conv_narrow_choice(true, 128, 0));
+}
+
 // The fused small-batch launch of GDN / KDA replay verifies (kernels::gdn_fused_choice): up to
 // kGdnFusedMaxRows rows where it can serve the launch, never where it cannot (forced or not);
 // SPECSTATE_GDN_FUSED's 1 takes it at any batch, 0 never.

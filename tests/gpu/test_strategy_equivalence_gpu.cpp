@@ -149,6 +149,37 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(0, 1)),
     EnvCaseName{"_small"});
 
+// The conv's token loop at four channels a thread (conv_update_kernel's C = 4; by default for
+// replay verifies of 32 rows or more, kernels::conv_narrow_choice) forced on every token-loop
+// launch by SPECSTATE_CONV_NARROW=1 (replay's verifies and materializes, decode, prefill) and off
+// by 0: replay equals snapshot bit for bit (whose verify conv at these batches runs a thread per
+// token and eight channels: the narrow kernel checked against the wide one), chains and trees,
+// every kind, both element orders.
+class ConvNarrowGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(ConvNarrowGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, force] = GetParam();
+  run_under_env("SPECSTATE_CONV_NARROW", c, force, 0xC0A7 + c.rounds * 17 + force);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ConvNarrowGpu,
+    ::testing::Combine(
+        ::testing::Values(EquivalenceCase{"k32_chain", "gpu_k32", false, 4, 6, 16},
+                          EquivalenceCase{"k32_tree", "gpu_k32", true, 6, 5, 16},
+                          EquivalenceCase{"k128_chain", "gpu_k128", false, 8, 3, 12},
+                          EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 3, 12},
+                          EquivalenceCase{"mamba2_bf16_tree", "m2_gpu_bf16", true, 4, 5, 16},
+                          EquivalenceCase{"mamba2_f32_chain", "m2_gpu_f32", false, 8, 3, 12},
+                          EquivalenceCase{"kda_lb_f32_chain", "kda_gpu_lb_f32", false, 4, 4, 16},
+                          EquivalenceCase{"vllm_k32_tree", "gpu_k32", true, 6, 5, 16, 0,
+                                          kReplayVllm},
+                          EquivalenceCase{"vllm_mamba2_bf16_chain", "m2_gpu_bf16", false, 4, 5, 16,
+                                          0, kReplayVllm | kSnapshotVllm}),
+        ::testing::Values(0, 1)),
+    EnvCaseName{"_narrow"});
+
 // The small-batch replay conv under variable windows (packed rows, rows of length 0 beside rows
 // with pending steps: the committed window advanced with no window token), host lengths and
 // device cu_seqlens, forced on: packed rows equal the uniform window with filler bit for bit.
