@@ -464,13 +464,16 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
 // the same order), so the results are bit-identical. Returns false, having written nothing, where
 // the row does not fit this path (no cursor, a padding row, snapshots, no window, or history
 // plus window longer than a chunk): the caller then runs gdn_row_block per block.
-template <typename Act, typename St, int K, int LANES, int kChunk, bool kKV, typename Shared>
+template <typename Act, typename St, int K, int LANES, int kChunk, bool kKV, int RPT,
+          typename Shared>
 __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p, Shared& sm, int h,
                                                    int hv, float a_log, float dt_bias) {
+  static_assert(RPT == 1 || !kKV, "several V rows a thread: [V][K] states");
   constexpr int NK = K / (4 * LANES);
-  constexpr int kRows = gdn_rows_per_cta<LANES>();
+  constexpr int kRowsBase = gdn_rows_per_cta<LANES>();
+  constexpr int kRows = kRowsBase * RPT;  // a block: RPT rows a thread (GdnRows)
   constexpr int kRowsPerWarp = 32 / LANES;
-  constexpr int kPre = 2;  // staged v/u elements per thread of the next block
+  constexpr int kPre = 2 * RPT;  // staged v/u elements per thread of the next block
   static_assert(kChunk * kRows <= kPre * kGdnThreads, "a block's staged rows: kPre per thread");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kl = lane % LANES;
   const int V = p.head_v_dim;
@@ -483,11 +486,15 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   const char* ring = p.factors + slot * p.factor_stride_slot;
   St* const committed =
       static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{hv} * V * K;
-  GdnRows<1> rows;
-  rows.vrow[0] = warp * kRowsPerWarp + lane / LANES;
+  GdnRows<RPT> rows;
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) rows.vrow[j] = j * kRowsBase + warp * kRowsPerWarp + lane / LANES;
   const auto set_rows = [&](int vb) {
-    rows.v[0] = vb * kRows + rows.vrow[0];
-    rows.ok[0] = rows.v[0] < V;
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      rows.v[j] = vb * kRows + rows.vrow[j];
+      rows.ok[j] = rows.v[j] < V;
+    }
   };
   set_rows(vb0);
   const auto record = [&](int tt) {
@@ -499,14 +506,17 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     gdn_prefetch_history<Act, K, kRows, kChunk>(sm.chunk, sm.hist_kf, p, ring, base, h, hv, hist,
                                                 vb0);
   }
-  float4 S[1][NK];
+  float4 S[RPT][NK];
   if constexpr (kKV) {
     // [K][V] states: every transfer of a block's state goes through sm.kv_tile (the first load,
     // the fold, the next block's copy), except store_final (gdn_kv_store_direct).
     gdn_kv_load<St, K, kRows, NK, LANES, 1>(committed, V, vb0 * kRows, sm.kv_tile, S, rows, kl);
   } else {
-    gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[0] ? rows.v[0] : 0} * K, S[0], kl,
-                                  rows.ok[0]);
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[j] ? rows.v[j] : 0} * K, S[j], kl,
+                                    rows.ok[j]);
+    }
   }
   grid_dependency_wait();
 
@@ -536,7 +546,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
                            : nullptr;
   Act* const out_v = static_cast<Act*>(p.out) + rt.begin * p.out_stride_token + hv * p.out_stride_h;
   const int nv = (hist + rt.count) * kRows;  // staged rows of a block: u history, then v
-  St* const next_mine = kKV ? nullptr : sm.next_state + rows.vrow[0] * K;
+  const auto next_mine = [&](int j) { return sm.next_state + rows.vrow[j] * K; };
 #pragma unroll 1
   for (int j = 0; j < nvb; ++j) {
     const int vb = vb0 + j;
@@ -546,14 +556,17 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // here waits for the loads.
     uint32_t pre[kPre] = {};
     for (int tt = 0; tt < hist; ++tt) {
-      gdn_apply<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
+      gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
     }
     if constexpr (kKV) {
       if (store)
         gdn_kv_store<St, K, kRows, NK, LANES, 1>(committed, V, vb * kRows, sm.kv_tile, S, rows, kl,
                                                  false);
-    } else if (store && rows.ok[0]) {
-      gdn_store_state<St, NK, LANES>(committed + rows.v[0] * K, S[0], kl, false);
+    } else if (store) {
+#pragma unroll
+      for (int j = 0; j < RPT; ++j) {
+        if (rows.ok[j]) gdn_store_state<St, NK, LANES>(committed + rows.v[j] * K, S[j], kl, false);
+      }
     }
     if (more) {
       // The next block's staged rows (u history, then v) into registers while this one computes.
@@ -571,8 +584,8 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       }
     }
     for (int t = 0; t < rt.count; ++t) {
-      float u[1], o[1];
-      gdn_step<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o);
+      float u[RPT], o[RPT];
+      gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o);
       if (kKV && t == 0 && more) {
         // The next block's state into the tile (cooperative: read back after a barrier); the
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.
@@ -582,13 +595,16 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         // The next block's state into shared memory (this thread's own elements, read back by
         // this thread only) while this block computes; issued after a step has consumed S, so
         // the shared next_state it overwrites has been read.
-        const int vn = (vb + 1) * kRows + rows.vrow[0];
-        if (vn < V) {
-          const St* src = committed + int64_t{vn} * K;
 #pragma unroll
-          for (int i = 0; i < NK; ++i) {
-            cp_async<4 * sizeof(St)>(next_mine + i * 4 * LANES + kl * 4,
-                                     src + i * 4 * LANES + kl * 4);
+        for (int j = 0; j < RPT; ++j) {
+          const int vn = (vb + 1) * kRows + rows.vrow[j];
+          if (vn < V) {
+            const St* src = committed + int64_t{vn} * K;
+#pragma unroll
+            for (int i = 0; i < NK; ++i) {
+              cp_async<4 * sizeof(St)>(next_mine(j) + i * 4 * LANES + kl * 4,
+                                       src + i * 4 * LANES + kl * 4);
+            }
           }
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
@@ -596,15 +612,21 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       // The row's output and u record, stored with the block's others after its tokens
       // (gdn_flush_block): no per-token global addressing in this loop.
       if (writer) {
-        sm.out_rows[t][rows.vrow[0]] = o[0];
-        sm.u_rows[t][rows.vrow[0]] = u[0];
+#pragma unroll
+        for (int j = 0; j < RPT; ++j) {
+          sm.out_rows[t][rows.vrow[j]] = o[j];
+          sm.u_rows[t][rows.vrow[j]] = u[j];
+        }
       }
     }
     if constexpr (kKV) {
       if (p.store_final)
         gdn_kv_store_direct<St, K, NK, LANES>(committed, V, rows.v[0], S[0], kl, rows.ok[0]);
-    } else if (p.store_final && rows.ok[0]) {
-      gdn_store_state<St, NK, LANES>(committed + rows.v[0] * K, S[0], kl, false);
+    } else if (p.store_final) {
+#pragma unroll
+      for (int j = 0; j < RPT; ++j) {
+        if (rows.ok[j]) gdn_store_state<St, NK, LANES>(committed + rows.v[j] * K, S[j], kl, false);
+      }
     }
     // Every thread is done with this block's staged rows, and its outputs are in shared memory.
     __syncthreads();
@@ -626,15 +648,18 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       if constexpr (kKV) {
         gdn_kv_tile_read<K, kRows, NK, LANES, 1>(sm.kv_tile, S, rows, kl);
       } else {
-        gdn_load_state<St, NK, LANES>(next_mine, S[0], kl, rows.ok[0]);
+#pragma unroll
+        for (int j = 0; j < RPT; ++j)
+          gdn_load_state<St, NK, LANES>(next_mine(j), S[j], kl, rows.ok[j]);
       }
     }
   }
   return true;
 }
 
-// The kernel. K: head_k_dim; LANES: lanes per V row; RPT: V rows per thread (GdnRows; 1 in every
-// launch: 2 was measured within +-2% and dropped, docs/cuda.md). Snapshots are stored with an
+// The kernel. K: head_k_dim; LANES: lanes per V row; RPT: V rows per thread (GdnRows; 2 only in
+// replay chains over several V blocks of long windows, kernels::gdn_multi_rpt; elsewhere 2 was
+// measured within +-2% and dropped, docs/cuda.md). Snapshots are stored with an
 // evict-first hint (written once, read back at most once by commit); 8 CTAs per SM for LANES = 8
 // (measured: +10% BW). Measured and dropped (H200, B=128): an L2 prefetch of the state one wave of
 // CTAs ahead (-4%), and the state in shared memory via cp.async at 10 CTAs/SM instead of registers
@@ -648,16 +673,21 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 #ifndef SPECSTATE_GDN_MULTI_MIN_CTAS
 #define SPECSTATE_GDN_MULTI_MIN_CTAS 8  // CTAs per SM the kMulti instantiation is compiled for
 #endif
+#ifndef SPECSTATE_GDN_MULTI2_MIN_CTAS
+#define SPECSTATE_GDN_MULTI2_MIN_CTAS 5  // ... and its two-rows-a-thread one (shared memory: 5)
+#endif
 template <typename Act, typename St, bool kKda, int K, int LANES, int kItems, int kChunk,
           bool kReplay, bool kTree = false, int RPT = 1, bool kMulti = false, bool kKV = false>
-__global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
-                                               : kMulti     ? SPECSTATE_GDN_MULTI_MIN_CTAS
-                                               : LANES == 8 ? 8
-                                                            : 1)
+__global__ void __launch_bounds__(kGdnThreads, kMulti&& RPT > 1 ? SPECSTATE_GDN_MULTI2_MIN_CTAS
+                                               : RPT > 1        ? 4
+                                               : kMulti         ? SPECSTATE_GDN_MULTI_MIN_CTAS
+                                               : LANES == 8     ? 8
+                                                                : 1)
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
-  static_assert(
-      !kMulti || (kReplay && !kTree && RPT == 1 && kItems == 1 && (!kKV || sizeof(St) == 4)),
-      "a replay chain ([K][V] states: fp32, the next block copied by cp.async)");
+  static_assert(!kMulti || (kReplay && !kTree && kItems == 1 && (!kKV || sizeof(St) == 4) &&
+                            (RPT == 1 || !kKV)),
+                "a replay chain ([K][V] states: fp32, one row a thread, the next block copied by "
+                "cp.async)");
   constexpr int kRows = gdn_rows_per_cta<LANES>() * RPT;
   __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV> sm;
   const int hv = blockIdx.y;
@@ -671,7 +701,8 @@ __global__ void __launch_bounds__(kGdnThreads, RPT > 1      ? 4
       !kKda && p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
   if constexpr (kMulti) {
     // A replay chain, p.vblocks V blocks per CTA.
-    if (gdn_replay_vblocks<Act, St, K, LANES, kChunk, kKV>(p, sm, h, hv, a_log, dt_bias)) return;
+    if (gdn_replay_vblocks<Act, St, K, LANES, kChunk, kKV, RPT>(p, sm, h, hv, a_log, dt_bias))
+      return;
     const int nblk = (p.head_v_dim + kRows - 1) / kRows;
     const int vb0 = blockIdx.x * p.vblocks;
     const int nvb = min(p.vblocks, nblk - vb0);
@@ -736,6 +767,18 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
     if (p.parents != nullptr)
       return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, true>(p, stream);
     GdnRecurrenceParams q = p;
+    // Two V rows a thread: each staged key and query value serves both (half the shared-memory
+    // loads a state element). KDA takes it only when forced: its chunk's per-channel gates make
+    // the CTA 46 KiB (4 CTAs an SM), not measured yet.
+    const char* const rpt_env = std::getenv("SPECSTATE_GDN_RPT");
+    if ((kKda ? (rpt_env != nullptr && gdn_multi_rpt(0, 0, rpt_env) == 2)
+              : gdn_multi_rpt(p.rows, p.tokens, rpt_env) == 2)) {
+      constexpr int kRows2 = 2 * gdn_rows_per_cta<8>();
+      q.vblocks = replay_vblocks_for(p.rows, p.num_v_heads, (p.head_v_dim + kRows2 - 1) / kRows2,
+                                     SPECSTATE_GDN_MULTI2_MIN_CTAS, "SPECSTATE_GDN_VBLOCKS");
+      if (q.vblocks > 1)
+        return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, false, 2, true>(q, stream);
+    }
     q.vblocks = replay_vblocks_for(
         p.rows, p.num_v_heads, (p.head_v_dim + gdn_rows_per_cta<8>() - 1) / gdn_rows_per_cta<8>(),
         6, "SPECSTATE_GDN_VBLOCKS");

@@ -121,6 +121,26 @@ TEST(ConvSmallVt, VirtualTokensHoldPendingAndWindowAndTheLimitsHold) {
   EXPECT_EQ(conv_small_vt(1, 8, 8, 1, 1, 0, 0), 0);
 }
 
+// V rows a thread of the GDN / KDA replay verify over several V blocks (kernels::gdn_multi_rpt):
+// two from 32 rows and 8 window tokens on, measured on the H200 (docs/cuda.md, "GDN replay
+// verify: two V rows a thread": Qwen3-Next T = 8 rounds B = 32 0.952, B = 128 0.910; T = 4 and
+// T = 2 at B = 32 1.07-1.09 slower, B = 16 at T = 8 1.005); SPECSTATE_GDN_RPT "1" / "2" forces
+// it, anything else is ignored.
+TEST(GdnMultiRpt, LongWindowsOfManyRowsAndTheOverride) {
+  EXPECT_EQ(gdn_multi_rpt(32, 8, nullptr), 2);
+  EXPECT_EQ(gdn_multi_rpt(128, 8, nullptr), 2);
+  EXPECT_EQ(gdn_multi_rpt(128, 16, nullptr), 2);
+  EXPECT_EQ(gdn_multi_rpt(16, 8, nullptr), 1);
+  EXPECT_EQ(gdn_multi_rpt(128, 4, nullptr), 1);
+  EXPECT_EQ(gdn_multi_rpt(32, 2, nullptr), 1);
+  EXPECT_EQ(gdn_multi_rpt(1, 1, "2"), 2);
+  EXPECT_EQ(gdn_multi_rpt(128, 8, "1"), 1);
+  for (const char* ignored : {"", "0", "3", "22", "x"}) {
+    EXPECT_EQ(gdn_multi_rpt(128, 8, ignored), 2) << ignored;
+    EXPECT_EQ(gdn_multi_rpt(8, 8, ignored), 1) << ignored;
+  }
+}
+
 // The conv's token loop at four channels a thread (kernels::conv_narrow_choice): from
 // kConvNarrowRows rows on, only where the launch loops over tokens; SPECSTATE_CONV_NARROW's 1
 // takes it at any batch of a token loop, 0 never. Measured on the H200 (docs/cuda.md, "The

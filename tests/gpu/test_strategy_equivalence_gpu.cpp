@@ -118,6 +118,34 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4, 8)),
     EnvCaseName{"_vb"});
 
+// The GDN / KDA replay verify over several V blocks a CTA with two V rows a thread
+// (SPECSTATE_GDN_RPT=2, kernels::gdn_multi_rpt; SPECSTATE_GDN_VBLOCKS forces the blocks a CTA,
+// which these small batches would not take): replay equals snapshot bit for bit, the several
+// blocks' fold, history and window per row as with one row a thread; V = 72 leaves the last
+// block's second rows past V, a ring of 40 runs long histories.
+class ReplayRptGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(ReplayRptGpu, TwoRowsAThreadEqualSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, vblocks] = GetParam();
+  const ScopedEnv rpt("SPECSTATE_GDN_RPT", "2");
+  run_under_env("SPECSTATE_GDN_VBLOCKS", c, vblocks, 0x2B10C + c.rounds * 29 + vblocks);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ReplayRptGpu,
+    ::testing::Combine(
+        ::testing::Values(
+            EquivalenceCase{"k128_chain", "gpu_k128", false, 4, 5, 16},
+            EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 4, 5, 24, 8},
+            EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 3, 12},
+            EquivalenceCase{"k64_f32_chain", "gpu_k64_f32", false, 4, 4, 12},
+            EquivalenceCase{"v72_chain_ring40_long", "gpu_k128_v72", false, 4, 4, 60, 40},
+            EquivalenceCase{"kda_k128_chain_ring2t", "kda_gpu_k128", false, 4, 5, 24, 8},
+            EquivalenceCase{"kda_lb_f32_chain", "kda_gpu_lb_f32", false, 4, 4, 16}),
+        ::testing::Values(2, 4)),
+    EnvCaseName{"_vb"});
+
 // The small-batch replay conv (a channel group's input history in shared memory, VT = 8 loader
 // threads where pending + window fit, else 16, one per window token), forced on every launch it
 // can serve by SPECSTATE_CONV_SMALL=1, and forced off by 0: replay still equals snapshot bit for
