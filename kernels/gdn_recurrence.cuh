@@ -768,11 +768,8 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
       return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, true>(p, stream);
     GdnRecurrenceParams q = p;
     // Two V rows a thread: each staged key and query value serves both (half the shared-memory
-    // loads a state element). KDA takes it only when forced: its chunk's per-channel gates make
-    // the CTA 46 KiB (4 CTAs an SM), not measured yet.
-    const char* const rpt_env = std::getenv("SPECSTATE_GDN_RPT");
-    if ((kKda ? (rpt_env != nullptr && gdn_multi_rpt(0, 0, rpt_env) == 2)
-              : gdn_multi_rpt(p.rows, p.tokens, rpt_env) == 2)) {
+    // loads a state element), where a CTA then still runs several V blocks.
+    if (gdn_multi_rpt(p.rows, p.tokens, kKda, std::getenv("SPECSTATE_GDN_RPT")) == 2) {
       constexpr int kRows2 = 2 * gdn_rows_per_cta<8>();
       q.vblocks = replay_vblocks_for(p.rows, p.num_v_heads, (p.head_v_dim + kRows2 - 1) / kRows2,
                                      SPECSTATE_GDN_MULTI2_MIN_CTAS, "SPECSTATE_GDN_VBLOCKS");

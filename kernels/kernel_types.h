@@ -139,17 +139,20 @@ constexpr bool conv_narrow_choice(bool loop, int rows, int forced = -1) {
 }
 
 // V rows a thread of the GDN / KDA replay verify over several V blocks a CTA (the kMulti
-// instantiation over [V][K] states) for a launch of `rows` rows of `tokens` window tokens: 1 or 2;
-// `env` (the value of SPECSTATE_GDN_RPT, or null) "1" or "2" overrides. Two rows a thread share
-// each staged key and query load (half the shared-memory wavefronts a state element) at 5 CTAs
-// an SM instead of 8. Measured on the H200 (docs/cuda.md, "GDN replay verify: two V rows a
-// thread"; Qwen3-Next rounds, one -> two): T = 8, B = 32 3832.6 -> 3649.6 us, B = 128 12843.6 ->
-// 11688.8; T = 8, B = 16 1.005; T = 4, B = 128 0.999, B = 32 1.074; T = 2, B = 128 1.014, B = 32
-// 1.091. Hence windows of 8 tokens or more from 32 rows on (GDN; KDA only when forced: the
-// launcher in gdn_recurrence.cuh).
+// instantiation over [V][K] states) for a launch of `rows` rows of `tokens` window tokens of the
+// kind (`kda`): 1 or 2; `env` (the value of SPECSTATE_GDN_RPT, or null) "1" or "2" overrides. Two
+// rows a thread share each staged key, query (and KDA gate) load: half the shared-memory
+// wavefronts a state element, at 5 CTAs an SM instead of 8 (4 for KDA). The launcher takes it
+// only where a CTA then still runs several blocks (B >= 16 on the models measured). Measured on
+// the H200 (docs/cuda.md, "GDN replay verify: two V rows a thread"; rounds, one -> two):
+// Qwen3-Next T = 8, B = 32 3832.6 -> 3649.6 us, B = 128 12843.6 -> 11688.8; T = 8, B = 16 1.005;
+// T = 4, B = 128 0.999, B = 32 1.074; T = 2, B = 128 1.014, B = 32 1.091: GDN windows of 8 tokens
+// or more from 32 rows on. Kimi-Linear (KDA, 20 layers) T = 2 / 4 / 8: B = 16 0.75 / 0.71 /
+// 0.67, B = 32 0.68 / 0.64 / 0.60, B = 128 0.84 / 0.82 / 0.76: KDA always.
 inline constexpr int kGdnMultiRptRows = 32, kGdnMultiRptTokens = 8;
-inline int gdn_multi_rpt(int rows, int tokens, const char* env) {
+inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] - '0';
+  if (kda) return 2;
   return rows >= kGdnMultiRptRows && tokens >= kGdnMultiRptTokens ? 2 : 1;
 }
 
