@@ -508,41 +508,28 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
     kernel<<<grid_c, kConvThreads, 0, stream>>>(p, loop);
     return cudaGetLastError();
   };
-  if (narrow) {
+  // Width x records (replay or not) x channels a thread.
+  const auto dispatch = [&](auto channels) {
+    constexpr int C = decltype(channels)::value;
     switch (p.width * 2 + (records ? 1 : 0)) {
       case 4:
-        return run(conv_update_kernel<Act, St, 2, false, kLast, 4>, 4);
+        return run(conv_update_kernel<Act, St, 2, false, kLast, C>, C);
       case 5:
-        return run(conv_update_kernel<Act, St, 2, true, kLast, 4>, 4);
+        return run(conv_update_kernel<Act, St, 2, true, kLast, C>, C);
       case 6:
-        return run(conv_update_kernel<Act, St, 3, false, kLast, 4>, 4);
+        return run(conv_update_kernel<Act, St, 3, false, kLast, C>, C);
       case 7:
-        return run(conv_update_kernel<Act, St, 3, true, kLast, 4>, 4);
+        return run(conv_update_kernel<Act, St, 3, true, kLast, C>, C);
       case 8:
-        return run(conv_update_kernel<Act, St, 4, false, kLast, 4>, 4);
+        return run(conv_update_kernel<Act, St, 4, false, kLast, C>, C);
       case 9:
-        return run(conv_update_kernel<Act, St, 4, true, kLast, 4>, 4);
+        return run(conv_update_kernel<Act, St, 4, true, kLast, C>, C);
       default:
         return cudaErrorInvalidValue;
     }
-  }
-  constexpr int C = kConvChannels;
-  switch (p.width * 2 + (records ? 1 : 0)) {
-    case 4:
-      return run(conv_update_kernel<Act, St, 2, false, kLast, C>, C);
-    case 5:
-      return run(conv_update_kernel<Act, St, 2, true, kLast, C>, C);
-    case 6:
-      return run(conv_update_kernel<Act, St, 3, false, kLast, C>, C);
-    case 7:
-      return run(conv_update_kernel<Act, St, 3, true, kLast, C>, C);
-    case 8:
-      return run(conv_update_kernel<Act, St, 4, false, kLast, C>, C);
-    case 9:
-      return run(conv_update_kernel<Act, St, 4, true, kLast, C>, C);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  };
+  return narrow ? dispatch(std::integral_constant<int, 4>{})
+                : dispatch(std::integral_constant<int, kConvChannels>{});
 }
 
 template <typename Act, typename St>
