@@ -142,7 +142,10 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"k64_f32_chain", "gpu_k64_f32", false, 4, 4, 12},
             EquivalenceCase{"v72_chain_ring40_long", "gpu_k128_v72", false, 4, 4, 60, 40},
             EquivalenceCase{"kda_k128_chain_ring2t", "kda_gpu_k128", false, 4, 5, 24, 8},
-            EquivalenceCase{"kda_lb_f32_chain", "kda_gpu_lb_f32", false, 4, 4, 16}),
+            EquivalenceCase{"kda_lb_f32_chain", "kda_gpu_lb_f32", false, 4, 4, 16},
+            // Everything bf16 (the state rounded after every token, cp.async of 8-byte parts),
+            // V = 48: the second block half past V.
+            EquivalenceCase{"kda_grouped_bf16_chain", "kda_gpu_grouped_bf16", false, 4, 4, 16}),
         ::testing::Values(2, 4)),
     EnvCaseName{"_vb"});
 
