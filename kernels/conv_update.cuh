@@ -161,8 +161,8 @@ __device__ __forceinline__ void conv_window_output(const float (&w)[C][W], const
 // is latency).
 // kLast: the windows are channels last (p.channels_last), an instantiation of its own so that the
 // default order's code is what it was.
-// C: channels per thread (kConvChannels; 4 for replay verifies of many rows: half the registers,
-// twice the threads in flight, measured in docs/cuda.md).
+// C: channels per thread (kConvChannels; 4 for token loops of many rows, conv_narrow_choice: half
+// the registers, twice the threads in flight, measured in docs/cuda.md).
 template <typename Act, typename St, int W, bool kRecords, bool kLast, int C = kConvChannels>
 __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
     conv_update_kernel(const __grid_constant__ ConvUpdateParams p, bool token_loop) {
