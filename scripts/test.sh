@@ -22,13 +22,19 @@ echo "-- ctest [t=${SECONDS}s]"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 echo "== build + tests (ASan + UBSan, CPU) [t=${SECONDS}s]"
+# The sanitized pass keeps CI under 20 minutes on two cores (CI took 1084 s for a landing of
+# 2026-12-04; a cold run here spent 247 s in this ctest at -O0, 95 s of it in three full-size
+# simulator runs and 37 s in the soak): it runs the soak for 5000 rounds (every kind drawn; 20000
+# in the Release pass) and leaves the full-size simulator runs, which the Release pass runs, to
+# it. (-O1 instead of -O0 was measured: the sanitized build took 797 s instead of 325.)
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPECSTATE_SANITIZE=ON \
   -DSPECSTATE_CUDA=OFF -DSPECSTATE_BUILD_BENCH=OFF -DSPECSTATE_INSTALL=OFF \
-  -DSPECSTATE_BUILD_TESTS=ON -DSPECSTATE_BUILD_EXAMPLES=ON
+  -DSPECSTATE_BUILD_TESTS=ON -DSPECSTATE_BUILD_EXAMPLES=ON -DSPECSTATE_SOAK_ROUNDS=5000
 cmake --build build-asan -j "$jobs"
 echo "-- ctest [t=${SECONDS}s]"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE gpu
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE gpu \
+  -E 'SimulateCli\.DefaultRunSucceeds|SimulateSvg\.TextBoxesNeverOverlap(OnRealRuns|AtTheExtremes)'
 echo "== Python package: a CPU wheel, installed into a fresh venv (build/venv), + pytest [t=${SECONDS}s]"
 # The global Python is left alone: the build requirements, the wheel and the test requirements go
 # into build/venv; pytest runs against the installed wheel (the source package python/specstate is
