@@ -228,6 +228,13 @@ inline int device_sm_count() {
   return n;
 }
 
+// Whether the environment variable `name` is set to "1" (the launchers' on / off tuning
+// switches, for timing and tests).
+inline bool env_flag(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && e[0] == '1' && e[1] == '\0';
+}
+
 // Blocks (of V rows, or channels) of one (row, head) per CTA of a replay chain launch: the most
 // (1, 2, 4 or 8, at most `blocks`) that still leave `min_per_sm` CTAs per SM; the environment
 // variable `env` (1, 2, 4 or 8) overrides, for tuning and tests. Measured on the H200 (rounds of

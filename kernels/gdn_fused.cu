@@ -27,6 +27,7 @@ cudaError_t launch_gdn_fused(const GdnFusedParams& f0, bool kda, cudaStream_t st
   GdnFusedParams f = f0;
   f.rec.v_per_k = f0.rec.num_v_heads / f0.rec.num_k_heads;
   f.rec.inv_v_per_k = 1.0f / static_cast<float>(f.rec.v_per_k);
+  f.rec.last_state = env_flag("SPECSTATE_GDN_LAST_STATE");
   constexpr int kRows = gdn_rows_per_cta<8>();
   const dim3 grid((f.rec.head_v_dim + kRows - 1) / kRows, f.rec.num_v_heads, f.rec.rows);
   if (kda) {

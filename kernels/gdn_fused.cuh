@@ -275,7 +275,9 @@ __global__ void __launch_bounds__(kGdnThreads, SPECSTATE_GDN_FUSED_MIN_CTAS)
                          : nullptr;
   for (int t = 0; t < rt.count; ++t) {
     float u[1], o[1];
-    gdn_step<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, cur.hist + t, kl, rows, u, o);
+    // The state after the window's last token is never read (no snapshots, nothing stored).
+    gdn_step<St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, cur.hist + t, kl, rows, u, o,
+                                             t + 1 < rt.count || p.last_state);
     if (u_row != nullptr) {
       int pos = cur.wpos + t;  // wpos < R, t < T <= R
       if (pos >= p.ring) pos -= p.ring;

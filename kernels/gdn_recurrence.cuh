@@ -430,7 +430,11 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
           }
         }
         float u[RPT], o[RPT];
-        gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, chunk, off + tt, kl, rows, u, o);
+        // The state after the row's last token is read only by a snapshot or store_final (a
+        // tree branch restarts from a snapshot or from start_state, never from S).
+        gdn_step<St, K, LANES, RPT, kRows, kChunk>(
+            S, chunk, off + tt, kl, rows, u, o,
+            t + 1 < rt.count || snap_row != nullptr || p.store_final || p.last_state);
         if (u_rec != nullptr) {
           int pos = wpos + t;  // wpos < R, t < T <= R
           if (pos >= p.ring) pos -= p.ring;
@@ -585,7 +589,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     }
     for (int t = 0; t < rt.count; ++t) {
       float u[RPT], o[RPT];
-      gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o);
+      // The state after the window's last token is read only where it is stored (store_final).
+      gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o,
+                                                 t + 1 < rt.count || p.store_final ||
+                                                     p.last_state);
       if (kKV && t == 0 && more) {
         // The next block's state into the tile (cooperative: read back after a barrier); the
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.
@@ -796,6 +803,7 @@ cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p0, cudaStrea
   if (bad != cudaSuccess || skip) return bad;
   if (p0.num_k_heads <= 0 || p0.num_v_heads % p0.num_k_heads != 0) return cudaErrorInvalidValue;
   GdnRecurrenceParams p = p0;
+  p.last_state = env_flag("SPECSTATE_GDN_LAST_STATE");
   p.v_per_k = p0.num_v_heads / p0.num_k_heads;
   p.inv_v_per_k = 1.0f / static_cast<float>(p.v_per_k);
   // LANES = 8 everywhere: the 32-lane split (4x the CTAs at B = 1) was measured slower (every

@@ -48,6 +48,11 @@ struct GdnRecurrenceParams {
   // (PoolOptions::ssm_layout = kKV) instead of [HV][V][K] (in the bools' padding: no field
   // moves).
   bool state_kv = false;
+  // Form the state after a row's last window token even where nothing reads it (no snapshots,
+  // no store_final: a replay verify, whose records carry the window). Off, the step skips that
+  // token's update (gdn_step's `update`); on only for timing the difference
+  // (SPECSTATE_GDN_LAST_STATE=1, read by the launchers). The same bits either way.
+  bool last_state = false;
   int ring = 0;        // R: factor records per slot (replay)
   int fold_limit = 0;  // R - 2 * T_max: a verify folds iff h > fold_limit
   // Set by the launcher from the head counts (callers leave them): value heads per key head and

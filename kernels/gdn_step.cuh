@@ -476,13 +476,16 @@ __device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
 
 // One token step on this thread's rows of S (staged token tt); sets o and u (the update) of each
 // row. kOutput = false (a tree path recomputed): S q~ and the output are not computed; the state
-// update is the same arithmetic.
+// update is the same arithmetic. `update` = false: the state after the token is not formed (GDN
+// leaves S as it was, KDA leaves it decayed), for a window's last token whose state nobody reads
+// (a replay verify: its records, not its state, carry the window; o and u need only the state
+// before the token). Whether it is formed changes no bit of o, u or any state that is read.
 template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true,
           bool kKda = false>
 __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
                                          const GdnChunk<K, kRows, kChunk, kKda>& c, int tt, int kl,
                                          const GdnRows<RPT>& rows, float (&u)[RPT],
-                                         float (&o)[RPT]) {
+                                         float (&o)[RPT], bool update = true) {
   constexpr int NK = K / (4 * LANES);
   float4 kn[NK];
   // Each dot product is one chain of fused multiply-adds, one instruction per element (the
@@ -521,7 +524,7 @@ __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
     for (int j = 0; j < RPT; ++j) {
       u[j] = beta * (c.v[tt][rows.vrow[j]] - sk[j]);
       o[j] = sq[j] + u[j] * kq;
-      gdn_rank1<St, NK>(S[j], kn, u[j]);
+      if (update) gdn_rank1<St, NK>(S[j], kn, u[j]);
     }
   } else {
     const float eg = c.eg[tt];
@@ -529,7 +532,7 @@ __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
     for (int j = 0; j < RPT; ++j) {
       u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
       o[j] = eg * sq[j] + u[j] * kq;
-      gdn_update<St, NK>(S[j], kn, u[j], eg);
+      if (update) gdn_update<St, NK>(S[j], kn, u[j], eg);
     }
   }
 }

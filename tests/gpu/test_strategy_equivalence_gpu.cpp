@@ -149,6 +149,42 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4)),
     EnvCaseName{"_vb"});
 
+// A replay verify skips the state update of each row's last window token (nothing reads that
+// state: the window's records carry it); SPECSTATE_GDN_LAST_STATE=1 forms it anyway. Both ways
+// replay equals snapshot bit for bit, over every path of the GDN / KDA replay verify: the
+// fused launch (B = 1, 2), one block a CTA, several blocks a CTA with one and two rows a thread
+// (SPECSTATE_GDN_VBLOCKS / SPECSTATE_GDN_RPT forced), long histories, variable windows, trees,
+// decode and prefill (store_final), vLLM's element order.
+class LastStateGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(LastStateGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, last] = GetParam();
+  const std::string name = c.name;
+  const bool multi = name.find("_vb4") != std::string::npos;
+  const ScopedEnv vblocks("SPECSTATE_GDN_VBLOCKS", multi ? "4" : "1");
+  const ScopedEnv rpt("SPECSTATE_GDN_RPT", name.find("_rpt2") != std::string::npos ? "2" : "1");
+  const ScopedEnv fused("SPECSTATE_GDN_FUSED", name.find("_fused") != std::string::npos ? "1" : "0");
+  run_under_env("SPECSTATE_GDN_LAST_STATE", c, last, 0x1A57 + c.rounds * 37 + last);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, LastStateGpu,
+    ::testing::Combine(
+        ::testing::Values(
+            EquivalenceCase{"k128_chain_fused", "gpu_k128", false, 2, 6, 16},
+            EquivalenceCase{"kda_k128_chain_fused", "kda_gpu_k128", false, 1, 6, 16},
+            EquivalenceCase{"k128_chain", "gpu_k128", false, 4, 5, 16},
+            EquivalenceCase{"k128_chain_vb4", "gpu_k128", false, 4, 5, 16},
+            EquivalenceCase{"k128_chain_ring2t_vb4_rpt2", "gpu_k128", false, 4, 5, 24, 8},
+            EquivalenceCase{"kda_k128_chain_vb4_rpt2", "kda_gpu_k128", false, 4, 5, 16},
+            EquivalenceCase{"f32_chain_vb4", "gpu_f32", false, 8, 3, 12},
+            EquivalenceCase{"v72_chain_ring40_long_vb4", "gpu_k128_v72", false, 4, 4, 60, 40},
+            EquivalenceCase{"k128_tree", "gpu_k128", true, 4, 5, 16},
+            EquivalenceCase{"vllm_k128_chain_vb4", "gpu_k128", false, 4, 5, 16, 0, kReplayVllm}),
+        ::testing::Values(0, 1)),
+    EnvCaseName{"_last"});
+
 // The small-batch replay conv (a channel group's input history in shared memory, VT = 8 loader
 // threads where pending + window fit, else 16, one per window token), forced on every launch it
 // can serve by SPECSTATE_CONV_SMALL=1, and forced off by 0: replay still equals snapshot bit for
