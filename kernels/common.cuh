@@ -194,10 +194,17 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Programmatic dependent launch (compute capability 9.0 and later): the conv kernel lets the
-// kernel after it start (launch_dependents), which waits for the conv grid (grid_dependency_wait)
-// before reading the conv output. On older GPUs (sm_80) both are no-ops and the kernels run in
-// plain stream order (launch_after_conv does not ask for the programmatic edge there).
+// Programmatic dependent launch (compute capability 9.0 and later). A layer's kernels form a
+// chain: the conv kernel lets the recurrence after it start (launch_dependents, at its start);
+// the recurrence waits for the conv grid (grid_dependency_wait) before reading conv_out. Where the
+// backend launches a layer's first kernel (the conv, or the fused kernel) as a programmatic
+// dependent of the previous layer's last one (ConvUpdateParams / GdnFusedParams::programmatic),
+// that kernel reads what the previous one cannot be writing (its own layer's committed state,
+// pending steps and records, its weights, the slots) and only then waits. grid_dependency_wait
+// also releases this kernel's own dependents, after the wait: a chain then has at most one kernel
+// past its wait and the next ones in their prologues, so a prologue never overlaps a kernel older
+// than its predecessor (whose writes would not be visible). On older GPUs (sm_80) all of it is a
+// no-op and the kernels run in plain stream order (no launch asks for the programmatic edge).
 __device__ __forceinline__ void launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -206,6 +213,7 @@ __device__ __forceinline__ void launch_dependents() {
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
@@ -268,12 +276,12 @@ inline bool programmatic_launch_supported() {
   return yes;
 }
 
-// Launches a recurrence kernel with programmatic dependent launch where the device has it: it may
-// start while the conv kernel before it runs (captured as a programmatic edge in CUDA graphs)
-// and waits (grid_dependency_wait) before reading the conv output.
-template <typename Params>
-cudaError_t launch_after_conv(void (*kernel)(Params), dim3 grid, dim3 block, const Params& p,
-                              cudaStream_t stream) {
+// Launches a kernel, as a programmatic dependent of the kernel before it in the stream where
+// `programmatic` and the device has it (captured as a programmatic edge in CUDA graphs): it may
+// start while that kernel runs and waits (grid_dependency_wait) before reading its outputs.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
+                          cudaStream_t stream, const Args&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -282,9 +290,16 @@ cudaError_t launch_after_conv(void (*kernel)(Params), dim3 grid, dim3 block, con
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = programmatic_launch_supported() ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, p);
+  config.numAttrs = programmatic && programmatic_launch_supported() ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
   return err != cudaSuccess ? err : cudaGetLastError();
+}
+
+// Launches a recurrence kernel as a programmatic dependent of the conv kernel before it.
+template <typename Params>
+cudaError_t launch_after_conv(void (*kernel)(Params), dim3 grid, dim3 block, const Params& p,
+                              cudaStream_t stream) {
+  return launch_kernel(true, kernel, grid, block, stream, p);
 }
 
 // The state-I/O checks every recurrence launcher makes: *skip = nothing to run (no rows, or no

@@ -156,6 +156,16 @@ __device__ __forceinline__ void conv_window_output(const float (&w)[C][W], const
   }
 }
 
+// Prefetches a row's window inputs of channels [c0, c0 + C) into L1 (the token loop's).
+template <typename Act>
+__device__ __forceinline__ void prefetch_window_inputs(const ConvUpdateParams& p, int row, int c0) {
+  const RowTokens ahead = row_tokens(p.varlen, row, p.tokens);
+  for (int t = 0; t < ahead.count; ++t) {
+    prefetch_l1(static_cast<const Act*>(p.x) + (ahead.begin + t) * p.x_stride_token +
+                c0 * p.x_stride_c);
+  }
+}
+
 // kRecords: the instantiation that reads or writes replay records (the snapshot and plain advance
 // instantiation carries none of that code: at small batches every instruction before the loads
 // is latency).
@@ -186,7 +196,12 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
   load_conv_weights<W, C>(p, c0, nc, w, bias);
 
   const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
-  if (slot < 0) return;  // padding row: nothing read, nothing written
+  if (slot < 0) {
+    // A padding row: nothing read, nothing written; after waiting for the grid before it, so that
+    // this grid never completes before that one (common.cuh).
+    grid_dependency_wait();
+    return;
+  }
 
   // Committed window of these channels, s[i * H + k] whatever the element order.
   constexpr bool last = kLast;
@@ -207,11 +222,10 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
         prefetch_l1(rec + p.path[slot * p.path_stride_slot + i] * p.record_stride_t);
       }
     }
-    const RowTokens ahead = row_tokens(p.varlen, row, p.tokens);
-    for (int t = 0; t < ahead.count; ++t) {
-      prefetch_l1(static_cast<const Act*>(p.x) + (ahead.begin + t) * p.x_stride_token +
-                  c0 * p.x_stride_c);
-    }
+    // The window's inputs too, unless this launch is a programmatic dependent of the previous
+    // layer's kernel: then x (that kernel's successor's output, in an engine) is read only after
+    // the wait below.
+    if (!p.programmatic) prefetch_window_inputs<Act>(p, row, c0);
   }
   if (kRecords && p.pending != nullptr) {
     // Replay (token_loop): the slot's pending steps, in order, from the committed window: each
@@ -231,6 +245,14 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
         s[k * H + H - 1] = round_to<St>(xin[k]);
       }
     }
+  }
+  // Everything above reads only this layer's weights, committed window and records and the
+  // slots: a kernel before this one in the stream writes none of them (the backend asks for the
+  // programmatic edge only then). The inputs, conv_out and every write come after the wait.
+  grid_dependency_wait();
+  if (kRecords && token_loop && p.programmatic) prefetch_window_inputs<Act>(p, row, c0);
+  if (kRecords && p.pending != nullptr) {
+    const int n = p.pending[slot];
     if (n > 0 &&
         (p.store_replayed || (p.store_final && row_tokens(p.varlen, row, p.tokens).count == 0))) {
       store_window<St, C, H>(st, last, p.conv_dim, full, nc, s);
@@ -358,7 +380,12 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
   if (in_group && v < p.tokens) load_conv_weights<W>(p, c0, nc, w, bias);
 
   const int slot = p.slots ? p.slots[row] : p.slot_inline[r];
-  if (slot < 0) return;  // padding row (uniform over the CTA): nothing read, nothing written
+  if (slot < 0) {
+    // A padding row (uniform over the CTA): nothing read, nothing written; after waiting for the
+    // grid before it, so that this grid never completes before that one (common.cuh).
+    grid_dependency_wait();
+    return;
+  }
   const int n = p.pending[slot];
   const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
   Act* rec = static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0;
@@ -368,22 +395,25 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
     *reinterpret_cast<float4*>(&e[k][0]) = make_float4(x[0], x[1], x[2], x[3]);
     *reinterpret_cast<float4*>(&e[k][4]) = make_float4(x[4], x[5], x[6], x[7]);
   };
+  // Window input v - n, exact (a token's own input is used unrounded).
+  const auto put_input = [&] {
+    float x[C];
+    load_row<Act, C>(
+        static_cast<const Act*>(p.x) + (rt.begin + v - n) * p.x_stride_token + c0 * p.x_stride_c,
+        p.x_stride_c, full, nc, x);
+    put(H + v, x);
+  };
   if (in_group) {
-    if (v < n + rt.count) {
+    if (v < n) {
+      // Pending step v's input, from its record, as a committed window holds it.
       float x[C];
-      if (v < n) {
-        // Pending step v's input, from its record, as a committed window holds it.
-        load_row<Act, C>(rec + p.path[slot * p.path_stride_slot + v] * p.record_stride_t, 1, full,
-                         nc, x);
+      load_row<Act, C>(rec + p.path[slot * p.path_stride_slot + v] * p.record_stride_t, 1, full, nc,
+                       x);
 #pragma unroll
-        for (int i = 0; i < C; ++i) x[i] = round_act_to<St, Act>(x[i]);
-      } else {
-        // Window input v - n, exact (a token's own input is used unrounded).
-        load_row<Act, C>(static_cast<const Act*>(p.x) + (rt.begin + v - n) * p.x_stride_token +
-                             c0 * p.x_stride_c,
-                         p.x_stride_c, full, nc, x);
-      }
+      for (int i = 0; i < C; ++i) x[i] = round_act_to<St, Act>(x[i]);
       put(H + v, x);
+    } else if (v < n + rt.count && !p.programmatic) {
+      put_input();
     }
     if (v == 0) {
       float s[C * H];
@@ -397,6 +427,10 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
       }
     }
   }
+  // Everything above reads only this layer's weights, committed window and records and the
+  // slots (conv_update_kernel's wait); a programmatic dependent reads x after the wait.
+  grid_dependency_wait();
+  if (in_group && p.programmatic && v >= n && v < n + rt.count) put_input();
   // Every read of the records and of the committed window is above this line.
   __syncthreads();
   if (!in_group) return;
@@ -477,8 +511,7 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
     const dim3 small_grid(channel_ctas, p.rows);
     const dim3 block(per_cta, vt);
     const auto launch = [&](auto kernel) {
-      kernel<<<small_grid, block, 0, stream>>>(p, channel_ctas);
-      return cudaGetLastError();
+      return launch_kernel(p.programmatic, kernel, small_grid, block, stream, p, channel_ctas);
     };
     switch (p.width * 2 + (vt == 8 ? 0 : 1)) {
       case 4:
@@ -505,8 +538,7 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
   const auto run = [&](auto kernel, int channels) {
     const int g = (p.conv_dim + channels - 1) / channels;
     const dim3 grid_c((g + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
-    kernel<<<grid_c, kConvThreads, 0, stream>>>(p, loop);
-    return cudaGetLastError();
+    return launch_kernel(p.programmatic, kernel, grid_c, dim3(kConvThreads), stream, p, loop);
   };
   // Width x records (replay or not) x channels a thread.
   const auto dispatch = [&](auto channels) {

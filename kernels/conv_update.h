@@ -80,6 +80,11 @@ struct ConvUpdateParams {
   // that no other field moves: the kernels' parameter offsets stay those of the default order.)
   bool channels_last = false;
   int small_rows_short_hi = kConvSmallRowsShortHi;  // see small_rows_lo
+  // Launch as a programmatic dependent of the kernel before it in the stream (common.cuh): the
+  // kernel reads the slots, its layer's weights, committed windows, pending steps and records
+  // before it waits for that kernel, and x, conv_out and every write after. The caller sets it
+  // only where that kernel writes none of the former (the CUDA backend: another layer's kernel).
+  bool programmatic = false;
 };
 
 // Per (row, token) the window is the token's ancestor path over the start window (the committed

@@ -30,12 +30,10 @@ cudaError_t launch_gdn_fused(const GdnFusedParams& f0, bool kda, cudaStream_t st
   f.rec.last_state = env_flag("SPECSTATE_GDN_LAST_STATE");
   constexpr int kRows = gdn_rows_per_cta<8>();
   const dim3 grid((f.rec.head_v_dim + kRows - 1) / kRows, f.rec.num_v_heads, f.rec.rows);
-  if (kda) {
-    gdn_fused_kernel<bf16, true, 128, 4><<<grid, kGdnThreads, 0, stream>>>(f);
-  } else {
-    gdn_fused_kernel<bf16, false, 128, 4><<<grid, kGdnThreads, 0, stream>>>(f);
-  }
-  return cudaGetLastError();
+  return kda ? launch_kernel(f.programmatic, gdn_fused_kernel<bf16, true, 128, 4>, grid,
+                             dim3(kGdnThreads), stream, f)
+             : launch_kernel(f.programmatic, gdn_fused_kernel<bf16, false, 128, 4>, grid,
+                             dim3(kGdnThreads), stream, f);
 }
 
 }  // namespace specstate::kernels

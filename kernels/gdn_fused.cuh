@@ -89,32 +89,42 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
       }
     }
   }
-  const int items = kGroups * (n + rt.count);
-  for (int i0 = threadIdx.x; i0 < items; i0 += 2 * kGdnThreads) {
-    float v[2][C];
-    int gs[2], es[2];
+  // Elements [e_lo, e_hi) of every group.
+  const auto stage = [&](int e_lo, int e_hi) {
+    const int items = kGroups * (e_hi - e_lo);
+    for (int i0 = threadIdx.x; i0 < items; i0 += 2 * kGdnThreads) {
+      float v[2][C];
+      int gs[2], es[2];
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const int i = i0 + q * kGdnThreads;
-      gs[q] = i % kGroups;
-      es[q] = i < items ? i / kGroups : -1;
-      int nc = 0;
-      const int c0 = fused_group_channel<K, kRows>(p, gs[q], h, hv, v0, &nc);
-      if (nc == 0) es[q] = -1;  // no channels: nothing read (the compute writes zeros)
-      if (es[q] < 0) continue;
-      const int e = es[q];
-      if (e < n) {
-        load_row<Act, C>(rec0 + c0 + path[e] * cp.record_stride_t, 1, nc == C, nc, v[q]);
-      } else {
-        load_row<Act, C>(x + (rt.begin + e - n) * cp.x_stride_token + c0 * cp.x_stride_c,
-                         cp.x_stride_c, nc == C, nc, v[q]);
+      for (int q = 0; q < 2; ++q) {
+        const int i = i0 + q * kGdnThreads;
+        gs[q] = i % kGroups;
+        es[q] = i < items ? e_lo + i / kGroups : -1;
+        int nc = 0;
+        const int c0 = fused_group_channel<K, kRows>(p, gs[q], h, hv, v0, &nc);
+        if (nc == 0) es[q] = -1;  // no channels: nothing read (the compute writes zeros)
+        if (es[q] < 0) continue;
+        const int e = es[q];
+        if (e < n) {
+          load_row<Act, C>(rec0 + c0 + path[e] * cp.record_stride_t, 1, nc == C, nc, v[q]);
+        } else {
+          load_row<Act, C>(x + (rt.begin + e - n) * cp.x_stride_token + c0 * cp.x_stride_c,
+                           cp.x_stride_c, nc == C, nc, v[q]);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        if (es[q] >= 0) put(gs[q], H + es[q], v[q]);
       }
     }
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      if (es[q] >= 0) put(gs[q], H + es[q], v[q]);
-    }
-  }
+  };
+  // A programmatic dependent of the previous layer's kernel (fp.programmatic) stages the pending
+  // steps' records, then waits for that kernel, then stages the window's inputs (x); otherwise
+  // both at once (the wait is then a no-op).
+  const int e_split = fp.programmatic ? n : 0;
+  stage(0, e_split);
+  grid_dependency_wait();
+  stage(e_split, n + rt.count);
   __syncthreads();  // every read of this CTA's committed windows and records is above
   // conv_out (where asked): v by each CTA, q and k by the key head's designated CTA.
   const bool qk_out = fp.write_conv_out && vblock == 0 && hv == h * p.v_per_k;
@@ -224,7 +234,12 @@ __global__ void __launch_bounds__(kGdnThreads, SPECSTATE_GDN_FUSED_MIN_CTAS)
       !kKda && p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
   const int row = p.row_begin + r;
   const int slot = p.slots[row];
-  if (slot < 0) return;  // padding row: every CTA of the row returns, nothing read or written
+  if (slot < 0) {
+    // A padding row: every CTA of the row returns, nothing read or written; after waiting for
+    // the grid before it, so that this grid never completes before that one (common.cuh).
+    grid_dependency_wait();
+    return;
+  }
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kl = lane % LANES;
   const int V = p.head_v_dim;
   GdnRows<1> rows;

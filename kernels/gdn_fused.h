@@ -27,6 +27,12 @@ struct GdnFusedParams {
   ConvUpdateParams conv;        // its conv (conv.out: written only where write_conv_out)
   int32_t* counters = nullptr;  // [rows, num_k_heads] device, zero between launches
   bool write_conv_out = false;  // the caller asked for conv_out
+  // Launch as a programmatic dependent of the kernel before it in the stream (common.cuh): the
+  // kernel reads the slot, cursor, committed state and window, history records and pending
+  // steps' records of its layer before it waits for that kernel, and x, the arrival counters and
+  // every write after. The caller sets it only where that kernel writes none of the former (the
+  // CUDA backend: another layer's kernel).
+  bool programmatic = false;
 };
 
 // Whether the fused kernel runs this launch: it can serve it (a replay verify of a chain on
@@ -39,7 +45,7 @@ bool gdn_fused_chosen(const GdnFusedParams& params, ElemType act, ElemType conv_
                       ElemType ssm_state);
 
 // Runs the fused kernel (gdn_fused_chosen must hold); kda: the KDA layer (the gate per key
-// channel). Launched in plain stream order.
+// channel). Launched in plain stream order, or as a programmatic dependent (params.programmatic).
 cudaError_t launch_gdn_fused(const GdnFusedParams& params, bool kda, cudaStream_t stream);
 
 }  // namespace specstate::kernels

@@ -591,8 +591,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       float u[RPT], o[RPT];
       // The state after the window's last token is read only where it is stored (store_final).
       gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o,
-                                                 t + 1 < rt.count || p.store_final ||
-                                                     p.last_state);
+                                                 t + 1 < rt.count || p.store_final || p.last_state);
       if (kKV && t == 0 && more) {
         // The next block's state into the tile (cooperative: read back after a barrier); the
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.

@@ -484,8 +484,8 @@ template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kO
           bool kKda = false>
 __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
                                          const GdnChunk<K, kRows, kChunk, kKda>& c, int tt, int kl,
-                                         const GdnRows<RPT>& rows, float (&u)[RPT],
-                                         float (&o)[RPT], bool update = true) {
+                                         const GdnRows<RPT>& rows, float (&u)[RPT], float (&o)[RPT],
+                                         bool update = true) {
   constexpr int NK = K / (4 * LANES);
   float4 kn[NK];
   // Each dot product is one chain of fused multiply-adds, one instruction per element (the

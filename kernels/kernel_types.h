@@ -156,6 +156,26 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   return rows >= kGdnMultiRptRows && tokens >= kGdnMultiRptTokens ? 2 : 1;
 }
 
+// Whether a layer's first kernel (the conv, or the fused kernel) is launched as a programmatic
+// dependent of the kernel before it in the stream, reading its own layer's committed state,
+// records and weights and the slots before it waits for that kernel (kernels/common.cuh; the
+// CUDA backend's rule, docs/cuda.md "Layers overlap"). Safe only where that kernel cannot be
+// writing any of it: the backend's last operation on the stream launched a layer (`last_layer`,
+// that layer's conv state; null after any other operation: uploads, commits, slot copies) other
+// than this one (`layer`), the committed state is the pool's own (a caller's kernels may write a
+// caller's state between two calls) and the token offsets, if any, are the backend's own uploads
+// (not the caller's device cu_seqlens). Worth it (measured on the H200, rounds of Qwen3-Next and
+// Nemotron-H, off -> on): GDN B = 1 0.73-0.80, B = 8 0.80-0.89, B = 32 0.97-1.12, B = 128
+// 0.98-1.00; Mamba2 B = 1 0.65-0.75, B = 8 0.89-0.95, B = 32 0.96-0.99, B = 128 1.00: launches of
+// up to `max_rows` rows (kLayerOverlapRows, kLayerOverlapRowsMamba2). `mode` (the value of
+// SPECSTATE_LAYER_OVERLAP): 0 never, 1 the rule (the default), 2 whatever the rows (tuning).
+inline constexpr int kLayerOverlapRows = 16, kLayerOverlapRowsMamba2 = 32;
+inline bool layer_edge_allowed(int mode, const void* last_layer, const void* layer,
+                               bool caller_state, bool own_offsets, int rows, int max_rows) {
+  const bool safe = last_layer != nullptr && last_layer != layer && !caller_state && own_offsets;
+  return safe && (mode == 2 || (mode == 1 && rows <= max_rows));
+}
+
 // Whether a GDN / KDA replay verify that the fused conv + recurrence launch can serve
 // (gdn_fused.h: `applies`) runs it: a launch of `rows` rows; `forced` (0 or 1; -1 none)
 // overrides the measured rule (SPECSTATE_GDN_FUSED). The rule is rows <= kGdnFusedMaxRows,

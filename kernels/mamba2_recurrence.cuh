@@ -82,7 +82,12 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
   const int rr = blockIdx.z;
   const int row = p.row_begin + rr;
   const int slot = p.slots ? p.slots[row] : p.slot_inline[rr];
-  if (slot < 0) return;  // padding row: no state read, nothing written (uniform over the CTA)
+  if (slot < 0) {
+    // A padding row: no state read, nothing written (uniform over the CTA). It still waits for
+    // the grid before it, so that this grid never completes before that one (common.cuh).
+    grid_dependency_wait();
+    return;
+  }
   const int64_t head_off = (int64_t{h} * P + (ok ? ch : 0)) * N;
   St* committed = static_cast<St*>(p.state) + slot * p.state_stride_slot + head_off;
   float4 S[NK];

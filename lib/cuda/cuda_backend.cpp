@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,7 @@ class CudaBackend final : public BackendImpl {
   explicit CudaBackend(const PoolOptions& options)
       : device_(options.device),
         stream_(static_cast<cudaStream_t>(options.stream)),
+        overlap_(overlap_mode()),
         layer_copy_(options.device, static_cast<cudaStream_t>(options.stream)) {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
@@ -135,6 +137,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   void allocate(PoolStorage& s) override {
+    break_chain();
     const Layout& l = s.layout;
     DeviceGuard guard(device_);
     scratch_tokens_ = std::max<int64_t>(int64_t{l.max_rows} * l.max_window, 256);
@@ -180,6 +183,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   void free(PoolStorage& s) noexcept override {
+    break_chain();
     // A device-wide wait: the pool's stream may already be gone (it must outlive the pool, but a
     // destructor should not crash on a caller's mistake).
     if (cudaSetDevice(device_) == cudaSuccess) cudaDeviceSynchronize();
@@ -199,6 +203,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   void zero_slot(const PoolStorage& s, int slot) override {
+    break_chain();
     DeviceGuard guard(device_);
     const Layout& l = s.layout;
     // One strided memset per buffer covers the slot in every layer (one per layer when the
@@ -220,6 +225,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   void copy_slot(const PoolStorage& s, int src, int dst) override {
+    break_chain();
     DeviceGuard guard(device_);
     const Layout& l = s.layout;
     // One strided copy per buffer covers the slot in every layer.
@@ -232,6 +238,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   void export_slot(const PoolStorage& s, int slot, void* buffer, Device buffer_device) override {
+    break_chain();
     DeviceGuard guard(device_);
     const Layout& l = s.layout;
     const cudaMemcpyKind kind =
@@ -251,6 +258,7 @@ class CudaBackend final : public BackendImpl {
 
   void import_slot(const PoolStorage& s, int slot, const void* buffer,
                    Device buffer_device) override {
+    break_chain();
     DeviceGuard guard(device_);
     const Layout& l = s.layout;
     const cudaMemcpyKind kind =
@@ -268,6 +276,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   void begin_round(const PoolStorage& s, const RoundPlan& plan) override {
+    break_chain();
     (void)s;
     DeviceGuard guard(device_);
     check(k::launch_upload_i32(slots_, plan.slots.data(), plan.rows, stream_), "uploading slots");
@@ -287,7 +296,7 @@ class CudaBackend final : public BackendImpl {
                const GdnInputs& inputs, const GdnOutputs& outputs) override {
     run_layer<cuda::GdnLaunchArgs>(s, run, weights, inputs, outputs,
                                    [&](const cuda::GdnLaunchArgs& a, const char* what) {
-                                     launch_delta(cuda::build_gdn_launch(a), false, what);
+                                     launch_delta(s, cuda::build_gdn_launch(a), false, what);
                                    });
   }
 
@@ -295,9 +304,11 @@ class CudaBackend final : public BackendImpl {
                   const Mamba2Inputs& inputs, const Mamba2Outputs& outputs) override {
     run_layer<cuda::Mamba2LaunchArgs>(
         s, run, weights, inputs, outputs, [&](const cuda::Mamba2LaunchArgs& a, const char* what) {
-          const cuda::Mamba2Launch L = cuda::build_mamba2_launch(a);
+          cuda::Mamba2Launch L = cuda::build_mamba2_launch(a);
+          L.conv.programmatic = programmatic_edge(s, L.conv.state, L.conv.rows, L.conv.varlen);
           check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
           check(k::launch_mamba2_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
+          chain_key_ = L.conv.state;
         });
   }
 
@@ -305,11 +316,12 @@ class CudaBackend final : public BackendImpl {
                const KdaInputs& inputs, const KdaOutputs& outputs) override {
     run_layer<cuda::KdaLaunchArgs>(s, run, weights, inputs, outputs,
                                    [&](const cuda::KdaLaunchArgs& a, const char* what) {
-                                     launch_delta(cuda::build_kda_launch(a), true, what);
+                                     launch_delta(s, cuda::build_kda_launch(a), true, what);
                                    });
   }
 
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {
+    break_chain();
     DeviceGuard guard(device_);
     const RoundPlan& plan = *work.plan;
     const Layout& l = s.layout;
@@ -342,6 +354,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   void commit_pending(const PoolStorage& s, const CommitWork& work) override {
+    break_chain();
     DeviceGuard guard(device_);
     const RoundPlan& plan = *work.plan;
     const Layout& l = s.layout;
@@ -373,6 +386,7 @@ class CudaBackend final : public BackendImpl {
 
   void clear_pending(const PoolStorage& s, int layer_begin, int layer_end,
                      const std::vector<int32_t>& slots, Clear how) override {
+    break_chain();
     if (slots.empty() || !s.pending()) return;
     DeviceGuard guard(device_);
     k::ClearPendingArgs a;
@@ -404,6 +418,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   Status last_commit_status() override {
+    break_chain();
     DeviceGuard guard(device_);
     int32_t flag = 0;
     check(cudaMemcpyAsync(&flag, error_, sizeof(flag), cudaMemcpyDeviceToHost, stream_),
@@ -423,16 +438,41 @@ class CudaBackend final : public BackendImpl {
   // A delta-rule layer's launches (GDN, or KDA: kda): the fused conv + recurrence kernel where it
   // serves the call (kernels/gdn_fused.h: small-batch replay verifies of chains), else the conv
   // and then the recurrence.
-  void launch_delta(const cuda::GdnLaunch& L, bool kda, const char* what) {
-    const k::GdnFusedParams fused{L.rec, L.conv, fused_counters_, L.user_conv_out};
+  void launch_delta(const PoolStorage& s, cuda::GdnLaunch L, bool kda, const char* what) {
+    L.conv.programmatic = programmatic_edge(s, L.conv.state, L.conv.rows, L.conv.varlen);
+    k::GdnFusedParams fused{L.rec, L.conv, fused_counters_, L.user_conv_out};
+    fused.programmatic = L.conv.programmatic;
     if (k::gdn_fused_chosen(fused, L.act, L.conv_state, L.ssm_state)) {
       check(k::launch_gdn_fused(fused, kda, stream_), what);
-      return;
+    } else {
+      check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
+      check(kda ? k::launch_kda_recurrence(L.rec, L.act, L.ssm_state, stream_)
+                : k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, stream_),
+            what);
     }
-    check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
-    check(kda ? k::launch_kda_recurrence(L.rec, L.act, L.ssm_state, stream_)
-              : k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, stream_),
-          what);
+    chain_key_ = L.conv.state;
+  }
+
+  // Layers overlap (programmatic dependent launch, kernels/common.cuh): a layer's first kernel
+  // may start while the kernel before it in the stream runs, reading its own layer's state before
+  // it waits; asked for only where that kernel cannot be writing it (k::layer_edge_allowed).
+  // chain_key_: the conv state of the layer this backend launched last, null after any other
+  // operation (break_chain). SPECSTATE_LAYER_OVERLAP=0 turns it off (timing).
+  bool programmatic_edge(const PoolStorage& s, const void* key, int rows,
+                         const k::RowTokensParams& varlen) const {
+    const bool own_offsets =
+        varlen.cu == nullptr || varlen.cu == offsets_ || varlen.cu == advance_offsets_;
+    const int max_rows =
+        s.config.kind == LayerKind::kMamba2 ? k::kLayerOverlapRowsMamba2 : k::kLayerOverlapRows;
+    return k::layer_edge_allowed(overlap_, chain_key_, key, s.layout.caller_committed, own_offsets,
+                                 rows, max_rows);
+  }
+  void break_chain() noexcept { chain_key_ = nullptr; }
+  // SPECSTATE_LAYER_OVERLAP: 0 off, 2 at any batch (tuning), else 1 (the measured rule).
+  static int overlap_mode() {
+    const char* e = std::getenv("SPECSTATE_LAYER_OVERLAP");
+    if (e != nullptr && (std::string(e) == "0" || std::string(e) == "2")) return e[0] - '0';
+    return 1;
   }
 
   // One layer call as launches (the same for every kind): verify in one launch over the round's
@@ -537,6 +577,7 @@ class CudaBackend final : public BackendImpl {
         rel[static_cast<std::size_t>(r - r0)] = static_cast<int32_t>(
             (r < r1 ? run.token0(r) : run.token0(r1 - 1) + run.length(r1 - 1)) - run.token0(r0));
       }
+      break_chain();  // the next launch reads what this upload writes
       check(k::launch_upload_i32(advance_offsets_, rel.data(), r1 - r0 + 1, stream_),
             "uploading prefill offsets");
       Args chunk = a;
@@ -588,7 +629,9 @@ class CudaBackend final : public BackendImpl {
   bool committed_aligned16_ = false;
   int32_t* advance_offsets_ = nullptr;  // [kConvInlineRows + 1] one batched-prefill launch's
   cuda::GdnScratch scratch_;
-  cuda::LayerCopy layer_copy_;  // declared last: built from device_ and stream_
+  int overlap_ = 1;                  // SPECSTATE_LAYER_OVERLAP (programmatic_edge)
+  const void* chain_key_ = nullptr;  // the layer launched last (programmatic_edge), or null
+  cuda::LayerCopy layer_copy_;       // declared last: built from device_ and stream_
 };
 
 }  // namespace

@@ -304,6 +304,12 @@ BENCHMARK(BM_M2VerifyConvReplay)->Apply(shapes);
 BENCHMARK(BM_M2VerifySsuReplay)->Apply(shapes);
 BENCHMARK(BM_M2Rounds4Snapshot)->Apply(shapes);
 BENCHMARK(BM_M2Rounds4Replay)->Apply(shapes);
+// Batches between the table's, for the launchers' row thresholds (the small-batch conv, layers
+// overlapping: docs/cuda.md).
+void mid_batch_shapes(benchmark::internal::Benchmark* b) {
+  shape_grid(b, {2, 4, 8}, {2, 4, 16, 64});
+}
+BENCHMARK(BM_M2Rounds4Replay)->Apply(mid_batch_shapes);
 
 void print_table() {
   World& w = World::get();

@@ -182,5 +182,22 @@ TEST(GdnFusedChoice, SmallBatchesWhereItAppliesAndTheOverride) {
   EXPECT_FALSE(gdn_fused_choice(true, 1, 0));
 }
 
+// The CUDA backend's rule for overlapping layers (programmatic dependent launch): only after a
+// launch of another layer of the pool's own state, with the backend's own token offsets, up to
+// the measured rows (mode 1), or at any rows (mode 2), never in mode 0.
+TEST(LayerEdgeAllowed, OnlyAfterAnotherLayerOfThePoolsOwnState) {
+  int a = 0, b = 0;
+  EXPECT_TRUE(layer_edge_allowed(1, &a, &b, false, true, 16, kLayerOverlapRows));
+  EXPECT_FALSE(layer_edge_allowed(1, &a, &b, false, true, 17, kLayerOverlapRows));
+  EXPECT_TRUE(layer_edge_allowed(2, &a, &b, false, true, 128, kLayerOverlapRows));
+  EXPECT_FALSE(layer_edge_allowed(0, &a, &b, false, true, 1, kLayerOverlapRows));  // off
+  for (const int mode : {1, 2}) {
+    EXPECT_FALSE(layer_edge_allowed(mode, nullptr, &b, false, true, 1, 16));  // after an upload
+    EXPECT_FALSE(layer_edge_allowed(mode, &b, &b, false, true, 1, 16));   // the same layer again
+    EXPECT_FALSE(layer_edge_allowed(mode, &a, &b, true, true, 1, 16));    // a caller's state
+    EXPECT_FALSE(layer_edge_allowed(mode, &a, &b, false, false, 1, 16));  // caller's cu_seqlens
+  }
+}
+
 }  // namespace
 }  // namespace specstate::kernels

@@ -164,7 +164,8 @@ TEST_P(LastStateGpu, ReplayEqualsSnapshotBitForBit) {
   const bool multi = name.find("_vb4") != std::string::npos;
   const ScopedEnv vblocks("SPECSTATE_GDN_VBLOCKS", multi ? "4" : "1");
   const ScopedEnv rpt("SPECSTATE_GDN_RPT", name.find("_rpt2") != std::string::npos ? "2" : "1");
-  const ScopedEnv fused("SPECSTATE_GDN_FUSED", name.find("_fused") != std::string::npos ? "1" : "0");
+  const ScopedEnv fused("SPECSTATE_GDN_FUSED",
+                        name.find("_fused") != std::string::npos ? "1" : "0");
   run_under_env("SPECSTATE_GDN_LAST_STATE", c, last, 0x1A57 + c.rounds * 37 + last);
 }
 
@@ -184,6 +185,38 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"vllm_k128_chain_vb4", "gpu_k128", false, 4, 5, 16, 0, kReplayVllm}),
         ::testing::Values(0, 1)),
     EnvCaseName{"_last"});
+
+// Layers overlap (kernels/common.cuh, the CUDA backend's programmatic_edge): each layer's first
+// kernel is a programmatic dependent of the previous layer's last one and reads its own layer's
+// state before it waits. SPECSTATE_LAYER_OVERLAP=0 turns the edges off, 1 leaves them on (the
+// default: up to the measured rows), 2 at any rows (B = 40 here): every way replay equals snapshot
+// bit for bit over the equivalence's rounds (repeated
+// verifies of a layer, aborted rounds, releases, forks, decode, prefill, materialize between
+// rounds: every way the previous kernel may have written this layer's state), over the fused
+// launch (B <= 2), the small-batch conv, the token loop, trees, variable windows, Mamba2 and KDA.
+class LayerOverlapGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(LayerOverlapGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, overlap] = GetParam();
+  run_under_env("SPECSTATE_LAYER_OVERLAP", c, overlap, 0x0E1A + c.rounds * 41);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, LayerOverlapGpu,
+    ::testing::Combine(
+        ::testing::Values(EquivalenceCase{"k128_chain_b1", "gpu_k128", false, 4, 1, 24},
+                          EquivalenceCase{"k128_chain_b2_ring2t", "gpu_k128", false, 4, 2, 24, 8},
+                          EquivalenceCase{"k128_chain", "gpu_k128", false, 4, 5, 16},
+                          EquivalenceCase{"k128_chain_b40", "gpu_k128", false, 4, 40, 8},
+                          EquivalenceCase{"k128_tree", "gpu_k128", true, 4, 5, 16},
+                          EquivalenceCase{"kda_k128_chain_b1", "kda_gpu_k128", false, 4, 1, 24},
+                          EquivalenceCase{"kda_k128_chain", "kda_gpu_k128", false, 4, 6, 16},
+                          EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 5, 5, 16},
+                          EquivalenceCase{"mamba2_bf16_tree", "m2_gpu_bf16", true, 4, 4, 12},
+                          EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 3, 12}),
+        ::testing::Values(0, 1, 2)),
+    EnvCaseName{"_overlap"});
 
 // The small-batch replay conv (a channel group's input history in shared memory, VT = 8 loader
 // threads where pending + window fit, else 16, one per window token), forced on every launch it
