@@ -779,6 +779,10 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
       constexpr int kRows2 = 2 * gdn_rows_per_cta<8>();
       q.vblocks = replay_vblocks_for(p.rows, p.num_v_heads, (p.head_v_dim + kRows2 - 1) / kRows2,
                                      SPECSTATE_GDN_MULTI2_MIN_CTAS, "SPECSTATE_GDN_VBLOCKS");
+      if constexpr (kKda) {
+        q.vblocks =
+            kda_rpt2_vblocks(q.vblocks, p.rows, std::getenv("SPECSTATE_GDN_VBLOCKS") != nullptr);
+      }
       if (q.vblocks > 1)
         return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, false, 2, true>(q, stream);
     }

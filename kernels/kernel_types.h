@@ -156,6 +156,18 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   return rows >= kGdnMultiRptRows && tokens >= kGdnMultiRptTokens ? 2 : 1;
 }
 
+// V blocks a CTA of KDA's two-rows-a-thread replay verify: `chosen`, the count that leaves
+// SPECSTATE_GDN_MULTI2_MIN_CTAS CTAs an SM, but at least 2 from kKdaRpt2Rows rows on, below a
+// full wave (unless SPECSTATE_GDN_VBLOCKS forces the count: `forced`). Measured on the H200
+// (Kimi-Linear-48B TP1, tools/kda_bench.py, B = 8: 512 CTAs at 4 an SM instead of 1024 CTAs of
+// one row a thread, which spills there): rounds T = 2 / 4 / 8 537.3 -> 375.2, 775.5 -> 497.5,
+// 1314.3 -> 793.1 us (replay / fla 1.07 / 0.86 / 0.81 -> 0.75 / 0.55 / 0.49). GDN at B = 8 is
+// 1.03-1.09x slower that way (Qwen3-Next rounds, same call): not taken there.
+inline constexpr int kKdaRpt2Rows = 8;
+inline int kda_rpt2_vblocks(int chosen, int rows, bool forced) {
+  return !forced && chosen == 1 && rows >= kKdaRpt2Rows ? 2 : chosen;
+}
+
 // Whether a layer's first kernel (the conv, or the fused kernel) is launched as a programmatic
 // dependent of the kernel before it in the stream, reading its own layer's committed state,
 // records and weights and the slots before it waits for that kernel (kernels/common.cuh; the

@@ -199,5 +199,13 @@ TEST(LayerEdgeAllowed, OnlyAfterAnotherLayerOfThePoolsOwnState) {
   }
 }
 
+// KDA's two rows a thread: at least two blocks a CTA from 8 rows on, unless forced.
+TEST(KdaRpt2Vblocks, TwoBlocksFromEightRowsUnlessForced) {
+  EXPECT_EQ(kda_rpt2_vblocks(1, 8, false), 2);
+  EXPECT_EQ(kda_rpt2_vblocks(1, 7, false), 1);
+  EXPECT_EQ(kda_rpt2_vblocks(1, 8, true), 1);     // SPECSTATE_GDN_VBLOCKS=1 stays 1
+  EXPECT_EQ(kda_rpt2_vblocks(4, 128, false), 4);  // the CTAs-an-SM rule's choice otherwise
+}
+
 }  // namespace
 }  // namespace specstate::kernels

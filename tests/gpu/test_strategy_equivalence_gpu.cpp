@@ -212,6 +212,8 @@ INSTANTIATE_TEST_SUITE_P(
                           EquivalenceCase{"k128_tree", "gpu_k128", true, 4, 5, 16},
                           EquivalenceCase{"kda_k128_chain_b1", "kda_gpu_k128", false, 4, 1, 24},
                           EquivalenceCase{"kda_k128_chain", "kda_gpu_k128", false, 4, 6, 16},
+                          // 8 rows and more: two V rows a thread, two blocks a CTA by default.
+                          EquivalenceCase{"kda_k128_chain_b12", "kda_gpu_k128", false, 4, 12, 16},
                           EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 5, 5, 16},
                           EquivalenceCase{"mamba2_bf16_tree", "m2_gpu_bf16", true, 4, 4, 12},
                           EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 3, 12}),
