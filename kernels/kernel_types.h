@@ -143,7 +143,8 @@ constexpr bool conv_narrow_choice(bool loop, int rows, int forced = -1) {
 // kind (`kda`): 1 or 2; `env` (the value of SPECSTATE_GDN_RPT, or null) "1" or "2" overrides. Two
 // rows a thread share each staged key, query (and KDA gate) load: half the shared-memory
 // wavefronts a state element, at 5 CTAs an SM instead of 8 (4 for KDA). The launcher takes it
-// only where a CTA then still runs several blocks (B >= 16 on the models measured). Measured on
+// only where a CTA then still runs several blocks (B >= 16 on the models measured; KDA from 8
+// rows on, kda_rpt2_vblocks). Measured on
 // the H200 (docs/cuda.md, "GDN replay verify: two V rows a thread"; rounds, one -> two):
 // Qwen3-Next T = 8, B = 32 3832.6 -> 3649.6 us, B = 128 12843.6 -> 11688.8; T = 8, B = 16 1.005;
 // T = 4, B = 128 0.999, B = 32 1.074; T = 2, B = 128 1.014, B = 32 1.091: GDN windows of 8 tokens
