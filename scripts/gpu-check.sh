@@ -8,6 +8,7 @@
 #   STAGES="build tests bench" scripts/gpu-check.sh
 #   STAGES="build tests ab" scripts/gpu-check.sh   # against .ab-base (scripts/ab-base.sh REV)
 #   STAGES="build tests layout" scripts/gpu-check.sh   # the rounds under each state layout
+#   STAGES="build overlap" scripts/gpu-check.sh   # layers overlapping off / rule / any rows
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -165,6 +166,20 @@ if has layout; then
     status=1
   scripts/bench-sweep.sh "$m2_bench_bin" SPECSTATE_BENCH_LAYOUT "default conv_last" \
     "${LAYOUT_M2_FILTER:-BM_M2Rounds4Replay/T:4/B:(1|8|32|128)/}" "$OUT/layout_m2" || status=1
+fi
+
+if has overlap; then
+  # Layers overlapping (programmatic dependent launch between layers, docs/cuda.md "Layers
+  # overlap"): the rounds with SPECSTATE_LAYER_OVERLAP off, by the backend's rule and at any row
+  # count, the first again at the end (the run-to-run spread). OVERLAP_GDN_FILTER /
+  # OVERLAP_M2_FILTER pick the shapes; the row limits in kernels::layer_edge_allowed come from it.
+  echo "== layers overlap (SPECSTATE_LAYER_OVERLAP) [t=${SECONDS}s]"
+  scripts/bench-sweep.sh "$bench_bin" SPECSTATE_LAYER_OVERLAP "0 1 2" \
+    "${OVERLAP_GDN_FILTER:-BM_Rounds4Replay/T:(2|4|8)/B:(1|8|16|32|64|128)/}" "$OUT/overlap_gdn" ||
+    status=1
+  scripts/bench-sweep.sh "$m2_bench_bin" SPECSTATE_LAYER_OVERLAP "0 1 2" \
+    "${OVERLAP_M2_FILTER:-BM_M2Rounds4Replay/T:(2|4|8)/B:(1|8|16|32|64|128)/}" "$OUT/overlap_m2" ||
+    status=1
 fi
 
 if has sim; then
