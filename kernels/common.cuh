@@ -236,12 +236,13 @@ inline int device_sm_count() {
   return n;
 }
 
-// Whether the environment variable `name` is set to "1" (the launchers' on / off tuning
-// switches, for timing and tests).
-inline bool env_flag(const char* name) {
+// A launcher's on / off tuning switch (timing and tests): -1 when the environment variable
+// `name` is unset (the measured rule decides), 1 when it starts with '1', else 0.
+inline int env_force(const char* name) {
   const char* e = std::getenv(name);
-  return e != nullptr && e[0] == '1' && e[1] == '\0';
+  return e == nullptr ? -1 : e[0] == '1' ? 1 : 0;
 }
+inline bool env_flag(const char* name) { return env_force(name) == 1; }
 
 // Blocks (of V rows, or channels) of one (row, head) per CTA of a replay chain launch: the most
 // (1, 2, 4 or 8, at most `blocks`) that still leave `min_per_sm` CTAs per SM; the environment

@@ -500,10 +500,9 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
   // 399.4, B = 8 1136.6 -> 1076.8. Hence the per-kind row ranges (small_rows_lo / hi /
   // short_hi, kernels::conv_small_vt). The pending steps are at most path_stride_slot.
   // SPECSTATE_CONV_SMALL=0 / 1 forces the choice where the path applies (tuning and tests).
-  const char* const force = std::getenv("SPECSTATE_CONV_SMALL");
   const int vt =
       conv_small_vt(p.rows, p.tokens, p.path_stride_slot, p.small_rows_lo, p.small_rows_hi,
-                    p.small_rows_short_hi, force != nullptr ? (force[0] == '1' ? 1 : 0) : -1);
+                    p.small_rows_short_hi, env_force("SPECSTATE_CONV_SMALL"));
   if (vt > 0 && p.pending != nullptr && p.records != nullptr && !p.store_final &&
       p.snap == nullptr) {
     const int per_cta = kReplaySmallThreads / vt;  // channel groups of a CTA
@@ -532,9 +531,7 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
   }
   // Four channels a thread (half the registers, twice the threads) for token loops of many rows:
   // SPECSTATE_CONV_NARROW=0 / 1 forces the choice (tuning and tests).
-  const char* const narrow_force = std::getenv("SPECSTATE_CONV_NARROW");
-  const bool narrow =
-      conv_narrow_choice(loop, p.rows, narrow_force ? (narrow_force[0] == '1' ? 1 : 0) : -1);
+  const bool narrow = conv_narrow_choice(loop, p.rows, env_force("SPECSTATE_CONV_NARROW"));
   const auto run = [&](auto kernel, int channels) {
     const int g = (p.conv_dim + channels - 1) / channels;
     const dim3 grid_c((g + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);

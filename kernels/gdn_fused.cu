@@ -1,5 +1,4 @@
 // launch_gdn_fused and where it runs (gdn_fused.h); the kernel: gdn_fused.cuh.
-#include <cstdlib>
 
 #include "gdn_fused.cuh"
 
@@ -19,8 +18,7 @@ bool gdn_fused_chosen(const GdnFusedParams& f, ElemType act, ElemType conv_state
                        p.num_k_heads > 0 && p.num_v_heads % p.num_k_heads == 0 &&
                        act == ElemType::kBF16 && conv_state == ElemType::kBF16 &&
                        ssm_state == ElemType::kF32 && !c.channels_last && !p.state_kv;
-  const char* const force = std::getenv("SPECSTATE_GDN_FUSED");
-  return gdn_fused_choice(applies, p.rows, force != nullptr ? (force[0] == '1' ? 1 : 0) : -1);
+  return gdn_fused_choice(applies, p.rows, env_force("SPECSTATE_GDN_FUSED"));
 }
 
 cudaError_t launch_gdn_fused(const GdnFusedParams& f0, bool kda, cudaStream_t stream) {
