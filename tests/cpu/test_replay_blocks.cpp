@@ -187,16 +187,49 @@ TEST(GdnFusedChoice, SmallBatchesWhereItAppliesAndTheOverride) {
 // the measured rows (mode 1), or at any rows (mode 2), never in mode 0.
 TEST(LayerEdgeAllowed, OnlyAfterAnotherLayerOfThePoolsOwnState) {
   int a = 0, b = 0;
-  EXPECT_TRUE(layer_edge_allowed(1, &a, &b, false, true, 16, kLayerOverlapRows));
-  EXPECT_FALSE(layer_edge_allowed(1, &a, &b, false, true, 17, kLayerOverlapRows));
-  EXPECT_TRUE(layer_edge_allowed(2, &a, &b, false, true, 128, kLayerOverlapRows));
-  EXPECT_FALSE(layer_edge_allowed(0, &a, &b, false, true, 1, kLayerOverlapRows));  // off
+  EXPECT_TRUE(layer_edge_allowed(1, &a, &b, false, true, false, 16, 4));
+  EXPECT_FALSE(layer_edge_allowed(1, &a, &b, false, true, false, 17, 4));
+  EXPECT_TRUE(layer_edge_allowed(2, &a, &b, false, true, false, 32, 4));  // any rows
+  EXPECT_FALSE(layer_edge_allowed(0, &a, &b, false, true, false, 1, 4));  // off
+  EXPECT_FALSE(layer_edge_allowed(0, &a, &b, false, true, true, 1, 4));   // off, Mamba2
   for (const int mode : {1, 2}) {
-    EXPECT_FALSE(layer_edge_allowed(mode, nullptr, &b, false, true, 1, 16));  // after an upload
-    EXPECT_FALSE(layer_edge_allowed(mode, &b, &b, false, true, 1, 16));   // the same layer again
-    EXPECT_FALSE(layer_edge_allowed(mode, &a, &b, true, true, 1, 16));    // a caller's state
-    EXPECT_FALSE(layer_edge_allowed(mode, &a, &b, false, false, 1, 16));  // caller's cu_seqlens
+    for (const bool mamba2 : {false, true}) {
+      EXPECT_FALSE(layer_edge_allowed(mode, nullptr, &b, false, true, mamba2, 1, 4));  // upload
+      EXPECT_FALSE(layer_edge_allowed(mode, &b, &b, false, true, mamba2, 1, 4));       // same layer
+      EXPECT_FALSE(layer_edge_allowed(mode, &a, &b, true, true, mamba2, 1, 4));    // caller state
+      EXPECT_FALSE(layer_edge_allowed(mode, &a, &b, false, false, mamba2, 1, 4));  // cu_seqlens
+    }
   }
+}
+
+// The rows' part of the rule, at its measured edges (kernel_types.h: layer_overlap_rows_ok).
+TEST(LayerEdgeAllowed, RowsAndWindowRule) {
+  for (const int T : {1, 2, 4, 8, 16}) {
+    for (const int rows : {1, 2, 8, 16, 17, 32, 33, 63, 64, 128, 512}) {
+      EXPECT_TRUE(layer_overlap_rows_ok(true, rows, T)) << rows << " " << T;  // Mamba2: always
+    }
+    EXPECT_TRUE(layer_overlap_rows_ok(false, 1, T));
+    EXPECT_TRUE(layer_overlap_rows_ok(false, 16, T));
+  }
+  // Short windows: up to 16 rows and from 64 on, not between.
+  for (const int T : {1, 2, 4}) {
+    EXPECT_FALSE(layer_overlap_rows_ok(false, 17, T));
+    EXPECT_FALSE(layer_overlap_rows_ok(false, 32, T));
+    EXPECT_FALSE(layer_overlap_rows_ok(false, 63, T));
+    EXPECT_TRUE(layer_overlap_rows_ok(false, 64, T));
+    EXPECT_TRUE(layer_overlap_rows_ok(false, 128, T));
+  }
+  // Long windows: up to 32 rows.
+  for (const int T : {5, 8, 16}) {
+    EXPECT_TRUE(layer_overlap_rows_ok(false, 32, T));
+    EXPECT_FALSE(layer_overlap_rows_ok(false, 33, T));
+    EXPECT_FALSE(layer_overlap_rows_ok(false, 64, T));
+    EXPECT_FALSE(layer_overlap_rows_ok(false, 128, T));
+  }
+  int a = 0, b = 0;
+  EXPECT_TRUE(layer_edge_allowed(1, &a, &b, false, true, false, 128, 2));
+  EXPECT_FALSE(layer_edge_allowed(1, &a, &b, false, true, false, 128, 8));
+  EXPECT_TRUE(layer_edge_allowed(1, &a, &b, false, true, true, 128, 8));
 }
 
 // KDA's two rows a thread: at least two blocks a CTA from 8 rows on, unless forced.
