@@ -28,6 +28,12 @@ struct GdnFusedShared {
   GdnChunk<K, kRows, kGdnChunk, kKda> chunk;
   float hist_kf[kGdnChunk];
   __align__(16) Act seq[kGroups][kElems][kConvChannels];
+  // Each group's conv weights and bias in float (load_conv_weights), loaded before the grid
+  // dependency wait: the conv's arithmetic after it reads them from here, not from global memory.
+  // [C][W] weights then [C] bias a group, read as float4 (kWts floats, a multiple of 4).
+  static constexpr int kWts = kConvChannels * (W + 1);
+  static_assert(kWts % 4 == 0, "a group's weights and bias are whole float4");
+  __align__(16) float wts[kGroups][kWts];
   int last;  // this CTA is the last of its key head to have read q's and k's conv state
 };
 
@@ -56,7 +62,7 @@ __device__ __forceinline__ int fused_group_channel(const GdnRecurrenceParams& p,
 template <typename Act, int K, int kRows, bool kKda, int W, typename Shared>
 __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams& fp, int r,
                                                int slot, const RowTokens& rt, int h, int hv,
-                                               int vblock, int off) {
+                                               int vblock, int off, const GdnRowInputs<Act>& in) {
   using St = Act;
   constexpr int C = kConvChannels, H = W - 1, kQK = Shared::kQK, kGroups = Shared::kGroups;
   const ConvUpdateParams& cp = fp.conv;
@@ -119,13 +125,70 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
     }
   };
   // A programmatic dependent of the previous layer's kernel (fp.programmatic) stages the pending
-  // steps' records, then waits for that kernel, then stages the window's inputs (x); otherwise
-  // both at once (the wait is then a no-op).
+  // steps' records and the weights, then waits for that kernel, then stages the window's inputs
+  // (x); otherwise the records with the inputs (the wait is then a no-op).
   const int e_split = fp.programmatic ? n : 0;
   stage(0, e_split);
+  // The weights of group g by thread kWeightThread0 + g (threads other than the committed
+  // windows' 0 .. kGroups-1). Nobody writes them in the round.
+  constexpr int kWeightThread0 = kGdnThreads - kGroups;
+  static_assert(kWeightThread0 >= kGroups, "the weights' threads are not the windows'");
+  if (threadIdx.x >= kWeightThread0) {
+    const int g = threadIdx.x - kWeightThread0;
+    int nc = 0;
+    const int c0 = fused_group_channel<K, kRows>(p, g, h, hv, v0, &nc);
+    if (nc > 0) {
+      float w[C][W], bias[C];
+      load_conv_weights<W>(cp, c0, nc, w, bias);
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        sm.wts[g][C * W + c] = bias[c];
+#pragma unroll
+        for (int j = 0; j < W; ++j) sm.wts[g][c * W + j] = w[c][j];
+      }
+    }
+  }
   grid_dependency_wait();
+  // The window's raw gates (gdn_stage<kStaged> finishes them from the chunk), loaded here so that
+  // their latency overlaps the inputs' (the mapping of gdn_stage: GDN a token a thread, KDA a
+  // (token, key channel) item a thread, beta a token a thread); T <= kGdnChunk / 2 here.
+  constexpr int kGatePre = kKda ? (kGdnChunk / 2) * K / kGdnThreads : 1;
+  static_assert(kGdnChunk / 2 <= kGdnThreads, "a token's gates a thread");
+  float graw[kGatePre], braw = 0.0f;
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int q = 0; q < kGatePre; ++q) {
+    const int i = tid + q * kGdnThreads;
+    graw[q] = 0.0f;
+    if constexpr (kKda) {
+      if (i < rt.count * K)
+        graw[q] = to_float<Act>(in.a[(i / K) * in.a_st + (i % K) * p.a_stride_k]);
+    } else {
+      if (i < rt.count) graw[q] = to_float<Act>(in.a[i * in.a_st]);
+    }
+  }
+  if (tid < rt.count) braw = to_float<Act>(in.b[tid * in.b_st]);
   stage(e_split, n + rt.count);
+#pragma unroll
+  for (int q = 0; q < kGatePre; ++q) {
+    const int i = tid + q * kGdnThreads;
+    if constexpr (kKda) {
+      if (i < rt.count * K) sm.chunk.egk[off + i / K][i % K] = graw[q];
+    } else {
+      if (i < rt.count) sm.chunk.eg[off + i] = graw[q];
+    }
+  }
+  if (tid < rt.count) sm.chunk.beta[off + tid] = braw;
   __syncthreads();  // every read of this CTA's committed windows and records is above
+  // This CTA has read its key head's q and k conv state: its arrival, counted now so that the
+  // atomic's round trip overlaps the conv's arithmetic (its result is read after it).
+  bool last = false;
+  if (threadIdx.x == 0) {
+    const int readers = p.v_per_k * ((p.head_v_dim + kRows - 1) / kRows);
+    int32_t* const counter = fp.counters + int64_t{r} * p.num_k_heads + h;
+    __threadfence();
+    last = atomicAdd(counter, 1) == readers - 1;
+  }
   // conv_out (where asked): v by each CTA, q and k by the key head's designated CTA.
   const bool qk_out = fp.write_conv_out && vblock == 0 && hv == h * p.v_per_k;
   for (int i = threadIdx.x; i < kGroups * rt.count; i += kGdnThreads) {
@@ -143,7 +206,23 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
     const bool full = nc == C;
     float w[C][W];
     float bias[C];
-    load_conv_weights<W>(cp, c0, nc, w, bias);
+    {
+      float wf[Shared::kWts];
+#pragma unroll
+      for (int e = 0; e < Shared::kWts; e += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(&sm.wts[g][e]);
+        wf[e] = f.x;
+        wf[e + 1] = f.y;
+        wf[e + 2] = f.z;
+        wf[e + 3] = f.w;
+      }
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        bias[c] = wf[C * W + c];
+#pragma unroll
+        for (int j = 0; j < W; ++j) w[c][j] = wf[c * W + j];
+      }
+    }
     float win[W][C];  // E[n + t .. n + t + W-1], oldest first
 #pragma unroll
     for (int j = 0; j < W; ++j) load_n<Act, C>(&sm.seq[g][n + t + j][0], win[j], true);
@@ -159,12 +238,9 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
     }
   }
   if (threadIdx.x == 0) {
-    const int readers = p.v_per_k * ((p.head_v_dim + kRows - 1) / kRows);
-    int32_t* const counter = fp.counters + int64_t{r} * p.num_k_heads + h;
-    __threadfence();
-    const bool last = atomicAdd(counter, 1) == readers - 1;
     if (last) {
-      atomicExch(counter, 0);  // every reader has arrived: zero for the next launch
+      // Every reader has arrived: zero for the next launch.
+      atomicExch(fp.counters + int64_t{r} * p.num_k_heads + h, 0);
       __threadfence();
     }
     sm.last = last;
@@ -258,11 +334,11 @@ __global__ void __launch_bounds__(kGdnThreads, SPECSTATE_GDN_FUSED_MIN_CTAS)
   float4 S[1][NK];
   gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[0] ? rows.v[0] : 0} * K, S[0], kl,
                                 rows.ok[0]);
+  const GdnRowInputs<Act> in = gdn_row_inputs<Act, K, kRows>(p, rt.begin, h, hv, vblock);
   // The window's conv outputs land at chunk rows hist .., after the history's (ring <= kChunk).
-  gdn_fused_conv<Act, K, kRows, kKda, W>(sm, fp, r, slot, rt, h, hv, vblock, cur.hist);
+  gdn_fused_conv<Act, K, kRows, kKda, W>(sm, fp, r, slot, rt, h, hv, vblock, cur.hist, in);
 
   const float A = p.A_log ? -expf(a_log) : 0.0f;
-  const GdnRowInputs<Act> in = gdn_row_inputs<Act, K, kRows>(p, rt.begin, h, hv, vblock);
   GdnFactorSink sink;
   if (p.write_factors && p.factors != nullptr) {
     sink.ring = p.factors + slot * p.factor_stride_slot;

@@ -133,8 +133,9 @@ struct GdnFactorSink {
 // token per thread; q and k are normalised one token per warp. Every thread of the CTA calls it;
 // it ends with __syncthreads(). kStaged (the fused conv + recurrence launch, gdn_fused.cuh): the
 // conv outputs of these tokens are already in the chunk (q and k raw, as the act dtype holds
-// them, at rows off + i; v likewise), so only the gates are read and q and k are normalised in
-// place.
+// them, at rows off + i; v likewise) and so are the raw gates (a in eg, KDA's in egk, b in beta,
+// each where this function's thread for it reads it back), so q and k are normalised and the
+// gates finished in place.
 template <typename Act, int K, int kRows, int kChunk, bool kKda, bool kStaged = false>
 __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
                                           const GdnRecurrenceParams& p, const GdnRowInputs<Act>& in,
@@ -160,7 +161,9 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
     for (int i = tid; i < n * K; i += kGdnThreads) {
       const int tt = i / K;
       const int64_t t = c0 + tt;
-      const float x = to_float<Act>(in.a[t * in.a_st + e * p.a_stride_k]) + bias;
+      const float x =
+          (kStaged ? c.egk[off + tt][e] : to_float<Act>(in.a[t * in.a_st + e * p.a_stride_k])) +
+          bias;
       const float g = p.has_lower_bound ? p.lower_bound * sigmoid(-A * x) : A * softplus(x);
       const float eg = expf(g);
       c.egk[off + tt][e] = eg;
@@ -169,15 +172,17 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
       }
     }
     for (int tt = tid; tt < n; tt += kGdnThreads) {
-      c.beta[off + tt] = sigmoid(to_float<Act>(in.b[(c0 + tt) * in.b_st]));
+      c.beta[off + tt] =
+          sigmoid(kStaged ? c.beta[off + tt] : to_float<Act>(in.b[(c0 + tt) * in.b_st]));
     }
   } else {
     // The gates, one token per thread.
     for (int tt = tid; tt < n; tt += kGdnThreads) {
       const int64_t t = c0 + tt;
-      const float eg = expf(A * softplus(to_float<Act>(in.a[t * in.a_st]) + dt_bias));
+      const float a = kStaged ? c.eg[off + tt] : to_float<Act>(in.a[t * in.a_st]);
+      const float eg = expf(A * softplus(a + dt_bias));
       c.eg[off + tt] = eg;
-      c.beta[off + tt] = sigmoid(to_float<Act>(in.b[t * in.b_st]));
+      c.beta[off + tt] = sigmoid(kStaged ? c.beta[off + tt] : to_float<Act>(in.b[t * in.b_st]));
       if (sink.ring != nullptr && sink.eg_writer) {
         reinterpret_cast<float*>(sink.record(p, c0 + tt) + p.f_eg)[hv] = eg;
       }
