@@ -148,6 +148,24 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
       }
     }
   }
+  // This CTA has read its key head's q and k conv state (the committed windows and the pending
+  // steps' records) once every read is above: its arrival. Counted before the wait where the
+  // launch is programmatic (the records were staged above; the counters are not the previous fused
+  // launch's, gdn_fused.h), else after the inputs' barrier below; either way its round trip
+  // overlaps other work and its result is read after the conv's arithmetic.
+  bool last = false;
+  const auto arrive = [&] {
+    if (threadIdx.x == 0) {
+      const int readers = p.v_per_k * ((p.head_v_dim + kRows - 1) / kRows);
+      int32_t* const counter = fp.counters + int64_t{r} * p.num_k_heads + h;
+      __threadfence();
+      last = atomicAdd(counter, 1) == readers - 1;
+    }
+  };
+  if (fp.programmatic) {
+    __syncthreads();
+    arrive();
+  }
   grid_dependency_wait();
   // The window's raw gates (gdn_stage<kStaged> finishes them from the chunk), loaded here so that
   // their latency overlaps the inputs' (the mapping of gdn_stage: GDN a token a thread, KDA a
@@ -180,15 +198,7 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
   }
   if (tid < rt.count) sm.chunk.beta[off + tid] = braw;
   __syncthreads();  // every read of this CTA's committed windows and records is above
-  // This CTA has read its key head's q and k conv state: its arrival, counted now so that the
-  // atomic's round trip overlaps the conv's arithmetic (its result is read after it).
-  bool last = false;
-  if (threadIdx.x == 0) {
-    const int readers = p.v_per_k * ((p.head_v_dim + kRows - 1) / kRows);
-    int32_t* const counter = fp.counters + int64_t{r} * p.num_k_heads + h;
-    __threadfence();
-    last = atomicAdd(counter, 1) == readers - 1;
-  }
+  if (!fp.programmatic) arrive();
   // conv_out (where asked): v by each CTA, q and k by the key head's designated CTA.
   const bool qk_out = fp.write_conv_out && vblock == 0 && hv == h * p.v_per_k;
   for (int i = threadIdx.x; i < kGroups * rt.count; i += kGdnThreads) {

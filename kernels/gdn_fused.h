@@ -10,6 +10,10 @@
 // writes its v channels itself after its reads; the q and k channels are written by the key
 // head's last CTA to finish reading (an arrival counter per (row, key head) in `counters`, which
 // that CTA sets back to 0), so no CTA reads a window or record another has already advanced.
+// A programmatic launch counts its arrivals before it waits for the kernel before it (its reads of
+// the committed windows and records are all there), so consecutive fused launches must use
+// different counters (the CUDA backend alternates two sets): the one before may still be
+// counting; the one before that has completed.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,13 +29,14 @@ namespace specstate::kernels {
 struct GdnFusedParams {
   GdnRecurrenceParams rec;      // a replay chain verify's recurrence, as for the two launches
   ConvUpdateParams conv;        // its conv (conv.out: written only where write_conv_out)
-  int32_t* counters = nullptr;  // [rows, num_k_heads] device, zero between launches
+  int32_t* counters = nullptr;  // [rows, num_k_heads] device, zero between launches; not the
+                                // previous fused launch's (see above)
   bool write_conv_out = false;  // the caller asked for conv_out
   // Launch as a programmatic dependent of the kernel before it in the stream (common.cuh): the
   // kernel reads the slot, cursor, committed state and window, history records and pending
-  // steps' records of its layer before it waits for that kernel, and x, the arrival counters and
-  // every write after. The caller sets it only where that kernel writes none of the former (the
-  // CUDA backend: another layer's kernel).
+  // steps' records of its layer and its weights, and counts its arrival, before it waits for that
+  // kernel, and x, the gates and every write of the layer's memory after. The caller sets it only
+  // where that kernel writes none of the former (the CUDA backend: another layer's kernel).
   bool programmatic = false;
 };
 

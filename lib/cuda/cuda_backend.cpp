@@ -167,12 +167,16 @@ class CudaBackend final : public BackendImpl {
             sizeof(int32_t) * (k::kConvInlineRows + 1));
       alloc(reinterpret_cast<void**>(&error_), sizeof(int32_t));
       alloc(&scratch_.conv_out, scratch_tokens_ * l.shapes.conv_dim * act_bytes);
-      // The fused delta-rule launch's arrival counters, [rows, key heads] (kernels/gdn_fused.h).
+      // The fused delta-rule launch's arrival counters, two sets of [rows, key heads] that
+      // consecutive fused launches alternate (kernels/gdn_fused.h).
       const LayerKind kind = s.config.kind;
       const int heads = kind == LayerKind::kGatedDeltaNet ? s.config.gdn.num_k_heads
                         : kind == LayerKind::kKda         ? s.config.kda_layer.num_k_heads
                                                           : 0;
-      if (heads > 0) alloc(reinterpret_cast<void**>(&fused_counters_), 4ull * l.max_rows * heads);
+      if (heads > 0) {
+        fused_counter_set_ = static_cast<std::size_t>(l.max_rows) * heads;
+        alloc(reinterpret_cast<void**>(&fused_counters_), 2 * 4 * fused_counter_set_);
+      }
       check(cudaDeviceSynchronize(), "zeroing the pool");
     } catch (...) {
       free(s);
@@ -445,6 +449,9 @@ class CudaBackend final : public BackendImpl {
     k::GdnFusedParams fused{L.rec, L.conv, fused_counters_, L.user_conv_out};
     fused.programmatic = L.conv.programmatic;
     if (k::gdn_fused_chosen(fused, L.act, L.conv_state, L.ssm_state)) {
+      // The other set than the fused launch before (which may still run while this one counts).
+      fused.counters += fused_counter_parity_ * fused_counter_set_;
+      fused_counter_parity_ ^= 1;
       check(k::launch_gdn_fused(fused, kda, stream_), what);
     } else {
       check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
@@ -623,7 +630,9 @@ class CudaBackend final : public BackendImpl {
   int32_t* parents_ = nullptr;         // [max_rows, max_window] the round's parents (begin_round)
   int32_t* steps_ = nullptr;           // [max_rows] host-path commit steps
   int32_t* error_ = nullptr;           // commit error flag
-  int32_t* fused_counters_ = nullptr;  // [max_rows, key heads] kernels/gdn_fused.h, or null
+  int32_t* fused_counters_ = nullptr;  // [2][max_rows, key heads] kernels/gdn_fused.h, or null
+  std::size_t fused_counter_set_ = 0;  // elements of one set
+  int fused_counter_parity_ = 0;       // the set the next fused launch counts in
   int32_t* offsets_ = nullptr;    // [max_rows + 1] the round's host token offsets (begin_round)
   char** layer_table_ = nullptr;  // [2L] committed conv then SSM, slot 0 of each layer
   bool committed_aligned16_ = false;
