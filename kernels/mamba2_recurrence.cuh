@@ -263,8 +263,8 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
       sink.head_writer = vb0 == 0;
       sink.b_writer = vb0 == 0 && h % (p.num_heads / p.n_groups) == 0;
     }
-    mamba2_stage<Act, N, kChunk>(sm.chunk, p, rt.begin, h, vb0, 0, rt.count, A, dt_bias, sink, hist,
-                                 hist > 0);
+    mamba2_stage<Act, N, kChunk, true>(sm.chunk, p, rt.begin, h, vb0, 0, rt.count, A, dt_bias, sink,
+                                       hist, hist > 0);
     const auto record = [&](int tt) {  // history record tt
       int pos = base + tt;
       if (pos >= p.ring) pos -= p.ring;

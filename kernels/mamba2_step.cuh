@@ -48,8 +48,12 @@ struct Mamba2FactorSink {
 };
 
 // Stages window tokens [c0, c0 + n) of the row (token i at tok0 + i) and writes their factor
-// records when `sink` says so. Ends with __syncthreads().
-template <typename Act, int N, int kChunk>
+// records when `sink` says so. Ends with __syncthreads(). kBatched: every global load of a
+// thread's first items is issued before any is used (one round trip instead of one a loop and
+// item; the several-blocks replay chain, where it was measured faster: H200, Nemotron-H rounds
+// at B = 128 0.86-0.98x); otherwise loop by loop, item by item (the per-block path: there the
+// held values spill and rounds at B = 1 and 8 were 1.03-1.10x slower, docs/cuda.md).
+template <typename Act, int N, int kChunk, bool kBatched = false>
 __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
                                              const Mamba2RecurrenceParams& p, int64_t tok0, int h,
                                              int vblock, int c0, int n, float A, float dt_bias,
@@ -67,59 +71,154 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
     if (pos >= p.ring) pos -= p.ring;
     return sink.ring + static_cast<int64_t>(pos) * p.factor_bytes;
   };
-  // dt and dA of each token first (thread tt), then B * dt and C.
-  __shared__ float dt_s[kChunk];
-  if (tid < n) {
-    const int64_t tok = tok0 + c0 + tid;
-    float dt = softplus(
-        to_float<Act>(static_cast<const Act*>(p.dt)[tok * p.dt_stride_token + h * p.dt_stride_h]) +
-        dt_bias);
-    if (p.has_dt_min) dt = fmaxf(dt, p.dt_min);
-    if (p.has_dt_max) dt = fminf(dt, p.dt_max);
-    dt_s[tid] = dt;
-    const float dA = expf(A * dt);
-    c.dA[off + tid] = dA;
-    if (sink.ring != nullptr && sink.head_writer) {
-      char* rec = record(tid);
-      reinterpret_cast<float*>(rec + p.f_dt)[h] = dt;
-      reinterpret_cast<float*>(rec + p.f_dA)[h] = dA;
-    }
-  }
-  // History records prefetched with cp.async (mamba2_prefetch_history) land before the barrier.
-  if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
-  __syncthreads();
-  for (int i = tid; i < n * N; i += kMamba2Threads) {
-    const int tt = i / N, k = i % N;
-    const Act* base = xbc + (tok0 + c0 + tt) * st;
-    const Act braw = base[(b_off + k) * sc];
-    c.B[off + tt][k] = to_float<Act>(braw) * dt_s[tt];
-    c.C[off + tt][k] = to_float<Act>(base[(c_off + k) * sc]);
-    if (sink.ring != nullptr && sink.b_writer) {
-      reinterpret_cast<Act*>(record(tt) + p.f_B)[int64_t{g} * N + k] = braw;
-    }
-  }
-  constexpr int kRows = mamba2_rows<N>();
-  for (int i = tid; i < n * kRows; i += kMamba2Threads) {
-    const int tt = i / kRows, r = i % kRows;
-    const int ch = vblock * kRows + r;
-    const int64_t tok = tok0 + c0 + tt;
-    float xv = 0.0f, zv = 1.0f;
-    if (ch < P) {
-      const Act xraw = xbc[tok * st + (int64_t{h} * P + ch) * sc];
-      xv = to_float<Act>(xraw);
-      if (sink.ring != nullptr) {
-        reinterpret_cast<Act*>(record(tt) + p.f_x)[int64_t{h} * P + ch] = xraw;
-      }
-      if (p.gate) {
-        const float zz = to_float<Act>(static_cast<const Act*>(
-            p.z)[tok * p.z_stride_token + (int64_t{h} * P + ch) * p.z_stride_c]);
-        zv = zz * sigmoid(zz);
+  if constexpr (kBatched) {
+    constexpr int kRows = mamba2_rows<N>();
+    // Every global load of a thread's first items is issued here, before any of them is used: its
+    // token's dt, its first kBC (B, C) pairs and its first (x, z) channel item; one round trip to
+    // global memory instead of one per loop and item (the loops below store what was loaded; items
+    // past those, long windows, are loaded there).
+    constexpr int kBC = 4;
+    Act braw[kBC], craw[kBC];
+#pragma unroll
+    for (int q = 0; q < kBC; ++q) {
+      const int i = tid + q * kMamba2Threads;
+      if (i < n * N) {
+        const int tt = i / N, k = i % N;
+        const Act* base = xbc + (tok0 + c0 + tt) * st;
+        braw[q] = base[(b_off + k) * sc];
+        craw[q] = base[(c_off + k) * sc];
       }
     }
-    c.x[off + tt][r] = xv;
-    c.z[off + tt][r] = zv;
+    const auto x_item = [&](int i, Act* xraw, float* zz) {
+      const int tt = i / kRows, r = i % kRows;
+      const int ch = vblock * kRows + r;
+      const int64_t tok = tok0 + c0 + tt;
+      if (ch < P) {
+        *xraw = xbc[tok * st + (int64_t{h} * P + ch) * sc];
+        if (p.gate) {
+          *zz = to_float<Act>(static_cast<const Act*>(
+              p.z)[tok * p.z_stride_token + (int64_t{h} * P + ch) * p.z_stride_c]);
+        }
+      }
+    };
+    const auto x_store = [&](int i, Act xraw, float zz) {
+      const int tt = i / kRows, r = i % kRows;
+      const int ch = vblock * kRows + r;
+      float xv = 0.0f, zv = 1.0f;
+      if (ch < P) {
+        xv = to_float<Act>(xraw);
+        if (sink.ring != nullptr) {
+          reinterpret_cast<Act*>(record(tt) + p.f_x)[int64_t{h} * P + ch] = xraw;
+        }
+        if (p.gate) zv = zz * sigmoid(zz);
+      }
+      c.x[off + tt][r] = xv;
+      c.z[off + tt][r] = zv;
+    };
+    Act xraw0{};
+    float zz0 = 0.0f;
+    if (tid < n * kRows) x_item(tid, &xraw0, &zz0);
+    // dt and dA of each token (thread tt), then B * dt and C.
+    __shared__ float dt_s[kChunk];
+    if (tid < n) {
+      const int64_t tok = tok0 + c0 + tid;
+      float dt = softplus(to_float<Act>(static_cast<const Act*>(
+                              p.dt)[tok * p.dt_stride_token + h * p.dt_stride_h]) +
+                          dt_bias);
+      if (p.has_dt_min) dt = fmaxf(dt, p.dt_min);
+      if (p.has_dt_max) dt = fminf(dt, p.dt_max);
+      dt_s[tid] = dt;
+      const float dA = expf(A * dt);
+      c.dA[off + tid] = dA;
+      if (sink.ring != nullptr && sink.head_writer) {
+        char* rec = record(tid);
+        reinterpret_cast<float*>(rec + p.f_dt)[h] = dt;
+        reinterpret_cast<float*>(rec + p.f_dA)[h] = dA;
+      }
+    }
+    // History records prefetched with cp.async (mamba2_prefetch_history) land before the barrier.
+    if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    const auto bc_store = [&](int i, Act b, Act cv) {
+      const int tt = i / N, k = i % N;
+      c.B[off + tt][k] = to_float<Act>(b) * dt_s[tt];
+      c.C[off + tt][k] = to_float<Act>(cv);
+      if (sink.ring != nullptr && sink.b_writer) {
+        reinterpret_cast<Act*>(record(tt) + p.f_B)[int64_t{g} * N + k] = b;
+      }
+    };
+#pragma unroll
+    for (int q = 0; q < kBC; ++q) {
+      const int i = tid + q * kMamba2Threads;
+      if (i < n * N) bc_store(i, braw[q], craw[q]);
+    }
+    for (int i = tid + kBC * kMamba2Threads; i < n * N; i += kMamba2Threads) {
+      const Act* base = xbc + (tok0 + c0 + i / N) * st;
+      bc_store(i, base[(b_off + i % N) * sc], base[(c_off + i % N) * sc]);
+    }
+    if (tid < n * kRows) x_store(tid, xraw0, zz0);
+    for (int i = tid + kMamba2Threads; i < n * kRows; i += kMamba2Threads) {
+      Act xraw{};
+      float zz = 0.0f;
+      x_item(i, &xraw, &zz);
+      x_store(i, xraw, zz);
+    }
+    __syncthreads();
+  } else {
+    // dt and dA of each token first (thread tt), then B * dt and C.
+    __shared__ float dt_s[kChunk];
+    if (tid < n) {
+      const int64_t tok = tok0 + c0 + tid;
+      float dt = softplus(to_float<Act>(static_cast<const Act*>(
+                              p.dt)[tok * p.dt_stride_token + h * p.dt_stride_h]) +
+                          dt_bias);
+      if (p.has_dt_min) dt = fmaxf(dt, p.dt_min);
+      if (p.has_dt_max) dt = fminf(dt, p.dt_max);
+      dt_s[tid] = dt;
+      const float dA = expf(A * dt);
+      c.dA[off + tid] = dA;
+      if (sink.ring != nullptr && sink.head_writer) {
+        char* rec = record(tid);
+        reinterpret_cast<float*>(rec + p.f_dt)[h] = dt;
+        reinterpret_cast<float*>(rec + p.f_dA)[h] = dA;
+      }
+    }
+    // History records prefetched with cp.async (mamba2_prefetch_history) land before the barrier.
+    if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    for (int i = tid; i < n * N; i += kMamba2Threads) {
+      const int tt = i / N, k = i % N;
+      const Act* base = xbc + (tok0 + c0 + tt) * st;
+      const Act braw = base[(b_off + k) * sc];
+      c.B[off + tt][k] = to_float<Act>(braw) * dt_s[tt];
+      c.C[off + tt][k] = to_float<Act>(base[(c_off + k) * sc]);
+      if (sink.ring != nullptr && sink.b_writer) {
+        reinterpret_cast<Act*>(record(tt) + p.f_B)[int64_t{g} * N + k] = braw;
+      }
+    }
+    constexpr int kRows = mamba2_rows<N>();
+    for (int i = tid; i < n * kRows; i += kMamba2Threads) {
+      const int tt = i / kRows, r = i % kRows;
+      const int ch = vblock * kRows + r;
+      const int64_t tok = tok0 + c0 + tt;
+      float xv = 0.0f, zv = 1.0f;
+      if (ch < P) {
+        const Act xraw = xbc[tok * st + (int64_t{h} * P + ch) * sc];
+        xv = to_float<Act>(xraw);
+        if (sink.ring != nullptr) {
+          reinterpret_cast<Act*>(record(tt) + p.f_x)[int64_t{h} * P + ch] = xraw;
+        }
+        if (p.gate) {
+          const float zz = to_float<Act>(static_cast<const Act*>(
+              p.z)[tok * p.z_stride_token + (int64_t{h} * P + ch) * p.z_stride_c]);
+          zv = zz * sigmoid(zz);
+        }
+      }
+      c.x[off + tt][r] = xv;
+      c.z[off + tt][r] = zv;
+    }
+    __syncthreads();
   }
-  __syncthreads();
 }
 
 // Raw history records in shared memory (replay, a chain whose history and window fit one
