@@ -71,6 +71,30 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
     if (pos >= p.ring) pos -= p.ring;
     return sink.ring + static_cast<int64_t>(pos) * p.factor_bytes;
   };
+  // dt and dA of each token (thread tt) into the chunk and the records, then the barrier after
+  // which B * dt and C are staged (sm_dt: dt of the chunk's tokens).
+  __shared__ float sm_dt[kChunk];
+  const auto stage_dt = [&] {
+    if (tid < n) {
+      const int64_t tok = tok0 + c0 + tid;
+      float dt = softplus(to_float<Act>(static_cast<const Act*>(
+                              p.dt)[tok * p.dt_stride_token + h * p.dt_stride_h]) +
+                          dt_bias);
+      if (p.has_dt_min) dt = fmaxf(dt, p.dt_min);
+      if (p.has_dt_max) dt = fminf(dt, p.dt_max);
+      sm_dt[tid] = dt;
+      const float dA = expf(A * dt);
+      c.dA[off + tid] = dA;
+      if (sink.ring != nullptr && sink.head_writer) {
+        char* rec = record(tid);
+        reinterpret_cast<float*>(rec + p.f_dt)[h] = dt;
+        reinterpret_cast<float*>(rec + p.f_dA)[h] = dA;
+      }
+    }
+    // History records prefetched with cp.async (mamba2_prefetch_history) land before the barrier.
+    if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+  };
   if constexpr (kBatched) {
     constexpr int kRows = mamba2_rows<N>();
     // Every global load of a thread's first items is issued here, before any of them is used: its
@@ -118,30 +142,10 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
     Act xraw0{};
     float zz0 = 0.0f;
     if (tid < n * kRows) x_item(tid, &xraw0, &zz0);
-    // dt and dA of each token (thread tt), then B * dt and C.
-    __shared__ float dt_s[kChunk];
-    if (tid < n) {
-      const int64_t tok = tok0 + c0 + tid;
-      float dt = softplus(to_float<Act>(static_cast<const Act*>(
-                              p.dt)[tok * p.dt_stride_token + h * p.dt_stride_h]) +
-                          dt_bias);
-      if (p.has_dt_min) dt = fmaxf(dt, p.dt_min);
-      if (p.has_dt_max) dt = fminf(dt, p.dt_max);
-      dt_s[tid] = dt;
-      const float dA = expf(A * dt);
-      c.dA[off + tid] = dA;
-      if (sink.ring != nullptr && sink.head_writer) {
-        char* rec = record(tid);
-        reinterpret_cast<float*>(rec + p.f_dt)[h] = dt;
-        reinterpret_cast<float*>(rec + p.f_dA)[h] = dA;
-      }
-    }
-    // History records prefetched with cp.async (mamba2_prefetch_history) land before the barrier.
-    if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
+    stage_dt();
     const auto bc_store = [&](int i, Act b, Act cv) {
       const int tt = i / N, k = i % N;
-      c.B[off + tt][k] = to_float<Act>(b) * dt_s[tt];
+      c.B[off + tt][k] = to_float<Act>(b) * sm_dt[tt];
       c.C[off + tt][k] = to_float<Act>(cv);
       if (sink.ring != nullptr && sink.b_writer) {
         reinterpret_cast<Act*>(record(tt) + p.f_B)[int64_t{g} * N + k] = b;
@@ -165,32 +169,12 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
     }
     __syncthreads();
   } else {
-    // dt and dA of each token first (thread tt), then B * dt and C.
-    __shared__ float dt_s[kChunk];
-    if (tid < n) {
-      const int64_t tok = tok0 + c0 + tid;
-      float dt = softplus(to_float<Act>(static_cast<const Act*>(
-                              p.dt)[tok * p.dt_stride_token + h * p.dt_stride_h]) +
-                          dt_bias);
-      if (p.has_dt_min) dt = fmaxf(dt, p.dt_min);
-      if (p.has_dt_max) dt = fminf(dt, p.dt_max);
-      dt_s[tid] = dt;
-      const float dA = expf(A * dt);
-      c.dA[off + tid] = dA;
-      if (sink.ring != nullptr && sink.head_writer) {
-        char* rec = record(tid);
-        reinterpret_cast<float*>(rec + p.f_dt)[h] = dt;
-        reinterpret_cast<float*>(rec + p.f_dA)[h] = dA;
-      }
-    }
-    // History records prefetched with cp.async (mamba2_prefetch_history) land before the barrier.
-    if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
+    stage_dt();
     for (int i = tid; i < n * N; i += kMamba2Threads) {
       const int tt = i / N, k = i % N;
       const Act* base = xbc + (tok0 + c0 + tt) * st;
       const Act braw = base[(b_off + k) * sc];
-      c.B[off + tt][k] = to_float<Act>(braw) * dt_s[tt];
+      c.B[off + tt][k] = to_float<Act>(braw) * sm_dt[tt];
       c.C[off + tt][k] = to_float<Act>(base[(c_off + k) * sc]);
       if (sink.ring != nullptr && sink.b_writer) {
         reinterpret_cast<Act*>(record(tt) + p.f_B)[int64_t{g} * N + k] = braw;
