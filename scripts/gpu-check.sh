@@ -9,6 +9,7 @@
 #   STAGES="build tests ab" scripts/gpu-check.sh   # against .ab-base (scripts/ab-base.sh REV)
 #   STAGES="build tests layout" scripts/gpu-check.sh   # the rounds under each state layout
 #   STAGES="build overlap" scripts/gpu-check.sh   # layers overlapping off / rule / any rows
+#   STAGES="kdaab" KDA_AB_ARGS="--B 1,8" scripts/gpu-check.sh   # KDA rounds against .ab-base
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -280,6 +281,42 @@ if has kdabench; then
     [ $rc -ne 0 ] && { tail -20 "$OUT/kda_bench.log"; status=1; }
   else
     tail -20 "$OUT/kda_py_build.log"; echo "kda bench: the Python package did not build"; status=1
+  fi
+fi
+if has kdaab; then
+  # KDA rounds A/B/A (tools/kda_bench.py has no second build in one process): the base tree's
+  # Python extension (.ab-base, scripts/ab-base.sh REV; carry it and .whl) and this tree's, each
+  # built with CMake, the bench run with the base, this tree, the base again (the spread), fla
+  # from ./.whl; scripts/kda_compare.py prints replay and snapshot B / A per shape.
+  echo "== KDA A/B against $(cat "$root/.ab-base/.ab-revision" 2>/dev/null || echo "?") [t=${SECONDS}s]"
+  fla_path=""
+  if ! python3 -c "import fla" 2>/dev/null; then
+    fla_path="$(mktemp -d)"
+    python3 -m pip install -q --no-deps --target "$fla_path" .whl/fla_core-*.whl .whl/einops-*.whl \
+      >"$OUT/fla_install.log" 2>&1 || { tail -5 "$OUT/fla_install.log"; status=1; }
+  fi
+  kda_ok=1
+  for side in base tree; do
+    src="$root"; [ "$side" = base ] && src="$root/.ab-base"
+    if ! { cmake -S "$src" -B "$BUILD-py-$side" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+             -DSPECSTATE_PYTHON=ON -DSPECSTATE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+             -DSPECSTATE_BUILD_TESTS=OFF -DSPECSTATE_BUILD_BENCH=OFF -DSPECSTATE_BUILD_EXAMPLES=OFF \
+             -DSPECSTATE_INSTALL=OFF "${cmake_extra[@]}" >"$OUT/kdaab_$side.log" 2>&1 &&
+           cmake --build "$BUILD-py-$side" -j "$JOBS" --target _specstate \
+             >>"$OUT/kdaab_$side.log" 2>&1; }; then
+      tail -20 "$OUT/kdaab_$side.log"; echo "kdaab: the $side extension did not build"
+      kda_ok=0; status=1
+    fi
+  done
+  if [ $kda_ok = 1 ]; then
+    for run in base:a1 tree:b base:a2; do
+      side="${run%%:*}"; tag="${run##*:}"
+      PYTHONPATH="$BUILD-py-$side/python${fla_path:+:$fla_path}" timeout 300 python3 tools/kda_bench.py \
+        ${KDA_AB_ARGS:-} --json "$OUT/kdaab-$tag.json" >"$OUT/kdaab-$tag.log" 2>&1 ||
+        { tail -10 "$OUT/kdaab-$tag.log"; status=1; }
+    done
+    python3 scripts/kda_compare.py "$OUT/kdaab-a1.json" "$OUT/kdaab-b.json" "$OUT/kdaab-a2.json" ||
+      status=1
   fi
 fi
 exit $status
