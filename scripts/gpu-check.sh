@@ -173,7 +173,7 @@ if has overlap; then
   # Layers overlapping (programmatic dependent launch between layers, docs/cuda.md "Layers
   # overlap"): the rounds with SPECSTATE_LAYER_OVERLAP off, by the backend's rule and at any row
   # count, the first again at the end (the run-to-run spread). OVERLAP_GDN_FILTER /
-  # OVERLAP_M2_FILTER pick the shapes; the row limits in kernels::layer_edge_allowed come from it.
+  # OVERLAP_M2_FILTER pick the shapes; kernels::layer_overlap_rows_ok's rule comes from it.
   echo "== layers overlap (SPECSTATE_LAYER_OVERLAP) [t=${SECONDS}s]"
   scripts/bench-sweep.sh "$bench_bin" SPECSTATE_LAYER_OVERLAP "0 1 2" \
     "${OVERLAP_GDN_FILTER:-BM_Rounds4Replay/T:(2|4|8)/B:(1|8|16|32|64|128)/}" "$OUT/overlap_gdn" ||
@@ -261,17 +261,23 @@ if has tp; then
     done
   fi
 fi
-if has kdabench; then
-  # KDA against fla (tools/kda_bench.py, issue 18.4): the Python package with the CUDA backend
-  # (python/gpu_check.sh PY_STAGES=build) and fla-core (+ einops) from the wheels in ./.whl, or
-  # already importable; both strategies and fla's verify path timed in one process.
-  echo "== KDA rounds against fla [t=${SECONDS}s]"
+# fla-core (+ einops) for tools/kda_bench.py: importable already, or installed from the wheels in
+# ./.whl into a temporary folder (fla_path, to prepend to PYTHONPATH; empty when importable).
+fla_on_path() {
   fla_path=""
   if ! python3 -c "import fla" 2>/dev/null; then
     fla_path="$(mktemp -d)"
     python3 -m pip install -q --no-deps --target "$fla_path" .whl/fla_core-*.whl .whl/einops-*.whl \
       >"$OUT/fla_install.log" 2>&1 || { tail -5 "$OUT/fla_install.log"; status=1; }
   fi
+}
+
+if has kdabench; then
+  # KDA against fla (tools/kda_bench.py, issue 18.4): the Python package with the CUDA backend
+  # (python/gpu_check.sh PY_STAGES=build) and fla-core (+ einops) from the wheels in ./.whl, or
+  # already importable; both strategies and fla's verify path timed in one process.
+  echo "== KDA rounds against fla [t=${SECONDS}s]"
+  fla_on_path
   if PY_STAGES=build OUT="$OUT/py" python/gpu_check.sh >"$OUT/kda_py_build.log" 2>&1; then
     PYTHONPATH="$fla_path${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 tools/kda_bench.py ${KDA_BENCH_ARGS:-} \
       --json "$OUT/kda_bench.json" >"$OUT/kda_bench.log" 2>&1
@@ -289,12 +295,7 @@ if has kdaab; then
   # built with CMake, the bench run with the base, this tree, the base again (the spread), fla
   # from ./.whl; scripts/kda_compare.py prints replay and snapshot B / A per shape.
   echo "== KDA A/B against $(cat "$root/.ab-base/.ab-revision" 2>/dev/null || echo "?") [t=${SECONDS}s]"
-  fla_path=""
-  if ! python3 -c "import fla" 2>/dev/null; then
-    fla_path="$(mktemp -d)"
-    python3 -m pip install -q --no-deps --target "$fla_path" .whl/fla_core-*.whl .whl/einops-*.whl \
-      >"$OUT/fla_install.log" 2>&1 || { tail -5 "$OUT/fla_install.log"; status=1; }
-  fi
+  fla_on_path
   kda_ok=1
   for side in base tree; do
     src="$root"; [ "$side" = base ] && src="$root/.ab-base"
