@@ -13,6 +13,53 @@ namespace specstate::kernels {
 
 inline constexpr int kConvChannels = 8;  // channels per thread (16-byte bf16 vectors)
 inline constexpr int kConvThreads = 64;
+// Window tokens of a chain whose inputs the narrow token loop loads together
+// (conv_update_kernel).
+inline constexpr int kConvBatch = 4;
+
+// C channels of one token's row held as the bits they were loaded with (C * sizeof(Act) bytes,
+// half the registers of floats for bf16) until each is read as a float: a batch of loads in
+// flight without the registers of their conversions.
+template <typename Act, int C>
+struct ActBits {
+  static_assert((C * sizeof(Act)) % 4 == 0, "whole 32-bit words");
+  static constexpr int kWords = static_cast<int>(C * sizeof(Act) / 4);
+  static constexpr int kPer = static_cast<int>(4 / sizeof(Act));  // elements a word
+  uint32_t w[kWords];
+  // As load_row: 16- or 8-byte vectors where the layout allows, else element by element (zeros
+  // past nc).
+  __device__ __forceinline__ void load(const Act* ptr, int64_t stride_c, bool full, int nc) {
+    constexpr int kBytes = kVecBytes<Act, C>;
+    if constexpr (kBytes != 0) {
+      if (full && stride_c == 1 && aligned_vec<Act, C>(ptr)) {
+        using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
+        constexpr int kVecWords = kBytes / 4;
+#pragma unroll
+        for (int i = 0; i < kWords / kVecWords; ++i) {
+          const Vec v = reinterpret_cast<const Vec*>(ptr)[i];
+          const uint32_t* e = reinterpret_cast<const uint32_t*>(&v);
+#pragma unroll
+          for (int j = 0; j < kVecWords; ++j) w[i * kVecWords + j] = e[j];
+        }
+        return;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = 0u;
+#pragma unroll
+    for (int k = 0; k < C; ++k) {
+      if (k < nc) w[k / kPer] |= act_bits(ptr[k * stride_c]) << (32 / kPer * (k % kPer));
+    }
+  }
+  __device__ __forceinline__ float get(int k) const {
+    const uint32_t word = w[k / kPer];
+    if constexpr (kPer == 1) {
+      return float_from_act_bits<Act>(word);
+    } else {
+      return float_from_act_bits<Act>((word >> (16 * (k % kPer))) & 0xffffu);
+    }
+  }
+};
 
 // N channels of one token's row (channel stride `stride_c`; a partial group, nc < N, reads
 // zeros past nc and writes nothing there), as 16-byte vectors where the layout allows.
@@ -173,7 +220,10 @@ __device__ __forceinline__ void prefetch_window_inputs(const ConvUpdateParams& p
 // default order's code is what it was.
 // C: channels per thread (kConvChannels; 4 for token loops of many rows, conv_narrow_choice: half
 // the registers, twice the threads in flight, measured in docs/cuda.md).
-template <typename Act, typename St, int W, bool kRecords, bool kLast, int C = kConvChannels>
+// kChain: the token loop of chains (no parents) with its inputs loaded in batches (the narrow
+// kernel's instantiation for chains; trees walk their ancestors).
+template <typename Act, typename St, int W, bool kRecords, bool kLast, int C = kConvChannels,
+          bool kChain = false>
 __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
     conv_update_kernel(const __grid_constant__ ConvUpdateParams p, bool token_loop) {
   constexpr int H = W - 1;
@@ -250,7 +300,10 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
   // slots: a kernel before this one in the stream writes none of them (the backend asks for the
   // programmatic edge only then). The inputs, conv_out and every write come after the wait.
   grid_dependency_wait();
-  if (kRecords && token_loop && p.programmatic) prefetch_window_inputs<Act>(p, row, c0);
+  // (kChain loads its inputs in batches right away, below: no prefetch.)
+  if (kRecords && token_loop && p.programmatic && !kChain) {
+    prefetch_window_inputs<Act>(p, row, c0);
+  }
   if (kRecords && p.pending != nullptr) {
     const int n = p.pending[slot];
     if (n > 0 &&
@@ -268,60 +321,112 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
   const int t_end = token_loop ? rt.count : min(static_cast<int>(blockIdx.z) + 1, rt.count);
   const int64_t row_token0 = rt.begin;                  // inputs and outputs
   const int64_t row_parent0 = int64_t{row} * p.tokens;  // parents: [rows, tokens]
-  for (int t = t_begin; t < t_end; ++t) {
-    // Window of token t: walk its ancestor path back from t, then the committed window.
-    float win[W][C];
-    int node = t;
-    int depth = 0;
+  if constexpr (kChain) {
+    // A chain (token_loop, no parents): token t's window is the committed window
+    // shifted by tokens 0 .. t-1, so each input is loaded once, kConvBatch tokens' loads
+    // issued together before any of their stores (one round trip a batch instead of one a
+    // token; held as their bits until used), and the window slides in registers. The values
+    // are the tree walk's below: an earlier input rounded to St, the token's own exact.
+    for (int t0 = 0; t0 < rt.count; t0 += kConvBatch) {
+      ActBits<Act, C> xb[kConvBatch];
 #pragma unroll
-    for (int j = W - 1; j >= 0; --j) {
-      if (node >= 0) {
-        load_row<Act, C>(x + (row_token0 + node) * p.x_stride_token + c0 * p.x_stride_c,
-                         p.x_stride_c, full, nc, win[j]);
-        if (j < W - 1) {
-          // An earlier input of the window: the oracle keeps it in the conv state dtype, so it
-          // is seen rounded to St (a no-op when St is the activation dtype or wider).
-#pragma unroll
-          for (int i = 0; i < C; ++i) win[j][i] = round_to<St>(win[j][i]);
+      for (int i = 0; i < kConvBatch; ++i) {
+        if (t0 + i < rt.count) {
+          xb[i].load(x + (row_token0 + t0 + i) * p.x_stride_token + c0 * p.x_stride_c, p.x_stride_c,
+                     full, nc);
         }
-        node = p.parents ? p.parents[row_parent0 + node] : node - 1;
-        ++depth;
-      } else {
-        // Path exhausted after `depth` inputs: win[j] = s[j + depth - 1] (selected by an
-        // unrolled compare so that s stays in registers).
-        const int src = j + depth - 1;
+      }
 #pragma unroll
-        for (int k = 0; k < H; ++k) {
-          if (k == src) {
+      for (int i = 0; i < kConvBatch; ++i) {
+        const int t = t0 + i;
+        if (t >= rt.count) break;
+        float win[W][C];
 #pragma unroll
-            for (int i = 0; i < C; ++i) win[j][i] = s[i * H + k];
+        for (int c = 0; c < C; ++c) {
+#pragma unroll
+          for (int j = 0; j < H; ++j) win[j][c] = s[c * H + j];
+          win[W - 1][c] = xb[i].get(c);
+        }
+        if (kRecords && rec != nullptr && p.write_records) {
+          store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
+        }
+        float y[C];
+        conv_window_output<W, C>(w, bias, win, y);
+        store_row<Act, C>(
+            static_cast<Act*>(p.out) + (row_token0 + t) * p.out_stride_token + c0 * p.out_stride_c,
+            p.out_stride_c, full, nc, y);
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+#pragma unroll
+          for (int j = 0; j + 1 < H; ++j) s[c * H + j] = s[c * H + j + 1];
+          s[c * H + H - 1] = round_to<St>(win[W - 1][c]);
+        }
+        St* dst = nullptr;
+        if (p.snap != nullptr) {
+          dst = static_cast<St*>(p.snap) + row * p.snap_stride_row + t * p.snap_stride_t +
+                conv_group_offset<H>(c0, last);
+        } else if (p.store_final && t == rt.count - 1) {
+          dst = st;  // every read of the committed window happened above (registers)
+        }
+        if (dst) store_window<St, C, H>(dst, last, p.conv_dim, full, nc, s);
+      }
+    }
+  } else {
+    for (int t = t_begin; t < t_end; ++t) {
+      // Window of token t: walk its ancestor path back from t, then the committed window.
+      float win[W][C];
+      int node = t;
+      int depth = 0;
+#pragma unroll
+      for (int j = W - 1; j >= 0; --j) {
+        if (node >= 0) {
+          load_row<Act, C>(x + (row_token0 + node) * p.x_stride_token + c0 * p.x_stride_c,
+                           p.x_stride_c, full, nc, win[j]);
+          if (j < W - 1) {
+            // An earlier input of the window: the oracle keeps it in the conv state dtype, so it
+            // is seen rounded to St (a no-op when St is the activation dtype or wider).
+#pragma unroll
+            for (int i = 0; i < C; ++i) win[j][i] = round_to<St>(win[j][i]);
+          }
+          node = p.parents ? p.parents[row_parent0 + node] : node - 1;
+          ++depth;
+        } else {
+          // Path exhausted after `depth` inputs: win[j] = s[j + depth - 1] (selected by an
+          // unrolled compare so that s stays in registers).
+          const int src = j + depth - 1;
+#pragma unroll
+          for (int k = 0; k < H; ++k) {
+            if (k == src) {
+#pragma unroll
+              for (int i = 0; i < C; ++i) win[j][i] = s[i * H + k];
+            }
           }
         }
       }
-    }
-    if (kRecords && rec != nullptr && p.write_records) {
-      // The token's own input (exact in the act dtype) is its record.
-      store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
-    }
-    float y[C];
-    conv_window_output<W, C>(w, bias, win, y);
-    store_row<Act, C>(
-        static_cast<Act*>(p.out) + (row_token0 + t) * p.out_stride_token + c0 * p.out_stride_c,
-        p.out_stride_c, full, nc, y);
-    float next[C * H];
+      if (kRecords && rec != nullptr && p.write_records) {
+        // The token's own input (exact in the act dtype) is its record.
+        store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
+      }
+      float y[C];
+      conv_window_output<W, C>(w, bias, win, y);
+      store_row<Act, C>(
+          static_cast<Act*>(p.out) + (row_token0 + t) * p.out_stride_token + c0 * p.out_stride_c,
+          p.out_stride_c, full, nc, y);
+      float next[C * H];
 #pragma unroll
-    for (int i = 0; i < C; ++i) {
+      for (int i = 0; i < C; ++i) {
 #pragma unroll
-      for (int j = 0; j < H; ++j) next[i * H + j] = win[j + 1][i];
+        for (int j = 0; j < H; ++j) next[i * H + j] = win[j + 1][i];
+      }
+      St* dst = nullptr;
+      if (p.snap != nullptr) {
+        dst = static_cast<St*>(p.snap) + row * p.snap_stride_row + t * p.snap_stride_t +
+              conv_group_offset<H>(c0, last);
+      } else if (p.store_final && t == rt.count - 1) {
+        dst = st;  // every read of the committed window happened above (registers)
+      }
+      if (dst) store_window<St, C, H>(dst, last, p.conv_dim, full, nc, next);
     }
-    St* dst = nullptr;
-    if (p.snap != nullptr) {
-      dst = static_cast<St*>(p.snap) + row * p.snap_stride_row + t * p.snap_stride_t +
-            conv_group_offset<H>(c0, last);
-    } else if (p.store_final && t == rt.count - 1) {
-      dst = st;  // every read of the committed window happened above (registers)
-    }
-    if (dst) store_window<St, C, H>(dst, last, p.conv_dim, full, nc, next);
   }
 }
 
@@ -537,28 +642,35 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
     const dim3 grid_c((g + kConvThreads - 1) / kConvThreads, p.rows, loop ? 1 : p.tokens);
     return launch_kernel(p.programmatic, kernel, grid_c, dim3(kConvThreads), stream, p, loop);
   };
-  // Width x records (replay or not) x channels a thread.
-  const auto dispatch = [&](auto channels) {
+  // Width x records (replay or not) x channels a thread (x chain: the narrow kernel's token
+  // loop over chains loads a batch of inputs at once, kChain).
+  const auto dispatch = [&](auto channels, auto chain) {
     constexpr int C = decltype(channels)::value;
+    constexpr bool kChain = decltype(chain)::value;
     switch (p.width * 2 + (records ? 1 : 0)) {
       case 4:
-        return run(conv_update_kernel<Act, St, 2, false, kLast, C>, C);
+        return run(conv_update_kernel<Act, St, 2, false, kLast, C, kChain>, C);
       case 5:
-        return run(conv_update_kernel<Act, St, 2, true, kLast, C>, C);
+        return run(conv_update_kernel<Act, St, 2, true, kLast, C, kChain>, C);
       case 6:
-        return run(conv_update_kernel<Act, St, 3, false, kLast, C>, C);
+        return run(conv_update_kernel<Act, St, 3, false, kLast, C, kChain>, C);
       case 7:
-        return run(conv_update_kernel<Act, St, 3, true, kLast, C>, C);
+        return run(conv_update_kernel<Act, St, 3, true, kLast, C, kChain>, C);
       case 8:
-        return run(conv_update_kernel<Act, St, 4, false, kLast, C>, C);
+        return run(conv_update_kernel<Act, St, 4, false, kLast, C, kChain>, C);
       case 9:
-        return run(conv_update_kernel<Act, St, 4, true, kLast, C>, C);
+        return run(conv_update_kernel<Act, St, 4, true, kLast, C, kChain>, C);
       default:
         return cudaErrorInvalidValue;
     }
   };
-  return narrow ? dispatch(std::integral_constant<int, 4>{})
-                : dispatch(std::integral_constant<int, kConvChannels>{});
+  if (!narrow) {
+    return dispatch(std::integral_constant<int, kConvChannels>{}, std::false_type{});
+  }
+  // SPECSTATE_CONV_BATCH=0 keeps the narrow chain on the token-by-token walk (A/B and tests).
+  return p.parents == nullptr && env_force("SPECSTATE_CONV_BATCH") != 0
+             ? dispatch(std::integral_constant<int, 4>{}, std::true_type{})
+             : dispatch(std::integral_constant<int, 4>{}, std::false_type{});
 }
 
 template <typename Act, typename St>

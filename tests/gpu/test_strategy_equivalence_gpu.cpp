@@ -282,6 +282,68 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(0, 1)),
     EnvCaseName{"_narrow"});
 
+// The narrow token loop over chains loads a batch of kConvBatch (4) window inputs at once and
+// slides the window in registers (conv_update_kernel's kChain); SPECSTATE_CONV_BATCH=0 keeps the
+// token-by-token ancestor walk. With the narrow kernel forced on every token-loop launch
+// (replay's verifies and materializes, decode, prefill), replay equals snapshot bit for bit both
+// ways: windows of up to 8 tokens (two batches, the second partial), every kind, both element
+// orders, f32 activations; the tree cases check that trees keep the walk.
+class ConvBatchGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(ConvBatchGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, batch] = GetParam();
+  const ScopedEnv narrow("SPECSTATE_CONV_NARROW", "1");
+  run_under_env("SPECSTATE_CONV_BATCH", c, batch, 0xBA7C + c.rounds * 19 + batch);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ConvBatchGpu,
+    ::testing::Combine(
+        ::testing::Values(EquivalenceCase{"k32_chain", "gpu_k32", false, 6, 6, 16},
+                          EquivalenceCase{"k128_chain", "gpu_k128", false, 8, 3, 12},
+                          EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 5, 4, 12, 10},
+                          EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 3, 12},
+                          EquivalenceCase{"k32_tree", "gpu_k32", true, 6, 5, 12},
+                          EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 7, 4, 12},
+                          EquivalenceCase{"mamba2_f32_chain", "m2_gpu_f32", false, 8, 3, 12},
+                          EquivalenceCase{"kda_lb_f32_chain", "kda_gpu_lb_f32", false, 6, 4, 12},
+                          EquivalenceCase{"vllm_mamba2_bf16_chain", "m2_gpu_bf16", false, 6, 5, 12,
+                                          0, kReplayVllm | kSnapshotVllm}),
+        ::testing::Values(0, 1)),
+    EnvCaseName{"_batch"});
+
+// Variable windows through the batched chain (rows of 0 .. T tokens, packed; rows of length 0
+// beside rows with pending steps): packed rows equal the uniform window with filler.
+class ConvBatchVarlenGpu : public ::testing::TestWithParam<VarlenCase> {};
+
+TEST_P(ConvBatchVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
+  SPECSTATE_REQUIRE_GPU();
+  const VarlenCase& c = GetParam();
+  const ScopedEnv narrow("SPECSTATE_CONV_NARROW", "1");
+  const ScopedEnv batch("SPECSTATE_CONV_BATCH", "1");
+  CudaStream stream(cudaStreamNonBlocking);
+  ASSERT_NE(stream.get(), nullptr);
+  {
+    DeviceMemory mem(stream.get());
+    EquivalenceCase e = c.base;
+    e.rounds = std::min(e.rounds, 10);
+    run_variable_windows(e, c.how, mem, 0xBA7D + e.rounds + e.tree);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, ConvBatchVarlenGpu,
+                         ::testing::ValuesIn(varlen_cases(
+                             {EquivalenceCase{"k32_chain", "gpu_k32", false, 7, 6, 16},
+                              EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 6, 4, 12}},
+                             {false, true})),
+                         [](const ::testing::TestParamInfo<VarlenCase>& info) {
+                           const VarlenCase& c = info.param;
+                           return std::string(c.base.name) +
+                                  (c.how.strategy == Strategy::kReplay ? "_replay" : "_snapshot") +
+                                  (c.how.device_cu_seqlens ? "_device_cu" : "_host_lengths");
+                         });
+
 // The small-batch replay conv under variable windows (packed rows, rows of length 0 beside rows
 // with pending steps: the committed window advanced with no window token), host lengths and
 // device cu_seqlens, forced on: packed rows equal the uniform window with filler bit for bit.
