@@ -17,50 +17,6 @@ inline constexpr int kConvThreads = 64;
 // (conv_update_kernel).
 inline constexpr int kConvBatch = 4;
 
-// C channels of one token's row held as the bits they were loaded with (C * sizeof(Act) bytes,
-// half the registers of floats for bf16) until each is read as a float: a batch of loads in
-// flight without the registers of their conversions.
-template <typename Act, int C>
-struct ActBits {
-  static_assert((C * sizeof(Act)) % 4 == 0, "whole 32-bit words");
-  static constexpr int kWords = static_cast<int>(C * sizeof(Act) / 4);
-  static constexpr int kPer = static_cast<int>(4 / sizeof(Act));  // elements a word
-  uint32_t w[kWords];
-  // As load_row: 16- or 8-byte vectors where the layout allows, else element by element (zeros
-  // past nc).
-  __device__ __forceinline__ void load(const Act* ptr, int64_t stride_c, bool full, int nc) {
-    constexpr int kBytes = kVecBytes<Act, C>;
-    if constexpr (kBytes != 0) {
-      if (full && stride_c == 1 && aligned_vec<Act, C>(ptr)) {
-        using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
-        constexpr int kVecWords = kBytes / 4;
-#pragma unroll
-        for (int i = 0; i < kWords / kVecWords; ++i) {
-          const Vec v = reinterpret_cast<const Vec*>(ptr)[i];
-          const uint32_t* e = reinterpret_cast<const uint32_t*>(&v);
-#pragma unroll
-          for (int j = 0; j < kVecWords; ++j) w[i * kVecWords + j] = e[j];
-        }
-        return;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = 0u;
-#pragma unroll
-    for (int k = 0; k < C; ++k) {
-      if (k < nc) w[k / kPer] |= act_bits(ptr[k * stride_c]) << (32 / kPer * (k % kPer));
-    }
-  }
-  __device__ __forceinline__ float get(int k) const {
-    const uint32_t word = w[k / kPer];
-    if constexpr (kPer == 1) {
-      return float_from_act_bits<Act>(word);
-    } else {
-      return float_from_act_bits<Act>((word >> (16 * (k % kPer))) & 0xffffu);
-    }
-  }
-};
-
 // N channels of one token's row (channel stride `stride_c`; a partial group, nc < N, reads
 // zeros past nc and writes nothing there), as 16-byte vectors where the layout allows.
 template <typename Act, int N>

@@ -52,8 +52,10 @@ struct Mamba2FactorSink {
 // thread's first items is issued before any is used (one round trip instead of one a loop and
 // item; the several-blocks replay chain, where it was measured faster: H200, Nemotron-H rounds
 // at B = 128 0.86-0.98x); otherwise loop by loop, item by item (the per-block path: there the
-// held values spill and rounds at B = 1 and 8 were 1.03-1.10x slower, docs/cuda.md).
-template <typename Act, int N, int kChunk, bool kBatched = false>
+// held values spill and rounds at B = 1 and 8 were 1.03-1.10x slower, docs/cuda.md), B and C as
+// 8-element vectors where kVecBC (the per-block kernels; not compiled into the several-blocks
+// kernel, whose spills it raised).
+template <typename Act, int N, int kChunk, bool kBatched = false, bool kVecBC = false>
 __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
                                              const Mamba2RecurrenceParams& p, int64_t tok0, int h,
                                              int vblock, int c0, int n, float A, float dt_bias,
@@ -170,6 +172,67 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
     __syncthreads();
   } else {
     stage_dt();
+    constexpr int kRows = mamba2_rows<N>();
+    // B and C as 8-element vectors (ActBits) where the layout allows, each thread's B / C part
+    // and (x, z) item loaded before any of their stores: a thread's stores (the B record, to
+    // global memory) would otherwise keep its next load behind them, one round trip per item
+    // (four at T = 4, N = 128). The same values as the element loop below, the same record bits.
+    // Only from N = 128 (the states measured, Nemotron-H): at smaller N the held vector spilled
+    // (ptxas: 0 -> 40-48 bytes) and a thread's items are fewer.
+    constexpr int kParts = N / 8;
+    const bool bc_vec = N % 8 == 0 && sc == 1 && aligned16(xbc) &&
+                        (st * static_cast<int64_t>(sizeof(Act))) % 16 == 0 &&
+                        (b_off * static_cast<int64_t>(sizeof(Act))) % 16 == 0 &&
+                        (c_off * static_cast<int64_t>(sizeof(Act))) % 16 == 0;
+    if constexpr (kVecBC && N >= 128) {
+      if (bc_vec) {
+        const int bc_items = 2 * n * kParts, x_items = n * kRows;
+        for (int i = tid; i < bc_items || i < x_items; i += kMamba2Threads) {
+          ActBits<Act, 8> bc;
+          const bool is_c = i >= n * kParts;
+          const int j = is_c ? i - n * kParts : i;
+          const int bt = j / kParts, k = (j % kParts) * 8;
+          if (i < bc_items)
+            bc.load(xbc + (tok0 + c0 + bt) * st + (is_c ? c_off : b_off) + k, 1, true, 8);
+          const int xt = i / kRows, r = i % kRows;
+          const int ch = vblock * kRows + r;
+          const int64_t xtok = tok0 + c0 + xt;
+          const bool x_ok = i < x_items && ch < P;
+          Act xraw{};
+          float zz = 0.0f;
+          if (x_ok) {
+            xraw = xbc[xtok * st + int64_t{h} * P + ch];
+            if (p.gate) {
+              zz = to_float<Act>(static_cast<const Act*>(
+                  p.z)[xtok * p.z_stride_token + (int64_t{h} * P + ch) * p.z_stride_c]);
+            }
+          }
+          if (i < bc_items) {
+            float* const dst = is_c ? &c.C[off + bt][k] : &c.B[off + bt][k];
+            const float dt = is_c ? 1.0f : sm_dt[bt];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) dst[e] = is_c ? bc.get(e) : bc.get(e) * dt;
+            if (!is_c && sink.ring != nullptr && sink.b_writer) {
+              bc.store(reinterpret_cast<Act*>(record(bt) + p.f_B) + int64_t{g} * N + k);
+            }
+          }
+          if (i < x_items) {
+            float xv = 0.0f, zv = 1.0f;
+            if (x_ok) {
+              xv = to_float<Act>(xraw);
+              if (sink.ring != nullptr) {
+                reinterpret_cast<Act*>(record(xt) + p.f_x)[int64_t{h} * P + ch] = xraw;
+              }
+              if (p.gate) zv = zz * sigmoid(zz);
+            }
+            c.x[off + xt][r] = xv;
+            c.z[off + xt][r] = zv;
+          }
+        }
+        __syncthreads();
+        return;
+      }
+    }
     for (int i = tid; i < n * N; i += kMamba2Threads) {
       const int tt = i / N, k = i % N;
       const Act* base = xbc + (tok0 + c0 + tt) * st;
@@ -180,7 +243,6 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
         reinterpret_cast<Act*>(record(tt) + p.f_B)[int64_t{g} * N + k] = braw;
       }
     }
-    constexpr int kRows = mamba2_rows<N>();
     for (int i = tid; i < n * kRows; i += kMamba2Threads) {
       const int tt = i / kRows, r = i % kRows;
       const int ch = vblock * kRows + r;

@@ -28,7 +28,7 @@ if [ ! -x "$BUILD/tests/bench/specstate_gpu_bench" ] || [ "${REBUILD:-1}" = 1 ];
       >>"$OUT/$TAG-build.log" 2>&1 || { tail -30 "$OUT/$TAG-build.log"; exit 1; }
 fi
 bench="$BUILD/tests/bench/specstate_gpu_bench"
-[[ "$FILTER" == *Mamba2* || "$KERNEL" == *mamba2* ]] && bench="$BUILD/tests/bench/specstate_mamba2_bench"
+[[ "$FILTER" == *Mamba2* || "$FILTER" == BM_M2* || "$KERNEL" == *mamba2* ]] && bench="$BUILD/tests/bench/specstate_mamba2_bench"
 ncu --kernel-name "regex:$KERNEL" --launch-skip "$SKIP" --launch-count 1 --set full \
   --import-source yes -f -o "$OUT/$TAG" "$bench" --benchmark_filter="$FILTER" \
   --benchmark_min_time=0.05 >"$OUT/$TAG-ncu.log" 2>&1 || tail -20 "$OUT/$TAG-ncu.log"

@@ -172,6 +172,10 @@ std::vector<CudaKindCase> mamba2_cases() {
     all.push_back({"f32_clamp_chain", "m2_gpu_f32", false, s});
     all.push_back({"f32_clamp_tree", "m2_gpu_f32", true, s});
     all.push_back({"n256_chain", "m2_gpu_n256", false, s});
+    // N = 128 with the z gate and a half-full last channel block: the per-block staging's vector
+    // B and C (kVecBC) beside the x and gate items.
+    all.push_back({"p72_gate_chain", "m2_gpu_p72", false, s});
+    all.push_back({"p72_gate_tree", "m2_gpu_p72", true, s});
     all.push_back({"nemotron_h_8b_chain", "nemotron_h_8b_tp1", false, s});
   }
   return all;
