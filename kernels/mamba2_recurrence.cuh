@@ -58,9 +58,12 @@ __device__ __forceinline__ void mamba2_copy_rows(Act (&dst)[kChunk][kRows], int 
 
 // One (row, head, channel block) of the launch: channels [vblock * kRows, +kRows) of head h,
 // with the layer's gate parameters already loaded.
-// kVecBC: the staging's vector B and C (mamba2_stage), in the per-block kernels only.
-template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kVecBC,
-          typename Shared>
+// kBatched / kVecBC: the staging's variant (mamba2_stage): the per-block kernels take the vector
+// B and C, the several-blocks kernel's fallback the batched staging of its own chain where that
+// leaves one staging body with fewer spills (ptxas: f32 states from N = 128, 96 -> 88 bytes; at
+// N = 32 / 64 and with bf16 states it spilled more, so the element loop stays there).
+template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kBatched,
+          bool kVecBC, typename Shared>
 __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p, Shared& sm,
                                                  int vblock, float a_log, float dt_bias, float D) {
   constexpr int LANES = mamba2_lanes<N>();
@@ -164,8 +167,8 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
     // A tree without snapshots needs its whole window in one chunk (tokens <= kChunk).
     const int m = min(kChunk, rt.count - c0);
     const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
-    mamba2_stage<Act, N, kChunk, false, kVecBC>(chunk, p, row_token0, h, vblock, c0, m, A, dt_bias,
-                                                sink, off, off > 0);
+    mamba2_stage<Act, N, kChunk, kBatched, kVecBC>(chunk, p, row_token0, h, vblock, c0, m, A,
+                                                   dt_bias, sink, off, off > 0);
     if constexpr (kMerge) {
       for (int tt = 0; tt < off; ++tt) {
         mamba2_apply_raw<Act, St, N, kChunk>(S, hist_raw, chunk, tt, kl, r);
@@ -419,12 +422,12 @@ __global__ void __launch_bounds__(kMamba2Threads, kMulti     ? SPECSTATE_MAMBA2_
 #pragma unroll 1
     for (int j = 0; j < nvb; ++j) {
       if (j > 0) __syncthreads();  // the shared arrays are reused
-      mamba2_row_block<Act, St, N, kChunk, kReplay, kTree, false>(p, sm, vb0 + j, a_log, dt_bias,
-                                                                  D);
+      mamba2_row_block<Act, St, N, kChunk, kReplay, kTree, (N >= 128 && sizeof(St) == 4), false>(
+          p, sm, vb0 + j, a_log, dt_bias, D);
     }
   } else {
-    mamba2_row_block<Act, St, N, kChunk, kReplay, kTree, true>(p, sm, blockIdx.x, a_log, dt_bias,
-                                                               D);
+    mamba2_row_block<Act, St, N, kChunk, kReplay, kTree, false, true>(p, sm, blockIdx.x, a_log,
+                                                                      dt_bias, D);
   }
 }
 
