@@ -624,7 +624,7 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
     return dispatch(std::integral_constant<int, kConvChannels>{}, std::false_type{});
   }
   // SPECSTATE_CONV_BATCH=0 keeps the narrow chain on the token-by-token walk (A/B and tests).
-  return p.parents == nullptr && env_force("SPECSTATE_CONV_BATCH") != 0
+  return conv_chain_choice(narrow, p.parents == nullptr, env_force("SPECSTATE_CONV_BATCH"))
              ? dispatch(std::integral_constant<int, 4>{}, std::true_type{})
              : dispatch(std::integral_constant<int, 4>{}, std::false_type{});
 }

@@ -138,6 +138,17 @@ constexpr bool conv_narrow_choice(bool loop, int rows, int forced = -1) {
   return rows >= kConvNarrowRows;
 }
 
+// Whether a narrow conv launch (conv_narrow_choice) runs its chain instantiation (kChain: four
+// window inputs loaded at once, the window sliding in registers) rather than the per-token
+// ancestor walk: every chain launch (`chain`: no parents), unless `forced` is 0
+// (SPECSTATE_CONV_BATCH=0; 1 or -1 take it where it applies). Trees always walk. Measured on the
+// H200 (docs/cuda.md, "The conv's chain loop: window inputs loaded four at a time"; walk ->
+// batched): the replay conv at T = 4 27.5 -> 22.4 us at B = 128, Qwen3-Next replay rounds
+// 0.97-0.99x at B = 32 / 128.
+constexpr bool conv_chain_choice(bool narrow, bool chain, int forced = -1) {
+  return narrow && chain && forced != 0;
+}
+
 // V rows a thread of the GDN / KDA replay verify over several V blocks a CTA (the kMulti
 // instantiation over [V][K] states) for a launch of `rows` rows of `tokens` window tokens of the
 // kind (`kda`): 1 or 2; `env` (the value of SPECSTATE_GDN_RPT, or null) "1" or "2" overrides. Two

@@ -165,6 +165,19 @@ TEST(ConvNarrowChoice, TokenLoopsOfManyRowsAndTheOverride) {
   EXPECT_FALSE(conv_narrow_choice(true, 128, 0));
 }
 
+// The narrow conv's chain instantiation (kernels::conv_chain_choice): every narrow launch over
+// chains, never a tree's (its windows follow parents) nor a wide launch's;
+// SPECSTATE_CONV_BATCH's 0 keeps the walk, 1 changes nothing where it does not apply.
+TEST(ConvChainChoice, NarrowChainsUnlessForcedOff) {
+  EXPECT_TRUE(conv_chain_choice(true, true));
+  EXPECT_TRUE(conv_chain_choice(true, true, 1));
+  EXPECT_FALSE(conv_chain_choice(true, true, 0));
+  EXPECT_FALSE(conv_chain_choice(true, false));
+  EXPECT_FALSE(conv_chain_choice(true, false, 1));
+  EXPECT_FALSE(conv_chain_choice(false, true));
+  EXPECT_FALSE(conv_chain_choice(false, true, 1));
+}
+
 // The fused small-batch launch of GDN / KDA replay verifies (kernels::gdn_fused_choice): up to
 // kGdnFusedMaxRows rows where it can serve the launch, never where it cannot (forced or not);
 // SPECSTATE_GDN_FUSED's 1 takes it at any batch, 0 never.
