@@ -182,4 +182,24 @@ void check_optional_view(const TensorView& view, const ViewSpec& spec) {
   check_view(view, spec);
 }
 
+void check_absent(const char* function, const char* name, const TensorView& view,
+                  const char* flag) {
+  if (view.empty()) return;
+  fail(Status::kInvalidArgument, function,
+       std::string(name) + " is given (" + view.describe() + ") but the layer config has " + flag +
+           " = false");
+}
+
+void check_conv_weights(const char* function, int64_t conv_dim, int conv_width, bool has_bias,
+                        const TensorView& weight, const TensorView& bias, DType act, Device dev) {
+  check_view(
+      weight,
+      {function, "weights.conv_weight", {conv_dim, conv_width}, act, DTypeRule::kAnyFloat, dev});
+  if (has_bias) {
+    check_view(bias, {function, "weights.conv_bias", {conv_dim}, act, DTypeRule::kAnyFloat, dev});
+  } else {
+    check_absent(function, "weights.conv_bias", bias, "conv_bias");
+  }
+}
+
 }  // namespace specstate::detail

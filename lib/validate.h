@@ -28,6 +28,13 @@ struct ViewSpec {
 void check_view(const TensorView& view, const ViewSpec& spec);
 // The same, but an empty view is accepted (optional argument).
 void check_optional_view(const TensorView& view, const ViewSpec& spec);
+// An optional view the config says is absent (`flag` = false) must not be given: a silent ignore
+// would hide a config that does not match the model.
+void check_absent(const char* function, const char* name, const TensorView& view, const char* flag);
+// Every kind's conv weights: weights.conv_weight [conv_dim, conv_width], and weights.conv_bias
+// [conv_dim] when the config has a bias (else it must not be given); any float dtype.
+void check_conv_weights(const char* function, int64_t conv_dim, int conv_width, bool has_bias,
+                        const TensorView& weight, const TensorView& bias, DType act, Device dev);
 
 std::string shape_string(std::initializer_list<int64_t> shape);
 

@@ -24,15 +24,7 @@ void check_args(const char* function, const GdnConfig& g, Device dev, const GdnW
                 const GdnInputs& in, const GdnOutputs& out, int64_t tokens) {
   const int64_t d = g.conv_dim(), hv = g.num_v_heads;
   const DType act = g.act_dtype;
-  check_view(w.conv_weight,
-             {function, "weights.conv_weight", {d, g.conv_width}, act, DTypeRule::kAnyFloat, dev});
-  if (g.conv_bias) {
-    check_view(w.conv_bias, {function, "weights.conv_bias", {d}, act, DTypeRule::kAnyFloat, dev});
-  } else if (!w.conv_bias.empty()) {
-    fail(Status::kInvalidArgument, function,
-         "weights.conv_bias is given (" + w.conv_bias.describe() +
-             ") but the layer config has conv_bias = false");
-  }
+  check_conv_weights(function, d, g.conv_width, g.conv_bias, w.conv_weight, w.conv_bias, act, dev);
   check_view(w.A_log, {function, "weights.A_log", {hv}, act, DTypeRule::kAnyFloat, dev});
   check_view(w.dt_bias, {function, "weights.dt_bias", {hv}, act, DTypeRule::kAnyFloat, dev});
   check_view(in.mixed_qkv,

@@ -34,15 +34,7 @@ void check_args(const char* function, const KdaConfig& c, Device dev, const KdaW
                 const KdaInputs& in, const KdaOutputs& out, int64_t tokens) {
   const int64_t d = c.conv_dim(), hv = c.num_v_heads, k = c.head_k_dim;
   const DType act = c.act_dtype;
-  check_view(w.conv_weight,
-             {function, "weights.conv_weight", {d, c.conv_width}, act, DTypeRule::kAnyFloat, dev});
-  if (c.conv_bias) {
-    check_view(w.conv_bias, {function, "weights.conv_bias", {d}, act, DTypeRule::kAnyFloat, dev});
-  } else if (!w.conv_bias.empty()) {
-    fail(Status::kInvalidArgument, function,
-         "weights.conv_bias is given (" + w.conv_bias.describe() +
-             ") but the layer config has conv_bias = false");
-  }
+  check_conv_weights(function, d, c.conv_width, c.conv_bias, w.conv_weight, w.conv_bias, act, dev);
   check_view(w.A_log, {function, "weights.A_log", {hv}, act, DTypeRule::kAnyFloat, dev});
   check_view(w.dt_bias, {function, "weights.dt_bias", {hv, k}, act, DTypeRule::kAnyFloat, dev});
   check_view(in.mixed_qkv,

@@ -23,15 +23,6 @@ void check_float_dtype(const char* field, DType dtype) {
     bad_field(field, dtype_name(dtype), "must be f32 or bf16");
   }
 }
-// An optional view the config says is absent must not be given (a silent ignore would hide a
-// config that does not match the model).
-void check_absent(const char* function, const char* name, const TensorView& view,
-                  const char* flag) {
-  if (view.empty()) return;
-  fail(Status::kInvalidArgument, function,
-       std::string(name) + " is given (" + view.describe() + ") but the layer config has " + flag +
-           " = false");
-}
 }  // namespace
 
 void validate(const Mamba2Config& m) {
@@ -88,13 +79,7 @@ void check_args(const char* function, const Mamba2Config& m, Device dev, const M
                 const Mamba2Inputs& in, const Mamba2Outputs& out, int64_t tokens) {
   const int64_t d = m.conv_dim(), h = m.num_heads, p = m.head_dim;
   const DType act = m.act_dtype;
-  check_view(w.conv_weight,
-             {function, "weights.conv_weight", {d, m.conv_width}, act, DTypeRule::kAnyFloat, dev});
-  if (m.conv_bias) {
-    check_view(w.conv_bias, {function, "weights.conv_bias", {d}, act, DTypeRule::kAnyFloat, dev});
-  } else {
-    check_absent(function, "weights.conv_bias", w.conv_bias, "conv_bias");
-  }
+  check_conv_weights(function, d, m.conv_width, m.conv_bias, w.conv_weight, w.conv_bias, act, dev);
   check_view(w.A_log, {function, "weights.A_log", {h}, act, DTypeRule::kAnyFloat, dev});
   check_view(w.dt_bias, {function, "weights.dt_bias", {h}, act, DTypeRule::kAnyFloat, dev});
   if (m.d_skip) {
