@@ -282,6 +282,30 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(0, 1)),
     EnvCaseName{"_narrow"});
 
+// A variable-windows case (rounds capped at 10) on a stream of its own: its packed rows against
+// the uniform window with filler (run_variable_windows), seeded seed + rounds + salt.
+void run_varlen(const VarlenCase& c, uint64_t seed, int salt) {
+  CudaStream stream(cudaStreamNonBlocking);
+  ASSERT_NE(stream.get(), nullptr);
+  {
+    DeviceMemory mem(stream.get());
+    EquivalenceCase e = c.base;
+    e.rounds = std::min(e.rounds, 10);
+    run_variable_windows(e, c.how, mem, seed + e.rounds + salt);
+  }
+}
+// "<case>_<strategy>_<how the lengths travel>", e.g. k32_chain_replay_device_cu.
+std::string varlen_name(const VarlenCase& c) {
+  return std::string(c.base.name) +
+         (c.how.strategy == Strategy::kReplay ? "_replay" : "_snapshot") +
+         (c.how.device_cu_seqlens ? "_device_cu" : "_host_lengths");
+}
+struct VarlenCaseName {
+  std::string operator()(const ::testing::TestParamInfo<VarlenCase>& info) const {
+    return varlen_name(info.param);
+  }
+};
+
 // The narrow token loop over chains loads a batch of kConvBatch (4) window inputs at once and
 // slides the window in registers (conv_update_kernel's kChain); SPECSTATE_CONV_BATCH=0 keeps the
 // token-by-token ancestor walk. With the narrow kernel forced on every token-loop launch
@@ -322,14 +346,7 @@ TEST_P(ConvBatchVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
   const VarlenCase& c = GetParam();
   const ScopedEnv narrow("SPECSTATE_CONV_NARROW", "1");
   const ScopedEnv batch("SPECSTATE_CONV_BATCH", "1");
-  CudaStream stream(cudaStreamNonBlocking);
-  ASSERT_NE(stream.get(), nullptr);
-  {
-    DeviceMemory mem(stream.get());
-    EquivalenceCase e = c.base;
-    e.rounds = std::min(e.rounds, 10);
-    run_variable_windows(e, c.how, mem, 0xBA7D + e.rounds + e.tree);
-  }
+  run_varlen(c, 0xBA7D, c.base.tree);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, ConvBatchVarlenGpu,
@@ -337,12 +354,7 @@ INSTANTIATE_TEST_SUITE_P(Gpu, ConvBatchVarlenGpu,
                              {EquivalenceCase{"k32_chain", "gpu_k32", false, 7, 6, 16},
                               EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 6, 4, 12}},
                              {false, true})),
-                         [](const ::testing::TestParamInfo<VarlenCase>& info) {
-                           const VarlenCase& c = info.param;
-                           return std::string(c.base.name) +
-                                  (c.how.strategy == Strategy::kReplay ? "_replay" : "_snapshot") +
-                                  (c.how.device_cu_seqlens ? "_device_cu" : "_host_lengths");
-                         });
+                         VarlenCaseName{});
 
 // The small-batch replay conv under variable windows (packed rows, rows of length 0 beside rows
 // with pending steps: the committed window advanced with no window token), host lengths and
@@ -353,14 +365,7 @@ TEST_P(ConvSmallVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
   SPECSTATE_REQUIRE_GPU();
   const VarlenCase& c = GetParam();
   const ScopedEnv env("SPECSTATE_CONV_SMALL", "1");
-  CudaStream stream(cudaStreamNonBlocking);
-  ASSERT_NE(stream.get(), nullptr);
-  {
-    DeviceMemory mem(stream.get());
-    EquivalenceCase e = c.base;
-    e.rounds = std::min(e.rounds, 10);
-    run_variable_windows(e, c.how, mem, 0xC0A6 + e.rounds + e.tree);
-  }
+  run_varlen(c, 0xC0A6, c.base.tree);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -369,12 +374,7 @@ INSTANTIATE_TEST_SUITE_P(
                                       EquivalenceCase{"mamba2_bf16_tree_vt16", "m2_gpu_bf16", true,
                                                       8, 4, 12}},
                                      {false, true})),
-    [](const ::testing::TestParamInfo<VarlenCase>& info) {
-      const VarlenCase& c = info.param;
-      return std::string(c.base.name) +
-             (c.how.strategy == Strategy::kReplay ? "_replay" : "_snapshot") +
-             (c.how.device_cu_seqlens ? "_device_cu" : "_host_lengths");
-    });
+    VarlenCaseName{});
 
 // The fused small-batch launch of GDN and KDA replay verifies (conv + recurrence in one kernel,
 // kernels/gdn_fused.h), forced on every launch it can serve by SPECSTATE_GDN_FUSED=1 and off by
@@ -416,14 +416,7 @@ TEST_P(FusedVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
   SPECSTATE_REQUIRE_GPU();
   const auto& [c, force] = GetParam();
   const ScopedEnv env("SPECSTATE_GDN_FUSED", std::to_string(force));
-  CudaStream stream(cudaStreamNonBlocking);
-  ASSERT_NE(stream.get(), nullptr);
-  {
-    DeviceMemory mem(stream.get());
-    EquivalenceCase e = c.base;
-    e.rounds = std::min(e.rounds, 10);
-    run_variable_windows(e, c.how, mem, 0xF0A5 + e.rounds + force);
-  }
+  run_varlen(c, 0xF0A5, force);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, FusedVarlenGpu,
@@ -432,11 +425,8 @@ INSTANTIATE_TEST_SUITE_P(Gpu, FusedVarlenGpu,
                                                                              {false, true})),
                                             ::testing::Values(1)),
                          [](const ::testing::TestParamInfo<std::tuple<VarlenCase, int>>& info) {
-                           const VarlenCase& c = std::get<0>(info.param);
-                           return std::string(c.base.name) +
-                                  (c.how.strategy == Strategy::kReplay ? "_replay" : "_snapshot") +
-                                  (c.how.device_cu_seqlens ? "_device_cu" : "_host_lengths") +
-                                  "_fused" + std::to_string(std::get<1>(info.param));
+                           return varlen_name(std::get<0>(info.param)) + "_fused" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 }  // namespace
