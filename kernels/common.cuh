@@ -15,6 +15,15 @@ namespace specstate::kernels {
 
 using bf16 = __nv_bfloat16;
 
+// The shared memory an SM of the architecture being compiled gives CTAs (smem_per_sm_of); the
+// host pass, which only needs a constant for the kernels' declarations and the launchers' wave
+// arithmetic, takes sm_90's (the build's default architecture).
+#if defined(__CUDA_ARCH__)
+inline constexpr int64_t kSmemPerSm = smem_per_sm_of(__CUDA_ARCH__ / 10);
+#else
+inline constexpr int64_t kSmemPerSm = smem_per_sm_of(90);
+#endif
+
 template <typename T>
 __device__ __forceinline__ float to_float(T v);
 template <>

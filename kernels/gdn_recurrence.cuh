@@ -682,13 +682,27 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 #ifndef SPECSTATE_GDN_MULTI2_MIN_CTAS
 #define SPECSTATE_GDN_MULTI2_MIN_CTAS 5  // ... and its two-rows-a-thread one (shared memory: 5)
 #endif
+// CTAs an SM an instantiation is compiled for: the count its path wants, capped at what its
+// shared memory lets an SM hold (ctas_per_sm_bound; KDA's larger chunk leaves 4 CTAs of its
+// two-rows-a-thread chain, 6 of its other replay paths). The launcher's wave arithmetic uses it.
+template <typename St, bool kKda, int K, int LANES, int kItems, int kChunk, bool kReplay,
+          bool kTree, int RPT, bool kMulti, bool kKV>
+constexpr int gdn_ctas_per_sm() {
+  constexpr int wanted = kMulti && RPT > 1 ? SPECSTATE_GDN_MULTI2_MIN_CTAS
+                         : RPT > 1         ? 4
+                         : kMulti          ? SPECSTATE_GDN_MULTI_MIN_CTAS
+                         : LANES == 8      ? 8
+                                           : 1;
+  using Shared = GdnShared<St, K, gdn_rows_per_cta<LANES>() * RPT, kItems, kChunk, kReplay, kTree,
+                           kMulti, kKda, kKV>;
+  return ctas_per_sm_bound(wanted, sizeof(Shared), kSmemPerSm);
+}
+
 template <typename Act, typename St, bool kKda, int K, int LANES, int kItems, int kChunk,
           bool kReplay, bool kTree = false, int RPT = 1, bool kMulti = false, bool kKV = false>
-__global__ void __launch_bounds__(kGdnThreads, kMulti&& RPT > 1 ? SPECSTATE_GDN_MULTI2_MIN_CTAS
-                                               : RPT > 1        ? 4
-                                               : kMulti         ? SPECSTATE_GDN_MULTI_MIN_CTAS
-                                               : LANES == 8     ? 8
-                                                                : 1)
+__global__ void __launch_bounds__(
+    kGdnThreads,
+    gdn_ctas_per_sm<St, kKda, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kMulti, kKV>())
     gdn_recurrence_kernel(const __grid_constant__ GdnRecurrenceParams p) {
   static_assert(!kMulti || (kReplay && !kTree && kItems == 1 && (!kKV || sizeof(St) == 4) &&
                             (RPT == 1 || !kKV)),
@@ -777,8 +791,10 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
     // loads a state element), where a CTA then still runs several V blocks.
     if (gdn_multi_rpt(p.rows, p.tokens, kKda, std::getenv("SPECSTATE_GDN_RPT")) == 2) {
       constexpr int kRows2 = 2 * gdn_rows_per_cta<8>();
-      q.vblocks = replay_vblocks_for(p.rows, p.num_v_heads, (p.head_v_dim + kRows2 - 1) / kRows2,
-                                     SPECSTATE_GDN_MULTI2_MIN_CTAS, "SPECSTATE_GDN_VBLOCKS");
+      q.vblocks =
+          replay_vblocks_for(p.rows, p.num_v_heads, (p.head_v_dim + kRows2 - 1) / kRows2,
+                             gdn_ctas_per_sm<St, kKda, K, 8, 1, 16, true, false, 2, true, false>(),
+                             "SPECSTATE_GDN_VBLOCKS");
       if constexpr (kKda) {
         q.vblocks =
             kda_rpt2_vblocks(q.vblocks, p.rows, std::getenv("SPECSTATE_GDN_VBLOCKS") != nullptr);

@@ -149,6 +149,31 @@ constexpr bool conv_chain_choice(bool narrow, bool chain, int forced = -1) {
   return narrow && chain && forced != 0;
 }
 
+// CTAs an SM a kernel is compiled for (__launch_bounds__' second argument): `wanted`, capped at
+// the CTAs of `smem` bytes of static shared memory that an SM giving CTAs `smem_per_sm` bytes
+// holds (the runtime reserves kSmemReservedPerCta of it a CTA), at least 1. A bound above that
+// cap only takes registers away, since the CTAs it budgets for never run: KDA's two-rows-a-thread
+// replay verify (47,392 bytes, 4 CTAs of sm_90's 228 KiB) compiled for 5 had 96 registers and
+// spilled 78 bytes; for 4 it has 128 and spills 4.
+inline constexpr int64_t kSmemReservedPerCta = 1024;
+constexpr int ctas_per_sm_bound(int wanted, int64_t smem, int64_t smem_per_sm) {
+  const int64_t fit = smem_per_sm / (smem + kSmemReservedPerCta);
+  const int64_t bound = fit < wanted ? fit : wanted;
+  return bound < 1 ? 1 : static_cast<int>(bound);
+}
+
+// The shared memory an SM of compute capability `cc` (major * 10 + minor) gives CTAs, in bytes
+// (the CUDA C++ Programming Guide's table): 228 KiB on sm_90 and sm_100 / 103, 164 KiB on sm_80 /
+// 87, 100 KiB on sm_86 / 89 / 120 / 121 and on any capability not listed (the smallest, so an
+// unknown one gets fewer CTAs planned and more registers, never a bound it cannot reach), 64 KiB
+// before sm_80.
+constexpr int64_t smem_per_sm_of(int cc) {
+  return cc == 90 || cc == 100 || cc == 103 ? 228 * 1024
+         : cc == 80 || cc == 87             ? 164 * 1024
+         : cc < 80                          ? 64 * 1024
+                                            : 100 * 1024;
+}
+
 // V rows a thread of the GDN / KDA replay verify over several V blocks a CTA (the kMulti
 // instantiation over [V][K] states) for a launch of `rows` rows of `tokens` window tokens of the
 // kind (`kda`): 1 or 2; `env` (the value of SPECSTATE_GDN_RPT, or null) "1" or "2" overrides. Two
@@ -168,8 +193,8 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   return rows >= kGdnMultiRptRows && tokens >= kGdnMultiRptTokens ? 2 : 1;
 }
 
-// V blocks a CTA of KDA's two-rows-a-thread replay verify: `chosen`, the count that leaves
-// SPECSTATE_GDN_MULTI2_MIN_CTAS CTAs an SM, but at least 2 from kKdaRpt2Rows rows on, below a
+// V blocks a CTA of KDA's two-rows-a-thread replay verify: `chosen`, the count that fills its
+// CTAs an SM (4: kernels::gdn_ctas_per_sm), but at least 2 from kKdaRpt2Rows rows on, below a
 // full wave (unless SPECSTATE_GDN_VBLOCKS forces the count: `forced`). Measured on the H200
 // (Kimi-Linear-48B TP1, tools/kda_bench.py, B = 8: 512 CTAs at 4 an SM instead of 1024 CTAs of
 // one row a thread, which spills there): rounds T = 2 / 4 / 8 537.3 -> 375.2, 775.5 -> 497.5,

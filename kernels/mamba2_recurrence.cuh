@@ -398,11 +398,19 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
 #endif
 // kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
 // recompute tree states. kMulti: a replay chain over p.vblocks channel blocks per CTA.
+// CTAs an SM an instantiation is compiled for: the count its path wants, capped at what its
+// shared memory lets an SM hold (ctas_per_sm_bound; every instantiation fits its count on sm_90).
+template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kMulti>
+constexpr int mamba2_ctas_per_sm() {
+  constexpr int wanted = kMulti ? SPECSTATE_MAMBA2_MULTI_MIN_CTAS : N <= 128 ? 8 : 4;
+  return ctas_per_sm_bound(wanted, sizeof(Mamba2Shared<Act, St, N, kChunk, kReplay, kTree, kMulti>),
+                           kSmemPerSm);
+}
+
 template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree = false,
           bool kMulti = false>
-__global__ void __launch_bounds__(kMamba2Threads, kMulti     ? SPECSTATE_MAMBA2_MULTI_MIN_CTAS
-                                                  : N <= 128 ? 8
-                                                             : 4)
+__global__ void __launch_bounds__(kMamba2Threads,
+                                  mamba2_ctas_per_sm<Act, St, N, kChunk, kReplay, kTree, kMulti>())
     mamba2_recurrence_kernel(const __grid_constant__ Mamba2RecurrenceParams p) {
   static_assert(!kMulti || (kReplay && !kTree), "a replay chain");
   __shared__ Mamba2Shared<Act, St, N, kChunk, kReplay, kTree, kMulti> sm;

@@ -253,5 +253,28 @@ TEST(KdaRpt2Vblocks, TwoBlocksFromEightRowsUnlessForced) {
   EXPECT_EQ(kda_rpt2_vblocks(4, 128, false), 4);  // the CTAs-an-SM rule's choice otherwise
 }
 
+// The CTAs an SM a kernel is compiled for (kernels::ctas_per_sm_bound): the wanted count where
+// its shared memory lets an SM hold that many, else as many as fit (1 KiB reserved a CTA), never
+// below 1; the shared memory per SM by compute capability (smem_per_sm_of).
+TEST(CtasPerSmBound, CappedByTheSharedMemoryAnSmHolds) {
+  constexpr int64_t kSm90 = 228 * 1024;
+  EXPECT_EQ(smem_per_sm_of(90), kSm90);
+  EXPECT_EQ(smem_per_sm_of(80), 164 * 1024);
+  EXPECT_EQ(smem_per_sm_of(89), 100 * 1024);
+  EXPECT_EQ(smem_per_sm_of(120), 100 * 1024);
+  EXPECT_EQ(smem_per_sm_of(75), 64 * 1024);
+  // The recurrence kernels' shared memory as ptxas reports it for sm_90.
+  EXPECT_EQ(ctas_per_sm_bound(5, 47392, kSm90), 4);  // KDA, two rows a thread
+  EXPECT_EQ(ctas_per_sm_bound(8, 36128, kSm90), 6);  // KDA, one row a thread
+  EXPECT_EQ(ctas_per_sm_bound(5, 39200, kSm90), 5);  // GDN, two rows a thread
+  EXPECT_EQ(ctas_per_sm_bound(8, 27936, kSm90), 8);  // GDN, one row a thread
+  EXPECT_EQ(ctas_per_sm_bound(7, 28368, kSm90), 7);  // Mamba2, several blocks
+  // Exactly at the edge: 8 CTAs of (kSm90 / 8 - 1 KiB) bytes fit, one byte more does not.
+  EXPECT_EQ(ctas_per_sm_bound(8, kSm90 / 8 - kSmemReservedPerCta, kSm90), 8);
+  EXPECT_EQ(ctas_per_sm_bound(8, kSm90 / 8 - kSmemReservedPerCta + 1, kSm90), 7);
+  EXPECT_EQ(ctas_per_sm_bound(1, 0, kSm90), 1);
+  EXPECT_EQ(ctas_per_sm_bound(4, kSm90, kSm90), 1);  // more than an SM holds: still 1
+}
+
 }  // namespace
 }  // namespace specstate::kernels
