@@ -680,7 +680,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 #define SPECSTATE_GDN_MULTI_MIN_CTAS 8  // CTAs per SM the kMulti instantiation is compiled for
 #endif
 #ifndef SPECSTATE_GDN_MULTI2_MIN_CTAS
-#define SPECSTATE_GDN_MULTI2_MIN_CTAS 5  // ... and its two-rows-a-thread one (shared memory: 5)
+#define SPECSTATE_GDN_MULTI2_MIN_CTAS 4  // ... and its two-rows-a-thread one (128 registers)
 #endif
 // CTAs an SM an instantiation is compiled for: the count its path wants, capped at what its
 // shared memory lets an SM hold (ctas_per_sm_bound; KDA's larger chunk leaves 4 CTAs of its

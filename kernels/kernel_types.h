@@ -178,15 +178,16 @@ constexpr int64_t smem_per_sm_of(int cc) {
 // instantiation over [V][K] states) for a launch of `rows` rows of `tokens` window tokens of the
 // kind (`kda`): 1 or 2; `env` (the value of SPECSTATE_GDN_RPT, or null) "1" or "2" overrides. Two
 // rows a thread share each staged key, query (and KDA gate) load: half the shared-memory
-// wavefronts a state element, at 5 CTAs an SM instead of 8 (4 for KDA). The launcher takes it
-// only where a CTA then still runs several blocks (B >= 16 on the models measured; KDA from 8
-// rows on, kda_rpt2_vblocks). Measured on
-// the H200 (docs/cuda.md, "GDN replay verify: two V rows a thread"; rounds, one -> two):
-// Qwen3-Next T = 8, B = 32 3832.6 -> 3649.6 us, B = 128 12843.6 -> 11688.8; T = 8, B = 16 1.005;
-// T = 4, B = 128 0.999, B = 32 1.074; T = 2, B = 128 1.014, B = 32 1.091: GDN windows of 8 tokens
-// or more from 32 rows on. Kimi-Linear (KDA, 20 layers) T = 2 / 4 / 8: B = 16 0.75 / 0.71 /
-// 0.67, B = 32 0.68 / 0.64 / 0.60, B = 128 0.84 / 0.82 / 0.76: KDA always.
-inline constexpr int kGdnMultiRptRows = 32, kGdnMultiRptTokens = 8;
+// wavefronts a state element, at 4 CTAs an SM (128 registers, no spills) instead of 8. The
+// launcher takes it only where a CTA then still runs several blocks (B >= 16 on the models
+// measured; KDA from 8 rows on, kda_rpt2_vblocks). Measured on the H200 (docs/cuda.md, "GDN
+// replay verify: two V rows a thread" and "... compiled for 4 CTAs an SM"; Qwen3-Next rounds, one
+// -> two, compiled for 4 CTAs): T = 2 / 4 / 8 at B = 16 0.949 / 0.975 / 0.891, B = 32 0.971 /
+// 0.933 / 0.804, B = 128 0.973 / 0.922 / 0.859 (compiled for 5, at 96 registers with spills, it
+// was 1.05-1.14x slower at B = 16 and 32 for T <= 4): GDN from 16 rows and 2 tokens on.
+// Kimi-Linear (KDA, 20 layers) T = 2 / 4 / 8: B = 16 0.75 / 0.71 / 0.67, B = 32 0.68 / 0.64 /
+// 0.60, B = 128 0.84 / 0.82 / 0.76: KDA always.
+inline constexpr int kGdnMultiRptRows = 16, kGdnMultiRptTokens = 2;
 inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] - '0';
   if (kda) return 2;
