@@ -795,10 +795,7 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
           replay_vblocks_for(p.rows, p.num_v_heads, (p.head_v_dim + kRows2 - 1) / kRows2,
                              gdn_ctas_per_sm<St, kKda, K, 8, 1, 16, true, false, 2, true, false>(),
                              "SPECSTATE_GDN_VBLOCKS");
-      if constexpr (kKda) {
-        q.vblocks =
-            kda_rpt2_vblocks(q.vblocks, p.rows, std::getenv("SPECSTATE_GDN_VBLOCKS") != nullptr);
-      }
+      q.vblocks = rpt2_vblocks(q.vblocks, p.rows, std::getenv("SPECSTATE_GDN_VBLOCKS") != nullptr);
       if (q.vblocks > 1)
         return launch_gdn_shape<Act, St, kKda, K, 8, 1, 16, true, false, 2, true>(q, stream);
     }

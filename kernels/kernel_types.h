@@ -179,31 +179,32 @@ constexpr int64_t smem_per_sm_of(int cc) {
 // kind (`kda`): 1 or 2; `env` (the value of SPECSTATE_GDN_RPT, or null) "1" or "2" overrides. Two
 // rows a thread share each staged key, query (and KDA gate) load: half the shared-memory
 // wavefronts a state element, at 4 CTAs an SM (128 registers, no spills) instead of 8. The
-// launcher takes it only where a CTA then still runs several blocks (B >= 16 on the models
-// measured; KDA from 8 rows on, kda_rpt2_vblocks). Measured on the H200 (docs/cuda.md, "GDN
-// replay verify: two V rows a thread" and "... compiled for 4 CTAs an SM"; Qwen3-Next rounds, one
-// -> two, compiled for 4 CTAs): T = 2 / 4 / 8 at B = 16 0.949 / 0.975 / 0.891, B = 32 0.971 /
-// 0.933 / 0.804, B = 128 0.973 / 0.922 / 0.859 (compiled for 5, at 96 registers with spills, it
-// was 1.05-1.14x slower at B = 16 and 32 for T <= 4): GDN from 16 rows and 2 tokens on.
-// Kimi-Linear (KDA, 20 layers) T = 2 / 4 / 8: B = 16 0.75 / 0.71 / 0.67, B = 32 0.68 / 0.64 /
-// 0.60, B = 128 0.84 / 0.82 / 0.76: KDA always.
-inline constexpr int kGdnMultiRptRows = 16, kGdnMultiRptTokens = 2;
+// launcher takes it from 8 rows on, with at least two blocks a CTA (rpt2_vblocks). Measured on
+// the H200 (docs/cuda.md, "GDN replay verify: two V rows a thread", "... compiled for 4 CTAs an
+// SM" and "... at B = 8"; Qwen3-Next rounds, one -> two, compiled for 4 CTAs): T = 2 / 4 / 8 at
+// B = 8 0.985 / 0.942 / 0.848, B = 16 0.949 / 0.975 / 0.891, B = 32 0.971 / 0.933 / 0.804,
+// B = 128 0.973 / 0.922 / 0.859 (compiled for 5, at 96 registers with spills, it was 1.03-1.14x
+// slower at B = 8, 16 and 32 for T <= 4): GDN from 8 rows and 2 tokens on. Kimi-Linear (KDA,
+// 20 layers) T = 2 / 4 / 8: B = 16 0.75 / 0.71 / 0.67, B = 32 0.68 / 0.64 / 0.60, B = 128 0.84 /
+// 0.82 / 0.76: KDA always.
+inline constexpr int kGdnMultiRptRows = 8, kGdnMultiRptTokens = 2;
 inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] - '0';
   if (kda) return 2;
   return rows >= kGdnMultiRptRows && tokens >= kGdnMultiRptTokens ? 2 : 1;
 }
 
-// V blocks a CTA of KDA's two-rows-a-thread replay verify: `chosen`, the count that fills its
-// CTAs an SM (4: kernels::gdn_ctas_per_sm), but at least 2 from kKdaRpt2Rows rows on, below a
-// full wave (unless SPECSTATE_GDN_VBLOCKS forces the count: `forced`). Measured on the H200
-// (Kimi-Linear-48B TP1, tools/kda_bench.py, B = 8: 512 CTAs at 4 an SM instead of 1024 CTAs of
-// one row a thread, which spills there): rounds T = 2 / 4 / 8 537.3 -> 375.2, 775.5 -> 497.5,
-// 1314.3 -> 793.1 us (replay / fla 1.07 / 0.86 / 0.81 -> 0.75 / 0.55 / 0.49). GDN at B = 8 is
-// 1.03-1.09x slower that way (Qwen3-Next rounds, same call): not taken there.
-inline constexpr int kKdaRpt2Rows = 8;
-inline int kda_rpt2_vblocks(int chosen, int rows, bool forced) {
-  return !forced && chosen == 1 && rows >= kKdaRpt2Rows ? 2 : chosen;
+// V blocks a CTA of the two-rows-a-thread replay verify (GDN and KDA): `chosen`, the count that
+// fills its CTAs an SM (4: kernels::gdn_ctas_per_sm), but at least 2 from kRpt2Rows rows on,
+// below a full wave (unless SPECSTATE_GDN_VBLOCKS forces the count: `forced`). Measured on the
+// H200 at B = 8 (512 CTAs of two blocks at 4 an SM instead of 1024 CTAs of one row a thread):
+// Kimi-Linear-48B TP1 (tools/kda_bench.py) rounds T = 2 / 4 / 8 537.3 -> 375.2, 775.5 -> 497.5,
+// 1314.3 -> 793.1 us (replay / fla 1.07 / 0.86 / 0.81 -> 0.75 / 0.55 / 0.49); Qwen3-Next-80B
+// TP1 555.9 -> 547.7, 704.8 -> 664.1, 1170.8 -> 992.7 us (it was 1.03-1.09x slower while the
+// two-rows kernel spilled at 5 CTAs an SM).
+inline constexpr int kRpt2Rows = 8;
+inline int rpt2_vblocks(int chosen, int rows, bool forced) {
+  return !forced && chosen == 1 && rows >= kRpt2Rows ? 2 : chosen;
 }
 
 // Whether a layer's first kernel (the conv, or the fused kernel) is launched as a programmatic

@@ -394,7 +394,10 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
 }
 
 #ifndef SPECSTATE_MAMBA2_MULTI_MIN_CTAS
-#define SPECSTATE_MAMBA2_MULTI_MIN_CTAS 7  // CTAs per SM the kMulti instantiation is compiled for
+// CTAs per SM the kMulti instantiation is compiled for. Measured on the H200 (Nemotron-H-8B
+// replay rounds, T = 4, one call, scripts/bench-macro-sweep.sh): 7 -> 6 at B = 8 / 32 / 128
+// 1.000 / 0.988 / 0.966 (at 7, 72 registers and 88 bytes of spills).
+#define SPECSTATE_MAMBA2_MULTI_MIN_CTAS 6
 #endif
 // kReplay: the instantiation that may apply history records (replay, DESIGN.md section 6) or
 // recompute tree states. kMulti: a replay chain over p.vblocks channel blocks per CTA.

@@ -122,17 +122,21 @@ TEST(ConvSmallVt, VirtualTokensHoldPendingAndWindowAndTheLimitsHold) {
 }
 
 // V rows a thread of the GDN / KDA replay verify over several V blocks (kernels::gdn_multi_rpt):
-// GDN two from 16 rows and 2 window tokens on, KDA always, measured on the H200 (docs/cuda.md,
-// "GDN replay verify: two V rows a thread, compiled for 4 CTAs an SM": Qwen3-Next rounds
-// 0.80-0.975x at B = 16, 32, 128 and T = 2, 4, 8; Kimi-Linear 0.60-0.84 at B = 16, 32, 128 and
-// T = 2, 4, 8); SPECSTATE_GDN_RPT "1" / "2" forces it, anything else is ignored.
+// GDN two from 8 rows and 2 window tokens on, KDA always, measured on the H200 (docs/cuda.md,
+// "GDN replay verify: two V rows a thread, compiled for 4 CTAs an SM" and "... at B = 8":
+// Qwen3-Next rounds 0.80-0.985x at B = 8, 16, 32, 128 and T = 2, 4, 8; Kimi-Linear 0.60-0.84 at
+// B = 16, 32, 128 and T = 2, 4, 8); SPECSTATE_GDN_RPT "1" / "2" forces it, anything else is
+// ignored.
 TEST(GdnMultiRpt, ManyRowsOfWindowsAndTheOverride) {
   EXPECT_EQ(gdn_multi_rpt(16, 2, false, nullptr), 2);
   EXPECT_EQ(gdn_multi_rpt(32, 4, false, nullptr), 2);
   EXPECT_EQ(gdn_multi_rpt(128, 8, false, nullptr), 2);
   EXPECT_EQ(gdn_multi_rpt(128, 16, false, nullptr), 2);
-  EXPECT_EQ(gdn_multi_rpt(15, 8, false, nullptr), 1);
-  EXPECT_EQ(gdn_multi_rpt(8, 4, false, nullptr), 1);
+  EXPECT_EQ(gdn_multi_rpt(15, 8, false, nullptr), 2);
+  EXPECT_EQ(gdn_multi_rpt(8, 2, false, nullptr), 2);
+  EXPECT_EQ(gdn_multi_rpt(8, 4, false, nullptr), 2);
+  EXPECT_EQ(gdn_multi_rpt(7, 8, false, nullptr), 1);
+  EXPECT_EQ(gdn_multi_rpt(1, 4, false, nullptr), 1);
   EXPECT_EQ(gdn_multi_rpt(128, 1, false, nullptr), 1);
   for (int rows : {1, 16, 128}) {
     for (int tokens : {1, 2, 4, 8}) EXPECT_EQ(gdn_multi_rpt(rows, tokens, true, nullptr), 2);
@@ -142,7 +146,7 @@ TEST(GdnMultiRpt, ManyRowsOfWindowsAndTheOverride) {
   EXPECT_EQ(gdn_multi_rpt(128, 8, true, "1"), 1);
   for (const char* ignored : {"", "0", "3", "22", "x"}) {
     EXPECT_EQ(gdn_multi_rpt(128, 8, false, ignored), 2) << ignored;
-    EXPECT_EQ(gdn_multi_rpt(8, 8, false, ignored), 1) << ignored;
+    EXPECT_EQ(gdn_multi_rpt(7, 8, false, ignored), 1) << ignored;
     EXPECT_EQ(gdn_multi_rpt(8, 2, true, ignored), 2) << ignored;
   }
 }
@@ -245,12 +249,12 @@ TEST(LayerEdgeAllowed, RowsAndWindowRule) {
   EXPECT_TRUE(layer_edge_allowed(1, &a, &b, false, true, true, 128, 8));
 }
 
-// KDA's two rows a thread: at least two blocks a CTA from 8 rows on, unless forced.
-TEST(KdaRpt2Vblocks, TwoBlocksFromEightRowsUnlessForced) {
-  EXPECT_EQ(kda_rpt2_vblocks(1, 8, false), 2);
-  EXPECT_EQ(kda_rpt2_vblocks(1, 7, false), 1);
-  EXPECT_EQ(kda_rpt2_vblocks(1, 8, true), 1);     // SPECSTATE_GDN_VBLOCKS=1 stays 1
-  EXPECT_EQ(kda_rpt2_vblocks(4, 128, false), 4);  // the CTAs-an-SM rule's choice otherwise
+// Two rows a thread (GDN and KDA): at least two blocks a CTA from 8 rows on, unless forced.
+TEST(Rpt2Vblocks, TwoBlocksFromEightRowsUnlessForced) {
+  EXPECT_EQ(rpt2_vblocks(1, 8, false), 2);
+  EXPECT_EQ(rpt2_vblocks(1, 7, false), 1);
+  EXPECT_EQ(rpt2_vblocks(1, 8, true), 1);     // SPECSTATE_GDN_VBLOCKS=1 stays 1
+  EXPECT_EQ(rpt2_vblocks(4, 128, false), 4);  // the CTAs-an-SM rule's choice otherwise
 }
 
 // The CTAs an SM a kernel is compiled for (kernels::ctas_per_sm_bound): the wanted count where
