@@ -112,7 +112,6 @@ struct GdnRecurrenceParams {
 // Token t starts from the state after parent(t) (the start state for the root) and writes
 // core_out; what is stored is what the params ask for. K must be 32, 64 or 128, and a tree
 // without snapshots at most kGdnChunk tokens (cudaErrorInvalidValue otherwise).
-inline constexpr int kGdnChunk = 16;  // tokens staged in shared memory at a time
 cudaError_t launch_gdn_recurrence(const GdnRecurrenceParams& params, ElemType act, ElemType state,
                                   cudaStream_t stream);
 // The KDA layer's recurrence: the same contract, the gate per key channel.

@@ -76,11 +76,32 @@ constexpr KdaFactorLayout kda_factor_layout(int64_t H, int64_t HV, int64_t K, in
   return l;
 }
 
+// Tokens the GDN / KDA verify stages in shared memory at a time (launch_gdn_recurrence): a replay
+// chain applies history plus window within one chunk on its fast paths.
+inline constexpr int kGdnChunk = 16;
+
 // The fold predicate (DESIGN.md section 6): a verify whose slot has h history records folds
-// (stores the post-history state as the new checkpoint) iff h > R - 2 * T_max, so that the
-// window's records and the next commit always fit the ring. A pure function of (h, R, T_max):
-// verify, commit, discard and materialize evaluate it alike, with no host sync.
-constexpr bool replay_folds(int h, int ring, int max_window) { return h > ring - 2 * max_window; }
+// (stores the post-history state as the new checkpoint) iff h > L, the round's fold limit. Any
+// L <= R - 2 * T_max keeps the window's records and the next commit inside the ring, and a fold
+// changes no bits (it stores the state the history gives), so L is a free choice per round:
+// replay_fold_limit. A pure function of (h, L): verify, commit, discard and materialize of a
+// round evaluate it with the round's L alike, with no host sync.
+constexpr bool replay_folds(int h, int fold_limit) { return h > fold_limit; }
+
+// The fold limit of a round of `rows` verify rows on a ring of R records and windows of up to
+// T_max tokens: R - 2 T_max (the most history the ring allows) from `full_rows` rows on
+// (PoolOptions::replay_fold_rows, by default kFoldFullRows); below, at most max(2 T_max, 6) -
+// 2 T_max, what the smallest default ring allows. Measured on the H200
+// (Qwen3-Next-80B TP1 replay rounds, T = 4, R = 12 against R = 8, two rows a thread): B = 1 / 8
+// 1.018 / 1.050 (latency-bound: each history record adds a dependent step), B = 16 / 32 / 64 /
+// 128 0.985 / 0.966 / 0.933 / 0.929 (fewer state writes). So small rounds fold as a ring of 2T
+// would, large ones use the whole ring.
+inline constexpr int kFoldFullRows = 16;
+constexpr int replay_fold_limit(int ring, int max_window, int rows, int full_rows = kFoldFullRows) {
+  const int full = ring - 2 * max_window;
+  const int small = (2 * max_window > 6 ? 2 * max_window : 6) - 2 * max_window;
+  return rows >= full_rows || full <= small ? full : small;
+}
 
 // Blocks (of V rows, or channels) of one (row, head) per CTA of a replay chain launch: the most
 // of 1, 2, 4 or 8 (at most `blocks`, the head's blocks) whose CTAs, rows * heads * ceil(blocks /

@@ -113,6 +113,7 @@ struct RoundPlan {
   std::vector<int32_t> parents;  // [rows * window]
   TokenRanges tokens;            // tokens.window == window
   int64_t num_tokens = 0;        // tokens the layer inputs hold
+  int fold_limit = 0;            // replay: the round's fold limit (kernels::replay_fold_limit)
 };
 
 // What one layer call reads and writes of the state, decided by the strategy. Every token step
@@ -126,9 +127,11 @@ struct StateIO {
   bool store_replayed = false;  // then write the committed conv window (and, unless `fold`
                                 // decides, the SSM state) once
   bool fold = false;            // verify: store the post-history SSM state iff the fold
-                                // predicate holds (kernels::replay_folds), nothing otherwise
+                                // predicate holds (kernels::replay_folds with fold_limit),
+                                // nothing otherwise
   bool settled = false;         // verify repeated in a round: a cursor the predicate says folded
                                 // is read as settled (base + h, 0): the checkpoint holds it
+  int fold_limit = 0;           // fold / settled: the round's fold limit (RoundPlan::fold_limit)
   bool store_tokens = false;    // the state after every token into row-indexed snapshot scratch
   bool store_final = false;     // the state after the last token into the committed state
   bool write_records = false;   // each token's conv and factor record (ring position base+h+t)
@@ -240,8 +243,10 @@ class BackendImpl {
   //              mid-round): no pending conv steps (the verify wrote the window), the cursor
   //              settled by the fold predicate.
   enum class Clear { kConsumed, kSettled };
+  // `fold_limit`: kSettled's, the round's (RoundPlan::fold_limit).
   virtual void clear_pending(const PoolStorage& storage, int layer_begin, int layer_end,
-                             const std::vector<int32_t>& slots, Clear how = Clear::kConsumed) = 0;
+                             const std::vector<int32_t>& slots, Clear how = Clear::kConsumed,
+                             int fold_limit = 0) = 0;
   // Replay: makes the committed memory of `run.slots` in `run.layer` exact from the records alone
   // (pending conv steps, history factors; no weights, inputs or outputs). The bookkeeping is
   // cleared by the caller (clear_pending kConsumed).

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_types.h"
 #include "layers/gdn.h"
 #include "layers/kda.h"
 #include "layers/mamba2.h"
@@ -213,14 +214,22 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
                       " must be 0 (the default) or at least 2 * max_window = " +
                       std::to_string(2 * int64_t{options.max_window}));
     }
-    const int64_t ring =
-        options.replay_ring > 0 ? options.replay_ring : default_replay_ring(options.max_window);
+    const int64_t ring = options.replay_ring > 0
+                             ? options.replay_ring
+                             : default_replay_ring(config.kind, options.max_window);
     if (ring > std::numeric_limits<int32_t>::max() / 2) {
       throw Error(Status::kInvalidArgument, std::string(fn) +
                                                 ": options.replay_ring = " + std::to_string(ring) +
                                                 " is too large (at most 2^30 records)");
     }
     l.ring = static_cast<int>(ring);
+    if (options.replay_fold_rows < 0) {
+      throw Error(Status::kInvalidArgument,
+                  std::string(fn) + ": options.replay_fold_rows = " +
+                      std::to_string(options.replay_fold_rows) + " must be 0 (the default, " +
+                      std::to_string(kernels::kFoldFullRows) + ") or positive");
+    }
+    l.fold_rows = options.replay_fold_rows > 0 ? options.replay_fold_rows : kernels::kFoldFullRows;
   }
 
   SizeCalc c{fn, "conv state (conv_dim x (conv_width - 1))"};
@@ -258,23 +267,56 @@ int64_t default_replay_ring(int64_t max_window) noexcept {
   return std::max<int64_t>(2 * max_window, 6);
 }
 
+int64_t default_replay_ring(LayerKind kind, int64_t max_window) noexcept {
+  // Gated DeltaNet: the longest replay of a ring of 3T (history L + T = 2T, then the window)
+  // fits the verify's chunk (kGdnChunk tokens) up to T = 5.
+  if (kind == LayerKind::kGatedDeltaNet && max_window >= 1 && 3 * max_window <= kernels::kGdnChunk)
+    return std::max<int64_t>(3 * max_window, 6);
+  return default_replay_ring(max_window);
+}
+
+namespace {
+void check_ring_args(const char* fn, int max_window, int64_t ring, int rows) {
+  if (max_window < 1) {
+    throw Error(Status::kInvalidArgument, std::string(fn) + ": max_window = " +
+                                              std::to_string(max_window) + " must be positive");
+  }
+  if (ring < 2 * int64_t{max_window} || ring > (1 << 20)) {
+    throw Error(Status::kInvalidArgument, std::string(fn) + ": ring = " + std::to_string(ring) +
+                                              " must be in [2 * max_window = " +
+                                              std::to_string(2 * int64_t{max_window}) + ", 2^20]");
+  }
+  if (rows < 1) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": rows = " + std::to_string(rows) + " must be positive");
+  }
+}
+}  // namespace
+
+int replay_fold_limit(int max_window, int ring, int rows, int fold_rows) {
+  check_ring_args("replay_fold_limit", max_window, ring, rows);
+  if (fold_rows < 0) {
+    throw Error(Status::kInvalidArgument,
+                "replay_fold_limit: fold_rows = " + std::to_string(fold_rows) +
+                    " must be 0 (the default) or positive");
+  }
+  return kernels::replay_fold_limit(ring, max_window, rows,
+                                    fold_rows > 0 ? fold_rows : kernels::kFoldFullRows);
+}
+
 ReplayRingModel replay_ring_model(int max_window, int ring) {
+  return replay_ring_model(max_window, ring, kernels::kFoldFullRows);
+}
+
+ReplayRingModel replay_ring_model(int max_window, int ring, int rows) {
+  check_ring_args("replay_ring_model", max_window, ring, rows);
   const int T = max_window;
-  if (T < 1) {
-    throw Error(Status::kInvalidArgument,
-                "replay_ring_model: max_window = " + std::to_string(T) + " must be positive");
-  }
-  if (ring < 2 * int64_t{T} || ring > (1 << 20)) {
-    throw Error(Status::kInvalidArgument,
-                "replay_ring_model: ring = " + std::to_string(ring) +
-                    " must be in [2 * max_window = " + std::to_string(2 * int64_t{T}) + ", 2^20]");
-  }
   // Between two folds the history grows by a per round: a cycle starts at a verify seeing h = a
-  // (the round after a fold) and ends at the first verify with h > L = R - 2T (it folds). From a
+  // (the round after a fold) and ends at the first verify with h > L, the fold limit. From a
   // verify seeing h: n[h] verifies to the cycle's end (this one included), s[h] the sum of their
   // histories. h > L: n = 1, s = h; else n = 1 + mean_a n[h + a], s = h + mean_a s[h + a].
   // The sums over a in [1, T] slide with h: O(R) time and memory.
-  const int L = ring - 2 * T;
+  const int L = kernels::replay_fold_limit(ring, T, rows);
   const auto size = static_cast<std::size_t>(L + 2 * T + 2);
   std::vector<double> n(size, 0.0), s(size, 0.0);
   double wn = 0, ws = 0;  // sums of n[h + 1 .. h + T] and s[h + 1 .. h + T]

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/kernel_types.h"
 #include "logging.h"
 #include "pool_impl.h"
 
@@ -141,6 +142,10 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
   plan.slots = impl_->resolve_rows(fn, batch.rows);
   plan.tokens.window = T;
   plan.num_tokens = int64_t{rows} * T;
+  // Replay: the round's fold limit, one value for its verifies, commit, discard and materialize.
+  const detail::Layout& lay = impl_->storage.layout;
+  plan.fold_limit =
+      lay.ring > 0 ? kernels::replay_fold_limit(lay.ring, lay.max_window, rows, lay.fold_rows) : 0;
   impl_->plan_token_ranges(fn, batch, plan);
   plan.parents.resize(static_cast<std::size_t>(rows) * T);
   const std::size_t np = batch.parents.size();

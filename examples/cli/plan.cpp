@@ -83,10 +83,13 @@ struct RingRow {
   double state_bytes_per_round = 0;
 };
 
-// R = 2T, 3T, 4T, 6T and 8T; the default, max(2T, 6), is one of them (6T at T = 1, 3T at T = 2).
-std::vector<RingRow> ring_rows(const ModelConfig& config, int window, int64_t committed) {
+// R = 2T, 3T, 4T, 6T and 8T; the default, default_replay_ring(kind, T), is one of them (6T at
+// T = 1, 3T at T = 2 and, for Gated DeltaNet, up to T = 5). The fold model is a round of `rows`
+// rows, `round_rows` (replay_fold_limit).
+std::vector<RingRow> ring_rows(const ModelConfig& config, int window, int round_rows,
+                               int64_t committed) {
   std::vector<RingRow> rows;
-  const int def = static_cast<int>(default_replay_ring(window));
+  const int def = static_cast<int>(default_replay_ring(config.kind, window));
   for (int mult : {2, 3, 4, 6, 8}) {
     RingRow r;
     r.ring = mult * window;
@@ -100,7 +103,7 @@ std::vector<RingRow> ring_rows(const ModelConfig& config, int window, int64_t co
     }
     r.records_per_slot = b.records_per_slot;
     r.of_committed = static_cast<double>(b.records_per_slot) / static_cast<double>(committed);
-    r.model = replay_ring_model(window, r.ring);
+    r.model = replay_ring_model(window, r.ring, round_rows);
     r.state_bytes_per_round =
         static_cast<double>(config.num_layers) *
         (static_cast<double>(b.ssm_per_layer) * (1.0 + r.model.fold_rate) +
@@ -155,7 +158,8 @@ int run_plan(const PlanArgs& args) {
   const bool kda = config.kind == LayerKind::kKda;
   const char* kind_label = kda ? "KDA" : "Gated DeltaNet";
   const std::vector<RingRow> rings =
-      replay ? ring_rows(config, args.window, b.committed_per_request) : std::vector<RingRow>{};
+      replay ? ring_rows(config, args.window, rows, b.committed_per_request)
+             : std::vector<RingRow>{};
 
   if (args.json) {
     nlohmann::ordered_json j;
@@ -179,7 +183,7 @@ int run_plan(const PlanArgs& args) {
     // All the memory the strategy needs: committed state + its workspace.
     j["total_bytes"] = total;
     if (replay) {
-      j["replay_ring"] = default_replay_ring(args.window);
+      j["replay_ring"] = default_replay_ring(config.kind, args.window);
       nlohmann::ordered_json list = nlohmann::ordered_json::array();
       for (const RingRow& r : rings) {
         list.push_back({{"ring", r.ring},
@@ -249,7 +253,9 @@ int run_plan(const PlanArgs& args) {
                 bytes_cell(total).c_str());
     std::printf(
         "\n  replay ring R (factor records per slot and layer; per round a accepted in [1, T]\n"
-        "  uniformly; traffic: DESIGN.md section 8's state bytes of a round, per request)\n");
+        "  uniformly, rounds of %d rows; traffic: DESIGN.md section 8's state bytes of a round,\n"
+        "  per request)\n",
+        rows);
     std::printf("  %-12s %-30s %13s %12s %9s  %s\n", "R", "records per request", "of committed",
                 "folds/round", "history", "traffic/round");
     for (const RingRow& r : rings) {
@@ -259,12 +265,12 @@ int run_plan(const PlanArgs& args) {
                   r.model.mean_history, human_bytes(r.state_bytes_per_round).c_str());
     }
     std::printf(
-        "  recommended: R = %lld, the default (measured fastest on the H200 for GDN and Mamba2,\n"
-        "  docs/cuda.md: a larger R writes the checkpoint less often but applies longer "
-        "histories,\n"
-        "  and the verify is bound by instructions, not bytes); PoolOptions::replay_ring sets "
-        "it.\n",
-        static_cast<long long>(default_replay_ring(args.window)));
+        "  recommended: R = %lld, the default (measured fastest on the H200, docs/cuda.md: a "
+        "larger R\n"
+        "  writes the checkpoint less often but applies longer histories; rounds below 16 rows "
+        "fold\n"
+        "  as R = max(2T, 6) would); PoolOptions::replay_ring sets it.\n",
+        static_cast<long long>(default_replay_ring(config.kind, args.window)));
   } else {
     const std::string label = "snapshot scratch " + window;
     std::printf("  %-30s %-32s %s  (%d rows)\n", label.c_str(), bytes_cell(scratch_per_row).c_str(),

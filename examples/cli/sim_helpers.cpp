@@ -265,7 +265,7 @@ StateBytes state_bytes(const ModelConfig& config, int window, int ring) {
   out.conv_record_per_token = mul_checked(record_cols, act_size, "record_per_token");
   out.record_per_token =
       add_checked(out.conv_record_per_token, out.factor_record_per_token, "record_per_token");
-  out.ring = ring > 0 ? ring : static_cast<int>(default_replay_ring(window));
+  out.ring = ring > 0 ? ring : static_cast<int>(default_replay_ring(config.kind, window));
   const int64_t per_layer = add_checked(
       add_checked(mul_checked(window, out.conv_record_per_token, "records_per_slot"),
                   mul_checked(out.ring, out.factor_record_per_token, "records_per_slot"),

@@ -113,7 +113,7 @@ struct StateBytes {
   int64_t conv_record_per_token = 0;    // conv_dim * sizeof(act dtype)
   int64_t factor_record_per_token = 0;  // the factor record, padded to 16 bytes
   int64_t record_per_token = 0;         // both
-  int ring = 0;                         // R: state_bytes' ring, or default_replay_ring(window)
+  int ring = 0;  // R: state_bytes' ring, or default_replay_ring(kind, window)
   // Per slot: the conv records of a window and a ring of R factor records in every layer, a
   // pending count (int32) and a cursor (2 x int32) per layer, and the window index of each
   // pending conv step (int32 per window token).
@@ -121,7 +121,8 @@ struct StateBytes {
 };
 // Every product is overflow-checked: throws specstate::Error(kInvalidArgument) naming the field
 // whose byte count passes int64 (custom dimensions can: 2^20 layers of 4 GiB states).
-// `ring`: the replay ring R of the records (0: the pool's default, default_replay_ring(window)).
+// `ring`: the replay ring R of the records (0: the pool's default, default_replay_ring(kind,
+// window)).
 StateBytes state_bytes(const ModelConfig& config, int window, int ring = 0);
 
 // The strategy's workspace (everything besides the committed state) of a pool with `slots`

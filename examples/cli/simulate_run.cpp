@@ -549,12 +549,12 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     tokens_total = 0;
     // Replay v2 (DESIGN.md sections 6 and 8), per request: h, the factor records applied since
     // the checkpoint, and the pending conv steps (the last commit's accepted steps), as the
-    // slot's cursor and pending count hold them. A verify folds iff h > R - 2 T_max.
+    // slot's cursor and pending count hold them. A verify folds iff h > L, the round's fold limit
+    // (replay_fold_limit of its rows: R - 2 T_max from 16 rows on).
     struct ReplayCursor {
       int64_t history = 0, pending = 0;
     };
     std::map<int64_t, ReplayCursor> cursor;
-    const int64_t fold_limit = sb.ring - 2 * int64_t{max_window};
     for (int64_t round = 0; round < num_rounds; ++round) {
       const auto& records = by_round[static_cast<std::size_t>(round)];
       if (records.empty()) continue;
@@ -563,6 +563,8 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
       for (const auto* rec : records) accepted.push_back(spec::Acceptance{rec->path, -1});
       const std::vector<int32_t> commit_values = plan.commit_values(accepted);
       const int64_t tokens = plan.num_tokens();
+      const int64_t fold_limit =
+          sb.ring > 0 ? replay_fold_limit(max_window, static_cast<int>(sb.ring), plan.rows()) : 0;
 
       const auto verify_start = Clock::now();
       pool->begin_verify(plan.batch);

@@ -172,20 +172,36 @@ const char* strategy_name(Strategy strategy) noexcept;
 const char* conv_layout_name(ConvLayout layout) noexcept;  // "channels_first" / "channels_last"
 const char* ssm_layout_name(SsmLayout layout) noexcept;    // "vk" / "kv"
 
-// The replay ring R a pool gets for PoolOptions::replay_ring = 0 (see there).
+// The replay ring R a pool gets for PoolOptions::replay_ring = 0 (see there): the generic rule
+// max(2 * max_window, 6) (Mamba2 and KDA), and the rule of a pool of `kind` (Gated DeltaNet: 3T
+// where the longest replay, history plus window, 3T, fits its verify's chunk of 16 tokens,
+// T <= 5; otherwise the generic rule).
 int64_t default_replay_ring(int64_t max_window) noexcept;
+int64_t default_replay_ring(LayerKind kind, int64_t max_window) noexcept;
+
+// The fold limit L of a verify round of `rows` rows on a replay ring of R = `ring` records with
+// windows of up to T = max_window tokens: a verify whose slot has h history records folds
+// (stores the checkpoint) iff h > L. R - 2T, the whole ring, from 16 rows on; below, at most
+// max(2T, 6) - 2T (small rounds are latency-bound: each history record costs a dependent token
+// step, more than the state write it saves). `fold_rows` (PoolOptions::replay_fold_rows) moves
+// the 16: 0 is the default, 1 uses the whole ring in every round. Any L gives the same bits (a
+// fold stores the state the history gives). Throws Error(kInvalidArgument) naming the argument
+// for max_window < 1, ring < 2 * max_window, ring > 2^20, rows < 1 or fold_rows < 0.
+int replay_fold_limit(int max_window, int ring, int rows, int fold_rows = 0);
 
 // The cursor of one slot under replay with ring R and windows of T = max_window tokens, when
 // every round accepts a in [1, T] tokens uniformly (DESIGN.md section 6: a verify with history h
-// folds iff h > R - 2T; commit then adds a): the long-run folds per round (1 at R = 2T) and the
-// mean history a verify applies ((T + 1) / 2 at R = 2T). Exact (a renewal argument over the
-// cursor's values, O(R T) time). Throws Error(kInvalidArgument) naming the argument for
-// max_window < 1, ring < 2 * max_window or ring > 2^20.
+// folds iff h > L, replay_fold_limit of the round's `rows`, R - 2T for the overload without;
+// commit then adds a): the long-run folds per round (1 at L = 0) and the mean history a verify
+// applies ((T + 1) / 2 at L = 0). Exact (a renewal argument over the cursor's values, O(R T)
+// time). Throws Error(kInvalidArgument) naming the argument for max_window < 1, ring < 2 *
+// max_window, ring > 2^20 or rows < 1.
 struct ReplayRingModel {
   double fold_rate = 0;
   double mean_history = 0;
 };
 ReplayRingModel replay_ring_model(int max_window, int ring);
+ReplayRingModel replay_ring_model(int max_window, int ring, int rows);
 
 struct PoolOptions {
   int num_slots = 1;   // requests whose committed state the pool holds
@@ -194,14 +210,22 @@ struct PoolOptions {
   Backend backend = Backend::kCpu;
   Strategy strategy = Strategy::kSnapshot;
   // Replay only: R, the factor records each slot and layer keeps (DESIGN.md section 6). A verify
-  // folds (writes the checkpoint) when the slot's history exceeds R - 2 * max_window, so a larger
-  // R writes the state less often but applies longer histories and costs R records of memory.
-  // 0: the default, default_replay_ring(max_window) = max(2 * max_window, 6): from T = 3 on a
-  // fold at every verify that has history; at T <= 2 one every other round or so. Measured
-  // fastest on the H200 (docs/cuda.md: R = 2T at T = 4 and 8, where the verify is issue-bound
-  // and longer histories cost more than the writes they save; R = 6 at T = 2, where a fold per
-  // round is the larger cost). Must be 0 or >= 2 * max_window.
+  // folds (writes the checkpoint) when the slot's history exceeds the round's fold limit
+  // (replay_fold_limit: R - 2 * max_window from 16 rows on, at most max(2T, 6) - 2T below), so a
+  // larger R writes the state less often in large rounds but applies longer histories and costs
+  // R records of memory. 0: the default, default_replay_ring(kind, max_window): Gated DeltaNet
+  // 3T for T <= 5 (12 at T = 4), otherwise max(2T, 6). Measured on the H200 (docs/cuda.md, "The
+  // ring at T = 4 with two rows a thread"): Qwen3-Next T = 4, R = 12 against 8 at B = 16 / 32 /
+  // 64 / 128 0.985 / 0.966 / 0.933 / 0.929 (fewer folds); T = 8, R = 24 against 16 1.29-1.52x
+  // (the longest replay no longer fits the verify's chunk of 16 tokens); Nemotron-H (Mamba2) T
+  // = 4, R = 12 against 8 1.011-1.031x at B = 8 / 32 / 128; R = 6 at T = 2, where a fold per
+  // round is the larger cost. Must be 0 or >= 2 * max_window.
   int replay_ring = 0;
+  // Replay only: rounds of at least this many verify rows let a slot's history grow to the whole
+  // ring (fold limit R - 2 * max_window); smaller rounds, latency-bound, fold as a ring of
+  // max(2 * max_window, 6) would (replay_fold_limit). 0: the default, 16; 1: the whole ring in
+  // every round. The bits are the same under any value; must be >= 0.
+  int replay_fold_rows = 0;
   // Element order of each slot's conv window and SSM state (see ConvLayout / SsmLayout): the
   // defaults are specstate's; vLLM's tensors are kChannelsLast and, for KDA, kKV. kKV is
   // rejected for Mamba2.

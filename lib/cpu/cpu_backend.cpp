@@ -65,7 +65,7 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
       base = s.cursor(run.layer, slot)[0];
       hist = s.cursor(run.layer, slot)[1];
     }
-    const bool folds = io.fold && kernels::replay_folds(hist, l.ring, l.max_window);
+    const bool folds = io.fold && kernels::replay_folds(hist, io.fold_limit);
     if (io.settled && folds) {
       base = (base + hist) % l.ring;
       hist = 0;
@@ -273,7 +273,7 @@ class CpuBackend final : public BackendImpl {
       for (int layer = 0; layer < l.layers; ++layer) {
         s.pending()[l.pending_index(layer, slot)] = n;
         int32_t* cur = s.cursor(layer, slot);
-        settle(l, cur);
+        settle(l, cur, plan.fold_limit);
         // The window's records sit at base + h + t; the accepted path's move to base + h + i
         // (p_i >= i, ascending: a record is read before its position is overwritten).
         for (int i = 0; i < n; ++i) {
@@ -289,7 +289,7 @@ class CpuBackend final : public BackendImpl {
   }
 
   void clear_pending(const PoolStorage& s, int layer_begin, int layer_end,
-                     const std::vector<int32_t>& slots, Clear how) override {
+                     const std::vector<int32_t>& slots, Clear how, int fold_limit) override {
     const Layout& l = s.layout;
     for (int layer = layer_begin; layer < layer_end; ++layer) {
       for (int32_t slot : slots) {
@@ -298,7 +298,7 @@ class CpuBackend final : public BackendImpl {
         if (!s.base(Buf::kCursor)) continue;
         int32_t* cur = s.cursor(layer, slot);
         if (how == Clear::kSettled) {
-          settle(l, cur);
+          settle(l, cur, fold_limit);
         } else {
           cur[0] = (cur[0] + cur[1]) % l.ring;
           cur[1] = 0;
@@ -338,10 +338,10 @@ class CpuBackend final : public BackendImpl {
   }
 
  private:
-  // The fold predicate settles a cursor: the verify that saw h > R - 2 T_max stored the
-  // post-history state as the checkpoint.
-  static void settle(const Layout& l, int32_t* cur) {
-    if (kernels::replay_folds(cur[1], l.ring, l.max_window)) {
+  // The fold predicate settles a cursor: the verify that saw h > L (the round's fold limit)
+  // stored the post-history state as the checkpoint.
+  static void settle(const Layout& l, int32_t* cur, int fold_limit) {
+    if (kernels::replay_folds(cur[1], fold_limit)) {
       cur[0] = (cur[0] + cur[1]) % l.ring;
       cur[1] = 0;
     }

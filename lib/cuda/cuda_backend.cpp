@@ -376,7 +376,7 @@ class CudaBackend final : public BackendImpl {
     p.error_flag = error_;
     p.varlen = round_varlen(plan);
     p.ring = l.ring;
-    p.fold_limit = l.ring - 2 * l.max_window;
+    p.fold_limit = plan.fold_limit;
     p.factor_bytes = l.factor_bytes;
     p.factor_stride_slot = l.factor_bytes * l.ring;
     p.cursor = static_cast<int32_t*>(s.base(Buf::kCursor));
@@ -390,7 +390,7 @@ class CudaBackend final : public BackendImpl {
   }
 
   void clear_pending(const PoolStorage& s, int layer_begin, int layer_end,
-                     const std::vector<int32_t>& slots, Clear how) override {
+                     const std::vector<int32_t>& slots, Clear how, int fold_limit) override {
     break_chain();
     if (slots.empty() || !s.pending()) return;
     DeviceGuard guard(device_);
@@ -401,7 +401,7 @@ class CudaBackend final : public BackendImpl {
     a.layer_begin = layer_begin;
     a.layer_end = layer_end;
     a.ring = s.layout.ring;
-    a.fold_limit = s.layout.ring - 2 * s.layout.max_window;
+    a.fold_limit = fold_limit;
     a.settle = how == Clear::kSettled;
     check(k::launch_clear_pending(a, slots.data(), static_cast<int>(slots.size()), stream_),
           "clearing pending steps");

@@ -107,7 +107,7 @@ void state_io_params(Rec& r, const Args& a) {
     r.cursor = s.cursor(a.layer, 0);
     r.factors = s.factor(a.layer, 0, 0);
     r.ring = lay.ring;
-    r.fold_limit = lay.ring - 2 * lay.max_window;
+    r.fold_limit = a.io.fold_limit;
     r.factor_bytes = lay.factor_bytes;
     r.factor_stride_slot = lay.factor_bytes * lay.ring;
     r.fold = a.io.fold;

@@ -33,6 +33,7 @@ StateIO ReplayStrategy::verify_io(int layer, const RoundPlan& plan, bool first) 
   io.write_records = true;
   io.history = true;
   io.fold = true;
+  io.fold_limit = plan.fold_limit;
   // The first verify of a layer in a round always runs the replay phase (the device cursors and
   // counts say how much; often nothing): a verify captured in a CUDA graph must replay whatever
   // the commit of the previous graph launch left, which the host cannot know at capture. A
@@ -41,6 +42,7 @@ StateIO ReplayStrategy::verify_io(int layer, const RoundPlan& plan, bool first) 
   io.conv_pending = first;
   io.store_replayed = first;
   io.settled = !first;
+  round_fold_limit_ = plan.fold_limit;
   if (first) {
     for (int32_t s : plan.slots) {
       if (s >= 0) verified_[at(layer, s)] = 1;
@@ -107,7 +109,9 @@ void ReplayStrategy::discard_round(BackendImpl& backend, const PoolStorage& stor
   }
   if (live.empty()) return;
   for (int l = 0; l < layers_; ++l) {
-    if (verified[l]) backend.clear_pending(storage, l, l + 1, live, BackendImpl::Clear::kSettled);
+    if (verified[l]) {
+      backend.clear_pending(storage, l, l + 1, live, BackendImpl::Clear::kSettled, plan.fold_limit);
+    }
   }
 }
 
@@ -142,7 +146,8 @@ void ReplayStrategy::materialize(BackendImpl& backend, const PoolStorage& storag
       if (verified_[at(l, s)]) settle.push_back(s);
     }
     if (run.slots.empty()) continue;
-    backend.clear_pending(storage, l, l + 1, settle, BackendImpl::Clear::kSettled);
+    backend.clear_pending(storage, l, l + 1, settle, BackendImpl::Clear::kSettled,
+                          round_fold_limit_);
     run.io.conv_pending = true;
     run.io.history = true;
     run.io.store_replayed = true;

@@ -59,6 +59,7 @@ class ReplayStrategy final : public StrategyImpl {
   std::vector<uint8_t> deferred_;  // [L][slots]
   std::vector<uint8_t> sticky_;    // [slots]
   std::vector<uint8_t> verified_;  // [L][slots] verified in the open round, not yet committed
+  int round_fold_limit_ = 0;       // the open round's fold limit (RoundPlan::fold_limit)
 };
 
 }  // namespace specstate::detail

@@ -309,7 +309,7 @@ void bind_config(nb::module_& m) {
           "__init__",
           [](PoolOptions* self, int num_slots, int max_rows, int max_window, Backend backend,
              Strategy strategy, int device, nb::handle stream, int replay_ring,
-             ConvLayout conv_layout, SsmLayout ssm_layout) {
+             ConvLayout conv_layout, SsmLayout ssm_layout, int replay_fold_rows) {
             new (self) PoolOptions();
             self->num_slots = num_slots;
             self->max_rows = max_rows;
@@ -318,6 +318,7 @@ void bind_config(nb::module_& m) {
             self->strategy = strategy;
             self->device = device;
             self->replay_ring = replay_ring;
+            self->replay_fold_rows = replay_fold_rows;
             self->conv_layout = conv_layout;
             self->ssm_layout = ssm_layout;
             auto s = to_stream(stream, "stream");
@@ -328,7 +329,8 @@ void bind_config(nb::module_& m) {
           nb::arg("strategy") = Strategy::kSnapshot, nb::arg("device") = 0,
           nb::arg("stream").none() = nb::none(), nb::arg("replay_ring") = 0,
           nb::arg("conv_layout") = ConvLayout::kChannelsFirst,
-          nb::arg("ssm_layout") = SsmLayout::kVK, "Keyword arguments set the fields.")
+          nb::arg("ssm_layout") = SsmLayout::kVK, nb::arg("replay_fold_rows") = 0,
+          "Keyword arguments set the fields.")
       .def_rw("num_slots", &PoolOptions::num_slots,
               "Requests whose committed state the pool holds.")
       .def_rw("max_rows", &PoolOptions::max_rows, "Largest verify batch (padding included).")
@@ -337,7 +339,12 @@ void bind_config(nb::module_& m) {
       .def_rw("strategy", &PoolOptions::strategy, "SNAPSHOT or REPLAY.")
       .def_rw("device", &PoolOptions::device, "CUDA device ordinal (CUDA only).")
       .def_rw("replay_ring", &PoolOptions::replay_ring,
-              "REPLAY: factor records per slot and layer (0: max(2 * max_window, 6)).")
+              "REPLAY: factor records per slot and layer (0: the default, 3 * max_window for "
+              "Gated DeltaNet up to max_window = 5, otherwise max(2 * max_window, 6)).")
+      .def_rw("replay_fold_rows", &PoolOptions::replay_fold_rows,
+              "REPLAY: rounds of at least this many rows let the history grow to the whole ring; "
+              "smaller ones fold as a ring of max(2 * max_window, 6) would (0: the default, 16; "
+              "1: always the whole ring). The same bits under any value.")
       .def_rw("conv_layout", &PoolOptions::conv_layout,
               "Element order of the conv windows (ConvLayout).")
       .def_rw("ssm_layout", &PoolOptions::ssm_layout,

@@ -158,7 +158,7 @@ inline double time_graph(cudaGraphExec_t exec, cudaStream_t stream, void* flush,
 // The shapes every rounds and per-layer benchmark runs: T in {2, 4, 8} x B in {1, 8, 32, 128},
 // manual (event) time in us.
 // SPECSTATE_BENCH_RING: PoolOptions::replay_ring of the benchmarks' replay pools (0 or unset:
-// the default ring, default_replay_ring(T)).
+// the default ring, default_replay_ring(kind, T)).
 inline int bench_ring() {
   const char* r = std::getenv("SPECSTATE_BENCH_RING");
   return r ? std::atoi(r) : 0;

@@ -126,7 +126,9 @@ struct World {
     check(cudaStreamSynchronize(stream), "replay pool");
     return *rpool;
   }
-  int ring_of(int T) const { return ring > 0 ? ring : static_cast<int>(default_replay_ring(T)); }
+  int ring_of(int T) const {
+    return ring > 0 ? ring : static_cast<int>(default_replay_ring(LayerKind::kGatedDeltaNet, T));
+  }
 
   static World& get() {
     static World world;
@@ -244,17 +246,18 @@ double conv_replay_bytes(int T, int B) {
          pending * record;
 }
 // The fold rate and mean history of the ring under the bench's acceptance draw (uniform in
-// [1, T] per row and round): the library's exact model of the cursor (replay_ring_model).
+// [1, T] per row and round, rounds of B rows): the library's exact model of the cursor
+// (replay_ring_model).
 // NaN where a forced SPECSTATE_BENCH_RING is too short for T (no pool of that T is made).
-std::pair<double, double> fold_rate(int T, int ring) {
+std::pair<double, double> fold_rate(int T, int B, int ring) {
   if (ring < 2 * T) return {std::nan(""), std::nan("")};
-  const ReplayRingModel m = replay_ring_model(T, ring);
+  const ReplayRingModel m = replay_ring_model(T, ring, B);
   return {m.fold_rate, m.mean_history};
 }
 // The replay floor of a round: per row and layer one checkpoint read, f writes, the conv window
 // read and written, and the factor records (h read, T written).
 double replay_floor_bytes(int T, int B, int ring) {
-  const auto [f, h] = fold_rate(T, ring);
+  const auto [f, h] = fold_rate(T, B, ring);
   return double(kLayers) * B * (kSsmBytes * (1 + f) + 2 * kConvStateBytes + (h + T) * kFactorBytes);
 }
 // The floor of a round: every row's state read and written once per layer.
@@ -316,7 +319,7 @@ void per_layer_kernel(benchmark::State& state, Kernel kernel, bool replay) {
     }
   });
   const double us = time_graph(w, exec, state) / kLayers;
-  const auto [f, h] = fold_rate(T, w.ring_of(T));
+  const auto [f, h] = fold_rate(T, B, w.ring_of(T));
   const double bytes = conv ? (replay ? conv_replay_bytes(T, B) : conv_bytes(T, B))
                             : (replay ? gdn_replay_bytes(T, B, f, h) : gdn_bytes(T, B));
   const SglangRow* s = sglang_row(T, B);
@@ -408,7 +411,7 @@ void rounds4(benchmark::State& state, bool replay, bool variable) {
   const double us = time_graph(w, exec, state) / 4;
   if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
   const SglangReplayRow* s = sglang_replay_row(T, B);
-  const auto [f, h] = fold_rate(T, w.ring_of(T));
+  const auto [f, h] = fold_rate(T, B, w.ring_of(T));
   const double bytes = replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B, f, h))
                               : kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
   if (variable) state.counters["tokens"] = static_cast<double>(tokens);
@@ -503,7 +506,7 @@ void print_table() {
       const Result sn = get("rounds4_snapshot"), rp = get("rounds4_replay");
       const SglangReplayRow* s = sglang_replay_row(T, B);
       const int R = w.ring_of(T);
-      const double f = fold_rate(T, R).first;
+      const double f = fold_rate(T, B, R).first;
       const double floor2_us = floor_bytes(B) / (w.copy_gbps * 1e9) * 1e6;
       const double floor_b = replay_floor_bytes(T, B, R);
       const double floor_us = floor_b / (w.copy_gbps * 1e9) * 1e6;

@@ -263,6 +263,13 @@ std::vector<EquivalenceCase> cpu_equivalence_cases() {
       {"kda_f32_chain_ring2t", "kda_small_f32", false, 4, 5, 40, 8},
       {"kda_bf16_tree_ring2t", "kda_small_bf16", true, 5, 5, 40, 10},
       {"kda_bf16_chain_ring40_long", "kda_small_bf16", false, 4, 4, 120, 40},
+      // The fold limit per round (replay_fold_limit): rounds of 1-2 rows fold at the small
+      // limit, rounds of 3 or more rows at the whole ring's, on the default ring (GDN: 3T) and
+      // on longer ones.
+      {"f32_chain_fold_rows3", "small_f32", false, 4, 6, 80, 0, 0, 3},
+      {"bf16_tree_ring16_fold_rows3", "small_bf16", true, 4, 6, 80, 16, 0, 3},
+      {"mamba2_f32_chain_ring12_fold_rows3", "m2_small_f32", false, 4, 6, 80, 12, 0, 3},
+      {"kda_bf16_chain_ring12_fold_rows3", "kda_small_bf16", false, 4, 6, 80, 12, 0, 3},
   };
 }
 
@@ -290,6 +297,10 @@ std::vector<EquivalenceCase> gpu_equivalence_cases() {
       {"kda_grouped_bf16_tree", "kda_gpu_grouped_bf16", true, 5, 4, 12},
       {"kda_k128_chain_ring2t", "kda_gpu_k128", false, 4, 5, 24, 8},
       {"kda_lb_f32_tree_ring40_long", "kda_gpu_lb_f32", true, 4, 3, 110, 40},
+      {"k128_chain_fold_rows3", "gpu_k128", false, 4, 6, 40, 0, 0, 3},
+      {"k32_tree_ring16_fold_rows3", "gpu_k32", true, 4, 6, 40, 16, 0, 3},
+      {"mamba2_bf16_chain_ring12_fold_rows3", "m2_gpu_bf16", false, 4, 6, 40, 12, 0, 3},
+      {"kda_k128_chain_ring12_fold_rows3", "kda_gpu_k128", false, 4, 6, 40, 12, 0, 3},
       // vLLM's element order (vllm_layout_options), bit-identical to the default order.
       {"vllm_k128_tree_replay", "gpu_k128", true, 5, 4, 16, 0, kReplayVllm},
       {"vllm_k128_chain_snapshot", "gpu_k128", false, 4, 4, 16, 0, kSnapshotVllm},

@@ -68,6 +68,11 @@ struct EquivalenceCase {
   // default order), kReplayVllm, kSnapshotVllm or both. The states are compared in their logical
   // order, so a layout must change nothing but where each element lies.
   int vllm = 0;
+  // replay: PoolOptions::replay_fold_rows. 1 (the cases' default): every round may grow the
+  // history to the whole ring, so a ring's long histories are exercised at a handful of rows;
+  // 3: rounds of fewer rows fold at the small limit (replay_fold_limit), so the fold limit
+  // changes from round to round as the row count does.
+  int fold_rows = 1;
 };
 inline constexpr int kSnapshotVllm = 1, kReplayVllm = 2;
 

@@ -55,6 +55,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   const int L = KindDriver<Kind>::kLayers;
   PoolOptions options = d.options(c.requests + 2, c.requests + 2, c.max_window);
   options.replay_ring = c.ring;
+  options.replay_fold_rows = c.fold_rows;
   Pair pools(d.model, options, c.vllm);
   auto same_outputs = [&](const Outputs& a, const Outputs& b, const std::string& what) {
     const NamedViews x = Kind::tensors(a), y = Kind::tensors(b);

@@ -63,31 +63,34 @@ TEST(PlanCli, Qwen3NextTp1Replay) {
   const CliRun run =
       run_cli("plan --model qwen3-next-80b --tp 1 --max-requests 64 --window 4 --strategy replay");
   ASSERT_EQ(run.code, 0) << run.output;
-  // 36 x (4 conv records + R = 2 x 4 = 8 factor records + the counts) + 4 path entries =
-  // 8,313,280 B per slot.
-  const int64_t per_slot = 36 * (4 * kQwenConvRecord + 8 * kQwenFactorRecord + kCounts) + 4 * 4;
-  EXPECT_EQ(per_slot, 8313280);
-  EXPECT_EQ(64 * per_slot, 532049920);
-  EXPECT_EQ(int64_t{64} * 36 * kQwenLayer + 64 * per_slot, 5477134336);
+  // 36 x (4 conv records + R = 3 x 4 = 12 factor records, GDN's default ring, + the counts) + 4
+  // path entries = 11,290,048 B per slot.
+  const int64_t per_slot = 36 * (4 * kQwenConvRecord + 12 * kQwenFactorRecord + kCounts) + 4 * 4;
+  EXPECT_EQ(per_slot, 11290048);
+  EXPECT_EQ(64 * per_slot, 722563072);
+  EXPECT_EQ(int64_t{64} * 36 * kQwenLayer + 64 * per_slot, 5667647488);
   EXPECT_NE(run.output.find("strategy replay"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("77,266,944 B (73.7 MiB)"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("8,313,280 B (7.9 MiB)"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("532,049,920 B"), std::string::npos) << run.output;  // x 64 slots
+  EXPECT_NE(run.output.find("11,290,048 B (10.8 MiB)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("722,563,072 B"), std::string::npos) << run.output;  // x 64 slots
   EXPECT_NE(run.output.find("none under replay"), std::string::npos) << run.output;
-  // committed 4,945,084,416 + records 532,049,920
-  EXPECT_NE(run.output.find("5,477,134,336 B"), std::string::npos) << run.output;
+  // committed 4,945,084,416 + records 722,563,072
+  EXPECT_NE(run.output.find("5,667,647,488 B"), std::string::npos) << run.output;
   EXPECT_EQ(kQwenRecord, 37056);
   EXPECT_NE(run.output.find("conv input 8192 x bf16 = 16,384 B"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("factor record (u, e^g, kf, k) 20,672 B"), std::string::npos)
       << run.output;
-  // The ring table: R = 2T ... 8T, the default marked, its records as above (10.8% of the
-  // committed state); R = 16: 36 x 8 more factor records, a fold every 4 rounds.
-  EXPECT_NE(run.output.find("8 (default)  8,313,280 B (7.9 MiB)"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("10.8%"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find(with_commas(per_slot + 36 * 8 * kQwenFactorRecord) + " B"),
+  // The ring table: R = 2T ... 8T, the default marked, its records as above (14.6% of the
+  // committed state); R = 16: 36 x 4 more factor records. The fold model is a round of 64 rows
+  // (--max-requests): the whole ring.
+  EXPECT_NE(run.output.find("12 (default) 11,290,048 B (10.8 MiB)"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("14.6%"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(with_commas(per_slot + 36 * 4 * kQwenFactorRecord) + " B"),
             std::string::npos)
       << run.output;
-  EXPECT_NE(run.output.find("recommended: R = 8"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("rounds of 64 rows"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("recommended: R = 12"), std::string::npos) << run.output;
 }
 
 TEST(PlanCli, ReplayRingsInJsonFollowTheModelAndTheDefault) {
@@ -96,7 +99,7 @@ TEST(PlanCli, ReplayRingsInJsonFollowTheModelAndTheDefault) {
                                " --strategy replay --json");
     ASSERT_EQ(run.code, 0) << run.output;
     const auto j = nlohmann::json::parse(run.output);
-    EXPECT_EQ(j["replay_ring"].get<int64_t>(), default_replay_ring(T));
+    EXPECT_EQ(j["replay_ring"].get<int64_t>(), default_replay_ring(LayerKind::kGatedDeltaNet, T));
     const auto& rings = j["replay_rings"];
     ASSERT_EQ(rings.size(), 5u);
     int defaults = 0;
@@ -107,7 +110,7 @@ TEST(PlanCli, ReplayRingsInJsonFollowTheModelAndTheDefault) {
       const int ring = r["ring"].get<int>();
       const std::vector<int> mults{2, 3, 4, 6, 8};
       EXPECT_EQ(ring, mults[i] * T);
-      const ReplayRingModel m = replay_ring_model(T, ring);
+      const ReplayRingModel m = replay_ring_model(T, ring, 64);  // --max-requests 64
       EXPECT_DOUBLE_EQ(r["fold_rate"].get<double>(), m.fold_rate);
       EXPECT_DOUBLE_EQ(r["mean_history"].get<double>(), m.mean_history);
       // A longer ring: fewer folds, a longer history, more records.
@@ -119,7 +122,7 @@ TEST(PlanCli, ReplayRingsInJsonFollowTheModelAndTheDefault) {
       last_records = r["records_bytes_per_slot"].get<int64_t>();
       if (r["default"].get<bool>()) {
         ++defaults;
-        EXPECT_EQ(ring, default_replay_ring(T));
+        EXPECT_EQ(ring, default_replay_ring(LayerKind::kGatedDeltaNet, T));
         EXPECT_EQ(r["records_bytes_per_slot"].get<int64_t>(),
                   j["records_bytes_per_slot"].get<int64_t>());
         EXPECT_LE(r["records_fraction_of_committed"].get<double>(), 0.20);  // issue 16's budget
@@ -154,9 +157,10 @@ TEST(PlanCli, JsonTotalIsAllTheMemoryOfTheStrategy) {
     EXPECT_EQ(j["strategy"].get<std::string>(), strategy);
     const int64_t committed = 8 * 36 * kQwenLayer;
     const int64_t scratch_row = replay ? 0 : 3 * 36 * kQwenLayer;
-    // 36 x (3 conv records + R = 2 x 3 = 6 factor records + the counts) + 3 path entries.
+    // 36 x (3 conv records + R = 3 x 3 = 9 factor records, GDN's default ring, + the counts) +
+    // 3 path entries.
     const int64_t records_slot =
-        replay ? 36 * (3 * kQwenConvRecord + 6 * kQwenFactorRecord + kCounts) + 3 * 4 : 0;
+        replay ? 36 * (3 * kQwenConvRecord + 9 * kQwenFactorRecord + kCounts) + 3 * 4 : 0;
     EXPECT_EQ(j["committed_bytes_total"].get<int64_t>(), committed);
     EXPECT_EQ(j["scratch_bytes_per_row"].get<int64_t>(), scratch_row);
     EXPECT_EQ(j["scratch_bytes_total"].get<int64_t>(), 6 * scratch_row);
@@ -179,9 +183,9 @@ TEST(PlanCli, AgreesWithARealPoolForEachStrategy) {
   const int64_t factor_record = 8 * 64 * 4 + 8 * 4 + 4 * 4 + 4 * 64 * 2;  // 2,608
   const int64_t workspace[] = {
       2 * 8 * 5 * layer,  // snapshot: rows x L x T
-      // replay: slots x (L x (T conv records + R = 2T factor records + pending count and cursor)
-      // + T path entries)
-      3 * (8 * (5 * conv_record + 10 * factor_record + kCounts) + 5 * 4)};
+      // replay: slots x (L x (T conv records + R = 3T factor records, GDN's default ring at
+      // T = 5, + pending count and cursor) + T path entries)
+      3 * (8 * (5 * conv_record + 15 * factor_record + kCounts) + 5 * 4)};
   for (int k = 0; k < 2; ++k) {
     const Strategy strategy = k == 0 ? Strategy::kSnapshot : Strategy::kReplay;
     SCOPED_TRACE(strategy_name(strategy));

@@ -9,8 +9,10 @@
 #include <string>
 #include <tuple>
 
+#include "common/caller_owned.h"
 #include "common/gdn_data.h"
 #include "common/presets.h"
+#include "common/strategy_equivalence.h"
 
 namespace specstate::test {
 namespace {
@@ -28,11 +30,11 @@ TEST(Replay, RecordsAndCursorsAreUnderTwentyPercentOfTheCommittedStateAtQwen3Nex
   const ModelConfig m = ModelConfig::gated_delta_net(36, gdn_preset("qwen3next_tp1"));
   StatePool pool(m, replay_options(1, 1, 4));
   // One slot: committed 77,266,944 B; conv records 36 x 4 x 8192 x 2 B; a factor ring of the
-  // default R = 2 T = 8 per layer, a factor record being u (32 x 128 f32) + e^g (32 f32) + kf
+  // default R = 3 T = 12 per layer, a factor record being u (32 x 128 f32) + e^g (32 f32) + kf
   // (16 f32) + k (16 x 128 bf16) = 20,672 B; pending counts, cursors and paths.
   EXPECT_EQ(pool.committed_bytes(), 77266944);
   EXPECT_EQ(pool.workspace_bytes(),
-            36 * 4 * 16384 + 36 * 4 + 4 * 4 + int64_t{36} * 8 * 20672 + 36 * 8);
+            36 * 4 * 16384 + 36 * 4 + 4 * 4 + int64_t{36} * 12 * 20672 + 36 * 8);
   EXPECT_LE(static_cast<double>(pool.workspace_bytes()), 0.20 * pool.committed_bytes());
   // R = 16 (folds at most every few rounds) still fits the 20%.
   PoolOptions wide = replay_options(1, 1, 4);
@@ -47,53 +49,121 @@ TEST(Replay, RecordsAndCursorsAreUnderTwentyPercentOfTheCommittedStateAtQwen3Nex
   EXPECT_EQ(reference.workspace_bytes(), 4 * pool.committed_bytes());  // T states per row
 }
 
-TEST(Replay, DefaultRingIsTwoWindowsAndAtLeastSix) {
+TEST(Replay, DefaultRingIsThreeWindowsForGdnUpToFiveAndTwoWindowsAndAtLeastSixElsewhere) {
   EXPECT_EQ(default_replay_ring(1), 6);
   EXPECT_EQ(default_replay_ring(2), 6);
   EXPECT_EQ(default_replay_ring(3), 6);
   EXPECT_EQ(default_replay_ring(4), 8);
   EXPECT_EQ(default_replay_ring(8), 16);
-  // A pool with replay_ring = 0 has exactly the records of an explicit default ring, at T = 2
-  // (R = 6, not 2T = 4) and T = 4 (R = 8).
+  for (LayerKind kind : {LayerKind::kMamba2, LayerKind::kKda}) {
+    for (int T : {1, 2, 3, 4, 5, 8, 16})
+      EXPECT_EQ(default_replay_ring(kind, T), default_replay_ring(T));
+  }
+  // Gated DeltaNet: 3T while the longest replay (3T) fits the verify's chunk of 16 tokens.
+  const LayerKind gdn = LayerKind::kGatedDeltaNet;
+  EXPECT_EQ(default_replay_ring(gdn, 1), 6);
+  EXPECT_EQ(default_replay_ring(gdn, 2), 6);
+  EXPECT_EQ(default_replay_ring(gdn, 3), 9);
+  EXPECT_EQ(default_replay_ring(gdn, 4), 12);
+  EXPECT_EQ(default_replay_ring(gdn, 5), 15);
+  EXPECT_EQ(default_replay_ring(gdn, 6), 12);
+  EXPECT_EQ(default_replay_ring(gdn, 8), 16);
+  // A pool with replay_ring = 0 has exactly the records of an explicit default ring: GDN at T = 2
+  // (R = 6, not 2T = 4) and T = 4 (R = 12), Mamba2 at T = 4 (R = 8 = 2T).
   const ModelConfig m = ModelConfig::gated_delta_net(2, gdn_preset("small_f32"));
+  const ModelConfig m2 = ModelConfig::mamba2(2, mamba2_preset("m2_small_f32"));
   for (int T : {2, 4}) {
     PoolOptions def = replay_options(2, 2, T), explicit_ring = def, two_t = def;
-    explicit_ring.replay_ring = static_cast<int>(default_replay_ring(T));
+    explicit_ring.replay_ring = static_cast<int>(default_replay_ring(gdn, T));
     two_t.replay_ring = 2 * T;
     const int64_t w = StatePool(m, def).workspace_bytes();
     EXPECT_EQ(w, StatePool(m, explicit_ring).workspace_bytes()) << "T = " << T;
-    if (T == 2) EXPECT_GT(w, StatePool(m, two_t).workspace_bytes());
-    if (T == 4) EXPECT_EQ(w, StatePool(m, two_t).workspace_bytes());
+    EXPECT_GT(w, StatePool(m, two_t).workspace_bytes()) << "T = " << T;
   }
+  PoolOptions def = replay_options(2, 2, 4), two_t = def;
+  two_t.replay_ring = 8;
+  EXPECT_EQ(StatePool(m2, def).workspace_bytes(), StatePool(m2, two_t).workspace_bytes());
 }
 
-TEST(Replay, RingModelFoldsEveryRoundAtTwoWindowsAndLessBeyond) {
-  for (int T : {1, 2, 4, 8}) {
-    const ReplayRingModel m = replay_ring_model(T, 2 * T);
-    EXPECT_DOUBLE_EQ(m.fold_rate, 1.0) << T;
-    EXPECT_DOUBLE_EQ(m.mean_history, (T + 1) / 2.0) << T;
-  }
-  // T = 1, R = 6: one accepted token a round, a fold when h > 4: every 5th round, histories
-  // 1, 2, 3, 4, 5 (mean 3).
-  EXPECT_DOUBLE_EQ(replay_ring_model(1, 6).fold_rate, 0.2);
-  EXPECT_DOUBLE_EQ(replay_ring_model(1, 6).mean_history, 3.0);
-  // T = 2, R = 6 (the default): folds when h > 2. From h = a: a = 2 -> h 2, then 3 or 4 (2
-  // verifies); a = 1 -> h 1, then 2 (-> 3 or 4) or 3 (fold): 9/4 verifies a cycle on average.
-  EXPECT_NEAR(replay_ring_model(2, 6).fold_rate, 4.0 / 9.0, 1e-12);
-  // A longer ring folds less often and applies longer histories.
-  const ReplayRingModel r8 = replay_ring_model(4, 8), r16 = replay_ring_model(4, 16);
-  EXPECT_LT(r16.fold_rate, r8.fold_rate);
-  EXPECT_GT(r16.mean_history, r8.mean_history);
-  EXPECT_NEAR(r16.fold_rate, 0.2495, 1e-3);  // the benchmark's simulated cursor: 0.25
-  for (const auto& [T, R, name] : {std::tuple{0, 6, "max_window = 0"}, std::tuple{4, 7, "ring = 7"},
-                                   std::tuple{1, (1 << 20) + 1, "ring = 1048577"}}) {
+TEST(Replay, FoldLimitIsTheWholeRingFromSixteenRowsAndTheSmallRingsBelow) {
+  // T = 4, R = 12: the whole ring allows h <= 4 without a fold; a ring of 2T, none.
+  EXPECT_EQ(replay_fold_limit(4, 12, 1), 0);
+  EXPECT_EQ(replay_fold_limit(4, 12, 15), 0);
+  EXPECT_EQ(replay_fold_limit(4, 12, 16), 4);
+  EXPECT_EQ(replay_fold_limit(4, 12, 128), 4);
+  EXPECT_EQ(replay_fold_limit(4, 8, 128), 0);
+  EXPECT_EQ(replay_fold_limit(4, 40, 8), 0);
+  EXPECT_EQ(replay_fold_limit(4, 40, 16), 32);
+  // T <= 2: the small limit is max(2T, 6) - 2T, what R = 6 allows.
+  EXPECT_EQ(replay_fold_limit(1, 6, 1), 4);
+  EXPECT_EQ(replay_fold_limit(1, 12, 1), 4);
+  EXPECT_EQ(replay_fold_limit(2, 6, 1), 2);
+  EXPECT_EQ(replay_fold_limit(2, 4, 1), 0);
+  EXPECT_EQ(replay_fold_limit(2, 12, 16), 8);
+  // fold_rows moves the 16 (0: the default; 1: the whole ring always).
+  EXPECT_EQ(replay_fold_limit(4, 12, 1, 1), 4);
+  EXPECT_EQ(replay_fold_limit(4, 12, 2, 3), 0);
+  EXPECT_EQ(replay_fold_limit(4, 12, 3, 3), 4);
+  EXPECT_EQ(replay_fold_limit(4, 12, 15, 0), 0);
+  // The ring model follows the round's rows: at T = 4, R = 12 a small round folds whenever it
+  // has history, as R = 8 does; a large one about every other round.
+  const ReplayRingModel small = replay_ring_model(4, 12, 8), r8 = replay_ring_model(4, 8);
+  EXPECT_DOUBLE_EQ(small.fold_rate, r8.fold_rate);
+  EXPECT_DOUBLE_EQ(small.mean_history, r8.mean_history);
+  EXPECT_DOUBLE_EQ(replay_ring_model(4, 12).fold_rate, replay_ring_model(4, 12, 16).fold_rate);
+  EXPECT_LT(replay_ring_model(4, 12, 16).fold_rate, 0.6);
+  EXPECT_GT(replay_ring_model(4, 12, 16).fold_rate, 0.4);
+  for (const auto& [T, R, rows, fold_rows, name] :
+       {std::tuple{0, 6, 1, 0, "max_window = 0"}, std::tuple{4, 7, 1, 0, "ring = 7"},
+        std::tuple{4, 12, 0, 0, "rows = 0"}, std::tuple{4, 12, 1, -1, "fold_rows = -1"}}) {
     try {
-      replay_ring_model(T, R);
+      replay_fold_limit(T, R, rows, fold_rows);
       FAIL() << name << " was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::kInvalidArgument);
       EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
+  }
+  EXPECT_THROW(replay_ring_model(4, 12, 0), Error);
+}
+
+// The fold limit is the round's: on a caller-owned replay pool (the checkpoint is the caller's
+// memory, so a fold is visible at the verify) with T = 4 and the default ring (12), a verify
+// with history 2 folds in a round of fewer than replay_fold_rows rows and not in a larger one.
+TEST(Replay, AVerifyFoldsByItsRoundsRows) {
+  const GdnConfig g = gdn_preset("small_f32");
+  const ModelConfig m = ModelConfig::gated_delta_net(1, g);
+  for (int fold_rows : {2, 0}) {
+    SCOPED_TRACE("replay_fold_rows = " + std::to_string(fold_rows));
+    auto mem = host_memory();
+    PoolOptions o = replay_options(2, 2, 4);
+    o.replay_fold_rows = fold_rows;
+    const CallerMemory cm = make_caller_memory(m, o, CallerLayout::kOneTensor, *mem, 7);
+    StatePool pool(m, o, cm.views);
+    std::mt19937_64 rng(11);
+    const LayerWeights w = random_weights(g, rng);
+    const SlotHandle a = pool.acquire(), b = pool.acquire();
+    auto verify = [&](std::vector<SlotHandle> rows) {
+      const int n = static_cast<int>(rows.size());
+      TokenInputs in = random_inputs(g, 4 * n, rng);
+      TokenOutputs out = make_outputs(g, 4 * n);
+      const std::vector<uint8_t> before = mem->bytes(cm.views.ssm[0]);
+      pool.begin_verify(VerifyBatch{rows, 4, {}});
+      pool.verify(0, w.view(), in.view(), out.view());
+      const bool changed = mem->bytes(cm.views.ssm[0]) != before;
+      EXPECT_GT(sum_squares(out.core_out.view()), 0.0);
+      return changed;
+    };
+    EXPECT_FALSE(verify({a}));             // no history yet
+    pool.commit(std::vector<int32_t>{2});  // two tokens accepted: h = 2
+    // Two rows: with replay_fold_rows = 2 the whole ring (h = 2 <= 4, no fold); by default
+    // (16) the small limit (h = 2 > 0: a fold).
+    EXPECT_EQ(verify({a, b}), fold_rows == 0);
+    pool.commit(std::vector<int32_t>{1, 1});
+    // One row: the small limit either way; a has history (3 records, or 1 after the fold).
+    EXPECT_TRUE(verify({a}));
+    pool.commit(std::vector<int32_t>{3});
+    EXPECT_GT(sum_squares(pool.ssm_state(0)), 0.0);
   }
 }
 

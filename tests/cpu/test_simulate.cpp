@@ -60,10 +60,10 @@ GdnConfig tiny_gdn() {
 }
 
 // Replay workspace of the tiny preset, per slot: in every layer the conv records of a window,
-// a ring of R = default_replay_ring(window) factor records (the pool's default), a pending
-// count and a cursor (base, h) (3 x int32); and the path (an int32 per window token).
+// a ring of R = default_replay_ring(kGatedDeltaNet, window) factor records (the pool's default), a
+// pending count and a cursor (base, h) (3 x int32); and the path (an int32 per window token).
 int64_t tiny_replay_workspace(int64_t slots, int64_t window) {
-  const int64_t ring = default_replay_ring(window);
+  const int64_t ring = default_replay_ring(LayerKind::kGatedDeltaNet, window);
   return slots *
          (kTinyLayers * (window * kTinyConvRecord + ring * kTinyFactorRecord + 12) + window * 4);
 }
@@ -175,10 +175,10 @@ TEST(Simulate, ReplayReportMemoryAndBytesModel) {
   EXPECT_EQ(report["options"]["strategy"].get<std::string>(), "replay");
   const auto& mem = report["memory"];
   EXPECT_EQ(mem["committed_bytes"].get<int64_t>(), 3 * kTinyLayers * kTinyStateLayer);
-  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), tiny_replay_workspace(3, 4));  // 16,248
-  // 3 slots x (2 layers x (4 conv records + R = 8 factor records + 12 B of counts) + 4 path
+  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), tiny_replay_workspace(3, 4));  // 21,240
+  // 3 slots x (2 layers x (4 conv records + R = 12 factor records + 12 B of counts) + 4 path
   // entries).
-  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), 3 * (2 * (4 * 256 + 8 * 208 + 12) + 4 * 4));
+  EXPECT_EQ(mem["workspace_bytes"].get<int64_t>(), 3 * (2 * (4 * 256 + 12 * 208 + 12) + 4 * 4));
   EXPECT_EQ(mem["records_bytes_per_slot"].get<int64_t>(), tiny_replay_workspace(1, 4));
   EXPECT_EQ(mem["scratch_bytes_per_row"].get<int64_t>(), 0);
   PoolOptions po;
@@ -188,7 +188,8 @@ TEST(Simulate, ReplayReportMemoryAndBytesModel) {
   po.strategy = Strategy::kReplay;
   const StatePool pool(ModelConfig::gated_delta_net(2, tiny_gdn()), po);
   EXPECT_EQ(pool.workspace_bytes(), tiny_replay_workspace(3, 4));
-  // Replay v2 (DESIGN.md sections 6 and 8), R = 2T = 8, so a verify folds iff h > R - 2T = 0.
+  // Replay v2 (DESIGN.md sections 6 and 8), R = 3T = 12, but rounds of 3 rows fold at the small
+  // limit (replay_fold_limit: max(2T, 6) - 2T = 0), so a verify folds iff h > 0.
   // Every round the 3 live rows read their checkpoint (conv window + SSM state) once per layer
   // and write the window's 4 records (conv + factor) per layer. Round 0 has h = 0 and no pending
   // conv steps: no fold, nothing else. From round 1 on each row has h = 2 (the last commit's

@@ -575,6 +575,10 @@ class KindDriver final : public DriverBase {
     PoolOptions tested = options_;
     replay_ = src.coin();
     tested.strategy = replay_ ? Strategy::kReplay : Strategy::kSnapshot;
+    // The replay fold limit's row threshold (PoolOptions::replay_fold_rows: 0, the default 16,
+    // never reached by these batches; 1-3: whole-ring rounds beside small-limit ones), from the
+    // seed so that the source's bytes keep their meaning.
+    tested.replay_fold_rows = static_cast<int>((seed / 5) % 4);
     // Half of the pools under test own their memory; the others adopt the caller's, in either
     // layout. Half of the replay pools compare lazily (pending steps survive).
     const uint32_t memory = src.below(4);

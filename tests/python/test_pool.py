@@ -96,6 +96,40 @@ def test_strategies_bit_identical(act):
         assert np.array_equal(bits(cs), bits(cr)) and np.array_equal(bits(ss), bits(sr))
 
 
+def test_replay_fold_rows_changes_no_bits_and_bad_values_are_rejected():
+    """PoolOptions.replay_fold_rows (rounds of at least that many rows fold at the whole ring,
+    smaller ones early): 1, 2 and the default give the snapshot pool's bits; -1 is rejected
+    naming the option."""
+    def rounds(strategy, fold_rows):
+        model = Model(seed=5)
+        pool = specstate.StatePool(model.config, specstate.PoolOptions(
+            num_slots=4, max_rows=4, max_window=4, strategy=strategy, replay_ring=12,
+            replay_fold_rows=fold_rows))
+        h0, h1 = pool.acquire(), pool.acquire()
+        rng = np.random.default_rng(9)
+        for r in range(12):
+            rows = [h0, h1] if r % 3 else [h0]
+            pool.begin_verify(specstate.VerifyBatch(rows, window=4))
+            n = 4 * len(rows)
+            for layer, (x, a, b) in enumerate(model.inputs(n)):
+                pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b),
+                            model.outputs(n))
+            pool.commit([int(v) for v in rng.integers(1, 5, len(rows))])
+        return states(pool, model.layers)
+
+    ref = rounds(Strategy.SNAPSHOT, 0)
+    assert any(np.abs(ss.astype(np.float64)).sum() > 0 for _, ss in ref)
+    for fold_rows in (0, 1, 2):
+        got = rounds(Strategy.REPLAY, fold_rows)
+        for (cs, ss), (cr, sr) in zip(ref, got):
+            assert np.array_equal(bits(cs), bits(cr)) and np.array_equal(bits(ss), bits(sr)), \
+                f"replay_fold_rows = {fold_rows}"
+    opts = specstate.PoolOptions(strategy=Strategy.REPLAY, max_window=4, replay_fold_rows=-1)
+    assert opts.replay_fold_rows == -1
+    with pytest.raises(specstate.InvalidArgumentError, match="options.replay_fold_rows = -1"):
+        specstate.StatePool(Model().config, opts)
+
+
 def test_commit_array_and_tuple():
     model = Model()
     results = []
