@@ -94,7 +94,8 @@ constexpr bool replay_folds(int h, int fold_limit) { return h > fold_limit; }
 // 2 T_max, what the smallest default ring allows. Measured on the H200
 // (Qwen3-Next-80B TP1 replay rounds, T = 4, R = 12 against R = 8, two rows a thread): B = 1 / 8
 // 1.018 / 1.050 (latency-bound: each history record adds a dependent step), B = 16 / 32 / 64 /
-// 128 0.985 / 0.966 / 0.933 / 0.929 (fewer state writes). So small rounds fold as a ring of 2T
+// 128 0.985 / 0.966 / 0.933 / 0.929 (fewer state writes): docs/cuda.md, "Two rows a thread at
+// B = 8, the ring at T = 4 and the per-round fold limit". So small rounds fold as a ring of 2T
 // would, large ones use the whole ring.
 inline constexpr int kFoldFullRows = 16;
 constexpr int replay_fold_limit(int ring, int max_window, int rows, int full_rows = kFoldFullRows) {
@@ -201,8 +202,10 @@ constexpr int64_t smem_per_sm_of(int cc) {
 // rows a thread share each staged key, query (and KDA gate) load: half the shared-memory
 // wavefronts a state element, at 4 CTAs an SM (128 registers, no spills) instead of 8. The
 // launcher takes it from 8 rows on, with at least two blocks a CTA (rpt2_vblocks). Measured on
-// the H200 (docs/cuda.md, "GDN replay verify: two V rows a thread", "... compiled for 4 CTAs an
-// SM" and "... at B = 8"; Qwen3-Next rounds, one -> two, compiled for 4 CTAs): T = 2 / 4 / 8 at
+// the H200 (docs/cuda.md, "GDN replay verify: two V rows a thread", "Launch bounds capped by
+// shared memory; GDN's two rows a thread at 4 CTAs an SM" and "Two rows a thread at B = 8, the
+// ring at T = 4 and the per-round fold limit"; Qwen3-Next rounds, one -> two, compiled for 4
+// CTAs): T = 2 / 4 / 8 at
 // B = 8 0.985 / 0.942 / 0.848, B = 16 0.949 / 0.975 / 0.891, B = 32 0.971 / 0.933 / 0.804,
 // B = 128 0.973 / 0.922 / 0.859 (compiled for 5, at 96 registers with spills, it was 1.03-1.14x
 // slower at B = 8, 16 and 32 for T <= 4): GDN from 8 rows and 2 tokens on. Kimi-Linear (KDA,

@@ -190,6 +190,29 @@ TEST(Replay, RingShorterThanTwoWindowsIsRejectedNamingIt) {
   EXPECT_NO_THROW(StatePool(m, o));
 }
 
+TEST(Replay, NegativeFoldRowsAreRejectedNamingThem) {
+  const ModelConfig m = ModelConfig::gated_delta_net(1, gdn_preset("small_f32"));
+  for (int fold_rows : {-1, -16}) {
+    PoolOptions o = replay_options(2, 2, 4);
+    o.replay_fold_rows = fold_rows;
+    try {
+      StatePool pool(m, o);
+      FAIL() << "replay_fold_rows = " << fold_rows << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument);
+      EXPECT_NE(
+          std::string(e.what()).find("options.replay_fold_rows = " + std::to_string(fold_rows)),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  for (int fold_rows : {0, 1, 16, 1 << 30}) {
+    PoolOptions o = replay_options(2, 2, 4);
+    o.replay_fold_rows = fold_rows;
+    EXPECT_NO_THROW(StatePool(m, o)) << fold_rows;
+  }
+}
+
 TEST(Replay, EachStrategyHasOnlyItsOwnWorkspace) {
   const ModelConfig m = ModelConfig::gated_delta_net(2, gdn_preset("small_f32"));
   StatePool replay(m, replay_options(3, 2, 4));

@@ -450,9 +450,10 @@ struct DriverStats {
   int64_t varlen_rounds = 0;                    // rounds with per-row window lengths
   // Drivers (runs) of each kind: caller-owned pools (of them vLLM-paged), lazy replay pools.
   int64_t caller_runs = 0, paged_runs = 0, lazy_runs = 0;
-  int64_t mamba2_runs = 0;            // runs of Mamba2 pools
-  int64_t kda_runs = 0;               // runs of KDA pools (the others Gated DeltaNet)
-  int64_t vllm_order_runs = 0;        // runs in vLLM's element order (conv_layout / ssm_layout)
+  int64_t mamba2_runs = 0;      // runs of Mamba2 pools
+  int64_t kda_runs = 0;         // runs of KDA pools (the others Gated DeltaNet)
+  int64_t vllm_order_runs = 0;  // runs in vLLM's element order (conv_layout / ssm_layout)
+  int64_t ring_2t_runs = 0, long_ring_runs = 0;  // replay runs with R = 2T, with R = 3T+1 or 40
   int64_t bad_argument_rejected = 0;  // layer calls with a wrong shape / dtype / ndim / device /
                                       // optional argument of the kind (misaligned: below)
   int64_t adopted = 0;                // adopt() of a slot just released (mid-round included)
@@ -473,6 +474,7 @@ struct DriverStats {
     mamba2_runs += s.mamba2_runs, bad_argument_rejected += s.bad_argument_rejected;
     kda_runs += s.kda_runs;
     vllm_order_runs += s.vllm_order_runs;
+    ring_2t_runs += s.ring_2t_runs, long_ring_runs += s.long_ring_runs;
     adopted += s.adopted, adopted_mid_round += s.adopted_mid_round;
     adopted_written += s.adopted_written, released_pending += s.released_pending;
     materialized += s.materialized, materialized_pending += s.materialized_pending;
@@ -579,6 +581,11 @@ class KindDriver final : public DriverBase {
     // never reached by these batches; 1-3: whole-ring rounds beside small-limit ones), from the
     // seed so that the source's bytes keep their meaning.
     tested.replay_fold_rows = static_cast<int>((seed / 5) % 4);
+    // The replay ring (PoolOptions::replay_ring): the default, 2T (a fold at every verify with
+    // history), 3T + 1 or 40 records (long histories, wrap-around), also from the seed.
+    const int rings[] = {0, 2 * options_.max_window, 3 * options_.max_window + 1, 40};
+    tested.replay_ring = rings[(seed / 20) % 4];
+    ring_draw_ = static_cast<int>((seed / 20) % 4);
     // Half of the pools under test own their memory; the others adopt the caller's, in either
     // layout. Half of the replay pools compare lazily (pending steps survive).
     const uint32_t memory = src.below(4);
@@ -609,6 +616,8 @@ class KindDriver final : public DriverBase {
       stats_.paged_runs += memory_ == MemoryMode::kCallerPaged;
     }
     stats_.lazy_runs += lazy_;
+    stats_.ring_2t_runs += replay_ && ring_draw_ == 1;
+    stats_.long_ring_runs += replay_ && ring_draw_ >= 2;
     stats_.mamba2_runs += config_.kind == LayerKind::kMamba2;
     stats_.kda_runs += config_.kind == LayerKind::kKda;
     stats_.vllm_order_runs += options_.conv_layout == ConvLayout::kChannelsLast;
@@ -1534,6 +1543,7 @@ class KindDriver final : public DriverBase {
   ModelConfig config_;
   PoolOptions options_;
   bool replay_ = false, lazy_ = false;
+  int ring_draw_ = 0;  // which replay ring the seed drew (0 default, 1 2T, 2 3T+1, 3 40)
   MemoryMode memory_ = MemoryMode::kOwned;
   std::mt19937_64 rng_;
   // Declared before the pools, which must not outlive the caller's memory or the weights.

@@ -57,12 +57,14 @@ int main(int argc, char** argv) {
       static_cast<long long>(total.compared_slots), secs);
   std::printf(
       "specstate_soak: hostile draws: %lld caller-owned configs (%lld vLLM-paged), %lld lazy "
-      "replay configs; %lld re-adopted after release (%lld mid-round), %lld adopted as written, "
+      "replay configs (%lld with R = 2T, %lld with R = 3T + 1 or 40); %lld re-adopted after "
+      "release (%lld mid-round), %lld adopted as written, "
       "%lld releases with steps pending, %lld materialize calls (%lld slots with steps pending), "
       "%lld calls with poisoned weights; rejected: %lld misaligned views, %lld wrong layer "
       "arguments, %lld duplicate materializes, %lld adopts\n",
       static_cast<long long>(total.caller_runs), static_cast<long long>(total.paged_runs),
-      static_cast<long long>(total.lazy_runs), static_cast<long long>(total.adopted),
+      static_cast<long long>(total.lazy_runs), static_cast<long long>(total.ring_2t_runs),
+      static_cast<long long>(total.long_ring_runs), static_cast<long long>(total.adopted),
       static_cast<long long>(total.adopted_mid_round),
       static_cast<long long>(total.adopted_written), static_cast<long long>(total.released_pending),
       static_cast<long long>(total.materialized),
@@ -87,14 +89,14 @@ int main(int argc, char** argv) {
        total.poisoned_calls == 0 || total.misaligned_rejected == 0 ||
        total.bad_argument_rejected == 0 || total.mamba2_runs == 0 || total.kda_runs == 0 ||
        total.mamba2_runs + total.kda_runs == configs || total.duplicate_materialize_rejected == 0 ||
-       total.adopt_rejected == 0)) {
+       total.adopt_rejected == 0 || total.ring_2t_runs == 0 || total.long_ring_runs == 0)) {
     std::fprintf(
         stderr,
         "specstate_soak: the run did not cover the three layer kinds, caller-owned and paged "
         "pools, re-adopts "
         "(mid-round too), adopts of written slots, releases and materializes with steps "
         "pending, poisoned weights, misaligned views, wrong layer arguments, duplicate "
-        "materializes and rejected adopts\n");
+        "materializes, rejected adopts and replay rings of 2T and longer\n");
     return 1;
   }
   return 0;
