@@ -98,7 +98,7 @@ constexpr bool replay_folds(int h, int fold_limit) { return h > fold_limit; }
 // B = 8, the ring at T = 4 and the per-round fold limit". So small rounds fold as a ring of 2T
 // would, large ones use the whole ring.
 inline constexpr int kFoldFullRows = 16;
-constexpr int replay_fold_limit(int ring, int max_window, int rows, int full_rows = kFoldFullRows) {
+constexpr int replay_fold_limit(int max_window, int ring, int rows, int full_rows = kFoldFullRows) {
   const int full = ring - 2 * max_window;
   const int small = (2 * max_window > 6 ? 2 * max_window : 6) - 2 * max_window;
   return rows >= full_rows || full <= small ? full : small;
@@ -205,12 +205,11 @@ constexpr int64_t smem_per_sm_of(int cc) {
 // the H200 (docs/cuda.md, "GDN replay verify: two V rows a thread", "Launch bounds capped by
 // shared memory; GDN's two rows a thread at 4 CTAs an SM" and "Two rows a thread at B = 8, the
 // ring at T = 4 and the per-round fold limit"; Qwen3-Next rounds, one -> two, compiled for 4
-// CTAs): T = 2 / 4 / 8 at
-// B = 8 0.985 / 0.942 / 0.848, B = 16 0.949 / 0.975 / 0.891, B = 32 0.971 / 0.933 / 0.804,
-// B = 128 0.973 / 0.922 / 0.859 (compiled for 5, at 96 registers with spills, it was 1.03-1.14x
-// slower at B = 8, 16 and 32 for T <= 4): GDN from 8 rows and 2 tokens on. Kimi-Linear (KDA,
-// 20 layers) T = 2 / 4 / 8: B = 16 0.75 / 0.71 / 0.67, B = 32 0.68 / 0.64 / 0.60, B = 128 0.84 /
-// 0.82 / 0.76: KDA always.
+// CTAs): T = 2 / 4 / 8 at B = 8 0.985 / 0.942 / 0.848, B = 16 0.949 / 0.975 / 0.891, B = 32
+// 0.971 / 0.933 / 0.804, B = 128 0.973 / 0.922 / 0.859 (compiled for 5, at 96 registers with
+// spills, it was 1.03-1.14x slower at B = 8, 16 and 32 for T <= 4): GDN from 8 rows and 2 tokens
+// on. Kimi-Linear (KDA, 20 layers) T = 2 / 4 / 8: B = 16 0.75 / 0.71 / 0.67, B = 32 0.68 / 0.64
+// / 0.60, B = 128 0.84 / 0.82 / 0.76: KDA always.
 inline constexpr int kGdnMultiRptRows = 8, kGdnMultiRptTokens = 2;
 inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] - '0';

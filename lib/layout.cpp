@@ -300,7 +300,7 @@ int replay_fold_limit(int max_window, int ring, int rows, int fold_rows) {
                 "replay_fold_limit: fold_rows = " + std::to_string(fold_rows) +
                     " must be 0 (the default) or positive");
   }
-  return kernels::replay_fold_limit(ring, max_window, rows,
+  return kernels::replay_fold_limit(max_window, ring, rows,
                                     fold_rows > 0 ? fold_rows : kernels::kFoldFullRows);
 }
 
@@ -316,7 +316,7 @@ ReplayRingModel replay_ring_model(int max_window, int ring, int rows) {
   // verify seeing h: n[h] verifies to the cycle's end (this one included), s[h] the sum of their
   // histories. h > L: n = 1, s = h; else n = 1 + mean_a n[h + a], s = h + mean_a s[h + a].
   // The sums over a in [1, T] slide with h: O(R) time and memory.
-  const int L = kernels::replay_fold_limit(ring, T, rows);
+  const int L = kernels::replay_fold_limit(T, ring, rows);
   const auto size = static_cast<std::size_t>(L + 2 * T + 2);
   std::vector<double> n(size, 0.0), s(size, 0.0);
   double wn = 0, ws = 0;  // sums of n[h + 1 .. h + T] and s[h + 1 .. h + T]

@@ -214,8 +214,9 @@ struct PoolOptions {
   // (replay_fold_limit: R - 2 * max_window from 16 rows on, at most max(2T, 6) - 2T below), so a
   // larger R writes the state less often in large rounds but applies longer histories and costs
   // R records of memory. 0: the default, default_replay_ring(kind, max_window): Gated DeltaNet
-  // 3T for T <= 5 (12 at T = 4), otherwise max(2T, 6). Measured on the H200 (docs/cuda.md, "The
-  // ring at T = 4 with two rows a thread"): Qwen3-Next T = 4, R = 12 against 8 at B = 16 / 32 /
+  // 3T for T <= 5 (12 at T = 4), otherwise max(2T, 6). Measured on the H200 (docs/cuda.md, "Two
+  // rows a thread at B = 8, the ring at T = 4 and the per-round fold limit"; docs/strategies.md,
+  // "The fold limit is the round's"): Qwen3-Next T = 4, R = 12 against 8 at B = 16 / 32 /
   // 64 / 128 0.985 / 0.966 / 0.933 / 0.929 (fewer folds); T = 8, R = 24 against 16 1.29-1.52x
   // (the longest replay no longer fits the verify's chunk of 16 tokens); Nemotron-H (Mamba2) T
   // = 4, R = 12 against 8 1.011-1.031x at B = 8 / 32 / 128; R = 6 at T = 2, where a fold per
