@@ -358,6 +358,32 @@ void bind_config(nb::module_& m) {
           "cudaStream_t (int handle) the pool's work runs on (CUDA only; 0 = the default "
           "stream). Give a non-default stream to capture CUDA graphs.");
 
+  // The replay ring (docs/strategies.md): the default R of a kind, the round's fold limit and
+  // the fold model `specstate plan` prints.
+  m.def(
+      "default_replay_ring",
+      [](LayerKind kind, int64_t max_window) { return default_replay_ring(kind, max_window); },
+      nb::arg("kind"), nb::arg("max_window"),
+      "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (3 * max_window "
+      "for GATED_DELTA_NET up to max_window = 5, otherwise max(2 * max_window, 6)).");
+  m.def("replay_fold_limit", &replay_fold_limit, nb::arg("max_window"), nb::arg("ring"),
+        nb::arg("rows"), nb::arg("fold_rows") = 0,
+        "The fold limit L of a verify round of `rows` rows: a verify whose slot has h history "
+        "records folds iff h > L (ring - 2 * max_window from `fold_rows` rows on, 0: 16; "
+        "max(2 * max_window, 6) - 2 * max_window at most below). Raises InvalidArgumentError "
+        "naming a bad argument.");
+  nb::class_<ReplayRingModel>(m, "ReplayRingModel",
+                              "Folds per round and the mean history a verify applies.")
+      .def_ro("fold_rate", &ReplayRingModel::fold_rate, "Folds per round (1: every round).")
+      .def_ro("mean_history", &ReplayRingModel::mean_history,
+              "History records a verify applies, on average.");
+  m.def(
+      "replay_ring_model",
+      [](int max_window, int ring, int rows) { return replay_ring_model(max_window, ring, rows); },
+      nb::arg("max_window"), nb::arg("ring"), nb::arg("rows") = 16,
+      "The cursor of a slot when every round of `rows` rows accepts a in [1, max_window] tokens "
+      "uniformly: its fold rate and mean history (exact). Raises InvalidArgumentError naming a "
+      "bad argument.");
   m.def("backend_name", &backend_name, nb::arg("backend"), "'cpu' or 'cuda'.");
   m.def("strategy_name", &strategy_name, nb::arg("strategy"), "'snapshot' or 'replay'.");
   m.def("conv_layout_name", &conv_layout_name, nb::arg("layout"),

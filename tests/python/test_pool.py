@@ -130,6 +130,25 @@ def test_replay_fold_rows_changes_no_bits_and_bad_values_are_rejected():
         specstate.StatePool(Model().config, opts)
 
 
+def test_replay_ring_helpers():
+    """The ring helpers of the package agree with the rules of docs/strategies.md."""
+    K = specstate.LayerKind
+    assert specstate.default_replay_ring(K.GATED_DELTA_NET, 4) == 12
+    assert specstate.default_replay_ring(K.GATED_DELTA_NET, 8) == 16
+    assert specstate.default_replay_ring(K.MAMBA2, 4) == 8
+    assert specstate.default_replay_ring(K.KDA, 2) == 6
+    assert specstate.replay_fold_limit(4, 12, 8) == 0
+    assert specstate.replay_fold_limit(4, 12, 16) == 4
+    assert specstate.replay_fold_limit(4, 12, 2, fold_rows=1) == 4
+    small, large = specstate.replay_ring_model(4, 12, rows=8), specstate.replay_ring_model(4, 12)
+    assert small.fold_rate == 1.0 and small.mean_history == 2.5
+    assert 0.4 < large.fold_rate < 0.42 and large.mean_history > 4
+    with pytest.raises(specstate.InvalidArgumentError, match="ring = 7"):
+        specstate.replay_fold_limit(4, 7, 16)
+    with pytest.raises(specstate.InvalidArgumentError, match="rows = 0"):
+        specstate.replay_ring_model(4, 12, rows=0)
+
+
 def test_commit_array_and_tuple():
     model = Model()
     results = []
