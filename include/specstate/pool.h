@@ -60,8 +60,9 @@ struct SlotHandle {
 enum class Workspace : int32_t {
   kSnapshotConv = 0,  // snapshot: [max_rows, max_window, conv_dim, W-1] conv dtype
   kSnapshotSsm = 1,   // snapshot: [max_rows, max_window, HV, V, K] SSM dtype (Mamba2: nheads, P, N)
-  kRecords = 2,       // replay:   [slots, max_window, record] act dtype, record = one token's
-                      //           layer inputs [mixed_qkv | a | b] (Mamba2: [xBC | dt])
+  kRecords = 2,       // replay:   [slots, max_window, conv_dim] act dtype, one window token's
+                      //           conv input (GDN mixed_qkv, Mamba2 xBC, KDA [q | k | v]); the
+                      //           ring of factor records is internal (DESIGN.md section 4)
 };
 
 // One verify round's batch. Tokens of a layer's inputs are packed by row: token i of row r at

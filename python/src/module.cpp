@@ -159,7 +159,8 @@ void bind_config(nb::module_& m) {
       .value("SNAPSHOT_CONV", Workspace::kSnapshotConv,
              "snapshot: [max_rows, max_window, conv_dim, W-1]")
       .value("SNAPSHOT_SSM", Workspace::kSnapshotSsm, "snapshot: [max_rows, max_window, HV, V, K]")
-      .value("RECORDS", Workspace::kRecords, "replay: [slots, max_window, record]");
+      .value("RECORDS", Workspace::kRecords,
+             "replay: [slots, max_window, conv_dim], each window token's conv input");
   nb::enum_<LayerKind>(m, "LayerKind", "The recurrent layer type of a model.")
       .value("GATED_DELTA_NET", LayerKind::kGatedDeltaNet)
       .value("MAMBA2", LayerKind::kMamba2)
