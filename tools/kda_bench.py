@@ -5,6 +5,7 @@ one process (issue 18.4).
     python3 tools/kda_bench.py                        # T = 2, 4, 8; B = 1, 8, 32, 128
     python3 tools/kda_bench.py --T 4 --B 8 --json out.json
     python3 tools/kda_bench.py --layout vllm          # both sides in vLLM's element order
+    python3 tools/kda_bench.py --T 4 --replay-only --ring 12   # one point of a ring sweep
 
 Shapes: Kimi-Linear-48B-A3B at TP1 (20 KDA layers; H = HV = 32, K = V = 128, W = 4; bf16
 activations and conv state, fp32 SSM state [HV][V][K]: 2 MiB per row and layer). A round is what
@@ -89,7 +90,8 @@ def capture(torch, stream, body):
     return g
 
 
-def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout):
+def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout, ring=0,
+                    fold_rows=0):
     s = torch.cuda.Stream()
     cfg = specstate.KdaConfig()  # Kimi-Linear-48B-A3B TP1 (the defaults)
     assert (cfg.num_k_heads, cfg.num_v_heads, cfg.head_k_dim, cfg.head_v_dim) == (H, HV, K, V)
@@ -97,7 +99,8 @@ def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout)
         specstate.ModelConfig.kda(L, cfg),
         specstate.PoolOptions(num_slots=MAX_B, max_rows=MAX_B, max_window=T,
                               backend=specstate.Backend.CUDA, strategy=strategy,
-                              stream=s.cuda_stream, **layout_options(specstate, layout)))
+                              stream=s.cuda_stream, replay_ring=ring, replay_fold_rows=fold_rows,
+                              **layout_options(specstate, layout)))
     handles = [pool.acquire() for _ in range(MAX_B)]
     dev = dict(device="cuda")
     bf16, f32 = torch.bfloat16, torch.float32
@@ -223,11 +226,19 @@ def main():
     parser.add_argument("--layout", choices=("default", "vllm"), default="default",
                         help="state element order of both sides (vllm: channels-last conv "
                              "windows and [HV][K][V] states, fla's state_v_first=False)")
+    parser.add_argument("--ring", type=int, default=0,
+                        help="PoolOptions.replay_ring of the replay pools (0: the default)")
+    parser.add_argument("--fold-rows", type=int, default=0,
+                        help="PoolOptions.replay_fold_rows of the replay pools (0: the default)")
+    parser.add_argument("--replay-only", action="store_true",
+                        help="time only specstate's replay rounds (a ring sweep: run once per "
+                             "--ring; snapshot, fla and their ratios are skipped)")
     args = parser.parse_args()
     try:
         import torch
         import specstate
-        import fla  # noqa: F401 (fla-core)
+        if not args.replay_only:
+            import fla  # noqa: F401 (fla-core)
     except ImportError as e:
         sys.exit(f"kda_bench.py needs torch, specstate (CUDA build) and fla-core: {e}")
     if not torch.cuda.is_available():
@@ -240,7 +251,16 @@ def main():
     print(f"copy bandwidth {bw:.0f} GB/s")
     rows = []
     for T in Ts:
-        ours = {s: bench_specstate(torch, specstate, st, T, Bs, args.reps, flush, gen, args.layout)
+        if args.replay_only:
+            rep = bench_specstate(torch, specstate, specstate.Strategy.REPLAY, T, Bs, args.reps,
+                                  flush, gen, args.layout, args.ring, args.fold_rows)
+            for B in Bs:
+                rows.append(dict(T=T, B=B, replay=rep[B], ring=args.ring))
+                ring = args.ring or "default"
+                print(f"T={T} B={B:3d}  replay {rep[B]:9.1f}  (replay_ring {ring})", flush=True)
+            continue
+        ours = {s: bench_specstate(torch, specstate, st, T, Bs, args.reps, flush, gen, args.layout,
+                                   args.ring, args.fold_rows)
                 for s, st in (("snapshot", specstate.Strategy.SNAPSHOT),
                               ("replay", specstate.Strategy.REPLAY))}
         for B in Bs:
@@ -254,6 +274,12 @@ def main():
                   f"fla {r['fla']:9.1f}  fla rec {r['fla_rec']:9.1f}  replay/fla "
                   f"{r['replay'] / r['fla']:.2f}  replay/fla rec {r['replay'] / r['fla_rec']:.2f}",
                   flush=True)
+    if args.replay_only:
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"shape": "kimi-linear-48b-a3b tp1, 20 KDA layers", "copy_gbps": bw,
+                           "layout": args.layout, "ring": args.ring, "rows": rows}, fh, indent=1)
+        return
     print(f"\nKDA rounds, Kimi-Linear-48B TP1 (20 layers; graph of 4 rounds, median / 4, us; "
           f"state layout: {args.layout})")
     print("floor = 20 layers x B x one read of the 2 MiB state at the copy bandwidth; %BW = floor"
