@@ -276,7 +276,7 @@ int64_t default_replay_ring(LayerKind kind, int64_t max_window) noexcept {
 }
 
 namespace {
-void check_ring_args(const char* fn, int max_window, int64_t ring, int rows) {
+void check_ring_args(const char* fn, int max_window, int64_t ring, int rows, int fold_rows) {
   if (max_window < 1) {
     throw Error(Status::kInvalidArgument, std::string(fn) + ": max_window = " +
                                               std::to_string(max_window) + " must be positive");
@@ -290,16 +290,16 @@ void check_ring_args(const char* fn, int max_window, int64_t ring, int rows) {
     throw Error(Status::kInvalidArgument,
                 std::string(fn) + ": rows = " + std::to_string(rows) + " must be positive");
   }
+  if (fold_rows < 0) {
+    throw Error(Status::kInvalidArgument, std::string(fn) +
+                                              ": fold_rows = " + std::to_string(fold_rows) +
+                                              " must be 0 (the default) or positive");
+  }
 }
 }  // namespace
 
 int replay_fold_limit(int max_window, int ring, int rows, int fold_rows) {
-  check_ring_args("replay_fold_limit", max_window, ring, rows);
-  if (fold_rows < 0) {
-    throw Error(Status::kInvalidArgument,
-                "replay_fold_limit: fold_rows = " + std::to_string(fold_rows) +
-                    " must be 0 (the default) or positive");
-  }
+  check_ring_args("replay_fold_limit", max_window, ring, rows, fold_rows);
   return kernels::replay_fold_limit(max_window, ring, rows,
                                     fold_rows > 0 ? fold_rows : kernels::kFoldFullRows);
 }
@@ -308,15 +308,16 @@ ReplayRingModel replay_ring_model(int max_window, int ring) {
   return replay_ring_model(max_window, ring, kernels::kFoldFullRows);
 }
 
-ReplayRingModel replay_ring_model(int max_window, int ring, int rows) {
-  check_ring_args("replay_ring_model", max_window, ring, rows);
+ReplayRingModel replay_ring_model(int max_window, int ring, int rows, int fold_rows) {
+  check_ring_args("replay_ring_model", max_window, ring, rows, fold_rows);
   const int T = max_window;
+  const int L =
+      kernels::replay_fold_limit(T, ring, rows, fold_rows > 0 ? fold_rows : kernels::kFoldFullRows);
   // Between two folds the history grows by a per round: a cycle starts at a verify seeing h = a
   // (the round after a fold) and ends at the first verify with h > L, the fold limit. From a
   // verify seeing h: n[h] verifies to the cycle's end (this one included), s[h] the sum of their
   // histories. h > L: n = 1, s = h; else n = 1 + mean_a n[h + a], s = h + mean_a s[h + a].
   // The sums over a in [1, T] slide with h: O(R) time and memory.
-  const int L = kernels::replay_fold_limit(T, ring, rows);
   const auto size = static_cast<std::size_t>(L + 2 * T + 2);
   std::vector<double> n(size, 0.0), s(size, 0.0);
   double wn = 0, ws = 0;  // sums of n[h + 1 .. h + T] and s[h + 1 .. h + T]

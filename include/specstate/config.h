@@ -191,17 +191,18 @@ int replay_fold_limit(int max_window, int ring, int rows, int fold_rows = 0);
 
 // The cursor of one slot under replay with ring R and windows of T = max_window tokens, when
 // every round accepts a in [1, T] tokens uniformly (DESIGN.md section 6: a verify with history h
-// folds iff h > L, replay_fold_limit of the round's `rows`, R - 2T for the overload without;
+// folds iff h > L, replay_fold_limit of the round's `rows` and `fold_rows`, R - 2T for the
+// overload without;
 // commit then adds a): the long-run folds per round (1 at L = 0) and the mean history a verify
 // applies ((T + 1) / 2 at L = 0). Exact (a renewal argument over the cursor's values, O(R T)
 // time). Throws Error(kInvalidArgument) naming the argument for max_window < 1, ring < 2 *
-// max_window, ring > 2^20 or rows < 1.
+// max_window, ring > 2^20, rows < 1 or fold_rows < 0.
 struct ReplayRingModel {
   double fold_rate = 0;
   double mean_history = 0;
 };
 ReplayRingModel replay_ring_model(int max_window, int ring);
-ReplayRingModel replay_ring_model(int max_window, int ring, int rows);
+ReplayRingModel replay_ring_model(int max_window, int ring, int rows, int fold_rows = 0);
 
 struct PoolOptions {
   int num_slots = 1;   // requests whose committed state the pool holds

@@ -380,8 +380,10 @@ void bind_config(nb::module_& m) {
               "History records a verify applies, on average.");
   m.def(
       "replay_ring_model",
-      [](int max_window, int ring, int rows) { return replay_ring_model(max_window, ring, rows); },
-      nb::arg("max_window"), nb::arg("ring"), nb::arg("rows") = 16,
+      [](int max_window, int ring, int rows, int fold_rows) {
+        return replay_ring_model(max_window, ring, rows, fold_rows);
+      },
+      nb::arg("max_window"), nb::arg("ring"), nb::arg("rows") = 16, nb::arg("fold_rows") = 0,
       "The cursor of a slot when every round of `rows` rows accepts a in [1, max_window] tokens "
       "uniformly: its fold rate and mean history (exact). Raises InvalidArgumentError naming a "
       "bad argument.");

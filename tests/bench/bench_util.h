@@ -164,6 +164,14 @@ inline int bench_ring() {
   return r ? std::atoi(r) : 0;
 }
 
+// SPECSTATE_BENCH_FOLD_ROWS: PoolOptions::replay_fold_rows of the replay pools (0 or unset: the
+// default, 16 rows; 1: every round folds at the whole ring), for sweeping the fold limit's row
+// threshold (docs/strategies.md, "The fold limit is the round's") with one binary.
+inline int bench_fold_rows() {
+  const char* r = std::getenv("SPECSTATE_BENCH_FOLD_ROWS");
+  return r ? std::max(0, std::atoi(r)) : 0;
+}
+
 // SPECSTATE_BENCH_LAYOUT: the element order of the benchmarks' pools (PoolOptions::conv_layout /
 // ssm_layout): unset or "default", specstate's; "conv_last", channels-last conv windows; "kv",
 // [HV][K][V] states (delta-rule kinds); "vllm", both (a Mamba2 pool takes only the conv part).
@@ -177,7 +185,8 @@ inline void apply_bench_layout(PoolOptions& o, LayerKind kind) {
 }
 
 // The options of a benchmark's CUDA pool: `rows` slots and rows, windows up to `max_window`, on
-// `stream`; a replay pool takes bench_ring(); the layout is SPECSTATE_BENCH_LAYOUT's.
+// `stream`; a replay pool takes bench_ring() and bench_fold_rows(); the layout is
+// SPECSTATE_BENCH_LAYOUT's.
 inline PoolOptions bench_pool_options(int rows, int max_window, cudaStream_t stream,
                                       Strategy strategy = Strategy::kSnapshot,
                                       LayerKind kind = LayerKind::kGatedDeltaNet) {
@@ -189,7 +198,10 @@ inline PoolOptions bench_pool_options(int rows, int max_window, cudaStream_t str
   o.backend = Backend::kCuda;
   o.stream = stream;
   o.strategy = strategy;
-  if (strategy == Strategy::kReplay) o.replay_ring = bench_ring();
+  if (strategy == Strategy::kReplay) {
+    o.replay_ring = bench_ring();
+    o.replay_fold_rows = bench_fold_rows();
+  }
   return o;
 }
 

@@ -272,8 +272,8 @@ void per_layer_kernel(benchmark::State& state, bool conv, Strategy strategy) {
   });
   const double us = time_graph(exec, w.stream, w.flush, kFlushBytes, w.e0, w.e1, state) / kLayers;
   cudaGraphExecDestroy(exec);
-  const ReplayRingModel ring =
-      replay_ring_model(T, static_cast<int>(default_replay_ring(LayerKind::kMamba2, T)), B);
+  const ReplayRingModel ring = replay_ring_model(
+      T, static_cast<int>(default_replay_ring(LayerKind::kMamba2, T)), B, bench_fold_rows());
   const double tok = double(tokens), io = tok * kConvDim * 2;  // one pass of xBC or conv_out
   double bytes = 0;
   if (conv) {

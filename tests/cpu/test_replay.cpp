@@ -125,6 +125,10 @@ TEST(Replay, FoldLimitIsTheWholeRingFromSixteenRowsAndTheSmallRingsBelow) {
     }
   }
   EXPECT_THROW(replay_ring_model(4, 12, 0), Error);
+  EXPECT_THROW(replay_ring_model(4, 12, 16, -1), Error);
+  // fold_rows moves the model's threshold as it moves the pool's.
+  EXPECT_DOUBLE_EQ(replay_ring_model(4, 12, 2, 1).fold_rate, replay_ring_model(4, 12).fold_rate);
+  EXPECT_DOUBLE_EQ(replay_ring_model(4, 12, 20, 32).fold_rate, r8.fold_rate);
 }
 
 // The fold limit is the round's: on a caller-owned replay pool (the checkpoint is the caller's

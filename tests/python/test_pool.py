@@ -143,6 +143,7 @@ def test_replay_ring_helpers():
     small, large = specstate.replay_ring_model(4, 12, rows=8), specstate.replay_ring_model(4, 12)
     assert small.fold_rate == 1.0 and small.mean_history == 2.5
     assert 0.4 < large.fold_rate < 0.42 and large.mean_history > 4
+    assert specstate.replay_ring_model(4, 12, rows=2, fold_rows=1).fold_rate == large.fold_rate
     with pytest.raises(specstate.InvalidArgumentError, match="ring = 7"):
         specstate.replay_fold_limit(4, 7, 16)
     with pytest.raises(specstate.InvalidArgumentError, match="rows = 0"):
