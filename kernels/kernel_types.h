@@ -90,7 +90,7 @@ constexpr bool replay_folds(int h, int fold_limit) { return h > fold_limit; }
 
 // The fold limit of a round of `rows` verify rows on a ring of R records and windows of up to
 // T_max tokens: R - 2 T_max (the most history the ring allows) from `full_rows` rows on
-// (PoolOptions::replay_fold_rows, by default kFoldFullRows); below, at most max(2 T_max, 6) -
+// (PoolOptions::replay_fold_rows; 0: kFoldFullRows); below, at most max(2 T_max, 6) -
 // 2 T_max, what the smallest default ring allows. Measured on the H200
 // (Qwen3-Next-80B TP1 replay rounds, T = 4, R = 12 against R = 8, two rows a thread): B = 1 / 8
 // 1.018 / 1.050 (latency-bound: each history record adds a dependent step), B = 16 / 32 / 64 /
@@ -98,7 +98,8 @@ constexpr bool replay_folds(int h, int fold_limit) { return h > fold_limit; }
 // B = 8, the ring at T = 4 and the per-round fold limit". So small rounds fold as a ring of 2T
 // would, large ones use the whole ring.
 inline constexpr int kFoldFullRows = 16;
-constexpr int replay_fold_limit(int max_window, int ring, int rows, int full_rows = kFoldFullRows) {
+constexpr int replay_fold_limit(int max_window, int ring, int rows, int full_rows = 0) {
+  if (full_rows <= 0) full_rows = kFoldFullRows;
   const int full = ring - 2 * max_window;
   const int small = (2 * max_window > 6 ? 2 * max_window : 6) - 2 * max_window;
   return rows >= full_rows || full <= small ? full : small;

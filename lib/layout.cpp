@@ -229,7 +229,7 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
                       std::to_string(options.replay_fold_rows) + " must be 0 (the default, " +
                       std::to_string(kernels::kFoldFullRows) + ") or positive");
     }
-    l.fold_rows = options.replay_fold_rows > 0 ? options.replay_fold_rows : kernels::kFoldFullRows;
+    l.fold_rows = options.replay_fold_rows;
   }
 
   SizeCalc c{fn, "conv state (conv_dim x (conv_width - 1))"};
@@ -300,19 +300,17 @@ void check_ring_args(const char* fn, int max_window, int64_t ring, int rows, int
 
 int replay_fold_limit(int max_window, int ring, int rows, int fold_rows) {
   check_ring_args("replay_fold_limit", max_window, ring, rows, fold_rows);
-  return kernels::replay_fold_limit(max_window, ring, rows,
-                                    fold_rows > 0 ? fold_rows : kernels::kFoldFullRows);
+  return kernels::replay_fold_limit(max_window, ring, rows, fold_rows);
 }
 
 ReplayRingModel replay_ring_model(int max_window, int ring) {
-  return replay_ring_model(max_window, ring, kernels::kFoldFullRows);
+  return replay_ring_model(max_window, ring, kernels::kFoldFullRows, 0);
 }
 
 ReplayRingModel replay_ring_model(int max_window, int ring, int rows, int fold_rows) {
   check_ring_args("replay_ring_model", max_window, ring, rows, fold_rows);
   const int T = max_window;
-  const int L =
-      kernels::replay_fold_limit(T, ring, rows, fold_rows > 0 ? fold_rows : kernels::kFoldFullRows);
+  const int L = kernels::replay_fold_limit(T, ring, rows, fold_rows);
   // Between two folds the history grows by a per round: a cycle starts at a verify seeing h = a
   // (the round after a fold) and ends at the first verify with h > L, the fold limit. From a
   // verify seeing h: n[h] verifies to the cycle's end (this one included), s[h] the sum of their

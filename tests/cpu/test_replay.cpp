@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "common/caller_owned.h"
+#include "common/expect.h"
 #include "common/gdn_data.h"
 #include "common/presets.h"
 #include "common/strategy_equivalence.h"
@@ -113,16 +114,12 @@ TEST(Replay, FoldLimitIsTheWholeRingFromSixteenRowsAndTheSmallRingsBelow) {
   EXPECT_DOUBLE_EQ(replay_ring_model(4, 12).fold_rate, replay_ring_model(4, 12, 16).fold_rate);
   EXPECT_LT(replay_ring_model(4, 12, 16).fold_rate, 0.6);
   EXPECT_GT(replay_ring_model(4, 12, 16).fold_rate, 0.4);
-  for (const auto& [T, R, rows, fold_rows, name] :
+  for (const auto& c :
        {std::tuple{0, 6, 1, 0, "max_window = 0"}, std::tuple{4, 7, 1, 0, "ring = 7"},
         std::tuple{4, 12, 0, 0, "rows = 0"}, std::tuple{4, 12, 1, -1, "fold_rows = -1"}}) {
-    try {
-      replay_fold_limit(T, R, rows, fold_rows);
-      FAIL() << name << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), Status::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-    }
+    expect_rejected(
+        [&] { replay_fold_limit(std::get<0>(c), std::get<1>(c), std::get<2>(c), std::get<3>(c)); },
+        Status::kInvalidArgument, {std::get<4>(c)});
   }
   EXPECT_THROW(replay_ring_model(4, 12, 0), Error);
   EXPECT_THROW(replay_ring_model(4, 12, 16, -1), Error);
@@ -199,16 +196,8 @@ TEST(Replay, NegativeFoldRowsAreRejectedNamingThem) {
   for (int fold_rows : {-1, -16}) {
     PoolOptions o = replay_options(2, 2, 4);
     o.replay_fold_rows = fold_rows;
-    try {
-      StatePool pool(m, o);
-      FAIL() << "replay_fold_rows = " << fold_rows << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), Status::kInvalidArgument);
-      EXPECT_NE(
-          std::string(e.what()).find("options.replay_fold_rows = " + std::to_string(fold_rows)),
-          std::string::npos)
-          << e.what();
-    }
+    expect_rejected([&] { StatePool pool(m, o); }, Status::kInvalidArgument,
+                    {"options.replay_fold_rows = " + std::to_string(fold_rows)});
   }
   for (int fold_rows : {0, 1, 16, 1 << 30}) {
     PoolOptions o = replay_options(2, 2, 4);
