@@ -35,6 +35,27 @@ ncu --kernel-name "regex:$KERNEL" --launch-skip "$SKIP" --launch-count 1 --set f
 ncu -i "$OUT/$TAG.ncu-rep" --page details >"$OUT/$TAG-details.txt" 2>&1
 grep -E "Duration|DRAM Throughput|Compute \(SM\)|Executed Ipc|Issue Slots|Registers Per|Achieved Occ|Warp Cycles Per Issued|Executed Instructions " \
   "$OUT/$TAG-details.txt" | head -20
+# Why warps did not issue: the stall reasons, in warps stalled per issued instruction (the full
+# set's WarpStateStats metrics), largest first.
+ncu -i "$OUT/$TAG.ncu-rep" --page raw --csv >"$OUT/$TAG-raw.csv" 2>/dev/null &&
+  python3 - "$OUT/$TAG-raw.csv" <<'PY'
+import csv, re, sys
+rows = list(csv.reader(open(sys.argv[1])))
+if len(rows) >= 3:
+    names, values = rows[0], rows[2]  # header, units, the launch
+    rx = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio$")
+    stalls = []
+    for n, v in zip(names, values):
+        m = rx.match(n)
+        if m:
+            try:
+                stalls.append((float(v.replace(",", "")), m.group(1)))
+            except ValueError:
+                pass
+    total = sum(v for v, _ in stalls) or 1.0
+    print("== stalls (warps per issued instruction): " +
+          ", ".join(f"{r} {v:.2f} ({v / total * 100:.0f}%)" for v, r in sorted(stalls)[::-1][:8]))
+PY
 ncu -i "$OUT/$TAG.ncu-rep" --page source --csv --print-source cuda,sass \
   >"$OUT/$TAG-source.csv" 2>"$OUT/$TAG-source.err" || head -3 "$OUT/$TAG-source.err"
 # Per CUDA source line (the rows that carry a line number): instructions executed and warp-stall
