@@ -9,6 +9,7 @@
 // caller-owned / vLLM-paged memory, element order, lazy comparisons) for every block of rounds, so
 // one run covers many configs of every kind.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,15 +17,46 @@
 
 #include "pool_driver.h"
 
+namespace {
+
+// A whole decimal number, or false (empty, signs, trailing characters, out of range).
+bool parse_count(const char* text, unsigned long long* value) {
+  if (text == nullptr || *text < '0' || *text > '9') return false;
+  char* end = nullptr;
+  errno = 0;
+  *value = std::strtoull(text, &end, 10);
+  return errno == 0 && *end == '\0';
+}
+
+int usage(const char* what, const char* value) {
+  std::fprintf(stderr,
+               "specstate_soak: %s = '%s' is not a positive whole number\n"
+               "usage: specstate_soak [ROUNDS] [SEED]  (ROUNDS: $SPECSTATE_SOAK_ROUNDS, else "
+               "100000)\n",
+               what, value);
+  return 2;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  long long rounds = 100000;
-  if (const char* env = std::getenv("SPECSTATE_SOAK_ROUNDS")) rounds = std::atoll(env);
-  if (argc > 1) rounds = std::atoll(argv[1]);
-  const unsigned long long seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 20250801ull;
-  if (rounds <= 0) {
-    std::fprintf(stderr, "specstate_soak: ROUNDS must be > 0\n");
+  unsigned long long rounds_arg = 100000, seed = 20250801ull;
+  if (const char* env = std::getenv("SPECSTATE_SOAK_ROUNDS")) {
+    if (!parse_count(env, &rounds_arg)) return usage("SPECSTATE_SOAK_ROUNDS", env);
+  }
+  if (argc > 1 && !parse_count(argv[1], &rounds_arg)) return usage("ROUNDS", argv[1]);
+  if (argc > 2 && !parse_count(argv[2], &seed)) return usage("SEED", argv[2]);
+  if (argc > 3) {
+    std::fprintf(stderr,
+                 "specstate_soak: unexpected argument '%s' (usage: specstate_soak [ROUNDS] "
+                 "[SEED])\n",
+                 argv[3]);
     return 2;
   }
+  if (rounds_arg == 0 || rounds_arg > (1ull << 40)) {
+    return usage("ROUNDS", argc > 1 ? argv[1] : std::getenv("SPECSTATE_SOAK_ROUNDS"));
+  }
+  const auto rounds = static_cast<long long>(rounds_arg);
   constexpr long long kRoundsPerConfig = 500;
   const auto start = std::chrono::steady_clock::now();
   specstate::fuzz::DriverStats total;
