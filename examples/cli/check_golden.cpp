@@ -20,9 +20,10 @@ void add_check_golden_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<Args>();
   CLI::App* command = app.add_subcommand(
       "check-golden",
-      "Run the golden GDN verify+commit cases (safetensors, parts grouped by their 'case' "
-      "metadata; a folder stands for its *.safetensors files) and compare with SGLang and the "
-      "float64 reference. Exit 0 when every case passes, 1 otherwise.");
+      "Run the golden verify+commit cases of every layer kind (safetensors, parts grouped by "
+      "their 'case' metadata; a folder stands for its *.safetensors files) and compare with the "
+      "third party (SGLang; fla for KDA) and the float64 reference. Exit 0 when every case "
+      "passes, 1 otherwise.");
   command->add_option("FILE", args->files, "golden case files or folders")
       ->required()
       ->check(CLI::ExistingPath);

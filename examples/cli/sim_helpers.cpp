@@ -624,7 +624,7 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& model_fil
       cmd->add_option("--model", model, "Model preset: " + models)->capture_default_str();
   auto* file =
       cmd->add_option("--model-file", model_file,
-                      "JSON model file instead of a preset: {\"kind\": \"gdn\"|\"mamba2\", "
+                      "JSON model file instead of a preset: {\"kind\": \"gdn\"|\"mamba2\"|\"kda\", "
                       "\"layers\": N, ...} (docs/simulate.md)")
           ->check(CLI::ExistingFile);
   file->excludes(preset);
@@ -641,10 +641,10 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& model_fil
   dim("--layers", dims.layers, "Recurrent (GDN, Mamba2 or KDA) layers");
   dim("--total-layers", dims.total_layers,
       "All layers, attention included (default: --layers + the model's other layers)");
-  dim("--heads", dims.heads, "GDN: key heads H; Mamba2: heads");
-  dim("--v-heads", dims.v_heads, "GDN: value heads HV (a multiple of H)");
-  dim("--head-k-dim", dims.head_k_dim, "GDN: key head dim K");
-  dim("--head-v-dim", dims.head_v_dim, "GDN: value head dim V");
+  dim("--heads", dims.heads, "GDN / KDA: key heads H; Mamba2: heads");
+  dim("--v-heads", dims.v_heads, "GDN / KDA: value heads HV (a multiple of H)");
+  dim("--head-k-dim", dims.head_k_dim, "GDN / KDA: key head dim K");
+  dim("--head-v-dim", dims.head_v_dim, "GDN / KDA: value head dim V");
   dim("--head-dim", dims.head_dim, "Mamba2: channels per head P");
   dim("--d-state", dims.d_state, "Mamba2: state size N");
   dim("--groups", dims.groups, "Mamba2: groups G of B and C");

@@ -231,10 +231,13 @@ class StatePool {
   // strategy, so a CPU <-> GPU or GPU <-> GPU hand-off is a copy. Layout (slot_state_bytes()
   // bytes, little-endian, no padding): a header of kSlotStateHeaderBytes, then for each layer
   // l = 0..L-1 the conv window [conv_dim][W-1] in the conv dtype (oldest column first), then the
-  // SSM state ([HV][V][K], KDA too; Mamba2 [nheads][P][N]) in the SSM dtype. The header says which
-  // config the state belongs to (docs/lifecycle.md "The export format" gives its fields):
+  // SSM state ([HV][V][K], KDA too; Mamba2 [nheads][P][N]) in the SSM dtype, both in the pool's
+  // element order (PoolOptions::conv_layout / ssm_layout: [W-1][conv_dim], [HV][K][V]). The
+  // header says which config the state belongs to (docs/lifecycle.md "The export format" gives
+  // its fields):
   //   [0, 8) magic "specslot"; [8, 12) u32 version 1; [12, 16) u32 kind (LayerKind);
-  //   [16, 20) u32 num_layers; [20, 23) u8 act, conv state, ssm state dtype (DType); [23] 0;
+  //   [16, 20) u32 num_layers; [20, 23) u8 act, conv state, ssm state dtype (DType); [23] u8
+  //   element order (bit 0 conv_layout kChannelsLast, bit 1 ssm_layout kKV);
   //   [24, 44) u32 x 5 shape fields (GDN and KDA num_k_heads, num_v_heads, head_k_dim,
   //   head_v_dim, conv_width; Mamba2 num_heads, head_dim, d_state, n_groups, conv_width); [44, 48)
   //   0; [48, 56) u64 state bytes that follow; [56, 64) u64 FNV-1a 64 of bytes [0, 56).
