@@ -468,11 +468,16 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
 // the same order), so the results are bit-identical. Returns false, having written nothing, where
 // the row does not fit this path (no cursor, a padding row, snapshots, no window, or history
 // plus window longer than a chunk): the caller then runs gdn_row_block per block.
+#ifndef SPECSTATE_GDN_EARLY_PREFETCH
+#define SPECSTATE_GDN_EARLY_PREFETCH \
+  0  // an experiment (docs/cuda.md): 1 starts block 2's copy early
+#endif
 template <typename Act, typename St, int K, int LANES, int kChunk, bool kKV, int RPT,
           typename Shared>
 __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p, Shared& sm, int h,
                                                    int hv, float a_log, float dt_bias) {
   static_assert(RPT == 1 || !kKV, "several V rows a thread: [V][K] states");
+  constexpr bool kEarlyPrefetch = SPECSTATE_GDN_EARLY_PREFETCH != 0;
   constexpr int NK = K / (4 * LANES);
   constexpr int kRowsBase = gdn_rows_per_cta<LANES>();
   constexpr int kRows = kRowsBase * RPT;  // a block: RPT rows a thread (GdnRows)
@@ -510,6 +515,24 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     gdn_prefetch_history<Act, K, kRows, kChunk>(sm.chunk, sm.hist_kf, p, ring, base, h, hv, hist,
                                                 vb0);
   }
+  const auto next_mine = [&](int j) { return sm.next_state + rows.vrow[j] * K; };
+  // The state of block vb + 1 into shared memory (this thread's own elements, read back by this
+  // thread only), without waiting: the block loop completes it after block vb's tokens.
+  const auto prefetch_next = [&](int vb) {
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      const int vn = (vb + 1) * kRows + rows.vrow[j];
+      if (vn < V) {
+        const St* src = committed + int64_t{vn} * K;
+#pragma unroll
+        for (int i = 0; i < NK; ++i) {
+          cp_async<4 * sizeof(St)>(next_mine(j) + i * 4 * LANES + kl * 4,
+                                   src + i * 4 * LANES + kl * 4);
+        }
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
   float4 S[RPT][NK];
   if constexpr (kKV) {
     // [K][V] states: every transfer of a block's state goes through sm.kv_tile (the first load,
@@ -521,6 +544,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[j] ? rows.v[j] : 0} * K, S[j], kl,
                                     rows.ok[j]);
     }
+    // kEarlyPrefetch: block vb0 + 1's copy starts here, before the wait for the conv, the window's
+    // staging and block vb0's history, instead of at block vb0's first token (the shared buffer
+    // holds nothing yet; later blocks' copies wait until their buffer has been read).
+    if (kEarlyPrefetch && nvb > 1) prefetch_next(vb0);
   }
   grid_dependency_wait();
 
@@ -534,7 +561,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     sink.k_writer = vb0 == 0 && hv == h * p.v_per_k;
   }
   gdn_stage<Act, K, kRows, kChunk>(sm.chunk, p, in, h, hv, 0, rt.count, A, dt_bias, sink, hist,
-                                   hist > 0);
+                                   hist > 0, !kKV && kEarlyPrefetch && nvb > 1);
   if (hist > 0) {
     // k^ = k * kf of every history record, once (gdn_apply_raw's product, for gdn_apply), in
     // place: the raw key in the tail of chunk row tt (gdn_raw_key) becomes the row's fp32 k^.
@@ -550,7 +577,6 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
                            : nullptr;
   Act* const out_v = static_cast<Act*>(p.out) + rt.begin * p.out_stride_token + hv * p.out_stride_h;
   const int nv = (hist + rt.count) * kRows;  // staged rows of a block: u history, then v
-  const auto next_mine = [&](int j) { return sm.next_state + rows.vrow[j] * K; };
 #pragma unroll 1
   for (int j = 0; j < nvb; ++j) {
     const int vb = vb0 + j;
@@ -597,23 +623,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.
         gdn_kv_tile_fill_async<K, kRows>(reinterpret_cast<const float*>(committed), V,
                                          (vb + 1) * kRows, &sm.kv_tile[0][0]);
-      } else if (t == 0 && more) {
-        // The next block's state into shared memory (this thread's own elements, read back by
-        // this thread only) while this block computes; issued after a step has consumed S, so
-        // the shared next_state it overwrites has been read.
-#pragma unroll
-        for (int j = 0; j < RPT; ++j) {
-          const int vn = (vb + 1) * kRows + rows.vrow[j];
-          if (vn < V) {
-            const St* src = committed + int64_t{vn} * K;
-#pragma unroll
-            for (int i = 0; i < NK; ++i) {
-              cp_async<4 * sizeof(St)>(next_mine(j) + i * 4 * LANES + kl * 4,
-                                       src + i * 4 * LANES + kl * 4);
-            }
-          }
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
+      } else if (t == 0 && more && !(kEarlyPrefetch && j == 0)) {
+        // The next block's state into shared memory while this block computes; issued after a
+        // step has consumed S, so the shared next_state it overwrites has been read.
+        prefetch_next(vb);
       }
       // The row's output and u record, stored with the block's others after its tokens
       // (gdn_flush_block): no per-token global addressing in this loop.
