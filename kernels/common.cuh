@@ -463,6 +463,14 @@ __device__ __forceinline__ void prefetch_l1(const void* ptr) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));
 }
 
+// A hint that `bytes` (a multiple of 16, `ptr` 16-byte aligned) will be read soon by the CTA:
+// one bulk prefetch into L2 (sm_90 on; a no-op before).
+__device__ __forceinline__ void prefetch_l2_bulk(const void* ptr, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ptr), "r"(bytes) : "memory");
+#endif
+}
+
 // The tokens of launch row `row` (see RowTokensParams): [begin, begin + count).
 struct RowTokens {
   int64_t begin = 0;

@@ -6,6 +6,17 @@
 
 namespace specstate::kernels {
 
+// How the replay verify over several V blocks (gdn_replay_vblocks) fetches the later blocks'
+// states, an experiment awaiting the H200 (docs/cuda.md, "The replay verify's hot loops, read
+// from the SASS"). 0 (the default): block b + 1's state is copied into shared memory while block
+// b computes, the copy issued at block b's first token. 1: block 1's copy is issued right after
+// block 0's state load, before the wait for the conv. 2: as 1, and blocks 2 .. nvb - 1 (the
+// rest of the head's rows, contiguous) are prefetched into L2 at the same time. Data movement
+// only: the results are the same bits.
+#ifndef SPECSTATE_GDN_PREFETCH
+#define SPECSTATE_GDN_PREFETCH 0
+#endif
+
 // The shared memory of one CTA. next_state: the next item's state (kItems = 2: the next row's;
 // kMulti, a replay chain over several V blocks: the next block's).
 template <typename St, int K, int kRows, int kItems, int kChunk, bool kReplay, bool kTree,
@@ -468,16 +479,12 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
 // the same order), so the results are bit-identical. Returns false, having written nothing, where
 // the row does not fit this path (no cursor, a padding row, snapshots, no window, or history
 // plus window longer than a chunk): the caller then runs gdn_row_block per block.
-#ifndef SPECSTATE_GDN_EARLY_PREFETCH
-#define SPECSTATE_GDN_EARLY_PREFETCH \
-  0  // an experiment (docs/cuda.md): 1 starts block 2's copy early
-#endif
 template <typename Act, typename St, int K, int LANES, int kChunk, bool kKV, int RPT,
           typename Shared>
 __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p, Shared& sm, int h,
                                                    int hv, float a_log, float dt_bias) {
   static_assert(RPT == 1 || !kKV, "several V rows a thread: [V][K] states");
-  constexpr bool kEarlyPrefetch = SPECSTATE_GDN_EARLY_PREFETCH != 0;
+  constexpr bool kEarlyPrefetch = SPECSTATE_GDN_PREFETCH >= 1 && !kKV;
   constexpr int NK = K / (4 * LANES);
   constexpr int kRowsBase = gdn_rows_per_cta<LANES>();
   constexpr int kRows = kRowsBase * RPT;  // a block: RPT rows a thread (GdnRows)
@@ -548,6 +555,15 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // staging and block vb0's history, instead of at block vb0's first token (the shared buffer
     // holds nothing yet; later blocks' copies wait until their buffer has been read).
     if (kEarlyPrefetch && nvb > 1) prefetch_next(vb0);
+    if (SPECSTATE_GDN_PREFETCH >= 2 && nvb > 2 && tid == 0) {
+      // Blocks vb0 + 2 .. vb0 + nvb - 1: rows [(vb0 + 2) * kRows, min(V, (vb0 + nvb) * kRows)).
+      const int v_begin = (vb0 + 2) * kRows, v_end = min(V, (vb0 + nvb) * kRows);
+      const uint32_t bytes = static_cast<uint32_t>((v_end - v_begin) * K * sizeof(St));
+      if (v_end > v_begin && bytes % 16 == 0 &&
+          reinterpret_cast<uintptr_t>(committed + int64_t{v_begin} * K) % 16 == 0) {
+        prefetch_l2_bulk(committed + int64_t{v_begin} * K, bytes);
+      }
+    }
   }
   grid_dependency_wait();
 
