@@ -471,6 +471,19 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* ptr, uint32_t bytes
 #endif
 }
 
+// Rows [begin, end) of a row-major block of rows of `row_elems` elements each (a head's state:
+// contiguous) prefetched into L2 in one request (prefetch_l2_bulk), where they form whole 16-byte
+// units.
+template <typename T>
+__device__ __forceinline__ void prefetch_rows_l2(const T* rows, int begin, int end, int row_elems) {
+  if (end <= begin) return;
+  const T* first = rows + int64_t{begin} * row_elems;
+  const uint32_t bytes = static_cast<uint32_t>(int64_t{end - begin} * row_elems * sizeof(T));
+  if (bytes % 16 == 0 && reinterpret_cast<uintptr_t>(first) % 16 == 0) {
+    prefetch_l2_bulk(first, bytes);
+  }
+}
+
 // The tokens of launch row `row` (see RowTokensParams): [begin, begin + count).
 struct RowTokens {
   int64_t begin = 0;

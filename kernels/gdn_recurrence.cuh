@@ -556,13 +556,8 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // holds nothing yet; later blocks' copies wait until their buffer has been read).
     if (kEarlyPrefetch && nvb > 1) prefetch_next(vb0);
     if (SPECSTATE_GDN_PREFETCH >= 2 && nvb > 2 && tid == 0) {
-      // Blocks vb0 + 2 .. vb0 + nvb - 1: rows [(vb0 + 2) * kRows, min(V, (vb0 + nvb) * kRows)).
-      const int v_begin = (vb0 + 2) * kRows, v_end = min(V, (vb0 + nvb) * kRows);
-      const uint32_t bytes = static_cast<uint32_t>((v_end - v_begin) * K * sizeof(St));
-      if (v_end > v_begin && bytes % 16 == 0 &&
-          reinterpret_cast<uintptr_t>(committed + int64_t{v_begin} * K) % 16 == 0) {
-        prefetch_l2_bulk(committed + int64_t{v_begin} * K, bytes);
-      }
+      // Blocks vb0 + 2 .. vb0 + nvb - 1.
+      prefetch_rows_l2(committed, (vb0 + 2) * kRows, min(V, (vb0 + nvb) * kRows), K);
     }
   }
   grid_dependency_wait();

@@ -292,12 +292,7 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
         mamba2_copy_state_async<St, NK, LANES>(sm.next_state + r * N, head_state, ch + kRows, P,
                                                kl);
       if (SPECSTATE_MAMBA2_PREFETCH >= 2 && nvb > 2 && tid == 0) {
-        const int c_begin = (vb0 + 2) * kRows, c_end = min(P, (vb0 + nvb) * kRows);
-        const uint32_t bytes = static_cast<uint32_t>((c_end - c_begin) * N * sizeof(St));
-        if (c_end > c_begin && bytes % 16 == 0 &&
-            reinterpret_cast<uintptr_t>(head_state + int64_t{c_begin} * N) % 16 == 0) {
-          prefetch_l2_bulk(head_state + int64_t{c_begin} * N, bytes);
-        }
+        prefetch_rows_l2(head_state, (vb0 + 2) * kRows, min(P, (vb0 + nvb) * kRows), N);
       }
     }
     grid_dependency_wait();
