@@ -10,6 +10,7 @@
 #   STAGES="build tests layout" scripts/gpu-check.sh   # the rounds under each state layout
 #   STAGES="build overlap" scripts/gpu-check.sh   # layers overlapping off / rule / any rows
 #   STAGES="kdaab" KDA_AB_ARGS="--B 1,8" scripts/gpu-check.sh   # KDA rounds against .ab-base
+#   STAGES="kdaab" KDAAB_TREE_CUDA_FLAGS=-DSPECSTATE_GDN_PREFETCH=1 ...  # a knob (ab-base.sh HEAD)
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -299,10 +300,16 @@ if has kdaab; then
   kda_ok=1
   for side in base tree; do
     src="$root"; [ "$side" = base ] && src="$root/.ab-base"
+    # KDAAB_TREE_CUDA_FLAGS: the tree side's CUDA flags (a kernel knob against the same revision
+    # as base, e.g. "-DSPECSTATE_GDN_PREFETCH=1" with scripts/ab-base.sh HEAD).
+    side_flags=()
+    [ "$side" = tree ] && [ -n "${KDAAB_TREE_CUDA_FLAGS:-}" ] &&
+      side_flags=("-DCMAKE_CUDA_FLAGS=$KDAAB_TREE_CUDA_FLAGS")
     if ! { cmake -S "$src" -B "$BUILD-py-$side" -G Ninja -DCMAKE_BUILD_TYPE=Release \
              -DSPECSTATE_PYTHON=ON -DSPECSTATE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
              -DSPECSTATE_BUILD_TESTS=OFF -DSPECSTATE_BUILD_BENCH=OFF -DSPECSTATE_BUILD_EXAMPLES=OFF \
-             -DSPECSTATE_INSTALL=OFF "${cmake_extra[@]}" >"$OUT/kdaab_$side.log" 2>&1 &&
+             -DSPECSTATE_INSTALL=OFF "${cmake_extra[@]}" "${side_flags[@]}" \
+             >"$OUT/kdaab_$side.log" 2>&1 &&
            cmake --build "$BUILD-py-$side" -j "$JOBS" --target _specstate \
              >>"$OUT/kdaab_$side.log" 2>&1; }; then
       tail -20 "$OUT/kdaab_$side.log"; echo "kdaab: the $side extension did not build"
