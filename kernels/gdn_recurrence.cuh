@@ -572,7 +572,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     sink.k_writer = vb0 == 0 && hv == h * p.v_per_k;
   }
   gdn_stage<Act, K, kRows, kChunk>(sm.chunk, p, in, h, hv, 0, rt.count, A, dt_bias, sink, hist,
-                                   hist > 0, !kKV && kEarlyPrefetch && nvb > 1);
+                                   hist > 0, kEarlyPrefetch && nvb > 1);
   if (hist > 0) {
     // k^ = k * kf of every history record, once (gdn_apply_raw's product, for gdn_apply), in
     // place: the raw key in the tail of chunk row tt (gdn_raw_key) becomes the row's fp32 k^.
