@@ -745,12 +745,14 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     timing["materialize_seconds"] = materialize_s;
     section["timing"] = timing;
     Json bytes;
-    bytes["model"] = replay ? "replay: verify reads the checkpoint per live row-layer + its h "
-                              "history factor records and pending conv records, writes the conv "
-                              "window after pending steps, the SSM state only when it folds (h > "
-                              "R - 2T) and a conv + factor record per window token; commit 0"
-                            : "snapshot: verify (1 + T) states per live row-layer; commit 2 "
-                              "states per advancing row-layer";
+    bytes["model"] = replay
+                         ? "replay: verify reads the checkpoint per live row-layer + its h "
+                           "history factor records and pending conv records, writes the conv "
+                           "window after pending steps, the SSM state only when it folds (h > L, "
+                           "the round's fold limit: replay_fold_limit) and a conv + factor "
+                           "record per window token; commit 0"
+                         : "snapshot: verify (1 + T) states per live row-layer; commit 2 "
+                           "states per advancing row-layer";
     bytes["verify_bytes"] = verify_bytes_total;
     bytes["commit_bytes"] = commit_bytes_total;
     bytes["verify_bytes_per_round"] =
