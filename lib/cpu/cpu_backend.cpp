@@ -19,9 +19,23 @@ namespace specstate::detail {
 namespace {
 
 // One state (conv window + SSM) in storage dtypes, row-local working memory.
+// A working copy of one slot's layer state (conv window, SSM state) in the canonical element
+// order. Sized by fit(), never cleared: run_rows writes every byte before it reads it.
 struct StateBuf {
   std::vector<char> conv, ssm;
-  StateBuf(const Layout& l) : conv(l.conv_bytes), ssm(l.ssm_bytes) {}
+  void fit(const Layout& l) {
+    conv.resize(static_cast<std::size_t>(l.conv_bytes));
+    ssm.resize(static_cast<std::size_t>(l.ssm_bytes));
+  }
+};
+
+// run_rows' working states, kept by the backend from call to call (a layer call allocates and
+// zeroes nothing; allocating them per call, 3 + T states of a slot, made decode 2x slower):
+// the row's state, the parent and token states of snapshots in a non-canonical element order,
+// and the window's tree states where no snapshot stores them.
+struct RowScratch {
+  StateBuf cur, prev, next;
+  std::vector<StateBuf> nodes;
 };
 
 // Runs `run` row by row with the token step `step` (a kind's step: load_inputs, load_record,
@@ -31,31 +45,49 @@ struct StateBuf {
 // holds, and writes each window token's factor record at ring position base + h + t of the
 // settled cursor. The window's token t starts from its parent's state.
 template <typename Step>
-void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
+void run_rows(const PoolStorage& s, const LayerRun& run, Step& step, RowScratch& scratch) {
   const Layout& l = s.layout;
   const StateIO& io = run.io;
   const int T = run.tokens_per_row;
-  StateBuf cur(l), prev(l), next(l);  // prev / next: snapshot tokens of a non-canonical layout
-  std::vector<StateBuf> nodes;        // tree states of the window when no snapshot stores them
+  StateBuf& cur = scratch.cur;
+  StateBuf& prev = scratch.prev;  // prev / next: snapshot tokens of a non-canonical layout
+  StateBuf& next = scratch.next;
+  std::vector<StateBuf>& nodes = scratch.nodes;  // the window's tree states without snapshots
+  cur.fit(l);
+  if (io.store_tokens && !l.canonical()) {
+    prev.fit(l);
+    next.fit(l);
+  }
+  if (run.plan && !io.store_tokens) {
+    if (static_cast<int>(nodes.size()) < T) nodes.resize(static_cast<std::size_t>(T));
+    for (int t = 0; t < T; ++t) nodes[static_cast<std::size_t>(t)].fit(l);
+  }
   for (int r = 0; r < run.rows(); ++r) {
     const int slot = run.plan ? run.plan->slots[r] : run.slots[r];
     if (slot < 0) continue;  // padding rows: nothing read, nothing written
     char* conv = s.conv(run.layer, slot);
     char* ssm = s.ssm(run.layer, slot);
     // The token steps work in the canonical element order; the pool's memory is in the layout's
-    // (options.conv_layout / ssm_layout: a plain copy for the canonical one).
-    l.permute_conv(conv, cur.conv.data(), false);
-    l.permute_ssm(ssm, cur.ssm.data(), false);
+    // (options.conv_layout / ssm_layout: a plain copy for the canonical one). An advance of a
+    // canonical layout (decode, prefill) works in the pool's memory itself: it stores its final
+    // state anyway, so every intermediate write is overwritten.
+    const bool in_place = !run.plan && io.store_final && l.canonical();
+    char* const wconv = in_place ? conv : cur.conv.data();
+    char* const wssm = in_place ? ssm : cur.ssm.data();
+    if (!in_place) {
+      l.permute_conv(conv, wconv, false);
+      l.permute_ssm(ssm, wssm, false);
+    }
     const int n = run.length(r);
     const bool only_replay = io.store_final && n == 0;
     if (io.conv_pending) {
       const int pend = s.pending()[l.pending_index(run.layer, slot)];
       for (int i = 0; i < pend; ++i) {
         step.load_record(s.record(run.layer, slot, s.path()[l.path_index(slot, i)]));
-        step.shift_conv(cur.conv.data());
+        step.shift_conv(wconv);
       }
-      if (pend > 0 && (io.store_replayed || only_replay)) {
-        l.permute_conv(cur.conv.data(), conv, true);
+      if (pend > 0 && (io.store_replayed || only_replay) && !in_place) {
+        l.permute_conv(wconv, conv, true);
       }
     }
     // The settled cursor: a fold (this verify's, or the first verify's of this round) makes the
@@ -71,9 +103,9 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
       hist = 0;
     } else if (io.history) {
       for (int i = 0; i < hist; ++i)
-        step.apply_factor(cur.ssm.data(), s.factor(run.layer, slot, (base + i) % l.ring));
-      if (folds || (!io.fold && hist > 0 && (io.store_replayed || only_replay))) {
-        l.permute_ssm(cur.ssm.data(), ssm, true);
+        step.apply_factor(wssm, s.factor(run.layer, slot, (base + i) % l.ring));
+      if ((folds || (!io.fold && hist > 0 && (io.store_replayed || only_replay))) && !in_place) {
+        l.permute_ssm(wssm, ssm, true);
       }
       if (folds) {
         base = (base + hist) % l.ring;
@@ -85,18 +117,15 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
       // Advance: a chain from the (replayed) committed state, stored once at the end.
       for (int i = 0; i < n; ++i) {
         step.load_inputs(token0 + i);
-        step.step(cur.conv.data(), cur.conv.data(), cur.ssm.data(), cur.ssm.data(), token0 + i);
+        step.step(wconv, wconv, wssm, wssm, token0 + i);
       }
-      if (io.store_final && n > 0) {
-        l.permute_conv(cur.conv.data(), conv, true);
-        l.permute_ssm(cur.ssm.data(), ssm, true);
+      if (io.store_final && n > 0 && !in_place) {
+        l.permute_conv(wconv, conv, true);
+        l.permute_ssm(wssm, ssm, true);
       }
       continue;
     }
     // Verify: token t starts from its parent's state (the row's start state for the root).
-    if (!io.store_tokens) {
-      while (static_cast<int>(nodes.size()) < T) nodes.emplace_back(l);
-    }
     for (int t = 0; t < n; ++t) {
       const int parent = run.plan->parents[static_cast<std::size_t>(r) * T + t];
       const char *prev_conv, *prev_ssm;
@@ -109,18 +138,18 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step) {
           l.permute_conv(s.snap_conv(run.layer, r, parent), prev.conv.data(), false);
           l.permute_ssm(s.snap_ssm(run.layer, r, parent), prev.ssm.data(), false);
         }
-        prev_conv = parent < 0 ? cur.conv.data() : prev.conv.data();
-        prev_ssm = parent < 0 ? cur.ssm.data() : prev.ssm.data();
+        prev_conv = parent < 0 ? wconv : prev.conv.data();
+        prev_ssm = parent < 0 ? wssm : prev.ssm.data();
         next_conv = next.conv.data();
         next_ssm = next.ssm.data();
       } else if (io.store_tokens) {
-        prev_conv = parent < 0 ? cur.conv.data() : s.snap_conv(run.layer, r, parent);
-        prev_ssm = parent < 0 ? cur.ssm.data() : s.snap_ssm(run.layer, r, parent);
+        prev_conv = parent < 0 ? wconv : s.snap_conv(run.layer, r, parent);
+        prev_ssm = parent < 0 ? wssm : s.snap_ssm(run.layer, r, parent);
         next_conv = s.snap_conv(run.layer, r, t);
         next_ssm = s.snap_ssm(run.layer, r, t);
       } else {
-        prev_conv = parent < 0 ? cur.conv.data() : nodes[parent].conv.data();
-        prev_ssm = parent < 0 ? cur.ssm.data() : nodes[parent].ssm.data();
+        prev_conv = parent < 0 ? wconv : nodes[parent].conv.data();
+        prev_ssm = parent < 0 ? wssm : nodes[parent].ssm.data();
         next_conv = nodes[t].conv.data();
         next_ssm = nodes[t].ssm.data();
       }
@@ -223,19 +252,19 @@ class CpuBackend final : public BackendImpl {
   void run_gdn(const PoolStorage& s, const LayerRun& run, const GdnWeights& weights,
                const GdnInputs& inputs, const GdnOutputs& outputs) override {
     cpu::GdnStep step(s.config.gdn, weights, inputs, outputs);
-    run_rows(s, run, step);
+    run_rows(s, run, step, scratch_);
   }
 
   void run_mamba2(const PoolStorage& s, const LayerRun& run, const Mamba2Weights& weights,
                   const Mamba2Inputs& inputs, const Mamba2Outputs& outputs) override {
     cpu::Mamba2Step step(s.config.mamba, weights, inputs, outputs);
-    run_rows(s, run, step);
+    run_rows(s, run, step, scratch_);
   }
 
   void run_kda(const PoolStorage& s, const LayerRun& run, const KdaWeights& weights,
                const KdaInputs& inputs, const KdaOutputs& outputs) override {
     cpu::KdaStep step(s.config.kda_layer, weights, inputs, outputs);
-    run_rows(s, run, step);
+    run_rows(s, run, step, scratch_);
   }
 
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {
@@ -315,7 +344,7 @@ class CpuBackend final : public BackendImpl {
         const GdnInputs in{};
         const GdnOutputs out{};
         cpu::GdnStep step(s.config.gdn, w, in, out);
-        run_rows(s, run, step);
+        run_rows(s, run, step, scratch_);
         return;
       }
       case LayerKind::kMamba2: {
@@ -323,7 +352,7 @@ class CpuBackend final : public BackendImpl {
         const Mamba2Inputs in{};
         const Mamba2Outputs out{};
         cpu::Mamba2Step step(s.config.mamba, w, in, out);
-        run_rows(s, run, step);
+        run_rows(s, run, step, scratch_);
         return;
       }
       case LayerKind::kKda: {
@@ -331,13 +360,15 @@ class CpuBackend final : public BackendImpl {
         const KdaInputs in{};
         const KdaOutputs out{};
         cpu::KdaStep step(s.config.kda_layer, w, in, out);
-        run_rows(s, run, step);
+        run_rows(s, run, step, scratch_);
         return;
       }
     }
   }
 
  private:
+  RowScratch scratch_;  // run_rows' working states (a pool's calls do not overlap)
+
   // The fold predicate settles a cursor: the verify that saw h > L (the round's fold limit)
   // stored the post-history state as the checkpoint.
   static void settle(const Layout& l, int32_t* cur, int fold_limit) {
