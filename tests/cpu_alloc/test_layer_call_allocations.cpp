@@ -1,0 +1,108 @@
+// The CPU backend's layer calls allocate no state-sized memory: run_rows keeps its working copies
+// of a slot's state (the row's, the snapshots' in a non-canonical order, a replay window's tree
+// states) from call to call. Allocating and zeroing them per call (3 + T slot states) made decode
+// 2x slower; this test pins the cause, not the speed. Its own binary: it replaces the global
+// operator new to count the bytes the calls allocate.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+#include <random>
+
+#include "common/gdn_data.h"
+
+namespace {
+std::atomic<long long> g_allocated{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  g_allocated.fetch_add(static_cast<long long>(n), std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace specstate::test {
+namespace {
+
+struct Case {
+  const char* name;
+  Strategy strategy;
+  SsmLayout ssm_layout;
+};
+void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
+
+class LayerCallAllocations : public ::testing::TestWithParam<Case> {};
+
+// After a warm-up round, a round (begin_verify, every layer's verify, commit) and a decode step of
+// every layer together allocate less than one slot's state of one layer.
+TEST_P(LayerCallAllocations, StayBelowOneSlotStatePerCall) {
+  const Case& c = GetParam();
+  constexpr int L = 3, T = 4, B = 2;
+  GdnConfig g = small_config();
+  g.num_k_heads = 2;
+  g.num_v_heads = 8;
+  g.head_k_dim = 64;
+  g.head_v_dim = 64;
+  std::mt19937_64 rng(7);
+  std::vector<LayerWeights> weights;
+  std::vector<TokenInputs> inputs;
+  std::vector<TokenOutputs> outputs;
+  for (int l = 0; l < L; ++l) {
+    weights.push_back(random_weights(g, rng));
+    inputs.push_back(random_inputs(g, B * T, rng));
+    outputs.push_back(make_outputs(g, B * T));
+  }
+  PoolOptions o;
+  o.num_slots = B;
+  o.max_rows = B;
+  o.max_window = T;
+  o.strategy = c.strategy;
+  o.ssm_layout = c.ssm_layout;
+  StatePool pool(ModelConfig::gated_delta_net(L, g), o);
+  VerifyBatch batch;
+  batch.window = T;
+  for (int r = 0; r < B; ++r) batch.rows.push_back(pool.acquire());
+  const std::vector<int32_t> accepted = {T - 1, 2};
+  const auto round_and_decode = [&] {
+    pool.begin_verify(batch);
+    for (int l = 0; l < L; ++l) {
+      pool.verify(l, weights[l].view(), inputs[l].view(), outputs[l].view());
+    }
+    pool.commit(accepted);
+    for (int l = 0; l < L; ++l) {
+      pool.decode(l, batch.rows, weights[l].view(), inputs[l].rows(0, B), outputs[l].rows(0, B));
+    }
+  };
+  round_and_decode();  // warm-up: the backend's working states are sized here
+  const long long before = g_allocated.load();
+  constexpr int kRepeats = 3;
+  for (int i = 0; i < kRepeats; ++i) round_and_decode();
+  const long long per_call = (g_allocated.load() - before) / (kRepeats * 2 * L);
+  const long long state = pool.committed_bytes() / (int64_t{L} * B);  // one slot, one layer
+  EXPECT_LT(per_call, state) << c.name << ": " << per_call << " bytes a layer call, a slot's "
+                             << "layer state is " << state << " bytes";
+  // Not vacuous: the calls ran (the outputs are not all zeros).
+  double sum = 0;
+  for (int64_t i = 0; i < outputs[0].core_out.numel(); ++i)
+    sum += std::abs(outputs[0].core_out.get(i));
+  EXPECT_GT(sum, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, LayerCallAllocations,
+                         ::testing::Values(Case{"snapshot", Strategy::kSnapshot, SsmLayout::kVK},
+                                           Case{"replay", Strategy::kReplay, SsmLayout::kVK},
+                                           Case{"snapshot_kv", Strategy::kSnapshot, SsmLayout::kKV},
+                                           Case{"replay_kv", Strategy::kReplay, SsmLayout::kKV}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::string(info.param.name);
+                         });
+
+}  // namespace
+}  // namespace specstate::test
