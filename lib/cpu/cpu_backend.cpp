@@ -18,9 +18,9 @@
 namespace specstate::detail {
 namespace {
 
-// One state (conv window + SSM) in storage dtypes, row-local working memory.
-// A working copy of one slot's layer state (conv window, SSM state) in the canonical element
-// order. Sized by fit(), never cleared: run_rows writes every byte before it reads it.
+// A working copy of one slot's layer state (conv window, SSM state; storage dtypes) in the
+// canonical element order. Sized by fit(), never cleared: run_rows writes every byte before it
+// reads it.
 struct StateBuf {
   std::vector<char> conv, ssm;
   void fit(const Layout& l) {
