@@ -164,7 +164,11 @@ class StatePool {
   TensorView snapshot_ssm(int layer) const;   // [max_rows, max_window, HV, V, K]
   int64_t committed_bytes() const noexcept;   // all slots, all layers
   // Everything the strategy needs besides the committed state (snapshot scratch, or replay
-  // records + bookkeeping), all layers.
+  // records + bookkeeping), all layers. Not counted, since they do not grow with the pool: the
+  // CPU backend's working copies of one slot's layer state (one; three for snapshot rounds in a
+  // non-canonical element order, T + 1 for trees under replay; host memory, sized at the first
+  // layer call that needs them and kept), and the CUDA backend's round tables (a few int32 a
+  // row).
   int64_t workspace_bytes() const noexcept;
   int64_t scratch_bytes() const noexcept { return workspace_bytes(); }
 
