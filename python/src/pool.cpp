@@ -113,6 +113,15 @@ class PyPool {
   std::mutex mutex_;
 };
 
+// Runs `fn` (a read of the pool's host state: no device work) without the GIL, under the pool's
+// lock: another thread may be inside a call that released the GIL and rewrites that state.
+template <typename Fn>
+auto guarded(PyPool& p, Fn&& fn) {
+  nb::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock(p.mutex());
+  return fn(static_cast<const StatePool&>(p.pool()));
+}
+
 // Runs `fn` on the pool without the GIL, under the pool's lock, in stream order with `stream`.
 template <typename Fn>
 auto locked(PyPool& p, nb::handle stream, Fn&& fn) {
@@ -388,10 +397,19 @@ void bind_pool(nb::module_& m) {
           .def_prop_ro(
               "options", [](PyPool& p) { return p.pool().options(); }, "The PoolOptions (a copy).")
           .def_prop_rw(
-              "stream", [](const PyPool& p) { return p.stream(); },
+              "stream",
+              [](PyPool& p) {
+                nb::gil_scoped_release release;
+                std::lock_guard<std::mutex> lock(p.mutex());
+                return p.stream();
+              },
               [](PyPool& p, nb::handle s) {
-                p.set_stream(to_stream(s, "stream")
-                                 .value_or(reinterpret_cast<uintptr_t>(p.pool().options().stream)));
+                const uintptr_t v =
+                    to_stream(s, "stream")
+                        .value_or(reinterpret_cast<uintptr_t>(p.pool().options().stream));
+                nb::gil_scoped_release release;
+                std::lock_guard<std::mutex> lock(p.mutex());  // calls in flight read it
+                p.set_stream(v);
               },
               nb::arg("value").none(),
               "The caller stream of calls that name none (CUDA pools; default: the pool's own "
@@ -420,12 +438,22 @@ void bind_pool(nb::module_& m) {
               },
               nb::arg("handle"), "Frees the slot; the handle becomes stale.")
           .def(
-              "is_live", [](PyPool& p, SlotHandle h) { return p.pool().is_live(h); },
+              "is_live",
+              [](PyPool& p, SlotHandle h) {
+                return guarded(p, [&](const StatePool& s) { return s.is_live(h); });
+              },
               nb::arg("handle"), "Whether `handle` is a live slot of this pool.")
           .def(
-              "free_slots", [](PyPool& p) { return p.pool().free_slots(); }, "Free slots.")
+              "free_slots",
+              [](PyPool& p) {
+                return guarded(p, [](const StatePool& s) { return s.free_slots(); });
+              },
+              "Free slots.")
           .def(
-              "slot_index", [](PyPool& p, SlotHandle h) { return p.pool().slot_index(h); },
+              "slot_index",
+              [](PyPool& p, SlotHandle h) {
+                return guarded(p, [&](const StatePool& s) { return s.slot_index(h); });
+              },
               nb::arg("handle"), "Index of a live handle into the state views; raises otherwise.")
           .def(
               "conv_state",
@@ -540,7 +568,10 @@ void bind_pool(nb::module_& m) {
                kStreamDoc)
                   .c_str())
           .def(
-              "round_open", [](PyPool& p) { return p.pool().round_open(); },
+              "round_open",
+              [](PyPool& p) {
+                return guarded(p, [](const StatePool& s) { return s.round_open(); });
+              },
               "Whether a verify round is open.")
           .def(
               "copy_slot",
@@ -743,7 +774,12 @@ void bind_pool(nb::module_& m) {
               "Status.OUT_OF_RANGE if the last device-valued commit skipped a row whose value was "
               "out of range, else Status.SUCCESS. Waits for the pool's stream.")
           .def_prop_ro(
-              "current_batch", [](PyPool& p) { return p.pool().current_batch(); },
+              "current_batch",
+              [](PyPool& p) {
+                // A copy, taken under the lock (begin_verify and commit rewrite the batch).
+                return guarded(p,
+                               [](const StatePool& s) { return VerifyBatch(s.current_batch()); });
+              },
               "The open round's batch (no rows when none is open).");
   bind_layer_calls<PyGdnWeights, PyGdnInputs, PyGdnOutputs>(pool, "GdnWeights");
   bind_layer_calls<PyMamba2Weights, PyMamba2Inputs, PyMamba2Outputs>(pool, "Mamba2Weights");
