@@ -101,6 +101,10 @@ struct CommittedStateViews {
   std::vector<TensorView> ssm;   // [L] views [slots, HV, V, K] (Mamba2 [slots, nheads, P, N])
 };
 
+// Threads: a StatePool is not synchronised. Its calls, reads included (is_live, free_slots,
+// current_batch...), must not overlap: one thread at a time, or the engine's own lock (the
+// Python package takes one per pool). Different pools may be used from different threads at
+// once (each GPU's pool from its own thread: examples/tp_verify_loop).
 class StatePool {
  public:
   StatePool(const ModelConfig& config, const PoolOptions& options);
