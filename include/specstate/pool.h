@@ -292,8 +292,9 @@ class StatePool {
   bool round_open() const noexcept;
   // Verify one layer of the current round: outputs for every window token, and what commit needs
   // (snapshot: the conv window and SSM state after every token into row-indexed scratch; replay:
-  // the tokens' records, after re-running the slot's pending steps into the committed memory).
-  // The committed state is unchanged (replay: its memory becomes exact).
+  // the tokens' records, after bringing the slot's conv window up to date from its pending
+  // records and applying its history records to the checkpoint in registers; the checkpoint is
+  // stored only when the verify folds, DESIGN.md section 6). The committed state is unchanged.
   // A layer may be verified more than once in a round (a retried layer call, a forward pass
   // that runs a layer again): each verify starts from the same committed state, so with the same
   // inputs it gives the same outputs bit for bit, and the last verify of a layer replaces what
@@ -316,7 +317,11 @@ class StatePool {
   // the launch (no host sync): a row whose value is out of range (chain a < 0 or a > T, tree
   // node outside [-1, T-1]) is skipped and left bit-identical, the other rows commit. This
   // waits for the pool's stream and returns kOutOfRange if the last commit skipped such a row,
-  // kSuccess otherwise (always kSuccess for host-validated commits and the CPU backend).
+  // kSuccess otherwise. Host values are validated before anything is written (a rejected call
+  // throws), so this is always kSuccess after them, and on the CPU backend, with one exception:
+  // a round whose lengths are a device cu_seqlens view, where the host checks each value against
+  // the batch's window and the kernel against the row's own length (a row past it is skipped and
+  // reported here).
   Status last_commit_status() const;
 
   // The batch of the current round (empty rows when none is open); a row released during the
