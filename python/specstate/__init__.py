@@ -44,6 +44,44 @@ def to_numpy(view):
         return np.from_dlpack(_specstate._bf16_bits(view)).view(ml_dtypes.bfloat16)
 
 
+class CopiedList(list):
+    """A list field's value that is a copy of the C++ object's (``VerifyBatch.rows``,
+    ``parents``, ``lengths``): it compares, indexes and iterates as a list, and an in-place
+    change raises TypeError instead of changing a copy that nobody reads."""
+
+    __slots__ = ("_field",)
+
+    def __init__(self, items, field):
+        super().__init__(items)
+        self._field = field
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError(
+            f"{self._field} returns a copy: assign a new list ({self._field} = [...]) to change it")
+
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = _refuse
+    # (`batch.rows += [h]` works: += extends the copy and assigns it back.)
+
+    def __reduce__(self):  # copy, deepcopy and pickle give a plain list
+        return (list, (list(self),))
+
+
+def _copied_list_fields(cls, names):
+    for name in names:
+        field = getattr(cls, name)
+
+        def get(self, _field=field, _label=f"{cls.__name__}.{name}"):
+            return CopiedList(_field.__get__(self), _label)
+
+        def set_(self, value, _field=field):
+            _field.__set__(self, value)
+
+        setattr(cls, name, property(get, set_, doc=field.__doc__))
+
+
+_copied_list_fields(VerifyBatch, ("rows", "parents", "lengths"))  # noqa: F405
+
 from . import vllm  # noqa: E402 (a pool over tensors shaped as vLLM's cache)
 
-__all__ = [name for name in dir(_specstate) if not name.startswith("_")] + ["to_numpy", "vllm"]
+__all__ = [name for name in dir(_specstate) if not name.startswith("_")] + ["to_numpy", "vllm", "CopiedList"]

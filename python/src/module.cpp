@@ -2,6 +2,7 @@
 // other files. The package specstate (python/specstate/__init__.py) re-exports it.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <exception>
 #include <string>
@@ -292,6 +293,8 @@ void bind_config(nb::module_& m) {
                   "num_layers KDA layers of config `layer`.")
       .def_rw("kda_layer", &ModelConfig::kda_layer, "The KDA layer config (kind KDA).")
       .def("conv_dim", &ModelConfig::conv_dim, "Channels of the conv.")
+      .def("act_dtype", &ModelConfig::act_dtype,
+           "The activation dtype of the layer kind's inputs and outputs.")
       .def("conv_width", &ModelConfig::conv_width, "W.")
       .def("conv_state_dtype", &ModelConfig::conv_state_dtype, "Committed conv dtype.")
       .def("ssm_state_dtype", &ModelConfig::ssm_state_dtype, "Committed SSM dtype.")
@@ -367,6 +370,10 @@ void bind_config(nb::module_& m) {
       nb::arg("kind"), nb::arg("max_window"),
       "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (3 * max_window "
       "for GATED_DELTA_NET up to max_window = 5, otherwise max(2 * max_window, 6)).");
+  m.def(
+      "default_replay_ring", [](int64_t max_window) { return default_replay_ring(max_window); },
+      nb::arg("max_window"),
+      "The generic rule, max(2 * max_window, 6) (the ring of MAMBA2 and KDA pools).");
   m.def("replay_fold_limit", &replay_fold_limit, nb::arg("max_window"), nb::arg("ring"),
         nb::arg("rows"), nb::arg("fold_rows") = 0,
         "The fold limit L of a verify round of `rows` rows: a verify whose slot has h history "
@@ -387,6 +394,8 @@ void bind_config(nb::module_& m) {
       "The cursor of a slot when every round of `rows` rows accepts a in [1, max_window] tokens "
       "uniformly: its fold rate and mean history (exact). Raises InvalidArgumentError naming a "
       "bad argument.");
+  m.def("layer_kind_name", &layer_kind_name, nb::arg("kind"),
+        "'gated_delta_net', 'mamba2' or 'kda' (as messages and plan print the kind).");
   m.def("backend_name", &backend_name, nb::arg("backend"), "'cpu' or 'cuda'.");
   m.def("strategy_name", &strategy_name, nb::arg("strategy"), "'snapshot' or 'replay'.");
   m.def("conv_layout_name", &conv_layout_name, nb::arg("layout"),
@@ -394,6 +403,36 @@ void bind_config(nb::module_& m) {
   m.def("ssm_layout_name", &ssm_layout_name, nb::arg("layout"), "'vk' or 'kv'.");
   m.def("dtype_name", &dtype_name, nb::arg("dtype"), "'f32', 'bf16' or 'i32'.");
   m.def("status_name", &status_name, nb::arg("status"), "The status's name.");
+
+  // Tensor-parallel shards (specstate/shard.h, docs/multi_gpu.md).
+  nb::class_<ColumnRange>(m, "ColumnRange",
+                          "Columns [begin, begin + count) of a TP1 tensor's sharded dimension.")
+      .def_ro("begin", &ColumnRange::begin, "The first column.")
+      .def_ro("count", &ColumnRange::count, "Columns in the run.")
+      .def("__repr__", [](const ColumnRange& r) {
+        return "ColumnRange(begin=" + std::to_string(r.begin) +
+               ", count=" + std::to_string(r.count) + ")";
+      });
+  nb::class_<ShardMap>(m, "ShardMap",
+                       "Rank `rank` of a TP group of `tp`: the shard's ModelConfig and which "
+                       "columns of a TP1 tensor belong to it. A TP1 array's shard along dim d is "
+                       "the concatenation of its runs: np.concatenate([x.take(range(r.begin, "
+                       "r.begin + r.count), axis=d) for r in ranges], axis=d).")
+      .def_ro("tp", &ShardMap::tp, "Ranks in the group.")
+      .def_ro("rank", &ShardMap::rank, "This shard's rank.")
+      .def_ro("config", &ShardMap::config, "The shard's model: heads (and groups) divided by tp.")
+      .def_ro("conv", &ShardMap::conv,
+              "Runs of conv_dim channels (mixed_qkv / xBC, conv weights, conv_out, the conv "
+              "state), in the shard's order.")
+      .def_ro("heads", &ShardMap::heads,
+              "Value heads (GDN, KDA) / heads (Mamba2): gates, A_log, dt_bias, D, the core "
+              "output and the SSM state.")
+      .def_ro("head_elems", &ShardMap::head_elems, "Elements per head of the outputs (V or P).")
+      .def("conv_dim", &ShardMap::conv_dim, "The shard's channels (the runs' total).");
+  m.def("shard_map", &shard_map, nb::arg("config"), nb::arg("tp"), nb::arg("rank"),
+        "The ShardMap of rank `rank` of `tp` for a TP1 ModelConfig. Raises "
+        "InvalidArgumentError naming the field when tp does not divide the heads (or groups) or "
+        "rank is outside [0, tp).");
 }
 
 }  // namespace specstate::py

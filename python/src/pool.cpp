@@ -326,6 +326,9 @@ void bind_pool(nb::module_& m) {
            [](const SlotHandle& h) {
              return nb::hash(nb::make_tuple(h.slot, h.generation, h.pool_id));
            })
+      .def("__copy__", [](const SlotHandle& h) { return h; })
+      .def(
+          "__deepcopy__", [](const SlotHandle& h, nb::handle) { return h; }, nb::arg("memo"))
       .def("__repr__", &handle_repr);
 
   nb::class_<VerifyBatch>(m, "VerifyBatch",
@@ -341,17 +344,22 @@ void bind_pool(nb::module_& m) {
             self->parents = std::move(parents);
             self->lengths = std::move(lengths);
           },
-          nb::arg("rows"), nb::arg("window") = 1, nb::arg("parents") = std::vector<int32_t>{},
-          nb::arg("lengths") = std::vector<int32_t>{},
+          nb::arg("rows") = std::vector<SlotHandle>{}, nb::arg("window") = 1,
+          nb::arg("parents") = std::vector<int32_t>{}, nb::arg("lengths") = std::vector<int32_t>{},
           "rows: list of SlotHandle; window: T (the largest with lengths); parents: [] (chain), "
           "[T] or [B*T] (with lengths: [sum(lengths)] packed or [B*T]); lengths: [] (every row "
           "T tokens) or [B] per-row windows 0..T, inputs packed by their cumulative offsets.")
-      .def_rw("rows", &VerifyBatch::rows, "The rows' handles.")
+      .def_rw("rows", &VerifyBatch::rows,
+              "The rows' handles (a copy: assign a new list to change them).")
       .def_rw("window", &VerifyBatch::window, "T tokens per row; token 0 is the root.")
-      .def_rw("parents", &VerifyBatch::parents, "Empty (chain) or the tree's parents.")
+      .def_rw("parents", &VerifyBatch::parents,
+              "Empty (chain) or the tree's parents (a copy: assign a new list).")
       .def_rw("lengths", &VerifyBatch::lengths,
-              "Empty, or [B] per-row windows (variable windows; tokens packed, no filler).")
+              "Empty, or [B] per-row windows (variable windows; tokens packed, no filler; a copy: "
+              "assign a new list).")
       .def("is_tree", &VerifyBatch::is_tree, "Whether parents is non-empty.")
+      .def("is_variable", &VerifyBatch::is_variable,
+           "Whether the rows have their own windows (lengths; cu_seqlens goes to begin_verify).")
       .def("__repr__", [](const VerifyBatch& b) {
         return "VerifyBatch(rows=" + std::to_string(b.rows.size()) +
                ", window=" + std::to_string(b.window) + (b.is_tree() ? ", tree" : "") + ")";
@@ -392,6 +400,8 @@ void bind_pool(nb::module_& m) {
               "engine's [L, slots, ...] tensors; padded slot strides allowed, each slot "
               "contiguous), read and written in place and kept alive by the pool. Raises "
               "specstate.Error naming the array it cannot adopt.")
+          .def_ro_static("SLOT_STATE_HEADER_BYTES", &StatePool::kSlotStateHeaderBytes,
+                         "Bytes of an exported slot state's header (docs/lifecycle.md).")
           .def_prop_ro(
               "config", [](PyPool& p) { return p.pool().config(); }, "The ModelConfig (a copy).")
           .def_prop_ro(
@@ -416,27 +426,35 @@ void bind_pool(nb::module_& m) {
               "stream, PoolOptions.stream). Settable between rounds; None restores the default.")
           .def(
               "acquire",
-              [](PyPool& p) {
-                return locked(p, nb::none(), [](StatePool& s) { return s.acquire(); });
+              [](PyPool& p, nb::handle stream) {
+                return locked(p, stream, [](StatePool& s) { return s.acquire(); });
               },
-              "The lowest free slot, zeroed. Raises ResourceExhaustedError when the pool is full.")
+              nb::arg("stream").none() = nb::none(),
+              (std::string("The lowest free slot, zeroed. Raises ResourceExhaustedError when the "
+                           "pool is full.") +
+               kStreamDoc)
+                  .c_str())
           .def(
               "adopt",
-              [](PyPool& p, int slot) {
-                return locked(p, nb::none(), [&](StatePool& s) { return s.adopt(slot); });
+              [](PyPool& p, int slot, nb::handle stream) {
+                return locked(p, stream, [&](StatePool& s) { return s.adopt(slot); });
               },
-              nb::arg("slot"),
-              "Takes free slot `slot` as a new request keeping its committed state as it is in "
-              "memory (a caller-owned pool: a state the engine computed in its own tensors).")
+              nb::arg("slot"), nb::arg("stream").none() = nb::none(),
+              (std::string("Takes free slot `slot` as a new request keeping its committed state "
+                           "as it is in memory (a caller-owned pool: a state the engine "
+                           "computed in its own tensors).") +
+               kStreamDoc)
+                  .c_str())
           .def(
               "release",
-              [](PyPool& p, SlotHandle h) {
-                locked(p, nb::none(), [&](StatePool& s) {
+              [](PyPool& p, SlotHandle h, nb::handle stream) {
+                locked(p, stream, [&](StatePool& s) {
                   s.release(h);
                   return 0;
                 });
               },
-              nb::arg("handle"), "Frees the slot; the handle becomes stale.")
+              nb::arg("handle"), nb::arg("stream").none() = nb::none(),
+              (std::string("Frees the slot; the handle becomes stale.") + kStreamDoc).c_str())
           .def(
               "is_live",
               [](PyPool& p, SlotHandle h) {
@@ -502,34 +520,38 @@ void bind_pool(nb::module_& m) {
                   .c_str())
           .def(
               "workspace",
-              [](nb::handle_t<PyPool> self, Workspace which, int layer) {
+              [](nb::handle_t<PyPool> self, Workspace which, int layer, nb::handle stream) {
                 PyPool& p = nb::cast<PyPool&>(self);
                 TensorView v =
-                    locked(p, nb::none(), [&](StatePool& s) { return s.workspace(which, layer); });
+                    locked(p, stream, [&](StatePool& s) { return s.workspace(which, layer); });
                 return view_to_python(v, p.pool().options().device, self);
               },
-              nb::arg("which"), nb::arg("layer"),
-              "The strategy's workspace of `layer` (snapshot scratch or replay records), "
-              "zero-copy. "
-              "Raises FailedPreconditionError when the strategy has no such workspace.")
+              nb::arg("which"), nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+              (std::string("The strategy's workspace of `layer` (snapshot scratch or replay "
+                           "records), zero-copy. Raises FailedPreconditionError when the "
+                           "strategy has no such workspace.") +
+               kStreamDoc)
+                  .c_str())
           .def(
               "snapshot_conv",
-              [](nb::handle_t<PyPool> self, int layer) {
+              [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
                 PyPool& p = nb::cast<PyPool&>(self);
                 TensorView v =
-                    locked(p, nb::none(), [&](StatePool& s) { return s.snapshot_conv(layer); });
+                    locked(p, stream, [&](StatePool& s) { return s.snapshot_conv(layer); });
                 return view_to_python(v, p.pool().options().device, self);
               },
-              nb::arg("layer"), "workspace(Workspace.SNAPSHOT_CONV, layer).")
+              nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+              "workspace(Workspace.SNAPSHOT_CONV, layer, stream).")
           .def(
               "snapshot_ssm",
-              [](nb::handle_t<PyPool> self, int layer) {
+              [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
                 PyPool& p = nb::cast<PyPool&>(self);
                 TensorView v =
-                    locked(p, nb::none(), [&](StatePool& s) { return s.snapshot_ssm(layer); });
+                    locked(p, stream, [&](StatePool& s) { return s.snapshot_ssm(layer); });
                 return view_to_python(v, p.pool().options().device, self);
               },
-              nb::arg("layer"), "workspace(Workspace.SNAPSHOT_SSM, layer).")
+              nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+              "workspace(Workspace.SNAPSHOT_SSM, layer, stream).")
           .def(
               "committed_bytes", [](PyPool& p) { return p.pool().committed_bytes(); },
               "Committed state bytes, all slots, all layers.")
@@ -548,10 +570,9 @@ void bind_pool(nb::module_& m) {
                 });
               },
               nb::arg("handles") = std::vector<SlotHandle>{}, nb::arg("stream").none() = nb::none(),
-              (std::string(
-                   "Makes the committed memory of `handles` (all live slots when empty) "
-                   "equal their committed state (replay; a no-op for snapshot). Uses the "
-                   "weights of each layer's last verify: those arrays must still be alive.") +
+              (std::string("Makes the committed memory of `handles` (all live slots when empty) "
+                           "equal their committed state (replay; a no-op for snapshot). Reads only "
+                           "the pool's records, never the weights of an earlier call.") +
                kStreamDoc)
                   .c_str())
           .def(
@@ -768,11 +789,15 @@ void bind_pool(nb::module_& m) {
                   .c_str())
           .def(
               "last_commit_status",
-              [](PyPool& p) {
-                return locked(p, nb::none(), [](StatePool& s) { return s.last_commit_status(); });
+              [](PyPool& p, nb::handle stream) {
+                return locked(p, stream, [](StatePool& s) { return s.last_commit_status(); });
               },
-              "Status.OUT_OF_RANGE if the last device-valued commit skipped a row whose value was "
-              "out of range, else Status.SUCCESS. Waits for the pool's stream.")
+              nb::arg("stream").none() = nb::none(),
+              (std::string("Status.OUT_OF_RANGE if the last device-valued commit (or a commit in a "
+                           "round of device cu_seqlens) skipped a row whose value was out of "
+                           "range, else Status.SUCCESS. Waits for the pool's stream.") +
+               kStreamDoc)
+                  .c_str())
           .def_prop_ro(
               "current_batch",
               [](PyPool& p) {

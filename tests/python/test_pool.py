@@ -374,3 +374,78 @@ def test_replay_needs_no_weights_after_the_verify():
     for (c0, s0), (c1, s1) in zip(*final):
         assert np.array_equal(c0, c1) and np.array_equal(s0, s1)
         assert np.any(s0 != 0)
+
+
+def test_verify_batch_list_fields_refuse_in_place_changes():
+    """rows / parents / lengths return copies. They compare and index as lists; an in-place change
+    raises TypeError naming the field instead of changing a copy nobody reads (a plain list
+    copy's append was silently lost); assignment and += change the batch."""
+    import copy
+
+    model = Model()
+    pool = model.pool()
+    h0, h1 = pool.acquire(), pool.acquire()
+    batch = specstate.VerifyBatch([h0, h1], window=3, lengths=[3, 1])
+    assert batch.rows == [h0, h1] and isinstance(batch.rows, list)
+    assert batch.lengths == [3, 1] and batch.parents == []
+    for change in (lambda: batch.rows.append(h0), lambda: batch.lengths.__setitem__(0, 2),
+                   lambda: batch.parents.extend([-1]), lambda: batch.rows.pop(),
+                   lambda: batch.lengths.sort(), lambda: batch.rows.clear()):
+        with pytest.raises(TypeError, match=r"VerifyBatch\.\w+ returns a copy"):
+            change()
+    assert batch.rows == [h0, h1] and batch.lengths == [3, 1]
+    batch.rows = [h1]
+    batch.lengths = [2]
+    assert batch.rows == [h1] and batch.lengths == [2] and batch.is_variable()
+    batch.rows += [h0]
+    assert batch.rows == [h1, h0]
+    plain = copy.deepcopy(batch.rows)
+    plain.append(h1)
+    assert type(plain) is list and len(plain) == 3 and len(batch.rows) == 2
+    empty = specstate.VerifyBatch()
+    assert empty.rows == [] and empty.window == 1 and not empty.is_variable()
+    assert not empty.is_tree()
+    pool.begin_verify(specstate.VerifyBatch([h0, h1], window=2, parents=[-1, 0]))
+    assert pool.current_batch.parents == [-1, 0] and pool.current_batch.is_tree()
+    pool.abort_round()
+
+
+def test_every_pool_call_takes_a_stream():
+    """docs/python.md: every pool call takes an optional `stream` (ignored by CPU pools)."""
+    model = Model()
+    pool = model.pool()
+    h = pool.acquire(stream=None)
+    prefill(pool, model, h, 3)
+    slot = pool.slot_index(h)
+    before = states(pool, model.layers)
+    pool.release(h, stream=None)
+    again = pool.adopt(slot, stream=None)  # keeps the state in memory (acquire would zero it)
+    assert pool.is_live(again) and pool.slot_index(again) == slot
+    after = states(pool, model.layers)
+    for (bc, bs), (ac, as_) in zip(before, after):
+        assert np.array_equal(bits(bc), bits(ac)) and np.array_equal(bits(bs), bits(as_))
+        assert np.any(bs != 0)
+    conv = np.from_dlpack(pool.snapshot_conv(0, stream=None))
+    ssm = np.from_dlpack(pool.snapshot_ssm(1, stream=None))
+    ws = np.from_dlpack(pool.workspace(specstate.Workspace.SNAPSHOT_SSM, 1, stream=None))
+    assert conv.shape == (4, 4, model.cfg.conv_dim(), 3) and ssm.shape == ws.shape
+    assert ssm.shape == (4, 4, 4, 16, 8)
+    assert pool.last_commit_status(stream=None) == specstate.Status.SUCCESS
+    with pytest.raises(TypeError):
+        pool.acquire(stream="main")
+
+
+def test_config_and_pool_constants():
+    model = Model(act=DType.F32)
+    assert model.config.act_dtype() == DType.F32
+    kda = specstate.ModelConfig.kda(1, specstate.KdaConfig())
+    assert kda.act_dtype() == DType.BF16
+    assert specstate.layer_kind_name(specstate.LayerKind.MAMBA2) == "mamba2"
+    assert specstate.default_replay_ring(4) == 8
+    assert specstate.default_replay_ring(specstate.LayerKind.GATED_DELTA_NET, 4) == 12
+    pool = model.pool()
+    h = pool.acquire()
+    blob = pool.export_slot(h)
+    assert len(blob) == pool.slot_state_bytes()
+    assert specstate.StatePool.SLOT_STATE_HEADER_BYTES == 64
+    assert pool.slot_state_bytes() - 64 == model.config.slot_bytes()
