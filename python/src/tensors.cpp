@@ -245,14 +245,39 @@ Arg to_bytes_arg(nb::handle object, const char* function, const char* name, bool
   return arg;
 }
 
+namespace {
+// A stream handle: a Python int in [0, 2^64) (a cudaStream_t's bits). `what` names the value.
+uintptr_t stream_handle(nb::handle value, const std::string& what) {
+  if (!nb::isinstance<nb::int_>(value) || nb::isinstance<nb::bool_>(value))
+    throw nb::type_error(
+        (what + ": expected an int stream handle, got " + py_type_name(value)).c_str());
+  const unsigned long long v = PyLong_AsUnsignedLongLong(value.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw nb::value_error((what + " = " + nb::cast<std::string>(nb::repr(value)) +
+                           " is not a stream handle (a cudaStream_t's bits, in [0, 2^64))")
+                              .c_str());
+  }
+  return static_cast<uintptr_t>(v);
+}
+}  // namespace
+
 std::optional<uintptr_t> to_stream(nb::handle object, const char* name) {
   if (object.is_none()) return std::nullopt;
-  if (nb::isinstance<nb::int_>(object)) return nb::cast<uintptr_t>(object);
+  const std::string n = name;
+  if (nb::isinstance<nb::int_>(object) && !nb::isinstance<nb::bool_>(object))
+    return stream_handle(object, n);
   if (nb::hasattr(object, "__cuda_stream__")) {
+    // The CUDA stream protocol: __cuda_stream__() returns (version, handle).
     nb::object pair = object.attr("__cuda_stream__")();
-    return nb::cast<uintptr_t>(pair[1]);
+    if (!nb::isinstance<nb::tuple>(pair) || nb::len(pair) != 2)
+      throw nb::type_error((n + ": __cuda_stream__() returned " + py_type_name(pair) +
+                            ", expected a (version, handle) tuple")
+                               .c_str());
+    return stream_handle(pair[1], n + ".__cuda_stream__()[1]");
   }
-  if (nb::hasattr(object, "cuda_stream")) return nb::cast<uintptr_t>(object.attr("cuda_stream"));
+  if (nb::hasattr(object, "cuda_stream"))
+    return stream_handle(object.attr("cuda_stream"), n + ".cuda_stream");
   throw nb::type_error((std::string(name) + ": expected a CUDA stream (an int handle such as " +
                         "torch.cuda.current_stream().cuda_stream, or a stream object), got " +
                         py_type_name(object))

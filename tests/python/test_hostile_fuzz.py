@@ -45,6 +45,28 @@ class Fuzz:
         return a
 
 
+class StreamObject:
+    """A stream object as torch / CuPy give: __cuda_stream__() -> (version, handle), or a
+    cuda_stream attribute; `value` may be anything."""
+
+    def __init__(self, value, protocol):
+        self.value, self.protocol = value, protocol
+        if not protocol:
+            self.cuda_stream = value
+
+    def __getattr__(self, name):
+        if name == "__cuda_stream__" and self.protocol:
+            return lambda: self.value
+        raise AttributeError(name)
+
+
+def stream_value(rng):
+    """A `stream` argument, most of them bad."""
+    handle = rng.choice([0, 7, 2**64 - 1, -1, 2**64, 2**70, 1.5, True, "s", None, [0]])
+    return rng.choice([handle, StreamObject(handle, False), StreamObject((0, handle), True),
+                       StreamObject(handle, True), StreamObject((0,), True)])
+
+
 def make_pool(f, kind, strategy):
     rng = f.rng
     T = rng.randint(1, 5)
@@ -181,6 +203,22 @@ def run(seed, kind, strategy, ops=250):
             elif r < 0.93 and handles:
                 what = "reset"
                 pool.reset(rng.choice(handles))
+            elif r < 0.96:
+                what = "stream"
+                st = stream_value(rng)
+                call = rng.randrange(5)
+                if call == 0:
+                    h = pool.acquire(stream=st)
+                    handles.append(h)
+                    live.append(h)
+                elif call == 1 and handles:
+                    pool.materialize([rng.choice(handles)], stream=st)
+                elif call == 2:
+                    pool.last_commit_status(stream=st)
+                elif call == 3:
+                    pool.stream = st
+                else:
+                    specstate.PoolOptions(stream=st)
             else:
                 what = "ring"
                 args = (rng.randint(-1, 9), rng.randint(-5, 50), rng.randint(-1, 40),

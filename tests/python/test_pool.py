@@ -449,3 +449,33 @@ def test_config_and_pool_constants():
     assert len(blob) == pool.slot_state_bytes()
     assert specstate.StatePool.SLOT_STATE_HEADER_BYTES == 64
     assert pool.slot_state_bytes() - 64 == model.config.slot_bytes()
+
+
+class _Stream:
+    def __init__(self, pair):
+        self.pair = pair
+
+    def __cuda_stream__(self):
+        return self.pair
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (-1, ValueError, r"stream = -1 is not a stream handle"),
+    (2**64, ValueError, r"stream = 18446744073709551616 is not a stream handle"),
+    (True, TypeError, r"stream: expected a CUDA stream .* got bool"),
+    (1.5, TypeError, r"stream: expected a CUDA stream .* got float"),
+    (_Stream(5), TypeError, r"__cuda_stream__\(\) returned int, expected a \(version, handle\)"),
+    (_Stream((0, "x")), TypeError, r"stream\.__cuda_stream__\(\)\[1\]: expected an int"),
+    (_Stream((0, -2)), ValueError, r"stream\.__cuda_stream__\(\)\[1\] = -2 is not a stream"),
+])
+def test_bad_streams_name_the_argument(value, error, message):
+    """A stream that is no handle is refused naming the argument (it raised RuntimeError
+    'std::bad_cast' before) and changes nothing."""
+    pool = Model().pool()
+    free = pool.free_slots()
+    with pytest.raises(error, match=message):
+        pool.acquire(stream=value)
+    assert pool.free_slots() == free
+    with pytest.raises(error, match=message):
+        specstate.PoolOptions(stream=value)
+    assert pool.acquire(stream=_Stream((0, 0))).slot == 0  # CPU pools ignore a valid stream
