@@ -17,6 +17,7 @@
 namespace specstate {
 
 using detail::check_optional_view;
+using detail::check_path;
 using detail::check_view;
 using detail::DTypeRule;
 using detail::fail;
@@ -476,7 +477,7 @@ std::vector<std::pair<std::string, std::string>> config_metadata(const ModelConf
 void StatePool::export_slot(SlotHandle handle, const std::string& path) {
   const char* fn = "StatePool::export_slot";
   const int slot = impl_->resolve(fn, "handle", handle);
-  if (path.empty()) fail(Status::kInvalidArgument, fn, "path is empty");
+  check_path(fn, "path", path);
   // The destination is opened before anything else: a path that cannot be written is rejected
   // before the slot is materialized, so a rejected call changes no byte and no bookkeeping.
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -535,7 +536,7 @@ void StatePool::import_slot(SlotHandle handle, const std::string& path) {
   const char* fn = "StatePool::import_slot";
   const int slot = impl_->resolve(fn, "handle", handle);
   impl_->check_not_in_round(fn, "handle", slot);
-  if (path.empty()) fail(Status::kInvalidArgument, fn, "path is empty");
+  check_path(fn, "path", path);
   const SafetensorsFile file = open_slot_file(fn, path);
   const auto& l = impl_->storage.layout;
   auto mismatch = [&](const std::string& what) {

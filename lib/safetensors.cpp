@@ -17,6 +17,7 @@
 
 #include "specstate/spec/json_depth.h"
 #include "specstate/status.h"
+#include "validate.h"
 
 namespace specstate {
 namespace {
@@ -140,6 +141,7 @@ std::string SafetensorsTensorInfo::describe() const {
 // --- SafetensorsFile ------------------------------------------------------------------------
 
 SafetensorsFile::SafetensorsFile(const std::string& path) {
+  detail::check_path("SafetensorsFile", "path", path);
   // Regular files only. A directory "opens" as a stream whose size reads as 2^63-1, and a FIFO
   // blocks open(2) until a writer appears: opened without blocking, then fstat decides.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);

@@ -5,10 +5,18 @@
 #include <sstream>
 #include <string>
 
+#include "specstate/spec/file_path.h"
+
 namespace specstate::detail {
 
 void fail(Status status, const char* function, const std::string& message) {
   throw Error(status, std::string(function) + ": " + message);
+}
+
+void check_path(const char* function, const char* name, const std::string& path) {
+  if (path.empty()) fail(Status::kInvalidArgument, function, std::string(name) + " is empty");
+  const std::string problem = spec::path_nul_problem(name, path);
+  if (!problem.empty()) fail(Status::kInvalidArgument, function, problem);
 }
 
 int64_t span_bytes(const TensorView& view) {

@@ -38,6 +38,10 @@ void check_conv_weights(const char* function, int64_t conv_dim, int conv_width, 
 
 std::string shape_string(std::initializer_list<int64_t> shape);
 
+// A file path argument `name`: not empty, and no NUL byte (the system would take the name up to
+// it: another file). Throws kInvalidArgument naming the argument and the path (NULs as \0).
+void check_path(const char* function, const char* name, const std::string& path);
+
 // Bytes from a checked view's first element to one past its last (0 for an empty view).
 int64_t span_bytes(const TensorView& view);
 

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "specstate/spec/file_path.h"
 #include "specstate/spec/json_depth.h"
 #include "specstate/status.h"
 
@@ -397,7 +398,16 @@ Trace parse_trace(std::istream& in, const std::string& source) {
   return trace;
 }
 
+namespace {
+void check_trace_path(const char* function, const std::string& path) {
+  const std::string problem = path_nul_problem("path", path);
+  if (!problem.empty())
+    throw Error(Status::kInvalidArgument, std::string(function) + ": " + problem);
+}
+}  // namespace
+
 Trace read_trace(const std::string& path) {
+  check_trace_path("spec::read_trace", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(Status::kInvalidArgument, "spec::read_trace: cannot open \"" + path + "\"");
   return parse_trace(in, path);
@@ -462,6 +472,7 @@ void write_trace(std::ostream& out, const Trace& trace) {
 }
 
 void write_trace_file(const std::string& path, const Trace& trace) {
+  check_trace_path("spec::write_trace_file", path);
   validate_trace(trace);  // before the file is created
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) {

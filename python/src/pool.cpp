@@ -197,14 +197,14 @@ std::optional<SlotHandle> to_handle(nb::handle object, const char* name, bool al
   throw nb::type_error(msg.c_str());
 }
 
-// A file path argument (str or os.PathLike), or nullopt for anything else.
+// A file path argument (str or os.PathLike), or nullopt for anything else: the name's bytes as
+// the file system takes them (os.fsencode: names that are no valid UTF-8 pass as they are).
 std::optional<std::string> as_path(nb::handle object) {
-  if (nb::isinstance<nb::str>(object)) return nb::cast<std::string>(object);
-  if (!object.is_none() && nb::hasattr(object, "__fspath__")) {
-    nb::object path = nb::module_::import_("os").attr("fsdecode")(object);
-    return nb::cast<std::string>(path);
-  }
-  return std::nullopt;
+  if (!nb::isinstance<nb::str>(object) && (object.is_none() || !nb::hasattr(object, "__fspath__")))
+    return std::nullopt;
+  nb::object bytes = nb::module_::import_("os").attr("fsencode")(object);
+  if (!nb::isinstance<nb::bytes>(bytes)) return std::nullopt;
+  return std::string(PyBytes_AS_STRING(bytes.ptr()), PyBytes_GET_SIZE(bytes.ptr()));
 }
 
 // export_slot / import_slot's `dst` / `src`, or its legacy keyword `path`: one of the two.

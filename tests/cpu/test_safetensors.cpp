@@ -147,6 +147,10 @@ TEST(Safetensors, ReadsFromDisk) {
   const SafetensorsFile file(path);
   EXPECT_EQ(file.path(), path);
   EXPECT_EQ(file.to_int32("idx"), (std::vector<int32_t>{-1, 0, 2147483647}));
+  // A name with a NUL byte would open the file its prefix names: refused.
+  expect_error([&] { SafetensorsFile nul(path + std::string(1, '\0') + "x"); },
+               {"SafetensorsFile: path = '", "\\0x' holds a NUL byte"});
+  expect_error([&] { SafetensorsFile empty(""); }, {"SafetensorsFile: path is empty"});
   std::remove(path.c_str());
   expect_error([&] { SafetensorsFile missing(path); }, {path, "cannot open"});
 }

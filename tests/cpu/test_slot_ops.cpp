@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -179,6 +180,20 @@ TEST(SlotOpsBadInput, ImportFilesThatDoNotFitThePool) {
                   Status::kInvalidArgument, {"/nonexistent-dir/x.safetensors", "cannot write"});
   expect_rejected([&] { f.p.import_slot(f.a, std::string()); }, Status::kInvalidArgument,
                   {"path is empty"});
+  // A name with a NUL byte names another file (the system reads it up to the NUL): refused,
+  // and the file its prefix names is neither written nor read.
+  const std::string prefix = temp_path("nul");
+  f.p.export_slot(f.a, prefix);  // a good file there: an import of the prefix would succeed
+  const std::string nul = prefix + std::string(1, '\0') + "x.safetensors";
+  expect_rejected([&] { f.p.import_slot(f.a, nul); }, Status::kInvalidArgument,
+                  {"StatePool::import_slot", "\\0x.safetensors' holds a NUL byte (at"});
+  f.unchanged();
+  std::remove(prefix.c_str());
+  expect_rejected([&] { f.p.export_slot(f.a, nul); }, Status::kInvalidArgument,
+                  {"StatePool::export_slot", "holds a NUL byte"});
+  std::ifstream created(prefix);
+  EXPECT_FALSE(created.good()) << prefix << " was written";
+  f.unchanged();
 }
 
 }  // namespace

@@ -286,5 +286,33 @@ TEST(TraceReader, FilesAndWriterValidation) {
   EXPECT_THROW(write_trace(out, bad), Error);
 }
 
+// A file name with a NUL byte names another file (the system reads it up to the NUL): refused,
+// and the file the name's prefix names is neither written nor read.
+TEST(TraceReader, PathsWithANulByteAreRefused) {
+  const std::string prefix = ::testing::TempDir() + "specstate_trace_nul";
+  const std::string path = prefix + std::string(1, '\0') + ".jsonl";
+  std::remove(prefix.c_str());
+  const Trace t = parse(good_text());
+  for (int write = 0; write < 2; ++write) {
+    try {
+      if (write) {
+        write_trace_file(path, t);
+      } else {
+        read_trace(path);
+      }
+      ADD_FAILURE() << "took a path with a NUL byte";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.status(), Status::kInvalidArgument);
+      EXPECT_NE(what.find(write ? "spec::write_trace_file" : "spec::read_trace"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("specstate_trace_nul\\0.jsonl' holds a NUL byte"), std::string::npos)
+          << what;
+    }
+  }
+  std::ifstream created(prefix);
+  EXPECT_FALSE(created.good()) << prefix << " was written";
+}
+
 }  // namespace
 }  // namespace specstate::spec

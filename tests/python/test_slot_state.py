@@ -392,3 +392,37 @@ def test_buffer_errors_name_the_argument_and_change_nothing():
     with pytest.raises(specstate.InvalidArgumentError, match="cannot write the file"):
         pool.export_slot(g, pathlib.Path("/nonexistent_dir/x.safetensors"))
     assert np.array_equal(pool.export_slot(g), before)
+
+
+def test_file_names_pass_as_the_file_system_takes_them(tmp_path):
+    """Names that are no valid UTF-8 (a str with surrogate escapes, a PathLike returning bytes)
+    reach the file system as their bytes (they raised RuntimeError 'std::bad_cast'); a name with
+    a NUL byte is refused and the file its prefix names is neither written nor read (the export
+    wrote that file)."""
+    model, pool, _ = twin_pools(Strategy.REPLAY)
+    h, g = pool.acquire(), pool.acquire()
+    advance(pool, model, [h], seed=5)
+    want = slot_views(pool, model.layers, h)
+
+    class BytesPath:
+        def __init__(self, raw):
+            self.raw = raw
+
+        def __fspath__(self):
+            return self.raw
+
+    raw = bytes(tmp_path) + b"/slot-\xff\xfe.safetensors"
+    for name in (str(tmp_path) + "/slot-\udcff.safetensors", BytesPath(raw)):
+        pool.export_slot(h, name)
+        pool.reset(g)
+        pool.import_slot(g, name)
+        assert same_state(slot_views(pool, model.layers, g), want)
+    assert (tmp_path / "slot-\udcff.safetensors").exists()
+    prefix = tmp_path / "nul"
+    before = pool.export_slot(g)
+    for call in (lambda: pool.export_slot(h, str(prefix) + "\0.safetensors"),
+                 lambda: pool.import_slot(g, str(prefix) + "\0.safetensors")):
+        with pytest.raises(specstate.InvalidArgumentError, match=r"holds a NUL byte \(at"):
+            call()
+    assert not prefix.exists()
+    assert np.array_equal(pool.export_slot(g), before)
