@@ -26,8 +26,9 @@ Window::Window(std::vector<int32_t> parents) : parents_(std::move(parents)) {
 }
 
 Window Window::chain(int length) {
-  if (length < 1) {
-    fail("spec::Window::chain: length = " + std::to_string(length) + " must be >= 1");
+  if (length < 1 || length > kMaxWindowNodes) {
+    fail("spec::Window::chain: length = " + std::to_string(length) + " must be in [1, " +
+         std::to_string(kMaxWindowNodes) + "] (kMaxWindowNodes)");
   }
   std::vector<int32_t> parents(static_cast<std::size_t>(length));
   for (int t = 0; t < length; ++t) parents[static_cast<std::size_t>(t)] = t - 1;
@@ -36,6 +37,10 @@ Window Window::chain(int length) {
 
 Window Window::from_parents(std::vector<int32_t> parents) {
   if (parents.empty()) fail("spec::Window::from_parents: parents is empty (a window has a root)");
+  if (parents.size() > static_cast<std::size_t>(kMaxWindowNodes)) {
+    fail("spec::Window::from_parents: parents has " + std::to_string(parents.size()) +
+         " entries, more than kMaxWindowNodes = " + std::to_string(kMaxWindowNodes));
+  }
   if (parents[0] != -1) {
     fail("spec::Window::from_parents: parents[0] = " + std::to_string(parents[0]) +
          " must be -1 (node 0 is the root)");
@@ -54,6 +59,10 @@ Window Window::from_links(const std::vector<int32_t>& first_child,
                           const std::vector<int32_t>& next_sibling) {
   const char* fn = "spec::Window::from_links: ";
   if (first_child.empty()) fail(std::string(fn) + "first_child is empty (a window has a root)");
+  if (first_child.size() > static_cast<std::size_t>(kMaxWindowNodes)) {
+    fail(std::string(fn) + "first_child has " + std::to_string(first_child.size()) +
+         " entries, more than kMaxWindowNodes = " + std::to_string(kMaxWindowNodes));
+  }
   if (first_child.size() != next_sibling.size()) {
     fail(std::string(fn) + "first_child has " + std::to_string(first_child.size()) +
          " entries but next_sibling has " + std::to_string(next_sibling.size()));
@@ -99,6 +108,15 @@ Window Window::from_links(const std::vector<int32_t>& first_child,
     }
   }
   return Window(std::move(parents));
+}
+
+int32_t Window::parent(int node) const {
+  if (node < 0 || node >= size()) {
+    throw Error(Status::kOutOfRange, "spec::Window::parent: node = " + std::to_string(node) +
+                                         " is out of range [0, " + std::to_string(size() - 1) +
+                                         "]");
+  }
+  return parents_[static_cast<std::size_t>(node)];
 }
 
 std::vector<int32_t> Window::children(int node) const {

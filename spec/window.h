@@ -11,19 +11,25 @@
 
 namespace specstate::spec {
 
+// The most nodes a window may have: a sanity bound on the input (speculative windows are tens of
+// tokens), so that Window::chain(2^31 - 1) is refused instead of allocating 16 GB.
+constexpr int kMaxWindowNodes = 1 << 16;
+
 class Window {
  public:
   // A chain of `length` tokens (root + length-1 drafts). Throws Error(kInvalidArgument) when
-  // length < 1.
+  // length is outside [1, kMaxWindowNodes].
   static Window chain(int length);
   // A tree from parents[t] (parents[0] = -1, 0 <= parents[t] < t for t >= 1). A parents array
   // that is a chain (parents[t] = t-1) gives a window with is_chain() true.
-  // Throws Error(kInvalidArgument) naming the first bad entry.
+  // Throws Error(kInvalidArgument) naming the first bad entry, or when there are more than
+  // kMaxWindowNodes entries.
   static Window from_parents(std::vector<int32_t> parents);
   // A tree from EAGLE / SGLang links: first_child[t] is t's first child (-1: leaf) and
   // next_sibling[t] the next child of t's parent (-1: last). Both [T]; node 0 is the root and
   // has no sibling. Every node must be reached exactly once from the root, and every child
-  // must have a larger index than its parent. Throws Error(kInvalidArgument) otherwise.
+  // must have a larger index than its parent, at most kMaxWindowNodes nodes. Throws
+  // Error(kInvalidArgument) otherwise.
   static Window from_links(const std::vector<int32_t>& first_child,
                            const std::vector<int32_t>& next_sibling);
 
@@ -33,7 +39,8 @@ class Window {
   bool is_chain() const noexcept { return is_chain_; }
   // parents[t] for every node, parents[0] = -1 (a chain gives -1, 0, 1, ..., T-2).
   const std::vector<int32_t>& parents() const noexcept { return parents_; }
-  int32_t parent(int node) const { return parents_.at(static_cast<std::size_t>(node)); }
+  // The parent of `node` (-1 for the root). Throws Error(kOutOfRange) outside [0, size()).
+  int32_t parent(int node) const;
   // Children of `node`, in increasing index order.
   std::vector<int32_t> children(int node) const;
   // Nodes from the root to `node`, both included.

@@ -63,6 +63,27 @@ TEST(SpecWindow, TreeFromParents) {
   EXPECT_EQ(Window::from_parents({-1, 0, 1}), Window::chain(3));
   expect_error([&] { w.path_to(6); }, Status::kOutOfRange, {"node = 6"});
   expect_error([&] { w.children(-1); }, Status::kOutOfRange, {"node = -1"});
+  EXPECT_EQ(w.parent(0), -1);
+  EXPECT_EQ(w.parent(5), 2);
+  // parent() named no argument (std::out_of_range from vector::at) before.
+  expect_error([&] { w.parent(6); }, Status::kOutOfRange, {"spec::Window::parent", "node = 6"});
+  expect_error([&] { w.parent(-1); }, Status::kOutOfRange, {"node = -1", "[0, 5]"});
+}
+
+// A window's size is bounded (kMaxWindowNodes): a length alone no longer allocates gigabytes
+// (Window::chain(2^31 - 1) asked for 16 GB).
+TEST(SpecWindow, SizeIsBounded) {
+  EXPECT_EQ(Window::chain(kMaxWindowNodes).size(), kMaxWindowNodes);
+  expect_error([] { Window::chain(kMaxWindowNodes + 1); }, Status::kInvalidArgument,
+               {"spec::Window::chain", "length = 65537", "[1, 65536]"});
+  expect_error([] { Window::chain(2147483647); }, Status::kInvalidArgument, {"2147483647"});
+  std::vector<int32_t> parents(static_cast<std::size_t>(kMaxWindowNodes) + 1);
+  for (std::size_t t = 0; t < parents.size(); ++t) parents[t] = static_cast<int32_t>(t) - 1;
+  expect_error([&] { Window::from_parents(parents); }, Status::kInvalidArgument,
+               {"parents has 65537 entries", "kMaxWindowNodes = 65536"});
+  std::vector<int32_t> first(parents.size(), -1), next(parents.size(), -1);
+  expect_error([&] { Window::from_links(first, next); }, Status::kInvalidArgument,
+               {"first_child has 65537 entries"});
 }
 
 TEST(SpecWindow, FromParentsRejectsEachBadEntry) {
