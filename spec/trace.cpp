@@ -279,6 +279,14 @@ void check_shape(const TraceShape& shape, const char* fn) {
                 std::string(fn) + ": window has " + std::to_string(shape.window.size()) +
                     " tokens, more than " + std::to_string(kMaxTraceWindow));
   }
+  // The reader's bound: a trace it would refuse is not generated (10^6 x 10^6 records asked for
+  // terabytes).
+  if (int64_t{shape.requests} * shape.rounds > kMaxTraceRecords) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": requests x rounds = " + std::to_string(shape.requests) +
+                    " x " + std::to_string(shape.rounds) + " records, more than " +
+                    std::to_string(kMaxTraceRecords) + " (kMaxTraceRecords)");
+  }
 }
 
 template <typename PathFn>

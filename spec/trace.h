@@ -74,7 +74,8 @@ void validate_trace(const Trace& trace);
 
 // --- generators ---------------------------------------------------------------------------
 // Records are written round-major (round 0 of every request, then round 1, ...), requests
-// numbered 0 .. requests-1, each with `window` in every round.
+// numbered 0 .. requests-1, each with `window` in every round. The generators refuse
+// (kInvalidArgument) a shape of more than kMaxTraceRecords records, as the reader does.
 struct TraceShape {
   int requests = 1;
   int rounds = 1;

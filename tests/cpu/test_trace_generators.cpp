@@ -42,6 +42,35 @@ TEST(TraceGenerators, FixedLength) {
   EXPECT_EQ(tree.records[0].path, (std::vector<int32_t>{0, 2, 3}));
 }
 
+// A shape of more records than the reader takes is refused, naming both counts, before anything
+// is allocated (10^6 x 10^6 records raised std::bad_alloc, 2^31 - 1 squared std::length_error).
+TEST(TraceGenerators, ShapesPastTheRecordLimitAreRefused) {
+  const std::vector<double> weights = {1.0, 1.0};
+  for (const auto& [requests, rounds] :
+       {std::pair{1000000, 1000000}, std::pair{2147483647, 2147483647}, std::pair{4097, 2048}}) {
+    const TraceShape s = shape(requests, rounds, Window::chain(4), 1);
+    for (int g = 0; g < 3; ++g) {
+      try {
+        if (g == 0) generate_fixed(s, 2);
+        if (g == 1) generate_geometric(s, 0.5);
+        if (g == 2) generate_empirical(s, weights);
+        ADD_FAILURE() << requests << " x " << rounds << " records generated";
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(e.status(), Status::kInvalidArgument);
+        EXPECT_NE(what.find("requests x rounds = " + std::to_string(requests) + " x " +
+                            std::to_string(rounds)),
+                  std::string::npos)
+            << what;
+        EXPECT_NE(what.find("kMaxTraceRecords"), std::string::npos) << what;
+      }
+    }
+  }
+  // The limit itself is allowed (4096 x 2048 = kMaxTraceRecords).
+  EXPECT_EQ(int64_t{4096} * 2048, kMaxTraceRecords);
+  EXPECT_NO_THROW(generate_fixed(shape(4096, 1, Window::chain(2), 1), 1));
+}
+
 TEST(TraceGenerators, SeededAndReproducible) {
   const auto s = shape(4, 50, Window::chain(6), 1234);
   EXPECT_EQ(text_of(generate_geometric(s, 0.6)), text_of(generate_geometric(s, 0.6)));
