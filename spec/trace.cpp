@@ -557,6 +557,12 @@ Trace generate_empirical(const TraceShape& shape, const std::vector<double>& wei
   if (!(total > 0)) {
     throw Error(Status::kInvalidArgument, "spec::generate_empirical: every weight is zero");
   }
+  if (!std::isfinite(total)) {
+    // Every draw would land past the last finite partial sum: the last length, always.
+    throw Error(Status::kInvalidArgument,
+                "spec::generate_empirical: the weights sum to inf (each is finite): scale them "
+                "down");
+  }
   const auto by_depth = nodes_by_depth(shape.window);
   OrderedJson meta;
   meta["generator"] = "empirical";

@@ -158,6 +158,19 @@ TEST(TraceGenerators, EmpiricalFollowsTheWeights) {
   EXPECT_THROW(generate_empirical(shape(1, 1, Window::chain(4), 0), {0, 0}), Error);
   EXPECT_THROW(generate_empirical(shape(1, 1, Window::chain(4), 0), {1, -1}), Error);
   EXPECT_THROW(generate_empirical(shape(1, 1, Window::chain(4), 0), {1, INFINITY}), Error);
+  // Finite weights whose sum overflows drew the last length every time.
+  try {
+    generate_empirical(shape(1, 1, Window::chain(4), 0), {1e308, 1e308});
+    ADD_FAILURE() << "weights summing to inf accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sum to inf"), std::string::npos) << e.what();
+  }
+  // Large finite weights whose sum is finite keep their proportions (1 : 3).
+  const Trace large = generate_empirical(shape(4, 1000, Window::chain(4), 3), {1e300, 3e300});
+  int two = 0;
+  for (const auto& r : large.records) two += r.accepted_length() == 2;
+  EXPECT_GT(two, 2800);
+  EXPECT_LT(two, 3200);
 }
 
 TEST(TraceGenerators, GeneratedTracesReadBack) {
