@@ -110,21 +110,21 @@ Window Window::from_links(const std::vector<int32_t>& first_child,
   return Window(std::move(parents));
 }
 
-int32_t Window::parent(int node) const {
+void Window::check_node(const char* function, int node) const {
   if (node < 0 || node >= size()) {
-    throw Error(Status::kOutOfRange, "spec::Window::parent: node = " + std::to_string(node) +
+    throw Error(Status::kOutOfRange, std::string(function) + ": node = " + std::to_string(node) +
                                          " is out of range [0, " + std::to_string(size() - 1) +
                                          "]");
   }
+}
+
+int32_t Window::parent(int node) const {
+  check_node("spec::Window::parent", node);
   return parents_[static_cast<std::size_t>(node)];
 }
 
 std::vector<int32_t> Window::children(int node) const {
-  if (node < 0 || node >= size()) {
-    throw Error(Status::kOutOfRange, "spec::Window::children: node = " + std::to_string(node) +
-                                         " is out of range [0, " + std::to_string(size() - 1) +
-                                         "]");
-  }
+  check_node("spec::Window::children", node);
   std::vector<int32_t> out;
   for (int t = node + 1; t < size(); ++t) {
     if (parents_[static_cast<std::size_t>(t)] == node) out.push_back(t);
@@ -133,11 +133,7 @@ std::vector<int32_t> Window::children(int node) const {
 }
 
 std::vector<int32_t> Window::path_to(int node) const {
-  if (node < 0 || node >= size()) {
-    throw Error(Status::kOutOfRange, "spec::Window::path_to: node = " + std::to_string(node) +
-                                         " is out of range [0, " + std::to_string(size() - 1) +
-                                         "]");
-  }
+  check_node("spec::Window::path_to", node);
   std::vector<int32_t> path(static_cast<std::size_t>(depth_[static_cast<std::size_t>(node)]));
   for (int32_t t = node, i = static_cast<int32_t>(path.size()) - 1; t != -1;
        t = parents_[static_cast<std::size_t>(t)], --i) {
@@ -147,11 +143,7 @@ std::vector<int32_t> Window::path_to(int node) const {
 }
 
 int Window::depth(int node) const {
-  if (node < 0 || node >= size()) {
-    throw Error(Status::kOutOfRange, "spec::Window::depth: node = " + std::to_string(node) +
-                                         " is out of range [0, " + std::to_string(size() - 1) +
-                                         "]");
-  }
+  check_node("spec::Window::depth", node);
   return depth_[static_cast<std::size_t>(node)];
 }
 

@@ -61,6 +61,8 @@ class Window {
 
  private:
   explicit Window(std::vector<int32_t> parents);
+  // Throws Error(kOutOfRange) naming `function` and `node` outside [0, size()).
+  void check_node(const char* function, int node) const;
   std::vector<int32_t> parents_{-1};
   std::vector<int32_t> depth_{1};
   bool is_chain_ = true;
