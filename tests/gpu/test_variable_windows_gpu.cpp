@@ -2,7 +2,8 @@
 // packed rows equal a uniform window with filler tokens bit for bit (host batch.lengths, and
 // device cu_seqlens read by the kernels), batched variable-length prefill equals one prefill per
 // request; a malformed device cu_seqlens row computes nothing and its commit is skipped and
-// reported, while the other rows commit.
+// reported, while the other rows commit, and so is a host commit value past a row's device
+// length.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -98,6 +99,67 @@ TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeSkipsOnlyThatRow) {
   ref.commit(std::vector<int32_t>{3});
   EXPECT_EQ(exported(gpu, a), exported(ref, ra)) << "the valid row differs";
   EXPECT_EQ(rows_bytes(dout.core_out.view(), 0, 4), rows_bytes(rout.core_out.view(), 0, 4));
+  double norm = 0;
+  for (float x : to_floats(rout.core_out.view())) norm += double{x} * x;
+  EXPECT_GT(norm, 0.0) << "core_out is all zeros";
+}
+
+// Host commit values in a round of device cu_seqlens: the host checks each value against the
+// window only (it does not read the device lengths), the commit kernel against the row's own
+// length. Row 1 verifies 2 tokens ([4, 6)) and is committed 3: skipped, reported by
+// last_commit_status (pool.h), left as it was; row 0 commits 3 as a round without row 1 does.
+TEST_P(VariableWindowsGpuChecks, HostValuePastADeviceRowLengthSkipsThatRow) {
+  SPECSTATE_REQUIRE_GPU();
+  std::mt19937_64 rng(6);
+  const GdnConfig g = gdn_preset("gpu_k32");
+  PoolOptions o;
+  o.num_slots = 2;
+  o.max_rows = 2;
+  o.max_window = 4;
+  o.strategy = GetParam();
+  CudaStream stream(cudaStreamNonBlocking);
+  o.stream = stream.get();
+  o.backend = Backend::kCuda;
+  const ModelConfig m = ModelConfig::gated_delta_net(1, g);
+  StatePool gpu(m, o), ref(m, o);
+  const LayerWeights w = random_weights(g, rng);
+  const DeviceWeights dw(w);
+  const SlotHandle a = gpu.acquire(), b = gpu.acquire();
+  const SlotHandle ra = ref.acquire();
+  {
+    const TokenInputs in = random_inputs(g, 3, rng);
+    const DeviceInputs din(in, 0);
+    DeviceOutputs dout(make_outputs(g, 3), 0, true);
+    gpu.prefill(0, b, dw.view(), din.view(), dout.view());
+  }
+  const std::vector<uint8_t> b_before = exported(gpu, b);
+  const TokenInputs in = random_inputs(g, 8, rng);
+  const DeviceInputs din(in, 0);
+  DeviceOutputs dout(make_outputs(g, 8), 0, true);
+  Buffer cu(DType::kI32, {3});
+  cu.set(0, 0);
+  cu.set(1, 4);
+  cu.set(2, 6);
+  const DeviceTensor dcu(cu);
+  VerifyBatch batch;
+  batch.rows = {a, b};
+  batch.window = 4;
+  batch.cu_seqlens = dcu.view();
+  gpu.begin_verify(batch);
+  gpu.verify(0, dw.view(), din.view(), dout.view());
+  gpu.commit(std::vector<int32_t>{3, 3});  // within the window: accepted by the host
+  EXPECT_EQ(gpu.last_commit_status(), Status::kOutOfRange);
+  EXPECT_EQ(exported(gpu, b), b_before) << "the row past its length was written";
+
+  VerifyBatch one;
+  one.rows = {ra};
+  one.window = 4;
+  DeviceOutputs rout(make_outputs(g, 4), 0, true);
+  ref.begin_verify(one);
+  ref.verify(0, dw.view(), din.rows(0, 4), rout.view());
+  ref.commit(std::vector<int32_t>{3});
+  EXPECT_EQ(ref.last_commit_status(), Status::kSuccess);
+  EXPECT_EQ(exported(gpu, a), exported(ref, ra)) << "the valid row differs";
   double norm = 0;
   for (float x : to_floats(rout.core_out.view())) norm += double{x} * x;
   EXPECT_GT(norm, 0.0) << "core_out is all zeros";
