@@ -40,20 +40,46 @@ void ModelConfig::validate() const {
     throw Error(Status::kInvalidArgument,
                 "ModelConfig: num_layers = " + std::to_string(num_layers) + ": must be positive");
   }
+  // The SSM state's elements per layer, exact (each factor was checked to fit 32 bits).
+  __int128 ssm = 0;
   switch (kind) {
     case LayerKind::kGatedDeltaNet:
       detail::gdn::validate(gdn);
-      return;
+      ssm = __int128{gdn.num_v_heads} * gdn.head_v_dim * gdn.head_k_dim;
+      break;
     case LayerKind::kMamba2:
       detail::mamba2::validate(mamba);
-      return;
+      ssm = __int128{mamba.num_heads} * mamba.head_dim * mamba.d_state;
+      break;
     case LayerKind::kKda:
       detail::kda::validate(kda_layer);
-      return;
+      ssm = __int128{kda_layer.num_v_heads} * kda_layer.head_v_dim * kda_layer.head_k_dim;
+      break;
+    default:
+      throw Error(Status::kInvalidArgument,
+                  "ModelConfig: kind = " + std::to_string(static_cast<int>(kind)) +
+                      " is not a layer kind (gated_delta_net = 0, mamba2 = 1, kda = 2)");
   }
-  throw Error(Status::kInvalidArgument,
-              "ModelConfig: kind = " + std::to_string(static_cast<int>(kind)) +
-                  " is not a layer kind (gated_delta_net = 0, mamba2 = 1, kda = 2)");
+  // Every size computed from the config (conv_state_elems, ssm_state_elems, slot_bytes, a pool's
+  // buffers) is then exact in 64 bits: a slot's state over all layers is at most 2^48 bytes.
+  const __int128 conv = __int128{conv_dim()} * (conv_width() - 1);
+  const __int128 slot = __int128{num_layers} * (conv * int64_t(dtype_size(conv_state_dtype())) +
+                                                ssm * int64_t(dtype_size(ssm_state_dtype())));
+  if (slot > kMaxSlotBytes) {
+    const auto text = [](__int128 v) {
+      std::string s;
+      do {
+        s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+        v /= 10;
+      } while (v > 0);
+      return s;
+    };
+    throw Error(Status::kInvalidArgument,
+                "ModelConfig: one slot's state over the " + std::to_string(num_layers) +
+                    " layers is " + text(slot) + " bytes (conv_width = " +
+                    std::to_string(conv_width()) + ", conv_dim = " + std::to_string(conv_dim()) +
+                    ", " + text(ssm) + " SSM state elements a layer), more than 2^48");
+  }
 }
 
 }  // namespace specstate

@@ -131,6 +131,9 @@ struct ModelConfig {
   }
   // Committed bytes of one slot over all layers (conv + SSM).
   int64_t slot_bytes() const noexcept;
+  // validate() refuses a config whose slot_bytes() would pass this (2^48: every size derived
+  // from a valid config is exact in 64 bits).
+  static constexpr int64_t kMaxSlotBytes = int64_t{1} << 48;
 
   // Throws Error(kInvalidArgument) naming the first field out of range.
   void validate() const;

@@ -227,6 +227,45 @@ TEST(BadConfigMamba2, EachFieldIsNamed) {
   EXPECT_THROW(bogus.validate(), Error);
 }
 
+// Every size derived from a valid config is exact in 64 bits: validate() refuses a slot of more
+// than kMaxSlotBytes. conv_width had no upper bound, so conv_dim x (W - 1) x layers wrapped
+// (gated_delta_net(2^31 - 1 layers) with conv_width 2^31 - 1 validated, and slot_bytes() was
+// 4.4e15 instead of 7.6e22), and the SSM product of three 32-bit factors could too.
+TEST(BadConfig, SizesPast2To48BytesAreRefused) {
+  const auto refused = [](const ModelConfig& c, const char* needle) {
+    try {
+      c.validate();
+      ADD_FAILURE() << needle << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("more than 2^48"), std::string::npos) << e.what();
+    }
+  };
+  GdnConfig g;
+  g.conv_width = 2147483647;
+  refused(ModelConfig::gated_delta_net(2147483647, g), "conv_width = 2147483647");
+  refused(ModelConfig::gated_delta_net(64, g), "conv_width = 2147483647");  // 2^50 bytes
+  KdaConfig k;
+  k.num_v_heads = k.num_k_heads = 1024;
+  k.head_v_dim = 65536;
+  refused(ModelConfig::kda(1 << 20, k), "SSM state elements a layer");
+  Mamba2Config m;
+  m.num_heads = 8;
+  m.n_groups = 8;
+  m.head_dim = 32768;
+  m.d_state = 32768;
+  refused(ModelConfig::mamba2(1 << 16, m), "SSM state elements a layer");
+  // The bound itself is far above any model: Nemotron-H-56B at TP1 validates, and so does a
+  // config just under the bound.
+  EXPECT_NO_THROW(ModelConfig::mamba2(118, Mamba2Config{}).validate());
+  GdnConfig wide;
+  wide.conv_width = 1 << 16;
+  const ModelConfig under = ModelConfig::gated_delta_net(1, wide);
+  EXPECT_NO_THROW(under.validate());
+  EXPECT_LE(under.slot_bytes(), ModelConfig::kMaxSlotBytes);
+}
+
 // The model's accessors follow the kind (what the CLI's memory arithmetic uses).
 TEST(ConfigMamba2, AccessorsFollowTheKind) {
   const Mamba2Config m;  // Nemotron-H-8B at TP1
