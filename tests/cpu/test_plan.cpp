@@ -418,9 +418,12 @@ TEST(PlanCli, BadModelsExitTwoNamingTheOption) {
 // Issue 20.3: custom dimensions whose byte totals pass int64 were printed wrapped ("snapshot
 // scratch 0 B", exit 0). Each product is checked; the refusal names the option and its value.
 TEST(PlanCli, ByteTotalsPastInt64AreRefusedNamingTheOption) {
-  // 2^20 layers of 4 GiB SSM states: 2^52 B per request, fine; x 2^20 requests passes 2^63.
+  // 2^12 layers of 4 GiB SSM states: 2^44 B per request, fine; x 2^20 requests passes 2^63.
+  // (A request's state is at most 2^48 B, ModelConfig::kMaxSlotBytes, so only the counts that
+  // multiply it can pass 64 bits: requests and rows; one request-row x a window of at most 1024
+  // cannot. The bound's own refusal is below.)
   const std::string huge =
-      "plan --layers 1048576 --heads 64 --v-heads 1024 --head-k-dim 1024 --head-v-dim 1024 ";
+      "plan --layers 4096 --heads 64 --v-heads 1024 --head-k-dim 1024 --head-v-dim 1024 ";
   struct Bad {
     std::string args, option;
   };
@@ -429,16 +432,8 @@ TEST(PlanCli, ByteTotalsPastInt64AreRefusedNamingTheOption) {
            Bad{huge + "--max-requests 1048576 --window 1024 --json", "--max-requests 1048576"},
            Bad{huge + "--max-requests 1048576 --window 1 --strategy replay",
                "--max-requests 1048576"},
-           // 2^53 B per request (HV 2048) x a window of 1024 = 2^63: the window's fault.
-           Bad{"plan --layers 1048576 --heads 64 --v-heads 2048 --head-k-dim 1024 "
-               "--head-v-dim 1024 --max-requests 1 --window 1024",
-               "--window 1024"},
            // One request-row fits, 1024 rows of it do not.
            Bad{huge + "--max-requests 1 --max-rows 1024 --window 1024", "--max-rows 1024"},
-           // 2^20 layers of 2^52 B (K = 2^20, HV * V = 2^30): one request passes int64.
-           Bad{"plan --layers 1048576 --heads 1 --v-heads 1024 --head-k-dim 1048576 "
-               "--head-v-dim 1048576 --max-requests 1 --window 1",
-               "--layers 1048576"},
        }) {
     SCOPED_TRACE(b.args);
     const CliRun run = run_cli(b.args);
@@ -460,6 +455,19 @@ TEST(PlanCli, ByteTotalsPastInt64AreRefusedNamingTheOption) {
   EXPECT_EQ(j["committed_bytes_total"].get<int64_t>(), layer << 20);
   EXPECT_EQ(j["scratch_bytes_total"].get<int64_t>(), (layer << 20) * 1024);
   EXPECT_EQ(j["total_bytes"].get<int64_t>(), (layer << 20) * 1025);
+  // One request's state past 2^48 B (2^20 layers of 4 GiB; or of 2^52 B, past 64 bits) is
+  // refused by the model's own bound, naming it, before any total is formed.
+  for (const std::string& big :
+       {std::string("plan --layers 1048576 --heads 64 --v-heads 1024 --head-k-dim 1024 "
+                    "--head-v-dim 1024 --max-requests 1 --window 1"),
+        std::string("plan --layers 1048576 --heads 1 --v-heads 1024 --head-k-dim 1048576 "
+                    "--head-v-dim 1048576 --max-requests 1 --window 1")}) {
+    const CliRun run = run_cli(big);
+    EXPECT_EQ(run.code, 2) << run.output;
+    EXPECT_NE(run.output.find("custom dimensions"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("over the 1048576 layers"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("more than 2^48"), std::string::npos) << run.output;
+  }
 }
 
 // The helpers' own checks: state_bytes names the field that overflows.
