@@ -215,11 +215,13 @@ void SafetensorsFile::parse(const std::string& label) {
   data_start_ = static_cast<int64_t>(8 + header_len);
   const int64_t data_size = static_cast<int64_t>(file_size) - data_start_;
 
-  const int64_t too_deep =
-      spec::json_nesting(std::string_view(reinterpret_cast<const char*>(bytes_.data()) + 8,
-                                          static_cast<std::size_t>(data_start_ - 8)),
-                         kMaxJsonDepth)
-          .first_past_limit;
+  const std::string_view header_text(reinterpret_cast<const char*>(bytes_.data()) + 8,
+                                     static_cast<std::size_t>(data_start_ - 8));
+  // JSON text holds no NUL byte: the parser would stop at one and ignore what follows.
+  if (const std::size_t nul = header_text.find('\0'); nul != std::string_view::npos) {
+    fail(path_, "header holds a NUL byte (at header byte " + std::to_string(nul) + ")");
+  }
+  const int64_t too_deep = spec::json_nesting(header_text, kMaxJsonDepth).first_past_limit;
   if (too_deep >= 0) {
     fail(path_, "header nests JSON deeper than the limit of " + std::to_string(kMaxJsonDepth) +
                     " levels (at header byte " + std::to_string(too_deep) + ")");
@@ -232,6 +234,9 @@ void SafetensorsFile::parse(const std::string& label) {
   }
   if (!header.is_object()) {
     fail(path_, std::string("header is a JSON ") + header.type_name() + ", expected an object");
+  }
+  if (const std::string dup = spec::json_duplicate_key(header_text); !dup.empty()) {
+    fail(path_, "header names '" + dup + "' twice in one object");
   }
 
   for (auto it = header.begin(); it != header.end(); ++it) {

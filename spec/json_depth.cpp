@@ -1,6 +1,9 @@
 #include "json_depth.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
 
 namespace specstate::spec {
 
@@ -26,6 +29,48 @@ JsonNesting json_nesting(std::string_view text, int limit) noexcept {
     }
   }
   return out;
+}
+
+namespace {
+// nlohmann's SAX interface: a set of keys per open object.
+struct DuplicateKeys final : nlohmann::json::json_sax_t {
+  std::vector<std::set<std::string>> open;
+  std::string found;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open.emplace_back();
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (!open.empty() && !open.back().insert(k).second) {
+      found = k;
+      return false;  // stops the parse
+    }
+    return true;
+  }
+  bool end_object() override {
+    if (!open.empty()) open.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception&) override {
+    return false;
+  }
+};
+}  // namespace
+
+std::string json_duplicate_key(std::string_view text) {
+  DuplicateKeys sax;
+  nlohmann::json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json,
+                            false);
+  return sax.found;
 }
 
 }  // namespace specstate::spec

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace specstate::spec {
@@ -16,5 +17,10 @@ struct JsonNesting {
 
 // Brackets inside strings (escapes included) do not count. O(size of text).
 JsonNesting json_nesting(std::string_view text, int limit) noexcept;
+
+// The first key that an object of `text` holds twice, or an empty string when none does (or when
+// `text` is not JSON: the caller's parse says why). nlohmann keeps the last of two equal keys
+// silently; a reader of untrusted JSON refuses the document instead. O(size of text), no DOM.
+std::string json_duplicate_key(std::string_view text);
 
 }  // namespace specstate::spec

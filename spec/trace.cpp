@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <limits>
@@ -361,12 +362,26 @@ Trace parse_trace(std::istream& in, const std::string& source) {
   std::string line;
   int64_t line_no = 0;
   bool too_long = false;
-  while (read_line(in, line, kMaxTraceLineBytes, too_long)) {
+  // A stream buffer may throw on a read error (a file stream of /proc/self/mem, an I/O error):
+  // reported as the source's, naming the line.
+  const auto next_line = [&] {
+    try {
+      return read_line(in, line, kMaxTraceLineBytes, too_long);
+    } catch (const std::ios_base::failure& e) {
+      throw Error(Status::kInvalidArgument,
+                  source + ":" + std::to_string(line_no + 1) + ": cannot read: " + e.what());
+    }
+  };
+  while (next_line()) {
     ++line_no;
     const Where where{source + ":" + std::to_string(line_no) + ": "};
     if (too_long) {
       where.fail("line is longer than the limit of " + std::to_string(kMaxTraceLineBytes) +
                  " bytes (not a trace?)");
+    }
+    // JSON text holds no NUL byte; the parser would stop at one and ignore what follows.
+    if (const std::size_t nul = line.find('\0'); nul != std::string::npos) {
+      where.fail("a NUL byte at column " + std::to_string(nul + 1) + " (not a trace?)");
     }
     if (line_no > kMaxTraceLines) {
       where.fail("more than " + std::to_string(kMaxTraceLines) + " lines (the limit)");
@@ -386,6 +401,9 @@ Trace parse_trace(std::istream& in, const std::string& source) {
       j = Json::parse(line);
     } catch (const Json::exception& e) {
       where.fail("not valid JSON (" + strip_prefix(e.what()) + ")");
+    }
+    if (const std::string dup = json_duplicate_key(line); !dup.empty()) {
+      where.fail("key \"" + dup + "\" appears twice in one object");
     }
     if (!j.is_object()) where.fail(std::string("expected a JSON object, got ") + type_of(j));
     if (!have_header) {
@@ -416,6 +434,14 @@ void check_trace_path(const char* function, const std::string& path) {
 
 Trace read_trace(const std::string& path) {
   check_trace_path("spec::read_trace", path);
+  // A directory opens as a stream whose reads fail: refused by name. Pipes stay readable (a
+  // trace piped through /dev/stdin; a FIFO waits for its writer, as any reader does), and
+  // endless devices end at the line limit.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw Error(Status::kInvalidArgument,
+                "spec::read_trace: \"" + path + "\" is a directory, not a trace file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(Status::kInvalidArgument, "spec::read_trace: cannot open \"" + path + "\"");
   return parse_trace(in, path);
@@ -429,9 +455,17 @@ void validate_trace(const Trace& trace) {
                 "spec::validate_trace: meta_json nests JSON deeper than the limit of " +
                     std::to_string(kMaxTraceJsonDepth) + " levels");
   }
+  if (trace.meta_json.find('\0') != std::string::npos) {
+    throw Error(Status::kInvalidArgument,
+                "spec::validate_trace: meta_json holds a NUL byte (JSON text has none)");
+  }
   Json meta;
   try {
     meta = Json::parse(trace.meta_json);
+    if (const std::string dup = json_duplicate_key(trace.meta_json); !dup.empty()) {
+      throw Error(Status::kInvalidArgument,
+                  "spec::validate_trace: meta_json holds key \"" + dup + "\" twice in one object");
+    }
   } catch (const Json::exception& e) {
     throw Error(Status::kInvalidArgument, "spec::validate_trace: meta_json is not valid JSON (" +
                                               strip_prefix(e.what()) + ")");

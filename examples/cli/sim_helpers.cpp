@@ -390,6 +390,9 @@ ModelPreset read_model_file(const std::string& path) {
     throw CLI::ValidationError(option, path + " is no JSON: " + e.what());
   }
   if (!j.is_object()) throw CLI::ValidationError(option, path + ": a model file is a JSON object");
+  if (const std::string dup = spec::json_duplicate_key(content); !dup.empty()) {
+    throw CLI::ValidationError(option, path + ": key \"" + dup + "\" appears twice in one object");
+  }
   const auto fail = [&](const std::string& what) {
     throw CLI::ValidationError(option, path + ": " + what);
   };

@@ -248,6 +248,16 @@ TEST(HostileCli, DeeplyNestedModelFileIsAUsageErrorNamingFileAndDepth) {
     EXPECT_EQ(contains(run.output, "more than the limit of 16"), levels == 16)
         << levels << run.output;
   }
+  // A key given twice: nlohmann kept the last silently (layers 2, then 40: a plan of 40).
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "{\"kind\": \"gdn\", \"layers\": 2, \"layers\": 40}\n");
+    std::fclose(f);
+    const test::CliRun run = run_cli("plan --model-file " + path);
+    EXPECT_EQ(run.code, 2) << run.output;
+    EXPECT_TRUE(contains(run.output, "key \"layers\" appears twice in one object")) << run.output;
+  }
   // A file that is not a model file at all (/dev/zero) ends at the size limit, not in memory.
   const test::CliRun zero = run_cli("plan --model-file /dev/zero");
   EXPECT_EQ(zero.code, 2) << zero.output;

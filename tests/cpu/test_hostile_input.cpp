@@ -205,6 +205,72 @@ TEST(HostileTrace, DevZeroFailsAtTheLineLengthLimit) {
       << message;
 }
 
+// A directory is refused by name (it leaked std::ios_base::failure, "basic_filebuf::underflow
+// error reading the file: Is a directory"); a stream buffer that throws on a read error is
+// reported as the source's error at its line.
+TEST(HostileTrace, ReadErrorsAreTheSourcesErrors) {
+  const std::string dir = ::testing::TempDir();
+  const std::string message = error_of([&] { spec::read_trace(dir); });
+  EXPECT_TRUE(contains(message, "is a directory, not a trace file")) << message;
+
+  struct FailingBuf : std::streambuf {
+    std::string text = "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n";
+    std::size_t pos = 0;
+    int_type underflow() override {
+      if (pos < text.size()) {
+        setg(&text[pos], &text[pos], &text[pos] + 1);
+        ++pos;
+        return traits_type::to_int_type(text[pos - 1]);
+      }
+      throw std::ios_base::failure("read error from the device");
+    }
+  } buf;
+  std::istream in(&buf);
+  const std::string read = error_of([&] { spec::parse_trace(in, "dev.jsonl"); });
+  EXPECT_TRUE(contains(read, "dev.jsonl:2: cannot read: read error from the device")) << read;
+}
+
+// JSON text holds no NUL byte: nlohmann's parser stopped at one and ignored what followed, so a
+// record followed by a NUL and garbage was accepted.
+TEST(HostileTrace, NulBytesInALineAreRefused) {
+  std::string text = "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n";
+  text += "{\"request\": 0, \"round\": 0, \"window\": 4, \"accepted\": 3}";
+  text += std::string(1, '\0') + " garbage ]]] {{{\n";
+  std::istringstream in(text);
+  const std::string message = error_of([&] { spec::parse_trace(in, "nul.jsonl"); });
+  EXPECT_TRUE(contains(message, "nul.jsonl:2: a NUL byte at column 55")) << message;
+}
+
+// nlohmann keeps the last of two equal keys: a record with "accepted": 1, "accepted": 3 read as 3,
+// and a header with "format" twice was accepted.
+TEST(HostileTrace, DuplicateKeysAreRefused) {
+  const std::string header =
+      "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n";
+  {
+    std::istringstream in(header +
+                          "{\"request\": 0, \"round\": 0, \"window\": 4, \"accepted\": 1, "
+                          "\"accepted\": 3}\n");
+    const std::string message = error_of([&] { spec::parse_trace(in, "dup.jsonl"); });
+    EXPECT_TRUE(contains(message, "dup.jsonl:2: key \"accepted\" appears twice in one object"))
+        << message;
+  }
+  {
+    std::istringstream in(
+        "{\"format\": \"specstate-trace\", \"format\": \"specstate-trace\", \"version\": 1, "
+        "\"requests\": [0]}\n");
+    const std::string message = error_of([&] { spec::parse_trace(in, "dup.jsonl"); });
+    EXPECT_TRUE(contains(message, "dup.jsonl:1: key \"format\" appears twice")) << message;
+  }
+  spec::Trace t;
+  t.requests = {0};
+  t.meta_json = "{\"a\": 1, \"a\": 2}";
+  EXPECT_TRUE(contains(error_of([&] { spec::validate_trace(t); }), "holds key \"a\" twice"));
+  t.meta_json = std::string("{}") + std::string(1, '\0') + "xx";
+  EXPECT_TRUE(contains(error_of([&] { spec::validate_trace(t); }), "meta_json holds a NUL byte"));
+  t.meta_json = "{\"a\": {\"b\": 1}, \"b\": {\"a\": 2}}";  // the same keys in other objects
+  EXPECT_NO_THROW(spec::validate_trace(t));
+}
+
 TEST(HostileTrace, LongLineFailsNamingItsNumber) {
   std::string text = "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n\n";
   text += std::string(static_cast<std::size_t>(spec::kMaxTraceLineBytes) + 10, ' ');

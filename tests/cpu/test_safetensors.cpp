@@ -197,6 +197,32 @@ TEST(SafetensorsMalformed, BadJson) {
   expect_error([] { parse(raw_file("{\"w\": 3}", {})); }, {"tensor 'w'", "expected an object"});
 }
 
+// nlohmann's parser stops at a NUL byte and keeps the last of two equal keys: a header with
+// garbage after a NUL, or a tensor declared twice (F32, then I32: read back as I32), was accepted.
+TEST(SafetensorsMalformed, NulBytesAndDuplicateKeys) {
+  const std::string good =
+      "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}";
+  expect_error(
+      [&] {
+        parse(raw_file(good + std::string(1, '\0') + " ]]] {{{", {0, 0, 0, 0}));
+      },
+      {"mem.st", "header holds a NUL byte (at header byte " + std::to_string(good.size()) + ")"});
+  const std::string twice =
+      "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
+      "\"a\": {\"dtype\": \"I32\", \"shape\": [1], \"data_offsets\": [0, 4]}}";
+  expect_error(
+      [&] {
+        parse(raw_file(twice, {0, 0, 0, 0}));
+      },
+      {"mem.st", "header names 'a' twice in one object"});
+  const std::string inner =
+      "{\"a\": {\"dtype\": \"F32\", \"dtype\": \"I32\", \"shape\": [1], \"data_offsets\": [0, "
+      "4]}}";
+  expect_error([&] { parse(raw_file(inner, {0, 0, 0, 0})); }, {"header names 'dtype' twice"});
+  // The same keys in different objects are fine.
+  EXPECT_NO_THROW(parse(raw_file(good, {0, 0, 0, 0})));
+}
+
 TEST(SafetensorsMalformed, OffsetsOutOfRange) {
   const std::vector<uint8_t> data = f32_bytes({1, 2, 3, 4});
   expect_error(
