@@ -282,7 +282,15 @@ void check_shape(const TraceShape& shape, const char* fn) {
   }
   // The reader's bound: a trace it would refuse is not generated (10^6 x 10^6 records asked for
   // terabytes).
-  if (int64_t{shape.requests} * shape.rounds > kMaxTraceRecords) {
+  const int64_t records = int64_t{shape.requests} * shape.rounds;
+  if (records <= kMaxTraceRecords && records * shape.window.size() > kMaxTraceNodes) {
+    throw Error(
+        Status::kInvalidArgument,
+        std::string(fn) + ": requests x rounds x window nodes = " + std::to_string(shape.requests) +
+            " x " + std::to_string(shape.rounds) + " x " + std::to_string(shape.window.size()) +
+            ", more than " + std::to_string(kMaxTraceNodes) + " (kMaxTraceNodes)");
+  }
+  if (records > kMaxTraceRecords) {
     throw Error(Status::kInvalidArgument,
                 std::string(fn) + ": requests x rounds = " + std::to_string(shape.requests) +
                     " x " + std::to_string(shape.rounds) + " records, more than " +
@@ -361,6 +369,7 @@ Trace parse_trace(std::istream& in, const std::string& source) {
   bool have_header = false;
   std::string line;
   int64_t line_no = 0;
+  int64_t nodes = 0;  // window nodes of the records read
   bool too_long = false;
   // A stream buffer may throw on a read error (a file stream of /proc/self/mem, an I/O error):
   // reported as the source's, naming the line.
@@ -414,6 +423,11 @@ Trace parse_trace(std::istream& in, const std::string& source) {
     }
     TraceRecord rec = parse_record(j, where);
     tracker.check(rec.request, rec.round, where);
+    nodes += rec.window.size();
+    if (nodes > kMaxTraceNodes) {
+      where.fail("more than " + std::to_string(kMaxTraceNodes) +
+                 " window nodes over all records (the limit, kMaxTraceNodes)");
+    }
     trace.records.push_back(std::move(rec));
   }
   if (in.bad()) throw Error(Status::kInvalidArgument, source + ": read error");

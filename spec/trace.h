@@ -22,7 +22,11 @@ constexpr int kMaxTraceWindow = 1024;
 constexpr int64_t kMaxTraceLineBytes = int64_t{16} << 20;
 constexpr int64_t kMaxTraceRecords = int64_t{1} << 23;    // 8,388,608 records
 constexpr int64_t kMaxTraceLines = 2 * kMaxTraceRecords;  // blank lines included
-constexpr int kMaxTraceJsonDepth = 16;                    // a record nests 2 levels
+// The most window nodes over all records: a record holds its window (parents and depths, 8 bytes
+// a node) and its path, so 8M records of 1024-node windows (a 23 MB file of 400k such lines
+// took 4 GB) would need about 100 GB. 2^26 nodes: 8M records of up to 8 nodes.
+constexpr int64_t kMaxTraceNodes = int64_t{1} << 26;
+constexpr int kMaxTraceJsonDepth = 16;  // a record nests 2 levels
 
 // One round of one request.
 struct TraceRecord {

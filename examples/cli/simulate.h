@@ -56,7 +56,7 @@ inline constexpr int kMaxRequests = 4096;
 inline constexpr int64_t kMaxGeneratedRecords = spec::kMaxTraceRecords;
 // ... and the most window nodes over all its records (each record holds its window's parents and
 // its accepted path: about 8 bytes per node), so that a wide window cannot do the same.
-inline constexpr int64_t kMaxGeneratedNodes = int64_t{1} << 26;
+inline constexpr int64_t kMaxGeneratedNodes = spec::kMaxTraceNodes;
 
 // The trace a simulation replays: --trace's file, or one generated from the options (--fixed,
 // --histogram, --accept-rate), checked against the limits above. `source` names it.

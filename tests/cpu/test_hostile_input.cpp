@@ -271,6 +271,30 @@ TEST(HostileTrace, DuplicateKeysAreRefused) {
   EXPECT_NO_THROW(spec::validate_trace(t));
 }
 
+// Window nodes are bounded over the whole trace (kMaxTraceNodes): 400k lines of 1024-node windows
+// (a 23 MB file) took 4 GB before failing with std::bad_alloc; a shape as wide is refused by the
+// generators before anything is allocated.
+TEST(HostileTrace, WindowNodesAreBoundedOverTheTrace) {
+  const int64_t per_record = spec::kMaxTraceWindow;
+  const int64_t records = spec::kMaxTraceNodes / per_record + 1;
+  std::string text = "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n";
+  for (int64_t r = 0; r < records; ++r) {
+    text += "{\"request\": 0, \"round\": " + std::to_string(r) +
+            ", \"window\": 1024, \"accepted\": 1}\n";
+  }
+  std::istringstream in(text);
+  const std::string message = error_of([&] { spec::parse_trace(in, "wide.jsonl"); });
+  EXPECT_TRUE(contains(message, "wide.jsonl:" + std::to_string(records + 1) + ": more than " +
+                                    std::to_string(spec::kMaxTraceNodes) + " window nodes"))
+      << message;
+  spec::TraceShape shape;
+  shape.requests = 1 << 20;
+  shape.window = spec::Window::chain(1024);
+  const std::string generated = error_of([&] { spec::generate_fixed(shape, 1024); });
+  EXPECT_TRUE(contains(generated, "requests x rounds x window nodes = 1048576 x 1 x 1024"))
+      << generated;
+}
+
 TEST(HostileTrace, LongLineFailsNamingItsNumber) {
   std::string text = "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n\n";
   text += std::string(static_cast<std::size_t>(spec::kMaxTraceLineBytes) + 10, ' ');
