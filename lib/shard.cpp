@@ -4,6 +4,7 @@
 #include <string>
 
 #include "specstate/status.h"
+#include "validate.h"
 
 namespace specstate {
 
@@ -97,13 +98,20 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
   }
   if (dim < 0 || dim >= src.ndim) bad("dim = " + std::to_string(dim) + " outside the dims");
   if (src.dtype != dst.dtype) bad("src and dst dtypes differ");
+  // Extents and strides >= 0, spans within 2^48 bytes: every offset below is exact.
+  detail::check_strided("shard_gather", "src", src);
+  detail::check_strided("shard_gather", "dst", dst);
   int64_t total = 0;
   for (const ColumnRange& r : ranges) {
-    if (r.begin < 0 || r.count < 0 || r.begin + r.count > src.shape[dim]) {
-      bad("range [" + std::to_string(r.begin) + ", " + std::to_string(r.begin + r.count) +
-          ") outside src dim " + std::to_string(dim) + " = " + std::to_string(src.shape[dim]));
+    if (r.begin < 0 || r.count < 0 || r.begin > src.shape[dim] ||
+        r.count > src.shape[dim] - r.begin) {
+      bad("range {begin " + std::to_string(r.begin) + ", count " + std::to_string(r.count) +
+          "} outside src dim " + std::to_string(dim) + " = " + std::to_string(src.shape[dim]));
     }
-    total += r.count;
+    if (__builtin_add_overflow(total, r.count, &total) || total > dst.shape[dim]) {
+      bad("the ranges hold more than dst dim " + std::to_string(dim) + " = " +
+          std::to_string(dst.shape[dim]) + " columns");
+    }
   }
   for (int d = 0; d < src.ndim; ++d) {
     const int64_t want = d == dim ? total : src.shape[d];
@@ -113,6 +121,15 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
     }
   }
   const std::size_t es = dtype_size(src.dtype);
+  // The copy's work is dst's elements: bounded as a buffer of 2^48 bytes would be (a stride-0
+  // view may claim any extent).
+  int64_t n = 1;
+  for (int d = 0; d < dst.ndim; ++d) {
+    if (__builtin_mul_overflow(n, dst.shape[d], &n) ||
+        n > (int64_t{1} << 48) / static_cast<int64_t>(es)) {
+      bad("dst holds more than 2^48 bytes of elements (shape " + dst.describe() + ")");
+    }
+  }
   // Walk every element of dst; map its index along `dim` to src through the ranges.
   std::vector<int64_t> map;
   map.reserve(static_cast<std::size_t>(total));
@@ -120,7 +137,6 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
     for (int64_t i = 0; i < r.count; ++i) map.push_back(r.begin + i);
   }
   std::vector<int64_t> idx(static_cast<std::size_t>(dst.ndim), 0);
-  const int64_t n = dst.numel();
   for (int64_t e = 0; e < n; ++e) {
     int64_t so = 0, doff = 0;
     for (int d = 0; d < dst.ndim; ++d) {

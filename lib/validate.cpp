@@ -100,6 +100,40 @@ std::string shape_string(std::initializer_list<int64_t> shape) {
   return out.str();
 }
 
+void check_span(const char* function, const char* name, const TensorView& view) {
+  constexpr int64_t kMaxSpanBytes = int64_t{1} << 48;
+  int64_t span = 0;
+  for (int d = 0; d < view.ndim; ++d) {
+    int64_t term = 0;
+    if (view.shape[d] > 1 &&
+        (__builtin_mul_overflow(view.shape[d] - 1, view.stride[d], &term) ||
+         __builtin_add_overflow(span, term, &span) ||
+         span > kMaxSpanBytes / static_cast<int64_t>(dtype_size(view.dtype)))) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + " stride " + std::to_string(d) + " = " +
+               std::to_string(view.stride[d]) + " (shape " + std::to_string(view.shape[d]) +
+               "): the view would span more than 2^48 bytes");
+    }
+  }
+}
+
+void check_strided(const char* function, const char* name, const TensorView& view) {
+  if (view.ndim < 1 || view.ndim > TensorView::kMaxDims) {
+    fail(Status::kInvalidArgument, function,
+         std::string(name) + " has ndim = " + std::to_string(view.ndim) + ", outside [1, " +
+             std::to_string(TensorView::kMaxDims) + "]");
+  }
+  for (int d = 0; d < view.ndim; ++d) {
+    if (view.shape[d] < 0 || view.stride[d] < 0) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + " dim " + std::to_string(d) + " has extent " +
+               std::to_string(view.shape[d]) + " and stride " + std::to_string(view.stride[d]) +
+               ": both must be >= 0");
+    }
+  }
+  check_span(function, name, view);
+}
+
 void check_view(const TensorView& view, const ViewSpec& spec) {
   const std::string name = spec.name;
   if (view.data == nullptr) {
@@ -139,24 +173,7 @@ void check_view(const TensorView& view, const ViewSpec& spec) {
     }
     ++dim;
   }
-  // The furthest element must be addressable without wrapping: no real buffer spans 2^48 bytes,
-  // and an offset computed from a larger stride would overflow in the kernels' arithmetic.
-  {
-    constexpr int64_t kMaxSpanBytes = int64_t{1} << 48;
-    int64_t span = 0;
-    for (int d = 0; d < view.ndim; ++d) {
-      int64_t term = 0;
-      if (view.shape[d] > 1 &&
-          (__builtin_mul_overflow(view.shape[d] - 1, view.stride[d], &term) ||
-           __builtin_add_overflow(span, term, &span) ||
-           span > kMaxSpanBytes / static_cast<int64_t>(dtype_size(view.dtype)))) {
-        fail(Status::kInvalidArgument, spec.function,
-             name + " stride " + std::to_string(d) + " = " + std::to_string(view.stride[d]) +
-                 " (shape " + std::to_string(view.shape[d]) +
-                 "): the view would span more than 2^48 bytes");
-      }
-    }
-  }
+  check_span(spec.function, spec.name, view);
   const bool float_dtype = view.dtype == DType::kF32 || view.dtype == DType::kBF16;
   if ((spec.dtype_rule == DTypeRule::kExact && view.dtype != spec.dtype) ||
       (spec.dtype_rule == DTypeRule::kAnyFloat && !float_dtype)) {

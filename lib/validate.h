@@ -26,6 +26,11 @@ struct ViewSpec {
 
 // Checks non-null data, rank, extents, dtype, device and non-negative strides.
 void check_view(const TensorView& view, const ViewSpec& spec);
+// The furthest element of `view` (non-negative strides) lies within 2^48 bytes of its start, so
+// no offset computed from it wraps; names the first stride past it.
+void check_span(const char* function, const char* name, const TensorView& view);
+// A view of any shape: ndim in [1, kMaxDims], extents and strides >= 0, span within 2^48 bytes.
+void check_strided(const char* function, const char* name, const TensorView& view);
 // The same, but an empty view is accepted (optional argument).
 void check_optional_view(const TensorView& view, const ViewSpec& spec);
 // An optional view the config says is absent (`flag` = false) must not be given: a silent ignore

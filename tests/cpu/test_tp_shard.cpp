@@ -358,5 +358,49 @@ TEST(TpShardMap, ColumnsAndBadArguments) {
   EXPECT_THROW(shard_gather(src.view(), 1, {{2, 3}}, dst.view()), Error);  // past the end
 }
 
+// shard_gather's views and ranges are checked before any byte is copied, as the pool's views are:
+// strides that reach past 2^48 bytes or are negative (a SEGV in memcpy), extents below zero
+// (accepted), ranges whose end overflows int64 (accepted, then std::length_error /
+// std::bad_alloc), a broadcast dst of 2^62 elements (2^62 copies). (A view whose strides stay
+// within 2^48 bytes but past its own buffer cannot be told from a good one.)
+TEST(TpShardGather, RefusesBadViewsAndRanges) {
+  Buffer src(DType::kF32, {2, 4}), dst(DType::kF32, {2, 2});
+  for (int64_t i = 0; i < 8; ++i) src.set(i, static_cast<float>(i + 1));
+  const auto refused = [&](const TensorView& s, const std::vector<ColumnRange>& ranges,
+                           const TensorView& d, const std::string& needle) {
+    const std::vector<uint8_t> before = dst.bytes();
+    try {
+      shard_gather(s, 1, ranges, d);
+      ADD_FAILURE() << needle << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(dst.bytes(), before);
+  };
+  TensorView far = src.view();
+  far.stride[0] = int64_t{1} << 47;  // 2^49 bytes on: no buffer is that large
+  refused(far, {{0, 2}}, dst.view(), "src stride 0 = 140737488355328");
+  TensorView back = src.view();
+  back.stride[0] = -1000;
+  refused(back, {{0, 2}}, dst.view(), "src dim 0 has extent 2 and stride -1000");
+  TensorView negative = dst.view();
+  negative.shape[0] = -2;
+  refused(src.view(), {{0, 2}}, negative, "dst dim 0 has extent -2");
+  refused(src.view(), {{1, INT64_MAX}}, dst.view(), "range {begin 1, count 9223372036854775807}");
+  refused(src.view(), {{0, 2}, {0, 2}, {0, 1}}, dst.view(), "the ranges hold more than dst dim 1");
+  Buffer one(DType::kF32, {1, 1});
+  TensorView wide_src = one.view(), wide_dst = one.view();
+  wide_src.shape[0] = wide_dst.shape[0] = int64_t{1} << 62;
+  wide_src.stride[0] = wide_dst.stride[0] = 0;
+  refused(wide_src, {{0, 1}}, wide_dst, "dst holds more than 2^48 bytes");
+  // The good call still works: columns 1 and 2 of each row.
+  shard_gather(src.view(), 1, {{1, 2}}, dst.view());
+  EXPECT_EQ(dst.get(0), 2.0f);
+  EXPECT_EQ(dst.get(1), 3.0f);
+  EXPECT_EQ(dst.get(2), 6.0f);
+  EXPECT_EQ(dst.get(3), 7.0f);
+}
+
 }  // namespace
 }  // namespace specstate::test
