@@ -16,21 +16,29 @@ std::string handle_string(const SlotHandle& h) {
 
 VerifyBatchBuilder::VerifyBatchBuilder(std::vector<int> buckets, Packing packing)
     : buckets_(std::move(buckets)), packing_(packing) {
+  if (packing != Packing::kPadded && packing != Packing::kVariable) {
+    throw Error(Status::kInvalidArgument,
+                "spec::VerifyBatchBuilder: packing = " + std::to_string(static_cast<int>(packing)) +
+                    " is none (kPadded = 0, kVariable = 1)");
+  }
   for (std::size_t i = 0; i < buckets_.size(); ++i) {
-    if (buckets_[i] < 1 || (i > 0 && buckets_[i] <= buckets_[i - 1])) {
-      throw Error(Status::kInvalidArgument,
-                  "spec::VerifyBatchBuilder: buckets[" + std::to_string(i) +
-                      "] = " + std::to_string(buckets_[i]) +
-                      " (buckets must be positive and strictly increasing)");
+    if (buckets_[i] < 1 || buckets_[i] > kMaxBatchRows ||
+        (i > 0 && buckets_[i] <= buckets_[i - 1])) {
+      throw Error(Status::kInvalidArgument, "spec::VerifyBatchBuilder: buckets[" +
+                                                std::to_string(i) +
+                                                "] = " + std::to_string(buckets_[i]) +
+                                                " (buckets must be strictly increasing, in [1, " +
+                                                std::to_string(kMaxBatchRows) + "])");
     }
   }
 }
 
 std::vector<int> VerifyBatchBuilder::power_of_two_buckets(int max_rows) {
-  if (max_rows < 1) {
+  if (max_rows < 1 || max_rows > kMaxBatchRows) {
     throw Error(Status::kInvalidArgument,
                 "spec::VerifyBatchBuilder::power_of_two_buckets: " + std::string("max_rows = ") +
-                    std::to_string(max_rows) + " must be >= 1");
+                    std::to_string(max_rows) + " must be in [1, " + std::to_string(kMaxBatchRows) +
+                    "]");
   }
   std::vector<int> out;
   for (int b = 1; b < max_rows; b *= 2) out.push_back(b);
@@ -51,10 +59,13 @@ int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
                       std::to_string(r) + " of this batch");
     }
   }
-  if (!buckets_.empty() && size() >= buckets_.back()) {
-    throw Error(Status::kOutOfRange, "spec::VerifyBatchBuilder::add: the batch already has " +
-                                         std::to_string(size()) + " rows, the largest bucket (" +
-                                         std::to_string(buckets_.back()) + ")");
+  const int most = buckets_.empty() ? kMaxBatchRows : buckets_.back();
+  if (size() >= most) {
+    throw Error(Status::kOutOfRange,
+                "spec::VerifyBatchBuilder::add: the batch already has " + std::to_string(size()) +
+                    " rows, the most it takes (" +
+                    (buckets_.empty() ? "kMaxBatchRows" : "the largest bucket") + ", " +
+                    std::to_string(most) + ")");
   }
   handles_.push_back(handle);
   windows_.push_back(window);
@@ -82,6 +93,13 @@ BatchPlan VerifyBatchBuilder::build() const {
     all_same = all_same && w == windows_.front();
   }
 
+  if (int64_t{rows} * window > kMaxBatchTokens) {
+    throw Error(Status::kOutOfRange,
+                "spec::VerifyBatchBuilder::build: " + std::to_string(rows) +
+                    " rows x a window of " + std::to_string(window) +
+                    " tokens = " + std::to_string(int64_t{rows} * window) +
+                    ", more than kMaxBatchTokens = " + std::to_string(kMaxBatchTokens));
+  }
   BatchPlan plan;
   plan.live_rows = live;
   plan.batch.window = window;

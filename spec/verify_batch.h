@@ -59,13 +59,22 @@ struct BatchPlan {
 // each row's own tokens packed by cumulative offsets (batch.lengths; no filler is computed).
 enum class Packing { kPadded, kVariable };
 
+// Bounds on a built batch (sanity bounds on the input, far above any engine's batch): at most
+// kMaxBatchRows rows (a bucket of 2^31 rows made build() allocate 16 GB of handles), and
+// rows x window at most kMaxBatchTokens tokens (token_offsets are int32; the parents of a
+// per-row tree batch are that many entries).
+constexpr int kMaxBatchRows = 1 << 20;
+constexpr int64_t kMaxBatchTokens = int64_t{1} << 26;
+
 class VerifyBatchBuilder {
  public:
-  // `buckets`: the batch sizes CUDA graphs were captured for, strictly increasing and positive.
-  // A batch is padded to the smallest bucket that holds its rows. Empty: no padding.
+  // `buckets`: the batch sizes CUDA graphs were captured for, strictly increasing, in
+  // [1, kMaxBatchRows]. A batch is padded to the smallest bucket that holds its rows. Empty: no
+  // padding (at most kMaxBatchRows rows). Throws Error(kInvalidArgument) naming a bad bucket or
+  // a packing that is none.
   explicit VerifyBatchBuilder(std::vector<int> buckets = {}, Packing packing = Packing::kPadded);
 
-  // SGLang-style buckets 1, 2, 4, 8, ... up to and including max_rows.
+  // SGLang-style buckets 1, 2, 4, 8, ... up to and including max_rows (in [1, kMaxBatchRows]).
   static std::vector<int> power_of_two_buckets(int max_rows);
 
   // Adds a live row; returns its row index. Throws Error(kInvalidArgument) for a padding
@@ -75,7 +84,8 @@ class VerifyBatchBuilder {
   int size() const noexcept { return static_cast<int>(handles_.size()); }
   const std::vector<int>& buckets() const noexcept { return buckets_; }
 
-  // Throws Error(kFailedPrecondition) when no row was added.
+  // Throws Error(kFailedPrecondition) when no row was added, Error(kOutOfRange) when the padded
+  // batch would pass kMaxBatchTokens tokens.
   BatchPlan build() const;
 
  private:

@@ -94,6 +94,40 @@ TEST(SpecBatch, RejectsPaddingDuplicatesOverflowAndEmpty) {
   EXPECT_EQ(builder.size(), 0);
 }
 
+// Batch sizes are bounded (kMaxBatchRows rows, kMaxBatchTokens tokens): power_of_two_buckets(2^31
+// - 1) overflowed its loop and grew until std::bad_alloc, a bucket of 2^31 - 1 rows made build()
+// allocate 16 GB of handles, and 65536 rows x 65536 tokens overflowed the int token offsets
+// (num_tokens() == 0); a packing that is none was taken as kPadded.
+TEST(SpecBatch, SizesAreBounded) {
+  const auto error_of = [](auto&& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const auto has = [](const std::string& s, const char* needle) {
+    return s.find(needle) != std::string::npos;
+  };
+  EXPECT_TRUE(has(error_of([] { VerifyBatchBuilder::power_of_two_buckets(2147483647); }),
+                  "max_rows = 2147483647 must be in [1, 1048576]"));
+  EXPECT_EQ(VerifyBatchBuilder::power_of_two_buckets(kMaxBatchRows).back(), kMaxBatchRows);
+  EXPECT_TRUE(has(error_of([] {
+                    VerifyBatchBuilder({1, 2147483647});
+                  }),
+                  "buckets[1] = 2147483647"));
+  EXPECT_TRUE(has(error_of([] { VerifyBatchBuilder({}, static_cast<Packing>(42)); }),
+                  "packing = 42 is none"));
+  VerifyBatchBuilder wide({65536});
+  wide.add(handle(0), Window::chain(kMaxWindowNodes));
+  EXPECT_TRUE(has(error_of([&] { wide.build(); }),
+                  "65536 rows x a window of 65536 tokens = 4294967296, more than kMaxBatchTokens"));
+  VerifyBatchBuilder fits({1024});
+  fits.add(handle(0), Window::chain(kMaxWindowNodes));
+  EXPECT_EQ(fits.build().num_tokens(), int64_t{1024} * kMaxWindowNodes);  // exactly the bound
+}
+
 TEST(SpecBatch, SharedTreeAndPerRowTrees) {
   const Window tree = Window::from_parents({-1, 0, 0, 1});
   VerifyBatchBuilder same({4});
