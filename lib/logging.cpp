@@ -2,7 +2,10 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <string>
+
 #include "specstate/log.h"
+#include "specstate/status.h"
 
 namespace specstate {
 namespace detail {
@@ -36,7 +39,10 @@ spdlog::level::level_enum to_spdlog(LogLevel level) {
     case LogLevel::kOff:
       return spdlog::level::off;
   }
-  return spdlog::level::warn;
+  throw Error(Status::kInvalidArgument,
+              "set_log_level: level = " + std::to_string(static_cast<int>(level)) +
+                  " is none (kTrace = 0 .. kOff = 5); the level is "
+                  "unchanged");
 }
 }  // namespace
 

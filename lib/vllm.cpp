@@ -29,6 +29,11 @@ void check(const char* name, const std::vector<TensorView>& tensors, int layers,
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorView& t = tensors[i];
     const std::string who = std::string(name) + "[" + std::to_string(i) + "]";
+    // Before any shape[] entry is read: a hand-filled view may claim any ndim.
+    if (t.ndim < 1 || t.ndim > TensorView::kMaxDims) {
+      refuse(who + " has ndim = " + std::to_string(t.ndim) + ", outside [1, " +
+             std::to_string(TensorView::kMaxDims) + "]");
+    }
     bool same = t.ndim == n;
     for (int d = 1; same && d < n; ++d) same = t.shape[static_cast<std::size_t>(d)] == want[d];
     if (!same) {
@@ -84,6 +89,7 @@ PoolOptions layout_options(PoolOptions options, const ModelConfig& model) {
 CommittedStateViews committed_views(const ModelConfig& model,
                                     const std::vector<TensorView>& conv_states,
                                     const std::vector<TensorView>& recurrent_states) {
+  model.validate();  // names the field (a kind that is none, no layers, ...)
   check("conv_states", conv_states, model.num_layers, conv_shape(model));
   check("recurrent_states", recurrent_states, model.num_layers, recurrent_shape(model));
   CommittedStateViews views;

@@ -29,6 +29,11 @@ void check_sizes(const char* fn, std::size_t window, const std::vector<int32_t>&
 std::vector<int32_t> Acceptance::emitted(const int32_t* tokens) const {
   std::vector<int32_t> out;
   if (path.empty()) return out;
+  if (tokens == nullptr && path.size() > 1) {
+    throw Error(Status::kInvalidArgument,
+                "spec::Acceptance::emitted: tokens is null (the path has " +
+                    std::to_string(path.size()) + " nodes)");
+  }
   out.reserve(path.size());
   for (std::size_t i = 1; i < path.size(); ++i) out.push_back(tokens[path[i]]);
   out.push_back(bonus_token);

@@ -331,8 +331,10 @@ std::vector<std::vector<int32_t>> nodes_by_depth(const Window& window) {
 }  // namespace
 
 int64_t Trace::num_rounds() const noexcept {
-  int64_t n = 0;
-  for (const auto& r : records) n = std::max(n, r.round + 1);
+  int64_t n = 0;  // 1 + the largest round (a hand-built round of INT64_MAX saturates)
+  for (const auto& r : records) {
+    n = std::max(n, r.round < std::numeric_limits<int64_t>::max() ? r.round + 1 : r.round);
+  }
   return n;
 }
 
@@ -351,8 +353,12 @@ std::vector<const TraceRecord*> Trace::round(int64_t round) const {
 }
 
 std::vector<int64_t> Trace::accepted_histogram() const {
-  std::vector<int64_t> hist(static_cast<std::size_t>(max_window()) + 1, 0);
-  for (const auto& r : records) ++hist[static_cast<std::size_t>(r.accepted_length())];
+  // Sized by the longest path as well: a hand-built record (not validated) may hold a path
+  // longer than its window.
+  std::size_t longest = static_cast<std::size_t>(max_window());
+  for (const auto& r : records) longest = std::max(longest, r.path.size());
+  std::vector<int64_t> hist(longest + 1, 0);
+  for (const auto& r : records) ++hist[r.path.size()];
   return hist;
 }
 

@@ -175,6 +175,7 @@ std::string Window::describe() const {
 }
 
 void check_path(const Window& window, const std::vector<int32_t>& path, const char* what) {
+  if (what == nullptr) what = "spec::check_path";
   for (std::size_t i = 0; i < path.size(); ++i) {
     const int32_t node = path[i];
     if (node < 0 || node >= window.size()) {

@@ -11,12 +11,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/gdn_data.h"
+#include "specstate/spec/acceptance.h"
 #include "specstate/spec/trace.h"
 #include "specstate/specstate.h"
 
@@ -293,6 +295,45 @@ TEST(HostileTrace, WindowNodesAreBoundedOverTheTrace) {
   const std::string generated = error_of([&] { spec::generate_fixed(shape, 1024); });
   EXPECT_TRUE(contains(generated, "requests x rounds x window nodes = 1048576 x 1 x 1024"))
       << generated;
+}
+
+// Small edges of the public helpers, each of which crashed, leaked another exception or went
+// wrong silently: Acceptance::emitted(nullptr) (SEGV), check_path with a null name
+// (std::logic_error from std::string(nullptr)), accepted_histogram of a hand-built record whose
+// path is longer than its window (a write past the histogram), num_rounds of a round INT64_MAX
+// (signed overflow), set_log_level of a value that is no level (silently warn).
+TEST(HostileApi, SmallEdges) {
+  spec::Acceptance a;
+  a.path = {0, 1};
+  a.bonus_token = 5;
+  EXPECT_TRUE(contains(error_of([&] { a.emitted(nullptr); }), "tokens is null"));
+  const int32_t tokens[] = {7, 8};
+  EXPECT_EQ(a.emitted(tokens), (std::vector<int32_t>{8, 5}));
+  spec::Acceptance root;
+  root.path = {0};
+  root.bonus_token = 9;
+  EXPECT_EQ(root.emitted(nullptr), (std::vector<int32_t>{9}));  // no draft token is read
+
+  EXPECT_TRUE(contains(error_of([] {
+                         spec::check_path(spec::Window::chain(3), {0, 5}, nullptr);
+                       }),
+                       "spec::check_path: path[1] = 5"));
+
+  spec::Trace t;
+  spec::TraceRecord r;
+  r.window = spec::Window::chain(2);
+  r.path = {0, 1, 2, 3, 4};  // not validated: longer than its window
+  r.round = std::numeric_limits<int64_t>::max();
+  t.records.push_back(r);
+  const std::vector<int64_t> hist = t.accepted_histogram();
+  ASSERT_EQ(hist.size(), 6u);
+  EXPECT_EQ(hist[5], 1);
+  EXPECT_EQ(t.num_rounds(), std::numeric_limits<int64_t>::max());
+
+  const LogLevel before = log_level();
+  const std::string bad = error_of([] { set_log_level(static_cast<LogLevel>(99)); });
+  EXPECT_TRUE(contains(bad, "set_log_level: level = 99 is none")) << bad;
+  EXPECT_EQ(log_level(), before);
 }
 
 TEST(HostileTrace, LongLineFailsNamingItsNumber) {

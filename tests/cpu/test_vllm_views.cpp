@@ -147,6 +147,24 @@ TEST_P(VllmViews, ShapesThatAreNotVllmsAreRefusedNamingTheTensor) {
   // Layers with different slot counts.
   const Buffer fewer(model.conv_state_dtype(), vllm::conv_shape(model, S - 1));
   refused({conv[0].view(), fewer.view()}, views_of(rec), "conv_states[1] has 2 slots");
+  // A hand-filled view claiming 4000 dims: the message printed 4000 shape entries of a 6-entry
+  // array (a read past it under ASan); now refused before any entry is read.
+  TensorView many = conv[1].view();
+  many.ndim = 4000;
+  refused({conv[0].view(), many}, views_of(rec), "conv_states[1] has ndim = 4000, outside [1, 6]");
+  // The model itself is validated (no layers, a kind that is none were taken for GDN).
+  ModelConfig none = model;
+  none.kind = static_cast<LayerKind>(7);
+  try {
+    vllm::committed_views(none, views_of(conv), views_of(rec));
+    ADD_FAILURE() << "a kind that is none accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kind = 7 is not a layer kind"), std::string::npos)
+        << e.what();
+  }
+  ModelConfig empty = model;
+  empty.num_layers = 0;
+  EXPECT_THROW(vllm::committed_views(empty, {}, {}), Error);
 }
 
 // K != V (or P != N) in each, so a swapped state shape is detectable.
