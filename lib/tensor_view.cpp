@@ -1,21 +1,30 @@
 #include "specstate/tensor_view.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
+#include <string>
 
 #include "specstate/status.h"
 
 namespace specstate {
 
 namespace {
-void set_shape(TensorView& view, std::initializer_list<int64_t> shape) {
+void set_shape(TensorView& view, std::initializer_list<int64_t> shape, const char* function) {
   if (shape.size() > static_cast<std::size_t>(TensorView::kMaxDims)) {
-    throw Error(Status::kInvalidArgument, "TensorView: " + std::to_string(shape.size()) +
+    throw Error(Status::kInvalidArgument, std::string(function) + ": " +
+                                              std::to_string(shape.size()) +
                                               " dimensions, at most 6 are supported");
   }
   view.ndim = static_cast<int>(shape.size());
   int i = 0;
-  for (int64_t extent : shape) view.shape[i++] = extent;
+  for (int64_t extent : shape) {
+    if (extent < 0) {
+      throw Error(Status::kInvalidArgument, std::string(function) + ": shape[" + std::to_string(i) +
+                                                "] = " + std::to_string(extent) + " is negative");
+    }
+    view.shape[i++] = extent;
+  }
 }
 }  // namespace
 
@@ -25,11 +34,15 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
   view.data = data;
   view.dtype = dtype;
   view.device = device;
-  set_shape(view, shape);
+  set_shape(view, shape, "TensorView::contiguous");
   int64_t stride = 1;
   for (int i = view.ndim - 1; i >= 0; --i) {
     view.stride[i] = stride;
-    stride *= view.shape[i];
+    if (__builtin_mul_overflow(stride, view.shape[i], &stride)) {
+      throw Error(Status::kInvalidArgument,
+                  "TensorView::contiguous: shape " + view.describe() +
+                      " holds more than 2^63 elements (its strides would wrap)");
+    }
   }
   return view;
 }
@@ -45,7 +58,7 @@ TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<in
   view.data = data;
   view.dtype = dtype;
   view.device = device;
-  set_shape(view, shape);
+  set_shape(view, shape, "TensorView::strided");
   int i = 0;
   for (int64_t s : stride) view.stride[i++] = s;
   return view;
@@ -59,7 +72,9 @@ int readable_dims(int ndim) noexcept { return ndim < 0 ? 0 : std::min(ndim, Tens
 
 int64_t TensorView::numel() const noexcept {
   int64_t n = 1;
-  for (int i = 0; i < readable_dims(ndim); ++i) n *= shape[i];
+  for (int i = 0; i < readable_dims(ndim); ++i) {
+    if (__builtin_mul_overflow(n, shape[i], &n)) return std::numeric_limits<int64_t>::max();
+  }
   return n;
 }
 
@@ -67,7 +82,8 @@ bool TensorView::is_contiguous() const noexcept {
   int64_t expected = 1;
   for (int i = readable_dims(ndim) - 1; i >= 0; --i) {
     if (shape[i] != 1 && stride[i] != expected) return false;
-    expected *= shape[i];
+    // A view of more than 2^63 elements is no contiguous buffer.
+    if (__builtin_mul_overflow(expected, shape[i], &expected)) return false;
   }
   return true;
 }

@@ -336,6 +336,36 @@ TEST(HostileApi, SmallEdges) {
   EXPECT_EQ(log_level(), before);
 }
 
+// TensorView's helpers: a negative extent was taken (numel() -12), a shape past 2^63 elements
+// gave wrapped strides (signed overflow), and numel() / is_contiguous() overflowed on a
+// hand-filled view.
+TEST(HostileApi, TensorViewHelpers) {
+  float x = 0;
+  EXPECT_TRUE(contains(error_of([&] {
+                         TensorView::contiguous(&x, DType::kF32, {-3, 4});
+                       }),
+                       "TensorView::contiguous: shape[0] = -3 is negative"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         TensorView::contiguous(&x, DType::kF32, {INT64_MAX, 2});
+                       }),
+                       "holds more than 2^63 elements"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         TensorView::contiguous(&x, DType::kF32, {2, int64_t{1} << 62, 4});
+                       }),
+                       "holds more than 2^63 elements"));
+  EXPECT_TRUE(contains(error_of([&] {
+                         TensorView::strided(&x, DType::kF32, {2, -1}, {1, 1});
+                       }),
+                       "TensorView::strided: shape[1] = -1 is negative"));
+  const TensorView ok = TensorView::contiguous(&x, DType::kF32, {int64_t{1} << 31, 1 << 30});
+  EXPECT_EQ(ok.stride[0], int64_t{1} << 30);
+  EXPECT_EQ(ok.numel(), int64_t{1} << 61);
+  TensorView wide = ok;
+  wide.shape[0] = INT64_MAX;
+  EXPECT_EQ(wide.numel(), INT64_MAX);  // saturates
+  EXPECT_FALSE(wide.is_contiguous());
+}
+
 TEST(HostileTrace, LongLineFailsNamingItsNumber) {
   std::string text = "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n\n";
   text += std::string(static_cast<std::size_t>(spec::kMaxTraceLineBytes) + 10, ' ');
