@@ -426,16 +426,34 @@ std::vector<uint8_t> SafetensorsFile::serialize(
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   int64_t offset = 0;
+  const char* fn = "SafetensorsFile::serialize: ";
   for (const NewTensor& t : tensors) {
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
+    // What the parser would refuse is not written: a dtype that is none, the reserved name, a
+    // negative extent, a size past 64 bits.
+    const int dt = static_cast<int>(t.dtype);
+    if (dt < 0 || dt > static_cast<int>(SafetensorsDType::kF16)) {
+      throw Error(Status::kInvalidArgument,
+                  fn + ("tensor '" + t.name + "': dtype = ") + std::to_string(dt) + " is none");
+    }
+    if (t.name == "__metadata__") {
+      throw Error(Status::kInvalidArgument,
+                  std::string(fn) + "'__metadata__' is the header's metadata, not a tensor name");
+    }
+    int64_t numel = 1, need = 0;
+    bool bad_shape = false;
+    for (int64_t d : t.shape)
+      bad_shape = bad_shape || d < 0 || __builtin_mul_overflow(numel, d, &numel);
+    if (bad_shape || __builtin_mul_overflow(numel, safetensors_dtype_size(t.dtype), &need)) {
+      throw Error(Status::kInvalidArgument, fn + ("tensor '" + t.name + "': shape ") +
+                                                join_shape(t.shape) +
+                                                " has a negative extent or passes 64-bit sizes");
+    }
     const int64_t bytes = static_cast<int64_t>(t.bytes.size());
-    if (numel * safetensors_dtype_size(t.dtype) != bytes) {
+    if (need != bytes) {
       throw Error(Status::kInvalidArgument,
                   "SafetensorsFile::serialize: tensor '" + t.name + "' " +
                       safetensors_dtype_name(t.dtype) + join_shape(t.shape) + " needs " +
-                      std::to_string(numel * safetensors_dtype_size(t.dtype)) + " bytes, got " +
-                      std::to_string(bytes));
+                      std::to_string(need) + " bytes, got " + std::to_string(bytes));
     }
     if (header.contains(t.name)) {
       throw Error(Status::kInvalidArgument,
@@ -446,7 +464,13 @@ std::vector<uint8_t> SafetensorsFile::serialize(
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception&) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + "a tensor name or metadata entry is not valid UTF-8");
+  }
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
   // Sized once and filled with memcpy (GCC 12 warns falsely about vector::insert here).
   std::vector<uint8_t> out(8 + text.size() + static_cast<std::size_t>(offset));

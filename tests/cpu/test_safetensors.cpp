@@ -223,6 +223,29 @@ TEST(SafetensorsMalformed, NulBytesAndDuplicateKeys) {
   EXPECT_NO_THROW(parse(raw_file(good, {0, 0, 0, 0})));
 }
 
+// serialize writes only what the parser takes: each of these wrote a file its own parser then
+// refused (a shape of 2^62 x 4 with no bytes, by an overflowing size; negative extents; a dtype
+// that is none; a tensor named __metadata__), or leaked nlohmann's type_error (a name that is
+// no UTF-8).
+TEST(SafetensorsMalformed, SerializeRefusesWhatTheParserWould) {
+  using T = SafetensorsFile::NewTensor;
+  const auto refused = [](const std::vector<T>& tensors,
+                          const std::map<std::string, std::string>& metadata,
+                          const std::string& needle) {
+    expect_error([&] { SafetensorsFile::serialize(tensors, metadata); }, {needle});
+  };
+  refused({T{"w", SafetensorsDType::kF32, {int64_t{1} << 62, 4}, {}}}, {}, "passes 64-bit sizes");
+  refused({T{"w", SafetensorsDType::kF32, {-1, -4}, std::vector<uint8_t>(16)}}, {},
+          "has a negative extent");
+  refused({T{"w", static_cast<SafetensorsDType>(9), {1}, std::vector<uint8_t>(4)}}, {},
+          "dtype = 9 is none");
+  refused({T{"__metadata__", SafetensorsDType::kF32, {1}, std::vector<uint8_t>(4)}}, {},
+          "'__metadata__' is the header's metadata");
+  refused({T{"w\xff", SafetensorsDType::kF32, {1}, std::vector<uint8_t>(4)}}, {},
+          "not valid UTF-8");
+  refused({}, {{"k", "v\xfe"}}, "not valid UTF-8");
+}
+
 TEST(SafetensorsMalformed, OffsetsOutOfRange) {
   const std::vector<uint8_t> data = f32_bytes({1, 2, 3, 4});
   expect_error(
