@@ -40,18 +40,19 @@ INSTANTIATE_TEST_SUITE_P(Gpu, VariableWindowsGpu,
 
 class VariableWindowsGpuChecks : public ::testing::TestWithParam<Strategy> {};
 
-// Row 1's device range [4, 9) is longer than the window: the kernels compute nothing for it, the
-// commit skips it (kOutOfRange from last_commit_status) and row 0 commits as the same round
-// without row 1 does (a second CUDA pool: the same kernels, so bit for bit).
-TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeSkipsOnlyThatRow) {
-  SPECSTATE_REQUIRE_GPU();
-  std::mt19937_64 rng(5);
+// A round of rows a and b (b prefilled first) over device cu_seqlens {0, 4, row_b_end}, ended by
+// `commit(pool)`, after which row b must be skipped (kOutOfRange from last_commit_status, its
+// state as it was) and row a must equal a second CUDA pool's round without row b (the same
+// kernels, so bit for bit): its verify outputs and its committed state after 3 tokens.
+template <typename Commit>
+void expect_row_b_skipped(Strategy strategy, uint64_t seed, int row_b_end, Commit&& commit) {
+  std::mt19937_64 rng(seed);
   const GdnConfig g = gdn_preset("gpu_k32");
   PoolOptions o;
   o.num_slots = 2;
   o.max_rows = 2;
   o.max_window = 4;
-  o.strategy = GetParam();
+  o.strategy = strategy;
   CudaStream stream(cudaStreamNonBlocking);
   o.stream = stream.get();
   o.backend = Backend::kCuda;
@@ -74,7 +75,7 @@ TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeSkipsOnlyThatRow) {
   Buffer cu(DType::kI32, {3});
   cu.set(0, 0);
   cu.set(1, 4);
-  cu.set(2, 9);
+  cu.set(2, static_cast<float>(row_b_end));
   const DeviceTensor dcu(cu);
   VerifyBatch batch;
   batch.rows = {a, b};
@@ -82,74 +83,9 @@ TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeSkipsOnlyThatRow) {
   batch.cu_seqlens = dcu.view();
   gpu.begin_verify(batch);
   gpu.verify(0, dw.view(), din.view(), dout.view());
-  Buffer acc(DType::kI32, {2});
-  acc.set(0, 3);
-  acc.set(1, 2);
-  const DeviceTensor dacc(acc);
-  gpu.commit(dacc.view());
+  commit(gpu);
   EXPECT_EQ(gpu.last_commit_status(), Status::kOutOfRange);
-  EXPECT_EQ(exported(gpu, b), b_before) << "the malformed row was written";
-
-  VerifyBatch one;
-  one.rows = {ra};
-  one.window = 4;
-  DeviceOutputs rout(make_outputs(g, 4), 0, true);
-  ref.begin_verify(one);
-  ref.verify(0, dw.view(), din.rows(0, 4), rout.view());
-  ref.commit(std::vector<int32_t>{3});
-  EXPECT_EQ(exported(gpu, a), exported(ref, ra)) << "the valid row differs";
-  EXPECT_EQ(rows_bytes(dout.core_out.view(), 0, 4), rows_bytes(rout.core_out.view(), 0, 4));
-  double norm = 0;
-  for (float x : to_floats(rout.core_out.view())) norm += double{x} * x;
-  EXPECT_GT(norm, 0.0) << "core_out is all zeros";
-}
-
-// Host commit values in a round of device cu_seqlens: the host checks each value against the
-// window only (it does not read the device lengths), the commit kernel against the row's own
-// length. Row 1 verifies 2 tokens ([4, 6)) and is committed 3: skipped, reported by
-// last_commit_status (pool.h), left as it was; row 0 commits 3 as a round without row 1 does.
-TEST_P(VariableWindowsGpuChecks, HostValuePastADeviceRowLengthSkipsThatRow) {
-  SPECSTATE_REQUIRE_GPU();
-  std::mt19937_64 rng(6);
-  const GdnConfig g = gdn_preset("gpu_k32");
-  PoolOptions o;
-  o.num_slots = 2;
-  o.max_rows = 2;
-  o.max_window = 4;
-  o.strategy = GetParam();
-  CudaStream stream(cudaStreamNonBlocking);
-  o.stream = stream.get();
-  o.backend = Backend::kCuda;
-  const ModelConfig m = ModelConfig::gated_delta_net(1, g);
-  StatePool gpu(m, o), ref(m, o);
-  const LayerWeights w = random_weights(g, rng);
-  const DeviceWeights dw(w);
-  const SlotHandle a = gpu.acquire(), b = gpu.acquire();
-  const SlotHandle ra = ref.acquire();
-  {
-    const TokenInputs in = random_inputs(g, 3, rng);
-    const DeviceInputs din(in, 0);
-    DeviceOutputs dout(make_outputs(g, 3), 0, true);
-    gpu.prefill(0, b, dw.view(), din.view(), dout.view());
-  }
-  const std::vector<uint8_t> b_before = exported(gpu, b);
-  const TokenInputs in = random_inputs(g, 8, rng);
-  const DeviceInputs din(in, 0);
-  DeviceOutputs dout(make_outputs(g, 8), 0, true);
-  Buffer cu(DType::kI32, {3});
-  cu.set(0, 0);
-  cu.set(1, 4);
-  cu.set(2, 6);
-  const DeviceTensor dcu(cu);
-  VerifyBatch batch;
-  batch.rows = {a, b};
-  batch.window = 4;
-  batch.cu_seqlens = dcu.view();
-  gpu.begin_verify(batch);
-  gpu.verify(0, dw.view(), din.view(), dout.view());
-  gpu.commit(std::vector<int32_t>{3, 3});  // within the window: accepted by the host
-  EXPECT_EQ(gpu.last_commit_status(), Status::kOutOfRange);
-  EXPECT_EQ(exported(gpu, b), b_before) << "the row past its length was written";
+  EXPECT_EQ(exported(gpu, b), b_before) << "row b was written";
 
   VerifyBatch one;
   one.rows = {ra};
@@ -160,9 +96,34 @@ TEST_P(VariableWindowsGpuChecks, HostValuePastADeviceRowLengthSkipsThatRow) {
   ref.commit(std::vector<int32_t>{3});
   EXPECT_EQ(ref.last_commit_status(), Status::kSuccess);
   EXPECT_EQ(exported(gpu, a), exported(ref, ra)) << "the valid row differs";
+  EXPECT_EQ(rows_bytes(dout.core_out.view(), 0, 4), rows_bytes(rout.core_out.view(), 0, 4));
   double norm = 0;
   for (float x : to_floats(rout.core_out.view())) norm += double{x} * x;
   EXPECT_GT(norm, 0.0) << "core_out is all zeros";
+}
+
+// Row 1's device range [4, 9) is longer than the window: the kernels compute nothing for it, the
+// commit (device values 3, 2) skips it and row 0 commits as the same round without row 1 does.
+TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeSkipsOnlyThatRow) {
+  SPECSTATE_REQUIRE_GPU();
+  expect_row_b_skipped(GetParam(), 5, 9, [](StatePool& pool) {
+    Buffer acc(DType::kI32, {2});
+    acc.set(0, 3);
+    acc.set(1, 2);
+    const DeviceTensor dacc(acc);
+    pool.commit(dacc.view());
+  });
+}
+
+// Host commit values in a round of device cu_seqlens: the host checks each value against the
+// window only (it does not read the device lengths), the commit kernel against the row's own
+// length. Row 1 verifies 2 tokens ([4, 6)) and is committed 3: skipped, reported by
+// last_commit_status (pool.h), left as it was; row 0 commits 3 as a round without row 1 does.
+TEST_P(VariableWindowsGpuChecks, HostValuePastADeviceRowLengthSkipsThatRow) {
+  SPECSTATE_REQUIRE_GPU();
+  expect_row_b_skipped(GetParam(), 6, 6, [](StatePool& pool) {
+    pool.commit(std::vector<int32_t>{3, 3});  // within the window: accepted by the host
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, VariableWindowsGpuChecks,
