@@ -301,6 +301,8 @@ void bind_config(nb::module_& m) {
       .def("conv_state_elems", &ModelConfig::conv_state_elems, "conv_dim * (W-1).")
       .def("ssm_state_elems", &ModelConfig::ssm_state_elems, "Elements of one SSM state.")
       .def("slot_bytes", &ModelConfig::slot_bytes, "Committed bytes of one slot over all layers.")
+      .def_ro_static("MAX_SLOT_BYTES", &ModelConfig::kMaxSlotBytes,
+                     "validate() refuses a config whose slot_bytes() would pass this (2^48).")
       .def("validate", &ModelConfig::validate,
            "Raises specstate.InvalidArgumentError naming the first field out of range.")
       .def("__repr__", [](const ModelConfig& c) {

@@ -202,6 +202,14 @@ void bind_spec(nb::module_& m) {
       nb::arg("text"), nb::arg("source") = "<trace>",
       "Parses a trace from JSON Lines text; InvalidArgumentError names '<source>:<line>'.");
   m.def("read_trace", &spec::read_trace, nb::arg("path"), "Reads a trace file.");
+  // The bounds of spec/trace.h, window.h and verify_batch.h (docs/traces.md).
+  m.attr("MAX_TRACE_WINDOW") = spec::kMaxTraceWindow;
+  m.attr("MAX_TRACE_LINE_BYTES") = spec::kMaxTraceLineBytes;
+  m.attr("MAX_TRACE_RECORDS") = spec::kMaxTraceRecords;
+  m.attr("MAX_TRACE_NODES") = spec::kMaxTraceNodes;
+  m.attr("MAX_WINDOW_NODES") = spec::kMaxWindowNodes;
+  m.attr("MAX_BATCH_ROWS") = spec::kMaxBatchRows;
+  m.attr("MAX_BATCH_TOKENS") = spec::kMaxBatchTokens;
   m.def(
       "write_trace",
       [](const Trace& t) {

@@ -110,3 +110,24 @@ def test_check_golden():
     assert "caseA" in report or "case A" in report or "A" in report
     with pytest.raises(ValueError, match="backend"):
         specstate.check_golden([golden], backend="tpu")
+
+
+def test_bounds_are_exported_and_enforced():
+    """The bounds of spec/ and ModelConfig, as constants, each one enforced at its edge."""
+    assert specstate.MAX_WINDOW_NODES == 65536
+    assert specstate.Window.chain(specstate.MAX_WINDOW_NODES).size() == specstate.MAX_WINDOW_NODES
+    with pytest.raises(specstate.InvalidArgumentError, match="kMaxWindowNodes"):
+        specstate.Window.chain(specstate.MAX_WINDOW_NODES + 1)
+    assert specstate.VerifyBatchBuilder.power_of_two_buckets(
+        specstate.MAX_BATCH_ROWS)[-1] == specstate.MAX_BATCH_ROWS
+    with pytest.raises(specstate.InvalidArgumentError, match="max_rows = 1048577"):
+        specstate.VerifyBatchBuilder.power_of_two_buckets(specstate.MAX_BATCH_ROWS + 1)
+    assert specstate.MAX_BATCH_TOKENS == specstate.MAX_TRACE_NODES == 2**26
+    shape = specstate.TraceShape(requests=specstate.MAX_TRACE_RECORDS // 2, rounds=3)
+    with pytest.raises(specstate.InvalidArgumentError, match="kMaxTraceRecords"):
+        specstate.generate_fixed(shape, 1)
+    assert specstate.MAX_TRACE_WINDOW == 1024 and specstate.MAX_TRACE_LINE_BYTES == 16 << 20
+    assert specstate.ModelConfig.MAX_SLOT_BYTES == 2**48
+    layer = specstate.GdnConfig(conv_width=2**31 - 1)
+    with pytest.raises(specstate.InvalidArgumentError, match="more than 2\\^48"):
+        specstate.ModelConfig.gated_delta_net(64, layer).validate()
