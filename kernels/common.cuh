@@ -463,27 +463,6 @@ __device__ __forceinline__ void prefetch_l1(const void* ptr) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));
 }
 
-// A hint that `bytes` (a multiple of 16, `ptr` 16-byte aligned) will be read soon by the CTA:
-// one bulk prefetch into L2 (sm_90 on; a no-op before).
-__device__ __forceinline__ void prefetch_l2_bulk(const void* ptr, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ptr), "r"(bytes) : "memory");
-#endif
-}
-
-// Rows [begin, end) of a row-major block of rows of `row_elems` elements each (a head's state:
-// contiguous) prefetched into L2 in one request (prefetch_l2_bulk), where they form whole 16-byte
-// units.
-template <typename T>
-__device__ __forceinline__ void prefetch_rows_l2(const T* rows, int begin, int end, int row_elems) {
-  if (end <= begin) return;
-  const T* first = rows + int64_t{begin} * row_elems;
-  const uint32_t bytes = static_cast<uint32_t>(int64_t{end - begin} * row_elems * sizeof(T));
-  if (bytes % 16 == 0 && reinterpret_cast<uintptr_t>(first) % 16 == 0) {
-    prefetch_l2_bulk(first, bytes);
-  }
-}
-
 // The tokens of launch row `row` (see RowTokensParams): [begin, begin + count).
 struct RowTokens {
   int64_t begin = 0;

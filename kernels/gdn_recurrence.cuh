@@ -6,17 +6,6 @@
 
 namespace specstate::kernels {
 
-// How the replay verify over several V blocks (gdn_replay_vblocks) fetches the later blocks'
-// states, an experiment awaiting the H200 (docs/cuda.md, "The replay verify's hot loops, read
-// from the SASS"). 0 (the default): block b + 1's state is copied into shared memory while block
-// b computes, the copy issued at block b's first token. 1: block 1's copy is issued right after
-// block 0's state load, before the wait for the conv. 2: as 1, and blocks 2 .. nvb - 1 (the
-// rest of the head's rows, contiguous) are prefetched into L2 at the same time. Data movement
-// only: the results are the same bits.
-#ifndef SPECSTATE_GDN_PREFETCH
-#define SPECSTATE_GDN_PREFETCH 0
-#endif
-
 // The shared memory of one CTA. next_state: the next item's state (kItems = 2: the next row's;
 // kMulti, a replay chain over several V blocks: the next block's).
 template <typename St, int K, int kRows, int kItems, int kChunk, bool kReplay, bool kTree,
@@ -484,7 +473,6 @@ template <typename Act, typename St, int K, int LANES, int kChunk, bool kKV, int
 __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p, Shared& sm, int h,
                                                    int hv, float a_log, float dt_bias) {
   static_assert(RPT == 1 || !kKV, "several V rows a thread: [V][K] states");
-  constexpr bool kEarlyPrefetch = SPECSTATE_GDN_PREFETCH >= 1 && !kKV;
   constexpr int NK = K / (4 * LANES);
   constexpr int kRowsBase = gdn_rows_per_cta<LANES>();
   constexpr int kRows = kRowsBase * RPT;  // a block: RPT rows a thread (GdnRows)
@@ -522,24 +510,6 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     gdn_prefetch_history<Act, K, kRows, kChunk>(sm.chunk, sm.hist_kf, p, ring, base, h, hv, hist,
                                                 vb0);
   }
-  const auto next_mine = [&](int j) { return sm.next_state + rows.vrow[j] * K; };
-  // The state of block vb + 1 into shared memory (this thread's own elements, read back by this
-  // thread only), without waiting: the block loop completes it after block vb's tokens.
-  const auto prefetch_next = [&](int vb) {
-#pragma unroll
-    for (int j = 0; j < RPT; ++j) {
-      const int vn = (vb + 1) * kRows + rows.vrow[j];
-      if (vn < V) {
-        const St* src = committed + int64_t{vn} * K;
-#pragma unroll
-        for (int i = 0; i < NK; ++i) {
-          cp_async<4 * sizeof(St)>(next_mine(j) + i * 4 * LANES + kl * 4,
-                                   src + i * 4 * LANES + kl * 4);
-        }
-      }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  };
   float4 S[RPT][NK];
   if constexpr (kKV) {
     // [K][V] states: every transfer of a block's state goes through sm.kv_tile (the first load,
@@ -550,14 +520,6 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     for (int j = 0; j < RPT; ++j) {
       gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[j] ? rows.v[j] : 0} * K, S[j], kl,
                                     rows.ok[j]);
-    }
-    // kEarlyPrefetch: block vb0 + 1's copy starts here, before the wait for the conv, the window's
-    // staging and block vb0's history, instead of at block vb0's first token (the shared buffer
-    // holds nothing yet; later blocks' copies wait until their buffer has been read).
-    if (kEarlyPrefetch && nvb > 1) prefetch_next(vb0);
-    if (SPECSTATE_GDN_PREFETCH >= 2 && nvb > 2 && tid == 0) {
-      // Blocks vb0 + 2 .. vb0 + nvb - 1.
-      prefetch_rows_l2(committed, (vb0 + 2) * kRows, min(V, (vb0 + nvb) * kRows), K);
     }
   }
   grid_dependency_wait();
@@ -572,7 +534,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     sink.k_writer = vb0 == 0 && hv == h * p.v_per_k;
   }
   gdn_stage<Act, K, kRows, kChunk>(sm.chunk, p, in, h, hv, 0, rt.count, A, dt_bias, sink, hist,
-                                   hist > 0, kEarlyPrefetch && nvb > 1);
+                                   hist > 0);
   if (hist > 0) {
     // k^ = k * kf of every history record, once (gdn_apply_raw's product, for gdn_apply), in
     // place: the raw key in the tail of chunk row tt (gdn_raw_key) becomes the row's fp32 k^.
@@ -588,6 +550,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
                            : nullptr;
   Act* const out_v = static_cast<Act*>(p.out) + rt.begin * p.out_stride_token + hv * p.out_stride_h;
   const int nv = (hist + rt.count) * kRows;  // staged rows of a block: u history, then v
+  const auto next_mine = [&](int j) { return sm.next_state + rows.vrow[j] * K; };
 #pragma unroll 1
   for (int j = 0; j < nvb; ++j) {
     const int vb = vb0 + j;
@@ -634,10 +597,23 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.
         gdn_kv_tile_fill_async<K, kRows>(reinterpret_cast<const float*>(committed), V,
                                          (vb + 1) * kRows, &sm.kv_tile[0][0]);
-      } else if (t == 0 && more && !(kEarlyPrefetch && j == 0)) {
-        // The next block's state into shared memory while this block computes; issued after a
-        // step has consumed S, so the shared next_state it overwrites has been read.
-        prefetch_next(vb);
+      } else if (t == 0 && more) {
+        // The next block's state into shared memory (this thread's own elements, read back by
+        // this thread only) while this block computes; issued after a step has consumed S, so
+        // the shared next_state it overwrites has been read.
+#pragma unroll
+        for (int j = 0; j < RPT; ++j) {
+          const int vn = (vb + 1) * kRows + rows.vrow[j];
+          if (vn < V) {
+            const St* src = committed + int64_t{vn} * K;
+#pragma unroll
+            for (int i = 0; i < NK; ++i) {
+              cp_async<4 * sizeof(St)>(next_mine(j) + i * 4 * LANES + kl * 4,
+                                       src + i * 4 * LANES + kl * 4);
+            }
+          }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
       }
       // The row's output and u record, stored with the block's others after its tokens
       // (gdn_flush_block): no per-token global addressing in this loop.

@@ -141,7 +141,7 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
                                           const GdnRecurrenceParams& p, const GdnRowInputs<Act>& in,
                                           int h, int hv, int c0, int n, float A, float dt_bias,
                                           const GdnFactorSink& sink, int off = 0,
-                                          bool wait_async = false, bool keep_newest = false) {
+                                          bool wait_async = false) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
   for (int i = tid; !kStaged && i < n * kRows; i += kGdnThreads) {
@@ -244,16 +244,8 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
       if (rec != nullptr) reinterpret_cast<float*>(rec + p.f_kf)[h] = kf;
     }
   }
-  // History records prefetched with cp.async (gdn_prefetch_history) land before the barrier;
-  // `keep_newest`: all but the newest group (a copy committed after the history's, still needed
-  // later only).
-  if (wait_async) {
-    if (keep_newest) {
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
-    } else {
-      asm volatile("cp.async.wait_all;" ::: "memory");
-    }
-  }
+  // History records prefetched with cp.async (gdn_prefetch_history) land before the barrier.
+  if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
 }
 

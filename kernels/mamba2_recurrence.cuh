@@ -7,15 +7,6 @@
 
 namespace specstate::kernels {
 
-// How the replay verify over several channel blocks (mamba2_replay_vblocks) fetches the later
-// blocks' states, an experiment awaiting the H200, as SPECSTATE_GDN_PREFETCH for GDN: 0 (the
-// default) copies block b + 1's state into shared memory from block b's first token on; 1 issues
-// block 1's copy right after block 0's state load, before the wait for the conv; 2 also
-// prefetches blocks 2 .. nvb - 1 (contiguous channels) into L2. The results are the same bits.
-#ifndef SPECSTATE_MAMBA2_PREFETCH
-#define SPECSTATE_MAMBA2_PREFETCH 0
-#endif
-
 // The shared memory of one CTA. Merged history records (replay chains), as the records hold
 // them: not where the static shared memory would pass 48 KiB (kMerge false: the history is then
 // staged before the wait in a chunk of its own). A tree without snapshots restarts branches from
@@ -230,22 +221,6 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
   if (p.store_final && rt.count > 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
 }
 
-// Channel `c`'s state (this thread's elements of it; none past P) into `dst` in shared memory,
-// one cp.async group, without waiting.
-template <typename St, int NK, int LANES>
-__device__ __forceinline__ void mamba2_copy_state_async(St* dst, const St* head_state, int c, int P,
-                                                        int kl) {
-  constexpr int N = 4 * LANES * NK;
-  if (c < P) {
-    const St* src = head_state + int64_t{c} * N;
-#pragma unroll
-    for (int i = 0; i < NK; ++i) {
-      cp_async<4 * sizeof(St)>(dst + i * 4 * LANES + kl * 4, src + i * 4 * LANES + kl * 4);
-    }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
 // A replay chain row over several channel blocks of one head (p.vblocks > 1, as the GDN
 // recurrence's gdn_replay_vblocks): dt, dA, B * dt and C of the window are staged once for every
 // block, the history's B * dt formed once, the next block's state copied into shared memory
@@ -283,18 +258,6 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
     }
     float4 S[NK];
     mamba2_load<St, NK, LANES>(S, head_state + int64_t{ok ? ch : 0} * N, kl, ok);
-    // SPECSTATE_MAMBA2_PREFETCH >= 1: block vb0 + 1's state copy into shared memory starts here,
-    // before the wait for the conv, the staging and block vb0's history (the buffer holds
-    // nothing yet); 2: the later blocks' channels (contiguous) are prefetched into L2 too.
-    constexpr bool kEarlyPrefetch = SPECSTATE_MAMBA2_PREFETCH >= 1;
-    if constexpr (kEarlyPrefetch) {
-      if (nvb > 1)
-        mamba2_copy_state_async<St, NK, LANES>(sm.next_state + r * N, head_state, ch + kRows, P,
-                                               kl);
-      if (SPECSTATE_MAMBA2_PREFETCH >= 2 && nvb > 2 && tid == 0) {
-        prefetch_rows_l2(head_state, (vb0 + 2) * kRows, min(P, (vb0 + nvb) * kRows), N);
-      }
-    }
     grid_dependency_wait();
 
     const float A = p.A_log ? -expf(a_log) : 0.0f;
@@ -306,7 +269,7 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
       sink.b_writer = vb0 == 0 && h % (p.num_heads / p.n_groups) == 0;
     }
     mamba2_stage<Act, N, kChunk, true>(sm.chunk, p, rt.begin, h, vb0, 0, rt.count, A, dt_bias, sink,
-                                       hist, hist > 0, kEarlyPrefetch && nvb > 1);
+                                       hist, hist > 0);
     const auto record = [&](int tt) {  // history record tt
       int pos = base + tt;
       if (pos >= p.ring) pos -= p.ring;
@@ -364,10 +327,19 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
       }
       for (int t = 0; t < rt.count; ++t) {
         float y = mamba2_step<St, N, kChunk, true>(S, sm.chunk, hist + t, kl, r);
-        if (t == 0 && more && !(kEarlyPrefetch && j == 0)) {
+        if (t == 0 && more) {
           // The next block's state into shared memory (this thread's own elements, read back by
           // this thread only), issued after a step has consumed S (next_state has been read).
-          mamba2_copy_state_async<St, NK, LANES>(next_mine, head_state, ch + kRows, P, kl);
+          const int chn = ch + kRows;
+          if (chn < P) {
+            const St* src = head_state + int64_t{chn} * N;
+#pragma unroll
+            for (int i = 0; i < NK; ++i) {
+              cp_async<4 * sizeof(St)>(next_mine + i * 4 * LANES + kl * 4,
+                                       src + i * 4 * LANES + kl * 4);
+            }
+          }
+          asm volatile("cp.async.commit_group;" ::: "memory");
         }
         if (kl == 0 && ok) {
           if (p.d_skip) y += sm.chunk.x[hist + t][r] * D;

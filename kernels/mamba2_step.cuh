@@ -60,7 +60,7 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
                                              const Mamba2RecurrenceParams& p, int64_t tok0, int h,
                                              int vblock, int c0, int n, float A, float dt_bias,
                                              const Mamba2FactorSink& sink, int off = 0,
-                                             bool wait_async = false, bool keep_newest = false) {
+                                             bool wait_async = false) {
   const int tid = threadIdx.x;
   const int P = p.head_dim;
   const int g = h / (p.num_heads / p.n_groups);
@@ -93,15 +93,8 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
         reinterpret_cast<float*>(rec + p.f_dA)[h] = dA;
       }
     }
-    // History records prefetched with cp.async (mamba2_prefetch_history) land before the barrier
-    // (`keep_newest`: all but the newest group, a copy committed after the history's).
-    if (wait_async) {
-      if (keep_newest) {
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
-      } else {
-        asm volatile("cp.async.wait_all;" ::: "memory");
-      }
-    }
+    // History records prefetched with cp.async (mamba2_prefetch_history) land before the barrier.
+    if (wait_async) asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
   };
   if constexpr (kBatched) {

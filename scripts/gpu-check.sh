@@ -10,7 +10,7 @@
 #   STAGES="build tests layout" scripts/gpu-check.sh   # the rounds under each state layout
 #   STAGES="build overlap" scripts/gpu-check.sh   # layers overlapping off / rule / any rows
 #   STAGES="kdaab" KDA_AB_ARGS="--B 1,8" scripts/gpu-check.sh   # KDA rounds against .ab-base
-#   STAGES="kdaab" KDAAB_TREE_CUDA_FLAGS=-DSPECSTATE_GDN_PREFETCH=1 ...  # a knob (ab-base.sh HEAD)
+#   STAGES="kdaab" KDAAB_TREE_CUDA_FLAGS=-DSPECSTATE_GDN_MULTI2_MIN_CTAS=5 ...  # a knob (ab-base.sh HEAD)
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -301,7 +301,7 @@ if has kdaab; then
   for side in base tree; do
     src="$root"; [ "$side" = base ] && src="$root/.ab-base"
     # KDAAB_TREE_CUDA_FLAGS: the tree side's CUDA flags (a kernel knob against the same revision
-    # as base, e.g. "-DSPECSTATE_GDN_PREFETCH=1" with scripts/ab-base.sh HEAD).
+    # as base, e.g. "-DSPECSTATE_GDN_MULTI2_MIN_CTAS=5" with scripts/ab-base.sh HEAD).
     side_flags=()
     [ "$side" = tree ] && [ -n "${KDAAB_TREE_CUDA_FLAGS:-}" ] &&
       side_flags=("-DCMAKE_CUDA_FLAGS=$KDAAB_TREE_CUDA_FLAGS")
