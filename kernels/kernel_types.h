@@ -92,12 +92,13 @@ constexpr bool replay_folds(int h, int fold_limit) { return h > fold_limit; }
 // T_max tokens: R - 2 T_max (the most history the ring allows) from `full_rows` rows on
 // (PoolOptions::replay_fold_rows; 0: kFoldFullRows); below, at most max(2 T_max, 6) -
 // 2 T_max, what the smallest default ring allows. Measured on the H200
-// (Qwen3-Next-80B TP1 replay rounds, T = 4, R = 12 against R = 8, two rows a thread): B = 1 / 8
-// 1.018 / 1.050 (latency-bound: each history record adds a dependent step), B = 16 / 32 / 64 /
-// 128 0.985 / 0.966 / 0.933 / 0.929 (fewer state writes): docs/cuda.md, "Two rows a thread at
-// B = 8, the ring at T = 4 and the per-round fold limit". So small rounds fold as a ring of 2T
-// would, large ones use the whole ring.
-inline constexpr int kFoldFullRows = 16;
+// (Qwen3-Next-80B TP1 replay rounds, T = 4, R = 12 against R = 8): B = 1 1.018 (latency-bound:
+// each history record adds a dependent step), B = 16 / 32 / 64 / 128 0.985 / 0.966 / 0.933 /
+// 0.929 (fewer state writes): docs/cuda.md, "Two rows a thread at B = 8, the ring at T = 4 and
+// the per-round fold limit"; B = 8, once it ran two rows a thread, 0.971 (the whole ring against
+// the small limit; B = 1 1.020): "Stall reasons, the prefetch knobs measured and removed". So
+// rounds below 8 rows fold as a ring of 2T would, larger ones use the whole ring.
+inline constexpr int kFoldFullRows = 8;
 constexpr int replay_fold_limit(int max_window, int ring, int rows, int full_rows = 0) {
   if (full_rows <= 0) full_rows = kFoldFullRows;
   const int full = ring - 2 * max_window;

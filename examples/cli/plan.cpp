@@ -267,7 +267,7 @@ int run_plan(const PlanArgs& args) {
     std::printf(
         "  recommended: R = %lld, the default (measured fastest on the H200, docs/cuda.md: a "
         "larger R\n"
-        "  writes the checkpoint less often but applies longer histories; rounds below 16 rows "
+        "  writes the checkpoint less often but applies longer histories; rounds below 8 rows "
         "fold\n"
         "  as R = max(2T, 6) would); PoolOptions::replay_ring sets it.\n",
         static_cast<long long>(default_replay_ring(config.kind, args.window)));

@@ -379,7 +379,7 @@ void bind_config(nb::module_& m) {
   m.def("replay_fold_limit", &replay_fold_limit, nb::arg("max_window"), nb::arg("ring"),
         nb::arg("rows"), nb::arg("fold_rows") = 0,
         "The fold limit L of a verify round of `rows` rows: a verify whose slot has h history "
-        "records folds iff h > L (ring - 2 * max_window from `fold_rows` rows on, 0: 16; "
+        "records folds iff h > L (ring - 2 * max_window from `fold_rows` rows on, 0: 8; "
         "max(2 * max_window, 6) - 2 * max_window at most below). Raises InvalidArgumentError "
         "naming a bad argument.");
   nb::class_<ReplayRingModel>(m, "ReplayRingModel",

@@ -86,29 +86,31 @@ TEST(Replay, DefaultRingIsThreeWindowsForGdnUpToFiveAndTwoWindowsAndAtLeastSixEl
   EXPECT_EQ(StatePool(m2, def).workspace_bytes(), StatePool(m2, two_t).workspace_bytes());
 }
 
-TEST(Replay, FoldLimitIsTheWholeRingFromSixteenRowsAndTheSmallRingsBelow) {
+TEST(Replay, FoldLimitIsTheWholeRingFromEightRowsAndTheSmallRingsBelow) {
   // T = 4, R = 12: the whole ring allows h <= 4 without a fold; a ring of 2T, none.
   EXPECT_EQ(replay_fold_limit(4, 12, 1), 0);
-  EXPECT_EQ(replay_fold_limit(4, 12, 15), 0);
-  EXPECT_EQ(replay_fold_limit(4, 12, 16), 4);
+  EXPECT_EQ(replay_fold_limit(4, 12, 7), 0);
+  EXPECT_EQ(replay_fold_limit(4, 12, 8), 4);
+  EXPECT_EQ(replay_fold_limit(4, 12, 15), 4);
   EXPECT_EQ(replay_fold_limit(4, 12, 128), 4);
   EXPECT_EQ(replay_fold_limit(4, 8, 128), 0);
-  EXPECT_EQ(replay_fold_limit(4, 40, 8), 0);
-  EXPECT_EQ(replay_fold_limit(4, 40, 16), 32);
+  EXPECT_EQ(replay_fold_limit(4, 40, 7), 0);
+  EXPECT_EQ(replay_fold_limit(4, 40, 8), 32);
   // T <= 2: the small limit is max(2T, 6) - 2T, what R = 6 allows.
   EXPECT_EQ(replay_fold_limit(1, 6, 1), 4);
   EXPECT_EQ(replay_fold_limit(1, 12, 1), 4);
   EXPECT_EQ(replay_fold_limit(2, 6, 1), 2);
   EXPECT_EQ(replay_fold_limit(2, 4, 1), 0);
   EXPECT_EQ(replay_fold_limit(2, 12, 16), 8);
-  // fold_rows moves the 16 (0: the default; 1: the whole ring always).
+  // fold_rows moves the 8 (0: the default; 1: the whole ring always).
   EXPECT_EQ(replay_fold_limit(4, 12, 1, 1), 4);
   EXPECT_EQ(replay_fold_limit(4, 12, 2, 3), 0);
   EXPECT_EQ(replay_fold_limit(4, 12, 3, 3), 4);
-  EXPECT_EQ(replay_fold_limit(4, 12, 15, 0), 0);
+  EXPECT_EQ(replay_fold_limit(4, 12, 7, 0), 0);
+  EXPECT_EQ(replay_fold_limit(4, 12, 8, 16), 0);  // the old default, on request
   // The ring model follows the round's rows: at T = 4, R = 12 a small round folds whenever it
   // has history, as R = 8 does; a large one about every other round.
-  const ReplayRingModel small = replay_ring_model(4, 12, 8), r8 = replay_ring_model(4, 8);
+  const ReplayRingModel small = replay_ring_model(4, 12, 7), r8 = replay_ring_model(4, 8);
   EXPECT_DOUBLE_EQ(small.fold_rate, r8.fold_rate);
   EXPECT_DOUBLE_EQ(small.mean_history, r8.mean_history);
   EXPECT_DOUBLE_EQ(replay_ring_model(4, 12).fold_rate, replay_ring_model(4, 12, 16).fold_rate);

@@ -137,10 +137,10 @@ def test_replay_ring_helpers():
     assert specstate.default_replay_ring(K.GATED_DELTA_NET, 8) == 16
     assert specstate.default_replay_ring(K.MAMBA2, 4) == 8
     assert specstate.default_replay_ring(K.KDA, 2) == 6
-    assert specstate.replay_fold_limit(4, 12, 8) == 0
-    assert specstate.replay_fold_limit(4, 12, 16) == 4
+    assert specstate.replay_fold_limit(4, 12, 7) == 0
+    assert specstate.replay_fold_limit(4, 12, 8) == 4
     assert specstate.replay_fold_limit(4, 12, 2, fold_rows=1) == 4
-    small, large = specstate.replay_ring_model(4, 12, rows=8), specstate.replay_ring_model(4, 12)
+    small, large = specstate.replay_ring_model(4, 12, rows=7), specstate.replay_ring_model(4, 12)
     assert small.fold_rate == 1.0 and small.mean_history == 2.5
     assert 0.4 < large.fold_rate < 0.42 and large.mean_history > 4
     assert specstate.replay_ring_model(4, 12, rows=2, fold_rows=1).fold_rate == large.fold_rate
