@@ -43,6 +43,25 @@ __device__ int commit_step(CommitMode mode, int value, int window, int32_t* erro
   return value;
 }
 
+// One CTA: the OR of every row's error bits (CommitCheckParams).
+__global__ void __launch_bounds__(256)
+    commit_check_kernel(const __grid_constant__ CommitCheckParams p) {
+  __shared__ int32_t flag;
+  if (threadIdx.x == 0) flag = 0;
+  __syncthreads();
+  int32_t mine = 0;
+  for (int row = threadIdx.x; row < p.rows; row += blockDim.x) {
+    if (p.slots[row] < 0) continue;
+    int32_t error = 0;
+    commit_step(p.mode, p.accepted[row * p.accepted_stride],
+                row_window(p.varlen, row, p.window, &error), &error);
+    mine |= error;
+  }
+  if (mine != 0) atomicOr(&flag, mine);
+  __syncthreads();
+  if (threadIdx.x == 0) *p.error_flag = flag;
+}
+
 // Grid: x = chunks (SSM chunks first, then conv chunks), y = row, z = layer.
 template <typename U>
 __global__ void __launch_bounds__(kCommitThreads)
@@ -50,15 +69,10 @@ __global__ void __launch_bounds__(kCommitThreads)
   const int row = blockIdx.y;
   const int layer = blockIdx.z;
   const int slot = p.slots[row];
-  if (slot < 0) return;
+  if (slot < 0 || *p.round_error != 0) return;  // padding, or a round with a bad value
   int32_t error = 0;
   const int step = commit_step(p.mode, p.accepted[row * p.accepted_stride],
                                row_window(p.varlen, row, p.window, &error), &error);
-  if (error != 0) {
-    // Reported once per row; the row is skipped in every layer.
-    if (layer == 0 && blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_flag, error);
-    return;
-  }
   if (step < 0) return;  // a = 0 / node -1: keep
 
   const bool is_ssm = static_cast<int>(blockIdx.x) < ssm_chunks;
@@ -109,9 +123,11 @@ __global__ void __launch_bounds__(256)
   const int slot = p.slots[row];
   if (slot < 0) return;
   int32_t error = 0;
-  const int last = commit_step(p.mode, p.accepted[row * p.accepted_stride],
-                               row_window(p.varlen, row, p.window, &error), &error);
-  if (error != 0 && layer == 0 && threadIdx.x == 0) atomicOr(p.error_flag, error);
+  // A round with a bad value (launch_commit_check) keeps every row: n = 0, the cursor settled.
+  const int last = *p.round_error != 0
+                       ? -1
+                       : commit_step(p.mode, p.accepted[row * p.accepted_stride],
+                                     row_window(p.varlen, row, p.window, &error), &error);
   const int32_t* parents = p.parents ? p.parents + int64_t{row} * p.window : nullptr;
   __shared__ int path[32];  // a tree's accepted path (replay trees hold at most 16 tokens)
   int n = 0;
@@ -206,6 +222,11 @@ cudaError_t launch_commit_unit(const CommitParams& p, cudaStream_t stream) {
 bool aligned16_host(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 }  // namespace
+
+cudaError_t launch_commit_check(const CommitCheckParams& p, cudaStream_t stream) {
+  commit_check_kernel<<<1, 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_commit(const CommitParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.layers <= 0) return cudaSuccess;

@@ -1,7 +1,9 @@
 // Commit of a verify round (DESIGN.md section 5, step 5): one launch over all layers and rows
 // copies each row's accepted snapshot (conv window and SSM state) into the row's slot. The
-// accepted values are read from device memory and checked by the kernel itself, so the launch
-// is capturable in a CUDA graph. Host-safe launcher declarations; kernels in commit.cu.
+// accepted values are read from device memory and checked on the device (launch_commit_check,
+// before the commit's own launch), so the pair is capturable in a CUDA graph, and a round with
+// one bad value commits nothing: all-or-nothing. Host-safe launcher declarations; kernels in
+// commit.cu.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,11 +20,27 @@ enum class CommitMode : int32_t {
   kNode = 1,            // tree (or resolved steps): node in [-1, T-1]; -1 = keep
 };
 
-// Bits of the error flag (OR-ed over rows). A flagged row is skipped: nothing of it is written.
+// Bits of the error flag (OR-ed over rows). A round with any flagged row commits nothing.
 inline constexpr int32_t kCommitErrorLengthAboveWindow = 1;  // chain a > T
 inline constexpr int32_t kCommitErrorLengthNegative = 2;     // chain a < 0
 inline constexpr int32_t kCommitErrorNodeOutOfRange = 4;     // tree node outside [-1, T-1]
 inline constexpr int32_t kCommitErrorBadLengths = 8;         // the row's token range is malformed
+
+// The checks of a round's accepted values, one CTA over every row: *error_flag = the OR of the
+// rows' error bits (0: every value is valid). Written, not OR-ed: it needs no clearing before.
+// Rows with slot -1 (padding) are not read. The commit launches that follow in the stream read
+// the flag and, where it is raised, keep every row (as a = 0 / node -1 would).
+struct CommitCheckParams {
+  int rows = 0;
+  int window = 0;  // T of the round
+  CommitMode mode = CommitMode::kAcceptedLength;
+  int64_t accepted_stride = 1;                     // elements
+  RowTokensParams varlen;                          // as CommitParams::varlen
+  const int32_t* __restrict__ slots = nullptr;     // [rows] device, -1 = padding
+  const int32_t* __restrict__ accepted = nullptr;  // [rows] device, raw values
+  int32_t* __restrict__ error_flag = nullptr;      // device int32
+};
+cudaError_t launch_commit_check(const CommitCheckParams& params, cudaStream_t stream);
 
 struct CommitParams {
   int layers = 0;
@@ -54,19 +72,20 @@ struct CommitParams {
   const char* __restrict__ snap_ssm = nullptr;     // [L, max_rows, max_window, HV, V, K]
   const int32_t* __restrict__ slots = nullptr;     // [rows] device, -1 = padding
   const int32_t* __restrict__ accepted = nullptr;  // [rows] device, raw values
-  int32_t* __restrict__ error_flag = nullptr;      // device int32, OR-ed error bits
+  // launch_commit_check's flag for these values, written before this launch in the stream:
+  // raised, nothing is copied.
+  const int32_t* __restrict__ round_error = nullptr;
 };
 
-// Copies the accepted snapshots of every (layer, row). Does not clear error_flag (the caller
-// clears it with cudaMemsetAsync in the same stream, so the pair is capturable).
+// Copies the accepted snapshots of every (layer, row), or nothing where round_error is raised.
 cudaError_t launch_commit(const CommitParams& params, cudaStream_t stream);
 
 // Replay commit (DESIGN.md section 6): per row and layer, the accepted steps root..last become
 // the slot's pending conv steps (path[slot][0..n) = their window indices, pending[l][slot] = n),
 // its cursor is settled by the fold predicate, a tree's accepted path of factor records is
-// compacted to ring positions base + h + 0..n-1, and h += n. No state moves. Values are read and
-// checked as by launch_commit (a flagged row commits n = 0: it keeps its state, and its cursor is
-// still settled). Trees: window <= 32.
+// compacted to ring positions base + h + 0..n-1, and h += n. No state moves. Where round_error
+// is raised (launch_commit_check), every row commits n = 0: it keeps its state, and its cursor is
+// still settled (the verify's fold, if any, stands). Trees: window <= 32.
 struct CommitPendingParams {
   int layers = 0;
   int rows = 0;
@@ -75,19 +94,19 @@ struct CommitPendingParams {
   CommitMode mode = CommitMode::kAcceptedLength;
   int64_t accepted_stride = 1;
   int64_t path_stride_slot = 0;
-  RowTokensParams varlen;                          // as CommitParams::varlen
-  const int32_t* __restrict__ slots = nullptr;     // [rows] device, -1 = padding
-  const int32_t* __restrict__ accepted = nullptr;  // [rows] device, raw values
-  const int32_t* __restrict__ parents = nullptr;   // [rows, window] device (tree); null: chain
-  int32_t* __restrict__ pending = nullptr;         // [layers, num_slots]
-  int32_t* __restrict__ path = nullptr;            // [num_slots, path_stride_slot]
-  int32_t* __restrict__ error_flag = nullptr;      // device int32, OR-ed error bits
-  int ring = 0;                                    // R
-  int fold_limit = 0;                              // R - 2 * T_max
-  int64_t factor_bytes = 0;                        // one record (a multiple of 16)
-  int64_t factor_stride_slot = 0;                  // R * factor_bytes
-  int32_t* __restrict__ cursor = nullptr;          // [layers, num_slots, 2] (base, h), or null
-  char* __restrict__ factors = nullptr;            // [layers, num_slots, R, record]
+  RowTokensParams varlen;                             // as CommitParams::varlen
+  const int32_t* __restrict__ slots = nullptr;        // [rows] device, -1 = padding
+  const int32_t* __restrict__ accepted = nullptr;     // [rows] device, raw values
+  const int32_t* __restrict__ parents = nullptr;      // [rows, window] device (tree); null: chain
+  int32_t* __restrict__ pending = nullptr;            // [layers, num_slots]
+  int32_t* __restrict__ path = nullptr;               // [num_slots, path_stride_slot]
+  const int32_t* __restrict__ round_error = nullptr;  // as CommitParams::round_error
+  int ring = 0;                                       // R
+  int fold_limit = 0;                                 // R - 2 * T_max
+  int64_t factor_bytes = 0;                           // one record (a multiple of 16)
+  int64_t factor_stride_slot = 0;                     // R * factor_bytes
+  int32_t* __restrict__ cursor = nullptr;             // [layers, num_slots, 2] (base, h), or null
+  char* __restrict__ factors = nullptr;               // [layers, num_slots, R, record]
 };
 cudaError_t launch_commit_pending(const CommitPendingParams& params, cudaStream_t stream);
 

@@ -301,7 +301,7 @@ RankResult run_rank(const dvl::HybridModel& model, const Options& o, int tp, int
       CUDA_OK(cudaStreamSynchronize(stream));
       if (pool.last_commit_status() != specstate::Status::kSuccess) {
         throw std::runtime_error("round " + std::to_string(round) +
-                                 ": the device-valued commit skipped a row (value out of range)");
+                                 ": the device-valued commit was refused (a value out of range)");
       }
       if (!std::equal(own.begin(), own.end(), h_accept.ptr)) ++res.acceptance_mismatches;
       for (int i = 0; i < B; ++i) {

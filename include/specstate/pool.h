@@ -85,8 +85,8 @@ struct VerifyBatch {
   // int32 [B + 1] device view of cu_seqlens (row r's tokens [cu[r], cu[r+1]), at most `window`),
   // read by the kernels when they run, never by the host. The inputs then hold B * window
   // tokens (the static maximum); parents is [T] or [B * T]. A row whose range is malformed
-  // (negative, decreasing, longer than window, past B * window) computes nothing, and its
-  // commit is skipped and reported by last_commit_status() (kOutOfRange).
+  // (negative, decreasing, longer than window, past B * window) computes nothing, and the
+  // round's commit then commits no row and is reported by last_commit_status() (kOutOfRange).
   TensorView cu_seqlens;
 
   bool is_tree() const noexcept { return !parents.empty(); }
@@ -313,15 +313,16 @@ class StatePool {
   void commit(const std::vector<int32_t>& accepted);
   // The same with `accepted` as an int32 [rows] view (host memory; device memory on kCuda).
   void commit(const TensorView& accepted);
-  // With `accepted` in device memory the values are checked by the commit kernel, not before
-  // the launch (no host sync): a row whose value is out of range (chain a < 0 or a > T, tree
-  // node outside [-1, T-1]) is skipped and left bit-identical, the other rows commit. This
-  // waits for the pool's stream and returns kOutOfRange if the last commit skipped such a row,
-  // kSuccess otherwise. Host values are validated before anything is written (a rejected call
-  // throws), so this is always kSuccess after them, and on the CPU backend, with one exception:
-  // a round whose lengths are a device cu_seqlens view, where the host checks each value against
-  // the batch's window and the kernel against the row's own length (a row past it is skipped and
-  // reported here).
+  // With `accepted` in device memory the values are checked on the device, not before the
+  // launch (no host sync), and still all-or-nothing: if any row's value is out of range (chain
+  // a < 0 or a > T, tree node outside [-1, T-1]) the round commits no row, every slot keeping
+  // its state bit for bit (as if every value were 0 / -1), and the round is closed. This waits
+  // for the pool's stream and returns kOutOfRange if the last commit was refused so, kSuccess
+  // otherwise. Host values are validated before anything is written (a rejected call throws),
+  // so this is always kSuccess after them, and on the CPU backend, with one exception: a round
+  // whose lengths are a device cu_seqlens view, where the host checks each value against the
+  // batch's window and the device against the row's own length (a value past it, or a malformed
+  // range, refuses the round's commit, reported here).
   Status last_commit_status() const;
 
   // The batch of the current round (empty rows when none is open); a row released during the

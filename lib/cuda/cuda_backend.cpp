@@ -348,12 +348,12 @@ class CudaBackend final : public BackendImpl {
     p.snap_conv = static_cast<const char*>(s.base(Buf::kSnapConv));
     p.snap_ssm = static_cast<const char*>(s.base(Buf::kSnapSsm));
     p.slots = slots_;
-    p.error_flag = error_;
+    p.round_error = error_;
     p.varlen = round_varlen(plan);
     const int32_t* accepted = nullptr;
     accepted_source(work, &p.mode, &accepted, &p.accepted_stride);
     p.accepted = accepted;
-    check(cudaMemsetAsync(error_, 0, sizeof(int32_t), stream_), "clearing the commit flag");
+    check_commit_values(plan, p.mode, accepted, p.accepted_stride, p.varlen);
     check(k::launch_commit(p, stream_), "commit kernel");
     logger().trace("cuda commit (copy): {} rows x {} layers", plan.rows, p.layers);
   }
@@ -373,7 +373,7 @@ class CudaBackend final : public BackendImpl {
     p.parents = plan.is_tree ? parents_ : nullptr;
     p.pending = s.pending();
     p.path = s.path();
-    p.error_flag = error_;
+    p.round_error = error_;
     p.varlen = round_varlen(plan);
     p.ring = l.ring;
     p.fold_limit = plan.fold_limit;
@@ -384,7 +384,7 @@ class CudaBackend final : public BackendImpl {
     const int32_t* accepted = nullptr;
     accepted_source(work, &p.mode, &accepted, &p.accepted_stride);
     p.accepted = accepted;
-    check(cudaMemsetAsync(error_, 0, sizeof(int32_t), stream_), "clearing the commit flag");
+    check_commit_values(plan, p.mode, accepted, p.accepted_stride, p.varlen);
     check(k::launch_commit_pending(p, stream_), "commit kernel (pending)");
     logger().trace("cuda commit (pending): {} rows", plan.rows);
   }
@@ -431,8 +431,8 @@ class CudaBackend final : public BackendImpl {
     check(cudaStreamSynchronize(stream_), "waiting for the commit");
     if (flag != 0) {
       logger().warn(
-          "cuda commit: device-side accepted values out of range (flags {:#x}); those "
-          "rows were skipped",
+          "cuda commit: device-side accepted values out of range (flags {:#x}); the round "
+          "committed nothing (every row keeps its state)",
           flag);
       return Status::kOutOfRange;
     }
@@ -605,7 +605,24 @@ class CudaBackend final : public BackendImpl {
     check(cudaMemset(*p, 0, n), "cudaMemset");
   }
 
-  // Where the commit kernels read accepted values: raw device values (checked by the kernel) or
+  // The round's accepted values checked on the device before the commit's launch: error_ holds
+  // the OR of the rows' error bits, and a raised flag makes the commit keep every row
+  // (all-or-nothing, DESIGN.md section 5; kernels/commit.h). Capturable: no host sync.
+  void check_commit_values(const RoundPlan& plan, k::CommitMode mode, const int32_t* accepted,
+                           int64_t accepted_stride, const k::RowTokensParams& varlen) {
+    k::CommitCheckParams c;
+    c.rows = plan.rows;
+    c.window = plan.window;
+    c.mode = mode;
+    c.accepted_stride = accepted_stride;
+    c.varlen = varlen;
+    c.slots = slots_;
+    c.accepted = accepted;
+    c.error_flag = error_;
+    check(k::launch_commit_check(c, stream_), "commit check kernel");
+  }
+
+  // Where the commit kernels read accepted values: raw device values (checked on the device) or
   // the pool's host-validated steps, uploaded.
   void accepted_source(const CommitWork& work, k::CommitMode* mode, const int32_t** accepted,
                        int64_t* stride) {

@@ -783,8 +783,8 @@ void bind_pool(nb::module_& m) {
                    "Ends the round, all layers at once, all-or-nothing. Per row: chain: the "
                    "accepted length a in [0, T] (0 = keep); tree: the accepted node in [-1, "
                    "T-1] (-1 = keep). A list of ints, or an int32 [rows] array (host; or "
-                   "device memory on CUDA pools: checked by the kernel, no host sync, see "
-                   "last_commit_status).") +
+                   "device memory on CUDA pools: checked on the device, no host sync; a bad "
+                   "value commits no row, see last_commit_status).") +
                kStreamDoc)
                   .c_str())
           .def(
@@ -794,8 +794,8 @@ void bind_pool(nb::module_& m) {
               },
               nb::arg("stream").none() = nb::none(),
               (std::string("Status.OUT_OF_RANGE if the last device-valued commit (or a commit in a "
-                           "round of device cu_seqlens) skipped a row whose value was out of "
-                           "range, else Status.SUCCESS. Waits for the pool's stream.") +
+                           "round of device cu_seqlens) was refused because a row's value was "
+                           "out of range (no row committed), else Status.SUCCESS. Waits for the pool's stream.") +
                kStreamDoc)
                   .c_str())
           .def_prop_ro(

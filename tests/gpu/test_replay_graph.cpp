@@ -145,9 +145,10 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
 INSTANTIATE_TEST_SUITE_P(Gpu, ReplayGraph, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
                          graph_case_name);
 
-// Device-side accepted values out of range under replay: the row records no pending steps (it
-// keeps its state, bit-identical), the other rows commit, and the flag is raised.
-TEST(ReplayCommitChecks, OutOfRangeDeviceValuesKeepTheirRowsAndFlag) {
+// Device-side accepted values out of range under replay: the round commits nothing (every row
+// records no pending steps and keeps its state, bit-identical; all-or-nothing), and the flag is
+// raised; the next rounds go on from there.
+TEST(ReplayCommitChecks, OutOfRangeDeviceValuesRefuseTheRoundAndFlag) {
   SPECSTATE_REQUIRE_GPU();
   std::mt19937_64 rng(31);
   const GdnConfig g = gdn_preset("gpu_f32");
@@ -170,9 +171,9 @@ TEST(ReplayCommitChecks, OutOfRangeDeviceValuesKeepTheirRowsAndFlag) {
       DeviceOutputs dout(out, 0, true);
       p.gpu.verify(l, w.dweights[l].view(), din.view(), dout.view());
     }
-    // Row 1: a > T; row 3: a < 0 (rounds 1, 2). The oracle keeps those rows (a = 0).
+    // Row 1: a > T; row 3: a < 0 (rounds 1, 2). The oracle keeps every row (a = 0).
     const std::vector<int32_t> raw = {2, round > 0 ? T + 1 : 3, 1, round > 0 ? -2 : 2};
-    const std::vector<int32_t> kept = {2, round > 0 ? 0 : 3, 1, round > 0 ? 0 : 2};
+    const std::vector<int32_t> kept = round > 0 ? std::vector<int32_t>(4, 0) : raw;
     SPECSTATE_CUDA_OK(
         cudaMemcpy(d_accepted, raw.data(), sizeof(int32_t) * 4, cudaMemcpyHostToDevice));
     p.gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {4}, Device::kCuda));

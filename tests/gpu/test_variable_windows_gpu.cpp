@@ -1,9 +1,9 @@
 // Variable windows on the device (DESIGN.md section 2), both strategies and both layer kinds:
 // packed rows equal a uniform window with filler tokens bit for bit (host batch.lengths, and
 // device cu_seqlens read by the kernels), batched variable-length prefill equals one prefill per
-// request; a malformed device cu_seqlens row computes nothing and its commit is skipped and
-// reported, while the other rows commit, and so is a host commit value past a row's device
-// length.
+// request; a malformed device cu_seqlens row computes nothing and refuses the round's commit
+// (no row commits: all-or-nothing), reported by last_commit_status, and so does a host commit
+// value past a row's device length.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -41,11 +41,13 @@ INSTANTIATE_TEST_SUITE_P(Gpu, VariableWindowsGpu,
 class VariableWindowsGpuChecks : public ::testing::TestWithParam<Strategy> {};
 
 // A round of rows a and b (b prefilled first) over device cu_seqlens {0, 4, row_b_end}, ended by
-// `commit(pool)`, after which row b must be skipped (kOutOfRange from last_commit_status, its
-// state as it was) and row a must equal a second CUDA pool's round without row b (the same
-// kernels, so bit for bit): its verify outputs and its committed state after 3 tokens.
+// `commit(pool)`, which must be refused as a whole (kOutOfRange from last_commit_status, both
+// states as they were). Row a's verify outputs must equal a second CUDA pool's round without
+// row b (the same kernels, so bit for bit), that pool keeping its state (commit 0); then both
+// pools verify row a alone on the same inputs and commit 3: the same state, bit for bit (under
+// replay the refused round's cursors and records left nothing behind).
 template <typename Commit>
-void expect_row_b_skipped(Strategy strategy, uint64_t seed, int row_b_end, Commit&& commit) {
+void expect_round_refused(Strategy strategy, uint64_t seed, int row_b_end, Commit&& commit) {
   std::mt19937_64 rng(seed);
   const GdnConfig g = gdn_preset("gpu_k32");
   PoolOptions o;
@@ -68,7 +70,7 @@ void expect_row_b_skipped(Strategy strategy, uint64_t seed, int row_b_end, Commi
     DeviceOutputs dout(make_outputs(g, 3), 0, true);
     gpu.prefill(0, b, dw.view(), din.view(), dout.view());
   }
-  const std::vector<uint8_t> b_before = exported(gpu, b);
+  const std::vector<uint8_t> a_before = exported(gpu, a), b_before = exported(gpu, b);
   const TokenInputs in = random_inputs(g, 8, rng);
   const DeviceInputs din(in, 0);
   DeviceOutputs dout(make_outputs(g, 8), 0, true);
@@ -86,6 +88,7 @@ void expect_row_b_skipped(Strategy strategy, uint64_t seed, int row_b_end, Commi
   commit(gpu);
   EXPECT_EQ(gpu.last_commit_status(), Status::kOutOfRange);
   EXPECT_EQ(exported(gpu, b), b_before) << "row b was written";
+  EXPECT_EQ(exported(gpu, a), a_before) << "row a was committed in a refused round";
 
   VerifyBatch one;
   one.rows = {ra};
@@ -93,20 +96,36 @@ void expect_row_b_skipped(Strategy strategy, uint64_t seed, int row_b_end, Commi
   DeviceOutputs rout(make_outputs(g, 4), 0, true);
   ref.begin_verify(one);
   ref.verify(0, dw.view(), din.rows(0, 4), rout.view());
-  ref.commit(std::vector<int32_t>{3});
+  ref.commit(std::vector<int32_t>{0});
   EXPECT_EQ(ref.last_commit_status(), Status::kSuccess);
-  EXPECT_EQ(exported(gpu, a), exported(ref, ra)) << "the valid row differs";
   EXPECT_EQ(rows_bytes(dout.core_out.view(), 0, 4), rows_bytes(rout.core_out.view(), 0, 4));
   double norm = 0;
   for (float x : to_floats(rout.core_out.view())) norm += double{x} * x;
   EXPECT_GT(norm, 0.0) << "core_out is all zeros";
+
+  // The next round, row a alone in both pools: the refused round left nothing behind.
+  const TokenInputs next = random_inputs(g, 4, rng);
+  const DeviceInputs dnext(next, 0);
+  for (StatePool* pool : {&gpu, &ref}) {
+    VerifyBatch round;
+    round.rows = {pool == &gpu ? a : ra};
+    round.window = 4;
+    DeviceOutputs out(make_outputs(g, 4), 0, true);
+    pool->begin_verify(round);
+    pool->verify(0, dw.view(), dnext.view(), out.view());
+    pool->commit(std::vector<int32_t>{3});
+    EXPECT_EQ(pool->last_commit_status(), Status::kSuccess);
+  }
+  const std::vector<uint8_t> a_after = exported(gpu, a);
+  EXPECT_EQ(a_after, exported(ref, ra)) << "row a differs after the next round";
+  EXPECT_NE(a_after, a_before) << "the next round committed nothing";
 }
 
-// Row 1's device range [4, 9) is longer than the window: the kernels compute nothing for it, the
-// commit (device values 3, 2) skips it and row 0 commits as the same round without row 1 does.
-TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeSkipsOnlyThatRow) {
+// Row 1's device range [4, 9) is longer than the window: the kernels compute nothing for it, and
+// the commit (device values 3, 2) is refused: row 0, valid, does not commit either.
+TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeRefusesTheRound) {
   SPECSTATE_REQUIRE_GPU();
-  expect_row_b_skipped(GetParam(), 5, 9, [](StatePool& pool) {
+  expect_round_refused(GetParam(), 5, 9, [](StatePool& pool) {
     Buffer acc(DType::kI32, {2});
     acc.set(0, 3);
     acc.set(1, 2);
@@ -117,11 +136,11 @@ TEST_P(VariableWindowsGpuChecks, MalformedDeviceRangeSkipsOnlyThatRow) {
 
 // Host commit values in a round of device cu_seqlens: the host checks each value against the
 // window only (it does not read the device lengths), the commit kernel against the row's own
-// length. Row 1 verifies 2 tokens ([4, 6)) and is committed 3: skipped, reported by
-// last_commit_status (pool.h), left as it was; row 0 commits 3 as a round without row 1 does.
-TEST_P(VariableWindowsGpuChecks, HostValuePastADeviceRowLengthSkipsThatRow) {
+// length. Row 1 verifies 2 tokens ([4, 6)) and is committed 3: the round is refused, reported
+// by last_commit_status (pool.h), both rows left as they were.
+TEST_P(VariableWindowsGpuChecks, HostValuePastADeviceRowLengthRefusesTheRound) {
   SPECSTATE_REQUIRE_GPU();
-  expect_row_b_skipped(GetParam(), 6, 6, [](StatePool& pool) {
+  expect_round_refused(GetParam(), 6, 6, [](StatePool& pool) {
     pool.commit(std::vector<int32_t>{3, 3});  // within the window: accepted by the host
   });
 }

@@ -84,17 +84,33 @@ def test_cuda_matches_cpu(strategy):
         close(gs, cs, f"layer {layer} ssm")
 
 
-def test_device_commit_out_of_range_is_reported():
+def test_device_commit_out_of_range_is_reported_and_commits_no_row():
     model = Model(head_k_dim=K)
     gpu = cuda_pool(model, Strategy.SNAPSHOT)
     dw = [dev_weights(w) for w in model.weights]
-    h = gpu.acquire()
-    gpu.begin_verify(specstate.VerifyBatch([h], window=4))
-    for layer, (x, a, b) in enumerate(model.inputs(4)):
-        gpu.verify(layer, dw[layer], specstate.GdnInputs(dev(x), dev(a), dev(b)),
-                   dev_outputs(4, model.cfg))
-    gpu.commit(torch.tensor([9], dtype=torch.int32, device="cuda"))
+    h0, h1 = gpu.acquire(), gpu.acquire()
+    layers = len(model.weights)
+
+    def ssm():
+        return [torch.from_dlpack(gpu.ssm_state(layer)).clone() for layer in range(layers)]
+
+    def round_(values):
+        gpu.begin_verify(specstate.VerifyBatch([h0, h1], window=4))
+        for layer, (x, a, b) in enumerate(model.inputs(8)):
+            gpu.verify(layer, dw[layer], specstate.GdnInputs(dev(x), dev(a), dev(b)),
+                       dev_outputs(8, model.cfg))
+        gpu.commit(torch.tensor(values, dtype=torch.int32, device="cuda"))
+
+    before = ssm()
+    # Row 0's value is valid, row 1's is not: all-or-nothing, neither row commits.
+    round_([2, 9])
     assert gpu.last_commit_status() == specstate.Status.OUT_OF_RANGE
+    for layer, (got, want) in enumerate(zip(ssm(), before)):
+        assert torch.equal(got, want), f"layer {layer} was written"
+    # The pool goes on: a valid round commits both rows.
+    round_([2, 3])
+    assert gpu.last_commit_status() == specstate.Status.SUCCESS
+    assert any(not torch.equal(got, want) for got, want in zip(ssm(), before))
 
 
 def test_views_are_torch_tensors_on_the_device():
