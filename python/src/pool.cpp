@@ -795,7 +795,8 @@ void bind_pool(nb::module_& m) {
               nb::arg("stream").none() = nb::none(),
               (std::string("Status.OUT_OF_RANGE if the last device-valued commit (or a commit in a "
                            "round of device cu_seqlens) was refused because a row's value was "
-                           "out of range (no row committed), else Status.SUCCESS. Waits for the pool's stream.") +
+                           "out of range (no row committed), else Status.SUCCESS. Waits for the "
+                           "pool's stream.") +
                kStreamDoc)
                   .c_str())
           .def_prop_ro(

@@ -95,7 +95,8 @@ class CommitChecks : public ::testing::Test {
     pool_->commit(TensorView::contiguous(d_accepted_, DType::kI32, {B}, Device::kCuda));
     EXPECT_EQ(pool_->last_commit_status(), expect_status);
     std::vector<int> row_slot;
-    for (const SlotHandle& h : rows_) row_slot.push_back(h.is_padding() ? -1 : pool_->slot_index(h));
+    for (const SlotHandle& h : rows_)
+      row_slot.push_back(h.is_padding() ? -1 : pool_->slot_index(h));
     const std::size_t conv_bytes = g_.conv_dim() * (g_.conv_width - 1) * sizeof(float);
     const std::size_t ssm_bytes = g_.ssm_state_elems() * sizeof(float);
     int committed = 0;
