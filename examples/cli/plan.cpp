@@ -84,8 +84,8 @@ struct RingRow {
 };
 
 // R = 2T, 3T, 4T, 6T and 8T; the default, default_replay_ring(kind, T), is one of them (6T at
-// T = 1, 3T at T = 2 and, for Gated DeltaNet, up to T = 5). The fold model is a round of `rows`
-// rows, `round_rows` (replay_fold_limit).
+// T = 1; 3T at T = 2, 4T for Gated DeltaNet there; 3T for Gated DeltaNet up to T = 5). The fold
+// model is a round of `rows` rows, `round_rows` (replay_fold_limit).
 std::vector<RingRow> ring_rows(const ModelConfig& config, int window, int round_rows,
                                int64_t committed) {
   std::vector<RingRow> rows;

@@ -178,7 +178,7 @@ const char* ssm_layout_name(SsmLayout layout) noexcept;    // "vk" / "kv"
 // The replay ring R a pool gets for PoolOptions::replay_ring = 0 (see there): the generic rule
 // max(2 * max_window, 6) (Mamba2 and KDA), and the rule of a pool of `kind` (Gated DeltaNet: 3T
 // where the longest replay, history plus window, 3T, fits its verify's chunk of 16 tokens,
-// T <= 5; otherwise the generic rule).
+// T <= 5, and at least 8 from T = 2 (8 at T = 2); otherwise the generic rule).
 int64_t default_replay_ring(int64_t max_window) noexcept;
 int64_t default_replay_ring(LayerKind kind, int64_t max_window) noexcept;
 
@@ -218,13 +218,15 @@ struct PoolOptions {
   // (replay_fold_limit: R - 2 * max_window from 8 rows on, at most max(2T, 6) - 2T below), so a
   // larger R writes the state less often in large rounds but applies longer histories and costs
   // R records of memory. 0: the default, default_replay_ring(kind, max_window): Gated DeltaNet
-  // 3T for T <= 5 (12 at T = 4), otherwise max(2T, 6). Measured on the H200 (docs/cuda.md, "Two
-  // rows a thread at B = 8, the ring at T = 4 and the per-round fold limit"; docs/strategies.md,
-  // "The fold limit is the round's"): Qwen3-Next T = 4, R = 12 against 8 at B = 16 / 32 /
-  // 64 / 128 0.985 / 0.966 / 0.933 / 0.929 (fewer folds); T = 8, R = 24 against 16 1.29-1.52x
-  // (the longest replay no longer fits the verify's chunk of 16 tokens); Nemotron-H (Mamba2) T
-  // = 4, R = 12 against 8 1.011-1.031x at B = 8 / 32 / 128; R = 6 at T = 2, where a fold per
-  // round is the larger cost. Must be 0 or >= 2 * max_window.
+  // max(3T, 8) for 2 <= T <= 5 (8 at T = 2, 12 at T = 4), otherwise max(2T, 6). Measured on the
+  // H200 (docs/cuda.md, "Two rows a thread at B = 8, the ring at T = 4 and the per-round fold
+  // limit"; docs/strategies.md, "The fold limit is the round's"): Qwen3-Next T = 4, R = 12 against
+  // 8 at B = 16 / 32 / 64 / 128 0.985 / 0.966 / 0.933 / 0.929 (fewer folds); T = 8, R = 24 against
+  // 16 1.29-1.52x (the longest replay no longer fits the verify's chunk of 16 tokens); Nemotron-H
+  // (Mamba2) T = 4, R = 12 against 8 1.011-1.031x at B = 8 / 32 / 128; Qwen3-Next T = 2, R = 8
+  // against 6 0.959 / 0.989 / 0.973x at B = 8 / 32 / 128 (R = 4 1.09-1.23x, R = 10 0.98-1.01x); KDA
+  // at T = 2 / 4, B = 1 / 8, R = 4 / 8 / 12 against its default within 1% or slower. Must be 0 or
+  // >= 2 * max_window.
   int replay_ring = 0;
   // Replay only: rounds of at least this many verify rows let a slot's history grow to the whole
   // ring (fold limit R - 2 * max_window); smaller rounds, latency-bound, fold as a ring of

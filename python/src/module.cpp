@@ -370,8 +370,9 @@ void bind_config(nb::module_& m) {
       "default_replay_ring",
       [](LayerKind kind, int64_t max_window) { return default_replay_ring(kind, max_window); },
       nb::arg("kind"), nb::arg("max_window"),
-      "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (3 * max_window "
-      "for GATED_DELTA_NET up to max_window = 5, otherwise max(2 * max_window, 6)).");
+      "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (max(3 * "
+      "max_window, "
+      "8) for GATED_DELTA_NET from max_window = 2 up to 5, otherwise max(2 * max_window, 6)).");
   m.def(
       "default_replay_ring", [](int64_t max_window) { return default_replay_ring(max_window); },
       nb::arg("max_window"),

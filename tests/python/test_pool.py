@@ -133,6 +133,7 @@ def test_replay_fold_rows_changes_no_bits_and_bad_values_are_rejected():
 def test_replay_ring_helpers():
     """The ring helpers of the package agree with the rules of docs/strategies.md."""
     K = specstate.LayerKind
+    assert specstate.default_replay_ring(K.GATED_DELTA_NET, 2) == 8
     assert specstate.default_replay_ring(K.GATED_DELTA_NET, 4) == 12
     assert specstate.default_replay_ring(K.GATED_DELTA_NET, 8) == 16
     assert specstate.default_replay_ring(K.MAMBA2, 4) == 8
