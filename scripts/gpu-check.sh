@@ -11,6 +11,7 @@
 #   STAGES="build overlap" scripts/gpu-check.sh   # layers overlapping off / rule / any rows
 #   STAGES="kdaab" KDA_AB_ARGS="--B 1,8" scripts/gpu-check.sh   # KDA rounds against .ab-base
 #   STAGES="kdaab" KDAAB_TREE_CUDA_FLAGS=-DSPECSTATE_GDN_MULTI2_MIN_CTAS=5 ...  # a knob (ab-base.sh HEAD)
+#   STAGES="build rings" scripts/gpu-check.sh   # replay rings against the default, every kind
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -325,6 +326,28 @@ if has kdaab; then
     done
     python3 scripts/kda_compare.py "$OUT/kdaab-a1.json" "$OUT/kdaab-b.json" "$OUT/kdaab-a2.json" ||
       status=1
+  fi
+fi
+if has rings; then
+  # The replay ring R against the default, per kind (how default_replay_ring was chosen; docs/
+  # cuda.md, the tenth session): GDN and Mamba2 rounds under SPECSTATE_BENCH_RING (RINGS_GDN /
+  # RINGS_M2: the values, 0 = the default, run first and again last; RINGS_FILTER /
+  # RINGS_M2_FILTER: the shapes), KDA's through tools/kda_bench.py --replay-only --ring
+  # (RINGS_KDA, RINGS_KDA_ARGS). A ring shorter than 2T gives NaN (GDN, Mamba2) or an error line
+  # (KDA) for that T.
+  echo "== replay rings [t=${SECONDS}s]"
+  scripts/bench-sweep.sh "$bench_bin" SPECSTATE_BENCH_RING "${RINGS_GDN:-0 8 12 16}" \
+    "${RINGS_FILTER:-BM_Rounds4Replay/T:(2|4)/B:(8|32|128)/}" "$OUT/rings-gdn" || status=1
+  scripts/bench-sweep.sh "$m2_bench_bin" SPECSTATE_BENCH_RING "${RINGS_M2:-0 8 12}" \
+    "${RINGS_M2_FILTER:-BM_M2Rounds4Replay/T:(2|4)/B:(8|128)/}" "$OUT/rings-m2" || status=1
+  if PY_STAGES=build OUT="$OUT/py" python/gpu_check.sh >"$OUT/rings_py_build.log" 2>&1; then
+    for R in ${RINGS_KDA:-0 8 12 0}; do
+      echo "KDA ring ${R/#0/default}: $(timeout 200 python3 tools/kda_bench.py --replay-only \
+        --ring "$R" ${RINGS_KDA_ARGS:---T 2,4 --B 1,8 --reps 10} 2>&1 |
+        grep -E '^T=|Error' | sed -E 's/ +\(replay_ring [^)]*\)//; s/ +/ /g' | tr '\n' ';')"
+    done
+  else
+    tail -20 "$OUT/rings_py_build.log"; echo "rings: the Python package did not build"; status=1
   fi
 fi
 exit $status
