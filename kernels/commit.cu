@@ -43,9 +43,10 @@ __device__ int commit_step(CommitMode mode, int value, int window, int32_t* erro
   return value;
 }
 
-// One CTA: the OR of every row's error bits (CommitCheckParams).
-__global__ void __launch_bounds__(256)
-    commit_check_kernel(const __grid_constant__ CommitCheckParams p) {
+// The OR of every live row's error bits, by the whole CTA (every thread calls it and gets the
+// result). P: CommitCheckParams or CommitPendingParams (the same fields).
+template <typename P>
+__device__ int32_t round_error_bits(const P& p) {
   __shared__ int32_t flag;
   if (threadIdx.x == 0) flag = 0;
   __syncthreads();
@@ -59,6 +60,13 @@ __global__ void __launch_bounds__(256)
   }
   if (mine != 0) atomicOr(&flag, mine);
   __syncthreads();
+  return flag;
+}
+
+// One CTA: the OR of every row's error bits (CommitCheckParams).
+__global__ void __launch_bounds__(256)
+    commit_check_kernel(const __grid_constant__ CommitCheckParams p) {
+  const int32_t flag = round_error_bits(p);
   if (threadIdx.x == 0) *p.error_flag = flag;
 }
 
@@ -120,11 +128,14 @@ __global__ void __launch_bounds__(256)
     commit_pending_kernel(const __grid_constant__ CommitPendingParams p) {
   const int row = blockIdx.x;
   const int layer = blockIdx.y;
+  // The round's check, in every CTA (no separate launch); one CTA stores it.
+  const int32_t round_error = round_error_bits(p);
+  if (row == 0 && layer == 0 && threadIdx.x == 0) *p.round_error = round_error;
   const int slot = p.slots[row];
   if (slot < 0) return;
   int32_t error = 0;
-  // A round with a bad value (launch_commit_check) keeps every row: n = 0, the cursor settled.
-  const int last = *p.round_error != 0
+  // A round with a bad value keeps every row: n = 0, the cursor settled.
+  const int last = round_error != 0
                        ? -1
                        : commit_step(p.mode, p.accepted[row * p.accepted_stride],
                                      row_window(p.varlen, row, p.window, &error), &error);
@@ -199,14 +210,22 @@ __global__ void clear_pending_kernel(const __grid_constant__ ClearParams p) {
   }
 }
 
+// Up to kUploadSpans arrays in one launch: span s is values[begin[s], begin[s + 1]) -> dst[s].
+constexpr int kUploadSpans = 4;
 struct UploadParams {
-  int32_t* dst = nullptr;
-  int n = 0;
+  int spans = 0;
+  int32_t* dst[kUploadSpans] = {};
+  int begin[kUploadSpans + 1] = {};
   int32_t values[kUploadChunk] = {};
 };
+static_assert(sizeof(UploadParams) <= 4096, "an upload's parameters fit a launch");
 
 __global__ void upload_i32_kernel(const __grid_constant__ UploadParams p) {
-  for (int i = threadIdx.x; i < p.n; i += blockDim.x) p.dst[i] = p.values[i];
+  for (int s = 0; s < p.spans; ++s) {
+    for (int i = p.begin[s] + threadIdx.x; i < p.begin[s + 1]; i += blockDim.x) {
+      p.dst[s][i - p.begin[s]] = p.values[i];
+    }
+  }
 }
 
 template <typename U>
@@ -243,7 +262,11 @@ cudaError_t launch_commit_pending(const CommitPendingParams& p, cudaStream_t str
   if (p.rows <= 0 || p.layers <= 0) return cudaSuccess;
   if (p.layers > 65535) return cudaErrorInvalidValue;
   if (p.parents != nullptr && p.window > 32) return cudaErrorInvalidValue;
-  commit_pending_kernel<<<dim3(p.rows, p.layers), p.parents != nullptr ? 256 : 32, 0, stream>>>(p);
+  // A chain's CTA has a warp of work after the check: threads enough for the check's rows to
+  // take one pass (up to 256); a tree's compacts records with 256.
+  const int threads =
+      p.parents != nullptr ? 256 : std::min(256, std::max(32, (p.rows + 31) / 32 * 32));
+  commit_pending_kernel<<<dim3(p.rows, p.layers), threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -269,17 +292,34 @@ cudaError_t launch_clear_pending(const ClearPendingArgs& a, const int32_t* slots
   return cudaSuccess;
 }
 
-cudaError_t launch_upload_i32(int32_t* dst, const int32_t* values, int n, cudaStream_t stream) {
-  for (int begin = 0; begin < n; begin += kUploadChunk) {
-    UploadParams p;
-    p.dst = dst + begin;
-    p.n = std::min(kUploadChunk, n - begin);
-    std::copy(values + begin, values + begin + p.n, p.values);
+cudaError_t launch_upload_i32(const UploadSpan* spans, int count, cudaStream_t stream) {
+  UploadParams p;
+  const auto flush = [&]() -> cudaError_t {
+    if (p.spans == 0) return cudaSuccess;
     upload_i32_kernel<<<1, 256, 0, stream>>>(p);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
+    p = UploadParams{};
+    return cudaGetLastError();
+  };
+  for (int s = 0; s < count; ++s) {
+    for (int done = 0; done < spans[s].n;) {
+      if (p.spans == kUploadSpans || p.begin[p.spans] == kUploadChunk) {
+        const cudaError_t err = flush();
+        if (err != cudaSuccess) return err;
+      }
+      const int at = p.begin[p.spans];
+      const int n = std::min(kUploadChunk - at, spans[s].n - done);
+      std::copy(spans[s].values + done, spans[s].values + done + n, p.values + at);
+      p.dst[p.spans] = spans[s].dst + done;
+      p.begin[++p.spans] = at + n;
+      done += n;
+    }
   }
-  return cudaSuccess;
+  return flush();
+}
+
+cudaError_t launch_upload_i32(int32_t* dst, const int32_t* values, int n, cudaStream_t stream) {
+  const UploadSpan span{dst, values, n};
+  return launch_upload_i32(&span, 1, stream);
 }
 
 }  // namespace specstate::kernels

@@ -83,9 +83,11 @@ cudaError_t launch_commit(const CommitParams& params, cudaStream_t stream);
 // Replay commit (DESIGN.md section 6): per row and layer, the accepted steps root..last become
 // the slot's pending conv steps (path[slot][0..n) = their window indices, pending[l][slot] = n),
 // its cursor is settled by the fold predicate, a tree's accepted path of factor records is
-// compacted to ring positions base + h + 0..n-1, and h += n. No state moves. Where round_error
-// is raised (launch_commit_check), every row commits n = 0: it keeps its state, and its cursor is
-// still settled (the verify's fold, if any, stands). Trees: window <= 32.
+// compacted to ring positions base + h + 0..n-1, and h += n. No state moves. The round's values
+// are checked by this launch itself (each CTA ORs every live row's error bits, as
+// launch_commit_check does, so that a replay commit is one node; CTA (0, 0) stores the OR in
+// *round_error): where any row is bad, every row commits n = 0: it keeps its state, and its
+// cursor is still settled (the verify's fold, if any, stands). Trees: window <= 32.
 struct CommitPendingParams {
   int layers = 0;
   int rows = 0;
@@ -94,19 +96,19 @@ struct CommitPendingParams {
   CommitMode mode = CommitMode::kAcceptedLength;
   int64_t accepted_stride = 1;
   int64_t path_stride_slot = 0;
-  RowTokensParams varlen;                             // as CommitParams::varlen
-  const int32_t* __restrict__ slots = nullptr;        // [rows] device, -1 = padding
-  const int32_t* __restrict__ accepted = nullptr;     // [rows] device, raw values
-  const int32_t* __restrict__ parents = nullptr;      // [rows, window] device (tree); null: chain
-  int32_t* __restrict__ pending = nullptr;            // [layers, num_slots]
-  int32_t* __restrict__ path = nullptr;               // [num_slots, path_stride_slot]
-  const int32_t* __restrict__ round_error = nullptr;  // as CommitParams::round_error
-  int ring = 0;                                       // R
-  int fold_limit = 0;                                 // R - 2 * T_max
-  int64_t factor_bytes = 0;                           // one record (a multiple of 16)
-  int64_t factor_stride_slot = 0;                     // R * factor_bytes
-  int32_t* __restrict__ cursor = nullptr;             // [layers, num_slots, 2] (base, h), or null
-  char* __restrict__ factors = nullptr;               // [layers, num_slots, R, record]
+  RowTokensParams varlen;                          // as CommitParams::varlen
+  const int32_t* __restrict__ slots = nullptr;     // [rows] device, -1 = padding
+  const int32_t* __restrict__ accepted = nullptr;  // [rows] device, raw values
+  const int32_t* __restrict__ parents = nullptr;   // [rows, window] device (tree); null: chain
+  int32_t* __restrict__ pending = nullptr;         // [layers, num_slots]
+  int32_t* __restrict__ path = nullptr;            // [num_slots, path_stride_slot]
+  int32_t* __restrict__ round_error = nullptr;     // out: the OR of the rows' error bits
+  int ring = 0;                                    // R
+  int fold_limit = 0;                              // R - 2 * T_max
+  int64_t factor_bytes = 0;                        // one record (a multiple of 16)
+  int64_t factor_stride_slot = 0;                  // R * factor_bytes
+  int32_t* __restrict__ cursor = nullptr;          // [layers, num_slots, 2] (base, h), or null
+  char* __restrict__ factors = nullptr;            // [layers, num_slots, R, record]
 };
 cudaError_t launch_commit_pending(const CommitPendingParams& params, cudaStream_t stream);
 
@@ -130,5 +132,13 @@ cudaError_t launch_clear_pending(const ClearPendingArgs& args, const int32_t* sl
 // parameters: no host memory is read at execution time, so the upload is capturable and needs
 // no pinned staging buffer.
 cudaError_t launch_upload_i32(int32_t* dst, const int32_t* values, int n, cudaStream_t stream);
+// Several arrays in as few launches as their values allow (one for a round's slots, parents and
+// offsets up to kUploadChunk values together): each launch is a node of a captured round.
+struct UploadSpan {
+  int32_t* dst = nullptr;
+  const int32_t* values = nullptr;
+  int n = 0;
+};
+cudaError_t launch_upload_i32(const UploadSpan* spans, int count, cudaStream_t stream);
 
 }  // namespace specstate::kernels

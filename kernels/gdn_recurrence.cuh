@@ -716,9 +716,7 @@ __global__ void __launch_bounds__(
   // The layer's gate parameters: written by nobody in the round and independent of the slot, so
   // their loads are issued first (their latency overlaps the slot's and the state's).
   const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
-  // (KDA's dt_bias is per key channel: gdn_stage loads it.)
-  const float dt_bias =
-      !kKda && p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride) : 0.0f;
+  const float dt_bias = gdn_dt_bias<kKda, K>(p, hv);  // KDA: this thread's key channel's
   if constexpr (kMulti) {
     // A replay chain, p.vblocks V blocks per CTA.
     if (gdn_replay_vblocks<Act, St, K, LANES, kChunk, kKV, RPT>(p, sm, h, hv, a_log, dt_bias))

@@ -128,6 +128,21 @@ struct GdnFactorSink {
   }
 };
 
+// The layer's dt_bias as gdn_stage takes it: GDN's value head's; KDA's (a K-vector per value head)
+// the channel of this thread's gates, tid % K (gdn_stage's mapping). Nobody writes it in the
+// round, so every kernel loads it first, before its grid-dependency wait: its latency is then off
+// the chain after the wait (measured for KDA's fused launch, docs/cuda.md, eleventh session).
+template <bool kKda, int K>
+__device__ __forceinline__ float gdn_dt_bias(const GdnRecurrenceParams& p, int hv) {
+  if (!p.dt_bias) return 0.0f;
+  if constexpr (kKda) {
+    return load_any(p.dt_bias, p.dt_bias_dtype,
+                    hv * p.dt_bias_stride + (threadIdx.x % K) * p.dt_bias_stride_k);
+  } else {
+    return load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);
+  }
+}
+
 // Stages window tokens [c0, c0 + n) of the row for value head hv (key head h) at chunk slots
 // off + i; writes their factor records' k, kf and e^g when `sink` says so. The gates are one
 // token per thread; q and k are normalised one token per warp. Every thread of the CTA calls it;
@@ -153,11 +168,10 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
     // x = g_raw + dt_bias[hv][i]; g = A softplus(x), A = -exp(A_log), or with fla's lower bound
     // g = lower_bound sigmoid(exp(A_log) x). kGdnThreads is a multiple of K: a thread's channel
     // is the same for every token, its dt_bias loaded once.
+    // `dt_bias` is that channel's (gdn_dt_bias, loaded by the kernel before its wait).
     static_assert(kGdnThreads % K == 0, "one key channel per thread");
     const int e = tid % K;
-    const float bias = p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype,
-                                            hv * p.dt_bias_stride + e * p.dt_bias_stride_k)
-                                 : 0.0f;
+    const float bias = dt_bias;
     for (int i = tid; i < n * K; i += kGdnThreads) {
       const int tt = i / K;
       const int64_t t = c0 + tt;

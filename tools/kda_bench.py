@@ -91,12 +91,12 @@ def capture(torch, stream, body):
 
 
 def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout, ring=0,
-                    fold_rows=0):
+                    fold_rows=0, layers=L):
     s = torch.cuda.Stream()
     cfg = specstate.KdaConfig()  # Kimi-Linear-48B-A3B TP1 (the defaults)
     assert (cfg.num_k_heads, cfg.num_v_heads, cfg.head_k_dim, cfg.head_v_dim) == (H, HV, K, V)
     pool = specstate.StatePool(
-        specstate.ModelConfig.kda(L, cfg),
+        specstate.ModelConfig.kda(layers, cfg),
         specstate.PoolOptions(num_slots=MAX_B, max_rows=MAX_B, max_window=T,
                               backend=specstate.Backend.CUDA, strategy=strategy,
                               stream=s.cuda_stream, replay_ring=ring, replay_fold_rows=fold_rows,
@@ -104,7 +104,7 @@ def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout,
     handles = [pool.acquire() for _ in range(MAX_B)]
     dev = dict(device="cuda")
     bf16, f32 = torch.bfloat16, torch.float32
-    for l in range(L):
+    for l in range(layers):
         torch.from_dlpack(pool.ssm_state(l)).normal_(0.0, 0.5, generator=gen)
         torch.from_dlpack(pool.conv_state(l)).normal_(0.0, 1.0, generator=gen)
     n = MAX_B * T
@@ -132,7 +132,7 @@ def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout,
         def rounds():
             for k in range(4):
                 pool.begin_verify(batch)
-                for l in range(L):
+                for l in range(layers):
                     pool.verify(l, w[l], ins[l], outs[l])
                 pool.commit(acc[k])
 
@@ -233,6 +233,9 @@ def main():
     parser.add_argument("--replay-only", action="store_true",
                         help="time only specstate's replay rounds (a ring sweep: run once per "
                              "--ring; snapshot, fla and their ratios are skipped)")
+    parser.add_argument("--layers", type=int, default=L,
+                        help="with --replay-only: the model's KDA layers (1..20; a round's fixed "
+                             "cost is the intercept of rounds against layers)")
     args = parser.parse_args()
     try:
         import torch
@@ -245,6 +248,8 @@ def main():
         sys.exit("kda_bench.py needs a CUDA GPU")
     Ts = [int(t) for t in args.T.split(",")]
     Bs = [int(b) for b in args.B.split(",")]
+    if not 1 <= args.layers <= L or (args.layers != L and not args.replay_only):
+        sys.exit(f"--layers {args.layers}: 1..{L}, and only with --replay-only")
     gen = torch.Generator(device="cuda").manual_seed(20261202)
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     bw = copy_gbps(torch)
@@ -253,11 +258,12 @@ def main():
     for T in Ts:
         if args.replay_only:
             rep = bench_specstate(torch, specstate, specstate.Strategy.REPLAY, T, Bs, args.reps,
-                                  flush, gen, args.layout, args.ring, args.fold_rows)
+                                  flush, gen, args.layout, args.ring, args.fold_rows, args.layers)
             for B in Bs:
-                rows.append(dict(T=T, B=B, replay=rep[B], ring=args.ring))
+                rows.append(dict(T=T, B=B, replay=rep[B], ring=args.ring, layers=args.layers))
                 ring = args.ring or "default"
-                print(f"T={T} B={B:3d}  replay {rep[B]:9.1f}  (replay_ring {ring})", flush=True)
+                print(f"T={T} B={B:3d}  replay {rep[B]:9.1f}  (replay_ring {ring}, "
+                      f"{args.layers} layers)", flush=True)
             continue
         ours = {s: bench_specstate(torch, specstate, st, T, Bs, args.reps, flush, gen, args.layout,
                                    args.ring, args.fold_rows)

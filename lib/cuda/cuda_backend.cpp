@@ -283,17 +283,19 @@ class CudaBackend final : public BackendImpl {
     break_chain();
     (void)s;
     DeviceGuard guard(device_);
-    check(k::launch_upload_i32(slots_, plan.slots.data(), plan.rows, stream_), "uploading slots");
+    // The round's slots, parents and token offsets in one upload (one node of a captured round
+    // where they fit one launch's parameters).
+    k::UploadSpan spans[3];
+    int n = 0;
+    spans[n++] = {slots_, plan.slots.data(), plan.rows};
     if (plan.is_tree || s.layout.has(Buf::kRecords)) {
       // The replay commit walks the round's parents (a chain's too) on the device.
-      check(k::launch_upload_i32(parents_, plan.parents.data(),
-                                 static_cast<int>(plan.parents.size()), stream_),
-            "uploading parents");
+      spans[n++] = {parents_, plan.parents.data(), static_cast<int>(plan.parents.size())};
     }
     if (!plan.tokens.offsets.empty()) {
-      check(k::launch_upload_i32(offsets_, plan.tokens.offsets.data(), plan.rows + 1, stream_),
-            "uploading token offsets");
+      spans[n++] = {offsets_, plan.tokens.offsets.data(), plan.rows + 1};
     }
+    check(k::launch_upload_i32(spans, n, stream_), "uploading the round's slots");
   }
 
   void run_gdn(const PoolStorage& s, const LayerRun& run, const GdnWeights& weights,
@@ -384,7 +386,7 @@ class CudaBackend final : public BackendImpl {
     const int32_t* accepted = nullptr;
     accepted_source(work, &p.mode, &accepted, &p.accepted_stride);
     p.accepted = accepted;
-    check_commit_values(plan, p.mode, accepted, p.accepted_stride, p.varlen);
+    // The values are checked by the commit kernel itself (kernels/commit.h): one node a round.
     check(k::launch_commit_pending(p, stream_), "commit kernel (pending)");
     logger().trace("cuda commit (pending): {} rows", plan.rows);
   }

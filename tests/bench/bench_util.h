@@ -164,6 +164,14 @@ inline int bench_ring() {
   return r ? std::atoi(r) : 0;
 }
 
+// SPECSTATE_BENCH_LAYERS: the benchmark model's layers (1..all; unset: all), so that a round's
+// fixed cost (its uploads and commit) is the intercept of rounds against layers.
+inline int bench_layers(int all) {
+  const char* r = std::getenv("SPECSTATE_BENCH_LAYERS");
+  const int n = r ? std::atoi(r) : all;
+  return n >= 1 && n <= all ? n : all;
+}
+
 // SPECSTATE_BENCH_FOLD_ROWS: PoolOptions::replay_fold_rows of the replay pools (0 or unset: the
 // default, 8 rows; 1: every round folds at the whole ring), for sweeping the fold limit's row
 // threshold (docs/strategies.md, "The fold limit is the round's") with one binary.

@@ -43,7 +43,9 @@ namespace {
 
 namespace k = specstate::kernels;
 
-constexpr int kLayers = 36, kH = 16, kHV = 32, kK = 128, kV = 128, kW = 4;
+constexpr int kH = 16, kHV = 32, kK = 128, kV = 128, kW = 4;
+// Qwen3-Next-80B's 36 GDN layers, or fewer under SPECSTATE_BENCH_LAYERS (bench_layers).
+const int kLayers = bench_layers(36);
 constexpr int kConvDim = 2 * kH * kK + kHV * kV;  // 8192
 constexpr int kMaxB = 128, kMaxT = 8;
 constexpr std::size_t kFlushBytes = 256u << 20;

@@ -6,6 +6,7 @@
 // conv windows, [HV][K][V] states) against the oracle in the default order, compared logically.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -186,6 +187,127 @@ TEST(ReplayCommitChecks, OutOfRangeDeviceValuesRefuseTheRoundAndFlag) {
     expect_close(to_floats(p.cpu.conv_state(l)), to_floats(p.gpu.conv_state(l)), state_tolerance(g),
                  "committed conv, layer " + std::to_string(l));
   }
+  cudaFree(d_accepted);
+}
+
+// 300 rows, past one CTA's 256 threads (the replay commit kernel checks the round's values
+// itself, each CTA striding over every row): live rows at 0, 150, 298 and 299, padding between
+// holding out-of-range values (never read). A bad value in the last row refuses the round: every
+// row keeps its state, as the oracle that commits nothing; the rounds before and after commit.
+// begin_verify's upload (300 slots and 900 parents, past one launch's 960 values) is split.
+TEST(ReplayCommitChecks, ABadValueInTheLastOfManyRowsRefusesTheRound) {
+  SPECSTATE_REQUIRE_GPU();
+  std::mt19937_64 rng(37);
+  const GdnConfig g = gdn_preset("gpu_f32");
+  const int L = 2, T = 3, kRows = 300;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  PoolOptions options = test_pool_options(4, kRows, T, Strategy::kReplay);
+  CudaStream stream;
+  OraclePools p(model, options, stream.get(), 4);
+  const RandomLayers w(g, L, rng);
+  const int live[4] = {0, 150, 298, 299};
+  VerifyBatch cb{std::vector<SlotHandle>(kRows, SlotHandle::padding()), T, {}};
+  VerifyBatch gb = cb;
+  for (int i = 0; i < 4; ++i) {
+    cb.rows[live[i]] = p.ch[i];
+    gb.rows[live[i]] = p.gh[i];
+  }
+  int32_t* d_accepted = nullptr;
+  SPECSTATE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * kRows));
+  for (int round = 0; round < 3; ++round) {
+    p.cpu.begin_verify(cb);
+    p.gpu.begin_verify(gb);
+    for (int l = 0; l < L; ++l) {
+      const TokenInputs in = random_inputs(g, kRows * T, rng);
+      TokenOutputs out = make_outputs(g, kRows * T);
+      p.cpu.verify(l, w.weights[l].view(), in.view(), out.view());
+      DeviceInputs din(in, 0);
+      DeviceOutputs dout(out, 0, true);
+      p.gpu.verify(l, w.dweights[l].view(), din.view(), dout.view());
+    }
+    const bool bad = round == 1;
+    std::vector<int32_t> raw(kRows, T + 5), kept(kRows, 0);  // padding: any value / 0
+    const int32_t values[4] = {1, T, 2, bad ? T + 1 : 3};
+    for (int i = 0; i < 4; ++i) {
+      raw[live[i]] = values[i];
+      if (!bad) kept[live[i]] = values[i];
+    }
+    SPECSTATE_CUDA_OK(
+        cudaMemcpy(d_accepted, raw.data(), sizeof(int32_t) * kRows, cudaMemcpyHostToDevice));
+    p.gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {kRows}, Device::kCuda));
+    p.cpu.commit(kept);
+    EXPECT_EQ(p.gpu.last_commit_status(), bad ? Status::kOutOfRange : Status::kSuccess)
+        << "round " << round;
+  }
+  for (int l = 0; l < L; ++l) {
+    const std::vector<float> ssm = to_floats(p.gpu.ssm_state(l));
+    expect_close(to_floats(p.cpu.ssm_state(l)), ssm, state_tolerance(g),
+                 "committed ssm, layer " + std::to_string(l));
+    expect_close(to_floats(p.cpu.conv_state(l)), to_floats(p.gpu.conv_state(l)), state_tolerance(g),
+                 "committed conv, layer " + std::to_string(l));
+    double norm = 0;
+    for (float v : ssm) norm += double(v) * v;
+    EXPECT_GT(norm, 0.0) << "layer " << l;
+  }
+  cudaFree(d_accepted);
+}
+
+// Kernel nodes of a captured replay round: begin_verify is one upload (the slots and the chain's
+// parents together) and a commit from device memory is one kernel (it checks the values itself),
+// so a round of L layers is L layers' launches plus two nodes. Captured piece by piece after an
+// eager round; the graphs are counted, not run.
+TEST(ReplayRoundNodes, BeginVerifyIsOneUploadAndTheCommitOneKernel) {
+  SPECSTATE_REQUIRE_GPU();
+  std::mt19937_64 rng(41);
+  const GdnConfig g = gdn_preset("gpu_f32");
+  const int L = 2, T = 3, B = 4;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  PoolOptions options = test_pool_options(B, B, T, Strategy::kReplay);
+  CudaStream owned_stream(cudaStreamNonBlocking);
+  cudaStream_t stream = owned_stream.get();
+  options.stream = stream;
+  options.backend = Backend::kCuda;
+  StatePool pool(model, options);
+  std::vector<SlotHandle> handles;
+  for (int i = 0; i < B; ++i) handles.push_back(pool.acquire());
+  const RandomLayers w(g, L, rng);
+  std::vector<DeviceInputs> din;
+  std::vector<TokenOutputs> host_out;
+  std::vector<DeviceOutputs> dout;
+  for (int l = 0; l < L; ++l) {
+    din.emplace_back(random_inputs(g, int64_t{B} * T, rng), 0);
+    host_out.push_back(make_outputs(g, int64_t{B} * T));
+    dout.emplace_back(host_out.back(), 0, true);
+  }
+  int32_t* d_accepted = nullptr;
+  SPECSTATE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * B));
+  const std::vector<int32_t> accepted = {1, T, 2, 1};
+  SPECSTATE_CUDA_OK(
+      cudaMemcpy(d_accepted, accepted.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice));
+  const VerifyBatch batch{handles, T, {}};
+  const TensorView acc = TensorView::contiguous(d_accepted, DType::kI32, {B}, Device::kCuda);
+  const auto verify_all = [&] {
+    for (int l = 0; l < L; ++l) pool.verify(l, w.dweights[l].view(), din[l].view(), dout[l].view());
+  };
+  // An eager round first: the slots then hold history, as in service.
+  pool.begin_verify(batch);
+  verify_all();
+  pool.commit(acc);
+  SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+  ASSERT_EQ(pool.last_commit_status(), Status::kSuccess);
+  const auto nodes = [&](const std::function<void()>& body) {
+    cudaGraph_t graph = nullptr;
+    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    body();
+    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    std::size_t n = 0;
+    EXPECT_EQ(cudaGraphGetNodes(graph, nullptr, &n), cudaSuccess);
+    cudaGraphDestroy(graph);
+    return n;
+  };
+  EXPECT_EQ(nodes([&] { pool.begin_verify(batch); }), 1u) << "begin_verify";
+  EXPECT_GE(nodes(verify_all), static_cast<std::size_t>(L)) << "the layers";
+  EXPECT_EQ(nodes([&] { pool.commit(acc); }), 1u) << "commit";
   cudaFree(d_accepted);
 }
 
