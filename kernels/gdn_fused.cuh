@@ -249,9 +249,11 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
   }
   if (threadIdx.x == 0) {
     if (last) {
-      // Every reader has arrived: zero for the next launch.
+      // Every reader has arrived: zero for the launch after next, the next user of this set
+      // (gdn_fused.h). No fence: that launch counts only after the launch between has passed its
+      // grid-dependency wait, which returns once this grid has completed and its writes are
+      // visible; a fence here only held the head's last CTA (the latest) at the barrier below.
       atomicExch(fp.counters + int64_t{r} * p.num_k_heads + h, 0);
-      __threadfence();
     }
     sm.last = last;
   }
