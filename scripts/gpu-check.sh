@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One call on a GPU machine (the H200 device machine, or any CUDA box): configure for sm_90,
 # build the CUDA backend, run the GPU tests, run them again under compute-sanitizer (memcheck and
-# racecheck), run the GPU benchmarks (GDN, Mamba2, and KDA against fla: stage kdabench) and print
-# short tables. Logs go to $OUT (default: ./out).
+# racecheck), run the GPU benchmarks (GDN, Mamba2, KDA's C++ rounds: stage kdarounds, and KDA
+# against fla: stage kdabench) and print short tables. Logs go to $OUT (default: ./out).
 #
 #   scripts/gpu-check.sh                      # everything
 #   STAGES="build tests bench" scripts/gpu-check.sh
-#   STAGES="build tests ab" scripts/gpu-check.sh   # against .ab-base (scripts/ab-base.sh REV)
+#   STAGES="build tests ab" scripts/gpu-check.sh   # against .ab-base (scripts/ab-base.sh REV):
+#                                                  # GDN, Mamba2 and (base permitting) KDA rounds
 #   STAGES="build tests layout" scripts/gpu-check.sh   # the rounds under each state layout
 #   STAGES="build overlap" scripts/gpu-check.sh   # layers overlapping off / rule / any rows
 #   STAGES="kdaab" KDA_AB_ARGS="--B 1,8" scripts/gpu-check.sh   # KDA rounds against .ab-base
@@ -22,7 +23,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 OUT="${OUT:-$root/out}"
 mkdir -p "$OUT"
-STAGES="${STAGES:-build tests sanitizer bench m2bench kdabench sim tp}"
+STAGES="${STAGES:-build tests sanitizer bench kdarounds m2bench kdabench sim tp}"
 BUILD="${BUILD_DIR:-$root/build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 status=0
@@ -49,13 +50,14 @@ tests_bin="$BUILD/tests/gpu/specstate_gpu_tests"
 cpu_tests_bin="$BUILD/tests/specstate_cpu_tests"  # holds the golden cases' CUDA halves
 bench_bin="$BUILD/tests/bench/specstate_gpu_bench"
 m2_bench_bin="$BUILD/tests/bench/specstate_mamba2_bench"
+kda_bench_bin="$BUILD/tests/bench/specstate_kda_bench"
 if has build; then
   echo "== configure + build (CMAKE_CUDA_ARCHITECTURES=90) [t=${SECONDS}s]"
   if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
        -DSPECSTATE_CUDA=ON -DSPECSTATE_BUILD_EXAMPLES=ON -DSPECSTATE_INSTALL=OFF \
        "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 &&
      cmake --build "$BUILD" -j "$JOBS" --target specstate_gpu_tests specstate_gpu_bench \
-       specstate_mamba2_bench specstate_cpu_tests \
+       specstate_mamba2_bench specstate_kda_bench specstate_cpu_tests \
        >>"$OUT/build.log" 2>&1; then
     grep -E "warning" "$OUT/build.log" | grep -v "Wno" | head -5
     echo "build ok"
@@ -123,6 +125,17 @@ if has bench; then
   [ $rc -ne 0 ] && { tail -20 "$OUT/bench.log"; status=1; }
 fi
 
+if has kdarounds; then
+  # KDA rounds of the C++ bench (specstate only; fla's round is the kdabench stage's).
+  echo "== KDA rounds (C++) [t=${SECONDS}s]"
+  "$kda_bench_bin" --benchmark_out="$OUT/kda_rounds.json" --benchmark_out_format=json \
+    ${KDA_ROUNDS_ARGS:-} >"$OUT/kda_rounds.log" 2>&1
+  rc=$?
+  sed -n '/KDA rounds/,$p' "$OUT/kda_rounds.log"
+  echo "kda rounds rc=$rc"
+  [ $rc -ne 0 ] && { tail -20 "$OUT/kda_rounds.log"; status=1; }
+fi
+
 if has m2bench; then
   echo "== Mamba2 benchmarks [t=${SECONDS}s]"
   "$m2_bench_bin" --benchmark_out="$OUT/mamba2_bench.json" --benchmark_out_format=json \
@@ -151,6 +164,14 @@ if has ab; then
       "${AB_GDN_FILTER:-BM_Rounds4Replay/T:(2|4|8)/B:(1|8|32|128)/}" "$OUT/ab_gdn" || status=1
     scripts/bench-compare.sh "$BUILD-base/tests/bench/specstate_mamba2_bench" "$m2_bench_bin" \
       "${AB_M2_FILTER:-BM_M2Rounds4Replay/T:(2|4|8)/B:(1|8|32|128)/}" "$OUT/ab_m2" || status=1
+    # KDA's C++ rounds, where the base has the binary (from 2026-12-05's eleventh session).
+    if cmake --build "$BUILD-base" -j "$JOBS" --target specstate_kda_bench >>"$OUT/ab_build.log" 2>&1
+    then
+      scripts/bench-compare.sh "$BUILD-base/tests/bench/specstate_kda_bench" "$kda_bench_bin" \
+        "${AB_KDA_FILTER:-BM_KdaRounds4Replay/T:(2|4|8)/B:(1|8|32|128)/}" "$OUT/ab_kda" || status=1
+    else
+      echo "ab: the base has no specstate_kda_bench (KDA: the kdaab stage)"
+    fi
   else
     tail -30 "$OUT/ab_build.log"
     echo "ab: the base did not build"

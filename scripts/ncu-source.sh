@@ -4,6 +4,7 @@
 # instruction counts, hottest first. Run on a GPU machine (the device tool), logs under $OUT.
 #
 #   KERNEL=gdn_recurrence FILTER='BM_Rounds4Replay/4/128' SKIP=100 scripts/ncu-source.sh
+#   KERNEL=gdn_fused FILTER='BM_KdaRounds4Replay/T:2/B:1/' SKIP=40 scripts/ncu-source.sh  # KDA
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -24,11 +25,12 @@ if [ ! -x "$BUILD/tests/bench/specstate_gpu_bench" ] || [ "${REBUILD:-1}" = 1 ];
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DSPECSTATE_CUDA=ON -DSPECSTATE_INSTALL=OFF -DCMAKE_CUDA_FLAGS=-lineinfo "${extra[@]}" \
     >"$OUT/$TAG-build.log" 2>&1 &&
-    cmake --build "$BUILD" -j "$(nproc)" --target specstate_gpu_bench specstate_mamba2_bench \
+    cmake --build "$BUILD" -j "$(nproc)" --target specstate_gpu_bench specstate_mamba2_bench specstate_kda_bench \
       >>"$OUT/$TAG-build.log" 2>&1 || { tail -30 "$OUT/$TAG-build.log"; exit 1; }
 fi
 bench="$BUILD/tests/bench/specstate_gpu_bench"
 [[ "$FILTER" == *Mamba2* || "$FILTER" == BM_M2* || "$KERNEL" == *mamba2* ]] && bench="$BUILD/tests/bench/specstate_mamba2_bench"
+[[ "$FILTER" == BM_Kda* ]] && bench="$BUILD/tests/bench/specstate_kda_bench"
 ncu --kernel-name "regex:$KERNEL" --launch-skip "$SKIP" --launch-count 1 --set full \
   --import-source yes -f -o "$OUT/$TAG" "$bench" --benchmark_filter="$FILTER" \
   --benchmark_min_time=0.05 >"$OUT/$TAG-ncu.log" 2>&1 || tail -20 "$OUT/$TAG-ncu.log"
