@@ -131,7 +131,7 @@ struct GdnFactorSink {
 // The layer's dt_bias as gdn_stage takes it: GDN's value head's; KDA's (a K-vector per value head)
 // the channel of this thread's gates, tid % K (gdn_stage's mapping). Nobody writes it in the
 // round, so every kernel loads it first, before its grid-dependency wait: its latency is then off
-// the chain after the wait (measured for KDA's fused launch, docs/cuda.md, eleventh session).
+// the chain after the wait (KDA's fused launch: docs/cuda.md, eleventh session).
 template <bool kKda, int K>
 __device__ __forceinline__ float gdn_dt_bias(const GdnRecurrenceParams& p, int hv) {
   if (!p.dt_bias) return 0.0f;
