@@ -1,4 +1,4 @@
-// Helpers both GPU benchmark binaries share: error checks, device allocation, medians and the
+// Helpers the GPU benchmark binaries share: error checks, device allocation, medians and the
 // device copy bandwidth every figure is reported against (METHOD: measured by the same binary).
 #pragma once
 
@@ -153,6 +153,49 @@ inline double time_graph(cudaGraphExec_t exec, cudaStream_t stream, void* flush,
     us.push_back(ms * 1e3);
   }
   return median(us);
+}
+
+// Where a benchmark binary times its graphs: its stream, the L2 flush buffer and two events.
+struct GraphTimer {
+  cudaStream_t stream = nullptr;
+  void* flush = nullptr;
+  std::size_t flush_bytes = 0;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+};
+
+// Four consecutive rounds of `pool` in one CUDA graph, the median replay / 4 (us): B of `handles`
+// in an order shuffled per (T, B), accepted lengths random in [1, T] per round and row (written
+// to `accepted4`, device, [4][handles.size()]), `verify(l, tokens)` running layer l's verify.
+// One eager round first leaves pending steps for the first captured round (replay). Marks the
+// benchmark failed where the last commit was flagged.
+template <typename Verify>
+double time_rounds4(benchmark::State& state, StatePool& pool,
+                    const std::vector<SlotHandle>& handles, int T, int B, int layers,
+                    int32_t* accepted4, const GraphTimer& timer, Verify&& verify) {
+  const int max_b = static_cast<int>(handles.size());
+  std::mt19937_64 rng(1000 * T + B);
+  const std::vector<int> order = shuffled_order(max_b, rng);
+  VerifyBatch batch;
+  batch.window = T;
+  for (int r = 0; r < B; ++r) batch.rows.push_back(handles[order[r]]);
+  std::vector<int32_t> acc(4 * static_cast<std::size_t>(max_b));
+  for (int32_t& a : acc) a = std::uniform_int_distribution<int>(1, T)(rng);
+  check(cudaMemcpy(accepted4, acc.data(), sizeof(int32_t) * acc.size(), cudaMemcpyHostToDevice),
+        "accepted");
+  auto round = [&](int k) {
+    pool.begin_verify(batch);
+    for (int l = 0; l < layers; ++l) verify(l, int64_t{B} * T);
+    pool.commit(TensorView::contiguous(accepted4 + k * max_b, DType::kI32, {B}, Device::kCuda));
+  };
+  round(3);
+  cudaGraphExec_t exec = capture_graph(timer.stream, [&] {
+    for (int k = 0; k < 4; ++k) round(k);
+  });
+  const double us =
+      time_graph(exec, timer.stream, timer.flush, timer.flush_bytes, timer.e0, timer.e1, state) / 4;
+  cudaGraphExecDestroy(exec);
+  if (pool.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
+  return us;
 }
 
 // The shapes every rounds and per-layer benchmark runs: T in {2, 4, 8} x B in {1, 8, 32, 128},

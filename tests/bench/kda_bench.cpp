@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <random>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
@@ -162,29 +161,11 @@ void rounds4(benchmark::State& state, Strategy strategy) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
   StatePool& p = w.pool_for(strategy, T);
-  std::mt19937_64 rng(1000 * T + B);
-  const std::vector<int> order = shuffled_order(kMaxB, rng);
-  VerifyBatch batch;
-  batch.window = T;
-  for (int r = 0; r < B; ++r) batch.rows.push_back(w.handles[order[r]]);
-  std::vector<int32_t> acc(4 * kMaxB);
-  for (int32_t& a : acc) a = std::uniform_int_distribution<int>(1, T)(rng);
-  check(cudaMemcpy(w.accepted4, acc.data(), sizeof(int32_t) * acc.size(), cudaMemcpyHostToDevice),
-        "accepted");
-  auto round = [&](int k) {
-    p.begin_verify(batch);
-    for (int l = 0; l < kLayers; ++l) {
-      p.verify(l, w.weights(l), w.inputs(l, int64_t{B} * T), w.outputs(l, int64_t{B} * T));
-    }
-    p.commit(TensorView::contiguous(w.accepted4 + k * kMaxB, DType::kI32, {B}, Device::kCuda));
-  };
-  round(3);  // leaves pending steps for the first captured round (replay)
-  cudaGraphExec_t exec = capture_graph(w.stream, [&] {
-    for (int k = 0; k < 4; ++k) round(k);
-  });
-  const double t = time_graph(exec, w.stream, w.flush, kFlushBytes, w.e0, w.e1, state) / 4;
-  cudaGraphExecDestroy(exec);
-  if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
+  const double t = time_rounds4(
+      state, p, w.handles, T, B, kLayers, w.accepted4,
+      GraphTimer{w.stream, w.flush, kFlushBytes, w.e0, w.e1}, [&](int l, int64_t tokens) {
+        p.verify(l, w.weights(l), w.inputs(l, tokens), w.outputs(l, tokens));
+      });
   results()[{T, B, static_cast<int>(strategy)}] = t;
   state.counters["us"] = t;
   state.counters["x_floor"] = t / floor_us(B);
