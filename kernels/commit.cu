@@ -210,17 +210,10 @@ __global__ void clear_pending_kernel(const __grid_constant__ ClearParams p) {
   }
 }
 
-// Up to kUploadSpans arrays in one launch: span s is values[begin[s], begin[s + 1]) -> dst[s].
-constexpr int kUploadSpans = 4;
-struct UploadParams {
-  int spans = 0;
-  int32_t* dst[kUploadSpans] = {};
-  int begin[kUploadSpans + 1] = {};
-  int32_t values[kUploadChunk] = {};
-};
-static_assert(sizeof(UploadParams) <= 4096, "an upload's parameters fit a launch");
+static_assert(sizeof(UploadBatch) <= 4096, "an upload's parameters fit a launch");
 
-__global__ void upload_i32_kernel(const __grid_constant__ UploadParams p) {
+// One batch of pack_upload (kernel_types.h): array s is values[begin[s], begin[s + 1]) -> dst[s].
+__global__ void upload_i32_kernel(const __grid_constant__ UploadBatch p) {
   for (int s = 0; s < p.spans; ++s) {
     for (int i = p.begin[s] + threadIdx.x; i < p.begin[s + 1]; i += blockDim.x) {
       p.dst[s][i - p.begin[s]] = p.values[i];
@@ -293,28 +286,10 @@ cudaError_t launch_clear_pending(const ClearPendingArgs& a, const int32_t* slots
 }
 
 cudaError_t launch_upload_i32(const UploadSpan* spans, int count, cudaStream_t stream) {
-  UploadParams p;
-  const auto flush = [&]() -> cudaError_t {
-    if (p.spans == 0) return cudaSuccess;
-    upload_i32_kernel<<<1, 256, 0, stream>>>(p);
-    p = UploadParams{};
+  return static_cast<cudaError_t>(pack_upload(spans, count, [&](const UploadBatch& b) {
+    upload_i32_kernel<<<1, 256, 0, stream>>>(b);
     return cudaGetLastError();
-  };
-  for (int s = 0; s < count; ++s) {
-    for (int done = 0; done < spans[s].n;) {
-      if (p.spans == kUploadSpans || p.begin[p.spans] == kUploadChunk) {
-        const cudaError_t err = flush();
-        if (err != cudaSuccess) return err;
-      }
-      const int at = p.begin[p.spans];
-      const int n = std::min(kUploadChunk - at, spans[s].n - done);
-      std::copy(spans[s].values + done, spans[s].values + done + n, p.values + at);
-      p.dst[p.spans] = spans[s].dst + done;
-      p.begin[++p.spans] = at + n;
-      done += n;
-    }
-  }
-  return flush();
+  }));
 }
 
 cudaError_t launch_upload_i32(int32_t* dst, const int32_t* values, int n, cudaStream_t stream) {

@@ -132,13 +132,9 @@ cudaError_t launch_clear_pending(const ClearPendingArgs& args, const int32_t* sl
 // parameters: no host memory is read at execution time, so the upload is capturable and needs
 // no pinned staging buffer.
 cudaError_t launch_upload_i32(int32_t* dst, const int32_t* values, int n, cudaStream_t stream);
-// Several arrays in as few launches as their values allow (one for a round's slots, parents and
-// offsets up to kUploadChunk values together): each launch is a node of a captured round.
-struct UploadSpan {
-  int32_t* dst = nullptr;
-  const int32_t* values = nullptr;
-  int n = 0;
-};
+// Several arrays in as few launches as their values allow (pack_upload, kernel_types.h: one for
+// a round's slots, parents and offsets up to kUploadChunk values together): each launch is a node
+// of a captured round.
 cudaError_t launch_upload_i32(const UploadSpan* spans, int count, cudaStream_t stream);
 
 }  // namespace specstate::kernels

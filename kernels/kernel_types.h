@@ -10,8 +10,53 @@ namespace specstate::kernels {
 enum class ElemType : int32_t { kF32 = 0, kBF16 = 1 };
 
 // Largest number of values one upload launch carries in its parameters (4 KiB parameter
-// budget of a classic launch).
+// budget of a classic launch), and of arrays it writes.
 inline constexpr int kUploadChunk = 960;
+inline constexpr int kUploadSpans = 4;
+
+// An int32 array to upload: n values from host memory `values` to device memory `dst`.
+struct UploadSpan {
+  int32_t* dst = nullptr;
+  const int32_t* values = nullptr;
+  int n = 0;
+};
+
+// One upload launch's parameters: array s is values[begin[s], begin[s + 1]) -> dst[s].
+struct UploadBatch {
+  int spans = 0;
+  int32_t* dst[kUploadSpans] = {};
+  int begin[kUploadSpans + 1] = {};
+  int32_t values[kUploadChunk] = {};
+};
+
+// Packs `spans` in order into as few batches as kUploadSpans arrays and kUploadChunk values a
+// batch allow (an array longer than a batch's room continues in the next), calling
+// launch(const UploadBatch&) for each; stops at and returns launch's first non-zero result (0:
+// all launched). Shared by launch_upload_i32 and its host test.
+template <typename Launch>
+int pack_upload(const UploadSpan* spans, int count, Launch&& launch) {
+  UploadBatch b;
+  const auto flush = [&]() {
+    if (b.spans == 0) return 0;
+    const int err = static_cast<int>(launch(static_cast<const UploadBatch&>(b)));
+    b = UploadBatch{};
+    return err;
+  };
+  for (int s = 0; s < count; ++s) {
+    for (int done = 0; done < spans[s].n;) {
+      if (b.spans == kUploadSpans || b.begin[b.spans] == kUploadChunk) {
+        if (const int err = flush()) return err;
+      }
+      const int at = b.begin[b.spans];
+      const int n = spans[s].n - done < kUploadChunk - at ? spans[s].n - done : kUploadChunk - at;
+      for (int i = 0; i < n; ++i) b.values[at + i] = spans[s].values[done + i];
+      b.dst[b.spans] = spans[s].dst + done;
+      b.begin[++b.spans] = at + n;
+      done += n;
+    }
+  }
+  return flush();
+}
 
 // Variable windows (DESIGN.md section 2): the tokens of a launch's rows, packed by cumulative
 // offsets. `cu` is [row_begin + rows + 1] int32 device memory (the pool's uploaded offsets, or
