@@ -237,6 +237,8 @@ def main():
                         help="with --replay-only: the model's KDA layers (1..20; a round's fixed "
                              "cost is the intercept of rounds against layers)")
     args = parser.parse_args()
+    if not 1 <= args.layers <= L or (args.layers != L and not args.replay_only):
+        sys.exit(f"--layers {args.layers}: 1..{L}, and only with --replay-only")
     try:
         import torch
         import specstate
@@ -248,8 +250,6 @@ def main():
         sys.exit("kda_bench.py needs a CUDA GPU")
     Ts = [int(t) for t in args.T.split(",")]
     Bs = [int(b) for b in args.B.split(",")]
-    if not 1 <= args.layers <= L or (args.layers != L and not args.replay_only):
-        sys.exit(f"--layers {args.layers}: 1..{L}, and only with --replay-only")
     gen = torch.Generator(device="cuda").manual_seed(20261202)
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     bw = copy_gbps(torch)
