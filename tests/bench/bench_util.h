@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -155,49 +156,6 @@ inline double time_graph(cudaGraphExec_t exec, cudaStream_t stream, void* flush,
   return median(us);
 }
 
-// Where a benchmark binary times its graphs: its stream, the L2 flush buffer and two events.
-struct GraphTimer {
-  cudaStream_t stream = nullptr;
-  void* flush = nullptr;
-  std::size_t flush_bytes = 0;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-};
-
-// Four consecutive rounds of `pool` in one CUDA graph, the median replay / 4 (us): B of `handles`
-// in an order shuffled per (T, B), accepted lengths random in [1, T] per round and row (written
-// to `accepted4`, device, [4][handles.size()]), `verify(l, tokens)` running layer l's verify.
-// One eager round first leaves pending steps for the first captured round (replay). Marks the
-// benchmark failed where the last commit was flagged.
-template <typename Verify>
-double time_rounds4(benchmark::State& state, StatePool& pool,
-                    const std::vector<SlotHandle>& handles, int T, int B, int layers,
-                    int32_t* accepted4, const GraphTimer& timer, Verify&& verify) {
-  const int max_b = static_cast<int>(handles.size());
-  std::mt19937_64 rng(1000 * T + B);
-  const std::vector<int> order = shuffled_order(max_b, rng);
-  VerifyBatch batch;
-  batch.window = T;
-  for (int r = 0; r < B; ++r) batch.rows.push_back(handles[order[r]]);
-  std::vector<int32_t> acc(4 * static_cast<std::size_t>(max_b));
-  for (int32_t& a : acc) a = std::uniform_int_distribution<int>(1, T)(rng);
-  check(cudaMemcpy(accepted4, acc.data(), sizeof(int32_t) * acc.size(), cudaMemcpyHostToDevice),
-        "accepted");
-  auto round = [&](int k) {
-    pool.begin_verify(batch);
-    for (int l = 0; l < layers; ++l) verify(l, int64_t{B} * T);
-    pool.commit(TensorView::contiguous(accepted4 + k * max_b, DType::kI32, {B}, Device::kCuda));
-  };
-  round(3);
-  cudaGraphExec_t exec = capture_graph(timer.stream, [&] {
-    for (int k = 0; k < 4; ++k) round(k);
-  });
-  const double us =
-      time_graph(exec, timer.stream, timer.flush, timer.flush_bytes, timer.e0, timer.e1, state) / 4;
-  cudaGraphExecDestroy(exec);
-  if (pool.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
-  return us;
-}
-
 // The shapes every rounds and per-layer benchmark runs: T in {2, 4, 8} x B in {1, 8, 32, 128},
 // manual (event) time in us.
 // SPECSTATE_BENCH_RING: PoolOptions::replay_ring of the benchmarks' replay pools (0 or unset:
@@ -265,6 +223,111 @@ inline void shape_grid(benchmark::internal::Benchmark* b, std::initializer_list<
   b->ArgNames({"T", "B"})->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.05);
 }
 inline void shapes(benchmark::internal::Benchmark* b) { shape_grid(b, {2, 4, 8}, {1, 8, 32, 128}); }
+
+// Where a benchmark binary times its graphs: its stream, the L2 flush buffer and two events.
+struct GraphTimer {
+  cudaStream_t stream = nullptr;
+  void* flush = nullptr;
+  std::size_t flush_bytes = 0;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+};
+
+// What a kind's rounds benchmark holds besides its layers' buffers (the Mamba2 and KDA binaries):
+// a stream, the copy bandwidth measured on it, the L2 flush buffer and two events (timer()),
+// four rounds' accepted lengths (`accepted4`, [4][max_b]), random device buffers drawn one seed
+// after another (random()), and the one live pool, made anew when the strategy or T changes (a
+// snapshot pool at T = 8, B = 128 does not fit beside another).
+class RoundsWorld {
+ public:
+  cudaStream_t stream = nullptr;
+  double copy_gbps = 0;
+  int32_t* accepted4 = nullptr;
+  std::unique_ptr<StatePool> pool;
+  std::vector<SlotHandle> handles;
+
+  RoundsWorld(int max_b, std::size_t flush_bytes, uint64_t seed)
+      : max_b_(max_b), flush_bytes_(flush_bytes), seed_(seed) {
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    copy_gbps = measure_copy_gbps(stream);
+    check(cudaEventCreate(&e0_), "event");
+    check(cudaEventCreate(&e1_), "event");
+    accepted4 = device_alloc<int32_t>(4 * static_cast<std::size_t>(max_b));
+    flush_ = device_alloc<char>(flush_bytes);
+  }
+
+  // n random elements (fill_random: uniform in [-scale, scale), bf16 or f32), the next seed.
+  void* random(std::size_t n, bool bf16, float scale) {
+    void* p = device_alloc<char>(n * (bf16 ? 2 : 4));
+    check(fill_random(p, n, bf16, scale, seed_++, stream), "fill");
+    return p;
+  }
+
+  // The pool of `model` for strategy s and windows up to T, with max_b slots acquired (handles)
+  // and every layer's committed states random (layer l: fill_layer_states(ssm_seed + l,
+  // conv_seed + l)); *made: whether it was made anew by this call.
+  StatePool& pool_for(const ModelConfig& model, LayerKind kind, Strategy s, int T,
+                      uint64_t ssm_seed, uint64_t conv_seed, bool* made = nullptr) {
+    if (made) *made = false;
+    if (pool && pool_strategy_ == s && pool_T_ == T) return *pool;
+    pool.reset();
+    handles.clear();
+    pool = std::make_unique<StatePool>(model, bench_pool_options(max_b_, T, stream, s, kind));
+    pool_strategy_ = s;
+    pool_T_ = T;
+    for (int i = 0; i < max_b_; ++i) handles.push_back(pool->acquire());
+    for (int l = 0; l < model.num_layers; ++l) {
+      fill_layer_states(*pool, l, ssm_seed + l, conv_seed + l, stream);
+    }
+    if (made) *made = true;
+    return *pool;
+  }
+
+  GraphTimer timer() const { return GraphTimer{stream, flush_, flush_bytes_, e0_, e1_}; }
+
+ private:
+  int max_b_;
+  std::size_t flush_bytes_;
+  uint64_t seed_;
+  void* flush_ = nullptr;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+  Strategy pool_strategy_ = Strategy::kSnapshot;
+  int pool_T_ = 0;
+};
+
+// Four consecutive rounds of `pool` in one CUDA graph, the median replay / 4 (us): B of `handles`
+// in an order shuffled per (T, B), accepted lengths random in [1, T] per round and row (written
+// to `accepted4`, device, [4][handles.size()]), `verify(l, tokens)` running layer l's verify.
+// One eager round first leaves pending steps for the first captured round (replay). Marks the
+// benchmark failed where the last commit was flagged.
+template <typename Verify>
+double time_rounds4(benchmark::State& state, StatePool& pool,
+                    const std::vector<SlotHandle>& handles, int T, int B, int layers,
+                    int32_t* accepted4, const GraphTimer& timer, Verify&& verify) {
+  const int max_b = static_cast<int>(handles.size());
+  std::mt19937_64 rng(1000 * T + B);
+  const std::vector<int> order = shuffled_order(max_b, rng);
+  VerifyBatch batch;
+  batch.window = T;
+  for (int r = 0; r < B; ++r) batch.rows.push_back(handles[order[r]]);
+  std::vector<int32_t> acc(4 * static_cast<std::size_t>(max_b));
+  for (int32_t& a : acc) a = std::uniform_int_distribution<int>(1, T)(rng);
+  check(cudaMemcpy(accepted4, acc.data(), sizeof(int32_t) * acc.size(), cudaMemcpyHostToDevice),
+        "accepted");
+  auto round = [&](int k) {
+    pool.begin_verify(batch);
+    for (int l = 0; l < layers; ++l) verify(l, int64_t{B} * T);
+    pool.commit(TensorView::contiguous(accepted4 + k * max_b, DType::kI32, {B}, Device::kCuda));
+  };
+  round(3);
+  cudaGraphExec_t exec = capture_graph(timer.stream, [&] {
+    for (int k = 0; k < 4; ++k) round(k);
+  });
+  const double us =
+      time_graph(exec, timer.stream, timer.flush, timer.flush_bytes, timer.e0, timer.e1, state) / 4;
+  cudaGraphExecDestroy(exec);
+  if (pool.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
+  return us;
+}
 
 // main() of a GPU benchmark binary: runs the benchmarks (none without a device, said on stdout),
 // then `print_table`.

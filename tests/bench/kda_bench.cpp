@@ -18,7 +18,6 @@
 
 #include <cstdio>
 #include <map>
-#include <memory>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
@@ -69,43 +68,21 @@ KdaConfig kimi_linear_48b() {
   return c;
 }
 
-struct World {
-  cudaStream_t stream = nullptr;
-  double copy_gbps = 0;
+struct World : RoundsWorld {
   std::vector<void*> x, g, b, conv_out, core_out, conv_w, A_log, dt_bias;
-  int32_t* accepted4 = nullptr;  // [4][kMaxB]
-  void* flush = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  // The one live pool.
-  std::unique_ptr<StatePool> pool;
-  Strategy pool_strategy = Strategy::kSnapshot;
-  int pool_T = 0;
-  std::vector<SlotHandle> handles;
 
-  World() {
-    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-    copy_gbps = measure_copy_gbps(stream);
-    check(cudaEventCreate(&e0), "event");
-    check(cudaEventCreate(&e1), "event");
-    uint64_t seed = 21;
-    auto make = [&](std::size_t n, bool bf16, float scale) {
-      void* p = device_alloc<char>(n * (bf16 ? 2 : 4));
-      check(fill_random(p, n, bf16, scale, seed++, stream), "fill");
-      return p;
-    };
+  World() : RoundsWorld(kMaxB, kFlushBytes, 21) {
     const std::size_t tokens = std::size_t{kMaxB} * 8;
     for (int l = 0; l < kLayers; ++l) {
-      x.push_back(make(tokens * kConvDim, true, 1.0f));
-      g.push_back(make(tokens * kHV * kK, true, 1.0f));
-      b.push_back(make(tokens * kHV, true, 1.0f));
-      conv_out.push_back(make(tokens * kConvDim, true, 1.0f));
-      core_out.push_back(make(tokens * kHV * kV, true, 1.0f));
-      conv_w.push_back(make(std::size_t{kConvDim} * kW, true, 0.5f));
-      A_log.push_back(make(kHV, false, 1.0f));
-      dt_bias.push_back(make(std::size_t{kHV} * kK, false, 0.5f));
+      x.push_back(random(tokens * kConvDim, true, 1.0f));
+      g.push_back(random(tokens * kHV * kK, true, 1.0f));
+      b.push_back(random(tokens * kHV, true, 1.0f));
+      conv_out.push_back(random(tokens * kConvDim, true, 1.0f));
+      core_out.push_back(random(tokens * kHV * kV, true, 1.0f));
+      conv_w.push_back(random(std::size_t{kConvDim} * kW, true, 0.5f));
+      A_log.push_back(random(kHV, false, 1.0f));
+      dt_bias.push_back(random(std::size_t{kHV} * kK, false, 0.5f));
     }
-    accepted4 = device_alloc<int32_t>(4 * kMaxB);
-    flush = device_alloc<char>(kFlushBytes);
     check(cudaStreamSynchronize(stream), "setup");
   }
   static World& get() {
@@ -114,16 +91,8 @@ struct World {
   }
 
   StatePool& pool_for(Strategy s, int T) {
-    if (pool && pool_strategy == s && pool_T == T) return *pool;
-    pool.reset();
-    handles.clear();
-    pool = std::make_unique<StatePool>(ModelConfig::kda(kLayers, kimi_linear_48b()),
-                                       bench_pool_options(kMaxB, T, stream, s, LayerKind::kKda));
-    pool_strategy = s;
-    pool_T = T;
-    for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
-    for (int l = 0; l < kLayers; ++l) fill_layer_states(*pool, l, 300 + l, 400 + l, stream);
-    return *pool;
+    return RoundsWorld::pool_for(ModelConfig::kda(kLayers, kimi_linear_48b()), LayerKind::kKda, s,
+                                 T, 300, 400);
   }
 
   KdaWeights weights(int l) const {
@@ -162,8 +131,7 @@ void rounds4(benchmark::State& state, Strategy strategy) {
   World& w = World::get();
   StatePool& p = w.pool_for(strategy, T);
   const double t = time_rounds4(
-      state, p, w.handles, T, B, kLayers, w.accepted4,
-      GraphTimer{w.stream, w.flush, kFlushBytes, w.e0, w.e1}, [&](int l, int64_t tokens) {
+      state, p, w.handles, T, B, kLayers, w.accepted4, w.timer(), [&](int l, int64_t tokens) {
         p.verify(l, w.weights(l), w.inputs(l, tokens), w.outputs(l, tokens));
       });
   results()[{T, B, static_cast<int>(strategy)}] = t;

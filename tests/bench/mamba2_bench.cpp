@@ -78,46 +78,24 @@ Mamba2Config nemotron_h_8b() {
   return m;
 }
 
-struct World {
-  cudaStream_t stream = nullptr;
-  double copy_gbps = 0;
+struct World : RoundsWorld {
   std::vector<void*> xbc, dt, conv_out, y, conv_w, conv_b, A_log, dt_bias, D;
-  int32_t* accepted4 = nullptr;  // [4][kMaxB]
-  int32_t* slots = nullptr;      // [kMaxB] the slots of handles 0.. for direct kernel launches
-  void* flush = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  // The one live pool.
-  std::unique_ptr<StatePool> pool;
-  Strategy pool_strategy = Strategy::kSnapshot;
-  int pool_T = 0;
-  std::vector<SlotHandle> handles;
+  int32_t* slots = nullptr;  // [kMaxB] the slots of handles 0.. for direct kernel launches
 
-  World() {
-    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-    copy_gbps = measure_copy_gbps(stream);
-    check(cudaEventCreate(&e0), "event");
-    check(cudaEventCreate(&e1), "event");
-    uint64_t seed = 11;
-    auto make = [&](std::size_t n, bool bf16, float scale) {
-      void* p = device_alloc<char>(n * (bf16 ? 2 : 4));
-      check(fill_random(p, n, bf16, scale, seed++, stream), "fill");
-      return p;
-    };
+  World() : RoundsWorld(kMaxB, kFlushBytes, 11) {
     const std::size_t tokens = std::size_t{kMaxB} * 8;
     for (int l = 0; l < kLayers; ++l) {
-      xbc.push_back(make(tokens * kConvDim, true, 1.0f));
-      dt.push_back(make(tokens * kH, true, 1.0f));
-      conv_out.push_back(make(tokens * kConvDim, true, 1.0f));
-      y.push_back(make(tokens * kH * kP, true, 1.0f));
-      conv_w.push_back(make(std::size_t{kConvDim} * kW, true, 0.5f));
-      conv_b.push_back(make(kConvDim, true, 0.1f));
-      A_log.push_back(make(kH, false, 1.0f));
-      dt_bias.push_back(make(kH, false, 1.0f));
-      D.push_back(make(kH, false, 1.0f));
+      xbc.push_back(random(tokens * kConvDim, true, 1.0f));
+      dt.push_back(random(tokens * kH, true, 1.0f));
+      conv_out.push_back(random(tokens * kConvDim, true, 1.0f));
+      y.push_back(random(tokens * kH * kP, true, 1.0f));
+      conv_w.push_back(random(std::size_t{kConvDim} * kW, true, 0.5f));
+      conv_b.push_back(random(kConvDim, true, 0.1f));
+      A_log.push_back(random(kH, false, 1.0f));
+      dt_bias.push_back(random(kH, false, 1.0f));
+      D.push_back(random(kH, false, 1.0f));
     }
-    accepted4 = device_alloc<int32_t>(4 * kMaxB);
     slots = device_alloc<int32_t>(kMaxB);
-    flush = device_alloc<char>(kFlushBytes);
     check(cudaStreamSynchronize(stream), "setup");
   }
   static World& get() {
@@ -126,21 +104,17 @@ struct World {
   }
 
   StatePool& pool_for(Strategy s, int T) {
-    if (pool && pool_strategy == s && pool_T == T) return *pool;
-    pool.reset();
-    handles.clear();
-    pool = std::make_unique<StatePool>(ModelConfig::mamba2(kLayers, nemotron_h_8b()),
-                                       bench_pool_options(kMaxB, T, stream, s, LayerKind::kMamba2));
-    pool_strategy = s;
-    pool_T = T;
-    for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
-    std::vector<int32_t> slot_index(kMaxB);
-    for (int i = 0; i < kMaxB; ++i)
-      slot_index[i] = static_cast<int32_t>(pool->slot_index(handles[i]));
-    check(cudaMemcpy(slots, slot_index.data(), sizeof(int32_t) * kMaxB, cudaMemcpyHostToDevice),
-          "slots");
-    for (int l = 0; l < kLayers; ++l) fill_layer_states(*pool, l, 100 + l, 200 + l, stream);
-    return *pool;
+    bool made = false;
+    StatePool& p = RoundsWorld::pool_for(ModelConfig::mamba2(kLayers, nemotron_h_8b()),
+                                         LayerKind::kMamba2, s, T, 100, 200, &made);
+    if (made) {
+      std::vector<int32_t> slot_index(kMaxB);
+      for (int i = 0; i < kMaxB; ++i)
+        slot_index[i] = static_cast<int32_t>(p.slot_index(handles[i]));
+      check(cudaMemcpy(slots, slot_index.data(), sizeof(int32_t) * kMaxB, cudaMemcpyHostToDevice),
+            "slots");
+    }
+    return p;
   }
 
   Mamba2Weights weights(int l) const {
@@ -177,8 +151,7 @@ void rounds4(benchmark::State& state, Strategy strategy) {
   World& w = World::get();
   StatePool& p = w.pool_for(strategy, T);
   const double t = time_rounds4(
-      state, p, w.handles, T, B, kLayers, w.accepted4,
-      GraphTimer{w.stream, w.flush, kFlushBytes, w.e0, w.e1}, [&](int l, int64_t tokens) {
+      state, p, w.handles, T, B, kLayers, w.accepted4, w.timer(), [&](int l, int64_t tokens) {
         p.verify(l, w.weights(l), w.inputs(l, tokens), w.outputs(l, tokens));
       });
   results()[{T, B, static_cast<int>(strategy)}] = t;
@@ -252,7 +225,10 @@ void per_layer_kernel(benchmark::State& state, bool conv, Strategy strategy) {
       }
     }
   });
-  const double us = time_graph(exec, w.stream, w.flush, kFlushBytes, w.e0, w.e1, state) / kLayers;
+  const GraphTimer timer = w.timer();
+  const double us =
+      time_graph(exec, timer.stream, timer.flush, timer.flush_bytes, timer.e0, timer.e1, state) /
+      kLayers;
   cudaGraphExecDestroy(exec);
   const ReplayRingModel ring = replay_ring_model(
       T, static_cast<int>(default_replay_ring(LayerKind::kMamba2, T)), B, bench_fold_rows());
