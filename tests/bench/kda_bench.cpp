@@ -146,6 +146,10 @@ void BM_KdaRounds4Replay(benchmark::State& s) { rounds4(s, Strategy::kReplay); }
 
 BENCHMARK(BM_KdaRounds4Snapshot)->Apply(shapes);
 BENCHMARK(BM_KdaRounds4Replay)->Apply(shapes);
+// Batches between the table's (fla has no recorded figure there): 2 rows, the largest the fused
+// launch takes, and 4, the smallest that takes the two launches (kernels::gdn_fused_choice).
+void small_batch_shapes(benchmark::internal::Benchmark* b) { shape_grid(b, {2, 4, 8}, {2, 4}); }
+BENCHMARK(BM_KdaRounds4Replay)->Apply(small_batch_shapes);
 
 void print_table() {
   World& w = World::get();
