@@ -11,38 +11,6 @@ namespace {
 constexpr int kCommitThreads = 256;
 constexpr int kCommitUnroll = 4;  // independent 16-byte loads in flight per thread
 
-// The window of `row` (T, or T_r under variable windows); a malformed range flags the row.
-__device__ int row_window(const RowTokensParams& v, int row, int window, int32_t* error) {
-  if (v.cu == nullptr) return window;
-  const int64_t b = v.cu[row], e = v.cu[row + 1];
-  if (b < 0 || e < b || e - b > window || e > v.capacity) {
-    *error = kCommitErrorBadLengths;
-    return -1;
-  }
-  return static_cast<int>(e - b);
-}
-
-// The checks of both commits: the last accepted window index (-1 = keep), or flags the row
-// (window < 0: already flagged by row_window).
-__device__ int commit_step(CommitMode mode, int value, int window, int32_t* error) {
-  if (window < 0) return -1;
-  if (mode == CommitMode::kAcceptedLength) {
-    if (value > window) {
-      *error = kCommitErrorLengthAboveWindow;
-    } else if (value < 0) {
-      *error = kCommitErrorLengthNegative;
-    } else {
-      return value - 1;
-    }
-    return -1;
-  }
-  if (value < -1 || value >= window) {
-    *error = kCommitErrorNodeOutOfRange;
-    return -1;
-  }
-  return value;
-}
-
 // The OR of every live row's error bits, by the whole CTA (every thread calls it and gets the
 // result). P: CommitCheckParams or CommitPendingParams (the same fields).
 template <typename P>

@@ -1,9 +1,9 @@
 // Commit of a verify round (DESIGN.md section 5, step 5): one launch over all layers and rows
 // copies each row's accepted snapshot (conv window and SSM state) into the row's slot. The
-// accepted values are read from device memory and checked on the device (launch_commit_check,
-// before the commit's own launch), so the pair is capturable in a CUDA graph, and a round with
-// one bad value commits nothing: all-or-nothing. Host-safe launcher declarations; kernels in
-// commit.cu.
+// accepted values are read from device memory and checked on the device (snapshot:
+// launch_commit_check, before the copy's own launch; replay: launch_commit_pending itself), so a
+// commit is capturable in a CUDA graph, and a round with one bad value commits nothing:
+// all-or-nothing. Host-safe launcher declarations; kernels in commit.cu.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,17 +14,8 @@
 
 namespace specstate::kernels {
 
-// How `accepted` is read.
-enum class CommitMode : int32_t {
-  kAcceptedLength = 0,  // chain: a in [0, T]; 0 = keep; the snapshot of token a-1 commits
-  kNode = 1,            // tree (or resolved steps): node in [-1, T-1]; -1 = keep
-};
-
-// Bits of the error flag (OR-ed over rows). A round with any flagged row commits nothing.
-inline constexpr int32_t kCommitErrorLengthAboveWindow = 1;  // chain a > T
-inline constexpr int32_t kCommitErrorLengthNegative = 2;     // chain a < 0
-inline constexpr int32_t kCommitErrorNodeOutOfRange = 4;     // tree node outside [-1, T-1]
-inline constexpr int32_t kCommitErrorBadLengths = 8;         // the row's token range is malformed
+// CommitMode, the error bits and the per-row checks (commit_step, row_window) are host-safe, in
+// kernel_types.h: the kernels below run them, and CI tests them on the host.
 
 // The checks of a round's accepted values, one CTA over every row: *error_flag = the OR of the
 // rows' error bits (0: every value is valid). Written, not OR-ed: it needs no clearing before.

@@ -69,6 +69,53 @@ struct RowTokensParams {
   int64_t capacity = 0;  // tokens the inputs hold (with cu)
 };
 
+// The device commit's reading of `accepted` (kernels/commit.h).
+enum class CommitMode : int32_t {
+  kAcceptedLength = 0,  // chain: a in [0, T]; 0 = keep; the snapshot of token a-1 commits
+  kNode = 1,            // tree (or resolved steps): node in [-1, T-1]; -1 = keep
+};
+
+// Bits of the commit's error flag (OR-ed over rows). A round with any flagged row commits nothing.
+inline constexpr int32_t kCommitErrorLengthAboveWindow = 1;  // chain a > T
+inline constexpr int32_t kCommitErrorLengthNegative = 2;     // chain a < 0
+inline constexpr int32_t kCommitErrorNodeOutOfRange = 4;     // tree node outside [-1, T-1]
+inline constexpr int32_t kCommitErrorBadLengths = 8;         // the row's token range is malformed
+
+// The window of `row` in a commit (T, or T_r under variable windows, read from v.cu); a malformed
+// range (cu[r] < 0, cu[r+1] < cu[r], more than T tokens, or past v.capacity) sets *error to
+// kCommitErrorBadLengths and returns -1. The device commit's check (commit.cu), host-safe.
+constexpr int row_window(const RowTokensParams& v, int row, int window, int32_t* error) {
+  if (v.cu == nullptr) return window;
+  const int64_t b = v.cu[row], e = v.cu[row + 1];
+  if (b < 0 || e < b || e - b > window || e > v.capacity) {
+    *error = kCommitErrorBadLengths;
+    return -1;
+  }
+  return static_cast<int>(e - b);
+}
+
+// The last accepted window index of a row (-1 = keep) from its raw `value` under `mode` and its
+// window (row_window's: < 0, the row is already flagged); an out-of-range value sets *error to
+// its bit and keeps the row. The device commit's check (commit.cu), host-safe.
+constexpr int commit_step(CommitMode mode, int value, int window, int32_t* error) {
+  if (window < 0) return -1;
+  if (mode == CommitMode::kAcceptedLength) {
+    if (value > window) {
+      *error = kCommitErrorLengthAboveWindow;
+    } else if (value < 0) {
+      *error = kCommitErrorLengthNegative;
+    } else {
+      return value - 1;
+    }
+    return -1;
+  }
+  if (value < -1 || value >= window) {
+    *error = kCommitErrorNodeOutOfRange;
+    return -1;
+  }
+  return value;
+}
+
 // Replay factor records (DESIGN.md sections 4 and 6): one token's rank-1 factors, so that applying
 // an accepted token is one multiply-add per state element. Byte offsets inside a record; the
 // record is padded to 16 bytes. Shared by the CPU oracle and the kernels (host-safe, pure).
