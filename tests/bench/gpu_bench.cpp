@@ -491,11 +491,11 @@ void print_table() {
     }
   }
   std::printf(
-      "\nrounds (graph of 4 consecutive rounds, median / 4, us): floor2 = 36 x B x (read + write "
-      "of one state) at %.0f GB/s (v1 / SGLang fold); floor = the replay v2 floor (DESIGN.md "
-      "section 8: one read, a write at the fold rate f of ring R, the factor records); SGLang: "
-      "snapshot, fold-every-commit, ReplaySSM ring of 16\n",
-      w.copy_gbps);
+      "\nrounds (%d layers; graph of 4 consecutive rounds, median / 4, us): floor2 = %d x B x "
+      "(read + write of one state) at %.0f GB/s (v1 / SGLang fold); floor = the replay v2 floor "
+      "(DESIGN.md section 8: one read, a write at the fold rate f of ring R, the factor records); "
+      "SGLang (36 layers): snapshot, fold-every-commit, ReplaySSM ring of 16\n",
+      kLayers, kLayers, w.copy_gbps);
   std::printf("%2s %4s | %9s %9s | %3s %5s %8s %8s %6s | %9s %9s %9s | %6s %6s %6s | %5s\n", "T",
               "B", "snapshot", "replay", "R", "f", "floor2", "floor", "x flr", "SGL snap",
               "SGL fold", "SGL ring", "/snap", "/fold", "/ring", "%BW");

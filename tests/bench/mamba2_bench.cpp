@@ -34,7 +34,9 @@
 namespace specstate::bench {
 namespace {
 
-constexpr int kLayers = 24, kH = 128, kP = 64, kN = 128, kG = 8, kW = 4;
+constexpr int kH = 128, kP = 64, kN = 128, kG = 8, kW = 4;
+// Nemotron-H-8B's 24 Mamba2 layers, or fewer under SPECSTATE_BENCH_LAYERS (bench_util.h).
+const int kLayers = bench_layers(24);
 constexpr int kConvDim = kH * kP + 2 * kG * kN;  // 10240
 constexpr int kMaxB = 128;
 constexpr std::size_t kFlushBytes = 256u << 20;
@@ -278,10 +280,10 @@ BENCHMARK(BM_M2Rounds4Replay)->Apply(mid_batch_shapes);
 void print_table() {
   World& w = World::get();
   std::printf(
-      "\nMamba2 rounds, Nemotron-H-8B TP1 (24 layers; graph of 4 consecutive rounds, median / 4, "
-      "us); floor = 24 x B x (read + write of a 4 MiB state) at %.0f GB/s; SGLang = its snapshot "
-      "path's roundEst\n",
-      w.copy_gbps);
+      "\nMamba2 rounds, Nemotron-H-8B TP1 (%d layers; graph of 4 consecutive rounds, median / 4, "
+      "us); floor = %d x B x (read + write of a 4 MiB state) at %.0f GB/s; SGLang = its snapshot "
+      "path's roundEst (24 layers)\n",
+      kLayers, kLayers, w.copy_gbps);
   std::printf("%2s %4s | %9s %9s | %8s %6s %6s | %9s %6s %6s\n", "T", "B", "snapshot", "replay",
               "floor", "snap/f", "rep/f", "SGLang", "snap/S", "rep/S");
   for (int T : {2, 4, 8}) {
