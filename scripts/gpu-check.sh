@@ -106,7 +106,7 @@ if has sanitizer; then
   [ $rc -ne 0 ] && status=1
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 3 \
     "$tests_bin" --gtest_color=no \
-    --gtest_filter="${RACECHECK_FILTER:-*small*:*odd*:*k32*:CommitChecks.*:*Graph*}" \
+    --gtest_filter="${RACECHECK_FILTER:-*small*:*odd*:*k32*:CommitChecks.*:ReplayCommitChecks.*:*Graph*}" \
     >"$OUT/racecheck.log" 2>&1
   rc=$?
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|tests ran|FAILED" "$OUT/racecheck.log" | head -10
