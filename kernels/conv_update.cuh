@@ -122,14 +122,23 @@ __device__ __forceinline__ void load_conv_weights(const ConvUpdateParams& p, int
              aligned_vec<float, C * W>(static_cast<const float*>(p.weight) + int64_t{c0} * W)) {
     load_n<float, C * W>(static_cast<const float*>(p.weight) + int64_t{c0} * W, wf, true);
   } else {
+    // Any layout, element by element: a loop per dtype, not load_any's two loads per element
+    // (both issued, one kept), whose 2 C W registers set the launch's peak (the fused kernel's
+    // prologue spilled on them).
+    const auto strided = [&](const auto* wp) {
 #pragma unroll
-    for (int i = 0; i < C; ++i) {
-      const int c = i < nc ? c0 + i : c0;
+      for (int i = 0; i < C; ++i) {
+        const int c = i < nc ? c0 + i : c0;
 #pragma unroll
-      for (int j = 0; j < W; ++j) {
-        wf[i * W + j] =
-            load_any(p.weight, p.weight_dtype, c * p.weight_stride_c + j * p.weight_stride_tap);
+        for (int j = 0; j < W; ++j) {
+          wf[i * W + j] = to_float(wp[c * p.weight_stride_c + j * p.weight_stride_tap]);
+        }
       }
+    };
+    if (p.weight_dtype == ElemType::kBF16) {
+      strided(static_cast<const bf16*>(p.weight));
+    } else {
+      strided(static_cast<const float*>(p.weight));
     }
   }
 #pragma unroll

@@ -95,11 +95,13 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
       }
     }
   }
-  // Elements [e_lo, e_hi) of every group.
+  // Elements [e_lo, e_hi) of every group: two items a thread at a time, each loaded as the bits it
+  // holds (ActBits: no conversion, and none is needed, sm.seq is in the act dtype) so that both
+  // loads are in flight before either is stored.
   const auto stage = [&](int e_lo, int e_hi) {
     const int items = kGroups * (e_hi - e_lo);
     for (int i0 = threadIdx.x; i0 < items; i0 += 2 * kGdnThreads) {
-      float v[2][C];
+      ActBits<Act, C> v[2];
       int gs[2], es[2];
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
@@ -112,15 +114,15 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
         if (es[q] < 0) continue;
         const int e = es[q];
         if (e < n) {
-          load_row<Act, C>(rec0 + c0 + path[e] * cp.record_stride_t, 1, nc == C, nc, v[q]);
+          v[q].load(rec0 + c0 + path[e] * cp.record_stride_t, 1, nc == C, nc);
         } else {
-          load_row<Act, C>(x + (rt.begin + e - n) * cp.x_stride_token + c0 * cp.x_stride_c,
-                           cp.x_stride_c, nc == C, nc, v[q]);
+          v[q].load(x + (rt.begin + e - n) * cp.x_stride_token + c0 * cp.x_stride_c, cp.x_stride_c,
+                    nc == C, nc);
         }
       }
 #pragma unroll
       for (int q = 0; q < 2; ++q) {
-        if (es[q] >= 0) put(gs[q], H + es[q], v[q]);
+        if (es[q] >= 0) v[q].store(&sm.seq[gs[q]][H + es[q]][0]);
       }
     }
   };
@@ -167,37 +169,37 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
     arrive();
   }
   grid_dependency_wait();
-  // The window's raw gates (gdn_stage<kStaged> finishes them from the chunk), loaded here so that
-  // their latency overlaps the inputs' (the mapping of gdn_stage: GDN a token a thread, KDA a
-  // (token, key channel) item a thread, beta a token a thread); T <= kGdnChunk / 2 here.
-  constexpr int kGatePre = kKda ? (kGdnChunk / 2) * K / kGdnThreads : 1;
+  // The window's raw gates (gdn_stage<kStaged> finishes them from the chunk; the mapping of
+  // gdn_stage: GDN a token a thread, KDA a (token, key channel) item a thread, beta a token a
+  // thread; T <= kGdnChunk / 2 here), loaded as their bits before the inputs and converted only
+  // after the inputs' barrier: every load of this chain is in flight at once, where converting
+  // each as it arrived made them round trips one after the other (KDA: one a token).
+  static_assert(!kKda || K == kGdnThreads, "KDA: token q's gate of channel tid is item q");
+  constexpr int kGatePre = kKda ? kGdnChunk / 2 : 1;
   static_assert(kGdnChunk / 2 <= kGdnThreads, "a token's gates a thread");
-  float graw[kGatePre], braw = 0.0f;
+  uint32_t gbits[kGatePre], bbits = 0u;
   const int tid = threadIdx.x;
 #pragma unroll
   for (int q = 0; q < kGatePre; ++q) {
-    const int i = tid + q * kGdnThreads;
-    graw[q] = 0.0f;
-    if constexpr (kKda) {
-      if (i < rt.count * K)
-        graw[q] = to_float<Act>(in.a[(i / K) * in.a_st + (i % K) * p.a_stride_k]);
-    } else {
-      if (i < rt.count) graw[q] = to_float<Act>(in.a[i * in.a_st]);
-    }
+    gbits[q] = 0u;
+    if (kKda ? q < rt.count : tid < rt.count)
+      gbits[q] = act_bits(in.a[kKda ? q * in.a_st + tid * p.a_stride_k : tid * in.a_st]);
   }
-  if (tid < rt.count) braw = to_float<Act>(in.b[tid * in.b_st]);
+  if (tid < rt.count) bbits = act_bits(in.b[tid * in.b_st]);
   stage(e_split, n + rt.count);
+  __syncthreads();  // every read of this CTA's committed windows and records is above
+  // The gates to the chunk (gdn_stage reads them after the next barrier): they were loaded with
+  // the inputs, so they are here; before the conv's arithmetic, whose registers are the kernel's
+  // most (their bits held across it spilled).
 #pragma unroll
   for (int q = 0; q < kGatePre; ++q) {
-    const int i = tid + q * kGdnThreads;
     if constexpr (kKda) {
-      if (i < rt.count * K) sm.chunk.egk[off + i / K][i % K] = graw[q];
+      if (q < rt.count) sm.chunk.egk[off + q][tid] = float_from_act_bits<Act>(gbits[q]);
     } else {
-      if (i < rt.count) sm.chunk.eg[off + i] = graw[q];
+      if (tid < rt.count) sm.chunk.eg[off + tid] = float_from_act_bits<Act>(gbits[q]);
     }
   }
-  if (tid < rt.count) sm.chunk.beta[off + tid] = braw;
-  __syncthreads();  // every read of this CTA's committed windows and records is above
+  if (tid < rt.count) sm.chunk.beta[off + tid] = float_from_act_bits<Act>(bbits);
   if (!fp.programmatic) arrive();
   // conv_out (where asked): v by each CTA, q and k by the key head's designated CTA.
   const bool qk_out = fp.write_conv_out && vblock == 0 && hv == h * p.v_per_k;
