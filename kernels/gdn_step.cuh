@@ -158,6 +158,22 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
                                           const GdnFactorSink& sink, int off = 0,
                                           bool wait_async = false) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // KDA: a thread's gates are tokens tid / K, + kTokStep, ... (one key channel, tid % K); their
+  // raw values are loaded kBatch at a time, as bits, before any is used (one round trip a batch,
+  // not one a token), and the first batch before v's loads below, so that the two overlap.
+  constexpr int kTokStep = kGdnThreads / K, kBatch = kStaged ? 1 : 2;
+  uint32_t graw[kBatch];
+  const auto load_gates = [&](int tt0) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int tt = tt0 + j * kTokStep;
+      graw[j] = 0u;
+      if (!kStaged && tt < n) {
+        graw[j] = act_bits(in.a[(c0 + tt) * in.a_st + (tid % K) * p.a_stride_k]);
+      }
+    }
+  };
+  if constexpr (kKda) load_gates(tid / K);
   // v of this CTA's rows for the chunk, staged in shared memory (registers are the limit).
   for (int i = tid; !kStaged && i < n * kRows; i += kGdnThreads) {
     const int tt = i / kRows, r = i % kRows;
@@ -172,17 +188,19 @@ __device__ __forceinline__ void gdn_stage(GdnChunk<K, kRows, kChunk, kKda>& c,
     static_assert(kGdnThreads % K == 0, "one key channel per thread");
     const int e = tid % K;
     const float bias = dt_bias;
-    for (int i = tid; i < n * K; i += kGdnThreads) {
-      const int tt = i / K;
-      const int64_t t = c0 + tt;
-      const float x =
-          (kStaged ? c.egk[off + tt][e] : to_float<Act>(in.a[t * in.a_st + e * p.a_stride_k])) +
-          bias;
-      const float g = p.has_lower_bound ? p.lower_bound * sigmoid(-A * x) : A * softplus(x);
-      const float eg = expf(g);
-      c.egk[off + tt][e] = eg;
-      if (sink.ring != nullptr && sink.eg_writer) {
-        reinterpret_cast<float*>(sink.record(p, c0 + tt) + p.f_eg)[int64_t{hv} * K + e] = eg;
+    for (int tt0 = tid / K; tt0 < n; tt0 += kBatch * kTokStep) {
+      if (tt0 != tid / K) load_gates(tt0);  // the first batch is in flight since the start
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int tt = tt0 + j * kTokStep;
+        if (tt >= n) break;
+        const float x = (kStaged ? c.egk[off + tt][e] : float_from_act_bits<Act>(graw[j])) + bias;
+        const float g = p.has_lower_bound ? p.lower_bound * sigmoid(-A * x) : A * softplus(x);
+        const float eg = expf(g);
+        c.egk[off + tt][e] = eg;
+        if (sink.ring != nullptr && sink.eg_writer) {
+          reinterpret_cast<float*>(sink.record(p, c0 + tt) + p.f_eg)[int64_t{hv} * K + e] = eg;
+        }
       }
     }
     for (int tt = tid; tt < n; tt += kGdnThreads) {
