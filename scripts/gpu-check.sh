@@ -8,6 +8,7 @@
 #   STAGES="build tests bench" scripts/gpu-check.sh
 #   STAGES="build tests ab" scripts/gpu-check.sh   # against .ab-base (scripts/ab-base.sh REV):
 #                                                  # GDN, Mamba2 and (base permitting) KDA rounds
+#   AB_BASE=.ab-base2 AB_BUILD=build-gpu-base2 STAGES=ab scripts/gpu-check.sh   # a second base
 #   STAGES="build tests layout" scripts/gpu-check.sh   # the rounds under each state layout
 #   STAGES="build overlap" scripts/gpu-check.sh   # layers overlapping off / rule / any rows
 #   STAGES="kdaab" KDA_AB_ARGS="--B 1,8" scripts/gpu-check.sh   # KDA rounds against .ab-base
@@ -151,23 +152,24 @@ if has ab; then
   # it): the base's benchmarks are built beside this tree's, then each kind's rounds run A, B, A
   # again (scripts/bench-compare.sh: B / A and the A-A spread). How a kernel change is decided.
   base="${AB_BASE:-$root/.ab-base}"
+  base_build="${AB_BUILD:-$BUILD-base}"  # a second base tree needs a build folder of its own
   echo "== A/B against $(cat "$base/.ab-revision" 2>/dev/null || echo "$base") [t=${SECONDS}s]"
   if [ ! -f "$base/CMakeLists.txt" ]; then
     echo "ab: no base tree at $base (scripts/ab-base.sh REV makes one)"
     status=1
-  elif cmake -S "$base" -B "$BUILD-base" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  elif cmake -S "$base" -B "$base_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          -DCMAKE_CUDA_ARCHITECTURES=90 -DSPECSTATE_CUDA=ON -DSPECSTATE_INSTALL=OFF \
          "${cmake_extra[@]}" >"$OUT/ab_build.log" 2>&1 &&
-       cmake --build "$BUILD-base" -j "$JOBS" --target specstate_gpu_bench specstate_mamba2_bench \
+       cmake --build "$base_build" -j "$JOBS" --target specstate_gpu_bench specstate_mamba2_bench \
          >>"$OUT/ab_build.log" 2>&1; then
-    scripts/bench-compare.sh "$BUILD-base/tests/bench/specstate_gpu_bench" "$bench_bin" \
+    scripts/bench-compare.sh "$base_build/tests/bench/specstate_gpu_bench" "$bench_bin" \
       "${AB_GDN_FILTER:-BM_Rounds4Replay/T:(2|4|8)/B:(1|8|32|128)/}" "$OUT/ab_gdn" || status=1
-    scripts/bench-compare.sh "$BUILD-base/tests/bench/specstate_mamba2_bench" "$m2_bench_bin" \
+    scripts/bench-compare.sh "$base_build/tests/bench/specstate_mamba2_bench" "$m2_bench_bin" \
       "${AB_M2_FILTER:-BM_M2Rounds4Replay/T:(2|4|8)/B:(1|8|32|128)/}" "$OUT/ab_m2" || status=1
     # KDA's C++ rounds, where the base has the binary (from 2026-12-05's eleventh session).
-    if cmake --build "$BUILD-base" -j "$JOBS" --target specstate_kda_bench >>"$OUT/ab_build.log" 2>&1
+    if cmake --build "$base_build" -j "$JOBS" --target specstate_kda_bench >>"$OUT/ab_build.log" 2>&1
     then
-      scripts/bench-compare.sh "$BUILD-base/tests/bench/specstate_kda_bench" "$kda_bench_bin" \
+      scripts/bench-compare.sh "$base_build/tests/bench/specstate_kda_bench" "$kda_bench_bin" \
         "${AB_KDA_FILTER:-BM_KdaRounds4Replay/T:(2|4|8)/B:(1|8|32|128)/}" "$OUT/ab_kda" || status=1
     else
       echo "ab: the base has no specstate_kda_bench (KDA: the kdaab stage)"
