@@ -188,9 +188,8 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
   if (tid < rt.count) bbits = act_bits(in.b[tid * in.b_st]);
   stage(e_split, n + rt.count);
   __syncthreads();  // every read of this CTA's committed windows and records is above
-  // The gates to the chunk (gdn_stage reads them after the next barrier): they were loaded with
-  // the inputs, so they are here; before the conv's arithmetic, whose registers are the kernel's
-  // most (their bits held across it spilled).
+  // The gates to the chunk (gdn_stage reads them after the next barrier): loaded with the inputs,
+  // they are here.
 #pragma unroll
   for (int q = 0; q < kGatePre; ++q) {
     if constexpr (kKda) {
