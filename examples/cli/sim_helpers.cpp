@@ -372,6 +372,12 @@ ModelPreset read_model_file(const std::string& path) {
                                            std::to_string(kMaxModelFileBytes) +
                                            " bytes (not a model file?)");
   }
+  // JSON text holds no NUL byte; nlohmann's parser takes one as the end of the input and would
+  // ignore what follows it, as the trace reader and the safetensors header check say.
+  if (const std::size_t nul = content.find('\0'); nul != std::string::npos) {
+    throw CLI::ValidationError(option, path + " holds a NUL byte (at byte " + std::to_string(nul) +
+                                           "; not a model file?)");
+  }
   // nlohmann's parser is iterative, but dump() (the messages below quote values) and comparisons
   // recurse: 100,000 nested brackets overflow the stack after a successful parse (issue 20.6).
   // Checked on the raw text, as the trace and safetensors readers do.

@@ -258,6 +258,19 @@ TEST(HostileCli, DeeplyNestedModelFileIsAUsageErrorNamingFileAndDepth) {
     EXPECT_EQ(run.code, 2) << run.output;
     EXPECT_TRUE(contains(run.output, "key \"layers\" appears twice in one object")) << run.output;
   }
+  // A NUL byte after the object: nlohmann's parser stopped at it and ignored the rest (exit 0, a
+  // plan of whatever preceded it).
+  {
+    const char text[] = "{\"kind\": \"gdn\", \"layers\": 2}\0 {\"layers\": 40}\n";
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(text, 1, sizeof(text) - 1, f), sizeof(text) - 1);
+    std::fclose(f);
+    const test::CliRun run = run_cli("plan --model-file " + path);
+    EXPECT_EQ(run.code, 2) << run.output;
+    EXPECT_TRUE(contains(run.output, "holds a NUL byte (at byte 28;")) << run.output;
+    EXPECT_TRUE(contains(run.output, "--model-file")) << run.output;
+  }
   // A file that is not a model file at all (/dev/zero) ends at the size limit, not in memory.
   const test::CliRun zero = run_cli("plan --model-file /dev/zero");
   EXPECT_EQ(zero.code, 2) << zero.output;
