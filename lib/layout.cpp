@@ -177,6 +177,15 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
   positive("num_slots", options.num_slots);
   positive("max_rows", options.max_rows);
   positive("max_window", options.max_window);
+  auto at_most = [&](const char* name, int value, int bound, const char* bound_name) {
+    if (value > bound) {
+      throw Error(Status::kInvalidArgument, std::string(fn) + ": options." + name + " = " +
+                                                std::to_string(value) + " is larger than " +
+                                                bound_name + " = " + std::to_string(bound));
+    }
+  };
+  at_most("max_rows", options.max_rows, PoolOptions::kMaxRows, "PoolOptions::kMaxRows");
+  at_most("max_window", options.max_window, PoolOptions::kMaxWindow, "PoolOptions::kMaxWindow");
 
   Layout l;
   l.layers = config.num_layers;

@@ -208,9 +208,15 @@ ReplayRingModel replay_ring_model(int max_window, int ring);
 ReplayRingModel replay_ring_model(int max_window, int ring, int rows, int fold_rows = 0);
 
 struct PoolOptions {
+  // Sanity bounds, far above any engine's round, the same as the protocol layer's
+  // (spec::kMaxBatchRows, spec::kMaxWindowNodes): a larger value is rejected by name instead of
+  // sizing the scratch for it (max_window = 2^20 made a pool of gigabytes of workspace).
+  static constexpr int kMaxRows = 1 << 20;
+  static constexpr int kMaxWindow = 1 << 16;
+
   int num_slots = 1;   // requests whose committed state the pool holds
-  int max_rows = 1;    // largest verify batch (rows, padding included)
-  int max_window = 1;  // largest window T (tokens per row per round)
+  int max_rows = 1;    // largest verify batch (rows, padding included), at most kMaxRows
+  int max_window = 1;  // largest window T (tokens per row per round), at most kMaxWindow
   Backend backend = Backend::kCpu;
   Strategy strategy = Strategy::kSnapshot;
   // Replay only: R, the factor records each slot and layer keeps (DESIGN.md section 6). A verify

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "specstate/specstate.h"
 
@@ -29,6 +30,13 @@ struct Arg {
 // or ValueError (device, rank, read-only output). NumPy arrays of ml_dtypes.bfloat16 are taken
 // as bf16. `allow_none`: None gives an empty Arg.
 Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none);
+
+// A host array (cpu / cuda_host) of integers of another dtype than int32, one dimension (NumPy's
+// default int64, a CPU torch.int64 tensor): its values as int32, or nullopt for anything else
+// (int32 arrays, device arrays, other dtypes and ranks, which to_arg takes or refuses). Raises
+// specstate.OutOfRangeError naming `function`, `name`[i] and the value that does not fit.
+std::optional<std::vector<int32_t>> host_int_values(nb::handle object, const char* function,
+                                                    const char* name);
 
 // A byte buffer argument (export_slot / import_slot): any C-contiguous array (any dtype of whole
 // bytes, any rank; uint8 [bytes] is the natural one) of exactly `bytes` bytes, or of

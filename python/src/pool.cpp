@@ -226,11 +226,16 @@ const char* kStreamDoc =
     "None: StatePool.stream.";
 
 // One layer call: the arguments checked and taken as views, `call(pool, w, in, out)` under the
-// pool's lock and stream bridge, and the weights held for replay.
+// pool's lock and stream bridge. The call holds its own references to every array (copies of the
+// argument structs, taken with the GIL): Python code that runs before the GIL is released (the
+// stream's `cuda_stream`) or another thread while it is released may reassign a field of the
+// caller's struct, which dropped the array the call was reading or writing.
 template <typename W, typename I, typename O, typename Call>
-void layer_call(PyPool& p, int layer, nb::handle_t<W> weights, const I& in, const O& out,
-                nb::handle stream, Call&& call) {
-  const W& w = nb::cast<const W&>(weights);
+void layer_call(PyPool& p, int /*layer*/, nb::handle_t<W> weights, const I& in_arg,
+                const O& out_arg, nb::handle stream, Call&& call) {
+  const W w = nb::cast<const W&>(weights);
+  const I in = in_arg;
+  const O out = out_arg;
   check_layer_args(p, w, in, out);
   const auto wv = w.views();
   const auto iv = in.views();
@@ -320,8 +325,12 @@ void bind_pool(nb::module_& m) {
       .def_ro("generation", &SlotHandle::generation, "Generation of the slot.")
       .def_ro("pool_id", &SlotHandle::pool_id, "Id of the pool that issued it.")
       .def("is_padding", &SlotHandle::is_padding, "Whether this is a padding row.")
-      .def("__eq__", [](const SlotHandle& a, const SlotHandle& b) { return a == b; })
-      .def("__ne__", [](const SlotHandle& a, const SlotHandle& b) { return a != b; })
+      .def(
+          "__eq__", [](const SlotHandle& a, const SlotHandle& b) { return a == b; },
+          nb::is_operator())
+      .def(
+          "__ne__", [](const SlotHandle& a, const SlotHandle& b) { return a != b; },
+          nb::is_operator())
       .def("__hash__",
            [](const SlotHandle& h) {
              return nb::hash(nb::make_tuple(h.slot, h.generation, h.pool_id));
@@ -757,13 +766,19 @@ void bind_pool(nb::module_& m) {
           .def(
               "commit",
               [](PyPool& p, nb::handle accepted, nb::handle stream) {
+                std::optional<std::vector<int32_t>> host;
                 if (nb::isinstance<nb::list>(accepted) || nb::isinstance<nb::tuple>(accepted)) {
-                  std::vector<int32_t> values;
-                  try {
-                    values = nb::cast<std::vector<int32_t>>(accepted);
-                  } catch (const nb::cast_error&) {
-                    throw nb::type_error("accepted: expected a list of int32 values");
+                  // Each value named by its index when it is no int or does not fit int32.
+                  host.emplace();
+                  for (nb::handle item : accepted) {
+                    const std::string name = "accepted[" + std::to_string(host->size()) + "]";
+                    host->push_back(to_int(item, "StatePool.commit", name.c_str()));
                   }
+                } else {
+                  host = host_int_values(accepted, "StatePool.commit", "accepted");
+                }
+                if (host) {
+                  const std::vector<int32_t>& values = *host;
                   locked(p, stream, [&](StatePool& s) {
                     s.commit(values);
                     return 0;
@@ -782,9 +797,10 @@ void bind_pool(nb::module_& m) {
               (std::string(
                    "Ends the round, all layers at once, all-or-nothing. Per row: chain: the "
                    "accepted length a in [0, T] (0 = keep); tree: the accepted node in [-1, "
-                   "T-1] (-1 = keep). A list of ints, or an int32 [rows] array (host; or "
-                   "device memory on CUDA pools: checked on the device, no host sync; a bad "
-                   "value commits no row, see last_commit_status).") +
+                   "T-1] (-1 = keep). A list of ints, a host array of any integer dtype (NumPy's "
+                   "default int64 included; each value must fit int32), or an int32 [rows] "
+                   "array in device memory on CUDA pools (checked on the device, no host sync; "
+                   "a bad value commits no row, see last_commit_status).") +
                kStreamDoc)
                   .c_str())
           .def(

@@ -64,8 +64,10 @@ void bind_spec(nb::module_& m) {
           "(first_child, next_sibling) links of this window.")
       .def("describe", &Window::describe, "'chain(4)' or 'tree[-1,0,0,1]'.")
       .def("__repr__", [](const Window& w) { return "Window." + w.describe(); })
-      .def("__eq__", [](const Window& a, const Window& b) { return a == b; })
-      .def("__ne__", [](const Window& a, const Window& b) { return a != b; });
+      .def(
+          "__eq__", [](const Window& a, const Window& b) { return a == b; }, nb::is_operator())
+      .def(
+          "__ne__", [](const Window& a, const Window& b) { return a != b; }, nb::is_operator());
   m.def("check_path", &spec::check_path, nb::arg("window"), nb::arg("path"),
         nb::arg("what") = "path",
         "Raises InvalidArgumentError unless `path` is a root-to-node path of `window` (empty "

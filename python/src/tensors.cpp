@@ -1,7 +1,9 @@
 // Arrays in (DLPack / buffer protocol, zero copies) and pool memory out (__dlpack__ objects).
 #include <nanobind/stl/string.h>
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common.h"
 
@@ -177,6 +179,62 @@ Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) 
     v.data = dummy;
   }
   return arg;
+}
+
+std::optional<std::vector<int32_t>> host_int_values(nb::handle object, const char* function,
+                                                    const char* name) {
+  if (object.is_none()) return std::nullopt;
+  nb::ndarray<> a;
+  if (!import_array(object, /*writable=*/false, a)) return std::nullopt;
+  const dl::dtype d = a.dtype();
+  const bool is_int = d.code == uint8_t(dl::dtype_code::Int);
+  const bool is_uint = d.code == uint8_t(dl::dtype_code::UInt);
+  const int dev = a.device_type();
+  if ((!is_int && !is_uint) || d.lanes != 1 || (is_int && d.bits == 32) ||
+      (d.bits != 8 && d.bits != 16 && d.bits != 32 && d.bits != 64) ||
+      (dev != nb::device::cpu::value && dev != nb::device::cuda_host::value)) {
+    return std::nullopt;
+  }
+  if (a.ndim() != 1) {
+    throw nb::value_error((std::string(name) + ": " + array_text(a) + " has " +
+                           std::to_string(a.ndim()) + " dimensions, expected one ([rows])")
+                              .c_str());
+  }
+  const auto* base = static_cast<const char*>(a.data());
+  const int64_t n = static_cast<int64_t>(a.shape(0)), stride = a.stride(0) * (d.bits / 8);
+  std::vector<int32_t> values(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const char* p = base + i * stride;
+    int64_t v = 0;
+    uint64_t u = 0;
+    switch (d.bits) {
+      case 8:
+        v = is_int ? *reinterpret_cast<const int8_t*>(p) : *reinterpret_cast<const uint8_t*>(p);
+        break;
+      case 16:
+        v = is_int ? *reinterpret_cast<const int16_t*>(p) : *reinterpret_cast<const uint16_t*>(p);
+        break;
+      case 32:  // uint32 (int32 arrays are taken as they are)
+        v = *reinterpret_cast<const uint32_t*>(p);
+        break;
+      default:
+        if (is_int) {
+          v = *reinterpret_cast<const int64_t*>(p);
+        } else {
+          u = *reinterpret_cast<const uint64_t*>(p);
+          v = u > static_cast<uint64_t>(INT32_MAX) ? int64_t{INT32_MAX} + 1
+                                                   : static_cast<int64_t>(u);
+        }
+    }
+    if (v < INT32_MIN || v > INT32_MAX) {
+      throw Error(Status::kOutOfRange,
+                  std::string(function) + ": " + name + "[" + std::to_string(i) +
+                      "] = " + (is_uint && d.bits == 64 ? std::to_string(u) : std::to_string(v)) +
+                      " does not fit int32 (" + name + " is " + array_text(a) + ")");
+    }
+    values[static_cast<std::size_t>(i)] = static_cast<int32_t>(v);
+  }
+  return values;
 }
 
 Arg to_bytes_arg(nb::handle object, const char* function, const char* name, bool writable,

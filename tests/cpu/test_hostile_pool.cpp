@@ -39,19 +39,61 @@ TEST(HostilePool, ConfigWhoseSizesOverflowIsRejected) {
 // Defect 2: the scratch size (max_rows * max_window * state bytes * layers) overflows int64 and
 // used to wrap to a tiny buffer that one verify then overran.
 TEST(HostilePool, ScratchSizeOverflowIsRejected) {
+  // A slot of 2^40 bytes (under the 2^48 bound on one slot) and rows and window at the options'
+  // bounds: 2^76 bytes of snapshot scratch, which only the size arithmetic can catch.
   GdnConfig g = tiny_config();
-  g.num_v_heads = 1 << 14;
-  g.num_k_heads = 1 << 14;
+  g.num_v_heads = 1 << 10;
+  g.num_k_heads = 1 << 10;
   g.head_k_dim = 1 << 10;
   g.head_v_dim = 1 << 10;
   PoolOptions o;
-  o.max_rows = 1 << 30;
-  o.max_window = 1 << 20;
+  o.max_rows = PoolOptions::kMaxRows;
+  o.max_window = PoolOptions::kMaxWindow;
   try {
-    StatePool pool(ModelConfig::gated_delta_net(1 << 20, g), o);
+    StatePool pool(ModelConfig::gated_delta_net(1 << 8, g), o);
     FAIL() << "an impossible pool was built";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kInvalidArgument) << e.what();
+    EXPECT_TRUE(contains(e.what(), "overflows")) << e.what();
+  }
+}
+
+// max_window = 2^20 was accepted and sized a workspace of gigabytes for windows that no
+// spec::Window can hold (kMaxWindowNodes); max_rows likewise past spec::kMaxBatchRows. Both are
+// rejected by name, before any allocation, on either strategy.
+TEST(HostilePool, RowsAndWindowPastTheirBoundsAreRejectedByName) {
+  struct Case {
+    int rows, window;
+    const char* what;
+  };
+  for (const Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
+    for (const Case& c : {Case{1, PoolOptions::kMaxWindow + 1,
+                               "options.max_window = 65537 is "
+                               "larger than PoolOptions::"
+                               "kMaxWindow = 65536"},
+                          Case{PoolOptions::kMaxRows + 1, 1,
+                               "options.max_rows = 1048577 is "
+                               "larger than PoolOptions::kMaxRows "
+                               "= 1048576"},
+                          Case{1, 1 << 20, "options.max_window = 1048576"}}) {
+      PoolOptions o;
+      o.strategy = strategy;
+      o.max_rows = c.rows;
+      o.max_window = c.window;
+      try {
+        StatePool pool(ModelConfig::gated_delta_net(1, tiny_config()), o);
+        FAIL() << "a pool with max_rows = " << c.rows << ", max_window = " << c.window;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.status(), Status::kInvalidArgument) << e.what();
+        EXPECT_TRUE(contains(e.what(), c.what)) << e.what();
+      }
+    }
+    // Below them a pool is built as before.
+    PoolOptions o;
+    o.strategy = strategy;
+    o.max_window = 64;
+    StatePool pool(ModelConfig::gated_delta_net(1, tiny_config()), o);
+    EXPECT_EQ(pool.options().max_window, 64);
   }
 }
 

@@ -220,8 +220,12 @@ def test_bad_protocol_and_values():
     with pytest.raises(specstate.OutOfRangeError, match=r"accepted\[0\] = 9") as info:
         pool.commit([9])
     assert isinstance(info.value, ValueError)
-    with pytest.raises(TypeError, match="accepted: dtype int64"):
-        pool.commit(np.array([1], np.int64))
+    # Host arrays of any integer dtype are taken (test_commit_takes_any_host_integer_array...);
+    # other dtypes and ranks are not.
+    with pytest.raises(specstate.InvalidArgumentError, match="accepted dtype = f32, expected i32"):
+        pool.commit(np.array([1], np.float32))
+    with pytest.raises(ValueError, match=r"accepted: int64\[1, 1\] cpu has 2 dimensions"):
+        pool.commit(np.array([[1]], np.int64))
     with pytest.raises(TypeError, match="accepted"):
         pool.commit(["x"])
     pool.commit([1])
@@ -480,3 +484,112 @@ def test_bad_streams_name_the_argument(value, error, message):
     with pytest.raises(error, match=message):
         specstate.PoolOptions(stream=value)
     assert pool.acquire(stream=_Stream((0, 0))).slot == 0  # CPU pools ignore a valid stream
+
+
+# --- found by an adoption review (thirteenth session) ---------------------------------------
+
+def test_call_keeps_its_arrays_alive_when_a_field_is_reassigned():
+    """A layer call took raw views of the argument structs' arrays, then ran Python code (the
+    stream's `cuda_stream`) and released the GIL without a reference of its own: reassigning a
+    field there freed the array the call read (a segmentation fault, or other bytes read). The
+    call now holds its own references: it computes with the arrays it was given."""
+    model = Model(act=DType.F32)
+    n = 4096  # inputs of megabytes: a freed one is unmapped, not kept in malloc's free lists
+    x, a, b = model.inputs(n)[0]
+    ref_pool, pool = model.pool(), model.pool()
+    ref_h, h = ref_pool.acquire(), pool.acquire()
+    ref_out = model.outputs(n)
+    ref_pool.prefill(0, ref_h, model.weights[0], specstate.GdnInputs(x.copy(), a, b), ref_out)
+
+    inp = specstate.GdnInputs(x.copy(), a, b)
+    out = model.outputs(n)
+    core = out.core_out
+
+    class Stream:
+        @property
+        def cuda_stream(self):
+            inp.mixed_qkv = np.zeros_like(x)  # drops the struct's reference to the input
+            out.core_out = np.zeros_like(core)  # and to the output
+            gc.collect()
+            return 0
+
+    pool.prefill(0, h, model.weights[0], inp, out, stream=Stream())
+    assert np.array_equal(bits(core), bits(ref_out.core_out))
+    assert np.any(core != 0)
+    (c0, s0), = states(pool, 1)
+    (c1, s1), = states(ref_pool, 1)
+    assert np.array_equal(bits(c0), bits(c1)) and np.array_equal(bits(s0), bits(s1))
+
+
+def test_handles_and_windows_compare_unequal_to_other_types():
+    """`h == None` raised TypeError (no overload); Python's protocol returns NotImplemented, so
+    comparisons with other types are False and `in` works over mixed lists."""
+    pool = Model().pool()
+    h = pool.acquire()
+    assert not (h == None)  # noqa: E711
+    assert h != "x"
+    assert h in [None, h] and None not in [h]
+    w = specstate.Window.chain(2)
+    assert not (w == None) and w != 2  # noqa: E711
+    assert w == specstate.Window.chain(2)
+
+
+def test_commit_takes_any_host_integer_array_and_names_a_value_that_does_not_fit():
+    """NumPy's default int64 (np.array([3, 1])) was refused ("dtype int64 is not supported"); a
+    list value past int32 got "expected a list of int32 values" without its index or value."""
+    model = Model()
+    results = []
+    for accepted in (np.array([2]), np.array([2], np.int64), np.array([2], np.uint8),
+                     np.array([2, 9], np.int16)[:1], [np.int64(2)]):
+        pool = model.pool()
+        model.rng = np.random.default_rng(7)
+        h = pool.acquire()
+        pool.begin_verify(specstate.VerifyBatch([h], window=4))
+        for layer, (x, a, b) in enumerate(model.inputs(4)):
+            pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b),
+                        model.outputs(4))
+        pool.commit(accepted)
+        results.append(states(pool, model.layers))
+    for other in results[1:]:
+        for (c0, s0), (c1, s1) in zip(results[0], other):
+            assert np.array_equal(c0, c1) and np.array_equal(s0, s1)
+
+    pool = model.pool()
+    h = pool.acquire()
+    pool.begin_verify(specstate.VerifyBatch([h], window=4))
+    for layer, (x, a, b) in enumerate(model.inputs(4)):
+        pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), model.outputs(4))
+    before = states(pool, model.layers)
+    for bad, error, message in [
+            ([2**31], specstate.OutOfRangeError, r"accepted\[0\] = 2147483648 is out of range"),
+            ([1, "x"], TypeError, r"accepted\[1\]: expected an int, got str"),
+            (np.array([2**40]), specstate.OutOfRangeError,
+             r"StatePool.commit: accepted\[0\] = 1099511627776 does not fit int32"),
+            (np.array([2**64 - 1], np.uint64), specstate.OutOfRangeError,
+             r"accepted\[0\] = 18446744073709551615 does not fit int32"),
+            (np.array([9]), specstate.OutOfRangeError, r"accepted\[0\] = 9")]:
+        with pytest.raises(error, match=message):
+            pool.commit(bad)
+        assert pool.round_open()
+        for (c0, s0), (c1, s1) in zip(before, states(pool, model.layers)):
+            assert np.array_equal(c0, c1) and np.array_equal(s0, s1)
+    pool.commit(np.array([4]))
+    assert not pool.round_open()
+
+
+def test_pool_window_and_rows_past_their_bounds_are_refused():
+    """PoolOptions(max_window=2**20) was accepted and sized gigabytes of scratch for windows no
+    spec.Window can hold; default_replay_ring(0) answered 6."""
+    model = Model()
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"options.max_window = 1048576 is larger than "
+                             r"PoolOptions::kMaxWindow = 65536"):
+        specstate.StatePool(model.config, specstate.PoolOptions(max_window=2**20))
+    with pytest.raises(specstate.InvalidArgumentError, match=r"options.max_rows = 1048577"):
+        specstate.StatePool(model.config, specstate.PoolOptions(max_rows=2**20 + 1))
+    for bad in (0, -5, 2**16 + 1):
+        with pytest.raises(specstate.InvalidArgumentError,
+                           match=rf"default_replay_ring: max_window = {bad} must be in \[1, "):
+            specstate.default_replay_ring(bad)
+        with pytest.raises(specstate.InvalidArgumentError, match="max_window"):
+            specstate.default_replay_ring(specstate.LayerKind.KDA, bad)
