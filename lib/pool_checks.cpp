@@ -110,8 +110,9 @@ void StatePool::Impl::check_layer(const char* function, int layer) const {
   }
 }
 
-// An output view must not overlap the pool's own memory (committed state or workspace): the
-// call would overwrite what it reads, and the strategy's state with it.
+// A call's buffer (an output, or the slot state import_slot reads) must not overlap the pool's
+// own memory (committed state or workspace): the call would overwrite what it reads, and the
+// strategy's state with it.
 void StatePool::Impl::check_no_alias(const char* function, const char* name,
                                      const TensorView& view) const {
   if (view.empty()) return;
@@ -125,8 +126,8 @@ void StatePool::Impl::check_no_alias(const char* function, const char* name,
       fail(Status::kInvalidArgument, function,
            std::string(name) + " (" + view.describe() + ") overlaps the pool's " +
                detail::buf_name(static_cast<detail::Buf>(b)) +
-               ": outputs must be the caller's "
-               "own memory");
+               ": a call's buffers (outputs, an imported slot state) must be the caller's own "
+               "memory");
     }
   }
   if (!storage.layout.caller_committed) return;
@@ -142,7 +143,8 @@ void StatePool::Impl::check_no_alias(const char* function, const char* name,
         fail(Status::kInvalidArgument, function,
              std::string(name) + " (" + view.describe() + ") overlaps the committed " +
                  (kind == 0 ? "conv" : "SSM") + " state of layer " + std::to_string(layer) +
-                 " (the caller-owned views the pool adopted): outputs must be other memory");
+                 " (the caller-owned views the pool adopted): a call's buffers must be other "
+                 "memory");
       }
     }
   }

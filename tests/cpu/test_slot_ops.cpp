@@ -96,7 +96,8 @@ TEST(SlotOpsBadInput, ExportAndImportBuffers) {
     const TensorView pool_mem = f.p.ssm_state(0);
     expect_rejected(
         [&] { call(f.p, f.a, TensorView::contiguous(pool_mem.data, DType::kI32, {n})); },
-        Status::kInvalidArgument, {"overlaps the pool's"});
+        Status::kInvalidArgument,
+        {"overlaps the pool's", "a call's buffers (outputs, an imported slot state) must be"});
   }
   SlotHandle stale = f.b;
   stale.generation += 1;
