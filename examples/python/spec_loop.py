@@ -183,8 +183,15 @@ class NgramDrafter:
 def speculative_generate(model, owner, drafter, prompt, max_new_tokens, window, cache):
     kv = {cache_kwarg(model): cache, "use_cache": True}  # KV cache: attention layers only
     ids = lambda tokens: torch.tensor([tokens], device=model.device)  # noqa: E731
+    # Every forward names its tokens' positions. Left to the model, they start at
+    # cache.get_seq_length(), which transformers 5.25 reads from layer 0's cache: a linear
+    # attention layer's token count, never advanced here (specstate owns those layers' state), so
+    # every round's queries and keys were rotated as positions 0..T-1 (Qwen3-Next, Qwen3.5).
+    def positions(start, n):
+        return torch.arange(start, start + n, device=model.device)[None]
+
     owner.verifying = False
-    logits = model(ids(prompt), **kv).logits
+    logits = model(ids(prompt), position_ids=positions(0, len(prompt)), **kv).logits
     root = int(logits[0, -1].argmax())
     out, context = [root], prompt + [root]
     rounds = proposed = accepted_drafts = 0
@@ -192,7 +199,9 @@ def speculative_generate(model, owner, drafter, prompt, max_new_tokens, window, 
         tokens = [root] + drafter.propose(context, window - 1)          # the window, root first
         owner.pool.begin_verify(specstate.VerifyBatch([owner.handle], window=window))
         owner.verifying = True
-        logits = model(ids(tokens), **kv).logits[0]
+        # the window's root is the context's last token, at position len(context) - 1
+        logits = model(ids(tokens), position_ids=positions(len(context) - 1, window),
+                       **kv).logits[0]
         owner.verifying = False
         target = logits.argmax(-1).tolist()                              # target[t]: after t
         acc = specstate.accept_greedy_chain(tokens, target)

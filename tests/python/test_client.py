@@ -48,8 +48,10 @@ def test_token_exact_with_generate(client, strategy, layout, device, capsys):
     if not hasattr(transformers, model_class):
         pytest.skip(f"this transformers ({transformers.__version__}) has no {model_class}")
     module = load_client(script)
-    rc = module.main(["--strategy", strategy, "--device", device, "--layers", "4",
-                      "--new-tokens", "12", "--window", "3", "--state-layout", layout] + extra)
+    # 6 layers: the attention layer (every fourth) feeds later recurrent layers; 32 tokens of
+    # windows of 4 (4 layers and 12 tokens passed with every verify round's positions wrong).
+    rc = module.main(["--strategy", strategy, "--device", device, "--layers", "6",
+                      "--new-tokens", "32", "--window", "4", "--state-layout", layout] + extra)
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "identical to model.generate" in out, out
