@@ -134,6 +134,17 @@ void check_strided(const char* function, const char* name, const TensorView& vie
   check_span(function, name, view);
 }
 
+void check_no_broadcast(const char* function, const char* name, const TensorView& view) {
+  for (int d = 0; d < view.ndim; ++d) {
+    if (view.shape[d] > 1 && view.stride[d] == 0) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + " (" + view.describe() + ") stride " + std::to_string(d) +
+               " = 0 along " + std::to_string(view.shape[d]) +
+               " elements: an output's elements must not share memory (a broadcast view?)");
+    }
+  }
+}
+
 void check_view(const TensorView& view, const ViewSpec& spec) {
   const std::string name = spec.name;
   if (view.data == nullptr) {

@@ -95,6 +95,13 @@ TEST_P(OutputOverlap, PrefillDecodeAndVerifyRejectOutputsSharingMemoryWithTheirI
             expect_rejected([&] { call(iv, o); }, Status::kInvalidArgument,
                             {fn, out_name, "overlaps weights.conv_weight"});
           }
+          {  // the main output broadcast along its heads (stride 0): its own elements overlap
+            typename Kind::Outputs o = ov;
+            main_output(o).stride[1] = 0;
+            expect_rejected(
+                [&] { call(iv, o); }, Status::kInvalidArgument,
+                {fn, out_name, "stride 1 = 0 along", "an output's elements must not share memory"});
+          }
           {  // the two outputs over each other
             typename Kind::Outputs o = ov;
             main_output(o) = over(o.conv_out, main_output(o));

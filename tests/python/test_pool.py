@@ -593,3 +593,19 @@ def test_pool_window_and_rows_past_their_bounds_are_refused():
             specstate.default_replay_ring(bad)
         with pytest.raises(specstate.InvalidArgumentError, match="max_window"):
             specstate.default_replay_ring(specstate.LayerKind.KDA, bad)
+
+
+def test_broadcast_output_is_refused():
+    """An output with stride 0 along heads (torch's expand, a writable as_strided view) was
+    accepted: every head wrote the same memory, the last write winning."""
+    model = Model()
+    pool = model.pool()
+    h, (x, a, b) = open_round(model, pool)
+    out = model.outputs(4)
+    core = out.core_out
+    out.core_out = np.lib.stride_tricks.as_strided(core, strides=(core.strides[0], 0,
+                                                                  core.strides[2]))
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"outputs.core_out .* stride 1 = 0 along \d+ elements"):
+        pool.verify(0, model.weights[0], specstate.GdnInputs(x, a, b), out)
+    assert not core.any()
