@@ -56,6 +56,11 @@ Acceptance accept_greedy_chain(const int32_t* tokens, const int32_t* target, int
 Acceptance accept_greedy_chain(const std::vector<int32_t>& tokens,
                                const std::vector<int32_t>& target) {
   check_sizes("spec::accept_greedy_chain", tokens.size(), tokens, target);
+  if (tokens.empty()) {  // else its null data() was reported as "tokens is null"
+    throw Error(Status::kInvalidArgument,
+                "spec::accept_greedy_chain: tokens and target are empty: a window holds at least "
+                "its root (1 token)");
+  }
   return accept_greedy_chain(tokens.data(), target.data(), static_cast<int>(tokens.size()));
 }
 

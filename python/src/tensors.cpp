@@ -102,6 +102,19 @@ bool import_or_raise(nb::handle object, const char* name, bool writable, Arg& ar
     imported = import_array(source, writable, arg.array);
   }
   if (!imported) {
+    PyErr_Clear();  // what a failed import may have left (numpy's __dlpack__ BufferError)
+    // A NumPy array of the other byte order has no DLPack form: say so instead of "not an array".
+    if (is_numpy_array(object) && nb::hasattr(object, "dtype")) {
+      const nb::object dtype = object.attr("dtype");
+      const nb::object order = dtype.attr("byteorder"), text = dtype.attr("str");  // '>', '>f4'
+      if (nb::isinstance<nb::str>(order) && nb::isinstance<nb::str>(text) &&
+          nb::cast<std::string>(order) == ">") {
+        throw nb::type_error((std::string(name) + ": dtype " + nb::cast<std::string>(text) +
+                              " is big-endian; give the native byte order (a.astype(a.dtype." +
+                              "newbyteorder('=')))")
+                                 .c_str());
+      }
+    }
     nb::ndarray<nb::ro> probe;
     if (writable && nb::try_cast<nb::ndarray<nb::ro>>(source, probe, false))
       throw nb::value_error(

@@ -144,6 +144,15 @@ TEST(SpecAcceptance, RejectsBadArguments) {
     EXPECT_EQ(e.status(), Status::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("window size 3"), std::string::npos) << e.what();
   }
+  // Empty vectors: said to be empty (their null data() was reported as "tokens is null").
+  try {
+    accept_greedy_chain(std::vector<int32_t>{}, std::vector<int32_t>{});
+    ADD_FAILURE() << "an empty window was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("tokens and target are empty"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -609,3 +609,15 @@ def test_broadcast_output_is_refused():
                        match=r"outputs.core_out .* stride 1 = 0 along \d+ elements"):
         pool.verify(0, model.weights[0], specstate.GdnInputs(x, a, b), out)
     assert not core.any()
+
+
+def test_big_endian_array_and_empty_window_say_what_is_wrong():
+    """A big-endian array was "expected an array ..., got ndarray"; accept_greedy_chain([], [])
+    said "tokens is null"."""
+    model = Model()
+    pool = model.pool()
+    h, (x, a, b) = open_round(model, pool)
+    with pytest.raises(TypeError, match=r"inputs.a: dtype >f4 is big-endian"):
+        specstate.GdnInputs(x, a.astype(">f4"), b)
+    with pytest.raises(specstate.InvalidArgumentError, match="tokens and target are empty"):
+        specstate.accept_greedy_chain([], [])
