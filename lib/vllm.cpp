@@ -56,45 +56,64 @@ TensorView swap_last(TensorView t) {
   return t;
 }
 
+// `order` for `model`: kVK, or kKV for the delta-rule kinds; anything else is refused by name.
+void check_order(const char* function, const ModelConfig& model, SsmLayout order) {
+  if (order != SsmLayout::kVK && order != SsmLayout::kKV) {
+    throw Error(Status::kInvalidArgument,
+                std::string(function) + ": order = " + std::to_string(static_cast<int>(order)) +
+                    " is not an SsmLayout (0 = vk, 1 = kv)");
+  }
+  if (order == SsmLayout::kKV && model.kind == LayerKind::kMamba2) {
+    throw Error(Status::kInvalidArgument,
+                std::string(function) +
+                    ": order = kv is for the delta-rule kinds (gated_delta_net, kda); vLLM's "
+                    "mamba2 state is (slots, heads, head_dim, d_state)");
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> conv_shape(const ModelConfig& model, int64_t slots) {
   return {slots, model.conv_width() - 1, model.conv_dim()};
 }
 
-std::vector<int64_t> recurrent_shape(const ModelConfig& model, int64_t slots) {
+std::vector<int64_t> recurrent_shape(const ModelConfig& model, int64_t slots, SsmLayout order) {
+  check_order("vllm::recurrent_shape", model, order);
+  int64_t heads = 0, v = 0, k = 0;  // logical [heads][v][k] (Mamba2: [heads][head_dim][d_state])
   switch (model.kind) {
-    case LayerKind::kKda: {
-      const KdaConfig& k = model.kda_layer;
-      return {slots, k.num_v_heads, k.head_k_dim, k.head_v_dim};
-    }
-    case LayerKind::kMamba2: {
-      const Mamba2Config& m = model.mamba;
-      return {slots, m.num_heads, m.head_dim, m.d_state};
-    }
+    case LayerKind::kKda:
+      heads = model.kda_layer.num_v_heads, v = model.kda_layer.head_v_dim;
+      k = model.kda_layer.head_k_dim;
+      break;
+    case LayerKind::kMamba2:
+      heads = model.mamba.num_heads, v = model.mamba.head_dim, k = model.mamba.d_state;
+      break;
     case LayerKind::kGatedDeltaNet:
-    default: {
-      const GdnConfig& g = model.gdn;
-      return {slots, g.num_v_heads, g.head_v_dim, g.head_k_dim};
-    }
+    default:
+      heads = model.gdn.num_v_heads, v = model.gdn.head_v_dim, k = model.gdn.head_k_dim;
   }
+  if (order == SsmLayout::kKV) return {slots, heads, k, v};
+  return {slots, heads, v, k};
 }
 
-PoolOptions layout_options(PoolOptions options, const ModelConfig& model) {
+PoolOptions layout_options(PoolOptions options, const ModelConfig& model, SsmLayout order) {
+  check_order("vllm::layout_options", model, order);
   options.conv_layout = ConvLayout::kChannelsLast;
-  options.ssm_layout = model.kind == LayerKind::kKda ? SsmLayout::kKV : SsmLayout::kVK;
+  options.ssm_layout = order;
   return options;
 }
 
 CommittedStateViews committed_views(const ModelConfig& model,
                                     const std::vector<TensorView>& conv_states,
-                                    const std::vector<TensorView>& recurrent_states) {
+                                    const std::vector<TensorView>& recurrent_states,
+                                    SsmLayout order) {
   model.validate();  // names the field (a kind that is none, no layers, ...)
+  check_order("vllm::committed_views", model, order);
   check("conv_states", conv_states, model.num_layers, conv_shape(model));
-  check("recurrent_states", recurrent_states, model.num_layers, recurrent_shape(model));
+  check("recurrent_states", recurrent_states, model.num_layers, recurrent_shape(model, 1, order));
   CommittedStateViews views;
   for (const TensorView& t : conv_states) views.conv.push_back(swap_last(t));
-  const bool kv = model.kind == LayerKind::kKda;
+  const bool kv = order == SsmLayout::kKV;
   for (const TensorView& t : recurrent_states) views.ssm.push_back(kv ? swap_last(t) : t);
   return views;
 }

@@ -4,7 +4,7 @@ one process (issue 18.4).
 
     python3 tools/kda_bench.py                        # T = 2, 4, 8; B = 1, 8, 32, 128
     python3 tools/kda_bench.py --T 4 --B 8 --json out.json
-    python3 tools/kda_bench.py --layout vllm          # both sides in vLLM's element order
+    python3 tools/kda_bench.py --layout vllm          # both sides in vLLM's order before #33291
     python3 tools/kda_bench.py --T 4 --replay-only --ring 12   # one point of a ring sweep
 
 Shapes: Kimi-Linear-48B-A3B at TP1 (20 KDA layers; H = HV = 32, K = V = 128, W = 4; bf16
@@ -28,7 +28,8 @@ fla (fla-core, Triton): its verify path as vLLM's KDA backend drives it, per lay
   timed: an engine's conv writes them where the recurrence reads them).
 "fla rec" is the recurrence alone (20 launches), "fla" the conv calls plus the recurrence.
 
---layout vllm: the states in the order vLLM's KDA backend allocates: specstate's pools with
+--layout vllm: the states in the order vLLM's KDA backend allocated before its PR #33291 (today's
+vLLM keeps [HV][V][K], the default order here): specstate's pools with
 PoolOptions(conv_layout=CHANNELS_LAST, ssm_layout=KV) ([W-1][conv_dim] windows, [HV][K][V]
 states), fla's recurrence with state_v_first=False ([B*T, HV, K, V] state slots). fla's conv
 cache stays [B, D, W] (its causal_conv1d_update's own layout).
@@ -225,7 +226,8 @@ def main():
     parser.add_argument("--json", default=None)
     parser.add_argument("--layout", choices=("default", "vllm"), default="default",
                         help="state element order of both sides (vllm: channels-last conv "
-                             "windows and [HV][K][V] states, fla's state_v_first=False)")
+                             "windows and [HV][K][V] states, fla's state_v_first=False: "
+                             "vLLM's before its PR #33291)")
     parser.add_argument("--ring", type=int, default=0,
                         help="PoolOptions.replay_ring of the replay pools (0: the default)")
     parser.add_argument("--fold-rows", type=int, default=0,

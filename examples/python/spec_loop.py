@@ -24,8 +24,9 @@ STATE_LAYOUTS = ("specstate", "vllm")
 
 def vllm_cache(config, slots, device):
     """Per-layer tensors shaped as vLLM allocates its hybrid models' cache for `config`
-    (specstate.vllm.conv_shape / recurrent_shape: channels-last conv windows; KDA states
-    [HV][K][V]), zeros: (conv states, recurrent states)."""
+    (specstate.vllm.conv_shape / recurrent_shape: channels-last conv windows; GDN and KDA states
+    [HV][V][K], as vLLM's kernels keep them since its PR #33291), zeros: (conv states, recurrent
+    states)."""
     dtype = lambda d: torch.bfloat16 if d == specstate.DType.BF16 else torch.float32  # noqa: E731
     layers = range(config.num_layers)
     conv = [torch.zeros(specstate.vllm.conv_shape(config, slots),
@@ -232,8 +233,8 @@ def client_arguments(description, layers=8, noise=0.01):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--state-layout", choices=STATE_LAYOUTS, default="specstate",
                     help="the pool's memory: its own (specstate's element order), or tensors "
-                         "shaped as vLLM's cache (channels-last conv windows, KDA states "
-                         "[HV][K][V]) that the pool adopts")
+                         "shaped as vLLM's cache (channels-last conv windows, recurrent "
+                         "states as vLLM's kernels keep them) that the pool adopts")
     return ap
 
 

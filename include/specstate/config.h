@@ -164,8 +164,10 @@ enum class Strategy : int32_t { kSnapshot = 0, kReplay = 1 };
 //                   takes such a tensor as its transpose, a [slots, conv_dim, W-1] view with
 //                   strides (slot, 1, conv_dim).
 enum class ConvLayout : int32_t { kChannelsFirst = 0, kChannelsLast = 1 };
-//   kVK: [HV][V][K] (Mamba2 [nheads][P][N]): SGLang's, vLLM's GDN state, fla's state_v_first.
-//   kKV: [HV][K][V]: fla's default and vLLM's KDA recurrent state (GDN and KDA only). A
+//   kVK: [HV][V][K] (Mamba2 [nheads][P][N]): SGLang's, vLLM's GDN and KDA states (since its PR
+//        #33291 of 2026-01), fla's state_v_first.
+//   kKV: [HV][K][V]: fla's default, vLLM's GDN and KDA states before PR #33291 (GDN and KDA
+//        only). A
 //        caller-owned pool takes such a tensor as a [slots, HV, V, K] view with strides
 //        (slot, K * V, 1, V) (torch: state.transpose(-1, -2)).
 enum class SsmLayout : int32_t { kVK = 0, kKV = 1 };
@@ -241,8 +243,8 @@ struct PoolOptions {
   // The bits are the same under any value; must be >= 0.
   int replay_fold_rows = 0;
   // Element order of each slot's conv window and SSM state (see ConvLayout / SsmLayout): the
-  // defaults are specstate's; vLLM's tensors are kChannelsLast and, for KDA, kKV. kKV is
-  // rejected for Mamba2.
+  // defaults are specstate's; vLLM's tensors are kChannelsLast (and kVK, or kKV before its PR
+  // #33291: specstate/vllm.h). kKV is rejected for Mamba2.
   ConvLayout conv_layout = ConvLayout::kChannelsFirst;
   SsmLayout ssm_layout = SsmLayout::kVK;
   int device = 0;          // CUDA device ordinal (kCuda only)

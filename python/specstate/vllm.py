@@ -1,12 +1,15 @@
 """A pool over an engine's state tensors shaped as vLLM allocates its hybrid models' cache.
 
 vLLM keeps, per recurrent layer, a conv state of shape ``(slots, W-1, conv_dim)`` (its default
-"SD" layout, channels last) and a recurrent state of shape ``(slots, HV, K, V)`` for KDA (fla's
-order), ``(slots, HV, V, K)`` for Gated DeltaNet and ``(slots, heads, head_dim, d_state)`` for
-Mamba2. specstate adopts those tensors as they are: the pool's element order is set to match
-(``PoolOptions.conv_layout = CHANNELS_LAST``; ``ssm_layout = KV`` for KDA) and the tensors are
-handed over as the transposes specstate's logical shapes ask for, so nothing is copied and the
-engine's tensors hold the committed state (docs/python.md, docs/lifecycle.md "Element order")::
+"SD" layout, channels last) and a recurrent state of shape ``(slots, HV, V, K)`` for Gated
+DeltaNet and KDA (the order of vLLM's kernels since its PR #33291 of 2026-01, which KDA shares; its
+prefill output kernel followed in #40956) and ``(slots, heads, head_dim, d_state)`` for Mamba2.
+vLLM before PR #33291 (and fla's kernels by default) kept the delta-rule states as
+``(slots, HV, K, V)``: pass ``order=SsmLayout.KV`` for such an engine. specstate adopts the
+tensors as they are: the pool's element order is set to match (``PoolOptions.conv_layout =
+CHANNELS_LAST``, ``ssm_layout = order``) and the tensors are handed over as the transposes
+specstate's logical shapes ask for, so nothing is copied and the engine's tensors hold the
+committed state (docs/python.md, docs/lifecycle.md "Element order")::
 
     conv = [torch.zeros(slots, *specstate.vllm.conv_shape(config)[1:], ...) for _ in layers]
     pool = specstate.vllm.state_pool(config, specstate.PoolOptions(num_slots=slots, ...),
@@ -33,24 +36,37 @@ def conv_shape(config, slots=1):
     return (slots, config.conv_width() - 1, config.conv_dim())
 
 
-def recurrent_shape(config, slots=1):
-    """The shape of one layer's recurrent state in vLLM's cache: KDA ``(slots, HV, K, V)``,
-    Gated DeltaNet ``(slots, HV, V, K)``, Mamba2 ``(slots, heads, head_dim, d_state)``."""
+def _check_order(function, config, order):
+    if order not in (SsmLayout.VK, SsmLayout.KV):
+        raise _invalid(f"specstate.vllm.{function}: order = {order!r} is not an SsmLayout "
+                       "(SsmLayout.VK or SsmLayout.KV)")
+    if order == SsmLayout.KV and config.kind == LayerKind.MAMBA2:
+        raise _invalid(f"specstate.vllm.{function}: order = KV is for the delta-rule kinds "
+                       "(GATED_DELTA_NET, KDA); vLLM's Mamba2 state is "
+                       "(slots, heads, head_dim, d_state)")
+
+
+def recurrent_shape(config, slots=1, order=SsmLayout.VK):
+    """The shape of one layer's recurrent state in vLLM's cache: Gated DeltaNet and KDA
+    ``(slots, HV, V, K)`` (`order` VK, vLLM's since PR #33291) or ``(slots, HV, K, V)`` (KV,
+    vLLM's before it), Mamba2 ``(slots, heads, head_dim, d_state)``."""
+    _check_order("recurrent_shape", config, order)
     if config.kind == LayerKind.KDA:
         k = config.kda_layer
-        return (slots, k.num_v_heads, k.head_k_dim, k.head_v_dim)
-    if config.kind == LayerKind.MAMBA2:
+        heads, v, key = k.num_v_heads, k.head_v_dim, k.head_k_dim
+    elif config.kind == LayerKind.MAMBA2:
         m = config.mamba
-        return (slots, m.num_heads, m.head_dim, m.d_state)
-    g = config.gdn
-    return (slots, g.num_v_heads, g.head_v_dim, g.head_k_dim)
+        heads, v, key = m.num_heads, m.head_dim, m.d_state
+    else:
+        g = config.gdn
+        heads, v, key = g.num_v_heads, g.head_v_dim, g.head_k_dim
+    return (slots, heads, key, v) if order == SsmLayout.KV else (slots, heads, v, key)
 
 
-def layout_options(config):
-    """The element order of vLLM's tensors for `config`'s kind, as PoolOptions fields."""
-    kv = config.kind == LayerKind.KDA
-    return dict(conv_layout=ConvLayout.CHANNELS_LAST,
-                ssm_layout=SsmLayout.KV if kv else SsmLayout.VK)
+def layout_options(config, order=SsmLayout.VK):
+    """The element order of vLLM's tensors for `config`, as PoolOptions fields."""
+    _check_order("layout_options", config, order)
+    return dict(conv_layout=ConvLayout.CHANNELS_LAST, ssm_layout=order)
 
 
 def _invalid(message):
@@ -73,25 +89,27 @@ def _check(name, tensors, layers, want):
                            f"{name}[0] has {int(tensors[0].shape[0])}")
 
 
-def state_pool(config, options, conv_states, recurrent_states):
+def state_pool(config, options, conv_states, recurrent_states, order=SsmLayout.VK):
     """A StatePool whose committed state lives in `conv_states` / `recurrent_states` (one tensor
-    per recurrent layer, shaped as vLLM allocates them: conv_shape / recurrent_shape with any slot
-    count). `options` is copied with conv_layout / ssm_layout set to vLLM's order (layout_options);
-    its other fields are the caller's. Raises specstate.InvalidArgumentError naming the tensor
-    when a shape is not vLLM's for `config` (a conv state with vLLM's extra speculative columns,
-    W-1+num_spec, is refused: specstate owns the rollback, allocate W-1), and whatever the pool
-    raises for strides, dtypes and devices."""
+    per recurrent layer, shaped as vLLM allocates them: conv_shape / recurrent_shape(config,
+    slots, order) with any slot count). `options` is copied with conv_layout / ssm_layout set to
+    vLLM's order (layout_options); its other fields are the caller's. `order`: the delta-rule
+    kinds' state order, VK (vLLM's today) or KV (vLLM's before its PR #33291). Raises
+    specstate.InvalidArgumentError naming the tensor when a shape is not vLLM's for `config`
+    (a conv state with vLLM's extra speculative columns, W-1+num_spec, is refused: specstate owns
+    the rollback, allocate W-1) or the order, and whatever the pool raises for strides, dtypes
+    and devices."""
     layers = config.num_layers
+    fields = layout_options(config, order)
     _check("conv_states", conv_states, layers, conv_shape(config))
-    _check("recurrent_states", recurrent_states, layers, recurrent_shape(config))
-    order = layout_options(config)
+    _check("recurrent_states", recurrent_states, layers, recurrent_shape(config, 1, order))
     opts = PoolOptions()
     for field in dir(options):
         if not field.startswith("_") and not callable(getattr(options, field)):
             setattr(opts, field, getattr(options, field))
-    opts.conv_layout = order["conv_layout"]
-    opts.ssm_layout = order["ssm_layout"]
-    kv = order["ssm_layout"] == SsmLayout.KV
+    opts.conv_layout = fields["conv_layout"]
+    opts.ssm_layout = fields["ssm_layout"]
+    kv = order == SsmLayout.KV
     return StatePool(config, opts,
                      committed_conv=[t.swapaxes(-1, -2) for t in conv_states],
                      committed_ssm=[t.swapaxes(-1, -2) if kv else t for t in recurrent_states])

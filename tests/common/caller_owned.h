@@ -18,8 +18,9 @@ namespace specstate::test {
 enum class CallerLayout {
   kOneTensor,  // one [L, slots, padded state] tensor per kind: equidistant layers
   kPerLayer,   // per-layer regions at irregular offsets: no common layer pitch
-  kVllm,       // kOneTensor in vLLM's element order (both pools: vllm_layout_options): each
-               // slot's conv window [W-1][conv_dim], the delta-rule kinds' state [HV][K][V]
+  kVllm,       // kOneTensor in vLLM's element order before its PR #33291 (both pools:
+               // vllm_layout_options): each slot's conv window [W-1][conv_dim], the delta-rule
+               // kinds' state [HV][K][V]
 };
 
 // The caller's memory of one pool: a buffer per kind, the views handed to the pool, and where

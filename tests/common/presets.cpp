@@ -250,8 +250,8 @@ std::vector<EquivalenceCase> cpu_equivalence_cases() {
       {"kda_bf16_tree", "kda_small_bf16", true, 5, 6, 40},
       {"kda_lb_all_bf16_tree", "kda_lb_all_bf16", true, 4, 4, 30},
       {"kda_lb_f32_chain", "kda_lb_f32", false, 5, 4, 30},
-      // vLLM's element order (channels-last conv windows, [HV][K][V] states) in one pool or
-      // both: bit-identical to the default order, element for element.
+      // vLLM's element order before its PR #33291 (channels-last conv windows, [HV][K][V]
+      // states) in one pool or both: bit-identical to the default order, element for element.
       {"vllm_f32_tree_replay", "small_f32", true, 5, 4, 30, 0, kReplayVllm},
       {"vllm_bf16_chain_snapshot", "small_bf16", false, 4, 4, 30, 8, kSnapshotVllm},
       {"vllm_all_bf16_tree_both", "small_all_bf16", true, 4, 4, 30, 0, kSnapshotVllm | kReplayVllm},

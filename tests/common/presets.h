@@ -64,7 +64,8 @@ struct EquivalenceCase {
   int rounds;
   int ring = 0;  // replay: PoolOptions::replay_ring (0: the default; 2 * max_window folds every
                  // round; larger rings keep long histories)
-  // Which pool keeps its state in vLLM's element order (vllm_layout_options): 0 neither (the
+  // Which pool keeps its state in vLLM's element order of before its PR #33291
+  // (vllm_layout_options: the non-default orders, channels-last conv and [K][V]): 0 neither (the
   // default order), kReplayVllm, kSnapshotVllm or both. The states are compared in their logical
   // order, so a layout must change nothing but where each element lies.
   int vllm = 0;
@@ -76,8 +77,9 @@ struct EquivalenceCase {
 };
 inline constexpr int kSnapshotVllm = 1, kReplayVllm = 2;
 
-// `o` with vLLM's element order for `kind`: conv windows channels last ([W-1][conv_dim]), the
-// delta-rule kinds' SSM state [HV][K][V] (Mamba2 keeps [nheads][P][N]).
+// `o` with vLLM's element order of before its PR #33291 for `kind` (both non-default orders):
+// conv windows channels last ([W-1][conv_dim]), the delta-rule kinds' SSM state [HV][K][V]
+// (Mamba2 keeps [nheads][P][N]). Today's vLLM keeps [HV][V][K], the default order.
 PoolOptions vllm_layout_options(PoolOptions o, LayerKind kind);
 
 // The cases every backend runs (the GPU suite adds the CUDA-sized presets).

@@ -1,10 +1,13 @@
 // specstate::vllm (include/specstate/vllm.h): a caller-owned pool over tensors shaped as vLLM
-// allocates its hybrid models' cache, every layer kind. The pool reads the engine's tensors in
-// place in vLLM's element order (each logical element is the vLLM tensor's transposed element),
-// writes into them in place (acquire zeroes exactly its slot), and any count or shape that is not
-// vLLM's for the model is refused naming the tensor, with no pool built.
+// allocates its hybrid models' cache, every layer kind, in vLLM's element order of today
+// ([HV][V][K] for both delta-rule kinds) and of before its PR #33291 ([HV][K][V]). The pool reads
+// the engine's tensors in place in that order (each logical element is the vLLM tensor's
+// element, or its transpose), writes into them in place (acquire zeroes exactly its slot), and
+// any count or shape that is not vLLM's for the model is refused naming the tensor, with no pool
+// built.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,13 +52,20 @@ std::vector<TensorView> views_of(const std::vector<Buffer>& buffers) {
   return out;
 }
 
-class VllmViews : public ::testing::TestWithParam<const char*> {};
+struct VllmCase {
+  const char* preset;
+  SsmLayout order;
+};
+
+class VllmViews : public ::testing::TestWithParam<VllmCase> {};
 
 TEST_P(VllmViews, ThePoolReadsAndWritesTheEngineTensorsInPlaceInVllmOrder) {
   const int L = 2, S = 3;
-  const ModelConfig model = model_of(GetParam(), L);
+  const ModelConfig model = model_of(GetParam().preset, L);
+  const SsmLayout order = GetParam().order;
   std::mt19937 rng(42);
-  const std::vector<int64_t> cs = vllm::conv_shape(model, S), rs = vllm::recurrent_shape(model, S);
+  const std::vector<int64_t> cs = vllm::conv_shape(model, S);
+  const std::vector<int64_t> rs = vllm::recurrent_shape(model, S, order);
   ASSERT_EQ(cs, (std::vector<int64_t>{S, model.conv_width() - 1, model.conv_dim()}));
   std::vector<Buffer> conv = random_tensors(model.conv_state_dtype(), cs, L, rng);
   std::vector<Buffer> rec = random_tensors(model.ssm_state_dtype(), rs, L, rng);
@@ -63,15 +73,16 @@ TEST_P(VllmViews, ThePoolReadsAndWritesTheEngineTensorsInPlaceInVllmOrder) {
   o.num_slots = S;
   o.max_rows = 2;
   o.max_window = 4;
-  o = vllm::layout_options(o, model);
+  o = vllm::layout_options(o, model, order);
   EXPECT_EQ(o.conv_layout, ConvLayout::kChannelsLast);
-  EXPECT_EQ(o.ssm_layout, model.kind == LayerKind::kKda ? SsmLayout::kKV : SsmLayout::kVK);
-  StatePool pool(model, o, vllm::committed_views(model, views_of(conv), views_of(rec)));
+  EXPECT_EQ(o.ssm_layout, order);
+  StatePool pool(model, o, vllm::committed_views(model, views_of(conv), views_of(rec), order));
 
   // Slot 1 adopted as the engine wrote it: logical (c, k) of the conv window is vLLM's [k][c];
-  // the state's logical (a, b, c) is vLLM's [a][b][c], or [a][c][b] for KDA ([HV][K][V]).
+  // the state's logical (a, b, c) is vLLM's [a][b][c], or [a][c][b] in the order before PR
+  // #33291 ([HV][K][V]).
   const SlotHandle h = pool.adopt(1);
-  const bool kv = model.kind == LayerKind::kKda;
+  const bool kv = order == SsmLayout::kKV;
   int64_t nonzero = 0;
   for (int l = 0; l < L; ++l) {
     const TensorView c = pool.conv_state(l, h), s = pool.ssm_state(l, h);
@@ -117,15 +128,17 @@ TEST_P(VllmViews, ThePoolReadsAndWritesTheEngineTensorsInPlaceInVllmOrder) {
 
 TEST_P(VllmViews, ShapesThatAreNotVllmsAreRefusedNamingTheTensor) {
   const int L = 2, S = 3;
-  const ModelConfig model = model_of(GetParam(), L);
+  const ModelConfig model = model_of(GetParam().preset, L);
+  const SsmLayout order = GetParam().order;
   std::mt19937 rng(7);
-  const std::vector<int64_t> cs = vllm::conv_shape(model, S), rs = vllm::recurrent_shape(model, S);
+  const std::vector<int64_t> cs = vllm::conv_shape(model, S);
+  const std::vector<int64_t> rs = vllm::recurrent_shape(model, S, order);
   const std::vector<Buffer> conv = random_tensors(model.conv_state_dtype(), cs, L, rng);
   const std::vector<Buffer> rec = random_tensors(model.ssm_state_dtype(), rs, L, rng);
   const auto refused = [&](const std::vector<TensorView>& c, const std::vector<TensorView>& r,
                            const std::string& names) {
     try {
-      vllm::committed_views(model, c, r);
+      vllm::committed_views(model, c, r, order);
       ADD_FAILURE() << "accepted; expected a refusal naming " << names;
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::kInvalidArgument);
@@ -156,7 +169,7 @@ TEST_P(VllmViews, ShapesThatAreNotVllmsAreRefusedNamingTheTensor) {
   ModelConfig none = model;
   none.kind = static_cast<LayerKind>(7);
   try {
-    vllm::committed_views(none, views_of(conv), views_of(rec));
+    vllm::committed_views(none, views_of(conv), views_of(rec), order);
     ADD_FAILURE() << "a kind that is none accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("kind = 7 is not a layer kind"), std::string::npos)
@@ -164,14 +177,56 @@ TEST_P(VllmViews, ShapesThatAreNotVllmsAreRefusedNamingTheTensor) {
   }
   ModelConfig empty = model;
   empty.num_layers = 0;
-  EXPECT_THROW(vllm::committed_views(empty, {}, {}), Error);
+  EXPECT_THROW(vllm::committed_views(empty, {}, {}, order), Error);
+}
+
+// vLLM keeps KDA's recurrent state as Gated DeltaNet's, [HV][V][K] (PR #33291 changed both from
+// [HV][K][V]; KDA's prefill output kernel followed in #40956): the default shape and order.
+// specstate's helpers had kept KDA at [HV][K][V] and read vLLM's state transposed (K = V at
+// Kimi-Linear, so no shape told). Mamba2 has one order; any other is refused by name.
+TEST(VllmOrder, TheDefaultIsVllmsOrderOfTodayForBothDeltaRuleKinds) {
+  const ModelConfig kda = model_of("kda_gpu_lb_f32", 1), gdn = model_of("gpu_k128_v72", 1);
+  const KdaConfig& k = kda.kda_layer;
+  EXPECT_EQ(vllm::recurrent_shape(kda, 2),
+            (std::vector<int64_t>{2, k.num_v_heads, k.head_v_dim, k.head_k_dim}));
+  EXPECT_EQ(vllm::recurrent_shape(kda, 2, SsmLayout::kKV),
+            (std::vector<int64_t>{2, k.num_v_heads, k.head_k_dim, k.head_v_dim}));
+  const GdnConfig& g = gdn.gdn;
+  EXPECT_EQ(vllm::recurrent_shape(gdn, 2),
+            (std::vector<int64_t>{2, g.num_v_heads, g.head_v_dim, g.head_k_dim}));
+  for (const ModelConfig* m : {&kda, &gdn}) {
+    EXPECT_EQ(vllm::layout_options(PoolOptions{}, *m).ssm_layout, SsmLayout::kVK);
+    EXPECT_EQ(vllm::layout_options(PoolOptions{}, *m, SsmLayout::kKV).ssm_layout, SsmLayout::kKV);
+  }
+  const ModelConfig m2 = model_of("m2_gpu_f32", 1);
+  for (const auto& call : std::vector<std::function<void()>>{
+           [&] { vllm::recurrent_shape(m2, 1, SsmLayout::kKV); },
+           [&] { vllm::layout_options(PoolOptions{}, m2, SsmLayout::kKV); },
+           [&] { vllm::committed_views(m2, {}, {}, SsmLayout::kKV); },
+           [&] { vllm::recurrent_shape(kda, 1, static_cast<SsmLayout>(5)); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "an order that is not vLLM's for the kind was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument);
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("order = kv is for the delta-rule kinds") != std::string::npos ||
+                  what.find("order = 5 is not an SsmLayout") != std::string::npos)
+          << what;
+    }
+  }
 }
 
 // K != V (or P != N) in each, so a swapped state shape is detectable.
 INSTANTIATE_TEST_SUITE_P(Cpu, VllmViews,
-                         ::testing::Values("gpu_k128_v72", "m2_gpu_f32", "kda_gpu_lb_f32"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param);
+                         ::testing::Values(VllmCase{"gpu_k128_v72", SsmLayout::kVK},
+                                           VllmCase{"gpu_k128_v72", SsmLayout::kKV},
+                                           VllmCase{"m2_gpu_f32", SsmLayout::kVK},
+                                           VllmCase{"kda_gpu_lb_f32", SsmLayout::kVK},
+                                           VllmCase{"kda_gpu_lb_f32", SsmLayout::kKV}),
+                         [](const ::testing::TestParamInfo<VllmCase>& info) {
+                           return std::string(info.param.preset) +
+                                  (info.param.order == SsmLayout::kKV ? "_kv" : "_vk");
                          });
 
 }  // namespace

@@ -150,8 +150,9 @@ def test_kda_pool_rejects_other_kinds_and_unsupported_cuda_shapes():
 
 @pytest.mark.parametrize("strategy", [Strategy.SNAPSHOT, Strategy.REPLAY], ids=lambda s: s.name)
 def test_kda_over_vllms_cache_arrays_and_slot_hand_off(strategy, tmp_path):
-    """A KDA pool over arrays shaped as vLLM's KDA cache (conv_state (L, slots, W-1, conv_dim),
-    recurrent_state (L, slots, HV, K, V)), adopted as their transposes, runs the same rounds as an
+    """A KDA pool over arrays shaped as vLLM's KDA cache before its PR #33291 (conv_state (L,
+    slots, W-1, conv_dim), recurrent_state (L, slots, HV, K, V): fla's order; vLLM's today is
+    (HV, V, K)), adopted as their transposes, runs the same rounds as an
     owning pool in specstate's order, bit for bit, and writes the arrays in place; its slot moves
     to a pool of specstate's order through a safetensors file (logical order), and a raw buffer
     into that pool is refused naming both orders, with nothing written."""

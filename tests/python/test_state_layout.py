@@ -92,15 +92,19 @@ def _kind_model(kind):
 
 
 @pytest.mark.parametrize("strategy", [Strategy.SNAPSHOT, Strategy.REPLAY], ids=lambda s: s.name)
-@pytest.mark.parametrize("kind", ["gdn", "mamba2", "kda"])
-def test_vllm_state_pool_adopts_vllms_shapes(kind, strategy):
+@pytest.mark.parametrize("kind, order", [("gdn", "VK"), ("gdn", "KV"), ("mamba2", "VK"),
+                                         ("kda", "VK"), ("kda", "KV")])
+def test_vllm_state_pool_adopts_vllms_shapes(kind, order, strategy):
+    """`order` VK: vLLM's delta-rule states today ([HV][V][K]); KV: before its PR #33291."""
     from specstate import vllm
+    order = getattr(specstate.SsmLayout, order)
     config, weights, inputs, outputs, main = _kind_model(kind)
     L, slots, T = config.num_layers, 3, 4
     conv = [np.full(vllm.conv_shape(config, slots), 7.0, np.float32) for _ in range(L)]
-    rec = [np.full(vllm.recurrent_shape(config, slots), 7.0, np.float32) for _ in range(L)]
+    rec = [np.full(vllm.recurrent_shape(config, slots, order), 7.0, np.float32)
+           for _ in range(L)]
     opts = specstate.PoolOptions(num_slots=slots, max_rows=1, max_window=T, strategy=strategy)
-    pool = vllm.state_pool(config, opts, conv_states=conv, recurrent_states=rec)
+    pool = vllm.state_pool(config, opts, conv_states=conv, recurrent_states=rec, order=order)
     assert opts.conv_layout == ConvLayout.CHANNELS_FIRST  # the caller's options are not changed
     own = specstate.StatePool(config, opts)
     hp, ho = pool.acquire(), own.acquire()
@@ -116,7 +120,7 @@ def test_vllm_state_pool_adopts_vllms_shapes(kind, strategy):
         pool.commit([accepted])
         own.commit([accepted])
     slot = pool.slot_index(hp)
-    kv = kind == "kda"
+    kv = order == specstate.SsmLayout.KV
     for layer, (cp, sp), (co, so) in zip(range(L), states(pool, L), states(own, L)):
         assert np.array_equal(bits(cp[slot]), bits(co[slot]))
         assert np.array_equal(bits(sp[slot]), bits(so[slot]))
@@ -135,17 +139,17 @@ def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
     conv = [np.zeros(vllm.conv_shape(config, slots), np.float32) for _ in range(L)]
     rec = [np.zeros(vllm.recurrent_shape(config, slots), np.float32) for _ in range(L)]
     opts = specstate.PoolOptions(num_slots=slots, max_window=4)
-    s, hv, k, v = vllm.recurrent_shape(config, slots)
+    s, hv, v, k = vllm.recurrent_shape(config, slots)
     _, w1, c = vllm.conv_shape(config, slots)
     bad = [
-        # KDA's state in GDN's order ([HV][V][K]): not vLLM's KDA layout
-        (dict(recurrent_states=[np.zeros((s, hv, v, k), np.float32)] * L),
-         r"recurrent_states\[0\] has shape \(2, 4, 6, 8\); vLLM's layout"),
+        # KDA's state in the order before vLLM's PR #33291 ([HV][K][V]) given for today's
+        (dict(recurrent_states=[np.zeros((s, hv, k, v), np.float32)] * L),
+         r"recurrent_states\[0\] has shape \(2, 4, 8, 6\); vLLM's layout"),
         # vLLM's speculative conv columns (W-1+num_spec): specstate owns the rollback
         (dict(conv_states=[np.zeros((s, w1 + 2, c), np.float32)] * L),
          r"conv_states\[0\] has shape \(2, 5, 56\)"),
         (dict(conv_states=conv[:1]), r"conv_states has 1 tensors, the model has 2"),
-        (dict(recurrent_states=[rec[0], np.zeros((s + 1, hv, k, v), np.float32)]),
+        (dict(recurrent_states=[rec[0], np.zeros((s + 1, hv, v, k), np.float32)]),
          r"recurrent_states\[1\] has 3 slots, recurrent_states\[0\] has 2"),
     ]
     for change, message in bad:
@@ -155,6 +159,12 @@ def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
             vllm.state_pool(config, opts, **args)
         assert e.value.status == specstate.Status.INVALID_ARGUMENT
     assert all(not t.any() for t in conv + rec)  # nothing written
+    # An order that is not vLLM's for the kind, named.
+    m2 = _kind_model("mamba2")[0]
+    with pytest.raises(specstate.InvalidArgumentError, match="order = KV is for the delta-rule"):
+        vllm.recurrent_shape(m2, 1, specstate.SsmLayout.KV)
+    with pytest.raises(specstate.InvalidArgumentError, match="order = 'x' is not an SsmLayout"):
+        vllm.state_pool(config, opts, conv, rec, order="x")
     # The pool's own checks still apply past the shapes (a tensor with a slot of other strides).
     with pytest.raises(specstate.Error):
         vllm.state_pool(config, opts, conv_states=[t[:, :, ::-1] for t in conv],
