@@ -14,6 +14,10 @@
 //   specstate::PoolOptions o = specstate::vllm::layout_options(options, model);
 //   specstate::StatePool pool(model, o, specstate::vllm::committed_views(model, conv, rec));
 //
+// The dtypes are the config's: vLLM's conv states follow its mamba_cache_dtype ("auto": the
+// model's), the GDN and Mamba2 states its mamba_ssm_cache_dtype ("auto": the conv state's), KDA's
+// state is always f32; set conv_state_dtype / ssm_state_dtype to match (the pool refuses another).
+//
 // Pure C++: views only (TensorView), no framework types.
 #pragma once
 
