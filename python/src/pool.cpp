@@ -152,8 +152,10 @@ void check_layer_args(const PyPool& p, const W& w, const I& in, const O& out) {
 
 std::string handle_repr(const SlotHandle& h) {
   if (h.is_padding()) return "SlotHandle.padding()";
+  // pool_id too: handles of two pools with the same slot and generation compare unequal.
   return "SlotHandle(slot=" + std::to_string(h.slot) +
-         ", generation=" + std::to_string(h.generation) + ")";
+         ", generation=" + std::to_string(h.generation) + ", pool_id=" + std::to_string(h.pool_id) +
+         ")";
 }
 
 std::string arg_type_name(nb::handle object) {

@@ -621,3 +621,12 @@ def test_big_endian_array_and_empty_window_say_what_is_wrong():
         specstate.GdnInputs(x, a.astype(">f4"), b)
     with pytest.raises(specstate.InvalidArgumentError, match="tokens and target are empty"):
         specstate.accept_greedy_chain([], [])
+
+
+def test_handle_repr_names_its_pool():
+    """Handles of two pools printed the same (slot and generation) yet compared unequal."""
+    model = Model()
+    a, b = model.pool().acquire(), model.pool().acquire()
+    assert a != b and repr(a) != repr(b)
+    assert repr(a) == (f"SlotHandle(slot={a.slot}, generation={a.generation}, "
+                       f"pool_id={a.pool_id})")
