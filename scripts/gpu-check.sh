@@ -184,7 +184,7 @@ fi
 if has layout; then
   # The state layouts (PoolOptions::conv_layout / ssm_layout, SPECSTATE_BENCH_LAYOUT): the same
   # rounds in specstate's order, with channels-last conv windows, with [HV][K][V] states and with
-  # both (vLLM's order), the first again at the end (the run-to-run spread). LAYOUT_GDN_FILTER /
+  # both (vLLM's order before its PR #33291; today's vLLM is conv_last), the first again at the end (the run-to-run spread). LAYOUT_GDN_FILTER /
   # LAYOUT_M2_FILTER pick the shapes.
   echo "== state layouts (SPECSTATE_BENCH_LAYOUT) [t=${SECONDS}s]"
   scripts/bench-sweep.sh "$bench_bin" SPECSTATE_BENCH_LAYOUT "default conv_last kv vllm" \

@@ -183,7 +183,8 @@ inline int bench_fold_rows() {
 
 // SPECSTATE_BENCH_LAYOUT: the element order of the benchmarks' pools (PoolOptions::conv_layout /
 // ssm_layout): unset or "default", specstate's; "conv_last", channels-last conv windows; "kv",
-// [HV][K][V] states (delta-rule kinds); "vllm", both (a Mamba2 pool takes only the conv part).
+// [HV][K][V] states (delta-rule kinds); "vllm", both (a Mamba2 pool takes only the conv part):
+// vLLM's order before its PR #33291; today's vLLM keeps [HV][V][K] states, i.e. "conv_last".
 inline void apply_bench_layout(PoolOptions& o, LayerKind kind) {
   const char* v = std::getenv("SPECSTATE_BENCH_LAYOUT");
   const std::string layout = v ? v : "default";
