@@ -49,9 +49,16 @@ case "${MODE:-build}" in
       mkdir -p "br/$n"
       tar -cf - --exclude='./build*' --exclude='./br' --exclude='./.ab-base*' --exclude='./.gpudeps' \
         --exclude='./out' --exclude='./.git' . | tar -xf - -C "br/$n"
-      if ! (cd "br/$n" && { git apply "$PATCH_DIR/$n.patch" 2>/dev/null ||
-                            patch -p1 -s <"$PATCH_DIR/$n.patch"; }); then
+      # From the root with --directory: `git apply` run inside br/$n (a folder of the repository)
+      # ignores every path outside that folder, i.e. the whole patch, and still exits 0 (the
+      # thirteenth session's first A/B of six branches measured six copies of the tree).
+      if ! { git apply --directory="br/$n" "$PATCH_DIR/$n.patch" 2>/dev/null ||
+             (cd "br/$n" && patch -p1 -s <"$PATCH_DIR/$n.patch"); }; then
         echo "$n: the patch does not apply"; status=1; continue
+      fi
+      first=$(grep -m1 '^+++ b/' "$PATCH_DIR/$n.patch" | cut -c7-)
+      if [ -z "$first" ] || cmp -s "$first" "br/$n/$first"; then
+        echo "$n: the patch changed nothing (${first:-no file}): not built"; status=1; continue
       fi
       ( cmake -S "br/$n" -B "build-br-$n" "${cfg[@]}" &&
         cmake --build "build-br-$n" -j "$jobs" --target "${targets[@]}" ) >"$OUT/build-$n.log" 2>&1 &
