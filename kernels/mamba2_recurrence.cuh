@@ -30,25 +30,7 @@ struct Mamba2Shared {
   // (mamba2_copy_rows) and converted into the chunk between the blocks.
   __align__(16) Act x_next[kMulti ? kChunk : 1][kMulti ? kRows : 8];
   __align__(16) Act z_next[kMulti ? kChunk : 1][kMulti ? kRows : 8];
-  // kMulti: the block's outputs y (skip and gate applied), written by each channel's writer lane
-  // at its step and stored to global memory once per block (mamba2_flush_block), as the GDN
-  // verify's out_rows are: no per-token global addressing in the token loop.
-  float y_rows[kMulti ? kChunk : 1][kMulti ? kRows : 1];
 };
-
-// The outputs of tokens [0, count) of channels [c0, c0 + kRows) of head h, from y_rows (after a
-// barrier that follows their writes), every thread of the CTA a part.
-template <typename Act, int kRows, int kChunk>
-__device__ __noinline__ void mamba2_flush_block(const Mamba2RecurrenceParams& p,
-                                                const float (&y_rows)[kChunk][kRows], Act* out,
-                                                int64_t tok0, int h, int c0, int count) {
-  for (int i = threadIdx.x; i < count * kRows; i += kMamba2Threads) {
-    const int t = i / kRows, rr = i % kRows, ch = c0 + rr;
-    if (ch >= p.head_dim) continue;
-    out[(tok0 + t) * p.out_stride_token + h * p.out_stride_h + ch * p.out_stride_p] =
-        from_float<Act>(y_rows[t][rr]);
-  }
-}
 
 // Copies rows [t0, t0 + n) of a channel block's kRows act values into dst[t0 .. t0 + n): row tt
 // from src(tt) (channel stride 1 where `vec`, else `stride_c`). `vec`: every row is a 16-byte
@@ -362,19 +344,18 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
         if (kl == 0 && ok) {
           if (p.d_skip) y += sm.chunk.x[hist + t][r] * D;
           y *= sm.chunk.z[hist + t][r];
-          sm.y_rows[t][r] = y;  // stored with the block's others (mamba2_flush_block)
+          out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h + ch * p.out_stride_p] =
+              from_float<Act>(y);
         }
       }
       if (p.store_final && ok) {
         mamba2_store<St, NK, LANES>(head_state + int64_t{ch} * N, S, kl, false);
       }
-      // Every thread is done with this block's staged rows and its outputs are in y_rows, and
-      // its copies (the next block's x, gate and state) have landed: after the barrier,
-      // everybody's have.
-      if (more) asm volatile("cp.async.wait_all;" ::: "memory");
-      __syncthreads();
-      mamba2_flush_block<Act, kRows, kChunk>(p, sm.y_rows, out, rt.begin, h, vb * kRows, rt.count);
       if (more) {
+        // Every thread is done with this block's staged rows, and its copies (the next block's
+        // x, gate and state) have landed: after the barrier, everybody's have.
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();
         // The next block's x as floats (x = 0 past P) and the window's x into its factor records
         // (as the window's staging does for the first block); the gate as silu(z), or 1.
         const int c0n = (vb + 1) * kRows;
