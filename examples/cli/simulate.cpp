@@ -55,6 +55,17 @@ CLI::Validator finite_number() {
       "FINITE");
 }
 
+// A value that names something: `--out ""` wrote no report, `--save-trace ""` no trace,
+// `--histogram ""` and `--tree ""` fell back to the geometric generator and chain(4), all with
+// exit 0 (`--trace ""` failed ExistingFile).
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "an empty value names nothing" : "";
+      },
+      "NONEMPTY");
+}
+
 // An integer in [0, 2^64 - 1] in decimal digits: CLI11 would turn -1, 2^64 and 1e23 into
 // 2^64 - 1 without a word.
 CLI::Validator unsigned_64() {
@@ -114,8 +125,9 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   auto* window = cmd->add_option("--window", o->window, "Window T: tokens verified per round")
                      ->check(CLI::Range(1, spec::kMaxTraceWindow))
                      ->capture_default_str();
-  auto* tree = cmd->add_option(
-      "--tree", o->tree, "Tree window as parents, e.g. --tree=-1,0,0,1 (instead of --window)");
+  auto* tree = cmd->add_option("--tree", o->tree,
+                               "Tree window as parents, e.g. --tree=-1,0,0,1 (instead of --window)")
+                   ->check(non_empty());
   auto* rate = cmd->add_option("--accept-rate", o->accept_rate,
                                "Per-draft acceptance probability alpha (geometric generator)")
                    ->check(finite_number())
@@ -123,11 +135,14 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
                    ->capture_default_str();
   auto* fixed = cmd->add_option("--fixed", o->fixed, "Every round accepts exactly this many tokens")
                     ->check(CLI::Range(1, spec::kMaxTraceWindow));
-  auto* histogram = cmd->add_option(
-      "--histogram", o->histogram,
-      "Empirical generator: weights of accepted lengths 1, 2, ..., e.g. 0.3,0.2,0.5");
+  auto* histogram =
+      cmd->add_option(
+             "--histogram", o->histogram,
+             "Empirical generator: weights of accepted lengths 1, 2, ..., e.g. 0.3,0.2,0.5")
+          ->check(non_empty());
   cmd->add_option("--save-trace", o->save_trace,
-                  "Write the replayed trace to FILE (JSON Lines, docs/traces.md)");
+                  "Write the replayed trace to FILE (JSON Lines, docs/traces.md)")
+      ->check(non_empty());
   cmd->add_option("--backend", o->backend, "cpu or cuda (cuda only where built)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -151,7 +166,8 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
                   "Untimed rounds first (verify, then commit with a = 0, which keeps the state)")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
-  cmd->add_option("--out", o->out, "Write the report to FILE.json and the plots to FILE.svg");
+  cmd->add_option("--out", o->out, "Write the report to FILE.json and the plots to FILE.svg")
+      ->check(non_empty());
   cmd->add_flag("--quiet", *quiet, "No progress bar");
   for (auto* opt : {requests, rounds, window, tree, rate, fixed, histogram}) trace->excludes(opt);
   tree->excludes(window);

@@ -781,7 +781,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   report["report_version"] = 1;
   report["specstate_version"] = version();
   Json opts;
-  opts["model"] = o.model;
+  opts["model"] = o.model_file.empty() ? Json(o.model) : Json(nullptr);  // a file names the model
   opts["model_file"] = o.model_file.empty() ? Json(nullptr) : Json(o.model_file);
   opts["tp"] = o.tp;
   opts["backend"] = o.backend;

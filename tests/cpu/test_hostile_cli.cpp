@@ -150,6 +150,18 @@ TEST(HostileCli, OutToDevFullFails) {
   EXPECT_FALSE(contains(run.output, "report: /dev/full")) << run.output;
 }
 
+// An empty value named nothing and was ignored with exit 0: no report for --out, no trace for
+// --save-trace, the geometric generator for --histogram, chain(4) for --tree.
+TEST(HostileCli, EmptyOptionValuesAreUsageErrors) {
+  for (const char* option : {"--out", "--save-trace", "--histogram", "--tree"}) {
+    const test::CliRun run =
+        run_cli(std::string("simulate --model tiny --rounds 2 --quiet ") + option + " ''");
+    EXPECT_EQ(run.code, 2) << option << "\n" << run.output;
+    EXPECT_TRUE(contains(run.output, option)) << run.output;
+    EXPECT_TRUE(contains(run.output, "an empty value names nothing")) << run.output;
+  }
+}
+
 TEST(HostileCli, NonFiniteAcceptRateIsAUsageError) {
   for (const char* value : {"nan", "NaN", "inf", "-inf", "1.5", "-0.1"}) {
     const test::CliRun run =

@@ -535,6 +535,9 @@ TEST(Simulate, ModelFileRunsAndNamesTheModel) {
   const auto report = run_simulation(o, nullptr);
   EXPECT_TRUE(report["check"]["passed"].get<bool>()) << report["check"].dump();
   EXPECT_EQ(report["model"]["name"].get<std::string>(), "toy-gdn");
+  // The options name the file, not the preset it excludes (they said "model": "small").
+  EXPECT_TRUE(report["options"]["model"].is_null()) << report["options"].dump();
+  EXPECT_EQ(report["options"]["model_file"].get<std::string>(), path);
   EXPECT_EQ(report["model"]["gdn_layers"].get<int>(), 2);
   EXPECT_EQ(report["model"]["total_layers"].get<int>(), 4);
   EXPECT_EQ(report["model"]["head_k_dim"].get<int>(), 32);
