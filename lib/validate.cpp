@@ -226,16 +226,28 @@ void check_absent(const char* function, const char* name, const TensorView& view
            " = false");
 }
 
+void check_flagged(const TensorView& view, const ViewSpec& spec, bool on, const char* flag) {
+  if (!on) {
+    check_absent(spec.function, spec.name, view, flag);
+    return;
+  }
+  int64_t expected = 1;
+  for (int64_t d : spec.shape) expected *= d;
+  if (view.empty() && expected > 0) {  // "(null data)" did not say why the view is needed
+    fail(Status::kInvalidArgument, spec.function,
+         std::string(spec.name) + " is empty (not given), but the layer config has " + flag +
+             " = true: expected " + shape_string(spec.shape));
+  }
+  check_view(view, spec);
+}
+
 void check_conv_weights(const char* function, int64_t conv_dim, int conv_width, bool has_bias,
                         const TensorView& weight, const TensorView& bias, DType act, Device dev) {
   check_view(
       weight,
       {function, "weights.conv_weight", {conv_dim, conv_width}, act, DTypeRule::kAnyFloat, dev});
-  if (has_bias) {
-    check_view(bias, {function, "weights.conv_bias", {conv_dim}, act, DTypeRule::kAnyFloat, dev});
-  } else {
-    check_absent(function, "weights.conv_bias", bias, "conv_bias");
-  }
+  check_flagged(bias, {function, "weights.conv_bias", {conv_dim}, act, DTypeRule::kAnyFloat, dev},
+                has_bias, "conv_bias");
 }
 
 }  // namespace specstate::detail

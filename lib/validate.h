@@ -40,6 +40,9 @@ void check_optional_view(const TensorView& view, const ViewSpec& spec);
 // An optional view the config says is absent (`flag` = false) must not be given: a silent ignore
 // would hide a config that does not match the model.
 void check_absent(const char* function, const char* name, const TensorView& view, const char* flag);
+// A view the config's `flag` asks for (`on`: check_view, an empty one named with the flag that
+// wants it) or forbids (check_absent): conv_bias, Mamba2's D and z.
+void check_flagged(const TensorView& view, const ViewSpec& spec, bool on, const char* flag);
 // Every kind's conv weights: weights.conv_weight [conv_dim, conv_width], and weights.conv_bias
 // [conv_dim] when the config has a bias (else it must not be given); any float dtype.
 void check_conv_weights(const char* function, int64_t conv_dim, int conv_width, bool has_bias,

@@ -82,18 +82,12 @@ void check_args(const char* function, const Mamba2Config& m, Device dev, const M
   check_conv_weights(function, d, m.conv_width, m.conv_bias, w.conv_weight, w.conv_bias, act, dev);
   check_view(w.A_log, {function, "weights.A_log", {h}, act, DTypeRule::kAnyFloat, dev});
   check_view(w.dt_bias, {function, "weights.dt_bias", {h}, act, DTypeRule::kAnyFloat, dev});
-  if (m.d_skip) {
-    check_view(w.D, {function, "weights.D", {h}, act, DTypeRule::kAnyFloat, dev});
-  } else {
-    check_absent(function, "weights.D", w.D, "d_skip");
-  }
+  check_flagged(w.D, {function, "weights.D", {h}, act, DTypeRule::kAnyFloat, dev}, m.d_skip,
+                "d_skip");
   check_view(in.xBC, {function, "inputs.xBC", {tokens, d}, act, DTypeRule::kExact, dev});
   check_view(in.dt, {function, "inputs.dt", {tokens, h}, act, DTypeRule::kExact, dev});
-  if (m.gate) {
-    check_view(in.z, {function, "inputs.z", {tokens, h * p}, act, DTypeRule::kExact, dev});
-  } else {
-    check_absent(function, "inputs.z", in.z, "gate");
-  }
+  check_flagged(in.z, {function, "inputs.z", {tokens, h * p}, act, DTypeRule::kExact, dev}, m.gate,
+                "gate");
   check_optional_view(out.conv_out,
                       {function, "outputs.conv_out", {tokens, d}, act, DTypeRule::kExact, dev});
   check_view(out.y, {function, "outputs.y", {tokens, h, p}, act, DTypeRule::kExact, dev});

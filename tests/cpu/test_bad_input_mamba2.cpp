@@ -73,8 +73,20 @@ TEST_P(BadInputMamba2, EachArgumentIsNamed) {
   Mamba2TokenOutputs one_out = make_outputs(config_, 1);
   Mamba2Weights no_d = w_[0].view();
   no_d.D = TensorView{};
+  // A view the config asks for names the flag that asks for it (it said "(null data)").
   expect_rejected([&] { pool_->decode(0, {a_}, no_d, one.view(), one_out.view()); },
-                  Status::kInvalidArgument, {"StatePool::decode", "weights.D"});
+                  Status::kInvalidArgument,
+                  {"StatePool::decode",
+                   "weights.D is empty (not given), but the layer config "
+                   "has d_skip = true"});
+  Mamba2Weights no_bias = w_[0].view();
+  no_bias.conv_bias = TensorView{};
+  expect_rejected([&] { pool_->decode(0, {a_}, no_bias, one.view(), one_out.view()); },
+                  Status::kInvalidArgument, {"weights.conv_bias", "has conv_bias = true"});
+  Mamba2Inputs no_z = one.view();
+  no_z.z = TensorView{};
+  expect_rejected([&] { pool_->decode(0, {a_}, w_[0].view(), no_z, one_out.view()); },
+                  Status::kInvalidArgument, {"inputs.z", "has gate = true"});
   Mamba2Inputs no_xbc = one.view();
   no_xbc.xBC = TensorView{};
   expect_rejected([&] { pool_->prefill(0, a_, w_[0].view(), no_xbc, one_out.view()); },
