@@ -31,6 +31,9 @@ struct Arg {
 // as bf16. `allow_none`: None gives an empty Arg.
 Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none);
 
+// "uint8[2, 64] cpu": how an array was received, for errors.
+std::string array_text(const nb::ndarray<>& a);
+
 // A host array (cpu / cuda_host) of integers of another dtype than int32, one dimension (NumPy's
 // default int64, a CPU torch.int64 tensor): its values as int32, or nullopt for anything else
 // (int32 arrays, device arrays, other dtypes and ranks, which to_arg takes or refuses). Raises

@@ -720,10 +720,23 @@ void bind_pool(nb::module_& m) {
                     to_bytes_arg(src, fn, "src", false, p.pool().slot_state_bytes(), p.is_cuda());
                 check_device(p, a, "src");
                 const TensorView v = a.view;
-                locked(p, stream, [&](StatePool& s) {
-                  s.import_slot(h, v);
-                  return 0;
-                });
+                try {
+                  locked(p, stream, [&](StatePool& s) {
+                    s.import_slot(h, v);
+                    return 0;
+                  });
+                } catch (const Error& e) {
+                  // The library describes the byte view the binding made (i32[1616]); name the
+                  // array the caller gave (uint8[6464]).
+                  std::string what = e.what();
+                  const std::string view = "src (" + v.describe() + ")";
+                  const std::size_t at = what.find(view);
+                  if (at == std::string::npos) throw;
+                  what.replace(at, view.size(), "src (" + array_text(a.array) + ")");
+                  const std::size_t prefix = what.find(": ");  // Error prepends the status name
+                  throw Error(e.status(),
+                              prefix == std::string::npos ? what : what.substr(prefix + 2));
+                }
               },
               nb::sig("def import_slot(self, handle: SlotHandle, src: object | None = None, "
                       "stream: object | None = None, *, path: object | None = None) -> None"),

@@ -141,6 +141,8 @@ void set_device(Arg& arg, const char* name) {
   }
 }
 
+}  // namespace
+
 // "uint8[2, 64] cpu": how an array was received, for errors.
 std::string array_text(const nb::ndarray<>& a) {
   std::string out = dtype_text(a.dtype()) + "[";
@@ -150,8 +152,6 @@ std::string array_text(const nb::ndarray<>& a) {
   if (a.device_type() == nb::device::cuda::value) out += ":" + std::to_string(a.device_id());
   return out;
 }
-
-}  // namespace
 
 Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) {
   Arg arg;

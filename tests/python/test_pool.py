@@ -630,3 +630,19 @@ def test_handle_repr_names_its_pool():
     assert a != b and repr(a) != repr(b)
     assert repr(a) == (f"SlotHandle(slot={a.slot}, generation={a.generation}, "
                        f"pool_id={a.pool_id})")
+
+
+def test_import_slot_errors_describe_the_callers_array():
+    """A bad header described the buffer as the i32 view the binding made of it
+    ("src (i32[1616] ...)" for a uint8[6464] array)."""
+    model = Model()
+    pool = model.pool()
+    h = pool.acquire()
+    blob = np.asarray(pool.export_slot(h), dtype=np.uint8).copy()
+    blob[60] ^= 1  # the header's checksum no longer matches
+    with pytest.raises(specstate.InvalidArgumentError) as e:
+        pool.import_slot(h, blob)
+    message = str(e.value)
+    assert f"src (uint8[{blob.size}] cpu)" in message and "i32[" not in message, message
+    assert message.startswith("invalid argument: StatePool::import_slot: ")
+    assert "corrupt slot state header" in message
