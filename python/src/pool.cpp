@@ -233,8 +233,8 @@ const char* kStreamDoc =
 // stream's `cuda_stream`) or another thread while it is released may reassign a field of the
 // caller's struct, which dropped the array the call was reading or writing.
 template <typename W, typename I, typename O, typename Call>
-void layer_call(PyPool& p, int /*layer*/, nb::handle_t<W> weights, const I& in_arg,
-                const O& out_arg, nb::handle stream, Call&& call) {
+void layer_call(PyPool& p, nb::handle_t<W> weights, const I& in_arg, const O& out_arg,
+                nb::handle stream, Call&& call) {
   const W w = nb::cast<const W&>(weights);
   const I in = in_arg;
   const O out = out_arg;
@@ -256,7 +256,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
          "prefill",
          [](PyPool& p, int layer, SlotHandle h, nb::handle_t<W> weights, const I& in, const O& out,
             nb::handle stream) {
-           layer_call<W>(p, layer, weights, in, out, stream,
+           layer_call<W>(p, weights, in, out, stream,
                          [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                            s.prefill(layer, h, w, i, o);
                          });
@@ -271,7 +271,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
           "prefill_batch",
           [](PyPool& p, int layer, std::vector<SlotHandle> handles, std::vector<int32_t> lengths,
              nb::handle_t<W> weights, const I& in, const O& out, nb::handle stream) {
-            layer_call<W>(p, layer, weights, in, out, stream,
+            layer_call<W>(p, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.prefill(layer, handles, lengths, w, i, o);
                           });
@@ -287,7 +287,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
           "decode",
           [](PyPool& p, int layer, std::vector<SlotHandle> rows, nb::handle_t<W> weights,
              const I& in, const O& out, nb::handle stream) {
-            layer_call<W>(p, layer, weights, in, out, stream,
+            layer_call<W>(p, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.decode(layer, rows, w, i, o);
                           });
@@ -302,7 +302,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
           "verify",
           [](PyPool& p, int layer, nb::handle_t<W> weights, const I& in, const O& out,
              nb::handle stream) {
-            layer_call<W>(p, layer, weights, in, out, stream,
+            layer_call<W>(p, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.verify(layer, w, i, o);
                           });
