@@ -41,7 +41,7 @@ settings() {  # the experiment's filters into GT, AB_G, AB_M, AB_K
 status=0
 case "${MODE:-build}" in
   build)
-    jobs=$(( $(nproc) / 4 )); [ "$jobs" -lt 2 ] && jobs=2
+    jobs=${JOBS:-$(( $(nproc) / 4 ))}; [ "$jobs" -lt 2 ] && jobs=2
     ( cmake -S . -B build-gpu "${cfg[@]}" && cmake --build build-gpu -j "$jobs" --target "${targets[@]}" ) \
       >"$OUT/build-tree.log" 2>&1 &
     for n in $names; do
