@@ -14,7 +14,7 @@ namespace specstate::test {
 
 struct KindCase {
   const char* name;
-  const char* preset;  // gdn_preset or mamba2_preset name (the layer kind follows)
+  const char* preset;  // a preset of common/presets.h (the layer kind follows its name)
   Strategy strategy;
   bool tree = false;  // a tree window (else a chain), where the suite distinguishes them
 };
@@ -26,7 +26,7 @@ inline std::string kind_case_name(const ::testing::TestParamInfo<KindCase>& info
   return info.param.name;
 }
 
-// Both kinds, f32 and bf16, both strategies (8 cases).
+// Every kind, f32 and bf16, both strategies (12 cases).
 inline const std::vector<KindCase>& kind_dtype_strategy_cases() {
   static const std::vector<KindCase> all = {
       {"gdn_f32_snapshot", "small_f32", Strategy::kSnapshot},
@@ -37,11 +37,15 @@ inline const std::vector<KindCase>& kind_dtype_strategy_cases() {
       {"m2_f32_replay", "m2_small_f32", Strategy::kReplay},
       {"m2_bf16_snapshot", "m2_small_bf16", Strategy::kSnapshot},
       {"m2_bf16_replay", "m2_small_bf16", Strategy::kReplay},
+      {"kda_f32_snapshot", "kda_small_f32", Strategy::kSnapshot},
+      {"kda_f32_replay", "kda_small_f32", Strategy::kReplay},
+      {"kda_lb_bf16_snapshot", "kda_lb_all_bf16", Strategy::kSnapshot},
+      {"kda_lb_bf16_replay", "kda_lb_all_bf16", Strategy::kReplay},
   };
   return all;
 }
 
-// Both kinds, both strategies, each dtype with a chain or a tree window (8 cases).
+// Every kind, both strategies, each dtype with a chain or a tree window (12 cases).
 inline const std::vector<KindCase>& kind_window_strategy_cases() {
   static const std::vector<KindCase> all = {
       {"gdn_f32_chain_snapshot", "small_f32", Strategy::kSnapshot, false},
@@ -52,6 +56,10 @@ inline const std::vector<KindCase>& kind_window_strategy_cases() {
       {"m2_f32_tree_replay", "m2_small_f32", Strategy::kReplay, true},
       {"m2_bf16_chain_snapshot", "m2_small_bf16", Strategy::kSnapshot, false},
       {"m2_bf16_chain_replay", "m2_small_bf16", Strategy::kReplay, false},
+      {"kda_f32_tree_snapshot", "kda_lb_f32", Strategy::kSnapshot, true},
+      {"kda_f32_tree_replay", "kda_lb_f32", Strategy::kReplay, true},
+      {"kda_bf16_chain_snapshot", "kda_small_bf16", Strategy::kSnapshot, false},
+      {"kda_bf16_chain_replay", "kda_small_bf16", Strategy::kReplay, false},
   };
   return all;
 }

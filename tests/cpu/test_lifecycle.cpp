@@ -1,4 +1,4 @@
-// The round lifecycle (DESIGN.md section 5.6, docs/lifecycle.md), for both layer kinds, both
+// The round lifecycle (DESIGN.md section 5.6, docs/lifecycle.md), for every layer kind, both
 // strategies, chains and trees, bit-exact against a reference pool that never made the call:
 //   - begin_verify over a round that verified a layer is rejected and changes nothing; over a
 //     round that verified none it replaces it;

@@ -1,4 +1,4 @@
-// Outputs that share memory with a layer call's inputs (issue 17), for both layer kinds and both
+// Outputs that share memory with a layer call's inputs (issue 17), for every layer kind and both
 // strategies: prefill (single and batched), decode and verify reject an output over one of their
 // inputs, their weights or their other output, naming both views, and change nothing (bit-exact
 // against a twin pool that never saw the calls); views that interleave token by token in one

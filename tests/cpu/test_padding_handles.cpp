@@ -1,6 +1,6 @@
 // Padding handles (issue 17): SlotHandle::padding() given to a call that takes one request's
 // handle is named as such ("handle is a padding handle: prefill needs a live request"), not as a
-// handle of another pool, for both layer kinds and both strategies; each rejected call changes
+// handle of another pool, for every layer kind and both strategies; each rejected call changes
 // nothing (bit-exact against a twin pool that never saw it).
 #include <gtest/gtest.h>
 

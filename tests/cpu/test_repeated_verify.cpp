@@ -1,5 +1,5 @@
 // A layer verified more than once in one round (include/specstate/pool.h StatePool::verify,
-// docs/lifecycle.md), for both layer kinds, both strategies, chains and trees, bit-exact:
+// docs/lifecycle.md), for every layer kind, both strategies, chains and trees, bit-exact:
 //   - a repeated verify with the same inputs gives the first one's outputs, and the round
 //     commits exactly as a round with one verify per layer;
 //   - with other inputs the last verify of a layer wins: its outputs and the committed state
