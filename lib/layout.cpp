@@ -272,15 +272,27 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
 
 namespace specstate {
 
-int64_t default_replay_ring(int64_t max_window) noexcept {
+namespace {
+void check_default_ring_window(int64_t max_window) {
+  if (max_window < 1 || max_window > PoolOptions::kMaxWindow) {
+    throw Error(Status::kInvalidArgument,
+                "default_replay_ring: max_window = " + std::to_string(max_window) +
+                    " must be in [1, " + std::to_string(PoolOptions::kMaxWindow) + "]");
+  }
+}
+}  // namespace
+
+int64_t default_replay_ring(int64_t max_window) {
+  check_default_ring_window(max_window);
   return std::max<int64_t>(2 * max_window, 6);
 }
 
-int64_t default_replay_ring(LayerKind kind, int64_t max_window) noexcept {
+int64_t default_replay_ring(LayerKind kind, int64_t max_window) {
+  check_default_ring_window(max_window);
   // Gated DeltaNet: the longest replay of a ring of 3T (history L + T = 2T, then the window)
   // fits the verify's chunk (kGdnChunk tokens) up to T = 5; at T = 2 the ring is 8 (measured
   // on the H200: 0.959 / 0.989 / 0.973x against 6 at B = 8 / 32 / 128; docs/cuda.md).
-  if (kind == LayerKind::kGatedDeltaNet && max_window >= 1 && 3 * max_window <= kernels::kGdnChunk)
+  if (kind == LayerKind::kGatedDeltaNet && 3 * max_window <= kernels::kGdnChunk)
     return std::max<int64_t>(3 * max_window, max_window >= 2 ? 8 : 6);
   return default_replay_ring(max_window);
 }

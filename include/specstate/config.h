@@ -180,9 +180,11 @@ const char* ssm_layout_name(SsmLayout layout) noexcept;    // "vk" / "kv"
 // The replay ring R a pool gets for PoolOptions::replay_ring = 0 (see there): the generic rule
 // max(2 * max_window, 6) (Mamba2 and KDA), and the rule of a pool of `kind` (Gated DeltaNet: 3T
 // where the longest replay, history plus window, 3T, fits its verify's chunk of 16 tokens,
-// T <= 5, and at least 8 from T = 2 (8 at T = 2); otherwise the generic rule).
-int64_t default_replay_ring(int64_t max_window) noexcept;
-int64_t default_replay_ring(LayerKind kind, int64_t max_window) noexcept;
+// T <= 5, and at least 8 from T = 2 (8 at T = 2); otherwise the generic rule). Throws Error
+// (kInvalidArgument) for a max_window outside [1, PoolOptions::kMaxWindow], the windows a pool
+// accepts.
+int64_t default_replay_ring(int64_t max_window);
+int64_t default_replay_ring(LayerKind kind, int64_t max_window);
 
 // The fold limit L of a verify round of `rows` rows on a replay ring of R = `ring` records with
 // windows of up to T = max_window tokens: a verify whose slot has h history records folds

@@ -366,32 +366,16 @@ void bind_config(nb::module_& m) {
 
   // The replay ring (docs/strategies.md): the default R of a kind, the round's fold limit and
   // the fold model `specstate plan` prints.
-  // The C++ rule takes any value (noexcept); from Python a window no pool accepts is an error.
-  const auto check_window = [](const char* fn, int64_t max_window) {
-    if (max_window < 1 || max_window > PoolOptions::kMaxWindow) {
-      throw Error(Status::kInvalidArgument,
-                  std::string(fn) + ": max_window = " + std::to_string(max_window) +
-                      " must be in [1, " + std::to_string(PoolOptions::kMaxWindow) + "]");
-    }
-  };
-  m.def(
-      "default_replay_ring",
-      [check_window](LayerKind kind, int64_t max_window) {
-        check_window("default_replay_ring", max_window);
-        return default_replay_ring(kind, max_window);
-      },
-      nb::arg("kind"), nb::arg("max_window"),
-      "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (max(3 * "
-      "max_window, "
-      "8) for GATED_DELTA_NET from max_window = 2 up to 5, otherwise max(2 * max_window, 6)).");
-  m.def(
-      "default_replay_ring",
-      [check_window](int64_t max_window) {
-        check_window("default_replay_ring", max_window);
-        return default_replay_ring(max_window);
-      },
-      nb::arg("max_window"),
-      "The generic rule, max(2 * max_window, 6) (the ring of MAMBA2 and KDA pools).");
+  m.def("default_replay_ring", nb::overload_cast<LayerKind, int64_t>(&default_replay_ring),
+        nb::arg("kind"), nb::arg("max_window"),
+        "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (max(3 * "
+        "max_window, "
+        "8) for GATED_DELTA_NET from max_window = 2 up to 5, otherwise max(2 * max_window, 6)). "
+        "Raises InvalidArgumentError for a max_window outside [1, 65536].");
+  m.def("default_replay_ring", nb::overload_cast<int64_t>(&default_replay_ring),
+        nb::arg("max_window"),
+        "The generic rule, max(2 * max_window, 6) (the ring of MAMBA2 and KDA pools).\n"
+        "Raises InvalidArgumentError for a max_window outside [1, 65536].");
   m.def("replay_fold_limit", &replay_fold_limit, nb::arg("max_window"), nb::arg("ring"),
         nb::arg("rows"), nb::arg("fold_rows") = 0,
         "The fold limit L of a verify round of `rows` rows: a verify whose slot has h history "

@@ -70,6 +70,16 @@ TEST(Replay, DefaultRingIsThreeWindowsForGdnUpToFiveAndTwoWindowsAndAtLeastSixEl
   EXPECT_EQ(default_replay_ring(gdn, 5), 15);
   EXPECT_EQ(default_replay_ring(gdn, 6), 12);
   EXPECT_EQ(default_replay_ring(gdn, 8), 16);
+  // A window no pool accepts is refused, naming it (default_replay_ring(0) answered 6, and a
+  // window near 2^62 overflowed 3T).
+  for (int64_t bad :
+       {int64_t{0}, int64_t{-3}, int64_t{PoolOptions::kMaxWindow} + 1, int64_t{1} << 62}) {
+    const std::string named = "default_replay_ring: max_window = " + std::to_string(bad);
+    expect_rejected([&] { default_replay_ring(bad); }, Status::kInvalidArgument, {named});
+    for (LayerKind kind : {gdn, LayerKind::kMamba2, LayerKind::kKda})
+      expect_rejected([&] { default_replay_ring(kind, bad); }, Status::kInvalidArgument, {named});
+  }
+  EXPECT_EQ(default_replay_ring(PoolOptions::kMaxWindow), 2 * int64_t{PoolOptions::kMaxWindow});
   // A pool with replay_ring = 0 has exactly the records of an explicit default ring: GDN at T = 2
   // (R = 8, not 2T = 4) and T = 4 (R = 12), Mamba2 at T = 4 (R = 8 = 2T).
   const ModelConfig m = ModelConfig::gated_delta_net(2, gdn_preset("small_f32"));
