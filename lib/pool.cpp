@@ -19,11 +19,7 @@
 
 namespace specstate {
 
-using detail::check_optional_view;
-using detail::check_view;
-using detail::DTypeRule;
 using detail::fail;
-using detail::handle_string;
 
 namespace {
 

@@ -251,9 +251,6 @@ struct StatePool::Impl {
                const typename detail::KindArgs<Weights>::Outputs& out,
                std::vector<int32_t> offsets = {});
 
-  // Re-runs recorded steps of one layer with that layer's last weights (no inputs, no outputs):
-  // the pool's one switch on the layer kind.
-
   // Runs the strategy's deferred work for `slot_list` (all live slots when empty).
   void materialize_slots(std::vector<int32_t> slot_list);
 

@@ -12,7 +12,6 @@
 
 namespace specstate {
 
-using detail::check_optional_view;
 using detail::check_view;
 using detail::DTypeRule;
 using detail::fail;

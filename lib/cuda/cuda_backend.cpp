@@ -281,7 +281,6 @@ class CudaBackend final : public BackendImpl {
 
   void begin_round(const PoolStorage& s, const RoundPlan& plan) override {
     break_chain();
-    (void)s;
     DeviceGuard guard(device_);
     // The round's slots, parents and token offsets in one upload (one node of a captured round
     // where they fit one launch's parameters).

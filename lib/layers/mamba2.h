@@ -15,13 +15,10 @@ namespace specstate::detail::mamba2 {
 // "ModelConfig: mamba.").
 void validate(const Mamba2Config& config);
 
-// conv window [conv_dim, W-1]; SSM state [nheads, P, N] (N contiguous); a record is what
-// re-running one token's step needs: [xBC (conv_dim) | dt (nheads)] in the activation dtype (z
-// only gates the output, and a replayed step has none).
+// conv window [conv_dim, W-1]; SSM state [nheads, P, N] (N contiguous); a conv record is the
+// token's xBC (conv_dim, the activation dtype); the SSM's factor record is
+// kernels::mamba2_factor_layout's.
 LayerShapes shapes(const Mamba2Config& config);
-
-// Record columns.
-inline int64_t record_dt_offset(const Mamba2Config& c) { return c.conv_dim(); }
 
 // Validates one call's views: `tokens` tokens of inputs and outputs on `device`.
 void check_args(const char* function, const Mamba2Config& config, Device device,
