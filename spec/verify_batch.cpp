@@ -52,12 +52,11 @@ int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
                 "spec::VerifyBatchBuilder::add: handle is a padding handle (slot " +
                     std::to_string(handle.slot) + "); padding rows are added by build()");
   }
-  for (std::size_t r = 0; r < handles_.size(); ++r) {
-    if (handles_[r].slot == handle.slot && handles_[r].pool_id == handle.pool_id) {
-      throw Error(Status::kInvalidArgument,
-                  "spec::VerifyBatchBuilder::add: " + handle_string(handle) + " is already row " +
-                      std::to_string(r) + " of this batch");
-    }
+  const auto found = rows_of_.find({handle.pool_id, handle.slot});
+  if (found != rows_of_.end()) {
+    throw Error(Status::kInvalidArgument,
+                "spec::VerifyBatchBuilder::add: " + handle_string(handle) + " is already row " +
+                    std::to_string(found->second) + " of this batch");
   }
   const int most = buckets_.empty() ? kMaxBatchRows : buckets_.back();
   if (size() >= most) {
@@ -67,6 +66,7 @@ int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
                     (buckets_.empty() ? "kMaxBatchRows" : "the largest bucket") + ", " +
                     std::to_string(most) + ")");
   }
+  rows_of_.emplace(std::make_pair(handle.pool_id, handle.slot), size());
   handles_.push_back(handle);
   windows_.push_back(window);
   return size() - 1;
@@ -75,6 +75,7 @@ int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
 void VerifyBatchBuilder::clear() noexcept {
   handles_.clear();
   windows_.clear();
+  rows_of_.clear();
 }
 
 BatchPlan VerifyBatchBuilder::build() const {
@@ -146,7 +147,39 @@ BatchPlan VerifyBatchBuilder::build() const {
   return plan;
 }
 
+void BatchPlan::check_consistent(const char* function) const {
+  const auto fail = [&](const std::string& what) {
+    throw Error(Status::kFailedPrecondition, std::string(function) + ": the plan's " + what +
+                                                 " (its fields were changed after build())");
+  };
+  const int n = rows();
+  if (live_rows < 0 || live_rows > n) {
+    fail("live_rows = " + std::to_string(live_rows) + " is not in [0, rows = " + std::to_string(n) +
+         "]");
+  }
+  if (windows.size() != static_cast<std::size_t>(n)) {
+    fail("windows has " + std::to_string(windows.size()) + " entries, rows = " + std::to_string(n));
+  }
+  if (token_offsets.size() != static_cast<std::size_t>(n) + 1 || token_offsets[0] != 0) {
+    fail("token_offsets has " + std::to_string(token_offsets.size()) +
+         " entries or does not start at 0; rows + 1 = " + std::to_string(n + 1) +
+         " from 0 expected");
+  }
+  for (int r = 0; r < n; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const int size = windows[i].size();
+    // A padding row's window (a chain of one) has no tokens under variable packing.
+    const bool fits = r >= live_rows || int64_t{token_offsets[i]} + size <= token_offsets[i + 1];
+    if (token_offsets[i + 1] < token_offsets[i] || !fits || size > batch.window) {
+      fail("row " + std::to_string(r) + ": a window of " + std::to_string(size) +
+           " tokens does not fit tokens [" + std::to_string(token_offsets[i]) + ", " +
+           std::to_string(token_offsets[i + 1]) + ") and T = " + std::to_string(batch.window));
+    }
+  }
+}
+
 std::vector<int32_t> BatchPlan::commit_values(const std::vector<Acceptance>& accepted) const {
+  check_consistent("spec::BatchPlan::commit_values");
   if (static_cast<int>(accepted.size()) != live_rows) {
     throw Error(Status::kInvalidArgument,
                 "spec::BatchPlan::commit_values: accepted has " + std::to_string(accepted.size()) +
@@ -164,6 +197,7 @@ std::vector<int32_t> BatchPlan::commit_values(const std::vector<Acceptance>& acc
 }
 
 std::vector<int32_t> BatchPlan::commit_lengths(const std::vector<int32_t>& accepted_lengths) const {
+  check_consistent("spec::BatchPlan::commit_lengths");
   if (is_tree()) {
     throw Error(Status::kInvalidArgument,
                 "spec::BatchPlan::commit_lengths: the batch holds trees; use commit_values");
@@ -191,6 +225,7 @@ std::vector<int32_t> BatchPlan::commit_lengths(const std::vector<int32_t>& accep
 
 std::vector<Acceptance> BatchPlan::accept_greedy(const std::vector<int32_t>& tokens,
                                                  const std::vector<int32_t>& target) const {
+  check_consistent("spec::BatchPlan::accept_greedy");
   if (static_cast<int64_t>(tokens.size()) != num_tokens() ||
       static_cast<int64_t>(target.size()) != num_tokens()) {
     throw Error(Status::kInvalidArgument,

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "specstate/pool.h"
@@ -53,6 +55,11 @@ struct BatchPlan {
   // verify inputs ([rows * T], row r at token_offsets[r]).
   std::vector<Acceptance> accept_greedy(const std::vector<int32_t>& tokens,
                                         const std::vector<int32_t>& target) const;
+  // The three methods above first check that the fields agree as build() made them (they are
+  // public and may have been changed since): live_rows in [0, rows()], one window a row,
+  // rows() + 1 offsets from 0, non-decreasing, each row's window within its tokens and T.
+  // Throws Error(kFailedPrecondition) naming the field that does not.
+  void check_consistent(const char* function) const;
 };
 
 // How a batch's tokens are laid out: every row at r * T with filler up to T (a static shape), or
@@ -95,6 +102,14 @@ class VerifyBatchBuilder {
   Packing packing_ = Packing::kPadded;
   std::vector<SlotHandle> handles_;
   std::vector<Window> windows_;
+  // (pool_id, slot) -> row of handles_: add's duplicate check in O(1).
+  struct KeyHash {
+    std::size_t operator()(const std::pair<uint64_t, int32_t>& k) const noexcept {
+      return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^
+                                   static_cast<uint32_t>(k.second));
+    }
+  };
+  std::unordered_map<std::pair<uint64_t, int32_t>, int, KeyHash> rows_of_;
 };
 
 }  // namespace specstate::spec

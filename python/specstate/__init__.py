@@ -46,7 +46,8 @@ def to_numpy(view):
 
 class CopiedList(list):
     """A list field's value that is a copy of the C++ object's (``VerifyBatch.rows``,
-    ``parents``, ``lengths``): it compares, indexes and iterates as a list, and an in-place
+    ``parents``, ``lengths``, ``Trace.requests``, ``records``, ``BatchPlan.windows``,
+    ``token_offsets``): it compares, indexes and iterates as a list, and an in-place
     change raises TypeError instead of changing a copy that nobody reads."""
 
     __slots__ = ("_field",)
@@ -77,10 +78,12 @@ def _copied_list_fields(cls, names):
         def set_(self, value, _field=field):
             _field.__set__(self, value)
 
-        setattr(cls, name, property(get, set_, doc=field.__doc__))
+        setattr(cls, name, property(get, set_ if field.fset else None, doc=field.__doc__))
 
 
 _copied_list_fields(VerifyBatch, ("rows", "parents", "lengths"))  # noqa: F405
+_copied_list_fields(Trace, ("requests", "records"))  # noqa: F405
+_copied_list_fields(BatchPlan, ("windows", "token_offsets"))  # noqa: F405 (read-only)
 
 from . import vllm  # noqa: E402 (a pool over tensors shaped as vLLM's cache)
 

@@ -129,11 +129,18 @@ void bind_spec(nb::module_& m) {
       "Chain or tree acceptance, chosen by window.is_chain().");
 
   nb::class_<BatchPlan>(m, "BatchPlan", "One round's batch as built by VerifyBatchBuilder.")
-      .def_rw("batch", &BatchPlan::batch, "What StatePool.begin_verify takes.")
-      .def_rw("live_rows", &BatchPlan::live_rows, "Rows added (the rest are padding).")
-      .def_rw("windows", &BatchPlan::windows, "The window each row really has.")
-      .def_rw("token_offsets", &BatchPlan::token_offsets,
-              "[rows+1] cu_seqlens (padded: r*T; variable: cumulative row lengths).")
+      // Read-only copies: the methods below index with these fields (a BatchPlan is what
+      // build() made of one round; build another to change it).
+      .def_prop_ro(
+          "batch", [](const BatchPlan& p) { return p.batch; },
+          "What StatePool.begin_verify takes (a copy).")
+      .def_ro("live_rows", &BatchPlan::live_rows, "Rows added (the rest are padding).")
+      .def_prop_ro(
+          "windows", [](const BatchPlan& p) { return p.windows; },
+          "The window each row really has (copies).")
+      .def_prop_ro(
+          "token_offsets", [](const BatchPlan& p) { return p.token_offsets; },
+          "[rows+1] cu_seqlens (padded: r*T; variable: cumulative row lengths).")
       .def("rows", &BatchPlan::rows, "Rows, padding included.")
       .def("window", &BatchPlan::window, "T.")
       .def("num_tokens", &BatchPlan::num_tokens, "Tokens of a layer's verify inputs.")
@@ -178,8 +185,16 @@ void bind_spec(nb::module_& m) {
 
   nb::class_<Trace>(m, "Trace", "An acceptance trace (docs/traces.md).")
       .def(nb::init<>())
-      .def_rw("requests", &Trace::requests, "Declared request ids.")
-      .def_rw("records", &Trace::records, "Records in file order.")
+      // Copies in and out (a list element is not a view into the trace: assign a new list to
+      // change the field; specstate.CopiedList refuses in-place edits).
+      .def_prop_rw(
+          "requests", [](const Trace& t) { return t.requests; },
+          [](Trace& t, std::vector<int64_t> v) { t.requests = std::move(v); },
+          "Declared request ids (a copy).")
+      .def_prop_rw(
+          "records", [](const Trace& t) { return t.records; },
+          [](Trace& t, std::vector<TraceRecord> v) { t.records = std::move(v); },
+          "Records in file order (copies).")
       .def_rw("meta_json", &Trace::meta_json, "The header's 'meta' object (JSON text).")
       .def("num_rounds", &Trace::num_rounds, "1 + the largest round index.")
       .def("max_window", &Trace::max_window, "Largest window of any record.")

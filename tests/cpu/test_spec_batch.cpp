@@ -92,6 +92,58 @@ TEST(SpecBatch, RejectsPaddingDuplicatesOverflowAndEmpty) {
   EXPECT_EQ(builder.size(), 2);  // the rejected adds changed nothing
   builder.clear();
   EXPECT_EQ(builder.size(), 0);
+  EXPECT_EQ(builder.add(handle(3), Window::chain(2)), 0);  // clear() forgot the slots too
+  EXPECT_EQ(builder.add(SlotHandle{4, 1, 43}, Window::chain(2)), 1);  // another pool's slot 4
+  EXPECT_THROW(builder.add(handle(3), Window::chain(1)), Error);
+}
+
+// A plan's fields are public: a plan changed after build() so that they disagree is refused by
+// each method, naming the field, instead of indexing past its vectors (from Python, where the
+// fields were writable, a changed token_offsets crashed accept_greedy and a changed live_rows
+// corrupted the heap in commit_values).
+TEST(SpecBatch, PlanFieldsThatDisagreeAreRefused) {
+  VerifyBatchBuilder builder({}, Packing::kVariable);
+  builder.add(handle(1), Window::chain(2));
+  builder.add(handle(2), Window::from_parents({-1, 0, 0}));
+  const BatchPlan good = builder.build();
+  const std::vector<int32_t> tokens(5, 1);
+  ASSERT_EQ(good.accept_greedy(tokens, tokens).size(), 2u);
+  const auto refused = [&](const BatchPlan& plan, const char* field) {
+    for (int m = 0; m < 3; ++m) {
+      const char* fn = m == 0 ? "accept_greedy" : m == 1 ? "commit_values" : "commit_lengths";
+      try {
+        if (m == 0) plan.accept_greedy(tokens, tokens);
+        if (m == 1) plan.commit_values({Acceptance{}, Acceptance{}});
+        if (m == 2) plan.commit_lengths({1, 1});
+        ADD_FAILURE() << fn << " took a plan whose " << field << " disagrees";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.status(), Status::kFailedPrecondition) << e.what();
+        EXPECT_NE(std::string(e.what()).find(fn), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+      }
+    }
+  };
+  BatchPlan p = good;
+  p.live_rows = 50;
+  refused(p, "live_rows = 50");
+  p = good;
+  p.live_rows = -1;
+  refused(p, "live_rows = -1");
+  p = good;
+  p.token_offsets = {0, 1000000000, 5};
+  refused(p, "row 1");
+  p = good;
+  p.token_offsets = {0, 1, 5};  // row 0's window of 2 in one token
+  refused(p, "row 0");
+  p = good;
+  p.token_offsets.pop_back();
+  refused(p, "token_offsets has 2 entries");
+  p = good;
+  p.windows.pop_back();
+  refused(p, "windows has 1 entries");
+  p = good;
+  p.windows[0] = Window::chain(4);  // longer than T = 3
+  refused(p, "row 0");
 }
 
 // Batch sizes are bounded (kMaxBatchRows rows, kMaxBatchTokens tokens): power_of_two_buckets(2^31

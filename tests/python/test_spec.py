@@ -91,6 +91,41 @@ def test_traces_round_trip(tmp_path):
         specstate.validate_trace(bad)
 
 
+def test_list_fields_are_copies_and_plans_read_only():
+    """Trace.records / requests and BatchPlan.windows gave views into the C++ vector: after
+    `t.records = t.records + [...]` an element read earlier pointed into freed memory (writing
+    through it corrupted the heap), and BatchPlan's fields were writable, so accept_greedy and
+    commit_values indexed with offsets and counts nobody checked (a segfault, a heap abort)."""
+    t = specstate.generate_fixed(specstate.TraceShape(requests=2, rounds=1), 2)
+    r = t.records[0]
+    t.records = t.records + [specstate.TraceRecord()]
+    r.path = list(range(64))  # a copy: the trace is unchanged, nothing is freed
+    specstate.generate_fixed(specstate.TraceShape(requests=64, rounds=64), 2)
+    assert (r.request, r.round) == (0, 0) and len(t.records) == 3 and t.records[0].path == [0, 1]
+    for field in ("records", "requests"):
+        with pytest.raises(TypeError, match=f"Trace.{field} returns a copy"):
+            getattr(t, field).append(None)
+    t.requests = [0, 1, 5]
+    assert t.requests == [0, 1, 5]
+
+    cfg = specstate.GdnConfig(num_k_heads=1, num_v_heads=1, head_k_dim=4, head_v_dim=4)
+    pool = specstate.StatePool(specstate.ModelConfig.gated_delta_net(1, cfg),
+                               specstate.PoolOptions(num_slots=2, max_rows=2, max_window=3))
+    builder = specstate.VerifyBatchBuilder()
+    builder.add(pool.acquire(), Window.chain(2))
+    builder.add(pool.acquire(), Window.from_parents([-1, 0, 0]))
+    plan = builder.build()
+    w = plan.windows[0]
+    for field, value in (("live_rows", 50), ("token_offsets", [0, 10**9, 4]),
+                         ("windows", [Window.chain(3)]), ("batch", specstate.VerifyBatch())):
+        with pytest.raises(AttributeError):
+            setattr(plan, field, value)
+    with pytest.raises(TypeError, match="BatchPlan.windows returns a copy"):
+        plan.windows.append(Window.chain(1))
+    assert w.parents() == [-1, 0] and plan.live_rows == 2 and plan.token_offsets == [0, 3, 6]
+    assert [a.accepted_length() for a in plan.accept_greedy([1] * 6, [1] * 6)] == [2, 2]
+
+
 @pytest.mark.skipif(not specstate.HAS_CLI, reason="built without CLI11: no plan/check_golden")
 def test_plan():
     p = specstate.plan(model="qwen3-next-80b", tp=1, max_requests=64, window=4)
