@@ -82,14 +82,6 @@ __global__ void __launch_bounds__(kCommitThreads)
   }
 }
 
-// The fold predicate settles a cursor (base, h) (kernel_types.h: replay_folds).
-__device__ __forceinline__ void settle_cursor(int& base, int& h, int ring, int fold_limit) {
-  if (h > fold_limit) {
-    base = (base + h) % ring;
-    h = 0;
-  }
-}
-
 // One CTA per (row, layer): the conv pending steps, the settled cursor, a tree's accepted path
 // compacted in the ring, h += n.
 __global__ void __launch_bounds__(256)
@@ -169,8 +161,7 @@ __global__ void clear_pending_kernel(const __grid_constant__ ClearParams p) {
       if (p.settle) {
         settle_cursor(base, h, p.ring, p.fold_limit);
       } else {
-        base = (base + h) % p.ring;
-        h = 0;
+        consume_cursor(base, h, p.ring);
       }
       p.cursor[2 * at] = base;
       p.cursor[2 * at + 1] = h;

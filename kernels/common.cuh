@@ -419,7 +419,7 @@ __device__ __forceinline__ ReplayCursor replay_cursor(const Params& p, int slot,
   c.hist = p.cursor[2 * slot + 1];
   c.wpos = c.base + c.hist;  // base < R and hist < R
   if (c.wpos >= p.ring) c.wpos -= p.ring;
-  const bool folds = p.fold && c.hist > p.fold_limit;
+  const bool folds = p.fold && replay_folds(c.hist, p.fold_limit);
   if (p.settled && folds) c.hist = 0;  // the first verify of the round stored it
   c.store = p.fold ? folds && !p.settled
                    : c.hist > 0 && (p.store_replayed || (p.store_final && count == 0));
@@ -490,7 +490,7 @@ __device__ __forceinline__ bool replay_blocks(const Params& p, int blocks, Repla
   const int rr = blockIdx.z;
   b.vb0 = blockIdx.x * p.vblocks;
   b.nvb = min(p.vblocks, blocks - b.vb0);
-  b.row = p.row_begin + rr;
+  b.row = rr;
   b.slot = p.slots ? p.slots[b.row] : p.slot_inline[rr];
   if (b.slot < 0) return false;
   b.rt = row_tokens(p.varlen, b.row, p.tokens);

@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
   const bool has_records = kRecords && p.records != nullptr;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   const int r = blockIdx.y;
-  const int row = p.row_begin + r;
+  const int row = r;
   if (g >= groups) return;
   const int c0 = g * C;
   const int nc = min(C, p.conv_dim - c0);
@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
   launch_dependents();
   (void)channel_ctas;
   const int r = blockIdx.y;
-  const int row = p.row_begin + r;
+  const int row = r;
   const int groups = (p.conv_dim + C - 1) / C;
   const int gl = threadIdx.x;
   const int g = blockIdx.x * kGroups + gl;

@@ -26,11 +26,10 @@ namespace specstate::kernels {
 inline constexpr int kConvInlineRows = 256;
 
 struct ConvUpdateParams {
-  int rows = 0;       // rows of this launch
-  int tokens = 0;     // tokens per row: T (verify), n (prefill), 1 (decode), 0 (materialize)
-  int conv_dim = 0;   // channels
-  int width = 0;      // W: taps; the state keeps W-1 columns
-  int row_begin = 0;  // first row of this launch (token i of row r at r * tokens + i)
+  int rows = 0;      // rows of this launch
+  int tokens = 0;    // tokens per row: T (verify), n (prefill), 1 (decode), 0 (materialize)
+  int conv_dim = 0;  // channels
+  int width = 0;     // W: taps; the state keeps W-1 columns
   bool has_bias = false;
   bool store_replayed = false;
   bool store_final = false;

@@ -11,9 +11,9 @@ bool gdn_fused_chosen(const GdnFusedParams& f, ElemType act, ElemType conv_state
   const bool applies = f.counters != nullptr && p.cursor != nullptr && p.factors != nullptr &&
                        c.pending != nullptr && c.records != nullptr && c.path != nullptr &&
                        c.weight != nullptr && p.slots != nullptr && c.slots == p.slots &&
-                       c.row_begin == p.row_begin && p.parents == nullptr && c.parents == nullptr &&
-                       p.snap == nullptr && c.snap == nullptr && !p.store_final && !c.store_final &&
-                       p.rows > 0 && c.rows == p.rows && p.tokens > 0 && c.tokens == p.tokens &&
+                       p.parents == nullptr && c.parents == nullptr && p.snap == nullptr &&
+                       c.snap == nullptr && !p.store_final && !c.store_final && p.rows > 0 &&
+                       c.rows == p.rows && p.tokens > 0 && c.tokens == p.tokens &&
                        p.ring <= kGdnChunk && 2 * p.tokens <= kGdnChunk && p.head_k_dim == 128 &&
                        c.width == 4 && p.num_k_heads > 0 && p.num_v_heads % p.num_k_heads == 0 &&
                        act == ElemType::kBF16 && conv_state == ElemType::kBF16 &&

@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(kGdnThreads, SPECSTATE_GDN_FUSED_MIN_CTAS)
   // The layer's gate parameters first (gdn_recurrence_kernel's order).
   const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
   const float dt_bias = gdn_dt_bias<kKda, K>(p, hv);  // KDA: this thread's key channel's
-  const int row = p.row_begin + r;
+  const int row = r;
   const int slot = p.slots[row];
   if (slot < 0) {
     // A padding row: every CTA of the row returns, nothing read or written; after waiting for

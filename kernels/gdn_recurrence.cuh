@@ -248,9 +248,8 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
   const auto row_off = [&](int j) { return int64_t{rows.ok[j] ? rows.v[j] : 0} * K; };
   // Rows of this launch handled by this CTA: blockIdx.z and blockIdx.z + gridDim.z.
   const int r0 = blockIdx.z, r1 = blockIdx.z + gridDim.z;
-  const int slot0 = p.slots ? p.slots[p.row_begin + r0] : p.slot_inline[r0];
-  const int slot1 =
-      kItems > 1 && r1 < p.rows ? (p.slots ? p.slots[p.row_begin + r1] : p.slot_inline[r1]) : -1;
+  const int slot0 = p.slots ? p.slots[r0] : p.slot_inline[r0];
+  const int slot1 = kItems > 1 && r1 < p.rows ? (p.slots ? p.slots[r1] : p.slot_inline[r1]) : -1;
   St* next_mine = next_state + (kItems > 1 ? rows.vrow[0] * K : 0);
   St* const state = static_cast<St*>(p.state);
 
@@ -305,7 +304,7 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
   bool merged_store = false;
   if constexpr (kReplay) {
     if (p.cursor != nullptr && slot0 >= 0) {
-      const int count = row_tokens(p.varlen, p.row_begin + r0, p.tokens).count;
+      const int count = row_tokens(p.varlen, r0, p.tokens).count;
       const ReplayCursor cur = replay_cursor(p, slot0, count);
       const int base = cur.base;
       int hist = cur.hist;
@@ -346,7 +345,7 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
   for (int item = 0; item < kItems; ++item) {
     const int slot = item == 0 ? slot0 : slot1;
     if (slot < 0) continue;  // padding row or none (uniform over the CTA)
-    const int row = p.row_begin + (item == 0 ? r0 : r1);
+    const int row = (item == 0 ? r0 : r1);
     St* committed = state + slot * p.state_stride_slot + head_off;
     St* snap_row = p.snap ? static_cast<St*>(p.snap) + row * p.snap_stride_row + head_off : nullptr;
     if constexpr (kItems > 1) {

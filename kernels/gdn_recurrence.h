@@ -37,7 +37,6 @@ struct GdnRecurrenceParams {
   int num_v_heads = 0;  // HV
   int head_k_dim = 0;   // K (32, 64 or 128)
   int head_v_dim = 0;   // V
-  int row_begin = 0;    // first row of this launch (token i of row r at r * tokens + i)
   float scale = 1.0f;   // query scale
   bool store_replayed = false;
   bool store_final = false;

@@ -59,7 +59,7 @@ int pack_upload(const UploadSpan* spans, int count, Launch&& launch) {
 }
 
 // Variable windows (DESIGN.md section 2): the tokens of a launch's rows, packed by cumulative
-// offsets. `cu` is [row_begin + rows + 1] int32 device memory (the pool's uploaded offsets, or
+// offsets. `cu` is [rows + 1] int32 device memory (the pool's uploaded offsets, or
 // the caller's device cu_seqlens read at execution time): row r's tokens are [cu[r], cu[r+1])
 // of the inputs. Null: every row has `tokens` tokens at r * tokens. A row whose range is
 // malformed (cu[r] < 0, cu[r+1] < cu[r], more than `tokens` tokens, or past `capacity`) runs
@@ -179,6 +179,17 @@ inline constexpr int kGdnChunk = 16;
 // replay_fold_limit. A pure function of (h, L): verify, commit, discard and materialize of a
 // round evaluate it with the round's L alike, with no host sync.
 constexpr bool replay_folds(int h, int fold_limit) { return h > fold_limit; }
+
+// A cursor (base, h) consumed: its h history records are in the checkpoint now (a fold, an
+// accepted path committed in place, a discard that materialized them).
+constexpr void consume_cursor(int& base, int& h, int ring) {
+  base = (base + h) % ring;
+  h = 0;
+}
+// A cursor settled after a round with fold limit L: consumed iff the round's verify folded it.
+constexpr void settle_cursor(int& base, int& h, int ring, int fold_limit) {
+  if (replay_folds(h, fold_limit)) consume_cursor(base, h, ring);
+}
 
 // The fold limit of a round of `rows` verify rows on a ring of R records and windows of up to
 // T_max tokens: R - 2 T_max (the most history the ring allows) from `full_rows` rows on

@@ -85,7 +85,7 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
   const bool ok = ch < P;
   const int h = blockIdx.y;
   const int rr = blockIdx.z;
-  const int row = p.row_begin + rr;
+  const int row = rr;
   const int slot = p.slots ? p.slots[row] : p.slot_inline[rr];
   if (slot < 0) {
     // A padding row: no state read, nothing written (uniform over the CTA). It still waits for

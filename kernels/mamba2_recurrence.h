@@ -35,7 +35,6 @@ struct Mamba2RecurrenceParams {
   int head_dim = 0;   // P
   int d_state = 0;    // N (16, 32, 64, 128 or 256)
   int n_groups = 0;   // G
-  int row_begin = 0;  // first row of this launch (token i of row r at r * tokens + i)
   bool d_skip = false;
   bool gate = false;
   bool has_dt_min = false;

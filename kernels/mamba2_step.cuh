@@ -393,6 +393,17 @@ __device__ __forceinline__ void mamba2_stage_history(Mamba2Chunk<N, kChunk>& c,
   __syncthreads();
 }
 
+// The state update of one token on four state elements, S = fma(dB, x, dA * S), rounded to the
+// state dtype: the one definition the step (mamba2_step) and the record application
+// (mamba2_apply_raw) share, so replay gives the snapshot strategy's bits by construction.
+template <typename St>
+__device__ __forceinline__ void mamba2_update(float4& S, const float4& dB, float xp, float dA) {
+  S.x = round_to<St>(fmaf(dB.x, xp, S.x * dA));
+  S.y = round_to<St>(fmaf(dB.y, xp, S.y * dA));
+  S.z = round_to<St>(fmaf(dB.z, xp, S.z * dA));
+  S.w = round_to<St>(fmaf(dB.w, xp, S.w * dA));
+}
+
 // One token step on this thread's slice of the state (staged token tt); returns y for its
 // channel (before D skip and gate) when kOutput.
 template <typename St, int N, int kChunk, bool kOutput>
@@ -408,10 +419,7 @@ __device__ __forceinline__ float mamba2_step(float4 (&S)[N / (4 * mamba2_lanes<N
   for (int i = 0; i < NK; ++i) {
     const int n = i * 4 * LANES + kl * 4;
     const float4 b = *reinterpret_cast<const float4*>(&c.B[tt][n]);
-    S[i].x = round_to<St>(fmaf(b.x, xp, S[i].x * dA));
-    S[i].y = round_to<St>(fmaf(b.y, xp, S[i].y * dA));
-    S[i].z = round_to<St>(fmaf(b.z, xp, S[i].z * dA));
-    S[i].w = round_to<St>(fmaf(b.w, xp, S[i].w * dA));
+    mamba2_update<St>(S[i], b, xp, dA);
     if constexpr (kOutput) {
       const float4 cc = *reinterpret_cast<const float4*>(&c.C[tt][n]);
       // y = S C as one chain of fused multiply-adds, one instruction per state element.
@@ -426,7 +434,7 @@ __device__ __forceinline__ float mamba2_step(float4 (&S)[N / (4 * mamba2_lanes<N
 }
 
 // Applies prefetched history record tt (mamba2_prefetch_history) to this thread's slice of the
-// state: dB = B * dt and x as mamba2_stage_history stages them, the same multiply-add as
+// state: dB = B * dt and x as mamba2_stage_history stages them, then mamba2_update as
 // mamba2_step (bit-identical).
 template <typename Act, typename St, int N, int kChunk>
 __device__ __forceinline__ void mamba2_apply_raw(float4 (&S)[N / (4 * mamba2_lanes<N>())],
@@ -446,10 +454,7 @@ __device__ __forceinline__ void mamba2_apply_raw(float4 (&S)[N / (4 * mamba2_lan
     b.y *= dt;
     b.z *= dt;
     b.w *= dt;
-    S[i].x = round_to<St>(fmaf(b.x, xp, S[i].x * dA));
-    S[i].y = round_to<St>(fmaf(b.y, xp, S[i].y * dA));
-    S[i].z = round_to<St>(fmaf(b.z, xp, S[i].z * dA));
-    S[i].w = round_to<St>(fmaf(b.w, xp, S[i].w * dA));
+    mamba2_update<St>(S[i], b, xp, dA);
   }
 }
 

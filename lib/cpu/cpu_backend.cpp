@@ -99,18 +99,14 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step, RowScratch&
     }
     const bool folds = io.fold && kernels::replay_folds(hist, io.fold_limit);
     if (io.settled && folds) {
-      base = (base + hist) % l.ring;
-      hist = 0;
+      kernels::consume_cursor(base, hist, l.ring);
     } else if (io.history) {
       for (int i = 0; i < hist; ++i)
         step.apply_factor(wssm, s.factor(run.layer, slot, (base + i) % l.ring));
       if ((folds || (!io.fold && hist > 0 && (io.store_replayed || only_replay))) && !in_place) {
         l.permute_ssm(wssm, ssm, true);
       }
-      if (folds) {
-        base = (base + hist) % l.ring;
-        hist = 0;
-      }
+      if (folds) kernels::consume_cursor(base, hist, l.ring);
     }
     const int64_t token0 = run.token0(r);  // the row's tokens in the inputs
     if (!run.plan) {
@@ -302,7 +298,7 @@ class CpuBackend final : public BackendImpl {
       for (int layer = 0; layer < l.layers; ++layer) {
         s.pending()[l.pending_index(layer, slot)] = n;
         int32_t* cur = s.cursor(layer, slot);
-        settle(l, cur, plan.fold_limit);
+        kernels::settle_cursor(cur[0], cur[1], l.ring, plan.fold_limit);
         // The window's records sit at base + h + t; the accepted path's move to base + h + i
         // (p_i >= i, ascending: a record is read before its position is overwritten).
         for (int i = 0; i < n; ++i) {
@@ -327,10 +323,9 @@ class CpuBackend final : public BackendImpl {
         if (!s.base(Buf::kCursor)) continue;
         int32_t* cur = s.cursor(layer, slot);
         if (how == Clear::kSettled) {
-          settle(l, cur, fold_limit);
+          kernels::settle_cursor(cur[0], cur[1], l.ring, fold_limit);
         } else {
-          cur[0] = (cur[0] + cur[1]) % l.ring;
-          cur[1] = 0;
+          kernels::consume_cursor(cur[0], cur[1], l.ring);
         }
       }
     }
@@ -369,14 +364,6 @@ class CpuBackend final : public BackendImpl {
  private:
   RowScratch scratch_;  // run_rows' working states (a pool's calls do not overlap)
 
-  // The fold predicate settles a cursor: the verify that saw h > L (the round's fold limit)
-  // stored the post-history state as the checkpoint.
-  static void settle(const Layout& l, int32_t* cur, int fold_limit) {
-    if (kernels::replay_folds(cur[1], fold_limit)) {
-      cur[0] = (cur[0] + cur[1]) % l.ring;
-      cur[1] = 0;
-    }
-  }
   static void check_host(const CommitWork& work) {
     if (!work.device_accepted.empty()) {
       throw Error(Status::kInvalidArgument,
