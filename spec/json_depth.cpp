@@ -1,6 +1,7 @@
 #include "json_depth.h"
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -34,8 +35,11 @@ JsonNesting json_nesting(std::string_view text, int limit) noexcept {
 namespace {
 // nlohmann's SAX interface: a set of keys per open object.
 struct DuplicateKeys final : nlohmann::json::json_sax_t {
+  explicit DuplicateKeys(std::size_t most) : max_keys(most) {}
   std::vector<std::set<std::string>> open;
+  std::size_t max_keys;
   std::string found;
+  bool too_many = false;
   bool null() override { return true; }
   bool boolean(bool) override { return true; }
   bool number_integer(number_integer_t) override { return true; }
@@ -48,9 +52,14 @@ struct DuplicateKeys final : nlohmann::json::json_sax_t {
     return true;
   }
   bool key(string_t& k) override {
-    if (!open.empty() && !open.back().insert(k).second) {
+    if (open.empty()) return true;
+    if (!open.back().insert(k).second) {
       found = k;
       return false;  // stops the parse
+    }
+    if (open.back().size() > max_keys) {
+      too_many = true;
+      return false;
     }
     return true;
   }
@@ -66,11 +75,18 @@ struct DuplicateKeys final : nlohmann::json::json_sax_t {
 };
 }  // namespace
 
-std::string json_duplicate_key(std::string_view text) {
-  DuplicateKeys sax;
+JsonKeyProblem json_key_problem(std::string_view text, std::size_t max_keys) {
+  DuplicateKeys sax(max_keys);
   nlohmann::json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json,
                             false);
-  return sax.found;
+  JsonKeyProblem out;
+  out.duplicate = sax.found;
+  out.too_many_keys = sax.too_many;
+  return out;
+}
+
+std::string json_duplicate_key(std::string_view text) {
+  return json_key_problem(text, std::numeric_limits<std::size_t>::max()).duplicate;
 }
 
 }  // namespace specstate::spec

@@ -25,6 +25,15 @@ namespace {
 using Json = nlohmann::ordered_json;
 using OrderedJson = nlohmann::ordered_json;
 
+// A double with the digits that read back as it (std::to_string printed 1.0000001 as "1.000000"
+// in "alpha = 1.000000 must be in [0, 1]").
+std::string number(double x) {
+  std::ostringstream s;
+  s.precision(std::numeric_limits<double>::max_digits10);
+  s << x;
+  return s.str();
+}
+
 constexpr const char* kFormatName = "specstate-trace";
 
 // Where a problem is, for messages: "<source>:<line>: " when reading, "record <i>: " otherwise.
@@ -402,6 +411,8 @@ Trace parse_trace(std::istream& in, const std::string& source) {
       where.fail("more than " + std::to_string(kMaxTraceLines) + " lines (the limit)");
     }
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // A UTF-8 byte-order mark at the start of a line is ignored (a line of only one is blank).
+    if (line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
     if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
     const int64_t too_deep = json_nesting(line, kMaxTraceJsonDepth).first_past_limit;
     if (too_deep >= 0) {
@@ -411,14 +422,19 @@ Trace parse_trace(std::istream& in, const std::string& source) {
     if (have_header && static_cast<int64_t>(trace.records.size()) >= kMaxTraceRecords) {
       where.fail("more than " + std::to_string(kMaxTraceRecords) + " records (the limit)");
     }
+    // Keys first (no DOM): a key twice in one object, or more keys than kMaxTraceObjectKeys.
+    if (const JsonKeyProblem keys = json_key_problem(line, kMaxTraceObjectKeys);
+        !keys.duplicate.empty()) {
+      where.fail("key \"" + keys.duplicate + "\" appears twice in one object");
+    } else if (keys.too_many_keys) {
+      where.fail("an object with more than " + std::to_string(kMaxTraceObjectKeys) +
+                 " keys (the limit, kMaxTraceObjectKeys)");
+    }
     Json j;
     try {
       j = Json::parse(line);
     } catch (const Json::exception& e) {
       where.fail("not valid JSON (" + strip_prefix(e.what()) + ")");
-    }
-    if (const std::string dup = json_duplicate_key(line); !dup.empty()) {
-      where.fail("key \"" + dup + "\" appears twice in one object");
     }
     if (!j.is_object()) where.fail(std::string("expected a JSON object, got ") + type_of(j));
     if (!have_header) {
@@ -467,25 +483,45 @@ Trace read_trace(const std::string& path) {
   return parse_trace(in, path);
 }
 
+namespace {
+// The header line write_trace writes (without its newline).
+std::string header_line(const Trace& trace, const OrderedJson& meta) {
+  OrderedJson header;
+  header["format"] = kFormatName;
+  header["version"] = kTraceFormatVersion;
+  header["requests"] = trace.requests;
+  header["meta"] = meta;
+  return header.dump();
+}
+}  // namespace
+
 void validate_trace(const Trace& trace) {
   RoundTracker tracker;
   tracker.declare(trace.requests, Where{"spec::validate_trace: "});
-  if (json_nesting(trace.meta_json, kMaxTraceJsonDepth).first_past_limit >= 0) {
+  // The header holds meta one level down: a file's lines nest at most kMaxTraceJsonDepth.
+  if (json_nesting(trace.meta_json, kMaxTraceJsonDepth - 1).first_past_limit >= 0) {
     throw Error(Status::kInvalidArgument,
-                "spec::validate_trace: meta_json nests JSON deeper than the limit of " +
-                    std::to_string(kMaxTraceJsonDepth) + " levels");
+                "spec::validate_trace: meta_json nests JSON deeper than " +
+                    std::to_string(kMaxTraceJsonDepth - 1) + " levels (the header's limit of " +
+                    std::to_string(kMaxTraceJsonDepth) + " less the header's own)");
   }
   if (trace.meta_json.find('\0') != std::string::npos) {
     throw Error(Status::kInvalidArgument,
                 "spec::validate_trace: meta_json holds a NUL byte (JSON text has none)");
   }
+  const JsonKeyProblem keys = json_key_problem(trace.meta_json, kMaxTraceObjectKeys);
+  if (!keys.duplicate.empty()) {
+    throw Error(Status::kInvalidArgument, "spec::validate_trace: meta_json holds key \"" +
+                                              keys.duplicate + "\" twice in one object");
+  }
+  if (keys.too_many_keys) {
+    throw Error(Status::kInvalidArgument,
+                "spec::validate_trace: meta_json holds an object of more than " +
+                    std::to_string(kMaxTraceObjectKeys) + " keys (kMaxTraceObjectKeys)");
+  }
   Json meta;
   try {
     meta = Json::parse(trace.meta_json);
-    if (const std::string dup = json_duplicate_key(trace.meta_json); !dup.empty()) {
-      throw Error(Status::kInvalidArgument,
-                  "spec::validate_trace: meta_json holds key \"" + dup + "\" twice in one object");
-    }
   } catch (const Json::exception& e) {
     throw Error(Status::kInvalidArgument, "spec::validate_trace: meta_json is not valid JSON (" +
                                               strip_prefix(e.what()) + ")");
@@ -493,9 +529,29 @@ void validate_trace(const Trace& trace) {
   if (!meta.is_object()) {
     throw Error(Status::kInvalidArgument, "spec::validate_trace: meta_json must be a JSON object");
   }
+  if (static_cast<int64_t>(trace.records.size()) > kMaxTraceRecords) {
+    throw Error(Status::kInvalidArgument,
+                "spec::validate_trace: " + std::to_string(trace.records.size()) +
+                    " records, more than the reader takes (kMaxTraceRecords = " +
+                    std::to_string(kMaxTraceRecords) + ")");
+  }
+  if (const int64_t bytes = static_cast<int64_t>(header_line(trace, meta).size());
+      bytes > kMaxTraceLineBytes) {
+    throw Error(Status::kInvalidArgument,
+                "spec::validate_trace: the header line would be " + std::to_string(bytes) +
+                    " bytes (requests and meta_json), more than the reader takes "
+                    "(kMaxTraceLineBytes = " +
+                    std::to_string(kMaxTraceLineBytes) + ")");
+  }
+  int64_t nodes = 0;
   for (std::size_t i = 0; i < trace.records.size(); ++i) {
     const TraceRecord& rec = trace.records[i];
     const Where where{"spec::validate_trace: record " + std::to_string(i) + ": "};
+    nodes += rec.window.size();
+    if (nodes > kMaxTraceNodes) {
+      where.fail("more than " + std::to_string(kMaxTraceNodes) +
+                 " window nodes over the records so far (the reader's limit, kMaxTraceNodes)");
+    }
     if (rec.window.size() > kMaxTraceWindow) {
       where.fail("window has " + std::to_string(rec.window.size()) + " tokens, more than " +
                  std::to_string(kMaxTraceWindow));
@@ -512,12 +568,7 @@ void validate_trace(const Trace& trace) {
 
 void write_trace(std::ostream& out, const Trace& trace) {
   validate_trace(trace);
-  OrderedJson header;
-  header["format"] = kFormatName;
-  header["version"] = kTraceFormatVersion;
-  header["requests"] = trace.requests;
-  header["meta"] = OrderedJson::parse(trace.meta_json);
-  out << header.dump() << '\n';
+  out << header_line(trace, OrderedJson::parse(trace.meta_json)) << '\n';
   for (const TraceRecord& rec : trace.records) {
     OrderedJson j;
     j["request"] = rec.request;
@@ -535,17 +586,34 @@ void write_trace(std::ostream& out, const Trace& trace) {
 
 void write_trace_file(const std::string& path, const Trace& trace) {
   check_trace_path("spec::write_trace_file", path);
-  validate_trace(trace);  // before the file is created
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
+  validate_trace(trace);  // before any file is created
+  // A regular file (or a new one) is written to a temporary file beside it and renamed over it
+  // once complete: a write that fails (a full disk) leaves the old file as it was. Anything else
+  // (/dev/stdout, a FIFO) is written in place.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  const bool in_place =
+      std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
+  const std::string target = in_place ? path : path + ".tmp-specstate";
+  const auto fail = [&](const std::string& what) {
+    if (!in_place) std::filesystem::remove(target, ec);
     throw Error(Status::kInvalidArgument,
-                "spec::write_trace_file: cannot open \"" + path + "\" for writing");
+                "spec::write_trace_file: " + what + " \"" + path + "\" (nothing was changed)");
+  };
+  std::ofstream out(target, std::ios::binary | std::ios::trunc);
+  if (!out) fail("cannot open");
+  try {
+    write_trace(out, trace);
+  } catch (const Error&) {
+    out.close();
+    fail("writing");
   }
-  write_trace(out, trace);
   out.close();
-  if (!out)
-    throw Error(Status::kInvalidArgument,
-                "spec::write_trace_file: writing \"" + path + "\" failed");
+  if (!out) fail("writing");
+  if (!in_place) {
+    std::filesystem::rename(target, path, ec);
+    if (ec) fail("renaming the written trace (" + ec.message() + ") to");
+  }
 }
 
 Trace generate_fixed(const TraceShape& shape, int accepted_length) {
@@ -568,8 +636,8 @@ Trace generate_fixed(const TraceShape& shape, int accepted_length) {
 Trace generate_geometric(const TraceShape& shape, double alpha) {
   check_shape(shape, "spec::generate_geometric");
   if (!(alpha >= 0.0 && alpha <= 1.0)) {
-    throw Error(Status::kInvalidArgument, "spec::generate_geometric: alpha = " +
-                                              std::to_string(alpha) + " must be in [0, 1]");
+    throw Error(Status::kInvalidArgument,
+                "spec::generate_geometric: alpha = " + number(alpha) + " must be in [0, 1]");
   }
   std::vector<std::vector<int32_t>> children(static_cast<std::size_t>(shape.window.size()));
   for (int t = 0; t < shape.window.size(); ++t)
@@ -601,9 +669,9 @@ Trace generate_empirical(const TraceShape& shape, const std::vector<double>& wei
   double total = 0;
   for (std::size_t i = 0; i < weights.size(); ++i) {
     if (!(weights[i] >= 0.0) || !std::isfinite(weights[i])) {
-      throw Error(Status::kInvalidArgument,
-                  "spec::generate_empirical: weights[" + std::to_string(i) +
-                      "] = " + std::to_string(weights[i]) + " must be finite and >= 0");
+      throw Error(Status::kInvalidArgument, "spec::generate_empirical: weights[" +
+                                                std::to_string(i) + "] = " + number(weights[i]) +
+                                                " must be finite and >= 0");
     }
     total += weights[i];
     cumulative.push_back(total);

@@ -27,6 +27,10 @@ constexpr int64_t kMaxTraceLines = 2 * kMaxTraceRecords;  // blank lines include
 // took 4 GB) would need about 100 GB. 2^26 nodes: 8M records of up to 8 nodes.
 constexpr int64_t kMaxTraceNodes = int64_t{1} << 26;
 constexpr int kMaxTraceJsonDepth = 16;  // a record nests 2 levels
+// The most keys one JSON object of a line may hold (a record has 6 at most; the header's free-form
+// "meta" is the one place with more): parsing keeps the key order, which is quadratic in an
+// object's keys (a header of 160,000 meta keys took 22 s).
+constexpr int kMaxTraceObjectKeys = 4096;
 
 // One round of one request.
 struct TraceRecord {

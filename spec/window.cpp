@@ -92,11 +92,16 @@ Window Window::from_links(const std::vector<int32_t>& first_child,
            " is not reached from the root through first_child / next_sibling");
     }
     int steps = 0;
+    int32_t prev = -1;  // the sibling whose next_sibling is c (-1: first_child[t])
     for (int32_t c = first_child[static_cast<std::size_t>(t)]; c != -1;
-         c = next_sibling[static_cast<std::size_t>(c)]) {
+         prev = c, c = next_sibling[static_cast<std::size_t>(c)]) {
       if (c <= t) {
         fail(std::string(fn) + "node " + std::to_string(c) + " is a child of node " +
              std::to_string(t) + " but a child's index must exceed its parent's");
+      }
+      if (parents[static_cast<std::size_t>(c)] == t) {
+        fail(std::string(fn) + "next_sibling[" + std::to_string(prev) + "] = " + std::to_string(c) +
+             " closes a loop among the children of node " + std::to_string(t));
       }
       if (parents[static_cast<std::size_t>(c)] != -2) {
         fail(std::string(fn) + "node " + std::to_string(c) + " is reached twice (children of " +

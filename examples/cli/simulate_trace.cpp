@@ -36,11 +36,21 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
+// The comma-separated items of `text`, with an empty item where two commas meet or where the text
+// ends in one (std::getline dropped a last empty item: "-1,0,0," read as a tree of three).
+std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> items;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
 std::vector<int32_t> parse_parents(const std::string& text) {
   std::vector<int32_t> parents;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
+  for (const std::string& item : comma_items(text)) {
     try {
       std::size_t used = 0;
       const int v = std::stoi(item, &used);
@@ -111,9 +121,7 @@ spec::Trace make_trace(const SimulateOptions& o, std::string& source) {
   }
   if (!o.histogram.empty()) {
     std::vector<double> weights;
-    std::stringstream in(o.histogram);
-    std::string item;
-    while (std::getline(in, item, ',')) {
+    for (const std::string& item : comma_items(o.histogram)) {
       try {
         std::size_t used = 0;
         weights.push_back(std::stod(item, &used));

@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -56,7 +57,13 @@ void bind_errors(nb::module_& m) {
     } catch (const Error& e) {
       const int index = static_cast<int>(e.status());
       PyObject* cls = (index >= 0 && index < 8 && g_errors[index]) ? g_errors[index] : g_error;
-      nb::object instance = nb::steal(PyObject_CallFunction(cls, "s", e.what()));
+      // A message may hold bytes of the input that are not UTF-8 (a trace's "last read: ..."):
+      // decoded with backslash escapes, never a UnicodeDecodeError in place of the error.
+      const char* what = e.what();
+      nb::object message = nb::steal(PyUnicode_DecodeUTF8(
+          what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace"));
+      if (!message.is_valid()) return;
+      nb::object instance = nb::steal(PyObject_CallOneArg(cls, message.ptr()));
       if (!instance.is_valid()) return;  // the call set a Python error already
       instance.attr("status") = nb::cast(e.status());
       PyErr_SetObject(cls, instance.ptr());

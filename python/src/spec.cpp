@@ -224,6 +224,7 @@ void bind_spec(nb::module_& m) {
   m.attr("MAX_TRACE_LINE_BYTES") = spec::kMaxTraceLineBytes;
   m.attr("MAX_TRACE_RECORDS") = spec::kMaxTraceRecords;
   m.attr("MAX_TRACE_NODES") = spec::kMaxTraceNodes;
+  m.attr("MAX_TRACE_OBJECT_KEYS") = spec::kMaxTraceObjectKeys;
   m.attr("MAX_WINDOW_NODES") = spec::kMaxWindowNodes;
   m.attr("MAX_BATCH_ROWS") = spec::kMaxBatchRows;
   m.attr("MAX_BATCH_TOKENS") = spec::kMaxBatchTokens;

@@ -692,8 +692,11 @@ TEST(SimulateCli, BadArgumentsExitTwoNamingTheArgument) {
       {"simulate --tree=-1,0,x", "--tree"},
       {"simulate --tree=-1,2", "--tree"},
       {"simulate --tree=-1,0 --window 3", "--tree"},
+      {"simulate --tree=-1,0,0,", "--tree"},  // a trailing comma ran a tree of three
+      {"simulate --tree=,-1,0", "--tree"},
       {"simulate --no-such-flag", "--no-such-flag"},
       {"simulate --histogram 1,x", "--histogram"},
+      {"simulate --histogram 0.5,0.5,", "--histogram"},
       {"simulate --histogram 0,0", "--histogram"},
       {"simulate --histogram 1,1,1,1,1 --window 4", "--histogram"},
       {"simulate --histogram 1,1 --accept-rate 0.5", "--histogram"},

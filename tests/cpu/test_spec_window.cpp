@@ -168,12 +168,13 @@ TEST(SpecWindow, FromLinksRejectsBrokenTrees) {
         Window::from_links({1, -1, 1}, {-1, 2, -1});
       },
       Status::kInvalidArgument, {"node 1 is a child of node 2"});
-  // A sibling cycle 1 -> 2 -> 1.
+  // A sibling cycle 1 -> 2 -> 1, named by the entry that closes it (it was "node 1 is reached
+  // twice (children of 0 and of 0)").
   expect_error(
       [] {
         Window::from_links({1, -1, -1}, {-1, 2, 1});
       },
-      Status::kInvalidArgument, {"reached twice"});
+      Status::kInvalidArgument, {"next_sibling[2] = 1 closes a loop among the children of node 0"});
   // A node its own child.
   expect_error([] { Window::from_links({0}, {-1}); }, Status::kInvalidArgument,
                {"node 0 is a child of node 0"});

@@ -91,6 +91,16 @@ def test_traces_round_trip(tmp_path):
         specstate.validate_trace(bad)
 
 
+def test_errors_with_bytes_that_are_not_utf8_keep_their_class():
+    """A message holding bytes of the input that are not UTF-8 (nlohmann's "last read: ...",
+    cut inside a character) came out as UnicodeDecodeError, which no `except
+    specstate.InvalidArgumentError` caught."""
+    header = '{"format": "specstate-trace", "version": 1, "requests": [0]}\n'
+    for text in ("\u00e9\n", header + "\u00e9\u00e9\n", "{\"a\": \"\xff\n"):
+        with pytest.raises(specstate.InvalidArgumentError, match="not valid JSON"):
+            specstate.parse_trace(text, "mem")
+
+
 def test_list_fields_are_copies_and_plans_read_only():
     """Trace.records / requests and BatchPlan.windows gave views into the C++ vector: after
     `t.records = t.records + [...]` an element read earlier pointed into freed memory (writing
