@@ -120,7 +120,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
                        ->check(CLI::Range(1, kMaxRequests))
                        ->capture_default_str();
   auto* rounds = cmd->add_option("--rounds", o->rounds, "Rounds" + limits)
-                     ->check(CLI::Range(1, 1000000))
+                     ->check(CLI::Range(1, kMaxRounds))
                      ->capture_default_str();
   auto* window = cmd->add_option("--window", o->window, "Window T: tokens verified per round")
                      ->check(CLI::Range(1, spec::kMaxTraceWindow))

@@ -45,10 +45,13 @@ struct SimulateOptions {
   std::string out;  // FILE.json: report; FILE.svg beside it: the plots (checked before the run)
 };
 
-// Where the plots of `--out FILE` go: FILE with its extension replaced by .svg.
 // Limits of a simulation (refused up front, exit 2; docs/simulate.md).
 // The most requests one simulation holds (--requests, or the requests a --trace declares).
 inline constexpr int kMaxRequests = 4096;
+// The most rounds one simulation runs (--rounds, or the rounds a --trace holds): the report keeps
+// about 1 KB a round, and a trace of 8 M rounds (the reader's limit) ran out of memory inside the
+// report's JSON and aborted.
+inline constexpr int kMaxRounds = 1000000;
 // The most records (request-rounds) a generated trace holds: the trace reader's limit, so that
 // every generated trace can be saved (--save-trace) and replayed (--trace). The generator
 // reserves them all at once: 4096 requests x 10^6 rounds asked for 4e9 records and died with

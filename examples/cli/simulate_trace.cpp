@@ -79,6 +79,11 @@ spec::Trace make_trace(const SimulateOptions& o, std::string& source) {
           "--trace", o.trace_path + " declares " + std::to_string(trace.requests.size()) +
                          " requests, more than the limit of " + std::to_string(kMaxRequests));
     }
+    if (trace.num_rounds() > kMaxRounds) {
+      throw CLI::ValidationError("--trace",
+                                 o.trace_path + " holds " + with_commas(trace.num_rounds()) +
+                                     " rounds, more than the limit of " + with_commas(kMaxRounds));
+    }
     return trace;
   }
   spec::TraceShape shape;

@@ -712,6 +712,25 @@ TEST(SimulateCli, BadArgumentsExitTwoNamingTheArgument) {
   }
 }
 
+// A --trace is held to --rounds' limit (kMaxRounds): the report keeps about 1 KB a round, and a
+// trace of 8 M rounds (the reader's limit) ran out of memory inside the report and aborted.
+TEST(SimulateCli, ATraceOfMoreRoundsThanTheLimitIsRefused) {
+  const std::string path = ::testing::TempDir() + "specstate_cli_long_trace.jsonl";
+  {
+    std::ofstream out(path);
+    out << R"({"format": "specstate-trace", "version": 1, "requests": [0]})"
+        << "\n";
+    for (int r = 0; r <= kMaxRounds; ++r)
+      out << R"({"request":0,"round":)" << r << R"(,"window":1,"accepted":1})"
+          << "\n";
+  }
+  const CliRun run = run_cli("simulate --model tiny --trace " + path);
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_TRUE(contains(run.output, "holds 1,000,001 rounds, more than the limit of 1,000,000"))
+      << run.output;
+  std::remove(path.c_str());
+}
+
 TEST(SimulateCli, TraceOptionsExcludeGeneratorOptions) {
   const std::string path = ::testing::TempDir() + "specstate_cli_trace.jsonl";
   {
