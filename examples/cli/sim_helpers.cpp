@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "specstate/dtype.h"
+#include "specstate/shard.h"
 #include "specstate/spec/json_depth.h"
 #include "specstate/status.h"
 
@@ -160,35 +161,14 @@ const ModelPreset& find_preset(const std::string& name) {
 }
 
 ModelConfig apply_tp(const ModelPreset& preset, int tp) {
-  ModelConfig config = preset.config;
-  if (config.kind == LayerKind::kMamba2) {
-    // Heads and B/C groups are split over the ranks (P, N, W unchanged).
-    const int nh = config.mamba.num_heads, g = config.mamba.n_groups;
-    if (tp < 1 || nh % tp != 0 || g % tp != 0) {
-      throw CLI::ValidationError("--tp", "--tp " + std::to_string(tp) + " must divide the " +
-                                             std::to_string(nh) + " heads and " +
-                                             std::to_string(g) + " groups of " + preset.name);
-    }
-    config.mamba.num_heads = nh / tp;
-    config.mamba.n_groups = g / tp;
-    return config;
+  // The library's sharding (specstate::shard_map, rank 0: every rank has the same shape): heads
+  // (and Mamba2's groups) split over the ranks, K, V, P, N and W unchanged.
+  try {
+    return shard_map(preset.config, tp, 0).config;
+  } catch (const Error& e) {
+    throw CLI::ValidationError(
+        "--tp", "--tp " + std::to_string(tp) + " does not shard " + preset.name + ": " + e.what());
   }
-  // GDN and KDA: key and value heads split over the ranks (K, V, W unchanged).
-  GdnConfig g = gdn_dims(config);
-  const int h = g.num_k_heads, hv = g.num_v_heads;
-  if (tp < 1 || h % tp != 0 || hv % tp != 0) {
-    throw CLI::ValidationError("--tp", "--tp " + std::to_string(tp) + " must divide the " +
-                                           std::to_string(h) + " key heads and " +
-                                           std::to_string(hv) + " value heads of " + preset.name);
-  }
-  g.num_k_heads = h / tp;
-  g.num_v_heads = hv / tp;
-  if (config.kind == LayerKind::kKda) {
-    set_gdn_dims(config.kda_layer, g);
-  } else {
-    config.gdn = g;
-  }
-  return config;
 }
 
 namespace {
