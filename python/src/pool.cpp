@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -64,17 +65,27 @@ class PyPool {
       (void)caller;
 #endif
     }
-    ~Bridge() noexcept(false) {
+    // After the call returned: orders the caller's stream after the pool's work; throws if the
+    // device refuses.
+    void leave() {
 #ifdef SPECSTATE_PY_CUDA
       if (!active_) return;
-      cudaError_t e = cudaEventRecord(p_.done_, as_stream(pool_stream_));
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(as_stream(caller_), p_.done_, 0);
-      if (e != cudaSuccess && std::uncaught_exceptions() == 0)
-        throw Error(
-            Status::kBackendError,
-            std::string("ordering the caller's stream after the pool: ") + cudaGetErrorString(e));
+      active_ = false;
+      check(cudaEventRecord(p_.done_, as_stream(pool_stream_)), "recording on the pool's stream");
+      check(cudaStreamWaitEvent(as_stream(caller_), p_.done_, 0),
+            "ordering the caller's stream after the pool");
 #endif
     }
+    // The call threw: the same ordering, best effort (a destructor does not throw).
+    ~Bridge() noexcept {
+#ifdef SPECSTATE_PY_CUDA
+      if (!active_) return;
+      if (cudaEventRecord(p_.done_, as_stream(pool_stream_)) == cudaSuccess)
+        cudaStreamWaitEvent(as_stream(caller_), p_.done_, 0);
+#endif
+    }
+    Bridge(const Bridge&) = delete;
+    Bridge& operator=(const Bridge&) = delete;
 
    private:
     PyPool& p_;
@@ -129,7 +140,14 @@ auto locked(PyPool& p, nb::handle stream, Fn&& fn) {
   nb::gil_scoped_release release;
   std::lock_guard<std::mutex> lock(p.mutex());
   PyPool::Bridge bridge(p, s);
-  return fn(p.pool());
+  if constexpr (std::is_void_v<decltype(fn(p.pool()))>) {
+    fn(p.pool());
+    bridge.leave();
+  } else {
+    auto result = fn(p.pool());
+    bridge.leave();
+    return result;
+  }
 }
 
 void check_device(const PyPool& p, const Arg& a, const char* name) {
