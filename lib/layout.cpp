@@ -206,7 +206,7 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
                                               std::to_string(static_cast<int>(options.ssm_layout)) +
                                               " is not an SsmLayout (0 = vk, 1 = kv)");
   }
-  if (options.ssm_layout == SsmLayout::kKV && config.kind == LayerKind::kMamba2) {
+  if (options.ssm_layout == SsmLayout::kKV && !layer_shapes(config).kv_layout) {
     throw Error(Status::kInvalidArgument,
                 std::string(fn) +
                     ": options.ssm_layout = kv is for the delta-rule kinds (gated_delta_net, "

@@ -40,6 +40,9 @@ struct LayerShapes {
   DType act_dtype = DType::kF32;
   DType conv_dtype = DType::kF32;
   DType ssm_dtype = DType::kF32;
+  // The kind's state may be stored with its last two dimensions swapped (SsmLayout::kKV: the
+  // delta-rule kinds' [HV][K][V]); a Mamba2 state is [nheads][P][N] only.
+  bool kv_layout = false;
 };
 
 struct Layout {

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "layout.h"
 #include "specstate/status.h"
 
 namespace specstate::vllm {
@@ -63,7 +64,7 @@ void check_order(const char* function, const ModelConfig& model, SsmLayout order
                 std::string(function) + ": order = " + std::to_string(static_cast<int>(order)) +
                     " is not an SsmLayout (0 = vk, 1 = kv)");
   }
-  if (order == SsmLayout::kKV && model.kind == LayerKind::kMamba2) {
+  if (order == SsmLayout::kKV && !detail::layer_shapes(model).kv_layout) {
     throw Error(Status::kInvalidArgument,
                 std::string(function) +
                     ": order = kv is for the delta-rule kinds (gated_delta_net, kda); vLLM's "
@@ -79,19 +80,9 @@ std::vector<int64_t> conv_shape(const ModelConfig& model, int64_t slots) {
 
 std::vector<int64_t> recurrent_shape(const ModelConfig& model, int64_t slots, SsmLayout order) {
   check_order("vllm::recurrent_shape", model, order);
-  int64_t heads = 0, v = 0, k = 0;  // logical [heads][v][k] (Mamba2: [heads][head_dim][d_state])
-  switch (model.kind) {
-    case LayerKind::kKda:
-      heads = model.kda_layer.num_v_heads, v = model.kda_layer.head_v_dim;
-      k = model.kda_layer.head_k_dim;
-      break;
-    case LayerKind::kMamba2:
-      heads = model.mamba.num_heads, v = model.mamba.head_dim, k = model.mamba.d_state;
-      break;
-    case LayerKind::kGatedDeltaNet:
-    default:
-      heads = model.gdn.num_v_heads, v = model.gdn.head_v_dim, k = model.gdn.head_k_dim;
-  }
+  // The kind's state [heads][v][k] (Mamba2: [heads][head_dim][d_state]).
+  const std::vector<int64_t> st = detail::layer_shapes(model).ssm_shape;
+  const int64_t heads = st.at(0), v = st.at(1), k = st.at(2);
   if (order == SsmLayout::kKV) return {slots, heads, k, v};
   return {slots, heads, v, k};
 }

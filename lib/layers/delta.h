@@ -75,6 +75,7 @@ LayerShapes shapes_common(const Config& c, int64_t factor_bytes) {
   s.act_dtype = c.act_dtype;
   s.conv_dtype = c.conv_state_dtype;
   s.ssm_dtype = c.ssm_state_dtype;
+  s.kv_layout = true;
   return s;
 }
 
