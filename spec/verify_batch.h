@@ -18,7 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "specstate/pool.h"
+#include "specstate/batch.h"
+#include "specstate/config.h"
 #include "specstate/spec/acceptance.h"
 #include "specstate/spec/window.h"
 

@@ -1,6 +1,7 @@
 // Umbrella header of the public API.
 #pragma once
 
+#include "specstate/batch.h"
 #include "specstate/config.h"
 #include "specstate/dtype.h"
 #include "specstate/gdn.h"
