@@ -115,6 +115,11 @@ inline float key_scale(const Eigen::VectorXf& k_raw) {
   return 1.0f / std::sqrt(k_raw.squaredNorm() + 1e-6f);
 }
 inline Eigen::VectorXf normalized_key(const Eigen::VectorXf& k_raw, float kf) { return k_raw * kf; }
+// q~ = q * scale / sqrt(sum q^2 + 1e-6), the query of both delta-rule kinds.
+template <typename Q>
+Eigen::VectorXf normalized_query(const Q& q_raw, float scale) {
+  return q_raw * (scale / std::sqrt(q_raw.squaredNorm() + 1e-6f));
+}
 
 // The rank-1 part of the GDN update, S = e^g S + u k^T, split as the step computes it (S is
 // scaled before u is formed). Shared by the step and the factor records' application (DESIGN.md
@@ -125,10 +130,11 @@ inline void gdn_rank1(Eigen::Map<RowMatrix>& S, const Eigen::VectorXf& u,
   S.noalias() += u * k.transpose();
 }
 
-// A GDN step's factors (the record of DESIGN.md section 4), written when non-null.
-struct GdnFactors {
+// A delta-rule step's factors of one value head (the record of DESIGN.md section 4), written when
+// non-null.
+struct DeltaFactors {
   float* u = nullptr;   // [V]
-  float* eg = nullptr;  // e^g
+  float* eg = nullptr;  // e^g: GDN one float, KDA [K]
   float* kf = nullptr;  // 1 / |k|
 };
 
@@ -137,10 +143,10 @@ struct GdnFactors {
 //   g = -exp(A_log) * softplus(a + dt_bias);  beta = sigmoid(b)
 //   S = exp(g) S;  u = beta (v - S k^);  S += u k^T;  o = S q~
 inline void gdn_head_step(const HeadInputs& in, float scale, int K, int V, float* state, float* out,
-                          const GdnFactors& factors = {}) {
+                          const DeltaFactors& factors = {}) {
   Eigen::Map<const Eigen::VectorXf> q_raw(in.q, K), v(in.v, V);
   const Eigen::VectorXf k_raw = Eigen::Map<const Eigen::VectorXf>(in.k, K);
-  const Eigen::VectorXf q = q_raw * (scale / std::sqrt(q_raw.squaredNorm() + 1e-6f));
+  const Eigen::VectorXf q = normalized_query(q_raw, scale);
   const float kf = key_scale(k_raw);
   const Eigen::VectorXf k = normalized_key(k_raw, kf);
   const float g = -std::exp(in.A_log) * softplus(in.a + in.dt_bias);

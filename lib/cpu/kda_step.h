@@ -3,7 +3,7 @@
 // strategy's factor records (kernels::kda_factor_layout) are written by it and applied with the
 // same update helpers (kda_decay, gdn_rank1). Because every path runs this exact code in the same
 // order on the same values, the CPU strategies are bit-exact against sequential decoding and
-// against each other. The interface is GdnStep's, so run_rows in cpu_backend.cpp drives it.
+// against each other. The step is the delta-rule step (delta_step.h) with KDA's gate (KdaGate).
 //
 // Arithmetic is fp32; per value head hv (key head h = hv / (HV / H)) and key channel i:
 //   q~ = q / sqrt(sum q^2 + 1e-6) * scale;  k^ = k / sqrt(sum k^2 + 1e-6);  beta = sigmoid(b)
@@ -23,6 +23,7 @@
 
 #include "../layout.h"
 #include "cpu_math.h"
+#include "delta_step.h"
 #include "kernels/kernel_types.h"
 #include "specstate/config.h"
 #include "specstate/kda.h"
@@ -50,21 +51,14 @@ inline void kda_gate(const float* g_raw, const float* dt_bias, float A_log,
   }
 }
 
-// A KDA step's factors (the record of DESIGN.md section 4), written when non-null.
-struct KdaFactors {
-  float* u = nullptr;   // [V]
-  float* eg = nullptr;  // [K]
-  float* kf = nullptr;  // 1 / |k|
-};
-
 // One KDA step of one value head, in place on S [V, K] (K contiguous), fp32. eg [K] is the
 // head's decay (kda_gate).
 inline void kda_head_step(const float* q_in, const float* k_in, const float* v_in, float b,
                           const float* eg, float scale, int K, int V, float* state, float* out,
-                          const KdaFactors& factors = {}) {
+                          const DeltaFactors& factors = {}) {
   Eigen::Map<const Eigen::VectorXf> q_raw(q_in, K), v(v_in, V);
   const Eigen::VectorXf k_raw = Eigen::Map<const Eigen::VectorXf>(k_in, K);
-  const Eigen::VectorXf q = q_raw * (scale / std::sqrt(q_raw.squaredNorm() + 1e-6f));
+  const Eigen::VectorXf q = normalized_query(q_raw, scale);
   const float kf = key_scale(k_raw);
   const Eigen::VectorXf k = normalized_key(k_raw, kf);
   const float beta = sigmoid(b);
@@ -90,123 +84,57 @@ inline void kda_head_apply(const float* eg, const float* u_rec, const float* k_r
   gdn_rank1(S, u, k);
 }
 
-class KdaStep {
- public:
-  KdaStep(const KdaConfig& config, const KdaWeights& w, const KdaInputs& in, const KdaOutputs& out)
-      : c_(config), w_(w), in_(in), out_(out) {
-    const int64_t d = c_.conv_dim();
-    hist_ = c_.conv_width - 1;
-    x_.resize(d);
-    y_.resize(d);
-    g_.resize(static_cast<std::size_t>(c_.num_v_heads) * c_.head_k_dim);
-    b_.resize(c_.num_v_heads);
-    dt_bias_.resize(c_.head_k_dim);
-    eg_.resize(c_.head_k_dim);
-    window_.resize(static_cast<std::size_t>(d) * hist_);
-    next_window_.resize(window_.size());
-    head_state_.resize(static_cast<std::size_t>(c_.head_v_dim) * c_.head_k_dim);
-    head_out_.resize(c_.head_v_dim);
-    scale_ = c_.effective_scale();
-  }
+struct KdaGate {
+  using Config = KdaConfig;
+  using Weights = KdaWeights;
+  using Inputs = KdaInputs;
+  using Outputs = KdaOutputs;
 
-  // The token's inputs from the call's views (token index).
-  void load_inputs(int64_t token) {
-    const int64_t d = c_.conv_dim();
-    const int K = c_.head_k_dim;
-    for (int64_t c = 0; c < d; ++c) {
-      x_[c] = load(in_.mixed_qkv, token * in_.mixed_qkv.stride[0] + c * in_.mixed_qkv.stride[1]);
-    }
-    for (int hv = 0; hv < c_.num_v_heads; ++hv) {
+  static auto factor_layout(const Config& c) {
+    return kernels::kda_factor_layout(c.num_k_heads, c.num_v_heads, c.head_k_dim, c.head_v_dim,
+                                      dtype_size(c.act_dtype));
+  }
+  static int64_t eg_per_head(const Config& c) { return c.head_k_dim; }
+
+  explicit KdaGate(const Config& config)
+      : c(config),
+        g(static_cast<std::size_t>(config.num_v_heads) * config.head_k_dim),
+        b(config.num_v_heads),
+        dt_bias(config.head_k_dim),
+        eg(config.head_k_dim) {}
+
+  void load(const Inputs& in, int64_t token) {
+    const int K = c.head_k_dim;
+    for (int hv = 0; hv < c.num_v_heads; ++hv) {
       for (int i = 0; i < K; ++i) {
-        g_[static_cast<std::size_t>(hv) * K + i] =
-            load(in_.g, token * in_.g.stride[0] + hv * in_.g.stride[1] + i * in_.g.stride[2]);
+        g[static_cast<std::size_t>(hv) * K + i] = specstate::detail::cpu::load(
+            in.g, token * in.g.stride[0] + hv * in.g.stride[1] + i * in.g.stride[2]);
       }
-      b_[hv] = load(in_.b, token * in_.b.stride[0] + hv * in_.b.stride[1]);
+      b[hv] = specstate::detail::cpu::load(in.b, token * in.b.stride[0] + hv * in.b.stride[1]);
     }
   }
-  // Conv records: the token's conv input (mixed_qkv) in the activation dtype, bit for bit.
-  void load_record(const void* record) {
-    load_array(record, c_.act_dtype, c_.conv_dim(), x_.data());
-  }
-  void store_record(void* record) const {
-    store_array(x_.data(), c_.conv_dim(), c_.act_dtype, record);
-  }
-  // A pending conv step: the window shifted by the loaded record's input.
-  void shift_conv(void* conv) {
-    conv_shift(conv, c_.conv_state_dtype, x_.data(), c_.conv_dim(), hist_, window_);
-  }
-
-  // Applies one factor record (kernels::kda_factor_layout) to the SSM state (storage dtype, in
-  // place; a bf16 state is rounded after the token as the step rounds it).
-  void apply_factor(void* ssm, const void* factor) {
-    const int H = c_.num_k_heads, HV = c_.num_v_heads, K = c_.head_k_dim, V = c_.head_v_dim;
-    apply_delta_factor(
-        ssm, factor, kernels::kda_factor_layout(H, HV, K, V, dtype_size(c_.act_dtype)), H, HV, K, V,
-        c_.act_dtype, c_.ssm_state_dtype, k_raw_, head_state_,
-        [&](int hv, const float* eg, const float* u, const float* k, float kf, float* state) {
-          kda_head_apply(eg + int64_t{hv} * K, u, k, kf, K, V, state);
-        });
-  }
-
-  // Advances the loaded token: conv window prev_conv -> next_conv, SSM prev_ssm -> next_ssm
-  // (storage-dtype memory of one state; prev and next may be the same). Outputs go to token
-  // `out_token` of the call's output views, or nowhere when it is negative. `factor`: the token's
-  // factor record (kernels::kda_factor_layout) is written there when non-null.
-  void step(const void* prev_conv, void* next_conv, const void* prev_ssm, void* next_ssm,
-            int64_t out_token, void* factor = nullptr) {
-    const int64_t d = c_.conv_dim();
-    const DType act = c_.act_dtype;
-    conv_token(prev_conv, next_conv, c_.conv_state_dtype, act, x_.data(), w_.conv_weight,
-               w_.conv_bias, d, c_.conv_width, out_.conv_out, out_token, window_.data(),
-               next_window_.data(), y_.data());
-
-    const int H = c_.num_k_heads, HV = c_.num_v_heads, K = c_.head_k_dim, V = c_.head_v_dim;
-    const int64_t head_elems = int64_t{V} * K;
-    const DType sdt = c_.ssm_state_dtype;
-    const std::size_t sbytes = dtype_size(sdt);
-    const auto fl = kernels::kda_factor_layout(H, HV, K, V, dtype_size(act));
-    char* f = static_cast<char*>(factor);
-    if (f) store_array(y_.data() + int64_t{H} * K, int64_t{H} * K, act, f + fl.k);
-    for (int hv = 0; hv < HV; ++hv) {
-      const int h = hv / (HV / H);
-      const float A_log = load(w_.A_log, hv * w_.A_log.stride[0]);
-      for (int i = 0; i < K; ++i) {
-        dt_bias_[i] = load(w_.dt_bias, hv * w_.dt_bias.stride[0] + i * w_.dt_bias.stride[1]);
-      }
-      kda_gate(g_.data() + int64_t{hv} * K, dt_bias_.data(), A_log, c_.lower_bound, K, eg_.data());
-      const auto* src = static_cast<const char*>(prev_ssm) + hv * head_elems * sbytes;
-      auto* dst = static_cast<char*>(next_ssm) + hv * head_elems * sbytes;
-      load_array(src, sdt, head_elems, head_state_.data());
-      KdaFactors factors;
-      if (f) {
-        factors.u = reinterpret_cast<float*>(f + fl.u) + int64_t{hv} * V;
-        factors.eg = reinterpret_cast<float*>(f + fl.eg) + int64_t{hv} * K;
-        // Every value head of key head h computes the same kf; the first one's is kept.
-        if (hv % (HV / H) == 0) factors.kf = reinterpret_cast<float*>(f + fl.kf) + h;
-      }
-      kda_head_step(y_.data() + int64_t{h} * K, y_.data() + int64_t{H} * K + int64_t{h} * K,
-                    y_.data() + 2 * int64_t{H} * K + int64_t{hv} * V, b_[hv], eg_.data(), scale_, K,
-                    V, head_state_.data(), head_out_.data(), factors);
-      store_array(head_state_.data(), head_elems, sdt, dst);
-      if (out_token < 0) continue;
-      for (int p = 0; p < V; ++p) {
-        store(out_.core_out,
-              out_token * out_.core_out.stride[0] + hv * out_.core_out.stride[1] +
-                  p * out_.core_out.stride[2],
-              head_out_[p]);
-      }
+  void head_step(const Weights& w, int hv, const float* q, const float* k, const float* v,
+                 float scale, float* state, float* out, const DeltaFactors& factors) {
+    const int K = c.head_k_dim;
+    const float A_log = specstate::detail::cpu::load(w.A_log, hv * w.A_log.stride[0]);
+    for (int i = 0; i < K; ++i) {
+      dt_bias[i] = specstate::detail::cpu::load(w.dt_bias,
+                                                hv * w.dt_bias.stride[0] + i * w.dt_bias.stride[1]);
     }
+    kda_gate(g.data() + int64_t{hv} * K, dt_bias.data(), A_log, c.lower_bound, K, eg.data());
+    kda_head_step(q, k, v, b[hv], eg.data(), scale, K, c.head_v_dim, state, out, factors);
+  }
+  void head_apply(int hv, const float* eg_rec, const float* u, const float* k_raw, float kf,
+                  float* state) const {
+    kda_head_apply(eg_rec + int64_t{hv} * c.head_k_dim, u, k_raw, kf, c.head_k_dim, c.head_v_dim,
+                   state);
   }
 
- private:
-  const KdaConfig& c_;
-  const KdaWeights& w_;
-  const KdaInputs& in_;
-  const KdaOutputs& out_;
-  int hist_ = 0;
-  float scale_ = 1.0f;
-  std::vector<float> x_, y_, g_, b_, dt_bias_, eg_, window_, next_window_, head_state_, head_out_,
-      k_raw_;
+  const Config& c;
+  std::vector<float> g, b;         // the token's gate inputs [HV][K], [HV]
+  std::vector<float> dt_bias, eg;  // one head's [K]
 };
+
+using KdaStep = DeltaStep<KdaGate>;
 
 }  // namespace specstate::detail::cpu
