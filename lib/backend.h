@@ -248,14 +248,29 @@ class BackendImpl {
                              const std::vector<int32_t>& slots, Clear how = Clear::kConsumed,
                              int fold_limit = 0) = 0;
   // Replay: makes the committed memory of `run.slots` in `run.layer` exact from the records alone
-  // (pending conv steps, history factors; no weights, inputs or outputs). The bookkeeping is
-  // cleared by the caller (clear_pending kConsumed).
-  virtual void materialize_layer(const PoolStorage& storage, const LayerRun& run) = 0;
+  // (pending conv steps, history factors): the kind's run with no weights, inputs or outputs
+  // (run.io asks for no token). The bookkeeping is cleared by the caller (clear_pending
+  // kConsumed).
+  void materialize_layer(const PoolStorage& storage, const LayerRun& run) {
+    storage.config.visit_layer([&](const auto& config) { run_records(storage, run, config); });
+  }
 
   // Outcome of the device-side checks of the last commit (waits for it): kOutOfRange when a
   // row's device accepted value was out of range (that row was skipped). Host-validated
   // backends report kSuccess.
   virtual Status last_commit_status() { return Status::kSuccess; }
+
+ private:
+  // materialize_layer's run of each kind (the records only).
+  void run_records(const PoolStorage& s, const LayerRun& r, const GdnConfig&) {
+    run_gdn(s, r, GdnWeights{}, GdnInputs{}, GdnOutputs{});
+  }
+  void run_records(const PoolStorage& s, const LayerRun& r, const Mamba2Config&) {
+    run_mamba2(s, r, Mamba2Weights{}, Mamba2Inputs{}, Mamba2Outputs{});
+  }
+  void run_records(const PoolStorage& s, const LayerRun& r, const KdaConfig&) {
+    run_kda(s, r, KdaWeights{}, KdaInputs{}, KdaOutputs{});
+  }
 };
 
 // Whether the CUDA backend has kernels for the config's layer kind: kSuccess, or kNotSupported

@@ -331,36 +331,6 @@ class CpuBackend final : public BackendImpl {
     }
   }
 
-  void materialize_layer(const PoolStorage& s, const LayerRun& run) override {
-    // No weights, inputs or outputs: only the records are read.
-    switch (s.config.kind) {
-      case LayerKind::kGatedDeltaNet: {
-        const GdnWeights w{};
-        const GdnInputs in{};
-        const GdnOutputs out{};
-        cpu::GdnStep step(s.config.gdn, w, in, out);
-        run_rows(s, run, step, scratch_);
-        return;
-      }
-      case LayerKind::kMamba2: {
-        const Mamba2Weights w{};
-        const Mamba2Inputs in{};
-        const Mamba2Outputs out{};
-        cpu::Mamba2Step step(s.config.mamba, w, in, out);
-        run_rows(s, run, step, scratch_);
-        return;
-      }
-      case LayerKind::kKda: {
-        const KdaWeights w{};
-        const KdaInputs in{};
-        const KdaOutputs out{};
-        cpu::KdaStep step(s.config.kda_layer, w, in, out);
-        run_rows(s, run, step, scratch_);
-        return;
-      }
-    }
-  }
-
  private:
   RowScratch scratch_;  // run_rows' working states (a pool's calls do not overlap)
 

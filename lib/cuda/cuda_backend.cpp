@@ -408,21 +408,6 @@ class CudaBackend final : public BackendImpl {
           "clearing pending steps");
   }
 
-  void materialize_layer(const PoolStorage& s, const LayerRun& run) override {
-    // No weights, inputs or outputs: the kernels read only the records, cursors and state.
-    switch (s.config.kind) {
-      case LayerKind::kGatedDeltaNet:
-        run_gdn(s, run, GdnWeights{}, GdnInputs{}, GdnOutputs{});
-        return;
-      case LayerKind::kMamba2:
-        run_mamba2(s, run, Mamba2Weights{}, Mamba2Inputs{}, Mamba2Outputs{});
-        return;
-      case LayerKind::kKda:
-        run_kda(s, run, KdaWeights{}, KdaInputs{}, KdaOutputs{});
-        return;
-    }
-  }
-
   Status last_commit_status() override {
     break_chain();
     DeviceGuard guard(device_);
