@@ -91,10 +91,10 @@ struct GdnRecurrenceParams {
   int64_t f_u = 0, f_eg = 0, f_kf = 0, f_k = 0;  // byte offsets inside a record
 
   const void* __restrict__ qkv = nullptr;         // [rows * tokens, conv_dim] act dtype
-  const void* __restrict__ a = nullptr;           // [rows * tokens, HV] act dtype
+  const void* __restrict__ a = nullptr;           // [rows * tokens, HV] act dtype (KDA: g, below)
   const void* __restrict__ b = nullptr;           // [rows * tokens, HV] act dtype
   const void* __restrict__ A_log = nullptr;       // [HV] a_log_dtype
-  const void* __restrict__ dt_bias = nullptr;     // [HV] dt_bias_dtype
+  const void* __restrict__ dt_bias = nullptr;     // [HV] dt_bias_dtype (KDA: [HV, K], below)
   void* __restrict__ out = nullptr;               // [rows * tokens, HV, V] act dtype
   void* __restrict__ state = nullptr;             // [slots, HV, V, K] state dtype
   void* __restrict__ snap = nullptr;              // [rows, T, HV, V, K] state dtype, or null

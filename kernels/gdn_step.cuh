@@ -421,10 +421,6 @@ __device__ __forceinline__ void gdn_update(float4 (&S)[NK], const float4 (&kn)[N
   }
 }
 
-// A thread's V rows: RPT rows (row j at j * kRowsBase + vrow0 inside the CTA), each with the same
-// K columns. Every row's arithmetic is the one-row arithmetic (same order, same reduction), so
-// the result does not depend on RPT; RPT > 1 reuses each staged key and query value for RPT
-// rows (the shared-memory traffic per state element is 1/RPT).
 // KDA's update, in two parts that the step and the records' application share: the decay per key
 // channel (S[v][i] = e^g[i] S[v][i], kept in fp32), then S = S + u k^T rounded to the state dtype
 // after the token. The step fuses the decay into its dot products (same product, same value).
@@ -469,6 +465,10 @@ __device__ __forceinline__ void gdn_apply_kn(float4 (&S)[RPT][K / (4 * LANES)],
   }
 }
 
+// A thread's V rows: RPT rows (row j at j * kRowsBase + vrow0 inside the CTA), each with the same
+// K columns. Every row's arithmetic is the one-row arithmetic (same order, same reduction), so
+// the result does not depend on RPT; RPT > 1 reuses each staged key and query value for RPT
+// rows (the shared-memory traffic per state element is 1/RPT).
 template <int RPT>
 struct GdnRows {
   int vrow[RPT];  // inside the CTA (index of the staged v / u)

@@ -264,7 +264,6 @@ class CpuBackend final : public BackendImpl {
   }
 
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {
-    check_host(work);
     const RoundPlan& plan = *work.plan;
     for (int l = 0; l < s.layout.layers; ++l) {
       for (int r = 0; r < plan.rows; ++r) {
@@ -279,7 +278,6 @@ class CpuBackend final : public BackendImpl {
   }
 
   void commit_pending(const PoolStorage& s, const CommitWork& work) override {
-    check_host(work);
     const RoundPlan& plan = *work.plan;
     const Layout& l = s.layout;
     std::vector<int32_t> path;
@@ -334,12 +332,6 @@ class CpuBackend final : public BackendImpl {
  private:
   RowScratch scratch_;  // run_rows' working states (a pool's calls do not overlap)
 
-  static void check_host(const CommitWork& work) {
-    if (!work.device_accepted.empty()) {
-      throw Error(Status::kInvalidArgument,
-                  "StatePool::commit: accepted lives on cuda, the pool's backend is cpu");
-    }
-  }
   static int64_t physical_bytes();
   static void* allocate_zeroed(std::size_t bytes) {
     // 64-byte alignment for the Eigen maps.
