@@ -290,6 +290,11 @@ TEST_F(BadInput, AcceptedViewWrongDtypeOrShape) {
   std::vector<int32_t> ints = {1, 0, 1, 1};
   expect_rejected([&] { pool_->commit(TensorView::contiguous(ints.data(), DType::kI32, {4})); },
                   Status::kInvalidArgument, {"accepted", "dim 0 = 4"});
+  // Values in device memory on a CPU pool: refused by the pool, the round still open.
+  TensorView on_device = TensorView::contiguous(ints.data(), DType::kI32, {3});
+  on_device.device = Device::kCuda;
+  expect_rejected([&] { pool_->commit(on_device); }, Status::kInvalidArgument,
+                  {"accepted lives on cuda, the pool's backend is cpu"});
   pool_->commit(TensorView::contiguous(ints.data(), DType::kI32, {3}));
 }
 
