@@ -10,12 +10,12 @@
 
 #include "../backend.h"
 #include "../logging.h"
-#include "gdn_launch.h"
 #include "kernels/commit.h"
 #include "kernels/conv_update.h"
 #include "kernels/gdn_fused.h"
 #include "kernels/gdn_recurrence.h"
 #include "kernels/mamba2_recurrence.h"
+#include "launch.h"
 #include "layer_copy.h"
 #include "specstate/status.h"
 

@@ -33,7 +33,7 @@
 #include "bench_util.h"
 #include "kernels/conv_update.h"
 #include "kernels/gdn_recurrence.h"
-#include "lib/cuda/gdn_launch.h"
+#include "lib/cuda/launch.h"
 #include "lib/pool_access.h"
 #include "sglang_baseline.h"
 #include "specstate/specstate.h"

@@ -27,7 +27,7 @@
 #include "bench_util.h"
 #include "kernels/conv_update.h"
 #include "kernels/mamba2_recurrence.h"
-#include "lib/cuda/gdn_launch.h"
+#include "lib/cuda/launch.h"
 #include "lib/pool_access.h"
 #include "specstate/specstate.h"
 

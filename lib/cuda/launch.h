@@ -1,6 +1,8 @@
 // Internal: the kernel params of one layer call on CUDA (the shared conv kernel and the kind's
 // recurrence), built from the pool's layout and the strategy's StateIO. Shared by the CUDA
 // backend and the benchmarks (which time the kernels of exactly the calls the backend makes).
+// The builders: delta_launch.cpp (GDN, KDA), mamba2_launch.cpp; their shared part:
+// launch_common.h.
 #pragma once
 
 #include <cstdint>
