@@ -50,13 +50,16 @@ class CopiedList(list):
     ``token_offsets``): it compares, indexes and iterates as a list, and an in-place
     change raises TypeError instead of changing a copy that nobody reads."""
 
-    __slots__ = ("_field",)
+    __slots__ = ("_field", "_read_only")
 
-    def __init__(self, items, field):
+    def __init__(self, items, field, read_only=False):
         super().__init__(items)
         self._field = field
+        self._read_only = read_only
 
     def _refuse(self, *args, **kwargs):
+        if self._read_only:
+            raise TypeError(f"{self._field} returns a copy and is read-only")
         raise TypeError(
             f"{self._field} returns a copy: assign a new list ({self._field} = [...]) to change it")
 
@@ -72,8 +75,8 @@ def _copied_list_fields(cls, names):
     for name in names:
         field = getattr(cls, name)
 
-        def get(self, _field=field, _label=f"{cls.__name__}.{name}"):
-            return CopiedList(_field.__get__(self), _label)
+        def get(self, _field=field, _label=f"{cls.__name__}.{name}", _ro=field.fset is None):
+            return CopiedList(_field.__get__(self), _label, _ro)
 
         def set_(self, value, _field=field):
             _field.__set__(self, value)
@@ -83,6 +86,8 @@ def _copied_list_fields(cls, names):
 
 _copied_list_fields(VerifyBatch, ("rows", "parents", "lengths"))  # noqa: F405
 _copied_list_fields(Trace, ("requests", "records"))  # noqa: F405
+_copied_list_fields(TraceRecord, ("path",))  # noqa: F405
+_copied_list_fields(Acceptance, ("path",))  # noqa: F405
 _copied_list_fields(BatchPlan, ("windows", "token_offsets"))  # noqa: F405 (read-only)
 
 from . import vllm  # noqa: E402 (a pool over tensors shaped as vLLM's cache)

@@ -352,11 +352,12 @@ void bind_config(nb::module_& m) {
       .def_rw("strategy", &PoolOptions::strategy, "SNAPSHOT or REPLAY.")
       .def_rw("device", &PoolOptions::device, "CUDA device ordinal (CUDA only).")
       .def_rw("replay_ring", &PoolOptions::replay_ring,
-              "REPLAY: factor records per slot and layer (0: the default, 3 * max_window for "
-              "Gated DeltaNet up to max_window = 5, otherwise max(2 * max_window, 6)).")
+              "REPLAY: factor records per slot and layer (0: the default, "
+              "default_replay_ring(kind, max_window): max(3 * max_window, 8) for Gated DeltaNet "
+              "from max_window = 2 up to 5, otherwise max(2 * max_window, 6)).")
       .def_rw("replay_fold_rows", &PoolOptions::replay_fold_rows,
               "REPLAY: rounds of at least this many rows let the history grow to the whole ring; "
-              "smaller ones fold as a ring of max(2 * max_window, 6) would (0: the default, 16; "
+              "smaller ones fold as a ring of max(2 * max_window, 6) would (0: the default, 8; "
               "1: always the whole ring). The same bits under any value.")
       .def_rw("conv_layout", &PoolOptions::conv_layout,
               "Element order of the conv windows (ConvLayout).")

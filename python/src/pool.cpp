@@ -24,10 +24,11 @@ class PyPool {
  public:
   PyPool(const ModelConfig& config, const PoolOptions& options)
       : pool_(config, options), stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
-  // Over caller-owned committed state (DESIGN.md section 4): the arrays stay referenced for the
-  // pool's lifetime.
+  // Over caller-owned committed state (DESIGN.md section 4): the imported arrays (their DLPack
+  // capsule or buffer export, which keeps the memory from being released or resized) stay held
+  // for the pool's lifetime.
   PyPool(const ModelConfig& config, const PoolOptions& options, const CommittedStateViews& views,
-         std::vector<nb::object> held)
+         std::vector<nb::ndarray<>> held)
       : pool_(config, options, views),
         stream_(reinterpret_cast<uintptr_t>(options.stream)),
         committed_arrays_(std::move(held)) {}
@@ -45,7 +46,7 @@ class PyPool {
   uintptr_t stream() const { return stream_; }
   void set_stream(uintptr_t s) { stream_ = s; }
   bool is_cuda() const { return pool_.options().backend == Backend::kCuda; }
-  void hold_round_array(nb::object array) { round_array_ = std::move(array); }
+  void hold_round_array(nb::ndarray<> array) { round_array_ = std::move(array); }
 
   // Orders the pool's stream after `caller` (enter) and `caller` after the pool's work (leave).
   // A no-op on CPU pools and when the caller's stream is the pool's.
@@ -118,9 +119,9 @@ class PyPool {
   bool events_ready_ = false;
 #endif
   StatePool pool_;
-  std::vector<nb::object> committed_arrays_;
-  nb::object round_array_;  // the open round's device cu_seqlens (read by the kernels)
-  uintptr_t stream_ = 0;    // the caller's stream when a call names none
+  std::vector<nb::ndarray<>> committed_arrays_;
+  nb::ndarray<> round_array_;  // the open round's device cu_seqlens (read by the kernels)
+  uintptr_t stream_ = 0;       // the caller's stream when a call names none
   std::mutex mutex_;
 };
 
@@ -408,14 +409,15 @@ void bind_pool(nb::module_& m) {
               [](PyPool* self, const ModelConfig& config, const PoolOptions& options,
                  nb::list committed_conv, nb::list committed_ssm) {
                 CommittedStateViews views;
-                std::vector<nb::object> held;
+                std::vector<nb::ndarray<>> held;
                 const auto take = [&](nb::list arrays, const char* name,
                                       std::vector<TensorView>& out) {
                   for (std::size_t l = 0; l < arrays.size(); ++l) {
                     const std::string arg = std::string(name) + "[" + std::to_string(l) + "]";
                     Arg a = to_arg(arrays[l], arg.c_str(), true, false);
                     out.push_back(a.view);
-                    held.push_back(a.object);
+                    held.push_back(a.array);  // the import, not only the object: an
+                                              // exported buffer cannot be released under it
                   }
                 };
                 take(committed_conv, "committed_conv", views.conv);
@@ -785,7 +787,7 @@ void bind_pool(nb::module_& m) {
                 });
                 // The kernels read the array when they run: the pool keeps it until the next
                 // round begins.
-                p.hold_round_array(cu.object);
+                p.hold_round_array(cu.array);
               },
               nb::arg("batch"), nb::arg("cu_seqlens").none() = nb::none(),
               nb::arg("stream").none() = nb::none(),

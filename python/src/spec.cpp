@@ -25,10 +25,10 @@ using spec::VerifyBatchBuilder;
 using spec::Window;
 
 void check_len(const std::vector<int32_t>& v, std::size_t n, const char* name) {
-  if (v.size() != n)
-    throw nb::value_error((std::string(name) + ": " + std::to_string(v.size()) +
-                           " entries, the window has " + std::to_string(n))
-                              .c_str());
+  if (v.size() != n) {
+    throw Error(Status::kInvalidArgument, std::string(name) + ": " + std::to_string(v.size()) +
+                                              " entries, the window has " + std::to_string(n));
+  }
 }
 
 }  // namespace
@@ -89,9 +89,9 @@ void bind_spec(nb::module_& m) {
           [](const Acceptance& a, const std::vector<int32_t>& tokens) {
             for (int32_t node : a.path)
               if (node < 0 || static_cast<std::size_t>(node) >= tokens.size())
-                throw nb::value_error(("tokens: " + std::to_string(tokens.size()) +
-                                       " entries, the path reaches node " + std::to_string(node))
-                                          .c_str());
+                throw Error(Status::kInvalidArgument, "tokens: " + std::to_string(tokens.size()) +
+                                                          " entries, the path reaches node " +
+                                                          std::to_string(node));
             return a.emitted(tokens.data());
           },
           nb::arg("tokens"), "Tokens the round emits: tokens[path[1:]] then the bonus token.")

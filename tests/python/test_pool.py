@@ -633,3 +633,33 @@ def test_import_slot_errors_describe_the_callers_array():
     assert f"src (uint8[{blob.size}] cpu)" in message and "i32[" not in message, message
     assert message.startswith("invalid argument: StatePool::import_slot: ")
     assert "corrupt slot state header" in message
+
+
+def test_caller_owned_buffers_stay_exported_while_the_pool_lives():
+    """A pool over caller-owned arrays held the Python objects but not their buffer exports: a
+    memoryview could be released and its array.array resized (the old block freed) while the pool
+    still wrote there; acquire() zeroed 576 bytes of an unrelated bytearray."""
+    import array
+
+    layer = specstate.GdnConfig(num_k_heads=1, num_v_heads=1, head_k_dim=16, head_v_dim=16,
+                                act_dtype=DType.F32, conv_state_dtype=DType.F32)
+    cfg = specstate.ModelConfig.gated_delta_net(1, layer)
+    C, W, slots = layer.conv_dim(), layer.conv_width, 2
+    conv = array.array("f", [1.0]) * (slots * C * (W - 1))
+    ssm = array.array("f", [1.0]) * (slots * 16 * 16)
+    mvc = memoryview(conv).cast("B").cast("f", [slots, C, W - 1])
+    mvs = memoryview(ssm).cast("B").cast("f", [slots, 1, 16, 16])
+    pool = specstate.StatePool(cfg, specstate.PoolOptions(num_slots=slots), committed_conv=[mvc],
+                               committed_ssm=[mvs])
+    with pytest.raises(BufferError):
+        mvc.release()
+    with pytest.raises(BufferError):
+        conv.extend([1.0] * 100000)  # would move the block under the pool
+    h = pool.acquire()
+    assert pool.slot_index(h) in (0, 1)
+    assert conv.count(0.0) == C * (W - 1)  # the pool zeroed one slot of the caller's memory
+    del pool, h
+    gc.collect()
+    mvc.release()
+    mvs.release()
+    conv.extend([1.0])  # free again once the pool is gone

@@ -36,8 +36,13 @@ def test_greedy_acceptance():
     acc = specstate.accept_greedy_tree(t, [5, 6, 7, 8], [7, 0, 3, 0])
     assert acc.path == [0, 2] and acc.bonus_token == 3 and acc.commit_value(True) == 2
     assert specstate.accept_greedy(t, [5, 6, 7, 8], [7, 0, 3, 0]).path == [0, 2]
-    with pytest.raises(ValueError, match="tokens: 3 entries"):
+    with pytest.raises(specstate.InvalidArgumentError, match="tokens: 3 entries"):
         specstate.accept_greedy(t, [5, 6, 7], [7, 0, 3, 0])
+    with pytest.raises(specstate.InvalidArgumentError, match="the path reaches node 2"):
+        acc.emitted([1, 2])
+    # Lists of a result are copies: an in-place edit raises instead of being lost.
+    with pytest.raises(TypeError, match="Acceptance.path returns a copy"):
+        acc.path.append(3)
 
 
 def test_batch_builder():
