@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <tuple>
@@ -603,6 +604,17 @@ void check_writable(const std::string& path, const char* option) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     fail("cannot create a file in " + dir + ": " + std::strerror(errno));
   }
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(a, b, ec)) return true;  // both exist, one file
+  const auto norm = [](const std::string& p) {
+    std::error_code e;
+    const auto w = std::filesystem::weakly_canonical(std::filesystem::absolute(p, e), e);
+    return e ? std::filesystem::path(p).lexically_normal() : w;
+  };
+  return norm(a) == norm(b);
 }
 
 void add_model_options(CLI::App* cmd, std::string& model, std::string& model_file, int& tp,

@@ -86,6 +86,9 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& model_fil
 // that is writable and no directory, or a new file in an existing, writable directory. Called
 // before a run, so that a bad --out costs nothing.
 void check_writable(const std::string& path, const char* option);
+// Whether two paths name the same file (compared as absolute, normalised paths; a file that
+// exists through another name, a link, is compared by its identity).
+bool same_file(const std::string& a, const std::string& b);
 
 // Writes the preset's layer counts, shapes and dtypes (under TP) into `out`, the same keys in
 // every report: total_layers, gdn_layers, num_k_heads, num_v_heads, head_k_dim, head_v_dim,

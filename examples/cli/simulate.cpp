@@ -31,6 +31,7 @@
 
 #include "cli/commands.h"
 #include "cli/sim_helpers.h"
+#include "cli_checks.h"
 #include "specstate/spec/trace.h"
 #include "specstate/spec/verify_batch.h"
 #include "specstate/specstate.h"
@@ -68,20 +69,6 @@ CLI::Validator non_empty() {
 
 // An integer in [0, 2^64 - 1] in decimal digits: CLI11 would turn -1, 2^64 and 1e23 into
 // 2^64 - 1 without a word.
-CLI::Validator unsigned_64() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        const bool digits = !text.empty() && text.size() <= 20 &&
-                            std::all_of(text.begin(), text.end(),
-                                        [](unsigned char c) { return c >= '0' && c <= '9'; });
-        if (!digits || (text.size() == 20 && text > "18446744073709551615")) {
-          return "'" + text + "' is not an integer in [0, 18446744073709551615]";
-        }
-        return "";
-      },
-      "UINT64");
-}
-
 // Writes `text` to `path`, checking the open, every write and the close (/dev/full accepts the
 // open and fails the flush). Throws specstate::Error naming the option and the file.
 void write_file_checked(const std::string& path, const std::string& text, const char* option) {
@@ -156,7 +143,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"padded", "variable"}))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the generator and the synthetic weights")
-      ->check(unsigned_64())
+      ->check(specstate::examples::unsigned_64())
       ->capture_default_str();
   cmd->add_flag("--check", o->check,
                 "Also replay the accepted tokens through prefill on a CPU pool and compare each "
@@ -175,11 +162,28 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
   histogram->excludes(rate);
   histogram->excludes(fixed);
   cmd->callback([o, quiet, &exit_code] {
-    // Before anything runs: a bad --out is a usage error (exit 2) naming the option.
+    // Before anything runs: a bad --out or --save-trace is a usage error (exit 2) naming the
+    // option, and so are files that would overwrite each other (the report by its plots, a
+    // saved trace or the replayed one by the report).
     if (!o->out.empty()) {
       check_writable(o->out, "--out");
       check_writable(svg_path_for(o->out), "--out");
+      if (same_file(o->out, svg_path_for(o->out))) {
+        throw CLI::ValidationError("--out", "--out " + o->out +
+                                                ": the plots go to FILE.svg beside the report; "
+                                                "name the report otherwise (e.g. .json)");
+      }
+      for (const auto& [other, name] :
+           {std::pair{o->save_trace, "--save-trace"}, std::pair{o->trace_path, "--trace"}}) {
+        if (!other.empty() &&
+            (same_file(other, o->out) || same_file(other, svg_path_for(o->out)))) {
+          throw CLI::ValidationError("--out", std::string("--out ") + o->out + " (report " +
+                                                  o->out + ", plots " + svg_path_for(o->out) +
+                                                  ") would overwrite " + name + " " + other);
+        }
+      }
     }
+    if (!o->save_trace.empty()) check_writable(o->save_trace, "--save-trace");
     const bool tty = !*quiet && isatty(fileno(stderr)) != 0;
     const Json report = run_simulation(*o, tty ? &std::cerr : nullptr);
     print_summary(report, std::cout);

@@ -53,6 +53,7 @@ std::string check_cell(const Json& chk) {
                 chk["passed"].get<bool>() ? "PASS" : "FAIL",
                 chk["bit_identical"].get<bool>() ? "yes" : "no",
                 chk["max_rel_error"].get<double>());
+  if (chk.contains("reason")) return std::string(cell) + ": " + chk["reason"].get<std::string>();
   return cell;
 }
 
@@ -152,6 +153,7 @@ void print_summary(const Json& r, std::ostream& out) {
                     chk["max_abs_error"].get<double>(), chk["max_rel_error"].get<double>(),
                     chk["tolerance"].get<double>());
       out << line;
+      if (chk.contains("reason")) out << "    " << chk["reason"].get<std::string>() << "\n";
     }
     return;
   }

@@ -17,6 +17,7 @@
 #include <exception>
 #include <string>
 
+#include "cli_checks.h"
 #include "hybrid_model.h"
 
 int main(int argc, char** argv) {
@@ -33,8 +34,9 @@ int main(int argc, char** argv) {
   app.add_option("--new-tokens", o.new_tokens, "tokens each request emits")
       ->check(CLI::Range(1, 4096));
   app.add_option("--noise", o.draft_noise, "the drafter's perturbation of the target's weights")
-      ->check(CLI::Range(0.0f, 10.0f));
-  app.add_option("--seed", o.seed, "seed of the model, prompts and drafter");
+      ->check(specstate::examples::finite_range(0.0, 10.0));
+  app.add_option("--seed", o.seed, "seed of the model, prompts and drafter")
+      ->check(specstate::examples::unsigned_64());
   app.add_flag("--branch", o.branch,
                "draft a tree: the chain plus the drafter's second choice at every depth");
   app.add_option("--kind", kind, "gdn (Gated DeltaNet, default) or kda (Kimi-Linear)")

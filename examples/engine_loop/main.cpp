@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli_checks.h"
 #include "specstate/spec/verify_batch.h"
 #include "specstate/specstate.h"
 
@@ -279,9 +280,16 @@ int run(int rounds, int max_draft, uint64_t seed, Strategy strategy) {
         "verified (no filler), %d accepted\n",
         layer_kind_name(config.kind), rounds, strategy_name(strategy), arrivals, forks, departures,
         verified, accepted_total);
+    // The self-check that the run covered the engine's events holds from kCoverageRounds rounds
+    // on (every seed of 0..60 covers them in 10); a shorter run only checks the states.
+    constexpr int kCoverageRounds = 10;
     if (arrivals < 4 || departures < 1 || forks < 1) {
-      std::printf("FAIL: the run exercised too little (arrivals, forks, departures)\n");
-      return 1;
+      if (rounds >= kCoverageRounds) {
+        std::printf("FAIL: the run exercised too little (arrivals, forks, departures)\n");
+        return 1;
+      }
+      std::printf("note: %d rounds are too few to cover arrivals, forks and departures (%d+ do)\n",
+                  rounds, kCoverageRounds);
     }
     std::printf("PASS: every request's state equals prefill + decode of its accepted tokens\n");
     return 0;
@@ -301,8 +309,12 @@ int main(int argc, char** argv) {
       "engine_loop: an engine's loop through specstate (arrivals with batched variable-length "
       "prefill, departures, forks, variable windows), checked against prefill + decode of every "
       "request's accepted tokens. Exit 0 pass, 1 mismatch, 2 bad arguments."};
-  app.add_option("--rounds", rounds, "speculative rounds")->check(CLI::Range(1, 100000));
-  app.add_option("--seed", seed, "seed of the model, arrivals and drafts");
+  app.add_option("--rounds", rounds,
+                 "speculative rounds (from 10 on, a run that covers no fork, departure or 4 "
+                 "arrivals fails its self-check)")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--seed", seed, "seed of the model, arrivals and drafts")
+      ->check(specstate::examples::unsigned_64());
   app.add_option("--max-draft", max_draft, "most drafted tokens a request proposes a round")
       ->check(CLI::Range(0, 15));
   app.add_option("--strategy", strategy, "replay (default) or snapshot")

@@ -31,6 +31,7 @@
 // copy between two pools of GPU 0 and says so (--require-peer makes that a skip instead).
 //
 // Exit status: 0 pass, 1 mismatch or error, 2 bad arguments, 77 not enough GPUs (ctest: skipped).
+#include "cli_checks.h"
 #include "tp_model.h"
 
 namespace {
@@ -312,7 +313,7 @@ RankResult run_rank(const dvl::HybridModel& model, const Options& o, int tp, int
         for (int j = 0; j < a; ++j)
           reqs[i].tokens.push_back(fr.argmax[static_cast<std::size_t>(i * T + j)]);
         reqs[i].next = h_accept.ptr[B + i];
-        ++res.accepted_histogram[static_cast<std::size_t>(a - 1)];
+        ++res.accepted_histogram[static_cast<std::size_t>(a)];  // a in [1, T]: printed as a
       }
       RoundTiming rt;
       rt.verify_ms = gdn.verify_ms();
@@ -743,18 +744,36 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"snapshot", "replay"}));
   app.add_option("--draft-accuracy", o.draft_accuracy,
                  "probability that a drafted token is the plain-decoding one")
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", o.seed, "seed of the model, prompts and drafts");
-  app.add_flag("--handoff", o.handoff, "move slots from GPU 0 to GPU 1 mid-decode instead");
+      ->check(specstate::examples::finite_range(0.0, 1.0));
+  app.add_option("--seed", o.seed, "seed of the model, prompts and drafts")
+      ->check(specstate::examples::unsigned_64());
+  auto* handoff =
+      app.add_flag("--handoff", o.handoff, "move slots from GPU 0 to GPU 1 mid-decode instead");
   app.add_flag("--require-peer", o.require_peer,
-               "--handoff: exit 77 (skip) with one GPU instead of a same-device copy");
+               "--handoff: exit 77 (skip) with one GPU instead of a same-device copy")
+      ->needs(handoff);
   app.add_option("--link-mib", o.link_mib, "--handoff: MiB of the link-bandwidth transfer")
-      ->check(CLI::Range(int64_t{1}, int64_t{16384}));
+      ->check(CLI::Range(int64_t{1}, int64_t{16384}))
+      ->needs(handoff);
+  // The hand-off runs one request's decode on its own pools: the TP round's options do not apply.
+  for (const char* name : {"--tp", "--window", "--strategy", "--draft-accuracy"})
+    handoff->excludes(app.get_option(name));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  }
+  if (!o.handoff) {
+    // A --tp that cannot shard the model is a usage error, before any device is probed (it was
+    // exit 77, "skipped", on machines with fewer GPUs).
+    const dvl::ModelShape shape = model_shape(o.model);
+    try {
+      specstate::shard_map(ModelConfig::gated_delta_net(1, shape.gdn), o.tp, 0);
+    } catch (const specstate::Error& err) {
+      std::fprintf(stderr, "tp_verify_loop: --tp %d: %s\n", o.tp, err.what());
+      return 2;
+    }
   }
   int num_gpus = 0;
   const cudaError_t e = cudaGetDeviceCount(&num_gpus);

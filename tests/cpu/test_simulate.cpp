@@ -712,6 +712,71 @@ TEST(SimulateCli, BadArgumentsExitTwoNamingTheArgument) {
   }
 }
 
+// Files: a refused run writes no --save-trace (it was written before the pool was checked and
+// replaced the user's trace), and outputs that would overwrite each other are usage errors
+// (--out r.svg replaced the report by its plots; --out over --save-trace or --trace destroyed the
+// trace), naming --out; nothing is written.
+TEST(SimulateCli, ARefusedRunOrCollidingOutputsWriteNothing) {
+  const std::string dir = ::testing::TempDir();
+  const std::string keep = dir + "specstate_cli_keep.jsonl";
+  const std::string kept = R"({"format": "specstate-trace", "version": 1, "requests": [0]})"
+                           "\n"
+                           R"({"request": 0, "round": 0, "window": 2, "accepted": 1})"
+                           "\n";
+  const auto write_keep = [&] { std::ofstream(keep) << kept; };
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  write_keep();
+  // A pool of terabytes: refused by the library (exit 1), after the trace was generated.
+  CliRun run = run_cli(
+      "simulate --model qwen3-next-80b --requests 4096 --window 64 --rounds 1 "
+      "--quiet --save-trace " +
+      keep);
+  EXPECT_NE(run.code, 0) << run.output;
+  EXPECT_EQ(read(keep), kept) << "a refused run replaced --save-trace";
+  const std::string svg = dir + "specstate_cli_r.svg";
+  std::remove(svg.c_str());
+  run = run_cli("simulate --model tiny --rounds 2 --quiet --out " + svg);
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_TRUE(contains(run.output, "--out")) << run.output;
+  EXPECT_FALSE(std::ifstream(svg).good());
+  for (const char* other : {"--save-trace ", "--trace "}) {
+    write_keep();
+    run = run_cli(std::string("simulate --model tiny --quiet --out ") + keep + " " + other + keep);
+    EXPECT_EQ(run.code, 2) << other << run.output;
+    EXPECT_TRUE(contains(run.output, "would overwrite")) << run.output;
+    EXPECT_EQ(read(keep), kept) << other;
+    const std::string report = dir + "specstate_cli_keep.json";  // its plots: keep's .svg twin
+    run = run_cli(std::string("simulate --model tiny --quiet --out ") + report + " " + other + dir +
+                  "specstate_cli_keep.svg");
+    EXPECT_EQ(run.code, 2) << other << run.output;
+  }
+  std::remove(keep.c_str());
+}
+
+// --check of a trace that accepts nothing: the committed states are the zeros they should be,
+// and the check passes (it required a nonzero state and printed FAIL beside "bit-identical yes").
+TEST(SimulateCli, ACheckOfATraceThatAcceptsNothingPasses) {
+  const std::string path = ::testing::TempDir() + "specstate_cli_zero.jsonl";
+  {
+    std::ofstream out(path);
+    out << R"({"format": "specstate-trace", "version": 1, "requests": [0]})"
+        << "\n";
+    for (int r = 0; r < 3; ++r)
+      out << R"({"request":0,"round":)" << r << R"(,"window":1,"accepted":0})"
+          << "\n";
+  }
+  const CliRun run =
+      run_cli("simulate --model tiny --quiet --check --strategy both --trace " + path);
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "PASS")) << run.output;
+  std::remove(path.c_str());
+}
+
 // A --trace is held to --rounds' limit (kMaxRounds): the report keeps about 1 KB a round, and a
 // trace of 8 M rounds (the reader's limit) ran out of memory inside the report and aborted.
 TEST(SimulateCli, ATraceOfMoreRoundsThanTheLimitIsRefused) {
