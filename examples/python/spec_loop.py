@@ -13,6 +13,7 @@ accepted prefix.
 import argparse
 import copy
 import inspect
+import math
 
 import torch
 
@@ -160,6 +161,8 @@ class PerturbedDrafter:
                 p.add_((delta * noise).to(p.dtype))
 
     def propose(self, context, k):
+        if k == 0:  # a window of the root alone: nothing to draft
+            return []
         ids = torch.tensor([context], device=self.model.device)
         out = self.model.generate(ids, max_new_tokens=k, do_sample=False, min_new_tokens=k)
         return out[0, len(context):].tolist()
@@ -215,7 +218,22 @@ def speculative_generate(model, owner, drafter, prompt, max_new_tokens, window, 
         rounds += 1
         proposed += window - 1
         accepted_drafts += acc.accepted_length() - 1
-    return out[:max_new_tokens], dict(rounds=rounds, proposed=proposed, accepted=accepted_drafts)
+    # emitted: every round's tokens, the last round's past max_new_tokens included
+    return out[:max_new_tokens], dict(rounds=rounds, proposed=proposed, accepted=accepted_drafts,
+                                      emitted=len(out) - 1)
+
+
+def _at_least(low, kind=int):
+    """An argparse type: a finite `kind` >= low, else an error naming the value."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind.__name__}") from None
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= {low}")
+        return value
+    return parse
 
 
 def client_arguments(description, layers=8, noise=0.01):
@@ -224,13 +242,15 @@ def client_arguments(description, layers=8, noise=0.01):
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--drafter", choices=["perturbed", "ngram"], default="perturbed")
-    ap.add_argument("--noise", type=float, default=noise,
+    ap.add_argument("--noise", type=_at_least(0.0, float), default=noise,
                     help="perturbed drafter: weight noise relative to each tensor's std")
-    ap.add_argument("--window", type=int, default=4, help="T: root + T-1 drafts per round")
-    ap.add_argument("--layers", type=int, default=layers, help="decoder layers")
-    ap.add_argument("--prompt-len", type=int, default=12)
-    ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--window", type=_at_least(1), default=4, help="T: root + T-1 drafts per round")
+    # The tiny configs put an attention layer every 4th layer: fewer have none, and transformers'
+    # hybrid cache needs one.
+    ap.add_argument("--layers", type=_at_least(4), default=layers, help="decoder layers (>= 4)")
+    ap.add_argument("--prompt-len", type=_at_least(1), default=12)
+    ap.add_argument("--new-tokens", type=_at_least(1), default=48)
+    ap.add_argument("--seed", type=_at_least(0), default=0)
     ap.add_argument("--state-layout", choices=STATE_LAYOUTS, default="specstate",
                     help="the pool's memory: its own (specstate's element order), or tensors "
                          "shaped as vLLM's cache (channels-last conv windows, recurrent "
@@ -275,7 +295,8 @@ def run_client(args, name, kind, make_model, make_owner, hybrid_cache=None, othe
           f"{kind} + {args.layers - recurrent} {other}), {args.dtype}, {args.device}, "
           f"strategy {args.strategy}, window {args.window}, drafter {args.drafter}, "
           f"state layout {args.state_layout}")
-    print(f"rounds {stats['rounds']}, tokens/round {(len(tokens) - 1) / stats['rounds']:.2f}, "
+    tokens_per_round = stats['emitted'] / max(stats['rounds'], 1)
+    print(f"rounds {stats['rounds']}, tokens/round {tokens_per_round:.2f}, "
           f"acceptance rate {stats['accepted'] / max(stats['proposed'], 1):.3f} "
           f"({stats['accepted']}/{stats['proposed']} drafts)")
     slot = pool.config.slot_bytes()

@@ -59,3 +59,23 @@ def test_token_exact_with_generate(client, strategy, layout, device, capsys):
     assert "rounds " in out and "tokens/round" in out, out
     if layout == "vllm":  # the state lives in the engine's tensors
         assert "state in vLLM's cache layout" in out and "(nonzero: True)" in out, out
+
+
+def test_client_arguments_are_checked_and_edge_windows_run(capsys):
+    """Values that cannot run are argparse errors naming the option (they were tracebacks from
+    the pool, torch or transformers, some after the whole run); --new-tokens 1 (no round: it
+    divided by zero after the run) and --window 1 (the drafter asked generate for 0 tokens)
+    run."""
+    module = load_client("qwen3_next_spec.py")
+    if not hasattr(transformers, "Qwen3NextForCausalLM"):
+        pytest.skip("this transformers has no Qwen3NextForCausalLM")
+    for bad in (["--window", "0"], ["--layers", "3"], ["--prompt-len", "0"],
+                ["--new-tokens", "0"], ["--noise", "nan"], ["--seed", "-1"]):
+        with pytest.raises(SystemExit) as e:
+            module.main(bad)
+        assert e.value.code == 2, bad
+        assert f"argument {bad[0]}: '{bad[1]}'" in capsys.readouterr().err, bad
+    for edge in (["--new-tokens", "1"], ["--window", "1", "--new-tokens", "5"]):
+        assert module.main(["--layers", "4"] + edge) == 0, edge
+        out = capsys.readouterr().out
+        assert "identical to model.generate" in out and "tokens/round" in out, out
