@@ -153,4 +153,28 @@ void bind_pool(nb::module_& m);
 void bind_spec(nb::module_& m);
 void bind_cli(nb::module_& m);
 
+// The name of an argument's Python type ("Path", "int"), for errors.
+inline std::string arg_type_name(nb::handle object) {
+  return nb::cast<std::string>(
+      nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr()))).attr("__name__")));
+}
+
+// A file path argument (str or os.PathLike), or nullopt for anything else: the name's bytes as
+// the file system takes them (os.fsencode: names that are no valid UTF-8 pass as they are).
+inline std::optional<std::string> as_path(nb::handle object) {
+  if (!nb::isinstance<nb::str>(object) && (object.is_none() || !nb::hasattr(object, "__fspath__")))
+    return std::nullopt;
+  nb::object bytes = nb::module_::import_("os").attr("fsencode")(object);
+  if (!nb::isinstance<nb::bytes>(bytes)) return std::nullopt;
+  return std::string(PyBytes_AS_STRING(bytes.ptr()), PyBytes_GET_SIZE(bytes.ptr()));
+}
+
+// as_path, or TypeError naming `function`'s `path` argument.
+inline std::string path_arg(nb::handle object, const char* function) {
+  if (std::optional<std::string> p = as_path(object)) return *p;
+  throw nb::type_error((std::string(function) + ": path: expected a str or os.PathLike, got " +
+                        arg_type_name(object))
+                           .c_str());
+}
+
 }  // namespace specstate::py

@@ -177,11 +177,6 @@ std::string handle_repr(const SlotHandle& h) {
          ")";
 }
 
-std::string arg_type_name(nb::handle object) {
-  return nb::cast<std::string>(
-      nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr()))).attr("__name__")));
-}
-
 bool looks_like_stream(nb::handle object) {
   return nb::hasattr(object, "cuda_stream") || nb::hasattr(object, "__cuda_stream__");
 }
@@ -216,16 +211,6 @@ std::optional<SlotHandle> to_handle(nb::handle object, const char* name, bool al
   else if (looks_like_stream(object))
     msg += " (a stream? pass it as stream=...)";
   throw nb::type_error(msg.c_str());
-}
-
-// A file path argument (str or os.PathLike), or nullopt for anything else: the name's bytes as
-// the file system takes them (os.fsencode: names that are no valid UTF-8 pass as they are).
-std::optional<std::string> as_path(nb::handle object) {
-  if (!nb::isinstance<nb::str>(object) && (object.is_none() || !nb::hasattr(object, "__fspath__")))
-    return std::nullopt;
-  nb::object bytes = nb::module_::import_("os").attr("fsencode")(object);
-  if (!nb::isinstance<nb::bytes>(bytes)) return std::nullopt;
-  return std::string(PyBytes_AS_STRING(bytes.ptr()), PyBytes_GET_SIZE(bytes.ptr()));
 }
 
 // export_slot / import_slot's `dst` / `src`, or its legacy keyword `path`: one of the two.

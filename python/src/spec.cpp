@@ -218,7 +218,9 @@ void bind_spec(nb::module_& m) {
       },
       nb::arg("text"), nb::arg("source") = "<trace>",
       "Parses a trace from JSON Lines text; InvalidArgumentError names '<source>:<line>'.");
-  m.def("read_trace", &spec::read_trace, nb::arg("path"), "Reads a trace file.");
+  m.def(
+      "read_trace", [](nb::handle path) { return spec::read_trace(path_arg(path, "read_trace")); },
+      nb::arg("path"), "Reads a trace file (a str or os.PathLike).");
   // The bounds of spec/trace.h, window.h and verify_batch.h (docs/traces.md).
   m.attr("MAX_TRACE_WINDOW") = spec::kMaxTraceWindow;
   m.attr("MAX_TRACE_LINE_BYTES") = spec::kMaxTraceLineBytes;
@@ -236,8 +238,13 @@ void bind_spec(nb::module_& m) {
         return out.str();
       },
       nb::arg("trace"), "The trace as JSON Lines text (validated first).");
-  m.def("write_trace_file", &spec::write_trace_file, nb::arg("path"), nb::arg("trace"),
-        "Writes a trace file (validated first).");
+  m.def(
+      "write_trace_file",
+      [](nb::handle path, const Trace& trace) {
+        spec::write_trace_file(path_arg(path, "write_trace_file"), trace);
+      },
+      nb::arg("path"), nb::arg("trace"),
+      "Writes a trace file (a str or os.PathLike; validated first, replaced only once complete).");
   m.def("validate_trace", &spec::validate_trace, nb::arg("trace"),
         "Raises InvalidArgumentError naming the first bad record.");
 

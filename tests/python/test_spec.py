@@ -81,6 +81,11 @@ def test_traces_round_trip(tmp_path):
     path = str(tmp_path / "t.jsonl")
     specstate.write_trace_file(path, trace)
     assert specstate.write_trace(specstate.read_trace(path)) == text
+    # os.PathLike as export_slot takes it (it took a str only)
+    specstate.write_trace_file(tmp_path / "p.jsonl", trace)
+    assert specstate.write_trace(specstate.read_trace(tmp_path / "p.jsonl")) == text
+    with pytest.raises(TypeError, match="read_trace: path: expected a str or os.PathLike, got int"):
+        specstate.read_trace(3)
     assert len(trace.round(2)) == 3 and sum(trace.accepted_histogram()) == 15
     fixed = specstate.generate_fixed(shape, 2)
     assert fixed.mean_accepted_length() == 2.0
