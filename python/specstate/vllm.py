@@ -18,11 +18,9 @@ committed state (docs/python.md, docs/lifecycle.md "Element order")::
 Any array with ``shape`` and ``swapaxes`` (NumPy, torch, CuPy, JAX) and DLPack works.
 """
 
+from . import _specstate
 from ._specstate import (
-    ConvLayout,
     InvalidArgumentError,
-    LayerKind,
-    PoolOptions,
     SsmLayout,
     StatePool,
     Status,
@@ -33,40 +31,30 @@ __all__ = ["conv_shape", "recurrent_shape", "layout_options", "state_pool"]
 
 def conv_shape(config, slots=1):
     """The shape of one layer's conv state in vLLM's cache: ``(slots, W-1, conv_dim)``."""
-    return (slots, config.conv_width() - 1, config.conv_dim())
+    return tuple(_specstate._vllm_conv_shape(config, slots))
 
 
-def _check_order(function, config, order):
-    if order not in (SsmLayout.VK, SsmLayout.KV):
+def _check_order(function, order):
+    if not isinstance(order, SsmLayout):
         raise _invalid(f"specstate.vllm.{function}: order = {order!r} is not an SsmLayout "
                        "(SsmLayout.VK or SsmLayout.KV)")
-    if order == SsmLayout.KV and config.kind == LayerKind.MAMBA2:
-        raise _invalid(f"specstate.vllm.{function}: order = KV is for the delta-rule kinds "
-                       "(GATED_DELTA_NET, KDA); vLLM's Mamba2 state is "
-                       "(slots, heads, head_dim, d_state)")
 
 
 def recurrent_shape(config, slots=1, order=SsmLayout.VK):
     """The shape of one layer's recurrent state in vLLM's cache: Gated DeltaNet and KDA
     ``(slots, HV, V, K)`` (`order` VK, vLLM's since PR #33291) or ``(slots, HV, K, V)`` (KV,
-    vLLM's before it), Mamba2 ``(slots, heads, head_dim, d_state)``."""
-    _check_order("recurrent_shape", config, order)
-    if config.kind == LayerKind.KDA:
-        k = config.kda_layer
-        heads, v, key = k.num_v_heads, k.head_v_dim, k.head_k_dim
-    elif config.kind == LayerKind.MAMBA2:
-        m = config.mamba
-        heads, v, key = m.num_heads, m.head_dim, m.d_state
-    else:
-        g = config.gdn
-        heads, v, key = g.num_v_heads, g.head_v_dim, g.head_k_dim
-    return (slots, heads, key, v) if order == SsmLayout.KV else (slots, heads, v, key)
+    vLLM's before it), Mamba2 ``(slots, heads, head_dim, d_state)`` (KV refused). C++:
+    specstate::vllm::recurrent_shape."""
+    _check_order("recurrent_shape", order)
+    return tuple(_specstate._vllm_recurrent_shape(config, slots, order))
 
 
-def layout_options(config, order=SsmLayout.VK):
-    """The element order of vLLM's tensors for `config`, as PoolOptions fields."""
-    _check_order("layout_options", config, order)
-    return dict(conv_layout=ConvLayout.CHANNELS_LAST, ssm_layout=order)
+def layout_options(options, config, order=SsmLayout.VK):
+    """A copy of `options` (PoolOptions) with vLLM's element order for `config`: conv_layout
+    CHANNELS_LAST, ssm_layout `order` (delta-rule kinds; KV refused for Mamba2). C++:
+    specstate::vllm::layout_options."""
+    _check_order("layout_options", order)
+    return _specstate._vllm_layout_options(options, config, order)
 
 
 def _invalid(message):
@@ -100,15 +88,9 @@ def state_pool(config, options, conv_states, recurrent_states, order=SsmLayout.V
     the rollback, allocate W-1) or the order, and whatever the pool raises for strides, dtypes
     and devices."""
     layers = config.num_layers
-    fields = layout_options(config, order)
+    opts = layout_options(options, config, order)
     _check("conv_states", conv_states, layers, conv_shape(config))
     _check("recurrent_states", recurrent_states, layers, recurrent_shape(config, 1, order))
-    opts = PoolOptions()
-    for field in dir(options):
-        if not field.startswith("_") and not callable(getattr(options, field)):
-            setattr(opts, field, getattr(options, field))
-    opts.conv_layout = fields["conv_layout"]
-    opts.ssm_layout = fields["ssm_layout"]
     kv = order == SsmLayout.KV
     return StatePool(config, opts,
                      committed_conv=[t.swapaxes(-1, -2) for t in conv_states],

@@ -384,6 +384,19 @@ void bind_config(nb::module_& m) {
         nb::arg("max_window"),
         "The generic rule, max(2 * max_window, 6) (the ring of MAMBA2 and KDA pools).\n"
         "Raises InvalidArgumentError for a max_window outside [1, 65536].");
+  // specstate::vllm (include/specstate/vllm.h), wrapped by python/specstate/vllm.py.
+  m.def(
+      "_vllm_conv_shape",
+      [](const ModelConfig& model, int64_t slots) { return vllm::conv_shape(model, slots); },
+      nb::arg("config"), nb::arg("slots"));
+  m.def(
+      "_vllm_recurrent_shape",
+      [](const ModelConfig& model, int64_t slots, SsmLayout order) {
+        return vllm::recurrent_shape(model, slots, order);
+      },
+      nb::arg("config"), nb::arg("slots"), nb::arg("order"));
+  m.def("_vllm_layout_options", &vllm::layout_options, nb::arg("options"), nb::arg("config"),
+        nb::arg("order"));
   m.def("replay_fold_limit", &replay_fold_limit, nb::arg("max_window"), nb::arg("ring"),
         nb::arg("rows"), nb::arg("fold_rows") = 0,
         "The fold limit L of a verify round of `rows` rows: a verify whose slot has h history "

@@ -161,7 +161,7 @@ def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
     assert all(not t.any() for t in conv + rec)  # nothing written
     # An order that is not vLLM's for the kind, named.
     m2 = _kind_model("mamba2")[0]
-    with pytest.raises(specstate.InvalidArgumentError, match="order = KV is for the delta-rule"):
+    with pytest.raises(specstate.InvalidArgumentError, match="vllm::recurrent_shape: order = kv is for the delta-rule"):
         vllm.recurrent_shape(m2, 1, specstate.SsmLayout.KV)
     with pytest.raises(specstate.InvalidArgumentError, match="order = 'x' is not an SsmLayout"):
         vllm.state_pool(config, opts, conv, rec, order="x")
@@ -169,3 +169,22 @@ def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
     with pytest.raises(specstate.Error):
         vllm.state_pool(config, opts, conv_states=[t[:, :, ::-1] for t in conv],
                         recurrent_states=rec)
+
+
+def test_vllm_helpers_are_the_cpp_ones():
+    """specstate.vllm calls specstate::vllm (it re-implemented it: its layout_options took no
+    options and returned a dict, where C++ returns the caller's PoolOptions with vLLM's order)."""
+    from specstate import vllm
+    config = _kind_model("kda")[0]
+    opts = specstate.PoolOptions(num_slots=3, max_window=4, strategy=specstate.Strategy.REPLAY)
+    got = vllm.layout_options(opts, config, specstate.SsmLayout.KV)
+    assert isinstance(got, specstate.PoolOptions)
+    assert got.conv_layout == specstate.ConvLayout.CHANNELS_LAST
+    assert got.ssm_layout == specstate.SsmLayout.KV
+    assert (got.num_slots, got.max_window, got.strategy) == (3, 4, specstate.Strategy.REPLAY)
+    assert opts.conv_layout == specstate.ConvLayout.CHANNELS_FIRST  # a copy
+    m2 = _kind_model("mamba2")[0]
+    assert vllm.layout_options(opts, m2).ssm_layout == specstate.SsmLayout.VK
+    with pytest.raises(specstate.InvalidArgumentError, match="vllm::layout_options: order = kv"):
+        vllm.layout_options(opts, m2, specstate.SsmLayout.KV)
+    assert vllm.conv_shape(config, 5) == (5, config.conv_width() - 1, config.conv_dim())
