@@ -2,6 +2,7 @@
 // the Python package's console script (`specstate`, python/specstate/__main__.py) both call it.
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include "cli/commands.h"
 #include "specstate/specstate.h"
@@ -24,6 +25,12 @@ int run(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   } catch (const specstate::Error& e) {
     std::cerr << "specstate: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The simulator's own buffers (inputs and outputs of every request's window) are the
+    // machine's memory to give; the pool checks its own up front.
+    std::cerr << "specstate: out of memory (the run's buffers; fewer --requests, a smaller "
+                 "--window or model)\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "specstate: " << e.what() << "\n";

@@ -348,6 +348,11 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
         throw CLI::ValidationError(strategy == Strategy::kReplay ? "--strategy" : "--backend",
                                    e.what());
       }
+      if (e.status() == Status::kResourceExhausted) {  // the machine cannot hold the pool
+        throw CLI::ValidationError("--requests", std::string(e.what()) +
+                                                     " (fewer --requests, a smaller --window or "
+                                                     "model)");
+      }
       throw;
     }
   };

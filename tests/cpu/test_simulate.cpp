@@ -736,7 +736,8 @@ TEST(SimulateCli, ARefusedRunOrCollidingOutputsWriteNothing) {
       "simulate --model qwen3-next-80b --requests 4096 --window 64 --rounds 1 "
       "--quiet --save-trace " +
       keep);
-  EXPECT_NE(run.code, 0) << run.output;
+  EXPECT_EQ(run.code, 2) << run.output;  // a usage error naming the option (was exit 1)
+  EXPECT_TRUE(contains(run.output, "--requests: resource exhausted")) << run.output;
   EXPECT_EQ(read(keep), kept) << "a refused run replaced --save-trace";
   const std::string svg = dir + "specstate_cli_r.svg";
   std::remove(svg.c_str());
