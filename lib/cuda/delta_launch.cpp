@@ -14,9 +14,7 @@ GdnLaunch delta_launch(const Args& a, const Config& g, const TensorView& b) {
   const auto& in = *a.inputs;
   const auto& out = *a.outputs;
   GdnLaunch L;
-  L.act = elem(g.act_dtype);
-  L.conv_state = elem(g.conv_state_dtype);
-  L.ssm_state = elem(g.ssm_state_dtype);
+  set_elem_types(L, g);
   void* conv_out = nullptr;
   int64_t conv_out_stride_token = 0, conv_out_stride_c = 1;
   L.conv = conv_params(a, in.mixed_qkv, out.conv_out, &conv_out, &conv_out_stride_token,

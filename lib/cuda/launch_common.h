@@ -6,6 +6,14 @@
 
 namespace specstate::detail::cuda {
 
+// A launch's element types: the config's activation, conv state and SSM state dtypes.
+template <typename Launch, typename Config>
+void set_elem_types(Launch& L, const Config& c) {
+  L.act = elem(c.act_dtype);
+  L.conv_state = elem(c.conv_state_dtype);
+  L.ssm_state = elem(c.ssm_state_dtype);
+}
+
 inline char* offset_bytes(const TensorView& view, int64_t elems) {
   if (view.empty()) return nullptr;
   return static_cast<char*>(view.data) + elems * static_cast<int64_t>(dtype_size(view.dtype));

@@ -11,9 +11,7 @@ Mamba2Launch build_mamba2_launch(const Mamba2LaunchArgs& a) {
   const Mamba2Inputs& in = *a.inputs;
   const Mamba2Outputs& out = *a.outputs;
   Mamba2Launch L;
-  L.act = elem(m.act_dtype);
-  L.conv_state = elem(m.conv_state_dtype);
-  L.ssm_state = elem(m.ssm_state_dtype);
+  set_elem_types(L, m);
   void* conv_out = nullptr;
   int64_t conv_out_stride_token = 0, conv_out_stride_c = 1;
   L.conv =

@@ -712,6 +712,15 @@ TEST(SimulateCli, BadArgumentsExitTwoNamingTheArgument) {
   }
 }
 
+// A trace of one request, `rounds` rounds of window 1 each accepting `accepted` (0 or 1).
+void write_one_request_trace(const std::string& path, int64_t rounds, int accepted) {
+  std::ofstream out(path);
+  out << R"({"format": "specstate-trace", "version": 1, "requests": [0]})"
+      << "\n";
+  for (int64_t r = 0; r < rounds; ++r)
+    out << R"({"request":0,"round":)" << r << R"(,"window":1,"accepted":)" << accepted << "}\n";
+}
+
 // Files: a refused run writes no --save-trace (it was written before the pool was checked and
 // replaced the user's trace), and outputs that would overwrite each other are usage errors
 // (--out r.svg replaced the report by its plots; --out over --save-trace or --trace destroyed the
@@ -763,14 +772,7 @@ TEST(SimulateCli, ARefusedRunOrCollidingOutputsWriteNothing) {
 // and the check passes (it required a nonzero state and printed FAIL beside "bit-identical yes").
 TEST(SimulateCli, ACheckOfATraceThatAcceptsNothingPasses) {
   const std::string path = ::testing::TempDir() + "specstate_cli_zero.jsonl";
-  {
-    std::ofstream out(path);
-    out << R"({"format": "specstate-trace", "version": 1, "requests": [0]})"
-        << "\n";
-    for (int r = 0; r < 3; ++r)
-      out << R"({"request":0,"round":)" << r << R"(,"window":1,"accepted":0})"
-          << "\n";
-  }
+  write_one_request_trace(path, 3, 0);
   const CliRun run =
       run_cli("simulate --model tiny --quiet --check --strategy both --trace " + path);
   EXPECT_EQ(run.code, 0) << run.output;
@@ -782,14 +784,7 @@ TEST(SimulateCli, ACheckOfATraceThatAcceptsNothingPasses) {
 // trace of 8 M rounds (the reader's limit) ran out of memory inside the report and aborted.
 TEST(SimulateCli, ATraceOfMoreRoundsThanTheLimitIsRefused) {
   const std::string path = ::testing::TempDir() + "specstate_cli_long_trace.jsonl";
-  {
-    std::ofstream out(path);
-    out << R"({"format": "specstate-trace", "version": 1, "requests": [0]})"
-        << "\n";
-    for (int r = 0; r <= kMaxRounds; ++r)
-      out << R"({"request":0,"round":)" << r << R"(,"window":1,"accepted":1})"
-          << "\n";
-  }
+  write_one_request_trace(path, int64_t{kMaxRounds} + 1, 1);
   const CliRun run = run_cli("simulate --model tiny --trace " + path);
   EXPECT_EQ(run.code, 2) << run.output;
   EXPECT_TRUE(contains(run.output, "holds 1,000,001 rounds, more than the limit of 1,000,000"))
