@@ -281,13 +281,9 @@ void run(const typename Kind::Config& g, Strategy strategy, bool tree, CallerLay
 
 void run_caller_owned(const char* preset, Strategy strategy, bool tree, CallerLayout layout,
                       Memory& mem, uint64_t seed) {
-  if (is_mamba2_preset(preset)) {
-    run<Mamba2Kind>(mamba2_preset(preset), strategy, tree, layout, mem, seed);
-  } else if (is_kda_preset(preset)) {
-    run<KdaKind>(kda_preset(preset), strategy, tree, layout, mem, seed);
-  } else {
-    run<GdnKind>(gdn_preset(preset), strategy, tree, layout, mem, seed);
-  }
+  for_kind(preset, [&](auto kind, const auto& layer) {
+    run<decltype(kind)>(layer, strategy, tree, layout, mem, seed);
+  });
 }
 
 }  // namespace specstate::test

@@ -32,13 +32,15 @@ inline constexpr int kRoundT = 4;
 // Runs f(Kind{}, layer config) for a preset's layer kind.
 template <typename F>
 void for_kind(const char* preset, F&& f) {
-  if (is_mamba2_preset(preset)) {
-    f(Mamba2Kind{}, mamba2_preset(preset));
-  } else if (is_kda_preset(preset)) {
-    f(KdaKind{}, kda_preset(preset));
-  } else {
-    f(GdnKind{}, gdn_preset(preset));
+  switch (preset_kind(preset)) {
+    case LayerKind::kMamba2:
+      return f(Mamba2Kind{}, mamba2_preset(preset));
+    case LayerKind::kKda:
+      return f(KdaKind{}, kda_preset(preset));
+    case LayerKind::kGatedDeltaNet:
+      break;
   }
+  f(GdnKind{}, gdn_preset(preset));
 }
 
 inline VerifyBatch round_batch(bool tree, std::vector<SlotHandle> rows) {

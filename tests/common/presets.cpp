@@ -157,6 +157,24 @@ Mamba2Config mamba2_preset(const std::string& name) {
   throw std::invalid_argument("mamba2_preset: unknown preset " + name);
 }
 
+LayerKind preset_kind(const std::string& name) {
+  if (is_mamba2_preset(name)) return LayerKind::kMamba2;
+  if (is_kda_preset(name)) return LayerKind::kKda;
+  return LayerKind::kGatedDeltaNet;
+}
+
+ModelConfig preset_model(const std::string& name, int layers) {
+  switch (preset_kind(name)) {
+    case LayerKind::kMamba2:
+      return ModelConfig::mamba2(layers, mamba2_preset(name));
+    case LayerKind::kKda:
+      return ModelConfig::kda(layers, kda_preset(name));
+    case LayerKind::kGatedDeltaNet:
+      break;
+  }
+  return ModelConfig::gated_delta_net(layers, gdn_preset(name));
+}
+
 bool is_kda_preset(const std::string& name) {
   return name.rfind("kda_", 0) == 0 || name == "kimi_linear_tp1";
 }

@@ -50,6 +50,11 @@ bool is_mamba2_preset(const std::string& name);
 KdaConfig kda_preset(const std::string& name);
 bool is_kda_preset(const std::string& name);
 
+// The layer kind of any preset above (the one place that decides it from the name), and a model
+// of `layers` layers of it.
+LayerKind preset_kind(const std::string& name);
+ModelConfig preset_model(const std::string& name, int layers);
+
 // The options of a test pool: `num_slots` slots, verify batches of up to `max_rows` rows and
 // `max_window` tokens, `strategy`; the rest as PoolOptions has it (the CPU backend).
 PoolOptions test_pool_options(int num_slots, int max_rows, int max_window,

@@ -94,7 +94,10 @@ std::vector<KindCase> kind_cases() {
 
 // "<kind>_<name>_<strategy>", the kind as its presets spell it (m2, kda).
 std::string kind_case_name(const ::testing::TestParamInfo<KindCase>& info) {
-  return std::string(is_mamba2_preset(info.param.preset) ? "m2_" : "kda_") +
+  const LayerKind kind = preset_kind(info.param.preset);
+  return std::string(kind == LayerKind::kMamba2 ? "m2_"
+                     : kind == LayerKind::kKda  ? "kda_"
+                                                : "gdn_") +
          name_and_strategy(info);
 }
 

@@ -20,12 +20,6 @@
 namespace specstate::test {
 namespace {
 
-ModelConfig model_of(const std::string& preset, int layers) {
-  if (is_mamba2_preset(preset)) return ModelConfig::mamba2(layers, mamba2_preset(preset));
-  if (is_kda_preset(preset)) return ModelConfig::kda(layers, kda_preset(preset));
-  return ModelConfig::gated_delta_net(layers, gdn_preset(preset));
-}
-
 // Element `idx` of a host view through its strides.
 float at(const TensorView& v, std::initializer_list<int64_t> idx) {
   int64_t i = 0, d = 0;
@@ -61,7 +55,7 @@ class VllmViews : public ::testing::TestWithParam<VllmCase> {};
 
 TEST_P(VllmViews, ThePoolReadsAndWritesTheEngineTensorsInPlaceInVllmOrder) {
   const int L = 2, S = 3;
-  const ModelConfig model = model_of(GetParam().preset, L);
+  const ModelConfig model = preset_model(GetParam().preset, L);
   const SsmLayout order = GetParam().order;
   std::mt19937 rng(42);
   const std::vector<int64_t> cs = vllm::conv_shape(model, S);
@@ -128,7 +122,7 @@ TEST_P(VllmViews, ThePoolReadsAndWritesTheEngineTensorsInPlaceInVllmOrder) {
 
 TEST_P(VllmViews, ShapesThatAreNotVllmsAreRefusedNamingTheTensor) {
   const int L = 2, S = 3;
-  const ModelConfig model = model_of(GetParam().preset, L);
+  const ModelConfig model = preset_model(GetParam().preset, L);
   const SsmLayout order = GetParam().order;
   std::mt19937 rng(7);
   const std::vector<int64_t> cs = vllm::conv_shape(model, S);
@@ -185,7 +179,7 @@ TEST_P(VllmViews, ShapesThatAreNotVllmsAreRefusedNamingTheTensor) {
 // specstate's helpers had kept KDA at [HV][K][V] and read vLLM's state transposed (K = V at
 // Kimi-Linear, so no shape told). Mamba2 has one order; any other is refused by name.
 TEST(VllmOrder, TheDefaultIsVllmsOrderOfTodayForBothDeltaRuleKinds) {
-  const ModelConfig kda = model_of("kda_gpu_lb_f32", 1), gdn = model_of("gpu_k128_v72", 1);
+  const ModelConfig kda = preset_model("kda_gpu_lb_f32", 1), gdn = preset_model("gpu_k128_v72", 1);
   const KdaConfig& k = kda.kda_layer;
   EXPECT_EQ(vllm::recurrent_shape(kda, 2),
             (std::vector<int64_t>{2, k.num_v_heads, k.head_v_dim, k.head_k_dim}));
@@ -198,7 +192,7 @@ TEST(VllmOrder, TheDefaultIsVllmsOrderOfTodayForBothDeltaRuleKinds) {
     EXPECT_EQ(vllm::layout_options(PoolOptions{}, *m).ssm_layout, SsmLayout::kVK);
     EXPECT_EQ(vllm::layout_options(PoolOptions{}, *m, SsmLayout::kKV).ssm_layout, SsmLayout::kKV);
   }
-  const ModelConfig m2 = model_of("m2_gpu_f32", 1);
+  const ModelConfig m2 = preset_model("m2_gpu_f32", 1);
   for (const auto& call : std::vector<std::function<void()>>{
            [&] { vllm::recurrent_shape(m2, 1, SsmLayout::kKV); },
            [&] { vllm::layout_options(PoolOptions{}, m2, SsmLayout::kKV); },
