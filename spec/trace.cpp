@@ -1,6 +1,8 @@
 // Acceptance traces: JSON Lines reader, writer and generators. Format: docs/traces.md.
 #include "specstate/spec/trace.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -588,30 +590,49 @@ void write_trace_file(const std::string& path, const Trace& trace) {
   check_trace_path("spec::write_trace_file", path);
   validate_trace(trace);  // before any file is created
   // A regular file (or a new one) is written to a temporary file beside it and renamed over it
-  // once complete: a write that fails (a full disk) leaves the old file as it was. Anything else
-  // (/dev/stdout, a FIFO) is written in place.
+  // once complete: a write that fails (a full disk) leaves the old file as it was. The file a
+  // link names is the one replaced (the link stays), with its permissions; a file the caller may
+  // not write is refused as before. Anything else (/dev/stdout, a FIFO) is written in place.
+  namespace fs = std::filesystem;
   std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  const bool in_place =
-      std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
-  const std::string target = in_place ? path : path + ".tmp-specstate";
+  const fs::file_status status = fs::status(path, ec);  // follows links
+  const bool exists = fs::exists(status);
+  const bool in_place = exists && !fs::is_regular_file(status);
+  const fs::path final_path = exists && !in_place ? fs::canonical(path, ec) : fs::path(path);
+  std::string target = path;
   const auto fail = [&](const std::string& what) {
-    if (!in_place) std::filesystem::remove(target, ec);
+    if (!in_place) fs::remove(target, ec);
     throw Error(Status::kInvalidArgument,
                 "spec::write_trace_file: " + what + " \"" + path + "\" (nothing was changed)");
   };
-  std::ofstream out(target, std::ios::binary | std::ios::trunc);
-  if (!out) fail("cannot open");
-  try {
-    write_trace(out, trace);
-  } catch (const Error&) {
-    out.close();
-    fail("writing");
-  }
-  out.close();
-  if (!out) fail("writing");
   if (!in_place) {
-    std::filesystem::rename(target, path, ec);
+    if (exists && ::access(final_path.c_str(), W_OK) != 0) fail("cannot write");
+    // A name of its own beside the target (mkstemp), so two writers of one path do not collide.
+    std::string name = final_path.string() + ".tmp-XXXXXX";
+    const int fd = ::mkstemp(name.data());
+    if (fd < 0) fail("cannot create a temporary file beside");
+    ::close(fd);
+    target = name;
+    if (exists) fs::permissions(target, status.permissions(), ec);
+  }
+  try {
+    std::ofstream out(target, std::ios::binary | std::ios::trunc);
+    if (!out) fail("cannot open");
+    try {
+      write_trace(out, trace);
+    } catch (const Error&) {
+      fail("writing");
+    }
+    out.close();
+    if (!out) fail("writing");
+  } catch (const Error&) {
+    throw;
+  } catch (...) {  // anything else (std::bad_alloc): no temporary file stays behind
+    if (!in_place) fs::remove(target, ec);
+    throw;
+  }
+  if (!in_place) {
+    fs::rename(target, final_path, ec);
     if (ec) fail("renaming the written trace (" + ec.message() + ") to");
   }
 }

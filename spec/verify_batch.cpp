@@ -66,9 +66,9 @@ int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
                     (buckets_.empty() ? "kMaxBatchRows" : "the largest bucket") + ", " +
                     std::to_string(most) + ")");
   }
-  rows_of_.emplace(std::make_pair(handle.pool_id, handle.slot), size());
   handles_.push_back(handle);
   windows_.push_back(window);
+  rows_of_.emplace(std::make_pair(handle.pool_id, handle.slot), size() - 1);
   return size() - 1;
 }
 

@@ -67,8 +67,6 @@ CLI::Validator non_empty() {
       "NONEMPTY");
 }
 
-// An integer in [0, 2^64 - 1] in decimal digits: CLI11 would turn -1, 2^64 and 1e23 into
-// 2^64 - 1 without a word.
 // Writes `text` to `path`, checking the open, every write and the close (/dev/full accepts the
 // open and fails the flush). Throws specstate::Error naming the option and the file.
 void write_file_checked(const std::string& path, const std::string& text, const char* option) {

@@ -349,9 +349,13 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
                                    e.what());
       }
       if (e.status() == Status::kResourceExhausted) {  // the machine cannot hold the pool
-        throw CLI::ValidationError("--requests", std::string(e.what()) +
-                                                     " (fewer --requests, a smaller --window or "
-                                                     "model)");
+        const bool traced = !o.trace_path.empty();
+        throw CLI::ValidationError(
+            traced ? "--trace" : "--requests",
+            std::string(e.what()) + (traced ? " (a trace of fewer requests or smaller windows, "
+                                              "or a smaller model)"
+                                            : " (fewer --requests, a smaller --window or "
+                                              "model)"));
       }
       throw;
     }

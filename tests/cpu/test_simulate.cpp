@@ -740,7 +740,7 @@ TEST(SimulateCli, ARefusedRunOrCollidingOutputsWriteNothing) {
     return s.str();
   };
   write_keep();
-  // A pool of terabytes: refused by the library (exit 1), after the trace was generated.
+  // A pool of terabytes: refused by the library, after the trace was generated.
   CliRun run = run_cli(
       "simulate --model qwen3-next-80b --requests 4096 --window 64 --rounds 1 "
       "--quiet --save-trace " +
@@ -760,10 +760,16 @@ TEST(SimulateCli, ARefusedRunOrCollidingOutputsWriteNothing) {
     EXPECT_EQ(run.code, 2) << other << run.output;
     EXPECT_TRUE(contains(run.output, "would overwrite")) << run.output;
     EXPECT_EQ(read(keep), kept) << other;
-    const std::string report = dir + "specstate_cli_keep.json";  // its plots: keep's .svg twin
-    run = run_cli(std::string("simulate --model tiny --quiet --out ") + report + " " + other + dir +
-                  "specstate_cli_keep.svg");
+    // The report's plots (FILE.svg) over the other file: it exists (a --trace must), and stays.
+    const std::string report = dir + "specstate_cli_keep.json";
+    const std::string plots = dir + "specstate_cli_keep.svg";
+    std::ofstream(plots) << kept;
+    run =
+        run_cli(std::string("simulate --model tiny --quiet --out ") + report + " " + other + plots);
     EXPECT_EQ(run.code, 2) << other << run.output;
+    EXPECT_TRUE(contains(run.output, "would overwrite")) << other << run.output;
+    EXPECT_EQ(read(plots), kept) << other;
+    std::remove(plots.c_str());
   }
   std::remove(keep.c_str());
 }

@@ -2,10 +2,12 @@
 // clear reason, loads nothing on error, and reads back exactly what the writer wrote.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -143,6 +145,17 @@ TEST(TraceReader, TheWriterKeepsTheReadersBounds) {
   }
 }
 
+// Files beside `path` whose names start with its name + ".tmp-" (write_trace_file's temporaries).
+int temporaries_beside(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp-";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(p.parent_path()))
+    n += e.path().filename().string().rfind(prefix, 0) == 0;
+  return n;
+}
+
 // In a death test's child: writes `big` over `path` under a 64 KiB file size limit, exits 0 iff the
 // write failed naming the path, left `path` holding `before` and left no temporary file.
 [[noreturn]] void write_under_a_size_limit(const std::string& path, const Trace& big,
@@ -159,8 +172,7 @@ TEST(TraceReader, TheWriterKeepsTheReadersBounds) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream now;
   now << in.rdbuf();
-  const std::ifstream tmp(path + ".tmp-specstate");
-  std::exit(named && now.str() == before && !tmp.good() ? 0 : 1);
+  std::exit(named && now.str() == before && temporaries_beside(path) == 0 ? 0 : 1);
 }
 
 // A write that fails partway (here a file size limit; a full disk alike) leaves the file it was
@@ -178,6 +190,28 @@ TEST(TraceReader, AFailedWriteLeavesTheOldFile) {
   EXPECT_EQ(read_trace(path).records.size(), small.records.size());
   write_trace_file(path, big);  // without the limit it replaces the file
   EXPECT_EQ(read_trace(path).records.size(), big.records.size());
+  EXPECT_EQ(temporaries_beside(path), 0);
+  // Through a link: the file it names is replaced, the link stays a link, the file keeps its
+  // permissions (the rename replaced the link by a new 0644 file); a file the caller may not
+  // write is refused, unchanged.
+  namespace fs = std::filesystem;
+  const std::string link = path + ".link";
+  std::remove(link.c_str());
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  fs::create_symlink(path, link);
+  write_trace_file(link, small);
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_trace(path).records.size(), small.records.size());
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  if (::geteuid() != 0) {  // root writes any file
+    fs::permissions(path, fs::perms::owner_read);
+    EXPECT_THROW(write_trace_file(path, big), Error);
+    EXPECT_EQ(read_trace(path).records.size(), small.records.size());
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  }
+  EXPECT_EQ(temporaries_beside(path), 0);
+  std::remove(link.c_str());
   std::remove(path.c_str());
 }
 

