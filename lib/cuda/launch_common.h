@@ -14,6 +14,19 @@ void set_elem_types(Launch& L, const Config& c) {
   L.ssm_state = elem(c.ssm_state_dtype);
 }
 
+// The row fields every kernel's params share (same names in each struct): the rows' slots (device
+// or inline), a tree's parents, variable windows' offsets.
+template <typename Params, typename Args>
+void set_row_fields(Params& p, const Args& a) {
+  if (a.device_slots) {
+    p.slots = a.device_slots;
+  } else {
+    for (int i = 0; i < a.rows; ++i) p.slot_inline[i] = a.inline_slots[i];
+  }
+  p.parents = a.device_parents;
+  p.varlen = a.varlen;
+}
+
 inline char* offset_bytes(const TensorView& view, int64_t elems) {
   if (view.empty()) return nullptr;
   return static_cast<char*>(view.data) + elems * static_cast<int64_t>(dtype_size(view.dtype));
@@ -84,13 +97,7 @@ kernels::ConvUpdateParams conv_params(const Args& a, const TensorView& x,
     c.path = s.path();
     c.path_stride_slot = T_max;
   }
-  if (a.device_slots) {
-    c.slots = a.device_slots;
-  } else {
-    for (int i = 0; i < a.rows; ++i) c.slot_inline[i] = a.inline_slots[i];
-  }
-  c.parents = a.device_parents;
-  c.varlen = a.varlen;
+  set_row_fields(c, a);
   return c;
 }
 
@@ -123,13 +130,7 @@ void state_io_params(Rec& r, const Args& a) {
     r.settled = a.io.settled;
     r.write_factors = a.io.write_records;
   }
-  if (a.device_slots) {
-    r.slots = a.device_slots;
-  } else {
-    for (int i = 0; i < a.rows; ++i) r.slot_inline[i] = a.inline_slots[i];
-  }
-  r.parents = a.device_parents;
-  r.varlen = a.varlen;
+  set_row_fields(r, a);
 }
 
 }  // namespace specstate::detail::cuda
