@@ -75,6 +75,15 @@ GdnConfig gdn_preset(const std::string& name) {
     g.conv_width = 4;
     return g;
   }
+  if (name == "gpu_k128_bf16") {  // everything bf16, 3 value heads a key head, 3 V blocks of 32
+    g.num_k_heads = 2;
+    g.num_v_heads = 6;
+    g.head_k_dim = 128;
+    g.head_v_dim = 96;
+    g.conv_width = 4;
+    g.ssm_state_dtype = DType::kBF16;
+    return g;
+  }
   if (name == "gpu_k128_v72") {  // 5 V blocks of 16 rows, the last one half full
     g.num_k_heads = 2;
     g.num_v_heads = 4;

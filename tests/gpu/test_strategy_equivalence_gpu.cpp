@@ -149,6 +149,37 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4)),
     EnvCaseName{"_vb"});
 
+// The persistent GDN replay verify (kernels/gdn_persistent.cuh; the launcher's choice where a
+// launch is several waves of CTAs), required here by SPECSTATE_GDN_PERSIST=2 (a launch that could
+// not take it fails the test) with its grid capped by SPECSTATE_GDN_PERSIST_CTAS, so that a CTA
+// runs many items (row, value head) in turn and copies each next one's inputs while the current
+// one's last V block computes: replay equals snapshot bit for bit. Folds every round (ring 2T),
+// long histories (ring 40: items that take the per-block path between ones that do not),
+// padding rows and sit-outs (the driver's), 12 requests, everything bf16 with three value heads a
+// key head and three V blocks; one CTA for the whole launch, three, and one a row's heads.
+class ReplayPersistentGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(ReplayPersistentGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, ctas] = GetParam();
+  const ScopedEnv rpt("SPECSTATE_GDN_RPT", "2");
+  const ScopedEnv persist("SPECSTATE_GDN_PERSIST", "2");
+  run_under_env("SPECSTATE_GDN_PERSIST_CTAS", c, ctas, 0x9E75 + c.rounds * 23 + ctas);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ReplayPersistentGpu,
+    ::testing::Combine(
+        ::testing::Values(
+            EquivalenceCase{"k128_chain", "gpu_k128", false, 4, 5, 16},
+            EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 4, 5, 24, 8},
+            EquivalenceCase{"k128_chain_ring40_long", "gpu_k128", false, 4, 4, 60, 40},
+            EquivalenceCase{"k128_chain_b12", "gpu_k128", false, 8, 12, 12},
+            EquivalenceCase{"k128_bf16_chain", "gpu_k128_bf16", false, 4, 5, 16},
+            EquivalenceCase{"k128_bf16_chain_ring2t", "gpu_k128_bf16", false, 4, 4, 16, 8}),
+        ::testing::Values(1, 3, 8)),
+    EnvCaseName{"_ctas"});
+
 // A replay verify skips the state update of each row's last window token (nothing reads that
 // state: the window's records carry it); SPECSTATE_GDN_LAST_STATE=1 forms it anyway. Both ways
 // replay equals snapshot bit for bit, over every path of the GDN / KDA replay verify: the
