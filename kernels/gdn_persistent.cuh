@@ -56,6 +56,21 @@ struct GdnPersistShared {
 template <typename Act, typename St, int K>
 using GdnPersistSharedOf = GdnPersistShared<Act, St, K, 2 * gdn_rows_per_cta<8>(), kGdnChunk>;
 
+// An item that does not fit the persistent loop, V block by V block on gdn_row_block (the
+// several-blocks kernel's fallback). Not inlined: inlined, its registers made the persistent
+// kernel's own loops spill twice as much (ptxas, sm_90).
+template <typename Act, typename St, int K, typename Shared>
+__device__ __noinline__ void gdn_persistent_fallback(const GdnRecurrenceParams& p, Shared& sm,
+                                                     int nblk, int h, int hv, float a_log,
+                                                     float dt_bias, int row) {
+#pragma unroll 1
+  for (int vb = 0; vb < nblk; ++vb) {
+    if (vb > 0) __syncthreads();
+    gdn_row_block<Act, St, K, 8, 1, kGdnChunk, true, false, 2, false>(p, sm, vb, h, hv, a_log,
+                                                                      dt_bias, row);
+  }
+}
+
 template <typename Act, typename St, int K>
 __global__ void __launch_bounds__(kGdnThreads, kGdnPersistCtas)
     gdn_persistent_kernel(const __grid_constant__ GdnRecurrenceParams p) {
@@ -214,13 +229,8 @@ __global__ void __launch_bounds__(kGdnThreads, kGdnPersistCtas)
       // copies with nothing to overlap.
       asm volatile("cp.async.wait_all;" ::: "memory");
       __syncthreads();
-      const float a_log = sm.items[j].a_log, dt_bias = sm.items[j].dt_bias;
-#pragma unroll 1
-      for (int vb = 0; vb < nblk; ++vb) {
-        if (vb > 0) __syncthreads();
-        gdn_row_block<Act, St, K, LANES, 1, kChunk, true, false, RPT, false>(p, sm.base, vb, h, hv,
-                                                                             a_log, dt_bias, row);
-      }
+      gdn_persistent_fallback<Act, St, K>(p, sm.base, nblk, h, hv, sm.items[j].a_log,
+                                          sm.items[j].dt_bias, row);
       __syncthreads();
       if (j + 1 < mine && fits(j + 1)) {
         copy_item(j + 1, true, true);
@@ -400,36 +410,37 @@ bool gdn_persistent_fits(const GdnRecurrenceParams& p) {
     constexpr int kRows = 2 * gdn_rows_per_cta<8>();
     const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
     return p.cursor != nullptr && p.parents == nullptr && p.snap == nullptr && !p.state_kv &&
-           p.tokens > 0 && p.head_v_dim % kRows == 0 && p.qkv_stride_c == 1 &&
-           (p.qkv_stride_token * 2) % 16 == 0 && aligned(p.qkv) && p.factors != nullptr &&
-           aligned(p.factors) && p.factor_bytes % 16 == 0 && p.factor_stride_slot % 16 == 0 &&
-           p.f_k % 16 == 0 && p.f_u % 16 == 0 && p.f_eg % 4 == 0 && p.f_kf % 4 == 0;
+           p.tokens > 0 && p.tokens <= kGdnChunk && p.head_v_dim > 0 && p.head_v_dim % kRows == 0 &&
+           p.qkv_stride_c == 1 && (p.qkv_stride_token * 2) % 16 == 0 && aligned(p.qkv) &&
+           p.factors != nullptr && aligned(p.factors) && p.factor_bytes % 16 == 0 &&
+           p.factor_stride_slot % 16 == 0 && p.f_k % 16 == 0 && p.f_u % 16 == 0 &&
+           p.f_eg % 4 == 0 && p.f_kf % 4 == 0;
   }
 }
 
-// The kernel's CTAs an SM on the current device, its attributes set once a device (its shared
-// memory is dynamic, over 48 KiB, with the largest shared-memory carveout): the occupancy the
-// runtime reports, not an assumed one. A persistent grid sized for more CTAs than fit runs its
-// last ones as a second wave, each with a full share of items.
+// The kernel's CTAs an SM on the current device: its attributes set (its shared memory is
+// dynamic, over 48 KiB, with the largest shared-memory carveout; every launch, as a device reset
+// clears them), then the occupancy the runtime reports, asked once a device: a persistent grid
+// sized for more CTAs than fit runs its last ones as a second wave, each with a full share of
+// items.
 template <typename Act, typename St, int K>
 cudaError_t gdn_persistent_ctas_per_sm(int* out) {
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices] = {};  // 0: unknown
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  if (device >= 0 && device < kDevices && (*out = known[device].load()) > 0) return cudaSuccess;
   const auto kernel = gdn_persistent_kernel<Act, St, K>;
   constexpr int kSmem = static_cast<int>(sizeof(GdnPersistSharedOf<Act, St, K>));
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err == cudaSuccess) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                cudaSharedmemCarveoutMaxShared);
   }
+  int device = 0;
+  if (err == cudaSuccess) err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // 0: unknown
+  if (device >= 0 && device < kDevices && (*out = known[device].load()) > 0) return cudaSuccess;
   int n = 0;
-  if (err == cudaSuccess) {
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kGdnThreads, kSmem);
-  }
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kGdnThreads, kSmem);
   if (err != cudaSuccess) return err;
   *out = n > 0 ? n : 1;
   if (device >= 0 && device < kDevices) known[device].store(*out);

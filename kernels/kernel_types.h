@@ -331,7 +331,8 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
 // kGdnPersistWaves waves. `env` (SPECSTATE_GDN_PERSIST) overrides: "0" never, "1" wherever the
 // launch can take it (gdn_persistent_fits), "2" required (tests: the launcher fails a launch that
 // cannot take it, so that a test of the kernel cannot pass on the other path); anything else is
-// ignored.
+// ignored. The launcher asks this only of a GDN replay verify chain over two V rows a thread
+// ([V][K] states; kernels::gdn_multi_rpt), so "2" fails only such launches.
 inline constexpr bool kGdnPersistByDefault = false;
 inline constexpr int kGdnPersistWaves = 2;
 inline int gdn_persistent_choice(int64_t items, int sms, int ctas_per_sm, const char* env) {

@@ -208,7 +208,7 @@ struct StatePool::Impl {
     using K = detail::KindArgs<Weights>;
     K::check(function, config, device(), w, in, out, tokens);
     K::for_each_output(out, [&](const char* name, const TensorView& view) {
-      if (!view.empty()) detail::check_no_broadcast(function, name, view);
+      if (!view.empty()) detail::check_no_self_overlap(function, name, view);
       check_no_alias(function, name, view);
     });
     // No output may share a byte with what the call reads or with another output: a kernel

@@ -134,7 +134,11 @@ void check_strided(const char* function, const char* name, const TensorView& vie
   check_span(function, name, view);
 }
 
-void check_no_broadcast(const char* function, const char* name, const TensorView& view) {
+void check_no_self_overlap(const char* function, const char* name, const TensorView& view) {
+  // No element (numpy gives such arrays strides of 0): nothing is written.
+  for (int d = 0; d < view.ndim; ++d) {
+    if (view.shape[d] == 0) return;
+  }
   for (int d = 0; d < view.ndim; ++d) {
     if (view.shape[d] > 1 && view.stride[d] == 0) {
       fail(Status::kInvalidArgument, function,
@@ -142,6 +146,31 @@ void check_no_broadcast(const char* function, const char* name, const TensorView
                " = 0 along " + std::to_string(view.shape[d]) +
                " elements: an output's elements must not share memory (a broadcast view?)");
     }
+  }
+  // The dimensions of more than one element, smallest stride first: each stride must reach past
+  // every element the smaller ones span (then no two indices share an element). Strides of 0 are
+  // refused above; check_strided bounds the span, so nothing here overflows.
+  int dims[TensorView::kMaxDims];
+  int n = 0;
+  for (int d = 0; d < view.ndim; ++d) {
+    if (view.shape[d] > 1) dims[n++] = d;
+  }
+  // Equal strides: the later dimension counts as the inner one (row-major), so that the message
+  // names the same dimension every time.
+  std::sort(dims, dims + n, [&](int a, int b) {
+    return view.stride[a] != view.stride[b] ? view.stride[a] < view.stride[b] : a > b;
+  });
+  int64_t spanned = 1;  // elements the smaller strides' dimensions span
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[i];
+    if (view.stride[d] < spanned) {
+      fail(Status::kInvalidArgument, function,
+           std::string(name) + " (" + view.describe() + ") stride " + std::to_string(d) + " = " +
+               std::to_string(view.stride[d]) + " is less than the " + std::to_string(spanned) +
+               " elements its smaller strides span: an output's elements must not share memory "
+               "(an overlapping view?)");
+    }
+    spanned = view.stride[d] * (view.shape[d] - 1) + spanned;
   }
 }
 

@@ -31,10 +31,13 @@ void check_view(const TensorView& view, const ViewSpec& spec);
 void check_span(const char* function, const char* name, const TensorView& view);
 // A view of any shape: ndim in [1, kMaxDims], extents and strides >= 0, span within 2^48 bytes.
 void check_strided(const char* function, const char* name, const TensorView& view);
-// An output whose different indices name one element (a stride of 0 along a dimension of more
-// than one element: a broadcast view, e.g. torch's expand) would be written by several tokens or
-// heads, the last write winning: rejected, naming the dimension.
-void check_no_broadcast(const char* function, const char* name, const TensorView& view);
+// An output whose different indices name one element would be written by several tokens or
+// heads, the last write winning (on CUDA, a race): rejected, naming the dimension. Its elements
+// must be pairwise distinct: no stride of 0 along more than one element (a broadcast view, e.g.
+// torch's expand), and, sorted by stride, each dimension's stride reaches past the elements the
+// smaller ones span (an as_strided view over too little memory; views that interleave their
+// dimensions are refused with them). A view of no elements passes.
+void check_no_self_overlap(const char* function, const char* name, const TensorView& view);
 // The same, but an empty view is accepted (optional argument).
 void check_optional_view(const TensorView& view, const ViewSpec& spec);
 // An optional view the config says is absent (`flag` = false) must not be given: a silent ignore

@@ -22,11 +22,17 @@ const char* status_name(Status status) noexcept;
 class Error : public std::runtime_error {
  public:
   Error(Status status, const std::string& message)
-      : std::runtime_error(std::string(status_name(status)) + ": " + message), status_(status) {}
+      : std::runtime_error(std::string(status_name(status)) + ": " + message),
+        status_(status),
+        text_(std::string(status_name(status)) + ": " + message) {}
   Status status() const noexcept { return status_; }
+  // what() as a string of its full length: a message that quotes the caller's text (a source
+  // name, a path) may hold a NUL byte, where what() would end.
+  const std::string& text() const noexcept { return text_; }
 
  private:
   Status status_;
+  std::string text_;
 };
 
 }  // namespace specstate

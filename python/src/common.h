@@ -154,6 +154,21 @@ void bind_spec(nb::module_& m);
 void bind_cli(nb::module_& m);
 
 // The name of an argument's Python type ("Path", "int"), for errors.
+// `text` with each NUL byte written as \x00: a message quoting the caller's text (a trace's
+// source name, a path's label) keeps its whole length in Python.
+inline std::string escape_nul(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\0') {
+      out += "\\x00";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 inline std::string arg_type_name(nb::handle object) {
   return nb::cast<std::string>(
       nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr()))).attr("__name__")));

@@ -58,10 +58,12 @@ void bind_errors(nb::module_& m) {
       const int index = static_cast<int>(e.status());
       PyObject* cls = (index >= 0 && index < 8 && g_errors[index]) ? g_errors[index] : g_error;
       // A message may hold bytes of the input that are not UTF-8 (a trace's "last read: ..."):
-      // decoded with backslash escapes, never a UnicodeDecodeError in place of the error.
-      const char* what = e.what();
+      // decoded with backslash escapes, never a UnicodeDecodeError in place of the error. Its
+      // whole length (a NUL of the caller's text, e.g. a source name, shown as \x00: what()
+      // would end there).
+      const std::string what = escape_nul(e.text());
       nb::object message = nb::steal(PyUnicode_DecodeUTF8(
-          what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace"));
+          what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace"));
       if (!message.is_valid()) return;
       nb::object instance = nb::steal(PyObject_CallOneArg(cls, message.ptr()));
       if (!instance.is_valid()) return;  // the call set a Python error already

@@ -68,10 +68,16 @@ void bind_spec(nb::module_& m) {
           "__eq__", [](const Window& a, const Window& b) { return a == b; }, nb::is_operator())
       .def(
           "__ne__", [](const Window& a, const Window& b) { return a != b; }, nb::is_operator());
-  m.def("check_path", &spec::check_path, nb::arg("window"), nb::arg("path"),
-        nb::arg("what") = "path",
-        "Raises InvalidArgumentError unless `path` is a root-to-node path of `window` (empty "
-        "is allowed).");
+  m.def(
+      "check_path",
+      [](const Window& window, const std::vector<int32_t>& path, const std::string& what) {
+        // `what` labels the message: a NUL in it would end it there (spec::check_path takes a
+        // C string).
+        spec::check_path(window, path, escape_nul(what).c_str());
+      },
+      nb::arg("window"), nb::arg("path"), nb::arg("what") = "path",
+      "Raises InvalidArgumentError unless `path` is a root-to-node path of `window` (empty "
+      "is allowed).");
 
   nb::class_<Acceptance>(m, "Acceptance",
                          "One row's greedy acceptance: the accepted window indices root..last "

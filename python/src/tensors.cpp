@@ -285,7 +285,9 @@ Arg to_bytes_arg(nb::handle object, const char* function, const char* name, bool
                                               "a host array (NumPy)");
   const int64_t item = d.bits / 8;
   int64_t expect_stride = 1;  // C order, in elements; dimensions of one element are free
-  for (size_t i = a.ndim(); i-- > 0;) {
+  // An array of no elements (numpy gives it strides of 0) has no layout to refuse: its size is
+  // what is wrong.
+  for (size_t i = a.ndim(); a.size() > 0 && i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expect_stride)
       throw nb::value_error((std::string(name) + ": " + array_text(a) +
                              " is not contiguous (a slot's state is one run of bytes: give a "

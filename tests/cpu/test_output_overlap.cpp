@@ -102,6 +102,14 @@ TEST_P(OutputOverlap, PrefillDecodeAndVerifyRejectOutputsSharingMemoryWithTheirI
                 [&] { call(iv, o); }, Status::kInvalidArgument,
                 {fn, out_name, "stride 1 = 0 along", "an output's elements must not share memory"});
           }
+          {  // the main output over too little memory (torch's / numpy's as_strided): its heads'
+             // rows one element apart, so head h's element v is head h + 1's element v - 1
+            typename Kind::Outputs o = ov;
+            main_output(o).stride[1] = 1;
+            expect_rejected([&] { call(iv, o); }, Status::kInvalidArgument,
+                            {fn, out_name, "stride 1 = 1 is less than the",
+                             "an output's elements must not share memory"});
+          }
           {  // the two outputs over each other
             typename Kind::Outputs o = ov;
             main_output(o) = over(o.conv_out, main_output(o));

@@ -598,6 +598,51 @@ def test_broadcast_output_is_refused():
     assert not core.any()
 
 
+def test_overlapping_output_is_refused():
+    """An output over too little memory (a writable as_strided view whose heads lie one element
+    apart) was accepted: only a stride of exactly 0 was refused, and 96 outputs landed on 13
+    floats (on CUDA, a write race)."""
+    model = Model()
+    pool = model.pool()
+    h, (x, a, b) = open_round(model, pool)
+    out = model.outputs(4)
+    core = out.core_out
+    item = core.itemsize
+    out.core_out = np.lib.stride_tricks.as_strided(core, strides=(core.strides[0], item, item))
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"outputs.core_out .* stride 1 = 1 is less than the \d+ elements"):
+        pool.verify(0, model.weights[0], specstate.GdnInputs(x, a, b), out)
+    assert not core.any()
+    # A view laid out by its own strides (here F-order) is no overlap: accepted.
+    out.core_out = np.asfortranarray(np.zeros_like(core))
+    pool.verify(0, model.weights[0], specstate.GdnInputs(x, a, b), out)
+    assert out.core_out.any()
+
+
+@pytest.mark.parametrize("strategy", [Strategy.SNAPSHOT, Strategy.REPLAY])
+def test_round_of_zero_token_rows_verifies_with_empty_arrays(strategy):
+    """numpy gives an array of no elements strides of 0: such outputs were refused as broadcast
+    views, so a round whose rows all verify 0 tokens (accepted by begin_verify) could not be
+    verified; and a zero-byte export buffer was called "not contiguous"."""
+    model = Model()
+    pool = model.pool(strategy)
+    h0, h1 = pool.acquire(), pool.acquire()
+    def snapshot():
+        return [bits(s).copy() for pair in states(pool, model.layers) for s in pair]
+
+    before = snapshot()
+    pool.begin_verify(specstate.VerifyBatch([h0, h1], window=3, lengths=[0, 0]))
+    c, hv = model.cfg.conv_dim(), model.cfg.num_v_heads
+    for layer in range(model.layers):
+        x, a, b = (np.zeros((0, c), np.float32), np.zeros((0, hv), np.float32),
+                   np.zeros((0, hv), np.float32))
+        pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), model.outputs(0))
+    pool.commit([0, 0])
+    assert all(np.array_equal(u, v) for u, v in zip(snapshot(), before))
+    with pytest.raises(specstate.InvalidArgumentError, match=r"dst .* 0 bytes"):
+        pool.export_slot(h0, np.zeros(0, np.uint8))
+
+
 def test_big_endian_array_and_empty_window_say_what_is_wrong():
     """A big-endian array was "expected an array ..., got ndarray"; accept_greedy_chain([], [])
     said "tokens is null"."""

@@ -111,6 +111,18 @@ def test_errors_with_bytes_that_are_not_utf8_keep_their_class():
             specstate.parse_trace(text, "mem")
 
 
+def test_a_nul_in_the_callers_text_keeps_the_whole_message():
+    """A NUL in parse_trace's source or check_path's label cut the message there: only
+    "invalid argument: a", no line and no reason."""
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"a\\x00b:1: the first line must be the header"):
+        specstate.parse_trace("{}", "a\0b")
+    w = specstate.Window.from_parents([-1, 0, 0, 1])
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"my\\x00path: path\[1\] = 99 is not a node"):
+        specstate.check_path(w, [0, 99], "my\0path")
+
+
 def test_list_fields_are_copies_and_plans_read_only():
     """Trace.records / requests and BatchPlan.windows gave views into the C++ vector: after
     `t.records = t.records + [...]` an element read earlier pointed into freed memory (writing
