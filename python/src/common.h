@@ -6,8 +6,10 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "specstate/specstate.h"
@@ -153,7 +155,6 @@ void bind_pool(nb::module_& m);
 void bind_spec(nb::module_& m);
 void bind_cli(nb::module_& m);
 
-// The name of an argument's Python type ("Path", "int"), for errors.
 // `text` with each NUL byte written as \x00: a message quoting the caller's text (a trace's
 // source name, a path's label) keeps its whole length in Python.
 inline std::string escape_nul(const std::string& text) {
@@ -169,6 +170,7 @@ inline std::string escape_nul(const std::string& text) {
   return out;
 }
 
+// The name of an argument's Python type ("Path", "int"), for errors.
 inline std::string arg_type_name(nb::handle object) {
   return nb::cast<std::string>(
       nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr()))).attr("__name__")));
@@ -190,6 +192,59 @@ inline std::string path_arg(nb::handle object, const char* function) {
   throw nb::type_error((std::string(function) + ": path: expected a str or os.PathLike, got " +
                         arg_type_name(object))
                            .c_str());
+}
+
+// `object` as an integer of type T (an int or anything with __index__, not bool): TypeError
+// naming `name` for anything else, specstate.OutOfRangeError naming `name` and the value where
+// it does not fit T.
+template <typename T>
+T to_integer(nb::handle object, const std::string& name) {
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "an integer field");
+  if (PyBool_Check(object.ptr()) || !PyIndex_Check(object.ptr())) {
+    throw nb::type_error((name + ": expected an int, got " + arg_type_name(object)).c_str());
+  }
+  nb::object index = nb::steal(PyNumber_Index(object.ptr()));
+  if (!index.is_valid()) throw nb::python_error();
+  const auto out_of_range = [&] {
+    return Error(Status::kOutOfRange, name + " = " + nb::cast<std::string>(nb::str(index)) +
+                                          " is out of range [" +
+                                          std::to_string(std::numeric_limits<T>::min()) + ", " +
+                                          std::to_string(std::numeric_limits<T>::max()) + "]");
+  };
+  if constexpr (std::is_signed_v<T>) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0 || v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+      throw out_of_range();
+    return static_cast<T>(v);
+  } else {
+    if (PyObject_RichCompareBool(index.ptr(), nb::int_(0).ptr(), Py_LT) == 1) throw out_of_range();
+    const unsigned long long v = PyLong_AsUnsignedLongLong(index.ptr());
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      throw out_of_range();
+    }
+    if (v > std::numeric_limits<T>::max()) throw out_of_range();
+    return static_cast<T>(v);
+  }
+}
+
+// An integer field of C as a property: its getter, and a setter that names `full`
+// ("<class>.<field>") and the value it refuses (nanobind's def_rw says only "(): incompatible
+// function arguments", with neither).
+template <typename C, typename T>
+auto int_getter(T C::*field) {
+  return [field](const C& c) { return c.*field; };
+}
+template <typename C, typename T>
+auto int_setter(T C::*field, std::string full) {
+  return [field, full](C& c, nb::handle value) { c.*field = to_integer<T>(value, full); };
+}
+template <typename C, typename T>
+void def_int_field(nb::class_<C>& cls, const std::string& cls_name, const char* name, T C::*field,
+                   const char* doc) {
+  cls.def_prop_rw(name, int_getter(field), int_setter(field, cls_name + "." + name),
+                  nb::arg("value").none(), doc);
 }
 
 }  // namespace specstate::py

@@ -94,12 +94,13 @@ void set_delta_fields(C* self, int num_k_heads, int num_v_heads, int head_k_dim,
 template <typename C>
 void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* conv_bias_doc,
                       const char* act_dtype_doc) {
-  cls.def_rw("num_k_heads", &C::num_k_heads, "H: query/key heads.")
-      .def_rw("num_v_heads", &C::num_v_heads, "HV: value heads, a multiple of H.")
-      .def_rw("head_k_dim", &C::head_k_dim, "K.")
-      .def_rw("head_v_dim", &C::head_v_dim, "V.")
-      .def_rw("conv_width", &C::conv_width, "W: conv taps; the conv state keeps W-1 columns.")
-      .def_rw("scale", &C::scale, nb::arg("value").none(), "Query scale; K**-0.5 when None.")
+  def_int_field(cls, name, "num_k_heads", &C::num_k_heads, "H: query/key heads.");
+  def_int_field(cls, name, "num_v_heads", &C::num_v_heads, "HV: value heads, a multiple of H.");
+  def_int_field(cls, name, "head_k_dim", &C::head_k_dim, "K.");
+  def_int_field(cls, name, "head_v_dim", &C::head_v_dim, "V.");
+  def_int_field(cls, name, "conv_width", &C::conv_width,
+                "W: conv taps; the conv state keeps W-1 columns.");
+  cls.def_rw("scale", &C::scale, nb::arg("value").none(), "Query scale; K**-0.5 when None.")
       .def_rw("conv_bias", &C::conv_bias, conv_bias_doc)
       .def_rw("act_dtype", &C::act_dtype, act_dtype_doc)
       .def_rw("conv_state_dtype", &C::conv_state_dtype, "Committed conv window dtype.")
@@ -240,11 +241,21 @@ void bind_config(nb::module_& m) {
           nb::arg("dt_min").none() = nb::none(), nb::arg("dt_max").none() = nb::none(),
           nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
           nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.")
-      .def_rw("num_heads", &Mamba2Config::num_heads, "nheads.")
-      .def_rw("head_dim", &Mamba2Config::head_dim, "P: channels per head.")
-      .def_rw("d_state", &Mamba2Config::d_state, "N: state size per channel.")
-      .def_rw("n_groups", &Mamba2Config::n_groups, "G: groups of B and C.")
-      .def_rw("conv_width", &Mamba2Config::conv_width, "W: conv taps.")
+      .def_prop_rw("num_heads", int_getter(&Mamba2Config::num_heads),
+                   int_setter(&Mamba2Config::num_heads, "Mamba2Config.num_heads"),
+                   nb::arg("value").none(), "nheads.")
+      .def_prop_rw("head_dim", int_getter(&Mamba2Config::head_dim),
+                   int_setter(&Mamba2Config::head_dim, "Mamba2Config.head_dim"),
+                   nb::arg("value").none(), "P: channels per head.")
+      .def_prop_rw("d_state", int_getter(&Mamba2Config::d_state),
+                   int_setter(&Mamba2Config::d_state, "Mamba2Config.d_state"),
+                   nb::arg("value").none(), "N: state size per channel.")
+      .def_prop_rw("n_groups", int_getter(&Mamba2Config::n_groups),
+                   int_setter(&Mamba2Config::n_groups, "Mamba2Config.n_groups"),
+                   nb::arg("value").none(), "G: groups of B and C.")
+      .def_prop_rw("conv_width", int_getter(&Mamba2Config::conv_width),
+                   int_setter(&Mamba2Config::conv_width, "Mamba2Config.conv_width"),
+                   nb::arg("value").none(), "W: conv taps.")
       .def_rw("conv_bias", &Mamba2Config::conv_bias, "Whether the weights carry a conv bias.")
       .def_rw("d_skip", &Mamba2Config::d_skip, "y += D[h] * x (weights.D given).")
       .def_rw("gate", &Mamba2Config::gate, "y *= silu(z) (inputs.z given).")
@@ -293,7 +304,9 @@ void bind_config(nb::module_& m) {
       .def_static("gated_delta_net", &ModelConfig::gated_delta_net, nb::arg("num_layers"),
                   nb::arg("layer"), "num_layers Gated DeltaNet layers of config `layer`.")
       .def_rw("kind", &ModelConfig::kind, "The layer kind.")
-      .def_rw("num_layers", &ModelConfig::num_layers, "Recurrent layers.")
+      .def_prop_rw("num_layers", int_getter(&ModelConfig::num_layers),
+                   int_setter(&ModelConfig::num_layers, "ModelConfig.num_layers"),
+                   nb::arg("value").none(), "Recurrent layers.")
       .def_static("mamba2", &ModelConfig::mamba2, nb::arg("num_layers"), nb::arg("layer"),
                   "num_layers Mamba2 layers of config `layer`.")
       .def_rw("gdn", &ModelConfig::gdn, "The GDN layer config (kind GATED_DELTA_NET).")
@@ -346,21 +359,33 @@ void bind_config(nb::module_& m) {
           nb::arg("conv_layout") = ConvLayout::kChannelsFirst,
           nb::arg("ssm_layout") = SsmLayout::kVK, nb::arg("replay_fold_rows") = 0,
           "Keyword arguments set the fields.")
-      .def_rw("num_slots", &PoolOptions::num_slots,
-              "Requests whose committed state the pool holds.")
-      .def_rw("max_rows", &PoolOptions::max_rows, "Largest verify batch (padding included).")
-      .def_rw("max_window", &PoolOptions::max_window, "Largest window T.")
+      .def_prop_rw("num_slots", int_getter(&PoolOptions::num_slots),
+                   int_setter(&PoolOptions::num_slots, "PoolOptions.num_slots"),
+                   nb::arg("value").none(), "Requests whose committed state the pool holds.")
+      .def_prop_rw("max_rows", int_getter(&PoolOptions::max_rows),
+                   int_setter(&PoolOptions::max_rows, "PoolOptions.max_rows"),
+                   nb::arg("value").none(), "Largest verify batch (padding included).")
+      .def_prop_rw("max_window", int_getter(&PoolOptions::max_window),
+                   int_setter(&PoolOptions::max_window, "PoolOptions.max_window"),
+                   nb::arg("value").none(), "Largest window T.")
       .def_rw("backend", &PoolOptions::backend, "CPU or CUDA.")
       .def_rw("strategy", &PoolOptions::strategy, "SNAPSHOT or REPLAY.")
-      .def_rw("device", &PoolOptions::device, "CUDA device ordinal (CUDA only).")
-      .def_rw("replay_ring", &PoolOptions::replay_ring,
-              "REPLAY: factor records per slot and layer (0: the default, "
-              "default_replay_ring(kind, max_window): max(3 * max_window, 8) for Gated DeltaNet "
-              "from max_window = 2 up to 5, otherwise max(2 * max_window, 6)).")
-      .def_rw("replay_fold_rows", &PoolOptions::replay_fold_rows,
-              "REPLAY: rounds of at least this many rows let the history grow to the whole ring; "
-              "smaller ones fold as a ring of max(2 * max_window, 6) would (0: the default, 8; "
-              "1: always the whole ring). The same bits under any value.")
+      .def_prop_rw("device", int_getter(&PoolOptions::device),
+                   int_setter(&PoolOptions::device, "PoolOptions.device"), nb::arg("value").none(),
+                   "CUDA device ordinal (CUDA only).")
+      .def_prop_rw(
+          "replay_ring", int_getter(&PoolOptions::replay_ring),
+          int_setter(&PoolOptions::replay_ring, "PoolOptions.replay_ring"), nb::arg("value").none(),
+          "REPLAY: factor records per slot and layer (0: the default, "
+          "default_replay_ring(kind, max_window): max(3 * max_window, 8) for Gated DeltaNet "
+          "from max_window = 2 up to 5, otherwise max(2 * max_window, 6)).")
+      .def_prop_rw(
+          "replay_fold_rows", int_getter(&PoolOptions::replay_fold_rows),
+          int_setter(&PoolOptions::replay_fold_rows, "PoolOptions.replay_fold_rows"),
+          nb::arg("value").none(),
+          "REPLAY: rounds of at least this many rows let the history grow to the whole ring; "
+          "smaller ones fold as a ring of max(2 * max_window, 6) would (0: the default, 8; "
+          "1: always the whole ring). The same bits under any value.")
       .def_rw("conv_layout", &PoolOptions::conv_layout,
               "Element order of the conv windows (ConvLayout).")
       .def_rw("ssm_layout", &PoolOptions::ssm_layout,

@@ -258,8 +258,9 @@ void bind_layer_calls(Cls& cls, const char* kind) {
   const std::string of = std::string(" (") + kind + " overload.)";
   cls.def(
          "prefill",
-         [](PyPool& p, int layer, SlotHandle h, nb::handle_t<W> weights, const I& in, const O& out,
-            nb::handle stream) {
+         [](PyPool& p, nb::handle layer_arg, SlotHandle h, nb::handle_t<W> weights, const I& in,
+            const O& out, nb::handle stream) {
+           const int layer = to_int(layer_arg, "StatePool.prefill", "layer");
            layer_call<W>(p, weights, in, out, stream,
                          [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                            s.prefill(layer, h, w, i, o);
@@ -273,8 +274,10 @@ void bind_layer_calls(Cls& cls, const char* kind) {
              .c_str())
       .def(
           "prefill_batch",
-          [](PyPool& p, int layer, std::vector<SlotHandle> handles, std::vector<int32_t> lengths,
-             nb::handle_t<W> weights, const I& in, const O& out, nb::handle stream) {
+          [](PyPool& p, nb::handle layer_arg, std::vector<SlotHandle> handles,
+             std::vector<int32_t> lengths, nb::handle_t<W> weights, const I& in, const O& out,
+             nb::handle stream) {
+            const int layer = to_int(layer_arg, "StatePool.prefill_batch", "layer");
             layer_call<W>(p, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.prefill(layer, handles, lengths, w, i, o);
@@ -289,8 +292,9 @@ void bind_layer_calls(Cls& cls, const char* kind) {
               .c_str())
       .def(
           "decode",
-          [](PyPool& p, int layer, std::vector<SlotHandle> rows, nb::handle_t<W> weights,
+          [](PyPool& p, nb::handle layer_arg, std::vector<SlotHandle> rows, nb::handle_t<W> weights,
              const I& in, const O& out, nb::handle stream) {
+            const int layer = to_int(layer_arg, "StatePool.decode", "layer");
             layer_call<W>(p, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.decode(layer, rows, w, i, o);
@@ -304,8 +308,9 @@ void bind_layer_calls(Cls& cls, const char* kind) {
               .c_str())
       .def(
           "verify",
-          [](PyPool& p, int layer, nb::handle_t<W> weights, const I& in, const O& out,
+          [](PyPool& p, nb::handle layer_arg, nb::handle_t<W> weights, const I& in, const O& out,
              nb::handle stream) {
+            const int layer = to_int(layer_arg, "StatePool.verify", "layer");
             layer_call<W>(p, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.verify(layer, w, i, o);
@@ -366,7 +371,9 @@ void bind_pool(nb::module_& m) {
           "T tokens) or [B] per-row windows 0..T, inputs packed by their cumulative offsets.")
       .def_rw("rows", &VerifyBatch::rows,
               "The rows' handles (a copy: assign a new list to change them).")
-      .def_rw("window", &VerifyBatch::window, "T tokens per row; token 0 is the root.")
+      .def_prop_rw("window", int_getter(&VerifyBatch::window),
+                   int_setter(&VerifyBatch::window, "VerifyBatch.window"), nb::arg("value").none(),
+                   "T tokens per row; token 0 is the root.")
       .def_rw("parents", &VerifyBatch::parents,
               "Empty (chain) or the tree's parents (a copy: assign a new list).")
       .def_rw("lengths", &VerifyBatch::lengths,
@@ -452,7 +459,8 @@ void bind_pool(nb::module_& m) {
                   .c_str())
           .def(
               "adopt",
-              [](PyPool& p, int slot, nb::handle stream) {
+              [](PyPool& p, nb::handle slot_arg, nb::handle stream) {
+                const int slot = to_int(slot_arg, "StatePool.adopt", "slot");
                 return locked(p, stream, [&](StatePool& s) { return s.adopt(slot); });
               },
               nb::arg("slot"), nb::arg("stream").none() = nb::none(),
@@ -536,7 +544,9 @@ void bind_pool(nb::module_& m) {
                   .c_str())
           .def(
               "workspace",
-              [](nb::handle_t<PyPool> self, Workspace which, int layer, nb::handle stream) {
+              [](nb::handle_t<PyPool> self, Workspace which, nb::handle layer_arg,
+                 nb::handle stream) {
+                const int layer = to_int(layer_arg, "StatePool.workspace", "layer");
                 PyPool& p = nb::cast<PyPool&>(self);
                 TensorView v =
                     locked(p, stream, [&](StatePool& s) { return s.workspace(which, layer); });
@@ -550,7 +560,8 @@ void bind_pool(nb::module_& m) {
                   .c_str())
           .def(
               "snapshot_conv",
-              [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
+              [](nb::handle_t<PyPool> self, nb::handle layer_arg, nb::handle stream) {
+                const int layer = to_int(layer_arg, "StatePool.snapshot_conv", "layer");
                 PyPool& p = nb::cast<PyPool&>(self);
                 TensorView v =
                     locked(p, stream, [&](StatePool& s) { return s.snapshot_conv(layer); });
@@ -560,7 +571,8 @@ void bind_pool(nb::module_& m) {
               "workspace(Workspace.SNAPSHOT_CONV, layer, stream).")
           .def(
               "snapshot_ssm",
-              [](nb::handle_t<PyPool> self, int layer, nb::handle stream) {
+              [](nb::handle_t<PyPool> self, nb::handle layer_arg, nb::handle stream) {
+                const int layer = to_int(layer_arg, "StatePool.snapshot_ssm", "layer");
                 PyPool& p = nb::cast<PyPool&>(self);
                 TensorView v =
                     locked(p, stream, [&](StatePool& s) { return s.snapshot_ssm(layer); });
@@ -813,7 +825,7 @@ void bind_pool(nb::module_& m) {
                   return 0;
                 });
               },
-              nb::arg("accepted"), nb::arg("stream").none() = nb::none(),
+              nb::arg("accepted").none(), nb::arg("stream").none() = nb::none(),
               (std::string(
                    "Ends the round, all layers at once, all-or-nothing. Per row: chain: the "
                    "accepted length a in [0, T] (0 = keep); tree: the accepted node in [-1, "

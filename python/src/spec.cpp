@@ -84,7 +84,9 @@ void bind_spec(nb::module_& m) {
                          "and the bonus token.")
       .def(nb::init<>())
       .def_rw("path", &Acceptance::path, "Accepted window indices, root first.")
-      .def_rw("bonus_token", &Acceptance::bonus_token, "target[last accepted node].")
+      .def_prop_rw("bonus_token", int_getter(&Acceptance::bonus_token),
+                   int_setter(&Acceptance::bonus_token, "Acceptance.bonus_token"),
+                   nb::arg("value").none(), "target[last accepted node].")
       .def("accepted_length", &Acceptance::accepted_length, "len(path).")
       .def("last_node", &Acceptance::last_node, "path[-1] (-1 when empty).")
       .def("commit_value", &Acceptance::commit_value, nb::arg("tree"),
@@ -181,8 +183,12 @@ void bind_spec(nb::module_& m) {
 
   nb::class_<TraceRecord>(m, "TraceRecord", "One round of one request in a trace.")
       .def(nb::init<>())
-      .def_rw("request", &TraceRecord::request, "Request id.")
-      .def_rw("round", &TraceRecord::round, "Round index.")
+      .def_prop_rw("request", int_getter(&TraceRecord::request),
+                   int_setter(&TraceRecord::request, "TraceRecord.request"),
+                   nb::arg("value").none(), "Request id.")
+      .def_prop_rw("round", int_getter(&TraceRecord::round),
+                   int_setter(&TraceRecord::round, "TraceRecord.round"), nb::arg("value").none(),
+                   "Round index.")
       .def_rw("window", &TraceRecord::window, "The round's window.")
       .def_rw("path", &TraceRecord::path, "Accepted indices, root first (empty: a = 0).")
       .def("accepted_length", &TraceRecord::accepted_length, "len(path).")
@@ -263,10 +269,16 @@ void bind_spec(nb::module_& m) {
           nb::kw_only(), nb::arg("requests") = 1, nb::arg("rounds") = 1,
           nb::arg("window") = Window::chain(4), nb::arg("seed") = 0,
           "Keyword arguments set the fields.")
-      .def_rw("requests", &TraceShape::requests, "Requests 0 .. requests-1.")
-      .def_rw("rounds", &TraceShape::rounds, "Rounds per request.")
+      .def_prop_rw("requests", int_getter(&TraceShape::requests),
+                   int_setter(&TraceShape::requests, "TraceShape.requests"),
+                   nb::arg("value").none(), "Requests 0 .. requests-1.")
+      .def_prop_rw("rounds", int_getter(&TraceShape::rounds),
+                   int_setter(&TraceShape::rounds, "TraceShape.rounds"), nb::arg("value").none(),
+                   "Rounds per request.")
       .def_rw("window", &TraceShape::window, "Window of every round.")
-      .def_rw("seed", &TraceShape::seed, "std::mt19937_64 seed.");
+      .def_prop_rw("seed", int_getter(&TraceShape::seed),
+                   int_setter(&TraceShape::seed, "TraceShape.seed"), nb::arg("value").none(),
+                   "std::mt19937_64 seed.");
   m.def("generate_fixed", &spec::generate_fixed, nb::arg("shape"), nb::arg("accepted_length"),
         "Every round accepts `accepted_length` tokens.");
   m.def("generate_geometric", &spec::generate_geometric, nb::arg("shape"), nb::arg("alpha"),

@@ -643,6 +643,56 @@ def test_round_of_zero_token_rows_verifies_with_empty_arrays(strategy):
         pool.export_slot(h0, np.zeros(0, np.uint8))
 
 
+def test_ints_past_their_type_name_the_argument_and_the_value():
+    """nanobind's generic "incompatible function arguments" named neither the argument nor the
+    value (a property setter was "():"): adopt, workspace, snapshot_*, the layer calls' layer,
+    commit(None) and every int field of the option, config, batch and trace classes."""
+    model = Model()
+    pool = model.pool()
+    h = pool.acquire()
+    big = 2**31
+    x, a, b = model.inputs(1)[0]
+    calls = {
+        "StatePool.adopt: slot = 2147483648": lambda: pool.adopt(big),
+        "StatePool.workspace: layer = 2147483648": lambda: pool.workspace(
+            specstate.Workspace.SNAPSHOT_SSM, big),
+        "StatePool.snapshot_conv: layer = 2147483648": lambda: pool.snapshot_conv(big),
+        "StatePool.snapshot_ssm: layer = 2147483648": lambda: pool.snapshot_ssm(big),
+        "StatePool.prefill: layer = 2147483648": lambda: pool.prefill(
+            big, h, model.weights[0], specstate.GdnInputs(x, a, b), model.outputs(1)),
+        "StatePool.decode: layer = 2147483648": lambda: pool.decode(
+            big, [h], model.weights[0], specstate.GdnInputs(x, a, b), model.outputs(1)),
+    }
+    for message, call in calls.items():
+        with pytest.raises(specstate.OutOfRangeError, match=message):
+            call()
+    with pytest.raises(TypeError, match="layer: expected an int, got str"):
+        pool.snapshot_ssm("0")
+    with pytest.raises(TypeError, match="accepted: None"):
+        pool.commit(None)
+    fields = [(specstate.PoolOptions(), "num_slots"), (specstate.PoolOptions(), "replay_ring"),
+              (specstate.GdnConfig(), "head_k_dim"), (specstate.Mamba2Config(), "d_state"),
+              (specstate.KdaConfig(), "num_v_heads"), (model.config, "num_layers"),
+              (specstate.VerifyBatch(), "window"), (specstate.Acceptance(), "bonus_token")]
+    for obj, field in fields:
+        before = getattr(obj, field)
+        name = f"{type(obj).__name__}.{field}"
+        with pytest.raises(specstate.OutOfRangeError, match=rf"{name} = 2147483648 is out of range"):
+            setattr(obj, field, big)
+        with pytest.raises(TypeError, match=rf"{name}: expected an int, got (NoneType|bool)"):
+            setattr(obj, field, None)
+        with pytest.raises(TypeError, match=rf"{name}: expected an int, got bool"):
+            setattr(obj, field, True)
+        assert getattr(obj, field) == before
+        setattr(obj, field, np.int64(3))
+        assert getattr(obj, field) == 3
+    shape = specstate.TraceShape()
+    with pytest.raises(specstate.OutOfRangeError, match=r"TraceShape.seed = -1 is out of range"):
+        shape.seed = -1
+    shape.seed = 2**64 - 1
+    assert shape.seed == 2**64 - 1
+
+
 def test_big_endian_array_and_empty_window_say_what_is_wrong():
     """A big-endian array was "expected an array ..., got ndarray"; accept_greedy_chain([], [])
     said "tokens is null"."""
