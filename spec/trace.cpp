@@ -1,6 +1,7 @@
 // Acceptance traces: JSON Lines reader, writer and generators. Format: docs/traces.md.
 #include "specstate/spec/trace.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -463,7 +464,28 @@ Trace parse_trace(std::istream& in, const std::string& source) {
 }
 
 namespace {
+// The process's umask: from /proc/self/status (Linux), which reads it without changing it; else
+// by setting it and setting it back (a moment in which another thread's create would see 0).
+mode_t process_umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0) {
+      try {
+        return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8) & 0777);
+      } catch (...) {
+        break;
+      }
+    }
+  }
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
+
 void check_trace_path(const char* function, const std::string& path) {
+  if (path.empty())
+    throw Error(Status::kInvalidArgument, std::string(function) + ": path is empty");
   const std::string problem = path_nul_problem("path", path);
   if (!problem.empty())
     throw Error(Status::kInvalidArgument, std::string(function) + ": " + problem);
@@ -613,7 +635,13 @@ void write_trace_file(const std::string& path, const Trace& trace) {
     if (fd < 0) fail("cannot create a temporary file beside");
     ::close(fd);
     target = name;
-    if (exists) fs::permissions(target, status.permissions(), ec);
+    if (exists) {
+      fs::permissions(target, status.permissions(), ec);
+    } else {
+      // A new file gets what an ordinary create gives it, 0666 less the umask (mkstemp's is
+      // 0600).
+      fs::permissions(target, static_cast<fs::perms>(0666 & ~process_umask()), ec);
+    }
   }
   try {
     std::ofstream out(target, std::ios::binary | std::ios::trunc);

@@ -36,6 +36,9 @@ def to_numpy(view):
     """
     import numpy as np
 
+    if not hasattr(view, "__dlpack__"):
+        raise TypeError(f"view: expected a pool view or an array with __dlpack__, "
+                        f"got {type(view).__name__}")
     try:
         return np.from_dlpack(view)
     except (BufferError, TypeError, RuntimeError, ValueError):

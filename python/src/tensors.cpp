@@ -197,6 +197,18 @@ Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) 
 std::optional<std::vector<int32_t>> host_int_values(nb::handle object, const char* function,
                                                     const char* name) {
   if (object.is_none()) return std::nullopt;
+  // bytes and bytearray (and a memoryview of bytes) export their bytes as uint8: commit(b"12")
+  // would commit the character codes. An accepted count is an int: refused, naming the argument.
+  bool byte_string = PyBytes_Check(object.ptr()) || PyByteArray_Check(object.ptr());
+  if (PyMemoryView_Check(object.ptr())) {
+    const std::string format = nb::cast<std::string>(object.attr("format"));
+    byte_string = format == "B" || format == "b" || format == "c";
+  }
+  if (byte_string) {
+    throw nb::type_error((std::string(name) + ": expected a list of ints or an integer array, got " +
+                          arg_type_name(object))
+                             .c_str());
+  }
   nb::ndarray<> a;
   if (!import_array(object, /*writable=*/false, a)) return std::nullopt;
   const dl::dtype d = a.dtype();

@@ -215,6 +215,40 @@ TEST(TraceReader, AFailedWriteLeavesTheOldFile) {
   std::remove(path.c_str());
 }
 
+// A new trace file gets 0666 less the umask, as an ordinary create gives it (it was 0600, the
+// temporary's mode, whatever the umask); an empty path is refused before anything is created
+// (it ended in a rename error after a temporary was written in the working directory).
+TEST(TraceReader, ANewFileGetsTheUmasksModeAndAnEmptyPathIsRefused) {
+  namespace fs = std::filesystem;
+  const Trace small = parse(good_text());
+  const std::string path = ::testing::TempDir() + "specstate_trace_mode.jsonl";
+  for (const mode_t mask : {mode_t{022}, mode_t{027}, mode_t{077}}) {
+    std::remove(path.c_str());
+    const mode_t old = ::umask(mask);
+    write_trace_file(path, small);
+    ::umask(old);
+    EXPECT_EQ(static_cast<mode_t>(fs::status(path).permissions() & fs::perms::all), 0666 & ~mask)
+        << "umask " << std::oct << mask;
+  }
+  std::remove(path.c_str());
+  try {
+    write_trace_file("", small);
+    ADD_FAILURE() << "an empty path was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("spec::write_trace_file: path is empty"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    read_trace("");
+    ADD_FAILURE() << "an empty path was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("spec::read_trace: path is empty"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(temporaries_beside(fs::current_path().string() + "/"), 0);
+}
+
 TEST(TraceReader, EachRecordFieldWrongOnce) {
   // Missing fields.
   expect_bad_record(R"({"round": 0, "window": 4, "accepted": 1})", "missing field \"request\"");

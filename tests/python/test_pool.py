@@ -173,6 +173,27 @@ def test_commit_array_and_tuple():
             assert np.array_equal(c0, c1) and np.array_equal(s0, s1)
 
 
+def test_commit_refuses_byte_strings():
+    """commit(b"\\x02\\x03") committed accepted = [2, 3] (the bytes taken as a uint8 array), and
+    b"12" meant [49, 50]; an integer array's memoryview is still an array."""
+    model = Model()
+    pool = model.pool()
+    h = pool.acquire()
+    pool.begin_verify(specstate.VerifyBatch([h], window=4))
+    for layer, (x, a, b) in enumerate(model.inputs(4)):
+        pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), model.outputs(4))
+    for value in (b"\x02", bytearray(b"\x02"), memoryview(b"\x02")):
+        with pytest.raises(TypeError, match=r"accepted: expected a list of ints or an integer "
+                                            r"array, got (bytes|bytearray|memoryview)"):
+            pool.commit(value)
+        assert pool.round_open()
+    pool.commit(memoryview(np.array([2], np.int32)))
+    assert not pool.round_open()
+    with pytest.raises(TypeError, match="view: expected a pool view or an array with __dlpack__, "
+                                        "got list"):
+        specstate.to_numpy([1, 2])
+
+
 # --- bad input ------------------------------------------------------------------------------
 
 def open_round(model, pool, T=4):
