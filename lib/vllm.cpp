@@ -72,13 +72,25 @@ void check_order(const char* function, const ModelConfig& model, SsmLayout order
   }
 }
 
+// A shape's arguments: a config that validates (its sizes are then in range) and a slot count
+// of at least 0.
+void check_shape_args(const char* function, const ModelConfig& model, int64_t slots) {
+  if (slots < 0) {
+    throw Error(Status::kInvalidArgument,
+                std::string(function) + ": slots = " + std::to_string(slots) + " must be >= 0");
+  }
+  model.validate();  // names ModelConfig and the field
+}
+
 }  // namespace
 
 std::vector<int64_t> conv_shape(const ModelConfig& model, int64_t slots) {
+  check_shape_args("vllm::conv_shape", model, slots);
   return {slots, model.conv_width() - 1, model.conv_dim()};
 }
 
 std::vector<int64_t> recurrent_shape(const ModelConfig& model, int64_t slots, SsmLayout order) {
+  check_shape_args("vllm::recurrent_shape", model, slots);
   check_order("vllm::recurrent_shape", model, order);
   // The kind's state [heads][v][k] (Mamba2: [heads][head_dim][d_state]).
   const std::vector<int64_t> st = detail::layer_shapes(model).ssm_shape;

@@ -30,7 +30,9 @@
 
 namespace specstate::vllm {
 
-// One layer's conv state in vLLM's cache: {slots, W-1, conv_dim}.
+// One layer's conv state in vLLM's cache: {slots, W-1, conv_dim}. Both shapes throw
+// Error(kInvalidArgument) for slots < 0 and whatever model.validate() throws (an unvalidated
+// config's sizes may not fit their types).
 std::vector<int64_t> conv_shape(const ModelConfig& model, int64_t slots = 1);
 // One layer's recurrent state in vLLM's cache: Gated DeltaNet and KDA {slots, HV, V, K} (`order`
 // kVK, vLLM's since PR #33291) or {slots, HV, K, V} (kKV, vLLM's before it), Mamba2 {slots,

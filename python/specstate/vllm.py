@@ -20,7 +20,10 @@ Any array with ``shape`` and ``swapaxes`` (NumPy, torch, CuPy, JAX) and DLPack w
 
 from . import _specstate
 from ._specstate import (
+    Error,
     InvalidArgumentError,
+    ModelConfig,
+    PoolOptions,
     SsmLayout,
     StatePool,
     Status,
@@ -63,7 +66,14 @@ def _invalid(message):
     return error
 
 
-def _check(name, tensors, layers, want):
+def _check(name, tensors, layers, want, slots):
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"specstate.vllm.state_pool: {name}: expected a list of tensors, got "
+                        f"{type(tensors).__name__}")
+    for i, t in enumerate(tensors):
+        if not (hasattr(t, "shape") and hasattr(t, "swapaxes")):
+            raise TypeError(f"specstate.vllm.state_pool: {name}[{i}]: expected an array with "
+                            f"shape and swapaxes (NumPy, torch), got {type(t).__name__}")
     if len(tensors) != layers:
         raise _invalid(f"specstate.vllm.state_pool: {name} has {len(tensors)} tensors, the "
                        f"model has {layers} recurrent layers")
@@ -75,6 +85,9 @@ def _check(name, tensors, layers, want):
         if shape[0] != tensors[0].shape[0]:
             raise _invalid(f"specstate.vllm.state_pool: {name}[{i}] has {shape[0]} slots, "
                            f"{name}[0] has {int(tensors[0].shape[0])}")
+        if shape[0] != slots:
+            raise _invalid(f"specstate.vllm.state_pool: {name}[{i}] has shape {shape}: "
+                           f"{shape[0]} slots, options.num_slots = {slots}")
 
 
 def state_pool(config, options, conv_states, recurrent_states, order=SsmLayout.VK):
@@ -87,11 +100,37 @@ def state_pool(config, options, conv_states, recurrent_states, order=SsmLayout.V
     (a conv state with vLLM's extra speculative columns, W-1+num_spec, is refused: specstate owns
     the rollback, allocate W-1) or the order, and whatever the pool raises for strides, dtypes
     and devices."""
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"specstate.vllm.state_pool: config: expected a ModelConfig, got "
+                        f"{type(config).__name__}")
+    if not isinstance(options, PoolOptions):
+        raise TypeError(f"specstate.vllm.state_pool: options: expected a PoolOptions, got "
+                        f"{type(options).__name__}")
     layers = config.num_layers
     opts = layout_options(options, config, order)
-    _check("conv_states", conv_states, layers, conv_shape(config))
-    _check("recurrent_states", recurrent_states, layers, recurrent_shape(config, 1, order))
+    _check("conv_states", conv_states, layers, conv_shape(config), options.num_slots)
+    _check("recurrent_states", recurrent_states, layers, recurrent_shape(config, 1, order),
+           options.num_slots)
     kv = order == SsmLayout.KV
-    return StatePool(config, opts,
-                     committed_conv=[t.swapaxes(-1, -2) for t in conv_states],
-                     committed_ssm=[t.swapaxes(-1, -2) if kv else t for t in recurrent_states])
+    try:
+        return StatePool(config, opts,
+                         committed_conv=[t.swapaxes(-1, -2) for t in conv_states],
+                         committed_ssm=[t.swapaxes(-1, -2) if kv else t
+                                        for t in recurrent_states])
+    except (Error, TypeError, ValueError) as e:
+        # The pool names its own arguments (committed_conv[i], committed.ssm[i]: the transposes
+        # handed over); the caller's names are conv_states / recurrent_states.
+        message = str(e)
+        for pool_name, name in (("committed_conv", "conv_states"), ("committed.conv", "conv_states"),
+                                ("committed_ssm", "recurrent_states"),
+                                ("committed.ssm", "recurrent_states")):
+            message = message.replace(pool_name, name)
+        if message == str(e):
+            raise
+        message += " (specstate.vllm.state_pool hands the pool the transposed view"
+        message += " [slots, conv_dim, W-1] of each conv state"
+        message += ", and of each recurrent state for order KV)" if kv else ")"
+        error = type(e)(message)
+        if hasattr(e, "status"):
+            error.status = e.status
+        raise error from e

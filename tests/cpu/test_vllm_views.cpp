@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect.h"
 #include "common/gdn_data.h"
 #include "common/presets.h"
 #include "common/speculative_equivalence.h"
@@ -222,6 +223,22 @@ INSTANTIATE_TEST_SUITE_P(Cpu, VllmViews,
                            return std::string(info.param.preset) +
                                   (info.param.order == SsmLayout::kKV ? "_kv" : "_vk");
                          });
+
+// A shape's slot count below 0 (it was returned as a negative dimension) and a config that does
+// not validate (whose sizes may not fit: an unvalidated config's conv_dim wrapped) are refused.
+TEST(VllmShapes, NegativeSlotsAndConfigsThatDoNotValidateAreRefused) {
+  const ModelConfig kda = preset_model("kda_gpu_lb_f32", 1);
+  EXPECT_EQ(vllm::conv_shape(kda, 0)[0], 0);
+  expect_rejected([&] { vllm::conv_shape(kda, -1); }, Status::kInvalidArgument,
+                  {"vllm::conv_shape", "slots = -1 must be >= 0"});
+  expect_rejected([&] { vllm::recurrent_shape(kda, -1); }, Status::kInvalidArgument,
+                  {"vllm::recurrent_shape", "slots = -1 must be >= 0"});
+  ModelConfig bad = kda;
+  bad.kda_layer.num_k_heads = 0;
+  expect_rejected([&] { vllm::conv_shape(bad, 1); }, Status::kInvalidArgument, {"ModelConfig"});
+  expect_rejected([&] { vllm::recurrent_shape(bad, 1); }, Status::kInvalidArgument,
+                  {"ModelConfig"});
+}
 
 }  // namespace
 }  // namespace specstate::test

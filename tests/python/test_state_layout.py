@@ -169,6 +169,35 @@ def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
     with pytest.raises(specstate.Error):
         vllm.state_pool(config, opts, conv_states=[t[:, :, ::-1] for t in conv],
                         recurrent_states=rec)
+    # Arguments of the wrong kind are TypeErrors naming them (they were AttributeErrors, or named
+    # the private _vllm_layout_options); a slot count other than the options' and the pool's own
+    # refusals name the caller's tensors, not the transposes handed to the pool.
+    wrong = [
+        (lambda: vllm.state_pool(None, opts, conv, rec), TypeError,
+         r"config: expected a ModelConfig, got NoneType"),
+        (lambda: vllm.state_pool(config, None, conv, rec), TypeError,
+         r"options: expected a PoolOptions, got NoneType"),
+        (lambda: vllm.state_pool(config, opts, (t for t in conv), rec), TypeError,
+         r"conv_states: expected a list of tensors, got generator"),
+        (lambda: vllm.state_pool(config, opts, [[0.0]] * L, rec), TypeError,
+         r"conv_states\[0\]: expected an array with shape and swapaxes"),
+        (lambda: vllm.state_pool(config, specstate.PoolOptions(num_slots=1, max_window=4), conv,
+                                 rec), specstate.InvalidArgumentError,
+         r"conv_states\[0\] has shape \(2, 3, 56\): 2 slots, options.num_slots = 1"),
+        (lambda: vllm.state_pool(config, opts, [t.astype(np.float64) for t in conv], rec),
+         TypeError, r"^conv_states\[0\]: dtype float64 is not supported .* transposed view"),
+        (lambda: vllm.conv_shape(config, -1), specstate.InvalidArgumentError,
+         r"vllm::conv_shape: slots = -1 must be >= 0"),
+        (lambda: vllm.recurrent_shape(config, -1), specstate.InvalidArgumentError,
+         r"vllm::recurrent_shape: slots = -1 must be >= 0"),
+    ]
+    for call, error, message in wrong:
+        with pytest.raises(error, match=message):
+            call()
+    unvalidated = specstate.ModelConfig.kda(1, specstate.KdaConfig(num_k_heads=0))
+    with pytest.raises(specstate.InvalidArgumentError, match="ModelConfig"):
+        vllm.conv_shape(unvalidated, 1)
+    assert all(not t.any() for t in conv + rec)
 
 
 def test_vllm_helpers_are_the_cpp_ones():
