@@ -22,7 +22,8 @@ import torch
 import specstate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spec_loop import LayerOwner, act_dtype, client_arguments, run_client  # noqa: E402
+from spec_loop import (  # noqa: E402
+    MAX_POSITIONS, LayerOwner, act_dtype, client_arguments, run_client)
 
 
 def _first(module, *names):
@@ -118,7 +119,7 @@ def make_model(args):
         # the same sizes under the names other transformers versions use
         linear_attn_key_heads=4, linear_attn_value_heads=4, linear_attn_key_head_dim=32,
         linear_attn_value_head_dim=32, first_k_dense_replace=args.layers,
-        max_position_embeddings=1024, initializer_range=0.1,
+        max_position_embeddings=MAX_POSITIONS, initializer_range=0.1,
         pad_token_id=0, bos_token_id=1, eos_token_id=None, tie_word_embeddings=False)
     return KimiLinearForCausalLM(config)
 

@@ -21,7 +21,8 @@ import torch
 import specstate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spec_loop import LayerOwner, act_dtype, client_arguments, run_client  # noqa: E402
+from spec_loop import (  # noqa: E402
+    MAX_POSITIONS, LayerOwner, act_dtype, client_arguments, run_client)
 
 
 class SpecstateMamba2(LayerOwner):
@@ -76,7 +77,7 @@ def make_model(args):
         layers_block_type=[pattern[i % len(pattern)] for i in range(args.layers)],
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=256,
         mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4,
-        use_conv_bias=True, chunk_size=16, max_position_embeddings=1024,
+        use_conv_bias=True, chunk_size=16, max_position_embeddings=MAX_POSITIONS,
         initializer_range=0.1, pad_token_id=0, bos_token_id=1, eos_token_id=None,
         tie_word_embeddings=False)
     return NemotronHForCausalLM(config)

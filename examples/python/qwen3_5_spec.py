@@ -16,7 +16,7 @@ import sys
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spec_loop import GdnOwner, client_arguments, run_client  # noqa: E402
+from spec_loop import MAX_POSITIONS, GdnOwner, client_arguments, run_client  # noqa: E402
 
 
 def project(m, hidden_states):
@@ -39,7 +39,7 @@ def make_model(args):
         num_attention_heads=4, num_key_value_heads=2, head_dim=32,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
         linear_value_head_dim=32, linear_conv_kernel_dim=4,
-        max_position_embeddings=1024, initializer_range=0.1,
+        max_position_embeddings=MAX_POSITIONS, initializer_range=0.1,
         pad_token_id=0, bos_token_id=1, eos_token_id=None, tie_word_embeddings=False)
     return Qwen3_5ForCausalLM(config)
 

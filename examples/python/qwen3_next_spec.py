@@ -28,7 +28,7 @@ from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spec_loop import GdnOwner, client_arguments, run_client  # noqa: E402
+from spec_loop import MAX_POSITIONS, GdnOwner, client_arguments, run_client  # noqa: E402
 
 
 def project(m, hidden_states):
@@ -62,7 +62,7 @@ def tiny_config(layers):
         linear_value_head_dim=32, linear_conv_kernel_dim=4,
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
         shared_expert_intermediate_size=64, decoder_sparse_step=1,
-        max_position_embeddings=1024, initializer_range=0.1,
+        max_position_embeddings=MAX_POSITIONS, initializer_range=0.1,
         pad_token_id=0, bos_token_id=1, eos_token_id=None, tie_word_embeddings=False)
 
 

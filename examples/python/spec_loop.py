@@ -223,34 +223,55 @@ def speculative_generate(model, owner, drafter, prompt, max_new_tokens, window, 
                                       emitted=len(out) - 1)
 
 
-def _at_least(low, kind=int):
-    """An argparse type: a finite `kind` >= low, else an error naming the value."""
+# The clients' tiny models' positions (max_position_embeddings): a prompt and its new tokens fit.
+MAX_POSITIONS = 1024
+
+
+def _between(low, high, kind=int):
+    """An argparse type: a finite `kind` in [low, high], else an error naming the value."""
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {kind.__name__}") from None
-        if not math.isfinite(value) or value < low:
-            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= {low}")
+        if not math.isfinite(value) or value < low or value > high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number in "
+                                             f"[{low}, {high}]")
         return value
     return parse
 
 
+class _ClientParser(argparse.ArgumentParser):
+    """The clients' options, each bounded by what a tiny model runs (a window, layer count or
+    length past them ran the reference decode first and failed after it, or asked for unbounded
+    memory and time), and a prompt plus its new tokens within MAX_POSITIONS."""
+
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        if ns.prompt_len + ns.new_tokens > MAX_POSITIONS:
+            self.error(f"--prompt-len {ns.prompt_len} + --new-tokens {ns.new_tokens} is more "
+                       f"than the tiny model's {MAX_POSITIONS} positions")
+        return ns
+
+
 def client_arguments(description, layers=8, noise=0.01):
-    ap = argparse.ArgumentParser(description=description)
+    ap = _ClientParser(description=description)
     ap.add_argument("--strategy", choices=["snapshot", "replay"], default="replay")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--drafter", choices=["perturbed", "ngram"], default="perturbed")
-    ap.add_argument("--noise", type=_at_least(0.0, float), default=noise,
+    ap.add_argument("--noise", type=_between(0.0, 100.0, float), default=noise,
                     help="perturbed drafter: weight noise relative to each tensor's std")
-    ap.add_argument("--window", type=_at_least(1), default=4, help="T: root + T-1 drafts per round")
+    ap.add_argument("--window", type=_between(1, 64), default=4,
+                    help="T: root + T-1 drafts per round (<= 64)")
     # The tiny configs put an attention layer every 4th layer: fewer have none, and transformers'
     # hybrid cache needs one.
-    ap.add_argument("--layers", type=_at_least(4), default=layers, help="decoder layers (>= 4)")
-    ap.add_argument("--prompt-len", type=_at_least(1), default=12)
-    ap.add_argument("--new-tokens", type=_at_least(1), default=48)
-    ap.add_argument("--seed", type=_at_least(0), default=0)
+    ap.add_argument("--layers", type=_between(4, 64), default=layers,
+                    help="decoder layers (4..64)")
+    ap.add_argument("--prompt-len", type=_between(1, MAX_POSITIONS - 1), default=12)
+    ap.add_argument("--new-tokens", type=_between(1, MAX_POSITIONS - 1), default=48,
+                    help=f"prompt-len + new-tokens <= {MAX_POSITIONS}")
+    ap.add_argument("--seed", type=_between(0, 2**63 - 1), default=0)
     ap.add_argument("--state-layout", choices=STATE_LAYOUTS, default="specstate",
                     help="the pool's memory: its own (specstate's element order), or tensors "
                          "shaped as vLLM's cache (channels-last conv windows, recurrent "

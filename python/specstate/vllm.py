@@ -121,9 +121,9 @@ def state_pool(config, options, conv_states, recurrent_states, order=SsmLayout.V
         # The pool names its own arguments (committed_conv[i], committed.ssm[i]: the transposes
         # handed over); the caller's names are conv_states / recurrent_states.
         message = str(e)
-        for pool_name, name in (("committed_conv", "conv_states"), ("committed.conv", "conv_states"),
-                                ("committed_ssm", "recurrent_states"),
-                                ("committed.ssm", "recurrent_states")):
+        names = (("committed_conv", "conv_states"), ("committed.conv", "conv_states"),
+                 ("committed_ssm", "recurrent_states"), ("committed.ssm", "recurrent_states"))
+        for pool_name, name in names:
             message = message.replace(pool_name, name)
         if message == str(e):
             raise

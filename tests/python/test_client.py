@@ -70,11 +70,20 @@ def test_client_arguments_are_checked_and_edge_windows_run(capsys):
     if not hasattr(transformers, "Qwen3NextForCausalLM"):
         pytest.skip("this transformers has no Qwen3NextForCausalLM")
     for bad in (["--window", "0"], ["--layers", "3"], ["--prompt-len", "0"],
-                ["--new-tokens", "0"], ["--noise", "nan"], ["--seed", "-1"]):
+                ["--new-tokens", "0"], ["--noise", "nan"], ["--seed", "-1"],
+                # past what a tiny model runs (unbounded memory and time, or a refusal after the
+                # reference decode had run)
+                ["--window", "100000"], ["--layers", "1000000000"], ["--prompt-len", "1024"],
+                ["--new-tokens", "1000000000000"], ["--seed", str(2**70)], ["--noise", "1e9"]):
         with pytest.raises(SystemExit) as e:
             module.main(bad)
         assert e.value.code == 2, bad
         assert f"argument {bad[0]}: '{bad[1]}'" in capsys.readouterr().err, bad
+    with pytest.raises(SystemExit) as e:
+        module.main(["--prompt-len", "1000", "--new-tokens", "100"])
+    assert e.value.code == 2
+    assert "--prompt-len 1000 + --new-tokens 100 is more than the tiny model's 1024 positions" in \
+        capsys.readouterr().err
     for edge in (["--new-tokens", "1"], ["--window", "1", "--new-tokens", "5"]):
         assert module.main(["--layers", "4"] + edge) == 0, edge
         out = capsys.readouterr().out

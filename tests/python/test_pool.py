@@ -698,7 +698,8 @@ def test_ints_past_their_type_name_the_argument_and_the_value():
     for obj, field in fields:
         before = getattr(obj, field)
         name = f"{type(obj).__name__}.{field}"
-        with pytest.raises(specstate.OutOfRangeError, match=rf"{name} = 2147483648 is out of range"):
+        with pytest.raises(specstate.OutOfRangeError,
+                           match=rf"{name} = 2147483648 is out of range"):
             setattr(obj, field, big)
         with pytest.raises(TypeError, match=rf"{name}: expected an int, got (NoneType|bool)"):
             setattr(obj, field, None)
