@@ -75,15 +75,19 @@ void bind_errors(nb::module_& m) {
 
 // The fields the delta-rule kinds' configs share (GdnConfig, KdaConfig): set from __init__'s
 // keywords, and bound as properties, methods and __repr__ under the kind's class name.
+// (The int keywords arrive as objects: converted naming "<cls>.<field>" and the value, as the
+// properties' setters do.)
 template <typename C>
-void set_delta_fields(C* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
-                      int conv_width, std::optional<float> scale, bool conv_bias, DType act_dtype,
+void set_delta_fields(C* self, const char* cls, nb::handle num_k_heads, nb::handle num_v_heads,
+                      nb::handle head_k_dim, nb::handle head_v_dim, nb::handle conv_width,
+                      std::optional<float> scale, bool conv_bias, DType act_dtype,
                       DType conv_state_dtype, DType ssm_state_dtype) {
-  self->num_k_heads = num_k_heads;
-  self->num_v_heads = num_v_heads;
-  self->head_k_dim = head_k_dim;
-  self->head_v_dim = head_v_dim;
-  self->conv_width = conv_width;
+  const std::string c = cls;
+  self->num_k_heads = to_integer<int>(num_k_heads, c + ".num_k_heads");
+  self->num_v_heads = to_integer<int>(num_v_heads, c + ".num_v_heads");
+  self->head_k_dim = to_integer<int>(head_k_dim, c + ".head_k_dim");
+  self->head_v_dim = to_integer<int>(head_v_dim, c + ".head_v_dim");
+  self->conv_width = to_integer<int>(conv_width, c + ".conv_width");
   self->scale = scale;
   self->conv_bias = conv_bias;
   self->act_dtype = act_dtype;
@@ -196,18 +200,20 @@ void bind_config(nb::module_& m) {
       "(H=16, HV=32, K=V=128, W=4, bf16 activations and conv state, f32 SSM).");
   gdn.def(
       "__init__",
-      [](GdnConfig* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
-         int conv_width, std::optional<float> scale, bool conv_bias, DType act_dtype,
-         DType conv_state_dtype, DType ssm_state_dtype) {
+      [](GdnConfig* self, nb::handle num_k_heads, nb::handle num_v_heads, nb::handle head_k_dim,
+         nb::handle head_v_dim, nb::handle conv_width, std::optional<float> scale, bool conv_bias,
+         DType act_dtype, DType conv_state_dtype, DType ssm_state_dtype) {
         new (self) GdnConfig();
-        set_delta_fields(self, num_k_heads, num_v_heads, head_k_dim, head_v_dim, conv_width, scale,
-                         conv_bias, act_dtype, conv_state_dtype, ssm_state_dtype);
+        set_delta_fields(self, "GdnConfig", num_k_heads, num_v_heads, head_k_dim, head_v_dim,
+                         conv_width, scale, conv_bias, act_dtype, conv_state_dtype,
+                         ssm_state_dtype);
       },
-      nb::kw_only(), nb::arg("num_k_heads") = 16, nb::arg("num_v_heads") = 32,
-      nb::arg("head_k_dim") = 128, nb::arg("head_v_dim") = 128, nb::arg("conv_width") = 4,
-      nb::arg("scale").none() = nb::none(), nb::arg("conv_bias") = false,
-      nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
-      nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.");
+      nb::kw_only(), nb::arg("num_k_heads").none() = 16, nb::arg("num_v_heads").none() = 32,
+      nb::arg("head_k_dim").none() = 128, nb::arg("head_v_dim").none() = 128,
+      nb::arg("conv_width").none() = 4, nb::arg("scale").none() = nb::none(),
+      nb::arg("conv_bias") = false, nb::arg("act_dtype") = DType::kBF16,
+      nb::arg("conv_state_dtype") = DType::kBF16, nb::arg("ssm_state_dtype") = DType::kF32,
+      "Keyword arguments set the fields.");
   def_delta_fields(gdn, "GdnConfig", "Whether verify/decode take a conv bias.",
                    "dtype of mixed_qkv, a, b, conv_out and core_out.");
 
@@ -216,16 +222,16 @@ void bind_config(nb::module_& m) {
                            "Nemotron-H-8B at TP1.")
       .def(
           "__init__",
-          [](Mamba2Config* self, int num_heads, int head_dim, int d_state, int n_groups,
-             int conv_width, bool conv_bias, bool d_skip, bool gate, std::optional<float> dt_min,
-             std::optional<float> dt_max, DType act_dtype, DType conv_state_dtype,
-             DType ssm_state_dtype) {
+          [](Mamba2Config* self, nb::handle num_heads, nb::handle head_dim, nb::handle d_state,
+             nb::handle n_groups, nb::handle conv_width, bool conv_bias, bool d_skip, bool gate,
+             std::optional<float> dt_min, std::optional<float> dt_max, DType act_dtype,
+             DType conv_state_dtype, DType ssm_state_dtype) {
             new (self) Mamba2Config();
-            self->num_heads = num_heads;
-            self->head_dim = head_dim;
-            self->d_state = d_state;
-            self->n_groups = n_groups;
-            self->conv_width = conv_width;
+            self->num_heads = to_integer<int>(num_heads, "Mamba2Config.num_heads");
+            self->head_dim = to_integer<int>(head_dim, "Mamba2Config.head_dim");
+            self->d_state = to_integer<int>(d_state, "Mamba2Config.d_state");
+            self->n_groups = to_integer<int>(n_groups, "Mamba2Config.n_groups");
+            self->conv_width = to_integer<int>(conv_width, "Mamba2Config.conv_width");
             self->conv_bias = conv_bias;
             self->d_skip = d_skip;
             self->gate = gate;
@@ -235,12 +241,13 @@ void bind_config(nb::module_& m) {
             self->conv_state_dtype = conv_state_dtype;
             self->ssm_state_dtype = ssm_state_dtype;
           },
-          nb::kw_only(), nb::arg("num_heads") = 128, nb::arg("head_dim") = 64,
-          nb::arg("d_state") = 128, nb::arg("n_groups") = 8, nb::arg("conv_width") = 4,
-          nb::arg("conv_bias") = true, nb::arg("d_skip") = true, nb::arg("gate") = false,
-          nb::arg("dt_min").none() = nb::none(), nb::arg("dt_max").none() = nb::none(),
-          nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
-          nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.")
+          nb::kw_only(), nb::arg("num_heads").none() = 128, nb::arg("head_dim").none() = 64,
+          nb::arg("d_state").none() = 128, nb::arg("n_groups").none() = 8,
+          nb::arg("conv_width").none() = 4, nb::arg("conv_bias") = true, nb::arg("d_skip") = true,
+          nb::arg("gate") = false, nb::arg("dt_min").none() = nb::none(),
+          nb::arg("dt_max").none() = nb::none(), nb::arg("act_dtype") = DType::kBF16,
+          nb::arg("conv_state_dtype") = DType::kBF16, nb::arg("ssm_state_dtype") = DType::kF32,
+          "Keyword arguments set the fields.")
       .def_prop_rw("num_heads", int_getter(&Mamba2Config::num_heads),
                    int_setter(&Mamba2Config::num_heads, "Mamba2Config.num_heads"),
                    nb::arg("value").none(), "nheads.")
@@ -276,21 +283,22 @@ void bind_config(nb::module_& m) {
       "K=V=128, W=4, bf16 activations and conv state, f32 SSM).");
   kda.def(
          "__init__",
-         [](KdaConfig* self, int num_k_heads, int num_v_heads, int head_k_dim, int head_v_dim,
-            int conv_width, std::optional<float> scale, bool conv_bias,
-            std::optional<float> lower_bound, DType act_dtype, DType conv_state_dtype,
-            DType ssm_state_dtype) {
+         [](KdaConfig* self, nb::handle num_k_heads, nb::handle num_v_heads, nb::handle head_k_dim,
+            nb::handle head_v_dim, nb::handle conv_width, std::optional<float> scale,
+            bool conv_bias, std::optional<float> lower_bound, DType act_dtype,
+            DType conv_state_dtype, DType ssm_state_dtype) {
            new (self) KdaConfig();
-           set_delta_fields(self, num_k_heads, num_v_heads, head_k_dim, head_v_dim, conv_width,
-                            scale, conv_bias, act_dtype, conv_state_dtype, ssm_state_dtype);
+           set_delta_fields(self, "KdaConfig", num_k_heads, num_v_heads, head_k_dim, head_v_dim,
+                            conv_width, scale, conv_bias, act_dtype, conv_state_dtype,
+                            ssm_state_dtype);
            self->lower_bound = lower_bound;
          },
-         nb::kw_only(), nb::arg("num_k_heads") = 32, nb::arg("num_v_heads") = 32,
-         nb::arg("head_k_dim") = 128, nb::arg("head_v_dim") = 128, nb::arg("conv_width") = 4,
-         nb::arg("scale").none() = nb::none(), nb::arg("conv_bias") = false,
-         nb::arg("lower_bound").none() = nb::none(), nb::arg("act_dtype") = DType::kBF16,
-         nb::arg("conv_state_dtype") = DType::kBF16, nb::arg("ssm_state_dtype") = DType::kF32,
-         "Keyword arguments set the fields.")
+         nb::kw_only(), nb::arg("num_k_heads").none() = 32, nb::arg("num_v_heads").none() = 32,
+         nb::arg("head_k_dim").none() = 128, nb::arg("head_v_dim").none() = 128,
+         nb::arg("conv_width").none() = 4, nb::arg("scale").none() = nb::none(),
+         nb::arg("conv_bias") = false, nb::arg("lower_bound").none() = nb::none(),
+         nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
+         nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.")
       .def_rw("lower_bound", &KdaConfig::lower_bound, nb::arg("value").none(),
               "None: g = -exp(A_log) * softplus(g + dt_bias); set (negative): g = lower_bound * "
               "sigmoid(exp(A_log) * (g + dt_bias)) (fla's lower-bound gate).");
@@ -335,29 +343,31 @@ void bind_config(nb::module_& m) {
   nb::class_<PoolOptions>(m, "PoolOptions", "The options a StatePool is created with.")
       .def(
           "__init__",
-          [](PoolOptions* self, int num_slots, int max_rows, int max_window, Backend backend,
-             Strategy strategy, int device, nb::handle stream, int replay_ring,
-             ConvLayout conv_layout, SsmLayout ssm_layout, int replay_fold_rows) {
+          [](PoolOptions* self, nb::handle num_slots, nb::handle max_rows, nb::handle max_window,
+             Backend backend, Strategy strategy, nb::handle device, nb::handle stream,
+             nb::handle replay_ring, ConvLayout conv_layout, SsmLayout ssm_layout,
+             nb::handle replay_fold_rows) {
             new (self) PoolOptions();
-            self->num_slots = num_slots;
-            self->max_rows = max_rows;
-            self->max_window = max_window;
+            self->num_slots = to_integer<int>(num_slots, "PoolOptions.num_slots");
+            self->max_rows = to_integer<int>(max_rows, "PoolOptions.max_rows");
+            self->max_window = to_integer<int>(max_window, "PoolOptions.max_window");
             self->backend = backend;
             self->strategy = strategy;
-            self->device = device;
-            self->replay_ring = replay_ring;
-            self->replay_fold_rows = replay_fold_rows;
+            self->device = to_integer<int>(device, "PoolOptions.device");
+            self->replay_ring = to_integer<int>(replay_ring, "PoolOptions.replay_ring");
+            self->replay_fold_rows =
+                to_integer<int>(replay_fold_rows, "PoolOptions.replay_fold_rows");
             self->conv_layout = conv_layout;
             self->ssm_layout = ssm_layout;
             auto s = to_stream(stream, "stream");
             self->stream = reinterpret_cast<void*>(s.value_or(0));
           },
-          nb::kw_only(), nb::arg("num_slots") = 1, nb::arg("max_rows") = 1,
-          nb::arg("max_window") = 1, nb::arg("backend") = Backend::kCpu,
-          nb::arg("strategy") = Strategy::kSnapshot, nb::arg("device") = 0,
-          nb::arg("stream").none() = nb::none(), nb::arg("replay_ring") = 0,
+          nb::kw_only(), nb::arg("num_slots").none() = 1, nb::arg("max_rows").none() = 1,
+          nb::arg("max_window").none() = 1, nb::arg("backend") = Backend::kCpu,
+          nb::arg("strategy") = Strategy::kSnapshot, nb::arg("device").none() = 0,
+          nb::arg("stream").none() = nb::none(), nb::arg("replay_ring").none() = 0,
           nb::arg("conv_layout") = ConvLayout::kChannelsFirst,
-          nb::arg("ssm_layout") = SsmLayout::kVK, nb::arg("replay_fold_rows") = 0,
+          nb::arg("ssm_layout") = SsmLayout::kVK, nb::arg("replay_fold_rows").none() = 0,
           "Keyword arguments set the fields.")
       .def_prop_rw("num_slots", int_getter(&PoolOptions::num_slots),
                    int_setter(&PoolOptions::num_slots, "PoolOptions.num_slots"),

@@ -708,6 +708,20 @@ def test_ints_past_their_type_name_the_argument_and_the_value():
         assert getattr(obj, field) == before
         setattr(obj, field, np.int64(3))
         assert getattr(obj, field) == 3
+    # The keyword constructors name the field and the value alike (they said "kwargs = {
+    # num_slots: int }"), and a bool is no count (PoolOptions(num_slots=True) was 1).
+    for cls, field in ((specstate.PoolOptions, "replay_fold_rows"),
+                       (specstate.GdnConfig, "head_v_dim"), (specstate.KdaConfig, "conv_width"),
+                       (specstate.Mamba2Config, "n_groups")):
+        name = f"{cls.__name__}.{field}"
+        with pytest.raises(specstate.OutOfRangeError,
+                           match=rf"{name} = -2147483649 is out of range"):
+            cls(**{field: -2**31 - 1})
+        with pytest.raises(TypeError, match=rf"{name}: expected an int, got bool"):
+            cls(**{field: True})
+        with pytest.raises(TypeError, match=rf"{name}: expected an int, got NoneType"):
+            cls(**{field: None})
+        assert getattr(cls(**{field: np.int32(5)}), field) == 5
     shape = specstate.TraceShape()
     with pytest.raises(specstate.OutOfRangeError, match=r"TraceShape.seed = -1 is out of range"):
         shape.seed = -1
