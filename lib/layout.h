@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,14 @@
 #include "specstate/dtype.h"
 
 namespace specstate::detail {
+
+// A float field's value for a message, as the caller wrote it (%.9g: 1e-10, not std::to_string's
+// 0.000000; nan, inf).
+inline std::string float_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
 
 // The buffers a pool may own. A strategy decides which of the workspace buffers exist (a size of
 // zero means absent).

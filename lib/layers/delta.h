@@ -51,7 +51,7 @@ void validate_common(const Config& c, const char* kind, int64_t gate_cols) {
               "num_v_heads * head_v_dim does not fit in 32 bits");
   }
   if (c.scale && !(std::isfinite(*c.scale) && *c.scale > 0.0f)) {
-    bad_field(kind, "scale", std::to_string(*c.scale), "must be finite and positive");
+    bad_field(kind, "scale", float_text(*c.scale), "must be finite and positive");
   }
   for (const auto& [field, dtype] : {std::pair<const char*, DType>{"act_dtype", c.act_dtype},
                                      {"conv_state_dtype", c.conv_state_dtype},

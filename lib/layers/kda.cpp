@@ -18,7 +18,7 @@ void validate(const KdaConfig& c) {
                      "num_v_heads * head_k_dim (the gate's columns) does not fit in 32 bits");
   }
   if (c.lower_bound && !(std::isfinite(*c.lower_bound) && *c.lower_bound < 0.0f)) {
-    delta::bad_field("kda", "lower_bound", std::to_string(*c.lower_bound),
+    delta::bad_field("kda", "lower_bound", float_text(*c.lower_bound),
                      "must be finite and negative (fla's default is -5)");
   }
 }

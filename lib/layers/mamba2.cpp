@@ -46,14 +46,13 @@ void validate(const Mamba2Config& m) {
     bad_field("d_state", std::to_string(m.d_state), "head_dim * d_state does not fit in 32 bits");
   }
   if (m.dt_min && !(std::isfinite(*m.dt_min) && *m.dt_min >= 0.0f)) {
-    bad_field("dt_min", std::to_string(*m.dt_min), "must be finite and >= 0");
+    bad_field("dt_min", float_text(*m.dt_min), "must be finite and >= 0");
   }
   if (m.dt_max && !(*m.dt_max > 0.0f)) {  // +inf is allowed (no upper clamp); NaN is not
-    bad_field("dt_max", std::to_string(*m.dt_max), "must be positive");
+    bad_field("dt_max", float_text(*m.dt_max), "must be positive");
   }
   if (m.dt_min && m.dt_max && !(*m.dt_min <= *m.dt_max)) {
-    bad_field("dt_min", std::to_string(*m.dt_min),
-              "must be <= dt_max = " + std::to_string(*m.dt_max));
+    bad_field("dt_min", float_text(*m.dt_min), "must be <= dt_max = " + float_text(*m.dt_max));
   }
   check_float_dtype("act_dtype", m.act_dtype);
   check_float_dtype("conv_state_dtype", m.conv_state_dtype);

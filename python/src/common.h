@@ -5,7 +5,9 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -227,6 +229,37 @@ T to_integer(nb::handle object, const std::string& name) {
     if (v > std::numeric_limits<T>::max()) throw out_of_range();
     return static_cast<T>(v);
   }
+}
+
+// `object` (None, or a real number) as an optional float32: OutOfRangeError naming `name` and the
+// value where a finite value would become 0 or infinite as float32 (1e-300 was stored as 0.0 and
+// refused later as "0"); NaN and infinities pass to the config's own checks.
+inline std::optional<float> to_float32(nb::handle object, const std::string& name) {
+  if (object.is_none()) return std::nullopt;
+  if (PyBool_Check(object.ptr()) || !(PyFloat_Check(object.ptr()) || PyIndex_Check(object.ptr()) ||
+                                      PyObject_HasAttrString(object.ptr(), "__float__"))) {
+    throw nb::type_error(
+        (name + ": expected a float or None, got " + arg_type_name(object)).c_str());
+  }
+  const double v = PyFloat_AsDouble(object.ptr());
+  if (v == -1.0 && PyErr_Occurred()) throw nb::python_error();
+  const float f = static_cast<float>(v);
+  if (std::isfinite(v) && (std::isinf(f) || (v != 0.0 && f == 0.0f))) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.9g", v);
+    throw Error(Status::kOutOfRange, name + " = " + buf +
+                                         " is out of float32's range (it would be " +
+                                         (std::isinf(f) ? "infinite" : "0") + ")");
+  }
+  return f;
+}
+template <typename C>
+auto float_getter(std::optional<float> C::*field) {
+  return [field](const C& c) { return c.*field; };
+}
+template <typename C>
+auto float_setter(std::optional<float> C::*field, std::string full) {
+  return [field, full](C& c, nb::handle value) { c.*field = to_float32(value, full); };
 }
 
 // An integer field of C as a property: its getter, and a setter that names `full`

@@ -80,15 +80,15 @@ void bind_errors(nb::module_& m) {
 template <typename C>
 void set_delta_fields(C* self, const char* cls, nb::handle num_k_heads, nb::handle num_v_heads,
                       nb::handle head_k_dim, nb::handle head_v_dim, nb::handle conv_width,
-                      std::optional<float> scale, bool conv_bias, DType act_dtype,
-                      DType conv_state_dtype, DType ssm_state_dtype) {
+                      nb::handle scale, bool conv_bias, DType act_dtype, DType conv_state_dtype,
+                      DType ssm_state_dtype) {
   const std::string c = cls;
   self->num_k_heads = to_integer<int>(num_k_heads, c + ".num_k_heads");
   self->num_v_heads = to_integer<int>(num_v_heads, c + ".num_v_heads");
   self->head_k_dim = to_integer<int>(head_k_dim, c + ".head_k_dim");
   self->head_v_dim = to_integer<int>(head_v_dim, c + ".head_v_dim");
   self->conv_width = to_integer<int>(conv_width, c + ".conv_width");
-  self->scale = scale;
+  self->scale = to_float32(scale, c + ".scale");
   self->conv_bias = conv_bias;
   self->act_dtype = act_dtype;
   self->conv_state_dtype = conv_state_dtype;
@@ -104,7 +104,8 @@ void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* c
   def_int_field(cls, name, "head_v_dim", &C::head_v_dim, "V.");
   def_int_field(cls, name, "conv_width", &C::conv_width,
                 "W: conv taps; the conv state keeps W-1 columns.");
-  cls.def_rw("scale", &C::scale, nb::arg("value").none(), "Query scale; K**-0.5 when None.")
+  cls.def_prop_rw("scale", float_getter(&C::scale), float_setter(&C::scale, name + ".scale"),
+                  nb::arg("value").none(), "Query scale; K**-0.5 when None.")
       .def_rw("conv_bias", &C::conv_bias, conv_bias_doc)
       .def_rw("act_dtype", &C::act_dtype, act_dtype_doc)
       .def_rw("conv_state_dtype", &C::conv_state_dtype, "Committed conv window dtype.")
@@ -201,7 +202,7 @@ void bind_config(nb::module_& m) {
   gdn.def(
       "__init__",
       [](GdnConfig* self, nb::handle num_k_heads, nb::handle num_v_heads, nb::handle head_k_dim,
-         nb::handle head_v_dim, nb::handle conv_width, std::optional<float> scale, bool conv_bias,
+         nb::handle head_v_dim, nb::handle conv_width, nb::handle scale, bool conv_bias,
          DType act_dtype, DType conv_state_dtype, DType ssm_state_dtype) {
         new (self) GdnConfig();
         set_delta_fields(self, "GdnConfig", num_k_heads, num_v_heads, head_k_dim, head_v_dim,
@@ -224,8 +225,8 @@ void bind_config(nb::module_& m) {
           "__init__",
           [](Mamba2Config* self, nb::handle num_heads, nb::handle head_dim, nb::handle d_state,
              nb::handle n_groups, nb::handle conv_width, bool conv_bias, bool d_skip, bool gate,
-             std::optional<float> dt_min, std::optional<float> dt_max, DType act_dtype,
-             DType conv_state_dtype, DType ssm_state_dtype) {
+             nb::handle dt_min, nb::handle dt_max, DType act_dtype, DType conv_state_dtype,
+             DType ssm_state_dtype) {
             new (self) Mamba2Config();
             self->num_heads = to_integer<int>(num_heads, "Mamba2Config.num_heads");
             self->head_dim = to_integer<int>(head_dim, "Mamba2Config.head_dim");
@@ -235,8 +236,8 @@ void bind_config(nb::module_& m) {
             self->conv_bias = conv_bias;
             self->d_skip = d_skip;
             self->gate = gate;
-            self->dt_min = dt_min;
-            self->dt_max = dt_max;
+            self->dt_min = to_float32(dt_min, "Mamba2Config.dt_min");
+            self->dt_max = to_float32(dt_max, "Mamba2Config.dt_max");
             self->act_dtype = act_dtype;
             self->conv_state_dtype = conv_state_dtype;
             self->ssm_state_dtype = ssm_state_dtype;
@@ -266,10 +267,12 @@ void bind_config(nb::module_& m) {
       .def_rw("conv_bias", &Mamba2Config::conv_bias, "Whether the weights carry a conv bias.")
       .def_rw("d_skip", &Mamba2Config::d_skip, "y += D[h] * x (weights.D given).")
       .def_rw("gate", &Mamba2Config::gate, "y *= silu(z) (inputs.z given).")
-      .def_rw("dt_min", &Mamba2Config::dt_min, nb::arg("value").none(),
-              "Optional lower clamp of softplus(dt + dt_bias).")
-      .def_rw("dt_max", &Mamba2Config::dt_max, nb::arg("value").none(),
-              "Optional upper clamp of softplus(dt + dt_bias).")
+      .def_prop_rw("dt_min", float_getter(&Mamba2Config::dt_min),
+                   float_setter(&Mamba2Config::dt_min, "Mamba2Config.dt_min"),
+                   nb::arg("value").none(), "Optional lower clamp of softplus(dt + dt_bias).")
+      .def_prop_rw("dt_max", float_getter(&Mamba2Config::dt_max),
+                   float_setter(&Mamba2Config::dt_max, "Mamba2Config.dt_max"),
+                   nb::arg("value").none(), "Optional upper clamp of softplus(dt + dt_bias).")
       .def_rw("act_dtype", &Mamba2Config::act_dtype, "dtype of xBC, dt, z, conv_out, y.")
       .def_rw("conv_state_dtype", &Mamba2Config::conv_state_dtype, "Committed conv dtype.")
       .def_rw("ssm_state_dtype", &Mamba2Config::ssm_state_dtype, "Committed SSM dtype.")
@@ -284,14 +287,14 @@ void bind_config(nb::module_& m) {
   kda.def(
          "__init__",
          [](KdaConfig* self, nb::handle num_k_heads, nb::handle num_v_heads, nb::handle head_k_dim,
-            nb::handle head_v_dim, nb::handle conv_width, std::optional<float> scale,
-            bool conv_bias, std::optional<float> lower_bound, DType act_dtype,
-            DType conv_state_dtype, DType ssm_state_dtype) {
+            nb::handle head_v_dim, nb::handle conv_width, nb::handle scale, bool conv_bias,
+            nb::handle lower_bound, DType act_dtype, DType conv_state_dtype,
+            DType ssm_state_dtype) {
            new (self) KdaConfig();
            set_delta_fields(self, "KdaConfig", num_k_heads, num_v_heads, head_k_dim, head_v_dim,
                             conv_width, scale, conv_bias, act_dtype, conv_state_dtype,
                             ssm_state_dtype);
-           self->lower_bound = lower_bound;
+           self->lower_bound = to_float32(lower_bound, "KdaConfig.lower_bound");
          },
          nb::kw_only(), nb::arg("num_k_heads").none() = 32, nb::arg("num_v_heads").none() = 32,
          nb::arg("head_k_dim").none() = 128, nb::arg("head_v_dim").none() = 128,
@@ -299,9 +302,11 @@ void bind_config(nb::module_& m) {
          nb::arg("conv_bias") = false, nb::arg("lower_bound").none() = nb::none(),
          nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
          nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.")
-      .def_rw("lower_bound", &KdaConfig::lower_bound, nb::arg("value").none(),
-              "None: g = -exp(A_log) * softplus(g + dt_bias); set (negative): g = lower_bound * "
-              "sigmoid(exp(A_log) * (g + dt_bias)) (fla's lower-bound gate).");
+      .def_prop_rw(
+          "lower_bound", float_getter(&KdaConfig::lower_bound),
+          float_setter(&KdaConfig::lower_bound, "KdaConfig.lower_bound"), nb::arg("value").none(),
+          "None: g = -exp(A_log) * softplus(g + dt_bias); set (negative): g = lower_bound * "
+          "sigmoid(exp(A_log) * (g + dt_bias)) (fla's lower-bound gate).");
   def_delta_fields(kda, "KdaConfig", "Whether the weights carry a conv bias.",
                    "dtype of mixed_qkv, g, b, conv_out and core_out.");
 

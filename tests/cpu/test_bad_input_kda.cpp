@@ -199,8 +199,10 @@ TEST(BadConfigKda, EachFieldIsNamed) {
        [](KdaConfig& c) { c.num_v_heads = 5; }},
       {"kda.conv_width = 1", [](KdaConfig& c) { c.conv_width = 1; }},
       {"kda.scale", [](KdaConfig& c) { c.scale = -1.0f; }},
-      {"kda.lower_bound = 0.000000", [](KdaConfig& c) { c.lower_bound = 0.0f; }},
-      {"kda.lower_bound = 2.000000", [](KdaConfig& c) { c.lower_bound = 2.0f; }},
+      // %.9g, not std::to_string's "-0.000000"
+      {"kda.scale = -1.00000001e-10:", [](KdaConfig& c) { c.scale = -1e-10f; }},
+      {"kda.lower_bound = 0:", [](KdaConfig& c) { c.lower_bound = 0.0f; }},
+      {"kda.lower_bound = 2:", [](KdaConfig& c) { c.lower_bound = 2.0f; }},
       {"kda.lower_bound = -inf", [](KdaConfig& c) { c.lower_bound = -INFINITY; }},
       {"kda.act_dtype = i32", [](KdaConfig& c) { c.act_dtype = DType::kI32; }},
       {"kda.conv_state_dtype = i32", [](KdaConfig& c) { c.conv_state_dtype = DType::kI32; }},

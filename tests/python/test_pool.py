@@ -729,6 +729,32 @@ def test_ints_past_their_type_name_the_argument_and_the_value():
     assert shape.seed == 2**64 - 1
 
 
+def test_float_fields_refuse_values_float32_cannot_hold():
+    """GdnConfig(scale=1e-300) stored 0.0 silently, refused later as "scale = 0.000000"; a value
+    float32 rounds to 0 or to infinity is refused when set, naming the field and the value, and
+    the config checks print what was set (%.9g, not std::to_string)."""
+    for make, name in ((lambda v: specstate.GdnConfig(scale=v), "GdnConfig.scale"),
+                       (lambda v: specstate.KdaConfig(lower_bound=v), "KdaConfig.lower_bound"),
+                       (lambda v: specstate.Mamba2Config(dt_min=v), "Mamba2Config.dt_min"),
+                       (lambda v: specstate.Mamba2Config(dt_max=v), "Mamba2Config.dt_max")):
+        with pytest.raises(specstate.OutOfRangeError, match=rf"{name} = -?1e-300 is out of "
+                                                            r"float32's range \(it would be 0\)"):
+            make(1e-300)
+        with pytest.raises(specstate.OutOfRangeError, match=rf"{name} = -?1e\+300 .* infinite"):
+            make(1e300)
+        with pytest.raises(TypeError, match=rf"{name}: expected a float or None, got str"):
+            make("1")
+    config = specstate.GdnConfig()
+    with pytest.raises(specstate.OutOfRangeError, match=r"GdnConfig.scale = 1e-50"):
+        config.scale = 1e-50
+    assert config.scale is None
+    config.scale = np.float32(0.5)
+    assert config.scale == 0.5
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"gdn.scale = -1.00000001e-10: must be finite and positive"):
+        specstate.ModelConfig.gated_delta_net(1, specstate.GdnConfig(scale=-1e-10)).validate()
+
+
 def test_big_endian_array_and_empty_window_say_what_is_wrong():
     """A big-endian array was "expected an array ..., got ndarray"; accept_greedy_chain([], [])
     said "tokens is null"."""
