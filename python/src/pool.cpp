@@ -818,6 +818,14 @@ void bind_pool(nb::module_& m) {
                   return;
                 }
                 Arg a = to_arg(accepted, "accepted", false, false);
+                // A dtype that is no integer is a TypeError, as float64 already was (float32
+                // and bfloat16 arrays import, and were refused by the pool as values).
+                if (a.view.dtype != DType::kI32) {
+                  throw nb::type_error((std::string("accepted: dtype ") + dtype_name(a.view.dtype) +
+                                        " is no integer dtype (a list of ints, or an integer "
+                                        "array)")
+                                           .c_str());
+                }
                 check_device(p, a, "accepted");
                 const TensorView v = a.view;
                 locked(p, stream, [&](StatePool& s) {
