@@ -361,8 +361,12 @@ std::optional<uintptr_t> to_stream(nb::handle object, const char* name) {
                                .c_str());
     return stream_handle(pair[1], n + ".__cuda_stream__()[1]");
   }
-  if (nb::hasattr(object, "cuda_stream"))
-    return stream_handle(object.attr("cuda_stream"), n + ".cuda_stream");
+  // The property read once (hasattr then attr read it twice: a property with side effects ran
+  // twice).
+  PyObject* handle = PyObject_GetAttrString(object.ptr(), "cuda_stream");
+  if (handle != nullptr) return stream_handle(nb::steal(handle), n + ".cuda_stream");
+  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();
+  PyErr_Clear();
   throw nb::type_error((std::string(name) + ": expected a CUDA stream (an int handle such as " +
                         "torch.cuda.current_stream().cuda_stream, or a stream object), got " +
                         py_type_name(object))

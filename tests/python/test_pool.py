@@ -467,6 +467,19 @@ def test_every_pool_call_takes_a_stream():
     with pytest.raises(TypeError):
         pool.acquire(stream="main")
 
+    class Stream:
+        """A stream object whose cuda_stream property counts its reads (it was read twice a call:
+        a property with side effects ran twice)."""
+        reads = 0
+
+        @property
+        def cuda_stream(self):
+            Stream.reads += 1
+            return 0
+
+    pool.last_commit_status(stream=Stream())
+    assert Stream.reads == 1
+
 
 def test_config_and_pool_constants():
     model = Model(act=DType.F32)
