@@ -205,7 +205,8 @@ std::optional<std::vector<int32_t>> host_int_values(nb::handle object, const cha
     byte_string = format == "B" || format == "b" || format == "c";
   }
   if (byte_string) {
-    throw nb::type_error((std::string(name) + ": expected a list of ints or an integer array, got " +
+    throw nb::type_error((std::string(name) +
+                          ": expected a list of ints or an integer array, got " +
                           arg_type_name(object))
                              .c_str());
   }
