@@ -15,8 +15,8 @@
 
 namespace specstate::detail {
 
-// A float field's value for a message, as the caller wrote it (%.9g: 1e-10, not std::to_string's
-// 0.000000; nan, inf).
+// A float field's stored value for a message (%.9g: -1.00000001e-10 for a float32 set from
+// -1e-10, not std::to_string's -0.000000; nan, inf).
 inline std::string float_text(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.9g", v);

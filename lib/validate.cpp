@@ -168,7 +168,7 @@ void check_no_self_overlap(const char* function, const char* name, const TensorV
            std::string(name) + " (" + view.describe() + ") stride " + std::to_string(d) + " = " +
                std::to_string(view.stride[d]) + " is less than the " + std::to_string(spanned) +
                " elements its smaller strides span: an output's elements must not share memory "
-               "(an overlapping view?)");
+               "(an overlapping view, or one whose dimensions interleave?)");
     }
     spanned = view.stride[d] * (view.shape[d] - 1) + spanned;
   }

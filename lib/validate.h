@@ -36,7 +36,8 @@ void check_strided(const char* function, const char* name, const TensorView& vie
 // must be pairwise distinct: no stride of 0 along more than one element (a broadcast view, e.g.
 // torch's expand), and, sorted by stride, each dimension's stride reaches past the elements the
 // smaller ones span (an as_strided view over too little memory; views that interleave their
-// dimensions are refused with them). A view of no elements passes.
+// dimensions are refused with them). A view of no elements passes. Call it after check_view or
+// check_strided, which bound ndim, the strides' signs and the span (nothing here overflows then).
 void check_no_self_overlap(const char* function, const char* name, const TensorView& view);
 // The same, but an empty view is accepted (optional argument).
 void check_optional_view(const TensorView& view, const ViewSpec& spec);

@@ -244,13 +244,14 @@ def _between(low, high, kind=int):
 class _ClientParser(argparse.ArgumentParser):
     """The clients' options, each bounded by what a tiny model runs (a window, layer count or
     length past them ran the reference decode first and failed after it, or asked for unbounded
-    memory and time), and a prompt plus its new tokens within MAX_POSITIONS."""
+    memory and time), and a prompt, its new tokens and a round's window within MAX_POSITIONS."""
 
     def parse_args(self, args=None, namespace=None):
         ns = super().parse_args(args, namespace)
-        if ns.prompt_len + ns.new_tokens > MAX_POSITIONS:
-            self.error(f"--prompt-len {ns.prompt_len} + --new-tokens {ns.new_tokens} is more "
-                       f"than the tiny model's {MAX_POSITIONS} positions")
+        # A round verifies `window` positions past the tokens so far.
+        if ns.prompt_len + ns.new_tokens + ns.window - 1 > MAX_POSITIONS:
+            self.error(f"--prompt-len {ns.prompt_len} + --new-tokens {ns.new_tokens} + --window "
+                       f"{ns.window} - 1 is more than the tiny model's {MAX_POSITIONS} positions")
         return ns
 
 
@@ -270,7 +271,7 @@ def client_arguments(description, layers=8, noise=0.01):
                     help="decoder layers (4..64)")
     ap.add_argument("--prompt-len", type=_between(1, MAX_POSITIONS - 1), default=12)
     ap.add_argument("--new-tokens", type=_between(1, MAX_POSITIONS - 1), default=48,
-                    help=f"prompt-len + new-tokens <= {MAX_POSITIONS}")
+                    help=f"prompt-len + new-tokens + window - 1 <= {MAX_POSITIONS}")
     ap.add_argument("--seed", type=_between(0, 2**63 - 1), default=0)
     ap.add_argument("--state-layout", choices=STATE_LAYOUTS, default="specstate",
                     help="the pool's memory: its own (specstate's element order), or tensors "

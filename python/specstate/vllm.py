@@ -67,9 +67,12 @@ def _invalid(message):
 
 
 def _check(name, tensors, layers, want, slots):
-    if not isinstance(tensors, (list, tuple)):
-        raise TypeError(f"specstate.vllm.state_pool: {name}: expected a list of tensors, got "
-                        f"{type(tensors).__name__}")
+    # Any sized, indexable sequence of tensors (a list, or one stacked [layers, slots, ...]
+    # array as vLLM v0's cache keeps them); not an iterator (read once, then gone) nor a string.
+    if isinstance(tensors, (str, bytes)) or not (hasattr(tensors, "__len__") and
+                                                 hasattr(tensors, "__getitem__")):
+        raise TypeError(f"specstate.vllm.state_pool: {name}: expected a sequence of tensors "
+                        f"(a list, or a stacked array), got {type(tensors).__name__}")
     for i, t in enumerate(tensors):
         if not (hasattr(t, "shape") and hasattr(t, "swapaxes")):
             raise TypeError(f"specstate.vllm.state_pool: {name}[{i}]: expected an array with "

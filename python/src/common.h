@@ -232,9 +232,12 @@ T to_integer(nb::handle object, const std::string& name) {
 }
 
 // `object` (None, or a real number) as an optional float32: OutOfRangeError naming `name` and the
-// value where a finite value would become 0 or infinite as float32 (1e-300 was stored as 0.0 and
-// refused later as "0"); NaN and infinities pass to the config's own checks.
-inline std::optional<float> to_float32(nb::handle object, const std::string& name) {
+// value where a finite value would become 0 (unless `zero_ok`: a field for which 0 means the same,
+// Mamba2's dt_min) or infinite (unless `inf_ok`: dt_max, where infinity is "no clamp") as float32
+// (scale = 1e-300 was stored as 0.0 and refused later as "0"); NaN and infinities given as such
+// pass to the config's own checks.
+inline std::optional<float> to_float32(nb::handle object, const std::string& name,
+                                       bool zero_ok = false, bool inf_ok = false) {
   if (object.is_none()) return std::nullopt;
   if (PyBool_Check(object.ptr()) || !(PyFloat_Check(object.ptr()) || PyIndex_Check(object.ptr()) ||
                                       PyObject_HasAttrString(object.ptr(), "__float__"))) {
@@ -244,7 +247,7 @@ inline std::optional<float> to_float32(nb::handle object, const std::string& nam
   const double v = PyFloat_AsDouble(object.ptr());
   if (v == -1.0 && PyErr_Occurred()) throw nb::python_error();
   const float f = static_cast<float>(v);
-  if (std::isfinite(v) && (std::isinf(f) || (v != 0.0 && f == 0.0f))) {
+  if (std::isfinite(v) && ((std::isinf(f) && !inf_ok) || (v != 0.0 && f == 0.0f && !zero_ok))) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "%.9g", v);
     throw Error(Status::kOutOfRange, name + " = " + buf +
@@ -258,8 +261,11 @@ auto float_getter(std::optional<float> C::*field) {
   return [field](const C& c) { return c.*field; };
 }
 template <typename C>
-auto float_setter(std::optional<float> C::*field, std::string full) {
-  return [field, full](C& c, nb::handle value) { c.*field = to_float32(value, full); };
+auto float_setter(std::optional<float> C::*field, std::string full, bool zero_ok = false,
+                  bool inf_ok = false) {
+  return [field, full, zero_ok, inf_ok](C& c, nb::handle value) {
+    c.*field = to_float32(value, full, zero_ok, inf_ok);
+  };
 }
 
 // An integer field of C as a property: its getter, and a setter that names `full`

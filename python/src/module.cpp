@@ -236,8 +236,10 @@ void bind_config(nb::module_& m) {
             self->conv_bias = conv_bias;
             self->d_skip = d_skip;
             self->gate = gate;
-            self->dt_min = to_float32(dt_min, "Mamba2Config.dt_min");
-            self->dt_max = to_float32(dt_max, "Mamba2Config.dt_max");
+            // dt_min rounded to 0 and dt_max to infinity mean what was asked (no lower / upper
+            // clamp beyond the values float32 holds): taken.
+            self->dt_min = to_float32(dt_min, "Mamba2Config.dt_min", /*zero_ok=*/true);
+            self->dt_max = to_float32(dt_max, "Mamba2Config.dt_max", false, /*inf_ok=*/true);
             self->act_dtype = act_dtype;
             self->conv_state_dtype = conv_state_dtype;
             self->ssm_state_dtype = ssm_state_dtype;
@@ -268,10 +270,10 @@ void bind_config(nb::module_& m) {
       .def_rw("d_skip", &Mamba2Config::d_skip, "y += D[h] * x (weights.D given).")
       .def_rw("gate", &Mamba2Config::gate, "y *= silu(z) (inputs.z given).")
       .def_prop_rw("dt_min", float_getter(&Mamba2Config::dt_min),
-                   float_setter(&Mamba2Config::dt_min, "Mamba2Config.dt_min"),
+                   float_setter(&Mamba2Config::dt_min, "Mamba2Config.dt_min", true),
                    nb::arg("value").none(), "Optional lower clamp of softplus(dt + dt_bias).")
       .def_prop_rw("dt_max", float_getter(&Mamba2Config::dt_max),
-                   float_setter(&Mamba2Config::dt_max, "Mamba2Config.dt_max"),
+                   float_setter(&Mamba2Config::dt_max, "Mamba2Config.dt_max", false, true),
                    nb::arg("value").none(), "Optional upper clamp of softplus(dt + dt_bias).")
       .def_rw("act_dtype", &Mamba2Config::act_dtype, "dtype of xBC, dt, z, conv_out, y.")
       .def_rw("conv_state_dtype", &Mamba2Config::conv_state_dtype, "Committed conv dtype.")

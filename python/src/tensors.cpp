@@ -200,9 +200,9 @@ std::optional<std::vector<int32_t>> host_int_values(nb::handle object, const cha
   // bytes and bytearray (and a memoryview of bytes) export their bytes as uint8: commit(b"12")
   // would commit the character codes. An accepted count is an int: refused, naming the argument.
   bool byte_string = PyBytes_Check(object.ptr()) || PyByteArray_Check(object.ptr());
-  if (PyMemoryView_Check(object.ptr())) {
-    const std::string format = nb::cast<std::string>(object.attr("format"));
-    byte_string = format == "B" || format == "b" || format == "c";
+  if (PyMemoryView_Check(object.ptr())) {  // a view of bytes, not of an integer array
+    const nb::object base = object.attr("obj");
+    byte_string = PyBytes_Check(base.ptr()) || PyByteArray_Check(base.ptr());
   }
   if (byte_string) {
     throw nb::type_error((std::string(name) +

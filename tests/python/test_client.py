@@ -80,10 +80,10 @@ def test_client_arguments_are_checked_and_edge_windows_run(capsys):
         assert e.value.code == 2, bad
         assert f"argument {bad[0]}: '{bad[1]}'" in capsys.readouterr().err, bad
     with pytest.raises(SystemExit) as e:
-        module.main(["--prompt-len", "1000", "--new-tokens", "100"])
+        module.main(["--prompt-len", "1000", "--new-tokens", "24", "--window", "64"])
     assert e.value.code == 2
-    assert "--prompt-len 1000 + --new-tokens 100 is more than the tiny model's 1024 positions" in \
-        capsys.readouterr().err
+    assert ("--prompt-len 1000 + --new-tokens 24 + --window 64 - 1 is more than the tiny "
+            "model's 1024 positions") in capsys.readouterr().err
     for edge in (["--new-tokens", "1"], ["--window", "1", "--new-tokens", "5"]):
         assert module.main(["--layers", "4"] + edge) == 0, edge
         out = capsys.readouterr().out

@@ -187,7 +187,8 @@ def test_commit_refuses_byte_strings():
                                             r"array, got (bytes|bytearray|memoryview)"):
             pool.commit(value)
         assert pool.round_open()
-    pool.commit(memoryview(np.array([2], np.int32)))
+    # A memoryview of an integer array is that array (uint8 too: only bytes are refused).
+    pool.commit(memoryview(np.array([2], np.uint8)))
     assert not pool.round_open()
     with pytest.raises(TypeError, match="view: expected a pool view or an array with __dlpack__, "
                                         "got list"):
@@ -750,17 +751,28 @@ def test_float_fields_refuse_values_float32_cannot_hold():
     """GdnConfig(scale=1e-300) stored 0.0 silently, refused later as "scale = 0.000000"; a value
     float32 rounds to 0 or to infinity is refused when set, naming the field and the value, and
     the config checks print what was set (%.9g, not std::to_string)."""
-    for make, name in ((lambda v: specstate.GdnConfig(scale=v), "GdnConfig.scale"),
-                       (lambda v: specstate.KdaConfig(lower_bound=v), "KdaConfig.lower_bound"),
-                       (lambda v: specstate.Mamba2Config(dt_min=v), "Mamba2Config.dt_min"),
-                       (lambda v: specstate.Mamba2Config(dt_max=v), "Mamba2Config.dt_max")):
-        with pytest.raises(specstate.OutOfRangeError, match=rf"{name} = -?1e-300 is out of "
-                                                            r"float32's range \(it would be 0\)"):
-            make(1e-300)
-        with pytest.raises(specstate.OutOfRangeError, match=rf"{name} = -?1e\+300 .* infinite"):
-            make(1e300)
+    for make, name, tiny, huge in (
+            (lambda v: specstate.GdnConfig(scale=v), "GdnConfig.scale", True, True),
+            (lambda v: specstate.KdaConfig(lower_bound=v), "KdaConfig.lower_bound", True, True),
+            (lambda v: specstate.Mamba2Config(dt_min=v), "Mamba2Config.dt_min", False, True),
+            (lambda v: specstate.Mamba2Config(dt_max=v), "Mamba2Config.dt_max", True, False)):
+        if tiny:
+            with pytest.raises(specstate.OutOfRangeError,
+                               match=rf"{name} = 1e-300 is out of float32's range "
+                                     r"\(it would be 0\)"):
+                make(1e-300)
+        if huge:
+            with pytest.raises(specstate.OutOfRangeError, match=rf"{name} = 1e\+300 .* infinite"):
+                make(1e300)
         with pytest.raises(TypeError, match=rf"{name}: expected a float or None, got str"):
             make("1")
+    # dt_min rounded to 0 and dt_max to infinity mean what was asked (no clamp beyond float32's
+    # range): taken, as before.
+    assert specstate.Mamba2Config(dt_min=1e-300).dt_min == 0.0
+    assert specstate.Mamba2Config(dt_max=1e300).dt_max == float("inf")
+    m2 = specstate.Mamba2Config()
+    m2.dt_max = 1.7976931348623157e308
+    assert m2.dt_max == float("inf")
     config = specstate.GdnConfig()
     with pytest.raises(specstate.OutOfRangeError, match=r"GdnConfig.scale = 1e-50"):
         config.scale = 1e-50

@@ -178,7 +178,8 @@ def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
         (lambda: vllm.state_pool(config, None, conv, rec), TypeError,
          r"options: expected a PoolOptions, got NoneType"),
         (lambda: vllm.state_pool(config, opts, (t for t in conv), rec), TypeError,
-         r"conv_states: expected a list of tensors, got generator"),
+         r"conv_states: expected a sequence of tensors \(a list, or a stacked array\), got "
+         r"generator"),
         (lambda: vllm.state_pool(config, opts, [[0.0]] * L, rec), TypeError,
          r"conv_states\[0\]: expected an array with shape and swapaxes"),
         (lambda: vllm.state_pool(config, specstate.PoolOptions(num_slots=1, max_window=4), conv,
@@ -194,6 +195,11 @@ def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
     for call, error, message in wrong:
         with pytest.raises(error, match=message):
             call()
+    # One stacked [layers, slots, ...] array per kind of state (vLLM v0's cache) is a sequence too.
+    stacked_conv, stacked_rec = np.stack(conv), np.stack(rec)
+    pool = vllm.state_pool(config, opts, stacked_conv, stacked_rec)
+    h = pool.acquire()
+    assert pool.slot_index(h) in range(slots)
     unvalidated = specstate.ModelConfig.kda(1, specstate.KdaConfig(num_k_heads=0))
     with pytest.raises(specstate.InvalidArgumentError, match="ModelConfig"):
         vllm.conv_shape(unvalidated, 1)
