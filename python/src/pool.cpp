@@ -356,15 +356,16 @@ void bind_pool(nb::module_& m) {
                           "rows), the window T and, for trees, parents ([T] shared or [B*T]).")
       .def(
           "__init__",
-          [](VerifyBatch* self, std::vector<SlotHandle> rows, int window,
+          [](VerifyBatch* self, std::vector<SlotHandle> rows, nb::handle window,
              std::vector<int32_t> parents, std::vector<int32_t> lengths) {
+            const int t = to_integer<int>(window, "VerifyBatch.window");
             new (self) VerifyBatch{};
             self->rows = std::move(rows);
-            self->window = window;
+            self->window = t;
             self->parents = std::move(parents);
             self->lengths = std::move(lengths);
           },
-          nb::arg("rows") = std::vector<SlotHandle>{}, nb::arg("window") = 1,
+          nb::arg("rows") = std::vector<SlotHandle>{}, nb::arg("window").none() = 1,
           nb::arg("parents") = std::vector<int32_t>{}, nb::arg("lengths") = std::vector<int32_t>{},
           "rows: list of SlotHandle; window: T (the largest with lengths); parents: [] (chain), "
           "[T] or [B*T] (with lengths: [sum(lengths)] packed or [B*T]); lengths: [] (every row "

@@ -263,11 +263,14 @@ void bind_spec(nb::module_& m) {
   nb::class_<TraceShape>(m, "TraceShape", "Shape of a generated trace.")
       .def(
           "__init__",
-          [](TraceShape* self, int requests, int rounds, const Window& window, uint64_t seed) {
-            new (self) TraceShape{requests, rounds, window, seed};
+          [](TraceShape* self, nb::handle requests, nb::handle rounds, const Window& window,
+             nb::handle seed) {
+            new (self) TraceShape{to_integer<int>(requests, "TraceShape.requests"),
+                                  to_integer<int>(rounds, "TraceShape.rounds"), window,
+                                  to_integer<uint64_t>(seed, "TraceShape.seed")};
           },
-          nb::kw_only(), nb::arg("requests") = 1, nb::arg("rounds") = 1,
-          nb::arg("window") = Window::chain(4), nb::arg("seed") = 0,
+          nb::kw_only(), nb::arg("requests").none() = 1, nb::arg("rounds").none() = 1,
+          nb::arg("window") = Window::chain(4), nb::arg("seed").none() = 0,
           "Keyword arguments set the fields.")
       .def_prop_rw("requests", int_getter(&TraceShape::requests),
                    int_setter(&TraceShape::requests, "TraceShape.requests"),

@@ -740,6 +740,12 @@ def test_ints_past_their_type_name_the_argument_and_the_value():
         with pytest.raises(TypeError, match=rf"{name}: expected an int, got NoneType"):
             cls(**{field: None})
         assert getattr(cls(**{field: np.int32(5)}), field) == 5
+    with pytest.raises(specstate.OutOfRangeError, match=r"VerifyBatch.window = 2147483648"):
+        specstate.VerifyBatch([], big)
+    with pytest.raises(specstate.OutOfRangeError, match=r"TraceShape.seed = -1 is out of range"):
+        specstate.TraceShape(seed=-1)
+    with pytest.raises(TypeError, match=r"TraceShape.rounds: expected an int, got NoneType"):
+        specstate.TraceShape(rounds=None)
     shape = specstate.TraceShape()
     with pytest.raises(specstate.OutOfRangeError, match=r"TraceShape.seed = -1 is out of range"):
         shape.seed = -1
