@@ -316,18 +316,36 @@ void bind_config(nb::module_& m) {
                           "A model: num_layers recurrent layers of one configuration (attention "
                           "layers are not specstate's business).")
       .def(nb::init<>())
-      .def_static("gated_delta_net", &ModelConfig::gated_delta_net, nb::arg("num_layers"),
-                  nb::arg("layer"), "num_layers Gated DeltaNet layers of config `layer`.")
+      .def_static(
+          "gated_delta_net",
+          [](nb::handle num_layers, const GdnConfig& layer) {
+            return ModelConfig::gated_delta_net(
+                to_integer<int>(num_layers, "ModelConfig.gated_delta_net: num_layers"), layer);
+          },
+          nb::arg("num_layers").none(), nb::arg("layer"),
+          "num_layers Gated DeltaNet layers of config `layer`.")
       .def_rw("kind", &ModelConfig::kind, "The layer kind.")
       .def_prop_rw("num_layers", int_getter(&ModelConfig::num_layers),
                    int_setter(&ModelConfig::num_layers, "ModelConfig.num_layers"),
                    nb::arg("value").none(), "Recurrent layers.")
-      .def_static("mamba2", &ModelConfig::mamba2, nb::arg("num_layers"), nb::arg("layer"),
-                  "num_layers Mamba2 layers of config `layer`.")
+      .def_static(
+          "mamba2",
+          [](nb::handle num_layers, const Mamba2Config& layer) {
+            return ModelConfig::mamba2(
+                to_integer<int>(num_layers, "ModelConfig.mamba2: num_layers"), layer);
+          },
+          nb::arg("num_layers").none(), nb::arg("layer"),
+          "num_layers Mamba2 layers of config `layer`.")
       .def_rw("gdn", &ModelConfig::gdn, "The GDN layer config (kind GATED_DELTA_NET).")
       .def_rw("mamba", &ModelConfig::mamba, "The Mamba2 layer config (kind MAMBA2).")
-      .def_static("kda", &ModelConfig::kda, nb::arg("num_layers"), nb::arg("layer"),
-                  "num_layers KDA layers of config `layer`.")
+      .def_static(
+          "kda",
+          [](nb::handle num_layers, const KdaConfig& layer) {
+            return ModelConfig::kda(to_integer<int>(num_layers, "ModelConfig.kda: num_layers"),
+                                    layer);
+          },
+          nb::arg("num_layers").none(), nb::arg("layer"),
+          "num_layers KDA layers of config `layer`.")
       .def_rw("kda_layer", &ModelConfig::kda_layer, "The KDA layer config (kind KDA).")
       .def("conv_dim", &ModelConfig::conv_dim, "Channels of the conv.")
       .def("act_dtype", &ModelConfig::act_dtype,

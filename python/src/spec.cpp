@@ -282,8 +282,14 @@ void bind_spec(nb::module_& m) {
       .def_prop_rw("seed", int_getter(&TraceShape::seed),
                    int_setter(&TraceShape::seed, "TraceShape.seed"), nb::arg("value").none(),
                    "std::mt19937_64 seed.");
-  m.def("generate_fixed", &spec::generate_fixed, nb::arg("shape"), nb::arg("accepted_length"),
-        "Every round accepts `accepted_length` tokens.");
+  m.def(
+      "generate_fixed",
+      [](const TraceShape& shape, nb::handle accepted_length) {
+        return spec::generate_fixed(
+            shape, to_integer<int>(accepted_length, "generate_fixed: accepted_length"));
+      },
+      nb::arg("shape"), nb::arg("accepted_length").none(),
+      "Every round accepts `accepted_length` tokens.");
   m.def("generate_geometric", &spec::generate_geometric, nb::arg("shape"), nb::arg("alpha"),
         "Each draft accepted with probability alpha given its parent was.");
   m.def("generate_empirical", &spec::generate_empirical, nb::arg("shape"), nb::arg("weights"),

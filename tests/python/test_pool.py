@@ -742,6 +742,12 @@ def test_ints_past_their_type_name_the_argument_and_the_value():
         assert getattr(cls(**{field: np.int32(5)}), field) == 5
     with pytest.raises(specstate.OutOfRangeError, match=r"VerifyBatch.window = 2147483648"):
         specstate.VerifyBatch([], big)
+    with pytest.raises(specstate.OutOfRangeError,
+                       match=r"ModelConfig.gated_delta_net: num_layers = 2147483648"):
+        specstate.ModelConfig.gated_delta_net(big, model.cfg)
+    with pytest.raises(specstate.OutOfRangeError,
+                       match=r"generate_fixed: accepted_length = 2147483648"):
+        specstate.generate_fixed(specstate.TraceShape(), big)
     with pytest.raises(specstate.OutOfRangeError, match=r"TraceShape.seed = -1 is out of range"):
         specstate.TraceShape(seed=-1)
     with pytest.raises(TypeError, match=r"TraceShape.rounds: expected an int, got NoneType"):
