@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "specstate/spec/file_path.h"
 #include "specstate/spec/json_depth.h"
@@ -464,6 +466,44 @@ Trace parse_trace(std::istream& in, const std::string& source) {
 }
 
 namespace {
+// An output stream buffer over a file descriptor (the temporary file mkstemp opened): 64 KiB
+// buffered, write() until each buffer is out; ok() false once a write failed (a full disk, a file
+// size limit).
+class FdWriter : public std::streambuf {
+ public:
+  explicit FdWriter(int fd) : fd_(fd), buf_(1 << 16) { reset(); }
+  bool ok() const { return ok_; }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (!drain()) return traits_type::eof();
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+  int sync() override { return drain() ? 0 : -1; }
+
+ private:
+  bool drain() {
+    for (const char* p = pbase(); ok_ && p < pptr();) {
+      const ssize_t n = ::write(fd_, p, static_cast<size_t>(pptr() - p));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        ok_ = false;
+      else
+        p += n;
+    }
+    reset();
+    return ok_;
+  }
+  void reset() { setp(buf_.data(), buf_.data() + buf_.size()); }
+  int fd_;
+  bool ok_ = true;
+  std::vector<char> buf_;
+};
+
 // The process's umask: from /proc/self/status (Linux), which reads it without changing it; else
 // by setting it and setting it back (a moment in which another thread's create would see 0).
 mode_t process_umask() {
@@ -627,23 +667,7 @@ void write_trace_file(const std::string& path, const Trace& trace) {
     throw Error(Status::kInvalidArgument,
                 "spec::write_trace_file: " + what + " \"" + path + "\" (nothing was changed)");
   };
-  if (!in_place) {
-    if (exists && ::access(final_path.c_str(), W_OK) != 0) fail("cannot write");
-    // A name of its own beside the target (mkstemp), so two writers of one path do not collide.
-    std::string name = final_path.string() + ".tmp-XXXXXX";
-    const int fd = ::mkstemp(name.data());
-    if (fd < 0) fail("cannot create a temporary file beside");
-    ::close(fd);
-    target = name;
-    if (exists) {
-      fs::permissions(target, status.permissions(), ec);
-    } else {
-      // A new file gets what an ordinary create gives it, 0666 less the umask (mkstemp's is
-      // 0600).
-      fs::permissions(target, static_cast<fs::perms>(0666 & ~process_umask()), ec);
-    }
-  }
-  try {
+  if (in_place) {
     std::ofstream out(target, std::ios::binary | std::ios::trunc);
     if (!out) fail("cannot open");
     try {
@@ -653,16 +677,44 @@ void write_trace_file(const std::string& path, const Trace& trace) {
     }
     out.close();
     if (!out) fail("writing");
+    return;
+  }
+  if (exists && ::access(final_path.c_str(), W_OK) != 0) fail("cannot write");
+  // A name of its own beside the target (mkstemp), so two writers of one path do not collide;
+  // written through mkstemp's descriptor (a umask that clears the owner's write bit would make
+  // the file unopenable by name), its mode set once it is complete.
+  std::string name = final_path.string() + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) fail("cannot create a temporary file beside");
+  target = name;
+  bool written = false;
+  try {
+    FdWriter buf(fd);
+    std::ostream out(&buf);
+    try {
+      write_trace(out, trace);
+    } catch (const Error&) {
+      ::close(fd);
+      fail("writing");
+    }
+    out.flush();
+    written = out.good() && buf.ok();
   } catch (const Error&) {
     throw;
   } catch (...) {  // anything else (std::bad_alloc): no temporary file stays behind
-    if (!in_place) fs::remove(target, ec);
+    ::close(fd);
+    fs::remove(target, ec);
     throw;
   }
-  if (!in_place) {
-    fs::rename(target, final_path, ec);
-    if (ec) fail("renaming the written trace (" + ec.message() + ") to");
+  if (::close(fd) != 0 || !written) fail("writing");
+  if (exists) {
+    fs::permissions(target, status.permissions(), ec);
+  } else {
+    // A new file gets what an ordinary create gives it, 0666 less the umask (mkstemp's is 0600).
+    fs::permissions(target, static_cast<fs::perms>(0666 & ~process_umask()), ec);
   }
+  fs::rename(target, final_path, ec);
+  if (ec) fail("renaming the written trace (" + ec.message() + ") to");
 }
 
 Trace generate_fixed(const TraceShape& shape, int accepted_length) {

@@ -2,6 +2,7 @@
 // clear reason, loads nothing on error, and reads back exactly what the writer wrote.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -247,6 +248,45 @@ TEST(TraceReader, ANewFileGetsTheUmasksModeAndAnEmptyPathIsRefused) {
         << e.what();
   }
   EXPECT_EQ(temporaries_beside(fs::current_path().string() + "/"), 0);
+}
+
+// In a death test's child, as a user who is not root (root opens any file): under a umask that
+// clears the owner's write bit, writes a trace to `path`; exits 0 iff it was written, reads back,
+// and has mode 0444.
+[[noreturn]] void write_under_umask_0222(const std::string& path, const Trace& trace) {
+  if (::geteuid() == 0 && ::setuid(65534) != 0) std::exit(2);  // nobody
+  ::umask(0222);
+  try {
+    write_trace_file(path, trace);
+  } catch (const Error&) {
+    std::exit(3);
+  }
+  namespace fs = std::filesystem;
+  const bool mode = (fs::status(path).permissions() & fs::perms::all) ==
+                    (fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  const bool same = read_trace(path).records.size() == trace.records.size();
+  std::remove(path.c_str());
+  std::exit(mode && same ? 0 : 4);
+}
+
+// A umask that clears the owner's write bit gave the temporary file a mode its writer could not
+// open by name ("cannot open", where an ordinary create and write succeed): it is written through
+// mkstemp's descriptor, its mode set once it is complete.
+TEST(TraceReader, AUmaskWithoutOwnerWriteStillWritesTheFile) {
+  if (::geteuid() == 0) {  // the child drops root: check that this machine lets it
+    const pid_t pid = ::fork();
+    if (pid == 0) std::_Exit(::setuid(65534) == 0 ? 0 : 1);
+    int status = 1;
+    ::waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      GTEST_SKIP() << "root cannot become another user here (no CAP_SETUID)";
+  }
+  const std::string dir = "/tmp/specstate_trace_umask";
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::all);  // nobody writes here too
+  const std::string path = dir + "/t.jsonl";
+  std::remove(path.c_str());
+  EXPECT_EXIT(write_under_umask_0222(path, parse(good_text())), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(TraceReader, EachRecordFieldWrongOnce) {
