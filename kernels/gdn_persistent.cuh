@@ -335,29 +335,11 @@ __global__ void __launch_bounds__(kGdnThreads, kGdnPersistCtas)
           }
         }
       }
-      for (int t = 0; t < count; ++t) {
+      // Window token t: the step, its output and u record into the block's rows.
+      const auto token = [&](int t) {
         float u[RPT], o[RPT];
         gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, c, hist + t, kl, rows, u, o,
                                                    t + 1 < count || p.store_final || p.last_state);
-        if (t == 0 && more) {
-          // The next block's state into shared memory (this thread's own elements), issued
-          // after a step has consumed S.
-#pragma unroll
-          for (int q = 0; q < RPT; ++q) {
-            const St* src = committed + int64_t{(vb + 1) * kRows + rows.vrow[q]} * K;
-#pragma unroll
-            for (int i = 0; i < NK; ++i) {
-              cp_async<4 * sizeof(St)>(next_mine(q) + i * 4 * LANES + kl * 4,
-                                       src + i * 4 * LANES + kl * 4);
-            }
-          }
-          asm volatile("cp.async.commit_group;" ::: "memory");
-        } else if (t == 0 && copy_next) {
-          // The last block: the next item's copies (its first block's state into next_state,
-          // read back after this item; its records and window into the pf arrays, read by
-          // nobody until the next item's staging).
-          copy_item(j + 1, true, true);
-        }
         if (writer) {
 #pragma unroll
           for (int q = 0; q < RPT; ++q) {
@@ -365,7 +347,31 @@ __global__ void __launch_bounds__(kGdnThreads, kGdnPersistCtas)
             sm.base.u_rows[t][rows.vrow[q]] = u[q];
           }
         }
+      };
+      // Token 0 peeled: the copies it is followed by are tested once a block, not once a token
+      // (their predicates were reloaded from local memory every token).
+      token(0);
+      if (more) {
+        // The next block's state into shared memory (this thread's own elements), issued after a
+        // step has consumed S.
+#pragma unroll
+        for (int q = 0; q < RPT; ++q) {
+          const St* src = committed + int64_t{(vb + 1) * kRows + rows.vrow[q]} * K;
+#pragma unroll
+          for (int i = 0; i < NK; ++i) {
+            cp_async<4 * sizeof(St)>(next_mine(q) + i * 4 * LANES + kl * 4,
+                                     src + i * 4 * LANES + kl * 4);
+          }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+      } else if (copy_next) {
+        // The last block: the next item's copies (its first block's state into next_state, read
+        // back after this item; its records and window into the pf arrays, read by nobody until
+        // the next item's staging).
+        copy_item(j + 1, true, true);
       }
+#pragma unroll 1
+      for (int t = 1; t < count; ++t) token(t);
       if (p.store_final) {
 #pragma unroll
         for (int q = 0; q < RPT; ++q) {
