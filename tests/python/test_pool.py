@@ -178,10 +178,7 @@ def test_commit_refuses_byte_strings():
     b"12" meant [49, 50]; an integer array's memoryview is still an array."""
     model = Model()
     pool = model.pool()
-    h = pool.acquire()
-    pool.begin_verify(specstate.VerifyBatch([h], window=4))
-    for layer, (x, a, b) in enumerate(model.inputs(4)):
-        pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), model.outputs(4))
+    verified_round(model, pool)
     for value in (b"\x02", bytearray(b"\x02"), memoryview(b"\x02")):
         with pytest.raises(TypeError, match=r"accepted: expected a list of ints or an integer "
                                             r"array, got (bytes|bytearray|memoryview)"):
@@ -201,6 +198,15 @@ def open_round(model, pool, T=4):
     h = pool.acquire()
     pool.begin_verify(specstate.VerifyBatch([h], window=T))
     return h, model.inputs(T)[0]
+
+
+def verified_round(model, pool, T=4):
+    """A round of one new request whose every layer is verified: ready to commit."""
+    h = pool.acquire()
+    pool.begin_verify(specstate.VerifyBatch([h], window=T))
+    for layer, (x, a, b) in enumerate(model.inputs(T)):
+        pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), model.outputs(T))
+    return h
 
 
 def test_bad_dtype_names_argument():
@@ -581,10 +587,7 @@ def test_commit_names_a_value_that_does_not_fit():
     host integer arrays (test_commit_array_and_tuple) name theirs too. Nothing is committed."""
     model = Model()
     pool = model.pool()
-    h = pool.acquire()
-    pool.begin_verify(specstate.VerifyBatch([h], window=4))
-    for layer, (x, a, b) in enumerate(model.inputs(4)):
-        pool.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), model.outputs(4))
+    verified_round(model, pool)
     before = states(pool, model.layers)
     for bad, error, message in [
             ([2**31], specstate.OutOfRangeError, r"accepted\[0\] = 2147483648 is out of range"),
