@@ -161,7 +161,9 @@ void rounds4(benchmark::State& state, Strategy strategy) {
   state.counters["us"] = t;
   state.counters["x_floor"] = t / floor_us;
   // (Batches between the table's have no SGLang figure.)
-  if (const SglangM2* r = find_sglang(T, B)) state.counters["sglang_us"] = r->round_est_us;
+  // (SGLang's figure is for all 24 layers: no comparison under SPECSTATE_BENCH_LAYERS.)
+  const SglangM2* r = kLayers == 24 ? find_sglang(T, B) : nullptr;
+  if (r != nullptr) state.counters["sglang_us"] = r->round_est_us;
 }
 
 // Per-kernel figures (issue 17.8): one kernel of every layer's verify, a graph of kLayers launches
@@ -294,9 +296,10 @@ void print_table() {
       };
       const double sn = get(Strategy::kSnapshot), rp = get(Strategy::kReplay);
       const double floor_us = kLayers * B * 2 * kStateBytes / (w.copy_gbps * 1e9) * 1e6;
-      const double sg = sglang(T, B).round_est_us;
+      const double sg = kLayers == 24 ? sglang(T, B).round_est_us : 0.0;
       std::printf("%2d %4d | %9.1f %9.1f | %8.1f %6.2f %6.2f | %9.1f %6.2f %6.2f\n", T, B, sn, rp,
-                  floor_us, sn / floor_us, rp / floor_us, sg, sn / sg, rp / sg);
+                  floor_us, sn / floor_us, rp / floor_us, sg, sg > 0 ? sn / sg : 0.0,
+                  sg > 0 ? rp / sg : 0.0);
     }
   }
   if (kernel_results().empty()) return;
