@@ -368,15 +368,12 @@ inline bool programmatic_launch_supported() {
 // Launches a kernel, as a programmatic dependent of the kernel before it in the stream where
 // `programmatic` and the device has it (captured as a programmatic edge in CUDA graphs): it may
 // start while that kernel runs and waits (grid_dependency_wait) before reading its outputs.
-// `smem`: bytes of dynamic shared memory (the caller has set the kernel's maximum where it is
-// over 48 KiB).
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel_smem(bool programmatic, size_t smem, void (*kernel)(Params...), dim3 grid,
-                               dim3 block, cudaStream_t stream, const Args&... args) {
+cudaError_t launch_kernel(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
+                          cudaStream_t stream, const Args&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -385,11 +382,6 @@ cudaError_t launch_kernel_smem(bool programmatic, size_t smem, void (*kernel)(Pa
   config.numAttrs = programmatic && programmatic_launch_supported() ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
   return err != cudaSuccess ? err : cudaGetLastError();
-}
-template <typename... Params, typename... Args>
-cudaError_t launch_kernel(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
-                          cudaStream_t stream, const Args&... args) {
-  return launch_kernel_smem(programmatic, 0, kernel, grid, block, stream, args...);
 }
 
 // Launches a recurrence kernel as a programmatic dependent of the conv kernel before it.

@@ -213,14 +213,12 @@ __device__ __forceinline__ void gdn_flush_block(const GdnRecurrenceParams& p,
 }
 
 // One (row, value head, V block) of the launch: V rows [vblock * kRows, +kRows) of value head hv
-// (key head h), with the layer's gate parameters a_log and dt_bias already loaded. `launch_row`:
-// the launch row (the persistent kernel's item), or -1: blockIdx.z's.
+// (key head h), with the layer's gate parameters a_log and dt_bias already loaded.
 // kKV: the state is [K][V] (p.state_kv): its loads and stores go through sm.kv_tile.
 template <typename Act, typename St, int K, int LANES, int kItems, int kChunk, bool kReplay,
           bool kTree, int RPT, bool kKV, typename Shared>
 __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shared& sm, int vblock,
-                                              int h, int hv, float a_log, float dt_bias,
-                                              int launch_row = -1) {
+                                              int h, int hv, float a_log, float dt_bias) {
   static_assert(kItems == 1 || kItems == 2, "one or two rows per CTA");
   static_assert(!kKV || kItems == 1, "two rows per CTA stage [V][K] rows only");
   static_assert(!kReplay || kItems == 1, "the replay instantiation handles one row per CTA");
@@ -249,8 +247,7 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
   const int64_t head_off = int64_t{hv} * V * K;
   const auto row_off = [&](int j) { return int64_t{rows.ok[j] ? rows.v[j] : 0} * K; };
   // Rows of this launch handled by this CTA: blockIdx.z and blockIdx.z + gridDim.z.
-  const int r0 = launch_row >= 0 ? launch_row : static_cast<int>(blockIdx.z);
-  const int r1 = r0 + gridDim.z;
+  const int r0 = blockIdx.z, r1 = blockIdx.z + gridDim.z;
   const int slot0 = p.slots ? p.slots[r0] : p.slot_inline[r0];
   const int slot1 = kItems > 1 && r1 < p.rows ? (p.slots ? p.slots[r1] : p.slot_inline[r1]) : -1;
   St* next_mine = next_state + (kItems > 1 ? rows.vrow[0] * K : 0);
@@ -751,13 +748,6 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
       dim3(kGdnThreads), p, stream);
 }
 
-}  // namespace specstate::kernels
-
-// The persistent replay verify (its kernel uses gdn_row_block and the kernels above).
-#include "gdn_persistent.cuh"
-
-namespace specstate::kernels {
-
 template <typename Act, typename St, bool kKda, int K>
 cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
   if (p.state_kv) {
@@ -797,16 +787,6 @@ cudaError_t launch_gdn_k(const GdnRecurrenceParams& p, cudaStream_t stream) {
     // Two V rows a thread: each staged key and query value serves both (half the shared-memory
     // loads a state element), where a CTA then still runs several V blocks.
     if (gdn_multi_rpt(p.rows, p.tokens, kKda, std::getenv("SPECSTATE_GDN_RPT")) == 2) {
-      // Several waves of CTAs: the persistent kernel (the next item's copies overlap).
-      const int persist =
-          gdn_persistent_choice(int64_t{p.rows} * p.num_v_heads, device_sm_count(), kGdnPersistCtas,
-                                std::getenv("SPECSTATE_GDN_PERSIST"));
-      if (persist > 0 && !kKda && p.tokens > 0) {
-        if constexpr (!kKda && K == 128 && sizeof(Act) == 2) {
-          if (gdn_persistent_fits<Act, K>(p)) return launch_gdn_persistent<Act, St, K>(p, stream);
-        }
-        if (persist == 2) return cudaErrorNotSupported;  // required, and not possible here
-      }
       constexpr int kRows2 = 2 * gdn_rows_per_cta<8>();
       q.vblocks =
           replay_vblocks_for(p.rows, p.num_v_heads, (p.head_v_dim + kRows2 - 1) / kRows2,

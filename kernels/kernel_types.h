@@ -322,24 +322,6 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   return rows >= kGdnMultiRptRows && tokens >= kGdnMultiRptTokens ? 2 : 1;
 }
 
-// Whether a GDN replay verify chain launch of `items` (rows x value heads) runs as the persistent
-// kernel (kernels/gdn_persistent.cuh: a CTA's items in turn, the next one's inputs copied while
-// the current one's last V block computes) on `sms` SMs of `ctas_per_sm` CTAs. By default 0
-// (kGdnPersistByDefault): measured on the H100 (docs/cuda.md, fifteenth session) its first
-// version was 1.55-1.61x slower at B = 64 and 128, its grid sized for 4 CTAs an SM where the
-// runtime had fewer; with kGdnPersistByDefault, 1 where its CTAs would otherwise be at least
-// kGdnPersistWaves waves. `env` (SPECSTATE_GDN_PERSIST) overrides: "0" never, "1" wherever the
-// launch can take it (gdn_persistent_fits), "2" required (tests: the launcher fails a launch that
-// cannot take it, so that a test of the kernel cannot pass on the other path); anything else is
-// ignored. The launcher asks this only of a GDN replay verify chain over two V rows a thread
-// ([V][K] states; kernels::gdn_multi_rpt), so "2" fails only such launches.
-inline constexpr bool kGdnPersistByDefault = false;
-inline constexpr int kGdnPersistWaves = 2;
-inline int gdn_persistent_choice(int64_t items, int sms, int ctas_per_sm, const char* env) {
-  if (env != nullptr && env[0] >= '0' && env[0] <= '2' && env[1] == '\0') return env[0] - '0';
-  return kGdnPersistByDefault && items >= int64_t{kGdnPersistWaves} * sms * ctas_per_sm ? 1 : 0;
-}
-
 // V blocks a CTA of the two-rows-a-thread replay verify (GDN and KDA): `chosen`, the count that
 // fills its CTAs an SM (4: kernels::gdn_ctas_per_sm), but at least 2 from kRpt2Rows rows on,
 // below a full wave (unless SPECSTATE_GDN_VBLOCKS forces the count: `forced`). Measured on the

@@ -151,28 +151,6 @@ TEST(GdnMultiRpt, ManyRowsOfWindowsAndTheOverride) {
   }
 }
 
-// The persistent GDN replay verify (kernels::gdn_persistent_choice): where a launch's items (rows
-// x value heads) are at least kGdnPersistWaves waves of the GPU's CTAs; SPECSTATE_GDN_PERSIST's
-// "0" / "1" / "2" force never / wherever it fits / required, anything else is ignored.
-TEST(GdnPersistentChoice, SeveralWavesAndTheOverride) {
-  EXPECT_EQ(kGdnPersistWaves, 2);
-  // Qwen3-Next TP1 (32 value heads) on an H200 (132 SMs, 4 CTAs an SM: 528 a wave).
-  const int on = kGdnPersistByDefault ? 1 : 0;
-  EXPECT_EQ(gdn_persistent_choice(128 * 32, 132, 4, nullptr), on);
-  EXPECT_EQ(gdn_persistent_choice(33 * 32, 132, 4, nullptr), on);
-  EXPECT_EQ(gdn_persistent_choice(32 * 32, 132, 4, nullptr), 0);
-  EXPECT_EQ(gdn_persistent_choice(8 * 32, 132, 4, nullptr), 0);
-  EXPECT_EQ(gdn_persistent_choice(1056, 132, 4, nullptr), on);
-  EXPECT_EQ(gdn_persistent_choice(1055, 132, 4, nullptr), 0);
-  EXPECT_EQ(gdn_persistent_choice(1, 132, 4, "1"), 1);
-  EXPECT_EQ(gdn_persistent_choice(1, 132, 4, "2"), 2);
-  EXPECT_EQ(gdn_persistent_choice(128 * 32, 132, 4, "0"), 0);
-  for (const char* ignored : {"", "3", "11", "x", "-1"}) {
-    EXPECT_EQ(gdn_persistent_choice(128 * 32, 132, 4, ignored), on) << ignored;
-    EXPECT_EQ(gdn_persistent_choice(8 * 32, 132, 4, ignored), 0) << ignored;
-  }
-}
-
 // The conv's token loop at four channels a thread (kernels::conv_narrow_choice): from
 // kConvNarrowRows rows on, only where the launch loops over tokens; SPECSTATE_CONV_NARROW's 1
 // takes it at any batch of a token loop, 0 never. Measured on the H200 (docs/cuda.md, "The

@@ -149,38 +149,6 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4)),
     EnvCaseName{"_vb"});
 
-// The persistent GDN replay verify (kernels/gdn_persistent.cuh; the launcher's choice where a
-// launch is several waves of CTAs), required here by SPECSTATE_GDN_PERSIST=2 (a launch that could
-// not take it fails the test) with its grid capped by SPECSTATE_GDN_PERSIST_CTAS, so that a CTA
-// runs many items (row, value head) in turn and copies each next one's inputs while the current
-// one's last V block computes: replay equals snapshot bit for bit. Folds every round (ring 2T),
-// long histories (ring 40: items that take the per-block path between ones that do not),
-// padding rows and sit-outs (the driver's), 12 requests, everything bf16 with three value heads a
-// key head and three V blocks; grids capped at 1, 3 and 8 CTAs (raised where a CTA would have
-// more than kGdnPersistMaxItems items).
-class ReplayPersistentGpu : public ::testing::TestWithParam<EnvCase> {};
-
-TEST_P(ReplayPersistentGpu, ReplayEqualsSnapshotBitForBit) {
-  SPECSTATE_REQUIRE_GPU();
-  const auto& [c, ctas] = GetParam();
-  const ScopedEnv rpt("SPECSTATE_GDN_RPT", "2");
-  const ScopedEnv persist("SPECSTATE_GDN_PERSIST", "2");
-  run_under_env("SPECSTATE_GDN_PERSIST_CTAS", c, ctas, 0x9E75 + c.rounds * 23 + ctas);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Gpu, ReplayPersistentGpu,
-    ::testing::Combine(
-        ::testing::Values(
-            EquivalenceCase{"k128_chain", "gpu_k128", false, 4, 5, 16},
-            EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 4, 5, 24, 8},
-            EquivalenceCase{"k128_chain_ring40_long", "gpu_k128", false, 4, 4, 60, 40},
-            EquivalenceCase{"k128_chain_b12", "gpu_k128", false, 8, 12, 12},
-            EquivalenceCase{"k128_bf16_chain", "gpu_k128_bf16", false, 4, 5, 16},
-            EquivalenceCase{"k128_bf16_chain_ring2t", "gpu_k128_bf16", false, 4, 4, 16, 8}),
-        ::testing::Values(1, 3, 8)),
-    EnvCaseName{"_ctas"});
-
 // A replay verify skips the state update of each row's last window token (nothing reads that
 // state: the window's records carry it); SPECSTATE_GDN_LAST_STATE=1 forms it anyway. Both ways
 // replay equals snapshot bit for bit, over every path of the GDN / KDA replay verify: the
@@ -407,27 +375,6 @@ INSTANTIATE_TEST_SUITE_P(
                                                       8, 4, 12}},
                                      {false, true})),
     VarlenCaseName{});
-
-// The persistent replay verify (required, 3 CTAs) under variable windows: packed rows, rows of
-// length 0 beside rows with history and folds, host lengths and device cu_seqlens: packed rows
-// equal the uniform window with filler bit for bit.
-class ReplayPersistentVarlenGpu : public ::testing::TestWithParam<VarlenCase> {};
-
-TEST_P(ReplayPersistentVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
-  SPECSTATE_REQUIRE_GPU();
-  const VarlenCase& c = GetParam();
-  const ScopedEnv rpt("SPECSTATE_GDN_RPT", "2");
-  const ScopedEnv persist("SPECSTATE_GDN_PERSIST", "2");
-  const ScopedEnv ctas("SPECSTATE_GDN_PERSIST_CTAS", "3");
-  run_varlen(c, 0x9E76, c.base.tree);
-}
-
-INSTANTIATE_TEST_SUITE_P(Gpu, ReplayPersistentVarlenGpu,
-                         ::testing::ValuesIn(varlen_cases(
-                             {EquivalenceCase{"k128_chain", "gpu_k128", false, 6, 6, 12},
-                              EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 4, 5, 12, 8}},
-                             {false, true})),
-                         VarlenCaseName{});
 
 // The fused small-batch launch of GDN and KDA replay verifies (conv + recurrence in one kernel,
 // kernels/gdn_fused.h), forced on every launch it can serve by SPECSTATE_GDN_FUSED=1 and off by
