@@ -322,6 +322,23 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   return rows >= kGdnMultiRptRows && tokens >= kGdnMultiRptTokens ? 2 : 1;
 }
 
+// Channels a thread (1 or 2) of the Mamba2 replay verify chain launch of `rows` rows of `tokens`
+// window tokens where it runs one channel block a CTA (kernels/mamba2_recurrence.cuh,
+// mamba2_chain_rows; d_state 32..128): with two, each staged B and C load and each history
+// record's B * dt serve two channels (at one, the token loop was 191 instructions for 53 floating
+// point ones: fifteenth session's SASS), at SPECSTATE_MAMBA2_RPT2_MIN_CTAS CTAs an SM. Measured on
+// the H100 (docs/cuda.md, "Mamba2's replay verify with two channels a thread"; Nemotron-H-8B
+// rounds, one -> two): T = 2 / 4 / 8 at B = 1 0.957 / 0.833 / 0.799, B = 2 0.941 / 0.954 / 0.920,
+// B = 4 0.973 / 0.948 / 0.915, B = 8 0.974 / 0.955 / 0.942; from 16 rows the several-blocks kernel
+// runs (one block a CTA with two channels lost to it: B = 32 1.13 / 1.09 / 1.04). So two for
+// kMamba2RptRowsLo..kMamba2RptRowsHi rows of at least kMamba2RptTokens tokens; `env`
+// (SPECSTATE_MAMBA2_RPT) "1" / "2" overrides, anything else is ignored.
+inline constexpr int kMamba2RptRowsLo = 1, kMamba2RptRowsHi = 8, kMamba2RptTokens = 2;
+inline int mamba2_rpt(int rows, int tokens, const char* env) {
+  if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] - '0';
+  return tokens >= kMamba2RptTokens && rows >= kMamba2RptRowsLo && rows <= kMamba2RptRowsHi ? 2 : 1;
+}
+
 // V blocks a CTA of the two-rows-a-thread replay verify (GDN and KDA): `chosen`, the count that
 // fills its CTAs an SM (4: kernels::gdn_ctas_per_sm), but at least 2 from kRpt2Rows rows on,
 // below a full wave (unless SPECSTATE_GDN_VBLOCKS forces the count: `forced`). Measured on the

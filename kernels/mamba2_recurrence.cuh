@@ -11,18 +11,20 @@ namespace specstate::kernels {
 // them: not where the static shared memory would pass 48 KiB (kMerge false: the history is then
 // staged before the wait in a chunk of its own). A tree without snapshots restarts branches from
 // the row's start state (post history): in shared memory, or in registers for N = 256 (the chunk
-// fills shared memory there). next_state (kMulti): the next channel block's state.
-template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kMulti>
+// fills shared memory there). next_state (kMulti): the next channel block's state. RPT: channels
+// a thread (mamba2_chain_rows), the CTA's channels kRows = mamba2_rows<N>() * RPT.
+template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kMulti,
+          int RPT = 1>
 struct Mamba2Shared {
-  static constexpr int kRows = mamba2_rows<N>();
+  static constexpr int kRows = mamba2_rows<N>() * RPT;
   static constexpr bool kMerge = kReplay && !kTree &&
-                                 sizeof(Mamba2Chunk<N, kChunk>) +
-                                         sizeof(Mamba2RawHistory<Act, N, kChunk>) +
+                                 sizeof(Mamba2Chunk<N, kChunk, kRows>) +
+                                         sizeof(Mamba2RawHistory<Act, N, kChunk, kRows>) +
                                          (kMulti ? kRows * N * sizeof(St) : 0) <=
                                      44 * 1024;
   static constexpr bool kStartInRegs = N > 128;
-  Mamba2Chunk<N, kChunk> chunk;
-  Mamba2RawHistory<Act, N, kMerge ? kChunk : 1> hist_raw;
+  Mamba2Chunk<N, kChunk, kRows> chunk;
+  Mamba2RawHistory<Act, N, kMerge ? kChunk : 1, kRows> hist_raw;
   __align__(16) float start_state[kReplay && kTree && !kStartInRegs ? kRows * N : 4];
   __align__(16) St next_state[kMulti ? kRows * N : 4];
   // kMulti: the next channel block's x (history records, then the window) and gate input as
@@ -221,6 +223,133 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
   if (p.store_final && rt.count > 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
 }
 
+// mamba2_row_block for a replay chain with RPT channels a thread (channels r and
+// r + mamba2_rows<N>() of the block): each staged B and C load (mamba2_step_rows) and each merged
+// history record's B * dt (mamba2_apply_raw_rows) serve every channel of the thread; per channel
+// the same operations in the same order (bit-identical). Decode, prefill and verify chains; no
+// trees, no snapshots (the launcher's kernels::mamba2_rpt path). A function of its own rather
+// than an RPT parameter of mamba2_row_block: that one, written over arrays of RPT channels, was
+// 1-2% slower at one channel a thread (H100, Nemotron-H rounds at every batch; its scheduling and
+// spills moved).
+template <typename Act, typename St, int N, int kChunk, int RPT, typename Shared>
+__device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& p, Shared& sm,
+                                                  int vblock, float a_log, float dt_bias, float D) {
+  constexpr int LANES = mamba2_lanes<N>();
+  constexpr int NK = N / (4 * LANES);
+  constexpr int kRowsBase = mamba2_rows<N>();
+  constexpr int kRows = kRowsBase * RPT;
+  static_assert(Shared::kRows == kRows, "the shared arrays' channels");
+  constexpr bool kMerge = Shared::kMerge;
+  auto& chunk = sm.chunk;
+  auto& hist_raw = sm.hist_raw;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kl = lane % LANES;
+  const int P = p.head_dim;
+  int r[RPT], ch[RPT];
+  bool ok[RPT];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    r[j] = warp * (32 / LANES) + lane / LANES + j * kRowsBase;
+    ch[j] = vblock * kRows + r[j];
+    ok[j] = ch[j] < P;
+  }
+  const int h = blockIdx.y;
+  const int row = blockIdx.z;
+  const int slot = p.slots ? p.slots[row] : p.slot_inline[row];
+  if (slot < 0) {
+    grid_dependency_wait();  // a padding row (mamba2_row_block)
+    return;
+  }
+  St* committed[RPT];
+  float4 S[RPT][NK];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    committed[j] = static_cast<St*>(p.state) + slot * p.state_stride_slot +
+                   (int64_t{h} * P + (ok[j] ? ch[j] : 0)) * N;
+    mamba2_load<St, NK, LANES>(S[j], committed[j], kl, ok[j]);
+  }
+  const auto store_all = [&] {
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      if (ok[j]) mamba2_store<St, NK, LANES>(committed[j], S[j], kl, false);
+    }
+  };
+
+  // Replay history before the wait for the conv grid, merged with the window where both fit a
+  // chunk (mamba2_row_block).
+  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
+  int wpos = 0, merged_hist = 0;
+  bool merged_store = false;
+  if (p.cursor != nullptr) {
+    const ReplayCursor cur = replay_cursor(p, slot, rt.count);
+    const int base = cur.base;
+    int hist = cur.hist;
+    wpos = cur.wpos;
+    const char* ring = p.factors + slot * p.factor_stride_slot;
+    if (kMerge && hist > 0 && rt.count > 0 && hist + rt.count <= kChunk) {
+      merged_hist = hist;
+      merged_store = cur.store;
+      if constexpr (kMerge) {
+        mamba2_prefetch_history<Act, N, kChunk>(hist_raw, chunk, p, ring, base, h, vblock, hist);
+      }
+      hist = 0;
+    }
+    for (int c0 = 0; c0 < hist; c0 += kChunk) {
+      const int m = min(kChunk, hist - c0);
+      mamba2_stage_history<Act, N, kChunk>(chunk, p, ring, base, h, vblock, c0, m);
+      float unused[RPT];
+      for (int tt = 0; tt < m; ++tt) {
+        mamba2_step_rows<St, N, kChunk, false, RPT>(S, chunk, tt, kl, r, unused);
+      }
+      __syncthreads();
+    }
+    if (cur.store && merged_hist == 0) store_all();
+  }
+
+  grid_dependency_wait();
+  if (p.tokens == 0) return;  // materialize: history only
+  const float A = p.A_log ? -expf(a_log) : 0.0f;
+  Act* out = static_cast<Act*>(p.out);
+  Mamba2FactorSink sink;
+  if (p.write_factors && p.factors != nullptr) {
+    sink.ring = p.factors + slot * p.factor_stride_slot;
+    sink.wpos = wpos;
+    sink.head_writer = vblock == 0;
+    sink.b_writer = vblock == 0 && h % (p.num_heads / p.n_groups) == 0;
+  }
+  for (int c0 = 0; c0 < rt.count;) {
+    const int m = min(kChunk, rt.count - c0);
+    const int off = c0 == 0 ? merged_hist : 0;  // history slots before the window's
+    mamba2_stage<Act, N, kChunk, false, true>(chunk, p, rt.begin, h, vblock, c0, m, A, dt_bias,
+                                              sink, off, off > 0);
+    if constexpr (kMerge) {
+      for (int tt = 0; tt < off; ++tt) {
+        mamba2_apply_raw_rows<Act, St, N, kChunk, RPT>(S, hist_raw, chunk, tt, kl, r);
+      }
+    }
+    if (off > 0 && merged_store) store_all();
+    for (int tt = 0; tt < m; ++tt) {
+      const int t = c0 + tt;
+      float y[RPT];
+      mamba2_step_rows<St, N, kChunk, true, RPT>(S, chunk, off + tt, kl, r, y);
+#pragma unroll
+      for (int j = 0; j < RPT; ++j) {
+        if (kl == 0 && ok[j]) {
+          float yj = y[j];
+          if (p.d_skip) yj += chunk.x[off + tt][r[j]] * D;
+          yj *= chunk.z[off + tt][r[j]];
+          out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h + ch[j] * p.out_stride_p] =
+              from_float<Act>(yj);
+        }
+      }
+    }
+    __syncthreads();  // the next chunk's staging overwrites the shared arrays
+    c0 += m;
+  }
+  if (p.store_final && rt.count > 0) store_all();
+}
+
 // A replay chain row over several channel blocks of one head (p.vblocks > 1, as the GDN
 // recurrence's gdn_replay_vblocks): dt, dA, B * dt and C of the window are staged once for every
 // block, the history's B * dt formed once, the next block's state copied into shared memory
@@ -403,20 +532,31 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
 // recompute tree states. kMulti: a replay chain over p.vblocks channel blocks per CTA.
 // CTAs an SM an instantiation is compiled for: the count its path wants, capped at what its
 // shared memory lets an SM hold (ctas_per_sm_bound; every instantiation fits its count on sm_90).
-template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kMulti>
+#ifndef SPECSTATE_MAMBA2_RPT2_MIN_CTAS
+// CTAs per SM the two-channels-a-thread instantiation (RPT = 2) is compiled for: 4, 128
+// registers and no spills (ptxas, sm_90, N = 128; at 5, 96 registers and 78 bytes of spill
+// stores; GDN's two rows a thread measured 4 faster than 5 with spills).
+#define SPECSTATE_MAMBA2_RPT2_MIN_CTAS 4
+#endif
+template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kMulti,
+          int RPT = 1>
 constexpr int mamba2_ctas_per_sm() {
-  constexpr int wanted = kMulti ? SPECSTATE_MAMBA2_MULTI_MIN_CTAS : N <= 128 ? 8 : 4;
-  return ctas_per_sm_bound(wanted, sizeof(Mamba2Shared<Act, St, N, kChunk, kReplay, kTree, kMulti>),
-                           kSmemPerSm);
+  constexpr int wanted = kMulti     ? SPECSTATE_MAMBA2_MULTI_MIN_CTAS
+                         : RPT == 2 ? SPECSTATE_MAMBA2_RPT2_MIN_CTAS
+                         : N <= 128 ? 8
+                                    : 4;
+  return ctas_per_sm_bound(
+      wanted, sizeof(Mamba2Shared<Act, St, N, kChunk, kReplay, kTree, kMulti, RPT>), kSmemPerSm);
 }
 
 template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree = false,
-          bool kMulti = false>
-__global__ void __launch_bounds__(kMamba2Threads,
-                                  mamba2_ctas_per_sm<Act, St, N, kChunk, kReplay, kTree, kMulti>())
+          bool kMulti = false, int RPT = 1>
+__global__ void __launch_bounds__(
+    kMamba2Threads, mamba2_ctas_per_sm<Act, St, N, kChunk, kReplay, kTree, kMulti, RPT>())
     mamba2_recurrence_kernel(const __grid_constant__ Mamba2RecurrenceParams p) {
   static_assert(!kMulti || (kReplay && !kTree), "a replay chain");
-  __shared__ Mamba2Shared<Act, St, N, kChunk, kReplay, kTree, kMulti> sm;
+  static_assert(RPT == 1 || (kReplay && !kTree && !kMulti), "two channels a thread: chains");
+  __shared__ Mamba2Shared<Act, St, N, kChunk, kReplay, kTree, kMulti, RPT> sm;
   const int h = blockIdx.y;
   // The layer's gate parameters: written by nobody in the round and independent of the slot, so
   // their loads are issued first (their latency overlaps the slot's and the state's).
@@ -437,20 +577,24 @@ __global__ void __launch_bounds__(kMamba2Threads,
           p, sm, vb0 + j, a_log, dt_bias, D);
     }
   } else {
-    mamba2_row_block<Act, St, N, kChunk, kReplay, kTree, false, true>(p, sm, blockIdx.x, a_log,
-                                                                      dt_bias, D);
+    if constexpr (RPT > 1) {
+      mamba2_chain_rows<Act, St, N, kChunk, RPT>(p, sm, blockIdx.x, a_log, dt_bias, D);
+    } else {
+      mamba2_row_block<Act, St, N, kChunk, kReplay, kTree, false, true>(p, sm, blockIdx.x, a_log,
+                                                                        dt_bias, D);
+    }
   }
 }
 
 template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree = false,
-          bool kMulti = false>
+          bool kMulti = false, int RPT = 1>
 cudaError_t launch_mamba2_shape(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
-  constexpr int kRows = mamba2_rows<N>();
+  constexpr int kRows = mamba2_rows<N>() * RPT;
   const int nblk = (p.head_dim + kRows - 1) / kRows;
   const int vblocks = kMulti ? p.vblocks : 1;
-  return launch_after_conv(mamba2_recurrence_kernel<Act, St, N, kChunk, kReplay, kTree, kMulti>,
-                           dim3((nblk + vblocks - 1) / vblocks, p.num_heads, p.rows),
-                           dim3(kMamba2Threads), p, stream);
+  return launch_after_conv(
+      mamba2_recurrence_kernel<Act, St, N, kChunk, kReplay, kTree, kMulti, RPT>,
+      dim3((nblk + vblocks - 1) / vblocks, p.num_heads, p.rows), dim3(kMamba2Threads), p, stream);
 }
 
 template <typename Act, typename St, int N>
@@ -466,6 +610,11 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
                                      "SPECSTATE_MAMBA2_VBLOCKS");
       if (q.vblocks > 1) {
         return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, true>(q, stream);
+      }
+      // One block a CTA: two channels a thread where kernels::mamba2_rpt takes it.
+      if (p.snap == nullptr &&
+          mamba2_rpt(p.rows, p.tokens, std::getenv("SPECSTATE_MAMBA2_RPT")) == 2) {
+        return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, false, 2>(p, stream);
       }
     }
     return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false>(p, stream);

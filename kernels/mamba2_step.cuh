@@ -29,12 +29,14 @@ __host__ __device__ constexpr int mamba2_rows() {  // channels per CTA
   return kMamba2Threads / mamba2_lanes<N>();
 }
 
-template <int N, int kChunk>
+// kRows: the CTA's channels (mamba2_rows<N>() a thread's one channel, twice that with two
+// channels a thread: mamba2_chain_rows' RPT).
+template <int N, int kChunk, int kRows = mamba2_rows<N>()>
 struct Mamba2Chunk {
   __align__(16) float B[kChunk][N];  // B[g][n] * dt (the step's dB)
   __align__(16) float C[kChunk][N];
-  float x[kChunk][mamba2_rows<N>()];
-  float z[kChunk][mamba2_rows<N>()];  // silu(z) (gate), or 1
+  float x[kChunk][kRows];
+  float z[kChunk][kRows];  // silu(z) (gate), or 1
   float dA[kChunk];
 };
 
@@ -55,8 +57,9 @@ struct Mamba2FactorSink {
 // held values spill and rounds at B = 1 and 8 were 1.03-1.10x slower, docs/cuda.md), B and C as
 // 8-element vectors where kVecBC (the per-block kernels; not compiled into the several-blocks
 // kernel, whose spills it raised).
-template <typename Act, int N, int kChunk, bool kBatched = false, bool kVecBC = false>
-__device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
+template <typename Act, int N, int kChunk, bool kBatched = false, bool kVecBC = false,
+          int kRowsC = mamba2_rows<N>()>
+__device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk, kRowsC>& c,
                                              const Mamba2RecurrenceParams& p, int64_t tok0, int h,
                                              int vblock, int c0, int n, float A, float dt_bias,
                                              const Mamba2FactorSink& sink, int off = 0,
@@ -98,7 +101,7 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
     __syncthreads();
   };
   if constexpr (kBatched) {
-    constexpr int kRows = mamba2_rows<N>();
+    constexpr int kRows = kRowsC;
     // Every global load of a thread's first items is issued here, before any of them is used: its
     // token's dt, its first kBC (B, C) pairs and its first (x, z) channel item; one round trip to
     // global memory instead of one per loop and item (the loops below store what was loaded; items
@@ -172,7 +175,7 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
     __syncthreads();
   } else {
     stage_dt();
-    constexpr int kRows = mamba2_rows<N>();
+    constexpr int kRows = kRowsC;
     // B and C as 8-element vectors (ActBits) where the layout allows, each thread's B / C part
     // and (x, z) item loaded before any of their stores: a thread's stores (the B record, to
     // global memory) would otherwise keep its next load behind them, one round trip per item
@@ -272,18 +275,18 @@ __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk>& c,
 // group waits in the tail of the chunk's B row (mamba2_raw_b: the window, staged from row hist
 // on, leaves rows [0, hist) free), dA goes to the chunk. Copied with cp.async before the wait
 // for the conv kernel.
-template <typename Act, int N, int kChunk>
+template <typename Act, int N, int kChunk, int kRows = mamba2_rows<N>()>
 struct Mamba2RawHistory {
-  __align__(16) Act x[kChunk][mamba2_rows<N>()];
+  __align__(16) Act x[kChunk][kRows];
   float dt[kChunk];
 };
-template <typename Act, int N, int kChunk>
-__device__ __forceinline__ Act* mamba2_raw_b(Mamba2Chunk<N, kChunk>& c, int tt) {
+template <typename Act, int N, int kChunk, int kRows>
+__device__ __forceinline__ Act* mamba2_raw_b(Mamba2Chunk<N, kChunk, kRows>& c, int tt) {
   static_assert(sizeof(float) % sizeof(Act) == 0, "the raw B fits a float row");
   return reinterpret_cast<Act*>(&c.B[tt][0]) + N * (sizeof(float) / sizeof(Act) - 1);
 }
-template <typename Act, int N, int kChunk>
-__device__ __forceinline__ const Act* mamba2_raw_b(const Mamba2Chunk<N, kChunk>& c, int tt) {
+template <typename Act, int N, int kChunk, int kRows>
+__device__ __forceinline__ const Act* mamba2_raw_b(const Mamba2Chunk<N, kChunk, kRows>& c, int tt) {
   return reinterpret_cast<const Act*>(&c.B[tt][0]) + N * (sizeof(float) / sizeof(Act) - 1);
 }
 
@@ -291,13 +294,12 @@ __device__ __forceinline__ const Act* mamba2_raw_b(const Mamba2Chunk<N, kChunk>&
 // into shared memory with cp.async, issued before the wait for the conv kernel so that their
 // latency overlaps the state load (as gdn_prefetch_history). The copies complete at
 // mamba2_stage(..., wait_async = true); mamba2_apply_raw applies them.
-template <typename Act, int N, int kChunk>
-__device__ __forceinline__ void mamba2_prefetch_history(Mamba2RawHistory<Act, N, kChunk>& hr,
-                                                        Mamba2Chunk<N, kChunk>& c,
+template <typename Act, int N, int kChunk, int kRows>
+__device__ __forceinline__ void mamba2_prefetch_history(Mamba2RawHistory<Act, N, kChunk, kRows>& hr,
+                                                        Mamba2Chunk<N, kChunk, kRows>& c,
                                                         const Mamba2RecurrenceParams& p,
                                                         const char* ring, int base, int h,
                                                         int vblock, int n) {
-  constexpr int kRows = mamba2_rows<N>();
   static_assert((N * sizeof(Act)) % 16 == 0, "16-byte copies of B");
   constexpr int kBParts = static_cast<int>(N * sizeof(Act) / 16);
   const int tid = threadIdx.x;
@@ -344,12 +346,11 @@ __device__ __forceinline__ void mamba2_prefetch_history(Mamba2RawHistory<Act, N,
 // (base + i) mod R): dB = B * dt and dA as the step computed them, and x of this CTA's channels.
 // Vectorised as the GDN history (8 elements of B, or of x, per thread). Ends with
 // __syncthreads().
-template <typename Act, int N, int kChunk>
-__device__ __forceinline__ void mamba2_stage_history(Mamba2Chunk<N, kChunk>& c,
+template <typename Act, int N, int kChunk, int kRows>
+__device__ __forceinline__ void mamba2_stage_history(Mamba2Chunk<N, kChunk, kRows>& c,
                                                      const Mamba2RecurrenceParams& p,
                                                      const char* ring, int base, int h, int vblock,
                                                      int c0, int n) {
-  constexpr int kRows = mamba2_rows<N>();
   static_assert(N % 8 == 0 && kRows % 8 == 0, "vector staging");
   constexpr int kParts = N / 8;
   constexpr int kXParts = kRows / 8;
@@ -406,9 +407,9 @@ __device__ __forceinline__ void mamba2_update(float4& S, const float4& dB, float
 
 // One token step on this thread's slice of the state (staged token tt); returns y for its
 // channel (before D skip and gate) when kOutput.
-template <typename St, int N, int kChunk, bool kOutput>
+template <typename St, int N, int kChunk, bool kOutput, int kRows>
 __device__ __forceinline__ float mamba2_step(float4 (&S)[N / (4 * mamba2_lanes<N>())],
-                                             const Mamba2Chunk<N, kChunk>& c, int tt, int kl,
+                                             const Mamba2Chunk<N, kChunk, kRows>& c, int tt, int kl,
                                              int r) {
   constexpr int LANES = mamba2_lanes<N>();
   constexpr int NK = N / (4 * LANES);
@@ -433,14 +434,54 @@ __device__ __forceinline__ float mamba2_step(float4 (&S)[N / (4 * mamba2_lanes<N
   return acc;
 }
 
+// mamba2_step on RPT channels a thread (r[j]: channel j within the CTA, its state S[j]): each
+// staged B and C load serves every channel; per channel the same operations in the same order
+// as mamba2_step (bit-identical). y[j]: channel j's S.C when kOutput.
+template <typename St, int N, int kChunk, bool kOutput, int RPT, int kRows>
+__device__ __forceinline__ void mamba2_step_rows(float4 (&S)[RPT][N / (4 * mamba2_lanes<N>())],
+                                                 const Mamba2Chunk<N, kChunk, kRows>& c, int tt,
+                                                 int kl, const int (&r)[RPT], float (&y)[RPT]) {
+  constexpr int LANES = mamba2_lanes<N>();
+  constexpr int NK = N / (4 * LANES);
+  const float dA = c.dA[tt];
+  float xp[RPT];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
+    xp[j] = c.x[tt][r[j]];
+    y[j] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    const int n = i * 4 * LANES + kl * 4;
+    const float4 b = *reinterpret_cast<const float4*>(&c.B[tt][n]);
+    float4 cc;
+    if constexpr (kOutput) cc = *reinterpret_cast<const float4*>(&c.C[tt][n]);
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      mamba2_update<St>(S[j][i], b, xp[j], dA);
+      if constexpr (kOutput) {
+        y[j] = fmaf(S[j][i].w, cc.w,
+                    fmaf(S[j][i].z, cc.z, fmaf(S[j][i].y, cc.y, fmaf(S[j][i].x, cc.x, y[j]))));
+      }
+    }
+  }
+  if constexpr (kOutput) {
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+#pragma unroll
+      for (int m = LANES / 2; m > 0; m >>= 1) y[j] += __shfl_xor_sync(0xffffffffu, y[j], m);
+    }
+  }
+}
+
 // Applies prefetched history record tt (mamba2_prefetch_history) to this thread's slice of the
 // state: dB = B * dt and x as mamba2_stage_history stages them, then mamba2_update as
 // mamba2_step (bit-identical).
-template <typename Act, typename St, int N, int kChunk>
+template <typename Act, typename St, int N, int kChunk, int kRows>
 __device__ __forceinline__ void mamba2_apply_raw(float4 (&S)[N / (4 * mamba2_lanes<N>())],
-                                                 const Mamba2RawHistory<Act, N, kChunk>& hr,
-                                                 const Mamba2Chunk<N, kChunk>& c, int tt, int kl,
-                                                 int r) {
+                                                 const Mamba2RawHistory<Act, N, kChunk, kRows>& hr,
+                                                 const Mamba2Chunk<N, kChunk, kRows>& c, int tt,
+                                                 int kl, int r) {
   constexpr int LANES = mamba2_lanes<N>();
   constexpr int NK = N / (4 * LANES);
   const float dA = c.dA[tt];
@@ -455,6 +496,33 @@ __device__ __forceinline__ void mamba2_apply_raw(float4 (&S)[N / (4 * mamba2_lan
     b.z *= dt;
     b.w *= dt;
     mamba2_update<St>(S[i], b, xp, dA);
+  }
+}
+
+// mamba2_apply_raw on RPT channels a thread: each record's B converted and scaled by dt once
+// for every channel, then mamba2_update per channel as mamba2_apply_raw (bit-identical).
+template <typename Act, typename St, int N, int kChunk, int RPT, int kRows>
+__device__ __forceinline__ void mamba2_apply_raw_rows(
+    float4 (&S)[RPT][N / (4 * mamba2_lanes<N>())],
+    const Mamba2RawHistory<Act, N, kChunk, kRows>& hr, const Mamba2Chunk<N, kChunk, kRows>& c,
+    int tt, int kl, const int (&r)[RPT]) {
+  constexpr int LANES = mamba2_lanes<N>();
+  constexpr int NK = N / (4 * LANES);
+  const float dA = c.dA[tt];
+  const float dt = hr.dt[tt];
+  float xp[RPT];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) xp[j] = to_float<Act>(hr.x[tt][r[j]]);
+#pragma unroll
+  for (int i = 0; i < NK; ++i) {
+    const int n = i * 4 * LANES + kl * 4;
+    float4 b = load4<Act>(mamba2_raw_b<Act>(c, tt) + n);
+    b.x *= dt;
+    b.y *= dt;
+    b.z *= dt;
+    b.w *= dt;
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) mamba2_update<St>(S[j][i], b, xp[j], dA);
   }
 }
 

@@ -149,6 +149,37 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4)),
     EnvCaseName{"_vb"});
 
+// The Mamba2 replay verify with two channels a thread (SPECSTATE_MAMBA2_RPT=2,
+// kernels::mamba2_rpt; one channel block a CTA, SPECSTATE_MAMBA2_VBLOCKS=1) and with one (1):
+// replay equals snapshot bit for bit. N = 64 with P = 32 (one whole block of 32 channels), N = 128
+// with P = 24 (a thread's second channel past P for half the CTA) and P = 72 (three blocks, the
+// last with 8 channels: every second channel past P), folds every round (ring 2T), long
+// histories (ring 40: staged records, not merged), f32 and bf16 states; prefill, decode and
+// materialize (the driver's) take the same kernel.
+class Mamba2RptGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(Mamba2RptGpu, TwoChannelsAThreadEqualSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, rpt] = GetParam();
+  const ScopedEnv vblocks("SPECSTATE_MAMBA2_VBLOCKS", "1");
+  run_under_env("SPECSTATE_MAMBA2_RPT", c, rpt, 0x3B2C + c.rounds * 41 + rpt);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, Mamba2RptGpu,
+    ::testing::Combine(
+        ::testing::Values(
+            EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 5, 5, 16},
+            EquivalenceCase{"mamba2_bf16_chain_ring2t", "m2_gpu_bf16", false, 4, 5, 24, 8},
+            EquivalenceCase{"mamba2_f32_chain", "m2_gpu_f32", false, 8, 3, 12},
+            EquivalenceCase{"mamba2_f32_chain_ring2t", "m2_gpu_f32", false, 4, 4, 24, 8},
+            EquivalenceCase{"mamba2_p72_chain", "m2_gpu_p72", false, 4, 6, 16},
+            EquivalenceCase{"mamba2_p72_chain_ring40_long", "m2_gpu_p72", false, 4, 4, 60, 40},
+            EquivalenceCase{"vllm_mamba2_p72_chain_ring2t", "m2_gpu_p72", false, 4, 4, 24, 8,
+                            kSnapshotVllm | kReplayVllm}),
+        ::testing::Values(1, 2)),
+    EnvCaseName{"_rpt"});
+
 // A replay verify skips the state update of each row's last window token (nothing reads that
 // state: the window's records carry it); SPECSTATE_GDN_LAST_STATE=1 forms it anyway. Both ways
 // replay equals snapshot bit for bit, over every path of the GDN / KDA replay verify: the
@@ -375,6 +406,27 @@ INSTANTIATE_TEST_SUITE_P(
                                                       8, 4, 12}},
                                      {false, true})),
     VarlenCaseName{});
+
+// The Mamba2 replay verify with two channels a thread under variable windows (packed rows, rows
+// of length 0 beside rows with history and folds), host lengths and device cu_seqlens: packed rows
+// equal the uniform window with filler bit for bit.
+class Mamba2RptVarlenGpu : public ::testing::TestWithParam<VarlenCase> {};
+
+TEST_P(Mamba2RptVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
+  SPECSTATE_REQUIRE_GPU();
+  const VarlenCase& c = GetParam();
+  const ScopedEnv vblocks("SPECSTATE_MAMBA2_VBLOCKS", "1");
+  const ScopedEnv rpt("SPECSTATE_MAMBA2_RPT", "2");
+  run_varlen(c, 0x3B2D, c.base.tree);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, Mamba2RptVarlenGpu,
+                         ::testing::ValuesIn(varlen_cases(
+                             {EquivalenceCase{"mamba2_p72_chain", "m2_gpu_p72", false, 6, 6, 12},
+                              EquivalenceCase{"mamba2_bf16_chain_ring2t", "m2_gpu_bf16", false, 4,
+                                              5, 12, 8}},
+                             {false, true})),
+                         VarlenCaseName{});
 
 // The fused small-batch launch of GDN and KDA replay verifies (conv + recurrence in one kernel,
 // kernels/gdn_fused.h), forced on every launch it can serve by SPECSTATE_GDN_FUSED=1 and off by
