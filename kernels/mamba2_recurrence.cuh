@@ -357,7 +357,7 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
 // block's arithmetic is mamba2_row_block's (the same mamba2_step, the same order): bit-identical.
 // Returns false, having written nothing, where the row does not fit this path (the caller then
 // runs mamba2_row_block per block).
-template <typename Act, typename St, int N, int kChunk, typename Shared>
+template <typename Act, typename St, int N, int kChunk, int RPT = 1, typename Shared>
 __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrenceParams& p, Shared& sm,
                                                       float a_log, float dt_bias, float D) {
   if constexpr (!Shared::kMerge) {
@@ -365,10 +365,14 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
   } else {
     constexpr int LANES = mamba2_lanes<N>();
     constexpr int NK = N / (4 * LANES);
-    constexpr int kRows = mamba2_rows<N>();
+    constexpr int kRowsBase = mamba2_rows<N>();
+    constexpr int kRows = kRowsBase * RPT;  // channels of a block
+    static_assert(Shared::kRows == kRows, "the shared arrays' channels");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kl = lane % LANES;
-    const int r = warp * (32 / LANES) + lane / LANES;  // channel within the block
+    int r[RPT];  // this thread's channels within the block
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) r[j] = warp * (32 / LANES) + lane / LANES + j * kRowsBase;
     const int P = p.head_dim;
     const int h = blockIdx.y;
     ReplayBlocks b;
@@ -380,13 +384,21 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
     const char* ring = p.factors + slot * p.factor_stride_slot;
     St* const head_state =
         static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{h} * P * N;
-    int ch = vb0 * kRows + r;
-    bool ok = ch < P;
+    int ch[RPT];
+    bool ok[RPT];
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      ch[j] = vb0 * kRows + r[j];
+      ok[j] = ch[j] < P;
+    }
     if (hist > 0) {
       mamba2_prefetch_history<Act, N, kChunk>(sm.hist_raw, sm.chunk, p, ring, base, h, vb0, hist);
     }
-    float4 S[NK];
-    mamba2_load<St, NK, LANES>(S, head_state + int64_t{ok ? ch : 0} * N, kl, ok);
+    float4 S[RPT][NK];
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      mamba2_load<St, NK, LANES>(S[j], head_state + int64_t{ok[j] ? ch[j] : 0} * N, kl, ok[j]);
+    }
     grid_dependency_wait();
 
     const float A = p.A_log ? -expf(a_log) : 0.0f;
@@ -420,13 +432,27 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
     const Act* const xbc = static_cast<const Act*>(p.xbc);
     const int nx = (hist + rt.count) * kRows;  // x rows of a block: history, then window
     const int nz = rt.count * kRows;           // gate rows of a block
-    St* const next_mine = sm.next_state + r * N;
+    St* next_mine[RPT];
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) next_mine[j] = sm.next_state + r[j] * N;
 #pragma unroll 1
     for (int j = 0; j < nvb; ++j) {
       const int vb = vb0 + j;
       const bool more = j + 1 < nvb;
-      for (int tt = 0; tt < hist; ++tt) mamba2_step<St, N, kChunk, false>(S, sm.chunk, tt, kl, r);
-      if (store && ok) mamba2_store<St, NK, LANES>(head_state + int64_t{ch} * N, S, kl, false);
+      for (int tt = 0; tt < hist; ++tt) {
+        if constexpr (RPT == 1) {
+          mamba2_step<St, N, kChunk, false>(S[0], sm.chunk, tt, kl, r[0]);
+        } else {
+          float unused[RPT];
+          mamba2_step_rows<St, N, kChunk, false, RPT>(S, sm.chunk, tt, kl, r, unused);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < RPT; ++j) {
+        if (store && ok[j]) {
+          mamba2_store<St, NK, LANES>(head_state + int64_t{ch[j]} * N, S[j], kl, false);
+        }
+      }
       if (more) {
         // The next block's x (history records, then the window) and gate input into shared
         // memory with cp.async while this one computes: no registers held across its tokens.
@@ -455,30 +481,45 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
         }
       }
       for (int t = 0; t < rt.count; ++t) {
-        float y = mamba2_step<St, N, kChunk, true>(S, sm.chunk, hist + t, kl, r);
+        float y[RPT];
+        if constexpr (RPT == 1) {
+          y[0] = mamba2_step<St, N, kChunk, true>(S[0], sm.chunk, hist + t, kl, r[0]);
+        } else {
+          mamba2_step_rows<St, N, kChunk, true, RPT>(S, sm.chunk, hist + t, kl, r, y);
+        }
         if (t == 0 && more) {
           // The next block's state into shared memory (this thread's own elements, read back by
           // this thread only), issued after a step has consumed S (next_state has been read).
-          const int chn = ch + kRows;
-          if (chn < P) {
-            const St* src = head_state + int64_t{chn} * N;
 #pragma unroll
-            for (int i = 0; i < NK; ++i) {
-              cp_async<4 * sizeof(St)>(next_mine + i * 4 * LANES + kl * 4,
-                                       src + i * 4 * LANES + kl * 4);
+          for (int j = 0; j < RPT; ++j) {
+            const int chn = ch[j] + kRows;
+            if (chn < P) {
+              const St* src = head_state + int64_t{chn} * N;
+#pragma unroll
+              for (int i = 0; i < NK; ++i) {
+                cp_async<4 * sizeof(St)>(next_mine[j] + i * 4 * LANES + kl * 4,
+                                         src + i * 4 * LANES + kl * 4);
+              }
             }
           }
           asm volatile("cp.async.commit_group;" ::: "memory");
         }
-        if (kl == 0 && ok) {
-          if (p.d_skip) y += sm.chunk.x[hist + t][r] * D;
-          y *= sm.chunk.z[hist + t][r];
-          out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h + ch * p.out_stride_p] =
-              from_float<Act>(y);
+#pragma unroll
+        for (int j = 0; j < RPT; ++j) {
+          if (kl == 0 && ok[j]) {
+            float yj = y[j];
+            if (p.d_skip) yj += sm.chunk.x[hist + t][r[j]] * D;
+            yj *= sm.chunk.z[hist + t][r[j]];
+            out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h + ch[j] * p.out_stride_p] =
+                from_float<Act>(yj);
+          }
         }
       }
-      if (p.store_final && ok) {
-        mamba2_store<St, NK, LANES>(head_state + int64_t{ch} * N, S, kl, false);
+#pragma unroll
+      for (int j = 0; j < RPT; ++j) {
+        if (p.store_final && ok[j]) {
+          mamba2_store<St, NK, LANES>(head_state + int64_t{ch[j]} * N, S[j], kl, false);
+        }
       }
       if (more) {
         // Every thread is done with this block's staged rows, and its copies (the next block's
@@ -513,9 +554,12 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
           sm.chunk.z[hist + t][rr] = zv;
         }
         __syncthreads();
-        ch += kRows;
-        ok = ch < P;
-        mamba2_load<St, NK, LANES>(S, next_mine, kl, ok);
+#pragma unroll
+        for (int j = 0; j < RPT; ++j) {
+          ch[j] += kRows;
+          ok[j] = ch[j] < P;
+          mamba2_load<St, NK, LANES>(S[j], next_mine[j], kl, ok[j]);
+        }
       }
     }
     return true;
@@ -541,8 +585,8 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
 template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kMulti,
           int RPT = 1>
 constexpr int mamba2_ctas_per_sm() {
-  constexpr int wanted = kMulti     ? SPECSTATE_MAMBA2_MULTI_MIN_CTAS
-                         : RPT == 2 ? SPECSTATE_MAMBA2_RPT2_MIN_CTAS
+  constexpr int wanted = RPT == 2   ? SPECSTATE_MAMBA2_RPT2_MIN_CTAS
+                         : kMulti   ? SPECSTATE_MAMBA2_MULTI_MIN_CTAS
                          : N <= 128 ? 8
                                     : 4;
   return ctas_per_sm_bound(
@@ -555,7 +599,7 @@ __global__ void __launch_bounds__(
     kMamba2Threads, mamba2_ctas_per_sm<Act, St, N, kChunk, kReplay, kTree, kMulti, RPT>())
     mamba2_recurrence_kernel(const __grid_constant__ Mamba2RecurrenceParams p) {
   static_assert(!kMulti || (kReplay && !kTree), "a replay chain");
-  static_assert(RPT == 1 || (kReplay && !kTree && !kMulti), "two channels a thread: chains");
+  static_assert(RPT == 1 || (kReplay && !kTree), "two channels a thread: chains");
   __shared__ Mamba2Shared<Act, St, N, kChunk, kReplay, kTree, kMulti, RPT> sm;
   const int h = blockIdx.y;
   // The layer's gate parameters: written by nobody in the round and independent of the slot, so
@@ -565,16 +609,20 @@ __global__ void __launch_bounds__(
       p.dt_bias ? load_any(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride) : 0.0f;
   const float D = p.d_skip && p.D ? load_any(p.D, p.d_dtype, h * p.d_stride) : 0.0f;
   if constexpr (kMulti) {
-    if (mamba2_replay_vblocks<Act, St, N, kChunk>(p, sm, a_log, dt_bias, D)) return;
-    constexpr int kRows = mamba2_rows<N>();
+    if (mamba2_replay_vblocks<Act, St, N, kChunk, RPT>(p, sm, a_log, dt_bias, D)) return;
+    constexpr int kRows = mamba2_rows<N>() * RPT;
     const int nblk = (p.head_dim + kRows - 1) / kRows;
     const int vb0 = blockIdx.x * p.vblocks;
     const int nvb = min(p.vblocks, nblk - vb0);
 #pragma unroll 1
     for (int j = 0; j < nvb; ++j) {
       if (j > 0) __syncthreads();  // the shared arrays are reused
-      mamba2_row_block<Act, St, N, kChunk, kReplay, kTree, (N >= 128 && sizeof(St) == 4), false>(
-          p, sm, vb0 + j, a_log, dt_bias, D);
+      if constexpr (RPT > 1) {
+        mamba2_chain_rows<Act, St, N, kChunk, RPT>(p, sm, vb0 + j, a_log, dt_bias, D);
+      } else {
+        mamba2_row_block<Act, St, N, kChunk, kReplay, kTree, (N >= 128 && sizeof(St) == 4), false>(
+            p, sm, vb0 + j, a_log, dt_bias, D);
+      }
     }
   } else {
     if constexpr (RPT > 1) {
@@ -605,16 +653,23 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
     }
     if constexpr (N >= 32 && N <= 128) {
       Mamba2RecurrenceParams q = p;
+      // Two channels a thread where kernels::mamba2_rpt takes it (blocks of twice the channels),
+      // several blocks a CTA where kernels::replay_blocks_per_cta asks for them.
+      if (p.snap == nullptr &&
+          mamba2_rpt(p.rows, p.tokens, std::getenv("SPECSTATE_MAMBA2_RPT")) == 2) {
+        constexpr int kRows2 = 2 * mamba2_rows<N>();
+        q.vblocks = replay_vblocks_for(p.rows, p.num_heads, (p.head_dim + kRows2 - 1) / kRows2, 24,
+                                       "SPECSTATE_MAMBA2_VBLOCKS");
+        if (q.vblocks > 1) {
+          return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, true, 2>(q, stream);
+        }
+        return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, false, 2>(p, stream);
+      }
       q.vblocks = replay_vblocks_for(p.rows, p.num_heads,
                                      (p.head_dim + mamba2_rows<N>() - 1) / mamba2_rows<N>(), 24,
                                      "SPECSTATE_MAMBA2_VBLOCKS");
       if (q.vblocks > 1) {
         return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, true>(q, stream);
-      }
-      // One block a CTA: two channels a thread where kernels::mamba2_rpt takes it.
-      if (p.snap == nullptr &&
-          mamba2_rpt(p.rows, p.tokens, std::getenv("SPECSTATE_MAMBA2_RPT")) == 2) {
-        return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, false, 2>(p, stream);
       }
     }
     return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false>(p, stream);

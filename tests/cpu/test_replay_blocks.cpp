@@ -151,20 +151,26 @@ TEST(GdnMultiRpt, ManyRowsOfWindowsAndTheOverride) {
   }
 }
 
-// Channels a thread of the Mamba2 replay verify's one-block-a-CTA kernel (kernels::mamba2_rpt):
-// two for 1..8 rows of 2 tokens or more (measured faster on the H100 at T = 2, 4, 8 and B = 1, 2,
-// 4, 8), one beyond (from 16 rows the several-blocks kernel runs) and for windows of one token;
-// SPECSTATE_MAMBA2_RPT's "1" / "2" override, anything else is ignored.
-TEST(Mamba2Rpt, SmallBatchesOfWindowsAndTheOverride) {
-  for (int rows : {1, 2, 4, 8}) {
-    for (int tokens : {2, 4, 8, 16}) EXPECT_EQ(mamba2_rpt(rows, tokens, nullptr), 2) << rows;
+// Channels a thread of the Mamba2 replay verify (kernels::mamba2_rpt), where measured faster on
+// the H100: two for 1..8 and 17..32 rows of 2 to 7 tokens and for windows of 8 tokens or more at
+// any row count; one for 9..16 and more than 32 rows of 2 to 7 tokens and for windows of one
+// token; SPECSTATE_MAMBA2_RPT's "1" / "2" override, anything else is ignored.
+TEST(Mamba2Rpt, WhereMeasuredFasterAndTheOverride) {
+  for (int tokens : {2, 4, 7}) {
+    for (int rows : {1, 2, 4, 8, 17, 24, 32})
+      EXPECT_EQ(mamba2_rpt(rows, tokens, nullptr), 2) << rows;
+    for (int rows : {9, 16, 33, 64, 128}) EXPECT_EQ(mamba2_rpt(rows, tokens, nullptr), 1) << rows;
+  }
+  for (int rows : {1, 8, 16, 32, 64, 128}) {
+    EXPECT_EQ(mamba2_rpt(rows, 8, nullptr), 2) << rows;
+    EXPECT_EQ(mamba2_rpt(rows, 16, nullptr), 2) << rows;
     EXPECT_EQ(mamba2_rpt(rows, 1, nullptr), 1) << rows;
     EXPECT_EQ(mamba2_rpt(rows, 0, nullptr), 1) << rows;
   }
-  for (int rows : {9, 16, 32, 128}) EXPECT_EQ(mamba2_rpt(rows, 4, nullptr), 1) << rows;
   EXPECT_EQ(mamba2_rpt(128, 4, "2"), 2);
   EXPECT_EQ(mamba2_rpt(1, 1, "2"), 2);
   EXPECT_EQ(mamba2_rpt(8, 4, "1"), 1);
+  EXPECT_EQ(mamba2_rpt(128, 8, "1"), 1);
   for (const char* ignored : {"", "0", "3", "22", "x"}) {
     EXPECT_EQ(mamba2_rpt(8, 4, ignored), 2) << ignored;
     EXPECT_EQ(mamba2_rpt(16, 4, ignored), 1) << ignored;

@@ -88,6 +88,8 @@ class ReplayVblocksGpu : public ::testing::TestWithParam<EnvCase> {};
 TEST_P(ReplayVblocksGpu, ReplayEqualsSnapshotBitForBit) {
   SPECSTATE_REQUIRE_GPU();
   const auto& [c, vblocks] = GetParam();
+  // (Mamba2: one channel a thread; two a thread over several blocks is Mamba2RptMultiGpu's.)
+  const ScopedEnv rpt("SPECSTATE_MAMBA2_RPT", "1");
   run_under_env(is_mamba2_preset(c.preset) ? "SPECSTATE_MAMBA2_VBLOCKS" : "SPECSTATE_GDN_VBLOCKS",
                 c, vblocks, 0x5B10C + c.rounds * 31 + vblocks);
 }
@@ -406,6 +408,33 @@ INSTANTIATE_TEST_SUITE_P(
                                                       8, 4, 12}},
                                      {false, true})),
     VarlenCaseName{});
+
+// The Mamba2 replay verify with two channels a thread over several channel blocks a CTA
+// (SPECSTATE_MAMBA2_RPT=2 with SPECSTATE_MAMBA2_VBLOCKS 2 and 4: blocks of 32 channels, the next
+// block's state copied while the current one computes): replay equals snapshot bit for bit.
+// P = 72 (three blocks, the last with 8 channels: a CTA of one block beside CTAs of two), long
+// histories (ring 40: the per-block fallback, mamba2_chain_rows), folds every round, f32 and bf16
+// states, vLLM's element order.
+class Mamba2RptMultiGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(Mamba2RptMultiGpu, TwoChannelsAThreadOverBlocksEqualSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, vblocks] = GetParam();
+  const ScopedEnv rpt("SPECSTATE_MAMBA2_RPT", "2");
+  run_under_env("SPECSTATE_MAMBA2_VBLOCKS", c, vblocks, 0x3B2E + c.rounds * 43 + vblocks);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, Mamba2RptMultiGpu,
+    ::testing::Combine(
+        ::testing::Values(
+            EquivalenceCase{"mamba2_p72_chain", "m2_gpu_p72", false, 4, 6, 16},
+            EquivalenceCase{"mamba2_p72_chain_ring2t", "m2_gpu_p72", false, 4, 5, 24, 8},
+            EquivalenceCase{"mamba2_p72_chain_ring40_long", "m2_gpu_p72", false, 4, 4, 60, 40},
+            EquivalenceCase{"vllm_mamba2_p72_chain_ring2t", "m2_gpu_p72", false, 4, 4, 24, 8,
+                            kSnapshotVllm | kReplayVllm}),
+        ::testing::Values(2, 4)),
+    EnvCaseName{"_vb"});
 
 // The Mamba2 replay verify with two channels a thread under variable windows (packed rows, rows
 // of length 0 beside rows with history and folds), host lengths and device cu_seqlens: packed rows
