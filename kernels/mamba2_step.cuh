@@ -474,6 +474,19 @@ __device__ __forceinline__ void mamba2_step_rows(float4 (&S)[RPT][N / (4 * mamba
   }
 }
 
+// History record tt's dB = B * dt at state elements [n, n + 4): its raw B as prefetched into the
+// chunk (mamba2_raw_b) times its dt, the product mamba2_stage_history stages.
+template <typename Act, int N, int kChunk, int kRows>
+__device__ __forceinline__ float4 mamba2_raw_db(const Mamba2Chunk<N, kChunk, kRows>& c, int tt,
+                                                int n, float dt) {
+  float4 b = load4<Act>(mamba2_raw_b<Act>(c, tt) + n);
+  b.x *= dt;
+  b.y *= dt;
+  b.z *= dt;
+  b.w *= dt;
+  return b;
+}
+
 // Applies prefetched history record tt (mamba2_prefetch_history) to this thread's slice of the
 // state: dB = B * dt and x as mamba2_stage_history stages them, then mamba2_update as
 // mamba2_step (bit-identical).
@@ -489,12 +502,7 @@ __device__ __forceinline__ void mamba2_apply_raw(float4 (&S)[N / (4 * mamba2_lan
   const float xp = to_float<Act>(hr.x[tt][r]);
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
-    const int n = i * 4 * LANES + kl * 4;
-    float4 b = load4<Act>(mamba2_raw_b<Act>(c, tt) + n);
-    b.x *= dt;
-    b.y *= dt;
-    b.z *= dt;
-    b.w *= dt;
+    const float4 b = mamba2_raw_db<Act>(c, tt, i * 4 * LANES + kl * 4, dt);
     mamba2_update<St>(S[i], b, xp, dA);
   }
 }
@@ -515,12 +523,7 @@ __device__ __forceinline__ void mamba2_apply_raw_rows(
   for (int j = 0; j < RPT; ++j) xp[j] = to_float<Act>(hr.x[tt][r[j]]);
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
-    const int n = i * 4 * LANES + kl * 4;
-    float4 b = load4<Act>(mamba2_raw_b<Act>(c, tt) + n);
-    b.x *= dt;
-    b.y *= dt;
-    b.z *= dt;
-    b.w *= dt;
+    const float4 b = mamba2_raw_db<Act>(c, tt, i * 4 * LANES + kl * 4, dt);
 #pragma unroll
     for (int j = 0; j < RPT; ++j) mamba2_update<St>(S[j][i], b, xp[j], dA);
   }

@@ -109,7 +109,9 @@ struct ModelConfig {
     }
   }
 
-  // The layer kind's values (whatever the kind).
+  // The layer kind's values (whatever the kind). The sizes (conv_dim, *_elems, slot_bytes, and
+  // the layer configs' own) are exact for a config that validate()s; an unvalidated one's product
+  // of fields may pass 64 bits. (The Python methods validate before they compute.)
   int64_t conv_dim() const noexcept {
     return visit_layer([](const auto& c) { return c.conv_dim(); });
   }

@@ -73,6 +73,22 @@ void bind_errors(nb::module_& m) {
   });
 }
 
+// A size accessor of a config (conv_dim, ssm_state_elems, slot_bytes, ...) called once the
+// config validates: the products of an unvalidated config's fields may pass 64 bits (signed
+// overflow), and a negative field gives a meaningless size. Raises the validation's error,
+// which names the field and its value.
+inline ModelConfig one_layer(const GdnConfig& c) { return ModelConfig::gated_delta_net(1, c); }
+inline ModelConfig one_layer(const KdaConfig& c) { return ModelConfig::kda(1, c); }
+inline ModelConfig one_layer(const Mamba2Config& c) { return ModelConfig::mamba2(1, c); }
+inline const ModelConfig& one_layer(const ModelConfig& c) { return c; }
+template <typename C, typename R>
+auto validated(R (C::*size)() const noexcept) {
+  return [size](const C& c) {
+    one_layer(c).validate();
+    return (c.*size)();
+  };
+}
+
 // The fields the delta-rule kinds' configs share (GdnConfig, KdaConfig): set from __init__'s
 // keywords, and bound as properties, methods and __repr__ under the kind's class name.
 // (The int keywords arrive as objects: converted naming "<cls>.<field>" and the value, as the
@@ -110,9 +126,10 @@ void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* c
       .def_rw("act_dtype", &C::act_dtype, act_dtype_doc)
       .def_rw("conv_state_dtype", &C::conv_state_dtype, "Committed conv window dtype.")
       .def_rw("ssm_state_dtype", &C::ssm_state_dtype, "Committed SSM state dtype.")
-      .def("conv_dim", &C::conv_dim, "2*H*K + HV*V.")
+      .def("conv_dim", validated(&C::conv_dim), "2*H*K + HV*V (of a config that validates).")
       .def("effective_scale", &C::effective_scale, "scale, or K**-0.5 when unset.")
-      .def("ssm_state_elems", &C::ssm_state_elems, "HV * V * K.")
+      .def("ssm_state_elems", validated(&C::ssm_state_elems),
+           "HV * V * K (of a config that validates).")
       .def("__repr__", [name](const C& c) {
         return name + "(num_k_heads=" + std::to_string(c.num_k_heads) +
                ", num_v_heads=" + std::to_string(c.num_v_heads) +
@@ -278,8 +295,10 @@ void bind_config(nb::module_& m) {
       .def_rw("act_dtype", &Mamba2Config::act_dtype, "dtype of xBC, dt, z, conv_out, y.")
       .def_rw("conv_state_dtype", &Mamba2Config::conv_state_dtype, "Committed conv dtype.")
       .def_rw("ssm_state_dtype", &Mamba2Config::ssm_state_dtype, "Committed SSM dtype.")
-      .def("conv_dim", &Mamba2Config::conv_dim, "nheads*P + 2*G*N.")
-      .def("ssm_state_elems", &Mamba2Config::ssm_state_elems, "nheads * P * N.");
+      .def("conv_dim", validated(&Mamba2Config::conv_dim),
+           "nheads*P + 2*G*N (of a config that validates).")
+      .def("ssm_state_elems", validated(&Mamba2Config::ssm_state_elems),
+           "nheads * P * N (of a config that validates).");
 
   nb::class_<KdaConfig> kda(
       m, "KdaConfig",
@@ -347,15 +366,19 @@ void bind_config(nb::module_& m) {
           nb::arg("num_layers").none(), nb::arg("layer"),
           "num_layers KDA layers of config `layer`.")
       .def_rw("kda_layer", &ModelConfig::kda_layer, "The KDA layer config (kind KDA).")
-      .def("conv_dim", &ModelConfig::conv_dim, "Channels of the conv.")
+      .def("conv_dim", validated(&ModelConfig::conv_dim),
+           "Channels of the conv (of a config that validates).")
       .def("act_dtype", &ModelConfig::act_dtype,
            "The activation dtype of the layer kind's inputs and outputs.")
       .def("conv_width", &ModelConfig::conv_width, "W.")
       .def("conv_state_dtype", &ModelConfig::conv_state_dtype, "Committed conv dtype.")
       .def("ssm_state_dtype", &ModelConfig::ssm_state_dtype, "Committed SSM dtype.")
-      .def("conv_state_elems", &ModelConfig::conv_state_elems, "conv_dim * (W-1).")
-      .def("ssm_state_elems", &ModelConfig::ssm_state_elems, "Elements of one SSM state.")
-      .def("slot_bytes", &ModelConfig::slot_bytes, "Committed bytes of one slot over all layers.")
+      .def("conv_state_elems", validated(&ModelConfig::conv_state_elems),
+           "conv_dim * (W-1) (of a config that validates).")
+      .def("ssm_state_elems", validated(&ModelConfig::ssm_state_elems),
+           "Elements of one SSM state (of a config that validates).")
+      .def("slot_bytes", validated(&ModelConfig::slot_bytes),
+           "Committed bytes of one slot over all layers (of a config that validates).")
       .def_ro_static("MAX_SLOT_BYTES", &ModelConfig::kMaxSlotBytes,
                      "validate() refuses a config whose slot_bytes() would pass this (2^48).")
       .def("validate", &ModelConfig::validate,

@@ -389,6 +389,38 @@ def test_configs_and_enums():
         bad.validate()
 
 
+def test_config_sizes_need_a_config_that_validates():
+    """The size accessors of the configs refuse an unvalidated config with the validation's error
+    naming the field and value: the product of three fields of 2**31 - 1 passed 64 bits (signed
+    overflow in C++), a negative field gave a negative size."""
+    big = 2**31 - 1
+    for cls in (specstate.GdnConfig, specstate.KdaConfig):
+        c = cls(num_k_heads=big, num_v_heads=big, head_k_dim=big, head_v_dim=big)
+        for size in (c.conv_dim, c.ssm_state_elems):
+            with pytest.raises(specstate.InvalidArgumentError, match="2147483647"):
+                size()
+        c = cls(num_k_heads=2, num_v_heads=-4, head_k_dim=8, head_v_dim=8)
+        with pytest.raises(specstate.InvalidArgumentError, match="num_v_heads = -4"):
+            c.conv_dim()
+    m = specstate.Mamba2Config()
+    m.num_heads = -1
+    for size in (m.conv_dim, m.ssm_state_elems):
+        with pytest.raises(specstate.InvalidArgumentError, match="num_heads = -1"):
+            size()
+    model = specstate.ModelConfig.mamba2(2, m)
+    for size in (model.conv_dim, model.conv_state_elems, model.ssm_state_elems, model.slot_bytes):
+        with pytest.raises(specstate.InvalidArgumentError, match="num_heads = -1"):
+            size()
+    # Valid configs: the values as before.
+    g = specstate.GdnConfig()
+    assert g.conv_dim() == 2 * 16 * 128 + 32 * 128 and g.ssm_state_elems() == 32 * 128 * 128
+    ok = specstate.ModelConfig.gated_delta_net(36, g)
+    assert ok.conv_dim() == g.conv_dim() and ok.conv_state_elems() == g.conv_dim() * 3
+    assert ok.slot_bytes() == 77266944
+    n = specstate.Mamba2Config()
+    assert n.conv_dim() == n.num_heads * n.head_dim + 2 * n.n_groups * n.d_state
+
+
 def test_replay_needs_no_weights_after_the_verify():
     """Replay's deferred work reads only the pool's records: weights passed as temporaries may be
     poisoned and freed after the verify, and the committed states still match snapshot's."""
