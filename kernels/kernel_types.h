@@ -327,23 +327,24 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
 // block, mamba2_replay_vblocks' RPT where it runs several; d_state 32..128): with two, each
 // staged B and C load and each history record's B * dt serve two channels (at one, the per-block
 // token loop was 191 instructions for 53 floating point ones: fifteenth session's SASS), at
-// SPECSTATE_MAMBA2_RPT2_MIN_CTAS CTAs an SM. Measured on the H100 (docs/cuda.md, "Mamba2's replay
-// verify with two channels a thread"; Nemotron-H-8B rounds, one -> two, T = 2 / 4 / 8): B = 1
-// 0.950 / 0.828 / 0.773, B = 2 0.940 / 0.945 / 0.892, B = 4 0.954 / 0.928 / 0.896, B = 8 0.964 /
-// 0.951 / 0.914, B = 16 1.025 / 1.026 / 0.923, B = 32 0.978 / 0.961 / 0.930, B = 64 1.000 /
-// 1.000 / 0.957, B = 128 1.008 / 1.002 / 0.965. So two for windows of kMamba2RptTokens tokens
-// or more up to kMamba2RptRowsHi rows and from kMamba2RptRowsMid to kMamba2RptRowsMidHi rows, and
-// for windows of kMamba2RptLongTokens or more at any count; one elsewhere and for windows of one
-// token (not measured). `env` (SPECSTATE_MAMBA2_RPT) "1" / "2" overrides, anything else is
-// ignored.
-inline constexpr int kMamba2RptTokens = 2, kMamba2RptLongTokens = 8;
-inline constexpr int kMamba2RptRowsHi = 8, kMamba2RptRowsMid = 17, kMamba2RptRowsMidHi = 32;
-inline int mamba2_rpt(int rows, int tokens, const char* env) {
+// SPECSTATE_MAMBA2_RPT2_MIN_CTAS CTAs an SM. `multi2`: whether the launch with two channels
+// (blocks of twice the channels) would run several blocks a CTA (replay_blocks_per_cta).
+// Measured on the H100 (docs/cuda.md, "Mamba2's replay verify with two channels a thread";
+// Nemotron-H-8B rounds, one -> two, T = 2 / 4 / 8): B = 1 0.950 / 0.828 / 0.773, B = 2 0.940 /
+// 0.945 / 0.892, B = 4 0.954 / 0.928 / 0.896, B = 8 0.964 / 0.951 / 0.914, B = 16 (one block a
+// CTA) 1.025 / 1.026 / 0.923, B = 32 (several) 0.978 / 0.961 / 0.930, B = 64 1.000 / 1.000 /
+// 0.957, B = 128 1.008 / 1.002 / 0.965. So two for windows of kMamba2RptTokens to
+// kMamba2RptMaxTokens tokens: up to kMamba2RptRowsHi rows; from kMamba2RptLongTokens tokens at any
+// row count; up to kMamba2RptMultiRowsHi rows where the launch runs several blocks a CTA. One
+// elsewhere: windows of one token and windows longer than a verify's (prefill) were not
+// measured. `env` (SPECSTATE_MAMBA2_RPT) "1" / "2" overrides, anything else is ignored.
+inline constexpr int kMamba2RptTokens = 2, kMamba2RptLongTokens = 8, kMamba2RptMaxTokens = 16;
+inline constexpr int kMamba2RptRowsHi = 8, kMamba2RptMultiRowsHi = 32;
+inline int mamba2_rpt(int rows, int tokens, bool multi2, const char* env) {
   if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] - '0';
-  if (tokens < kMamba2RptTokens) return 1;
-  if (tokens >= kMamba2RptLongTokens) return 2;
-  return rows <= kMamba2RptRowsHi || (rows >= kMamba2RptRowsMid && rows <= kMamba2RptRowsMidHi) ? 2
-                                                                                                : 1;
+  if (tokens < kMamba2RptTokens || tokens > kMamba2RptMaxTokens) return 1;
+  if (tokens >= kMamba2RptLongTokens || rows <= kMamba2RptRowsHi) return 2;
+  return multi2 && rows <= kMamba2RptMultiRowsHi ? 2 : 1;
 }
 
 // V blocks a CTA of the two-rows-a-thread replay verify (GDN and KDA): `chosen`, the count that

@@ -577,9 +577,10 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
 // CTAs an SM an instantiation is compiled for: the count its path wants, capped at what its
 // shared memory lets an SM hold (ctas_per_sm_bound; every instantiation fits its count on sm_90).
 #ifndef SPECSTATE_MAMBA2_RPT2_MIN_CTAS
-// CTAs per SM the two-channels-a-thread instantiation (RPT = 2) is compiled for: 4, 128
-// registers and no spills (ptxas, sm_90, N = 128; at 5, 96 registers and 78 bytes of spill
-// stores; GDN's two rows a thread measured 4 faster than 5 with spills).
+// CTAs per SM the two-channels-a-thread instantiations (RPT = 2) are compiled for: 4, 128
+// registers (ptxas, sm_90, N = 128: no spills with bf16 activations; the several-blocks kernel
+// with f32 activations spills 16 / 28 bytes with f32 / bf16 states; compiled for 5 the per-block
+// kernel spilled 78 bytes; GDN's two rows a thread measured 4 faster than 5 with spills).
 #define SPECSTATE_MAMBA2_RPT2_MIN_CTAS 4
 #endif
 template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kMulti,
@@ -637,6 +638,8 @@ __global__ void __launch_bounds__(
 template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree = false,
           bool kMulti = false, int RPT = 1>
 cudaError_t launch_mamba2_shape(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
+  // Two channels a thread run chains only (mamba2_chain_rows ignores parents and snapshots).
+  if (RPT > 1 && (p.parents != nullptr || p.snap != nullptr)) return cudaErrorInvalidValue;
   constexpr int kRows = mamba2_rows<N>() * RPT;
   const int nblk = (p.head_dim + kRows - 1) / kRows;
   const int vblocks = kMulti ? p.vblocks : 1;
@@ -655,11 +658,12 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
       Mamba2RecurrenceParams q = p;
       // Two channels a thread where kernels::mamba2_rpt takes it (blocks of twice the channels),
       // several blocks a CTA where kernels::replay_blocks_per_cta asks for them.
+      constexpr int kRows2 = 2 * mamba2_rows<N>();
+      const int vblocks2 = replay_vblocks_for(
+          p.rows, p.num_heads, (p.head_dim + kRows2 - 1) / kRows2, 24, "SPECSTATE_MAMBA2_VBLOCKS");
       if (p.snap == nullptr &&
-          mamba2_rpt(p.rows, p.tokens, std::getenv("SPECSTATE_MAMBA2_RPT")) == 2) {
-        constexpr int kRows2 = 2 * mamba2_rows<N>();
-        q.vblocks = replay_vblocks_for(p.rows, p.num_heads, (p.head_dim + kRows2 - 1) / kRows2, 24,
-                                       "SPECSTATE_MAMBA2_VBLOCKS");
+          mamba2_rpt(p.rows, p.tokens, vblocks2 > 1, std::getenv("SPECSTATE_MAMBA2_RPT")) == 2) {
+        q.vblocks = vblocks2;
         if (q.vblocks > 1) {
           return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, true, 2>(q, stream);
         }

@@ -55,8 +55,9 @@ struct Mamba2FactorSink {
 // item; the several-blocks replay chain, where it was measured faster: H200, Nemotron-H rounds
 // at B = 128 0.86-0.98x); otherwise loop by loop, item by item (the per-block path: there the
 // held values spill and rounds at B = 1 and 8 were 1.03-1.10x slower, docs/cuda.md), B and C as
-// 8-element vectors where kVecBC (the per-block kernels; not compiled into the several-blocks
-// kernel, whose spills it raised).
+// 8-element vectors where kVecBC (the per-block kernels, and the two-channel several-blocks
+// kernel's fallback, mamba2_chain_rows; not in the one-channel several-blocks kernel, whose
+// spills it raised).
 template <typename Act, int N, int kChunk, bool kBatched = false, bool kVecBC = false,
           int kRowsC = mamba2_rows<N>()>
 __device__ __forceinline__ void mamba2_stage(Mamba2Chunk<N, kChunk, kRowsC>& c,

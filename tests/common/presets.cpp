@@ -154,6 +154,22 @@ Mamba2Config mamba2_preset(const std::string& name) {
     m.dt_max = 0.08f;
     return m;
   }
+  if (name == "m2_gpu_n64_p72_f32") {  // f32 activations and states, N = 64, P = 72, z gate
+    Mamba2Config m = small_mamba2_config(f32, f32, f32, true, true, true);
+    m.num_heads = 4;
+    m.head_dim = 72;
+    m.d_state = 64;
+    m.n_groups = 2;
+    return m;
+  }
+  if (name == "m2_gpu_n32_p72") {  // bf16 activations and states, N = 32, P = 72, no gate
+    Mamba2Config m = small_mamba2_config(bf16, bf16, bf16, true, true, false);
+    m.num_heads = 4;
+    m.head_dim = 72;
+    m.d_state = 32;
+    m.n_groups = 1;
+    return m;
+  }
   if (name == "m2_gpu_n256") {  // CUDA-sized: N = 256 (Nemotron-H-47B/56B), all bf16
     Mamba2Config m = small_mamba2_config(bf16, bf16, bf16, true, true, false);
     m.num_heads = 4;

@@ -152,28 +152,36 @@ TEST(GdnMultiRpt, ManyRowsOfWindowsAndTheOverride) {
 }
 
 // Channels a thread of the Mamba2 replay verify (kernels::mamba2_rpt), where measured faster on
-// the H100: two for 1..8 and 17..32 rows of 2 to 7 tokens and for windows of 8 tokens or more at
-// any row count; one for 9..16 and more than 32 rows of 2 to 7 tokens and for windows of one
-// token; SPECSTATE_MAMBA2_RPT's "1" / "2" override, anything else is ignored.
+// the H100: two for windows of 2..16 tokens up to 8 rows, from 8 tokens at any row count, and up
+// to 32 rows where the two-channel launch runs several blocks a CTA (`multi2`); one for 9..16 rows
+// of 2..7 tokens, for 17..32 rows whose launch would run one block a CTA, above 32 rows of 2..7
+// tokens, for windows of one token and for windows longer than 16 (prefill); SPECSTATE_MAMBA2_RPT's
+// "1" / "2" override, anything else is ignored.
 TEST(Mamba2Rpt, WhereMeasuredFasterAndTheOverride) {
-  for (int tokens : {2, 4, 7}) {
-    for (int rows : {1, 2, 4, 8, 17, 24, 32})
-      EXPECT_EQ(mamba2_rpt(rows, tokens, nullptr), 2) << rows;
-    for (int rows : {9, 16, 33, 64, 128}) EXPECT_EQ(mamba2_rpt(rows, tokens, nullptr), 1) << rows;
+  for (bool multi2 : {false, true}) {
+    for (int tokens : {2, 4, 7}) {
+      for (int rows : {1, 2, 4, 8}) EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), 2);
+      for (int rows : {9, 16, 33, 64, 128}) EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), 1);
+      for (int rows : {17, 24, 32}) {
+        EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), multi2 ? 2 : 1) << rows;
+      }
+    }
+    for (int rows : {1, 8, 16, 32, 64, 128}) {
+      EXPECT_EQ(mamba2_rpt(rows, 8, multi2, nullptr), 2) << rows;
+      EXPECT_EQ(mamba2_rpt(rows, 16, multi2, nullptr), 2) << rows;
+      EXPECT_EQ(mamba2_rpt(rows, 17, multi2, nullptr), 1) << rows;
+      EXPECT_EQ(mamba2_rpt(rows, 512, multi2, nullptr), 1) << rows;
+      EXPECT_EQ(mamba2_rpt(rows, 1, multi2, nullptr), 1) << rows;
+      EXPECT_EQ(mamba2_rpt(rows, 0, multi2, nullptr), 1) << rows;
+    }
   }
-  for (int rows : {1, 8, 16, 32, 64, 128}) {
-    EXPECT_EQ(mamba2_rpt(rows, 8, nullptr), 2) << rows;
-    EXPECT_EQ(mamba2_rpt(rows, 16, nullptr), 2) << rows;
-    EXPECT_EQ(mamba2_rpt(rows, 1, nullptr), 1) << rows;
-    EXPECT_EQ(mamba2_rpt(rows, 0, nullptr), 1) << rows;
-  }
-  EXPECT_EQ(mamba2_rpt(128, 4, "2"), 2);
-  EXPECT_EQ(mamba2_rpt(1, 1, "2"), 2);
-  EXPECT_EQ(mamba2_rpt(8, 4, "1"), 1);
-  EXPECT_EQ(mamba2_rpt(128, 8, "1"), 1);
+  EXPECT_EQ(mamba2_rpt(128, 4, false, "2"), 2);
+  EXPECT_EQ(mamba2_rpt(1, 1, false, "2"), 2);
+  EXPECT_EQ(mamba2_rpt(8, 4, true, "1"), 1);
+  EXPECT_EQ(mamba2_rpt(128, 8, true, "1"), 1);
   for (const char* ignored : {"", "0", "3", "22", "x"}) {
-    EXPECT_EQ(mamba2_rpt(8, 4, ignored), 2) << ignored;
-    EXPECT_EQ(mamba2_rpt(16, 4, ignored), 1) << ignored;
+    EXPECT_EQ(mamba2_rpt(8, 4, false, ignored), 2) << ignored;
+    EXPECT_EQ(mamba2_rpt(16, 4, false, ignored), 1) << ignored;
   }
 }
 

@@ -178,7 +178,10 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"mamba2_p72_chain", "m2_gpu_p72", false, 4, 6, 16},
             EquivalenceCase{"mamba2_p72_chain_ring40_long", "m2_gpu_p72", false, 4, 4, 60, 40},
             EquivalenceCase{"vllm_mamba2_p72_chain_ring2t", "m2_gpu_p72", false, 4, 4, 24, 8,
-                            kSnapshotVllm | kReplayVllm}),
+                            kSnapshotVllm | kReplayVllm},
+            EquivalenceCase{"mamba2_n64_f32_chain_ring2t", "m2_gpu_n64_p72_f32", false, 4, 5, 24,
+                            8},
+            EquivalenceCase{"mamba2_n32_bf16_chain", "m2_gpu_n32_p72", false, 4, 6, 16}),
         ::testing::Values(1, 2)),
     EnvCaseName{"_rpt"});
 
@@ -432,7 +435,13 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"mamba2_p72_chain_ring2t", "m2_gpu_p72", false, 4, 5, 24, 8},
             EquivalenceCase{"mamba2_p72_chain_ring40_long", "m2_gpu_p72", false, 4, 4, 60, 40},
             EquivalenceCase{"vllm_mamba2_p72_chain_ring2t", "m2_gpu_p72", false, 4, 4, 24, 8,
-                            kSnapshotVllm | kReplayVllm}),
+                            kSnapshotVllm | kReplayVllm},
+            // f32 activations (the instantiations that spill), N = 64 and N = 32.
+            EquivalenceCase{"mamba2_n64_f32_chain_ring2t", "m2_gpu_n64_p72_f32", false, 4, 5, 24,
+                            8},
+            EquivalenceCase{"mamba2_n64_f32_chain_ring40_long", "m2_gpu_n64_p72_f32", false, 4, 4,
+                            60, 40},
+            EquivalenceCase{"mamba2_n32_bf16_chain", "m2_gpu_n32_p72", false, 4, 6, 16}),
         ::testing::Values(2, 4)),
     EnvCaseName{"_vb"});
 
