@@ -153,16 +153,16 @@ TEST(GdnMultiRpt, ManyRowsOfWindowsAndTheOverride) {
 
 // Channels a thread of the Mamba2 replay verify (kernels::mamba2_rpt), where measured faster on
 // the H100: two for windows of 2..16 tokens up to 8 rows, from 8 tokens at any row count, and up
-// to 32 rows where the two-channel launch runs several blocks a CTA (`multi2`); one for 9..16 rows
-// of 2..7 tokens, for 17..32 rows whose launch would run one block a CTA, above 32 rows of 2..7
+// to 32 rows where the two-channel launch runs several blocks a CTA (`multi2`); one for 9..32 rows
+// of 2..7 tokens whose launch would run one block a CTA (B = 16 lost), above 32 rows of 2..7
 // tokens, for windows of one token and for windows longer than 16 (prefill); SPECSTATE_MAMBA2_RPT's
 // "1" / "2" override, anything else is ignored.
 TEST(Mamba2Rpt, WhereMeasuredFasterAndTheOverride) {
   for (bool multi2 : {false, true}) {
     for (int tokens : {2, 4, 7}) {
       for (int rows : {1, 2, 4, 8}) EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), 2);
-      for (int rows : {9, 16, 33, 64, 128}) EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), 1);
-      for (int rows : {17, 24, 32}) {
+      for (int rows : {33, 64, 128}) EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), 1);
+      for (int rows : {9, 16, 17, 24, 32}) {
         EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), multi2 ? 2 : 1) << rows;
       }
     }
