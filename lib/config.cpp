@@ -6,6 +6,7 @@
 #include "layers/gdn.h"
 #include "layers/kda.h"
 #include "layers/mamba2.h"
+#include "layout.h"
 #include "specstate/status.h"
 
 namespace specstate {
@@ -66,14 +67,7 @@ void ModelConfig::validate() const {
   const __int128 slot = __int128{num_layers} * (conv * int64_t(dtype_size(conv_state_dtype())) +
                                                 ssm * int64_t(dtype_size(ssm_state_dtype())));
   if (slot > kMaxSlotBytes) {
-    const auto text = [](__int128 v) {
-      std::string s;
-      do {
-        s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
-        v /= 10;
-      } while (v > 0);
-      return s;
-    };
+    const auto text = detail::int128_text;
     throw Error(Status::kInvalidArgument,
                 "ModelConfig: one slot's state over the " + std::to_string(num_layers) +
                     " layers is " + text(slot) + " bytes (conv_width = " +

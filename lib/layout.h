@@ -23,6 +23,18 @@ inline std::string float_text(double v) {
   return buf;
 }
 
+// A 128-bit integer's decimal text (sizes checked in 128 bits before they are trusted in 64).
+inline std::string int128_text(__int128 v) {
+  const bool negative = v < 0;
+  unsigned __int128 u = negative ? -static_cast<unsigned __int128>(v) : v;
+  std::string s;
+  do {
+    s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(u % 10)));
+    u /= 10;
+  } while (u > 0);
+  return negative ? "-" + s : s;
+}
+
 // The buffers a pool may own. A strategy decides which of the workspace buffers exist (a size of
 // zero means absent).
 enum class Buf : int {

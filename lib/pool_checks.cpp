@@ -123,8 +123,8 @@ void StatePool::Impl::check_no_alias(const char* function, const char* name,
       fail(Status::kInvalidArgument, function,
            std::string(name) + " (" + view.describe() + ") overlaps the pool's " +
                detail::buf_name(static_cast<detail::Buf>(b)) +
-               ": a call's buffers (outputs, an imported slot state) must be the caller's own "
-               "memory");
+               ": a call's buffers (inputs, weights, outputs, an imported slot state) must be "
+               "the caller's own memory");
     }
   }
   if (!storage.layout.caller_committed) return;

@@ -221,13 +221,17 @@ struct StatePool::Impl {
       }
       outputs.emplace_back(name, &view);
     });
+    // Nor may what the call reads lie in the pool's own memory: a row's advance rewrites its slot
+    // (or the workspace) while a later row still reads it.
     K::for_each_read(w, in, [&](const char* name, const TensorView& view) {
+      check_no_alias(function, name, view);
       for (const auto& o : outputs) check_no_overlap(function, o.first, *o.second, name, view);
     });
   }
 
-  // An output view must not overlap the pool's own memory (committed state or workspace): the
-  // call would overwrite what it reads, and the strategy's state with it.
+  // A view a call writes or reads (an output, an input, a weight, an imported state) must not
+  // overlap the pool's own memory (committed state or workspace): the call would overwrite what
+  // it reads, and the strategy's state with it.
   void check_no_alias(const char* function, const char* name, const TensorView& view) const;
 
   // Rejects (kInvalidArgument, naming both views) an output `out` sharing a byte with `other`

@@ -472,6 +472,12 @@ std::vector<uint8_t> SafetensorsFile::serialize(
                 std::string(fn) + "a tensor name or metadata entry is not valid UTF-8");
   }
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
+  if (text.size() > kMaxHeaderBytes) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + "the header would be " + std::to_string(text.size()) +
+                    " bytes, more than the reader's limit of " + std::to_string(kMaxHeaderBytes) +
+                    " (tensor names and metadata)");
+  }
   // Sized once and filled with memcpy (GCC 12 warns falsely about vector::insert here).
   std::vector<uint8_t> out(8 + text.size() + static_cast<std::size_t>(offset));
   const uint64_t len = text.size();

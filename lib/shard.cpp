@@ -130,6 +130,18 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
       bad("dst holds more than 2^48 bytes of elements (shape " + dst.describe() + ")");
     }
   }
+  if (n == 0) return;  // nothing to copy (and no column map to build)
+  // dst is written while src is read: neither may share a byte with dst, nor dst's own elements
+  // one another (a stride-0 or overlapping view kept only the last write).
+  detail::check_no_self_overlap("shard_gather", "dst", dst);
+  if (detail::span_bytes(src) > 0) {
+    int64_t i = 0, j = 0;
+    if (detail::rows_overlap(detail::byte_rows(dst), detail::byte_rows(src), &i, &j)) {
+      bad("dst (" + dst.describe() + ") overlaps src (" + src.describe() + "): index " +
+          std::to_string(i) + " of dst shares bytes with index " + std::to_string(j) +
+          " of src; dst must be other memory");
+    }
+  }
   // Walk every element of dst; map its index along `dim` to src through the ranges.
   std::vector<int64_t> map;
   map.reserve(static_cast<std::size_t>(total));

@@ -100,6 +100,7 @@ std::vector<int64_t> recurrent_shape(const ModelConfig& model, int64_t slots, Ss
 }
 
 PoolOptions layout_options(PoolOptions options, const ModelConfig& model, SsmLayout order) {
+  model.validate();  // as recurrent_shape (the layer shapes of an unvalidated config overflow)
   check_order("vllm::layout_options", model, order);
   options.conv_layout = ConvLayout::kChannelsLast;
   options.ssm_layout = order;

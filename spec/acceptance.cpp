@@ -34,10 +34,29 @@ std::vector<int32_t> Acceptance::emitted(const int32_t* tokens) const {
                 "spec::Acceptance::emitted: tokens is null (the path has " +
                     std::to_string(path.size()) + " nodes)");
   }
+  for (std::size_t i = 1; i < path.size(); ++i) {
+    if (path[i] < 0) {
+      throw Error(Status::kInvalidArgument, "spec::Acceptance::emitted: path[" + std::to_string(i) +
+                                                "] = " + std::to_string(path[i]) +
+                                                " is no window node");
+    }
+  }
   out.reserve(path.size());
   for (std::size_t i = 1; i < path.size(); ++i) out.push_back(tokens[path[i]]);
   out.push_back(bonus_token);
   return out;
+}
+
+std::vector<int32_t> Acceptance::emitted(const std::vector<int32_t>& tokens) const {
+  for (std::size_t i = 1; i < path.size(); ++i) {
+    if (path[i] < 0 || static_cast<std::size_t>(path[i]) >= tokens.size()) {
+      throw Error(Status::kInvalidArgument, "spec::Acceptance::emitted: path[" + std::to_string(i) +
+                                                "] = " + std::to_string(path[i]) +
+                                                " is outside tokens (" +
+                                                std::to_string(tokens.size()) + " entries)");
+    }
+  }
+  return emitted(tokens.data());
 }
 
 Acceptance accept_greedy_chain(const int32_t* tokens, const int32_t* target, int window) {

@@ -29,8 +29,11 @@ struct Acceptance {
   int32_t commit_value(bool tree) const noexcept {
     return tree ? last_node() : static_cast<int32_t>(path.size());
   }
-  // Tokens the round appends to the output: tokens[path[1..]] then the bonus token.
+  // Tokens the round appends to the output: tokens[path[1..]] then the bonus token. Throws
+  // Error(kInvalidArgument) for a negative path node (and a null `tokens` when there is a draft
+  // to read); the vector overload also for a node past tokens.size().
   std::vector<int32_t> emitted(const int32_t* tokens) const;
+  std::vector<int32_t> emitted(const std::vector<int32_t>& tokens) const;
 };
 
 // A chain of `window` tokens: a = 1 + the length of the longest prefix of drafts with

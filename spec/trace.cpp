@@ -310,6 +310,15 @@ void check_shape(const TraceShape& shape, const char* fn) {
                     " x " + std::to_string(shape.rounds) + " records, more than " +
                     std::to_string(kMaxTraceRecords) + " (kMaxTraceRecords)");
   }
+  // The header holds every request id: a generated trace the reader would refuse is not made
+  // (INT_MAX requests of 0 rounds allocated 16 GB before std::bad_alloc).
+  if (shape.requests > kMaxTraceRequests) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": requests = " + std::to_string(shape.requests) +
+                    ", more than " + std::to_string(kMaxTraceRequests) +
+                    " (kMaxTraceRequests: their ids are the header line, which the reader "
+                    "bounds)");
+  }
 }
 
 template <typename PathFn>

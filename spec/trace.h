@@ -31,6 +31,9 @@ constexpr int kMaxTraceJsonDepth = 16;  // a record nests 2 levels
 // "meta" is the one place with more): parsing keeps the key order, which is quadratic in an
 // object's keys (a header of 160,000 meta keys took 22 s).
 constexpr int kMaxTraceObjectKeys = 4096;
+// The most requests a generator numbers: their ids (0 .. requests-1) are the header line, which
+// must fit kMaxTraceLineBytes (2^20 ids are about 7.9 MB of it).
+constexpr int kMaxTraceRequests = 1 << 20;
 
 // One round of one request.
 struct TraceRecord {
@@ -83,7 +86,8 @@ void validate_trace(const Trace& trace);
 // --- generators ---------------------------------------------------------------------------
 // Records are written round-major (round 0 of every request, then round 1, ...), requests
 // numbered 0 .. requests-1, each with `window` in every round. The generators refuse
-// (kInvalidArgument) a shape of more than kMaxTraceRecords records, as the reader does.
+// (kInvalidArgument) a shape of more than kMaxTraceRecords records, as the reader does, and more
+// than kMaxTraceRequests requests (whose header line the reader would refuse), rounds = 0 too.
 struct TraceShape {
   int requests = 1;
   int rounds = 1;

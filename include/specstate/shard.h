@@ -38,7 +38,8 @@ ShardMap shard_map(const ModelConfig& tp1, int tp, int rank);
 
 // Copies the columns `ranges` of dimension `dim` of `src` (host memory, any strides) into `dst`
 // (host memory; the same shape except dim, whose extent is the ranges' total), in order.
-// Throws Error(kInvalidArgument) naming the argument on a shape, dtype or device mismatch.
+// Throws Error(kInvalidArgument) naming the argument on a shape, dtype or device mismatch, and
+// for a dst whose elements share memory or that shares a byte with src.
 void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>& ranges,
                   const TensorView& dst);
 

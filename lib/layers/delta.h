@@ -39,12 +39,14 @@ void validate_common(const Config& c, const char* kind, int64_t gate_cols) {
   if (c.conv_width < 2) {
     bad_field(kind, "conv_width", std::to_string(c.conv_width), "must be >= 2");
   }
-  // Every per-token extent must fit an int (kernels and views index channels with int).
-  const int64_t conv_dim = c.conv_dim();
+  // Every per-token extent must fit an int (kernels and views index channels with int). Computed
+  // in 128 bits: with every field near INT_MAX the 64-bit sum (c.conv_dim()) would overflow.
+  const __int128 conv_dim =
+      2 * __int128{c.num_k_heads} * c.head_k_dim + __int128{c.num_v_heads} * c.head_v_dim;
   if (conv_dim + gate_cols > std::numeric_limits<int32_t>::max()) {
     bad_field(kind, "head_k_dim", std::to_string(c.head_k_dim),
               "conv_dim = 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim = " +
-                  std::to_string(conv_dim) + " does not fit in 32 bits");
+                  int128_text(conv_dim) + " does not fit in 32 bits");
   }
   if (int64_t{c.num_v_heads} * c.head_v_dim > std::numeric_limits<int32_t>::max()) {
     bad_field(kind, "head_v_dim", std::to_string(c.head_v_dim),

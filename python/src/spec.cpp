@@ -94,14 +94,7 @@ void bind_spec(nb::module_& m) {
            "node (tree).")
       .def(
           "emitted",
-          [](const Acceptance& a, const std::vector<int32_t>& tokens) {
-            for (int32_t node : a.path)
-              if (node < 0 || static_cast<std::size_t>(node) >= tokens.size())
-                throw Error(Status::kInvalidArgument, "tokens: " + std::to_string(tokens.size()) +
-                                                          " entries, the path reaches node " +
-                                                          std::to_string(node));
-            return a.emitted(tokens.data());
-          },
+          [](const Acceptance& a, const std::vector<int32_t>& tokens) { return a.emitted(tokens); },
           nb::arg("tokens"), "Tokens the round emits: tokens[path[1:]] then the bonus token.")
       .def("__repr__", [](const Acceptance& a) {
         std::string s = "Acceptance(path=[";

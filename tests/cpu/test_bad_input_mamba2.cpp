@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -276,6 +277,32 @@ TEST(BadConfig, SizesPast2To48BytesAreRefused) {
   const ModelConfig under = ModelConfig::gated_delta_net(1, wide);
   EXPECT_NO_THROW(under.validate());
   EXPECT_LE(under.slot_bytes(), ModelConfig::kMaxSlotBytes);
+}
+
+// Every head and dimension field at INT_MAX (prime, so the "multiple of" checks pass): validate()
+// refuses the config naming the conv width that does not fit, for every kind. Its own conv_dim
+// sum overflowed 64 bits first (undefined behaviour; the sanitized build aborted here).
+TEST(BadConfig, FieldsAtIntMaxAreRefusedWithoutOverflow) {
+  const int big = std::numeric_limits<int>::max();
+  GdnConfig g;
+  g.num_k_heads = g.num_v_heads = g.head_k_dim = g.head_v_dim = big;
+  KdaConfig k;
+  k.num_k_heads = k.num_v_heads = k.head_k_dim = k.head_v_dim = big;
+  Mamba2Config m;
+  m.num_heads = m.n_groups = m.head_dim = m.d_state = big;
+  for (const ModelConfig& c :
+       {ModelConfig::gated_delta_net(1, g), ModelConfig::kda(1, k), ModelConfig::mamba2(1, m)}) {
+    try {
+      c.validate();
+      ADD_FAILURE() << layer_kind_name(c.kind) << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("does not fit in 32 bits"), std::string::npos) << what;
+      // 2 * (2^31 - 1)^2 + (2^31 - 1)^2, printed exactly
+      EXPECT_NE(what.find("13835058042397261827"), std::string::npos) << what;
+    }
+  }
 }
 
 // The model's accessors follow the kind (what the CLI's memory arithmetic uses).

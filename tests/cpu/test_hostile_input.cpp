@@ -313,6 +313,19 @@ TEST(HostileApi, SmallEdges) {
   root.path = {0};
   root.bonus_token = 9;
   EXPECT_EQ(root.emitted(nullptr), (std::vector<int32_t>{9}));  // no draft token is read
+  // A hand-built path with a negative node read before the tokens (a SEGV); the vector overload
+  // also refuses a node past the tokens.
+  spec::Acceptance neg;
+  neg.path = {0, -100000};
+  EXPECT_TRUE(contains(error_of([&] { neg.emitted(tokens); }),
+                       "spec::Acceptance::emitted: path[1] = -100000 is no window node"));
+  const std::vector<int32_t> two = {7, 8};
+  EXPECT_TRUE(contains(error_of([&] { neg.emitted(two); }), "path[1] = -100000 is outside tokens"));
+  spec::Acceptance past;
+  past.path = {0, 2};
+  EXPECT_TRUE(contains(error_of([&] { past.emitted(two); }),
+                       "spec::Acceptance::emitted: path[1] = 2 is outside tokens (2 entries)"));
+  EXPECT_EQ(a.emitted(two), (std::vector<int32_t>{8, 5}));
 
   EXPECT_TRUE(contains(error_of([] {
                          spec::check_path(spec::Window::chain(3), {0, 5}, nullptr);

@@ -1,7 +1,8 @@
 // Outputs that share memory with a layer call's inputs (issue 17), for every layer kind and both
 // strategies: prefill (single and batched), decode and verify reject an output over one of their
-// inputs, their weights or their other output, naming both views, and change nothing (bit-exact
-// against a twin pool that never saw the calls); views that interleave token by token in one
+// inputs, their weights or their other output, and an input or a weight over the pool's own
+// memory, naming the views, and change nothing (bit-exact against a twin pool that never saw the
+// calls); views that interleave token by token in one
 // buffer share no byte and are accepted, bit-identical to separate buffers.
 #include <gtest/gtest.h>
 
@@ -116,6 +117,13 @@ TEST_P(OutputOverlap, PrefillDecodeAndVerifyRejectOutputsSharingMemoryWithTheirI
             expect_rejected([&] { call(iv, o); }, Status::kInvalidArgument,
                             {fn, "outputs.conv_out", std::string("overlaps ") + out_name});
           }
+          {  // the main input over the pool's committed conv state (a row's advance would rewrite
+             // what a later row reads)
+            typename Kind::Inputs i = iv;
+            main_input(i) = over(p.conv_state(0), main_input(i));
+            expect_rejected([&] { call(i, ov); }, Status::kInvalidArgument,
+                            {fn, in_name, "overlaps the pool's", "must be the caller's own"});
+          }
         };
     each_overlap("StatePool::prefill", 3,
                  [&](const auto& in, const auto& out) { p.prefill(0, h, r.weights(0), in, out); });
@@ -124,6 +132,16 @@ TEST_P(OutputOverlap, PrefillDecodeAndVerifyRejectOutputsSharingMemoryWithTheirI
     });
     each_overlap("StatePool::decode", 1,
                  [&](const auto& in, const auto& out) { p.decode(0, {h}, r.weights(0), in, out); });
+    {  // a weight over the pool's committed SSM state
+      const auto in1 = r.inputs(1);
+      auto out1 = r.outputs(1);
+      auto w = r.weights(0);
+      w.conv_weight = over(p.ssm_state(0), w.conv_weight);
+      expect_rejected(
+          [&] { p.decode(0, {h}, w, Kind::put(in1[0], host_put), Kind::put(out1[0], host_put)); },
+          Status::kInvalidArgument,
+          {"StatePool::decode", "weights.conv_weight", "overlaps the pool's"});
+    }
     const auto in = r.inputs(kT);
     p.begin_verify(round_batch(false, {h}));
     each_overlap("StatePool::verify", kT,

@@ -244,6 +244,9 @@ TEST(SafetensorsMalformed, SerializeRefusesWhatTheParserWould) {
   refused({T{"w\xff", SafetensorsDType::kF32, {1}, std::vector<uint8_t>(4)}}, {},
           "not valid UTF-8");
   refused({}, {{"k", "v\xfe"}}, "not valid UTF-8");
+  // A header the reader refuses for its size (it was written, then failed on read).
+  refused({T{"t", SafetensorsDType::kF32, {1}, std::vector<uint8_t>(4)}},
+          {{"big", std::string(101'000'000, 'x')}}, "more than the reader's limit of 100000000");
 }
 
 TEST(SafetensorsMalformed, OffsetsOutOfRange) {

@@ -97,7 +97,8 @@ TEST(SlotOpsBadInput, ExportAndImportBuffers) {
     expect_rejected(
         [&] { call(f.p, f.a, TensorView::contiguous(pool_mem.data, DType::kI32, {n})); },
         Status::kInvalidArgument,
-        {"overlaps the pool's", "a call's buffers (outputs, an imported slot state) must be"});
+        {"overlaps the pool's",
+         "a call's buffers (inputs, weights, outputs, an imported slot state) must be"});
   }
   SlotHandle stale = f.b;
   stale.generation += 1;

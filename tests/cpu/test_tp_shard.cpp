@@ -361,8 +361,9 @@ TEST(TpShardMap, ColumnsAndBadArguments) {
 // shard_gather's views and ranges are checked before any byte is copied, as the pool's views are:
 // strides that reach past 2^48 bytes or are negative (a SEGV in memcpy), extents below zero
 // (accepted), ranges whose end overflows int64 (accepted, then std::length_error /
-// std::bad_alloc), a broadcast dst of 2^62 elements (2^62 copies). (A view whose strides stay
-// within 2^48 bytes but past its own buffer cannot be told from a good one.)
+// std::bad_alloc), a broadcast dst of 2^62 elements (2^62 copies), a dst whose elements share
+// memory or lie over src (silently wrong). A copy of no element builds no column map. (A view
+// whose strides stay within 2^48 bytes but past its own buffer cannot be told from a good one.)
 TEST(TpShardGather, RefusesBadViewsAndRanges) {
   Buffer src(DType::kF32, {2, 4}), dst(DType::kF32, {2, 2});
   for (int64_t i = 0; i < 8; ++i) src.set(i, static_cast<float>(i + 1));
@@ -394,6 +395,26 @@ TEST(TpShardGather, RefusesBadViewsAndRanges) {
   wide_src.shape[0] = wide_dst.shape[0] = int64_t{1} << 62;
   wide_src.stride[0] = wide_dst.stride[0] = 0;
   refused(wide_src, {{0, 1}}, wide_dst, "dst holds more than 2^48 bytes");
+  // A dst whose elements share memory (stride 0: only the last write was kept), and a dst over
+  // src (a shifted copy read what it had just written): refused, naming both views.
+  TensorView broadcast = dst.view();
+  broadcast.stride[1] = 0;
+  refused(src.view(), {{0, 2}}, broadcast, "dst (");
+  refused(src.view(), {{0, 2}}, broadcast, "an output's elements must not share memory");
+  TensorView over_src = dst.view();
+  over_src.data = static_cast<float*>(src.view().data) + 1;
+  over_src.stride[0] = 4;
+  refused(src.view(), {{0, 2}}, over_src, "dst (");
+  refused(src.view(), {{0, 2}}, over_src, "overlaps src");
+  // A copy of no element builds nothing: a zero-extent dst beside a 2^44-column range (its column
+  // map asked for 2^47 bytes before).
+  {
+    const int64_t big = int64_t{1} << 44;
+    float cell[2] = {0.0f, 0.0f};
+    const TensorView zs = TensorView::strided(&cell[0], DType::kF32, {0, big}, {0, 0});
+    const TensorView zd = TensorView::strided(&cell[1], DType::kF32, {0, big}, {0, 0});
+    EXPECT_NO_THROW(shard_gather(zs, 1, {ColumnRange{0, big}}, zd));
+  }
   // The good call still works: columns 1 and 2 of each row.
   shard_gather(src.view(), 1, {{1, 2}}, dst.view());
   EXPECT_EQ(dst.get(0), 2.0f);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -192,6 +193,22 @@ TEST(VllmOrder, TheDefaultIsVllmsOrderOfTodayForBothDeltaRuleKinds) {
   for (const ModelConfig* m : {&kda, &gdn}) {
     EXPECT_EQ(vllm::layout_options(PoolOptions{}, *m).ssm_layout, SsmLayout::kVK);
     EXPECT_EQ(vllm::layout_options(PoolOptions{}, *m, SsmLayout::kKV).ssm_layout, SsmLayout::kKV);
+  }
+  // layout_options validates the model first, as recurrent_shape does: a config that does not
+  // validate is refused naming its field (it returned options, and with kKV its factor-record
+  // layout overflowed 64 bits).
+  {
+    ModelConfig bad = gdn;
+    bad.num_layers = -3;
+    expect_rejected([&] { vllm::layout_options(PoolOptions{}, bad); }, Status::kInvalidArgument,
+                    {"num_layers = -3"});
+    ModelConfig huge = gdn;
+    huge.gdn.num_k_heads = 1;
+    huge.gdn.head_k_dim = 1;
+    huge.gdn.num_v_heads = std::numeric_limits<int>::max();
+    huge.gdn.head_v_dim = std::numeric_limits<int>::max();
+    expect_rejected([&] { vllm::layout_options(PoolOptions{}, huge, SsmLayout::kKV); },
+                    Status::kInvalidArgument, {"does not fit in 32 bits"});
   }
   const ModelConfig m2 = preset_model("m2_gpu_f32", 1);
   for (const auto& call : std::vector<std::function<void()>>{
