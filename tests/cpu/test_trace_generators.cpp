@@ -42,29 +42,33 @@ TEST(TraceGenerators, FixedLength) {
   EXPECT_EQ(tree.records[0].path, (std::vector<int32_t>{0, 2, 3}));
 }
 
+// Each of the three generators refuses `s` with kInvalidArgument and a message holding every
+// one of `needles`.
+void expect_generators_refuse(const TraceShape& s, const std::vector<std::string>& needles) {
+  const std::vector<double> weights = {1.0, 1.0};
+  for (int g = 0; g < 3; ++g) {
+    try {
+      if (g == 0) generate_fixed(s, 2);
+      if (g == 1) generate_geometric(s, 0.5);
+      if (g == 2) generate_empirical(s, weights);
+      ADD_FAILURE() << "generator " << g << ": " << s.requests << " x " << s.rounds << " generated";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.status(), Status::kInvalidArgument);
+      for (const std::string& n : needles) EXPECT_NE(what.find(n), std::string::npos) << what;
+    }
+  }
+}
+
 // A shape of more records than the reader takes is refused, naming both counts, before anything
 // is allocated (10^6 x 10^6 records raised std::bad_alloc, 2^31 - 1 squared std::length_error).
 TEST(TraceGenerators, ShapesPastTheRecordLimitAreRefused) {
-  const std::vector<double> weights = {1.0, 1.0};
   for (const auto& [requests, rounds] :
        {std::pair{1000000, 1000000}, std::pair{2147483647, 2147483647}, std::pair{4097, 2048}}) {
-    const TraceShape s = shape(requests, rounds, Window::chain(4), 1);
-    for (int g = 0; g < 3; ++g) {
-      try {
-        if (g == 0) generate_fixed(s, 2);
-        if (g == 1) generate_geometric(s, 0.5);
-        if (g == 2) generate_empirical(s, weights);
-        ADD_FAILURE() << requests << " x " << rounds << " records generated";
-      } catch (const Error& e) {
-        const std::string what = e.what();
-        EXPECT_EQ(e.status(), Status::kInvalidArgument);
-        EXPECT_NE(what.find("requests x rounds = " + std::to_string(requests) + " x " +
-                            std::to_string(rounds)),
-                  std::string::npos)
-            << what;
-        EXPECT_NE(what.find("kMaxTraceRecords"), std::string::npos) << what;
-      }
-    }
+    expect_generators_refuse(
+        shape(requests, rounds, Window::chain(4), 1),
+        {"requests x rounds = " + std::to_string(requests) + " x " + std::to_string(rounds),
+         "kMaxTraceRecords"});
   }
   // The limit itself is allowed (4096 x 2048 = kMaxTraceRecords).
   EXPECT_EQ(int64_t{4096} * 2048, kMaxTraceRecords);
@@ -76,23 +80,10 @@ TEST(TraceGenerators, ShapesPastTheRecordLimitAreRefused) {
 // made a trace that write_trace and the reader refuse. The limit itself is generated, written
 // and read back.
 TEST(TraceGenerators, RequestsPastTheHeaderLimitAreRefused) {
-  const std::vector<double> weights = {1.0, 1.0};
   for (const auto& [requests, rounds] :
        {std::pair{2147483647, 0}, std::pair{kMaxTraceRequests + 1, 1}, std::pair{3000000, 0}}) {
-    const TraceShape s = shape(requests, rounds, Window::chain(4), 1);
-    for (int g = 0; g < 3; ++g) {
-      try {
-        if (g == 0) generate_fixed(s, 2);
-        if (g == 1) generate_geometric(s, 0.5);
-        if (g == 2) generate_empirical(s, weights);
-        ADD_FAILURE() << requests << " requests generated";
-      } catch (const Error& e) {
-        const std::string what = e.what();
-        EXPECT_EQ(e.status(), Status::kInvalidArgument);
-        EXPECT_NE(what.find("requests = " + std::to_string(requests)), std::string::npos) << what;
-        EXPECT_NE(what.find("kMaxTraceRequests"), std::string::npos) << what;
-      }
-    }
+    expect_generators_refuse(shape(requests, rounds, Window::chain(4), 1),
+                             {"requests = " + std::to_string(requests), "kMaxTraceRequests"});
   }
   const Trace t = generate_fixed(shape(kMaxTraceRequests, 0, Window::chain(2), 1), 1);
   EXPECT_EQ(t.requests.size(), static_cast<std::size_t>(kMaxTraceRequests));
