@@ -693,6 +693,27 @@ def test_overlapping_output_is_refused():
     assert out.core_out.any()
 
 
+def test_input_in_the_pools_memory_is_refused():
+    """A layer call's input laid over the pool's own committed state was accepted (only outputs
+    were checked): a row's advance rewrites that memory while later rows still read it. Now it
+    is refused naming the input, and the round still verifies."""
+    model = Model()
+    pool = model.pool()
+    h, (x, a, b) = open_round(model, pool)
+    committed = np.from_dlpack(pool.conv_state(0))
+    before = committed.copy()
+    flat = committed.reshape(-1)
+    assert flat.size >= x.size  # the pool's conv state holds a window's mixed_qkv
+    over = flat[:x.size].reshape(x.shape)
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"inputs.mixed_qkv .* overlaps the pool's conv state"):
+        pool.verify(0, model.weights[0], specstate.GdnInputs(over, a, b), model.outputs(4))
+    np.testing.assert_array_equal(np.from_dlpack(pool.conv_state(0)), before)
+    out = model.outputs(4)
+    pool.verify(0, model.weights[0], specstate.GdnInputs(x, a, b), out)
+    assert out.core_out.any()
+
+
 @pytest.mark.parametrize("strategy", [Strategy.SNAPSHOT, Strategy.REPLAY])
 def test_round_of_zero_token_rows_verifies_with_empty_arrays(strategy):
     """numpy gives an array of no elements strides of 0: such outputs were refused as broadcast
