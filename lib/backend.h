@@ -32,6 +32,10 @@ struct PoolStorage {
   std::array<void*, static_cast<int>(Buf::kCount)> buffers{};
   std::vector<char*> conv_layers, ssm_layers;         // [L] slot 0 of each layer
   int64_t conv_slot_stride = 0, ssm_slot_stride = 0;  // bytes between slots
+  // Caller-owned committed views (layout.caller_committed): the addresses [lo, hi) that hold all
+  // of them, so that a call's views are checked against each layer's span only when they fall
+  // inside (check_no_alias runs for every view of every layer call).
+  uintptr_t caller_lo = 0, caller_hi = 0;
 
   void* base(Buf b) const noexcept { return buffers[static_cast<int>(b)]; }
   char* bytes(Buf b, int64_t offset) const noexcept { return static_cast<char*>(base(b)) + offset; }

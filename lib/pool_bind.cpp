@@ -1,6 +1,7 @@
 // Binding a caller's committed-state views (StatePool(config, options, CommittedStateViews),
 // DESIGN.md section 4): each view checked against the layout, then its address and slot stride
 // recorded in the pool's storage.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -117,6 +118,10 @@ void detail::bind_caller_committed(const char* fn, const CommittedStateViews& vi
                  ")");
       }
     }
+    const auto lo = static_cast<uintptr_t>(mine.begin);
+    const auto hi = static_cast<uintptr_t>(mine.end());
+    storage.caller_lo = spans.empty() ? lo : std::min(storage.caller_lo, lo);
+    storage.caller_hi = spans.empty() ? hi : std::max(storage.caller_hi, hi);
     spans.push_back(std::move(mine));
     auto& table = conv ? storage.conv_layers : storage.ssm_layers;
     table[static_cast<std::size_t>(layer)] = static_cast<char*>(v.data);

@@ -128,7 +128,9 @@ void StatePool::Impl::check_no_alias(const char* function, const char* name,
     }
   }
   if (!storage.layout.caller_committed) return;
-  // A caller-owned committed state: each layer's span of slots.
+  // A caller-owned committed state: each layer's span of slots (none where the view lies outside
+  // all of them).
+  if (end <= storage.caller_lo || begin >= storage.caller_hi) return;
   const auto& l = storage.layout;
   for (int layer = 0; layer < l.layers; ++layer) {
     for (int kind = 0; kind < 2; ++kind) {

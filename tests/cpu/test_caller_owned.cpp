@@ -140,6 +140,13 @@ TEST(CallerOwnedBadInput, ViewsThePoolCannotAdoptAreRejectedNamingThem) {
               std::string::npos)
         << e.what();
   }
+  // And so are inputs (each layer's span is checked where a view falls inside the views' range).
+  GdnInputs bad_in = in.view();
+  bad_in.mixed_qkv.data = cm.views.conv[1].data;
+  expect_rejected([&] { pool.prefill(0, h, w.view(), bad_in, out.view()); },
+                  Status::kInvalidArgument,
+                  {"inputs.mixed_qkv", "overlaps the committed conv state of layer 1"});
+  pool.prefill(0, h, w.view(), in.view(), out.view());  // the caller's own buffers still pass
 }
 
 TEST(CallerOwnedAdopt, AdoptKeepsTheStateAcquireZeroesIt) {
