@@ -256,8 +256,9 @@ inline std::optional<float> to_float32(nb::handle object, const std::string& nam
   }
   return f;
 }
-template <typename C>
-auto float_getter(std::optional<float> C::*field) {
+// A field of C as a property's getter (the setters below convert and name what they refuse).
+template <typename C, typename T>
+auto field_getter(T C::*field) {
   return [field](const C& c) { return c.*field; };
 }
 template <typename C>
@@ -272,17 +273,13 @@ auto float_setter(std::optional<float> C::*field, std::string full, bool zero_ok
 // ("<class>.<field>") and the value it refuses (nanobind's def_rw says only "(): incompatible
 // function arguments", with neither).
 template <typename C, typename T>
-auto int_getter(T C::*field) {
-  return [field](const C& c) { return c.*field; };
-}
-template <typename C, typename T>
 auto int_setter(T C::*field, std::string full) {
   return [field, full](C& c, nb::handle value) { c.*field = to_integer<T>(value, full); };
 }
 template <typename C, typename T>
 void def_int_field(nb::class_<C>& cls, const std::string& cls_name, const char* name, T C::*field,
                    const char* doc) {
-  cls.def_prop_rw(name, int_getter(field), int_setter(field, cls_name + "." + name),
+  cls.def_prop_rw(name, field_getter(field), int_setter(field, cls_name + "." + name),
                   nb::arg("value").none(), doc);
 }
 

@@ -120,7 +120,7 @@ void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* c
   def_int_field(cls, name, "head_v_dim", &C::head_v_dim, "V.");
   def_int_field(cls, name, "conv_width", &C::conv_width,
                 "W: conv taps; the conv state keeps W-1 columns.");
-  cls.def_prop_rw("scale", float_getter(&C::scale), float_setter(&C::scale, name + ".scale"),
+  cls.def_prop_rw("scale", field_getter(&C::scale), float_setter(&C::scale, name + ".scale"),
                   nb::arg("value").none(), "Query scale; K**-0.5 when None.")
       .def_rw("conv_bias", &C::conv_bias, conv_bias_doc)
       .def_rw("act_dtype", &C::act_dtype, act_dtype_doc)
@@ -268,28 +268,28 @@ void bind_config(nb::module_& m) {
           nb::arg("dt_max").none() = nb::none(), nb::arg("act_dtype") = DType::kBF16,
           nb::arg("conv_state_dtype") = DType::kBF16, nb::arg("ssm_state_dtype") = DType::kF32,
           "Keyword arguments set the fields.")
-      .def_prop_rw("num_heads", int_getter(&Mamba2Config::num_heads),
+      .def_prop_rw("num_heads", field_getter(&Mamba2Config::num_heads),
                    int_setter(&Mamba2Config::num_heads, "Mamba2Config.num_heads"),
                    nb::arg("value").none(), "nheads.")
-      .def_prop_rw("head_dim", int_getter(&Mamba2Config::head_dim),
+      .def_prop_rw("head_dim", field_getter(&Mamba2Config::head_dim),
                    int_setter(&Mamba2Config::head_dim, "Mamba2Config.head_dim"),
                    nb::arg("value").none(), "P: channels per head.")
-      .def_prop_rw("d_state", int_getter(&Mamba2Config::d_state),
+      .def_prop_rw("d_state", field_getter(&Mamba2Config::d_state),
                    int_setter(&Mamba2Config::d_state, "Mamba2Config.d_state"),
                    nb::arg("value").none(), "N: state size per channel.")
-      .def_prop_rw("n_groups", int_getter(&Mamba2Config::n_groups),
+      .def_prop_rw("n_groups", field_getter(&Mamba2Config::n_groups),
                    int_setter(&Mamba2Config::n_groups, "Mamba2Config.n_groups"),
                    nb::arg("value").none(), "G: groups of B and C.")
-      .def_prop_rw("conv_width", int_getter(&Mamba2Config::conv_width),
+      .def_prop_rw("conv_width", field_getter(&Mamba2Config::conv_width),
                    int_setter(&Mamba2Config::conv_width, "Mamba2Config.conv_width"),
                    nb::arg("value").none(), "W: conv taps.")
       .def_rw("conv_bias", &Mamba2Config::conv_bias, "Whether the weights carry a conv bias.")
       .def_rw("d_skip", &Mamba2Config::d_skip, "y += D[h] * x (weights.D given).")
       .def_rw("gate", &Mamba2Config::gate, "y *= silu(z) (inputs.z given).")
-      .def_prop_rw("dt_min", float_getter(&Mamba2Config::dt_min),
+      .def_prop_rw("dt_min", field_getter(&Mamba2Config::dt_min),
                    float_setter(&Mamba2Config::dt_min, "Mamba2Config.dt_min", true),
                    nb::arg("value").none(), "Optional lower clamp of softplus(dt + dt_bias).")
-      .def_prop_rw("dt_max", float_getter(&Mamba2Config::dt_max),
+      .def_prop_rw("dt_max", field_getter(&Mamba2Config::dt_max),
                    float_setter(&Mamba2Config::dt_max, "Mamba2Config.dt_max", false, true),
                    nb::arg("value").none(), "Optional upper clamp of softplus(dt + dt_bias).")
       .def_rw("act_dtype", &Mamba2Config::act_dtype, "dtype of xBC, dt, z, conv_out, y.")
@@ -324,7 +324,7 @@ void bind_config(nb::module_& m) {
          nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
          nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.")
       .def_prop_rw(
-          "lower_bound", float_getter(&KdaConfig::lower_bound),
+          "lower_bound", field_getter(&KdaConfig::lower_bound),
           float_setter(&KdaConfig::lower_bound, "KdaConfig.lower_bound"), nb::arg("value").none(),
           "None: g = -exp(A_log) * softplus(g + dt_bias); set (negative): g = lower_bound * "
           "sigmoid(exp(A_log) * (g + dt_bias)) (fla's lower-bound gate).");
@@ -344,7 +344,7 @@ void bind_config(nb::module_& m) {
           nb::arg("num_layers").none(), nb::arg("layer"),
           "num_layers Gated DeltaNet layers of config `layer`.")
       .def_rw("kind", &ModelConfig::kind, "The layer kind.")
-      .def_prop_rw("num_layers", int_getter(&ModelConfig::num_layers),
+      .def_prop_rw("num_layers", field_getter(&ModelConfig::num_layers),
                    int_setter(&ModelConfig::num_layers, "ModelConfig.num_layers"),
                    nb::arg("value").none(), "Recurrent layers.")
       .def_static(
@@ -417,28 +417,28 @@ void bind_config(nb::module_& m) {
           nb::arg("conv_layout") = ConvLayout::kChannelsFirst,
           nb::arg("ssm_layout") = SsmLayout::kVK, nb::arg("replay_fold_rows").none() = 0,
           "Keyword arguments set the fields.")
-      .def_prop_rw("num_slots", int_getter(&PoolOptions::num_slots),
+      .def_prop_rw("num_slots", field_getter(&PoolOptions::num_slots),
                    int_setter(&PoolOptions::num_slots, "PoolOptions.num_slots"),
                    nb::arg("value").none(), "Requests whose committed state the pool holds.")
-      .def_prop_rw("max_rows", int_getter(&PoolOptions::max_rows),
+      .def_prop_rw("max_rows", field_getter(&PoolOptions::max_rows),
                    int_setter(&PoolOptions::max_rows, "PoolOptions.max_rows"),
                    nb::arg("value").none(), "Largest verify batch (padding included).")
-      .def_prop_rw("max_window", int_getter(&PoolOptions::max_window),
+      .def_prop_rw("max_window", field_getter(&PoolOptions::max_window),
                    int_setter(&PoolOptions::max_window, "PoolOptions.max_window"),
                    nb::arg("value").none(), "Largest window T.")
       .def_rw("backend", &PoolOptions::backend, "CPU or CUDA.")
       .def_rw("strategy", &PoolOptions::strategy, "SNAPSHOT or REPLAY.")
-      .def_prop_rw("device", int_getter(&PoolOptions::device),
+      .def_prop_rw("device", field_getter(&PoolOptions::device),
                    int_setter(&PoolOptions::device, "PoolOptions.device"), nb::arg("value").none(),
                    "CUDA device ordinal (CUDA only).")
       .def_prop_rw(
-          "replay_ring", int_getter(&PoolOptions::replay_ring),
+          "replay_ring", field_getter(&PoolOptions::replay_ring),
           int_setter(&PoolOptions::replay_ring, "PoolOptions.replay_ring"), nb::arg("value").none(),
           "REPLAY: factor records per slot and layer (0: the default, "
           "default_replay_ring(kind, max_window): max(3 * max_window, 8) for Gated DeltaNet "
           "from max_window = 2 up to 5, otherwise max(2 * max_window, 6)).")
       .def_prop_rw(
-          "replay_fold_rows", int_getter(&PoolOptions::replay_fold_rows),
+          "replay_fold_rows", field_getter(&PoolOptions::replay_fold_rows),
           int_setter(&PoolOptions::replay_fold_rows, "PoolOptions.replay_fold_rows"),
           nb::arg("value").none(),
           "REPLAY: rounds of at least this many rows let the history grow to the whole ring; "

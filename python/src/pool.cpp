@@ -372,7 +372,7 @@ void bind_pool(nb::module_& m) {
           "T tokens) or [B] per-row windows 0..T, inputs packed by their cumulative offsets.")
       .def_rw("rows", &VerifyBatch::rows,
               "The rows' handles (a copy: assign a new list to change them).")
-      .def_prop_rw("window", int_getter(&VerifyBatch::window),
+      .def_prop_rw("window", field_getter(&VerifyBatch::window),
                    int_setter(&VerifyBatch::window, "VerifyBatch.window"), nb::arg("value").none(),
                    "T tokens per row; token 0 is the root.")
       .def_rw("parents", &VerifyBatch::parents,

@@ -84,7 +84,7 @@ void bind_spec(nb::module_& m) {
                          "and the bonus token.")
       .def(nb::init<>())
       .def_rw("path", &Acceptance::path, "Accepted window indices, root first.")
-      .def_prop_rw("bonus_token", int_getter(&Acceptance::bonus_token),
+      .def_prop_rw("bonus_token", field_getter(&Acceptance::bonus_token),
                    int_setter(&Acceptance::bonus_token, "Acceptance.bonus_token"),
                    nb::arg("value").none(), "target[last accepted node].")
       .def("accepted_length", &Acceptance::accepted_length, "len(path).")
@@ -176,10 +176,10 @@ void bind_spec(nb::module_& m) {
 
   nb::class_<TraceRecord>(m, "TraceRecord", "One round of one request in a trace.")
       .def(nb::init<>())
-      .def_prop_rw("request", int_getter(&TraceRecord::request),
+      .def_prop_rw("request", field_getter(&TraceRecord::request),
                    int_setter(&TraceRecord::request, "TraceRecord.request"),
                    nb::arg("value").none(), "Request id.")
-      .def_prop_rw("round", int_getter(&TraceRecord::round),
+      .def_prop_rw("round", field_getter(&TraceRecord::round),
                    int_setter(&TraceRecord::round, "TraceRecord.round"), nb::arg("value").none(),
                    "Round index.")
       .def_rw("window", &TraceRecord::window, "The round's window.")
@@ -265,14 +265,14 @@ void bind_spec(nb::module_& m) {
           nb::kw_only(), nb::arg("requests").none() = 1, nb::arg("rounds").none() = 1,
           nb::arg("window") = Window::chain(4), nb::arg("seed").none() = 0,
           "Keyword arguments set the fields.")
-      .def_prop_rw("requests", int_getter(&TraceShape::requests),
+      .def_prop_rw("requests", field_getter(&TraceShape::requests),
                    int_setter(&TraceShape::requests, "TraceShape.requests"),
                    nb::arg("value").none(), "Requests 0 .. requests-1.")
-      .def_prop_rw("rounds", int_getter(&TraceShape::rounds),
+      .def_prop_rw("rounds", field_getter(&TraceShape::rounds),
                    int_setter(&TraceShape::rounds, "TraceShape.rounds"), nb::arg("value").none(),
                    "Rounds per request.")
       .def_rw("window", &TraceShape::window, "Window of every round.")
-      .def_prop_rw("seed", int_getter(&TraceShape::seed),
+      .def_prop_rw("seed", field_getter(&TraceShape::seed),
                    int_setter(&TraceShape::seed, "TraceShape.seed"), nb::arg("value").none(),
                    "std::mt19937_64 seed.");
   m.def(
