@@ -171,6 +171,10 @@ constexpr KdaFactorLayout kda_factor_layout(int64_t H, int64_t HV, int64_t K, in
 // Tokens the GDN / KDA verify stages in shared memory at a time (launch_gdn_recurrence): a replay
 // chain applies history plus window within one chunk on its fast paths.
 inline constexpr int kGdnChunk = 16;
+// Tokens the Mamba2 verify stages in shared memory at a time (launch_mamba2_recurrence; also the
+// longest tree window it recomputes without snapshots). Here, host-safe, so that the pool's
+// default ring (default_replay_ring) can check that its longest replay fits.
+inline constexpr int kMamba2Chunk = 16;
 
 // The fold predicate (DESIGN.md section 6): a verify whose slot has h history records folds
 // (stores the post-history state as the new checkpoint) iff h > L, the round's fold limit. Any
@@ -233,12 +237,15 @@ constexpr int replay_blocks_per_cta(int64_t rows, int64_t heads, int blocks, int
 // channel group (8 where pending + window fit in 8, else 16), or 0 for the token loop. Per kind
 // (ConvUpdateParams::small_rows_lo / hi / short_hi): T >= 8, rows <= max(8, rows_hi); T in 4..7,
 // rows in [rows_lo, rows_hi]; T in 2..3, rows in [rows_lo, short_hi] (short_hi 0: never); T = 1
-// never. GDN 2..16 and 2..8 at T < 4, Mamba2 and KDA 1..8 and never at T < 4. `forced` (0 or 1;
+// never. GDN 2..16 and 2..8 at T < 4, Mamba2 and KDA 1..8 and 1..4 at T < 4. `forced` (0 or 1;
 // -1 none) overrides where the kernel applies (rows <= 16, pending + window <= 16). Measured on
-// the H200: docs/cuda.md, "Replay conv at small batches: the input history in shared memory".
+// the H200: docs/cuda.md, "Replay conv at small batches: the input history in shared memory";
+// Mamba2's and KDA's T < 4 on the H100 ("Replay rings of Mamba2 and KDA"; rounds at T = 2, the
+// token loop -> this kernel): Nemotron-H B = 1 / 2 / 4 / 8 / 16 0.809 / 0.851 / 0.894 / 1.008 /
+// 1.064, Kimi-Linear B = 4 / 8 0.954 / 1.099 (B <= 2: the fused launch).
 // kernels/conv_update.cuh calls it with SPECSTATE_CONV_SMALL. kConvSmallRows*: the default row
 // ranges (ConvUpdateParams; Mamba2 and KDA).
-inline constexpr int kConvSmallRowsLo = 1, kConvSmallRowsHi = 8, kConvSmallRowsShortHi = 0;
+inline constexpr int kConvSmallRowsLo = 1, kConvSmallRowsHi = 8, kConvSmallRowsShortHi = 4;
 constexpr int conv_small_vt(int rows, int tokens, int max_window, int rows_lo, int rows_hi,
                             int short_hi, int forced = -1) {
   if (rows > 16 || max_window + tokens > 16) return 0;
@@ -322,29 +329,25 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   return rows >= kGdnMultiRptRows && tokens >= kGdnMultiRptTokens ? 2 : 1;
 }
 
-// Channels a thread (1 or 2) of a Mamba2 replay verify chain launch of `rows` rows of `tokens`
-// window tokens (kernels/mamba2_recurrence.cuh: mamba2_chain_rows where a CTA runs one channel
-// block, mamba2_replay_vblocks' RPT where it runs several; d_state 32..128): with two, each
-// staged B and C load and each history record's B * dt serve two channels (at one, the per-block
-// token loop was 191 instructions for 53 floating point ones: fifteenth session's SASS), at
-// SPECSTATE_MAMBA2_RPT2_MIN_CTAS CTAs an SM. `multi2`: whether the launch with two channels
-// (blocks of twice the channels) would run several blocks a CTA (replay_blocks_per_cta).
-// Measured on the H100 (docs/cuda.md, "Mamba2's replay verify with two channels a thread";
-// Nemotron-H-8B rounds, one -> two, T = 2 / 4 / 8): B = 1 0.950 / 0.828 / 0.773, B = 2 0.940 /
-// 0.945 / 0.892, B = 4 0.954 / 0.928 / 0.896, B = 8 0.964 / 0.951 / 0.914, B = 16 (one block a
-// CTA) 1.025 / 1.026 / 0.923, B = 32 (several) 0.978 / 0.961 / 0.930, B = 64 1.000 / 1.000 /
-// 0.957, B = 128 1.008 / 1.002 / 0.965. So two for windows of kMamba2RptTokens to
-// kMamba2RptMaxTokens tokens: up to kMamba2RptRowsHi rows; from kMamba2RptLongTokens tokens at any
-// row count; up to kMamba2RptMultiRowsHi rows where the launch runs several blocks a CTA. One
-// elsewhere: windows of one token and windows longer than a verify's (prefill) were not
-// measured. `env` (SPECSTATE_MAMBA2_RPT) "1" / "2" overrides, anything else is ignored.
-inline constexpr int kMamba2RptTokens = 2, kMamba2RptLongTokens = 8, kMamba2RptMaxTokens = 16;
-inline constexpr int kMamba2RptRowsHi = 8, kMamba2RptMultiRowsHi = 32;
-inline int mamba2_rpt(int rows, int tokens, bool multi2, const char* env) {
+// Channels a thread (1 or 2) of a Mamba2 replay verify chain launch of `tokens` window tokens
+// (kernels/mamba2_recurrence.cuh: mamba2_chain_rows where a CTA runs one channel block,
+// mamba2_replay_vblocks' RPT where it runs several; d_state 32..128): with two, each staged B and
+// C load and each history record's B * dt serve two channels (at one, the per-block token loop
+// was 191 instructions for 53 floating point ones: fifteenth session's SASS), at
+// SPECSTATE_MAMBA2_RPT2_MIN_CTAS CTAs an SM. Two for windows of kMamba2RptTokens to
+// kMamba2RptMaxTokens tokens at every row count. Measured on the H100 (docs/cuda.md, "Mamba2's
+// replay verify with two channels a thread" and "Replay rings of Mamba2 and KDA"; Nemotron-H-8B
+// rounds, one -> two): with the ring of 2T, B = 1 0.950 / 0.828 / 0.773 (T = 2 / 4 / 8), B = 8
+// 0.964 / 0.951 / 0.914, B = 32 0.978 / 0.961 / 0.930, B = 128 1.008 / 1.002 / 0.965, B = 16
+// (one block a CTA) 1.025 / 1.026 / 0.923; with the ring of 3T (default_replay_ring), whose
+// longer histories two channels amortise better, B = 16 0.984 / 0.954 (T = 2 / 4), B = 64 0.990
+// / 0.963, B = 128 0.989 / 0.966. One for windows of one token and windows longer than a
+// verify's (prefill): not measured. `env` (SPECSTATE_MAMBA2_RPT) "1" / "2" overrides, anything
+// else is ignored.
+inline constexpr int kMamba2RptTokens = 2, kMamba2RptMaxTokens = 16;
+inline int mamba2_rpt(int tokens, const char* env) {
   if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] - '0';
-  if (tokens < kMamba2RptTokens || tokens > kMamba2RptMaxTokens) return 1;
-  if (tokens >= kMamba2RptLongTokens || rows <= kMamba2RptRowsHi) return 2;
-  return multi2 && rows <= kMamba2RptMultiRowsHi ? 2 : 1;
+  return tokens >= kMamba2RptTokens && tokens <= kMamba2RptMaxTokens ? 2 : 1;
 }
 
 // V blocks a CTA of the two-rows-a-thread replay verify (GDN and KDA): `chosen`, the count that

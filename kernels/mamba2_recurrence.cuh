@@ -661,8 +661,7 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
       constexpr int kRows2 = 2 * mamba2_rows<N>();
       const int vblocks2 = replay_vblocks_for(
           p.rows, p.num_heads, (p.head_dim + kRows2 - 1) / kRows2, 24, "SPECSTATE_MAMBA2_VBLOCKS");
-      if (p.snap == nullptr &&
-          mamba2_rpt(p.rows, p.tokens, vblocks2 > 1, std::getenv("SPECSTATE_MAMBA2_RPT")) == 2) {
+      if (p.snap == nullptr && mamba2_rpt(p.tokens, std::getenv("SPECSTATE_MAMBA2_RPT")) == 2) {
         q.vblocks = vblocks2;
         if (q.vblocks > 1) {
           return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, true, 2>(q, stream);

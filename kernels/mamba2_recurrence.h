@@ -26,7 +26,6 @@
 namespace specstate::kernels {
 
 inline constexpr int kMamba2InlineRows = 256;
-inline constexpr int kMamba2Chunk = 16;  // tokens staged at a time; max tree window w/o snaps
 
 struct Mamba2RecurrenceParams {
   int rows = 0;       // rows of this launch

@@ -238,7 +238,8 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
                       std::to_string(options.replay_fold_rows) + " must be 0 (the default, " +
                       std::to_string(kernels::kFoldFullRows) + ") or positive");
     }
-    l.fold_rows = options.replay_fold_rows;
+    l.fold_rows = options.replay_fold_rows > 0 ? options.replay_fold_rows
+                                               : default_replay_fold_rows(config.kind);
   }
 
   SizeCalc c{fn, "conv state (conv_dim x (conv_width - 1))"};
@@ -289,12 +290,27 @@ int64_t default_replay_ring(int64_t max_window) {
 
 int64_t default_replay_ring(LayerKind kind, int64_t max_window) {
   check_default_ring_window(max_window);
-  // Gated DeltaNet: the longest replay of a ring of 3T (history L + T = 2T, then the window)
-  // fits the verify's chunk (kGdnChunk tokens) up to T = 5; at T = 2 the ring is 8 (measured
-  // on the H200: 0.959 / 0.989 / 0.973x against 6 at B = 8 / 32 / 128; docs/cuda.md).
-  if (kind == LayerKind::kGatedDeltaNet && 3 * max_window <= kernels::kGdnChunk)
-    return std::max<int64_t>(3 * max_window, max_window >= 2 ? 8 : 6);
+  // From T = 2, a ring of 3T (at least 8) where the longest replay it allows (history L + T =
+  // 2T, then the window: 3T tokens) fits the verify's chunk (16 tokens: up to T = 5). Gated
+  // DeltaNet: measured on the H200 (T = 2, R = 8 against 6: 0.959 / 0.989 / 0.973x at B = 8 /
+  // 32 / 128; T = 4, R = 12 against 8: 0.929-0.985x from B = 16). Mamba2: measured on the H100
+  // once its verify ran two channels a thread (docs/cuda.md, "Replay rings of Mamba2 and KDA";
+  // Nemotron-H rounds, T = 4, R = 12 against 8: 0.973 / 0.984 / 0.916 / 0.942 / 0.957x at B = 8 /
+  // 16 / 32 / 64 / 128; T = 2, R = 8 against 6: 0.966 / 0.971 / 0.986x at B = 8 / 32 / 128; T = 8,
+  // R = 20 or 24, past the chunk, 1.01-1.10x). KDA: a ring of at most max(2T, 8): its records
+  // carry e^g as a K-vector per value head (about 1.6% of the state each at K = V = 128), so 3T
+  // at T = 4 would be 27% of the committed state (issue 16's budget is 20%); R = 8 at T = 2
+  // against 6: 0.974 / 0.955 / 0.954x at B = 8 / 32 / 128 (Kimi-Linear rounds, H100). Below
+  // 8 rows a round folds at the small limit whatever R (replay_fold_limit): B = 1..4 unchanged.
+  const bool kda = kind == LayerKind::kKda;
+  const int64_t chunk = kind == LayerKind::kMamba2 ? kernels::kMamba2Chunk : kernels::kGdnChunk;
+  if (max_window >= 2 && 3 * max_window <= chunk)
+    return std::max<int64_t>(kda ? 2 * max_window : 3 * max_window, 8);
   return default_replay_ring(max_window);
+}
+
+int default_replay_fold_rows(LayerKind kind) {
+  return kind == LayerKind::kMamba2 ? 1 : kernels::kFoldFullRows;
 }
 
 namespace {

@@ -6,6 +6,7 @@
 //                  [--strategy snapshot|replay]
 //   specstate plan --layers 24 --heads 8 --v-heads 16 --head-k-dim 128 --head-v-dim 128
 //   specstate plan --model-file model.json
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -83,16 +84,21 @@ struct RingRow {
   double state_bytes_per_round = 0;
 };
 
-// R = 2T, 3T, 4T, 6T and 8T; the default, default_replay_ring(kind, T), is one of them (6T at
-// T = 1; 3T at T = 2, 4T for Gated DeltaNet there; 3T for Gated DeltaNet up to T = 5). The fold
-// model is a round of `rows` rows, `round_rows` (replay_fold_limit).
+// R = 2T, 3T, 4T, 6T and 8T, and the default, default_replay_ring(kind, T), in its place where
+// it is none of them (KDA's 8 at T = 3). The fold model is a round of `rows` rows, `round_rows`
+// (replay_fold_limit).
 std::vector<RingRow> ring_rows(const ModelConfig& config, int window, int round_rows,
                                int64_t committed) {
   std::vector<RingRow> rows;
   const int def = static_cast<int>(default_replay_ring(config.kind, window));
-  for (int mult : {2, 3, 4, 6, 8}) {
+  std::vector<int> rings;
+  for (int mult : {2, 3, 4, 6, 8}) rings.push_back(mult * window);
+  if (std::find(rings.begin(), rings.end(), def) == rings.end()) {
+    rings.insert(std::upper_bound(rings.begin(), rings.end(), def), def);
+  }
+  for (int ring : rings) {
     RingRow r;
-    r.ring = mult * window;
+    r.ring = ring;
     r.is_default = r.ring == def;
     StateBytes b;
     try {
@@ -103,7 +109,7 @@ std::vector<RingRow> ring_rows(const ModelConfig& config, int window, int round_
     }
     r.records_per_slot = b.records_per_slot;
     r.of_committed = static_cast<double>(b.records_per_slot) / static_cast<double>(committed);
-    r.model = replay_ring_model(window, r.ring, round_rows);
+    r.model = replay_ring_model(window, r.ring, round_rows, default_replay_fold_rows(config.kind));
     r.state_bytes_per_round =
         static_cast<double>(config.num_layers) *
         (static_cast<double>(b.ssm_per_layer) * (1.0 + r.model.fold_rate) +
@@ -184,6 +190,7 @@ int run_plan(const PlanArgs& args) {
     j["total_bytes"] = total;
     if (replay) {
       j["replay_ring"] = default_replay_ring(config.kind, args.window);
+      j["replay_fold_rows"] = default_replay_fold_rows(config.kind);
       nlohmann::ordered_json list = nlohmann::ordered_json::array();
       for (const RingRow& r : rings) {
         list.push_back({{"ring", r.ring},
@@ -264,13 +271,17 @@ int run_plan(const PlanArgs& args) {
                   bytes_cell(r.records_per_slot).c_str(), 100.0 * r.of_committed, r.model.fold_rate,
                   r.model.mean_history, human_bytes(r.state_bytes_per_round).c_str());
     }
+    const int fold_rows = default_replay_fold_rows(config.kind);
+    const std::string small_rounds =
+        fold_rows > 1
+            ? "rounds below " + std::to_string(fold_rows) + " rows fold as R = max(2T, 6)\n  would"
+            : "every round, of any size, uses the whole\n  ring";
     std::printf(
-        "  recommended: R = %lld, the default (measured fastest on the H200, docs/cuda.md: a "
-        "larger R\n"
-        "  writes the checkpoint less often but applies longer histories; rounds below 8 rows "
-        "fold\n"
-        "  as R = max(2T, 6) would); PoolOptions::replay_ring sets it.\n",
-        static_cast<long long>(default_replay_ring(config.kind, args.window)));
+        "  recommended: R = %lld, the default (measured, docs/cuda.md: a larger R writes the\n"
+        "  checkpoint less often but applies longer histories, up to the verify's chunk of 16\n"
+        "  tokens; %s); PoolOptions::replay_ring sets it.\n",
+        static_cast<long long>(default_replay_ring(config.kind, args.window)),
+        small_rounds.c_str());
   } else {
     const std::string label = "snapshot scratch " + window;
     std::printf("  %-30s %-32s %s  (%d rows)\n", label.c_str(), bytes_cell(scratch_per_row).c_str(),

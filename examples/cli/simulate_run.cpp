@@ -574,7 +574,9 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
       const std::vector<int32_t> commit_values = plan.commit_values(accepted);
       const int64_t tokens = plan.num_tokens();
       const int64_t fold_limit =
-          sb.ring > 0 ? replay_fold_limit(max_window, static_cast<int>(sb.ring), plan.rows()) : 0;
+          sb.ring > 0 ? replay_fold_limit(max_window, static_cast<int>(sb.ring), plan.rows(),
+                                          default_replay_fold_rows(config.kind))
+                      : 0;
 
       const auto verify_start = Clock::now();
       pool->begin_verify(plan.batch);

@@ -179,21 +179,29 @@ const char* strategy_name(Strategy strategy) noexcept;
 const char* conv_layout_name(ConvLayout layout) noexcept;  // "channels_first" / "channels_last"
 const char* ssm_layout_name(SsmLayout layout) noexcept;    // "vk" / "kv"
 
-// The replay ring R a pool gets for PoolOptions::replay_ring = 0 (see there): the generic rule
-// max(2 * max_window, 6) (Mamba2 and KDA), and the rule of a pool of `kind` (Gated DeltaNet: 3T
-// where the longest replay, history plus window, 3T, fits its verify's chunk of 16 tokens,
-// T <= 5, and at least 8 from T = 2 (8 at T = 2); otherwise the generic rule). Throws Error
-// (kInvalidArgument) for a max_window outside [1, PoolOptions::kMaxWindow], the windows a pool
-// accepts.
+// The replay ring R a pool gets for PoolOptions::replay_ring = 0 (see there). The generic rule
+// (the overload without a kind): max(2 * max_window, 6). The rule of a pool of `kind`: from
+// T = 2, where the longest replay a ring of 3T allows (history plus window, 3T) fits the verify's
+// chunk of 16 tokens (T <= 5), Gated DeltaNet and Mamba2 max(3T, 8) (8 at T = 2, 12 at T = 4),
+// KDA max(2T, 8) (its records, with e^g per key channel, are about 1.6% of the state each: 3T
+// would pass 20% of the committed state); otherwise the generic rule. Throws Error
 int64_t default_replay_ring(int64_t max_window);
 int64_t default_replay_ring(LayerKind kind, int64_t max_window);
+
+// The replay_fold_rows a pool of `kind` gets for PoolOptions::replay_fold_rows = 0 (see there):
+// 1 for Mamba2 (its verify, two channels a thread, applies a history record for less than the
+// state write it saves, in rounds of any size: Nemotron-H rounds at B = 1 / 2 / 4 0.954-0.985x
+// with the whole ring, H100, docs/cuda.md "Replay rings of Mamba2 and KDA"), 8 for Gated DeltaNet
+// and KDA (below 8 rows their rounds are latency-bound, and the small limit won).
+int default_replay_fold_rows(LayerKind kind);
 
 // The fold limit L of a verify round of `rows` rows on a replay ring of R = `ring` records with
 // windows of up to T = max_window tokens: a verify whose slot has h history records folds
 // (stores the checkpoint) iff h > L. R - 2T, the whole ring, from 8 rows on; below, at most
 // max(2T, 6) - 2T (small rounds are latency-bound: each history record costs a dependent token
 // step, more than the state write it saves). `fold_rows` (PoolOptions::replay_fold_rows) moves
-// the 8: 0 is the default, 1 uses the whole ring in every round. Any L gives the same bits (a
+// the 8: 0 keeps 8, 1 uses the whole ring in every round (a pool passes its own, 0 resolved to
+// default_replay_fold_rows(kind): 1 for Mamba2). Any L gives the same bits (a
 // fold stores the state the history gives). Throws Error(kInvalidArgument) naming the argument
 // for max_window < 1, ring < 2 * max_window, ring > 2^20, rows < 1 or fold_rows < 0.
 int replay_fold_limit(int max_window, int ring, int rows, int fold_rows = 0);
@@ -230,21 +238,26 @@ struct PoolOptions {
   // (replay_fold_limit: R - 2 * max_window from 8 rows on, at most max(2T, 6) - 2T below), so a
   // larger R writes the state less often in large rounds but applies longer histories and costs
   // R records of memory. 0: the default, default_replay_ring(kind, max_window): Gated DeltaNet
-  // max(3T, 8) for 2 <= T <= 5 (8 at T = 2, 12 at T = 4), otherwise max(2T, 6). Measured on the
+  // and Mamba2 max(3T, 8) for 2 <= T <= 5 (8 at T = 2, 12 at T = 4), KDA max(2T, 8) there,
+  // otherwise max(2T, 6). Measured on the
   // H200 (docs/cuda.md, "Two rows a thread at B = 8, the ring at T = 4 and the per-round fold
   // limit"; docs/strategies.md, "The fold limit is the round's"): Qwen3-Next T = 4, R = 12 against
   // 8 at B = 16 / 32 / 64 / 128 0.985 / 0.966 / 0.933 / 0.929 (fewer folds); T = 8, R = 24 against
   // 16 1.29-1.52x (the longest replay no longer fits the verify's chunk of 16 tokens); Nemotron-H
-  // (Mamba2) T = 4, R = 12 against 8 1.011-1.031x at B = 8 / 32 / 128; Qwen3-Next T = 2, R = 8
-  // against 6 0.959 / 0.989 / 0.973x at B = 8 / 32 / 128 (R = 4 1.09-1.23x, R = 10 0.98-1.01x); KDA
-  // at T = 2 / 4, B = 1 / 8, R = 4 / 8 / 12 against its default within 1% or slower. Must be 0 or
+  // (Mamba2) T = 4, R = 12 against 8 1.011-1.031x at B = 8 / 32 / 128 before its verify ran two
+  // channels a thread, 0.916-0.984x at B = 8..128 since (H100, docs/cuda.md "Replay rings of
+  // Mamba2 and KDA"); Qwen3-Next T = 2, R = 8 against 6 0.959 / 0.989 / 0.973x at B = 8 / 32 / 128
+  // (R = 4 1.09-1.23x, R = 10 0.98-1.01x); KDA at T = 2, R = 8 against 6 0.954-0.974x from B = 8
+  // (H100), at T = 4, R = 12 against 8 0.880-0.937x from B = 8 for 27% of the committed state in
+  // records instead of 20% (so not the default: set R = 12 to take it). Must be 0 or
   // >= 2 * max_window.
   int replay_ring = 0;
   // Replay only: rounds of at least this many verify rows let a slot's history grow to the whole
   // ring (fold limit R - 2 * max_window); smaller rounds, latency-bound, fold as a ring of
-  // max(2 * max_window, 6) would (replay_fold_limit). 0: the default, 8 (measured: B = 8 0.971x
-  // with the whole ring, B = 1 1.020x; docs/strategies.md); 1: the whole ring in every round.
-  // The bits are the same under any value; must be >= 0.
+  // max(2 * max_window, 6) would (replay_fold_limit). 0: the default,
+  // default_replay_fold_rows(kind): 8 for Gated DeltaNet and KDA (measured: B = 8 0.971x with the
+  // whole ring, B = 1 1.020x; docs/strategies.md), 1 for Mamba2; 1: the whole ring in every
+  // round. The bits are the same under any value; must be >= 0.
   int replay_fold_rows = 0;
   // Element order of each slot's conv window and SSM state (see ConvLayout / SsmLayout): the
   // defaults are specstate's; vLLM's tensors are kChannelsLast (and kVK, or kKV before its PR

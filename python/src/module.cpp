@@ -435,14 +435,16 @@ void bind_config(nb::module_& m) {
           "replay_ring", field_getter(&PoolOptions::replay_ring),
           int_setter(&PoolOptions::replay_ring, "PoolOptions.replay_ring"), nb::arg("value").none(),
           "REPLAY: factor records per slot and layer (0: the default, "
-          "default_replay_ring(kind, max_window): max(3 * max_window, 8) for Gated DeltaNet "
-          "from max_window = 2 up to 5, otherwise max(2 * max_window, 6)).")
+          "default_replay_ring(kind, max_window): from max_window = 2 up to 5, max(3 * "
+          "max_window, 8) for Gated DeltaNet and Mamba2 and max(2 * max_window, 8) for KDA; "
+          "otherwise max(2 * max_window, 6)).")
       .def_prop_rw(
           "replay_fold_rows", field_getter(&PoolOptions::replay_fold_rows),
           int_setter(&PoolOptions::replay_fold_rows, "PoolOptions.replay_fold_rows"),
           nb::arg("value").none(),
           "REPLAY: rounds of at least this many rows let the history grow to the whole ring; "
-          "smaller ones fold as a ring of max(2 * max_window, 6) would (0: the default, 8; "
+          "smaller ones fold as a ring of max(2 * max_window, 6) would (0: the default, "
+          "default_replay_fold_rows(kind): 8 for GATED_DELTA_NET and KDA, 1 for MAMBA2; "
           "1: always the whole ring). The same bits under any value.")
       .def_rw("conv_layout", &PoolOptions::conv_layout,
               "Element order of the conv windows (ConvLayout).")
@@ -461,13 +463,17 @@ void bind_config(nb::module_& m) {
   // the fold model `specstate plan` prints.
   m.def("default_replay_ring", nb::overload_cast<LayerKind, int64_t>(&default_replay_ring),
         nb::arg("kind"), nb::arg("max_window"),
-        "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (max(3 * "
-        "max_window, "
-        "8) for GATED_DELTA_NET from max_window = 2 up to 5, otherwise max(2 * max_window, 6)). "
+        "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (from "
+        "max_window = 2 up to 5, max(3 * max_window, 8) for GATED_DELTA_NET and MAMBA2 and "
+        "max(2 * max_window, 8) for KDA; otherwise max(2 * max_window, 6)). "
         "Raises InvalidArgumentError for a max_window outside [1, 65536].");
+  m.def("default_replay_fold_rows", &default_replay_fold_rows, nb::arg("kind"),
+        "The replay_fold_rows a pool of `kind` gets for PoolOptions.replay_fold_rows = 0: 8 for "
+        "GATED_DELTA_NET and KDA (smaller rounds fold at the small limit), 1 for MAMBA2 (every "
+        "round uses the whole ring).");
   m.def("default_replay_ring", nb::overload_cast<int64_t>(&default_replay_ring),
         nb::arg("max_window"),
-        "The generic rule, max(2 * max_window, 6) (the ring of MAMBA2 and KDA pools).\n"
+        "The generic rule, max(2 * max_window, 6) (every kind's ring outside max_window 2..5).\n"
         "Raises InvalidArgumentError for a max_window outside [1, 65536].");
   // specstate::vllm (include/specstate/vllm.h), wrapped by python/specstate/vllm.py.
   m.def(

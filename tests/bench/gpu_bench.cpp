@@ -253,7 +253,10 @@ double conv_replay_bytes(int T, int B) {
 // NaN where a forced SPECSTATE_BENCH_RING is too short for T (no pool of that T is made).
 std::pair<double, double> fold_rate(int T, int B, int ring) {
   if (ring < 2 * T) return {std::nan(""), std::nan("")};
-  const ReplayRingModel m = replay_ring_model(T, ring, B, bench_fold_rows());
+  const ReplayRingModel m = replay_ring_model(
+      T, ring, B,
+      bench_fold_rows() > 0 ? bench_fold_rows()
+                            : default_replay_fold_rows(LayerKind::kGatedDeltaNet));
   return {m.fold_rate, m.mean_history};
 }
 // The replay floor of a round: per row and layer one checkpoint read, f writes, the conv window

@@ -234,8 +234,13 @@ void per_layer_kernel(benchmark::State& state, bool conv, Strategy strategy) {
       time_graph(exec, timer.stream, timer.flush, timer.flush_bytes, timer.e0, timer.e1, state) /
       kLayers;
   cudaGraphExecDestroy(exec);
+  // The pool's ring and fold rows (bench_pool: SPECSTATE_BENCH_RING / _FOLD_ROWS, or the kind's
+  // defaults).
+  const int R = bench_ring() > 0 ? bench_ring()
+                                 : static_cast<int>(default_replay_ring(LayerKind::kMamba2, T));
   const ReplayRingModel ring = replay_ring_model(
-      T, static_cast<int>(default_replay_ring(LayerKind::kMamba2, T)), B, bench_fold_rows());
+      T, R, B,
+      bench_fold_rows() > 0 ? bench_fold_rows() : default_replay_fold_rows(LayerKind::kMamba2));
   const double tok = double(tokens), io = tok * kConvDim * 2;  // one pass of xBC or conv_out
   double bytes = 0;
   if (conv) {

@@ -3,10 +3,12 @@
 // held against a small real pool.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/sim_helpers.h"
@@ -94,42 +96,57 @@ TEST(PlanCli, Qwen3NextTp1Replay) {
 }
 
 TEST(PlanCli, ReplayRingsInJsonFollowTheModelAndTheDefault) {
-  for (int T : {1, 2, 4}) {
-    const CliRun run = run_cli("plan --model qwen3-next-80b --window " + std::to_string(T) +
-                               " --strategy replay --json");
-    ASSERT_EQ(run.code, 0) << run.output;
-    const auto j = nlohmann::json::parse(run.output);
-    EXPECT_EQ(j["replay_ring"].get<int64_t>(), default_replay_ring(LayerKind::kGatedDeltaNet, T));
-    const auto& rings = j["replay_rings"];
-    ASSERT_EQ(rings.size(), 5u);
-    int defaults = 0;
-    double last_folds = 2, last_history = -1;
-    int64_t last_records = 0;
-    for (std::size_t i = 0; i < rings.size(); ++i) {
-      const auto& r = rings[i];
-      const int ring = r["ring"].get<int>();
-      const std::vector<int> mults{2, 3, 4, 6, 8};
-      EXPECT_EQ(ring, mults[i] * T);
-      const ReplayRingModel m = replay_ring_model(T, ring, 64);  // --max-requests 64
-      EXPECT_DOUBLE_EQ(r["fold_rate"].get<double>(), m.fold_rate);
-      EXPECT_DOUBLE_EQ(r["mean_history"].get<double>(), m.mean_history);
-      // A longer ring: fewer folds, a longer history, more records.
-      EXPECT_LT(m.fold_rate, last_folds);
-      EXPECT_GT(m.mean_history, last_history);
-      EXPECT_GT(r["records_bytes_per_slot"].get<int64_t>(), last_records);
-      last_folds = m.fold_rate;
-      last_history = m.mean_history;
-      last_records = r["records_bytes_per_slot"].get<int64_t>();
-      if (r["default"].get<bool>()) {
-        ++defaults;
-        EXPECT_EQ(ring, default_replay_ring(LayerKind::kGatedDeltaNet, T));
-        EXPECT_EQ(r["records_bytes_per_slot"].get<int64_t>(),
-                  j["records_bytes_per_slot"].get<int64_t>());
-        EXPECT_LE(r["records_fraction_of_committed"].get<double>(), 0.20);  // issue 16's budget
+  // Every kind: its default ring is one row (KDA's 8 at T = 3 is no multiple of T: inserted in
+  // its place), and within issue 16's memory budget.
+  const std::vector<std::pair<std::string, LayerKind>> models{
+      {"qwen3-next-80b", LayerKind::kGatedDeltaNet},
+      {"nemotron-h-8b", LayerKind::kMamba2},
+      {"kimi-linear-48b-a3b", LayerKind::kKda}};
+  for (const auto& [model, kind] : models) {
+    for (int T : {1, 2, 3, 4}) {
+      SCOPED_TRACE(model + " T = " + std::to_string(T));
+      const CliRun run = run_cli("plan --model " + model + " --window " + std::to_string(T) +
+                                 " --strategy replay --json");
+      ASSERT_EQ(run.code, 0) << run.output;
+      const auto j = nlohmann::json::parse(run.output);
+      const int64_t def = default_replay_ring(kind, T);
+      EXPECT_EQ(j["replay_ring"].get<int64_t>(), def);
+      std::vector<int> expected;
+      for (int mult : {2, 3, 4, 6, 8}) expected.push_back(mult * T);
+      if (std::find(expected.begin(), expected.end(), def) == expected.end()) {
+        expected.insert(std::upper_bound(expected.begin(), expected.end(), def),
+                        static_cast<int>(def));
       }
-      EXPECT_GT(r["state_bytes_per_round_per_request"].get<double>(), 0.0);
+      const auto& rings = j["replay_rings"];
+      ASSERT_EQ(rings.size(), expected.size());
+      int defaults = 0;
+      double last_folds = 2, last_history = -1;
+      int64_t last_records = 0;
+      for (std::size_t i = 0; i < rings.size(); ++i) {
+        const auto& r = rings[i];
+        const int ring = r["ring"].get<int>();
+        EXPECT_EQ(ring, expected[i]);
+        const ReplayRingModel m = replay_ring_model(T, ring, 64);  // --max-requests 64
+        EXPECT_DOUBLE_EQ(r["fold_rate"].get<double>(), m.fold_rate);
+        EXPECT_DOUBLE_EQ(r["mean_history"].get<double>(), m.mean_history);
+        // A longer ring: fewer folds, a longer history, more records.
+        EXPECT_LT(m.fold_rate, last_folds);
+        EXPECT_GT(m.mean_history, last_history);
+        EXPECT_GT(r["records_bytes_per_slot"].get<int64_t>(), last_records);
+        last_folds = m.fold_rate;
+        last_history = m.mean_history;
+        last_records = r["records_bytes_per_slot"].get<int64_t>();
+        if (r["default"].get<bool>()) {
+          ++defaults;
+          EXPECT_EQ(ring, def);
+          EXPECT_EQ(r["records_bytes_per_slot"].get<int64_t>(),
+                    j["records_bytes_per_slot"].get<int64_t>());
+          EXPECT_LE(r["records_fraction_of_committed"].get<double>(), 0.20);  // issue 16's budget
+        }
+        EXPECT_GT(r["state_bytes_per_round_per_request"].get<double>(), 0.0);
+      }
+      EXPECT_EQ(defaults, 1);
     }
-    EXPECT_EQ(defaults, 1) << "T = " << T;
   }
   // Snapshot plans carry no ring.
   const CliRun snap = run_cli("plan --model qwen3-next-80b --json");

@@ -12,6 +12,7 @@
 #include "common/caller_owned.h"
 #include "common/expect.h"
 #include "common/gdn_data.h"
+#include "common/mamba2_data.h"
 #include "common/presets.h"
 #include "common/strategy_equivalence.h"
 
@@ -50,26 +51,42 @@ TEST(Replay, RecordsAndCursorsAreUnderTwentyPercentOfTheCommittedStateAtQwen3Nex
   EXPECT_EQ(reference.workspace_bytes(), 4 * pool.committed_bytes());  // T states per row
 }
 
-TEST(Replay, DefaultRingIsThreeWindowsForGdnUpToFiveAndTwoWindowsAndAtLeastSixElsewhere) {
+TEST(Replay, DefaultRingIsThreeWindowsUpToFiveExceptKdaAndTwoWindowsAndAtLeastSixElsewhere) {
   EXPECT_EQ(default_replay_ring(1), 6);
   EXPECT_EQ(default_replay_ring(2), 6);
   EXPECT_EQ(default_replay_ring(3), 6);
   EXPECT_EQ(default_replay_ring(4), 8);
   EXPECT_EQ(default_replay_ring(8), 16);
-  for (LayerKind kind : {LayerKind::kMamba2, LayerKind::kKda}) {
-    for (int T : {1, 2, 3, 4, 5, 8, 16})
-      EXPECT_EQ(default_replay_ring(kind, T), default_replay_ring(T));
-  }
-  // Gated DeltaNet: 3T while the longest replay (3T) fits the verify's chunk of 16 tokens, at
-  // least 8 from T = 2 (measured at T = 2: docs/cuda.md).
+  // Gated DeltaNet and Mamba2: 3T while the longest replay (3T) fits the verify's chunk of 16
+  // tokens, at least 8 from T = 2 (measured at T = 2 and 4: docs/cuda.md); KDA max(2T, 8) there
+  // (its records' memory); the generic rule elsewhere (T = 1, T >= 6).
   const LayerKind gdn = LayerKind::kGatedDeltaNet;
-  EXPECT_EQ(default_replay_ring(gdn, 1), 6);
-  EXPECT_EQ(default_replay_ring(gdn, 2), 8);
-  EXPECT_EQ(default_replay_ring(gdn, 3), 9);
-  EXPECT_EQ(default_replay_ring(gdn, 4), 12);
-  EXPECT_EQ(default_replay_ring(gdn, 5), 15);
-  EXPECT_EQ(default_replay_ring(gdn, 6), 12);
-  EXPECT_EQ(default_replay_ring(gdn, 8), 16);
+  for (LayerKind kind : {gdn, LayerKind::kMamba2}) {
+    EXPECT_EQ(default_replay_ring(kind, 1), 6);
+    EXPECT_EQ(default_replay_ring(kind, 2), 8);
+    EXPECT_EQ(default_replay_ring(kind, 3), 9);
+    EXPECT_EQ(default_replay_ring(kind, 4), 12);
+    EXPECT_EQ(default_replay_ring(kind, 5), 15);
+    EXPECT_EQ(default_replay_ring(kind, 6), 12);
+    EXPECT_EQ(default_replay_ring(kind, 8), 16);
+  }
+  const LayerKind kda = LayerKind::kKda;
+  EXPECT_EQ(default_replay_ring(kda, 1), 6);
+  EXPECT_EQ(default_replay_ring(kda, 2), 8);
+  EXPECT_EQ(default_replay_ring(kda, 3), 8);
+  EXPECT_EQ(default_replay_ring(kda, 4), 8);
+  EXPECT_EQ(default_replay_ring(kda, 5), 10);
+  EXPECT_EQ(default_replay_ring(kda, 8), 16);
+  for (LayerKind kind : {gdn, LayerKind::kMamba2, kda}) {
+    for (int T : {1, 6, 7, 8, 16}) EXPECT_EQ(default_replay_ring(kind, T), default_replay_ring(T));
+    // Every default keeps the longest replay of a verify (history up to R - T, then the window)
+    // within the chunk where it is larger than the generic ring.
+    for (int T = 1; T <= 16; ++T) {
+      const int64_t R = default_replay_ring(kind, T);
+      EXPECT_GE(R, 2 * T);
+      if (R > default_replay_ring(T)) EXPECT_LE(R, 16) << "T = " << T;
+    }
+  }
   // A window no pool accepts is refused, naming it (default_replay_ring(0) answered 6, and a
   // window near 2^62 overflowed 3T).
   for (int64_t bad :
@@ -81,7 +98,7 @@ TEST(Replay, DefaultRingIsThreeWindowsForGdnUpToFiveAndTwoWindowsAndAtLeastSixEl
   }
   EXPECT_EQ(default_replay_ring(PoolOptions::kMaxWindow), 2 * int64_t{PoolOptions::kMaxWindow});
   // A pool with replay_ring = 0 has exactly the records of an explicit default ring: GDN at T = 2
-  // (R = 8, not 2T = 4) and T = 4 (R = 12), Mamba2 at T = 4 (R = 8 = 2T).
+  // (R = 8, not 2T = 4) and T = 4 (R = 12), Mamba2 at T = 4 (R = 12, not 2T = 8).
   const ModelConfig m = ModelConfig::gated_delta_net(2, gdn_preset("small_f32"));
   const ModelConfig m2 = ModelConfig::mamba2(2, mamba2_preset("m2_small_f32"));
   for (int T : {2, 4}) {
@@ -92,9 +109,11 @@ TEST(Replay, DefaultRingIsThreeWindowsForGdnUpToFiveAndTwoWindowsAndAtLeastSixEl
     EXPECT_EQ(w, StatePool(m, explicit_ring).workspace_bytes()) << "T = " << T;
     EXPECT_GT(w, StatePool(m, two_t).workspace_bytes()) << "T = " << T;
   }
-  PoolOptions def = replay_options(2, 2, 4), two_t = def;
+  PoolOptions def = replay_options(2, 2, 4), three_t = def, two_t = def;
+  three_t.replay_ring = 12;
   two_t.replay_ring = 8;
-  EXPECT_EQ(StatePool(m2, def).workspace_bytes(), StatePool(m2, two_t).workspace_bytes());
+  EXPECT_EQ(StatePool(m2, def).workspace_bytes(), StatePool(m2, three_t).workspace_bytes());
+  EXPECT_GT(StatePool(m2, def).workspace_bytes(), StatePool(m2, two_t).workspace_bytes());
 }
 
 TEST(Replay, FoldLimitIsTheWholeRingFromEightRowsAndTheSmallRingsBelow) {
@@ -177,6 +196,46 @@ TEST(Replay, AVerifyFoldsByItsRoundsRows) {
     // One row: the small limit either way; a has history (3 records, or 1 after the fold).
     EXPECT_TRUE(verify({a}));
     pool.commit(std::vector<int32_t>{3});
+    EXPECT_GT(sum_squares(pool.ssm_state(0)), 0.0);
+  }
+}
+
+// Mamba2's default fold rows is 1 (default_replay_fold_rows): a round of any size uses the whole
+// ring (measured faster from one row once its verify ran two channels a thread). On a caller-owned
+// pool with T = 4 and Mamba2's default ring (12), a one-row verify with history 2 does not fold
+// by default, and folds with replay_fold_rows = 8 (GDN's and KDA's default, the small limit).
+TEST(Replay, AMamba2VerifyUsesTheWholeRingInRoundsOfAnySize) {
+  EXPECT_EQ(default_replay_fold_rows(LayerKind::kMamba2), 1);
+  EXPECT_EQ(default_replay_fold_rows(LayerKind::kGatedDeltaNet), 8);
+  EXPECT_EQ(default_replay_fold_rows(LayerKind::kKda), 8);
+  const Mamba2Config c = mamba2_preset("m2_small_f32");
+  const ModelConfig m = ModelConfig::mamba2(1, c);
+  for (int fold_rows : {0, 8}) {
+    SCOPED_TRACE("replay_fold_rows = " + std::to_string(fold_rows));
+    auto mem = host_memory();
+    PoolOptions o = replay_options(1, 1, 4);
+    o.replay_fold_rows = fold_rows;
+    const CallerMemory cm = make_caller_memory(m, o, CallerLayout::kOneTensor, *mem, 7);
+    StatePool pool(m, o, cm.views);
+    std::mt19937_64 rng(13);
+    const Mamba2LayerWeights w = random_weights(c, rng);
+    const SlotHandle a = pool.acquire();
+    auto verify = [&] {
+      Mamba2TokenInputs in = random_inputs(c, 4, rng);
+      Mamba2TokenOutputs out = make_outputs(c, 4);
+      const std::vector<uint8_t> before = mem->bytes(cm.views.ssm[0]);
+      pool.begin_verify(VerifyBatch{{a}, 4, {}});
+      pool.verify(0, w.view(), in.view(), out.view());
+      EXPECT_GT(sum_squares(out.y.view()), 0.0);
+      return mem->bytes(cm.views.ssm[0]) != before;
+    };
+    EXPECT_FALSE(verify());                // no history yet
+    pool.commit(std::vector<int32_t>{2});  // h = 2
+    // The whole ring allows h <= R - 2T = 4 without a fold; the small limit, none.
+    EXPECT_EQ(verify(), fold_rows == 8);
+    pool.commit(std::vector<int32_t>{3});  // h = 5 by default (past 4: the next verify folds)
+    EXPECT_TRUE(verify());
+    pool.commit(std::vector<int32_t>{1});
     EXPECT_GT(sum_squares(pool.ssm_state(0)), 0.0);
   }
 }

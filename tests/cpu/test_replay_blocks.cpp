@@ -76,8 +76,8 @@ TEST(ReplayBlocksPerCta, TheOverrideTakesOneTwoFourOrEightCappedAtTheBlocks) {
 // (docs/cuda.md, "Replay conv at small batches: the input history in shared memory"), with the
 // launch's max_window = T. GDN (2..16, 2..8 at T < 4): T = 4, B = 16 1453.7 -> 1393.7 us a round,
 // T = 2, B = 8 779.9 -> 714.4 but B = 16 1076.6 -> 1134.5; Mamba2 (1..8, never at T < 4): T = 4,
-// B = 8 1136.6 -> 1076.8, T = 2, B = 1 332.6 -> 350.7; KDA (the same defaults): Kimi-Linear T = 4,
-// B = 8 874.4 -> 840.0, T = 2, B = 8 635.2 -> 651.6.
+// B = 8 1136.6 -> 1076.8, T = 2, B = 1 332.6 -> 350.7 then (the H100 since: below); KDA (the same
+// defaults): Kimi-Linear T = 4, B = 8 874.4 -> 840.0, T = 2, B = 8 635.2 -> 651.6.
 int gdn_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 2, 16, 8, forced); }
 // Mamba2 and KDA: ConvUpdateParams' defaults.
 int other_vt(int rows, int T, int forced = -1) {
@@ -100,8 +100,15 @@ TEST(ConvSmallVt, TheChoicesMeasuredOnTheH200) {
   for (int rows : {1, 8}) {
     EXPECT_EQ(other_vt(rows, 4), 8) << rows;
     EXPECT_EQ(other_vt(rows, 8), 16) << rows;
-    EXPECT_EQ(other_vt(rows, 2), 0) << rows;
   }
+  // Mamba2 and KDA at T < 4: 1..4 rows (H100, seventeenth session: Nemotron-H T = 2 B = 1 / 2 /
+  // 4 0.809 / 0.851 / 0.894, B = 8 1.008; Kimi-Linear B = 4 0.954, B = 8 1.099).
+  for (int rows : {1, 2, 3, 4}) {
+    EXPECT_EQ(other_vt(rows, 2), 8) << rows;
+    EXPECT_EQ(other_vt(rows, 3), 8) << rows;
+  }
+  for (int rows : {5, 8, 16}) EXPECT_EQ(other_vt(rows, 2), 0) << rows;
+  EXPECT_EQ(other_vt(4, 1), 0);
   EXPECT_EQ(other_vt(9, 4), 0);
   EXPECT_EQ(other_vt(9, 8), 0);
   EXPECT_EQ(gdn_vt(32, 8), 0);
@@ -152,36 +159,19 @@ TEST(GdnMultiRpt, ManyRowsOfWindowsAndTheOverride) {
 }
 
 // Channels a thread of the Mamba2 replay verify (kernels::mamba2_rpt), where measured faster on
-// the H100: two for windows of 2..16 tokens up to 8 rows, from 8 tokens at any row count, and up
-// to 32 rows where the two-channel launch runs several blocks a CTA (`multi2`); one for 9..32 rows
-// of 2..7 tokens whose launch would run one block a CTA (B = 16 lost), above 32 rows of 2..7
-// tokens, for windows of one token and for windows longer than 16 (prefill); SPECSTATE_MAMBA2_RPT's
-// "1" / "2" override, anything else is ignored.
+// the H100: two for windows of 2..16 tokens at any row count (with the default ring of 3T, B = 16
+// and from 33 rows too); one for windows of one token and for windows longer than 16 (prefill);
+// SPECSTATE_MAMBA2_RPT's "1" / "2" override, anything else is ignored.
 TEST(Mamba2Rpt, WhereMeasuredFasterAndTheOverride) {
-  for (bool multi2 : {false, true}) {
-    for (int tokens : {2, 4, 7}) {
-      for (int rows : {1, 2, 4, 8}) EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), 2);
-      for (int rows : {33, 64, 128}) EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), 1);
-      for (int rows : {9, 16, 17, 24, 32}) {
-        EXPECT_EQ(mamba2_rpt(rows, tokens, multi2, nullptr), multi2 ? 2 : 1) << rows;
-      }
-    }
-    for (int rows : {1, 8, 16, 32, 64, 128}) {
-      EXPECT_EQ(mamba2_rpt(rows, 8, multi2, nullptr), 2) << rows;
-      EXPECT_EQ(mamba2_rpt(rows, 16, multi2, nullptr), 2) << rows;
-      EXPECT_EQ(mamba2_rpt(rows, 17, multi2, nullptr), 1) << rows;
-      EXPECT_EQ(mamba2_rpt(rows, 512, multi2, nullptr), 1) << rows;
-      EXPECT_EQ(mamba2_rpt(rows, 1, multi2, nullptr), 1) << rows;
-      EXPECT_EQ(mamba2_rpt(rows, 0, multi2, nullptr), 1) << rows;
-    }
-  }
-  EXPECT_EQ(mamba2_rpt(128, 4, false, "2"), 2);
-  EXPECT_EQ(mamba2_rpt(1, 1, false, "2"), 2);
-  EXPECT_EQ(mamba2_rpt(8, 4, true, "1"), 1);
-  EXPECT_EQ(mamba2_rpt(128, 8, true, "1"), 1);
+  for (int tokens : {2, 3, 4, 7, 8, 16}) EXPECT_EQ(mamba2_rpt(tokens, nullptr), 2) << tokens;
+  for (int tokens : {-1, 0, 1, 17, 512}) EXPECT_EQ(mamba2_rpt(tokens, nullptr), 1) << tokens;
+  EXPECT_EQ(mamba2_rpt(4, "2"), 2);
+  EXPECT_EQ(mamba2_rpt(1, "2"), 2);
+  EXPECT_EQ(mamba2_rpt(4, "1"), 1);
+  EXPECT_EQ(mamba2_rpt(17, "1"), 1);
   for (const char* ignored : {"", "0", "3", "22", "x"}) {
-    EXPECT_EQ(mamba2_rpt(8, 4, false, ignored), 2) << ignored;
-    EXPECT_EQ(mamba2_rpt(16, 4, false, ignored), 1) << ignored;
+    EXPECT_EQ(mamba2_rpt(4, ignored), 2) << ignored;
+    EXPECT_EQ(mamba2_rpt(1, ignored), 1) << ignored;
   }
 }
 

@@ -136,8 +136,13 @@ def test_replay_ring_helpers():
     assert specstate.default_replay_ring(K.GATED_DELTA_NET, 2) == 8
     assert specstate.default_replay_ring(K.GATED_DELTA_NET, 4) == 12
     assert specstate.default_replay_ring(K.GATED_DELTA_NET, 8) == 16
-    assert specstate.default_replay_ring(K.MAMBA2, 4) == 8
-    assert specstate.default_replay_ring(K.KDA, 2) == 6
+    assert specstate.default_replay_ring(K.MAMBA2, 4) == 12
+    assert specstate.default_replay_ring(K.MAMBA2, 8) == 16
+    assert specstate.default_replay_ring(K.KDA, 2) == 8
+    assert specstate.default_replay_ring(K.KDA, 4) == 8
+    assert specstate.default_replay_fold_rows(K.MAMBA2) == 1
+    assert specstate.default_replay_fold_rows(K.GATED_DELTA_NET) == 8
+    assert specstate.default_replay_fold_rows(K.KDA) == 8
     assert specstate.replay_fold_limit(4, 12, 7) == 0
     assert specstate.replay_fold_limit(4, 12, 8) == 4
     assert specstate.replay_fold_limit(4, 12, 2, fold_rows=1) == 4
