@@ -236,7 +236,8 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
       throw Error(Status::kInvalidArgument,
                   std::string(fn) + ": options.replay_fold_rows = " +
                       std::to_string(options.replay_fold_rows) + " must be 0 (the default, " +
-                      std::to_string(kernels::kFoldFullRows) + ") or positive");
+                      std::to_string(default_replay_fold_rows(config.kind)) + " for " +
+                      layer_kind_name(config.kind) + ") or positive");
     }
     l.fold_rows = options.replay_fold_rows > 0 ? options.replay_fold_rows
                                                : default_replay_fold_rows(config.kind);

@@ -72,7 +72,8 @@ struct Layout {
   int max_rows = 0;
   int max_window = 0;
   int ring = 0;       // replay: R factor records per slot and layer (0 under snapshot)
-  int fold_rows = 0;  // replay: PoolOptions::replay_fold_rows (0: 8; replay_fold_limit)
+  int fold_rows = 0;  // replay: PoolOptions::replay_fold_rows, 0 resolved to
+                      // default_replay_fold_rows(kind) (replay_fold_limit)
   Strategy strategy = Strategy::kSnapshot;
   bool caller_committed = false;  // the committed state lives in caller-owned views
   // The element order of every slot's state, committed and snapshot scratch (PoolOptions).

@@ -560,7 +560,8 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     // Replay v2 (DESIGN.md sections 6 and 8), per request: h, the factor records applied since
     // the checkpoint, and the pending conv steps (the last commit's accepted steps), as the
     // slot's cursor and pending count hold them. A verify folds iff h > L, the round's fold limit
-    // (replay_fold_limit of its rows: R - 2 T_max from 8 rows on).
+    // (replay_fold_limit of its rows: R - 2 T_max from default_replay_fold_rows(kind) rows on,
+    // 8, or 1 for Mamba2).
     struct ReplayCursor {
       int64_t history = 0, pending = 0;
     };

@@ -185,6 +185,8 @@ const char* ssm_layout_name(SsmLayout layout) noexcept;    // "vk" / "kv"
 // chunk of 16 tokens (T <= 5), Gated DeltaNet and Mamba2 max(3T, 8) (8 at T = 2, 12 at T = 4),
 // KDA max(2T, 8) (its records, with e^g per key channel, are about 1.6% of the state each: 3T
 // would pass 20% of the committed state); otherwise the generic rule. Throws Error
+// (kInvalidArgument) for a max_window outside [1, PoolOptions::kMaxWindow], the windows a pool
+// accepts.
 int64_t default_replay_ring(int64_t max_window);
 int64_t default_replay_ring(LayerKind kind, int64_t max_window);
 
@@ -235,7 +237,8 @@ struct PoolOptions {
   Strategy strategy = Strategy::kSnapshot;
   // Replay only: R, the factor records each slot and layer keeps (DESIGN.md section 6). A verify
   // folds (writes the checkpoint) when the slot's history exceeds the round's fold limit
-  // (replay_fold_limit: R - 2 * max_window from 8 rows on, at most max(2T, 6) - 2T below), so a
+  // (replay_fold_limit: R - 2 * max_window from replay_fold_rows rows on, 8 by default, Mamba2's
+  // every round; at most max(2T, 6) - 2T below), so a
   // larger R writes the state less often in large rounds but applies longer histories and costs
   // R records of memory. 0: the default, default_replay_ring(kind, max_window): Gated DeltaNet
   // and Mamba2 max(3T, 8) for 2 <= T <= 5 (8 at T = 2, 12 at T = 4), KDA max(2T, 8) there,

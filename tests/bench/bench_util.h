@@ -174,7 +174,8 @@ inline int bench_layers(int all) {
 }
 
 // SPECSTATE_BENCH_FOLD_ROWS: PoolOptions::replay_fold_rows of the replay pools (0 or unset: the
-// default, 8 rows; 1: every round folds at the whole ring), for sweeping the fold limit's row
+// kind's default, default_replay_fold_rows: 8 rows, Mamba2 1; 1: every round folds at the whole
+// ring), for sweeping the fold limit's row
 // threshold (docs/strategies.md, "The fold limit is the round's") with one binary.
 inline int bench_fold_rows() {
   const char* r = std::getenv("SPECSTATE_BENCH_FOLD_ROWS");

@@ -102,15 +102,21 @@ TEST(PlanCli, ReplayRingsInJsonFollowTheModelAndTheDefault) {
       {"qwen3-next-80b", LayerKind::kGatedDeltaNet},
       {"nemotron-h-8b", LayerKind::kMamba2},
       {"kimi-linear-48b-a3b", LayerKind::kKda}};
+  // Rounds of 64 rows (the default --max-requests) and of 4, below GDN's and KDA's 8 fold rows
+  // (Mamba2's 1: the whole ring in every round, so its small rounds fold less).
   for (const auto& [model, kind] : models) {
-    for (int T : {1, 2, 3, 4}) {
-      SCOPED_TRACE(model + " T = " + std::to_string(T));
-      const CliRun run = run_cli("plan --model " + model + " --window " + std::to_string(T) +
-                                 " --strategy replay --json");
+    for (const auto& [T, requests] : {std::pair{1, 64}, {2, 64}, {3, 64}, {4, 64}, {4, 4}}) {
+      SCOPED_TRACE(model + " T = " + std::to_string(T) + ", " + std::to_string(requests) +
+                   " requests");
+      const CliRun run =
+          run_cli("plan --model " + model + " --window " + std::to_string(T) + " --max-requests " +
+                  std::to_string(requests) + " --strategy replay --json");
       ASSERT_EQ(run.code, 0) << run.output;
       const auto j = nlohmann::json::parse(run.output);
       const int64_t def = default_replay_ring(kind, T);
       EXPECT_EQ(j["replay_ring"].get<int64_t>(), def);
+      const int fold_rows = default_replay_fold_rows(kind);
+      EXPECT_EQ(j["replay_fold_rows"].get<int>(), fold_rows);
       std::vector<int> expected;
       for (int mult : {2, 3, 4, 6, 8}) expected.push_back(mult * T);
       if (std::find(expected.begin(), expected.end(), def) == expected.end()) {
@@ -126,12 +132,26 @@ TEST(PlanCli, ReplayRingsInJsonFollowTheModelAndTheDefault) {
         const auto& r = rings[i];
         const int ring = r["ring"].get<int>();
         EXPECT_EQ(ring, expected[i]);
-        const ReplayRingModel m = replay_ring_model(T, ring, 64);  // --max-requests 64
+        const ReplayRingModel m = replay_ring_model(T, ring, requests, fold_rows);
+        // Rounds below the kind's fold rows fold at the small limit, max(2T, 6) - 2T = 0 at
+        // T = 4, whatever R: as often as a ring of 2T. Mamba2's (fold rows 1) use the whole ring.
+        const bool whole_ring = requests >= fold_rows;
+        if (!whole_ring) {
+          EXPECT_DOUBLE_EQ(m.fold_rate, 1.0) << "R = " << ring;
+        } else if (ring > 2 * T) {
+          EXPECT_LT(m.fold_rate, 1.0) << "R = " << ring;
+        }
         EXPECT_DOUBLE_EQ(r["fold_rate"].get<double>(), m.fold_rate);
         EXPECT_DOUBLE_EQ(r["mean_history"].get<double>(), m.mean_history);
-        // A longer ring: fewer folds, a longer history, more records.
-        EXPECT_LT(m.fold_rate, last_folds);
-        EXPECT_GT(m.mean_history, last_history);
+        // A longer ring: fewer folds and a longer history where rounds use the whole ring (as
+        // many otherwise), more records.
+        if (whole_ring) {
+          EXPECT_LT(m.fold_rate, last_folds);
+          EXPECT_GT(m.mean_history, last_history);
+        } else {
+          EXPECT_LE(m.fold_rate, last_folds);
+          EXPECT_GE(m.mean_history, last_history);
+        }
         EXPECT_GT(r["records_bytes_per_slot"].get<int64_t>(), last_records);
         last_folds = m.fold_rate;
         last_history = m.mean_history;

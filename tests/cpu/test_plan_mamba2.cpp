@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/sim_helpers.h"
 #include "common/cli_run.h"
@@ -112,6 +113,33 @@ TEST(PlanMamba2, JsonReportThroughTheBinary) {
     EXPECT_NE(sim.output.find("PASS (bit-identical yes"), std::string::npos) << sim.output;
   }
   std::remove(file.c_str());
+}
+
+// simulate's byte model follows Mamba2's fold rows (default_replay_fold_rows: 1): rounds of 3
+// rows use the whole ring (R = 12 at T = 4, fold iff h > 4), where GDN's and KDA's fold at the
+// small limit (every round with history). With a = 2 accepted a round, h runs 0, 2, 4, 6 (a
+// fold), 2, 4: only round 3 writes the checkpoint, 3 rows x one 4 x 16 x 16 f32 state.
+TEST(PlanMamba2, SimulateFoldsAtTheWholeRingInSmallRounds) {
+  const std::string out = ::testing::TempDir() + "specstate_m2_fold_rows.json";
+  const test::CliRun run = test::run_command(
+      SPECSTATE_CLI_PATH,
+      "simulate --kind mamba2 --layers 1 --heads 4 --head-dim 16 --d-state 16 --groups 2 "
+      "--strategy replay --requests 3 --rounds 6 --window 4 --fixed 2 --quiet --out " +
+          out);
+  ASSERT_EQ(run.code, 0) << run.output;
+  std::ifstream in(out);
+  const nlohmann::json report = nlohmann::json::parse(in);
+  const auto& rounds = report["rounds"];
+  ASSERT_EQ(rounds.size(), 6u);
+  std::vector<int64_t> v;
+  for (const auto& r : rounds) v.push_back(r["verify_bytes"].get<int64_t>());
+  const int64_t state = 4 * 16 * 16 * 4;
+  EXPECT_EQ(v[1], v[4]);  // h = 2, no fold
+  EXPECT_EQ(v[2], v[5]);  // h = 4, no fold
+  EXPECT_GT(v[2], v[1]);  // two more history records a row
+  EXPECT_LT(v[2] - v[1], state);
+  EXPECT_GE(v[3] - v[2], 3 * state);  // h = 6 > 4: the fold
+  std::remove(out.c_str());
 }
 
 }  // namespace

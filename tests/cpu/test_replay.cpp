@@ -190,7 +190,7 @@ TEST(Replay, AVerifyFoldsByItsRoundsRows) {
     EXPECT_FALSE(verify({a}));             // no history yet
     pool.commit(std::vector<int32_t>{2});  // two tokens accepted: h = 2
     // Two rows: with replay_fold_rows = 2 the whole ring (h = 2 <= 4, no fold); by default
-    // (16) the small limit (h = 2 > 0: a fold).
+    // (8 for GDN) the small limit (h = 2 > 0: a fold).
     EXPECT_EQ(verify({a, b}), fold_rows == 0);
     pool.commit(std::vector<int32_t>{1, 1});
     // One row: the small limit either way; a has history (3 records, or 1 after the fold).

@@ -577,9 +577,10 @@ class KindDriver final : public DriverBase {
     PoolOptions tested = options_;
     replay_ = src.coin();
     tested.strategy = replay_ ? Strategy::kReplay : Strategy::kSnapshot;
-    // The replay fold limit's row threshold (PoolOptions::replay_fold_rows: 0, the default 16,
-    // never reached by these batches; 1-3: whole-ring rounds beside small-limit ones), from the
-    // seed so that the source's bytes keep their meaning.
+    // The replay fold limit's row threshold (PoolOptions::replay_fold_rows: 0, the kind's default,
+    // 8 for GDN and KDA (never reached by these batches) and 1 for Mamba2 (the whole ring
+    // always); 1-3: whole-ring rounds beside small-limit ones), from the seed so that the
+    // source's bytes keep their meaning.
     tested.replay_fold_rows = static_cast<int>((seed / 5) % 4);
     // The replay ring (PoolOptions::replay_ring): the default, 2T (a fold at every verify with
     // history), 3T + 1 or 40 records (long histories, wrap-around), also from the seed.
