@@ -231,6 +231,66 @@ T to_integer(nb::handle object, const std::string& name) {
   }
 }
 
+// The items of `object`, a sequence of numbers (a list, tuple, range, NumPy array; not str, bytes
+// or bytearray), as a tuple: a copy taken before any item is converted, so an item whose
+// __index__ or __float__ changes the list cannot change what is read (nanobind's list caster
+// kept reading the list's item array after such a change: a segfault). TypeError naming `name`
+// for anything else, specstate.OutOfRangeError for more than kMaxSequenceItems items (the
+// largest argument any call takes is far below; the copy of range(10**12) would not fit).
+inline constexpr Py_ssize_t kMaxSequenceItems = Py_ssize_t{1} << 26;
+inline nb::object sequence_items(nb::handle object, const std::string& name) {
+  PyObject* o = object.ptr();
+  if (PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) || !PySequence_Check(o)) {
+    throw nb::type_error(
+        (name + ": expected a sequence of numbers, got " + arg_type_name(object)).c_str());
+  }
+  const Py_ssize_t n = PySequence_Size(o);
+  if (n < 0) throw nb::python_error();
+  if (n > kMaxSequenceItems) {
+    throw Error(Status::kOutOfRange, name + ": " + std::to_string(n) + " items, at most " +
+                                         std::to_string(kMaxSequenceItems));
+  }
+  nb::object items = nb::steal(PySequence_Tuple(o));
+  if (!items.is_valid()) throw nb::python_error();
+  return items;
+}
+
+// `object` as a vector of integers of type T: every item through to_integer, named
+// `name[i]` (an int or anything with __index__, not bool).
+template <typename T>
+std::vector<T> to_int_vector(nb::handle object, const std::string& name) {
+  const nb::object items = sequence_items(object, name);
+  const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
+  std::vector<T> out;
+  out.reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    out.push_back(
+        to_integer<T>(PyTuple_GET_ITEM(items.ptr(), i), name + "[" + std::to_string(i) + "]"));
+  }
+  return out;
+}
+
+// `object` as a vector of doubles: every item a real number (float, int or anything with
+// __float__ / __index__, not bool), TypeError naming `name[i]` otherwise.
+inline std::vector<double> to_float_vector(nb::handle object, const std::string& name) {
+  const nb::object items = sequence_items(object, name);
+  const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
+  std::vector<double> out;
+  out.reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PyTuple_GET_ITEM(items.ptr(), i);
+    const std::string at = name + "[" + std::to_string(i) + "]";
+    if (PyBool_Check(item) || !(PyFloat_Check(item) || PyIndex_Check(item) ||
+                                PyObject_HasAttrString(item, "__float__"))) {
+      throw nb::type_error((at + ": expected a float, got " + arg_type_name(item)).c_str());
+    }
+    const double v = PyFloat_AsDouble(item);
+    if (v == -1.0 && PyErr_Occurred()) throw nb::python_error();
+    out.push_back(v);
+  }
+  return out;
+}
+
 // `object` (None, or a real number) as an optional float32: OutOfRangeError naming `name` and the
 // value where a finite value would become 0 (unless `zero_ok`: a field for which 0 means the same,
 // Mamba2's dt_min) or infinite (unless `inf_ok`: dt_max, where infinity is "no clamp") as float32

@@ -461,20 +461,30 @@ void bind_config(nb::module_& m) {
 
   // The replay ring (docs/strategies.md): the default R of a kind, the round's fold limit and
   // the fold model `specstate plan` prints.
-  m.def("default_replay_ring", nb::overload_cast<LayerKind, int64_t>(&default_replay_ring),
-        nb::arg("kind"), nb::arg("max_window"),
-        "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (from "
-        "max_window = 2 up to 5, max(3 * max_window, 8) for GATED_DELTA_NET and MAMBA2 and "
-        "max(2 * max_window, 8) for KDA; otherwise max(2 * max_window, 6)). "
-        "Raises InvalidArgumentError for a max_window outside [1, 65536].");
+  m.def(
+      "default_replay_ring",
+      [](LayerKind kind, nb::handle max_window) {
+        return default_replay_ring(
+            kind, to_integer<int64_t>(max_window, "default_replay_ring: max_window"));
+      },
+      nb::arg("kind"), nb::arg("max_window"),
+      "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (from "
+      "max_window = 2 up to 5, max(3 * max_window, 8) for GATED_DELTA_NET and MAMBA2 and "
+      "max(2 * max_window, 8) for KDA; otherwise max(2 * max_window, 6)). "
+      "Raises InvalidArgumentError for a max_window outside [1, 65536].");
   m.def("default_replay_fold_rows", &default_replay_fold_rows, nb::arg("kind"),
         "The replay_fold_rows a pool of `kind` gets for PoolOptions.replay_fold_rows = 0: 8 for "
         "GATED_DELTA_NET and KDA (smaller rounds fold at the small limit), 1 for MAMBA2 (every "
         "round uses the whole ring).");
-  m.def("default_replay_ring", nb::overload_cast<int64_t>(&default_replay_ring),
-        nb::arg("max_window"),
-        "The generic rule, max(2 * max_window, 6) (every kind's ring outside max_window 2..5).\n"
-        "Raises InvalidArgumentError for a max_window outside [1, 65536].");
+  m.def(
+      "default_replay_ring",
+      [](nb::handle max_window) {
+        return default_replay_ring(
+            to_integer<int64_t>(max_window, "default_replay_ring: max_window"));
+      },
+      nb::arg("max_window"),
+      "The generic rule, max(2 * max_window, 6) (every kind's ring outside max_window 2..5).\n"
+      "Raises InvalidArgumentError for a max_window outside [1, 65536].");
   // specstate::vllm (include/specstate/vllm.h), wrapped by python/specstate/vllm.py.
   m.def(
       "_vllm_conv_shape",
@@ -488,12 +498,19 @@ void bind_config(nb::module_& m) {
       nb::arg("config"), nb::arg("slots"), nb::arg("order"));
   m.def("_vllm_layout_options", &vllm::layout_options, nb::arg("options"), nb::arg("config"),
         nb::arg("order"));
-  m.def("replay_fold_limit", &replay_fold_limit, nb::arg("max_window"), nb::arg("ring"),
-        nb::arg("rows"), nb::arg("fold_rows") = 0,
-        "The fold limit L of a verify round of `rows` rows: a verify whose slot has h history "
-        "records folds iff h > L (ring - 2 * max_window from `fold_rows` rows on, 0: 8; "
-        "max(2 * max_window, 6) - 2 * max_window at most below). Raises InvalidArgumentError "
-        "naming a bad argument.");
+  m.def(
+      "replay_fold_limit",
+      [](nb::handle max_window, nb::handle ring, nb::handle rows, nb::handle fold_rows) {
+        return replay_fold_limit(to_integer<int>(max_window, "replay_fold_limit: max_window"),
+                                 to_integer<int>(ring, "replay_fold_limit: ring"),
+                                 to_integer<int>(rows, "replay_fold_limit: rows"),
+                                 to_integer<int>(fold_rows, "replay_fold_limit: fold_rows"));
+      },
+      nb::arg("max_window"), nb::arg("ring"), nb::arg("rows"), nb::arg("fold_rows") = 0,
+      "The fold limit L of a verify round of `rows` rows: a verify whose slot has h history "
+      "records folds iff h > L (ring - 2 * max_window from `fold_rows` rows on, 0: 8; "
+      "max(2 * max_window, 6) - 2 * max_window at most below). Raises InvalidArgumentError "
+      "naming a bad argument.");
   nb::class_<ReplayRingModel>(m, "ReplayRingModel",
                               "Folds per round and the mean history a verify applies.")
       .def_ro("fold_rate", &ReplayRingModel::fold_rate, "Folds per round (1: every round).")
@@ -501,8 +518,11 @@ void bind_config(nb::module_& m) {
               "History records a verify applies, on average.");
   m.def(
       "replay_ring_model",
-      [](int max_window, int ring, int rows, int fold_rows) {
-        return replay_ring_model(max_window, ring, rows, fold_rows);
+      [](nb::handle max_window, nb::handle ring, nb::handle rows, nb::handle fold_rows) {
+        return replay_ring_model(to_integer<int>(max_window, "replay_ring_model: max_window"),
+                                 to_integer<int>(ring, "replay_ring_model: ring"),
+                                 to_integer<int>(rows, "replay_ring_model: rows"),
+                                 to_integer<int>(fold_rows, "replay_ring_model: fold_rows"));
       },
       nb::arg("max_window"), nb::arg("ring"), nb::arg("rows") = 16, nb::arg("fold_rows") = 0,
       "The cursor of a slot when every round of `rows` rows accepts a in [1, max_window] tokens "

@@ -275,9 +275,11 @@ void bind_layer_calls(Cls& cls, const char* kind) {
       .def(
           "prefill_batch",
           [](PyPool& p, nb::handle layer_arg, std::vector<SlotHandle> handles,
-             std::vector<int32_t> lengths, nb::handle_t<W> weights, const I& in, const O& out,
+             nb::handle lengths_arg, nb::handle_t<W> weights, const I& in, const O& out,
              nb::handle stream) {
             const int layer = to_int(layer_arg, "StatePool.prefill_batch", "layer");
+            const std::vector<int32_t> lengths =
+                to_int_vector<int32_t>(lengths_arg, "StatePool.prefill_batch: lengths");
             layer_call<W>(p, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.prefill(layer, handles, lengths, w, i, o);
@@ -356,17 +358,19 @@ void bind_pool(nb::module_& m) {
                           "rows), the window T and, for trees, parents ([T] shared or [B*T]).")
       .def(
           "__init__",
-          [](VerifyBatch* self, std::vector<SlotHandle> rows, nb::handle window,
-             std::vector<int32_t> parents, std::vector<int32_t> lengths) {
+          [](VerifyBatch* self, std::vector<SlotHandle> rows, nb::handle window, nb::handle parents,
+             nb::handle lengths) {
             const int t = to_integer<int>(window, "VerifyBatch.window");
+            std::vector<int32_t> p = to_int_vector<int32_t>(parents, "VerifyBatch.parents");
+            std::vector<int32_t> l = to_int_vector<int32_t>(lengths, "VerifyBatch.lengths");
             new (self) VerifyBatch{};
             self->rows = std::move(rows);
             self->window = t;
-            self->parents = std::move(parents);
-            self->lengths = std::move(lengths);
+            self->parents = std::move(p);
+            self->lengths = std::move(l);
           },
           nb::arg("rows") = std::vector<SlotHandle>{}, nb::arg("window").none() = 1,
-          nb::arg("parents") = std::vector<int32_t>{}, nb::arg("lengths") = std::vector<int32_t>{},
+          nb::arg("parents") = nb::tuple(), nb::arg("lengths") = nb::tuple(),
           "rows: list of SlotHandle; window: T (the largest with lengths); parents: [] (chain), "
           "[T] or [B*T] (with lengths: [sum(lengths)] packed or [B*T]); lengths: [] (every row "
           "T tokens) or [B] per-row windows 0..T, inputs packed by their cumulative offsets.")
@@ -375,11 +379,19 @@ void bind_pool(nb::module_& m) {
       .def_prop_rw("window", field_getter(&VerifyBatch::window),
                    int_setter(&VerifyBatch::window, "VerifyBatch.window"), nb::arg("value").none(),
                    "T tokens per row; token 0 is the root.")
-      .def_rw("parents", &VerifyBatch::parents,
-              "Empty (chain) or the tree's parents (a copy: assign a new list).")
-      .def_rw("lengths", &VerifyBatch::lengths,
-              "Empty, or [B] per-row windows (variable windows; tokens packed, no filler; a copy: "
-              "assign a new list).")
+      .def_prop_rw(
+          "parents", [](const VerifyBatch& b) { return b.parents; },
+          [](VerifyBatch& b, nb::handle v) {
+            b.parents = to_int_vector<int32_t>(v, "VerifyBatch.parents");
+          },
+          "Empty (chain) or the tree's parents (a copy: assign a new list).")
+      .def_prop_rw(
+          "lengths", [](const VerifyBatch& b) { return b.lengths; },
+          [](VerifyBatch& b, nb::handle v) {
+            b.lengths = to_int_vector<int32_t>(v, "VerifyBatch.lengths");
+          },
+          "Empty, or [B] per-row windows (variable windows; tokens packed, no filler; a copy: "
+          "assign a new list).")
       .def("is_tree", &VerifyBatch::is_tree, "Whether parents is non-empty.")
       .def("is_variable", &VerifyBatch::is_variable,
            "Whether the rows have their own windows (lengths; cu_seqlens goes to begin_verify).")

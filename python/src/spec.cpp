@@ -38,13 +38,28 @@ void bind_spec(nb::module_& m) {
                      "One row's verify window: a chain of T tokens or a draft tree (index 0 is "
                      "the root, every parent has a smaller index).")
       .def(nb::init<>(), "A chain of one token (the root alone).")
-      .def_static("chain", &Window::chain, nb::arg("length"),
-                  "A chain of `length` tokens (root + length-1 drafts).")
-      .def_static("from_parents", &Window::from_parents, nb::arg("parents"),
-                  "A tree from parents[t] (parents[0] = -1, 0 <= parents[t] < t).")
-      .def_static("from_links", &Window::from_links, nb::arg("first_child"),
-                  nb::arg("next_sibling"),
-                  "A tree from EAGLE / SGLang first-child / next-sibling links.")
+      .def_static(
+          "chain",
+          [](nb::handle length) {
+            return Window::chain(to_integer<int>(length, "Window.chain: length"));
+          },
+          nb::arg("length"), "A chain of `length` tokens (root + length-1 drafts).")
+      .def_static(
+          "from_parents",
+          [](nb::handle parents) {
+            return Window::from_parents(
+                to_int_vector<int32_t>(parents, "Window.from_parents: parents"));
+          },
+          nb::arg("parents"), "A tree from parents[t] (parents[0] = -1, 0 <= parents[t] < t).")
+      .def_static(
+          "from_links",
+          [](nb::handle first_child, nb::handle next_sibling) {
+            return Window::from_links(
+                to_int_vector<int32_t>(first_child, "Window.from_links: first_child"),
+                to_int_vector<int32_t>(next_sibling, "Window.from_links: next_sibling"));
+          },
+          nb::arg("first_child"), nb::arg("next_sibling"),
+          "A tree from EAGLE / SGLang first-child / next-sibling links.")
       .def("size", &Window::size, "T: nodes of the window.")
       .def("__len__", &Window::size)
       .def("is_chain", &Window::is_chain, "Whether the window is a chain.")
@@ -70,10 +85,12 @@ void bind_spec(nb::module_& m) {
           "__ne__", [](const Window& a, const Window& b) { return a != b; }, nb::is_operator());
   m.def(
       "check_path",
-      [](const Window& window, const std::vector<int32_t>& path, const std::string& what) {
+      [](const Window& window, nb::handle path, const std::string& what) {
         // `what` labels the message: a NUL in it would end it there (spec::check_path takes a
         // C string).
-        spec::check_path(window, path, escape_nul(what).c_str());
+        const std::string label = escape_nul(what);
+        spec::check_path(window, to_int_vector<int32_t>(path, "check_path: " + label),
+                         label.c_str());
       },
       nb::arg("window"), nb::arg("path"), nb::arg("what") = "path",
       "Raises InvalidArgumentError unless `path` is a root-to-node path of `window` (empty "
@@ -83,7 +100,12 @@ void bind_spec(nb::module_& m) {
                          "One row's greedy acceptance: the accepted window indices root..last "
                          "and the bonus token.")
       .def(nb::init<>())
-      .def_rw("path", &Acceptance::path, "Accepted window indices, root first.")
+      .def_prop_rw(
+          "path", [](const Acceptance& a) { return a.path; },
+          [](Acceptance& a, nb::handle v) {
+            a.path = to_int_vector<int32_t>(v, "Acceptance.path");
+          },
+          "Accepted window indices, root first.")
       .def_prop_rw("bonus_token", field_getter(&Acceptance::bonus_token),
                    int_setter(&Acceptance::bonus_token, "Acceptance.bonus_token"),
                    nb::arg("value").none(), "target[last accepted node].")
@@ -94,7 +116,9 @@ void bind_spec(nb::module_& m) {
            "node (tree).")
       .def(
           "emitted",
-          [](const Acceptance& a, const std::vector<int32_t>& tokens) { return a.emitted(tokens); },
+          [](const Acceptance& a, nb::handle tokens) {
+            return a.emitted(to_int_vector<int32_t>(tokens, "Acceptance.emitted: tokens"));
+          },
           nb::arg("tokens"), "Tokens the round emits: tokens[path[1:]] then the bonus token.")
       .def("__repr__", [](const Acceptance& a) {
         std::string s = "Acceptance(path=[";
@@ -105,23 +129,29 @@ void bind_spec(nb::module_& m) {
 
   m.def(
       "accept_greedy_chain",
-      [](const std::vector<int32_t>& tokens, const std::vector<int32_t>& target) {
-        return spec::accept_greedy_chain(tokens, target);
+      [](nb::handle tokens, nb::handle target) {
+        return spec::accept_greedy_chain(
+            to_int_vector<int32_t>(tokens, "accept_greedy_chain: tokens"),
+            to_int_vector<int32_t>(target, "accept_greedy_chain: target"));
       },
       nb::arg("tokens"), nb::arg("target"),
       "Chain acceptance: a = 1 + the longest prefix of drafts with tokens[t] == target[t-1]; "
       "target[t] is the target's argmax after token t.");
   m.def(
       "accept_greedy_tree",
-      [](const Window& w, const std::vector<int32_t>& tokens, const std::vector<int32_t>& target) {
-        return spec::accept_greedy_tree(w, tokens, target);
+      [](const Window& w, nb::handle tokens, nb::handle target) {
+        return spec::accept_greedy_tree(
+            w, to_int_vector<int32_t>(tokens, "accept_greedy_tree: tokens"),
+            to_int_vector<int32_t>(target, "accept_greedy_tree: target"));
       },
       nb::arg("window"), nb::arg("tokens"), nb::arg("target"),
       "Tree acceptance: from the root, step to the first child whose token equals the target's "
       "argmax at the current node.");
   m.def(
       "accept_greedy",
-      [](const Window& w, const std::vector<int32_t>& tokens, const std::vector<int32_t>& target) {
+      [](const Window& w, nb::handle tokens_arg, nb::handle target_arg) {
+        const std::vector<int32_t> tokens = to_int_vector<int32_t>(tokens_arg, "tokens");
+        const std::vector<int32_t> target = to_int_vector<int32_t>(target_arg, "target");
         check_len(tokens, static_cast<std::size_t>(w.size()), "tokens");
         check_len(target, static_cast<std::size_t>(w.size()), "target");
         return spec::accept_greedy(w, tokens.data(), target.data());
@@ -148,10 +178,23 @@ void bind_spec(nb::module_& m) {
       .def("is_tree", &BatchPlan::is_tree, "Whether the batch has a tree.")
       .def("commit_values", &BatchPlan::commit_values, nb::arg("accepted"),
            "StatePool.commit's list from one Acceptance per live row.")
-      .def("commit_lengths", &BatchPlan::commit_lengths, nb::arg("accepted_lengths"),
-           "StatePool.commit's list from accepted lengths (chains; 0 = keep).")
-      .def("accept_greedy", &BatchPlan::accept_greedy, nb::arg("tokens"), nb::arg("target"),
-           "Greedy acceptance of every live row from [num_tokens] tokens and target argmax.");
+      .def(
+          "commit_lengths",
+          [](const BatchPlan& p, nb::handle lengths) {
+            return p.commit_lengths(
+                to_int_vector<int32_t>(lengths, "BatchPlan.commit_lengths: accepted_lengths"));
+          },
+          nb::arg("accepted_lengths"),
+          "StatePool.commit's list from accepted lengths (chains; 0 = keep).")
+      .def(
+          "accept_greedy",
+          [](const BatchPlan& p, nb::handle tokens, nb::handle target) {
+            return p.accept_greedy(
+                to_int_vector<int32_t>(tokens, "BatchPlan.accept_greedy: tokens"),
+                to_int_vector<int32_t>(target, "BatchPlan.accept_greedy: target"));
+          },
+          nb::arg("tokens"), nb::arg("target"),
+          "Greedy acceptance of every live row from [num_tokens] tokens and target argmax.");
 
   nb::enum_<spec::Packing>(m, "Packing", "How a batch's tokens are laid out.")
       .value("PADDED", spec::Packing::kPadded, "Every row at r*T, filler up to T.")
@@ -161,10 +204,15 @@ void bind_spec(nb::module_& m) {
   nb::class_<VerifyBatchBuilder>(m, "VerifyBatchBuilder",
                                  "Builds a round's batch: requests -> rows, the shared T, trees, "
                                  "padding up to a CUDA-graph bucket.")
-      .def(nb::init<std::vector<int>, spec::Packing>(), nb::arg("buckets") = std::vector<int>{},
-           nb::arg("packing") = spec::Packing::kPadded,
-           "buckets: the batch sizes CUDA graphs were captured for (empty: no padding); "
-           "packing: Packing.PADDED or Packing.VARIABLE.")
+      .def(
+          "__init__",
+          [](VerifyBatchBuilder* self, nb::handle buckets, spec::Packing packing) {
+            std::vector<int> b = to_int_vector<int>(buckets, "VerifyBatchBuilder: buckets");
+            new (self) VerifyBatchBuilder(std::move(b), packing);
+          },
+          nb::arg("buckets") = nb::tuple(), nb::arg("packing") = spec::Packing::kPadded,
+          "buckets: the batch sizes CUDA graphs were captured for (empty: no padding); "
+          "packing: Packing.PADDED or Packing.VARIABLE.")
       .def_static("power_of_two_buckets", &VerifyBatchBuilder::power_of_two_buckets,
                   nb::arg("max_rows"), "1, 2, 4, ... up to and including max_rows.")
       .def("add", &VerifyBatchBuilder::add, nb::arg("handle"), nb::arg("window"),
@@ -183,7 +231,12 @@ void bind_spec(nb::module_& m) {
                    int_setter(&TraceRecord::round, "TraceRecord.round"), nb::arg("value").none(),
                    "Round index.")
       .def_rw("window", &TraceRecord::window, "The round's window.")
-      .def_rw("path", &TraceRecord::path, "Accepted indices, root first (empty: a = 0).")
+      .def_prop_rw(
+          "path", [](const TraceRecord& r) { return r.path; },
+          [](TraceRecord& r, nb::handle v) {
+            r.path = to_int_vector<int32_t>(v, "TraceRecord.path");
+          },
+          "Accepted indices, root first (empty: a = 0).")
       .def("accepted_length", &TraceRecord::accepted_length, "len(path).")
       .def("commit_value", &TraceRecord::commit_value, nb::arg("tree"),
            "What StatePool.commit takes.");
@@ -194,7 +247,7 @@ void bind_spec(nb::module_& m) {
       // change the field; specstate.CopiedList refuses in-place edits).
       .def_prop_rw(
           "requests", [](const Trace& t) { return t.requests; },
-          [](Trace& t, std::vector<int64_t> v) { t.requests = std::move(v); },
+          [](Trace& t, nb::handle v) { t.requests = to_int_vector<int64_t>(v, "Trace.requests"); },
           "Declared request ids (a copy).")
       .def_prop_rw(
           "records", [](const Trace& t) { return t.records; },
@@ -285,8 +338,13 @@ void bind_spec(nb::module_& m) {
       "Every round accepts `accepted_length` tokens.");
   m.def("generate_geometric", &spec::generate_geometric, nb::arg("shape"), nb::arg("alpha"),
         "Each draft accepted with probability alpha given its parent was.");
-  m.def("generate_empirical", &spec::generate_empirical, nb::arg("shape"), nb::arg("weights"),
-        "Accepted lengths drawn from weights[a-1].");
+  m.def(
+      "generate_empirical",
+      [](const TraceShape& shape, nb::handle weights) {
+        return spec::generate_empirical(shape,
+                                        to_float_vector(weights, "generate_empirical: weights"));
+      },
+      nb::arg("shape"), nb::arg("weights"), "Accepted lengths drawn from weights[a-1].");
 }
 
 }  // namespace specstate::py

@@ -199,3 +199,92 @@ def test_bounds_are_exported_and_enforced():
     layer = specstate.GdnConfig(conv_width=2**31 - 1)
     with pytest.raises(specstate.InvalidArgumentError, match="more than 2\\^48"):
         specstate.ModelConfig.gated_delta_net(64, layer).validate()
+
+
+_SHRINKING_LIST = """
+import specstate
+
+class Shrink:
+    # An item whose __index__ empties the list being converted (and refills the heap).
+    def __init__(self, lst):
+        self.lst = lst
+
+    def __index__(self):
+        self.lst.clear()
+        self.junk = [bytes(64) for _ in range(5000)]
+        return 1
+
+def shrinking():
+    lst = []
+    lst.append(Shrink(lst))
+    lst.extend(10**12 + i for i in range(3000))
+    return lst
+
+calls = {
+    "VerifyBatch": lambda: specstate.VerifyBatch([], window=2, lengths=shrinking()),
+    "from_parents": lambda: specstate.Window.from_parents(shrinking()),
+    "requests": lambda: setattr(specstate.Trace(), "requests", shrinking()),
+    "empirical": lambda: specstate.generate_empirical(specstate.TraceShape(), shrinking()),
+}
+for name, call in calls.items():
+    try:
+        call()
+    except (specstate.Error, TypeError, ValueError) as e:
+        print(name, type(e).__name__, e)
+"""
+
+
+def test_list_arguments_are_read_from_a_copy_and_named(tmp_path):
+    """A list argument's items are converted from a copy taken first: an item whose __index__
+    empties the list segfaulted the interpreter (nanobind's list caster read freed memory).
+    Bools are no counts, oversized values and sequences are refused naming the argument, the
+    item and the value."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "shrinking_list.py"
+    script.write_text(_SHRINKING_LIST)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    # Trace.requests (int64) takes the copy's values; the others refuse one of them by name.
+    assert len(lines) == 3, run.stdout
+    assert any("VerifyBatch.lengths[1] = 1000000000000 is out of range" in s for s in lines)
+    assert any("Window.from_parents: parents[1] = 1000000000000" in s for s in lines)
+
+    with pytest.raises(TypeError, match=r"VerifyBatch\.lengths\[0\]: expected an int, got bool"):
+        specstate.VerifyBatch(lengths=[True, 2])
+    with pytest.raises(TypeError, match=r"VerifyBatch\.parents\[1\]: expected an int, got bool"):
+        specstate.VerifyBatch(window=2, parents=[-1, False])
+    with pytest.raises(specstate.OutOfRangeError, match=r"VerifyBatch\.lengths\[0\] = 2147483648"):
+        specstate.VerifyBatch(lengths=[2**31])
+    with pytest.raises(specstate.OutOfRangeError, match=r"VerifyBatch\.lengths: 1000000000000 items"):
+        specstate.VerifyBatch(lengths=range(10**12))
+    with pytest.raises(TypeError, match=r"Window\.chain: length: expected an int, got bool"):
+        Window.chain(True)
+    with pytest.raises(specstate.OutOfRangeError, match=r"Window\.chain: length = 2147483648"):
+        Window.chain(2**31)
+    with pytest.raises(TypeError, match=r"Window\.from_parents: parents: expected a sequence"):
+        Window.from_parents("-1")
+    with pytest.raises(TypeError, match=r"Trace\.requests\[0\]: expected an int, got bool"):
+        specstate.Trace().requests = [True]
+    with pytest.raises(TypeError, match=r"TraceRecord\.path\[0\]: expected an int, got float"):
+        specstate.TraceRecord().path = [0.5]
+    with pytest.raises(TypeError, match=r"generate_empirical: weights\[1\]: expected a float"):
+        specstate.generate_empirical(specstate.TraceShape(), [0.5, True])
+    with pytest.raises(TypeError, match=r"default_replay_ring: max_window: expected an int"):
+        specstate.default_replay_ring(True)
+    with pytest.raises(TypeError, match=r"replay_fold_limit: rows: expected an int, got bool"):
+        specstate.replay_fold_limit(4, 12, True)
+    # What was accepted still is: tuples, ranges and NumPy integer arrays, as copies.
+    import numpy as np
+
+    b = specstate.VerifyBatch(window=3, parents=np.array([-1, 0, 0]), lengths=range(1, 3))
+    assert b.parents == [-1, 0, 0] and b.lengths == [1, 2]
+    assert Window.from_parents((-1, 0, 1)) == Window.chain(3)
+    a = specstate.accept_greedy_chain(np.array([5, 6]), (6, 7))
+    assert a.path == [0, 1] and a.bonus_token == 7
+    t = specstate.Trace()
+    t.requests = (3, 4)
+    assert t.requests == [3, 4]
