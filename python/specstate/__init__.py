@@ -41,10 +41,24 @@ def to_numpy(view):
                         f"got {type(view).__name__}")
     try:
         return np.from_dlpack(view)
-    except (BufferError, TypeError, RuntimeError, ValueError):
+    except (BufferError, TypeError, RuntimeError, ValueError) as error:
+        # NumPy has no DLPack bfloat16: such a view goes through its uint16 bits. Anything else
+        # NumPy refused (another dtype, a device array) is NumPy's error, as it was raised.
+        try:
+            bf16 = _specstate.describe(view).startswith("bf16")
+        except (TypeError, ValueError):
+            bf16 = False
+        if not bf16:
+            raise error
         import ml_dtypes
 
-        return np.from_dlpack(_specstate._bf16_bits(view)).view(ml_dtypes.bfloat16)
+        out = np.from_dlpack(_specstate._bf16_bits(view)).view(ml_dtypes.bfloat16)
+        # The bits are imported as the memory allows; a read-only source (a read-only NumPy
+        # array, bytes through np.frombuffer) gives a read-only result, as np.from_dlpack does.
+        flags = getattr(view, "flags", None)
+        if flags is not None and not getattr(flags, "writeable", True):
+            out.flags.writeable = False
+        return out
 
 
 class CopiedList(list):

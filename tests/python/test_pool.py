@@ -922,3 +922,26 @@ def test_caller_owned_buffers_stay_exported_while_the_pool_lives():
     mvc.release()
     mvs.release()
     conv.extend([1.0])  # free again once the pool is gone
+
+
+def test_to_numpy_keeps_read_only_memory_read_only_and_numpy_errors():
+    """to_numpy of read-only bfloat16 memory gave a writable array (the bf16 path imported the
+    bits read-only and returned them writable: a write changed a bytes object); an array NumPy
+    cannot take at all raised the bf16 path's error naming `x` instead of NumPy's own."""
+    import ml_dtypes
+
+    buf = bytes(8)
+    ro = specstate.to_numpy(np.frombuffer(buf, dtype=ml_dtypes.bfloat16))
+    assert not ro.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        ro[0] = 1.0
+    assert buf == bytes(8)
+    frozen = np.zeros(3, dtype=ml_dtypes.bfloat16)
+    frozen.flags.writeable = False
+    assert not specstate.to_numpy(frozen).flags.writeable
+    rw = np.zeros(3, dtype=ml_dtypes.bfloat16)
+    out = specstate.to_numpy(rw)
+    out[1] = 2.0
+    assert float(rw[1]) == 2.0 and out.flags.writeable
+    with pytest.raises(BufferError, match="DLPack"):
+        specstate.to_numpy(np.array([object()], dtype=object))
