@@ -1,5 +1,7 @@
 // Slot operations: acquire / adopt / release (lifetimes and generations), copy / fork / reset, and
 // export / import of one slot's committed state (bytes or a safetensors file).
+#include <sys/stat.h>
+
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -475,6 +477,18 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
   const char* fn = "StatePool::export_slot";
   const int slot = impl_->resolve(fn, "handle", handle);
   check_path(fn, "path", path);
+  // An existing destination must be a regular file: opening a FIFO for writing blocks until a
+  // reader appears (with the pool's lock held, every other call on the pool waited), a directory
+  // or device is no file to export to.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    fail(Status::kInvalidArgument, fn,
+         "path = '" + path + "' is not a regular file (" +
+             (S_ISDIR(st.st_mode)    ? "a directory"
+              : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                     : "a device or socket") +
+             ")");
+  }
   // The destination is opened before anything else: a path that cannot be written is rejected
   // before the slot is materialized, so a rejected call changes no byte and no bookkeeping.
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

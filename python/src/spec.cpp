@@ -277,8 +277,15 @@ void bind_spec(nb::module_& m) {
       nb::arg("text"), nb::arg("source") = "<trace>",
       "Parses a trace from JSON Lines text; InvalidArgumentError names '<source>:<line>'.");
   m.def(
-      "read_trace", [](nb::handle path) { return spec::read_trace(path_arg(path, "read_trace")); },
-      nb::arg("path"), "Reads a trace file (a str or os.PathLike).");
+      "read_trace",
+      [](nb::handle path) {
+        const std::string p = path_arg(path, "read_trace");
+        // Without the GIL: a FIFO (or a slow file system) blocks the read until its writer
+        // comes, and the writer may be another Python thread.
+        nb::gil_scoped_release release;
+        return spec::read_trace(p);
+      },
+      nb::arg("path"), "Reads a trace file (a str or os.PathLike; a FIFO waits for its writer).");
   // The bounds of spec/trace.h, window.h and verify_batch.h (docs/traces.md).
   m.attr("MAX_TRACE_WINDOW") = spec::kMaxTraceWindow;
   m.attr("MAX_TRACE_LINE_BYTES") = spec::kMaxTraceLineBytes;

@@ -2,6 +2,7 @@
 // bf16, both strategies; and the CPU's bad arguments of the slot operations: each rejected naming
 // it, with nothing changed.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <fstream>
@@ -195,6 +196,17 @@ TEST(SlotOpsBadInput, ImportFilesThatDoNotFitThePool) {
                   {"StatePool::export_slot", "holds a NUL byte"});
   std::ifstream created(prefix);
   EXPECT_FALSE(created.good()) << prefix << " was written";
+  f.unchanged();
+  // A destination that exists and is no regular file is refused before it is opened: a FIFO
+  // blocked the export (with the pool's lock held) until a reader appeared; a directory.
+  const std::string fifo = temp_path("fifo");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_rejected([&] { f.p.export_slot(f.a, fifo); }, Status::kInvalidArgument,
+                  {"StatePool::export_slot", fifo, "is not a regular file (a FIFO)"});
+  std::remove(fifo.c_str());
+  expect_rejected([&] { f.p.export_slot(f.a, std::string("/tmp")); }, Status::kInvalidArgument,
+                  {"'/tmp' is not a regular file (a directory)"});
   f.unchanged();
 }
 

@@ -288,3 +288,37 @@ def test_list_arguments_are_read_from_a_copy_and_named(tmp_path):
     t = specstate.Trace()
     t.requests = (3, 4)
     assert t.requests == [3, 4]
+
+
+_FIFO_TRACE = """
+import os, sys, threading
+import specstate
+
+path = sys.argv[1]
+os.mkfifo(path)
+text = specstate.write_trace(specstate.generate_fixed(specstate.TraceShape(requests=2, rounds=3), 2))
+
+def writer():
+    with open(path, "w") as f:  # blocks until read_trace opens the FIFO
+        f.write(text)
+
+t = threading.Thread(target=writer)
+t.start()
+trace = specstate.read_trace(path)  # the writer is a Python thread: it needs the GIL
+t.join()
+print(len(trace.records))
+"""
+
+
+def test_read_trace_from_a_fifo_written_by_another_python_thread(tmp_path):
+    """read_trace held the GIL while its open(2) of a FIFO waited for a writer: a writer in
+    another Python thread never ran (a deadlock). Run in a subprocess with a timeout."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "fifo_trace.py"
+    script.write_text(_FIFO_TRACE)
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "trace.fifo")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "6"
