@@ -31,6 +31,17 @@ class CaptureCout {
   std::streambuf* previous_;
 };
 
+// A string argument holding a NUL byte: the command line's C strings end there, so the rest
+// would be dropped without a word ("tiny\0junk" ran "tiny"). ValueError naming the argument, the
+// NUL kept as \x00.
+void refuse_nul(const std::string& value, const std::string& name) {
+  if (value.find('\0') != std::string::npos) {
+    throw nb::value_error(
+        (name + ": '" + escape_nul(value) + "' holds a NUL byte, which a command line cannot pass")
+            .c_str());
+  }
+}
+
 }  // namespace
 #endif
 
@@ -40,6 +51,8 @@ void bind_cli(nb::module_& m) {
   m.def(
       "_cli_main",
       [](std::vector<std::string> args) {
+        for (std::size_t i = 0; i < args.size(); ++i)
+          refuse_nul(args[i], "_cli_main: argv[" + std::to_string(i) + "]");
         std::vector<char*> argv;
         for (std::string& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
@@ -52,6 +65,7 @@ void bind_cli(nb::module_& m) {
   m.def(
       "plan",
       [](const std::string& model, int tp, int max_requests, int max_rows, int window) {
+        refuse_nul(model, "plan: model");
         std::vector<std::string> args = {"specstate",      "plan",
                                          "--model",        model,
                                          "--tp",           std::to_string(tp),
@@ -88,8 +102,12 @@ void bind_cli(nb::module_& m) {
   m.def(
       "check_golden",
       [](const std::vector<std::string>& paths, const std::string& backend) {
-        if (backend != "cpu" && backend != "cuda")
-          throw nb::value_error(("backend: '" + backend + "', expected 'cpu' or 'cuda'").c_str());
+        if (backend != "cpu" && backend != "cuda") {
+          throw nb::value_error(
+              ("backend: '" + escape_nul(backend) + "', expected 'cpu' or 'cuda'").c_str());
+        }
+        for (std::size_t i = 0; i < paths.size(); ++i)
+          refuse_nul(paths[i], "check_golden: paths[" + std::to_string(i) + "]");
         cli::GoldenOptions options;
         options.backend = backend == "cuda" ? Backend::kCuda : Backend::kCpu;
         std::ostringstream out;

@@ -305,7 +305,24 @@ inline std::optional<float> to_float32(nb::handle object, const std::string& nam
         (name + ": expected a float or None, got " + arg_type_name(object)).c_str());
   }
   const double v = PyFloat_AsDouble(object.ptr());
-  if (v == -1.0 && PyErr_Occurred()) throw nb::python_error();
+  if (v == -1.0 && PyErr_Occurred()) {
+    // Python's own message (an int past a double's range, an array of several values), prefixed
+    // with the field: OutOfRangeError for an overflow, TypeError otherwise.
+    const bool overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
+    nb::python_error error;
+    const std::string what = name + ": " + arg_type_name(object) + " " + error.what();
+    if (overflow) throw Error(Status::kOutOfRange, what);
+    throw nb::type_error(what.c_str());
+  }
+  // A nonzero value whose double is 0 (Fraction(1, 10**400)) was stored as 0.0 and refused later
+  // as "0"; it is out of range here, as a double that becomes 0 as float32 is.
+  const bool lost =
+      v == 0.0 && PyObject_RichCompareBool(object.ptr(), nb::int_(0).ptr(), Py_NE) == 1;
+  if (PyErr_Occurred()) PyErr_Clear();
+  if (lost && !zero_ok) {
+    throw Error(Status::kOutOfRange, name + " = " + nb::cast<std::string>(nb::str(object)) +
+                                         " is out of float32's range (it would be 0)");
+  }
   const float f = static_cast<float>(v);
   if (std::isfinite(v) && ((std::isinf(f) && !inf_ok) || (v != 0.0 && f == 0.0f && !zero_ok))) {
     char buf[32];

@@ -855,6 +855,20 @@ def test_float_fields_refuse_values_float32_cannot_hold():
     with pytest.raises(specstate.InvalidArgumentError,
                        match=r"gdn.scale = -1.00000001e-10: must be finite and positive"):
         specstate.ModelConfig.gated_delta_net(1, specstate.GdnConfig(scale=-1e-10)).validate()
+    # Values whose conversion to a double fails or loses them name the field too: an int past a
+    # double's range (a bare OverflowError before), an array of several values (NumPy's
+    # TypeError), a nonzero Fraction whose double is 0 (stored as 0.0, refused later as "0").
+    from fractions import Fraction
+
+    with pytest.raises(specstate.OutOfRangeError, match=r"GdnConfig.scale: int .*too large"):
+        specstate.GdnConfig(scale=10**400)
+    with pytest.raises(TypeError, match=r"KdaConfig.lower_bound: ndarray"):
+        specstate.KdaConfig(lower_bound=np.array([-1.0, -2.0]))
+    with pytest.raises(specstate.OutOfRangeError,
+                       match=r"GdnConfig.scale = 1/1000+ is out of float32's range \(it would be 0\)"):
+        specstate.GdnConfig(scale=Fraction(1, 10**400))
+    assert specstate.Mamba2Config(dt_min=Fraction(1, 10**400)).dt_min == 0.0  # 0 means no clamp
+    assert specstate.GdnConfig(scale=Fraction(1, 4)).scale == 0.25
 
 
 def test_big_endian_array_and_empty_window_say_what_is_wrong():

@@ -160,6 +160,21 @@ def test_list_fields_are_copies_and_plans_read_only():
 
 
 @pytest.mark.skipif(not specstate.HAS_CLI, reason="built without CLI11: no plan/check_golden")
+def test_cli_functions_refuse_nul_bytes():
+    """A NUL byte ended the command line's C string: plan(model="tiny\\0junk") ran "tiny", and
+    check_golden's error for a backend with a NUL stopped at it."""
+    with pytest.raises(ValueError, match=r"plan: model: 'tiny\\x00junk' holds a NUL byte"):
+        specstate.plan(model="tiny\0junk")
+    with pytest.raises(ValueError, match=r"backend: 'cpu\\x00x', expected 'cpu' or 'cuda'"):
+        specstate.check_golden([], backend="cpu\0x")
+    with pytest.raises(ValueError, match=r"check_golden: paths\[1\]: 'b\\x00' holds a NUL"):
+        specstate.check_golden(["a", "b\0"], backend="cpu")
+    with pytest.raises(ValueError, match=r"_cli_main: argv\[1\]: 'plan\\x00' holds a NUL"):
+        specstate._specstate._cli_main(["specstate", "plan\0"])
+    assert specstate.plan(model="tiny")["committed_bytes_per_request"] > 0
+
+
+@pytest.mark.skipif(not specstate.HAS_CLI, reason="built without CLI11: no plan/check_golden")
 def test_plan():
     p = specstate.plan(model="qwen3-next-80b", tp=1, max_requests=64, window=4)
     assert p["committed_bytes_per_request"] == 77266944
