@@ -29,9 +29,9 @@ class PyPool {
   // for the pool's lifetime.
   PyPool(const ModelConfig& config, const PoolOptions& options, const CommittedStateViews& views,
          std::vector<nb::ndarray<>> held)
-      : pool_(config, options, views),
-        stream_(reinterpret_cast<uintptr_t>(options.stream)),
-        committed_arrays_(std::move(held)) {}
+      : committed_arrays_(std::move(held)),
+        pool_(config, options, views),
+        stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
   ~PyPool() {
 #ifdef SPECSTATE_PY_CUDA
     if (events_ready_) {
@@ -118,10 +118,13 @@ class PyPool {
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
   bool events_ready_ = false;
 #endif
-  StatePool pool_;
+  // The arrays the pool's kernels read or write are declared before the pool, so they are
+  // released after it: the pool's destructor waits for its queued work (CUDA: a device-wide
+  // synchronize before freeing), and only then may the caller's framework reuse their memory.
   std::vector<nb::ndarray<>> committed_arrays_;
   nb::ndarray<> round_array_;  // the open round's device cu_seqlens (read by the kernels)
-  uintptr_t stream_ = 0;       // the caller's stream when a call names none
+  StatePool pool_;
+  uintptr_t stream_ = 0;  // the caller's stream when a call names none
   std::mutex mutex_;
 };
 
