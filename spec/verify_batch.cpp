@@ -66,9 +66,22 @@ int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
                     (buckets_.empty() ? "kMaxBatchRows" : "the largest bucket") + ", " +
                     std::to_string(most) + ")");
   }
+  const int max_window = std::max(max_window_, window.size());
+  const int64_t rows = int64_t{size()} + 1;
+  const int64_t tokens =
+      packing_ == Packing::kVariable ? window_sum_ + window.size() : rows * max_window;
+  if (tokens > kMaxBatchTokens) {
+    throw Error(Status::kOutOfRange,
+                "spec::VerifyBatchBuilder::add: window " + window.describe().substr(0, 64) +
+                    " would make the batch " + std::to_string(tokens) + " tokens (" +
+                    std::to_string(rows) +
+                    " rows), past kMaxBatchTokens = " + std::to_string(kMaxBatchTokens));
+  }
   handles_.push_back(handle);
   windows_.push_back(window);
   rows_of_.emplace(std::make_pair(handle.pool_id, handle.slot), size() - 1);
+  max_window_ = max_window;
+  window_sum_ += window.size();
   return size() - 1;
 }
 
@@ -76,6 +89,8 @@ void VerifyBatchBuilder::clear() noexcept {
   handles_.clear();
   windows_.clear();
   rows_of_.clear();
+  max_window_ = 0;
+  window_sum_ = 0;
 }
 
 BatchPlan VerifyBatchBuilder::build() const {

@@ -203,7 +203,8 @@ int run_plan(const PlanArgs& args) {
       }
       j["replay_rings"] = list;
     }
-    std::cout << j.dump(2) << "\n";
+    // Bytes that are no UTF-8 (a --model-file name's) are replaced: dump threw on them.
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
 

@@ -6,6 +6,7 @@
 //   specstate simulate --trace trace.jsonl --out report.json   # + report.svg beside it
 #include "cli/simulate.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -23,6 +25,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifdef SPECSTATE_CLI_CUDA
@@ -67,23 +70,111 @@ CLI::Validator non_empty() {
       "NONEMPTY");
 }
 
-// Writes `text` to `path`, checking the open, every write and the close (/dev/full accepts the
-// open and fails the flush). Throws specstate::Error naming the option and the file.
-void write_file_checked(const std::string& path, const std::string& text, const char* option) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) {
-    throw CLI::ValidationError(option,
-                               std::string("cannot write ") + path + ": " + std::strerror(errno));
-  }
+// A file of the report written but not yet in place: a regular file (or a new one) is written to
+// a temporary file beside it and renamed over it only once every file of the report is complete
+// (publish), so a write that fails (a full disk, a file size limit) leaves the old report and
+// plots as they were; anything else (/dev/stdout, /dev/full) is written in place. Throws naming
+// the option and the file; discards what it wrote.
+struct StagedFile {
+  std::string path;   // the file to replace
+  std::string final;  // the path a link resolves to (the link stays), or `path`
+  std::string temp;   // the written temporary file; empty: written in place
+};
+
+// Writes all of `text` to `f` and closes it, checking every write, the flush and the close
+// (/dev/full accepts the open and fails the flush); the errno of the first failure, or 0.
+int write_and_close(std::FILE* f, const std::string& text) {
   const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const int write_errno = errno;
   const bool flushed = std::fflush(f) == 0;
   const int flush_errno = errno;
   const bool closed = std::fclose(f) == 0;
-  if (!wrote || !flushed || !closed) {
-    const int e = !wrote ? write_errno : !flushed ? flush_errno : errno;
-    throw Error(Status::kInvalidArgument,
-                std::string(option) + ": writing " + path + " failed: " + std::strerror(e));
+  if (wrote && flushed && closed) return 0;
+  const int e = !wrote ? write_errno : !flushed ? flush_errno : errno;
+  return e != 0 ? e : EIO;
+}
+
+StagedFile stage_file(const std::string& path, const std::string& text, const char* option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);  // follows links
+  const bool exists = fs::exists(status);
+  StagedFile staged{path, path, {}};
+  const auto failed = [&](const std::string& what, int e) {
+    return Error(Status::kInvalidArgument, std::string(option) + ": " + what + " " + path +
+                                               " failed: " + std::strerror(e) +
+                                               " (no file of the report was changed)");
+  };
+  if (exists && !fs::is_regular_file(status)) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) {
+      throw CLI::ValidationError(option,
+                                 std::string("cannot write ") + path + ": " + std::strerror(errno));
+    }
+    if (const int e = write_and_close(f, text)) throw failed("writing", e);
+    return staged;
+  }
+  if (exists) {
+    const fs::path real = fs::canonical(path, ec);
+    if (!ec) staged.final = real.string();
+    if (::access(staged.final.c_str(), W_OK) != 0) {
+      throw CLI::ValidationError(option,
+                                 std::string("cannot write ") + path + ": " + std::strerror(errno));
+    }
+  }
+  std::string temp = staged.final + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(temp.data());
+  if (fd < 0) throw failed("creating a temporary file beside", errno);
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (f == nullptr) {
+    const int e = errno;
+    ::close(fd);
+    fs::remove(temp, ec);
+    throw failed("writing", e);
+  }
+  if (const int e = write_and_close(f, text)) {
+    fs::remove(temp, ec);
+    throw failed("writing", e);
+  }
+  // The old file's permissions, or a new file's (0666 less the umask; mkstemp's are 0600).
+  if (exists) {
+    fs::permissions(temp, status.permissions(), ec);
+  } else {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    fs::permissions(temp, static_cast<fs::perms>(0666 & ~mask), ec);
+  }
+  staged.temp = temp;
+  return staged;
+}
+
+void discard_staged(const std::vector<StagedFile>& files) {
+  std::error_code ec;
+  for (const StagedFile& f : files) {
+    if (!f.temp.empty()) std::filesystem::remove(f.temp, ec);
+  }
+}
+
+// Writes every (path, text) of the report (stage_file), then renames them into place: a failure
+// before the renames changes no file of the report.
+void write_report_files(const std::vector<std::pair<std::string, std::string>>& files,
+                        const char* option) {
+  std::vector<StagedFile> staged;
+  try {
+    for (const auto& [path, text] : files) staged.push_back(stage_file(path, text, option));
+  } catch (...) {
+    discard_staged(staged);
+    throw;
+  }
+  for (const StagedFile& f : staged) {
+    if (f.temp.empty()) continue;
+    std::error_code ec;
+    std::filesystem::rename(f.temp, f.final, ec);
+    if (ec) {
+      discard_staged(staged);
+      throw Error(Status::kInvalidArgument, std::string(option) + ": renaming the written " +
+                                                f.path + " into place failed: " + ec.message());
+    }
   }
 }
 
@@ -172,7 +263,8 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
                                                 "name the report otherwise (e.g. .json)");
       }
       for (const auto& [other, name] :
-           {std::pair{o->save_trace, "--save-trace"}, std::pair{o->trace_path, "--trace"}}) {
+           {std::pair{o->save_trace, "--save-trace"}, std::pair{o->trace_path, "--trace"},
+            std::pair{o->model_file, "--model-file"}}) {
         if (!other.empty() &&
             (same_file(other, o->out) || same_file(other, svg_path_for(o->out)))) {
           throw CLI::ValidationError("--out", std::string("--out ") + o->out + " (report " +
@@ -181,14 +273,28 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
         }
       }
     }
-    if (!o->save_trace.empty()) check_writable(o->save_trace, "--save-trace");
+    if (!o->save_trace.empty()) {
+      check_writable(o->save_trace, "--save-trace");
+      // The saved trace would replace the model file it was run with (or the trace replayed).
+      for (const auto& [other, name] :
+           {std::pair{o->model_file, "--model-file"}, std::pair{o->trace_path, "--trace"}}) {
+        if (!other.empty() && same_file(other, o->save_trace)) {
+          throw CLI::ValidationError("--save-trace", "--save-trace " + o->save_trace +
+                                                         " would overwrite " + name + " " + other);
+        }
+      }
+    }
     const bool tty = !*quiet && isatty(fileno(stderr)) != 0;
     const Json report = run_simulation(*o, tty ? &std::cerr : nullptr);
     print_summary(report, std::cout);
     if (!o->out.empty()) {
-      write_file_checked(o->out, report.dump(2) + "\n", "--out");
       const std::string svg_path = svg_path_for(o->out);
-      write_file_checked(svg_path, render_svg(report), "--out");
+      // Bytes that are no UTF-8 (a file name's) are replaced in the report: nlohmann's dump
+      // threw on them, naming no option, after the whole run.
+      write_report_files(
+          {{o->out, report.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"},
+           {svg_path, render_svg(report)}},
+          "--out");
       std::cout << "  report: " << o->out << ", plots: " << svg_path << "\n";
     }
     exit_code =

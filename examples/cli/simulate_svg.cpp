@@ -96,9 +96,47 @@ TimeUnit time_unit(double top_seconds) {
   return {"s", 1.0};
 }
 
+// The length of the valid UTF-8 sequence at text[i] (1..4), or 0 where none starts there.
+std::size_t utf8_sequence(const std::string& text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  const std::size_t n = c >= 0xC2 && c <= 0xDF   ? 2
+                        : c >= 0xE0 && c <= 0xEF ? 3
+                        : c >= 0xF0 && c <= 0xF4 ? 4
+                                                 : 0;
+  if (n == 0 || i + n > text.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+  }
+  const unsigned char c1 = byte(i + 1);
+  if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) ||
+      (c == 0xF4 && c1 > 0x8F)) {
+    return 0;  // overlong, a surrogate, or past U+10FFFF
+  }
+  return n;
+}
+
+// Text as XML character data: the markup characters escaped; control characters XML 1.0 does
+// not allow and bytes that are no UTF-8 (a file name's, in the report) as U+FFFD, so the SVG
+// stays well-formed (they were passed through, and XML parsers refused the file).
 std::string xml_escape(const std::string& text) {
+  static const char kReplacement[] = "\xEF\xBF\xBD";
   std::string out;
-  for (char c : text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    const std::size_t n = utf8_sequence(text, i);
+    if (n == 0) {
+      out += kReplacement;
+      ++i;
+      continue;
+    }
+    if (n > 1) {
+      out.append(text, i, n);
+      i += n;
+      continue;
+    }
+    ++i;
     switch (c) {
       case '&':
         out += "&amp;";
@@ -113,7 +151,11 @@ std::string xml_escape(const std::string& text) {
         out += "&quot;";
         break;
       default:
-        out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+          out += kReplacement;
+        } else {
+          out += c;
+        }
     }
   }
   return out;

@@ -150,6 +150,107 @@ TEST(HostileCli, OutToDevFullFails) {
   EXPECT_FALSE(contains(run.output, "report: /dev/full")) << run.output;
 }
 
+// A failed write of the report's plots (FILE.svg a link to /dev/full) had already replaced the
+// report: --out writes both files beside their targets and renames them only once both are
+// complete, so the old report stays (and no temporary file is left behind).
+TEST(HostileCli, AFailedPlotWriteKeepsTheOldReport) {
+  std::string dir = ::testing::TempDir() + "specstate_out_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string report = dir + "/r.json", svg = dir + "/r.svg";
+  {
+    std::FILE* f = std::fopen(report.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("{\"previous\": \"report\"}\n", f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(::symlink("/dev/full", svg.c_str()), 0);
+  const test::CliRun run = run_cli("simulate --model tiny --rounds 2 --quiet --out " + report);
+  EXPECT_EQ(run.code, 1) << run.output;
+  EXPECT_TRUE(contains(run.output, "--out: writing " + svg + " failed")) << run.output;
+  EXPECT_TRUE(contains(run.output, "no file of the report was changed")) << run.output;
+  std::FILE* f = std::fopen(report.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[64] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  EXPECT_EQ(std::string(buf, n), "{\"previous\": \"report\"}\n");
+  // Only the report and the link: no temporary file stays.
+  const test::CliRun ls = test::run_command("ls", "-A " + dir);
+  EXPECT_EQ(ls.output, "r.json\nr.svg\n");
+  // With a writable plots file the run replaces both.
+  ASSERT_EQ(std::remove(svg.c_str()), 0);
+  const test::CliRun ok = run_cli("simulate --model tiny --rounds 2 --quiet --out " + report);
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  EXPECT_EQ(test::run_command("ls", "-A " + dir).output, "r.json\nr.svg\n");
+  std::remove(report.c_str());
+  std::remove(svg.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// --out and --save-trace replaced the --model-file the run read (exit 0; the next run with it
+// failed): refused before anything runs, naming both.
+TEST(HostileCli, OutputsThatWouldOverwriteTheModelFileAreUsageErrors) {
+  std::string dir = ::testing::TempDir() + "specstate_mf_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string model = dir + "/m.json";
+  {
+    std::FILE* f = std::fopen(model.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(R"({"kind": "mamba2", "layers": 1, "num_heads": 2, "head_dim": 8, "d_state": 16,
+                   "n_groups": 1})",
+               f);
+    std::fclose(f);
+  }
+  for (const std::string option : {"--out", "--save-trace"}) {
+    const test::CliRun run =
+        run_cli("simulate --model-file " + model + " --rounds 1 --quiet " + option + " " + model);
+    EXPECT_EQ(run.code, 2) << option << ": " << run.output;
+    EXPECT_TRUE(contains(run.output, "would overwrite --model-file " + model)) << run.output;
+  }
+  const test::CliRun plan = run_cli("plan --model-file " + model);
+  EXPECT_EQ(plan.code, 0) << plan.output;  // the model file is intact
+  std::remove(model.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// A trace path holding a control character and a byte that is no UTF-8: the report's dump threw
+// (exit 1 after the whole run, naming no option) and the SVG was no well-formed XML. Both are
+// written now, the bytes replaced by U+FFFD.
+TEST(HostileCli, FileNamesThatAreNoUtf8OrHoldControlCharactersReachTheReport) {
+  std::string dir = ::testing::TempDir() + "specstate_utf_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string trace = dir + "/t\x01\xff.jsonl";
+  {
+    std::FILE* f = std::fopen(trace.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(
+        "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [1]}\n"
+        "{\"request\": 1, \"round\": 0, \"window\": 2, \"accepted\": 1}\n",
+        f);
+    std::fclose(f);
+  }
+  const std::string out = dir + "/r.json";
+  const test::CliRun run =
+      run_cli("simulate --model tiny --quiet --trace '" + trace + "' --out " + out);
+  EXPECT_EQ(run.code, 0) << run.output;
+  for (const std::string& path : {out, dir + "/r.svg"}) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    ASSERT_NE(f, nullptr) << path;
+    std::string text;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+    std::fclose(f);
+    EXPECT_TRUE(contains(text, "t\xEF\xBF\xBD\xEF\xBF\xBD.jsonl") ||
+                contains(text, "t\\u0001\xEF\xBF\xBD.jsonl"))
+        << path;
+    EXPECT_FALSE(contains(text, "\x01")) << path;
+    EXPECT_FALSE(contains(text, "\xff")) << path;
+    std::remove(path.c_str());
+  }
+  std::remove(trace.c_str());
+  ::rmdir(dir.c_str());
+}
+
 // An empty value named nothing and was ignored with exit 0: no report for --out, no trace for
 // --save-trace, the geometric generator for --histogram, chain(4) for --tree.
 TEST(HostileCli, EmptyOptionValuesAreUsageErrors) {

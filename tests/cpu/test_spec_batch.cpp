@@ -178,6 +178,27 @@ TEST(SpecBatch, SizesAreBounded) {
   VerifyBatchBuilder fits({1024});
   fits.add(handle(0), Window::chain(kMaxWindowNodes));
   EXPECT_EQ(fits.build().num_tokens(), int64_t{1024} * kMaxWindowNodes);  // exactly the bound
+  // add() held every window until build() refused the total: 8192 rows of a 65536-node window
+  // were 4 GB of windows. The 1025th row of such a window is refused at add(), nothing added.
+  VerifyBatchBuilder growing;
+  const Window widest = Window::chain(kMaxWindowNodes);
+  for (int r = 0; r < 1024; ++r) growing.add(handle(r), widest);
+  EXPECT_TRUE(has(error_of([&] { growing.add(handle(1024), widest); }),
+                  "would make the batch 67174400 tokens (1025 rows), past kMaxBatchTokens"));
+  EXPECT_EQ(growing.size(), 1024);
+  EXPECT_EQ(growing.build().num_tokens(), kMaxBatchTokens);
+  // Padded: rows x the largest window, so one wide row after many short ones counts them all.
+  VerifyBatchBuilder late;
+  for (int r = 0; r < 1024; ++r) late.add(handle(r), Window::chain(1));
+  EXPECT_TRUE(has(error_of([&] { late.add(handle(1024), widest); }), "(1025 rows)"));
+  // Variable packing counts the windows' own nodes: the same rows fit.
+  VerifyBatchBuilder variable({}, Packing::kVariable);
+  for (int r = 0; r < 1024; ++r) variable.add(handle(r), Window::chain(1));
+  variable.add(handle(1024), widest);
+  EXPECT_EQ(variable.size(), 1025);
+  growing.clear();
+  growing.add(handle(0), widest);  // clear() forgets the windows' sizes
+  EXPECT_EQ(growing.size(), 1);
 }
 
 TEST(SpecBatch, SharedTreeAndPerRowTrees) {
