@@ -292,6 +292,65 @@ void draw_progress(std::ostream& out, int64_t done, int64_t total) {
 
 }  // namespace
 
+namespace {
+
+// The bytes of host memory available now (/proc/meminfo's MemAvailable, else free pages), or
+// 0 where neither can be read. SPECSTATE_SIM_HOST_BYTES (a positive number) stands in for it:
+// the tests' way to reach the refusal below on any machine.
+double available_host_bytes() {
+  if (const char* forced = std::getenv("SPECSTATE_SIM_HOST_BYTES")) {
+    const double v = std::strtod(forced, nullptr);
+    if (v > 0) return v;
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024.0;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+// A CPU run holds at once its pools (each strategy's, and --check's reference committed state),
+// the input sets and the core outputs. The pool refuses only what the machine's physical memory
+// cannot hold: a run within that, with the simulator's own buffers, could still take all the
+// memory there is (--requests 4096 --window 1024 of the tiny model: 23.6 GB of pool and 5 GB of
+// buffers on a 24 GB machine; Linux overcommits, so no std::bad_alloc came, the machine ran out).
+// Refused as a usage error naming --trace or --requests when past the memory available now.
+void check_host_memory(const SimulateOptions& o, const ModelConfig& config, const LayerShape& sh,
+                       const std::vector<Strategy>& strategies, int num_requests, int max_window) {
+  const StateBytes b = state_bytes(config, max_window);
+  const double requests = num_requests, tokens = requests * max_window;
+  const double committed = requests * static_cast<double>(b.committed_per_request);
+  double bytes = o.check ? committed : 0.0;
+  for (Strategy s : strategies) {
+    bytes += committed + static_cast<double>(workspace_bytes(b, s, num_requests, num_requests));
+  }
+  const double es = static_cast<double>(dtype_size(sh.act));
+  const double input_cols = static_cast<double>(sh.D + sh.a_cols + sh.b_cols);
+  bytes += 4.0 * tokens * input_cols * es;  // kInputSets input sets
+  bytes += (o.check ? config.num_layers : 1) * tokens * static_cast<double>(sh.heads) *
+           static_cast<double>(sh.head_dim) * es;    // core outputs
+  bytes += tokens * static_cast<double>(sh.D) * es;  // conv outputs
+  const double available = available_host_bytes();
+  if (available > 0 && bytes > available) {
+    const bool traced = !o.trace_path.empty();
+    char text[160];
+    std::snprintf(text, sizeof(text),
+                  "the run needs about %.3g GB of host memory (pools and the simulator's "
+                  "buffers), %.3g GB are available",
+                  bytes / 1e9, available / 1e9);
+    throw CLI::ValidationError(
+        traced ? "--trace" : "--requests",
+        std::string(text) + (traced ? " (a trace of fewer requests or smaller windows)"
+                                    : " (fewer --requests, a smaller --window or model)"));
+  }
+}
+
+}  // namespace
+
 Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   const auto wall_start = Clock::now();
   if (o.backend != "cpu" && o.backend != "cuda") {
@@ -362,6 +421,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   };
   // Refuse an impossible pool (or strategy) before anything is generated or allocated.
   for (Strategy strategy : strategies) make_pool(strategy).reset();
+  if (!cuda) check_host_memory(o, config, sh, strategies, num_requests, max_window);
   // The run is possible: the trace is saved now (a refused run writes nothing).
   if (!o.save_trace.empty()) {
     try {

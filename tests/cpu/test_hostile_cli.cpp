@@ -251,6 +251,23 @@ TEST(HostileCli, FileNamesThatAreNoUtf8OrHoldControlCharactersReachTheReport) {
   ::rmdir(dir.c_str());
 }
 
+// A CPU run whose pools fit the machine's physical memory but, with the simulator's own input
+// and output buffers, not the memory available took all of it (--requests 4096 --window 1024
+// of the tiny model on a 24 GB machine: no std::bad_alloc, the machine ran out). Refused before
+// anything is allocated, naming --requests (or --trace) and the sizes; SPECSTATE_SIM_HOST_BYTES
+// stands in for the available memory so that the refusal is reached on any machine.
+TEST(HostileCli, ARunPastTheAvailableHostMemoryIsAUsageError) {
+  const std::string args = "simulate --model tiny --requests 64 --window 8 --rounds 1 --quiet";
+  const test::CliRun refused = test::run_command(
+      "env", std::string("SPECSTATE_SIM_HOST_BYTES=1e5 ") + SPECSTATE_CLI_PATH + " " + args);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "--requests: the run needs about")) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "GB of host memory")) << refused.output;
+  const test::CliRun fits = test::run_command(
+      "env", std::string("SPECSTATE_SIM_HOST_BYTES=1e12 ") + SPECSTATE_CLI_PATH + " " + args);
+  EXPECT_EQ(fits.code, 0) << fits.output;
+}
+
 // An empty value named nothing and was ignored with exit 0: no report for --out, no trace for
 // --save-trace, the geometric generator for --histogram, chain(4) for --tree.
 TEST(HostileCli, EmptyOptionValuesAreUsageErrors) {
