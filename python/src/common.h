@@ -270,23 +270,34 @@ std::vector<T> to_int_vector(nb::handle object, const std::string& name) {
   return out;
 }
 
-// `object` as a vector of doubles: every item a real number (float, int or anything with
-// __float__ / __index__, not bool), TypeError naming `name[i]` otherwise.
+// `object` as a double: a real number (float, int or anything with __float__ / __index__, not
+// bool); TypeError naming `name` otherwise, OutOfRangeError for an int past a double's range.
+inline double to_double(nb::handle object, const std::string& name) {
+  PyObject* o = object.ptr();
+  if (PyBool_Check(o) ||
+      !(PyFloat_Check(o) || PyIndex_Check(o) || PyObject_HasAttrString(o, "__float__"))) {
+    throw nb::type_error((name + ": expected a float, got " + arg_type_name(object)).c_str());
+  }
+  const double v = PyFloat_AsDouble(o);
+  if (v == -1.0 && PyErr_Occurred()) {
+    const bool overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
+    nb::python_error error;
+    const std::string what = name + ": " + arg_type_name(object) + " " + error.what();
+    if (overflow) throw Error(Status::kOutOfRange, what);
+    throw nb::type_error(what.c_str());
+  }
+  return v;
+}
+
+// `object` as a vector of doubles: every item through to_double, named `name[i]`.
 inline std::vector<double> to_float_vector(nb::handle object, const std::string& name) {
   const nb::object items = sequence_items(object, name);
   const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
   std::vector<double> out;
   out.reserve(static_cast<std::size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* item = PyTuple_GET_ITEM(items.ptr(), i);
-    const std::string at = name + "[" + std::to_string(i) + "]";
-    if (PyBool_Check(item) || !(PyFloat_Check(item) || PyIndex_Check(item) ||
-                                PyObject_HasAttrString(item, "__float__"))) {
-      throw nb::type_error((at + ": expected a float, got " + arg_type_name(item)).c_str());
-    }
-    const double v = PyFloat_AsDouble(item);
-    if (v == -1.0 && PyErr_Occurred()) throw nb::python_error();
-    out.push_back(v);
+    out.push_back(
+        to_double(PyTuple_GET_ITEM(items.ptr(), i), name + "[" + std::to_string(i) + "]"));
   }
   return out;
 }

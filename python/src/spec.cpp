@@ -64,10 +64,30 @@ void bind_spec(nb::module_& m) {
       .def("__len__", &Window::size)
       .def("is_chain", &Window::is_chain, "Whether the window is a chain.")
       .def("parents", &Window::parents, "parents[t] of every node (parents[0] = -1).")
-      .def("parent", &Window::parent, nb::arg("node"), "The parent of `node`.")
-      .def("children", &Window::children, nb::arg("node"), "Children of `node`, ascending.")
-      .def("path_to", &Window::path_to, nb::arg("node"), "Nodes root..node.")
-      .def("depth", &Window::depth, nb::arg("node"), "Nodes on the path root..node.")
+      .def(
+          "parent",
+          [](const Window& w, nb::handle node) {
+            return w.parent(to_integer<int>(node, "Window.parent: node"));
+          },
+          nb::arg("node"), "The parent of `node`.")
+      .def(
+          "children",
+          [](const Window& w, nb::handle node) {
+            return w.children(to_integer<int>(node, "Window.children: node"));
+          },
+          nb::arg("node"), "Children of `node`, ascending.")
+      .def(
+          "path_to",
+          [](const Window& w, nb::handle node) {
+            return w.path_to(to_integer<int>(node, "Window.path_to: node"));
+          },
+          nb::arg("node"), "Nodes root..node.")
+      .def(
+          "depth",
+          [](const Window& w, nb::handle node) {
+            return w.depth(to_integer<int>(node, "Window.depth: node"));
+          },
+          nb::arg("node"), "Nodes on the path root..node.")
       .def("max_depth", &Window::max_depth, "The most tokens one round can accept.")
       .def(
           "to_links",
@@ -213,8 +233,13 @@ void bind_spec(nb::module_& m) {
           nb::arg("buckets") = nb::tuple(), nb::arg("packing") = spec::Packing::kPadded,
           "buckets: the batch sizes CUDA graphs were captured for (empty: no padding); "
           "packing: Packing.PADDED or Packing.VARIABLE.")
-      .def_static("power_of_two_buckets", &VerifyBatchBuilder::power_of_two_buckets,
-                  nb::arg("max_rows"), "1, 2, 4, ... up to and including max_rows.")
+      .def_static(
+          "power_of_two_buckets",
+          [](nb::handle max_rows) {
+            return VerifyBatchBuilder::power_of_two_buckets(
+                to_integer<int>(max_rows, "VerifyBatchBuilder.power_of_two_buckets: max_rows"));
+          },
+          nb::arg("max_rows"), "1, 2, 4, ... up to and including max_rows.")
       .def("add", &VerifyBatchBuilder::add, nb::arg("handle"), nb::arg("window"),
            "Adds a live row; returns its row index.")
       .def("clear", &VerifyBatchBuilder::clear, "Removes every row.")
@@ -258,9 +283,10 @@ void bind_spec(nb::module_& m) {
       .def("max_window", &Trace::max_window, "Largest window of any record.")
       .def(
           "round",
-          [](const Trace& t, int64_t r) {
+          [](const Trace& t, nb::handle round) {
             std::vector<TraceRecord> out;
-            for (const TraceRecord* rec : t.round(r)) out.push_back(*rec);
+            for (const TraceRecord* rec : t.round(to_integer<int64_t>(round, "Trace.round: round")))
+              out.push_back(*rec);
             return out;
           },
           nb::arg("round"), "Copies of the records of round `round`.")
@@ -343,8 +369,13 @@ void bind_spec(nb::module_& m) {
       },
       nb::arg("shape"), nb::arg("accepted_length").none(),
       "Every round accepts `accepted_length` tokens.");
-  m.def("generate_geometric", &spec::generate_geometric, nb::arg("shape"), nb::arg("alpha"),
-        "Each draft accepted with probability alpha given its parent was.");
+  m.def(
+      "generate_geometric",
+      [](const TraceShape& shape, nb::handle alpha) {
+        return spec::generate_geometric(shape, to_double(alpha, "generate_geometric: alpha"));
+      },
+      nb::arg("shape"), nb::arg("alpha"),
+      "Each draft accepted with probability alpha given its parent was.");
   m.def(
       "generate_empirical",
       [](const TraceShape& shape, nb::handle weights) {

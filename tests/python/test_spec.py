@@ -292,6 +292,23 @@ def test_list_arguments_are_read_from_a_copy_and_named(tmp_path):
         specstate.default_replay_ring(True)
     with pytest.raises(TypeError, match=r"replay_fold_limit: rows: expected an int, got bool"):
         specstate.replay_fold_limit(4, 12, True)
+    # Scalar arguments of the spec helpers: a bool is no node, row count or probability.
+    import numpy as np
+
+    w = Window.from_parents([-1, 0, 0])
+    for call, name in ((w.parent, "Window.parent: node"), (w.children, "Window.children: node"),
+                       (w.path_to, "Window.path_to: node"), (w.depth, "Window.depth: node"),
+                       (specstate.VerifyBatchBuilder.power_of_two_buckets,
+                        "VerifyBatchBuilder.power_of_two_buckets: max_rows"),
+                       (specstate.Trace().round, "Trace.round: round")):
+        with pytest.raises(TypeError, match=rf"{name}: expected an int, got bool"):
+            call(True)
+    with pytest.raises(specstate.OutOfRangeError, match=r"Window.parent: node = 2147483648"):
+        w.parent(2**31)
+    assert w.parent(2) == 0 and w.children(0) == [1, 2] and w.depth(np.int64(1)) == 2
+    with pytest.raises(TypeError, match=r"generate_geometric: alpha: expected a float, got bool"):
+        specstate.generate_geometric(specstate.TraceShape(), True)
+    assert len(specstate.generate_geometric(specstate.TraceShape(rounds=2), 0.5).records) == 2
     # What was accepted still is: tuples, ranges and NumPy integer arrays, as copies.
     import numpy as np
 
