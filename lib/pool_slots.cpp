@@ -1,6 +1,8 @@
 // Slot operations: acquire / adopt / release (lifetimes and generations), copy / fork / reset, and
 // export / import of one slot's committed state (bytes or a safetensors file).
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <array>
 #include <cerrno>
@@ -477,17 +479,27 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
   const char* fn = "StatePool::export_slot";
   const int slot = impl_->resolve(fn, "handle", handle);
   check_path(fn, "path", path);
-  // An existing destination must be a regular file: opening a FIFO for writing blocks until a
-  // reader appears (with the pool's lock held, every other call on the pool waited), a directory
-  // or device is no file to export to.
+  // A directory is no file to export to; a FIFO that no process reads would block the open (with
+  // the pool's lock held, every other call on the pool waited): opened without blocking first,
+  // which fails (ENXIO) exactly then. A FIFO with a reader (a pipe to /dev/stdout), /dev/null and
+  // other devices are written as before.
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    fail(Status::kInvalidArgument, fn,
-         "path = '" + path + "' is not a regular file (" +
-             (S_ISDIR(st.st_mode)    ? "a directory"
-              : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                     : "a device or socket") +
-             ")");
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      fail(Status::kInvalidArgument, fn, "path = '" + path + "' is a directory");
+    }
+    if (S_ISFIFO(st.st_mode)) {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0) {
+        const int err = errno;
+        fail(
+            Status::kInvalidArgument, fn,
+            "path = '" + path + "' is a FIFO " +
+                (err == ENXIO ? std::string("that no process reads")
+                              : std::string("that cannot be opened (") + std::strerror(err) + ")"));
+      }
+      ::close(fd);
+    }
   }
   // The destination is opened before anything else: a path that cannot be written is rejected
   // before the slot is materialized, so a rejected call changes no byte and no bookkeeping.

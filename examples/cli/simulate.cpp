@@ -99,13 +99,15 @@ StagedFile stage_file(const std::string& path, const std::string& text, const ch
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);  // follows links
   const bool exists = fs::exists(status);
+  // A link to no file: written in place, which creates the file it names (the link stays).
+  const bool dangling = !exists && fs::is_symlink(fs::symlink_status(path, ec));
   StagedFile staged{path, path, {}};
   const auto failed = [&](const std::string& what, int e) {
     return Error(Status::kInvalidArgument, std::string(option) + ": " + what + " " + path +
                                                " failed: " + std::strerror(e) +
                                                " (no file of the report was changed)");
   };
-  if (exists && !fs::is_regular_file(status)) {
+  const auto in_place = [&]() {
     std::FILE* f = std::fopen(path.c_str(), "wb");
     if (f == nullptr) {
       throw CLI::ValidationError(option,
@@ -113,7 +115,8 @@ StagedFile stage_file(const std::string& path, const std::string& text, const ch
     }
     if (const int e = write_and_close(f, text)) throw failed("writing", e);
     return staged;
-  }
+  };
+  if ((exists && !fs::is_regular_file(status)) || dangling) return in_place();
   if (exists) {
     const fs::path real = fs::canonical(path, ec);
     if (!ec) staged.final = real.string();
@@ -124,7 +127,9 @@ StagedFile stage_file(const std::string& path, const std::string& text, const ch
   }
   std::string temp = staged.final + ".tmp-XXXXXX";
   const int fd = ::mkstemp(temp.data());
-  if (fd < 0) throw failed("creating a temporary file beside", errno);
+  // No temporary file beside it (a folder the user may not write, a name at the length limit):
+  // the file itself, as before, without the all-or-nothing replacement.
+  if (fd < 0) return in_place();
   std::FILE* f = ::fdopen(fd, "wb");
   if (f == nullptr) {
     const int e = errno;
@@ -275,13 +280,12 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
     }
     if (!o->save_trace.empty()) {
       check_writable(o->save_trace, "--save-trace");
-      // The saved trace would replace the model file it was run with (or the trace replayed).
-      for (const auto& [other, name] :
-           {std::pair{o->model_file, "--model-file"}, std::pair{o->trace_path, "--trace"}}) {
-        if (!other.empty() && same_file(other, o->save_trace)) {
-          throw CLI::ValidationError("--save-trace", "--save-trace " + o->save_trace +
-                                                         " would overwrite " + name + " " + other);
-        }
+      // The saved trace would replace the model file the run read (a trace saved over the one
+      // replayed is the same trace, read before: allowed).
+      if (!o->model_file.empty() && same_file(o->model_file, o->save_trace)) {
+        throw CLI::ValidationError(
+            "--save-trace",
+            "--save-trace " + o->save_trace + " would overwrite --model-file " + o->model_file);
       }
     }
     const bool tty = !*quiet && isatty(fileno(stderr)) != 0;

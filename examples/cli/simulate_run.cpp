@@ -313,27 +313,30 @@ double available_host_bytes() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
-// A CPU run holds at once its pools (each strategy's, and --check's reference committed state),
-// the input sets and the core outputs. The pool refuses only what the machine's physical memory
-// cannot hold: a run within that, with the simulator's own buffers, could still take all the
-// memory there is (--requests 4096 --window 1024 of the tiny model: 23.6 GB of pool and 5 GB of
-// buffers on a 24 GB machine; Linux overcommits, so no std::bad_alloc came, the machine ran out).
-// Refused as a usage error naming --trace or --requests when past the memory available now.
+// A CPU run holds at once one strategy's pool (--strategy both runs them in turn), --check's
+// reference committed state, the input sets and the core outputs. The pool refuses only what the
+// machine's physical memory cannot hold: a run within that, with the simulator's own buffers, could
+// still take all the memory there is (--requests 4096 --window 1024 of the tiny model: 23.6 GB of
+// pool and 5 GB of buffers on a 24 GB machine; Linux overcommits, so no std::bad_alloc came, the
+// machine ran out). Refused as a usage error naming --trace or --requests when past the memory
+// available now.
 void check_host_memory(const SimulateOptions& o, const ModelConfig& config, const LayerShape& sh,
                        const std::vector<Strategy>& strategies, int num_requests, int max_window) {
   const StateBytes b = state_bytes(config, max_window);
   const double requests = num_requests, tokens = requests * max_window;
   const double committed = requests * static_cast<double>(b.committed_per_request);
-  double bytes = o.check ? committed : 0.0;
+  // One strategy's pool at a time (--strategy both runs them in turn), and --check's reference.
+  double workspace = 0;
   for (Strategy s : strategies) {
-    bytes += committed + static_cast<double>(workspace_bytes(b, s, num_requests, num_requests));
+    workspace =
+        std::max(workspace, static_cast<double>(workspace_bytes(b, s, num_requests, num_requests)));
   }
+  double bytes = committed + workspace + (o.check ? committed : 0.0);
   const double es = static_cast<double>(dtype_size(sh.act));
   const double input_cols = static_cast<double>(sh.D + sh.a_cols + sh.b_cols);
   bytes += 4.0 * tokens * input_cols * es;  // kInputSets input sets
   bytes += (o.check ? config.num_layers : 1) * tokens * static_cast<double>(sh.heads) *
-           static_cast<double>(sh.head_dim) * es;    // core outputs
-  bytes += tokens * static_cast<double>(sh.D) * es;  // conv outputs
+           static_cast<double>(sh.head_dim) * es;  // core outputs
   const double available = available_host_bytes();
   if (available > 0 && bytes > available) {
     const bool traced = !o.trace_path.empty();

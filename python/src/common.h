@@ -231,6 +231,22 @@ T to_integer(nb::handle object, const std::string& name) {
   }
 }
 
+// The error PyFloat_AsDouble raised for `object`: an OverflowError (an int past a double's range)
+// as specstate.OutOfRangeError and a TypeError or ValueError (an array of several values) as a
+// TypeError, both naming `name` with Python's message; anything else (KeyboardInterrupt,
+// MemoryError, an exception of the object's own __float__) as it was raised.
+[[noreturn]] inline void throw_float_error(nb::handle object, const std::string& name) {
+  nb::python_error error;
+  if (!error.matches(PyExc_OverflowError) && !error.matches(PyExc_TypeError) &&
+      !error.matches(PyExc_ValueError)) {
+    throw error;
+  }
+  const std::string what =
+      name + ": " + arg_type_name(object) + " " + nb::cast<std::string>(nb::str(error.value()));
+  if (error.matches(PyExc_OverflowError)) throw Error(Status::kOutOfRange, what);
+  throw nb::type_error(what.c_str());
+}
+
 // The items of `object`, a sequence of numbers (a list, tuple, range, NumPy array; not str, bytes
 // or bytearray), as a tuple: a copy taken before any item is converted, so an item whose
 // __index__ or __float__ changes the list cannot change what is read (nanobind's list caster
@@ -240,12 +256,17 @@ T to_integer(nb::handle object, const std::string& name) {
 inline constexpr Py_ssize_t kMaxSequenceItems = Py_ssize_t{1} << 26;
 inline nb::object sequence_items(nb::handle object, const std::string& name) {
   PyObject* o = object.ptr();
-  if (PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) || !PySequence_Check(o)) {
+  if (PyUnicode_Check(o) || !PySequence_Check(o)) {
     throw nb::type_error(
         (name + ": expected a sequence of numbers, got " + arg_type_name(object)).c_str());
   }
   const Py_ssize_t n = PySequence_Size(o);
-  if (n < 0) throw nb::python_error();
+  if (n < 0) {  // a sequence with no length (only __getitem__)
+    PyErr_Clear();
+    throw nb::type_error(
+        (name + ": expected a sequence of numbers with a length, got " + arg_type_name(object))
+            .c_str());
+  }
   if (n > kMaxSequenceItems) {
     throw Error(Status::kOutOfRange, name + ": " + std::to_string(n) + " items, at most " +
                                          std::to_string(kMaxSequenceItems));
@@ -264,8 +285,21 @@ std::vector<T> to_int_vector(nb::handle object, const std::string& name) {
   std::vector<T> out;
   out.reserve(static_cast<std::size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    out.push_back(
-        to_integer<T>(PyTuple_GET_ITEM(items.ptr(), i), name + "[" + std::to_string(i) + "]"));
+    PyObject* item = PyTuple_GET_ITEM(items.ptr(), i);
+    // An exact int that fits: no name built (the per-round lists are thousands of items).
+    if (PyLong_CheckExact(item)) {
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+      if (overflow == 0 && !(v == -1 && PyErr_Occurred()) &&
+          v >= static_cast<long long>(std::numeric_limits<T>::min()) &&
+          (v < 0 || static_cast<unsigned long long>(v) <=
+                        static_cast<unsigned long long>(std::numeric_limits<T>::max()))) {
+        out.push_back(static_cast<T>(v));
+        continue;
+      }
+      PyErr_Clear();
+    }
+    out.push_back(to_integer<T>(item, name + "[" + std::to_string(i) + "]"));
   }
   return out;
 }
@@ -279,13 +313,7 @@ inline double to_double(nb::handle object, const std::string& name) {
     throw nb::type_error((name + ": expected a float, got " + arg_type_name(object)).c_str());
   }
   const double v = PyFloat_AsDouble(o);
-  if (v == -1.0 && PyErr_Occurred()) {
-    const bool overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
-    nb::python_error error;
-    const std::string what = name + ": " + arg_type_name(object) + " " + error.what();
-    if (overflow) throw Error(Status::kOutOfRange, what);
-    throw nb::type_error(what.c_str());
-  }
+  if (v == -1.0 && PyErr_Occurred()) throw_float_error(object, name);
   return v;
 }
 
@@ -316,15 +344,7 @@ inline std::optional<float> to_float32(nb::handle object, const std::string& nam
         (name + ": expected a float or None, got " + arg_type_name(object)).c_str());
   }
   const double v = PyFloat_AsDouble(object.ptr());
-  if (v == -1.0 && PyErr_Occurred()) {
-    // Python's own message (an int past a double's range, an array of several values), prefixed
-    // with the field: OutOfRangeError for an overflow, TypeError otherwise.
-    const bool overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
-    nb::python_error error;
-    const std::string what = name + ": " + arg_type_name(object) + " " + error.what();
-    if (overflow) throw Error(Status::kOutOfRange, what);
-    throw nb::type_error(what.c_str());
-  }
+  if (v == -1.0 && PyErr_Occurred()) throw_float_error(object, name);
   // A nonzero value whose double is 0 (Fraction(1, 10**400)) was stored as 0.0 and refused later
   // as "0"; it is out of range here, as a double that becomes 0 as float32 is.
   const bool lost =

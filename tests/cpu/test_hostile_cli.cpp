@@ -187,6 +187,26 @@ TEST(HostileCli, AFailedPlotWriteKeepsTheOldReport) {
   ::rmdir(dir.c_str());
 }
 
+// A report path that is a link to no file: the file it names is created and the link stays (the
+// staged write had replaced the link itself with a regular file).
+TEST(HostileCli, AReportLinkToNoFileCreatesItsTarget) {
+  std::string dir = ::testing::TempDir() + "specstate_ln_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string link = dir + "/r.json", target = dir + "/target.json";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  const test::CliRun run = run_cli("simulate --model tiny --rounds 2 --quiet --out " + link);
+  EXPECT_EQ(run.code, 0) << run.output;
+  struct stat st {};
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_GT(st.st_size, 0);
+  std::remove(link.c_str());
+  std::remove(target.c_str());
+  std::remove((dir + "/r.svg").c_str());
+  ::rmdir(dir.c_str());
+}
+
 // --out and --save-trace replaced the --model-file the run read (exit 0; the next run with it
 // failed): refused before anything runs, naming both.
 TEST(HostileCli, OutputsThatWouldOverwriteTheModelFileAreUsageErrors) {

@@ -309,7 +309,28 @@ def test_list_arguments_are_read_from_a_copy_and_named(tmp_path):
     with pytest.raises(TypeError, match=r"generate_geometric: alpha: expected a float, got bool"):
         specstate.generate_geometric(specstate.TraceShape(), True)
     assert len(specstate.generate_geometric(specstate.TraceShape(rounds=2), 0.5).records) == 2
-    # What was accepted still is: tuples, ranges and NumPy integer arrays, as copies.
+    # A sequence with no length names the argument; an exception of an item's own __float__
+    # that is no conversion error (KeyboardInterrupt) is raised as it was.
+    class NoLen:
+        def __getitem__(self, i):
+            if i < 2:
+                return i
+            raise IndexError(i)
+
+    with pytest.raises(TypeError, match=r"VerifyBatch.lengths: expected a sequence of numbers "
+                                        r"with a length, got NoLen"):
+        specstate.VerifyBatch(lengths=NoLen())
+
+    class Interrupting:
+        def __float__(self):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        specstate.generate_empirical(specstate.TraceShape(), [Interrupting()])
+    with pytest.raises(KeyboardInterrupt):
+        specstate.GdnConfig().scale = Interrupting()
+    # What was accepted still is: tuples, ranges, bytearrays and NumPy integer arrays, as copies.
+    assert specstate.VerifyBatch(lengths=bytearray([1, 2])).lengths == [1, 2]
     import numpy as np
 
     b = specstate.VerifyBatch(window=3, parents=np.array([-1, 0, 0]), lengths=range(1, 3))
