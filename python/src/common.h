@@ -276,6 +276,18 @@ inline nb::object sequence_items(nb::handle object, const std::string& name) {
   return items;
 }
 
+// A list argument as the caller passed it, converted (and named) in the call's body by
+// to_int_vector / to_float_vector; a type of its own only so that the stubs say what it takes
+// (an nb::handle parameter reads as `object` there).
+struct IntList {
+  nb::object object;
+  operator nb::handle() const { return object; }  // NOLINT: to_int_vector(list, ...)
+};
+struct FloatList {
+  nb::object object;
+  operator nb::handle() const { return object; }  // NOLINT
+};
+
 // `object` as a vector of integers of type T: every item through to_integer, named
 // `name[i]` (an int or anything with __index__, not bool).
 template <typename T>
@@ -392,3 +404,30 @@ void def_int_field(nb::class_<C>& cls, const std::string& cls_name, const char* 
 }
 
 }  // namespace specstate::py
+
+namespace nanobind::detail {
+// Any object passes (the call's body converts it and names what it refuses); the names are the
+// stubs'.
+template <>
+struct type_caster<specstate::py::IntList> {
+  NB_TYPE_CASTER(specstate::py::IntList, const_name("collections.abc.Sequence[int]"))
+  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
+    value.object = borrow(src);
+    return true;
+  }
+  static handle from_cpp(const specstate::py::IntList& v, rv_policy, cleanup_list*) noexcept {
+    return v.object.inc_ref();
+  }
+};
+template <>
+struct type_caster<specstate::py::FloatList> {
+  NB_TYPE_CASTER(specstate::py::FloatList, const_name("collections.abc.Sequence[float]"))
+  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
+    value.object = borrow(src);
+    return true;
+  }
+  static handle from_cpp(const specstate::py::FloatList& v, rv_policy, cleanup_list*) noexcept {
+    return v.object.inc_ref();
+  }
+};
+}  // namespace nanobind::detail

@@ -277,9 +277,8 @@ void bind_layer_calls(Cls& cls, const char* kind) {
              .c_str())
       .def(
           "prefill_batch",
-          [](PyPool& p, nb::handle layer_arg, std::vector<SlotHandle> handles,
-             nb::handle lengths_arg, nb::handle_t<W> weights, const I& in, const O& out,
-             nb::handle stream) {
+          [](PyPool& p, nb::handle layer_arg, std::vector<SlotHandle> handles, IntList lengths_arg,
+             nb::handle_t<W> weights, const I& in, const O& out, nb::handle stream) {
             const int layer = to_int(layer_arg, "StatePool.prefill_batch", "layer");
             const std::vector<int32_t> lengths =
                 to_int_vector<int32_t>(lengths_arg, "StatePool.prefill_batch: lengths");
@@ -361,8 +360,8 @@ void bind_pool(nb::module_& m) {
                           "rows), the window T and, for trees, parents ([T] shared or [B*T]).")
       .def(
           "__init__",
-          [](VerifyBatch* self, std::vector<SlotHandle> rows, nb::handle window, nb::handle parents,
-             nb::handle lengths) {
+          [](VerifyBatch* self, std::vector<SlotHandle> rows, nb::handle window, IntList parents,
+             IntList lengths) {
             const int t = to_integer<int>(window, "VerifyBatch.window");
             std::vector<int32_t> p = to_int_vector<int32_t>(parents, "VerifyBatch.parents");
             std::vector<int32_t> l = to_int_vector<int32_t>(lengths, "VerifyBatch.lengths");
@@ -384,13 +383,13 @@ void bind_pool(nb::module_& m) {
                    "T tokens per row; token 0 is the root.")
       .def_prop_rw(
           "parents", [](const VerifyBatch& b) { return b.parents; },
-          [](VerifyBatch& b, nb::handle v) {
+          [](VerifyBatch& b, IntList v) {
             b.parents = to_int_vector<int32_t>(v, "VerifyBatch.parents");
           },
           "Empty (chain) or the tree's parents (a copy: assign a new list).")
       .def_prop_rw(
           "lengths", [](const VerifyBatch& b) { return b.lengths; },
-          [](VerifyBatch& b, nb::handle v) {
+          [](VerifyBatch& b, IntList v) {
             b.lengths = to_int_vector<int32_t>(v, "VerifyBatch.lengths");
           },
           "Empty, or [B] per-row windows (variable windows; tokens packed, no filler; a copy: "

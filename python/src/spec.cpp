@@ -46,14 +46,14 @@ void bind_spec(nb::module_& m) {
           nb::arg("length"), "A chain of `length` tokens (root + length-1 drafts).")
       .def_static(
           "from_parents",
-          [](nb::handle parents) {
+          [](IntList parents) {
             return Window::from_parents(
                 to_int_vector<int32_t>(parents, "Window.from_parents: parents"));
           },
           nb::arg("parents"), "A tree from parents[t] (parents[0] = -1, 0 <= parents[t] < t).")
       .def_static(
           "from_links",
-          [](nb::handle first_child, nb::handle next_sibling) {
+          [](IntList first_child, IntList next_sibling) {
             return Window::from_links(
                 to_int_vector<int32_t>(first_child, "Window.from_links: first_child"),
                 to_int_vector<int32_t>(next_sibling, "Window.from_links: next_sibling"));
@@ -105,7 +105,7 @@ void bind_spec(nb::module_& m) {
           "__ne__", [](const Window& a, const Window& b) { return a != b; }, nb::is_operator());
   m.def(
       "check_path",
-      [](const Window& window, nb::handle path, const std::string& what) {
+      [](const Window& window, IntList path, const std::string& what) {
         // `what` labels the message: a NUL in it would end it there (spec::check_path takes a
         // C string).
         const std::string label = escape_nul(what);
@@ -122,9 +122,7 @@ void bind_spec(nb::module_& m) {
       .def(nb::init<>())
       .def_prop_rw(
           "path", [](const Acceptance& a) { return a.path; },
-          [](Acceptance& a, nb::handle v) {
-            a.path = to_int_vector<int32_t>(v, "Acceptance.path");
-          },
+          [](Acceptance& a, IntList v) { a.path = to_int_vector<int32_t>(v, "Acceptance.path"); },
           "Accepted window indices, root first.")
       .def_prop_rw("bonus_token", field_getter(&Acceptance::bonus_token),
                    int_setter(&Acceptance::bonus_token, "Acceptance.bonus_token"),
@@ -136,7 +134,7 @@ void bind_spec(nb::module_& m) {
            "node (tree).")
       .def(
           "emitted",
-          [](const Acceptance& a, nb::handle tokens) {
+          [](const Acceptance& a, IntList tokens) {
             return a.emitted(to_int_vector<int32_t>(tokens, "Acceptance.emitted: tokens"));
           },
           nb::arg("tokens"), "Tokens the round emits: tokens[path[1:]] then the bonus token.")
@@ -149,7 +147,7 @@ void bind_spec(nb::module_& m) {
 
   m.def(
       "accept_greedy_chain",
-      [](nb::handle tokens, nb::handle target) {
+      [](IntList tokens, IntList target) {
         return spec::accept_greedy_chain(
             to_int_vector<int32_t>(tokens, "accept_greedy_chain: tokens"),
             to_int_vector<int32_t>(target, "accept_greedy_chain: target"));
@@ -159,7 +157,7 @@ void bind_spec(nb::module_& m) {
       "target[t] is the target's argmax after token t.");
   m.def(
       "accept_greedy_tree",
-      [](const Window& w, nb::handle tokens, nb::handle target) {
+      [](const Window& w, IntList tokens, IntList target) {
         return spec::accept_greedy_tree(
             w, to_int_vector<int32_t>(tokens, "accept_greedy_tree: tokens"),
             to_int_vector<int32_t>(target, "accept_greedy_tree: target"));
@@ -169,7 +167,7 @@ void bind_spec(nb::module_& m) {
       "argmax at the current node.");
   m.def(
       "accept_greedy",
-      [](const Window& w, nb::handle tokens_arg, nb::handle target_arg) {
+      [](const Window& w, IntList tokens_arg, IntList target_arg) {
         const std::vector<int32_t> tokens = to_int_vector<int32_t>(tokens_arg, "tokens");
         const std::vector<int32_t> target = to_int_vector<int32_t>(target_arg, "target");
         check_len(tokens, static_cast<std::size_t>(w.size()), "tokens");
@@ -200,7 +198,7 @@ void bind_spec(nb::module_& m) {
            "StatePool.commit's list from one Acceptance per live row.")
       .def(
           "commit_lengths",
-          [](const BatchPlan& p, nb::handle lengths) {
+          [](const BatchPlan& p, IntList lengths) {
             return p.commit_lengths(
                 to_int_vector<int32_t>(lengths, "BatchPlan.commit_lengths: accepted_lengths"));
           },
@@ -208,7 +206,7 @@ void bind_spec(nb::module_& m) {
           "StatePool.commit's list from accepted lengths (chains; 0 = keep).")
       .def(
           "accept_greedy",
-          [](const BatchPlan& p, nb::handle tokens, nb::handle target) {
+          [](const BatchPlan& p, IntList tokens, IntList target) {
             return p.accept_greedy(
                 to_int_vector<int32_t>(tokens, "BatchPlan.accept_greedy: tokens"),
                 to_int_vector<int32_t>(target, "BatchPlan.accept_greedy: target"));
@@ -226,7 +224,7 @@ void bind_spec(nb::module_& m) {
                                  "padding up to a CUDA-graph bucket.")
       .def(
           "__init__",
-          [](VerifyBatchBuilder* self, nb::handle buckets, spec::Packing packing) {
+          [](VerifyBatchBuilder* self, IntList buckets, spec::Packing packing) {
             std::vector<int> b = to_int_vector<int>(buckets, "VerifyBatchBuilder: buckets");
             new (self) VerifyBatchBuilder(std::move(b), packing);
           },
@@ -258,9 +256,7 @@ void bind_spec(nb::module_& m) {
       .def_rw("window", &TraceRecord::window, "The round's window.")
       .def_prop_rw(
           "path", [](const TraceRecord& r) { return r.path; },
-          [](TraceRecord& r, nb::handle v) {
-            r.path = to_int_vector<int32_t>(v, "TraceRecord.path");
-          },
+          [](TraceRecord& r, IntList v) { r.path = to_int_vector<int32_t>(v, "TraceRecord.path"); },
           "Accepted indices, root first (empty: a = 0).")
       .def("accepted_length", &TraceRecord::accepted_length, "len(path).")
       .def("commit_value", &TraceRecord::commit_value, nb::arg("tree"),
@@ -272,7 +268,7 @@ void bind_spec(nb::module_& m) {
       // change the field; specstate.CopiedList refuses in-place edits).
       .def_prop_rw(
           "requests", [](const Trace& t) { return t.requests; },
-          [](Trace& t, nb::handle v) { t.requests = to_int_vector<int64_t>(v, "Trace.requests"); },
+          [](Trace& t, IntList v) { t.requests = to_int_vector<int64_t>(v, "Trace.requests"); },
           "Declared request ids (a copy).")
       .def_prop_rw(
           "records", [](const Trace& t) { return t.records; },
@@ -378,7 +374,7 @@ void bind_spec(nb::module_& m) {
       "Each draft accepted with probability alpha given its parent was.");
   m.def(
       "generate_empirical",
-      [](const TraceShape& shape, nb::handle weights) {
+      [](const TraceShape& shape, FloatList weights) {
         return spec::generate_empirical(shape,
                                         to_float_vector(weights, "generate_empirical: weights"));
       },
