@@ -277,16 +277,15 @@ inline nb::object sequence_items(nb::handle object, const std::string& name) {
 }
 
 // A list argument as the caller passed it, converted (and named) in the call's body by
-// to_int_vector / to_float_vector; a type of its own only so that the stubs say what it takes
-// (an nb::handle parameter reads as `object` there).
-struct IntList {
+// to_int_vector (kFloats false) / to_float_vector (true); a type of its own only so that the
+// stubs say what it takes (an nb::handle parameter reads as `object` there).
+template <bool kFloats>
+struct ListArg {
   nb::object object;
   operator nb::handle() const { return object; }  // NOLINT: to_int_vector(list, ...)
 };
-struct FloatList {
-  nb::object object;
-  operator nb::handle() const { return object; }  // NOLINT
-};
+using IntList = ListArg<false>;
+using FloatList = ListArg<true>;
 
 // `object` as a vector of integers of type T: every item through to_integer, named
 // `name[i]` (an int or anything with __index__, not bool).
@@ -406,27 +405,19 @@ void def_int_field(nb::class_<C>& cls, const std::string& cls_name, const char* 
 }  // namespace specstate::py
 
 namespace nanobind::detail {
-// Any object passes (the call's body converts it and names what it refuses); the names are the
+// Any object passes (the call's body converts it and names what it refuses); the name is the
 // stubs'.
-template <>
-struct type_caster<specstate::py::IntList> {
-  NB_TYPE_CASTER(specstate::py::IntList, const_name("collections.abc.Sequence[int]"))
+template <bool kFloats>
+struct type_caster<specstate::py::ListArg<kFloats>> {
+  NB_TYPE_CASTER(specstate::py::ListArg<kFloats>,
+                 const_name<kFloats>("collections.abc.Sequence[float]",
+                                     "collections.abc.Sequence[int]"))
   bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
     value.object = borrow(src);
     return true;
   }
-  static handle from_cpp(const specstate::py::IntList& v, rv_policy, cleanup_list*) noexcept {
-    return v.object.inc_ref();
-  }
-};
-template <>
-struct type_caster<specstate::py::FloatList> {
-  NB_TYPE_CASTER(specstate::py::FloatList, const_name("collections.abc.Sequence[float]"))
-  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
-    value.object = borrow(src);
-    return true;
-  }
-  static handle from_cpp(const specstate::py::FloatList& v, rv_policy, cleanup_list*) noexcept {
+  static handle from_cpp(const specstate::py::ListArg<kFloats>& v, rv_policy,
+                         cleanup_list*) noexcept {
     return v.object.inc_ref();
   }
 };
