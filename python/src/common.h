@@ -316,12 +316,15 @@ std::vector<T> to_int_vector(nb::handle object, const std::string& name) {
 }
 
 // `object` as a double: a real number (float, int or anything with __float__ / __index__, not
-// bool); TypeError naming `name` otherwise, OutOfRangeError for an int past a double's range.
-inline double to_double(nb::handle object, const std::string& name) {
+// bool); TypeError naming `name` otherwise ("expected <expected>"), OutOfRangeError for an int
+// past a double's range (throw_float_error).
+inline double to_double(nb::handle object, const std::string& name,
+                        const char* expected = "a float") {
   PyObject* o = object.ptr();
   if (PyBool_Check(o) ||
       !(PyFloat_Check(o) || PyIndex_Check(o) || PyObject_HasAttrString(o, "__float__"))) {
-    throw nb::type_error((name + ": expected a float, got " + arg_type_name(object)).c_str());
+    throw nb::type_error(
+        (name + ": expected " + expected + ", got " + arg_type_name(object)).c_str());
   }
   const double v = PyFloat_AsDouble(o);
   if (v == -1.0 && PyErr_Occurred()) throw_float_error(object, name);
@@ -349,13 +352,7 @@ inline std::vector<double> to_float_vector(nb::handle object, const std::string&
 inline std::optional<float> to_float32(nb::handle object, const std::string& name,
                                        bool zero_ok = false, bool inf_ok = false) {
   if (object.is_none()) return std::nullopt;
-  if (PyBool_Check(object.ptr()) || !(PyFloat_Check(object.ptr()) || PyIndex_Check(object.ptr()) ||
-                                      PyObject_HasAttrString(object.ptr(), "__float__"))) {
-    throw nb::type_error(
-        (name + ": expected a float or None, got " + arg_type_name(object)).c_str());
-  }
-  const double v = PyFloat_AsDouble(object.ptr());
-  if (v == -1.0 && PyErr_Occurred()) throw_float_error(object, name);
+  const double v = to_double(object, name, "a float or None");
   // A nonzero value whose double is 0 (Fraction(1, 10**400)) was stored as 0.0 and refused later
   // as "0"; it is out of range here, as a double that becomes 0 as float32 is.
   const bool lost =
