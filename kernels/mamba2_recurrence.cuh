@@ -658,11 +658,10 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
       Mamba2RecurrenceParams q = p;
       // Two channels a thread where kernels::mamba2_rpt takes it (blocks of twice the channels),
       // several blocks a CTA where kernels::replay_blocks_per_cta asks for them.
-      constexpr int kRows2 = 2 * mamba2_rows<N>();
-      const int vblocks2 = replay_vblocks_for(
-          p.rows, p.num_heads, (p.head_dim + kRows2 - 1) / kRows2, 24, "SPECSTATE_MAMBA2_VBLOCKS");
       if (p.snap == nullptr && mamba2_rpt(p.tokens, std::getenv("SPECSTATE_MAMBA2_RPT")) == 2) {
-        q.vblocks = vblocks2;
+        constexpr int kRows2 = 2 * mamba2_rows<N>();
+        q.vblocks = replay_vblocks_for(p.rows, p.num_heads, (p.head_dim + kRows2 - 1) / kRows2, 24,
+                                       "SPECSTATE_MAMBA2_VBLOCKS");
         if (q.vblocks > 1) {
           return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, true, 2>(q, stream);
         }
