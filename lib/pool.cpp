@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <string>
 #include <utility>
@@ -192,14 +193,35 @@ StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& op
   impl_ = std::move(impl);
 }
 
+void StatePool::Impl::close() noexcept {
+  if (!backend) return;
+  // A caller-owned pool: the caller's memory outlives the pool and is what the engine keeps of
+  // its requests (as release() leaves it), so every live slot's deferred steps (replay) are
+  // applied before the pool goes: the memory then holds the committed states, whatever the
+  // strategy. A failure here (a device fault, the caller's stream gone) cannot be thrown from a
+  // destructor: it is logged, and the memory keeps the checkpoints.
+  if (storage.layout.caller_committed) {
+    try {
+      materialize_slots({});
+    } catch (const std::exception& e) {
+      detail::logger().error(
+          "pool {}: its live slots could not be materialized into the caller's memory before "
+          "the pool was destroyed ({}); call materialize() before dropping a caller-owned pool "
+          "to see the error",
+          pool_id, e.what());
+    }
+  }
+  backend->free(storage);  // waits for the device's work (the materialize's too)
+}
+
 StatePool::~StatePool() noexcept {
-  if (impl_ && impl_->backend) impl_->backend->free(impl_->storage);
+  if (impl_) impl_->close();
 }
 
 StatePool::StatePool(StatePool&&) noexcept = default;
 StatePool& StatePool::operator=(StatePool&& other) noexcept {
   if (this != &other) {
-    if (impl_ && impl_->backend) impl_->backend->free(impl_->storage);
+    if (impl_) impl_->close();
     impl_ = std::move(other.impl_);
   }
   return *this;

@@ -257,6 +257,9 @@ struct StatePool::Impl {
 
   // Runs the strategy's deferred work for `slot_list` (all live slots when empty).
   void materialize_slots(std::vector<int32_t> slot_list);
+  // The pool's end (destructor, move-assignment): a caller-owned pool's live slots materialized
+  // into the caller's memory (errors logged), then the pool's own memory freed.
+  void close() noexcept;
 
   template <typename Weights>
   void prefill(int layer, SlotHandle handle, const Weights& weights,

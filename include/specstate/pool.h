@@ -73,7 +73,10 @@ class StatePool {
   // hybrid pages (slot p's conv state and SSM state side by side in page p, both views with the
   // page as slot stride) are accepted. The memory must outlive the pool. Everything else
   // (strategies, rounds, graphs, slot operations, export/import) works as on an owning pool, bit
-  // for bit.
+  // for bit. When the pool is destroyed (or moved onto), its live slots are materialized into
+  // this memory first, as release() does for one: the memory then holds every request's committed
+  // state under either strategy, ready for another pool to adopt(). An error there cannot be
+  // thrown from a destructor and is only logged: call materialize() first to see it.
   StatePool(const ModelConfig& config, const PoolOptions& options,
             const CommittedStateViews& committed);
   ~StatePool() noexcept;

@@ -275,6 +275,44 @@ void run(const typename Kind::Config& g, Strategy strategy, bool tree, CallerLay
   int64_t nonzero = 0;
   for (uint8_t b : exported(caller, hc[0])) nonzero += b != 0;
   EXPECT_GT(nonzero, 0) << "the committed state is all zeros";
+
+  // The pool's end: one more round, not materialized (replay: steps pending in every live slot),
+  // then another pool moved onto it. Its live slots are materialized into the caller's memory
+  // on the way out (lib/pool.cpp, Impl::close: the destructor's path too), so the memory holds
+  // every request's committed state, as release() leaves one slot's.
+  VerifyBatch bo = round_batch(tree, {}), bc = round_batch(tree, {});
+  std::vector<int> steps;
+  for (std::size_t i = 0; i < ho.size() && bo.rows.size() < 4; ++i) {
+    bo.rows.push_back(ho[i]);
+    bc.rows.push_back(hc[i]);
+    steps.push_back(2);
+  }
+  const std::vector<int32_t> accepted = round_accept(tree, steps);
+  const auto in = m.inputs(static_cast<int64_t>(bo.rows.size()) * kRoundT);
+  m.round(own, bo, in, accepted);
+  m.round(caller, bc, in, accepted);
+  std::vector<int> slot_of;
+  for (const SlotHandle& h : hc) slot_of.push_back(caller.slot_index(h));
+  caller = StatePool(m.model(), o);
+  const std::vector<uint8_t> conv_end = mem.bytes(cm.conv_buffer);
+  const std::vector<uint8_t> ssm_end = mem.bytes(cm.ssm_buffer);
+  for (std::size_t i = 0; i < ho.size(); ++i) {
+    const std::vector<uint8_t> want = exported(own, ho[i]);
+    const auto slot = static_cast<std::size_t>(slot_of[i]);
+    std::size_t at = 0;
+    for (int l = 0; l < L; ++l) {
+      const auto co = static_cast<std::size_t>(cm.conv_offset[l * 6 + slot]);
+      const auto so = static_cast<std::size_t>(cm.ssm_offset[l * 6 + slot]);
+      ASSERT_EQ(0, std::memcmp(conv_end.data() + co, want.data() + at, cm.conv_state_bytes))
+          << "after the pool's end: request " << i << " layer " << l
+          << " conv state in caller memory";
+      at += static_cast<std::size_t>(cm.conv_state_bytes);
+      ASSERT_EQ(0, std::memcmp(ssm_end.data() + so, want.data() + at, cm.ssm_state_bytes))
+          << "after the pool's end: request " << i << " layer " << l
+          << " SSM state in caller memory";
+      at += static_cast<std::size_t>(cm.ssm_state_bytes);
+    }
+  }
 }
 
 }  // namespace

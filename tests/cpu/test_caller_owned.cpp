@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/caller_owned.h"
 #include "common/expect.h"
 #include "common/pool_rounds.h"
+#include "common/slot_cases.h"
 
 namespace specstate::test {
 namespace {
@@ -191,6 +193,34 @@ TEST(CallerOwnedAdopt, AdoptKeepsTheStateAcquireZeroesIt) {
   }
   const SlotHandle fresh = pool.acquire();  // slot 0, zeroed
   for (uint8_t b : exported(pool, fresh)) ASSERT_EQ(b, 0);
+}
+
+// The destructor of a caller-owned replay pool materializes its live slots into the caller's
+// memory (release()'s rule for one slot): after three rounds whose steps are still pending
+// (2 accepted a round, T = 4, the default ring of 12 never folds), a new pool over the same
+// memory adopts the slot and holds what an owning snapshot pool holds. Without it the memory
+// keeps the checkpoint of the first round.
+TEST(CallerOwnedEnd, TheDestructorLeavesTheCommittedStateForTheNextPool) {
+  auto mem = host_memory();
+  PoolRounds<GdnKind> m(gdn_preset("small_f32"), 2, 11);
+  PoolOptions o = m.options(Strategy::kReplay, /*slots=*/3, /*rows=*/2, kRoundT);
+  const CallerMemory cm = make_caller_memory(m.model(), o, CallerLayout::kOneTensor, *mem, 5);
+  StatePool ref = m.pool(Strategy::kSnapshot, 3, 2, kRoundT);
+  std::optional<StatePool> pool(std::in_place, m.model(), o, cm.views);
+  const SlotHandle a = ref.acquire(), b = pool->acquire();
+  for (int r = 0; r < 3; ++r) {
+    const auto in = m.inputs(kRoundT);
+    m.round(ref, round_batch(false, {a}), in, {2});
+    m.round(*pool, round_batch(false, {b}), in, {2});
+  }
+  const int slot = pool->slot_index(b);
+  pool.reset();
+  o.strategy = Strategy::kSnapshot;  // reads the memory as it is
+  StatePool next(m.model(), o, cm.views);
+  const SlotHandle c = next.adopt(slot);
+  const std::vector<uint8_t> want = exported(ref, a);
+  expect_nonzero(want, "the committed state");
+  EXPECT_EQ(exported(next, c), want);
 }
 
 }  // namespace

@@ -132,6 +132,37 @@ def test_vllm_state_pool_adopts_vllms_shapes(kind, order, strategy):
         assert (conv[layer][slot + 1:] == 7.0).all() and (rec[layer][slot + 1:] == 7.0).all()
 
 
+@pytest.mark.parametrize("strategy", [Strategy.SNAPSHOT, Strategy.REPLAY], ids=lambda s: s.name)
+@pytest.mark.parametrize("kind", ["gdn", "mamba2", "kda"])
+def test_dropping_a_vllm_pool_leaves_the_committed_state_in_the_engines_tensors(kind, strategy):
+    """The pool's end materializes its live slots (replay defers steps): without it the engine's
+    tensors kept the checkpoint of an earlier round after `del pool`."""
+    import gc
+    from specstate import vllm
+    config, weights, inputs, outputs, _ = _kind_model(kind)
+    L, slots, T = config.num_layers, 2, 4
+    conv = [np.zeros(vllm.conv_shape(config, slots), np.float32) for _ in range(L)]
+    rec = [np.zeros(vllm.recurrent_shape(config, slots), np.float32) for _ in range(L)]
+    opts = specstate.PoolOptions(num_slots=slots, max_rows=1, max_window=T, strategy=strategy)
+    pool = vllm.state_pool(config, opts, conv_states=conv, recurrent_states=rec)
+    own = specstate.StatePool(config, opts)
+    hp, ho = pool.acquire(), own.acquire()
+    for _ in range(3):  # 2 accepted a round: steps stay pending under the default ring
+        window = inputs(T)
+        for p, h in ((pool, hp), (own, ho)):
+            p.begin_verify(specstate.VerifyBatch([h], window=T))
+            for layer, x in enumerate(window):
+                p.verify(layer, weights[layer], x, outputs(T))
+            p.commit([2])
+    slot = pool.slot_index(hp)
+    del pool
+    gc.collect()
+    for layer, (co, so) in zip(range(L), states(own, L)):
+        assert np.array_equal(bits(conv[layer][slot]), bits(co[slot].T))
+        assert np.array_equal(bits(rec[layer][slot]), bits(so[slot]))
+        assert np.abs(rec[layer][slot]).sum() > 0
+
+
 def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
     from specstate import vllm
     config, *_ = _kind_model("kda")
