@@ -186,6 +186,14 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
   };
   at_most("max_rows", options.max_rows, PoolOptions::kMaxRows, "PoolOptions::kMaxRows");
   at_most("max_window", options.max_window, PoolOptions::kMaxWindow, "PoolOptions::kMaxWindow");
+  if (int64_t{options.max_rows} * options.max_window > PoolOptions::kMaxRoundTokens) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": options.max_rows x options.max_window = " +
+                    std::to_string(options.max_rows) + " x " + std::to_string(options.max_window) +
+                    " = " + std::to_string(int64_t{options.max_rows} * options.max_window) +
+                    " tokens a round, more than PoolOptions::kMaxRoundTokens = " +
+                    std::to_string(PoolOptions::kMaxRoundTokens));
+  }
 
   Layout l;
   l.layers = config.num_layers;

@@ -73,7 +73,9 @@ enum class Packing { kPadded, kVariable };
 // per-row tree batch are that many entries).
 constexpr int kMaxBatchRows = 1 << 20;
 constexpr int64_t kMaxBatchTokens = int64_t{1} << 26;
-static_assert(kMaxBatchRows == PoolOptions::kMaxRows && kMaxWindowNodes == PoolOptions::kMaxWindow,
+static_assert(kMaxBatchRows == PoolOptions::kMaxRows &&
+                  kMaxWindowNodes == PoolOptions::kMaxWindow &&
+                  kMaxBatchTokens == PoolOptions::kMaxRoundTokens,
               "the pool's bounds are the protocol's");
 
 class VerifyBatchBuilder {

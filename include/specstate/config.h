@@ -229,6 +229,10 @@ struct PoolOptions {
   // sizing the scratch for it (max_window = 2^20 made a pool of gigabytes of workspace).
   static constexpr int kMaxRows = 1 << 20;
   static constexpr int kMaxWindow = 1 << 16;
+  // ... and max_rows x max_window, the tokens of the largest round, at most 2^26 (the protocol's
+  // spec::kMaxBatchTokens): a round's token offsets are int32 and its host plan holds a parent
+  // per row and window token (2^20 rows of a 2^16 window asked 256 GiB of a one-token round).
+  static constexpr int64_t kMaxRoundTokens = int64_t{1} << 26;
 
   int num_slots = 1;   // requests whose committed state the pool holds
   int max_rows = 1;    // largest verify batch (rows, padding included), at most kMaxRows

@@ -39,15 +39,16 @@ TEST(HostilePool, ConfigWhoseSizesOverflowIsRejected) {
 // Defect 2: the scratch size (max_rows * max_window * state bytes * layers) overflows int64 and
 // used to wrap to a tiny buffer that one verify then overran.
 TEST(HostilePool, ScratchSizeOverflowIsRejected) {
-  // A slot of 2^40 bytes (under the 2^48 bound on one slot) and rows and window at the options'
-  // bounds: 2^76 bytes of snapshot scratch, which only the size arithmetic can catch.
+  // A slot of 2^40 bytes (under the 2^48 bound on one slot) and rows x window at the options'
+  // bound (kMaxRoundTokens): 2^74 bytes of snapshot scratch, which only the size arithmetic can
+  // catch.
   GdnConfig g = tiny_config();
   g.num_v_heads = 1 << 10;
   g.num_k_heads = 1 << 10;
   g.head_k_dim = 1 << 10;
   g.head_v_dim = 1 << 10;
   PoolOptions o;
-  o.max_rows = PoolOptions::kMaxRows;
+  o.max_rows = static_cast<int>(PoolOptions::kMaxRoundTokens / PoolOptions::kMaxWindow);
   o.max_window = PoolOptions::kMaxWindow;
   try {
     StatePool pool(ModelConfig::gated_delta_net(1 << 8, g), o);
@@ -75,7 +76,13 @@ TEST(HostilePool, RowsAndWindowPastTheirBoundsAreRejectedByName) {
                                "options.max_rows = 1048577 is "
                                "larger than PoolOptions::kMaxRows "
                                "= 1048576"},
-                          Case{1, 1 << 20, "options.max_window = 1048576"}}) {
+                          Case{1, 1 << 20, "options.max_window = 1048576"},
+                          // Each within its bound, the round past kMaxRoundTokens: 2^27 parents
+                          // on the host for any round (int32 token offsets could wrap past 2^31).
+                          Case{1 << 11, PoolOptions::kMaxWindow,
+                               "options.max_rows x options.max_window = 2048 x 65536 = 134217728 "
+                               "tokens a round, more than PoolOptions::kMaxRoundTokens = "
+                               "67108864"}}) {
       PoolOptions o;
       o.strategy = strategy;
       o.max_rows = c.rows;
@@ -94,6 +101,14 @@ TEST(HostilePool, RowsAndWindowPastTheirBoundsAreRejectedByName) {
     o.max_window = 64;
     StatePool pool(ModelConfig::gated_delta_net(1, tiny_config()), o);
     EXPECT_EQ(pool.options().max_window, 64);
+    if (strategy == Strategy::kReplay) {
+      // At the round bound exactly (replay's workspace does not grow with rows).
+      o.max_rows = 1 << 10;
+      o.max_window = PoolOptions::kMaxWindow;
+      StatePool at_bound(ModelConfig::gated_delta_net(1, tiny_config()), o);
+      EXPECT_EQ(int64_t{at_bound.options().max_rows} * at_bound.options().max_window,
+                PoolOptions::kMaxRoundTokens);
+    }
   }
 }
 

@@ -653,6 +653,14 @@ def test_pool_window_and_rows_past_their_bounds_are_refused():
         specstate.StatePool(model.config, specstate.PoolOptions(max_window=2**20))
     with pytest.raises(specstate.InvalidArgumentError, match=r"options.max_rows = 1048577"):
         specstate.StatePool(model.config, specstate.PoolOptions(max_rows=2**20 + 1))
+    # Each within its bound, rows x window past 2^26 tokens a round (int32 token offsets, a
+    # host parent per row and token of every round).
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"options.max_rows x options.max_window = 1048576 x 65536 = "
+                             r"68719476736 tokens a round, more than "
+                             r"PoolOptions::kMaxRoundTokens = 67108864"):
+        specstate.StatePool(model.config, specstate.PoolOptions(
+            max_rows=2**20, max_window=2**16, strategy=specstate.Strategy.REPLAY))
     for bad in (0, -5, 2**16 + 1):
         with pytest.raises(specstate.InvalidArgumentError,
                            match=rf"default_replay_ring: max_window = {bad} must be in \[1, "):
