@@ -44,12 +44,25 @@ int StatePool::Impl::resolve(const char* function, const std::string& what,
              std::to_string(options.num_slots) + ")");
   }
   if (!slots.is_live(handle.slot, handle.generation)) {
-    fail(Status::kFailedPrecondition, function,
-         what + " = " + handle_string(handle) +
-             (slots.is_allocated(handle.slot)
-                  ? " is stale: the slot was released and acquired again (generation " +
-                        std::to_string(slots.generation(handle.slot)) + ")"
-                  : " is not live: the slot was released"));
+    // Why, from the slot's generation g (0: never handed out): a handle of a later generation
+    // than g was never issued (forged or corrupted), one of g is of a released slot, an earlier
+    // one is stale.
+    const uint32_t g = slots.generation(handle.slot);
+    std::string why;
+    if (g == 0) {
+      why = " was never issued: the slot was never acquired";
+    } else if (handle.generation > g) {
+      why = " was never issued: the slot is at generation " + std::to_string(g);
+    } else if (slots.is_allocated(handle.slot)) {
+      why = " is stale: the slot was released and acquired again (generation " + std::to_string(g) +
+            ")";
+    } else if (handle.generation == g) {
+      why = " is not live: the slot was released";
+    } else {
+      why = " is stale: the slot was released, acquired again and released (generation " +
+            std::to_string(g) + ")";
+    }
+    fail(Status::kFailedPrecondition, function, what + " = " + handle_string(handle) + why);
   }
   return handle.slot;
 }

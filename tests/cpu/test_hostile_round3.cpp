@@ -482,6 +482,37 @@ TEST(HostileRound3Allocator, LargePoolHandsOutLowestSlotsAndKeepsGenerations) {
   EXPECT_EQ(p.free_slots(), (1 << 16) - 4);
 }
 
+// A handle the pool never issued (forged, corrupted) was called released or stale: each reason
+// now follows the slot's generation, and every one is kFailedPrecondition naming the argument.
+TEST(HostileRound3Allocator, AHandleIsRefusedWithTheReasonItsGenerationGives) {
+  PoolOptions o;
+  o.num_slots = 4;
+  StatePool p(ModelConfig::gated_delta_net(1, gdn_preset("small_f32")), o);
+  const SlotHandle a = p.acquire();  // slot 0, generation 1
+  const uint64_t id = a.pool_id;
+  const auto reason = [&](SlotHandle h, const std::vector<std::string>& want) {
+    expect_rejected([&] { p.slot_index(h); }, Status::kFailedPrecondition, want);
+    expect_rejected(
+        [&] {
+          p.begin_verify(VerifyBatch{{h}, 1, {}});
+        },
+        Status::kFailedPrecondition, {"rows[0]"});
+  };
+  reason(SlotHandle{3, 0, id},
+         {"handle = {slot 3, generation 0", "was never issued", "the slot was never acquired"});
+  reason(SlotHandle{3, 1, id}, {"was never issued: the slot was never acquired"});
+  reason(SlotHandle{0, 7, id}, {"was never issued: the slot is at generation 1"});
+  p.release(a);
+  reason(a, {"is not live: the slot was released"});
+  const SlotHandle b = p.acquire();  // slot 0 again, generation 2
+  ASSERT_EQ(b.slot, 0);
+  reason(a, {"is stale: the slot was released and acquired again (generation 2)"});
+  p.release(b);
+  reason(a, {"is stale: the slot was released, acquired again and released (generation 2)"});
+  reason(b, {"is not live: the slot was released"});
+  EXPECT_FALSE(p.round_open());
+}
+
 // --- f. misaligned views --------------------------------------------------------------------
 
 // A copy of `v`'s bytes at `offset` bytes past an aligned address (the view then breaks its
