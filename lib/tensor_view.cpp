@@ -25,6 +25,15 @@ void set_shape(TensorView& view, std::initializer_list<int64_t> shape, const cha
     }
     view.shape[i++] = extent;
   }
+  int64_t n = 1;
+  for (int d = 0; d < view.ndim; ++d) {
+    if (__builtin_mul_overflow(n, view.shape[d], &n)) {
+      std::string dims;
+      for (int64_t extent : shape) dims += (dims.empty() ? "" : ", ") + std::to_string(extent);
+      throw Error(Status::kInvalidArgument,
+                  std::string(function) + ": shape [" + dims + "] holds more than 2^63 elements");
+    }
+  }
 }
 }  // namespace
 
@@ -35,14 +44,10 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
   view.dtype = dtype;
   view.device = device;
   set_shape(view, shape, "TensorView::contiguous");
-  int64_t stride = 1;
+  int64_t stride = 1;  // no product overflows: set_shape bounded the element count
   for (int i = view.ndim - 1; i >= 0; --i) {
     view.stride[i] = stride;
-    if (__builtin_mul_overflow(stride, view.shape[i], &stride)) {
-      throw Error(Status::kInvalidArgument,
-                  "TensorView::contiguous: shape " + view.describe() +
-                      " holds more than 2^63 elements (its strides would wrap)");
-    }
+    stride *= view.shape[i];
   }
   return view;
 }

@@ -370,6 +370,12 @@ TEST(HostileApi, TensorViewHelpers) {
                          TensorView::strided(&x, DType::kF32, {2, -1}, {1, 1});
                        }),
                        "TensorView::strided: shape[1] = -1 is negative"));
+  // strided() took such a shape (its header says it throws as contiguous() for the shape).
+  EXPECT_TRUE(contains(error_of([&] {
+                         TensorView::strided(&x, DType::kF32, {int64_t{1} << 62, 4}, {0, 0});
+                       }),
+                       "TensorView::strided: shape [4611686018427387904, 4] holds more than 2^63 "
+                       "elements"));
   const TensorView ok = TensorView::contiguous(&x, DType::kF32, {int64_t{1} << 31, 1 << 30});
   EXPECT_EQ(ok.stride[0], int64_t{1} << 30);
   EXPECT_EQ(ok.numel(), int64_t{1} << 61);
