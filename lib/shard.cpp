@@ -39,17 +39,21 @@ ShardMap shard_map(const ModelConfig& tp1, int tp, int rank) {
       bad("mamba.num_heads = " + std::to_string(c.num_heads) +
           " is not a multiple of tp = " + std::to_string(tp));
     }
-    if (c.n_groups % tp != 0) {
-      bad("mamba.n_groups = " + std::to_string(c.n_groups) +
-          " is not a multiple of tp = " + std::to_string(tp));
+    // One group that tp does not divide (Granite-4.0-H, Falcon-H1: n_groups = 1) is copied to
+    // every rank, as vLLM shards it (extra_groups_for_head_shards): each rank's heads read the
+    // same B and C as at TP1, so the shard is still exact. Other groups must divide.
+    const bool copy_group = c.n_groups == 1;
+    if (c.n_groups % tp != 0 && !copy_group) {
+      bad("mamba.n_groups = " + std::to_string(c.n_groups) + " is not a multiple of tp = " +
+          std::to_string(tp) + " (and not 1, which every rank would copy)");
     }
     m.config.mamba.num_heads = c.num_heads / tp;
-    m.config.mamba.n_groups = c.n_groups / tp;
+    m.config.mamba.n_groups = copy_group ? 1 : c.n_groups / tp;
     const int64_t x = int64_t{c.num_heads} * c.head_dim, bc = int64_t{c.n_groups} * c.d_state;
+    const ColumnRange groups = copy_group ? ColumnRange{0, bc} : part(bc, tp, rank);
     // xBC = [x: heads * P | B: groups * N | C: groups * N]
-    m.conv = {part(x, tp, rank),
-              {x + part(bc, tp, rank).begin, bc / tp},
-              {x + bc + part(bc, tp, rank).begin, bc / tp}};
+    m.conv = {
+        part(x, tp, rank), {x + groups.begin, groups.count}, {x + bc + groups.begin, groups.count}};
     m.heads = part(c.num_heads, tp, rank);
     m.head_elems = c.head_dim;
     return m;
@@ -138,8 +142,9 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
     int64_t i = 0, j = 0;
     if (detail::rows_overlap(detail::byte_rows(dst), detail::byte_rows(src), &i, &j)) {
       bad("dst (" + dst.describe() + ") overlaps src (" + src.describe() + "): index " +
-          std::to_string(i) + " of dst shares bytes with index " + std::to_string(j) +
-          " of src; dst must be other memory");
+          std::to_string(i) + " of dst lies within the byte span of index " + std::to_string(j) +
+          " of src (each index of the first dimension counts as its whole span); dst must be "
+          "other memory");
     }
   }
   // Walk every element of dst; map its index along `dim` to src through the ranges.

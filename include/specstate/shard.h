@@ -24,6 +24,7 @@ struct ShardMap {
   int tp = 1;
   int rank = 0;
   ModelConfig config;                 // the shard's model: heads (and groups) divided by tp
+                                      // (Mamba2's single group: copied, n_groups stays 1)
   std::vector<ColumnRange> conv;      // channels of conv_dim (mixed_qkv / xBC, conv weights,
                                       // conv_out, the conv state), in the shard's order
   ColumnRange heads;                  // value heads (GDN, KDA) / heads (Mamba2): gates, A_log,
@@ -33,13 +34,18 @@ struct ShardMap {
 };
 
 // Throws Error(kInvalidArgument) naming the field when tp does not divide the heads (or groups)
-// or rank is outside [0, tp).
+// or rank is outside [0, tp). A Mamba2 model of one B/C group (Granite-4.0-H, Falcon-H1) is
+// sharded at any tp that divides its heads: every rank holds a copy of the group (its conv
+// channels and conv state), as vLLM shards it.
 ShardMap shard_map(const ModelConfig& tp1, int tp, int rank);
 
 // Copies the columns `ranges` of dimension `dim` of `src` (host memory, any strides) into `dst`
 // (host memory; the same shape except dim, whose extent is the ranges' total), in order.
 // Throws Error(kInvalidArgument) naming the argument on a shape, dtype or device mismatch, and
-// for a dst whose elements share memory or that shares a byte with src.
+// for a dst whose elements share memory or that overlaps src, where each index of a view's first
+// dimension counts as its whole byte span (the rule of the layer calls' views): a dst that
+// interleaves with src inside one row (src the even columns of a buffer, dst the odd ones) is
+// refused too. Pass other memory.
 void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>& ranges,
                   const TensorView& dst);
 

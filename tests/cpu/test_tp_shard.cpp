@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/gdn_data.h"
@@ -147,6 +148,7 @@ struct ShardCase {
   Strategy strategy;
   DType act;
   bool kda = false;
+  int m2_groups = 0;  // Mamba2: B/C groups (0: Mamba2Side's 4)
 };
 void PrintTo(const ShardCase& c, std::ostream* out) { *out << c.name; }
 
@@ -157,7 +159,10 @@ void run(const ShardCase& c) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int L = 2, requests = 3, T = 4, rounds = 6;
-  const auto layer = Side::config(c.act);
+  auto layer = Side::config(c.act);
+  if constexpr (std::is_same_v<Side, Mamba2Side>) {
+    if (c.m2_groups > 0) layer.n_groups = c.m2_groups;
+  }
   const ModelConfig tp1 = Side::model(L, layer);
   PoolOptions o;
   o.num_slots = requests;
@@ -305,6 +310,10 @@ std::vector<ShardCase> cases() {
                    4, false, s, DType::kBF16});
     all.push_back({replay ? "kda_tp2_tree_replay" : "kda_tp2_tree_snapshot", false, 2, true, s,
                    DType::kF32, true});
+    // One B/C group (Granite-4.0-H, Falcon-H1): every rank holds a copy, as vLLM shards it.
+    all.push_back(
+        {replay ? "mamba2_one_group_tp4_tree_replay" : "mamba2_one_group_tp4_tree_snapshot", true,
+         4, true, s, DType::kF32, false, 1});
     all.push_back({replay ? "kda_tp4_chain_bf16_replay" : "kda_tp4_chain_bf16_snapshot", false, 4,
                    false, s, DType::kBF16, true});
   }
@@ -336,6 +345,32 @@ TEST(TpShardMap, ColumnsAndBadArguments) {
   EXPECT_THROW(shard_map(m, 2, 2), Error);
   const ModelConfig mm = ModelConfig::mamba2(1, Mamba2Side::config(DType::kF32));
   EXPECT_EQ(shard_map(mm, 4, 3).conv_dim(), shard_map(mm, 4, 3).config.conv_dim());
+  // Mamba2 (8 heads of P = 4, N = small_mamba2_config's): groups that tp does not divide are
+  // refused unless there is one, which every rank copies (x 8..15 of 32, B and C whole).
+  Mamba2Config one = Mamba2Side::config(DType::kF32);
+  const int64_t N = one.d_state;
+  one.n_groups = 1;
+  const ShardMap s1 = shard_map(ModelConfig::mamba2(1, one), 4, 1);
+  ASSERT_EQ(s1.conv.size(), 3u);
+  EXPECT_EQ(s1.conv[0].begin, 8);
+  EXPECT_EQ(s1.conv[0].count, 8);
+  EXPECT_EQ(s1.conv[1].begin, 32);
+  EXPECT_EQ(s1.conv[1].count, N);
+  EXPECT_EQ(s1.conv[2].begin, 32 + N);
+  EXPECT_EQ(s1.conv[2].count, N);
+  EXPECT_EQ(s1.config.mamba.n_groups, 1);
+  EXPECT_EQ(s1.config.mamba.num_heads, 2);
+  EXPECT_EQ(s1.conv_dim(), s1.config.conv_dim());
+  one.n_groups = 2;
+  try {
+    shard_map(ModelConfig::mamba2(1, one), 4, 0);
+    FAIL() << "tp = 4 does not divide 2 groups";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mamba.n_groups = 2 is not a multiple of tp = 4 (and not "
+                                         "1, which every rank would copy)"),
+              std::string::npos)
+        << e.what();
+  }
   // KDA: GDN's columns (H=4 K=8 V=6: q 16..31, k 48..63, v 64 + 24..47), its own field names.
   const ModelConfig mk = ModelConfig::kda(1, KdaSide::config(DType::kF32));
   const ShardMap sk = shard_map(mk, 2, 1);
@@ -406,6 +441,16 @@ TEST(TpShardGather, RefusesBadViewsAndRanges) {
   over_src.stride[0] = 4;
   refused(src.view(), {{0, 2}}, over_src, "dst (");
   refused(src.view(), {{0, 2}}, over_src, "overlaps src");
+  // Interleaved inside a row (src the even columns of a buffer, dst the odd ones): no byte is
+  // shared, but each row counts as its span; the message said the rows "share bytes".
+  {
+    std::vector<float> buf(16, 1.0f);
+    const TensorView even = TensorView::strided(buf.data(), DType::kF32, {2, 4}, {8, 2});
+    const TensorView odd = TensorView::strided(buf.data() + 1, DType::kF32, {2, 2}, {8, 2});
+    refused(even, {{1, 2}}, odd,
+            "index 0 of dst lies within the byte span of index 0 of src (each index of the first "
+            "dimension counts as its whole span)");
+  }
   // A copy of no element builds nothing: a zero-extent dst beside a 2^44-column range (its column
   // map asked for 2^47 bytes before).
   {
