@@ -559,7 +559,9 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
   // the pending records are read before the same thread overwrites them). Otherwise loop from 64
   // rows on: measured on H200 (Qwen3-Next, T = 2/4/8), the token loop is 1.2-1.5x faster at
   // B = 128 and 1.1-1.2x slower at B = 32 than one token per thread.
-  const bool loop = p.store_final || p.pending != nullptr || p.tokens == 0 || p.rows >= 64;
+  // (A window past the grid's z extent, kMaxGridYZ, takes the token loop too.)
+  const bool loop = p.store_final || p.pending != nullptr || p.tokens == 0 || p.rows >= 64 ||
+                    p.tokens > kMaxGridYZ;
   const bool records = p.records != nullptr || p.pending != nullptr;
   // Small replay verifies: a channel group's input history in shared memory, a thread per window
   // token. Measured on the H200 (docs/cuda.md, "Replay conv at small batches: the input history

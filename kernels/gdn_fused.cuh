@@ -364,14 +364,14 @@ __global__ void __launch_bounds__(kGdnThreads, SPECSTATE_GDN_FUSED_MIN_CTAS)
     gdn_apply_raw<Act, St, K, LANES, 1, kRows, kChunk>(S, sm.chunk, sm.hist_kf, tt, kl, rows);
   }
   if (cur.store && rows.ok[0]) {
-    gdn_store_state<St, NK, LANES>(committed + rows.v[0] * K, S[0], kl, false);
+    gdn_store_state<St, NK, LANES>(committed + int64_t{rows.v[0]} * K, S[0], kl, false);
   }
   const bool writer = kl == 0;
   float* const u_row =
       sink.ring != nullptr && writer && rows.ok[0]
           ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V + rows.v[0]
           : nullptr;
-  const int u_stride = static_cast<int>(p.factor_bytes / 4);  // a slot's ring is < 2 GiB
+  const int64_t u_stride = p.factor_bytes / 4;  // a ring may pass 8 GiB (R up to 2^30)
   Act* const o_row = writer && rows.ok[0]
                          ? static_cast<Act*>(p.out) + rt.begin * p.out_stride_token +
                                hv * p.out_stride_h + rows.v[0] * p.out_stride_v

@@ -199,7 +199,7 @@ __device__ __forceinline__ void gdn_flush_block(const GdnRecurrenceParams& p,
                                                 const float (&out_rows)[kChunk][kRows],
                                                 const float (&u_rows)[kChunk][kRows], Act* out_v,
                                                 float* u_rec, int wpos, int count, int v0) {
-  const int u_stride = static_cast<int>(p.factor_bytes / 4);  // a slot's ring is < 2 GiB
+  const int64_t u_stride = p.factor_bytes / 4;  // a ring may pass 8 GiB (R up to 2^30)
   for (int i = threadIdx.x; i < count * kRows; i += kGdnThreads) {
     const int t = i / kRows, r = i % kRows, v = v0 + r;
     if (v >= p.head_v_dim) continue;
@@ -381,7 +381,7 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
     float* u_rec = sink.ring != nullptr && writer
                        ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V
                        : nullptr;
-    const int u_stride = static_cast<int>(p.factor_bytes / 4);
+    const int64_t u_stride = p.factor_bytes / 4;  // int64: a ring may pass 8 GiB
     Act* out_v = out + row_token0 * p.out_stride_token + hv * p.out_stride_h;
     const GdnRowInputs<Act> in = gdn_row_inputs<Act, K, kRows>(p, row_token0, h, hv, vblock);
     for (int c0 = 0; c0 < rt.count;) {
@@ -568,7 +568,8 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     } else if (store) {
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
-        if (rows.ok[j]) gdn_store_state<St, NK, LANES>(committed + rows.v[j] * K, S[j], kl, false);
+        if (rows.ok[j])
+          gdn_store_state<St, NK, LANES>(committed + int64_t{rows.v[j]} * K, S[j], kl, false);
       }
     }
     if (more) {
@@ -630,7 +631,8 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     } else if (p.store_final) {
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
-        if (rows.ok[j]) gdn_store_state<St, NK, LANES>(committed + rows.v[j] * K, S[j], kl, false);
+        if (rows.ok[j])
+          gdn_store_state<St, NK, LANES>(committed + int64_t{rows.v[j]} * K, S[j], kl, false);
       }
     }
     // Every thread is done with this block's staged rows, and its outputs are in shared memory.

@@ -130,6 +130,25 @@ struct GdnFactorLayout {
   int64_t u = 0, eg = 0, kf = 0, k = 0, bytes = 0;
 };
 constexpr int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// A CUDA grid's y and z extents are at most 65535. The launches put a round's rows there (every
+// verify, prefill and decode launch), the heads (the recurrences' y: GDN's and KDA's value heads,
+// Mamba2's heads) and the layers (the commit's grid); a window's tokens (the small-batch conv's
+// z) fall back to the conv's token loop instead. A pool whose rows, heads or layers pass the
+// limit could not run a round: CudaBackend::can_implement refuses it, naming the first one
+// (`heads_name`: the config's field) and its value (what = nullptr: every one fits).
+inline constexpr int64_t kMaxGridYZ = 65535;
+struct GridExtent {
+  const char* what;
+  int64_t value;
+};
+constexpr GridExtent cuda_grid_limit_exceeded(int64_t max_rows, int64_t heads,
+                                              const char* heads_name, int64_t layers) {
+  return max_rows > kMaxGridYZ ? GridExtent{"max_rows", max_rows}
+         : heads > kMaxGridYZ  ? GridExtent{heads_name, heads}
+         : layers > kMaxGridYZ ? GridExtent{"num_layers", layers}
+                               : GridExtent{nullptr, 0};
+}
 constexpr GdnFactorLayout gdn_factor_layout(int64_t H, int64_t HV, int64_t K, int64_t V,
                                             int64_t act_bytes) {
   GdnFactorLayout l;

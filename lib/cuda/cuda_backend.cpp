@@ -105,8 +105,16 @@ class CudaBackend final : public BackendImpl {
         return kind_ok != Status::kSuccess ? kind_ok : Status::kNotSupported;
       }
     }
-    if (layout.max_rows > 65535) {
-      *why = "cuda backend: max_rows = " + std::to_string(layout.max_rows) + " > 65535";
+    // Rows, heads and layers are grid extents of its launches (kernels::kMaxGridYZ).
+    const int64_t heads = config.kind == LayerKind::kMamba2 ? config.mamba.num_heads
+                          : config.kind == LayerKind::kKda  ? config.kda_layer.num_v_heads
+                                                            : config.gdn.num_v_heads;
+    const k::GridExtent past = k::cuda_grid_limit_exceeded(
+        layout.max_rows, heads,
+        config.kind == LayerKind::kMamba2 ? "mamba.num_heads" : "num_v_heads", config.num_layers);
+    if (past.what != nullptr) {
+      *why = std::string("cuda backend: ") + past.what + " = " + std::to_string(past.value) +
+             " > " + std::to_string(k::kMaxGridYZ) + " (a grid extent of its launches)";
       return Status::kNotSupported;
     }
     size_t free_bytes = 0, total_bytes = 0;
@@ -499,9 +507,10 @@ class CudaBackend final : public BackendImpl {
       return;
     }
     if (rows == 1 && n > 1) {
-      for (int t0 = 0; t0 < n; t0 += static_cast<int>(scratch_tokens_)) {
+      // int64: n may be 2^31 - 1, and t0 + the scratch past it.
+      for (int64_t t0 = 0; t0 < n; t0 += scratch_tokens_) {
         a.rows = 1;
-        a.tokens = std::min<int>(n - t0, static_cast<int>(scratch_tokens_));
+        a.tokens = static_cast<int>(std::min<int64_t>(n - t0, scratch_tokens_));
         a.token0 = t0;
         a.inline_slots = run.slots.data();
         if (t0 > 0) a.io.conv_pending = a.io.history = false;
@@ -546,10 +555,10 @@ class CudaBackend final : public BackendImpl {
     for (int r0 = 0; r0 < rows;) {
       if (run.length(r0) > scratch_tokens_) {
         const int n = run.length(r0);
-        for (int t0 = 0; t0 < n; t0 += static_cast<int>(scratch_tokens_)) {
+        for (int64_t t0 = 0; t0 < n; t0 += scratch_tokens_) {  // int64: n may be 2^31 - 1
           Args one = a;
           one.rows = 1;
-          one.tokens = std::min<int>(n - t0, static_cast<int>(scratch_tokens_));
+          one.tokens = static_cast<int>(std::min<int64_t>(n - t0, scratch_tokens_));
           one.token0 = run.token0(r0) + t0;
           one.inline_slots = run.slots.data() + r0;
           if (t0 > 0) one.io.conv_pending = one.io.history = false;

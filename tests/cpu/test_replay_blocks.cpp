@@ -304,5 +304,23 @@ TEST(CtasPerSmBound, CappedByTheSharedMemoryAnSmHolds) {
   EXPECT_EQ(ctas_per_sm_bound(4, kSm90, kSm90), 1);  // more than an SM holds: still 1
 }
 
+// Rows, heads and layers are grid y / z extents of the CUDA launches (at most 65535): a pool
+// past one was built and then every launch of a round failed (heads: after the conv had
+// advanced the slot's window). can_implement refuses it with the first such dimension.
+TEST(CudaGridLimit, RowsHeadsAndLayersPastTheGridExtentAreNamed) {
+  using kernels::cuda_grid_limit_exceeded;
+  using kernels::kMaxGridYZ;
+  EXPECT_EQ(cuda_grid_limit_exceeded(kMaxGridYZ, kMaxGridYZ, "h", kMaxGridYZ).what, nullptr);
+  const kernels::GridExtent rows = cuda_grid_limit_exceeded(kMaxGridYZ + 1, 1, "h", 1);
+  EXPECT_STREQ(rows.what, "max_rows");
+  EXPECT_EQ(rows.value, 65536);
+  const kernels::GridExtent heads = cuda_grid_limit_exceeded(8, 70000, "num_v_heads", 1);
+  EXPECT_STREQ(heads.what, "num_v_heads");
+  EXPECT_EQ(heads.value, 70000);
+  const kernels::GridExtent layers = cuda_grid_limit_exceeded(8, 32, "h", int64_t{1} << 20);
+  EXPECT_STREQ(layers.what, "num_layers");
+  EXPECT_EQ(layers.value, int64_t{1} << 20);
+}
+
 }  // namespace
 }  // namespace specstate::kernels

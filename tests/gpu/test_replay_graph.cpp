@@ -330,5 +330,38 @@ TEST(ReplayCommitChecks, TreeWindowAboveTheKernelLimitIsRefusedAtBeginVerify) {
   EXPECT_NO_THROW(gpu.begin_verify(VerifyBatch{{h}, 20, {}}));  // a chain of 20 is fine
 }
 
+// Heads and layers are grid extents of the launches (at most 65535): such a pool was built and
+// every round's launches then failed. Refused at construction, naming the field.
+TEST(ReplayCommitChecks, HeadsAndLayersPastTheGridExtentAreRefusedAtConstruction) {
+  SPECSTATE_REQUIRE_GPU();
+  PoolOptions options = test_pool_options(1, 1, 2, Strategy::kReplay);
+  options.backend = Backend::kCuda;
+  GdnConfig wide = gdn_preset("gpu_f32");
+  wide.num_k_heads = 1;
+  wide.num_v_heads = 65536;
+  wide.head_k_dim = 32;
+  wide.head_v_dim = 1;
+  try {
+    StatePool pool(ModelConfig::gated_delta_net(1, wide), options);
+    FAIL() << "a pool of 65536 value heads was built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("num_v_heads = 65536 > 65535"), std::string::npos)
+        << e.what();
+  }
+  GdnConfig tiny = wide;
+  tiny.num_v_heads = 1;
+  try {
+    StatePool pool(ModelConfig::gated_delta_net(65536, tiny), options);
+    FAIL() << "a pool of 65536 layers was built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("num_layers = 65536 > 65535"), std::string::npos)
+        << e.what();
+  }
+  wide.num_v_heads = 65535;  // at the limit: built
+  EXPECT_NO_THROW(StatePool(ModelConfig::gated_delta_net(1, wide), options));
+}
+
 }  // namespace
 }  // namespace specstate::test
