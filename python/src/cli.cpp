@@ -97,8 +97,11 @@ void bind_cli(nb::module_& m) {
       },
       nb::kw_only(), nb::arg("model") = "qwen3-next-80b", nb::arg("tp") = 1,
       nb::arg("max_requests") = 64, nb::arg("max_rows") = 0, nb::arg("window") = 4,
-      "`specstate plan --json`: memory of the committed pool and the snapshot scratch for a "
-      "model preset ('tiny', 'small', 'qwen3-next-80b'), as a dict. max_rows 0: max_requests.");
+      "`specstate plan --json` for a model preset ('tiny', 'small', 'qwen3-next-80b', "
+      "'nemotron-h-8b', 'nemotron-h-47b', 'nemotron-h-56b', 'kimi-linear-48b-a3b'), as a dict: "
+      "the committed pool's memory, the snapshot scratch and the replay rings. Defaults differ "
+      "from the command's: model 'qwen3-next-80b' (the command's is 'small'). max_rows 0: "
+      "max_requests.");
   m.def(
       "check_golden",
       [](const std::vector<std::string>& paths, const std::string& backend) {

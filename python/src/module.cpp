@@ -184,10 +184,12 @@ void bind_config(nb::module_& m) {
       m, "SsmLayout",
       "Element order of each slot's SSM state (PoolOptions.ssm_layout); views keep the shape "
       "[slots, HV, V, K] and carry the order in their strides.")
-      .value("VK", SsmLayout::kVK, "[HV][V][K] (Mamba2 [nheads][P][N]): SGLang's, vLLM's GDN")
+      .value("VK", SsmLayout::kVK,
+             "[HV][V][K] (Mamba2 [nheads][P][N]): SGLang's, vLLM's GDN and KDA recurrent_state "
+             "(since vLLM's PR #33291)")
       .value("KV", SsmLayout::kKV,
-             "[HV][K][V]: fla's default, vLLM's KDA recurrent_state (GDN and KDA only); adopt "
-             "it transposed");
+             "[HV][K][V]: fla's default, vLLM's GDN and KDA recurrent_state before its PR #33291 "
+             "(GDN and KDA only); adopt it transposed");
   nb::enum_<Workspace>(m, "Workspace", "Workspace tensors of a strategy (StatePool.workspace).")
       .value("SNAPSHOT_CONV", Workspace::kSnapshotConv,
              "snapshot: [max_rows, max_window, conv_dim, W-1]")
@@ -574,8 +576,9 @@ void bind_config(nb::module_& m) {
 NB_MODULE(_specstate, m) {
   using namespace specstate::py;
   m.doc() =
-      "specstate: the recurrent state of hybrid LLMs (Gated DeltaNet) during speculative "
-      "decoding. Arrays are taken through DLPack with zero copies; see docs/python.md.";
+      "specstate: the recurrent state of hybrid LLMs (Gated DeltaNet, Mamba2, KDA) during "
+      "speculative decoding. Arrays are taken through DLPack with zero copies; see "
+      "docs/python.md.";
   m.attr("__version__") = SPECSTATE_PY_VERSION;
   bind_config(m);
   bind_errors(m);

@@ -154,14 +154,19 @@ auto locked(PyPool& p, nb::handle stream, Fn&& fn) {
   }
 }
 
-void check_device(const PyPool& p, const Arg& a, const char* name) {
-  (void)name;
+// A CUDA array on another GPU than the pool's (options.device) is refused: TensorView carries no
+// device index, so the library cannot tell, and a kernel of cuda:want would read it through peer
+// access at best.
+void check_device_id(const Arg& a, int want, const char* name) {
   if (a.view.empty() || a.view.device != Device::kCuda) return;
-  const int want = const_cast<PyPool&>(p).pool().options().device;
   if (a.device_id != want)
     throw nb::value_error((std::string(name) + ": array on cuda:" + std::to_string(a.device_id) +
                            ", the pool is on cuda:" + std::to_string(want))
                               .c_str());
+}
+
+void check_device(const PyPool& p, const Arg& a, const char* name) {
+  check_device_id(a, const_cast<PyPool&>(p).pool().options().device, name);
 }
 
 template <typename W, typename I, typename O>
@@ -422,6 +427,10 @@ void bind_pool(nb::module_& m) {
                   for (std::size_t l = 0; l < arrays.size(); ++l) {
                     const std::string arg = std::string(name) + "[" + std::to_string(l) + "]";
                     Arg a = to_arg(arrays[l], arg.c_str(), true, false);
+                    // (A tensor-parallel engine's rank r passes options.device = r.)
+                    if (options.backend == Backend::kCuda) {
+                      check_device_id(a, options.device, arg.c_str());
+                    }
                     out.push_back(a.view);
                     held.push_back(a.array);  // the import, not only the object: an
                                               // exported buffer cannot be released under it

@@ -308,6 +308,24 @@ def test_cuda_pool_over_torch_state_tensors(strategy):
     assert (ssm_all[:, 2:] == 7.0).all()  # slots never acquired are untouched
 
 
+def test_caller_state_on_another_gpu_than_the_pools_is_refused_naming_it():
+    """The committed-state constructor did not compare the arrays' GPU with options.device (every
+    other array argument was): a rank's tensors on cuda:0 were adopted by a pool of cuda:1. One
+    GPU suffices: the arrays are refused before the pool touches device 1."""
+    model = Model(seed=21, head_k_dim=K)
+    cfg, L, slots = model.cfg, model.layers, 2
+    conv = [torch.zeros(slots, cfg.conv_dim(), cfg.conv_width - 1, device="cuda:0")
+            for _ in range(L)]
+    ssm = [torch.zeros(slots, cfg.num_v_heads, cfg.head_v_dim, cfg.head_k_dim, device="cuda:0")
+           for _ in range(L)]
+    opts = specstate.PoolOptions(num_slots=slots, max_rows=1, max_window=2,
+                                 backend=specstate.Backend.CUDA, device=1)
+    with pytest.raises(ValueError, match=r"committed_conv\[0\]: array on cuda:0, the pool is on "
+                                         r"cuda:1"):
+        specstate.StatePool(model.config, opts, committed_conv=conv, committed_ssm=ssm)
+    assert (ssm[0] == 0).all()
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
 def test_device_cu_seqlens_equals_host_lengths(strategy):
     """The same round with host lengths and with a device cu_seqlens tensor (inputs sized for
