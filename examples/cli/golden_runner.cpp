@@ -459,8 +459,8 @@ void run_round(const TensorStore& store, const GoldenAdapter& adapter, const Gol
     pool.commit(accepted);
   }
 
-  // Under replay the views materialize the accepted steps (re-run from the records with the
-  // weights of the last verify, which are still alive in `mem`).
+  // Under replay the views materialize the accepted steps (the history factor records applied to
+  // the checkpoints; no weights are read).
   std::vector<Bytes> conv_after(s.L), ssm_after(s.L);
   for (int l = 0; l < s.L; ++l) {
     conv_after[l] = read_bytes(mem, pool.conv_state(l), "conv_state");

@@ -217,8 +217,11 @@ int run(int rounds, int max_draft, uint64_t seed, Strategy strategy) {
     arrive(3);
     for (int round = 0; round < rounds; ++round) {
       if (round % 4 == 1) arrive(1 + static_cast<int>(rng() % 2));
-      if (round % 7 == 3 && !live.empty() && pool.free_slots() > 0) {
-        // Parallel sampling: a request forks; both continue independently.
+      // Parallel sampling: a request forks; both continue independently. Every 7th round from
+      // round 3, and at the first round from 3 on with a live request until one has forked (long
+      // drafts can finish every request before round 3 or 10).
+      if ((round % 7 == 3 || (round >= 3 && forks == 0)) && !live.empty() &&
+          pool.free_slots() > 0) {
         const Request& p = live[rng() % live.size()];
         live.push_back(Request{pool.fork(p.h), ref.fork(p.r), 6});
         ++forks;
@@ -281,7 +284,8 @@ int run(int rounds, int max_draft, uint64_t seed, Strategy strategy) {
         layer_kind_name(config.kind), rounds, strategy_name(strategy), arrivals, forks, departures,
         verified, accepted_total);
     // The self-check that the run covered the engine's events holds from kCoverageRounds rounds
-    // on (every seed of 0..60 covers them in 10); a shorter run only checks the states.
+    // on (every seed of 0..60 covers them in 10, at --max-draft 1..15, either kind); a shorter
+    // run only checks the states.
     constexpr int kCoverageRounds = 10;
     if (arrivals < 4 || departures < 1 || forks < 1) {
       if (rounds >= kCoverageRounds) {
