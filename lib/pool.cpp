@@ -198,8 +198,9 @@ void StatePool::Impl::close() noexcept {
   // A caller-owned pool: the caller's memory outlives the pool and is what the engine keeps of
   // its requests (as release() leaves it), so every live slot's deferred steps (replay) are
   // applied before the pool goes: the memory then holds the committed states, whatever the
-  // strategy. A failure here (a device fault, the caller's stream gone) cannot be thrown from a
-  // destructor: it is logged, and the memory keeps the checkpoints.
+  // strategy (on the pool's stream, which must outlive the pool). A failure here (a device
+  // fault) cannot be thrown from a destructor: it is logged, and the memory keeps the
+  // checkpoints.
   if (storage.layout.caller_committed) {
     try {
       materialize_slots({});

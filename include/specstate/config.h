@@ -271,8 +271,10 @@ struct PoolOptions {
   // #33291: specstate/vllm.h). kKV is rejected for Mamba2.
   ConvLayout conv_layout = ConvLayout::kChannelsFirst;
   SsmLayout ssm_layout = SsmLayout::kVK;
-  int device = 0;          // CUDA device ordinal (kCuda only)
-  void* stream = nullptr;  // cudaStream_t the pool's work runs on (kCuda only; null = default)
+  int device = 0;  // CUDA device ordinal (kCuda only)
+  // cudaStream_t the pool's work runs on (kCuda only; null = default). It must outlive the pool:
+  // a caller-owned replay pool's destructor materializes its live slots on it.
+  void* stream = nullptr;
 };
 
 }  // namespace specstate
