@@ -185,7 +185,8 @@ void run(const typename Kind::Config& g, Strategy strategy, bool tree, CallerLay
 
   for (int i = 0; i < 3; ++i) arrive();
   check_memory("after the prefills");
-  // Slots 4 and 5 are never acquired: their bytes must stay the sentinel (checked at the end).
+  // Slot 5 is never acquired (the forks take slot 4): its bytes must stay the sentinel (checked at
+  // the end).
   for (int round = 0; round < 10; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     // Rows: the live requests in random order, padding rows in between.

@@ -57,11 +57,15 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   options.replay_ring = c.ring;
   options.replay_fold_rows = c.fold_rows;
   Pair pools(d.model, options, c.vllm);
+  // Non-zero output bytes compared (both pools' outputs start zeroed: a call that wrote no
+  // output in either would compare equal); checked at the end.
+  int64_t nonzero_outputs = 0;
   auto same_outputs = [&](const Outputs& a, const Outputs& b, const std::string& what) {
     const NamedViews x = Kind::tensors(a), y = Kind::tensors(b);
     for (std::size_t i = 0; i < x.size(); ++i) {
-      ASSERT_EQ(mem.bytes(x[i].second), mem.bytes(y[i].second))
-          << what << ": " << x[i].first << " differs";
+      const std::vector<uint8_t> bytes = mem.bytes(x[i].second);
+      ASSERT_EQ(bytes, mem.bytes(y[i].second)) << what << ": " << x[i].first << " differs";
+      nonzero_outputs += std::count_if(bytes.begin(), bytes.end(), [](uint8_t v) { return v; });
     }
   };
   // The committed states in their logical order (the pools' element orders may differ).
@@ -220,6 +224,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   }
   same_state("at the end");
   expect_nonzero_ssm_state(mem, pools.replay, L);
+  EXPECT_GT(nonzero_outputs, 0) << "every compared output was all zero";
   EXPECT_GT(kept_rows, 0) << "no round kept a row (a = 0)";
   EXPECT_GT(accepted_total, c.rounds / 2) << "the trace accepted almost nothing";
   EXPECT_EQ(replayed_rounds, c.rounds);

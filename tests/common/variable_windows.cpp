@@ -51,6 +51,13 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g,
   const int L = KindDriver<Kind>::kLayers;
   PoolOptions options = d.options(c.requests + 1, c.requests + 2, c.max_window);
   options.strategy = how.strategy;
+  // The case's ring, fold rows and element order (EquivalenceCase), for both pools: both run the
+  // strategy `how` says, and keep vLLM's order where the case gives it to that strategy's pool.
+  options.replay_ring = c.ring;
+  options.replay_fold_rows = c.fold_rows;
+  if (c.vllm & (how.strategy == Strategy::kReplay ? kReplayVllm : kSnapshotVllm)) {
+    options = vllm_layout_options(options, d.model.kind);
+  }
   StatePool uniform(d.model, options), variable(d.model, options);
   const std::vector<typename Kind::Weights>& weights = d.weights;
   // Rows `rows_u` of the uniform pool's output equal rows [0, n) of the variable pool's.

@@ -92,8 +92,10 @@ def test_strategies_bit_identical(act):
     out_r, st_r = tree_and_chain_rounds(Strategy.REPLAY, act)
     for i, (x, y) in enumerate(zip(out_s, out_r)):
         assert np.array_equal(bits(x), bits(y)), f"verify output {i}"
+        assert np.any(np.asarray(x, np.float32) != 0), f"verify output {i} is all zero"
     for (cs, ss), (cr, sr) in zip(st_s, st_r):
         assert np.array_equal(bits(cs), bits(cr)) and np.array_equal(bits(ss), bits(sr))
+    assert any(np.any(np.asarray(ss, np.float32) != 0) for _, ss in st_s), "states all zero"
 
 
 def test_replay_fold_rows_changes_no_bits_and_bad_values_are_rejected():
@@ -176,6 +178,8 @@ def test_commit_array_and_tuple():
     for other in results[1:]:
         for (c0, s0), (c1, s1) in zip(results[0], other):
             assert np.array_equal(c0, c1) and np.array_equal(s0, s1)
+    # A commit that ignored its values (kept nothing) would leave the fresh slot all zero.
+    assert any(np.any(s != 0) for _, s in results[0]), "commit of [2] left the state all zero"
 
 
 def test_commit_refuses_byte_strings():
@@ -364,9 +368,10 @@ def test_strided_arrays(strategy):
     c0, s0 = run(False)
     c1, s1 = run(True)
     for x, y in zip(c0, c1):
-        assert np.array_equal(x, y)
+        assert np.array_equal(x, y) and np.any(x != 0)
     for (a0, b0), (a1, b1) in zip(s0, s1):
         assert np.array_equal(a0, a1) and np.array_equal(b0, b1)
+    assert any(np.any(b0 != 0) for _, b0 in s0)
 
 
 def test_describe_strides():
