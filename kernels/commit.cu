@@ -186,8 +186,8 @@ cudaError_t launch_commit_unit(const CommitParams& p, cudaStream_t stream) {
   const int ssm_chunks = static_cast<int>((p.ssm_state_bytes + per_chunk - 1) / per_chunk);
   const int conv_chunks = static_cast<int>((p.conv_state_bytes + per_chunk - 1) / per_chunk);
   const dim3 grid(ssm_chunks + conv_chunks, p.rows, p.layers);
-  commit_kernel<U><<<grid, kCommitThreads, 0, stream>>>(p, ssm_chunks);
-  return cudaGetLastError();
+  // launch_kernel: this launch's error, not one an earlier call left on the thread.
+  return launch_kernel(false, commit_kernel<U>, grid, dim3(kCommitThreads), stream, p, ssm_chunks);
 }
 
 bool aligned16_host(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
@@ -195,8 +195,7 @@ bool aligned16_host(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) 
 }  // namespace
 
 cudaError_t launch_commit_check(const CommitCheckParams& p, cudaStream_t stream) {
-  commit_check_kernel<<<1, 256, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(false, commit_check_kernel, dim3(1), dim3(256), stream, p);
 }
 
 cudaError_t launch_commit(const CommitParams& p, cudaStream_t stream) {
@@ -218,8 +217,8 @@ cudaError_t launch_commit_pending(const CommitPendingParams& p, cudaStream_t str
   // take one pass (up to 256); a tree's compacts records with 256.
   const int threads =
       p.parents != nullptr ? 256 : std::min(256, std::max(32, (p.rows + 31) / 32 * 32));
-  commit_pending_kernel<<<dim3(p.rows, p.layers), threads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(false, commit_pending_kernel, dim3(p.rows, p.layers), dim3(threads), stream,
+                       p);
 }
 
 cudaError_t launch_clear_pending(const ClearPendingArgs& a, const int32_t* slots, int n,
@@ -237,8 +236,8 @@ cudaError_t launch_clear_pending(const ClearPendingArgs& a, const int32_t* slots
     p.layer_end = layer_end;
     p.n = std::min(kUploadChunk, n - begin);
     std::copy(slots + begin, slots + begin + p.n, p.slots);
-    clear_pending_kernel<<<1, 256, 0, stream>>>(p);
-    const cudaError_t err = cudaGetLastError();
+    const cudaError_t err =
+        launch_kernel(false, clear_pending_kernel, dim3(1), dim3(256), stream, p);
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -246,8 +245,7 @@ cudaError_t launch_clear_pending(const ClearPendingArgs& a, const int32_t* slots
 
 cudaError_t launch_upload_i32(const UploadSpan* spans, int count, cudaStream_t stream) {
   return static_cast<cudaError_t>(pack_upload(spans, count, [&](const UploadBatch& b) {
-    upload_i32_kernel<<<1, 256, 0, stream>>>(b);
-    return cudaGetLastError();
+    return launch_kernel(false, upload_i32_kernel, dim3(1), dim3(256), stream, b);
   }));
 }
 

@@ -368,6 +368,9 @@ inline bool programmatic_launch_supported() {
 // Launches a kernel, as a programmatic dependent of the kernel before it in the stream where
 // `programmatic` and the device has it (captured as a programmatic edge in CUDA graphs): it may
 // start while that kernel runs and waits (grid_dependency_wait) before reading its outputs.
+// Returns this launch's error: not cudaGetLastError(), which also returns (and clears) an error an
+// earlier call left on the thread, the caller's included, and made a call throw after its kernel
+// was queued (a device-valued commit ran while the round stayed open on the host).
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
                           cudaStream_t stream, const Args&... args) {
@@ -380,8 +383,7 @@ cudaError_t launch_kernel(bool programmatic, void (*kernel)(Params...), dim3 gri
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = programmatic && programmatic_launch_supported() ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
-  return err != cudaSuccess ? err : cudaGetLastError();
+  return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 // Launches a recurrence kernel as a programmatic dependent of the conv kernel before it.

@@ -32,8 +32,10 @@ void StatePool::Impl::verify(int layer, const Weights& weights,
   run.layer = layer;
   run.tokens_per_row = plan.window;
   run.plan = &plan;
-  run.io = strategy->verify_io(layer, plan, !verified[layer]);
+  const bool first = !verified[layer];
+  run.io = strategy->verify_io(layer, plan, first);
   detail::KindArgs<Weights>::run(*backend, storage, run, weights, inputs, outputs);
+  strategy->after_verify(layer, plan, first);  // (not reached when the launch threw)
   verified[layer] = true;
 }
 

@@ -67,6 +67,25 @@ class CudaBackend final : public BackendImpl {
                   "StatePool: options.device = " + std::to_string(device_) + " outside [0, " +
                       std::to_string(count) + ")");
     }
+    // A stream of another GPU: every kernel launch on it would fail (its copies would not), with
+    // an error that names no option. The special handles (null, legacy, per-thread) are the
+    // current device's, which every call makes options.device. (cudaStreamGetDevice: CUDA 12.8.)
+#if CUDART_VERSION >= 12080
+    if (stream_ != nullptr && stream_ != cudaStreamLegacy && stream_ != cudaStreamPerThread) {
+      int stream_device = -1;
+      const cudaError_t e = cudaStreamGetDevice(stream_, &stream_device);
+      if (e != cudaSuccess) {
+        throw Error(Status::kInvalidArgument,
+                    std::string("StatePool: options.stream is not a usable stream (") +
+                        cudaGetErrorName(e) + ")");
+      }
+      if (stream_device != device_) {
+        throw Error(Status::kInvalidArgument,
+                    "StatePool: options.stream belongs to cuda:" + std::to_string(stream_device) +
+                        ", options.device = " + std::to_string(device_));
+      }
+    }
+#endif
   }
 
   Backend kind() const noexcept override { return Backend::kCuda; }
@@ -196,6 +215,10 @@ class CudaBackend final : public BackendImpl {
 
   void free(PoolStorage& s) noexcept override {
     break_chain();
+    // The thread's current device is restored at the end (a destructor that left the caller on
+    // the pool's GPU moved the caller's next allocations and launches there).
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
     // A device-wide wait: the pool's stream may already be gone (it must outlive the pool, but a
     // destructor should not crash on a caller's mistake).
     if (cudaSetDevice(device_) == cudaSuccess) cudaDeviceSynchronize();
@@ -212,6 +235,7 @@ class CudaBackend final : public BackendImpl {
       if (*p) cudaFree(*p);
       *p = nullptr;
     }
+    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
   }
 
   void zero_slot(const PoolStorage& s, int slot) override {
@@ -320,8 +344,13 @@ class CudaBackend final : public BackendImpl {
           cuda::Mamba2Launch L = cuda::build_mamba2_launch(a);
           L.conv.programmatic =
               programmatic_edge(s, L.conv.state, L.conv.rows, L.conv.tokens, L.conv.varlen);
-          check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
-          check(k::launch_mamba2_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
+          try {
+            check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
+            check(k::launch_mamba2_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
+          } catch (...) {
+            break_chain();  // a retry must not overlap what this call may have queued
+            throw;
+          }
           chain_key_ = L.conv.state;
         });
   }
@@ -442,16 +471,22 @@ class CudaBackend final : public BackendImpl {
         programmatic_edge(s, L.conv.state, L.conv.rows, L.conv.tokens, L.conv.varlen);
     k::GdnFusedParams fused{L.rec, L.conv, fused_counters_, L.user_conv_out};
     fused.programmatic = L.conv.programmatic;
-    if (k::gdn_fused_chosen(fused, L.act, L.conv_state, L.ssm_state)) {
-      // The other set than the fused launch before (which may still run while this one counts).
-      fused.counters += fused_counter_parity_ * fused_counter_set_;
-      fused_counter_parity_ ^= 1;
-      check(k::launch_gdn_fused(fused, kda, stream_), what);
-    } else {
-      check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
-      check(kda ? k::launch_kda_recurrence(L.rec, L.act, L.ssm_state, stream_)
-                : k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, stream_),
-            what);
+    try {
+      if (k::gdn_fused_chosen(fused, L.act, L.conv_state, L.ssm_state)) {
+        // The other set than the fused launch before (which may still run while this one
+        // counts); flipped once this launch is queued.
+        fused.counters += fused_counter_parity_ * fused_counter_set_;
+        check(k::launch_gdn_fused(fused, kda, stream_), what);
+        fused_counter_parity_ ^= 1;
+      } else {
+        check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
+        check(kda ? k::launch_kda_recurrence(L.rec, L.act, L.ssm_state, stream_)
+                  : k::launch_gdn_recurrence(L.rec, L.act, L.ssm_state, stream_),
+              what);
+      }
+    } catch (...) {
+      break_chain();  // a retry must not overlap what this call may have queued
+      throw;
     }
     chain_key_ = L.conv.state;
   }

@@ -42,13 +42,19 @@ StateIO ReplayStrategy::verify_io(int layer, const RoundPlan& plan, bool first) 
   io.conv_pending = first;
   io.store_replayed = first;
   io.settled = !first;
+  return io;
+}
+
+void ReplayStrategy::after_verify(int layer, const RoundPlan& plan, bool first) {
+  // Marked only once the verify's launch returned: a layer marked verified is settled by a
+  // later materialize as if its verify had stored the folded checkpoint, so a verify that threw
+  // before running must leave no mark (its history would be dropped).
   round_fold_limit_ = plan.fold_limit;
   if (first) {
     for (int32_t s : plan.slots) {
       if (s >= 0) verified_[at(layer, s)] = 1;
     }
   }
-  return io;
 }
 
 StateIO ReplayStrategy::advance_io(int layer, const std::vector<int32_t>& slots) {

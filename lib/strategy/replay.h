@@ -36,6 +36,7 @@ class ReplayStrategy final : public StrategyImpl {
   Strategy kind() const noexcept override { return Strategy::kReplay; }
   bool defers_work() const noexcept override { return true; }
   StateIO verify_io(int layer, const RoundPlan& plan, bool first) override;
+  void after_verify(int layer, const RoundPlan& plan, bool first) override;
   StateIO advance_io(int layer, const std::vector<int32_t>& slots) override;
   void after_advance(BackendImpl& backend, const PoolStorage& storage, int layer,
                      const std::vector<int32_t>& slots, const StateIO& io) override;

@@ -23,6 +23,11 @@ class StrategyImpl {
   // State I/O of the verify of `layer` in the open round; `first` is false when the layer was
   // already verified in this round (a repeated verify).
   virtual StateIO verify_io(int layer, const RoundPlan& plan, bool first) = 0;
+  // After that verify's launch returned (not when it threw: the layer is then not verified, and
+  // nothing may be recorded as if it had run).
+  virtual void after_verify(int layer, const RoundPlan& plan, bool first) {
+    (void)layer, (void)plan, (void)first;
+  }
   // State I/O of an advance (prefill / decode) of `layer` over `slots` (-1 = padding).
   virtual StateIO advance_io(int layer, const std::vector<int32_t>& slots) = 0;
   // After the advance launched with `io`.

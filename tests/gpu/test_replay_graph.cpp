@@ -363,5 +363,69 @@ TEST(ReplayCommitChecks, HeadsAndLayersPastTheGridExtentAreRefusedAtConstruction
   EXPECT_NO_THROW(StatePool(ModelConfig::gated_delta_net(1, wide), options));
 }
 
+// An error the caller left on the thread (unconsumed by cudaGetLastError) was taken for the error
+// of the pool's next launch: verify and commit threw after queuing their kernels (a device-valued
+// replay commit then ran on the device while the round stayed open on the host). The pool's
+// launches report their own errors only, and leave the caller's error for the caller.
+TEST(ReplayCommitChecks, AnErrorTheCallerLeftOnTheThreadIsNotTheLaunchesError) {
+  SPECSTATE_REQUIRE_GPU();
+  PoolOptions options = test_pool_options(1, 1, 4, Strategy::kReplay);
+  options.backend = Backend::kCuda;
+  const GdnConfig g = gdn_preset("gpu_f32");
+  StatePool gpu(ModelConfig::gated_delta_net(1, g), options);
+  const SlotHandle h = gpu.acquire();
+  std::mt19937_64 rng(5);
+  const LayerWeights w = random_weights(g, rng);
+  DeviceWeights dw(w);
+  TokenInputs in = random_inputs(g, 4, rng);
+  TokenOutputs out = make_outputs(g, 4);
+  DeviceInputs din(in, 0);
+  DeviceOutputs dout(out, 0, true);
+  ASSERT_NE(cudaSetDevice(1 << 20), cudaSuccess);  // the thread's last error: invalid device
+  gpu.begin_verify(VerifyBatch{{h}, 4, {}});
+  EXPECT_NO_THROW(gpu.verify(0, dw.view(), din.view(), dout.view()));
+  EXPECT_NO_THROW(gpu.commit(std::vector<int32_t>{2}));
+  EXPECT_FALSE(gpu.round_open());
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice);  // still the caller's to read
+  dout.download(out);
+  EXPECT_GT(sum_squares(out.core_out.view()), 0.0);
+}
+
+// A stream of another GPU than options.device: every launch on it failed with an error naming no
+// option (and copy_slot / import_slot overwrote a slot first); refused at construction. The pool's
+// destructor left the thread on the pool's GPU. Both need two GPUs.
+TEST(ReplayCommitChecks, AStreamOfAnotherGpuIsRefusedAndTheDestructorKeepsTheCurrentDevice) {
+  SPECSTATE_REQUIRE_GPU();
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  if (count < 2) GTEST_SKIP() << "needs two GPUs (" << count << " here)";
+  PoolOptions options = test_pool_options(1, 1, 2, Strategy::kReplay);
+  options.backend = Backend::kCuda;
+  options.device = 0;
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);
+  options.stream = other;
+  try {
+    StatePool pool(ModelConfig::gated_delta_net(1, gdn_preset("gpu_f32")), options);
+    ADD_FAILURE() << "a pool of cuda:0 on a stream of cuda:1 was built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("options.stream belongs to cuda:1, options.device = 0"),
+              std::string::npos)
+        << e.what();
+  }
+  options.stream = nullptr;
+  {
+    StatePool pool(ModelConfig::gated_delta_net(1, gdn_preset("gpu_f32")), options);
+    pool.acquire();
+  }
+  int current = -1;
+  EXPECT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 1) << "destroying a pool of cuda:0 moved the thread off cuda:1";
+  cudaStreamDestroy(other);
+  cudaSetDevice(0);
+}
+
 }  // namespace
 }  // namespace specstate::test
