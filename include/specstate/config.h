@@ -272,8 +272,9 @@ struct PoolOptions {
   ConvLayout conv_layout = ConvLayout::kChannelsFirst;
   SsmLayout ssm_layout = SsmLayout::kVK;
   int device = 0;  // CUDA device ordinal (kCuda only)
-  // cudaStream_t the pool's work runs on (kCuda only; null = default). It must outlive the pool:
-  // a caller-owned replay pool's destructor materializes its live slots on it.
+  // cudaStream_t the pool's work runs on (kCuda only; null = default), a stream of
+  // options.device (another GPU's is refused). It must outlive the pool: a caller-owned replay
+  // pool's destructor materializes its live slots on it.
   void* stream = nullptr;
 };
 
