@@ -282,11 +282,17 @@ class CudaBackend final : public BackendImpl {
     // The export layout interleaves the layers' conv windows and SSM states: one strided copy
     // per buffer, the destination pitch being one layer's conv + SSM bytes.
     char* out = static_cast<char*>(buffer);
-    layer_copy_.copy(export_ptrs(s, out, 0), slot_ptrs(s, s.conv_layers, slot, s.conv_slot_stride),
-                     l.conv_bytes, kind, "exporting a slot's conv state");
-    layer_copy_.copy(export_ptrs(s, out, l.conv_bytes),
-                     slot_ptrs(s, s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes, kind,
-                     "exporting a slot's SSM state");
+    try {
+      layer_copy_.copy(export_ptrs(s, out, 0),
+                       slot_ptrs(s, s.conv_layers, slot, s.conv_slot_stride), l.conv_bytes, kind,
+                       "exporting a slot's conv state");
+      layer_copy_.copy(export_ptrs(s, out, l.conv_bytes),
+                       slot_ptrs(s, s.ssm_layers, slot, s.ssm_slot_stride), l.ssm_bytes, kind,
+                       "exporting a slot's SSM state");
+    } catch (...) {
+      host_copies_done(buffer_device);
+      throw;
+    }
     if (buffer_device == Device::kCpu) {
       check(cudaStreamSynchronize(stream_), "waiting for a slot export");
     }
@@ -300,11 +306,16 @@ class CudaBackend final : public BackendImpl {
     const cudaMemcpyKind kind =
         buffer_device == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
     char* in = const_cast<char*>(static_cast<const char*>(buffer));
-    layer_copy_.copy(slot_ptrs(s, s.conv_layers, slot, s.conv_slot_stride), export_ptrs(s, in, 0),
-                     l.conv_bytes, kind, "importing a slot's conv state");
-    layer_copy_.copy(slot_ptrs(s, s.ssm_layers, slot, s.ssm_slot_stride),
-                     export_ptrs(s, in, l.conv_bytes), l.ssm_bytes, kind,
-                     "importing a slot's SSM state");
+    try {
+      layer_copy_.copy(slot_ptrs(s, s.conv_layers, slot, s.conv_slot_stride), export_ptrs(s, in, 0),
+                       l.conv_bytes, kind, "importing a slot's conv state");
+      layer_copy_.copy(slot_ptrs(s, s.ssm_layers, slot, s.ssm_slot_stride),
+                       export_ptrs(s, in, l.conv_bytes), l.ssm_bytes, kind,
+                       "importing a slot's SSM state");
+    } catch (...) {
+      host_copies_done(buffer_device);
+      throw;
+    }
     if (buffer_device == Device::kCpu) {
       // The caller may free or reuse its host buffer once the call returns.
       check(cudaStreamSynchronize(stream_), "waiting for a slot import");
@@ -504,6 +515,13 @@ class CudaBackend final : public BackendImpl {
                                  s.config.kind == LayerKind::kMamba2, rows, tokens);
   }
   void break_chain() noexcept { chain_key_ = nullptr; }
+
+  // A slot export / import to host memory that throws after queuing some of its copies: waits
+  // for them (best effort), so that no DMA reads or writes a pinned host buffer that the caller
+  // frees once the call has returned.
+  void host_copies_done(Device buffer_device) noexcept {
+    if (buffer_device == Device::kCpu) cudaStreamSynchronize(stream_);
+  }
   // SPECSTATE_LAYER_OVERLAP: 0 off, 2 at any batch (tuning), else 1 (the measured rule).
   static int overlap_mode() {
     const char* e = std::getenv("SPECSTATE_LAYER_OVERLAP");
