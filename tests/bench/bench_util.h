@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "bench_fill.h"
+#include "kernels/kernel_types.h"
+#include "lib/backend.h"
 #include "specstate/config.h"
 #include "specstate/pool.h"
 
@@ -54,10 +56,19 @@ inline void fill_layer_states(StatePool& pool, int l, uint64_t ssm_seed, uint64_
   check(fill_random(conv.data, conv.numel(), true, 1.0f, conv_seed, stream), "fill");
 }
 
+// The fold limit a verify of B rows gets in service (the pool's begin_verify: RoundPlan::
+// fold_limit), from the pool's layout: its ring, max_window and fold rows.
+template <typename Storage>
+int round_fold_limit(const Storage& storage, int B) {
+  const auto& l = storage.layout;
+  return l.ring > 0 ? kernels::replay_fold_limit(l.max_window, l.ring, B, l.fold_rows) : 0;
+}
+
 // What both kinds' launch arguments (detail::cuda::GdnLaunchArgs, Mamba2LaunchArgs) of a bench
 // round hold alike: the pool's storage, layer l, B rows of T tokens on the bench's device slot
 // list, and the state I/O of snapshot (per-token stores) or replay (pending steps re-run,
-// committed state stored once, records).
+// committed state stored at the round's fold limit, records). (The fold limit was left 0 once:
+// every replay folded, while the bytes counted the ring model's fold rate.)
 template <typename LaunchArgs, typename Storage>
 void set_round_args(LaunchArgs& a, const Storage* storage, int l, int B, int T, bool replay,
                     const int32_t* device_slots) {
@@ -68,10 +79,39 @@ void set_round_args(LaunchArgs& a, const Storage* storage, int l, int B, int T, 
   if (replay) {
     a.io.conv_pending = a.io.history = a.io.fold = a.io.store_replayed = true;
     a.io.write_records = true;
+    a.io.fold_limit = round_fold_limit(*storage, B);
   } else {
     a.io.store_tokens = true;
   }
   a.device_slots = device_slots;
+}
+
+// What a per-kernel replay bench's graph does to history: it holds no commit, so every replay
+// applies the history the priming rounds left in the rows' cursors and folds the rows whose
+// history passes the round's fold limit, the same each time. Its bytes are these (read back from
+// the device), not the ring model's (which describes a stream of committed rounds).
+struct PrimedHistory {
+  double fold_rate = 0;     // of (layer, row) pairs
+  double mean_history = 0;  // records a row applies, mean over (layer, row)
+};
+template <typename Storage>
+PrimedHistory primed_history(const Storage& storage, int layers, const std::vector<int>& slots,
+                             int fold_limit) {
+  PrimedHistory out;
+  if (storage.base(detail::Buf::kCursor) == nullptr || slots.empty()) return out;
+  for (int l = 0; l < layers; ++l) {
+    for (int slot : slots) {
+      int32_t cursor[2] = {0, 0};  // base, history
+      check(cudaMemcpy(cursor, storage.cursor(l, slot), sizeof(cursor), cudaMemcpyDeviceToHost),
+            "reading a replay cursor");
+      out.mean_history += cursor[1];
+      out.fold_rate += kernels::replay_folds(cursor[1], fold_limit) ? 1 : 0;
+    }
+  }
+  const double n = double(layers) * slots.size();
+  out.fold_rate /= n;
+  out.mean_history /= n;
+  return out;
 }
 
 // 0 .. n-1 shuffled by `rng`: the order in which a round takes the pool's handles (its first B).
@@ -83,8 +123,10 @@ inline std::vector<int> shuffled_order(int n, std::mt19937_64& rng) {
 }
 
 inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;  // (of two samples: their mean)
 }
 
 // Device copy bandwidth (bytes read + written) of a 1 GiB and a 4 GiB cudaMemcpy, the larger.
@@ -132,9 +174,12 @@ cudaGraphExec_t capture_graph(cudaStream_t stream, Fn&& body) {
   return exec;
 }
 
-// Replays `exec` (two warm-up launches, then one per benchmark iteration) with `flush_bytes` of
-// `flush` rewritten before each replay (the L2 flushed), timed by events e0 / e1 on `stream`;
-// returns the median replay time in us.
+// Replays `exec` (two warm-up launches, then kReplaysPerIteration per benchmark iteration) with
+// `flush_bytes` of `flush` rewritten before each replay (the L2 flushed), each replay timed by
+// events e0 / e1 on `stream`; returns the median replay time in us. Several replays an iteration:
+// Google Benchmark stops at MinTime (0.05 s), which a graph of 4 rounds at B = 128 (20-150 ms)
+// passes in one iteration, so one replay an iteration made the "median" of 1 to 4 samples.
+inline constexpr int kReplaysPerIteration = 7;
 inline double time_graph(cudaGraphExec_t exec, cudaStream_t stream, void* flush,
                          std::size_t flush_bytes, cudaEvent_t e0, cudaEvent_t e1,
                          benchmark::State& state) {
@@ -143,16 +188,23 @@ inline double time_graph(cudaGraphExec_t exec, cudaStream_t stream, void* flush,
   std::vector<double> us;
   int i = 0;
   for (auto _ : state) {
-    check(cudaMemsetAsync(flush, i++ & 0xff, flush_bytes, stream), "flush");
-    check(cudaEventRecord(e0, stream), "event");
-    check(cudaGraphLaunch(exec, stream), "replay");
-    check(cudaEventRecord(e1, stream), "event");
-    check(cudaEventSynchronize(e1), "sync");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    state.SetIterationTime(ms * 1e-3);
-    us.push_back(ms * 1e3);
+    double iteration_ms = 0;
+    for (int k = 0; k < kReplaysPerIteration; ++k) {
+      check(cudaMemsetAsync(flush, i++ & 0xff, flush_bytes, stream), "flush");
+      check(cudaEventRecord(e0, stream), "event");
+      check(cudaGraphLaunch(exec, stream), "replay");
+      check(cudaEventRecord(e1, stream), "event");
+      check(cudaEventSynchronize(e1), "sync");
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      iteration_ms += ms;
+      us.push_back(ms * 1e3);
+    }
+    // An iteration's time is its replays' (so MinTime counts the device time it took); the
+    // figures the benches report are the counters, from the median below.
+    state.SetIterationTime(iteration_ms * 1e-3);
   }
+  state.counters["samples"] = static_cast<double>(us.size());
   return median(us);
 }
 

@@ -329,12 +329,26 @@ void per_layer_kernel(benchmark::State& state, Kernel kernel, bool replay) {
     }
   });
   const double us = time_graph(w, exec, state) / kLayers;
-  const auto [f, h] = fold_rate(T, B, w.ring_of(T));
-  const double bytes = conv ? (replay ? conv_replay_bytes(T, B) : conv_bytes(T, B))
-                            : (replay ? gdn_replay_bytes(T, B, f, h) : gdn_bytes(T, B));
+  // Replay: the history and folds the graph really replays (the priming's cursors at the
+  // round's fold limit, bench_util.h primed_history), not the ring model's stream of rounds.
+  PrimedHistory primed;
+  if (replay) {
+    std::vector<int> slots;
+    for (const SlotHandle& h : batch.rows) slots.push_back(w.pool->slot_index(h));
+    const auto& s = detail::PoolAccess::storage(*w.rpool);
+    primed = primed_history(s, kLayers, slots, round_fold_limit(s, B));
+  }
+  const double bytes = conv
+                           ? (replay ? conv_replay_bytes(T, B) : conv_bytes(T, B))
+                           : (replay ? gdn_replay_bytes(T, B, primed.fold_rate, primed.mean_history)
+                                     : gdn_bytes(T, B));
   const SglangRow* s = sglang_row(T, B);
   report(state, w, T, B, std::string(conv ? "conv" : "gdn") + (replay ? "_replay" : ""), us, bytes,
          conv ? s->conv_us : s->rec_us);
+  if (replay) {
+    state.counters["fold_rate"] = primed.fold_rate;
+    state.counters["history"] = primed.mean_history;
+  }
   cudaGraphExecDestroy(exec);
 }
 

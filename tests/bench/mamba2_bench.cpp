@@ -148,6 +148,32 @@ std::map<std::tuple<int, int, int>, double>& results() {
   return r;
 }
 
+constexpr double kConvStateBytes = double(kConvDim) * (kW - 1) * 2;  // one bf16 window
+constexpr double kFactorBytes =
+    double(kernels::mamba2_factor_layout(kH, kP, kG, kN, 2).bytes);  // dt, dA, x, B of a token
+
+// The floors of a round of B rows, us at the measured copy bandwidth. read_write: every row's
+// state read and written once a layer (the old floor: what v1 replay and a fold at every commit
+// pay; snapshot's rounds are set against it). replay: DESIGN.md section 8's, one checkpoint read,
+// written at the fold rate f, the factor records (h read, T written) and the conv window read
+// and written, with f and h the ring model's under the bench's acceptance draw (uniform in
+// [1, T]) for the replay pool's ring and fold rows.
+double read_write_floor_us(int B, double copy_gbps) {
+  return kLayers * B * 2 * kStateBytes / (copy_gbps * 1e9) * 1e6;
+}
+double replay_floor_us(int T, int B, double copy_gbps) {
+  const int R = bench_ring() > 0 ? bench_ring()
+                                 : static_cast<int>(default_replay_ring(LayerKind::kMamba2, T));
+  if (R < 2 * T) return 0.0;  // a forced SPECSTATE_BENCH_RING too short for T: no such pool
+  const ReplayRingModel m = replay_ring_model(
+      T, R, B,
+      bench_fold_rows() > 0 ? bench_fold_rows() : default_replay_fold_rows(LayerKind::kMamba2));
+  const double bytes =
+      double(kLayers) * B *
+      (kStateBytes * (1 + m.fold_rate) + 2 * kConvStateBytes + (m.mean_history + T) * kFactorBytes);
+  return bytes / (copy_gbps * 1e9) * 1e6;
+}
+
 void rounds4(benchmark::State& state, Strategy strategy) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
@@ -157,9 +183,12 @@ void rounds4(benchmark::State& state, Strategy strategy) {
         p.verify(l, w.weights(l), w.inputs(l, tokens), w.outputs(l, tokens));
       });
   results()[{T, B, static_cast<int>(strategy)}] = t;
-  const double floor_us = kLayers * B * 2 * kStateBytes / (w.copy_gbps * 1e9) * 1e6;
   state.counters["us"] = t;
-  state.counters["x_floor"] = t / floor_us;
+  state.counters["x_floor"] = t / read_write_floor_us(B, w.copy_gbps);
+  if (strategy == Strategy::kReplay) {
+    const double rf = replay_floor_us(T, B, w.copy_gbps);
+    if (rf > 0) state.counters["x_replay_floor"] = t / rf;
+  }
   // (Batches between the table's have no SGLang figure.)
   // (SGLang's figure is for all 24 layers: no comparison under SPECSTATE_BENCH_LAYERS.)
   const SglangM2* r = kLayers == 24 ? find_sglang(T, B) : nullptr;
@@ -173,10 +202,6 @@ void rounds4(benchmark::State& state, Strategy strategy) {
 // committed windows read (and, snapshot, T windows written; replay, the records written and read);
 // recurrence, the state read, written T times (snapshot) or at the fold rate (replay), the
 // factor records read (history) and written (window), x / B / C / dt in and y out.
-constexpr double kConvStateBytes = double(kConvDim) * (kW - 1) * 2;  // one bf16 window
-constexpr double kFactorBytes =
-    double(kernels::mamba2_factor_layout(kH, kP, kG, kN, 2).bytes);  // dt, dA, x, B of a token
-
 struct M2Kernel {
   double us = 0, bytes = 0, frac = 0, sglang_us = 0;
 };
@@ -234,22 +259,26 @@ void per_layer_kernel(benchmark::State& state, bool conv, Strategy strategy) {
       time_graph(exec, timer.stream, timer.flush, timer.flush_bytes, timer.e0, timer.e1, state) /
       kLayers;
   cudaGraphExecDestroy(exec);
-  // The pool's ring and fold rows (bench_pool: SPECSTATE_BENCH_RING / _FOLD_ROWS, or the kind's
-  // defaults).
-  const int R = bench_ring() > 0 ? bench_ring()
-                                 : static_cast<int>(default_replay_ring(LayerKind::kMamba2, T));
-  const ReplayRingModel ring = replay_ring_model(
-      T, R, B,
-      bench_fold_rows() > 0 ? bench_fold_rows() : default_replay_fold_rows(LayerKind::kMamba2));
+  // Replay: the history and folds the graph really replays (the priming's cursors at the
+  // round's fold limit, bench_util.h primed_history), not the ring model's stream of rounds.
+  PrimedHistory primed;
+  if (replay) {
+    std::vector<int> slots;
+    for (int r = 0; r < B; ++r) slots.push_back(p.slot_index(w.handles[r]));
+    const auto& s = detail::PoolAccess::storage(p);
+    primed = primed_history(s, kLayers, slots, round_fold_limit(s, B));
+  }
   const double tok = double(tokens), io = tok * kConvDim * 2;  // one pass of xBC or conv_out
   double bytes = 0;
   if (conv) {
+    // Replay: the window's records written, and the pending records read (the last commit's
+    // accepted length a row, uniform in [1, T]: (T + 1) / 2 on average), not T of them.
     bytes = 2 * io + B * kConvStateBytes + double(kConvDim) * (kW + 1) * 2 +
-            (replay ? 2 * io : tok * kConvStateBytes);
+            (replay ? io + double(B) * (T + 1) / 2 * kConvDim * 2 : tok * kConvStateBytes);
   } else {
     const double ins = io + tok * kH * 2 + tok * kH * kP * 2;  // xBC, dt in; y out
-    bytes = B * kStateBytes * (replay ? 1 + ring.fold_rate : 1 + T) + ins +
-            (replay ? (B * ring.mean_history + tok) * kFactorBytes : 0);
+    bytes = B * kStateBytes * (replay ? 1 + primed.fold_rate : 1 + T) + ins +
+            (replay ? (B * primed.mean_history + tok) * kFactorBytes : 0);
   }
   M2Kernel r;
   r.us = us;
@@ -261,6 +290,10 @@ void per_layer_kernel(benchmark::State& state, bool conv, Strategy strategy) {
   state.counters["MB"] = bytes / 1e6;
   state.counters["frac_copy_bw"] = r.frac;
   state.counters["sglang_us"] = r.sglang_us;
+  if (replay) {
+    state.counters["fold_rate"] = primed.fold_rate;
+    state.counters["history"] = primed.mean_history;
+  }
 }
 
 void BM_M2VerifyConv(benchmark::State& s) { per_layer_kernel(s, true, Strategy::kSnapshot); }
@@ -288,11 +321,13 @@ void print_table() {
   World& w = World::get();
   std::printf(
       "\nMamba2 rounds, Nemotron-H-8B TP1 (%d layers; graph of 4 consecutive rounds, median / 4, "
-      "us); floor = %d x B x (read + write of a 4 MiB state) at %.0f GB/s; SGLang = its snapshot "
-      "path's roundEst (24 layers)\n",
+      "us); floor = %d x B x (read + write of a 4 MiB state) at %.0f GB/s; rfloor = DESIGN.md "
+      "section 8's replay floor (checkpoint read, fold writes at the ring model's rate, factor "
+      "records, conv window); SGLang = its snapshot path's roundEst (24 layers)\n",
       kLayers, kLayers, w.copy_gbps);
-  std::printf("%2s %4s | %9s %9s | %8s %6s %6s | %9s %6s %6s\n", "T", "B", "snapshot", "replay",
-              "floor", "snap/f", "rep/f", "SGLang", "snap/S", "rep/S");
+  std::printf("%2s %4s | %9s %9s | %8s %6s %6s | %8s %7s | %9s %6s %6s\n", "T", "B", "snapshot",
+              "replay", "floor", "snap/f", "rep/f", "rfloor", "rep/rf", "SGLang", "snap/S",
+              "rep/S");
   for (int T : {2, 4, 8}) {
     for (int B : {1, 8, 32, 128}) {
       auto get = [&](Strategy s) {
@@ -300,10 +335,12 @@ void print_table() {
         return it == results().end() ? 0.0 : it->second;
       };
       const double sn = get(Strategy::kSnapshot), rp = get(Strategy::kReplay);
-      const double floor_us = kLayers * B * 2 * kStateBytes / (w.copy_gbps * 1e9) * 1e6;
+      const double floor_us = read_write_floor_us(B, w.copy_gbps);
+      const double rfloor_us = replay_floor_us(T, B, w.copy_gbps);
       const double sg = kLayers == 24 ? sglang(T, B).round_est_us : 0.0;
-      std::printf("%2d %4d | %9.1f %9.1f | %8.1f %6.2f %6.2f | %9.1f %6.2f %6.2f\n", T, B, sn, rp,
-                  floor_us, sn / floor_us, rp / floor_us, sg, sg > 0 ? sn / sg : 0.0,
+      std::printf("%2d %4d | %9.1f %9.1f | %8.1f %6.2f %6.2f | %8.1f %7.2f | %9.1f %6.2f %6.2f\n",
+                  T, B, sn, rp, floor_us, sn / floor_us, rp / floor_us, rfloor_us,
+                  rfloor_us > 0 ? rp / rfloor_us : 0.0, sg, sg > 0 ? sn / sg : 0.0,
                   sg > 0 ? rp / sg : 0.0);
     }
   }
