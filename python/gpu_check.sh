@@ -41,9 +41,10 @@ else
     { tail -30 "$OUT/py-build.log"; exit 1; }
   export PYTHONPATH="$root/build-pyg/python"
 fi
-"$PY" -c "import torch, specstate; print('specstate', specstate.__version__, 'torch', torch.__version__)"
+"$PY" -c "import torch, specstate; print('specstate', specstate.__version__, 'torch', torch.__version__)" ||
+  { echo "import torch, specstate: FAILED"; status=1; }
 "$PY" -X faulthandler -c "import specstate, torch; print('import order specstate, torch: ok', flush=True)" ||
-  echo "import specstate before torch: aborted (rc $?)"
+  { echo "import specstate before torch: aborted (rc $?)"; status=1; }
 [[ " ${PY_STAGES:-build pytest clients} " == *" pytest "* ]] || exit $status
 echo "== pytest tests/python [t=${SECONDS}s]"
 "$PY" -m pytest -q -rs tests/python 2>&1 | tee "$OUT/pytest.log" | tail -25

@@ -220,6 +220,8 @@ void run(const typename Kind::Config& g, Strategy strategy, bool tree, CallerLay
         p->begin_verify(p == &own ? bo : bc);
         m.verify(*p, in, out, 0, L);
         p->commit(dev);
+        // (A refused round commits nothing in either pool: equal states would not show it.)
+        EXPECT_EQ(p->last_commit_status(), Status::kSuccess);
       }
     } else {
       // (The outputs stay in the Memory's copies; the states are what this test compares.)

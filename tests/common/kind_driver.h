@@ -95,6 +95,10 @@ inline bool commit_both(Memory& mem, int round, const std::vector<int32_t>& acce
     const TensorView dev = mem.put(acc);
     a.commit(dev);
     b.commit(dev);
+    // A device-valued commit that refused the round commits nothing in either pool, and the
+    // states would still compare equal: the values here are valid, so both must have committed.
+    EXPECT_EQ(a.last_commit_status(), Status::kSuccess) << "round " << round;
+    EXPECT_EQ(b.last_commit_status(), Status::kSuccess) << "round " << round;
     return true;
   }
   a.commit(accepted);
