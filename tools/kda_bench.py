@@ -44,6 +44,30 @@ import sys
 
 L, H, HV, K, V, W = 20, 32, 32, 128, 128, 4
 D = 2 * H * K + HV * V  # 12288
+
+
+def _up16(n):
+    return (n + 15) // 16 * 16
+
+
+# A KDA factor record of one token (kernels/kernel_types.h kda_factor_layout, bf16 keys):
+# u (HV x V f32), e^g (HV x K f32), kf (H f32), k (H x K bf16), each 16-byte aligned.
+RECORD_BYTES = _up16(_up16(_up16(4 * HV * V) + 4 * HV * K) + 4 * H) + _up16(2 * H * K)
+
+
+def replay_floor_us(specstate, T, B, bw, ring=0, fold_rows=0):
+    """DESIGN.md section 8's floor of a replay round, us: per row and layer the checkpoint read,
+    written at the fold rate f, the conv window read and written and the factor records (h read,
+    T written), f and h the ring model's under uniform acceptance in [1, T]."""
+    kda = specstate.LayerKind.KDA
+    R = ring or specstate.default_replay_ring(kda, T)
+    if R < 2 * T:
+        return 0.0
+    m = specstate.replay_ring_model(T, R, B, fold_rows or specstate.default_replay_fold_rows(kda))
+    state = HV * V * K * 4
+    conv_window = D * (W - 1) * 2
+    per_row = state * (1 + m.fold_rate) + 2 * conv_window + (m.mean_history + T) * RECORD_BYTES
+    return L * B * per_row / (bw * 1e9) * 1e6
 MAX_B = 128
 FLUSH_BYTES = 256 << 20
 
@@ -273,10 +297,13 @@ def main():
                               ("replay", specstate.Strategy.REPLAY))}
         for B in Bs:
             f = bench_fla(torch, T, B, args.reps, flush, gen, args.layout)
-            # The floor: one read of every row's state per layer (2 MiB) at the copy bandwidth.
+            # The floor: one read of every row's state per layer (2 MiB) at the copy bandwidth;
+            # rfloor: DESIGN.md section 8's replay floor (replay_floor_us).
             floor = L * B * HV * V * K * 4 / (bw * 1e9) * 1e6
             rows.append(dict(T=T, B=B, snapshot=ours["snapshot"][B], replay=ours["replay"][B],
-                             fla=f["fla"], fla_rec=f["fla_rec"], floor=floor))
+                             fla=f["fla"], fla_rec=f["fla_rec"], floor=floor,
+                             rfloor=replay_floor_us(specstate, T, B, bw, args.ring,
+                                                    args.fold_rows)))
             r = rows[-1]
             print(f"T={T} B={B:3d}  snapshot {r['snapshot']:9.1f}  replay {r['replay']:9.1f}  "
                   f"fla {r['fla']:9.1f}  fla rec {r['fla_rec']:9.1f}  replay/fla "
@@ -290,16 +317,17 @@ def main():
         return
     print(f"\nKDA rounds, Kimi-Linear-48B TP1 (20 layers; graph of 4 rounds, median / 4, us; "
           f"state layout: {args.layout})")
-    print("floor = 20 layers x B x one read of the 2 MiB state at the copy bandwidth; %BW = floor"
-          " / replay")
+    print("floor = 20 layers x B x one read of the 2 MiB state at the copy bandwidth; rfloor = "
+          "DESIGN.md section 8's replay floor (checkpoint read, fold writes at the ring model's "
+          "rate, factor records, conv window); rep/rf = replay / rfloor")
     print(" T    B |  snapshot    replay |       fla   fla rec | rep/fla rep/rec snap/fla |"
-          "    floor rep/flr  %BW")
+          "    floor rep/flr |   rfloor rep/rf")
     for r in rows:
         print(f"{r['T']:2d} {r['B']:4d} | {r['snapshot']:9.1f} {r['replay']:9.1f} | "
               f"{r['fla']:9.1f} {r['fla_rec']:9.1f} | {r['replay'] / r['fla']:7.2f} "
               f"{r['replay'] / r['fla_rec']:7.2f} {r['snapshot'] / r['fla']:8.2f} | "
-              f"{r['floor']:8.1f} {r['replay'] / r['floor']:7.2f} "
-              f"{100 * r['floor'] / r['replay']:4.0f}%")
+              f"{r['floor']:8.1f} {r['replay'] / r['floor']:7.2f} | "
+              f"{r['rfloor']:8.1f} {r['replay'] / r['rfloor'] if r['rfloor'] else 0:6.2f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"shape": "kimi-linear-48b-a3b tp1, 20 KDA layers", "copy_gbps": bw,

@@ -122,6 +122,24 @@ inline std::vector<int> shuffled_order(int n, std::mt19937_64& rng) {
   return order;
 }
 
+// The current device's name, and whether it is an H200: SGLang's and the other recorded peer
+// figures (tests/bench/sglang_baseline.h, ../shared/baseline) are the H200's, so a ratio to them
+// is printed only on one (an H100's 70% of the bandwidth made them read worse than they are).
+inline std::string device_name() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return "unknown device";
+  return prop.name;
+}
+inline bool on_h200() {
+  static const bool yes = device_name().find("H200") != std::string::npos;
+  return yes;
+}
+// `us` where this run may be set against an H200 figure, else 0 (no comparison).
+inline double h200_figure(double us) { return on_h200() ? us : 0.0; }
+
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());

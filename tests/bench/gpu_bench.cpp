@@ -289,7 +289,8 @@ cudaGraphExec_t capture(World& w, Fn&& body) {
 // SGLang's figure for a whole round or commit (36 layers, H200) where this run's model has its 36
 // layers; 0 (no comparison) under SPECSTATE_BENCH_LAYERS < 36, e.g. on an H100, whose memory does
 // not hold 36 layers at B = 128: a ratio of 24 layers to 36 would flatter ours by 1.5x.
-double sglang_whole(double us) { return kLayers == 36 ? us : 0.0; }
+// (And only on an H200: h200_figure.)
+double sglang_whole(double us) { return kLayers == 36 ? h200_figure(us) : 0.0; }
 
 void report(benchmark::State& state, World& w, int T, int B, const std::string& what, double us,
             double bytes, double sglang_us) {
@@ -344,7 +345,7 @@ void per_layer_kernel(benchmark::State& state, Kernel kernel, bool replay) {
                                      : gdn_bytes(T, B));
   const SglangRow* s = sglang_row(T, B);
   report(state, w, T, B, std::string(conv ? "conv" : "gdn") + (replay ? "_replay" : ""), us, bytes,
-         conv ? s->conv_us : s->rec_us);
+         h200_figure(conv ? s->conv_us : s->rec_us));
   if (replay) {
     state.counters["fold_rate"] = primed.fold_rate;
     state.counters["history"] = primed.mean_history;
@@ -378,8 +379,9 @@ void BM_Round(benchmark::State& state) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
   const VerifyBatch batch = w.batch(T, B);
-  w.pool->begin_verify(batch);
+  // The whole round in the graph: begin_verify's upload of the round's slots too.
   cudaGraphExec_t exec = capture(w, [&] {
+    w.pool->begin_verify(batch);
     for (int l = 0; l < kLayers; ++l) {
       w.pool->verify(l, w.weights(l), w.inputs(l, int64_t{B} * T), w.outputs(l, int64_t{B} * T));
     }
@@ -436,8 +438,12 @@ void rounds4(benchmark::State& state, bool replay, bool variable) {
   if (p.last_commit_status() != Status::kSuccess) state.SkipWithError("commit flagged");
   const SglangReplayRow* s = sglang_replay_row(T, B);
   const auto [f, h] = fold_rate(T, B, w.ring_of(T));
-  const double bytes = replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B, f, h))
-                              : kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
+  // Variable windows have no byte model here (the formulas take B x T tokens and the uniform
+  // acceptance draw): MB and frac_copy_bw are 0 for them, not the padded round's (which read as
+  // 124% of copy bandwidth at snapshot T = 8, B = 128).
+  const double bytes = variable ? 0.0
+                       : replay ? kLayers * (conv_replay_bytes(T, B) + gdn_replay_bytes(T, B, f, h))
+                                : kLayers * (conv_bytes(T, B) + gdn_bytes(T, B)) + commit_bytes(B);
   if (variable) state.counters["tokens"] = static_cast<double>(tokens);
   const char* what = variable ? (replay ? "rounds4_var_replay" : "rounds4_var_snapshot")
                               : (replay ? "rounds4_replay" : "rounds4_snapshot");
@@ -477,9 +483,10 @@ BENCHMARK(BM_Rounds4VariableReplay)->Apply(variable_shapes);
 void print_table() {
   World& w = World::get();
   std::printf(
-      "\nspecstate CUDA vs SGLang (H200, Qwen3-Next-80B TP1; medians, us; frac = bytes/s "
+      "\nthis run: %s (SGLang's figures are an H200's: no ratio elsewhere)\n"
+      "specstate CUDA vs SGLang (H200, Qwen3-Next-80B TP1; medians, us; frac = bytes/s "
       "over measured copy BW %.0f GB/s; ratio = ours / SGLang)\n",
-      w.copy_gbps);
+      device_name().c_str(), w.copy_gbps);
   std::printf("%2s %4s | %-28s | %-28s | %-30s | %-29s\n", "T", "B", "verify conv /layer (SGL)",
               "verify GDN /layer (SGL)", "commit 36 layers (SGL)", "round (SGL stepEst)");
   for (int T : {2, 4, 8}) {

@@ -191,7 +191,7 @@ void rounds4(benchmark::State& state, Strategy strategy) {
   }
   // (Batches between the table's have no SGLang figure.)
   // (SGLang's figure is for all 24 layers: no comparison under SPECSTATE_BENCH_LAYERS.)
-  const SglangM2* r = kLayers == 24 ? find_sglang(T, B) : nullptr;
+  const SglangM2* r = kLayers == 24 && on_h200() ? find_sglang(T, B) : nullptr;
   if (r != nullptr) state.counters["sglang_us"] = r->round_est_us;
 }
 
@@ -284,7 +284,7 @@ void per_layer_kernel(benchmark::State& state, bool conv, Strategy strategy) {
   r.us = us;
   r.bytes = bytes;
   r.frac = bytes / (us * 1e-6) / 1e9 / w.copy_gbps;
-  r.sglang_us = conv ? sglang(T, B).conv_us : sglang(T, B).ssu_us;
+  r.sglang_us = h200_figure(conv ? sglang(T, B).conv_us : sglang(T, B).ssu_us);
   kernel_results()[{T, B, conv, replay}] = r;
   state.counters["us"] = us;
   state.counters["MB"] = bytes / 1e6;
@@ -337,7 +337,7 @@ void print_table() {
       const double sn = get(Strategy::kSnapshot), rp = get(Strategy::kReplay);
       const double floor_us = read_write_floor_us(B, w.copy_gbps);
       const double rfloor_us = replay_floor_us(T, B, w.copy_gbps);
-      const double sg = kLayers == 24 ? sglang(T, B).round_est_us : 0.0;
+      const double sg = kLayers == 24 ? h200_figure(sglang(T, B).round_est_us) : 0.0;
       std::printf("%2d %4d | %9.1f %9.1f | %8.1f %6.2f %6.2f | %8.1f %7.2f | %9.1f %6.2f %6.2f\n",
                   T, B, sn, rp, floor_us, sn / floor_us, rp / floor_us, rfloor_us,
                   rfloor_us > 0 ? rp / rfloor_us : 0.0, sg, sg > 0 ? sn / sg : 0.0,
