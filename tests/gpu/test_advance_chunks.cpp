@@ -68,6 +68,14 @@ TEST_P(AdvanceChunks, LargeDecodeBatchAndLongPrefillMatchTheOracle) {
     expect_close(rows_to_floats(ref.core_out.view(), 124, rows - 124),
                  rows_to_floats(got.core_out.view(), 124, rows - 124), 1e-5,
                  "decode core_out, rows > 123");
+    if (with_conv_out) {  // (the caller's conv_out was asked for and never compared)
+      expect_close(rows_to_floats(ref.conv_out.view(), 0, 123),
+                   rows_to_floats(got.conv_out.view(), 0, 123), 1e-5,
+                   "decode conv_out, rows < 123");
+      expect_close(rows_to_floats(ref.conv_out.view(), 124, rows - 124),
+                   rows_to_floats(got.conv_out.view(), 124, rows - 124), 1e-5,
+                   "decode conv_out, rows > 123");
+    }
   }
   expect_close(to_floats(p.cpu.ssm_state(0)), to_floats(p.gpu.ssm_state(0)), 1e-5, "committed ssm");
   expect_close(to_floats(p.cpu.conv_state(0)), to_floats(p.gpu.conv_state(0)), 1e-5,
