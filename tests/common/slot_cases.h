@@ -80,6 +80,14 @@ inline void expect_nonzero(const std::vector<uint8_t>& bytes, const std::string&
   EXPECT_GT(norm, 0) << what << " is all zero";
 }
 
+// Two outputs' bytes equal and not all zero (outputs start zeroed: a call that wrote nothing in
+// either would compare equal).
+inline void expect_same_outputs(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                                const std::string& what) {
+  EXPECT_EQ(got, want) << what;
+  expect_nonzero(got, what);
+}
+
 // PoolRounds' buffers in `mem` (alive as long as `mem`); with `count` >= 0 each view is cut to
 // rows [begin, begin + count) of its leading dimension (one request's tokens of a batch).
 inline PutBuffer memory_put(Memory& mem, int64_t begin = 0, int64_t count = -1) {

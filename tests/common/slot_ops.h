@@ -151,10 +151,10 @@ TEST_P(SlotOps, ForkThenDivergeEqualsTwoIndependentRuns) {
         one, batch_of(c, {a1}), [&](int l) { return r.put_rows(w[l], kT, kT); }, accept(c, {4}));
     const auto ow2 = r.round_with(
         two, batch_of(c, {b1}), [&](int l) { return r.put_rows(w[l], 0, kT); }, accept(c, {2}));
-    EXPECT_EQ(r.output_bytes(oz, 0, kT), r.output_bytes(oz1, 0, kT));
-    EXPECT_EQ(r.output_bytes(oz, kT, kT), r.output_bytes(oz2, 0, kT));
-    EXPECT_EQ(r.output_bytes(ow, kT, kT), r.output_bytes(ow1, 0, kT));
-    EXPECT_EQ(r.output_bytes(ow, 0, kT), r.output_bytes(ow2, 0, kT));
+    expect_same_outputs(r.output_bytes(oz, 0, kT), r.output_bytes(oz1, 0, kT), "outputs");
+    expect_same_outputs(r.output_bytes(oz, kT, kT), r.output_bytes(oz2, 0, kT), "outputs");
+    expect_same_outputs(r.output_bytes(ow, kT, kT), r.output_bytes(ow1, 0, kT), "outputs");
+    expect_same_outputs(r.output_bytes(ow, 0, kT), r.output_bytes(ow2, 0, kT), "outputs");
     EXPECT_EQ(exported(p, a), exported(one, a1));
     EXPECT_EQ(exported(p, f), exported(two, b1));
     EXPECT_NE(exported(p, a), exported(p, f));
@@ -175,7 +175,7 @@ TEST_P(SlotOps, CopySlotReplacesTheDestinationAndDropsItsPendingSteps) {
     const auto in = r.inputs(kT);
     const auto os = r.round(p, batch_of(c, {src}), in, accept(c, {3}));
     const auto od = r.round(p, batch_of(c, {dst}), in, accept(c, {3}));
-    EXPECT_EQ(r.output_bytes(os, 0, kT), r.output_bytes(od, 0, kT));
+    expect_same_outputs(r.output_bytes(os, 0, kT), r.output_bytes(od, 0, kT), "outputs");
     EXPECT_EQ(exported(p, dst), exported(p, src));
     expect_nonzero(exported(p, dst), "the copy");
   });
@@ -233,7 +233,7 @@ TEST_P(SlotOps, ResetEqualsAFreshSlot) {
     r.prefill(ref, fresh, x);
     const auto o = r.round(p, batch_of(c, {h}), y, accept(c, {2}));
     const auto orf = r.round(ref, batch_of(c, {fresh}), y, accept(c, {2}));
-    EXPECT_EQ(r.output_bytes(o, 0, kT), r.output_bytes(orf, 0, kT));
+    expect_same_outputs(r.output_bytes(o, 0, kT), r.output_bytes(orf, 0, kT), "outputs");
     EXPECT_EQ(exported(p, h), exported(ref, fresh));
   });
 }
@@ -303,7 +303,7 @@ TEST_P(SlotOps, ExportImportRoundTripsAcrossStrategiesThroughEveryDtype) {
     const auto in = r.inputs(kT);
     const auto o1 = r.round(src, batch_of(c, {a}), in, accept(c, {4}));
     const auto o2 = r.round(dst, batch_of(c, {b}), in, accept(c, {4}));
-    EXPECT_EQ(r.output_bytes(o1, 0, kT), r.output_bytes(o2, 0, kT));
+    expect_same_outputs(r.output_bytes(o1, 0, kT), r.output_bytes(o2, 0, kT), "outputs");
     EXPECT_EQ(exported(src, a), exported(dst, b));
   });
 }
