@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <list>
 #include <random>
 #include <string>
@@ -50,6 +52,25 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
     cw.push_back(Kind::put(w[l], host));
     gw.push_back(Kind::put(w[l], put));
   }
+  // Device outputs of `n` tokens filled with 0xff bytes (NaN in f32 and bf16), so that a row the
+  // kernels must not write (padding) shows if they did: padding_untouched checks it.
+  auto poisoned_outputs = [&](int64_t n) {
+    typename Kind::HostOutputs o = make_outputs(m, n);
+    for (const auto& named : Kind::tensors(Kind::put(o, host))) {
+      std::memset(named.second.data, 0xff,
+                  static_cast<std::size_t>(named.second.numel()) * dtype_size(named.second.dtype));
+    }
+    return Kind::put(o, put);
+  };
+  auto padding_untouched = [&](const typename Kind::Outputs& dev, int64_t begin, int64_t count,
+                               const std::string& what) {
+    SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream.get()));
+    for (const auto& named : Kind::tensors(dev)) {
+      for (float v : rows_to_floats(named.second, begin, count)) {
+        ASSERT_TRUE(std::isnan(v)) << what << ": " << named.first << " of a padding row written";
+      }
+    }
+  };
   auto compare_state = [&](const std::string& what) {
     SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream.get()));
     p.gpu.materialize();
@@ -97,9 +118,10 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
     for (int l = 0; l < L; ++l) {
       const typename Kind::HostInputs in = random_inputs(m, n, rng);
       typename Kind::HostOutputs ref = make_outputs(m, n);
-      const typename Kind::Outputs dev = Kind::put(make_outputs(m, n), put);
+      const typename Kind::Outputs dev = poisoned_outputs(n);
       p.cpu.decode(l, cr, cw[l], Kind::put(in, host), Kind::put(ref, host));
       p.gpu.decode(l, gr, gw[l], Kind::put(in, put), dev);
+      padding_untouched(dev, 1, 1, "decode layer " + std::to_string(l));
       for (int64_t r = 0; r < n; ++r) {
         if (r == 1) continue;
         compare_y(ref, dev, r, 1,
@@ -129,9 +151,10 @@ void run_cuda_vs_cpu(const CudaKindCase& c, const typename Kind::Config& m, uint
     for (int l = 0; l < L; ++l) {
       const typename Kind::HostInputs in = random_inputs(m, int64_t{B} * T, rng);
       typename Kind::HostOutputs ref = make_outputs(m, int64_t{B} * T);
-      const typename Kind::Outputs dev = Kind::put(make_outputs(m, int64_t{B} * T), put);
+      const typename Kind::Outputs dev = poisoned_outputs(int64_t{B} * T);
       p.cpu.verify(l, cw[l], Kind::put(in, host), Kind::put(ref, host));
       p.gpu.verify(l, gw[l], Kind::put(in, put), dev);
+      padding_untouched(dev, T, T, "verify layer " + std::to_string(l));
       for (int r = 0; r < B; ++r) {
         if (r == 1) continue;
         compare_y(ref, dev, int64_t{r} * T, T,
