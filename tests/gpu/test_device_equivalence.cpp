@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "common/presets.h"
 #include "common/speculative_equivalence.h"
@@ -16,11 +17,14 @@
 namespace specstate::test {
 namespace {
 
-class DeviceEquivalence : public ::testing::TestWithParam<bool> {};  // param: tree
+// Params: tree, and the verifying pool's strategy (snapshot only, once: the replay strategy's
+// verify and commit were set against sequential decode on the device nowhere else).
+class DeviceEquivalence : public ::testing::TestWithParam<std::tuple<bool, Strategy>> {};
 
 TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
   SPECSTATE_REQUIRE_GPU();
-  const bool tree = GetParam();
+  const bool tree = std::get<0>(GetParam());
+  const Strategy strategy = std::get<1>(GetParam());
   const uint64_t seed = tree ? 777 : 778;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -29,7 +33,9 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
   PoolOptions options = test_pool_options(requests, requests + 1, T);
   options.backend = Backend::kCuda;
   const ModelConfig model = ModelConfig::gated_delta_net(L, g);
-  StatePool spec(model, options), ref(model, options);
+  PoolOptions spec_options = options;
+  spec_options.strategy = strategy;
+  StatePool spec(model, spec_options), ref(model, options);
   std::vector<SlotHandle> sh, rh;
   for (int i = 0; i < requests; ++i) {
     sh.push_back(spec.acquire());
@@ -115,7 +121,15 @@ TEST_P(DeviceEquivalence, VerifyCommitRoundsEqualSequentialDecode) {
   cudaFree(d_accepted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gpu, DeviceEquivalence, ::testing::Values(false, true), chain_or_tree);
+INSTANTIATE_TEST_SUITE_P(Gpu, DeviceEquivalence,
+                         ::testing::Combine(::testing::Values(false, true),
+                                            ::testing::Values(Strategy::kSnapshot,
+                                                              Strategy::kReplay)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, Strategy>>& info) {
+                           return std::string(std::get<0>(info.param) ? "tree" : "chain") +
+                                  (std::get<1>(info.param) == Strategy::kReplay ? "_replay"
+                                                                                : "_snapshot");
+                         });
 
 }  // namespace
 }  // namespace specstate::test
