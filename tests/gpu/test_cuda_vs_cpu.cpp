@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -64,6 +65,19 @@ void compare_outputs(const TokenOutputs& ref, const TokenOutputs& got, const Gdn
   }
 }
 
+// A padding row is never written (DESIGN.md section 2): its outputs keep DeviceOutputs' poison
+// (0xff bytes, NaN), read back by download.
+void expect_padding_untouched(const TokenOutputs& got, int64_t begin, int64_t count,
+                              bool with_conv_out, const std::string& what) {
+  for (float v : rows_to_floats(got.core_out.view(), begin, count)) {
+    ASSERT_TRUE(std::isnan(v)) << what << ": core_out of a padding row written";
+  }
+  if (!with_conv_out) return;
+  for (float v : rows_to_floats(got.conv_out.view(), begin, count)) {
+    ASSERT_TRUE(std::isnan(v)) << what << ": conv_out of a padding row written";
+  }
+}
+
 class CudaVsCpu : public ::testing::TestWithParam<GpuCase> {};
 
 TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
@@ -120,7 +134,10 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
       SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
       dout.download(got);
       for (int r = 0; r < rows; ++r) {
-        if (r == pad_at) continue;
+        if (r == pad_at) {
+          expect_padding_untouched(got, r, 1, c.with_conv_out, "decode layer " + std::to_string(l));
+          continue;
+        }
         compare_outputs(ref, got, g, r, 1, c.with_conv_out,
                         "decode row " + std::to_string(r) + " layer " + std::to_string(l));
       }
@@ -176,8 +193,11 @@ TEST_P(CudaVsCpu, PrefillDecodeVerifyCommitMatchTheOracle) {
       SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
       dout.download(got);
       for (int r = 0; r < B; ++r) {
-        if (row_request[r] < 0) continue;
         const std::string what = "verify layer " + std::to_string(l) + " row " + std::to_string(r);
+        if (row_request[r] < 0) {
+          expect_padding_untouched(got, int64_t{r} * T, T, c.with_conv_out, what);
+          continue;
+        }
         compare_outputs(ref, got, g, int64_t{r} * T, T, c.with_conv_out, what);
         if (replay) continue;
         expect_close(rows_to_floats(p.cpu.snapshot_conv(l), r, 1),
