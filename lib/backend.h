@@ -198,6 +198,11 @@ class BackendImpl {
   // Allocates (and zeroes) every buffer of the layout; frees them.
   virtual void allocate(PoolStorage& storage) = 0;
   virtual void free(PoolStorage& storage) noexcept = 0;
+  // Before a pool's last work (a caller-owned pool's materialize at its end): waits for all the
+  // work queued on the device, the pool's on other streams included; false where no work may
+  // run now (the pool's stream is being captured into a graph: a launch would be captured, not
+  // run). The CPU backend runs synchronously: always true.
+  virtual bool settle_for_close() noexcept { return true; }
   // Zeroes the committed conv and SSM state of `slot` in every layer, and its pending steps.
   virtual void zero_slot(const PoolStorage& storage, int slot) = 0;
 

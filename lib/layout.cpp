@@ -278,6 +278,12 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
   return l;
 }
 
+int round_fold_limit(const Layout& layout, int rows) {
+  return layout.ring > 0
+             ? kernels::replay_fold_limit(layout.max_window, layout.ring, rows, layout.fold_rows)
+             : 0;
+}
+
 }  // namespace specstate::detail
 
 namespace specstate {

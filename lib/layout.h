@@ -157,6 +157,11 @@ struct Layout {
   void permute_ssm(const void* src, void* dst, bool to_layout) const noexcept;
 };
 
+// The fold limit of a verify round of `rows` rows on this layout (RoundPlan::fold_limit, set by
+// begin_verify; 0 under snapshot): kernels::replay_fold_limit of its window, ring and fold rows.
+// The benches build kernel launches with it too, so that they fold as the pool's rounds do.
+int round_fold_limit(const Layout& layout, int rows);
+
 // Overflow-checked size arithmetic; the error names the function and the field.
 struct SizeCalc {
   const char* function;

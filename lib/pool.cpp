@@ -202,14 +202,24 @@ void StatePool::Impl::close() noexcept {
   // fault) cannot be thrown from a destructor: it is logged, and the memory keeps the
   // checkpoints.
   if (storage.layout.caller_committed) {
-    try {
-      materialize_slots({});
-    } catch (const std::exception& e) {
+    // First every queued use of the pool finishes (its stream or another; and none runs while
+    // the pool's stream is being captured into a graph).
+    if (!backend->settle_for_close()) {
       detail::logger().error(
-          "pool {}: its live slots could not be materialized into the caller's memory before "
-          "the pool was destroyed ({}); call materialize() before dropping a caller-owned pool "
-          "to see the error",
-          pool_id, e.what());
+          "pool {}: its live slots were not materialized into the caller's memory before the "
+          "pool was destroyed (the device failed, or the pool's stream is being captured); call "
+          "materialize() before dropping a caller-owned pool",
+          pool_id);
+    } else {
+      try {
+        materialize_slots({});
+      } catch (const std::exception& e) {
+        detail::logger().error(
+            "pool {}: its live slots could not be materialized into the caller's memory before "
+            "the pool was destroyed ({}); call materialize() before dropping a caller-owned pool "
+            "to see the error",
+            pool_id, e.what());
+      }
     }
   }
   backend->free(storage);  // waits for the device's work (the materialize's too)

@@ -51,7 +51,7 @@ int StatePool::Impl::resolve(const char* function, const std::string& what,
     std::string why;
     if (g == 0) {
       why = " was never issued: the slot was never acquired";
-    } else if (handle.generation > g) {
+    } else if (handle.generation == 0 || handle.generation > g) {
       why = " was never issued: the slot is at generation " + std::to_string(g);
     } else if (slots.is_allocated(handle.slot)) {
       why = " is stale: the slot was released and acquired again (generation " + std::to_string(g) +

@@ -145,8 +145,7 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
   plan.num_tokens = int64_t{rows} * T;
   // Replay: the round's fold limit, one value for its verifies, commit, discard and materialize.
   const detail::Layout& lay = impl_->storage.layout;
-  plan.fold_limit =
-      lay.ring > 0 ? kernels::replay_fold_limit(lay.max_window, lay.ring, rows, lay.fold_rows) : 0;
+  plan.fold_limit = detail::round_fold_limit(lay, rows);
   impl_->plan_token_ranges(fn, batch, plan);
   plan.parents.resize(static_cast<std::size_t>(rows) * T);
   const std::size_t np = batch.parents.size();

@@ -25,8 +25,11 @@ void set_shape(TensorView& view, std::initializer_list<int64_t> shape, const cha
     }
     view.shape[i++] = extent;
   }
+  // (A view with a zero extent holds no element, however large the others.)
+  bool empty = false;
+  for (int d = 0; d < view.ndim; ++d) empty = empty || view.shape[d] == 0;
   int64_t n = 1;
-  for (int d = 0; d < view.ndim; ++d) {
+  for (int d = 0; d < view.ndim && !empty; ++d) {
     if (__builtin_mul_overflow(n, view.shape[d], &n)) {
       std::string dims;
       for (int64_t extent : shape) dims += (dims.empty() ? "" : ", ") + std::to_string(extent);
@@ -44,10 +47,16 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
   view.dtype = dtype;
   view.device = device;
   set_shape(view, shape, "TensorView::contiguous");
-  int64_t stride = 1;  // no product overflows: set_shape bounded the element count
+  // (set_shape bounded the element count of a non-empty shape; an empty one's strides may still
+  // wrap, e.g. [0, 2^62, 4], and are refused as before.)
+  int64_t stride = 1;
   for (int i = view.ndim - 1; i >= 0; --i) {
     view.stride[i] = stride;
-    stride *= view.shape[i];
+    if (__builtin_mul_overflow(stride, view.shape[i], &stride)) {
+      throw Error(Status::kInvalidArgument,
+                  "TensorView::contiguous: shape " + view.describe() +
+                      " has strides past 2^63 elements (they would wrap)");
+    }
   }
   return view;
 }
@@ -76,6 +85,9 @@ int readable_dims(int ndim) noexcept { return ndim < 0 ? 0 : std::min(ndim, Tens
 }  // namespace
 
 int64_t TensorView::numel() const noexcept {
+  for (int i = 0; i < readable_dims(ndim); ++i) {
+    if (shape[i] == 0) return 0;  // (before a product of the others could saturate)
+  }
   int64_t n = 1;
   for (int i = 0; i < readable_dims(ndim); ++i) {
     if (__builtin_mul_overflow(n, shape[i], &n)) return std::numeric_limits<int64_t>::max();

@@ -157,6 +157,16 @@ int run_plan(const PlanArgs& args) {
   const int64_t workspace_total = replay ? records_total : scratch_total;
   const int64_t total = checked(committed_total, workspace_total, true,
                                 replay ? requests_opt : rows_opt, "committed state + workspace");
+  // (After the byte totals, whose 64-bit refusals come first.) A pool refuses rows x window past
+  // PoolOptions::kMaxRoundTokens: so does its plan, naming the command's options (it printed a 5.5
+  // TiB plan of a pool no one can build).
+  if (int64_t{rows} * args.window > PoolOptions::kMaxRoundTokens) {
+    throw CLI::ValidationError(
+        rows_opt.substr(0, rows_opt.find(' ')),
+        rows_opt + " x " + window_opt + " = " + std::to_string(int64_t{rows} * args.window) +
+            " tokens a round, more than a pool takes (" +
+            std::to_string(PoolOptions::kMaxRoundTokens) + ", PoolOptions::kMaxRoundTokens)");
+  }
   const int64_t total_per_request =
       checked(b.committed_per_request, replay ? records_per_slot : scratch_per_row, true,
               window_opt, "committed state + workspace per request");

@@ -75,6 +75,7 @@ class CudaBackend final : public BackendImpl {
       int stream_device = -1;
       const cudaError_t e = cudaStreamGetDevice(stream_, &stream_device);
       if (e != cudaSuccess) {
+        cudaGetLastError();  // reported here, not left on the thread
         throw Error(Status::kInvalidArgument,
                     std::string("StatePool: options.stream is not a usable stream (") +
                         cudaGetErrorName(e) + ")");
@@ -211,6 +212,21 @@ class CudaBackend final : public BackendImpl {
     }
     logger().debug("cuda backend: device {}, {} bytes committed, {} bytes workspace", device_,
                    l.committed_bytes(), l.workspace_bytes());
+  }
+
+  bool settle_for_close() noexcept override {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    bool ok = cudaSetDevice(device_) == cudaSuccess;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (ok && cudaStreamIsCapturing(stream_, &capture) == cudaSuccess &&
+        capture != cudaStreamCaptureStatusNone) {
+      ok = false;
+    }
+    if (ok) ok = cudaDeviceSynchronize() == cudaSuccess;
+    if (!ok) cudaGetLastError();  // (this close's error: reported by the caller's log line)
+    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
+    return ok;
   }
 
   void free(PoolStorage& s) noexcept override {

@@ -9,6 +9,9 @@ namespace specstate::detail::cuda {
 
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
+    // The error is reported here: consumed, so that it is not left on the thread for the
+    // caller's next CUDA call (a torch op) to find as its own. (A sticky device fault stays.)
+    cudaGetLastError();
     throw Error(Status::kBackendError, std::string("cuda backend: ") + what + ": " +
                                            cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
                                            ")");

@@ -556,7 +556,9 @@ void bind_config(nb::module_& m) {
                        "r.begin + r.count), axis=d) for r in ranges], axis=d).")
       .def_ro("tp", &ShardMap::tp, "Ranks in the group.")
       .def_ro("rank", &ShardMap::rank, "This shard's rank.")
-      .def_ro("config", &ShardMap::config, "The shard's model: heads (and groups) divided by tp.")
+      .def_ro("config", &ShardMap::config,
+              "The shard's model: heads (and groups) divided by tp; a Mamba2 model's single "
+              "B/C group is copied to every rank (n_groups stays 1), as vLLM shards it.")
       .def_ro("conv", &ShardMap::conv,
               "Runs of conv_dim channels (mixed_qkv / xBC, conv weights, conv_out, the conv "
               "state), in the shard's order.")
@@ -567,8 +569,8 @@ void bind_config(nb::module_& m) {
       .def("conv_dim", &ShardMap::conv_dim, "The shard's channels (the runs' total).");
   m.def("shard_map", &shard_map, nb::arg("config"), nb::arg("tp"), nb::arg("rank"),
         "The ShardMap of rank `rank` of `tp` for a TP1 ModelConfig. Raises "
-        "InvalidArgumentError naming the field when tp does not divide the heads (or groups) or "
-        "rank is outside [0, tp).");
+        "InvalidArgumentError naming the field when tp does not divide the heads (or groups, "
+        "unless a Mamba2 model has one, which every rank copies) or rank is outside [0, tp).");
 }
 
 }  // namespace specstate::py

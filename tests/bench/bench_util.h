@@ -57,11 +57,10 @@ inline void fill_layer_states(StatePool& pool, int l, uint64_t ssm_seed, uint64_
 }
 
 // The fold limit a verify of B rows gets in service (the pool's begin_verify: RoundPlan::
-// fold_limit), from the pool's layout: its ring, max_window and fold rows.
+// fold_limit), from the pool's layout: the library's own rule (detail::round_fold_limit).
 template <typename Storage>
 int round_fold_limit(const Storage& storage, int B) {
-  const auto& l = storage.layout;
-  return l.ring > 0 ? kernels::replay_fold_limit(l.max_window, l.ring, B, l.fold_rows) : 0;
+  return detail::round_fold_limit(storage.layout, B);
 }
 
 // What both kinds' launch arguments (detail::cuda::GdnLaunchArgs, Mamba2LaunchArgs) of a bench

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <list>
+#include <map>
 #include <random>
 #include <string>
 
@@ -57,19 +58,22 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   options.replay_ring = c.ring;
   options.replay_fold_rows = c.fold_rows;
   Pair pools(d.model, options, c.vllm);
-  // Non-zero output bytes compared, per kind of call (both pools' outputs start zeroed: a kind
-  // of call that wrote no output in either pool would compare equal); checked at the end.
-  int64_t nonzero_prefill = 0, nonzero_decode = 0, nonzero_verify = 0;
-  int decodes = 0;
+  // Non-zero bytes of every output tensor compared, per kind of call ("prefill/core_out", ...):
+  // both pools' outputs start zeroed, so a tensor a kind of call never wrote in either pool
+  // would compare equal. Every one compared must have been non-zero somewhere (checked at the
+  // end).
+  std::map<std::string, int64_t> nonzero;
   auto same_outputs = [&](const Outputs& a, const Outputs& b, const std::string& what) {
     const NamedViews x = Kind::tensors(a), y = Kind::tensors(b);
-    int64_t& nonzero = what.rfind("prefill", 0) == 0  ? nonzero_prefill
-                       : what.rfind("decode", 0) == 0 ? nonzero_decode
-                                                      : nonzero_verify;
+    const std::string call = what.rfind("prefill", 0) == 0  ? "prefill"
+                             : what.rfind("decode", 0) == 0 ? "decode"
+                                                            : "verify";
     for (std::size_t i = 0; i < x.size(); ++i) {
       const std::vector<uint8_t> bytes = mem.bytes(x[i].second);
       ASSERT_EQ(bytes, mem.bytes(y[i].second)) << what << ": " << x[i].first << " differs";
-      nonzero += std::count_if(bytes.begin(), bytes.end(), [](uint8_t v) { return v; });
+      if (bytes.empty()) continue;
+      nonzero[call + "/" + x[i].first] +=
+          std::count_if(bytes.begin(), bytes.end(), [](uint8_t v) { return v; });
     }
   };
   // The committed states in their logical order (the pools' element orders may differ).
@@ -135,7 +139,6 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
           pools.snap.decode(l, rs, d.weights[l], in, os);
           pools.replay.decode(l, rr, d.weights[l], in, orp);
           same_outputs(os, orp, "decode");
-          ++decodes;
         }
       }
     }
@@ -229,9 +232,14 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   }
   same_state("at the end");
   expect_nonzero_ssm_state(mem, pools.replay, L);
-  EXPECT_GT(nonzero_prefill, 0) << "every compared prefill output was all zero";
-  EXPECT_GT(nonzero_verify, 0) << "every compared verify output was all zero";
-  if (decodes > 0) EXPECT_GT(nonzero_decode, 0) << "every compared decode output was all zero";
+  for (const char* call : {"prefill/", "verify/"}) {
+    EXPECT_TRUE(std::any_of(nonzero.begin(), nonzero.end(),
+                            [&](const auto& e) { return e.first.rfind(call, 0) == 0; }))
+        << "no " << call << " output was compared";
+  }
+  for (const auto& [tensor, count] : nonzero) {
+    EXPECT_GT(count, 0) << tensor << ": every compared output was all zero";
+  }
   EXPECT_GT(kept_rows, 0) << "no round kept a row (a = 0)";
   EXPECT_GT(accepted_total, c.rounds / 2) << "the trace accepted almost nothing";
   EXPECT_EQ(replayed_rounds, c.rounds);

@@ -370,6 +370,8 @@ TEST(HostileApi, TensorViewHelpers) {
                          TensorView::strided(&x, DType::kF32, {2, -1}, {1, 1});
                        }),
                        "TensorView::strided: shape[1] = -1 is negative"));
+  // A zero extent holds no element, however large the others (no overflow to refuse).
+  EXPECT_EQ(TensorView::contiguous(&x, DType::kF32, {int64_t{1} << 62, 4, 0}).numel(), 0);
   // strided() took such a shape (its header says it throws as contiguous() for the shape).
   EXPECT_TRUE(contains(error_of([&] {
                          TensorView::strided(&x, DType::kF32, {int64_t{1} << 62, 4}, {0, 0});

@@ -502,6 +502,7 @@ TEST(HostileRound3Allocator, AHandleIsRefusedWithTheReasonItsGenerationGives) {
          {"handle = {slot 3, generation 0", "was never issued", "the slot was never acquired"});
   reason(SlotHandle{3, 1, id}, {"was never issued: the slot was never acquired"});
   reason(SlotHandle{0, 7, id}, {"was never issued: the slot is at generation 1"});
+  reason(SlotHandle{0, 0, id}, {"was never issued: the slot is at generation 1"});  // 0: none
   p.release(a);
   reason(a, {"is not live: the slot was released"});
   const SlotHandle b = p.acquire();  // slot 0 again, generation 2

@@ -480,18 +480,27 @@ TEST(PlanCli, ByteTotalsPastInt64AreRefusedNamingTheOption) {
     EXPECT_EQ(run.output.find(" 0 B"), std::string::npos) << run.output;  // no wrapped plan
     EXPECT_EQ(run.output.find("\"model\""), std::string::npos) << run.output;
   }
-  // Just below the edge the plan is printed, exactly: 2^20 requests of one 4 GiB layer each.
+  // Just below the edge the plan is printed, exactly: 2^20 requests of one 4 GiB layer each, in
+  // rounds of 64 rows (2^20 rows of 1024 tokens, 2^30 tokens a round, is no pool's: below).
   const CliRun ok = run_cli(
       "plan --layers 1 --heads 64 --v-heads 1024 --head-k-dim 1024 --head-v-dim 1024 "
-      "--max-requests 1048576 --window 1024 --json");
+      "--max-requests 1048576 --max-rows 64 --window 1024 --json");
   ASSERT_EQ(ok.code, 0) << ok.output;
   const auto j = nlohmann::json::parse(ok.output);
   const int64_t conv = (2 * 64 * 1024 + 1024 * 1024) * 3 * 2;  // bf16 conv state
   const int64_t layer = int64_t{1024} * 1024 * 1024 * 4 + conv;
   EXPECT_EQ(j["committed_bytes_per_request"].get<int64_t>(), layer);
   EXPECT_EQ(j["committed_bytes_total"].get<int64_t>(), layer << 20);
-  EXPECT_EQ(j["scratch_bytes_total"].get<int64_t>(), (layer << 20) * 1024);
-  EXPECT_EQ(j["total_bytes"].get<int64_t>(), (layer << 20) * 1025);
+  EXPECT_EQ(j["scratch_bytes_total"].get<int64_t>(), layer * 64 * 1024);
+  EXPECT_EQ(j["total_bytes"].get<int64_t>(), (layer << 20) + layer * 64 * 1024);
+  // A plan of rows x window past a pool's kMaxRoundTokens is refused naming the options (it was
+  // printed: a pool that cannot be built).
+  const CliRun past = run_cli("plan --model tiny --max-rows 1048576 --window 1024");
+  EXPECT_EQ(past.code, 2) << past.output;
+  EXPECT_NE(past.output.find("--max-rows 1048576 x --window 1024 = 1073741824 tokens a round, more "
+                             "than a pool takes (67108864, PoolOptions::kMaxRoundTokens)"),
+            std::string::npos)
+      << past.output;
   // One request's state past 2^48 B (2^20 layers of 4 GiB; or of 2^52 B, past 64 bits) is
   // refused by the model's own bound, naming it, before any total is formed.
   for (const std::string& big :
