@@ -8,14 +8,13 @@
 // tests/common/strategy_equivalence.cpp repeats verifies at random; this pins the contract.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/expect.h"
 #include "common/kind_cases.h"
 #include "common/pool_rounds.h"
+#include "common/slot_cases.h"
 #include "common/twin_pools.h"
 
 namespace specstate::test {
@@ -54,10 +53,8 @@ TEST_P(RepeatedVerify, SameInputsGiveTheFirstOutputsAndCommitAsOneVerify) {
     }
     t.p.commit(accepted);
     const auto want = r.round(t.ref, round_batch(c.tree, t.hr), in, accepted);
-    const std::vector<uint8_t> first_bytes = PoolRounds<Kind>::output_bytes(first, 0, n);
-    EXPECT_EQ(first_bytes, PoolRounds<Kind>::output_bytes(want, 0, n));
-    EXPECT_TRUE(std::any_of(first_bytes.begin(), first_bytes.end(), [](uint8_t b) { return b; }))
-        << "the verify outputs are all zero";
+    expect_same_outputs(PoolRounds<Kind>::output_bytes(first, 0, n),
+                        PoolRounds<Kind>::output_bytes(want, 0, n), "the verify outputs");
     for (int i = 0; i < kRequests; ++i) t.expect_same_nonzero_state(i, "after the commit");
     t.expect_same_next_round({3, 1});
   });
@@ -108,10 +105,8 @@ TEST_P(RepeatedVerify, CommitStillNeedsEveryLayerVerified) {
     r.verify(t.p, in, out, 2, 3);
     t.p.commit(accepted);
     const auto want = r.round(t.ref, round_batch(c.tree, t.hr), in, accepted);
-    const std::vector<uint8_t> out_bytes = PoolRounds<Kind>::output_bytes(out, 0, n);
-    EXPECT_EQ(out_bytes, PoolRounds<Kind>::output_bytes(want, 0, n));
-    EXPECT_TRUE(std::any_of(out_bytes.begin(), out_bytes.end(), [](uint8_t b) { return b; }))
-        << "the verify outputs are all zero";
+    expect_same_outputs(PoolRounds<Kind>::output_bytes(out, 0, n),
+                        PoolRounds<Kind>::output_bytes(want, 0, n), "the verify outputs");
     for (int i = 0; i < kRequests; ++i) t.expect_same_nonzero_state(i, "after the commit");
     t.expect_same_next_round({3, 1});
   });
