@@ -28,7 +28,7 @@ bool ReplayStrategy::deferred(int layer, int slot) const {
   return sticky_[slot] != 0 || deferred_[at(layer, slot)] != 0;
 }
 
-StateIO ReplayStrategy::verify_io(int layer, const RoundPlan& plan, bool first) {
+StateIO ReplayStrategy::verify_io(int, const RoundPlan& plan, bool first) {
   StateIO io;
   io.write_records = true;
   io.history = true;
