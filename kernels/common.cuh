@@ -101,7 +101,11 @@ inline constexpr int kVecBytes = (N * sizeof(T)) % 16 == 0  ? 16
 template <typename T, int N>
 __device__ __forceinline__ bool aligned_vec(const void* p) {
   constexpr int kBytes = kVecBytes<T, N>;
-  return kBytes != 0 && (reinterpret_cast<uintptr_t>(p) & (kBytes - 1)) == 0;
+  if constexpr (kBytes == 0) {
+    return false;
+  } else {
+    return (reinterpret_cast<uintptr_t>(p) & uintptr_t{kBytes - 1}) == 0;
+  }
 }
 
 // C consecutive elements (channels of one token's row, a run of a record) held as the bits they

@@ -631,6 +631,13 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
         return cudaErrorInvalidValue;
     }
   };
+  // Two channels a thread (four times the threads of eight) for a replay chain's token loop of
+  // width 4 with bf16 activations: SPECSTATE_CONV_TWO=1 (timing; latency-bound small batches).
+  if constexpr (std::is_same_v<Act, bf16>) {
+    if (loop && records && p.width == 4 && p.parents == nullptr && env_flag("SPECSTATE_CONV_TWO")) {
+      return run(conv_update_kernel<Act, St, 4, true, kLast, 2, true>, 2);
+    }
+  }
   if (!narrow) {
     return dispatch(std::integral_constant<int, kConvChannels>{}, std::false_type{});
   }

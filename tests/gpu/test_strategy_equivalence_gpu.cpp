@@ -169,12 +169,13 @@ TEST_P(ReplayPrefetchLateGpu, EqualSnapshotBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Gpu, ReplayPrefetchLateGpu,
-    ::testing::Combine(
-        ::testing::Values(
-            EquivalenceCase{"v72_chain_ring40_long", "gpu_k128_v72", false, 4, 4, 60, 40},
-            EquivalenceCase{"kda_k128_chain_ring2t", "kda_gpu_k128", false, 4, 5, 24, 8},
-            EquivalenceCase{"mamba2_p72_chain_ring40_long", "m2_gpu_p72", false, 4, 4, 60, 40}),
-        ::testing::Values(2, 4)),
+    ::testing::Combine(::testing::Values(EquivalenceCase{"v72_chain_ring40_long", "gpu_k128_v72",
+                                                         false, 4, 4, 60, 40},
+                                         EquivalenceCase{"kda_k128_chain_ring2t", "kda_gpu_k128",
+                                                         false, 4, 5, 24, 8},
+                                         EquivalenceCase{"mamba2_p72_chain_ring40_long",
+                                                         "m2_gpu_p72", false, 4, 4, 60, 40}),
+                       ::testing::Values(2, 4)),
     EnvCaseName{"_vb"});
 
 // The Mamba2 replay verify with two channels a thread (SPECSTATE_MAMBA2_RPT=2,
@@ -343,6 +344,31 @@ INSTANTIATE_TEST_SUITE_P(
                                           0, kReplayVllm | kSnapshotVllm}),
         ::testing::Values(0, 1)),
     EnvCaseName{"_narrow"});
+
+// The replay conv's token loop at two channels a thread (SPECSTATE_CONV_TWO=1: chains of width 4
+// with bf16 activations; the small-batch kernel kept off, SPECSTATE_CONV_SMALL=0, so that every
+// replay conv launch is the token loop): replay equals snapshot bit for bit, every kind, both
+// window element orders; 0 runs the same cases on the default kernels.
+class ConvTwoGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(ConvTwoGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, force] = GetParam();
+  const ScopedEnv small("SPECSTATE_CONV_SMALL", "0");
+  run_under_env("SPECSTATE_CONV_TWO", c, force, 0xC2C2 + c.rounds * 23 + force);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ConvTwoGpu,
+    ::testing::Combine(
+        ::testing::Values(EquivalenceCase{"k128_chain", "gpu_k128", false, 8, 3, 12},
+                          EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 4, 6, 16, 8},
+                          EquivalenceCase{"kda_k128_chain", "kda_gpu_k128", false, 4, 5, 16},
+                          EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 4, 5, 16},
+                          EquivalenceCase{"vllm_mamba2_bf16_chain", "m2_gpu_bf16", false, 4, 5, 16,
+                                          0, kReplayVllm | kSnapshotVllm}),
+        ::testing::Values(0, 1)),
+    EnvCaseName{"_two"});
 
 // A variable-windows case (rounds capped at 10) on a stream of its own: its packed rows against
 // the uniform window with filler (run_variable_windows), seeded seed + rounds + salt.
