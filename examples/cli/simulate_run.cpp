@@ -422,9 +422,10 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
       throw;
     }
   };
-  // Refuse an impossible pool (or strategy) before anything is generated or allocated.
-  for (Strategy strategy : strategies) make_pool(strategy).reset();
+  // Refuse a run the host cannot hold before anything is allocated (the trial pools below
+  // allocate and zero their whole state), then an impossible pool (or strategy).
   if (!cuda) check_host_memory(o, config, sh, strategies, num_requests, max_window);
+  for (Strategy strategy : strategies) make_pool(strategy).reset();
   // The run is possible: the trace is saved now (a refused run writes nothing).
   if (!o.save_trace.empty()) {
     try {
