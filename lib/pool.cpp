@@ -185,6 +185,14 @@ StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& op
     detail::bind_caller_committed(fn, *committed, layout, impl->backend->device(), impl->storage);
   }
   impl->backend->allocate(impl->storage);
+  // Its committed memory entered in the process's registry (a caller's memory first checked
+  // against every live pool's: pool_impl.h, CommittedClaim).
+  try {
+    impl->claim.claim(fn, impl->pool_id, impl->storage, committed != nullptr);
+  } catch (...) {
+    impl->backend->free(impl->storage);  // its workspace (the committed memory is the caller's)
+    throw;
+  }
   impl->close_round();
   detail::logger().debug(
       "pool {}: {} slots, {} layers, {} strategy, {} committed bytes, {} workspace bytes on {}",

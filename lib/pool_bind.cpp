@@ -3,6 +3,7 @@
 // recorded in the pool's storage.
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -136,6 +137,83 @@ void detail::bind_caller_committed(const char* fn, const CommittedStateViews& vi
   }
   storage.conv_slot_stride = conv_stride * static_cast<int64_t>(dtype_size(l.shapes.conv_dtype));
   storage.ssm_slot_stride = ssm_stride * static_cast<int64_t>(dtype_size(l.shapes.ssm_dtype));
+}
+
+namespace {
+
+// One layer's committed conv or SSM state of a live pool, in the registry.
+struct ClaimedRows : detail::ByteRows {
+  const detail::CommittedClaim* owner = nullptr;
+  uint64_t pool_id = 0;
+  bool conv = false;
+  int layer = 0;
+};
+
+std::mutex& claims_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<ClaimedRows>& claims() {
+  static std::vector<ClaimedRows> all;
+  return all;
+}
+
+std::string claimed_name(const ClaimedRows& r) {
+  return std::string(r.conv ? "conv[" : "ssm[") + std::to_string(r.layer) + "]";
+}
+
+}  // namespace
+
+void detail::CommittedClaim::claim(const char* fn, uint64_t pool_id, const PoolStorage& storage,
+                                   bool check) {
+  const Layout& l = storage.layout;
+  std::vector<ClaimedRows> mine;
+  mine.reserve(2 * static_cast<std::size_t>(l.layers));
+  for (int layer = 0; layer < l.layers; ++layer) {
+    for (const bool conv : {true, false}) {
+      ClaimedRows r;
+      const char* base =
+          (conv ? storage.conv_layers : storage.ssm_layers)[static_cast<std::size_t>(layer)];
+      r.begin = static_cast<int64_t>(reinterpret_cast<uintptr_t>(base));
+      r.stride = conv ? storage.conv_slot_stride : storage.ssm_slot_stride;
+      r.len = conv ? l.conv_bytes : l.ssm_bytes;
+      r.count = l.slots;
+      r.owner = this;
+      r.pool_id = pool_id;
+      r.conv = conv;
+      r.layer = layer;
+      if (base != nullptr && r.len > 0) mine.push_back(r);
+    }
+  }
+  const std::lock_guard<std::mutex> lock(claims_mutex());
+  std::vector<ClaimedRows>& all = claims();
+  if (check) {
+    for (const ClaimedRows& m : mine) {
+      for (const ClaimedRows& other : all) {
+        int64_t i = 0, j = 0;
+        if (other.owner != this && detail::rows_overlap(m, other, &i, &j)) {
+          fail(Status::kInvalidArgument, fn,
+               "committed." + claimed_name(m) + " shares bytes with the committed " +
+                   claimed_name(other) + " of pool " + std::to_string(other.pool_id) +
+                   ", which is alive (slot " + std::to_string(i) + "'s state here, its slot " +
+                   std::to_string(j) +
+                   "'s there): two pools would hand out the same memory; drop that pool "
+                   "before another takes its memory");
+        }
+      }
+    }
+  }
+  all.insert(all.end(), mine.begin(), mine.end());
+  held_ = true;
+}
+
+detail::CommittedClaim::~CommittedClaim() {
+  if (!held_) return;
+  const std::lock_guard<std::mutex> lock(claims_mutex());
+  std::vector<ClaimedRows>& all = claims();
+  all.erase(std::remove_if(all.begin(), all.end(),
+                           [this](const ClaimedRows& r) { return r.owner == this; }),
+            all.end());
 }
 
 }  // namespace specstate

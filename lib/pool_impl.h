@@ -36,6 +36,24 @@ std::string handle_string(const SlotHandle& handle);
 void bind_caller_committed(const char* fn, const CommittedStateViews& views, const Layout& l,
                            Device device, PoolStorage& storage);
 
+// A live pool's committed-state memory (its own or the caller's: every layer's slots), entered in
+// a process-wide registry for as long as the claim lives (the pool's Impl holds it; pool_bind.cpp).
+// claim() with `check` (a pool over the caller's memory) first refuses bytes that another live
+// pool's committed state holds, naming both views and that pool: the two pools would hand out
+// the same bytes as different slots (a second pool over the same tensors, or over another pool's
+// own state views), each zeroing or overwriting the other's requests.
+class CommittedClaim {
+ public:
+  CommittedClaim() = default;
+  ~CommittedClaim();
+  CommittedClaim(const CommittedClaim&) = delete;
+  CommittedClaim& operator=(const CommittedClaim&) = delete;
+  void claim(const char* fn, uint64_t pool_id, const PoolStorage& storage, bool check);
+
+ private:
+  bool held_ = false;
+};
+
 // The per-kind side of the layer entry points (prefill, decode, verify): the argument types, their
 // validation, the outputs that must not alias the pool, and the backend's run_<kind>. Everything
 // else of those entry points is kind-agnostic (Impl's templates below).
@@ -153,6 +171,8 @@ struct StatePool::Impl {
   std::unique_ptr<detail::StrategyImpl> strategy;
   detail::PoolStorage storage;
   detail::SlotAllocator slots{0};  // sized once the pool's size has been checked
+  // Last: released after close() has materialized into the memory and the backend freed it.
+  detail::CommittedClaim claim;
 
   bool round_open = false;
   VerifyBatch batch;

@@ -57,7 +57,7 @@ std::string inner(const Error& e) {
 }
 
 std::string type_of(const Json& j) {
-  if (j.is_number_integer()) return "integer";
+  if (j.is_number_integer()) return "integer " + j.dump();
   if (j.is_number_float()) return "number " + j.dump();
   if (j.is_string()) return "string " + j.dump();
   return j.type_name();

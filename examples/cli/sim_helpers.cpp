@@ -433,7 +433,16 @@ ModelPreset read_model_file(const std::string& path) {
   const auto text = [&](const char* key, const std::string& fallback) {
     if (!j.contains(key)) return fallback;
     if (!j[key].is_string()) fail(std::string("\"") + key + "\" must be a string");
-    return j[key].get<std::string>();
+    std::string value = j[key].get<std::string>();
+    // Printed in the reports' text (a NUL ended the name there, other control characters
+    // garbled the terminal): refused, the value quoted as JSON.
+    for (const char c : value) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        fail(std::string("\"") + key + "\" = " + j[key].dump() +
+             " holds a control character (names and descriptions are printed)");
+      }
+    }
+    return value;
   };
   std::string stem =
       path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);

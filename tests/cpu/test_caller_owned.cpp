@@ -223,6 +223,51 @@ TEST(CallerOwnedEnd, TheDestructorLeavesTheCommittedStateForTheNextPool) {
   EXPECT_EQ(exported(next, c), want);
 }
 
+// Two live pools over the same memory handed out the same bytes as their slots: the second's
+// acquire() zeroed the first's live request, silently (a review's repro, from Python). A pool over
+// memory another live pool's committed state holds (the same tensors, or that pool's own state
+// views) is refused, naming the views and the pool, and the first pool is untouched; once it is
+// gone, a pool over the memory builds.
+TEST(CallerOwnedEnd, ASecondLivePoolOverTheSameMemoryIsRefused) {
+  auto mem = host_memory();
+  PoolRounds<GdnKind> m(gdn_preset("small_f32"), 2, 13);
+  const PoolOptions o = m.options(Strategy::kReplay, /*slots=*/3, /*rows=*/2, kRoundT);
+  const CallerMemory cm = make_caller_memory(m.model(), o, CallerLayout::kOneTensor, *mem, 5);
+  std::optional<StatePool> first(std::in_place, m.model(), o, cm.views);
+  const SlotHandle a = first->acquire();
+  m.round(*first, round_batch(false, {a}), m.inputs(kRoundT), {2});
+  const std::vector<uint8_t> before = exported(*first, a);
+  expect_nonzero(before, "the first pool's state");
+  const auto refused = [&](const CommittedStateViews& views, const char* what) {
+    try {
+      StatePool second(m.model(), o, views);
+      ADD_FAILURE() << what << ": a second pool over live memory was built";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::kInvalidArgument) << what << ": " << e.what();
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("committed.conv[0] shares bytes with the committed conv[0] of pool"),
+                std::string::npos)
+          << what << ": " << msg;
+      EXPECT_NE(msg.find("which is alive"), std::string::npos) << msg;
+    }
+  };
+  refused(cm.views, "the same views");
+  StatePool owning = m.pool(Strategy::kSnapshot, 3, 2, kRoundT);
+  CommittedStateViews theirs;
+  for (int l = 0; l < m.model().num_layers; ++l) {
+    theirs.conv.push_back(owning.conv_state(l));
+    theirs.ssm.push_back(owning.ssm_state(l));
+  }
+  refused(theirs, "another pool's own state views");
+  EXPECT_EQ(exported(*first, a), before);
+  EXPECT_TRUE(first->is_live(a));
+  const int slot = first->slot_index(a);
+  first.reset();
+  StatePool next(m.model(), o, cm.views);  // the memory is free again
+  const SlotHandle b = next.adopt(slot);
+  EXPECT_EQ(exported(next, b), before);
+}
+
 }  // namespace
 }  // namespace specstate::test
 

@@ -209,6 +209,27 @@ TEST(HostileCli, AReportLinkToNoFileCreatesItsTarget) {
   ::rmdir(dir.c_str());
 }
 
+// A NUL in a model file's "name" printed an empty name ("specstate plan: , TP 1, ...", exit 0):
+// control characters in "name" and "description" are refused, naming the key.
+TEST(HostileCli, ControlCharactersInAModelFilesNameAreUsageErrors) {
+  std::string dir = ::testing::TempDir() + "specstate_nm_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string model = dir + "/m.json";
+  for (const std::string& field :
+       {std::string(R"("name": "\u0000x")"), std::string(R"("description": "a\u001b[2Jb")")}) {
+    std::FILE* f = std::fopen(model.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs((R"({"kind": "gdn", "layers": 2, )" + field + "}").c_str(), f);
+    std::fclose(f);
+    const test::CliRun plan = run_cli("plan --model-file " + model);
+    EXPECT_EQ(plan.code, 2) << field << ": " << plan.output;
+    EXPECT_TRUE(contains(plan.output, "holds a control character")) << plan.output;
+    EXPECT_TRUE(contains(plan.output, field.substr(1, field.find('"', 1) - 1))) << plan.output;
+  }
+  std::remove(model.c_str());
+  ::rmdir(dir.c_str());
+}
+
 // --out and --save-trace replaced the --model-file the run read (exit 0; the next run with it
 // failed): refused before anything runs, naming both.
 TEST(HostileCli, OutputsThatWouldOverwriteTheModelFileAreUsageErrors) {

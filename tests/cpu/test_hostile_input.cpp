@@ -154,6 +154,22 @@ TEST(HostileTrace, DeeplyNestedLineIsRejectedNamingTheLine) {
   EXPECT_TRUE(contains(m3, "meta_json nests JSON deeper")) << m3;
 }
 
+// An integer out of its field's range was reported as "got integer", without the value.
+TEST(HostileTrace, AnIntegerOutOfRangeIsReportedWithItsValue) {
+  std::istringstream header(
+      "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": "
+      "[18446744073709551615]}\n");
+  const std::string m1 = error_of([&] { spec::parse_trace(header, "big.jsonl"); });
+  EXPECT_TRUE(contains(m1, "big.jsonl:1: header field \"requests\"[0]")) << m1;
+  EXPECT_TRUE(contains(m1, "got integer 18446744073709551615")) << m1;
+  std::istringstream record(
+      "{\"format\": \"specstate-trace\", \"version\": 1, \"requests\": [0]}\n"
+      "{\"request\": 0, \"round\": 0, \"window\": 2, \"accepted\": -7}\n");
+  const std::string m2 = error_of([&] { spec::parse_trace(record, "neg.jsonl"); });
+  EXPECT_TRUE(contains(m2, "neg.jsonl:2")) << m2;
+  EXPECT_TRUE(contains(m2, "-7")) << m2;
+}
+
 // --- defect 6: directories and FIFOs are not safetensors files --------------------------------
 
 TEST(HostileSafetensors, DirectoryIsRejectedWithAnError) {

@@ -740,13 +740,14 @@ TEST(SimulateCli, ARefusedRunOrCollidingOutputsWriteNothing) {
     return s.str();
   };
   write_keep();
-  // A pool of terabytes: refused by the library, after the trace was generated.
+  // A pool of terabytes: refused (the host-memory check, before any pool is built), after the
+  // trace was generated.
   CliRun run = run_cli(
       "simulate --model qwen3-next-80b --requests 4096 --window 64 --rounds 1 "
       "--quiet --save-trace " +
       keep);
   EXPECT_EQ(run.code, 2) << run.output;  // a usage error naming the option (was exit 1)
-  EXPECT_TRUE(contains(run.output, "--requests: resource exhausted")) << run.output;
+  EXPECT_TRUE(contains(run.output, "--requests: the run needs about")) << run.output;
   EXPECT_EQ(read(keep), kept) << "a refused run replaced --save-trace";
   const std::string svg = dir + "specstate_cli_r.svg";
   std::remove(svg.c_str());
