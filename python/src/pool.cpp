@@ -274,7 +274,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
                            s.prefill(layer, h, w, i, o);
                          });
          },
-         nb::arg("layer"), nb::arg("handle"), nb::arg("weights"), nb::arg("inputs"),
+         nb::arg("layer").none(), nb::arg("handle"), nb::arg("weights"), nb::arg("inputs"),
          nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
          (std::string("Advances one request's committed state of `layer` in place over n "
                       "tokens (inputs [n, ...], in order).") +
@@ -292,7 +292,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
                             s.prefill(layer, handles, lengths, w, i, o);
                           });
           },
-          nb::arg("layer"), nb::arg("handles"), nb::arg("lengths"), nb::arg("weights"),
+          nb::arg("layer").none(), nb::arg("handles"), nb::arg("lengths"), nb::arg("weights"),
           nb::arg("inputs"), nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
           (std::string("Batched variable-length prefill: handles[r] advances by lengths[r] "
                        "tokens packed at lengths[0] + .. + lengths[r-1] (inputs hold "
@@ -309,7 +309,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
                             s.decode(layer, rows, w, i, o);
                           });
           },
-          nb::arg("layer"), nb::arg("rows"), nb::arg("weights"), nb::arg("inputs"),
+          nb::arg("layer").none(), nb::arg("rows"), nb::arg("weights"), nb::arg("inputs"),
           nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
           (std::string("One token per row (row r's token at r), advancing the committed state; "
                        "padding rows are skipped.") +
@@ -325,7 +325,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
                             s.verify(layer, w, i, o);
                           });
           },
-          nb::arg("layer"), nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
+          nb::arg("layer").none(), nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
           nb::arg("stream").none() = nb::none(),
           (std::string("Verifies `layer` for the open round: outputs for every window token "
                        "(inputs packed by row, [rows*T, ...]); the committed state is "
@@ -487,7 +487,7 @@ void bind_pool(nb::module_& m) {
                 const int slot = to_int(slot_arg, "StatePool.adopt", "slot");
                 return locked(p, stream, [&](StatePool& s) { return s.adopt(slot); });
               },
-              nb::arg("slot"), nb::arg("stream").none() = nb::none(),
+              nb::arg("slot").none(), nb::arg("stream").none() = nb::none(),
               (std::string("Takes free slot `slot` as a new request keeping its committed state "
                            "as it is in memory (a caller-owned pool: a state the engine "
                            "computed in its own tensors).") +
@@ -535,7 +535,7 @@ void bind_pool(nb::module_& m) {
               },
               nb::sig("def conv_state(self, layer: int, handle: SlotHandle | None = None, stream: "
                       "object | None = None) -> object"),
-              nb::arg("layer"), nb::arg("handle").none() = nb::none(),
+              nb::arg("layer").none(), nb::arg("handle").none() = nb::none(),
               nb::arg("stream").none() = nb::none(),
               (std::string(
                    "Committed conv windows of `layer`, [slots, conv_dim, W-1] (oldest column "
@@ -559,7 +559,7 @@ void bind_pool(nb::module_& m) {
               },
               nb::sig("def ssm_state(self, layer: int, handle: SlotHandle | None = None, stream: "
                       "object | None = None) -> object"),
-              nb::arg("layer"), nb::arg("handle").none() = nb::none(),
+              nb::arg("layer").none(), nb::arg("handle").none() = nb::none(),
               nb::arg("stream").none() = nb::none(),
               (std::string("Committed SSM states of `layer`, [slots, HV, V, K] (Mamba2 [slots, "
                            "nheads, P, N]); with `handle`, that request's [HV, V, K] only. "
@@ -576,7 +576,7 @@ void bind_pool(nb::module_& m) {
                     locked(p, stream, [&](StatePool& s) { return s.workspace(which, layer); });
                 return view_to_python(v, p.pool().options().device, self);
               },
-              nb::arg("which"), nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+              nb::arg("which"), nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               (std::string("The strategy's workspace of `layer` (snapshot scratch or replay "
                            "records), zero-copy. Raises FailedPreconditionError when the "
                            "strategy has no such workspace.") +
@@ -591,7 +591,7 @@ void bind_pool(nb::module_& m) {
                     locked(p, stream, [&](StatePool& s) { return s.snapshot_conv(layer); });
                 return view_to_python(v, p.pool().options().device, self);
               },
-              nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+              nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               "workspace(Workspace.SNAPSHOT_CONV, layer, stream).")
           .def(
               "snapshot_ssm",
@@ -602,7 +602,7 @@ void bind_pool(nb::module_& m) {
                     locked(p, stream, [&](StatePool& s) { return s.snapshot_ssm(layer); });
                 return view_to_python(v, p.pool().options().device, self);
               },
-              nb::arg("layer"), nb::arg("stream").none() = nb::none(),
+              nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               "workspace(Workspace.SNAPSHOT_SSM, layer, stream).")
           .def(
               "committed_bytes", [](PyPool& p) { return p.pool().committed_bytes(); },

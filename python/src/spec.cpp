@@ -102,7 +102,13 @@ void bind_spec(nb::module_& m) {
       .def(
           "__eq__", [](const Window& a, const Window& b) { return a == b; }, nb::is_operator())
       .def(
-          "__ne__", [](const Window& a, const Window& b) { return a != b; }, nb::is_operator());
+          "__ne__", [](const Window& a, const Window& b) { return a != b; }, nb::is_operator())
+      // Equal windows (the same parents) hash equally: windows key dicts and sets by value.
+      .def("__hash__", [](const Window& w) {
+        std::size_t h = 0x9E3779B97F4A7C15ull;
+        for (const int32_t p : w.parents()) h = (h ^ static_cast<uint32_t>(p)) * 0x100000001B3ull;
+        return static_cast<nb::ssize_t>(h >> 1);
+      });
   m.def(
       "check_path",
       [](const Window& window, IntList path, const std::string& what) {

@@ -781,6 +781,22 @@ def test_ints_past_their_type_name_the_argument_and_the_value():
             call()
     with pytest.raises(TypeError, match="layer: expected an int, got str"):
         pool.snapshot_ssm("0")
+    # None is no int either: the same named TypeError, not nanobind's "incompatible arguments".
+    none_calls = {
+        "ssm_state": lambda: pool.ssm_state(None),
+        "conv_state": lambda: pool.conv_state(None, h),
+        "snapshot_conv": lambda: pool.snapshot_conv(None),
+        "workspace": lambda: pool.workspace(specstate.Workspace.SNAPSHOT_SSM, None),
+        "prefill": lambda: pool.prefill(None, h, model.weights[0], specstate.GdnInputs(x, a, b),
+                                        model.outputs(1)),
+        "decode": lambda: pool.decode(None, [h], model.weights[0], specstate.GdnInputs(x, a, b),
+                                      model.outputs(1)),
+    }
+    for name, call in none_calls.items():
+        with pytest.raises(TypeError, match="layer: expected an int, got NoneType"):
+            call()
+    with pytest.raises(TypeError, match="slot: expected an int, got NoneType"):
+        pool.adopt(None)
     with pytest.raises(TypeError, match="accepted: None"):
         pool.commit(None)
     fields = [(specstate.PoolOptions(), "num_slots"), (specstate.PoolOptions(), "replay_ring"),

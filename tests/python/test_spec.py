@@ -19,6 +19,10 @@ def test_windows():
     fc, ns = t.to_links()
     assert Window.from_links(fc, ns) == t
     assert Window.from_parents([-1, 0, 1]) == Window.chain(3)
+    # Equal windows hash equally (they key dicts and sets by value).
+    assert hash(Window.from_parents([-1, 0, 1])) == hash(Window.chain(3))
+    assert len({Window.chain(3), Window.chain(3), t}) == 2
+    assert {Window.chain(3): "x"}.get(Window.from_parents([-1, 0, 1])) == "x"
     with pytest.raises(specstate.InvalidArgumentError, match="parents"):
         Window.from_parents([-1, 2])
     with pytest.raises(specstate.InvalidArgumentError):

@@ -4,6 +4,8 @@ handed over as their transposes, holds the same states as an owning pool in spec
 bit for bit, and writes the arrays in place; views in another order are rejected naming the
 option."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -254,3 +256,37 @@ def test_vllm_helpers_are_the_cpp_ones():
     with pytest.raises(specstate.InvalidArgumentError, match="vllm::layout_options: order = kv"):
         vllm.layout_options(opts, m2, specstate.SsmLayout.KV)
     assert vllm.conv_shape(config, 5) == (5, config.conv_width() - 1, config.conv_dim())
+
+
+def test_a_second_live_pool_over_the_same_arrays_is_refused():
+    # Both pools handed out the same bytes as slot 0: the second's acquire() zeroed the first's
+    # live request, silently. Refused, naming the views and the live pool; the first untouched.
+    model = Model(seed=5)
+    cfg, L, slots = model.cfg, model.layers, 3
+    c, w = cfg.conv_dim(), cfg.conv_width
+    conv = [np.zeros((slots, c, w - 1), np.float32) for _ in range(L)]
+    ssm = [np.zeros((slots, cfg.num_v_heads, cfg.head_v_dim, cfg.head_k_dim), np.float32)
+           for _ in range(L)]
+    opts = specstate.PoolOptions(num_slots=slots, max_rows=2, max_window=4)
+    first = specstate.StatePool(model.config, opts, committed_conv=conv, committed_ssm=ssm)
+    h = first.acquire()
+    for layer, (x, a, b) in enumerate(model.inputs(3)):
+        first.prefill(layer, h, model.weights[layer], specstate.GdnInputs(x, a, b),
+                      model.outputs(3))
+    before = first.export_slot(h)
+    assert np.abs(ssm[0]).sum() > 0
+    message = r"committed\.conv\[0\] shares bytes with the committed conv\[0\] of pool \d+, " \
+              r"which is alive"
+    with pytest.raises(specstate.InvalidArgumentError, match=message):
+        specstate.StatePool(model.config, opts, committed_conv=conv, committed_ssm=ssm)
+    own = model.pool(Strategy.SNAPSHOT, slots=slots)
+    with pytest.raises(specstate.InvalidArgumentError, match=message):
+        specstate.StatePool(model.config, opts,
+                            committed_conv=[np.from_dlpack(own.conv_state(l)) for l in range(L)],
+                            committed_ssm=[np.from_dlpack(own.ssm_state(l)) for l in range(L)])
+    assert first.is_live(h) and np.array_equal(first.export_slot(h), before)
+    slot = first.slot_index(h)
+    del first
+    gc.collect()
+    again = specstate.StatePool(model.config, opts, committed_conv=conv, committed_ssm=ssm)
+    assert np.array_equal(again.export_slot(again.adopt(slot)), before)
