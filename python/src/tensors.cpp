@@ -271,14 +271,21 @@ Arg to_bytes_arg(nb::handle object, const char* function, const char* name, bool
   arg.object = nb::borrow(object);
   bool imported = import_array(object, writable, arg.array);
   if (!imported && is_numpy_array(object)) {
+    // An object array holds references, not numbers (its bytes are no values).
+    if (nb::cast<std::string>(nb::str(object.attr("dtype").attr("kind"))) == "O") {
+      throw nb::type_error(
+          (std::string(name) + ": dtype object holds Python objects, not numbers").c_str());
+    }
     // A NumPy dtype DLPack has no code for (ml_dtypes' bfloat16, float8, int4, ...): only the
     // bytes matter here, so take the same memory as uint8.
     nb::object as_bytes;
     try {
       as_bytes = object.attr("view")("uint8");
     } catch (nb::python_error& e) {
+      // The exception's own message (what() would add its traceback).
+      const std::string why = nb::cast<std::string>(nb::str(e.value()));
       throw nb::value_error((std::string(name) + ": cannot take the array's memory as bytes (" +
-                             e.what() + "): give a C-contiguous buffer")
+                             why + "): give a C-contiguous buffer")
                                 .c_str());
     }
     imported = import_array(as_bytes, writable, arg.array);

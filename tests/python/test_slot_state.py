@@ -258,6 +258,11 @@ def test_buffers_of_any_dtype_shape_and_kind():
         pool.reset(g)
         pool.import_slot(g, src)
         assert np.array_equal(pool.export_slot(g), want)
+    # An object array holds no bytes to import: a TypeError saying so (it pasted a traceback).
+    with pytest.raises(TypeError, match="dtype object holds Python objects") as info:
+        pool.import_slot(g, np.array([b"x" * 8], dtype=object))
+    assert "Traceback" not in str(info.value)
+    assert np.array_equal(pool.export_slot(g), want)
 
 
 def test_export_writes_only_the_buffers_bytes():
