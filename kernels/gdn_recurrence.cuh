@@ -561,8 +561,9 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // The next block's state into shared memory (this thread's own elements, read back by this
     // thread only) while this block computes: issued once an instruction has consumed S (its
     // loads from next_state have completed), i.e. after the first history record where the row
-    // has history (so the copy overlaps the history's application too), else after the first
-    // window token (p.late_prefetch: always there, the placement measured before).
+    // has history and p.early_prefetch is set (the copy then overlaps the history's
+    // application too; not yet measured), else after the first window token (the default, the
+    // placement measured in every table so far).
     const auto copy_next = [&] {
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
@@ -578,7 +579,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
     };
-    const bool early = !kKV && more && hist > 0 && !p.late_prefetch;
+    const bool early = !kKV && more && hist > 0 && p.early_prefetch;
     if (hist > 0) {
       gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, 0, kl, rows);
       if (early) copy_next();
@@ -829,7 +830,7 @@ cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p0, cudaStrea
   if (p0.num_k_heads <= 0 || p0.num_v_heads % p0.num_k_heads != 0) return cudaErrorInvalidValue;
   GdnRecurrenceParams p = p0;
   p.last_state = env_flag("SPECSTATE_GDN_LAST_STATE");
-  p.late_prefetch = env_flag("SPECSTATE_REPLAY_PREFETCH_LATE");
+  p.early_prefetch = env_flag("SPECSTATE_REPLAY_PREFETCH_EARLY");
   p.v_per_k = p0.num_v_heads / p0.num_k_heads;
   p.inv_v_per_k = 1.0f / static_cast<float>(p.v_per_k);
   // LANES = 8 everywhere: the 32-lane split (4x the CTAs at B = 1) was measured slower (every

@@ -442,8 +442,9 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
       // The next block's state into shared memory (this thread's own elements, read back by this
       // thread only) while this block computes: issued once an instruction has consumed S (its
       // loads from next_state have completed), i.e. after the first history record where the
-      // row has history (the copy then overlaps the history's application too), else after the
-      // first window token (p.late_prefetch: always there, the placement measured before).
+      // row has history and p.early_prefetch is set (the copy then overlaps the history's
+      // application too; not yet measured), else after the first window token (the default,
+      // the placement measured in every table so far).
       const auto copy_next = [&] {
 #pragma unroll
         for (int j = 0; j < RPT; ++j) {
@@ -459,7 +460,7 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
       };
-      const bool early = more && hist > 0 && !p.late_prefetch;
+      const bool early = more && hist > 0 && p.early_prefetch;
       const auto history = [&](int tt) {
         if constexpr (RPT == 1) {
           mamba2_step<St, N, kChunk, false>(S[0], sm.chunk, tt, kl, r[0]);
@@ -695,7 +696,7 @@ cudaError_t launch_mamba2_recurrence_typed(const Mamba2RecurrenceParams& p0, cud
   const cudaError_t bad = check_recurrence_launch(p0, kMamba2Chunk, &skip);
   if (bad != cudaSuccess || skip) return bad;
   Mamba2RecurrenceParams p = p0;
-  p.late_prefetch = env_flag("SPECSTATE_REPLAY_PREFETCH_LATE");
+  p.early_prefetch = env_flag("SPECSTATE_REPLAY_PREFETCH_EARLY");
   switch (p.d_state) {
     case 16:
       return launch_mamba2_n<Act, St, 16>(p, stream);

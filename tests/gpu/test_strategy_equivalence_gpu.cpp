@@ -151,16 +151,16 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4)),
     EnvCaseName{"_vb"});
 
-// The several-blocks replay verifies with the next block's state copy issued where it was before
-// (SPECSTATE_REPLAY_PREFETCH_LATE=1: after the first window token, not after the first history
-// record): the same bits as snapshot, so both placements are pinned. Long histories (ring 40),
+// The several-blocks replay verifies with the next block's state copy issued after the first
+// history record (SPECSTATE_REPLAY_PREFETCH_EARLY=1; the default issues it after the first window
+// token): the same bits as snapshot, so both placements are pinned. Long histories (ring 40),
 // folds every round (ring 2T), a last block past V / P.
-class ReplayPrefetchLateGpu : public ::testing::TestWithParam<EnvCase> {};
+class ReplayPrefetchEarlyGpu : public ::testing::TestWithParam<EnvCase> {};
 
-TEST_P(ReplayPrefetchLateGpu, EqualSnapshotBitForBit) {
+TEST_P(ReplayPrefetchEarlyGpu, EqualSnapshotBitForBit) {
   SPECSTATE_REQUIRE_GPU();
   const auto& [c, vblocks] = GetParam();
-  const ScopedEnv late("SPECSTATE_REPLAY_PREFETCH_LATE", "1");
+  const ScopedEnv early("SPECSTATE_REPLAY_PREFETCH_EARLY", "1");
   const bool mamba2 = is_mamba2_preset(c.preset);
   const ScopedEnv rpt(mamba2 ? "SPECSTATE_MAMBA2_RPT" : "SPECSTATE_GDN_RPT", "2");
   run_under_env(mamba2 ? "SPECSTATE_MAMBA2_VBLOCKS" : "SPECSTATE_GDN_VBLOCKS", c, vblocks,
@@ -168,7 +168,7 @@ TEST_P(ReplayPrefetchLateGpu, EqualSnapshotBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Gpu, ReplayPrefetchLateGpu,
+    Gpu, ReplayPrefetchEarlyGpu,
     ::testing::Combine(::testing::Values(EquivalenceCase{"v72_chain_ring40_long", "gpu_k128_v72",
                                                          false, 4, 4, 60, 40},
                                          EquivalenceCase{"kda_k128_chain_ring2t", "kda_gpu_k128",
