@@ -11,6 +11,15 @@
 
 #include "kernel_types.h"
 
+// An experiment not yet measured on a device (docs/cuda.md, "The nineteenth session"): 1 issues
+// the several-blocks replay verifies' next-block state copy (gdn_replay_vblocks,
+// mamba2_replay_vblocks) after the first history record instead of after the first window token.
+// Build-time, so that the default build's code is the code every table measured
+// (CMAKE_CUDA_FLAGS=-DSPECSTATE_REPLAY_PREFETCH_EARLY=1, or scripts/bench-macro-sweep.sh).
+#ifndef SPECSTATE_REPLAY_PREFETCH_EARLY
+#define SPECSTATE_REPLAY_PREFETCH_EARLY 0
+#endif
+
 namespace specstate::kernels {
 
 using bf16 = __nv_bfloat16;

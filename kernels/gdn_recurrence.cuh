@@ -558,12 +558,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // window in the act dtype) until they are stored after this block's tokens: no instruction
     // here waits for the loads.
     uint32_t pre[kPre] = {};
-    // The next block's state into shared memory (this thread's own elements, read back by this
-    // thread only) while this block computes: issued once an instruction has consumed S (its
-    // loads from next_state have completed), i.e. after the first history record where the row
-    // has history and p.early_prefetch is set (the copy then overlaps the history's
-    // application too; not yet measured), else after the first window token (the default, the
-    // placement measured in every table so far).
+#if SPECSTATE_REPLAY_PREFETCH_EARLY
+    // The experiment (common.cuh): the next block's state copy issued after the first history
+    // record, which has consumed S (next_state's loads completed), so that it overlaps the
+    // history's application too; rows without history issue it after the first token below.
     const auto copy_next = [&] {
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
@@ -579,14 +577,15 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
     };
-    const bool early = !kKV && more && hist > 0 && p.early_prefetch;
-    if (hist > 0) {
-      gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, 0, kl, rows);
-      if (early) copy_next();
+    for (int tt = 0; tt < hist; ++tt) {
+      gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
+      if (!kKV && tt == 0 && more) copy_next();
     }
-    for (int tt = 1; tt < hist; ++tt) {
+#else
+    for (int tt = 0; tt < hist; ++tt) {
       gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
     }
+#endif
     if constexpr (kKV) {
       if (store)
         gdn_kv_store<St, K, kRows, NK, LANES, 1>(committed, V, vb * kRows, sm.kv_tile, S, rows, kl,
@@ -623,8 +622,23 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.
         gdn_kv_tile_fill_async<K, kRows>(reinterpret_cast<const float*>(committed), V,
                                          (vb + 1) * kRows, &sm.kv_tile[0][0]);
-      } else if (!kKV && t == 0 && more && !early) {
-        copy_next();  // no history: after the first step has consumed S
+      } else if (t == 0 && more && (SPECSTATE_REPLAY_PREFETCH_EARLY == 0 || hist == 0)) {
+        // The next block's state into shared memory (this thread's own elements, read back by
+        // this thread only) while this block computes; issued after a step has consumed S, so
+        // the shared next_state it overwrites has been read.
+#pragma unroll
+        for (int j = 0; j < RPT; ++j) {
+          const int vn = (vb + 1) * kRows + rows.vrow[j];
+          if (vn < V) {
+            const St* src = committed + int64_t{vn} * K;
+#pragma unroll
+            for (int i = 0; i < NK; ++i) {
+              cp_async<4 * sizeof(St)>(next_mine(j) + i * 4 * LANES + kl * 4,
+                                       src + i * 4 * LANES + kl * 4);
+            }
+          }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
       }
       // The row's output and u record, stored with the block's others after its tokens
       // (gdn_flush_block): no per-token global addressing in this loop.
@@ -830,7 +844,6 @@ cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p0, cudaStrea
   if (p0.num_k_heads <= 0 || p0.num_v_heads % p0.num_k_heads != 0) return cudaErrorInvalidValue;
   GdnRecurrenceParams p = p0;
   p.last_state = env_flag("SPECSTATE_GDN_LAST_STATE");
-  p.early_prefetch = env_flag("SPECSTATE_REPLAY_PREFETCH_EARLY");
   p.v_per_k = p0.num_v_heads / p0.num_k_heads;
   p.inv_v_per_k = 1.0f / static_cast<float>(p.v_per_k);
   // LANES = 8 everywhere: the 32-lane split (4x the CTAs at B = 1) was measured slower (every

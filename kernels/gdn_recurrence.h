@@ -52,11 +52,6 @@ struct GdnRecurrenceParams {
   // token's update (gdn_step's `update`); on only for timing the difference
   // (SPECSTATE_GDN_LAST_STATE=1, read by the launchers). The same bits either way.
   bool last_state = false;
-  // Where the several-blocks replay verify (gdn_replay_vblocks) issues the next V block's state
-  // copy: after the first window token (off, the default), or, on, after the first history
-  // record (SPECSTATE_REPLAY_PREFETCH_EARLY=1, read by the launchers; an experiment not yet
-  // measured on a device, docs/cuda.md). Same bits either way.
-  bool early_prefetch = false;
   int ring = 0;        // R: factor records per slot (replay)
   int fold_limit = 0;  // R - 2 * T_max: a verify folds iff h > fold_limit
   // Set by the launcher from the head counts (callers leave them): value heads per key head and

@@ -439,12 +439,10 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
     for (int j = 0; j < nvb; ++j) {
       const int vb = vb0 + j;
       const bool more = j + 1 < nvb;
-      // The next block's state into shared memory (this thread's own elements, read back by this
-      // thread only) while this block computes: issued once an instruction has consumed S (its
-      // loads from next_state have completed), i.e. after the first history record where the
-      // row has history and p.early_prefetch is set (the copy then overlaps the history's
-      // application too; not yet measured), else after the first window token (the default,
-      // the placement measured in every table so far).
+#if SPECSTATE_REPLAY_PREFETCH_EARLY
+      // The experiment (common.cuh): the next block's state copy issued after the first history
+      // record, which has consumed S (next_state's loads completed), so that it overlaps the
+      // history's application too; rows without history issue it after the first token below.
       const auto copy_next = [&] {
 #pragma unroll
         for (int j = 0; j < RPT; ++j) {
@@ -460,20 +458,18 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
       };
-      const bool early = more && hist > 0 && p.early_prefetch;
-      const auto history = [&](int tt) {
+#endif
+      for (int tt = 0; tt < hist; ++tt) {
         if constexpr (RPT == 1) {
           mamba2_step<St, N, kChunk, false>(S[0], sm.chunk, tt, kl, r[0]);
         } else {
           float unused[RPT];
           mamba2_step_rows<St, N, kChunk, false, RPT>(S, sm.chunk, tt, kl, r, unused);
         }
-      };
-      if (hist > 0) {
-        history(0);
-        if (early) copy_next();
+#if SPECSTATE_REPLAY_PREFETCH_EARLY
+        if (tt == 0 && more) copy_next();
+#endif
       }
-      for (int tt = 1; tt < hist; ++tt) history(tt);
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
         if (store && ok[j]) {
@@ -514,7 +510,23 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
         } else {
           mamba2_step_rows<St, N, kChunk, true, RPT>(S, sm.chunk, hist + t, kl, r, y);
         }
-        if (t == 0 && more && !early) copy_next();  // after the first step has consumed S
+        if (t == 0 && more && (SPECSTATE_REPLAY_PREFETCH_EARLY == 0 || hist == 0)) {
+          // The next block's state into shared memory (this thread's own elements, read back by
+          // this thread only), issued after a step has consumed S (next_state has been read).
+#pragma unroll
+          for (int j = 0; j < RPT; ++j) {
+            const int chn = ch[j] + kRows;
+            if (chn < P) {
+              const St* src = head_state + int64_t{chn} * N;
+#pragma unroll
+              for (int i = 0; i < NK; ++i) {
+                cp_async<4 * sizeof(St)>(next_mine[j] + i * 4 * LANES + kl * 4,
+                                         src + i * 4 * LANES + kl * 4);
+              }
+            }
+          }
+          asm volatile("cp.async.commit_group;" ::: "memory");
+        }
 #pragma unroll
         for (int j = 0; j < RPT; ++j) {
           if (kl == 0 && ok[j]) {
@@ -691,12 +703,10 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
 }
 
 template <typename Act, typename St>
-cudaError_t launch_mamba2_recurrence_typed(const Mamba2RecurrenceParams& p0, cudaStream_t stream) {
+cudaError_t launch_mamba2_recurrence_typed(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
   bool skip = false;
-  const cudaError_t bad = check_recurrence_launch(p0, kMamba2Chunk, &skip);
+  const cudaError_t bad = check_recurrence_launch(p, kMamba2Chunk, &skip);
   if (bad != cudaSuccess || skip) return bad;
-  Mamba2RecurrenceParams p = p0;
-  p.early_prefetch = env_flag("SPECSTATE_REPLAY_PREFETCH_EARLY");
   switch (p.d_state) {
     case 16:
       return launch_mamba2_n<Act, St, 16>(p, stream);

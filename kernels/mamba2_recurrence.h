@@ -45,11 +45,6 @@ struct Mamba2RecurrenceParams {
   bool fold = false;
   bool settled = false;
   bool write_factors = false;
-  // Where the several-blocks replay verify (mamba2_replay_vblocks) issues the next channel
-  // block's state copy: after the first window token (off, the default), or, on, after the first
-  // history record (SPECSTATE_REPLAY_PREFETCH_EARLY=1, read by the launcher; an experiment not
-  // yet measured on a device, docs/cuda.md). Same bits either way.
-  bool early_prefetch = false;
   int ring = 0;        // R: factor records per slot (replay)
   int fold_limit = 0;  // R - 2 * T_max: a verify folds iff h > fold_limit
   // Channel blocks of one (row, head) per CTA for a replay chain (the window's staging then serves

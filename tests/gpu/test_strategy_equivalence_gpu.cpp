@@ -151,33 +151,6 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4)),
     EnvCaseName{"_vb"});
 
-// The several-blocks replay verifies with the next block's state copy issued after the first
-// history record (SPECSTATE_REPLAY_PREFETCH_EARLY=1; the default issues it after the first window
-// token): the same bits as snapshot, so both placements are pinned. Long histories (ring 40),
-// folds every round (ring 2T), a last block past V / P.
-class ReplayPrefetchEarlyGpu : public ::testing::TestWithParam<EnvCase> {};
-
-TEST_P(ReplayPrefetchEarlyGpu, EqualSnapshotBitForBit) {
-  SPECSTATE_REQUIRE_GPU();
-  const auto& [c, vblocks] = GetParam();
-  const ScopedEnv early("SPECSTATE_REPLAY_PREFETCH_EARLY", "1");
-  const bool mamba2 = is_mamba2_preset(c.preset);
-  const ScopedEnv rpt(mamba2 ? "SPECSTATE_MAMBA2_RPT" : "SPECSTATE_GDN_RPT", "2");
-  run_under_env(mamba2 ? "SPECSTATE_MAMBA2_VBLOCKS" : "SPECSTATE_GDN_VBLOCKS", c, vblocks,
-                0x1A7E + c.rounds * 37 + vblocks);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Gpu, ReplayPrefetchEarlyGpu,
-    ::testing::Combine(::testing::Values(EquivalenceCase{"v72_chain_ring40_long", "gpu_k128_v72",
-                                                         false, 4, 4, 60, 40},
-                                         EquivalenceCase{"kda_k128_chain_ring2t", "kda_gpu_k128",
-                                                         false, 4, 5, 24, 8},
-                                         EquivalenceCase{"mamba2_p72_chain_ring40_long",
-                                                         "m2_gpu_p72", false, 4, 4, 60, 40}),
-                       ::testing::Values(2, 4)),
-    EnvCaseName{"_vb"});
-
 // The Mamba2 replay verify with two channels a thread (SPECSTATE_MAMBA2_RPT=2,
 // kernels::mamba2_rpt; one channel block a CTA, SPECSTATE_MAMBA2_VBLOCKS=1) and with one (1):
 // replay equals snapshot bit for bit. N = 64 with P = 32 (one whole block of 32 channels), N = 128
