@@ -558,10 +558,9 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // window in the act dtype) until they are stored after this block's tokens: no instruction
     // here waits for the loads.
     uint32_t pre[kPre] = {};
-#if SPECSTATE_REPLAY_PREFETCH_EARLY
-    // The experiment (common.cuh): the next block's state copy issued after the first history
-    // record, which has consumed S (next_state's loads completed), so that it overlaps the
-    // history's application too; rows without history issue it after the first token below.
+    // The next block's state into shared memory (this thread's own elements, read back by this
+    // thread only) while this block computes; issued once a step has consumed S, so that the
+    // shared next_state it overwrites has been read.
     const auto copy_next = [&] {
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
@@ -577,6 +576,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
     };
+#if SPECSTATE_REPLAY_PREFETCH_EARLY
+    // The experiment (common.cuh): the copy issued after the first history record, which has
+    // consumed S, so that it overlaps the history's application too; rows without history issue
+    // it after the first token below.
     for (int tt = 0; tt < hist; ++tt) {
       gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
       if (!kKV && tt == 0 && more) copy_next();
@@ -623,22 +626,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         gdn_kv_tile_fill_async<K, kRows>(reinterpret_cast<const float*>(committed), V,
                                          (vb + 1) * kRows, &sm.kv_tile[0][0]);
       } else if (t == 0 && more && (SPECSTATE_REPLAY_PREFETCH_EARLY == 0 || hist == 0)) {
-        // The next block's state into shared memory (this thread's own elements, read back by
-        // this thread only) while this block computes; issued after a step has consumed S, so
-        // the shared next_state it overwrites has been read.
-#pragma unroll
-        for (int j = 0; j < RPT; ++j) {
-          const int vn = (vb + 1) * kRows + rows.vrow[j];
-          if (vn < V) {
-            const St* src = committed + int64_t{vn} * K;
-#pragma unroll
-            for (int i = 0; i < NK; ++i) {
-              cp_async<4 * sizeof(St)>(next_mine(j) + i * 4 * LANES + kl * 4,
-                                       src + i * 4 * LANES + kl * 4);
-            }
-          }
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
+        copy_next();
       }
       // The row's output and u record, stored with the block's others after its tokens
       // (gdn_flush_block): no per-token global addressing in this loop.

@@ -443,6 +443,8 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
       // The experiment (common.cuh): the next block's state copy issued after the first history
       // record, which has consumed S (next_state's loads completed), so that it overlaps the
       // history's application too; rows without history issue it after the first token below.
+      // (The same copy as the token loop's below, written twice: one lambda for both moved the
+      // default build's registers, ptxas: the one-channel N = 128 kernel spilled 408 bytes.)
       const auto copy_next = [&] {
 #pragma unroll
         for (int j = 0; j < RPT; ++j) {
