@@ -841,7 +841,19 @@ void bind_pool(nb::module_& m) {
                   });
                   return;
                 }
-                Arg a = to_arg(accepted, "accepted", false, false);
+                Arg a;
+                try {
+                  a = to_arg(accepted, "accepted", false, false);
+                } catch (const nb::builtin_exception& e) {
+                  // The layer arrays' dtypes are no help here: name what commit takes.
+                  std::string m = e.what();
+                  const std::string layer_hint = "(float32, bfloat16 or int32)";
+                  const std::size_t at = m.find(layer_hint);
+                  if (at == std::string::npos) throw;
+                  m.replace(at, layer_hint.size(),
+                            "(accepted values: a list of ints, or an int32 / int64 array)");
+                  throw nb::type_error(m.c_str());
+                }
                 // A dtype that is no integer is a TypeError, as float64 already was (float32
                 // and bfloat16 arrays import, and were refused by the pool as values).
                 if (a.view.dtype != DType::kI32) {
