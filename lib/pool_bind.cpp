@@ -149,13 +149,15 @@ struct ClaimedRows : detail::ByteRows {
   int layer = 0;
 };
 
+// Never destroyed (a pool destroyed during the process's exit, after the statics' destructors,
+// still finds them).
 std::mutex& claims_mutex() {
-  static std::mutex m;
-  return m;
+  static auto* m = new std::mutex;
+  return *m;
 }
 std::vector<ClaimedRows>& claims() {
-  static std::vector<ClaimedRows> all;
-  return all;
+  static auto* all = new std::vector<ClaimedRows>;
+  return *all;
 }
 
 std::string claimed_name(const ClaimedRows& r) {
