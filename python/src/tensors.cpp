@@ -119,6 +119,18 @@ bool import_or_raise(nb::handle object, const char* name, bool writable, Arg& ar
     if (writable && nb::try_cast<nb::ndarray<nb::ro>>(source, probe, false))
       throw nb::value_error(
           (std::string(name) + ": the array is read-only, an output must be writable").c_str());
+    // A NumPy array DLPack cannot describe (a structured dtype's field, a stride that is no
+    // multiple of the item size): name its dtype and strides, not "got ndarray".
+    PyErr_Clear();  // what the probe's import may have left
+    if (is_numpy_array(object) && nb::hasattr(object, "dtype") && nb::hasattr(object, "strides")) {
+      const std::string dtype = nb::cast<std::string>(object.attr("dtype").attr("__str__")());
+      const std::string strides = nb::cast<std::string>(object.attr("strides").attr("__str__")());
+      throw nb::type_error((std::string(name) + ": a NumPy array of dtype " + dtype +
+                            " and byte strides " + strides +
+                            " has no DLPack form; give a plain numeric array "
+                            "(np.ascontiguousarray of float32, bfloat16 or int32)")
+                               .c_str());
+    }
     throw nb::type_error((std::string(name) + ": expected an array (DLPack or buffer protocol: " +
                           "NumPy, torch, CuPy, JAX), got " + py_type_name(object))
                              .c_str());

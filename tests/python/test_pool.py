@@ -914,6 +914,13 @@ def test_big_endian_array_and_empty_window_say_what_is_wrong():
     h, (x, a, b) = open_round(model, pool)
     with pytest.raises(TypeError, match=r"inputs.a: dtype >f4 is big-endian"):
         specstate.GdnInputs(x, a.astype(">f4"), b)
+    # A field of a structured array (5-byte strides) has no DLPack form: its dtype and strides
+    # are named (it was "got ndarray" too).
+    rec = np.zeros(a.shape[0] * a.shape[1], dtype=[("v", np.float32), ("pad", np.uint8)])
+    field = rec["v"].reshape(a.shape)
+    with pytest.raises(TypeError, match=r"inputs.a: a NumPy array of dtype float32 and byte "
+                                        r"strides \(\d+, 5\) has no DLPack form"):
+        specstate.GdnInputs(x, field, b)
     with pytest.raises(specstate.InvalidArgumentError, match="tokens and target are empty"):
         specstate.accept_greedy_chain([], [])
 
