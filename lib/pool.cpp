@@ -183,16 +183,12 @@ StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& op
   impl->storage.layout = layout;
   if (committed) {
     detail::bind_caller_committed(fn, *committed, layout, impl->backend->device(), impl->storage);
+    // The caller's memory checked against every live pool's (pool_impl.h, CommittedClaim) and
+    // entered in the registry before anything is allocated.
+    impl->claim.claim_caller(fn, impl->pool_id, impl->storage);
   }
   impl->backend->allocate(impl->storage);
-  // Its committed memory entered in the process's registry (a caller's memory first checked
-  // against every live pool's: pool_impl.h, CommittedClaim).
-  try {
-    impl->claim.claim(fn, impl->pool_id, impl->storage, committed != nullptr);
-  } catch (...) {
-    impl->backend->free(impl->storage);  // its workspace (the committed memory is the caller's)
-    throw;
-  }
+  impl->claim.claim_own(impl->pool_id, impl->storage);
   impl->close_round();
   detail::logger().debug(
       "pool {}: {} slots, {} layers, {} strategy, {} committed bytes, {} workspace bytes on {}",

@@ -145,8 +145,7 @@ namespace {
 struct ClaimedRows : detail::ByteRows {
   const detail::CommittedClaim* owner = nullptr;
   uint64_t pool_id = 0;
-  bool conv = false;
-  int layer = 0;
+  std::string what;  // "committed conv[3]", "workspace snap_ssm", ...
 };
 
 // Never destroyed (a pool destroyed during the process's exit, after the statics' destructors,
@@ -160,52 +159,79 @@ std::vector<ClaimedRows>& claims() {
   return *all;
 }
 
-std::string claimed_name(const ClaimedRows& r) {
-  return std::string(r.conv ? "conv[" : "ssm[") + std::to_string(r.layer) + "]";
-}
-
 }  // namespace
 
-void detail::CommittedClaim::claim(const char* fn, uint64_t pool_id, const PoolStorage& storage,
-                                   bool check) {
-  const Layout& l = storage.layout;
-  std::vector<ClaimedRows> mine;
-  mine.reserve(2 * static_cast<std::size_t>(l.layers));
+namespace {
+
+// Every layer's committed conv and SSM state of `storage` (its slots), as registry entries.
+std::vector<ClaimedRows> committed_rows(const detail::PoolStorage& storage,
+                                        const detail::CommittedClaim* owner, uint64_t pool_id) {
+  const detail::Layout& l = storage.layout;
+  std::vector<ClaimedRows> rows;
+  rows.reserve(2 * static_cast<std::size_t>(l.layers));
   for (int layer = 0; layer < l.layers; ++layer) {
     for (const bool conv : {true, false}) {
-      ClaimedRows r;
       const char* base =
           (conv ? storage.conv_layers : storage.ssm_layers)[static_cast<std::size_t>(layer)];
+      ClaimedRows r;
       r.begin = static_cast<int64_t>(reinterpret_cast<uintptr_t>(base));
       r.stride = conv ? storage.conv_slot_stride : storage.ssm_slot_stride;
       r.len = conv ? l.conv_bytes : l.ssm_bytes;
       r.count = l.slots;
-      r.owner = this;
+      r.owner = owner;
       r.pool_id = pool_id;
-      r.conv = conv;
-      r.layer = layer;
-      if (base != nullptr && r.len > 0) mine.push_back(r);
+      r.what = std::string(conv ? "conv[" : "ssm[") + std::to_string(layer) + "]";
+      if (base != nullptr && r.len > 0) rows.push_back(std::move(r));
     }
   }
+  return rows;
+}
+
+}  // namespace
+
+void detail::CommittedClaim::claim_caller(const char* fn, uint64_t pool_id,
+                                          const PoolStorage& storage) {
+  std::vector<ClaimedRows> mine = committed_rows(storage, this, pool_id);
   const std::lock_guard<std::mutex> lock(claims_mutex());
   std::vector<ClaimedRows>& all = claims();
-  if (check) {
-    for (const ClaimedRows& m : mine) {
-      for (const ClaimedRows& other : all) {
-        int64_t i = 0, j = 0;
-        if (other.owner != this && detail::rows_overlap(m, other, &i, &j)) {
-          fail(Status::kInvalidArgument, fn,
-               "committed." + claimed_name(m) + " shares bytes with the committed " +
-                   claimed_name(other) + " of pool " + std::to_string(other.pool_id) +
-                   ", which is alive (slot " + std::to_string(i) + "'s state here, its slot " +
-                   std::to_string(j) +
-                   "'s there): two pools would hand out the same memory; drop that pool "
-                   "before another takes its memory");
-        }
+  for (const ClaimedRows& m : mine) {
+    for (const ClaimedRows& other : all) {
+      int64_t i = 0, j = 0;
+      if (other.owner != this && detail::rows_overlap(m, other, &i, &j)) {
+        fail(Status::kInvalidArgument, fn,
+             "committed." + m.what + " shares bytes with the " +
+                 (other.count > 1 ? "committed " : "") + other.what + " of pool " +
+                 std::to_string(other.pool_id) + ", which is alive (slot " + std::to_string(i) +
+                 "'s state here): two pools would use the same memory; drop that pool, and the "
+                 "state views it returned (they keep it alive), before another takes its memory");
       }
     }
   }
-  all.insert(all.end(), mine.begin(), mine.end());
+  for (ClaimedRows& m : mine) all.push_back(std::move(m));
+  held_ = true;
+}
+
+void detail::CommittedClaim::claim_own(uint64_t pool_id, const PoolStorage& storage) {
+  const Layout& l = storage.layout;
+  // Its own committed state per layer (as a caller's is), unless the caller's (claim_caller);
+  // its workspace buffers whole.
+  std::vector<ClaimedRows> mine;
+  if (!l.caller_committed) mine = committed_rows(storage, this, pool_id);
+  for (const Buf buf : {Buf::kSnapConv, Buf::kSnapSsm, Buf::kRecords, Buf::kPending, Buf::kPath,
+                        Buf::kFactors, Buf::kCursor}) {
+    ClaimedRows r;
+    r.begin = static_cast<int64_t>(reinterpret_cast<uintptr_t>(storage.base(buf)));
+    r.len = l.size(buf);
+    r.stride = r.len;
+    r.count = 1;
+    r.owner = this;
+    r.pool_id = pool_id;
+    r.what = std::string("workspace ") + buf_name(buf);
+    if (storage.base(buf) != nullptr && r.len > 0) mine.push_back(std::move(r));
+  }
+  const std::lock_guard<std::mutex> lock(claims_mutex());
+  std::vector<ClaimedRows>& all = claims();
+  for (ClaimedRows& m : mine) all.push_back(std::move(m));
   held_ = true;
 }
 

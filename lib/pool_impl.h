@@ -36,19 +36,21 @@ std::string handle_string(const SlotHandle& handle);
 void bind_caller_committed(const char* fn, const CommittedStateViews& views, const Layout& l,
                            Device device, PoolStorage& storage);
 
-// A live pool's committed-state memory (its own or the caller's: every layer's slots), entered in
-// a process-wide registry for as long as the claim lives (the pool's Impl holds it; pool_bind.cpp).
-// claim() with `check` (a pool over the caller's memory) first refuses bytes that another live
-// pool's committed state holds, naming both views and that pool: the two pools would hand out
-// the same bytes as different slots (a second pool over the same tensors, or over another pool's
-// own state views), each zeroing or overwriting the other's requests.
+// A live pool's memory, entered in a process-wide registry for as long as the claim lives (the
+// pool's Impl holds it; pool_bind.cpp): the caller's committed views (claim_caller, before the
+// pool allocates anything) and every buffer the pool allocated itself (claim_own: its committed
+// state, or none where it is the caller's, and its workspace: snapshots, records, factors,
+// cursors). claim_caller first refuses caller bytes that any live pool uses, naming the view,
+// the other pool's buffer and that pool: two pools over the same memory (the same tensors, or
+// another pool's state or workspace views) would each zero or overwrite the other's requests.
 class CommittedClaim {
  public:
   CommittedClaim() = default;
   ~CommittedClaim();
   CommittedClaim(const CommittedClaim&) = delete;
   CommittedClaim& operator=(const CommittedClaim&) = delete;
-  void claim(const char* fn, uint64_t pool_id, const PoolStorage& storage, bool check);
+  void claim_caller(const char* fn, uint64_t pool_id, const PoolStorage& storage);
+  void claim_own(uint64_t pool_id, const PoolStorage& storage);
 
  private:
   bool held_ = false;

@@ -5,6 +5,7 @@ bit for bit, and writes the arrays in place; views in another order are rejected
 option."""
 
 import gc
+import resource
 
 import numpy as np
 import pytest
@@ -290,3 +291,34 @@ def test_a_second_live_pool_over_the_same_arrays_is_refused():
     gc.collect()
     again = specstate.StatePool(model.config, opts, committed_conv=conv, committed_ssm=ssm)
     assert np.array_equal(again.export_slot(again.adopt(slot)), before)
+
+
+def test_a_pool_over_another_pools_workspace_is_refused_before_it_allocates():
+    # A pool over another live pool's snapshot workspace was built (the registry held committed
+    # state only), and a refused pool had allocated and zeroed its own workspace first.
+    model = Model(seed=1)
+    cfg, L = model.cfg, model.layers
+    c, w = cfg.conv_dim(), cfg.conv_width
+    hv, v, k = cfg.num_v_heads, cfg.head_v_dim, cfg.head_k_dim
+    a = model.pool(Strategy.SNAPSHOT, slots=2, rows=4, window=4)
+    sc = [np.from_dlpack(a.snapshot_conv(layer)) for layer in range(L)]
+    ss = [np.from_dlpack(a.snapshot_ssm(layer)) for layer in range(L)]
+    conv = [x.reshape(-1)[: 2 * c * (w - 1)].reshape(2, c, w - 1) for x in sc]
+    ssm = [x.reshape(-1)[: 2 * hv * v * k].reshape(2, hv, v, k) for x in ss]
+    assert np.shares_memory(conv[0], sc[0])
+    small = specstate.PoolOptions(num_slots=2, max_rows=2, max_window=4)
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"committed\.conv\[0\] shares bytes with the workspace snapshot "
+                             r"conv scratch of pool \d+, which is alive"):
+        specstate.StatePool(model.config, small, committed_conv=conv, committed_ssm=ssm)
+    # Refused before its own workspace (here about 400 MiB of snapshots) is allocated.
+    arrs_c = [np.zeros((2, c, w - 1), np.float32) for _ in range(L)]
+    arrs_s = [np.zeros((2, hv, v, k), np.float32) for _ in range(L)]
+    first = specstate.StatePool(model.config, small, committed_conv=arrs_c, committed_ssm=arrs_s)
+    big = specstate.PoolOptions(num_slots=2, max_rows=4096, max_window=16)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(specstate.InvalidArgumentError, match=r"which is alive"):
+        specstate.StatePool(model.config, big, committed_conv=arrs_c, committed_ssm=arrs_s)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 100, grown_mib
+    assert first.free_slots() == 2
