@@ -436,10 +436,15 @@ ModelPreset read_model_file(const std::string& path) {
     std::string value = j[key].get<std::string>();
     // Printed in the reports' text (a NUL ended the name there, other control characters
     // garbled the terminal): refused, the value quoted as JSON.
-    for (const char c : value) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-        fail(std::string("\"") + key + "\" = " + j[key].dump() +
-             " holds a control character (names and descriptions are printed)");
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      const auto c = static_cast<unsigned char>(value[i]);
+      if ((c < 0x20 && c != '\t') || c == 0x7f) {
+        // The value quoted up to 64 bytes (a description may be a megabyte of them).
+        fail(std::string("\"") + key + "\" holds a control character at byte " + std::to_string(i) +
+             " (names and descriptions are printed): " +
+             nlohmann::json(value.substr(0, 64))
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+             (value.size() > 64 ? "..." : ""));
       }
     }
     return value;

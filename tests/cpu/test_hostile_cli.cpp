@@ -223,8 +223,27 @@ TEST(HostileCli, ControlCharactersInAModelFilesNameAreUsageErrors) {
     std::fclose(f);
     const test::CliRun plan = run_cli("plan --model-file " + model);
     EXPECT_EQ(plan.code, 2) << field << ": " << plan.output;
-    EXPECT_TRUE(contains(plan.output, "holds a control character")) << plan.output;
+    EXPECT_TRUE(contains(plan.output, "holds a control character at byte")) << plan.output;
     EXPECT_TRUE(contains(plan.output, field.substr(1, field.find('"', 1) - 1))) << plan.output;
+  }
+  // A megabyte of them is quoted to 64 bytes, not whole; a tab is no control character here.
+  {
+    std::FILE* f = std::fopen(model.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::string many;
+    for (int i = 0; i < 100000; ++i) many += "\\u0001";
+    std::fputs((R"({"kind": "gdn", "layers": 2, "description": ")" + many + "\"}").c_str(), f);
+    std::fclose(f);
+    const test::CliRun plan = run_cli("plan --model-file " + model);
+    EXPECT_EQ(plan.code, 2) << plan.output.substr(0, 300);
+    EXPECT_LT(plan.output.size(), 2000u);
+  }
+  {
+    std::FILE* f = std::fopen(model.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(R"({"kind": "gdn", "layers": 2, "description": "a\tb"})", f);
+    std::fclose(f);
+    EXPECT_EQ(run_cli("plan --model-file " + model).code, 0);
   }
   std::remove(model.c_str());
   ::rmdir(dir.c_str());
