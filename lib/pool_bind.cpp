@@ -141,7 +141,8 @@ void detail::bind_caller_committed(const char* fn, const CommittedStateViews& vi
 
 namespace {
 
-// One layer's committed conv or SSM state of a live pool, in the registry.
+// A live pool's memory in the registry: one layer's committed conv or SSM state (its slots), or
+// one workspace buffer (whole).
 struct ClaimedRows : detail::ByteRows {
   const detail::CommittedClaim* owner = nullptr;
   uint64_t pool_id = 0;
@@ -158,10 +159,6 @@ std::vector<ClaimedRows>& claims() {
   static auto* all = new std::vector<ClaimedRows>;
   return *all;
 }
-
-}  // namespace
-
-namespace {
 
 // Every layer's committed conv and SSM state of `storage` (its slots), as registry entries.
 std::vector<ClaimedRows> committed_rows(const detail::PoolStorage& storage,
@@ -180,7 +177,8 @@ std::vector<ClaimedRows> committed_rows(const detail::PoolStorage& storage,
       r.count = l.slots;
       r.owner = owner;
       r.pool_id = pool_id;
-      r.what = std::string(conv ? "conv[" : "ssm[") + std::to_string(layer) + "]";
+      r.what =
+          std::string(conv ? "committed conv[" : "committed ssm[") + std::to_string(layer) + "]";
       if (base != nullptr && r.len > 0) rows.push_back(std::move(r));
     }
   }
@@ -199,8 +197,9 @@ void detail::CommittedClaim::claim_caller(const char* fn, uint64_t pool_id,
       int64_t i = 0, j = 0;
       if (other.owner != this && detail::rows_overlap(m, other, &i, &j)) {
         fail(Status::kInvalidArgument, fn,
-             "committed." + m.what + " shares bytes with the " +
-                 (other.count > 1 ? "committed " : "") + other.what + " of pool " +
+             // m.what is "committed conv[l]": the view is named "committed.conv[l]".
+             "committed." + m.what.substr(std::string("committed ").size()) +
+                 " shares bytes with the " + other.what + " of pool " +
                  std::to_string(other.pool_id) + ", which is alive (slot " + std::to_string(i) +
                  "'s state here): two pools would use the same memory; drop that pool, and the "
                  "state views it returned (they keep it alive), before another takes its memory");

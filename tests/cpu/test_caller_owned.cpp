@@ -259,6 +259,25 @@ TEST(CallerOwnedEnd, ASecondLivePoolOverTheSameMemoryIsRefused) {
     theirs.ssm.push_back(owning.ssm_state(l));
   }
   refused(theirs, "another pool's own state views");
+  {  // one slot: still named as committed state (a one-row entry was named like a buffer)
+    StatePool one = m.pool(Strategy::kSnapshot, 1, 1, kRoundT);
+    CommittedStateViews views;
+    for (int l = 0; l < m.model().num_layers; ++l) {
+      views.conv.push_back(one.conv_state(l));
+      views.ssm.push_back(one.ssm_state(l));
+    }
+    PoolOptions o1 = o;
+    o1.num_slots = 1;
+    o1.max_rows = 1;
+    try {
+      StatePool second(m.model(), o1, views);
+      ADD_FAILURE() << "a pool over a one-slot pool's views was built";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("shares bytes with the committed conv[0] of pool"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   EXPECT_EQ(exported(*first, a), before);
   EXPECT_TRUE(first->is_live(a));
   const int slot = first->slot_index(a);
