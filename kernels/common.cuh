@@ -11,7 +11,8 @@
 
 #include "kernel_types.h"
 
-// An experiment not yet measured on a device (docs/cuda.md, "The nineteenth session"): 1 issues
+// An experiment not yet measured on a device (docs/cuda.md, "Two experiments prepared, no device
+// started"): 1 issues
 // the several-blocks replay verifies' next-block state copy (gdn_replay_vblocks,
 // mamba2_replay_vblocks) after the first history record instead of after the first window token.
 // Build-time, so that the default build's code is the code every table measured

@@ -447,13 +447,13 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
       // default build's registers, ptxas: the one-channel N = 128 kernel spilled 408 bytes.)
       const auto copy_next = [&] {
 #pragma unroll
-        for (int j = 0; j < RPT; ++j) {
-          const int chn = ch[j] + kRows;
+        for (int c = 0; c < RPT; ++c) {  // (c: the block index j is the loop's)
+          const int chn = ch[c] + kRows;
           if (chn < P) {
             const St* src = head_state + int64_t{chn} * N;
 #pragma unroll
             for (int i = 0; i < NK; ++i) {
-              cp_async<4 * sizeof(St)>(next_mine[j] + i * 4 * LANES + kl * 4,
+              cp_async<4 * sizeof(St)>(next_mine[c] + i * 4 * LANES + kl * 4,
                                        src + i * 4 * LANES + kl * 4);
             }
           }
