@@ -12,9 +12,9 @@
 #include "kernel_types.h"
 
 // An experiment not yet measured on a device (docs/cuda.md, "Two experiments prepared, no device
-// started"): 1 issues
-// the several-blocks replay verifies' next-block state copy (gdn_replay_vblocks,
-// mamba2_replay_vblocks) after the first history record instead of after the first window token.
+// started"): 1 issues the several-blocks replay verifies' next-block state copy
+// (gdn_replay_vblocks, mamba2_replay_vblocks) after the first history record instead of after
+// the first window token.
 // Build-time, so that the default build's code is the code every table measured
 // (CMAKE_CUDA_FLAGS=-DSPECSTATE_REPLAY_PREFETCH_EARLY=1, or scripts/bench-macro-sweep.sh).
 #ifndef SPECSTATE_REPLAY_PREFETCH_EARLY
