@@ -39,6 +39,7 @@ echo "== Python package: a CPU wheel, installed into a fresh venv (build/venv), 
 # The global Python is left alone: the build requirements, the wheel and the test requirements go
 # into build/venv; pytest runs against the installed wheel (the source package python/specstate is
 # not on sys.path from the repository root).
+specstate_install_packages "${SPECSTATE_PY_DEB_PACKAGES[@]}"  # python3-venv, python3-dev
 venv="$root/build/venv"
 rm -rf "$venv" "$root/build/wheel"
 echo "specstate: making the venv $venv"

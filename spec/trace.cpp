@@ -668,33 +668,46 @@ void write_trace_file(const std::string& path, const Trace& trace) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);  // follows links
   const bool exists = fs::exists(status);
-  const bool in_place = exists && !fs::is_regular_file(status);
-  const fs::path final_path = exists && !in_place ? fs::canonical(path, ec) : fs::path(path);
-  std::string target = path;
+  // A link to no file: written in place, which creates the file it names (the link stays).
+  const bool dangling = !exists && fs::is_symlink(fs::symlink_status(path, ec));
+  const fs::path final_path =
+      exists && fs::is_regular_file(status) ? fs::canonical(path, ec) : fs::path(path);
+  // The temporary file, once one exists: the only file a failure removes (never `path`).
+  std::string target;
   const auto fail = [&](const std::string& what) {
-    if (!in_place) fs::remove(target, ec);
+    if (!target.empty()) fs::remove(target, ec);
     throw Error(Status::kInvalidArgument,
                 "spec::write_trace_file: " + what + " \"" + path + "\" (nothing was changed)");
   };
-  if (in_place) {
-    std::ofstream out(target, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot open");
+  const auto write_in_place = [&] {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      throw Error(Status::kInvalidArgument,
+                  "spec::write_trace_file: cannot open \"" + path + "\" (nothing was changed)");
+    }
     try {
       write_trace(out, trace);
     } catch (const Error&) {
-      fail("writing");
+      out.close();
+      throw Error(Status::kInvalidArgument, "spec::write_trace_file: writing \"" + path +
+                                                "\" failed (the file is incomplete)");
     }
     out.close();
-    if (!out) fail("writing");
-    return;
-  }
+    if (!out) {
+      throw Error(Status::kInvalidArgument, "spec::write_trace_file: writing \"" + path +
+                                                "\" failed (the file is incomplete)");
+    }
+  };
+  if ((exists && !fs::is_regular_file(status)) || dangling) return write_in_place();
   if (exists && ::access(final_path.c_str(), W_OK) != 0) fail("cannot write");
   // A name of its own beside the target (mkstemp), so two writers of one path do not collide;
   // written through mkstemp's descriptor (a umask that clears the owner's write bit would make
-  // the file unopenable by name), its mode set once it is complete.
+  // the file unopenable by name), its mode set once it is complete. No temporary file beside it
+  // (a folder the caller may not write, a name at the length limit): the file itself, in place,
+  // without the all-or-nothing replacement (as the CLI's report files).
   std::string name = final_path.string() + ".tmp-XXXXXX";
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) fail("cannot create a temporary file beside");
+  if (fd < 0) return write_in_place();
   target = name;
   bool written = false;
   try {

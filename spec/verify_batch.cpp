@@ -66,10 +66,11 @@ int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
                     (buckets_.empty() ? "kMaxBatchRows" : "the largest bucket") + ", " +
                     std::to_string(most) + ")");
   }
+  // rows x the largest window for both packings: build() (and a pool's begin_verify, bounded
+  // by max_rows x max_window) refuses a variable batch past it too, though its tokens are fewer.
   const int max_window = std::max(max_window_, window.size());
   const int64_t rows = int64_t{size()} + 1;
-  const int64_t tokens =
-      packing_ == Packing::kVariable ? window_sum_ + window.size() : rows * max_window;
+  const int64_t tokens = rows * max_window;
   if (tokens > kMaxBatchTokens) {
     throw Error(Status::kOutOfRange,
                 "spec::VerifyBatchBuilder::add: window " + window.describe().substr(0, 64) +
@@ -77,12 +78,17 @@ int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
                     std::to_string(rows) +
                     " rows), past kMaxBatchTokens = " + std::to_string(kMaxBatchTokens));
   }
-  handles_.push_back(handle);
-  windows_.push_back(window);
-  rows_of_.emplace(std::make_pair(handle.pool_id, handle.slot), size() - 1);
+  // Every allocation before the first change (a copy of the window, room in each container):
+  // an add() that throws (std::bad_alloc) leaves the builder as it was.
+  Window copy = window;
+  handles_.reserve(handles_.size() + 1);
+  windows_.reserve(windows_.size() + 1);
+  const int row = size();
+  rows_of_.emplace(std::make_pair(handle.pool_id, handle.slot), row);  // may throw: nothing else
+  handles_.push_back(handle);                                          // changed yet; these
+  windows_.push_back(std::move(copy));                                 // cannot throw
   max_window_ = max_window;
-  window_sum_ += window.size();
-  return size() - 1;
+  return row;
 }
 
 void VerifyBatchBuilder::clear() noexcept {
@@ -90,7 +96,6 @@ void VerifyBatchBuilder::clear() noexcept {
   windows_.clear();
   rows_of_.clear();
   max_window_ = 0;
-  window_sum_ = 0;
 }
 
 BatchPlan VerifyBatchBuilder::build() const {

@@ -91,9 +91,10 @@ class VerifyBatchBuilder {
 
   // Adds a live row; returns its row index. Throws Error(kInvalidArgument) for a padding
   // handle or a slot already in the batch, Error(kOutOfRange) when the largest bucket is full or
-  // the rows added so far would pass kMaxBatchTokens tokens (padded: rows x the largest window;
-  // variable: the sum of the windows), which build() refuses: the windows held no longer grow
-  // past that (8192 rows of a 65536-node window held 4 GB before build() refused them).
+  // the rows added so far would pass kMaxBatchTokens tokens as rows x the largest window (either
+  // packing: build() refuses that, and a pool's round is bounded by max_rows x max_window), so
+  // the windows held no longer grow past it (8192 rows of a 65536-node window held 4 GB before
+  // build() refused them). A throwing add() (the error, or std::bad_alloc) changes nothing.
   int add(SlotHandle handle, const Window& window);
   void clear() noexcept;
   int size() const noexcept { return static_cast<int>(handles_.size()); }
@@ -108,8 +109,7 @@ class VerifyBatchBuilder {
   Packing packing_ = Packing::kPadded;
   std::vector<SlotHandle> handles_;
   std::vector<Window> windows_;
-  int max_window_ = 0;      // the largest window added
-  int64_t window_sum_ = 0;  // the nodes of the windows added
+  int max_window_ = 0;  // the largest window added
   // (pool_id, slot) -> row of handles_: add's duplicate check in O(1).
   struct KeyHash {
     std::size_t operator()(const std::pair<uint64_t, int32_t>& k) const noexcept {

@@ -104,7 +104,10 @@ Window Window::from_links(const std::vector<int32_t>& first_child,
              " closes a loop among the children of node " + std::to_string(t));
       }
       if (parents[static_cast<std::size_t>(c)] != -2) {
-        fail(std::string(fn) + "node " + std::to_string(c) + " is reached twice (children of " +
+        const std::string link = prev == -1 ? "first_child[" + std::to_string(t) + "]"
+                                            : "next_sibling[" + std::to_string(prev) + "]";
+        fail(std::string(fn) + link + " = " + std::to_string(c) + ": node " + std::to_string(c) +
+             " is reached twice (children of " +
              std::to_string(parents[static_cast<std::size_t>(c)]) + " and of " + std::to_string(t) +
              ")");
       }
@@ -179,21 +182,31 @@ std::string Window::describe() const {
   return out.str();
 }
 
+namespace {
+// A window as an error message quotes it: its description, cut at 64 characters (a tree of
+// 65536 nodes described whole made a 371 KB message), and its size.
+std::string quoted(const Window& window) {
+  const std::string d = window.describe();
+  return d.size() <= 64 ? d : d.substr(0, 64) + "... (" + std::to_string(window.size()) + " nodes)";
+}
+}  // namespace
+
 void check_path(const Window& window, const std::vector<int32_t>& path, const char* what) {
   if (what == nullptr) what = "spec::check_path";
   for (std::size_t i = 0; i < path.size(); ++i) {
     const int32_t node = path[i];
     if (node < 0 || node >= window.size()) {
       fail(std::string(what) + ": path[" + std::to_string(i) + "] = " + std::to_string(node) +
-           " is not a node of the window (" + window.describe() + ")");
+           " is not a node of the window (" + quoted(window) + ")");
     }
     const int32_t expected_parent = i == 0 ? -1 : path[i - 1];
     if (window.parent(node) != expected_parent) {
       fail(std::string(what) + ": path[" + std::to_string(i) + "] = " + std::to_string(node) +
            (i == 0 ? std::string(" must be 0 (a path starts at the root)")
                    : " is not a child of path[" + std::to_string(i - 1) +
-                         "] = " + std::to_string(path[i - 1])) +
-           " in " + window.describe());
+                         "] = " + std::to_string(path[i - 1]) + " (its parent is " +
+                         std::to_string(window.parent(node)) + ")") +
+           " in " + quoted(window));
     }
   }
 }

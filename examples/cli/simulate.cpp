@@ -247,7 +247,9 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
                   "Untimed rounds first (verify, then commit with a = 0, which keeps the state)")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
-  cmd->add_option("--out", o->out, "Write the report to FILE.json and the plots to FILE.svg")
+  cmd->add_option("--out", o->out,
+                  "Write the JSON report to FILE and the plots beside it (FILE without its "
+                  "extension + .svg)")
       ->check(non_empty());
   cmd->add_flag("--quiet", *quiet, "No progress bar");
   for (auto* opt : {requests, rounds, window, tree, rate, fixed, histogram}) trace->excludes(opt);

@@ -96,8 +96,8 @@ def _check(name, tensors, layers, want, slots):
 def state_pool(config, options, conv_states, recurrent_states, order=SsmLayout.VK):
     """A StatePool whose committed state lives in `conv_states` / `recurrent_states` (one tensor
     per recurrent layer, shaped as vLLM allocates them: conv_shape / recurrent_shape(config,
-    slots, order) with any slot count). `options` is copied with conv_layout / ssm_layout set to
-    vLLM's order (layout_options); its other fields are the caller's. `order`: the delta-rule
+    slots, order) with slots = options.num_slots). `options` is copied with conv_layout /
+    ssm_layout set to vLLM's order (layout_options); its other fields are the caller's. `order`: the delta-rule
     kinds' state order, VK (vLLM's today) or KV (vLLM's before its PR #33291). Raises
     specstate.InvalidArgumentError naming the tensor when a shape is not vLLM's for `config`
     (a conv state with vLLM's extra speculative columns, W-1+num_spec, is refused: specstate owns

@@ -64,13 +64,20 @@ void bind_cli(nb::module_& m) {
       "The `specstate` command line (argv[0] is the program name): returns its exit status.");
   m.def(
       "plan",
-      [](const std::string& model, int tp, int max_requests, int max_rows, int window) {
+      [](const std::string& model, int tp, int max_requests, int max_rows, int window,
+         const std::string& strategy) {
         refuse_nul(model, "plan: model");
+        if (strategy != "snapshot" && strategy != "replay") {
+          throw nb::value_error(
+              ("plan: strategy = '" + escape_nul(strategy) + "', expected 'snapshot' or 'replay'")
+                  .c_str());
+        }
         std::vector<std::string> args = {"specstate",      "plan",
                                          "--model",        model,
                                          "--tp",           std::to_string(tp),
                                          "--max-requests", std::to_string(max_requests),
                                          "--window",       std::to_string(window),
+                                         "--strategy",     strategy,
                                          "--json"};
         if (max_rows > 0) {
           args.push_back("--max-rows");
@@ -97,11 +104,13 @@ void bind_cli(nb::module_& m) {
       },
       nb::kw_only(), nb::arg("model") = "qwen3-next-80b", nb::arg("tp") = 1,
       nb::arg("max_requests") = 64, nb::arg("max_rows") = 0, nb::arg("window") = 4,
+      nb::arg("strategy") = "snapshot",
       "`specstate plan --json` for a model preset ('tiny', 'small', 'qwen3-next-80b', "
       "'nemotron-h-8b', 'nemotron-h-47b', 'nemotron-h-56b', 'kimi-linear-48b-a3b'), as a dict: "
-      "the committed pool's memory, the snapshot scratch and the replay rings. Defaults differ "
-      "from the command's: model 'qwen3-next-80b' (the command's is 'small'). max_rows 0: "
-      "max_requests.");
+      "the committed pool's memory and the strategy's workspace: strategy 'snapshot' (the "
+      "default) the snapshot scratch, 'replay' the replay records with the rings compared "
+      "('replay_rings', 'replay_ring', 'replay_fold_rows'). Defaults differ from the command's: "
+      "model 'qwen3-next-80b' (the command's is 'small'). max_rows 0: max_requests.");
   m.def(
       "check_golden",
       [](const std::vector<std::string>& paths, const std::string& backend) {

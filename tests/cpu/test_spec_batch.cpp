@@ -191,11 +191,15 @@ TEST(SpecBatch, SizesAreBounded) {
   VerifyBatchBuilder late;
   for (int r = 0; r < 1024; ++r) late.add(handle(r), Window::chain(1));
   EXPECT_TRUE(has(error_of([&] { late.add(handle(1024), widest); }), "(1025 rows)"));
-  // Variable packing counts the windows' own nodes: the same rows fit.
+  // Variable packing too (build() refuses rows x the largest window past the bound whatever the
+  // packing, and no pool runs such a round): add() accepted the 1025th row, after which every
+  // build() threw.
   VerifyBatchBuilder variable({}, Packing::kVariable);
   for (int r = 0; r < 1024; ++r) variable.add(handle(r), Window::chain(1));
-  variable.add(handle(1024), widest);
-  EXPECT_EQ(variable.size(), 1025);
+  EXPECT_TRUE(has(error_of([&] { variable.add(handle(1024), widest); }),
+                  "would make the batch 67174400 tokens (1025 rows)"));
+  EXPECT_EQ(variable.size(), 1024);
+  EXPECT_EQ(variable.build().live_rows, 1024);
   growing.clear();
   growing.add(handle(0), widest);  // clear() forgets the windows' sizes
   EXPECT_EQ(growing.size(), 1);

@@ -161,7 +161,7 @@ TEST(SpecWindow, FromLinksRejectsBrokenTrees) {
       [] {
         Window::from_links({1, 2, -1}, {-1, 2, -1});
       },
-      Status::kInvalidArgument, {"node 2 is reached twice"});
+      Status::kInvalidArgument, {"first_child[1] = 2: node 2 is reached twice"});
   // A child with a smaller index than its parent.
   expect_error(
       [] {
@@ -196,6 +196,26 @@ TEST(SpecWindow, CheckPath) {
         check_path(w, {0, 4}, "p");
       },
       Status::kInvalidArgument, {"path[1] = 4", "not a node"});
+  expect_error(
+      [&] {
+        check_path(w, {0, 2, 3}, "p");
+      },
+      Status::kInvalidArgument, {"(its parent is 1)"});
+  // A message quotes at most 64 characters of the window: a 65536-node tree described whole
+  // made a 371 KB message.
+  std::vector<int32_t> parents(kMaxWindowNodes);
+  for (int t = 0; t < kMaxWindowNodes; ++t) parents[static_cast<std::size_t>(t)] = t / 2 - (t == 0);
+  const Window big = Window::from_parents(parents);
+  for (const std::vector<int32_t>& path :
+       {std::vector<int32_t>{0, 5}, std::vector<int32_t>{0, -3}}) {
+    try {
+      check_path(big, path, "p");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_LT(std::string(e.what()).size(), 400u) << e.what();
+      EXPECT_NE(std::string(e.what()).find("(65536 nodes)"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

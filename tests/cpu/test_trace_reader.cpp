@@ -216,6 +216,60 @@ TEST(TraceReader, AFailedWriteLeavesTheOldFile) {
   std::remove(path.c_str());
 }
 
+// As nobody (when run as root): the write of a file nobody may not write is refused, and the
+// file stays (the refusal removed it: the clean-up named `path` until a temporary existed).
+[[noreturn]] void refused_as_nobody(const std::string& path, const Trace& trace) {
+  if (::geteuid() == 0 && ::setuid(65534) != 0) std::exit(2);
+  bool named = false;
+  try {
+    write_trace_file(path, trace);
+  } catch (const Error& e) {
+    named = std::string(e.what()).find("cannot write") != std::string::npos;
+  }
+  std::exit(named && std::filesystem::exists(path) ? 0 : 1);
+}
+
+// A refused write, a name with no room for a temporary beside it and a link to no file: none of
+// them removes or replaces what the caller named (the first two deleted the file, the third
+// replaced the link by a file).
+TEST(TraceReader, ARefusedWriteKeepsTheFileAndALinkToNoFileStaysALink) {
+  namespace fs = std::filesystem;
+  const Trace small = parse(good_text());
+  const Trace big = generate_fixed(TraceShape{/*requests=*/2, /*rounds=*/3, Window::chain(4)}, 2);
+  const fs::path dir = fs::path(::testing::TempDir()) / "specstate_trace_keep_dir";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub");
+  fs::permissions(dir, fs::perms::all);  // 0777, no sticky bit: anyone may unlink in it
+  // A read-only file (owned by the test's user) written as another user (or as this one).
+  const std::string ro = (dir / "ro.jsonl").string();
+  write_trace_file(ro, small);
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  if (::geteuid() == 0) {
+    EXPECT_EXIT(refused_as_nobody(ro, big), ::testing::ExitedWithCode(0), "");
+  } else {
+    EXPECT_THROW(write_trace_file(ro, big), Error);
+  }
+  ASSERT_TRUE(fs::exists(ro));
+  EXPECT_EQ(read_trace(ro).records.size(), small.records.size());
+  // A name at the length limit (NAME_MAX 255): its temporary's would not fit, so the file itself
+  // is written (in place), not removed.
+  const std::string longest = (dir / (std::string(248, 'a') + ".jsonl")).string();
+  write_trace_file(longest, small);
+  write_trace_file(longest, big);
+  ASSERT_TRUE(fs::exists(longest));
+  EXPECT_EQ(read_trace(longest).records.size(), big.records.size());
+  // A link to a file that does not exist yet: the file it names is created, the link stays.
+  const fs::path link = dir / "link.jsonl", real = dir / "sub" / "real.jsonl";
+  fs::create_symlink(real, link);
+  write_trace_file(link.string(), small);
+  EXPECT_TRUE(fs::is_symlink(link));
+  ASSERT_TRUE(fs::exists(real));
+  EXPECT_EQ(read_trace(real.string()).records.size(), small.records.size());
+  EXPECT_EQ(
+      temporaries_beside(ro) + temporaries_beside(longest) + temporaries_beside(real.string()), 0);
+  fs::remove_all(dir);
+}
+
 // A new trace file gets 0666 less the umask, as an ordinary create gives it (it was 0600, the
 // temporary's mode, whatever the umask); an empty path is refused before anything is created
 // (it ended in a rename error after a temporary was written in the working directory).

@@ -12,13 +12,18 @@
 #include <random>
 
 #include "common/gdn_data.h"
+#include "specstate/spec/verify_batch.h"
 
 namespace {
 std::atomic<long long> g_allocated{0};
+// Nonzero: an allocation of at least this many bytes throws std::bad_alloc (fault injection).
+std::atomic<std::size_t> g_fail_at_least{0};
 }  // namespace
 
 void* operator new(std::size_t n) {
   g_allocated.fetch_add(static_cast<long long>(n), std::memory_order_relaxed);
+  const std::size_t fail = g_fail_at_least.load(std::memory_order_relaxed);
+  if (fail != 0 && n >= fail) throw std::bad_alloc();
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -103,6 +108,42 @@ INSTANTIATE_TEST_SUITE_P(Cpu, LayerCallAllocations,
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.name);
                          });
+
+}  // namespace
+}  // namespace specstate::test
+
+namespace specstate::test {
+namespace {
+
+// VerifyBatchBuilder::add() that fails to allocate (its copy of the window) changes nothing: it
+// had pushed the handle first, so the builder held a row without a window (build() read past
+// the windows) and the same slot could be added again.
+TEST(VerifyBatchBuilderAllocations, AnAddThatCannotAllocateChangesNothing) {
+  using spec::VerifyBatchBuilder;
+  using spec::Window;
+  for (const spec::Packing packing : {spec::Packing::kPadded, spec::Packing::kVariable}) {
+    VerifyBatchBuilder b({}, packing);
+    b.add(SlotHandle{0, 1, 42}, Window::chain(2));
+    std::vector<int32_t> parents(4096);
+    for (int t = 0; t < 4096; ++t) parents[static_cast<std::size_t>(t)] = t / 2 - (t == 0);
+    const Window tree = Window::from_parents(parents);  // 16 KiB of parents to copy
+    g_fail_at_least.store(4096);
+    bool threw = false;
+    try {
+      b.add(SlotHandle{1, 1, 42}, tree);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    g_fail_at_least.store(0);
+    ASSERT_TRUE(threw);
+    EXPECT_EQ(b.size(), 1);
+    EXPECT_EQ(b.add(SlotHandle{1, 1, 42}, tree), 1);  // not "already row 1 of this batch"
+    const spec::BatchPlan plan = b.build();
+    ASSERT_EQ(plan.windows.size(), 2u);
+    EXPECT_EQ(plan.windows[1].size(), 4096);
+    EXPECT_EQ(plan.batch.rows[1].slot, 1);
+  }
+}
 
 }  // namespace
 }  // namespace specstate::test

@@ -185,6 +185,14 @@ def test_plan():
     assert p["committed_bytes_total"] == 64 * 77266944
     with pytest.raises(ValueError, match="plan"):
         specstate.plan(model="no-such-model")
+    assert p["strategy"] == "snapshot" and p["records_bytes_per_slot"] == 0
+    # The replay plan (its docstring promised the rings, which no argument could ask for).
+    r = specstate.plan(model="qwen3-next-80b", strategy="replay")
+    assert r["strategy"] == "replay"
+    assert r["replay_ring"] == 12 and r["records_bytes_per_slot"] == 11290048
+    assert len(r["replay_rings"]) > 1
+    with pytest.raises(ValueError, match="strategy = 'both', expected 'snapshot' or 'replay'"):
+        specstate.plan(strategy="both")
 
 
 @pytest.mark.skipif(not specstate.HAS_CLI, reason="built without CLI11: no plan/check_golden")
