@@ -393,7 +393,7 @@ if has experiments; then
   if part sweep-gdn; then
     echo "== experiments: the early next-block copy, GDN [t=${SECONDS}s]"
     scripts/bench-macro-sweep.sh SPECSTATE_REPLAY_PREFETCH_EARLY "0 1 2" specstate_gpu_bench \
-      'BM_Rounds4Replay/T:(2|4|8)/B:(8|32|128)/' || status=1
+      "${GDN_SWEEP_FILTER:-BM_Rounds4Replay/T:(2|4|8)/B:(8|32|128)/}" || status=1
   fi
   if part sweep-other; then
     echo "== experiments: the early next-block copy, Mamba2 and KDA [t=${SECONDS}s]"

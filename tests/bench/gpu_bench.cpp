@@ -54,7 +54,8 @@ constexpr std::size_t kFlushBytes = 256u << 20;
 struct World {
   cudaStream_t stream = nullptr;
   double copy_gbps = 0;
-  std::unique_ptr<StatePool> pool;   // snapshot
+  std::unique_ptr<StatePool> pool;  // snapshot, max_window = snap_T
+  int snap_T = kMaxT;  // smaller where the device's memory does not hold kMaxT (skip_snapshot)
   std::unique_ptr<StatePool> rpool;  // replay, max_window = rpool_T (replay_pool)
   int rpool_T = 0;
   int ring = 0;  // PoolOptions::replay_ring of the replay pools (SPECSTATE_BENCH_RING, 0: default)
@@ -77,8 +78,22 @@ struct World {
     g.head_v_dim = kV;
     g.conv_width = kW;
     set_engine_dtypes(g);
-    pool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g),
-                                       bench_pool_options(kMaxB, kMaxT, stream));
+    // The snapshot workspace of kMaxB rows x kMaxT tokens is 79 GB (89 GB with the committed
+    // state): more than an H100 holds, so the largest window that fits (the snapshot benches of
+    // longer windows skip, naming it; the replay pools are apart).
+    for (;; snap_T /= 2) {
+      try {
+        pool = std::make_unique<StatePool>(ModelConfig::gated_delta_net(kLayers, g),
+                                           bench_pool_options(kMaxB, snap_T, stream));
+        break;
+      } catch (const Error& e) {
+        if (e.status() != Status::kResourceExhausted || snap_T == 1) throw;
+      }
+    }
+    if (snap_T < kMaxT) {
+      std::printf("snapshot pool: windows up to %d tokens (T = %d does not fit this device)\n",
+                  snap_T, kMaxT);
+    }
     ring = bench_ring();
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
     uint64_t seed = 1;
@@ -135,6 +150,14 @@ struct World {
   static World& get() {
     static World world;
     return world;
+  }
+  // Whether a snapshot benchmark of window T skips (the snapshot pool's windows are shorter).
+  bool skip_snapshot(benchmark::State& state, int T) const {
+    if (T <= snap_T) return false;
+    state.SkipWithError(("the snapshot pool holds windows up to " + std::to_string(snap_T) +
+                         " tokens on this device")
+                            .c_str());
+    return true;
   }
 
   GdnWeights weights(int l) const {
@@ -316,6 +339,7 @@ enum class Kernel { kConv, kGdn };
 void per_layer_kernel(benchmark::State& state, Kernel kernel, bool replay) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
+  if (!replay && w.skip_snapshot(state, T)) return;
   const VerifyBatch batch = w.batch(T, B);
   if (replay) w.prime_replay(batch, T, B);
   const bool conv = kernel == Kernel::kConv;
@@ -361,6 +385,7 @@ void BM_VerifyGdnReplay(benchmark::State& state) { per_layer_kernel(state, Kerne
 void BM_Commit36(benchmark::State& state) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
+  if (w.skip_snapshot(state, T)) return;
   const VerifyBatch batch = w.batch(T, B);
   w.pool->begin_verify(batch);
   for (int l = 0; l < kLayers; ++l) {
@@ -378,6 +403,7 @@ void BM_Commit36(benchmark::State& state) {
 void BM_Round(benchmark::State& state) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
+  if (w.skip_snapshot(state, T)) return;
   const VerifyBatch batch = w.batch(T, B);
   // The whole round in the graph: begin_verify's upload of the round's slots too.
   cudaGraphExec_t exec = capture(w, [&] {
@@ -402,6 +428,7 @@ void BM_Round(benchmark::State& state) {
 void rounds4(benchmark::State& state, bool replay, bool variable) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
+  if (!replay && w.skip_snapshot(state, T)) return;
   StatePool& p = replay ? w.replay_pool(T) : *w.pool;
   VerifyBatch batch = w.batch_of(p, w.batch(T, B));
   int64_t tokens = int64_t{B} * T;
