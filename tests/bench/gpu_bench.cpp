@@ -91,8 +91,9 @@ struct World {
       }
     }
     if (snap_T < kMaxT) {
-      std::printf("snapshot pool: windows up to %d tokens (T = %d does not fit this device)\n",
-                  snap_T, kMaxT);
+      std::fprintf(stderr,
+                   "snapshot pool: windows up to %d tokens (T = %d does not fit this device)\n",
+                   snap_T, kMaxT);
     }
     ring = bench_ring();
     for (int i = 0; i < kMaxB; ++i) handles.push_back(pool->acquire());
