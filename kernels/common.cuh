@@ -11,19 +11,6 @@
 
 #include "kernel_types.h"
 
-// An experiment not yet measured on a device (docs/cuda.md, "Two experiments prepared, no device
-// started"): 1 issues the several-blocks replay verifies' next-block state copy
-// (gdn_replay_vblocks, mamba2_replay_vblocks) after the first history record instead of after
-// the first window token; 2 does that and, in GDN's two-rows-a-thread chain ([V][K] states, not
-// KDA: gdn_replay_vblocks with RPT = 2), keeps two blocks' copies in flight (a second shared
-// buffer: the block after next is copied while the next one's copy completes, and block 1's copy
-// is issued with block 0's load, before the grid-dependency wait).
-// Build-time, so that the default build's code is the code every table measured
-// (CMAKE_CUDA_FLAGS=-DSPECSTATE_REPLAY_PREFETCH_EARLY=1, or scripts/bench-macro-sweep.sh).
-#ifndef SPECSTATE_REPLAY_PREFETCH_EARLY
-#define SPECSTATE_REPLAY_PREFETCH_EARLY 0
-#endif
-
 namespace specstate::kernels {
 
 using bf16 = __nv_bfloat16;
@@ -389,12 +376,11 @@ inline bool programmatic_launch_supported() {
 // earlier call left on the thread, the caller's included, and made a call throw after its kernel
 // was queued (a device-valued commit ran while the round stayed open on the host).
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel_smem(bool programmatic, size_t dynamic_smem, void (*kernel)(Params...),
-                               dim3 grid, dim3 block, cudaStream_t stream, const Args&... args) {
+cudaError_t launch_kernel(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
+                          cudaStream_t stream, const Args&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = dynamic_smem;
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -402,11 +388,6 @@ cudaError_t launch_kernel_smem(bool programmatic, size_t dynamic_smem, void (*ke
   config.attrs = attribute;
   config.numAttrs = programmatic && programmatic_launch_supported() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, args...);
-}
-template <typename... Params, typename... Args>
-cudaError_t launch_kernel(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
-                          cudaStream_t stream, const Args&... args) {
-  return launch_kernel_smem(programmatic, 0, kernel, grid, block, stream, args...);
 }
 
 // Launches a recurrence kernel as a programmatic dependent of the conv kernel before it.

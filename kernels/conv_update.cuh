@@ -632,9 +632,11 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
     }
   };
   // Two channels a thread (four times the threads of eight) for a replay chain's token loop of
-  // width 4 with bf16 activations: SPECSTATE_CONV_TWO=1 (timing; latency-bound small batches).
+  // width 4 with bf16 activations, up to kConvTwoRows rows (conv_two_choice; SPECSTATE_CONV_TWO=0
+  // / 1 forces the choice).
   if constexpr (std::is_same_v<Act, bf16>) {
-    if (loop && records && p.width == 4 && p.parents == nullptr && env_flag("SPECSTATE_CONV_TWO")) {
+    if (conv_two_choice(records && p.width == 4 && p.parents == nullptr, loop, p.rows,
+                        env_force("SPECSTATE_CONV_TWO"))) {
       return run(conv_update_kernel<Act, St, 4, true, kLast, 2, true>, 2);
     }
   }

@@ -8,25 +8,15 @@ namespace specstate::kernels {
 
 // The shared memory of one CTA. next_state: the next item's state (kItems = 2: the next row's;
 // kMulti, a replay chain over several V blocks: the next block's).
-// Shared buffers of the several-blocks replay chain's state copies (gdn_replay_vblocks): 2 in
-// the experiment SPECSTATE_REPLAY_PREFETCH_EARLY = 2 (common.cuh) for GDN's two-rows-a-thread
-// [V][K] chain, whose 4 CTAs an SM still fit the second 16 KiB buffer; else 1.
-template <bool kMulti, int RPT, bool kKda, bool kKV>
-constexpr int gdn_next_bufs() {
-  return SPECSTATE_REPLAY_PREFETCH_EARLY >= 2 && kMulti && RPT == 2 && !kKda && !kKV ? 2 : 1;
-}
-
 template <typename St, int K, int kRows, int kItems, int kChunk, bool kReplay, bool kTree,
-          bool kMulti, bool kKda, bool kKV = false, int kNextBufs = 1>
+          bool kMulti, bool kKda, bool kKV = false>
 struct GdnShared {
-  static constexpr int kBufs = kNextBufs;
   // (kMulti with kKV: the next block's state lands in kv_tile instead.)
   static constexpr bool kNext = kItems > 1 || (kMulti && !kKV);
   GdnChunk<K, kRows, kChunk, kKda> chunk;
   // Merged history records' key factors (replay; their keys wait in the chunk: gdn_raw_key).
   float hist_kf[kReplay ? kChunk : 1];
-  // kNextBufs = 2 (gdn_next_bufs): the next block's and the one after it.
-  __align__(16) St next_state[kNext ? kNextBufs * kRows * K : 4];
+  __align__(16) St next_state[kNext ? kRows * K : 4];
   // A tree without snapshots restarts branches from the row's start state (post history).
   __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
   // kMulti: a block's per-token outputs and u records, written by each V row's lane 0 after its
@@ -486,8 +476,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   constexpr int kRowsBase = gdn_rows_per_cta<LANES>();
   constexpr int kRows = kRowsBase * RPT;  // a block: RPT rows a thread (GdnRows)
   constexpr int kRowsPerWarp = 32 / LANES;
-  constexpr int kPre = 2 * RPT;         // staged v/u elements per thread of the next block
-  constexpr int kBufs = Shared::kBufs;  // 2: two blocks' state copies in flight (gdn_next_bufs)
+  constexpr int kPre = 2 * RPT;  // staged v/u elements per thread of the next block
   static_assert(kChunk * kRows <= kPre * kGdnThreads, "a block's staged rows: kPre per thread");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kl = lane % LANES;
   const int V = p.head_v_dim;
@@ -521,25 +510,6 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
                                                 vb0);
   }
   float4 S[RPT][NK];
-  // kBufs = 2: block vbn's state into shared buffer buf (this thread's own elements), one
-  // commit group whether or not it copies anything, so that every block commits one group.
-  [[maybe_unused]] const auto copy_to = [&](int vbn, int buf) {
-    if (vbn < vb0 + nvb) {
-#pragma unroll
-      for (int j = 0; j < RPT; ++j) {
-        const int vn = vbn * kRows + rows.vrow[j];
-        if (vn < V) {
-          const St* src = committed + int64_t{vn} * K;
-          St* dst = sm.next_state + (buf * kRows + rows.vrow[j]) * K;
-#pragma unroll
-          for (int i = 0; i < NK; ++i) {
-            cp_async<4 * sizeof(St)>(dst + i * 4 * LANES + kl * 4, src + i * 4 * LANES + kl * 4);
-          }
-        }
-      }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  };
   if constexpr (kKV) {
     // [K][V] states: every transfer of a block's state goes through sm.kv_tile (the first load,
     // the fold, the next block's copy), except store_final (gdn_kv_store_direct).
@@ -550,8 +520,6 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[j] ? rows.v[j] : 0} * K, S[j], kl,
                                     rows.ok[j]);
     }
-    // Block 1's copy with block 0's load (block m lands in buffer m & 1).
-    if constexpr (kBufs == 2) copy_to(vb0 + 1, 1);
   }
   grid_dependency_wait();
 
@@ -590,42 +558,9 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // window in the act dtype) until they are stored after this block's tokens: no instruction
     // here waits for the loads.
     uint32_t pre[kPre] = {};
-    // The next block's state into shared memory (this thread's own elements, read back by this
-    // thread only) while this block computes; issued once a step has consumed S, so that the
-    // shared next_state it overwrites has been read.
-    const auto copy_next = [&] {
-#pragma unroll
-      for (int j = 0; j < RPT; ++j) {
-        const int vn = (vb + 1) * kRows + rows.vrow[j];
-        if (vn < V) {
-          const St* src = committed + int64_t{vn} * K;
-#pragma unroll
-          for (int i = 0; i < NK; ++i) {
-            cp_async<4 * sizeof(St)>(next_mine(j) + i * 4 * LANES + kl * 4,
-                                     src + i * 4 * LANES + kl * 4);
-          }
-        }
-      }
-      asm volatile("cp.async.commit_group;" ::: "memory");
-    };
-#if SPECSTATE_REPLAY_PREFETCH_EARLY
-    // The experiment (common.cuh): the copy issued after the first history record, which has
-    // consumed S, so that it overlaps the history's application too; rows without history issue
-    // it after the first token below. kBufs = 2: the copy of the block after next, into the
-    // buffer this block's state came from (read into registers at the end of the last block).
-    for (int tt = 0; tt < hist; ++tt) {
-      gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
-      if constexpr (kBufs == 2) {
-        if (tt == 0) copy_to(vb + 2, j & 1);
-      } else if (!kKV && tt == 0 && more) {
-        copy_next();
-      }
-    }
-#else
     for (int tt = 0; tt < hist; ++tt) {
       gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
     }
-#endif
     if constexpr (kKV) {
       if (store)
         gdn_kv_store<St, K, kRows, NK, LANES, 1>(committed, V, vb * kRows, sm.kv_tile, S, rows, kl,
@@ -662,10 +597,23 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.
         gdn_kv_tile_fill_async<K, kRows>(reinterpret_cast<const float*>(committed), V,
                                          (vb + 1) * kRows, &sm.kv_tile[0][0]);
-      } else if (kBufs == 2) {
-        if (t == 0 && hist == 0) copy_to(vb + 2, j & 1);
-      } else if (t == 0 && more && (SPECSTATE_REPLAY_PREFETCH_EARLY == 0 || hist == 0)) {
-        copy_next();
+      } else if (t == 0 && more) {
+        // The next block's state into shared memory (this thread's own elements, read back by
+        // this thread only) while this block computes; issued after a step has consumed S, so
+        // the shared next_state it overwrites has been read.
+#pragma unroll
+        for (int j = 0; j < RPT; ++j) {
+          const int vn = (vb + 1) * kRows + rows.vrow[j];
+          if (vn < V) {
+            const St* src = committed + int64_t{vn} * K;
+#pragma unroll
+            for (int i = 0; i < NK; ++i) {
+              cp_async<4 * sizeof(St)>(next_mine(j) + i * 4 * LANES + kl * 4,
+                                       src + i * 4 * LANES + kl * 4);
+            }
+          }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
       }
       // The row's output and u record, stored with the block's others after its tokens
       // (gdn_flush_block): no per-token global addressing in this loop.
@@ -701,22 +649,11 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
               tt < hist ? __uint_as_float(pre[q]) : float_from_act_bits<Act>(pre[q]);
         }
       }
-      if constexpr (kBufs == 2) {
-        // The next block's group is complete; the block after it (this block's group) may not be.
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
-      } else {
-        asm volatile("cp.async.wait_all;" ::: "memory");
-      }
+      asm volatile("cp.async.wait_all;" ::: "memory");
       __syncthreads();
       set_rows(vb + 1);
       if constexpr (kKV) {
         gdn_kv_tile_read<K, kRows, NK, LANES, 1>(sm.kv_tile, S, rows, kl);
-      } else if constexpr (kBufs == 2) {
-#pragma unroll
-        for (int r = 0; r < RPT; ++r) {
-          gdn_load_state<St, NK, LANES>(sm.next_state + (((j + 1) & 1) * kRows + rows.vrow[r]) * K,
-                                        S[r], kl, rows.ok[r]);
-        }
       } else {
 #pragma unroll
         for (int j = 0; j < RPT; ++j)
@@ -749,18 +686,6 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 // CTAs an SM an instantiation is compiled for: the count its path wants, capped at what its
 // shared memory lets an SM hold (ctas_per_sm_bound; KDA's larger chunk leaves 4 CTAs of its
 // two-rows-a-thread chain, 6 of its other replay paths). The launcher's wave arithmetic uses it.
-// The kernel's shared memory: its static allocation, or the dynamic one where Shared is larger
-// than a static allocation may be (the experiment's two buffers, gdn_next_bufs).
-template <typename Shared, typename Static>
-__device__ __forceinline__ Shared& gdn_shared_ref(Static& s) {
-  if constexpr (std::is_same_v<Shared, Static>) {
-    return s;
-  } else {
-    extern __shared__ __align__(16) unsigned char gdn_dynamic_smem[];
-    return *reinterpret_cast<Shared*>(gdn_dynamic_smem);
-  }
-}
-
 template <typename St, bool kKda, int K, int LANES, int kItems, int kChunk, bool kReplay,
           bool kTree, int RPT, bool kMulti, bool kKV>
 constexpr int gdn_ctas_per_sm() {
@@ -770,7 +695,7 @@ constexpr int gdn_ctas_per_sm() {
                          : LANES == 8      ? 8
                                            : 1;
   using Shared = GdnShared<St, K, gdn_rows_per_cta<LANES>() * RPT, kItems, kChunk, kReplay, kTree,
-                           kMulti, kKda, kKV, gdn_next_bufs<kMulti, RPT, kKda, kKV>()>;
+                           kMulti, kKda, kKV>;
   return ctas_per_sm_bound(wanted, sizeof(Shared), kSmemPerSm);
 }
 
@@ -785,12 +710,7 @@ __global__ void __launch_bounds__(
                 "a replay chain ([K][V] states: fp32, one row a thread, the next block copied by "
                 "cp.async)");
   constexpr int kRows = gdn_rows_per_cta<LANES>() * RPT;
-  using Shared = GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV,
-                           gdn_next_bufs<kMulti, RPT, kKda, kKV>()>;
-  // Static shared memory, except the experiment's two buffers (past the 48 KiB a static
-  // allocation may take: dynamic, launch_gdn_shape).
-  __shared__ std::conditional_t<Shared::kBufs == 2, int, Shared> sm_static;
-  Shared& sm = gdn_shared_ref<Shared>(sm_static);
+  __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV> sm;
   const int hv = blockIdx.y;
   // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
   const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
@@ -823,19 +743,11 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>() * RPT;
   const int nblk = (p.head_v_dim + rows_per_cta - 1) / rows_per_cta;
   const int vblocks = kMulti ? p.vblocks : 1;
-  const auto kernel = gdn_recurrence_kernel<Act, St, kKda, K, LANES, kItems, kChunk, kReplay, kTree,
-                                            RPT, kMulti, kKV>;
-  const dim3 grid((nblk + vblocks - 1) / vblocks, p.num_v_heads, (p.rows + kItems - 1) / kItems);
-  if constexpr (gdn_next_bufs<kMulti, RPT, kKda, kKV>() == 2) {
-    // The experiment's two buffers: dynamic shared memory (gdn_shared_ref).
-    constexpr size_t bytes = sizeof(
-        GdnShared<St, K, rows_per_cta, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV, 2>);
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e != cudaSuccess) return e;
-    return launch_kernel_smem(true, bytes, kernel, grid, dim3(kGdnThreads), stream, p);
-  }
-  return launch_after_conv(kernel, grid, dim3(kGdnThreads), p, stream);
+  return launch_after_conv(
+      gdn_recurrence_kernel<Act, St, kKda, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kMulti,
+                            kKV>,
+      dim3((nblk + vblocks - 1) / vblocks, p.num_v_heads, (p.rows + kItems - 1) / kItems),
+      dim3(kGdnThreads), p, stream);
 }
 
 template <typename Act, typename St, bool kKda, int K>

@@ -302,6 +302,19 @@ constexpr bool conv_chain_choice(bool narrow, bool chain, int forced = -1) {
   return narrow && chain && forced != 0;
 }
 
+// Whether a replay chain conv launch's token loop (`loop`, with records, conv width 4, bf16
+// activations: `applies`) runs two channels a thread (four times the threads of eight: a
+// latency-bound small batch, a dependent chain of loads a thread): up to kConvTwoRows rows;
+// `forced` (0 or 1; -1 none) overrides (SPECSTATE_CONV_TWO). Measured on the H100 (docs/cuda.md,
+// "The nineteenth session's experiments measured"; one run, rounds, eight -> two, A-A spread
+// 0.2%): Kimi-Linear T = 2, B = 8 0.981, Nemotron-H T = 2, B = 8 0.966, B = 16 1.039.
+inline constexpr int kConvTwoRows = 8;
+constexpr bool conv_two_choice(bool applies, bool loop, int rows, int forced = -1) {
+  if (!applies || !loop) return false;
+  if (forced >= 0) return forced == 1;
+  return rows <= kConvTwoRows;
+}
+
 // CTAs an SM a kernel is compiled for (__launch_bounds__' second argument): `wanted`, capped at
 // the CTAs of `smem` bytes of static shared memory that an SM giving CTAs `smem_per_sm` bytes
 // holds (the runtime reserves kSmemReservedPerCta of it a CTA), at least 1. A bound above that

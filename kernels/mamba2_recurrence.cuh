@@ -439,28 +439,6 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
     for (int j = 0; j < nvb; ++j) {
       const int vb = vb0 + j;
       const bool more = j + 1 < nvb;
-#if SPECSTATE_REPLAY_PREFETCH_EARLY
-      // The experiment (common.cuh): the next block's state copy issued after the first history
-      // record, which has consumed S (next_state's loads completed), so that it overlaps the
-      // history's application too; rows without history issue it after the first token below.
-      // (The same copy as the token loop's below, written twice: one lambda for both moved the
-      // default build's registers, ptxas: the one-channel N = 128 kernel spilled 408 bytes.)
-      const auto copy_next = [&] {
-#pragma unroll
-        for (int c = 0; c < RPT; ++c) {  // (c: the block index j is the loop's)
-          const int chn = ch[c] + kRows;
-          if (chn < P) {
-            const St* src = head_state + int64_t{chn} * N;
-#pragma unroll
-            for (int i = 0; i < NK; ++i) {
-              cp_async<4 * sizeof(St)>(next_mine[c] + i * 4 * LANES + kl * 4,
-                                       src + i * 4 * LANES + kl * 4);
-            }
-          }
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-      };
-#endif
       for (int tt = 0; tt < hist; ++tt) {
         if constexpr (RPT == 1) {
           mamba2_step<St, N, kChunk, false>(S[0], sm.chunk, tt, kl, r[0]);
@@ -468,9 +446,6 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
           float unused[RPT];
           mamba2_step_rows<St, N, kChunk, false, RPT>(S, sm.chunk, tt, kl, r, unused);
         }
-#if SPECSTATE_REPLAY_PREFETCH_EARLY
-        if (tt == 0 && more) copy_next();
-#endif
       }
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
@@ -512,7 +487,7 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
         } else {
           mamba2_step_rows<St, N, kChunk, true, RPT>(S, sm.chunk, hist + t, kl, r, y);
         }
-        if (t == 0 && more && (SPECSTATE_REPLAY_PREFETCH_EARLY == 0 || hist == 0)) {
+        if (t == 0 && more) {
           // The next block's state into shared memory (this thread's own elements, read back by
           // this thread only), issued after a step has consumed S (next_state has been read).
 #pragma unroll

@@ -14,7 +14,6 @@
 #   STAGES="kdaab" KDA_AB_ARGS="--B 1,8" scripts/gpu-check.sh   # KDA rounds against .ab-base
 #   STAGES="kdaab" KDAAB_TREE_CUDA_FLAGS=-DSPECSTATE_GDN_MULTI2_MIN_CTAS=5 ...  # a knob (ab-base.sh HEAD)
 #   STAGES="build rings" scripts/gpu-check.sh   # replay rings against the default, every kind
-#   STAGES="build experiments" scripts/gpu-check.sh   # the experiments (EXPERIMENT_PARTS=...)
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -377,56 +376,6 @@ if has rings; then
     done
   else
     tail -20 "$OUT/rings_py_build.log"; echo "rings: the Python package did not build"; status=1
-  fi
-fi
-if has experiments; then
-  # The nineteenth and twentieth sessions' experiments against the defaults (docs/cuda.md, "Two
-  # experiments prepared, no device started"): SPECSTATE_REPLAY_PREFETCH_EARLY, a build-time
-  # macro (a build per value, build-macro-<v>; value 0 is this build, $BUILD): 1 issues the next
-  # block's copy after the first history record, 2 also keeps two blocks' copies in flight in
-  # GDN's two-rows-a-thread chain; then the GPU suite built with 2 (every several-blocks replay
-  # case takes it). And the replay conv's token loop at two channels a thread
-  # (SPECSTATE_CONV_TWO, this build). EXPERIMENT_PARTS picks: sweep-gdn sweep-other tests conv.
-  parts="${EXPERIMENT_PARTS:-sweep-gdn sweep-other tests conv}"
-  part() { [[ " $parts " == *" $1 "* ]]; }
-  export MACRO_BASE_BUILD="$BUILD"
-  if part sweep-gdn; then
-    echo "== experiments: the early next-block copy, GDN [t=${SECONDS}s]"
-    scripts/bench-macro-sweep.sh SPECSTATE_REPLAY_PREFETCH_EARLY "0 1 2" specstate_gpu_bench \
-      "${GDN_SWEEP_FILTER:-BM_Rounds4Replay/T:(2|4|8)/B:(8|32|128)/}" || status=1
-  fi
-  if part sweep-other; then
-    echo "== experiments: the early next-block copy, Mamba2 and KDA [t=${SECONDS}s]"
-    for pair in "specstate_mamba2_bench BM_M2Rounds4Replay/T:(2|4)/B:(16|32|128)/" \
-                "specstate_kda_bench BM_KdaRounds4Replay/T:(2|4)/B:(8|32|128)/"; do
-      read -r target filter <<<"$pair"
-      scripts/bench-macro-sweep.sh SPECSTATE_REPLAY_PREFETCH_EARLY "0 1" "$target" "$filter" ||
-        status=1
-    done
-  fi
-  if part tests; then
-    echo "== experiments: the GPU suite built with SPECSTATE_REPLAY_PREFETCH_EARLY=2 [t=${SECONDS}s]"
-    if cmake -S . -B build-macro-2 -G Ninja -DCMAKE_BUILD_TYPE=Release \
-         -DCMAKE_CUDA_ARCHITECTURES=90 -DSPECSTATE_CUDA=ON -DSPECSTATE_INSTALL=OFF \
-         -DCMAKE_CUDA_FLAGS=-DSPECSTATE_REPLAY_PREFETCH_EARLY=2 "${cmake_extra[@]}" \
-         >"$OUT/macro-early-tests-build.log" 2>&1 &&
-       cmake --build build-macro-2 -j "$JOBS" --target specstate_gpu_tests \
-         >>"$OUT/macro-early-tests-build.log" 2>&1; then
-      build-macro-2/tests/gpu/specstate_gpu_tests --gtest_brief=1 \
-        --gtest_filter="${EXPERIMENT_TEST_FILTER:-*}" >"$OUT/macro-early-tests.log" 2>&1 ||
-        status=1
-      tail -3 "$OUT/macro-early-tests.log"
-    else
-      tail -20 "$OUT/macro-early-tests-build.log"; status=1
-    fi
-  fi
-  if part conv; then
-    echo "== experiments: the conv at two channels a thread [t=${SECONDS}s]"
-    scripts/bench-sweep.sh "$kda_bench_bin" SPECSTATE_CONV_TWO "x 1" \
-      'BM_KdaRounds4Replay/T:2/B:(8|16)/|BM_KdaRounds4Replay/T:4/B:16/' "$OUT/conv-two-kda" ||
-      status=1
-    scripts/bench-sweep.sh "$m2_bench_bin" SPECSTATE_CONV_TWO "x 1" \
-      'BM_M2Rounds4Replay/T:2/B:(8|16)/' "$OUT/conv-two-m2" || status=1
   fi
 fi
 exit $status

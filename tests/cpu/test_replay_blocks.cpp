@@ -193,6 +193,25 @@ TEST(ConvNarrowChoice, TokenLoopsOfManyRowsAndTheOverride) {
   EXPECT_FALSE(conv_narrow_choice(true, 128, 0));
 }
 
+// The replay chain conv's token loop at two channels a thread (kernels::conv_two_choice): up to
+// kConvTwoRows rows where it applies (records, width 4, bf16 activations, a chain) and the launch
+// loops over tokens; SPECSTATE_CONV_TWO's 1 takes it at any batch, 0 never. Measured on the H100
+// (docs/cuda.md): Kimi-Linear and Nemotron-H T = 2, B = 8 0.981 / 0.966; Nemotron-H B = 16 1.039.
+TEST(ConvTwoChoice, SmallBatchTokenLoopsAndTheOverride) {
+  EXPECT_EQ(kConvTwoRows, 8);
+  EXPECT_TRUE(conv_two_choice(true, true, 1));
+  EXPECT_TRUE(conv_two_choice(true, true, 8));
+  EXPECT_FALSE(conv_two_choice(true, true, 9));
+  EXPECT_FALSE(conv_two_choice(true, true, 16));
+  EXPECT_TRUE(conv_two_choice(true, true, 128, 1));
+  EXPECT_FALSE(conv_two_choice(true, true, 8, 0));
+  // Where it does not apply (a tree, another width or dtype, no records) or no token loop: never.
+  EXPECT_FALSE(conv_two_choice(false, true, 8));
+  EXPECT_FALSE(conv_two_choice(false, true, 8, 1));
+  EXPECT_FALSE(conv_two_choice(true, false, 8));
+  EXPECT_FALSE(conv_two_choice(true, false, 8, 1));
+}
+
 // The narrow conv's chain instantiation (kernels::conv_chain_choice): every narrow launch over
 // chains, never a tree's (its windows follow parents) nor a wide launch's;
 // SPECSTATE_CONV_BATCH's 0 keeps the walk, 1 changes nothing where it does not apply.

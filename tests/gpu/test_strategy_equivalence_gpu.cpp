@@ -319,9 +319,10 @@ INSTANTIATE_TEST_SUITE_P(
     EnvCaseName{"_narrow"});
 
 // The replay conv's token loop at two channels a thread (SPECSTATE_CONV_TWO=1: chains of width 4
-// with bf16 activations; the small-batch kernel kept off, SPECSTATE_CONV_SMALL=0, so that every
-// replay conv launch is the token loop): replay equals snapshot bit for bit, every kind, both
-// window element orders; 0 runs the same cases on the default kernels.
+// with bf16 activations, at any batch; by default up to kConvTwoRows rows; the small-batch kernel
+// kept off, SPECSTATE_CONV_SMALL=0, so that every replay conv launch is the token loop): replay
+// equals snapshot bit for bit, every kind, both window element orders; 0 runs the same cases on
+// eight channels a thread.
 class ConvTwoGpu : public ::testing::TestWithParam<EnvCase> {};
 
 TEST_P(ConvTwoGpu, ReplayEqualsSnapshotBitForBit) {
