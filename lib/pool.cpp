@@ -47,11 +47,7 @@ void StatePool::Impl::advance(int layer, std::vector<int32_t> slot_list, int tok
 // Runs the strategy's deferred work for `slot_list` (all live slots when empty).
 void StatePool::Impl::materialize_slots(std::vector<int32_t> slot_list) {
   if (!strategy->defers_work()) return;
-  if (slot_list.empty()) {
-    for (int s = 0; s < slots.used_slots(); ++s) {
-      if (slots.is_allocated(s)) slot_list.push_back(s);
-    }
-  }
+  if (slot_list.empty()) slot_list = slots.live_slots();
   strategy->materialize(*backend, storage, slot_list);
 }
 

@@ -17,6 +17,7 @@
 #include "logging.h"
 #include "pool_impl.h"
 #include "specstate/safetensors.h"
+#include "specstate/spec/file_path.h"
 
 namespace specstate {
 
@@ -81,10 +82,11 @@ SlotHandle StatePool::acquire() {
 
 void StatePool::release(SlotHandle handle) {
   const int slot = impl_->resolve("StatePool::release", "handle", handle);
-  // A caller-owned pool: the caller's memory is what the engine keeps of the request (a cached
-  // prefix, a preempted request it may adopt() again), so it must hold the committed state, not
-  // a checkpoint with steps still deferred (replay). First, so a failure changes nothing.
-  if (impl_->storage.layout.caller_committed) impl_->materialize_slots({slot});
+  // The slot's memory is what the engine keeps of the request (a cached prefix in a caller's
+  // memory, a preempted request it may adopt() again, either pool), so it must hold the committed
+  // state, not a checkpoint with steps still deferred (replay: adopt() then resumed from an older
+  // state than snapshot's). First, so a failure changes nothing.
+  impl_->materialize_slots({slot});
   const int row = impl_->round_row(slot);
   if (row >= 0) impl_->make_row_padding(row);
   impl_->slots.free(slot);
@@ -307,9 +309,17 @@ std::string header_mismatch(const Header& h, const Fingerprint& want, const char
   }
   const uint64_t stored = get_le(h.data() + kChecksumAt, 8);
   const uint64_t actual = fnv1a(h.data(), kChecksumAt);
-  if (stored != actual || h[23] > 3 || get_le(h.data() + 44, 4) != 0) {
+  if (stored != actual) {
     return "has a truncated or corrupt slot state header (checksum of bytes 0..55 is " +
            std::to_string(actual) + ", the header stores " + std::to_string(stored) + ")";
+  }
+  if (h[23] > 3) {
+    return "has a corrupt slot state header: byte 23 (the element orders) = " +
+           std::to_string(h[23]) + " is none (0..3)";
+  }
+  if (get_le(h.data() + 44, 4) != 0) {
+    return "has a corrupt slot state header: reserved bytes 44..47 = " +
+           hex_bytes(h.data() + 44, 4) + ", expected 00 00 00 00";
   }
   Fingerprint got;
   got.kind = static_cast<uint32_t>(get_le(h.data() + 12, 4));
@@ -447,9 +457,9 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 // The file's errors (missing, unreadable, not safetensors) as the calling function's, naming it.
-SafetensorsFile open_slot_file(const char* fn, const std::string& path) {
+SafetensorsFile open_slot_file(const char* fn, const std::string& path, uint64_t max_bytes) {
   try {
-    return SafetensorsFile(path);
+    return SafetensorsFile(path, max_bytes);
   } catch (const Error& e) {
     // e.what() = "<status>: <message>"; the message keeps the file's name.
     std::string message = e.what();
@@ -502,12 +512,12 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
     }
   }
   // The destination is opened before anything else: a path that cannot be written is rejected
-  // before the slot is materialized, so a rejected call changes no byte and no bookkeeping.
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    const int err = errno;
-    fail(Status::kInvalidArgument, fn,
-         "path = '" + path + "': cannot write the file (" + std::strerror(err) + ")");
+  // before the slot is materialized, so a rejected call changes no byte and no bookkeeping. A
+  // regular file is written to a temporary file beside it and renamed over it once complete
+  // (spec::ReplacingFile): a write that fails (a full disk) leaves the previous export as it was.
+  spec::ReplacingFile out(path);
+  if (!out.ok()) {
+    fail(Status::kInvalidArgument, fn, "path = '" + path + "': " + out.error());
   }
   const auto& l = impl_->storage.layout;
   std::vector<uint8_t> bytes(static_cast<std::size_t>(l.committed_bytes_per_slot()));
@@ -546,12 +556,15 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
   // config's shape fields (the tensors' shapes and dtypes carry everything else).
   for (const auto& kv : config_metadata(impl_->config)) metadata.insert(kv);
   const std::vector<uint8_t> file = SafetensorsFile::serialize(tensors, metadata);
-  out.write(reinterpret_cast<const char*>(file.data()), std::streamsize(file.size()));
-  if (out) out.flush();
-  if (!out) {
-    const int err = errno;
+  const bool written = spec::write_all(out.fd(), file.data(), file.size());
+  const int err = errno;
+  const std::string failed = out.commit(written);
+  if (!failed.empty()) {
     fail(Status::kInvalidArgument, fn,
-         "path = '" + path + "': cannot write the file (" + std::strerror(err) + ")");
+         "path = '" + path + "': cannot write the file (" + failed +
+             (written ? std::string() : std::string(": ") + std::strerror(err)) + "; " +
+             (out.in_place() ? "written in place: the file is incomplete)"
+                             : "the file is as it was)"));
   }
 }
 
@@ -560,8 +573,14 @@ void StatePool::import_slot(SlotHandle handle, const std::string& path) {
   const int slot = impl_->resolve(fn, "handle", handle);
   impl_->check_not_in_round(fn, "handle", slot);
   check_path(fn, "path", path);
-  const SafetensorsFile file = open_slot_file(fn, path);
   const auto& l = impl_->storage.layout;
+  // The largest slot state file of this pool: the length field, a header of 2L tensor entries
+  // and metadata (foreign keys allowed: 1 MiB of them), the state's bytes and each tensor's
+  // alignment. A larger file is refused before it is read (a 2 GiB file was read whole, then
+  // refused: 2 GB of memory and seconds for a 2 KB slot).
+  const uint64_t max_bytes = 8 + (uint64_t{1} << 20) + uint64_t{1024} * 2 * l.layers +
+                             static_cast<uint64_t>(l.committed_bytes_per_slot());
+  const SafetensorsFile file = open_slot_file(fn, path, max_bytes);
   auto mismatch = [&](const std::string& what) {
     fail(Status::kInvalidArgument, fn, "'" + path + "': " + what);
   };

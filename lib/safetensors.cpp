@@ -140,7 +140,10 @@ std::string SafetensorsTensorInfo::describe() const {
 
 // --- SafetensorsFile ------------------------------------------------------------------------
 
-SafetensorsFile::SafetensorsFile(const std::string& path) {
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : SafetensorsFile(path, std::numeric_limits<uint64_t>::max()) {}
+
+SafetensorsFile::SafetensorsFile(const std::string& path, uint64_t max_bytes) {
   detail::check_path("SafetensorsFile", "path", path);
   // Regular files only. A directory "opens" as a stream whose size reads as 2^63-1, and a FIFO
   // blocks open(2) until a writer appears: opened without blocking, then fstat decides.
@@ -162,6 +165,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) {
   }
   // A regular file never blocks, so O_NONBLOCK is harmless for the reads below.
   const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    fail(path, "is " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) +
+                   " bytes a file of its use may be (not read)");
+  }
   if (size > static_cast<uint64_t>(std::numeric_limits<std::ptrdiff_t>::max())) {
     fail(path, "size " + std::to_string(size) + " bytes does not fit in memory");
   }

@@ -1,58 +1,84 @@
 #include "slot_allocator.h"
 
+#include <iterator>
+
 namespace specstate::detail {
 
-SlotAllocator::SlotAllocator(int num_slots) : num_slots_(num_slots < 0 ? 0 : num_slots) {}
+SlotAllocator::SlotAllocator(int num_slots) : num_slots_(num_slots < 0 ? 0 : num_slots) {
+  if (num_slots_ > 0) free_.emplace(0, num_slots_);
+}
 
-void SlotAllocator::grow_to(int slot) {
-  // Slots skipped on the way (take() of a slot above next_unused_) are free.
-  for (int s = next_unused_; s < slot; ++s) released_.insert(released_.end(), s);
-  generation_.resize(static_cast<std::size_t>(slot) + 1, 0u);
-  live_.resize(static_cast<std::size_t>(slot) + 1, false);
-  next_unused_ = slot + 1;
+void SlotAllocator::unfree(int slot) {
+  const auto it = std::prev(free_.upper_bound(slot));  // the run holding slot
+  const int begin = it->first, end = it->second;
+  // The only allocation first: a failure changes nothing.
+  if (slot + 1 < end) free_.emplace_hint(std::next(it), slot + 1, end);
+  if (begin < slot) {
+    it->second = slot;
+  } else {
+    free_.erase(it);
+  }
 }
 
 int SlotAllocator::allocate(uint32_t& generation) {
-  int slot = -1;
-  if (!released_.empty()) {  // every released slot is below next_unused_: the lowest free one
-    slot = *released_.begin();
-    released_.erase(released_.begin());
-  } else if (next_unused_ < num_slots_) {
-    slot = next_unused_;
-    grow_to(slot);
-  } else {
-    return -1;
-  }
-  live_[static_cast<std::size_t>(slot)] = true;
-  generation = ++generation_[static_cast<std::size_t>(slot)];  // 0 never names a live slot
+  if (free_.empty()) return -1;
+  const int slot = free_.begin()->first;  // the lowest free slot
+  if (!take(slot, generation)) return -1;
   return slot;
 }
 
 bool SlotAllocator::take(int slot, uint32_t& generation) {
-  if (slot < 0 || slot >= num_slots_) return false;
-  if (slot >= next_unused_) {
-    grow_to(slot);
-  } else if (live_[static_cast<std::size_t>(slot)]) {
-    return false;
-  } else {
-    released_.erase(slot);
-  }
-  live_[static_cast<std::size_t>(slot)] = true;
-  generation = ++generation_[static_cast<std::size_t>(slot)];
+  if (slot < 0 || slot >= num_slots_ || is_allocated(slot)) return false;
+  Entry& e = used_[slot];  // a new entry (live false, generation 0) changes nothing observable
+  unfree(slot);
+  e.live = true;
+  generation = ++e.generation;  // 0 never names a live slot
+  ++live_count_;
   return true;
 }
 
 void SlotAllocator::free(int slot) {
-  live_[static_cast<std::size_t>(slot)] = false;
-  released_.insert(slot);
+  // [slot, slot + 1) joins the runs that end at slot and start at slot + 1; the one allocation
+  // (a new run's entry) comes before any change.
+  const auto next = free_.lower_bound(slot);
+  const bool join_next = next != free_.end() && next->first == slot + 1;
+  const auto prev = next == free_.begin() ? free_.end() : std::prev(next);
+  const bool join_prev = prev != free_.end() && prev->second == slot;
+  if (join_prev) {
+    prev->second = join_next ? next->second : slot + 1;
+    if (join_next) free_.erase(next);
+  } else if (join_next) {
+    free_.emplace_hint(next, slot, next->second);
+    free_.erase(next);
+  } else {
+    free_.emplace_hint(next, slot, slot + 1);
+  }
+  used_.find(slot)->second.live = false;
+  --live_count_;
+}
+
+uint32_t SlotAllocator::generation(int slot) const noexcept {
+  const auto it = used_.find(slot);
+  return it == used_.end() ? 0u : it->second.generation;
 }
 
 bool SlotAllocator::is_live(int slot, uint32_t generation) const noexcept {
-  return is_allocated(slot) && generation_[static_cast<std::size_t>(slot)] == generation;
+  const auto it = used_.find(slot);
+  return it != used_.end() && it->second.live && it->second.generation == generation;
 }
 
 bool SlotAllocator::is_allocated(int slot) const noexcept {
-  return slot >= 0 && slot < next_unused_ && live_[static_cast<std::size_t>(slot)];
+  const auto it = used_.find(slot);
+  return it != used_.end() && it->second.live;
+}
+
+std::vector<int32_t> SlotAllocator::live_slots() const {
+  std::vector<int32_t> out;
+  out.reserve(static_cast<std::size_t>(live_count_));
+  for (const auto& [slot, e] : used_) {
+    if (e.live) out.push_back(slot);
+  }
+  return out;
 }
 
 }  // namespace specstate::detail

@@ -114,7 +114,9 @@ std::string TensorView::describe() const {
   for (int i = 0; i < dims; ++i) out << (i ? ", " : "") << stride[i];
   out << "] ";
   if (dims != ndim) out << "(ndim = " << ndim << " outside [0, " << kMaxDims << "]) ";
-  out << (device == Device::kCuda ? "cuda" : "cpu");
+  out << (device == Device::kCuda  ? std::string("cuda")
+          : device == Device::kCpu ? std::string("cpu")
+                                   : "device " + std::to_string(static_cast<int>(device)));
   if (data == nullptr) out << " (null)";
   return out.str();
 }

@@ -185,6 +185,12 @@ void check_view(const TensorView& view, const ViewSpec& spec) {
     fail(Status::kInvalidArgument, spec.function,
          name + " is empty (null data), expected " + shape_string(spec.shape));
   }
+  // A hand-filled view may claim any device value: named with it (it was described as "cpu").
+  if (view.device != Device::kCpu && view.device != Device::kCuda) {
+    fail(Status::kInvalidArgument, spec.function,
+         name + ".device = " + std::to_string(static_cast<int>(view.device)) +
+             " is not a device (0 cpu, 1 cuda)");
+  }
   // Checked before anything reads shape[]/stride[] (describe() included): a hand-filled view may
   // claim any ndim, and only kMaxDims entries exist.
   if (view.ndim < 0 || view.ndim > TensorView::kMaxDims) {

@@ -475,63 +475,6 @@ Trace parse_trace(std::istream& in, const std::string& source) {
 }
 
 namespace {
-// An output stream buffer over a file descriptor (the temporary file mkstemp opened): 64 KiB
-// buffered, write() until each buffer is out; ok() false once a write failed (a full disk, a file
-// size limit).
-class FdWriter : public std::streambuf {
- public:
-  explicit FdWriter(int fd) : fd_(fd), buf_(1 << 16) { reset(); }
-  bool ok() const { return ok_; }
-
- protected:
-  int_type overflow(int_type c) override {
-    if (!drain()) return traits_type::eof();
-    if (!traits_type::eq_int_type(c, traits_type::eof())) {
-      *pptr() = traits_type::to_char_type(c);
-      pbump(1);
-    }
-    return traits_type::not_eof(c);
-  }
-  int sync() override { return drain() ? 0 : -1; }
-
- private:
-  bool drain() {
-    for (const char* p = pbase(); ok_ && p < pptr();) {
-      const ssize_t n = ::write(fd_, p, static_cast<size_t>(pptr() - p));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        ok_ = false;
-      else
-        p += n;
-    }
-    reset();
-    return ok_;
-  }
-  void reset() { setp(buf_.data(), buf_.data() + buf_.size()); }
-  int fd_;
-  bool ok_ = true;
-  std::vector<char> buf_;
-};
-
-// The process's umask: from /proc/self/status (Linux), which reads it without changing it; else
-// by setting it and setting it back (a moment in which another thread's create would see 0).
-mode_t process_umask() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("Umask:", 0) == 0) {
-      try {
-        return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8) & 0777);
-      } catch (...) {
-        break;
-      }
-    }
-  }
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  return mask;
-}
-
 void check_trace_path(const char* function, const std::string& path) {
   if (path.empty())
     throw Error(Status::kInvalidArgument, std::string(function) + ": path is empty");
@@ -660,83 +603,33 @@ void write_trace(std::ostream& out, const Trace& trace) {
 void write_trace_file(const std::string& path, const Trace& trace) {
   check_trace_path("spec::write_trace_file", path);
   validate_trace(trace);  // before any file is created
-  // A regular file (or a new one) is written to a temporary file beside it and renamed over it
-  // once complete: a write that fails (a full disk) leaves the old file as it was. The file a
-  // link names is the one replaced (the link stays), with its permissions; a file the caller may
-  // not write is refused as before. Anything else (/dev/stdout, a FIFO) is written in place.
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);  // follows links
-  const bool exists = fs::exists(status);
-  // A link to no file: written in place, which creates the file it names (the link stays).
-  const bool dangling = !exists && fs::is_symlink(fs::symlink_status(path, ec));
-  const fs::path final_path =
-      exists && fs::is_regular_file(status) ? fs::canonical(path, ec) : fs::path(path);
-  // The temporary file, once one exists: the only file a failure removes (never `path`).
-  std::string target;
-  const auto fail = [&](const std::string& what) {
-    if (!target.empty()) fs::remove(target, ec);
-    throw Error(Status::kInvalidArgument,
-                "spec::write_trace_file: " + what + " \"" + path + "\" (nothing was changed)");
-  };
-  const auto write_in_place = [&] {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      throw Error(Status::kInvalidArgument,
-                  "spec::write_trace_file: cannot open \"" + path + "\" (nothing was changed)");
-    }
-    try {
-      write_trace(out, trace);
-    } catch (const Error&) {
-      out.close();
-      throw Error(Status::kInvalidArgument, "spec::write_trace_file: writing \"" + path +
-                                                "\" failed (the file is incomplete)");
-    }
-    out.close();
-    if (!out) {
-      throw Error(Status::kInvalidArgument, "spec::write_trace_file: writing \"" + path +
-                                                "\" failed (the file is incomplete)");
-    }
-  };
-  if ((exists && !fs::is_regular_file(status)) || dangling) return write_in_place();
-  if (exists && ::access(final_path.c_str(), W_OK) != 0) fail("cannot write");
-  // A name of its own beside the target (mkstemp), so two writers of one path do not collide;
-  // written through mkstemp's descriptor (a umask that clears the owner's write bit would make
-  // the file unopenable by name), its mode set once it is complete. No temporary file beside it
-  // (a folder the caller may not write, a name at the length limit): the file itself, in place,
-  // without the all-or-nothing replacement (as the CLI's report files).
-  std::string name = final_path.string() + ".tmp-XXXXXX";
-  const int fd = ::mkstemp(name.data());
-  if (fd < 0) return write_in_place();
-  target = name;
+  // All or nothing where it can be (ReplacingFile: a temporary beside the file, renamed over it;
+  // a link's file replaced, the link kept; in place for devices, FIFOs, a link to no file and a
+  // file with no room for a temporary beside it); a file the caller may not write is refused.
+  ReplacingFile file(path);
+  if (!file.ok()) {
+    throw Error(Status::kInvalidArgument, "spec::write_trace_file: " + file.error() + " \"" + path +
+                                              "\" (nothing was changed)");
+  }
   bool written = false;
-  try {
-    FdWriter buf(fd);
+  {
+    FdStreamBuf buf(file.fd());
     std::ostream out(&buf);
     try {
       write_trace(out, trace);
+      out.flush();
+      written = out.good() && buf.ok();
     } catch (const Error&) {
-      ::close(fd);
-      fail("writing");
+      written = false;  // write_trace's own "write failed"
     }
-    out.flush();
-    written = out.good() && buf.ok();
-  } catch (const Error&) {
-    throw;
-  } catch (...) {  // anything else (std::bad_alloc): no temporary file stays behind
-    ::close(fd);
-    fs::remove(target, ec);
-    throw;
   }
-  if (::close(fd) != 0 || !written) fail("writing");
-  if (exists) {
-    fs::permissions(target, status.permissions(), ec);
-  } else {
-    // A new file gets what an ordinary create gives it, 0666 less the umask (mkstemp's is 0600).
-    fs::permissions(target, static_cast<fs::perms>(0666 & ~process_umask()), ec);
+  const std::string failed = file.commit(written);
+  if (!failed.empty()) {
+    throw Error(Status::kInvalidArgument,
+                "spec::write_trace_file: " + failed + " \"" + path + "\" (" +
+                    (file.in_place() ? "written in place: the file is incomplete)"
+                                     : "nothing was changed)"));
   }
-  fs::rename(target, final_path, ec);
-  if (ec) fail("renaming the written trace (" + ec.message() + ") to");
 }
 
 Trace generate_fixed(const TraceShape& shape, int accepted_length) {

@@ -98,8 +98,9 @@ class StatePool {
   // Frees the slot. A row of the open round becomes a padding row of that round: its commit
   // value must be 0 (chain) / -1 (tree), the other rows commit as usual (on CUDA the round's
   // slot list is re-uploaded with the row as -1, so a device-valued commit skips it too).
-  // On a caller-owned pool the slot is materialized first (DESIGN.md section 5.7): the caller's
-  // memory of a released slot holds its committed state, ready to be kept or adopt()ed again.
+  // The slot is materialized first (DESIGN.md section 5.7; replay: one slot's deferred steps
+  // applied and stored): the memory of a released slot holds its committed state under every
+  // strategy, ready to be kept (a caller-owned pool's) or adopt()ed again.
   void release(SlotHandle handle);
   bool is_live(SlotHandle handle) const noexcept;
   int free_slots() const noexcept;

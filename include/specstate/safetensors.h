@@ -49,6 +49,9 @@ class SafetensorsFile {
  public:
   // Reads and validates `path`; throws Error(kInvalidArgument) naming the file (and tensor).
   explicit SafetensorsFile(const std::string& path);
+  // The same, refusing a file of more than `max_bytes` bytes before reading any of it (a caller
+  // that knows the largest file it accepts: StatePool::import_slot).
+  SafetensorsFile(const std::string& path, uint64_t max_bytes);
   // Parses an in-memory image of a file; `label` stands for the path in error messages.
   static SafetensorsFile from_bytes(std::vector<uint8_t> bytes, const std::string& label);
 

@@ -184,6 +184,19 @@ TEST_P(ExportHeader, GarbageTruncatedAndOtherVersionHeadersAreRejected) {
       reseal(later);
       rejected("version 2", later, {"header version 2", "reads version 1"});
     }
+    {  // a sealed header whose element-order byte is none: named with its value (the message
+       // was a checksum mismatch quoting two equal checksums)
+      std::vector<uint8_t> order = good;
+      order[23] = 4;
+      reseal(order);
+      rejected("element orders", order, {"byte 23 (the element orders) = 4 is none (0..3)"});
+    }
+    {  // a sealed header with a reserved byte set
+      std::vector<uint8_t> reserved = good;
+      reserved[44] = 1;
+      reseal(reserved);
+      rejected("reserved", reserved, {"reserved bytes 44..47 = 01 00 00 00"});
+    }
     {  // a consistent header that claims other state bytes
       std::vector<uint8_t> longer = good;
       put_le(longer, 48, le(good, 48, 8) + 4, 8);

@@ -325,8 +325,8 @@ TEST_P(HostileRound3, CallerOwnedReleaseLeavesTheCommittedStateInTheCallersMemor
   });
 }
 
-// adopt() on a slot released with deferred work outstanding (an owning pool's release does not
-// materialize): the slot's memory, as it is, is the new request's state, and nothing of the old
+// adopt() on a released slot (release materializes, so its memory is the committed state): the
+// slot's memory, as it is, is the new request's state, and nothing of the old
 // request's pending steps may be applied to it later. Fails when adopt skips clearing the
 // strategy's and the backend's bookkeeping of the slot.
 TEST_P(HostileRound3, AdoptDropsThePendingWorkOfTheSlotsPreviousLife) {
@@ -342,7 +342,7 @@ TEST_P(HostileRound3, AdoptDropsThePendingWorkOfTheSlotsPreviousLife) {
       m.round(p, round_batch(false, {h}), round_accept(false, {2 + r % 2}));
     }
     const int slot = p.slot_index(h);
-    p.release(h);  // an owning pool: the memory may lag (replay), the steps stay recorded
+    p.release(h);  // the memory holds the committed state (release materializes)
     const std::vector<uint8_t> memory = slot_bytes(p, slot);
     const SlotHandle a = p.adopt(slot);
     ASSERT_TRUE(same_bytes(exported(p, a), memory))
@@ -362,6 +362,71 @@ TEST_P(HostileRound3, AdoptDropsThePendingWorkOfTheSlotsPreviousLife) {
         << "the adopted slot's verify applied steps of its previous life";
     EXPECT_TRUE(same_bytes(exported(p, a), exported(ref, r))) << "the committed state";
   });
+}
+
+// An owning pool's release() then adopt() of the slot (a preempted request resumed from its slot,
+// docs/lifecycle.md) gives the committed state under every strategy: replay's release left the
+// last checkpoint without the steps accepted since (the memory lagged), so replay resumed from
+// another state than snapshot.
+TEST_P(HostileRound3, OwningReleaseThenAdoptResumesTheCommittedState) {
+  const Case& c = GetParam();
+  for_case(c, [&](auto kind, const auto& g) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> m(g, kLayers, 0xB4);
+    StatePool p = m.pool(c.strategy, kSlots, kRows, kRoundT);
+    StatePool ref = m.pool(Strategy::kSnapshot, kSlots, kRows, kRoundT);
+    SlotHandle h = p.acquire(), r = ref.acquire();
+    const auto pre = m.inputs(4);
+    m.prefill(p, h, pre);
+    m.prefill(ref, r, pre);
+    for (int k = 0; k < 3; ++k) {
+      const auto in = m.inputs(kRoundT);
+      m.round(p, round_batch(false, {h}), in, round_accept(false, {2 + k % 2}));
+      m.round(ref, round_batch(false, {r}), in, round_accept(false, {2 + k % 2}));
+    }
+    const std::vector<uint8_t> want = exported(ref, r);
+    const int slot = p.slot_index(h);
+    p.release(h);
+    ref.release(r);
+    EXPECT_TRUE(same_bytes(slot_bytes(p, slot), want)) << "the released slot's memory";
+    h = p.adopt(slot);
+    r = ref.adopt(slot);
+    ASSERT_TRUE(same_bytes(exported(p, h), want)) << "the adopted state";
+    const auto in = m.inputs(kRoundT);
+    const auto out_p = m.round(p, round_batch(false, {h}), in, round_accept(false, {3}));
+    const auto out_r = m.round(ref, round_batch(false, {r}), in, round_accept(false, {3}));
+    EXPECT_TRUE(same_bytes(PoolRounds<Kind>::output_bytes(out_p, 0, kRoundT),
+                           PoolRounds<Kind>::output_bytes(out_r, 0, kRoundT)));
+    EXPECT_TRUE(same_bytes(exported(p, h), exported(ref, r)));
+  });
+}
+
+// A view's device outside the enum is named with its value (it was described as "cpu", and a
+// commit's as "cuda"), and the call changes nothing.
+TEST(HostileRound3Views, ADeviceOutsideTheEnumIsNamedWithItsValue) {
+  PoolRounds<GdnKind> m(gdn_preset("small_f32"), 1, 5);
+  StatePool pool = m.pool(Strategy::kReplay);
+  const SlotHandle h = pool.acquire();
+  const auto in = m.inputs(2);
+  const auto out = m.outputs(2);
+  GdnWeights w = m.weights(0);
+  w.A_log.device = static_cast<Device>(7);
+  const std::vector<uint8_t> before = exported(pool, h);
+  expect_rejected(
+      [&] { pool.prefill(0, h, w, GdnKind::put(in[0], host_put), GdnKind::put(out[0], host_put)); },
+      Status::kInvalidArgument, {"weights.A_log.device = 7 is not a device"});
+  EXPECT_EQ(exported(pool, h), before);
+  pool.begin_verify(round_batch(false, {h}));
+  const auto in4 = m.inputs(kRoundT);
+  auto out4 = m.outputs(kRoundT);
+  pool.verify(0, m.weights(0), GdnKind::put(in4[0], host_put), GdnKind::put(out4[0], host_put));
+  std::vector<int32_t> accepted = {2};
+  TensorView view = TensorView::contiguous(accepted.data(), DType::kI32, {1});
+  view.device = static_cast<Device>(3);
+  expect_rejected([&] { pool.commit(view); }, Status::kInvalidArgument,
+                  {"accepted.device = 3 is not a device"});
+  EXPECT_NE(view.describe().find("device 3"), std::string::npos) << view.describe();
+  pool.commit(accepted);  // the round is still open: nothing changed
 }
 
 // --- c. a rejected export_slot(path) changes nothing --------------------------------------------

@@ -2,10 +2,16 @@
 // bf16, both strategies; and the CPU's bad arguments of the slot operations: each rejected naming
 // it, with nothing changed.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -177,6 +183,18 @@ TEST(SlotOpsBadInput, ImportFilesThatDoNotFitThePool) {
     f.p.import_slot(f.a, path);
     f.before = pool_bytes(f.p);
   }
+  {
+    // A file larger than any slot state file of the pool (a sparse 2 GiB one) is refused by its
+    // size before it is read: it was read whole (2 GB of memory, seconds) and then refused.
+    {
+      std::ofstream o(path, std::ios::binary | std::ios::trunc);
+      o.write("\x10\0\0\0\0\0\0\0{}", 10);
+    }
+    ASSERT_EQ(::truncate(path.c_str(), int64_t{2} << 30), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    expect_file_rejected({path, "is 2147483648 bytes, more than the", "(not read)"});
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  }
   std::remove(path.c_str());
   expect_file_rejected({path});  // no such file
   expect_rejected([&] { f.p.export_slot(f.a, std::string("/nonexistent-dir/x.safetensors")); },
@@ -197,6 +215,35 @@ TEST(SlotOpsBadInput, ImportFilesThatDoNotFitThePool) {
   std::ifstream created(prefix);
   EXPECT_FALSE(created.good()) << prefix << " was written";
   f.unchanged();
+  {
+    // A failed export (a file size limit standing for a full disk) leaves the previous export as
+    // it was: the file was truncated when opened, so the failed write destroyed it.
+    const std::string keep = temp_path("keep");
+    f.p.export_slot(f.a, keep);
+    const auto read_all = [](const std::string& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    };
+    const std::string before = read_all(keep);
+    ASSERT_GT(before.size(), 100u);
+    const auto export_under_a_size_limit = [&] {
+      std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead
+      rlimit limit{};
+      getrlimit(RLIMIT_FSIZE, &limit);
+      limit.rlim_cur = 100;
+      setrlimit(RLIMIT_FSIZE, &limit);
+      bool refused = false;
+      try {
+        f.p.export_slot(f.a, keep);
+      } catch (const Error& e) {
+        refused = std::string(e.what()).find("the file is as it was") != std::string::npos;
+      }
+      std::exit(refused && read_all(keep) == before ? 0 : 1);
+    };
+    EXPECT_EXIT(export_under_a_size_limit(), ::testing::ExitedWithCode(0), "");
+    EXPECT_EQ(read_all(keep), before);
+    std::remove(keep.c_str());
+  }
   // A FIFO that no process reads is refused before it is opened (it blocked the export, with the
   // pool's lock held, until a reader appeared); a directory too.
   const std::string fifo = temp_path("fifo");
