@@ -517,7 +517,8 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
   // (spec::ReplacingFile): a write that fails (a full disk) leaves the previous export as it was.
   spec::ReplacingFile out(path);
   if (!out.ok()) {
-    fail(Status::kInvalidArgument, fn, "path = '" + path + "': " + out.error());
+    fail(Status::kInvalidArgument, fn,
+         "path = '" + path + "': cannot write the file (" + out.error() + ")");
   }
   const auto& l = impl_->storage.layout;
   std::vector<uint8_t> bytes(static_cast<std::size_t>(l.committed_bytes_per_slot()));

@@ -50,7 +50,7 @@ ReplacingFile::ReplacingFile(const std::string& path) : path_(path), final_(path
   const auto open_in_place = [&] {
     in_place_ = true;
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd_ < 0) error_ = std::string("cannot write: ") + std::strerror(errno);
+    if (fd_ < 0) error_ = std::strerror(errno);
   };
   if ((exists && !fs::is_regular_file(status)) || dangling) {
     open_in_place();
@@ -60,7 +60,7 @@ ReplacingFile::ReplacingFile(const std::string& path) : path_(path), final_(path
     const fs::path real = fs::canonical(path, ec);
     if (!ec) final_ = real.string();
     if (::access(final_.c_str(), W_OK) != 0) {
-      error_ = std::string("cannot write: ") + std::strerror(errno);
+      error_ = std::strerror(errno);
       return;
     }
     replace_mode_ = true;
@@ -84,6 +84,11 @@ ReplacingFile::~ReplacingFile() {
 }
 
 std::string ReplacingFile::commit(bool written) {
+  const std::string failed = finish(written);
+  return failed.empty() ? replace() : failed;
+}
+
+std::string ReplacingFile::finish(bool written) {
   if (fd_ < 0) return error_.empty() ? std::string("not open") : error_;
   const int closed = ::close(fd_);
   const int close_errno = errno;
@@ -94,6 +99,10 @@ std::string ReplacingFile::commit(bool written) {
     return "writing failed" +
            (closed != 0 ? std::string(": ") + std::strerror(close_errno) : std::string());
   }
+  return {};
+}
+
+std::string ReplacingFile::replace() {
   if (temp_.empty()) return {};
   const mode_t mode = replace_mode_ ? static_cast<mode_t>(mode_) : (0666 & ~process_umask());
   ::chmod(temp_.c_str(), mode);

@@ -33,16 +33,22 @@ class ReplacingFile {
   ReplacingFile& operator=(const ReplacingFile&) = delete;
 
   bool ok() const noexcept { return fd_ >= 0; }
-  // Why the file could not be opened ("cannot write: Permission denied"); empty when ok().
+  // Why the file could not be opened for writing ("Permission denied"); empty when ok().
   const std::string& error() const noexcept { return error_; }
   // The descriptor to write (the temporary's, or the file's in place).
   int fd() const noexcept { return fd_; }
   // Written in place: a failed write leaves the file incomplete.
   bool in_place() const noexcept { return in_place_; }
-  // Closes the descriptor and, for a temporary, sets its mode and renames it over the file.
-  // `written`: every write of the caller succeeded (else the temporary is removed). Returns an
-  // empty string, or what failed ("writing failed", "renaming ... failed: ...").
+  // Closes the descriptor and, for a temporary, sets its mode and renames it over the file:
+  // finish() then replace(). `written`: every write of the caller succeeded (else the temporary
+  // is removed). Returns an empty string, or what failed ("writing failed", "renaming ...").
   std::string commit(bool written);
+  // The two steps of commit(), for several files replaced together (write and finish each, then
+  // replace each): finish() closes the descriptor (the temporary removed where the writes or the
+  // close failed); replace() sets the temporary's mode and renames it over the file (nothing
+  // to do in place).
+  std::string finish(bool written);
+  std::string replace();
 
  private:
   std::string path_, final_, temp_, error_;

@@ -608,8 +608,8 @@ void write_trace_file(const std::string& path, const Trace& trace) {
   // file with no room for a temporary beside it); a file the caller may not write is refused.
   ReplacingFile file(path);
   if (!file.ok()) {
-    throw Error(Status::kInvalidArgument, "spec::write_trace_file: " + file.error() + " \"" + path +
-                                              "\" (nothing was changed)");
+    throw Error(Status::kInvalidArgument, "spec::write_trace_file: cannot write \"" + path +
+                                              "\" (" + file.error() + "; nothing was changed)");
   }
   bool written = false;
   {

@@ -35,6 +35,7 @@
 #include "cli/commands.h"
 #include "cli/sim_helpers.h"
 #include "cli_checks.h"
+#include "specstate/spec/file_path.h"
 #include "specstate/spec/trace.h"
 #include "specstate/spec/verify_batch.h"
 #include "specstate/specstate.h"
@@ -70,115 +71,40 @@ CLI::Validator non_empty() {
       "NONEMPTY");
 }
 
-// A file of the report written but not yet in place: a regular file (or a new one) is written to
-// a temporary file beside it and renamed over it only once every file of the report is complete
-// (publish), so a write that fails (a full disk, a file size limit) leaves the old report and
-// plots as they were; anything else (/dev/stdout, /dev/full) is written in place. Throws naming
-// the option and the file; discards what it wrote.
-struct StagedFile {
-  std::string path;   // the file to replace
-  std::string final;  // the path a link resolves to (the link stays), or `path`
-  std::string temp;   // the written temporary file; empty: written in place
-};
-
-// Writes all of `text` to `f` and closes it, checking every write, the flush and the close
-// (/dev/full accepts the open and fails the flush); the errno of the first failure, or 0.
-int write_and_close(std::FILE* f, const std::string& text) {
-  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+// A file of the report written but not yet in place (spec::ReplacingFile): a regular file (or a
+// new one) is written to a temporary file beside it and renamed over it only once every file of
+// the report is complete (write_report_files), so a write that fails (a full disk, a file size
+// limit) leaves the old report and plots as they were; anything else (/dev/stdout, /dev/full) is
+// written in place. Throws naming the option and the file; a temporary written is removed when
+// the file is dropped.
+std::unique_ptr<spec::ReplacingFile> stage_file(const std::string& path, const std::string& text,
+                                                const char* option) {
+  auto file = std::make_unique<spec::ReplacingFile>(path);
+  if (!file->ok())
+    throw CLI::ValidationError(option, "cannot write " + path + ": " + file->error());
+  const bool written = spec::write_all(file->fd(), text.data(), text.size());
   const int write_errno = errno;
-  const bool flushed = std::fflush(f) == 0;
-  const int flush_errno = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (wrote && flushed && closed) return 0;
-  const int e = !wrote ? write_errno : !flushed ? flush_errno : errno;
-  return e != 0 ? e : EIO;
-}
-
-StagedFile stage_file(const std::string& path, const std::string& text, const char* option) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);  // follows links
-  const bool exists = fs::exists(status);
-  // A link to no file: written in place, which creates the file it names (the link stays).
-  const bool dangling = !exists && fs::is_symlink(fs::symlink_status(path, ec));
-  StagedFile staged{path, path, {}};
-  const auto failed = [&](const std::string& what, int e) {
-    return Error(Status::kInvalidArgument, std::string(option) + ": " + what + " " + path +
-                                               " failed: " + std::strerror(e) +
-                                               " (no file of the report was changed)");
-  };
-  const auto in_place = [&]() {
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr) {
-      throw CLI::ValidationError(option,
-                                 std::string("cannot write ") + path + ": " + std::strerror(errno));
-    }
-    if (const int e = write_and_close(f, text)) throw failed("writing", e);
-    return staged;
-  };
-  if ((exists && !fs::is_regular_file(status)) || dangling) return in_place();
-  if (exists) {
-    const fs::path real = fs::canonical(path, ec);
-    if (!ec) staged.final = real.string();
-    if (::access(staged.final.c_str(), W_OK) != 0) {
-      throw CLI::ValidationError(option,
-                                 std::string("cannot write ") + path + ": " + std::strerror(errno));
-    }
+  const std::string failed = file->finish(written);
+  if (!failed.empty()) {
+    throw Error(Status::kInvalidArgument,
+                std::string(option) + ": writing " + path + " failed: " +
+                    (written ? failed : std::strerror(write_errno != 0 ? write_errno : EIO)) +
+                    " (no file of the report was changed)");
   }
-  std::string temp = staged.final + ".tmp-XXXXXX";
-  const int fd = ::mkstemp(temp.data());
-  // No temporary file beside it (a folder the user may not write, a name at the length limit):
-  // the file itself, as before, without the all-or-nothing replacement.
-  if (fd < 0) return in_place();
-  std::FILE* f = ::fdopen(fd, "wb");
-  if (f == nullptr) {
-    const int e = errno;
-    ::close(fd);
-    fs::remove(temp, ec);
-    throw failed("writing", e);
-  }
-  if (const int e = write_and_close(f, text)) {
-    fs::remove(temp, ec);
-    throw failed("writing", e);
-  }
-  // The old file's permissions, or a new file's (0666 less the umask; mkstemp's are 0600).
-  if (exists) {
-    fs::permissions(temp, status.permissions(), ec);
-  } else {
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    fs::permissions(temp, static_cast<fs::perms>(0666 & ~mask), ec);
-  }
-  staged.temp = temp;
-  return staged;
-}
-
-void discard_staged(const std::vector<StagedFile>& files) {
-  std::error_code ec;
-  for (const StagedFile& f : files) {
-    if (!f.temp.empty()) std::filesystem::remove(f.temp, ec);
-  }
+  return file;
 }
 
 // Writes every (path, text) of the report (stage_file), then renames them into place: a failure
 // before the renames changes no file of the report.
 void write_report_files(const std::vector<std::pair<std::string, std::string>>& files,
                         const char* option) {
-  std::vector<StagedFile> staged;
-  try {
-    for (const auto& [path, text] : files) staged.push_back(stage_file(path, text, option));
-  } catch (...) {
-    discard_staged(staged);
-    throw;
-  }
-  for (const StagedFile& f : staged) {
-    if (f.temp.empty()) continue;
-    std::error_code ec;
-    std::filesystem::rename(f.temp, f.final, ec);
-    if (ec) {
-      discard_staged(staged);
+  std::vector<std::unique_ptr<spec::ReplacingFile>> staged;
+  for (const auto& [path, text] : files) staged.push_back(stage_file(path, text, option));
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    const std::string failed = staged[i]->replace();
+    if (!failed.empty()) {
       throw Error(Status::kInvalidArgument, std::string(option) + ": renaming the written " +
-                                                f.path + " into place failed: " + ec.message());
+                                                files[i].first + " into place failed: " + failed);
     }
   }
 }
