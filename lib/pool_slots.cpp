@@ -457,9 +457,12 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 // The file's errors (missing, unreadable, not safetensors) as the calling function's, naming it.
-SafetensorsFile open_slot_file(const char* fn, const std::string& path, uint64_t max_bytes) {
+// header_only: the header alone (SafetensorsFile::read_header), max_bytes bounding it.
+SafetensorsFile open_slot_file(const char* fn, const std::string& path, uint64_t max_bytes,
+                               bool header_only) {
   try {
-    return SafetensorsFile(path, max_bytes);
+    return header_only ? SafetensorsFile::read_header(path, max_bytes)
+                       : SafetensorsFile(path, max_bytes);
   } catch (const Error& e) {
     // e.what() = "<status>: <message>"; the message keeps the file's name.
     std::string message = e.what();
@@ -558,12 +561,10 @@ void StatePool::export_slot(SlotHandle handle, const std::string& path) {
   for (const auto& kv : config_metadata(impl_->config)) metadata.insert(kv);
   const std::vector<uint8_t> file = SafetensorsFile::serialize(tensors, metadata);
   const bool written = spec::write_all(out.fd(), file.data(), file.size());
-  const int err = errno;
-  const std::string failed = out.commit(written);
+  const std::string failed = out.commit(written, written ? 0 : errno);
   if (!failed.empty()) {
     fail(Status::kInvalidArgument, fn,
-         "path = '" + path + "': cannot write the file (" + failed +
-             (written ? std::string() : std::string(": ") + std::strerror(err)) + "; " +
+         "path = '" + path + "': cannot write the file (" + failed + "; " +
              (out.in_place() ? "written in place: the file is incomplete)"
                              : "the file is as it was)"));
   }
@@ -576,24 +577,15 @@ void StatePool::import_slot(SlotHandle handle, const std::string& path) {
   check_path(fn, "path", path);
   const auto& l = impl_->storage.layout;
   // The largest slot state file of this pool: the length field, a header of 2L tensor entries
-  // and metadata (foreign keys allowed: 1 MiB of them), the state's bytes and each tensor's
-  // alignment. A larger file is refused before it is read (a 2 GiB file was read whole, then
-  // refused: 2 GB of memory and seconds for a 2 KB slot).
-  const uint64_t max_bytes = 8 + (uint64_t{1} << 20) + uint64_t{1024} * 2 * l.layers +
-                             static_cast<uint64_t>(l.committed_bytes_per_slot());
-  const SafetensorsFile file = open_slot_file(fn, path, max_bytes);
+  // and metadata (foreign keys allowed: 1 MiB of them), and the state's bytes. The header is read
+  // and checked first (a file of another config is named by what differs, whatever its size),
+  // then a file larger than that is refused before its data is read (a 2 GiB file was read
+  // whole, then refused: 2 GB of memory and seconds for a 2 KB slot).
+  const uint64_t max_header = (uint64_t{1} << 20) + uint64_t{1024} * 2 * l.layers;
+  const uint64_t max_bytes = 8 + max_header + static_cast<uint64_t>(l.committed_bytes_per_slot());
   auto mismatch = [&](const std::string& what) {
     fail(Status::kInvalidArgument, fn, "'" + path + "': " + what);
   };
-  auto expect_meta = [&](const char* key, const std::string& want) {
-    const std::string got = file.metadata_value(key);
-    if (!got.empty() && got != want) {
-      mismatch(std::string("metadata ") + key + " = '" + got + "', the pool has '" + want + "'");
-    }
-  };
-  expect_meta("format", kSlotStateFormat);
-  expect_meta("kind", layer_kind_name(impl_->config.kind));
-  expect_meta("num_layers", std::to_string(l.layers));
   const std::vector<int64_t> conv_shape = {l.shapes.conv_dim, l.shapes.conv_width - 1};
   struct Expected {
     std::string name;
@@ -607,29 +599,45 @@ void StatePool::import_slot(SlotHandle handle, const std::string& path) {
     expected.push_back({layer_tensor_name(layer, "ssm_state"),
                         safetensors_dtype(l.shapes.ssm_dtype), &l.shapes.ssm_shape});
   }
-  for (const Expected& e : expected) {
-    if (!file.contains(e.name)) {
-      mismatch("no tensor named '" + e.name + "' (the pool has " + std::to_string(l.layers) + " " +
-               layer_kind_name(impl_->config.kind) + " layers)");
-    }
-    const SafetensorsTensorInfo& info = file.info(e.name);
-    if (info.dtype != e.dtype || info.shape != *e.shape) {
-      mismatch("tensor '" + e.name + "' is " + info.describe() + ", the pool expects " +
-               safetensors_dtype_name(e.dtype) + shape_text(*e.shape));
-    }
-  }
-  if (file.size() != expected.size()) {
-    for (const std::string& name : file.names()) {
-      bool known = false;
-      for (const Expected& e : expected) known = known || e.name == name;
-      if (!known) {
-        mismatch("tensor '" + name + "' is not part of a slot state of this pool (expected " +
-                 "layers.{0.." + std::to_string(l.layers - 1) + "}.conv_state / .ssm_state)");
+  // The pool's checks of a file's header (metadata, tensors), run on the header alone, then on
+  // the file read (it may have changed in between).
+  const auto check = [&](const SafetensorsFile& file) {
+    auto expect_meta = [&](const char* key, const std::string& want) {
+      const std::string got = file.metadata_value(key);
+      if (!got.empty() && got != want) {
+        mismatch(std::string("metadata ") + key + " = '" + got + "', the pool has '" + want + "'");
+      }
+    };
+    expect_meta("format", kSlotStateFormat);
+    expect_meta("kind", layer_kind_name(impl_->config.kind));
+    expect_meta("num_layers", std::to_string(l.layers));
+    for (const Expected& e : expected) {
+      if (!file.contains(e.name)) {
+        mismatch("no tensor named '" + e.name + "' (the pool has " + std::to_string(l.layers) +
+                 " " + layer_kind_name(impl_->config.kind) + " layers)");
+      }
+      const SafetensorsTensorInfo& info = file.info(e.name);
+      if (info.dtype != e.dtype || info.shape != *e.shape) {
+        mismatch("tensor '" + e.name + "' is " + info.describe() + ", the pool expects " +
+                 safetensors_dtype_name(e.dtype) + shape_text(*e.shape));
       }
     }
-  }
-  // Files of a specstate without these keys have none: checked where present, like the rest.
-  for (const auto& kv : config_metadata(impl_->config)) expect_meta(kv.first.c_str(), kv.second);
+    if (file.size() != expected.size()) {
+      for (const std::string& name : file.names()) {
+        bool known = false;
+        for (const Expected& e : expected) known = known || e.name == name;
+        if (!known) {
+          mismatch("tensor '" + name + "' is not part of a slot state of this pool (expected " +
+                   "layers.{0.." + std::to_string(l.layers - 1) + "}.conv_state / .ssm_state)");
+        }
+      }
+    }
+    // Files of a specstate without these keys have none: checked where present, like the rest.
+    for (const auto& kv : config_metadata(impl_->config)) expect_meta(kv.first.c_str(), kv.second);
+  };
+  check(open_slot_file(fn, path, max_header, true));
+  const SafetensorsFile file = open_slot_file(fn, path, max_bytes, false);
+  check(file);
   std::vector<uint8_t> bytes;
   bytes.reserve(static_cast<std::size_t>(l.committed_bytes_per_slot()));
   for (const Expected& e : expected) {

@@ -141,9 +141,17 @@ std::string SafetensorsTensorInfo::describe() const {
 // --- SafetensorsFile ------------------------------------------------------------------------
 
 SafetensorsFile::SafetensorsFile(const std::string& path)
-    : SafetensorsFile(path, std::numeric_limits<uint64_t>::max()) {}
+    : SafetensorsFile(path, std::numeric_limits<uint64_t>::max(), false) {}
 
-SafetensorsFile::SafetensorsFile(const std::string& path, uint64_t max_bytes) {
+SafetensorsFile::SafetensorsFile(const std::string& path, uint64_t max_bytes)
+    : SafetensorsFile(path, max_bytes, false) {}
+
+SafetensorsFile SafetensorsFile::read_header(const std::string& path, uint64_t max_header_bytes) {
+  return SafetensorsFile(path, max_header_bytes, true);
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path, uint64_t max_bytes, bool header_only)
+    : file_size_(0), header_only_(header_only) {
   detail::check_path("SafetensorsFile", "path", path);
   // Regular files only. A directory "opens" as a stream whose size reads as 2^63-1, and a FIFO
   // blocks open(2) until a writer appears: opened without blocking, then fstat decides.
@@ -165,6 +173,38 @@ SafetensorsFile::SafetensorsFile(const std::string& path, uint64_t max_bytes) {
   }
   // A regular file never blocks, so O_NONBLOCK is harmless for the reads below.
   const uint64_t size = static_cast<uint64_t>(st.st_size);
+  file_size_ = size;
+  // Reads bytes_[from, to) of the file (the reads are sequential).
+  const auto read_to = [&](std::size_t from, std::size_t to) {
+    for (std::size_t done = from; done < to;) {
+      const ssize_t got = ::read(fd, bytes_.data() + done, to - done);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        fail(path, "read error after " + std::to_string(done) + " of " + std::to_string(size) +
+                       " bytes" +
+                       (got < 0 ? std::string(": ") + std::strerror(errno)
+                                : std::string(" (file shrank?)")));
+      }
+      done += static_cast<std::size_t>(got);
+    }
+  };
+  if (header_only) {
+    // The length field, then the header (at most kMaxHeaderBytes of it: parse refuses more).
+    bytes_.resize(static_cast<std::size_t>(std::min<uint64_t>(size, 8)));
+    read_to(0, bytes_.size());
+    if (size >= 8) {
+      const uint64_t length = load_u64(bytes_.data());
+      if (length > max_bytes && length <= size - 8) {
+        fail(path, "header length " + std::to_string(length) + " exceeds the " +
+                       std::to_string(max_bytes) + " bytes a header of its use may be (not read)");
+      }
+      const uint64_t header = std::min(length, kMaxHeaderBytes);
+      bytes_.resize(static_cast<std::size_t>(std::min(size, 8 + header)));
+      read_to(8, bytes_.size());
+    }
+    parse(path);
+    return;
+  }
   if (size > max_bytes) {
     fail(path, "is " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) +
                    " bytes a file of its use may be (not read)");
@@ -177,31 +217,21 @@ SafetensorsFile::SafetensorsFile(const std::string& path, uint64_t max_bytes) {
   } catch (const std::bad_alloc&) {
     fail(path, "cannot allocate " + std::to_string(size) + " bytes to read it");
   }
-  std::size_t done = 0;
-  while (done < bytes_.size()) {
-    const ssize_t got = ::read(fd, bytes_.data() + done, bytes_.size() - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      fail(path, "read error after " + std::to_string(done) + " of " + std::to_string(size) +
-                     " bytes" +
-                     (got < 0 ? std::string(": ") + std::strerror(errno)
-                              : std::string(" (file shrank?)")));
-    }
-    done += static_cast<std::size_t>(got);
-  }
+  read_to(0, bytes_.size());
   parse(path);
 }
 
 SafetensorsFile SafetensorsFile::from_bytes(std::vector<uint8_t> bytes, const std::string& label) {
   SafetensorsFile file;
   file.bytes_ = std::move(bytes);
+  file.file_size_ = file.bytes_.size();
   file.parse(label);
   return file;
 }
 
 void SafetensorsFile::parse(const std::string& label) {
   path_ = label;
-  const uint64_t file_size = bytes_.size();
+  const uint64_t file_size = file_size_;
   if (file_size < 8) {
     fail(path_, "file is " + std::to_string(file_size) +
                     " bytes, too short for the 8-byte header length (truncated file?)");
@@ -389,7 +419,9 @@ const SafetensorsTensorInfo& SafetensorsFile::info(const std::string& name) cons
 }
 
 const uint8_t* SafetensorsFile::raw_data(const std::string& name) const {
-  return bytes_.data() + data_start_ + info(name).data_begin;
+  const SafetensorsTensorInfo& meta = info(name);
+  if (header_only_) fail(path_, "tensor '" + name + "': read_header() reads no data");
+  return bytes_.data() + data_start_ + meta.data_begin;
 }
 
 std::vector<float> SafetensorsFile::to_float(const std::string& name) const {

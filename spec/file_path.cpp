@@ -48,9 +48,13 @@ ReplacingFile::ReplacingFile(const std::string& path) : path_(path), final_(path
   const bool exists = fs::exists(status);
   const bool dangling = !exists && fs::is_symlink(fs::symlink_status(path, ec));
   const auto open_in_place = [&] {
-    in_place_ = true;
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd_ < 0) error_ = std::strerror(errno);
+    if (fd_ < 0) {
+      error_ = std::strerror(errno);
+      return;
+    }
+    struct stat st {};
+    in_place_ = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode);  // not a device or a FIFO
   };
   if ((exists && !fs::is_regular_file(status)) || dangling) {
     open_in_place();
@@ -59,8 +63,16 @@ ReplacingFile::ReplacingFile(const std::string& path) : path_(path), final_(path
   if (exists) {
     const fs::path real = fs::canonical(path, ec);
     if (!ec) final_ = real.string();
-    if (::access(final_.c_str(), W_OK) != 0) {
+    if (::faccessat(AT_FDCWD, final_.c_str(), W_OK, AT_EACCESS) != 0) {
       error_ = std::strerror(errno);
+      return;
+    }
+    // A file of another owner, or one with other names (hard links): a new file renamed over it
+    // would change its owner and group (or fail in a sticky folder such as /tmp) and part it from
+    // its other names, so it is written in place, as any writer of it would.
+    struct stat st {};
+    if (::stat(final_.c_str(), &st) == 0 && (st.st_uid != ::geteuid() || st.st_nlink > 1)) {
+      open_in_place();
       return;
     }
     replace_mode_ = true;
@@ -70,8 +82,16 @@ ReplacingFile::ReplacingFile(const std::string& path) : path_(path), final_(path
   // the file unopenable by name), its mode set once it is complete.
   std::string name = final_ + ".tmp-XXXXXX";
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) {  // no temporary beside it: the file itself
-    open_in_place();
+  if (fd < 0) {
+    // No room for a temporary beside it (a folder the caller may not write, a name at the length
+    // limit): the file itself. Any other failure (a full disk, no inode left) refuses: writing
+    // in place then would destroy the file the temporary protects.
+    const int err = errno;
+    if (err == EACCES || err == EPERM || err == ENAMETOOLONG) {
+      open_in_place();
+    } else {
+      error_ = std::strerror(err);
+    }
     return;
   }
   fd_ = fd;
@@ -83,21 +103,25 @@ ReplacingFile::~ReplacingFile() {
   if (!temp_.empty()) ::unlink(temp_.c_str());
 }
 
-std::string ReplacingFile::commit(bool written) {
-  const std::string failed = finish(written);
+std::string ReplacingFile::commit(bool written, int write_errno) {
+  const std::string failed = finish(written, write_errno);
   return failed.empty() ? replace() : failed;
 }
 
-std::string ReplacingFile::finish(bool written) {
+std::string ReplacingFile::finish(bool written, int write_errno) {
   if (fd_ < 0) return error_.empty() ? std::string("not open") : error_;
+  // A temporary's bytes reach the disk before its name replaces the file (a crash after the
+  // rename must not leave an empty file where the old one was).
+  const bool synced = !written || temp_.empty() || ::fsync(fd_) == 0;
+  const int sync_errno = errno;
   const int closed = ::close(fd_);
   const int close_errno = errno;
   fd_ = -1;
-  if (closed != 0 || !written) {
+  if (!written || !synced || closed != 0) {
     if (!temp_.empty()) ::unlink(temp_.c_str());
     temp_.clear();
-    return "writing failed" +
-           (closed != 0 ? std::string(": ") + std::strerror(close_errno) : std::string());
+    const int err = !written ? write_errno : !synced ? sync_errno : close_errno;
+    return "writing failed" + (err != 0 ? std::string(": ") + std::strerror(err) : std::string());
   }
   return {};
 }
@@ -130,7 +154,10 @@ FdStreamBuf::int_type FdStreamBuf::overflow(int_type c) {
 int FdStreamBuf::sync() { return drain() ? 0 : -1; }
 
 bool FdStreamBuf::drain() {
-  if (ok_) ok_ = write_all(fd_, pbase(), static_cast<std::size_t>(pptr() - pbase()));
+  if (ok_) {
+    ok_ = write_all(fd_, pbase(), static_cast<std::size_t>(pptr() - pbase()));
+    if (!ok_) error_ = errno;
+  }
   reset();
   return ok_;
 }
@@ -142,6 +169,7 @@ bool write_all(int fd, const void* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;  // no progress and no error: reported as an I/O error
     if (n <= 0) return false;
     p += n;
     size -= static_cast<std::size_t>(n);

@@ -37,17 +37,21 @@ class ReplacingFile {
   const std::string& error() const noexcept { return error_; }
   // The descriptor to write (the temporary's, or the file's in place).
   int fd() const noexcept { return fd_; }
-  // Written in place: a failed write leaves the file incomplete.
+  // A regular file written in place: a failed write leaves it incomplete (false for a temporary,
+  // and for a device or a FIFO, which hold no file).
   bool in_place() const noexcept { return in_place_; }
   // Closes the descriptor and, for a temporary, sets its mode and renames it over the file:
   // finish() then replace(). `written`: every write of the caller succeeded (else the temporary
-  // is removed). Returns an empty string, or what failed ("writing failed", "renaming ...").
-  std::string commit(bool written);
+  // is removed; `write_errno`, the failed write's errno, is named). Returns an empty string, or
+  // what failed ("writing failed: No space left on device", "renaming ...").
+  // A file of another owner or with hard links is written in place (a new file would change its
+  // owner and its links); a temporary is synced to the disk before it is renamed.
+  std::string commit(bool written, int write_errno = 0);
   // The two steps of commit(), for several files replaced together (write and finish each, then
   // replace each): finish() closes the descriptor (the temporary removed where the writes or the
   // close failed); replace() sets the temporary's mode and renames it over the file (nothing
   // to do in place).
-  std::string finish(bool written);
+  std::string finish(bool written, int write_errno = 0);
   std::string replace();
 
  private:
@@ -64,6 +68,7 @@ class FdStreamBuf : public std::streambuf {
  public:
   explicit FdStreamBuf(int fd);
   bool ok() const noexcept { return ok_; }
+  int error() const noexcept { return error_; }  // the failed write's errno (0: none)
 
  protected:
   int_type overflow(int_type c) override;
@@ -74,10 +79,12 @@ class FdStreamBuf : public std::streambuf {
   void reset();
   int fd_;
   bool ok_ = true;
+  int error_ = 0;
   std::vector<char> buf_;
 };
 
-// Writes all `size` bytes to `fd` (retrying short writes and EINTR); false on an error.
+// Writes all `size` bytes to `fd` (retrying short writes and EINTR); false on an error, with
+// errno set (EIO for a write that made no progress).
 bool write_all(int fd, const void* data, std::size_t size);
 
 }  // namespace specstate::spec

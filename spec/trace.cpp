@@ -612,6 +612,7 @@ void write_trace_file(const std::string& path, const Trace& trace) {
                                               "\" (" + file.error() + "; nothing was changed)");
   }
   bool written = false;
+  int write_errno = 0;
   {
     FdStreamBuf buf(file.fd());
     std::ostream out(&buf);
@@ -622,11 +623,12 @@ void write_trace_file(const std::string& path, const Trace& trace) {
     } catch (const Error&) {
       written = false;  // write_trace's own "write failed"
     }
+    write_errno = buf.error();
   }
-  const std::string failed = file.commit(written);
+  const std::string failed = file.commit(written, write_errno);
   if (!failed.empty()) {
     throw Error(Status::kInvalidArgument,
-                "spec::write_trace_file: " + failed + " \"" + path + "\" (" +
+                "spec::write_trace_file: \"" + path + "\": " + failed + " (" +
                     (file.in_place() ? "written in place: the file is incomplete)"
                                      : "nothing was changed)"));
   }

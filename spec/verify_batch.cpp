@@ -81,8 +81,12 @@ int VerifyBatchBuilder::add(SlotHandle handle, const Window& window) {
   // Every allocation before the first change (a copy of the window, room in each container):
   // an add() that throws (std::bad_alloc) leaves the builder as it was.
   Window copy = window;
-  handles_.reserve(handles_.size() + 1);
-  windows_.reserve(windows_.size() + 1);
+  // Room for one more row, grown geometrically (reserve(size + 1) reallocated on every add).
+  const auto room = [](auto& v) {
+    if (v.size() == v.capacity()) v.reserve(v.empty() ? 8 : 2 * v.capacity());
+  };
+  room(handles_);
+  room(windows_);
   const int row = size();
   rows_of_.emplace(std::make_pair(handle.pool_id, handle.slot), row);  // may throw: nothing else
   handles_.push_back(handle);                                          // changed yet; these

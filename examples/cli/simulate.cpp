@@ -77,19 +77,23 @@ CLI::Validator non_empty() {
 // limit) leaves the old report and plots as they were; anything else (/dev/stdout, /dev/full) is
 // written in place. Throws naming the option and the file; a temporary written is removed when
 // the file is dropped.
+// `earlier_in_place`: a file staged before this one was written in place (the message then
+// cannot say that no file of the report changed).
 std::unique_ptr<spec::ReplacingFile> stage_file(const std::string& path, const std::string& text,
-                                                const char* option) {
+                                                const char* option, bool earlier_in_place) {
   auto file = std::make_unique<spec::ReplacingFile>(path);
-  if (!file->ok())
+  if (!file->ok()) {
     throw CLI::ValidationError(option, "cannot write " + path + ": " + file->error());
+  }
   const bool written = spec::write_all(file->fd(), text.data(), text.size());
-  const int write_errno = errno;
-  const std::string failed = file->finish(written);
+  const std::string failed = file->finish(written, written ? 0 : errno);
   if (!failed.empty()) {
-    throw Error(Status::kInvalidArgument,
-                std::string(option) + ": writing " + path + " failed: " +
-                    (written ? failed : std::strerror(write_errno != 0 ? write_errno : EIO)) +
-                    " (no file of the report was changed)");
+    // failed: "writing failed: <reason>".
+    throw Error(Status::kInvalidArgument, std::string(option) + ": writing " + path + " failed" +
+                                              failed.substr(std::string("writing failed").size()) +
+                                              (file->in_place() || earlier_in_place
+                                                   ? " (written in place: the report is incomplete)"
+                                                   : " (no file of the report was changed)"));
   }
   return file;
 }
@@ -99,7 +103,11 @@ std::unique_ptr<spec::ReplacingFile> stage_file(const std::string& path, const s
 void write_report_files(const std::vector<std::pair<std::string, std::string>>& files,
                         const char* option) {
   std::vector<std::unique_ptr<spec::ReplacingFile>> staged;
-  for (const auto& [path, text] : files) staged.push_back(stage_file(path, text, option));
+  bool in_place = false;
+  for (const auto& [path, text] : files) {
+    staged.push_back(stage_file(path, text, option, in_place));
+    in_place = in_place || staged.back()->in_place();
+  }
   for (std::size_t i = 0; i < staged.size(); ++i) {
     const std::string failed = staged[i]->replace();
     if (!failed.empty()) {

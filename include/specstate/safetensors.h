@@ -52,6 +52,12 @@ class SafetensorsFile {
   // The same, refusing a file of more than `max_bytes` bytes before reading any of it (a caller
   // that knows the largest file it accepts: StatePool::import_slot).
   SafetensorsFile(const std::string& path, uint64_t max_bytes);
+  // The header of `path` only (metadata, and each tensor's dtype, shape and offsets, checked
+  // against the file's size as a full read checks them), read without the data: for checks
+  // before a large read. raw_data() and to_float() of it throw. A header longer than
+  // `max_header_bytes` is refused before it is read.
+  static SafetensorsFile read_header(const std::string& path,
+                                     uint64_t max_header_bytes = UINT64_MAX);
   // Parses an in-memory image of a file; `label` stands for the path in error messages.
   static SafetensorsFile from_bytes(std::vector<uint8_t> bytes, const std::string& label);
 
@@ -89,11 +95,15 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  // header_only: max_bytes bounds the header, not the file.
+  SafetensorsFile(const std::string& path, uint64_t max_bytes, bool header_only);
   void parse(const std::string& label);
 
   std::string path_;
-  std::vector<uint8_t> bytes_;  // the whole file
-  int64_t data_start_ = 0;      // offset of the data section in bytes_
+  std::vector<uint8_t> bytes_;  // the whole file (read_header: its first 8 + header bytes)
+  uint64_t file_size_ = 0;      // the file's size
+  bool header_only_ = false;
+  int64_t data_start_ = 0;  // offset of the data section in bytes_
   std::map<std::string, std::string> metadata_;
   std::map<std::string, SafetensorsTensorInfo> tensors_;
 };

@@ -184,15 +184,22 @@ TEST(SlotOpsBadInput, ImportFilesThatDoNotFitThePool) {
     f.before = pool_bytes(f.p);
   }
   {
-    // A file larger than any slot state file of the pool (a sparse 2 GiB one) is refused by its
-    // size before it is read: it was read whole (2 GB of memory, seconds) and then refused.
+    // A file larger than any slot state file of the pool (a good export grown to a sparse 2 GiB)
+    // is refused from its header before its data is read: it was read whole (2 GB of memory,
+    // seconds) and then refused. So is a header longer than the pool's could be (50 MB).
+    f.p.export_slot(f.a, path);
+    ASSERT_EQ(::truncate(path.c_str(), int64_t{2} << 30), 0);
+    auto t0 = std::chrono::steady_clock::now();
+    expect_file_rejected({path, "the data section has", "bytes but the tensors cover only"});
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
     {
       std::ofstream o(path, std::ios::binary | std::ios::trunc);
-      o.write("\x10\0\0\0\0\0\0\0{}", 10);
+      const uint64_t length = 50'000'000;
+      for (int i = 0; i < 8; ++i) o.put(static_cast<char>(length >> (8 * i)));
     }
-    ASSERT_EQ(::truncate(path.c_str(), int64_t{2} << 30), 0);
-    const auto t0 = std::chrono::steady_clock::now();
-    expect_file_rejected({path, "is 2147483648 bytes, more than the", "(not read)"});
+    ASSERT_EQ(::truncate(path.c_str(), 60'000'000), 0);
+    t0 = std::chrono::steady_clock::now();
+    expect_file_rejected({path, "header length 50000000 exceeds the", "(not read)"});
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
   }
   std::remove(path.c_str());

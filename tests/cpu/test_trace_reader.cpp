@@ -270,6 +270,26 @@ TEST(TraceReader, ARefusedWriteKeepsTheFileAndALinkToNoFileStaysALink) {
   fs::remove_all(dir);
 }
 
+// A file with another name (a hard link) is written in place: a new file renamed over one name
+// parted it from the other, which kept the old trace. (So is a file of another owner: a new file
+// would have been the writer's, or refused in a sticky folder such as /tmp.)
+TEST(TraceReader, AFileWithAnotherNameIsWrittenInPlace) {
+  namespace fs = std::filesystem;
+  const Trace small = parse(good_text());
+  const Trace big = generate_fixed(TraceShape{/*requests=*/2, /*rounds=*/3, Window::chain(4)}, 2);
+  const fs::path dir = fs::path(::testing::TempDir()) / "specstate_trace_links_dir";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string one = (dir / "one.jsonl").string(), two = (dir / "two.jsonl").string();
+  write_trace_file(one, small);
+  fs::create_hard_link(one, two);
+  write_trace_file(one, big);
+  EXPECT_EQ(fs::hard_link_count(one), 2u);
+  EXPECT_EQ(read_trace(two).records.size(), big.records.size());
+  EXPECT_EQ(temporaries_beside(one), 0);
+  fs::remove_all(dir);
+}
+
 // A new trace file gets 0666 less the umask, as an ordinary create gives it (it was 0600, the
 // temporary's mode, whatever the umask); an empty path is refused before anything is created
 // (it ended in a rename error after a temporary was written in the working directory).
