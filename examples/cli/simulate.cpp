@@ -88,12 +88,15 @@ std::unique_ptr<spec::ReplacingFile> stage_file(const std::string& path, const s
   const bool written = spec::write_all(file->fd(), text.data(), text.size());
   const std::string failed = file->finish(written, written ? 0 : errno);
   if (!failed.empty()) {
-    // failed: "writing failed: <reason>".
-    throw Error(Status::kInvalidArgument, std::string(option) + ": writing " + path + " failed" +
-                                              failed.substr(std::string("writing failed").size()) +
-                                              (file->in_place() || earlier_in_place
-                                                   ? " (written in place: the report is incomplete)"
-                                                   : " (no file of the report was changed)"));
+    // failed: "writing failed[: <reason>]" (finish's wording), quoted here with the path.
+    const std::string prefix = "writing failed";
+    const std::string reason =
+        failed.rfind(prefix, 0) == 0 ? failed.substr(prefix.size()) : ": " + failed;
+    throw Error(
+        Status::kInvalidArgument,
+        std::string(option) + ": writing " + path + " failed" + reason +
+            (file->in_place() || earlier_in_place ? " (written in place: the report is incomplete)"
+                                                  : " (no file of the report was changed)"));
   }
   return file;
 }

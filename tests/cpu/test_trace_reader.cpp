@@ -2,6 +2,7 @@
 // clear reason, loads nothing on error, and reads back exactly what the writer wrote.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -287,6 +288,16 @@ TEST(TraceReader, AFileWithAnotherNameIsWrittenInPlace) {
   EXPECT_EQ(fs::hard_link_count(one), 2u);
   EXPECT_EQ(read_trace(two).records.size(), big.records.size());
   EXPECT_EQ(temporaries_beside(one), 0);
+  if (::geteuid() == 0) {  // a file of another owner (root can give one away): keeps its owner
+    const std::string theirs = (dir / "theirs.jsonl").string();
+    write_trace_file(theirs, small);
+    ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+    write_trace_file(theirs, big);
+    struct stat st {};
+    ASSERT_EQ(::stat(theirs.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 65534u);
+    EXPECT_EQ(read_trace(theirs).records.size(), big.records.size());
+  }
   fs::remove_all(dir);
 }
 
