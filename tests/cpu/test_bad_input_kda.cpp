@@ -281,6 +281,10 @@ TEST(ConfigKda, CudaPoolIsTreatedAsGdn) {
     test::expect_rejected(
         [&] { StatePool pool(ModelConfig::kda(1, kda_preset("kimi_linear_tp1")), options); },
         Status::kNotSupported, {gdn_error.c_str()});
+    if (!HasFailure()) {
+      GTEST_SKIP() << "no usable CUDA device: the device half (the Kimi-Linear config accepted, "
+                      "head_k_dim = 8 refused) did not run";
+    }
     return;
   }
   StatePool pool(ModelConfig::kda(1, kda_preset("kimi_linear_tp1")), options);

@@ -344,10 +344,15 @@ TEST(ConfigMamba2, CudaPoolOfAnUnsupportedStateSizeIsRefusedCleanly) {
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kNotSupported) << e.what();
     const std::string what = e.what();
-    EXPECT_TRUE(what.find("d_state = 8") != std::string::npos ||
-                what.find("no CUDA device") != std::string::npos ||
+    const bool device = what.find("d_state = 8") != std::string::npos;
+    EXPECT_TRUE(device || what.find("no CUDA device") != std::string::npos ||
                 what.find("no CUDA backend") != std::string::npos)
         << what;
+    // Without a device the pool is refused before the state size is looked at: the check this
+    // test is for did not run, and the test says so (it passed silently before).
+    if (!device && !HasFailure()) {
+      GTEST_SKIP() << "no usable CUDA device: the d_state refusal was not reached (" << what << ")";
+    }
   }
 }
 

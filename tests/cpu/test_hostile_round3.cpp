@@ -35,6 +35,7 @@
 #include "common/layer_kinds.h"
 #include "common/pool_rounds.h"
 #include "common/presets.h"
+#include "common/slot_cases.h"
 #include "common/strategy_equivalence.h"
 
 namespace specstate::test {
@@ -344,6 +345,7 @@ TEST_P(HostileRound3, AdoptDropsThePendingWorkOfTheSlotsPreviousLife) {
     const int slot = p.slot_index(h);
     p.release(h);  // the memory holds the committed state (release materializes)
     const std::vector<uint8_t> memory = slot_bytes(p, slot);
+    expect_nonzero(memory, "the released slot's memory");  // zeros on both sides prove nothing
     const SlotHandle a = p.adopt(slot);
     ASSERT_TRUE(same_bytes(exported(p, a), memory))
         << "adopt must keep the slot's memory as its state";
@@ -385,6 +387,7 @@ TEST_P(HostileRound3, OwningReleaseThenAdoptResumesTheCommittedState) {
       m.round(ref, round_batch(false, {r}), in, round_accept(false, {2 + k % 2}));
     }
     const std::vector<uint8_t> want = exported(ref, r);
+    expect_nonzero(want, "the committed state");  // equal zeros would prove nothing
     const int slot = p.slot_index(h);
     p.release(h);
     ref.release(r);
@@ -397,6 +400,7 @@ TEST_P(HostileRound3, OwningReleaseThenAdoptResumesTheCommittedState) {
     const auto out_r = m.round(ref, round_batch(false, {r}), in, round_accept(false, {3}));
     EXPECT_TRUE(same_bytes(PoolRounds<Kind>::output_bytes(out_p, 0, kRoundT),
                            PoolRounds<Kind>::output_bytes(out_r, 0, kRoundT)));
+    expect_nonzero(PoolRounds<Kind>::output_bytes(out_r, 0, kRoundT), "the outputs");
     EXPECT_TRUE(same_bytes(exported(p, h), exported(ref, r)));
   });
 }

@@ -15,6 +15,7 @@
 #include "common/expect.h"
 #include "common/kind_cases.h"
 #include "common/pool_rounds.h"
+#include "common/slot_cases.h"
 #include "common/twin_pools.h"
 
 namespace specstate::test {
@@ -204,17 +205,18 @@ TEST_P(OutputOverlap, ViewsInterleavedTokenByTokenInOneBufferAreAccepted) {
       ref.prefill(l, hr, r.weights(l), Kind::put(pre[l], host_put),
                   Kind::put(want_pre[l], host_put));
     }
-    EXPECT_EQ(PoolRounds<Kind>::output_bytes(got_pre, 0, 3),
-              PoolRounds<Kind>::output_bytes(want_pre, 0, 3));
+    expect_same_outputs(PoolRounds<Kind>::output_bytes(got_pre, 0, 3),
+                        PoolRounds<Kind>::output_bytes(want_pre, 0, 3), "the prefill's outputs");
     const auto in = r.inputs(kT);
     p.begin_verify(round_batch(false, {h}));
     const auto got = packed_call(
         kT, in, [&](int l, const auto& iv, const auto& ov) { p.verify(l, r.weights(l), iv, ov); });
     p.commit(round_accept(false, {3}));
     const auto want = r.round(ref, round_batch(false, {hr}), in, round_accept(false, {3}));
-    EXPECT_EQ(PoolRounds<Kind>::output_bytes(got, 0, kT),
-              PoolRounds<Kind>::output_bytes(want, 0, kT));
+    expect_same_outputs(PoolRounds<Kind>::output_bytes(got, 0, kT),
+                        PoolRounds<Kind>::output_bytes(want, 0, kT), "the verify's outputs");
     EXPECT_EQ(exported(p, h), exported(ref, hr));
+    expect_nonzero(exported(ref, hr), "the committed state");
   });
 }
 

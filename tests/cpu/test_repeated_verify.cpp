@@ -78,6 +78,8 @@ TEST_P(RepeatedVerify, TheLastVerifyOfALayerIsTheOneCommitted) {
     const auto want = r.round(t.ref, round_batch(c.tree, t.hr), in, accepted);
     EXPECT_EQ(PoolRounds<Kind>::output_bytes(last, 0, n),
               PoolRounds<Kind>::output_bytes(want, 0, n));
+    expect_nonzero(PoolRounds<Kind>::output_bytes(want, 0, n), "the committed window's outputs");
+    expect_nonzero(exported(t.ref, t.hr[0]), "the reference's committed state");
     EXPECT_NE(PoolRounds<Kind>::output_bytes(dropped, 0, n),
               PoolRounds<Kind>::output_bytes(want, 0, n))
         << "the two windows must differ for this test to mean anything";
