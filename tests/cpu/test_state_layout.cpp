@@ -58,9 +58,10 @@ struct LayoutPair {
       const std::vector<int> steps = {1 + round % kRoundT, 2, kRoundT};
       const auto a = m.round(plain, round_batch(tree, hp), in, round_accept(tree, steps));
       const auto b = m.round(vllm, round_batch(tree, hv), in, round_accept(tree, steps));
-      EXPECT_EQ(PoolRounds<Kind>::output_bytes(a, 0, 3 * kRoundT),
-                PoolRounds<Kind>::output_bytes(b, 0, 3 * kRoundT))
+      const auto want = PoolRounds<Kind>::output_bytes(a, 0, 3 * kRoundT);
+      EXPECT_EQ(want, PoolRounds<Kind>::output_bytes(b, 0, 3 * kRoundT))
           << "round " << round << ": the outputs depend on the layout";
+      EXPECT_TRUE(nonzero(want)) << "round " << round << ": the outputs are all zeros";
     }
   }
   void expect_same_logical_state(const std::string& when) {
@@ -70,6 +71,7 @@ struct LayoutPair {
       EXPECT_EQ(conv, logical(vllm.conv_state(l))) << when << ": layer " << l << " conv state";
       EXPECT_EQ(ssm, logical(vllm.ssm_state(l))) << when << ": layer " << l << " SSM state";
       EXPECT_TRUE(nonzero(ssm)) << when << ": the state is all zeros";
+      EXPECT_TRUE(nonzero(conv)) << when << ": the conv state is all zeros";
     }
   }
 };
