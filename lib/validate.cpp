@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <sstream>
 #include <string>
 
@@ -55,8 +56,21 @@ bool rows_overlap(const ByteRows& a, const ByteRows& b, int64_t* ia, int64_t* jb
     *jb = *ia + klo;
     return true;
   }
-  // Other strides: interval by interval over the intervals of `a` inside b's span (each an O(1)
-  // range test against b's intervals).
+  // Other strides. Interval i of a meets interval j of b iff x = d + j * Sb - i * Sa lies in
+  // (-b.len, a.len), d = b.begin - a.begin, and every such x is d modulo g = gcd(Sa, Sb): where
+  // no integer of that residue lies in the range, nothing meets (O(1): the layouts that
+  // interleave two views' slots in one buffer, one view's slot stride a multiple of the other's,
+  // took O(slots) here per pair of views, 1.1 s for 16 layers of 2^20 slots).
+  {
+    const int64_t g = std::gcd(a.stride, b.stride);
+    const int64_t d = b.begin - a.begin;
+    const int64_t r = d - floor_div(d, g) * g;        // d mod g, in [0, g)
+    const int64_t lo = 1 - b.len;                     // the least x in range
+    const int64_t x0 = r - floor_div(r - lo, g) * g;  // the least x >= lo with x = d (mod g)
+    if (x0 >= a.len) return false;
+  }
+  // Otherwise interval by interval over the intervals of `a` inside b's span (each an O(1) range
+  // test against b's intervals).
   const int64_t i0 = std::max<int64_t>(0, floor_div(b.begin - a.begin - a.len, a.stride) + 1);
   const int64_t i1 = std::min<int64_t>(a.count - 1, floor_div(b.end() - 1 - a.begin, a.stride));
   for (int64_t i = i0; i <= i1; ++i) {

@@ -70,8 +70,9 @@ struct ByteRows {
 };
 
 // Whether some interval i of `a` and interval j of `b` share a byte; `*ia`, `*jb` name such a
-// pair. Exact (no span approximation), O(1) for equal strides, otherwise O(intervals of `a`
-// inside b's span). Spans below 2^48 bytes (check_view), so nothing here overflows.
+// pair. Exact (no span approximation), O(1) for equal strides and where the strides' gcd leaves
+// no residue that meets, otherwise O(intervals of `a` inside b's span). Spans below 2^48 bytes
+// (check_view), so nothing here overflows.
 bool rows_overlap(const ByteRows& a, const ByteRows& b, int64_t* ia, int64_t* jb);
 
 // A checked, non-empty view as the intervals of its leading dimension: interval i is the span of
