@@ -110,17 +110,15 @@ std::string ReplacingFile::commit(bool written, int write_errno) {
 
 std::string ReplacingFile::finish(bool written, int write_errno) {
   if (fd_ < 0) return error_.empty() ? std::string("not open") : error_;
-  // A temporary's bytes reach the disk before its name replaces the file (a crash after the
-  // rename must not leave an empty file where the old one was).
-  const bool synced = !written || temp_.empty() || ::fsync(fd_) == 0;
-  const int sync_errno = errno;
+  // No fsync: the guarantee is against a write that fails, not a crash of the machine, and a
+  // slot export (tens of MB, an engine's preemption) would wait for the disk on every call.
   const int closed = ::close(fd_);
   const int close_errno = errno;
   fd_ = -1;
-  if (!written || !synced || closed != 0) {
+  if (!written || closed != 0) {
     if (!temp_.empty()) ::unlink(temp_.c_str());
     temp_.clear();
-    const int err = !written ? write_errno : !synced ? sync_errno : close_errno;
+    const int err = !written ? write_errno : close_errno;
     return "writing failed" + (err != 0 ? std::string(": ") + std::strerror(err) : std::string());
   }
   return {};

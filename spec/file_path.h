@@ -45,7 +45,8 @@ class ReplacingFile {
   // is removed; `write_errno`, the failed write's errno, is named). Returns an empty string, or
   // what failed ("writing failed: No space left on device", "renaming ...").
   // A file of another owner or with hard links is written in place (a new file would change its
-  // owner and its links); a temporary is synced to the disk before it is renamed.
+  // owner and its links). All or nothing against a write that fails (a full disk), not against
+  // a crash of the machine (no fsync: an export would wait for the disk).
   std::string commit(bool written, int write_errno = 0);
   // The two steps of commit(), for several files replaced together (write and finish each, then
   // replace each): finish() closes the descriptor (the temporary removed where the writes or the
