@@ -79,7 +79,7 @@ void bind_cli(nb::module_& m) {
                                          "--window",       std::to_string(window),
                                          "--strategy",     strategy,
                                          "--json"};
-        if (max_rows > 0) {
+        if (max_rows != 0) {  // 0: the default; anything else the command checks (and names)
           args.push_back("--max-rows");
           args.push_back(std::to_string(max_rows));
         }

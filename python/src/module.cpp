@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <type_traits>
 
 #include "common.h"
 
@@ -89,6 +90,11 @@ auto validated(R (C::*size)() const noexcept) {
   };
 }
 
+// A float field that may be unset, as Python writes it ("None", "0.0625").
+std::string optional_text(const std::optional<float>& v) {
+  return v ? nb::cast<std::string>(nb::repr(nb::float_(static_cast<double>(*v)))) : "None";
+}
+
 // The fields the delta-rule kinds' configs share (GdnConfig, KdaConfig): set from __init__'s
 // keywords, and bound as properties, methods and __repr__ under the kind's class name.
 // (The int keywords arrive as objects: converted naming "<cls>.<field>" and the value, as the
@@ -131,11 +137,16 @@ void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* c
       .def("ssm_state_elems", validated(&C::ssm_state_elems),
            "HV * V * K (of a config that validates).")
       .def("__repr__", [name](const C& c) {
+        std::string extra;
+        if constexpr (std::is_same_v<C, KdaConfig>)
+          extra = ", lower_bound=" + optional_text(c.lower_bound);
         return name + "(num_k_heads=" + std::to_string(c.num_k_heads) +
                ", num_v_heads=" + std::to_string(c.num_v_heads) +
                ", head_k_dim=" + std::to_string(c.head_k_dim) +
                ", head_v_dim=" + std::to_string(c.head_v_dim) +
                ", conv_width=" + std::to_string(c.conv_width) +
+               ", scale=" + optional_text(c.scale) +
+               ", conv_bias=" + (c.conv_bias ? "True" : "False") + extra +
                ", act_dtype=" + dtype_name(c.act_dtype) +
                ", conv_state_dtype=" + dtype_name(c.conv_state_dtype) +
                ", ssm_state_dtype=" + dtype_name(c.ssm_state_dtype) + ")";
@@ -297,6 +308,21 @@ void bind_config(nb::module_& m) {
       .def_rw("act_dtype", &Mamba2Config::act_dtype, "dtype of xBC, dt, z, conv_out, y.")
       .def_rw("conv_state_dtype", &Mamba2Config::conv_state_dtype, "Committed conv dtype.")
       .def_rw("ssm_state_dtype", &Mamba2Config::ssm_state_dtype, "Committed SSM dtype.")
+      .def("__repr__",
+           [](const Mamba2Config& c) {
+             return "Mamba2Config(num_heads=" + std::to_string(c.num_heads) +
+                    ", head_dim=" + std::to_string(c.head_dim) +
+                    ", d_state=" + std::to_string(c.d_state) +
+                    ", n_groups=" + std::to_string(c.n_groups) +
+                    ", conv_width=" + std::to_string(c.conv_width) +
+                    ", conv_bias=" + (c.conv_bias ? "True" : "False") +
+                    ", d_skip=" + (c.d_skip ? "True" : "False") +
+                    ", gate=" + (c.gate ? "True" : "False") +
+                    ", dt_min=" + optional_text(c.dt_min) + ", dt_max=" + optional_text(c.dt_max) +
+                    ", act_dtype=" + dtype_name(c.act_dtype) +
+                    ", conv_state_dtype=" + dtype_name(c.conv_state_dtype) +
+                    ", ssm_state_dtype=" + dtype_name(c.ssm_state_dtype) + ")";
+           })
       .def("conv_dim", validated(&Mamba2Config::conv_dim),
            "nheads*P + 2*G*N (of a config that validates).")
       .def("ssm_state_elems", validated(&Mamba2Config::ssm_state_elems),
@@ -386,8 +412,21 @@ void bind_config(nb::module_& m) {
       .def("validate", &ModelConfig::validate,
            "Raises specstate.InvalidArgumentError naming the first field out of range.")
       .def("__repr__", [](const ModelConfig& c) {
-        return "ModelConfig(num_layers=" + std::to_string(c.num_layers) +
-               ", conv_dim=" + std::to_string(c.conv_dim()) + ")";
+        // The fields as set (no derived size: conv_dim() of a config that does not validate
+        // could overflow): the kind, the layers and the kind's layer config.
+        std::string layer;
+        switch (c.kind) {
+          case LayerKind::kMamba2:
+            layer = "mamba=" + nb::cast<std::string>(nb::repr(nb::cast(c.mamba)));
+            break;
+          case LayerKind::kKda:
+            layer = "kda_layer=" + nb::cast<std::string>(nb::repr(nb::cast(c.kda_layer)));
+            break;
+          default:
+            layer = "gdn=" + nb::cast<std::string>(nb::repr(nb::cast(c.gdn)));
+        }
+        return std::string("ModelConfig(kind=") + layer_kind_name(c.kind) +
+               ", num_layers=" + std::to_string(c.num_layers) + ", " + layer + ")";
       });
 
   nb::class_<PoolOptions>(m, "PoolOptions", "The options a StatePool is created with.")

@@ -20,18 +20,46 @@
 namespace specstate::py {
 namespace {
 
+// Runs `call` (an export_slot / import_slot over the byte view `v` the binding made of the
+// caller's array `a`); a library error that describes the view (i32[1616]) is raised again
+// naming the array the caller gave (uint8[6464]).
+template <typename F>
+void naming_caller_array(const char* name, const TensorView& v, const Arg& a, F&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    std::string what = e.what();
+    const std::string view = std::string(name) + " (" + v.describe() + ")";
+    const std::size_t at = what.find(view);
+    if (at == std::string::npos) throw;
+    what.replace(at, view.size(), std::string(name) + " (" + array_text(a.array) + ")");
+    const std::size_t prefix = what.find(": ");  // Error prepends the status name
+    throw Error(e.status(), prefix == std::string::npos ? what : what.substr(prefix + 2));
+  }
+}
+
+// A StatePool built without the GIL (seconds for a large pool: allocation and zeroing), from
+// copies of the caller's config and options (another thread may change those objects meanwhile).
+// `views`: caller-owned committed state, or null. The Python objects behind the views are held
+// by the caller of this function, which keeps the GIL-side references.
+StatePool build_pool(const ModelConfig& config, const PoolOptions& options,
+                     const CommittedStateViews* views) {
+  const ModelConfig c = config;
+  const PoolOptions o = options;
+  nb::gil_scoped_release release;
+  return views != nullptr ? StatePool(c, o, *views) : StatePool(c, o);
+}
+
 class PyPool {
  public:
-  PyPool(const ModelConfig& config, const PoolOptions& options)
-      : pool_(config, options), stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
-  // Over caller-owned committed state (DESIGN.md section 4): the imported arrays (their DLPack
-  // capsule or buffer export, which keeps the memory from being released or resized) stay held
-  // for the pool's lifetime.
-  PyPool(const ModelConfig& config, const PoolOptions& options, const CommittedStateViews& views,
-         std::vector<nb::ndarray<>> held)
+  // The pool is built first, without the GIL (build_pool: allocating and zeroing gigabytes
+  // takes seconds), then adopted here. Over caller-owned committed state (DESIGN.md section 4),
+  // the imported arrays (their DLPack capsule or buffer export, which keeps the memory from being
+  // released or resized) stay held for the pool's lifetime.
+  explicit PyPool(StatePool&& pool, std::vector<nb::ndarray<>> held = {})
       : committed_arrays_(std::move(held)),
-        pool_(config, options, views),
-        stream_(reinterpret_cast<uintptr_t>(options.stream)) {}
+        pool_(std::move(pool)),
+        stream_(reinterpret_cast<uintptr_t>(pool_.options().stream)) {}
   ~PyPool() {
 #ifdef SPECSTATE_PY_CUDA
     if (events_ready_) {
@@ -414,8 +442,13 @@ void bind_pool(nb::module_& m) {
           "protocol: acquire, prefill/decode, begin_verify, verify (every layer), commit, release. "
           "Every call validates its whole input first and raises specstate.Error without changing "
           "anything when it rejects.")
-          .def(nb::init<const ModelConfig&, const PoolOptions&>(), nb::arg("config"),
-               nb::arg("options"), "Allocates the pool (zeroed). Raises specstate.Error.")
+          .def(
+              "__init__",
+              [](PyPool* self, const ModelConfig& config, const PoolOptions& options) {
+                new (self) PyPool(build_pool(config, options, nullptr));
+              },
+              nb::arg("config"), nb::arg("options"),
+              "Allocates the pool (zeroed; without the GIL). Raises specstate.Error.")
           .def(
               "__init__",
               [](PyPool* self, const ModelConfig& config, const PoolOptions& options,
@@ -438,7 +471,7 @@ void bind_pool(nb::module_& m) {
                 };
                 take(committed_conv, "committed_conv", views.conv);
                 take(committed_ssm, "committed_ssm", views.ssm);
-                new (self) PyPool(config, options, views, std::move(held));
+                new (self) PyPool(build_pool(config, options, &views), std::move(held));
               },
               nb::arg("config"), nb::arg("options"), nb::arg("committed_conv"),
               nb::arg("committed_ssm"),
@@ -495,20 +528,25 @@ void bind_pool(nb::module_& m) {
                   .c_str())
           .def(
               "release",
-              [](PyPool& p, SlotHandle h, nb::handle stream) {
+              [](PyPool& p, nb::handle handle, nb::handle stream) {
+                const SlotHandle h = *to_handle(handle, "handle", false);
                 locked(p, stream, [&](StatePool& s) {
                   s.release(h);
                   return 0;
                 });
               },
-              nb::arg("handle"), nb::arg("stream").none() = nb::none(),
+              nb::sig(
+                  "def release(self, handle: SlotHandle, stream: object | None = None) -> None"),
+              nb::arg("handle").none(), nb::arg("stream").none() = nb::none(),
               (std::string("Frees the slot; the handle becomes stale.") + kStreamDoc).c_str())
           .def(
               "is_live",
-              [](PyPool& p, SlotHandle h) {
+              [](PyPool& p, nb::handle handle) {
+                const SlotHandle h = *to_handle(handle, "handle", false);
                 return guarded(p, [&](const StatePool& s) { return s.is_live(h); });
               },
-              nb::arg("handle"), "Whether `handle` is a live slot of this pool.")
+              nb::sig("def is_live(self, handle: SlotHandle) -> bool"), nb::arg("handle").none(),
+              "Whether `handle` is a live slot of this pool.")
           .def(
               "free_slots",
               [](PyPool& p) {
@@ -517,10 +555,12 @@ void bind_pool(nb::module_& m) {
               "Free slots.")
           .def(
               "slot_index",
-              [](PyPool& p, SlotHandle h) {
+              [](PyPool& p, nb::handle handle) {
+                const SlotHandle h = *to_handle(handle, "handle", false);
                 return guarded(p, [&](const StatePool& s) { return s.slot_index(h); });
               },
-              nb::arg("handle"), "Index of a live handle into the state views; raises otherwise.")
+              nb::sig("def slot_index(self, handle: SlotHandle) -> int"), nb::arg("handle").none(),
+              "Index of a live handle into the state views; raises otherwise.")
           .def(
               "conv_state",
               [](nb::handle_t<PyPool> self, nb::handle layer, nb::handle handle,
@@ -648,36 +688,45 @@ void bind_pool(nb::module_& m) {
               "Whether a verify round is open.")
           .def(
               "copy_slot",
-              [](PyPool& p, SlotHandle src, SlotHandle dst, nb::handle stream) {
+              [](PyPool& p, nb::handle src_arg, nb::handle dst_arg, nb::handle stream) {
+                const SlotHandle src = *to_handle(src_arg, "src", false);
+                const SlotHandle dst = *to_handle(dst_arg, "dst", false);
                 locked(p, stream, [&](StatePool& s) {
                   s.copy_slot(src, dst);
                   return 0;
                 });
               },
-              nb::arg("src"), nb::arg("dst"), nb::arg("stream").none() = nb::none(),
+              nb::sig("def copy_slot(self, src: SlotHandle, dst: SlotHandle, stream: object | "
+                      "None = None) -> None"),
+              nb::arg("src").none(), nb::arg("dst").none(), nb::arg("stream").none() = nb::none(),
               (std::string("Copies src's committed state (all layers, materialized) into dst; dst "
                            "must not be a row of the open round.") +
                kStreamDoc)
                   .c_str())
           .def(
               "fork",
-              [](PyPool& p, SlotHandle src, nb::handle stream) {
+              [](PyPool& p, nb::handle src_arg, nb::handle stream) {
+                const SlotHandle src = *to_handle(src_arg, "src", false);
                 return locked(p, stream, [&](StatePool& s) { return s.fork(src); });
               },
-              nb::arg("src"), nb::arg("stream").none() = nb::none(),
+              nb::sig(
+                  "def fork(self, src: SlotHandle, stream: object | None = None) -> SlotHandle"),
+              nb::arg("src").none(), nb::arg("stream").none() = nb::none(),
               (std::string("A new slot holding a copy of src's state (parallel sampling, prefix "
                            "caching).") +
                kStreamDoc)
                   .c_str())
           .def(
               "reset",
-              [](PyPool& p, SlotHandle h, nb::handle stream) {
+              [](PyPool& p, nb::handle handle, nb::handle stream) {
+                const SlotHandle h = *to_handle(handle, "handle", false);
                 locked(p, stream, [&](StatePool& s) {
                   s.reset(h);
                   return 0;
                 });
               },
-              nb::arg("handle"), nb::arg("stream").none() = nb::none(),
+              nb::sig("def reset(self, handle: SlotHandle, stream: object | None = None) -> None"),
+              nb::arg("handle").none(), nb::arg("stream").none() = nb::none(),
               (std::string("Zeroes the slot's committed state and drops its pending steps.") +
                kStreamDoc)
                   .c_str())
@@ -718,9 +767,11 @@ void bind_pool(nb::module_& m) {
                 Arg a = to_bytes_arg(dst, fn, "dst", true, bytes, p.is_cuda());
                 check_device(p, a, "dst");
                 const TensorView v = a.view;
-                locked(p, stream, [&](StatePool& s) {
-                  s.export_slot(h, v);
-                  return 0;
+                naming_caller_array("dst", v, a, [&] {
+                  locked(p, stream, [&](StatePool& s) {
+                    s.export_slot(h, v);
+                    return 0;
+                  });
                 });
                 return nb::none();
               },
@@ -761,23 +812,12 @@ void bind_pool(nb::module_& m) {
                     to_bytes_arg(src, fn, "src", false, p.pool().slot_state_bytes(), p.is_cuda());
                 check_device(p, a, "src");
                 const TensorView v = a.view;
-                try {
+                naming_caller_array("src", v, a, [&] {
                   locked(p, stream, [&](StatePool& s) {
                     s.import_slot(h, v);
                     return 0;
                   });
-                } catch (const Error& e) {
-                  // The library describes the byte view the binding made (i32[1616]); name the
-                  // array the caller gave (uint8[6464]).
-                  std::string what = e.what();
-                  const std::string view = "src (" + v.describe() + ")";
-                  const std::size_t at = what.find(view);
-                  if (at == std::string::npos) throw;
-                  what.replace(at, view.size(), "src (" + array_text(a.array) + ")");
-                  const std::size_t prefix = what.find(": ");  // Error prepends the status name
-                  throw Error(e.status(),
-                              prefix == std::string::npos ? what : what.substr(prefix + 2));
-                }
+                });
               },
               nb::sig("def import_slot(self, handle: SlotHandle, src: object | None = None, "
                       "stream: object | None = None, *, path: object | None = None) -> None"),
@@ -797,6 +837,9 @@ void bind_pool(nb::module_& m) {
               "begin_verify",
               [](PyPool& p, const VerifyBatch& batch, nb::handle cu_seqlens, nb::handle stream) {
                 VerifyBatch b = batch;
+                // Python batches carry no device offsets of their own: a batch taken from
+                // current_batch must not bring the last round's array, which this call releases.
+                b.cu_seqlens = TensorView{};
                 Arg cu;
                 if (!cu_seqlens.is_none()) {
                   cu = to_arg(cu_seqlens, "batch.cu_seqlens", false, false);
@@ -895,8 +938,13 @@ void bind_pool(nb::module_& m) {
               "current_batch",
               [](PyPool& p) {
                 // A copy, taken under the lock (begin_verify and commit rewrite the batch).
-                return guarded(p,
-                               [](const StatePool& s) { return VerifyBatch(s.current_batch()); });
+                return guarded(p, [](const StatePool& s) {
+                  VerifyBatch b = s.current_batch();
+                  // Its device offsets, if any, belong to the round (released
+                  // when the next begins); Python batches hold none.
+                  b.cu_seqlens = TensorView{};
+                  return b;
+                });
               },
               "The open round's batch (no rows when none is open).");
   bind_layer_calls<PyGdnWeights, PyGdnInputs, PyGdnOutputs>(pool, "GdnWeights");

@@ -299,6 +299,8 @@ void bind_spec(nb::module_& m) {
   m.def(
       "parse_trace",
       [](const std::string& text, const std::string& source) {
+        // (text and source are copies: the parse runs without the GIL.)
+        nb::gil_scoped_release release;
         std::istringstream in(text);
         return spec::parse_trace(in, source);
       },
@@ -326,15 +328,26 @@ void bind_spec(nb::module_& m) {
   m.def(
       "write_trace",
       [](const Trace& t) {
-        std::ostringstream out;
-        spec::write_trace(out, t);
-        return out.str();
+        const Trace copy = t;  // another thread may assign the trace's fields meanwhile
+        std::string text;
+        {
+          nb::gil_scoped_release release;
+          std::ostringstream out;
+          spec::write_trace(out, copy);
+          text = out.str();
+        }
+        return text;
       },
       nb::arg("trace"), "The trace as JSON Lines text (validated first).");
   m.def(
       "write_trace_file",
       [](nb::handle path, const Trace& trace) {
-        spec::write_trace_file(path_arg(path, "write_trace_file"), trace);
+        const std::string p = path_arg(path, "write_trace_file");
+        const Trace copy = trace;  // another thread may assign the trace's fields meanwhile
+        // Without the GIL: a FIFO blocks the write until its reader comes, and the reader may be
+        // another Python thread (read_trace's reason).
+        nb::gil_scoped_release release;
+        spec::write_trace_file(p, copy);
       },
       nb::arg("path"), nb::arg("trace"),
       "Writes a trace file (a str or os.PathLike; validated first, replaced only once complete).");
@@ -366,23 +379,30 @@ void bind_spec(nb::module_& m) {
   m.def(
       "generate_fixed",
       [](const TraceShape& shape, nb::handle accepted_length) {
-        return spec::generate_fixed(
-            shape, to_integer<int>(accepted_length, "generate_fixed: accepted_length"));
+        const int a = to_integer<int>(accepted_length, "generate_fixed: accepted_length");
+        const TraceShape copy = shape;
+        nb::gil_scoped_release release;  // (8M records: seconds)
+        return spec::generate_fixed(copy, a);
       },
       nb::arg("shape"), nb::arg("accepted_length").none(),
       "Every round accepts `accepted_length` tokens.");
   m.def(
       "generate_geometric",
       [](const TraceShape& shape, nb::handle alpha) {
-        return spec::generate_geometric(shape, to_double(alpha, "generate_geometric: alpha"));
+        const double p = to_double(alpha, "generate_geometric: alpha");
+        const TraceShape copy = shape;
+        nb::gil_scoped_release release;
+        return spec::generate_geometric(copy, p);
       },
       nb::arg("shape"), nb::arg("alpha"),
       "Each draft accepted with probability alpha given its parent was.");
   m.def(
       "generate_empirical",
       [](const TraceShape& shape, FloatList weights) {
-        return spec::generate_empirical(shape,
-                                        to_float_vector(weights, "generate_empirical: weights"));
+        const std::vector<double> w = to_float_vector(weights, "generate_empirical: weights");
+        const TraceShape copy = shape;
+        nb::gil_scoped_release release;
+        return spec::generate_empirical(copy, w);
       },
       nb::arg("shape"), nb::arg("weights"), "Accepted lengths drawn from weights[a-1].");
 }

@@ -90,7 +90,29 @@ bool import_array(nb::handle object, bool writable, nb::ndarray<>& out) {
 
 // Imports `object` into arg.array (arg.object set); returns whether the memory was taken as the
 // uint16 bits of a NumPy bfloat16 array. Raises TypeError / ValueError naming `name`.
+// A torch tensor whose negation or conjugation is pending (x.conj().imag, torch.neg's lazy
+// views): DLPack exports the memory without the flag, so the values would be read with the wrong
+// sign. Refused, naming the argument.
+void refuse_lazy_torch_view(nb::handle object, const char* name) {
+  nb::handle type(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr())));
+  if (!nb::hasattr(type, "__module__") || !nb::isinstance<nb::str>(type.attr("__module__"))) return;
+  const std::string module = nb::cast<std::string>(type.attr("__module__"));
+  if (module.rfind("torch", 0) != 0) return;
+  for (const char* flag : {"is_neg", "is_conj"}) {
+    if (!nb::hasattr(object, flag)) continue;
+    const nb::object set = object.attr(flag)();
+    if (nb::isinstance<bool>(set) && nb::cast<bool>(set)) {
+      throw nb::value_error((std::string(name) + ": a torch tensor with its " +
+                             (flag[3] == 'n' ? "negative" : "conjugate") +
+                             " bit set (a lazy view); call .resolve_neg() / .resolve_conj() "
+                             "first")
+                                .c_str());
+    }
+  }
+}
+
 bool import_or_raise(nb::handle object, const char* name, bool writable, Arg& arg) {
+  refuse_lazy_torch_view(object, name);
   arg.object = nb::borrow(object);
   bool bf16_bits = false;
   nb::object source = arg.object;
@@ -440,11 +462,12 @@ void bind_delta_weights(nb::module_& m, const char* name, const char* doc, const
       "__init__",
       [](W* self, nb::handle conv_weight, nb::handle A_log, nb::handle dt_bias,
          nb::handle conv_bias) {
-        new (self) W();
-        self->conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
-        self->A_log = to_arg(A_log, "weights.A_log", false, false);
-        self->dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
-        self->conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
+        W tmp;  // converted first: a refused argument releases the ones before it
+        tmp.conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
+        tmp.A_log = to_arg(A_log, "weights.A_log", false, false);
+        tmp.dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
+        tmp.conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
+        new (self) W(std::move(tmp));
       },
       nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
       nb::arg("conv_bias").none() = nb::none(), init_doc);
@@ -513,10 +536,11 @@ void bind_tensors(nb::module_& m) {
       .def(
           "__init__",
           [](PyGdnInputs* self, nb::handle mixed_qkv, nb::handle a, nb::handle b) {
-            new (self) PyGdnInputs();
-            self->mixed_qkv = to_arg(mixed_qkv, "inputs.mixed_qkv", false, false);
-            self->a = to_arg(a, "inputs.a", false, false);
-            self->b = to_arg(b, "inputs.b", false, false);
+            PyGdnInputs tmp;  // converted first: a refused argument releases the ones before it
+            tmp.mixed_qkv = to_arg(mixed_qkv, "inputs.mixed_qkv", false, false);
+            tmp.a = to_arg(a, "inputs.a", false, false);
+            tmp.b = to_arg(b, "inputs.b", false, false);
+            new (self) PyGdnInputs(std::move(tmp));
           },
           nb::arg("mixed_qkv"), nb::arg("a"), nb::arg("b"),
           "mixed_qkv [tokens, conv_dim] = [q | k | v] before the conv, a [tokens, HV] (decay "
@@ -531,9 +555,10 @@ void bind_tensors(nb::module_& m) {
       .def(
           "__init__",
           [](PyGdnOutputs* self, nb::handle core_out, nb::handle conv_out) {
-            new (self) PyGdnOutputs();
-            self->core_out = to_arg(core_out, "outputs.core_out", true, false);
-            self->conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
+            PyGdnOutputs tmp;  // converted first: a refused argument releases the ones before it
+            tmp.core_out = to_arg(core_out, "outputs.core_out", true, false);
+            tmp.conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
+            new (self) PyGdnOutputs(std::move(tmp));
           },
           nb::arg("core_out"), nb::arg("conv_out").none() = nb::none(),
           "core_out [tokens, HV, V] recurrence output; conv_out [tokens, conv_dim] (conv + "
@@ -549,12 +574,13 @@ void bind_tensors(nb::module_& m) {
           "__init__",
           [](PyMamba2Weights* self, nb::handle conv_weight, nb::handle A_log, nb::handle dt_bias,
              nb::handle conv_bias, nb::handle D) {
-            new (self) PyMamba2Weights();
-            self->conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
-            self->A_log = to_arg(A_log, "weights.A_log", false, false);
-            self->dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
-            self->conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
-            self->D = to_arg(D, "weights.D", false, true);
+            PyMamba2Weights tmp;  // converted first: a refused argument releases the ones before it
+            tmp.conv_weight = to_arg(conv_weight, "weights.conv_weight", false, false);
+            tmp.A_log = to_arg(A_log, "weights.A_log", false, false);
+            tmp.dt_bias = to_arg(dt_bias, "weights.dt_bias", false, false);
+            tmp.conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
+            tmp.D = to_arg(D, "weights.D", false, true);
+            new (self) PyMamba2Weights(std::move(tmp));
           },
           nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
           nb::arg("conv_bias").none() = nb::none(), nb::arg("D").none() = nb::none(),
@@ -572,10 +598,11 @@ void bind_tensors(nb::module_& m) {
       .def(
           "__init__",
           [](PyMamba2Inputs* self, nb::handle xBC, nb::handle dt, nb::handle z) {
-            new (self) PyMamba2Inputs();
-            self->xBC = to_arg(xBC, "inputs.xBC", false, false);
-            self->dt = to_arg(dt, "inputs.dt", false, false);
-            self->z = to_arg(z, "inputs.z", false, true);
+            PyMamba2Inputs tmp;  // converted first: a refused argument releases the ones before it
+            tmp.xBC = to_arg(xBC, "inputs.xBC", false, false);
+            tmp.dt = to_arg(dt, "inputs.dt", false, false);
+            tmp.z = to_arg(z, "inputs.z", false, true);
+            new (self) PyMamba2Inputs(std::move(tmp));
           },
           nb::arg("xBC"), nb::arg("dt"), nb::arg("z").none() = nb::none(),
           "xBC [tokens, conv_dim] = [x | B | C] before the conv, dt [tokens, nheads] raw time "
@@ -587,9 +614,10 @@ void bind_tensors(nb::module_& m) {
       .def(
           "__init__",
           [](PyMamba2Outputs* self, nb::handle y, nb::handle conv_out) {
-            new (self) PyMamba2Outputs();
-            self->y = to_arg(y, "outputs.y", true, false);
-            self->conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
+            PyMamba2Outputs tmp;  // converted first: a refused argument releases the ones before it
+            tmp.y = to_arg(y, "outputs.y", true, false);
+            tmp.conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
+            new (self) PyMamba2Outputs(std::move(tmp));
           },
           nb::arg("y"), nb::arg("conv_out").none() = nb::none(),
           "y [tokens, nheads, P] selective-state-update output; conv_out [tokens, conv_dim] or "
@@ -608,10 +636,11 @@ void bind_tensors(nb::module_& m) {
       .def(
           "__init__",
           [](PyKdaInputs* self, nb::handle mixed_qkv, nb::handle g, nb::handle b) {
-            new (self) PyKdaInputs();
-            self->mixed_qkv = to_arg(mixed_qkv, "inputs.mixed_qkv", false, false);
-            self->g = to_arg(g, "inputs.g", false, false);
-            self->b = to_arg(b, "inputs.b", false, false);
+            PyKdaInputs tmp;  // converted first: a refused argument releases the ones before it
+            tmp.mixed_qkv = to_arg(mixed_qkv, "inputs.mixed_qkv", false, false);
+            tmp.g = to_arg(g, "inputs.g", false, false);
+            tmp.b = to_arg(b, "inputs.b", false, false);
+            new (self) PyKdaInputs(std::move(tmp));
           },
           nb::arg("mixed_qkv"), nb::arg("g"), nb::arg("b"),
           "mixed_qkv [tokens, conv_dim] = [q | k | v] before the conv, g [tokens, HV, K] raw "
@@ -624,9 +653,10 @@ void bind_tensors(nb::module_& m) {
       .def(
           "__init__",
           [](PyKdaOutputs* self, nb::handle core_out, nb::handle conv_out) {
-            new (self) PyKdaOutputs();
-            self->core_out = to_arg(core_out, "outputs.core_out", true, false);
-            self->conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
+            PyKdaOutputs tmp;  // converted first: a refused argument releases the ones before it
+            tmp.core_out = to_arg(core_out, "outputs.core_out", true, false);
+            tmp.conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
+            new (self) PyKdaOutputs(std::move(tmp));
           },
           nb::arg("core_out"), nb::arg("conv_out").none() = nb::none(),
           "core_out [tokens, HV, V] recurrence output; conv_out [tokens, conv_dim] or None.")
