@@ -92,6 +92,31 @@ class CudaBackend final : public BackendImpl {
   Backend kind() const noexcept override { return Backend::kCuda; }
   Device device() const noexcept override { return Device::kCuda; }
 
+  // Tokens of the conv-output scratch (verify's conv_out when the caller asks for none).
+  static int64_t conv_out_tokens(const Layout& l) {
+    return std::max<int64_t>(int64_t{l.max_rows} * l.max_window, 256);
+  }
+  // Key heads of the fused delta-rule launch's arrival counters (0: a kind without it).
+  static int fused_key_heads(const ModelConfig& c) {
+    return c.kind == LayerKind::kGatedDeltaNet ? c.gdn.num_k_heads
+           : c.kind == LayerKind::kKda         ? c.kda_layer.num_k_heads
+                                               : 0;
+  }
+  // Device bytes allocate() takes besides the layout's buffers: the committed-state tables, the
+  // round's slots / parents / steps / offsets, the conv-output scratch and the fused launch's
+  // counters. (can_implement counts them: a pool they do not fit is refused as exhausted
+  // memory, naming the sizes, not as a failed allocation.)
+  static uint64_t backend_bytes(const Layout& l, const ModelConfig& c) {
+    const uint64_t rows = static_cast<uint64_t>(l.max_rows);
+    uint64_t b = sizeof(char*) * 2 * static_cast<uint64_t>(l.layers);
+    b += 4 * (rows + rows * static_cast<uint64_t>(l.max_window) + rows + rows + 1 +
+              (k::kConvInlineRows + 1) + 1);
+    b += static_cast<uint64_t>(conv_out_tokens(l)) * static_cast<uint64_t>(l.shapes.conv_dim) *
+         dtype_size(l.shapes.act_dtype);
+    b += 2 * 4 * rows * static_cast<uint64_t>(fused_key_heads(c));
+    return b;
+  }
+
   Status can_implement(const Layout& layout, const ModelConfig& config,
                        std::string* why) const override {
     const int W = layout.shapes.conv_width;
@@ -139,13 +164,16 @@ class CudaBackend final : public BackendImpl {
     }
     size_t free_bytes = 0, total_bytes = 0;
     DeviceGuard guard(device_);
+    const uint64_t own = backend_bytes(layout, config);
     if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
-        static_cast<uint64_t>(layout.owned_bytes()) > free_bytes) {
-      *why = "cuda backend: the pool needs " + std::to_string(layout.owned_bytes()) +
+        static_cast<uint64_t>(layout.owned_bytes()) + own > free_bytes) {
+      *why = "cuda backend: the pool needs " +
+             std::to_string(static_cast<uint64_t>(layout.owned_bytes()) + own) +
              " bytes of device memory (" +
              std::to_string(layout.caller_committed ? 0 : layout.committed_bytes()) +
              " committed + " + std::to_string(layout.workspace_bytes()) + " " +
-             strategy_name(layout.strategy) + " workspace), " + std::to_string(free_bytes) +
+             strategy_name(layout.strategy) + " workspace + " + std::to_string(own) +
+             " backend scratch for max_rows * max_window tokens), " + std::to_string(free_bytes) +
              " are free on device " + std::to_string(device_);
       return Status::kResourceExhausted;
     }
@@ -168,7 +196,7 @@ class CudaBackend final : public BackendImpl {
     break_chain();
     const Layout& l = s.layout;
     DeviceGuard guard(device_);
-    scratch_tokens_ = std::max<int64_t>(int64_t{l.max_rows} * l.max_window, 256);
+    scratch_tokens_ = conv_out_tokens(l);
     const std::size_t act_bytes = dtype_size(l.shapes.act_dtype);
     try {
       for (int b = 0; b < static_cast<int>(Buf::kCount); ++b) {
@@ -197,10 +225,7 @@ class CudaBackend final : public BackendImpl {
       alloc(&scratch_.conv_out, scratch_tokens_ * l.shapes.conv_dim * act_bytes);
       // The fused delta-rule launch's arrival counters, two sets of [rows, key heads] that
       // consecutive fused launches alternate (kernels/gdn_fused.h).
-      const LayerKind kind = s.config.kind;
-      const int heads = kind == LayerKind::kGatedDeltaNet ? s.config.gdn.num_k_heads
-                        : kind == LayerKind::kKda         ? s.config.kda_layer.num_k_heads
-                                                          : 0;
+      const int heads = fused_key_heads(s.config);
       if (heads > 0) {
         fused_counter_set_ = static_cast<std::size_t>(l.max_rows) * heads;
         alloc(reinterpret_cast<void**>(&fused_counters_), 2 * 4 * fused_counter_set_);
@@ -338,7 +363,7 @@ class CudaBackend final : public BackendImpl {
     }
   }
 
-  void begin_round(const PoolStorage& s, const RoundPlan& plan) override {
+  void begin_round(const PoolStorage& /*s*/, const RoundPlan& plan) override {
     break_chain();
     DeviceGuard guard(device_);
     // The round's slots, parents and token offsets in one upload (one node of a captured round
@@ -346,8 +371,9 @@ class CudaBackend final : public BackendImpl {
     k::UploadSpan spans[3];
     int n = 0;
     spans[n++] = {slots_, plan.slots.data(), plan.rows};
-    if (plan.is_tree || s.layout.has(Buf::kRecords)) {
-      // The replay commit walks the round's parents (a chain's too) on the device.
+    if (plan.is_tree) {
+      // Trees only: the verify kernels and the commit take no parents for a chain (a chain's
+      // upload was one more launch a round, 70 at 2^16 rows of 16 tokens).
       spans[n++] = {parents_, plan.parents.data(), static_cast<int>(plan.parents.size())};
     }
     if (!plan.tokens.offsets.empty()) {

@@ -162,5 +162,32 @@ INSTANTIATE_TEST_SUITE_P(Gpu, SlotOpsGpu,
                          ::testing::ValuesIn(slot_ops_params(Backend::kCuda, &cuda_memory)),
                          slot_ops_name);
 
+// A pool whose layout fits the device but whose backend scratch does not (the conv-output
+// scratch of max_rows * max_window tokens: about 1.1 TB here, the layout about 1.3 GB) is refused
+// as exhausted memory naming the sizes, as the CPU backend refuses it: can_implement counted the
+// layout's buffers only, so cudaMalloc failed later and the pool reported a backend error.
+TEST(CudaPoolMemory, BackendScratchCountsTowardTheDeviceMemoryCheck) {
+  SPECSTATE_REQUIRE_GPU();
+  const ModelConfig m = ModelConfig::gated_delta_net(1, GdnConfig{});  // conv_dim 8192, bf16
+  PoolOptions o;
+  o.backend = Backend::kCuda;
+  o.strategy = Strategy::kReplay;
+  o.num_slots = 64;
+  o.max_rows = 65535;
+  o.max_window = 1024;
+  try {
+    StatePool pool(m, o);
+    ADD_FAILURE() << "a pool with a 1.1 TB conv-output scratch was built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kResourceExhausted) << e.what();
+    EXPECT_NE(std::string(e.what()).find("backend scratch"), std::string::npos) << e.what();
+  }
+  // The device is left usable: a small pool is built after it.
+  o.max_rows = 8;
+  o.max_window = 4;
+  StatePool small(m, o);
+  EXPECT_EQ(small.free_slots(), 64);
+}
+
 }  // namespace
 }  // namespace specstate::test
