@@ -39,6 +39,14 @@ def to_numpy(view):
     if not hasattr(view, "__dlpack__"):
         raise TypeError(f"view: expected a pool view or an array with __dlpack__, "
                         f"got {type(view).__name__}")
+    if type(view).__module__.startswith("torch"):
+        # The bindings' checks first: a torch tensor with a pending negation or conjugation
+        # exports its memory without the flag (its values would come back with the wrong sign).
+        for flag in ("is_neg", "is_conj"):
+            if getattr(view, flag, lambda: False)():
+                raise ValueError(f"view: a torch tensor with its "
+                                 f"{'negative' if flag == 'is_neg' else 'conjugate'} bit set "
+                                 f"(a lazy view); call .resolve_neg() / .resolve_conj() first")
     try:
         return np.from_dlpack(view)
     except (BufferError, TypeError, RuntimeError, ValueError) as error:
@@ -82,7 +90,15 @@ class CopiedList(list):
 
     append = extend = insert = pop = remove = clear = sort = reverse = _refuse
     __setitem__ = __delitem__ = _refuse
-    # (`batch.rows += [h]` works: += extends the copy and assigns it back.)
+
+    # `batch.rows += [h]` works: += makes a new list and assigns it back to the field. On a
+    # local copy (`r = batch.rows; r += [h]`) it rebinds `r` to the new list and leaves the copy
+    # as it was; a read-only field refuses the assignment.
+    def __iadd__(self, other):
+        return list(self) + list(other)
+
+    def __imul__(self, n):
+        return list(self) * n
 
     def __reduce__(self):  # copy, deepcopy and pickle give a plain list
         return (list, (list(self),))

@@ -9,7 +9,11 @@ vLLM before PR #33291 (and fla's kernels by default) kept the delta-rule states 
 tensors as they are: the pool's element order is set to match (``PoolOptions.conv_layout =
 CHANNELS_LAST``, ``ssm_layout = order``) and the tensors are handed over as the transposes
 specstate's logical shapes ask for, so nothing is copied and the engine's tensors hold the
-committed state (docs/python.md, docs/lifecycle.md "Element order")::
+committed state (docs/python.md, docs/lifecycle.md "Element order"). Under the replay strategy
+they hold its checkpoint: a commit moves the slot's cursor, and the tensors equal the committed
+state once it is materialized (``pool.materialize()``, a view, ``export_slot`` or ``release``):
+an engine that reads them itself between rounds (its own kernels, a prefix-cache copy)
+materializes first, or uses the snapshot strategy::
 
     conv = [torch.zeros(slots, *specstate.vllm.conv_shape(config)[1:], ...) for _ in layers]
     pool = specstate.vllm.state_pool(config, specstate.PoolOptions(num_slots=slots, ...),
@@ -130,9 +134,15 @@ def state_pool(config, options, conv_states, recurrent_states, order=SsmLayout.V
             message = message.replace(pool_name, name)
         if message == str(e):
             raise
-        message += " (specstate.vllm.state_pool hands the pool the transposed view"
-        message += " [slots, conv_dim, W-1] of each conv state"
-        message += ", and of each recurrent state for order KV)" if kv else ")"
+        # Each note only where the message names that tensor (no recurrent state is transposed
+        # in the default order).
+        notes = []
+        if "conv_states" in message:
+            notes.append("the transposed view [slots, conv_dim, W-1] of each conv state")
+        if kv and "recurrent_states" in message:
+            notes.append("the transposed view of each recurrent state (order KV)")
+        if notes:
+            message += " (specstate.vllm.state_pool hands the pool " + "; ".join(notes) + ")"
         error = type(e)(message)
         if hasattr(e, "status"):
             error.status = e.status

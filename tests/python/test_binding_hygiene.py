@@ -172,3 +172,37 @@ def test_export_slot_errors_name_the_callers_array():
     inside = np.from_dlpack(pool.ssm_state(0)).view(np.uint8).reshape(-1)[:n]
     with pytest.raises(specstate.Error, match=rf"dst \(uint8\[{n}\] cpu\) overlaps"):
         pool.export_slot(h, inside)
+
+
+def test_copied_list_in_place_operators_leave_the_copy():
+    model = Model(layers=1)
+    pool = specstate.StatePool(model.config, specstate.PoolOptions(num_slots=4))
+    h, g = pool.acquire(), pool.acquire()
+    batch = specstate.VerifyBatch([h], window=2)
+    rows = batch.rows
+    rows += [g]  # a new list: the field's copy and the field keep one row
+    assert len(rows) == 2 and len(batch.rows) == 1
+    batch.rows += [g]  # assigned back: the field changes
+    assert len(batch.rows) == 2
+
+
+def test_to_numpy_refuses_lazily_negated_torch_tensors():
+    torch = pytest.importorskip("torch")
+    x = torch._neg_view(torch.arange(3, dtype=torch.float32))
+    assert x.is_neg()
+    with pytest.raises(ValueError, match="negative bit"):
+        specstate.to_numpy(x)
+    assert specstate.to_numpy(x.resolve_neg()).tolist() == [-0.0, -1.0, -2.0]
+
+
+def test_vllm_notes_name_only_the_tensor_in_the_error():
+    kimi = specstate.ModelConfig.kda(1, specstate.KdaConfig(
+        num_k_heads=2, num_v_heads=2, head_k_dim=16, head_v_dim=16,
+        act_dtype=specstate.DType.F32, conv_state_dtype=specstate.DType.F32))
+    conv = [np.zeros(specstate.vllm.conv_shape(kimi, 4), np.float32)]
+    bad = [np.zeros((4, 2, 16, 15), np.float32)]  # not vLLM's (slots, HV, V, K)
+    with pytest.raises(specstate.Error) as e:
+        specstate.vllm.state_pool(kimi, specstate.PoolOptions(num_slots=4),
+                                  conv_states=conv, recurrent_states=bad)
+    assert "recurrent_states" in str(e.value)
+    assert "conv state" not in str(e.value)  # nothing of the conv tensors' transposes
