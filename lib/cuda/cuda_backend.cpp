@@ -108,12 +108,17 @@ class CudaBackend final : public BackendImpl {
   // memory, naming the sizes, not as a failed allocation.)
   static uint64_t backend_bytes(const Layout& l, const ModelConfig& c) {
     const uint64_t rows = static_cast<uint64_t>(l.max_rows);
-    uint64_t b = sizeof(char*) * 2 * static_cast<uint64_t>(l.layers);
-    b += 4 * (rows + rows * static_cast<uint64_t>(l.max_window) + rows + rows + 1 +
-              (k::kConvInlineRows + 1) + 1);
-    b += static_cast<uint64_t>(conv_out_tokens(l)) * static_cast<uint64_t>(l.shapes.conv_dim) *
-         dtype_size(l.shapes.act_dtype);
-    b += 2 * 4 * rows * static_cast<uint64_t>(fused_key_heads(c));
+    const auto at_least_16 = [](uint64_t bytes) {
+      return std::max<uint64_t>(bytes, 16);
+    };  // alloc()
+    uint64_t b = at_least_16(sizeof(char*) * 2 * static_cast<uint64_t>(l.layers));
+    b += at_least_16(4 * rows) + at_least_16(4 * rows * static_cast<uint64_t>(l.max_window)) +
+         at_least_16(4 * rows) + at_least_16(4 * (rows + 1)) +
+         at_least_16(4 * (k::kConvInlineRows + 1)) + at_least_16(4);
+    b += at_least_16(static_cast<uint64_t>(conv_out_tokens(l)) *
+                     static_cast<uint64_t>(l.shapes.conv_dim) * dtype_size(l.shapes.act_dtype));
+    const uint64_t counters = 2 * 4 * rows * static_cast<uint64_t>(fused_key_heads(c));
+    if (counters > 0) b += at_least_16(counters);
     return b;
   }
 

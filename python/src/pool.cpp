@@ -778,7 +778,7 @@ void bind_pool(nb::module_& m) {
               nb::sig(
                   "def export_slot(self, handle: SlotHandle, dst: object | None = None, stream: "
                   "object | None = None, *, path: object | None = None) -> numpy.ndarray | None"),
-              nb::arg("handle"), nb::arg("dst").none() = nb::none(),
+              nb::arg("handle").none(), nb::arg("dst").none() = nb::none(),
               nb::arg("stream").none() = nb::none(), nb::kw_only(),
               nb::arg("path").none() = nb::none(),
               (std::string(
@@ -821,7 +821,7 @@ void bind_pool(nb::module_& m) {
               },
               nb::sig("def import_slot(self, handle: SlotHandle, src: object | None = None, "
                       "stream: object | None = None, *, path: object | None = None) -> None"),
-              nb::arg("handle"), nb::arg("src").none() = nb::none(),
+              nb::arg("handle").none(), nb::arg("src").none() = nb::none(),
               nb::arg("stream").none() = nb::none(), nb::kw_only(),
               nb::arg("path").none() = nb::none(),
               (std::string(
@@ -938,13 +938,8 @@ void bind_pool(nb::module_& m) {
               "current_batch",
               [](PyPool& p) {
                 // A copy, taken under the lock (begin_verify and commit rewrite the batch).
-                return guarded(p, [](const StatePool& s) {
-                  VerifyBatch b = s.current_batch();
-                  // Its device offsets, if any, belong to the round (released
-                  // when the next begins); Python batches hold none.
-                  b.cu_seqlens = TensorView{};
-                  return b;
-                });
+                return guarded(p,
+                               [](const StatePool& s) { return VerifyBatch(s.current_batch()); });
               },
               "The open round's batch (no rows when none is open).");
   bind_layer_calls<PyGdnWeights, PyGdnInputs, PyGdnOutputs>(pool, "GdnWeights");

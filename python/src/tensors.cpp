@@ -1,6 +1,7 @@
 // Arrays in (DLPack / buffer protocol, zero copies) and pool memory out (__dlpack__ objects).
 #include <nanobind/stl/string.h>
 
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -88,16 +89,22 @@ bool import_array(nb::handle object, bool writable, nb::ndarray<>& out) {
   return true;
 }
 
-// Imports `object` into arg.array (arg.object set); returns whether the memory was taken as the
-// uint16 bits of a NumPy bfloat16 array. Raises TypeError / ValueError naming `name`.
 // A torch tensor whose negation or conjugation is pending (x.conj().imag, torch.neg's lazy
 // views): DLPack exports the memory without the flag, so the values would be read with the wrong
 // sign. Refused, naming the argument.
 void refuse_lazy_torch_view(nb::handle object, const char* name) {
-  nb::handle type(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr())));
-  if (!nb::hasattr(type, "__module__") || !nb::isinstance<nb::str>(type.attr("__module__"))) return;
-  const std::string module = nb::cast<std::string>(type.attr("__module__"));
-  if (module.rfind("torch", 0) != 0) return;
+  // A torch.Tensor or a subclass of it (defined anywhere): torch.Tensor in the type's MRO.
+  PyObject* mro = Py_TYPE(object.ptr())->tp_mro;
+  bool torch_tensor = false;
+  for (Py_ssize_t i = 0; mro != nullptr && i < PyTuple_GET_SIZE(mro) && !torch_tensor; ++i) {
+    nb::handle base(PyTuple_GET_ITEM(mro, i));
+    const char* tp_name = reinterpret_cast<PyTypeObject*>(base.ptr())->tp_name;
+    torch_tensor = tp_name != nullptr && std::strcmp(tp_name, "Tensor") == 0 &&
+                   nb::hasattr(base, "__module__") &&
+                   nb::isinstance<nb::str>(base.attr("__module__")) &&
+                   nb::cast<std::string>(base.attr("__module__")) == "torch";
+  }
+  if (!torch_tensor) return;
   for (const char* flag : {"is_neg", "is_conj"}) {
     if (!nb::hasattr(object, flag)) continue;
     const nb::object set = object.attr(flag)();
@@ -111,6 +118,8 @@ void refuse_lazy_torch_view(nb::handle object, const char* name) {
   }
 }
 
+// Imports `object` into arg.array (arg.object set); returns whether the memory was taken as the
+// uint16 bits of a NumPy bfloat16 array. Raises TypeError / ValueError naming `name`.
 bool import_or_raise(nb::handle object, const char* name, bool writable, Arg& arg) {
   refuse_lazy_torch_view(object, name);
   arg.object = nb::borrow(object);
@@ -231,6 +240,7 @@ Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) 
 std::optional<std::vector<int32_t>> host_int_values(nb::handle object, const char* function,
                                                     const char* name) {
   if (object.is_none()) return std::nullopt;
+  refuse_lazy_torch_view(object, name);
   // bytes and bytearray (and a memoryview of bytes) export their bytes as uint8: commit(b"12")
   // would commit the character codes. An accepted count is an int: refused, naming the argument.
   bool byte_string = PyBytes_Check(object.ptr()) || PyByteArray_Check(object.ptr());
@@ -302,6 +312,7 @@ Arg to_bytes_arg(nb::handle object, const char* function, const char* name, bool
   Arg arg;
   if (object.is_none())
     throw nb::type_error((std::string(name) + ": None is not an array").c_str());
+  refuse_lazy_torch_view(object, name);
   arg.object = nb::borrow(object);
   bool imported = import_array(object, writable, arg.array);
   if (!imported && is_numpy_array(object)) {
