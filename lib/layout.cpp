@@ -222,6 +222,19 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
   }
   l.conv_layout = options.conv_layout;
   l.ssm_layout = options.ssm_layout;
+  // Negative ring and fold-row values are refused under every strategy (snapshot pools ignore
+  // the fields otherwise).
+  if (options.replay_ring < 0) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": options.replay_ring = " + std::to_string(options.replay_ring) +
+                    " must be 0 (the default) or at least 2 * max_window = " +
+                    std::to_string(2 * int64_t{options.max_window}));
+  }
+  if (options.replay_fold_rows < 0) {
+    throw Error(Status::kInvalidArgument, std::string(fn) + ": options.replay_fold_rows = " +
+                                              std::to_string(options.replay_fold_rows) +
+                                              " must be 0 (the default) or positive");
+  }
   if (options.strategy == Strategy::kReplay) {
     if (options.replay_ring < 0 ||
         (options.replay_ring > 0 && options.replay_ring / 2 < options.max_window)) {
@@ -234,10 +247,11 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
     const int64_t ring = options.replay_ring > 0
                              ? options.replay_ring
                              : default_replay_ring(config.kind, options.max_window);
-    if (ring > std::numeric_limits<int32_t>::max() / 2) {
-      throw Error(Status::kInvalidArgument, std::string(fn) +
-                                                ": options.replay_ring = " + std::to_string(ring) +
-                                                " is too large (at most 2^30 records)");
+    if (ring > PoolOptions::kMaxReplayRing) {
+      throw Error(Status::kInvalidArgument,
+                  std::string(fn) + ": options.replay_ring = " + std::to_string(ring) +
+                      " is too large (at most PoolOptions::kMaxReplayRing = " +
+                      std::to_string(PoolOptions::kMaxReplayRing) + " records)");
     }
     l.ring = static_cast<int>(ring);
     if (options.replay_fold_rows < 0) {
@@ -303,7 +317,18 @@ int64_t default_replay_ring(int64_t max_window) {
   return std::max<int64_t>(2 * max_window, 6);
 }
 
+namespace {
+void check_kind(const char* fn, LayerKind kind) {
+  if (kind != LayerKind::kGatedDeltaNet && kind != LayerKind::kMamba2 && kind != LayerKind::kKda) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": kind = " + std::to_string(static_cast<int>(kind)) +
+                    " is not a LayerKind (0 = gated_delta_net, 1 = mamba2, 2 = kda)");
+  }
+}
+}  // namespace
+
 int64_t default_replay_ring(LayerKind kind, int64_t max_window) {
+  check_kind("default_replay_ring", kind);
   check_default_ring_window(max_window);
   // From T = 2, a ring of 3T (at least 8) where the longest replay it allows (history L + T =
   // 2T, then the window: 3T tokens) fits the verify's chunk (16 tokens: up to T = 5). Gated
@@ -325,6 +350,7 @@ int64_t default_replay_ring(LayerKind kind, int64_t max_window) {
 }
 
 int default_replay_fold_rows(LayerKind kind) {
+  check_kind("default_replay_fold_rows", kind);
   return kind == LayerKind::kMamba2 ? 1 : kernels::kFoldFullRows;
 }
 
@@ -334,10 +360,12 @@ void check_ring_args(const char* fn, int max_window, int64_t ring, int rows, int
     throw Error(Status::kInvalidArgument, std::string(fn) + ": max_window = " +
                                               std::to_string(max_window) + " must be positive");
   }
-  if (ring < 2 * int64_t{max_window} || ring > (1 << 20)) {
-    throw Error(Status::kInvalidArgument, std::string(fn) + ": ring = " + std::to_string(ring) +
-                                              " must be in [2 * max_window = " +
-                                              std::to_string(2 * int64_t{max_window}) + ", 2^20]");
+  if (ring < 2 * int64_t{max_window} || ring > PoolOptions::kMaxReplayRing) {
+    throw Error(
+        Status::kInvalidArgument,
+        std::string(fn) + ": ring = " + std::to_string(ring) +
+            " must be in [2 * max_window = " + std::to_string(2 * int64_t{max_window}) +
+            ", PoolOptions::kMaxReplayRing = " + std::to_string(PoolOptions::kMaxReplayRing) + "]");
   }
   if (rows < 1) {
     throw Error(Status::kInvalidArgument,

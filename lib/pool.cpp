@@ -242,8 +242,29 @@ const detail::PoolStorage& detail::PoolAccess::storage(const StatePool& pool) {
   return pool.impl_->storage;
 }
 
-const ModelConfig& StatePool::config() const noexcept { return impl_->config; }
-const PoolOptions& StatePool::options() const noexcept { return impl_->options; }
+StatePool::ImplPtr::ImplPtr() noexcept = default;
+StatePool::ImplPtr::ImplPtr(ImplPtr&&) noexcept = default;
+StatePool::ImplPtr& StatePool::ImplPtr::operator=(ImplPtr&&) noexcept = default;
+StatePool::ImplPtr::~ImplPtr() = default;
+StatePool::ImplPtr& StatePool::ImplPtr::operator=(std::unique_ptr<Impl> p) noexcept {
+  p_ = std::move(p);
+  return *this;
+}
+
+void StatePool::ImplPtr::moved_from() {
+  throw Error(Status::kFailedPrecondition,
+              "StatePool: the pool was moved from (a moved-from pool can only be assigned to or "
+              "destroyed)");
+}
+
+const ModelConfig& StatePool::config() const noexcept {
+  static const ModelConfig kMovedFrom{};
+  return impl_ ? impl_.get()->config : kMovedFrom;
+}
+const PoolOptions& StatePool::options() const noexcept {
+  static const PoolOptions kMovedFrom{};
+  return impl_ ? impl_.get()->options : kMovedFrom;
+}
 
 TensorView StatePool::conv_state(int layer) const {
   impl_->check_layer("StatePool::conv_state", layer);
@@ -353,11 +374,11 @@ TensorView StatePool::snapshot_ssm(int layer) const {
 }
 
 int64_t StatePool::committed_bytes() const noexcept {
-  return impl_->storage.layout.committed_bytes();
+  return impl_ ? impl_.get()->storage.layout.committed_bytes() : 0;
 }
 
 int64_t StatePool::workspace_bytes() const noexcept {
-  return impl_->storage.layout.workspace_bytes();
+  return impl_ ? impl_.get()->storage.layout.workspace_bytes() : 0;
 }
 
 void StatePool::materialize(const std::vector<SlotHandle>& handles) {

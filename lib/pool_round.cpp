@@ -223,7 +223,7 @@ void StatePool::abort_round() {
   impl_->close_round();
 }
 
-bool StatePool::round_open() const noexcept { return impl_->round_open; }
+bool StatePool::round_open() const noexcept { return impl_ && impl_.get()->round_open; }
 
 void StatePool::verify(int layer, const GdnWeights& weights, const GdnInputs& inputs,
                        const GdnOutputs& outputs) {
@@ -338,6 +338,9 @@ void StatePool::commit(const TensorView& accepted) {
 
 Status StatePool::last_commit_status() const { return impl_->backend->last_commit_status(); }
 
-const VerifyBatch& StatePool::current_batch() const noexcept { return impl_->batch; }
+const VerifyBatch& StatePool::current_batch() const noexcept {
+  static const VerifyBatch kMovedFrom{};
+  return impl_ ? impl_.get()->batch : kMovedFrom;
+}
 
 }  // namespace specstate

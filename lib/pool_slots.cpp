@@ -100,10 +100,12 @@ void StatePool::release(SlotHandle handle) {
 }
 
 bool StatePool::is_live(SlotHandle handle) const noexcept {
-  return handle.pool_id == impl_->pool_id && impl_->slots.is_live(handle.slot, handle.generation);
+  const Impl* impl = impl_.get();  // (null: moved from)
+  return impl != nullptr && handle.pool_id == impl->pool_id &&
+         impl->slots.is_live(handle.slot, handle.generation);
 }
 
-int StatePool::free_slots() const noexcept { return impl_->slots.free_count(); }
+int StatePool::free_slots() const noexcept { return impl_ ? impl_.get()->slots.free_count() : 0; }
 
 int StatePool::slot_index(SlotHandle handle) const {
   return impl_->resolve("StatePool::slot_index", "handle", handle);
@@ -386,7 +388,7 @@ detail::PoolStorage bytes_as_storage(const detail::PoolStorage& pool, void* at, 
 }  // namespace
 
 int64_t StatePool::slot_state_bytes() const noexcept {
-  return kHeaderBytes + impl_->storage.layout.committed_bytes_per_slot();
+  return impl_ ? kHeaderBytes + impl_.get()->storage.layout.committed_bytes_per_slot() : 0;
 }
 
 void StatePool::export_slot(SlotHandle handle, const TensorView& dst) {

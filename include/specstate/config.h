@@ -186,7 +186,7 @@ const char* ssm_layout_name(SsmLayout layout) noexcept;    // "vk" / "kv"
 // KDA max(2T, 8) (its records, with e^g per key channel, are about 1.6% of the state each: 3T
 // would pass 20% of the committed state); otherwise the generic rule. Throws Error
 // (kInvalidArgument) for a max_window outside [1, PoolOptions::kMaxWindow], the windows a pool
-// accepts.
+// accepts, and for a kind that is no LayerKind.
 int64_t default_replay_ring(int64_t max_window);
 int64_t default_replay_ring(LayerKind kind, int64_t max_window);
 
@@ -194,7 +194,8 @@ int64_t default_replay_ring(LayerKind kind, int64_t max_window);
 // 1 for Mamba2 (its verify, two channels a thread, applies a history record for less than the
 // state write it saves, in rounds of any size: Nemotron-H rounds at B = 1 / 2 / 4 0.954-0.985x
 // with the whole ring, H100, docs/cuda.md "Replay rings of Mamba2 and KDA"), 8 for Gated DeltaNet
-// and KDA (below 8 rows their rounds are latency-bound, and the small limit won).
+// and KDA (below 8 rows their rounds are latency-bound, and the small limit won). Throws Error
+// (kInvalidArgument) for a kind that is no LayerKind.
 int default_replay_fold_rows(LayerKind kind);
 
 // The fold limit L of a verify round of `rows` rows on a replay ring of R = `ring` records with
@@ -224,6 +225,10 @@ ReplayRingModel replay_ring_model(int max_window, int ring);
 ReplayRingModel replay_ring_model(int max_window, int ring, int rows, int fold_rows = 0);
 
 struct PoolOptions {
+  // The largest replay_ring (records a slot): the pool and the ring helpers
+  // (replay_fold_limit, replay_ring_model) take the same range. 2T for the largest window is
+  // 2^17.
+  static constexpr int kMaxReplayRing = 1 << 20;
   // Sanity bounds, far above any engine's round, the same as the protocol layer's
   // (spec::kMaxBatchRows, spec::kMaxWindowNodes): a larger value is rejected by name instead of
   // sizing the scratch for it (max_window = 2^20 made a pool of gigabytes of workspace).
@@ -256,8 +261,9 @@ struct PoolOptions {
   // Mamba2 and KDA"); Qwen3-Next T = 2, R = 8 against 6 0.959 / 0.989 / 0.973x at B = 8 / 32 / 128
   // (R = 4 1.09-1.23x, R = 10 0.98-1.01x); KDA at T = 2, R = 8 against 6 0.954-0.974x from B = 8
   // (H100), at T = 4, R = 12 against 8 0.880-0.937x from B = 8 for 27% of the committed state in
-  // records instead of 20% (so not the default: set R = 12 to take it). Must be 0 or
-  // >= 2 * max_window.
+  // records instead of 20% (so not the default: set R = 12 to take it). Must be 0 or in
+  // [2 * max_window, kMaxReplayRing] (any strategy refuses a negative value; snapshot pools
+  // ignore the rest).
   int replay_ring = 0;
   // Replay only: rounds of at least this many verify rows let a slot's history grow to the whole
   // ring (fold limit R - 2 * max_window); smaller rounds, latency-bound, fold as a ring of

@@ -80,6 +80,8 @@ class StatePool {
   StatePool(const ModelConfig& config, const PoolOptions& options,
             const CommittedStateViews& committed);
   ~StatePool() noexcept;
+  // Moving leaves the source a moved-from pool: it can be assigned to or destroyed; any other
+  // call throws kFailedPrecondition (the noexcept getters return empty values).
   StatePool(StatePool&&) noexcept;
   StatePool& operator=(StatePool&&) noexcept;
   StatePool(const StatePool&) = delete;
@@ -292,7 +294,28 @@ class StatePool {
   StatePool(Construct, const ModelConfig& config, const PoolOptions& options,
             const CommittedStateViews* committed);
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  // The pool's state; null once the pool was moved from. A moved-from pool can be assigned to or
+  // destroyed; its other calls throw kFailedPrecondition ("the pool was moved from") and its
+  // noexcept getters return empty values (no slot live, 0 bytes, no round, default config).
+  class ImplPtr {
+   public:
+    ImplPtr() noexcept;
+    ImplPtr(ImplPtr&&) noexcept;
+    ImplPtr& operator=(ImplPtr&&) noexcept;
+    ~ImplPtr();
+    ImplPtr& operator=(std::unique_ptr<Impl> p) noexcept;
+    Impl* operator->() const {
+      if (!p_) moved_from();
+      return p_.get();
+    }
+    Impl* get() const noexcept { return p_.get(); }
+    explicit operator bool() const noexcept { return p_ != nullptr; }
+
+   private:
+    [[noreturn]] static void moved_from();
+    std::unique_ptr<Impl> p_;
+  };
+  ImplPtr impl_;
 };
 
 }  // namespace specstate

@@ -1,8 +1,11 @@
 // Slot lifetimes: acquire zeroes, release frees, handles carry generations and pool ids.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
+#include <vector>
 
+#include "common/expect.h"
 #include "common/gdn_data.h"
 
 namespace specstate::test {
@@ -30,6 +33,51 @@ TEST(PoolSlots, AcquireHandsOutLowestFreeSlot) {
   EXPECT_NE(d.generation, b.generation);
   EXPECT_TRUE(pool.is_live(d));
   EXPECT_FALSE(pool.is_live(b));
+}
+
+// A moved-from pool (an engine keeping pools in a vector or an optional moves them): its calls
+// threw nothing and dereferenced a null state (a segmentation fault, from the noexcept getters
+// too). Now they throw kFailedPrecondition naming the move, the getters return empty values, and
+// the pool can be assigned to again.
+TEST(PoolSlots, AMovedFromPoolRefusesEveryCallAndCanBeAssignedAgain) {
+  StatePool pool = make_pool(3);
+  const SlotHandle h = pool.acquire();
+  StatePool moved(std::move(pool));
+  EXPECT_TRUE(moved.is_live(h));
+  EXPECT_EQ(moved.free_slots(), 2);
+  // (The moved-from object is used on purpose here.)
+  EXPECT_FALSE(pool.is_live(h));  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(pool.free_slots(), 0);
+  EXPECT_FALSE(pool.round_open());
+  EXPECT_EQ(pool.committed_bytes(), 0);
+  EXPECT_EQ(pool.workspace_bytes(), 0);
+  EXPECT_EQ(pool.slot_state_bytes(), 0);
+  EXPECT_TRUE(pool.current_batch().rows.empty());
+  EXPECT_EQ(pool.options().num_slots, PoolOptions{}.num_slots);
+  const std::vector<std::function<void()>> calls = {
+      [&] { pool.acquire(); },
+      [&] { pool.release(h); },
+      [&] { pool.slot_index(h); },
+      [&] { pool.conv_state(0); },
+      [&] { pool.ssm_state(0, h); },
+      [&] { pool.materialize({}); },
+      [&] {
+        VerifyBatch b;
+        b.rows = {h};
+        b.window = 2;
+        pool.begin_verify(b);
+      },
+      [&] { pool.commit(std::vector<int32_t>{1}); },
+      [&] { pool.abort_round(); },
+      [&] { pool.fork(h); },
+  };
+  for (const auto& call : calls) {
+    expect_rejected(call, Status::kFailedPrecondition, {"moved from"});
+  }
+  pool = make_pool(2);  // assigned again: a working pool
+  EXPECT_EQ(pool.free_slots(), 2);
+  EXPECT_TRUE(pool.is_live(pool.acquire()));
+  EXPECT_TRUE(moved.is_live(h));  // the other pool is untouched
 }
 
 TEST(PoolSlots, AcquireZeroesTheSlotInEveryLayer) {

@@ -278,6 +278,41 @@ TEST(Replay, NegativeFoldRowsAreRejectedNamingThem) {
   }
 }
 
+// The pool and the ring helpers take one range of rings (PoolOptions::kMaxReplayRing): the pool
+// accepted rings up to 2^30 - 1 (and named 2^30 as its limit when refusing 2^30) while
+// replay_fold_limit / replay_ring_model refused a valid pool's ring above 2^20. Negative ring and
+// fold-row values are refused by snapshot pools too (they were kept in options()), and the
+// defaults refuse a kind that is no LayerKind (they answered 12 and 8).
+TEST(Replay, OneRingRangeForThePoolAndTheHelpersAndNegativeValuesEverywhere) {
+  const ModelConfig m = ModelConfig::gated_delta_net(1, gdn_preset("small_f32"));
+  for (int ring : {PoolOptions::kMaxReplayRing + 1, 1 << 30}) {
+    PoolOptions o = replay_options(2, 2, 4);
+    o.replay_ring = ring;
+    expect_rejected([&] { StatePool pool(m, o); }, Status::kInvalidArgument,
+                    {"options.replay_ring = " + std::to_string(ring),
+                     "kMaxReplayRing = " + std::to_string(PoolOptions::kMaxReplayRing)});
+  }
+  EXPECT_GE(replay_fold_limit(4, PoolOptions::kMaxReplayRing, 16), 0);
+  expect_rejected([&] { replay_fold_limit(4, PoolOptions::kMaxReplayRing + 1, 16); },
+                  Status::kInvalidArgument, {"ring = 1048577", "kMaxReplayRing"});
+  for (Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
+    PoolOptions o = replay_options(2, 2, 4);
+    o.strategy = strategy;
+    o.replay_ring = -5;
+    expect_rejected([&] { StatePool pool(m, o); }, Status::kInvalidArgument,
+                    {"options.replay_ring = -5"});
+    o.replay_ring = 0;
+    o.replay_fold_rows = -7;
+    expect_rejected([&] { StatePool pool(m, o); }, Status::kInvalidArgument,
+                    {"options.replay_fold_rows = -7"});
+  }
+  const LayerKind none = static_cast<LayerKind>(9);
+  expect_rejected([&] { default_replay_ring(none, 4); }, Status::kInvalidArgument,
+                  {"default_replay_ring", "kind = 9"});
+  expect_rejected([&] { default_replay_fold_rows(none); }, Status::kInvalidArgument,
+                  {"default_replay_fold_rows", "kind = 9"});
+}
+
 TEST(Replay, EachStrategyHasOnlyItsOwnWorkspace) {
   const ModelConfig m = ModelConfig::gated_delta_net(2, gdn_preset("small_f32"));
   StatePool replay(m, replay_options(3, 2, 4));
