@@ -10,15 +10,46 @@
 
 namespace specstate::examples {
 
+// Leading zeros dropped from a run of digits ("010" -> "10", "000" -> "0"): CLI11 converts
+// integers with base 0, so "010" was read as octal 8 and "0x10" as 16 (a seed copied from a
+// zero-padded run name reproduced another run).
+inline void strip_leading_zeros(std::string& digits) {
+  const std::size_t first = digits.find_first_not_of('0');
+  digits.erase(0, first == std::string::npos ? digits.size() - 1 : first);
+}
+
+// An integer option given in decimal: an optional sign and digits, leading zeros dropped before
+// CLI11 converts it (which would read "010" as octal and "0x10" as hex); anything else is refused
+// naming the text. Put it before the option's range check.
+inline CLI::Validator decimal() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const std::size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+        std::string digits = text.substr(sign);
+        if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
+                                           [](unsigned char c) { return c >= '0' && c <= '9'; })) {
+          return "'" + text + "' is not a decimal integer";
+        }
+        strip_leading_zeros(digits);
+        text = (sign && text[0] == '-' ? "-" : "") + digits;
+        return "";
+      },
+      "", "decimal");
+}
+
 inline CLI::Validator unsigned_64() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        const bool digits = !text.empty() && text.size() <= 20 &&
-                            std::all_of(text.begin(), text.end(),
-                                        [](unsigned char c) { return c >= '0' && c <= '9'; });
-        if (!digits || (text.size() == 20 && text > "18446744073709551615")) {
+        const bool digits =
+            !text.empty() && std::all_of(text.begin(), text.end(),
+                                         [](unsigned char c) { return c >= '0' && c <= '9'; });
+        std::string value = text;
+        if (digits) strip_leading_zeros(value);  // decimal, as written (not octal)
+        if (!digits || value.size() > 20 ||
+            (value.size() == 20 && value > "18446744073709551615")) {
           return "'" + text + "' is not an integer in [0, 18446744073709551615]";
         }
+        text = value;
         return "";
       },
       "UINT64");

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/sim_helpers.h"
+#include "cli_checks.h"
 #include "specstate/specstate.h"
 
 namespace specstate::cli {
@@ -313,12 +314,15 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       "replay records) for a model");
   add_model_options(cmd, args->model, args->model_file, args->tp, args->dims);
   cmd->add_option("--max-requests", args->max_requests, "Requests the pool holds (slots)")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--max-rows", args->max_rows,
                   "Largest verify batch, padding included (default: --max-requests)")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--window", args->window, "Tokens verified per request per round (T)")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--strategy", args->strategy,

@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 
+#include "cli_checks.h"
 #include "specstate/dtype.h"
 #include "specstate/shard.h"
 #include "specstate/spec/json_depth.h"
@@ -644,10 +645,14 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& model_fil
           ->check(CLI::ExistingFile);
   file->excludes(preset);
   cmd->add_option("--tp", tp, "Tensor-parallel ranks (heads split over them)")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
   const auto dim = [&](const char* name, int& field, const char* help) {
-    cmd->add_option(name, field, help)->check(CLI::Range(1, 1 << 20))->group("Model dimensions");
+    cmd->add_option(name, field, help)
+        ->transform(specstate::examples::decimal())
+        ->check(CLI::Range(1, 1 << 20))
+        ->group("Model dimensions");
   };
   cmd->add_option("--kind", dims.kind,
                   "Layer kind of custom dimensions: gdn, mamba2 or kda (KDA takes GDN's options)")

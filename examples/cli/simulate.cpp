@@ -135,12 +135,15 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
       " (generated trace; requests x rounds <= " + with_commas(kMaxGeneratedRecords) +
       ", x window tokens <= " + with_commas(kMaxGeneratedNodes) + ")";
   auto* requests = cmd->add_option("--requests", o->requests, "Requests" + limits)
+                       ->transform(specstate::examples::decimal())
                        ->check(CLI::Range(1, kMaxRequests))
                        ->capture_default_str();
   auto* rounds = cmd->add_option("--rounds", o->rounds, "Rounds" + limits)
+                     ->transform(specstate::examples::decimal())
                      ->check(CLI::Range(1, kMaxRounds))
                      ->capture_default_str();
   auto* window = cmd->add_option("--window", o->window, "Window T: tokens verified per round")
+                     ->transform(specstate::examples::decimal())
                      ->check(CLI::Range(1, spec::kMaxTraceWindow))
                      ->capture_default_str();
   auto* tree = cmd->add_option("--tree", o->tree,
@@ -152,6 +155,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
                    ->check(CLI::Range(0.0, 1.0))
                    ->capture_default_str();
   auto* fixed = cmd->add_option("--fixed", o->fixed, "Every round accepts exactly this many tokens")
+                    ->transform(specstate::examples::decimal())
                     ->check(CLI::Range(1, spec::kMaxTraceWindow));
   auto* histogram =
       cmd->add_option(
@@ -174,7 +178,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"padded", "variable"}))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the generator and the synthetic weights")
-      ->check(specstate::examples::unsigned_64())
+      ->transform(specstate::examples::unsigned_64())
       ->capture_default_str();
   cmd->add_flag("--check", o->check,
                 "Also replay the accepted tokens through prefill on a CPU pool and compare each "
@@ -182,6 +186,7 @@ void add_simulate_command(CLI::App& app, int& exit_code) {
                 "outputs and committed states, bit for bit (exit 1 on mismatch)");
   cmd->add_option("--warmup", o->warmup,
                   "Untimed rounds first (verify, then commit with a = 0, which keeps the state)")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   cmd->add_option("--out", o->out,

@@ -29,14 +29,19 @@ int main(int argc, char** argv) {
       "draft_verify_loop: greedy speculative decoding of a tiny synthetic hybrid model through "
       "specstate, checked against plain autoregressive decoding. Exit 0 pass, 1 mismatch, 2 bad "
       "arguments."};
-  app.add_option("--window", o.window, "T: root + T-1 drafts per round")->check(CLI::Range(1, 16));
-  app.add_option("--requests", o.requests, "requests decoded together")->check(CLI::Range(1, 64));
+  app.add_option("--window", o.window, "T: root + T-1 drafts per round")
+      ->transform(specstate::examples::decimal())
+      ->check(CLI::Range(1, 16));
+  app.add_option("--requests", o.requests, "requests decoded together")
+      ->transform(specstate::examples::decimal())
+      ->check(CLI::Range(1, 64));
   app.add_option("--new-tokens", o.new_tokens, "tokens each request emits")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(1, 4096));
   app.add_option("--noise", o.draft_noise, "the drafter's perturbation of the target's weights")
       ->check(specstate::examples::finite_range(0.0, 10.0));
   app.add_option("--seed", o.seed, "seed of the model, prompts and drafter")
-      ->check(specstate::examples::unsigned_64());
+      ->transform(specstate::examples::unsigned_64());
   app.add_flag("--branch", o.branch,
                "draft a tree: the chain plus the drafter's second choice at every depth");
   app.add_option("--kind", kind, "gdn (Gated DeltaNet, default) or kda (Kimi-Linear)")

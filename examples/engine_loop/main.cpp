@@ -316,10 +316,12 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds,
                  "speculative rounds (from 10 on, a run that covers no fork, departure or 4 "
                  "arrivals fails its self-check)")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(1, 100000));
   app.add_option("--seed", seed, "seed of the model, arrivals and drafts")
-      ->check(specstate::examples::unsigned_64());
+      ->transform(specstate::examples::unsigned_64());
   app.add_option("--max-draft", max_draft, "most drafted tokens a request proposes a round")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(0, 15));
   app.add_option("--strategy", strategy, "replay (default) or snapshot")
       ->check(CLI::IsMember({"snapshot", "replay"}));

@@ -733,11 +733,18 @@ int main(int argc, char** argv) {
       "tp_verify_loop: tensor-parallel speculative rounds through specstate over NCCL (one "
       "thread per GPU), checked against TP1 and plain decoding; --handoff: a slot moved between "
       "GPUs. Exit 0 pass, 1 mismatch, 2 bad arguments, 77 not enough GPUs."};
-  app.add_option("--tp", o.tp, "tensor-parallel ranks (one GPU each)")->check(CLI::Range(1, 64));
+  app.add_option("--tp", o.tp, "tensor-parallel ranks (one GPU each)")
+      ->transform(specstate::examples::decimal())
+      ->check(CLI::Range(1, 64));
   app.add_option("--rounds", o.rounds, "speculative rounds (hand-off: decode steps per side)")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(1, 100000));
-  app.add_option("--window", o.window, "T: root + T-1 drafts per round")->check(CLI::Range(1, 16));
-  app.add_option("--batch", o.batch, "requests (verify rows)")->check(CLI::Range(1, 256));
+  app.add_option("--window", o.window, "T: root + T-1 drafts per round")
+      ->transform(specstate::examples::decimal())
+      ->check(CLI::Range(1, 16));
+  app.add_option("--batch", o.batch, "requests (verify rows)")
+      ->transform(specstate::examples::decimal())
+      ->check(CLI::Range(1, 256));
   app.add_option("--model", o.model, "tiny (default) or qwen3-next-80b (its GDN shapes at TP1)")
       ->check(CLI::IsMember({"tiny", "qwen3-next-80b"}));
   app.add_option("--strategy", o.strategy, "snapshot (default) or replay")
@@ -746,13 +753,14 @@ int main(int argc, char** argv) {
                  "probability that a drafted token is the plain-decoding one")
       ->check(specstate::examples::finite_range(0.0, 1.0));
   app.add_option("--seed", o.seed, "seed of the model, prompts and drafts")
-      ->check(specstate::examples::unsigned_64());
+      ->transform(specstate::examples::unsigned_64());
   auto* handoff =
       app.add_flag("--handoff", o.handoff, "move slots from GPU 0 to GPU 1 mid-decode instead");
   app.add_flag("--require-peer", o.require_peer,
                "--handoff: exit 77 (skip) with one GPU instead of a same-device copy")
       ->needs(handoff);
   app.add_option("--link-mib", o.link_mib, "--handoff: MiB of the link-bandwidth transfer")
+      ->transform(specstate::examples::decimal())
       ->check(CLI::Range(int64_t{1}, int64_t{16384}))
       ->needs(handoff);
   // The hand-off runs one request's decode on its own pools: the TP round's options do not apply.

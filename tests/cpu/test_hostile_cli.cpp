@@ -145,6 +145,28 @@ TEST(HostileGolden, FifoDoesNotBlockCheckGolden) {
 
 // --- defect 8 ---------------------------------------------------------------------------------
 
+// Integer options are decimal: CLI11 converts with base 0, so "--window 010" ran with 8,
+// "--requests 0x10" with 16 and "--seed 010" reproduced seed 8 ("--seed 09" was refused).
+TEST(HostileCli, IntegerOptionsAreDecimalLeadingZerosIncluded) {
+  const test::CliRun padded =
+      run_cli("simulate --model tiny --requests 010 --rounds 02 --window 05 --seed 010");
+  EXPECT_EQ(padded.code, 0) << padded.output;
+  EXPECT_TRUE(contains(padded.output, "10 requests, 2 rounds, window up to 5")) << padded.output;
+  EXPECT_TRUE(contains(padded.output, "\"seed\":10")) << padded.output;
+  const test::CliRun nine = run_cli("simulate --model tiny --requests 2 --rounds 1 --seed 09");
+  EXPECT_EQ(nine.code, 0) << nine.output;
+  EXPECT_TRUE(contains(nine.output, "\"seed\":9")) << nine.output;
+  for (const char* args : {"simulate --model tiny --requests 0x10", "plan --window 1e3",
+                           "simulate --model tiny --rounds 4.0", "plan --max-requests 0b11"}) {
+    const test::CliRun run = run_cli(args);
+    EXPECT_EQ(run.code, 2) << args << ": " << run.output;
+    EXPECT_TRUE(contains(run.output, "is not a decimal integer")) << args << ": " << run.output;
+  }
+  const test::CliRun plan = run_cli("plan --max-requests 064 --json");
+  EXPECT_EQ(plan.code, 0) << plan.output;
+  EXPECT_TRUE(contains(plan.output, "\"max_requests\": 64")) << plan.output;
+}
+
 TEST(HostileCli, OutToDevFullFails) {
   const test::CliRun run = run_cli("simulate --model tiny --rounds 2 --quiet --out /dev/full");
   EXPECT_EQ(run.code, 1) << run.output;
