@@ -1,8 +1,12 @@
 // The `specstate` command line as a function: the executable's main (examples/cli/main.cpp) and
 // the Python package's console script (`specstate`, python/specstate/__main__.py) both call it.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <new>
+#include <string>
 
 #include "cli/commands.h"
 #include "specstate/specstate.h"
@@ -35,6 +39,15 @@ int run(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "specstate: " << e.what() << "\n";
     return 1;
+  }
+  // What the command printed must have reached its destination: `plan --json > plan.json` on a
+  // full disk (or a closed pipe) left an empty file and exited 0.
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int err = errno;
+    std::cerr << "specstate: writing standard output failed"
+              << (err != 0 ? std::string(": ") + std::strerror(err) : std::string()) << "\n";
+    return exit_code != 0 ? exit_code : 1;
   }
   return exit_code;
 }

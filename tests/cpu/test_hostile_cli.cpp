@@ -167,6 +167,16 @@ TEST(HostileCli, IntegerOptionsAreDecimalLeadingZerosIncluded) {
   EXPECT_TRUE(contains(plan.output, "\"max_requests\": 64")) << plan.output;
 }
 
+// A command whose standard output cannot be written fails: `plan --json > /dev/full` exited 0
+// having written nothing.
+TEST(HostileCli, StandardOutputToAFullDeviceFails) {
+  for (const char* args : {"plan --json", "simulate --model tiny --rounds 2 --quiet"}) {
+    // (run_command appends 2>&1, so the message goes to /dev/full too: the status tells.)
+    const test::CliRun run = run_cli(std::string(args) + " >/dev/full");
+    EXPECT_EQ(run.code, 1) << args << ": " << run.output;
+  }
+}
+
 TEST(HostileCli, OutToDevFullFails) {
   const test::CliRun run = run_cli("simulate --model tiny --rounds 2 --quiet --out /dev/full");
   EXPECT_EQ(run.code, 1) << run.output;
