@@ -141,22 +141,29 @@ void StatePool::Impl::check_no_alias(const char* function, const char* name,
     }
   }
   if (!storage.layout.caller_committed) return;
-  // A caller-owned committed state: each layer's span of slots (none where the view lies outside
+  // A caller-owned committed state: the bytes of its slots' states, compared exactly (the views
+  // may interleave with memory that is no slot's state, vLLM's hybrid pages: a buffer there is
+  // the caller's own), each layer's conv and SSM view in turn (none where the view lies outside
   // all of them).
   if (end <= storage.caller_lo || begin >= storage.caller_hi) return;
   const auto& l = storage.layout;
+  const detail::ByteRows call = detail::byte_rows(view);
   for (int layer = 0; layer < l.layers; ++layer) {
     for (int kind = 0; kind < 2; ++kind) {
-      const auto base =
-          reinterpret_cast<uintptr_t>(kind == 0 ? storage.conv(layer, 0) : storage.ssm(layer, 0));
-      const int64_t last = kind == 0 ? storage.conv_slot_stride : storage.ssm_slot_stride;
-      const int64_t size = (l.slots - 1) * last + (kind == 0 ? l.conv_bytes : l.ssm_bytes);
-      if (begin < base + static_cast<uintptr_t>(size) && base < end) {
+      detail::ByteRows slots;
+      slots.begin = static_cast<int64_t>(
+          reinterpret_cast<uintptr_t>(kind == 0 ? storage.conv(layer, 0) : storage.ssm(layer, 0)));
+      slots.stride = kind == 0 ? storage.conv_slot_stride : storage.ssm_slot_stride;
+      slots.len = kind == 0 ? l.conv_bytes : l.ssm_bytes;
+      slots.count = l.slots;
+      int64_t i = 0, slot = 0;
+      if (detail::rows_overlap(call, slots, &i, &slot)) {
         fail(Status::kInvalidArgument, function,
-             std::string(name) + " (" + view.describe() + ") overlaps the committed " +
-                 (kind == 0 ? "conv" : "SSM") + " state of layer " + std::to_string(layer) +
-                 " (the caller-owned views the pool adopted): a call's buffers must be other "
-                 "memory");
+             std::string(name) + " (" + view.describe() + ") overlaps committed." +
+                 (kind == 0 ? "conv" : "ssm") + "[" + std::to_string(layer) + "], slot " +
+                 std::to_string(slot) +
+                 " (the caller-owned committed state the pool adopted): a call's buffers must "
+                 "be other memory");
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -138,8 +139,7 @@ TEST(CallerOwnedBadInput, ViewsThePoolCannotAdoptAreRejectedNamingThem) {
     pool.prefill(0, h, w.view(), in.view(), bad);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("overlaps the committed SSM state of layer 1"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("overlaps committed.ssm[1], slot 0"), std::string::npos)
         << e.what();
   }
   // And so are inputs (each layer's span is checked where a view falls inside the views' range).
@@ -147,8 +147,57 @@ TEST(CallerOwnedBadInput, ViewsThePoolCannotAdoptAreRejectedNamingThem) {
   bad_in.mixed_qkv.data = cm.views.conv[1].data;
   expect_rejected([&] { pool.prefill(0, h, w.view(), bad_in, out.view()); },
                   Status::kInvalidArgument,
-                  {"inputs.mixed_qkv", "overlaps the committed conv state of layer 1"});
+                  {"inputs.mixed_qkv", "overlaps committed.conv[1], slot 0"});
   pool.prefill(0, h, w.view(), in.view(), out.view());  // the caller's own buffers still pass
+}
+
+// Views that interleave with memory that is no slot's state (vLLM's hybrid pages with spare
+// bytes: [conv | ssm | spare] a page): a call's buffer in the spare bytes is the caller's own and
+// passes; one in a slot's state is refused naming the view and the slot that holds it. The
+// check compared each layer's whole span (slot 0 to the last), so the spare bytes were refused
+// and a buffer inside slot 0's SSM state was reported as in the conv state.
+TEST(CallerOwnedBadInput, BuffersBetweenInterleavedSlotsAreTheCallersOwn) {
+  const GdnConfig g = gdn_preset("small_f32");
+  const ModelConfig model = ModelConfig::gated_delta_net(1, g);
+  PoolOptions o;
+  o.num_slots = 3;
+  o.max_rows = 2;
+  o.max_window = 4;
+  const int64_t conv = model.conv_state_elems(), ssm = model.ssm_state_elems();
+  const int64_t spare = 4096;  // floats a page past both states
+  const int64_t page = conv + ssm + spare;
+  std::vector<float> pages(static_cast<std::size_t>(o.num_slots * page), 0.0f);
+  CommittedStateViews views;
+  views.conv.push_back(TensorView::strided(pages.data(), DType::kF32,
+                                           {o.num_slots, g.conv_dim(), g.conv_width - 1},
+                                           {page, g.conv_width - 1, 1}));
+  views.ssm.push_back(TensorView::strided(
+      pages.data() + conv, DType::kF32, {o.num_slots, g.num_v_heads, g.head_v_dim, g.head_k_dim},
+      {page, int64_t{g.head_v_dim} * g.head_k_dim, g.head_k_dim, 1}));
+  StatePool pool(model, o, views);
+  std::mt19937_64 rng(5);
+  const LayerWeights w = random_weights(g, rng);
+  const SlotHandle h = pool.acquire();
+  const TokenInputs in = random_inputs(g, 1, rng);
+  TokenOutputs out = make_outputs(g, 1);
+  // The input in page 0's spare bytes (its first row is never a state's byte).
+  const int64_t need = int64_t{g.conv_dim()};
+  ASSERT_LE(need + 2 * g.num_v_heads, spare);
+  std::copy(static_cast<const float*>(in.view().mixed_qkv.data),
+            static_cast<const float*>(in.view().mixed_qkv.data) + need, pages.data() + conv + ssm);
+  GdnInputs spare_in = in.view();
+  spare_in.mixed_qkv.data = pages.data() + conv + ssm;
+  EXPECT_NO_THROW(pool.prefill(0, h, w.view(), spare_in, out.view()));
+  // An output inside slot 0's SSM state: named as that view and slot.
+  GdnOutputs bad = out.view();
+  bad.core_out.data = pages.data() + conv + 64;
+  expect_rejected([&] { pool.prefill(0, h, w.view(), in.view(), bad); }, Status::kInvalidArgument,
+                  {"outputs.core_out", "committed.ssm[0], slot 0"});
+  // In slot 2's conv window.
+  bad = out.view();
+  bad.core_out.data = pages.data() + 2 * page;
+  expect_rejected([&] { pool.prefill(0, h, w.view(), in.view(), bad); }, Status::kInvalidArgument,
+                  {"outputs.core_out", "committed.conv[0], slot 2"});
 }
 
 TEST(CallerOwnedAdopt, AdoptKeepsTheStateAcquireZeroesIt) {
