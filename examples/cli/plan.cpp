@@ -168,9 +168,14 @@ int run_plan(const PlanArgs& args) {
             " tokens a round, more than a pool takes (" +
             std::to_string(PoolOptions::kMaxRoundTokens) + ", PoolOptions::kMaxRoundTokens)");
   }
+  // Per request: its committed state and records (replay), or its share of the pool's total
+  // (snapshot: the scratch belongs to the max_rows rows, not to each request; adding a row's
+  // scratch to every request printed 368.4 MiB a request for a 6.9 GiB pool of 64 requests with
+  // 8 rows).
   const int64_t total_per_request =
-      checked(b.committed_per_request, replay ? records_per_slot : scratch_per_row, true,
-              window_opt, "committed state + workspace per request");
+      replay ? checked(b.committed_per_request, records_per_slot, true, window_opt,
+                       "committed state + records per request")
+             : total / args.max_requests;
   const GdnConfig g = gdn_dims(config);  // GDN or KDA (the same dimensions)
   const bool kda = config.kind == LayerKind::kKda;
   const char* kind_label = kda ? "KDA" : "Gated DeltaNet";

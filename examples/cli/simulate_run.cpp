@@ -265,7 +265,10 @@ Json percentiles(std::vector<double> v) {
   for (double x : v) sum += x;
   std::sort(v.begin(), v.end());
   j["mean"] = sum / static_cast<double>(v.size());
-  j["p50"] = v[v.size() / 2];
+  // The median: the mean of the two middle values for an even count (v[n / 2] was the upper one:
+  // two rounds printed their slower as the p50).
+  const std::size_t n = v.size();
+  j["p50"] = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   j["max"] = v.back();
   return j;
 }

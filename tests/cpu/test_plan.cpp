@@ -33,6 +33,19 @@ TEST(PlanCli, Qwen3NextTp1PrintsTheCommittedStatePerRequest) {
   EXPECT_NE(run.output.find("19,780,337,664 B"), std::string::npos) << run.output;
 }
 
+// The snapshot "total" per request is the pool's total over its requests: with fewer rows than
+// requests the scratch is shared, and the cell added a whole row's scratch to each request
+// (368.4 MiB a request printed for a 6.9 GiB pool of 64).
+TEST(PlanCli, SnapshotTotalPerRequestIsThePoolsShare) {
+  const CliRun run =
+      run_cli("plan --model qwen3-next-80b --max-requests 64 --max-rows 8 --window 4");
+  ASSERT_EQ(run.code, 0) << run.output;
+  // 64 x 77,266,944 + 8 x 309,067,776 = 7,417,626,624 B, / 64 = 115,900,416 B.
+  EXPECT_NE(run.output.find("7,417,626,624 B"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("115,900,416 B (110.5 MiB)"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("386,334,720"), std::string::npos) << run.output;
+}
+
 TEST(PlanCli, JsonAcrossTensorParallelism) {
   for (int tp : {1, 2, 4, 8}) {
     const CliRun run = run_cli("plan --model qwen3-next-80b --tp " + std::to_string(tp) +
