@@ -35,7 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--requests", o.requests, "requests decoded together")
       ->transform(specstate::examples::decimal())
       ->check(CLI::Range(1, 64));
-  app.add_option("--new-tokens", o.new_tokens, "tokens each request emits")
+  app.add_option("--new-tokens", o.new_tokens,
+                 "tokens each request emits at least (a round keeps every token it accepts: up to "
+                 "T - 1 more)")
       ->transform(specstate::examples::decimal())
       ->check(CLI::Range(1, 4096));
   app.add_option("--noise", o.draft_noise, "the drafter's perturbation of the target's weights")
@@ -63,7 +65,8 @@ int main(int argc, char** argv) {
         target.num_gdn_layers(), shape.kda ? "KDA" : "Gated DeltaNet",
         target.num_attention_layers());
     std::printf(
-        "loop: %d requests, %s window of depth T=%d, %d new tokens each, drafter noise %.3g, "
+        "loop: %d requests, %s window of depth T=%d, at least %d new tokens each, drafter noise "
+        "%.3g, "
         "seed %llu\n",
         o.requests, o.branch ? "tree" : "chain", o.window, o.new_tokens, o.draft_noise,
         static_cast<unsigned long long>(o.seed));
