@@ -9,8 +9,9 @@
 namespace specstate {
 
 namespace {
-[[noreturn]] void bad(const std::string& what) {
-  throw Error(Status::kInvalidArgument, "shard: " + what);
+// A refusal naming the function the caller called.
+[[noreturn]] void bad(const char* fn, const std::string& what) {
+  throw Error(Status::kInvalidArgument, std::string(fn) + ": " + what);
 }
 ColumnRange part(int64_t total, int tp, int rank) {
   return ColumnRange{total / tp * rank, total / tp};
@@ -25,9 +26,9 @@ int64_t ShardMap::conv_dim() const noexcept {
 
 ShardMap shard_map(const ModelConfig& tp1, int tp, int rank) {
   tp1.validate();
-  if (tp < 1) bad("tp = " + std::to_string(tp) + " must be positive");
+  if (tp < 1) bad("shard_map", "tp = " + std::to_string(tp) + " must be positive");
   if (rank < 0 || rank >= tp) {
-    bad("rank = " + std::to_string(rank) + " outside [0, " + std::to_string(tp) + ")");
+    bad("shard_map", "rank = " + std::to_string(rank) + " outside [0, " + std::to_string(tp) + ")");
   }
   ShardMap m;
   m.tp = tp;
@@ -36,16 +37,17 @@ ShardMap shard_map(const ModelConfig& tp1, int tp, int rank) {
   if (tp1.kind == LayerKind::kMamba2) {
     const Mamba2Config& c = tp1.mamba;
     if (c.num_heads % tp != 0) {
-      bad("mamba.num_heads = " + std::to_string(c.num_heads) +
-          " is not a multiple of tp = " + std::to_string(tp));
+      bad("shard_map", "mamba.num_heads = " + std::to_string(c.num_heads) +
+                           " is not a multiple of tp = " + std::to_string(tp));
     }
     // One group that tp does not divide (Granite-4.0-H, Falcon-H1: n_groups = 1) is copied to
     // every rank, as vLLM shards it (extra_groups_for_head_shards): each rank's heads read the
     // same B and C as at TP1, so the shard is still exact. Other groups must divide.
     const bool copy_group = c.n_groups == 1;
     if (c.n_groups % tp != 0 && !copy_group) {
-      bad("mamba.n_groups = " + std::to_string(c.n_groups) + " is not a multiple of tp = " +
-          std::to_string(tp) + " (and not 1, which every rank would copy)");
+      bad("shard_map", "mamba.n_groups = " + std::to_string(c.n_groups) +
+                           " is not a multiple of tp = " + std::to_string(tp) +
+                           " (and not 1, which every rank would copy)");
     }
     m.config.mamba.num_heads = c.num_heads / tp;
     m.config.mamba.n_groups = copy_group ? 1 : c.n_groups / tp;
@@ -67,12 +69,12 @@ ShardMap shard_map(const ModelConfig& tp1, int tp, int rank) {
   const int K = kda ? tp1.kda_layer.head_k_dim : tp1.gdn.head_k_dim;
   const int V = kda ? tp1.kda_layer.head_v_dim : tp1.gdn.head_v_dim;
   if (H % tp != 0) {
-    bad(std::string(prefix) + "num_k_heads = " + std::to_string(H) +
-        " is not a multiple of tp = " + std::to_string(tp));
+    bad("shard_map", std::string(prefix) + "num_k_heads = " + std::to_string(H) +
+                         " is not a multiple of tp = " + std::to_string(tp));
   }
   if (HV % tp != 0) {
-    bad(std::string(prefix) + "num_v_heads = " + std::to_string(HV) +
-        " is not a multiple of tp = " + std::to_string(tp));
+    bad("shard_map", std::string(prefix) + "num_v_heads = " + std::to_string(HV) +
+                         " is not a multiple of tp = " + std::to_string(tp));
   }
   if (kda) {
     m.config.kda_layer.num_k_heads = H / tp;
@@ -93,15 +95,18 @@ ShardMap shard_map(const ModelConfig& tp1, int tp, int rank) {
 
 void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>& ranges,
                   const TensorView& dst) {
-  if (src.empty() || dst.empty()) bad("src and dst must not be empty");
+  if (src.empty() || dst.empty()) bad("shard_gather", "src and dst must not be empty");
   if (src.device != Device::kCpu || dst.device != Device::kCpu) {
-    bad("src and dst must be host memory (copy device tensors with cudaMemcpy2D per range)");
+    bad("shard_gather",
+        "src and dst must be host memory (copy device tensors with cudaMemcpy2D per range)");
   }
   if (src.ndim != dst.ndim || src.ndim < 1 || src.ndim > TensorView::kMaxDims) {
-    bad("src has " + std::to_string(src.ndim) + " dims, dst " + std::to_string(dst.ndim));
+    bad("shard_gather",
+        "src has " + std::to_string(src.ndim) + " dims, dst " + std::to_string(dst.ndim));
   }
-  if (dim < 0 || dim >= src.ndim) bad("dim = " + std::to_string(dim) + " outside the dims");
-  if (src.dtype != dst.dtype) bad("src and dst dtypes differ");
+  if (dim < 0 || dim >= src.ndim)
+    bad("shard_gather", "dim = " + std::to_string(dim) + " outside the dims");
+  if (src.dtype != dst.dtype) bad("shard_gather", "src and dst dtypes differ");
   // Extents and strides >= 0, spans within 2^48 bytes: every offset below is exact.
   detail::check_strided("shard_gather", "src", src);
   detail::check_strided("shard_gather", "dst", dst);
@@ -109,19 +114,20 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
   for (const ColumnRange& r : ranges) {
     if (r.begin < 0 || r.count < 0 || r.begin > src.shape[dim] ||
         r.count > src.shape[dim] - r.begin) {
-      bad("range {begin " + std::to_string(r.begin) + ", count " + std::to_string(r.count) +
-          "} outside src dim " + std::to_string(dim) + " = " + std::to_string(src.shape[dim]));
+      bad("shard_gather", "range {begin " + std::to_string(r.begin) + ", count " +
+                              std::to_string(r.count) + "} outside src dim " + std::to_string(dim) +
+                              " = " + std::to_string(src.shape[dim]));
     }
     if (__builtin_add_overflow(total, r.count, &total) || total > dst.shape[dim]) {
-      bad("the ranges hold more than dst dim " + std::to_string(dim) + " = " +
-          std::to_string(dst.shape[dim]) + " columns");
+      bad("shard_gather", "the ranges hold more than dst dim " + std::to_string(dim) + " = " +
+                              std::to_string(dst.shape[dim]) + " columns");
     }
   }
   for (int d = 0; d < src.ndim; ++d) {
     const int64_t want = d == dim ? total : src.shape[d];
     if (dst.shape[d] != want) {
-      bad("dst dim " + std::to_string(d) + " = " + std::to_string(dst.shape[d]) + ", expected " +
-          std::to_string(want));
+      bad("shard_gather", "dst dim " + std::to_string(d) + " = " + std::to_string(dst.shape[d]) +
+                              ", expected " + std::to_string(want));
     }
   }
   const std::size_t es = dtype_size(src.dtype);
@@ -131,7 +137,8 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
   for (int d = 0; d < dst.ndim; ++d) {
     if (__builtin_mul_overflow(n, dst.shape[d], &n) ||
         n > (int64_t{1} << 48) / static_cast<int64_t>(es)) {
-      bad("dst holds more than 2^48 bytes of elements (shape " + dst.describe() + ")");
+      bad("shard_gather",
+          "dst holds more than 2^48 bytes of elements (shape " + dst.describe() + ")");
     }
   }
   if (n == 0) return;  // nothing to copy (and no column map to build)
@@ -141,10 +148,12 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
   if (detail::span_bytes(src) > 0) {
     int64_t i = 0, j = 0;
     if (detail::rows_overlap(detail::byte_rows(dst), detail::byte_rows(src), &i, &j)) {
-      bad("dst (" + dst.describe() + ") overlaps src (" + src.describe() + "): index " +
-          std::to_string(i) + " of dst lies within the byte span of index " + std::to_string(j) +
-          " of src (each index of the first dimension counts as its whole span); dst must be "
-          "other memory");
+      bad("shard_gather",
+          "dst (" + dst.describe() + ") overlaps src (" + src.describe() + "): index " +
+              std::to_string(i) + " of dst lies within the byte span of index " +
+              std::to_string(j) +
+              " of src (each index of the first dimension counts as its whole span); dst must be "
+              "other memory");
     }
   }
   // Walk every element of dst; map its index along `dim` to src through the ranges.

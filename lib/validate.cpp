@@ -238,7 +238,7 @@ void check_view(const TensorView& view, const ViewSpec& spec) {
   if ((spec.dtype_rule == DTypeRule::kExact && view.dtype != spec.dtype) ||
       (spec.dtype_rule == DTypeRule::kAnyFloat && !float_dtype)) {
     fail(Status::kInvalidArgument, spec.function,
-         name + " dtype = " + dtype_name(view.dtype) + ", expected " +
+         name + " dtype = " + dtype_value_text(view.dtype) + ", expected " +
              (spec.dtype_rule == DTypeRule::kExact ? dtype_name(spec.dtype) : "f32 or bf16"));
   }
   // The dtype's natural alignment (4 bytes f32 / i32, 2 bytes bf16): the backends read elements

@@ -11,6 +11,14 @@
 
 namespace specstate::detail {
 
+// A dtype as errors name it: its name, or its value where it is none of DType's ("7 (not a
+// DType)"; dtype_name printed "unknown dtype").
+inline std::string dtype_value_text(DType dtype) {
+  if (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kI32)
+    return dtype_name(dtype);
+  return std::to_string(static_cast<int>(dtype)) + " (not a DType)";
+}
+
 [[noreturn]] void fail(Status status, const char* function, const std::string& message);
 
 enum class DTypeRule { kExact, kAnyFloat };

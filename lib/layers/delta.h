@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../layout.h"
+#include "../validate.h"
 #include "specstate/status.h"
 
 namespace specstate::detail::delta {
@@ -59,7 +60,7 @@ void validate_common(const Config& c, const char* kind, int64_t gate_cols) {
                                      {"conv_state_dtype", c.conv_state_dtype},
                                      {"ssm_state_dtype", c.ssm_state_dtype}}) {
     if (dtype != DType::kF32 && dtype != DType::kBF16) {
-      bad_field(kind, field, dtype_name(dtype), "must be f32 or bf16");
+      bad_field(kind, field, detail::dtype_value_text(dtype), "must be f32 or bf16");
     }
   }
 }

@@ -20,7 +20,7 @@ void check_positive(const char* field, int value) {
 }
 void check_float_dtype(const char* field, DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    bad_field(field, dtype_name(dtype), "must be f32 or bf16");
+    bad_field(field, detail::dtype_value_text(dtype), "must be f32 or bf16");
   }
 }
 }  // namespace

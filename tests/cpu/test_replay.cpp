@@ -313,6 +313,14 @@ TEST(Replay, OneRingRangeForThePoolAndTheHelpersAndNegativeValuesEverywhere) {
                   {"default_replay_fold_rows", "kind = 9"});
 }
 
+// A dtype that is none of DType's is named by its value (the message said "unknown dtype").
+TEST(Replay, ADTypeOutsideTheEnumIsNamedByItsValue) {
+  GdnConfig g = gdn_preset("small_f32");
+  g.ssm_state_dtype = static_cast<DType>(7);
+  expect_rejected([&] { ModelConfig::gated_delta_net(1, g).validate(); }, Status::kInvalidArgument,
+                  {"gdn.ssm_state_dtype = 7 (not a DType)"});
+}
+
 TEST(Replay, EachStrategyHasOnlyItsOwnWorkspace) {
   const ModelConfig m = ModelConfig::gated_delta_net(2, gdn_preset("small_f32"));
   StatePool replay(m, replay_options(3, 2, 4));

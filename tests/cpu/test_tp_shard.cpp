@@ -341,6 +341,9 @@ TEST(TpShardMap, ColumnsAndBadArguments) {
     FAIL() << "tp = 3 does not divide 4 key heads";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gdn.num_k_heads = 4"), std::string::npos) << e.what();
+    // The function the caller called is named (the errors said "shard:").
+    EXPECT_EQ(std::string(e.what()).find("shard:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shard_map: "), std::string::npos) << e.what();
   }
   EXPECT_THROW(shard_map(m, 2, 2), Error);
   const ModelConfig mm = ModelConfig::mamba2(1, Mamba2Side::config(DType::kF32));
@@ -411,6 +414,7 @@ TEST(TpShardGather, RefusesBadViewsAndRanges) {
     } catch (const Error& e) {
       EXPECT_EQ(e.status(), Status::kInvalidArgument) << e.what();
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("shard_gather"), std::string::npos) << e.what();
     }
     EXPECT_EQ(dst.bytes(), before);
   };
