@@ -27,6 +27,9 @@ struct TensorView {
   // kMaxDims dims, a negative extent, or a shape of more than 2^63 elements.
   static TensorView contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
                                Device device = Device::kCpu);
+  // A view of const memory is for a call's inputs (weights, inputs, an imported slot state): a
+  // TensorView carries no constness, so the library writes through any view given as an output,
+  // whatever memory it came from.
   static TensorView contiguous(const void* data, DType dtype, std::initializer_list<int64_t> shape,
                                Device device = Device::kCpu) {
     return contiguous(const_cast<void*>(data), dtype, shape, device);
