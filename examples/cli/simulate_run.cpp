@@ -340,14 +340,32 @@ void check_host_memory(const SimulateOptions& o, const ModelConfig& config, cons
   bytes += 4.0 * tokens * input_cols * es;  // kInputSets input sets
   bytes += (o.check ? config.num_layers : 1) * tokens * static_cast<double>(sh.heads) *
            static_cast<double>(sh.head_dim) * es;  // core outputs
+  // The synthetic weights (f32, run_simulation): conv weight [D, W], A_log, dt_bias (KDA: a K
+  // vector a head), the conv bias and D where the model has them; a CPU pool's copy besides the
+  // host one (memory.place). A huge --conv-width passed the check without them and needed 2.3x
+  // the estimate.
+  const double HV = static_cast<double>(sh.heads), D = static_cast<double>(sh.D);
+  const double weight_floats = D * static_cast<double>(sh.W) + HV +
+                               HV * static_cast<double>(sh.kda ? sh.K : 1) +
+                               (sh.conv_bias ? D : 0.0) + (sh.d_skip ? HV : 0.0);
+  const double weights = config.num_layers * weight_floats * 4.0 * (o.backend == "cpu" ? 2.0 : 1.0);
+  bytes += weights;
   const double available = available_host_bytes();
   if (available > 0 && bytes > available) {
     const bool traced = !o.trace_path.empty();
-    char text[160];
+    char text[200];
     std::snprintf(text, sizeof(text),
-                  "the run needs about %.3g GB of host memory (pools and the simulator's "
-                  "buffers), %.3g GB are available",
-                  bytes / 1e9, available / 1e9);
+                  "the run needs about %.3g GB of host memory (pools, the model's weights: %.3g "
+                  "GB, and the simulator's buffers), %.3g GB are available",
+                  bytes / 1e9, weights / 1e9, available / 1e9);
+    // Blamed on the model where its weights are most of it (fewer requests would not help).
+    if (weights >= bytes / 2) {
+      const std::string option = o.dims.conv_width > 0   ? "--conv-width"
+                                 : o.dims.layers > 0     ? "--layers"
+                                 : !o.model_file.empty() ? "--model-file"
+                                                         : "--model";
+      throw CLI::ValidationError(option, std::string(text) + " (a smaller model)");
+    }
     throw CLI::ValidationError(
         traced ? "--trace" : "--requests",
         std::string(text) + (traced ? " (a trace of fewer requests or smaller windows)"

@@ -362,6 +362,19 @@ TEST(HostileCli, ARunPastTheAvailableHostMemoryIsAUsageError) {
   EXPECT_EQ(fits.code, 0) << fits.output;
 }
 
+// The synthetic weights count too (a huge --conv-width passed the check and needed 2.3x its
+// estimate), and a run whose weights are most of it is blamed on the model option, not on
+// --requests 1.
+TEST(HostileCli, TheModelsWeightsCountAndAreNamed) {
+  const std::string args =
+      "simulate --conv-width 20000 --window 1 --requests 1 --rounds 1 --warmup 0 --quiet";
+  const test::CliRun refused = test::run_command(
+      "env", std::string("SPECSTATE_SIM_HOST_BYTES=1e9 ") + SPECSTATE_CLI_PATH + " " + args);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "--conv-width: the run needs about")) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "the model's weights")) << refused.output;
+}
+
 // The peak resident memory (KiB) of a shell command, measured in a process of its own (so that no
 // other test's children count), and its exit code.
 long peak_rss_kib(const std::string& command, int* code) {
