@@ -894,6 +894,20 @@ std::string slurp(const std::string& path) {
   return text.str();
 }
 
+// --backend cuda where no CUDA device is usable (or no CUDA build) is a bad argument, exit 2 as
+// simulate's; it was every case's failure, exit 1, like a conformance failure. (On a GPU machine
+// the cases run.)
+TEST(GoldenCli, AnUnusableCudaBackendIsABadArgument) {
+  TempDir dir;
+  const std::string out = dir.file("out.txt");
+  const int code = run_cli("check-golden --backend cuda \"" + kCaseA + "\"", out);
+  const std::string text = slurp(out);
+  if (code == 0) GTEST_SKIP() << "a CUDA device ran the case: " << text;
+  EXPECT_EQ(code, 2) << text;
+  EXPECT_NE(text.find("--backend"), std::string::npos) << text;
+  EXPECT_EQ(text.find("0 passed"), std::string::npos) << text;
+}
+
 TEST(GoldenCli, PassesCasesAAndC) {
   TempDir dir;
   const std::string out = dir.file("out.txt");
