@@ -24,7 +24,7 @@ void add_check_golden_command(CLI::App& app, int& exit_code) {
       "Run the golden verify+commit cases of every layer kind (safetensors, parts grouped by "
       "their 'case' metadata; a folder stands for its *.safetensors files) and compare with the "
       "third party (SGLang; fla for KDA) and the float64 reference. Exit 0 when every case "
-      "passes, 1 otherwise.");
+      "passes, 1 otherwise, 2 for a bad argument (--backend cuda with no usable device).");
   command->add_option("FILE", args->files, "golden case files or folders")
       ->required()
       ->check(CLI::ExistingPath);
