@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -73,6 +74,30 @@ constexpr int64_t kQwenFactorRecord = 32 * 128 * 4 + 32 * 4 + 16 * 4 + 16 * 128 
 constexpr int64_t kQwenRecord = kQwenConvRecord + kQwenFactorRecord;                  // 37,056
 // Per slot and layer besides the records: a pending count and a cursor (base, h), 3 x int32.
 constexpr int64_t kCounts = 3 * 4;
+
+// plan's modelled replay traffic is simulate's: the same round measured by simulate (400 rounds,
+// accepted lengths uniform in [1, T], as the ring model assumes) within 1%. plan left out the
+// conv records (T written, the pending read back): 6% below simulate at the small model.
+TEST(PlanCli, ReplayTrafficIsSimulates) {
+  const std::string report = ::testing::TempDir() + "specstate_plan_traffic.json";
+  const CliRun sim = run_cli(
+      "simulate --model tiny --strategy replay --requests 8 --window 4 --rounds 400 "
+      "--histogram 1,1,1,1 --quiet --out '" +
+      report + "'");
+  ASSERT_EQ(sim.code, 0) << sim.output;
+  std::ifstream in(report);
+  const auto measured = nlohmann::json::parse(in);
+  const double simulated = measured["bytes"]["verify_bytes_per_round"].get<double>() / 8.0;
+  const CliRun plan =
+      run_cli("plan --model tiny --strategy replay --max-requests 8 --window 4 --json");
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  double modelled = 0;
+  for (const auto& r : nlohmann::json::parse(plan.output)["replay_rings"]) {
+    if (r["default"].get<bool>()) modelled = r["state_bytes_per_round_per_request"].get<double>();
+  }
+  ASSERT_GT(modelled, 0.0);
+  EXPECT_NEAR(modelled / simulated, 1.0, 0.01) << modelled << " vs " << simulated;
+}
 
 TEST(PlanCli, Qwen3NextTp1Replay) {
   const CliRun run =
