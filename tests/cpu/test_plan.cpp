@@ -92,10 +92,11 @@ TEST(PlanCli, ReplayTrafficIsSimulates) {
       run_cli("plan --model tiny --strategy replay --max-requests 8 --window 4 --json");
   ASSERT_EQ(plan.code, 0) << plan.output;
   double modelled = 0;
-  for (const auto& r : nlohmann::json::parse(plan.output)["replay_rings"]) {
+  const auto rings = nlohmann::json::parse(plan.output)["replay_rings"];
+  for (const auto& r : rings) {
     if (r["default"].get<bool>()) modelled = r["state_bytes_per_round_per_request"].get<double>();
   }
-  ASSERT_GT(modelled, 0.0);
+  ASSERT_GT(modelled, 0.0) << plan.output;
   EXPECT_NEAR(modelled / simulated, 1.0, 0.01) << modelled << " vs " << simulated;
 }
 
