@@ -341,6 +341,12 @@ bool ModelDims::any() const {
 
 ModelPreset read_model_file(const std::string& path) {
   const std::string option = "--model-file";
+  // A FIFO would block the open until a writer came (a model file is read whole, not streamed
+  // as a --trace is): refused by name.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
+    throw CLI::ValidationError(option, path + " is a FIFO; give the model file itself");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CLI::ValidationError(option, "cannot read " + path);
   // A model file is a few hundred bytes; reading a bounded prefix keeps /dev/zero or a huge file
@@ -668,7 +674,10 @@ void add_model_options(CLI::App* cmd, std::string& model, std::string& model_fil
   dim("--head-dim", dims.head_dim, "Mamba2: channels per head P");
   dim("--d-state", dims.d_state, "Mamba2: state size N");
   dim("--groups", dims.groups, "Mamba2: groups G of B and C");
-  dim("--conv-width", dims.conv_width, "Conv taps W");
+  cmd->add_option("--conv-width", dims.conv_width, "Conv taps W (at least 2: the state keeps W-1)")
+      ->transform(specstate::examples::decimal())
+      ->check(CLI::Range(2, 1 << 20))
+      ->group("Model dimensions");
   for (auto [name, field, help] :
        {std::tuple<const char*, std::string*, const char*>{"--act-dtype", &dims.act_dtype,
                                                            "Activation dtype: f32 or bf16"},

@@ -177,6 +177,23 @@ TEST(HostileCli, StandardOutputToAFullDeviceFails) {
   }
 }
 
+// A --model-file that is a FIFO is refused by name (its open waited for a writer for ever; the
+// run is under `timeout` so that the old behaviour fails instead of hanging), and --conv-width 1
+// by its own range (it was "custom dimensions (--heads, --layers, ...)").
+TEST(HostileCli, AModelFileFifoAndAConvWidthOfOneAreRefusedByName) {
+  const std::string fifo = ::testing::TempDir() + "specstate_model_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const test::CliRun run = test::run_command(
+      "timeout", std::string("20 ") + SPECSTATE_CLI_PATH + " plan --model-file " + fifo);
+  std::remove(fifo.c_str());
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_TRUE(contains(run.output, "--model-file: " + fifo + " is a FIFO")) << run.output;
+  const test::CliRun w1 = run_cli("plan --conv-width 1");
+  EXPECT_EQ(w1.code, 2) << w1.output;
+  EXPECT_TRUE(contains(w1.output, "--conv-width: Value 1 not in range 2")) << w1.output;
+}
+
 TEST(HostileCli, OutToDevFullFails) {
   const test::CliRun run = run_cli("simulate --model tiny --rounds 2 --quiet --out /dev/full");
   EXPECT_EQ(run.code, 1) << run.output;
