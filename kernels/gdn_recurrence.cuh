@@ -517,8 +517,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   } else {
 #pragma unroll
     for (int j = 0; j < RPT; ++j) {
-      gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[j] ? rows.v[j] : 0} * K, S[j], kl,
-                                    rows.ok[j]);
+      gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[j] ? rows.v[j] : 0} * K, S[j], kl);
     }
   }
   grid_dependency_wait();
@@ -543,7 +542,6 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     __syncthreads();
   }
 
-  const bool writer = kl == 0;
   float* const u_rec = sink.ring != nullptr
                            ? reinterpret_cast<float*>(sink.ring + p.f_u) + int64_t{hv} * V
                            : nullptr;
@@ -616,13 +614,13 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         asm volatile("cp.async.commit_group;" ::: "memory");
       }
       // The row's output and u record, stored with the block's others after its tokens
-      // (gdn_flush_block): no per-token global addressing in this loop.
-      if (writer) {
+      // (gdn_flush_block): no per-token global addressing in this loop. Every lane of a row holds
+      // the same o and u (the butterfly's sums are the same bits on every lane) and stores them
+      // to the same word: no branch around a writer lane.
 #pragma unroll
-        for (int j = 0; j < RPT; ++j) {
-          sm.out_rows[t][rows.vrow[j]] = o[j];
-          sm.u_rows[t][rows.vrow[j]] = u[j];
-        }
+      for (int j = 0; j < RPT; ++j) {
+        sm.out_rows[t][rows.vrow[j]] = o[j];
+        sm.u_rows[t][rows.vrow[j]] = u[j];
       }
     }
     if constexpr (kKV) {
@@ -656,8 +654,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         gdn_kv_tile_read<K, kRows, NK, LANES, 1>(sm.kv_tile, S, rows, kl);
       } else {
 #pragma unroll
-        for (int j = 0; j < RPT; ++j)
-          gdn_load_state<St, NK, LANES>(next_mine(j), S[j], kl, rows.ok[j]);
+        for (int j = 0; j < RPT; ++j) gdn_load_state<St, NK, LANES>(next_mine(j), S[j], kl);
       }
     }
   }

@@ -406,24 +406,18 @@ __device__ __forceinline__ void gdn_stage_history(GdnChunk<K, kRows, kChunk, kKd
   __syncthreads();
 }
 
-// The state update of one token, S = e^g S + u k^T, one fused multiply-add per element (rounded
-// to the state dtype after the token, as decode stores it). The step and the history records'
-// application both call it: the replay strategy is bit-exact by construction.
-template <typename St, int NK>
-__device__ __forceinline__ void gdn_update(float4 (&S)[NK], const float4 (&kn)[NK], float u,
-                                           float eg) {
-#pragma unroll
-  for (int i = 0; i < NK; ++i) {
-    S[i].x = round_to<St>(fmaf(u, kn[i].x, eg * S[i].x));
-    S[i].y = round_to<St>(fmaf(u, kn[i].y, eg * S[i].y));
-    S[i].z = round_to<St>(fmaf(u, kn[i].z, eg * S[i].z));
-    S[i].w = round_to<St>(fmaf(u, kn[i].w, eg * S[i].w));
-  }
+// The state update of one token, in two parts that the step and the records' application share:
+// the decay (GDN: S = e^g S, one product per element, kept in fp32; KDA: per key channel,
+// S[v][i] = e^g[i] S[v][i]), then S = S + u k^T, one fused multiply-add per element, rounded to
+// the state dtype after the token as decode stores it. Every path calls these: the replay strategy
+// is bit-exact by construction. The step forms the decay right after its dot products have read
+// S (KDA: before them), so that the products need not wait for u.
+__device__ __forceinline__ void gdn_decay(float4& s, float eg) {
+  s.x = eg * s.x;
+  s.y = eg * s.y;
+  s.z = eg * s.z;
+  s.w = eg * s.w;
 }
-
-// KDA's update, in two parts that the step and the records' application share: the decay per key
-// channel (S[v][i] = e^g[i] S[v][i], kept in fp32), then S = S + u k^T rounded to the state dtype
-// after the token. The step fuses the decay into its dot products (same product, same value).
 __device__ __forceinline__ void kda_decay(float4& s, const float4& e) {
   s.x *= e.x;
   s.y *= e.y;
@@ -439,6 +433,14 @@ __device__ __forceinline__ void gdn_rank1(float4 (&S)[NK], const float4 (&kn)[NK
     S[i].z = round_to<St>(fmaf(u, kn[i].z, S[i].z));
     S[i].w = round_to<St>(fmaf(u, kn[i].w, S[i].w));
   }
+}
+// GDN's whole update, S = e^g S + u k^T (a history record's application).
+template <typename St, int NK>
+__device__ __forceinline__ void gdn_update(float4 (&S)[NK], const float4 (&kn)[NK], float u,
+                                           float eg) {
+#pragma unroll
+  for (int i = 0; i < NK; ++i) gdn_decay(S[i], eg);
+  gdn_rank1<St, NK>(S, kn, u);
 }
 
 // A record's decay and update of this thread's rows (either kind): GDN S = e^g S + u k^T (one
@@ -513,16 +515,18 @@ __device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
 
 // One token step on this thread's rows of S (staged token tt); sets o and u (the update) of each
 // row. kOutput = false (a tree path recomputed): S q~ and the output are not computed; the state
-// update is the same arithmetic. `update` = false: the state after the token is not formed (GDN
+// update is the same arithmetic. kUpdate = false: the state after the token is not formed (GDN
 // leaves S as it was, KDA leaves it decayed), for a window's last token whose state nobody reads
 // (a replay verify: its records, not its state, carry the window; o and u need only the state
 // before the token). Whether it is formed changes no bit of o, u or any state that is read.
-template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true,
-          bool kKda = false>
-__device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
-                                         const GdnChunk<K, kRows, kChunk, kKda>& c, int tt, int kl,
-                                         const GdnRows<RPT>& rows, float (&u)[RPT], float (&o)[RPT],
-                                         bool update = true) {
+// GDN's decay is formed as each element has been read by the dot products: those products do not
+// depend on u, so they fill the wait for the dot products' shuffle reduction.
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput, bool kKda,
+          bool kUpdate>
+__device__ __forceinline__ void gdn_step_body(float4 (&S)[RPT][K / (4 * LANES)],
+                                              const GdnChunk<K, kRows, kChunk, kKda>& c, int tt,
+                                              int kl, const GdnRows<RPT>& rows, float (&u)[RPT],
+                                              float (&o)[RPT]) {
   constexpr int NK = K / (4 * LANES);
   float4 kn[NK];
   // Each dot product is one chain of fused multiply-adds, one instruction per element (the
@@ -530,6 +534,7 @@ __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
   float sk[RPT], sq[RPT];
 #pragma unroll
   for (int j = 0; j < RPT; ++j) sk[j] = sq[j] = 0.f;
+  const float eg = kKda ? 0.0f : c.eg[tt];
 #pragma unroll
   for (int i = 0; i < NK; ++i) {
     kn[i] = *reinterpret_cast<const float4*>(&c.k[tt][i * 4 * LANES + kl * 4]);
@@ -545,6 +550,7 @@ __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
       if constexpr (kOutput) {
         sq[j] = fmaf(s.w, qn.w, fmaf(s.z, qn.z, fmaf(s.y, qn.y, fmaf(s.x, qn.x, sq[j]))));
       }
+      if constexpr (!kKda && kUpdate) gdn_decay(S[j][i], eg);  // GDN: after the dot products
     }
   }
 #pragma unroll
@@ -556,21 +562,31 @@ __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
     }
   }
   const float beta = c.beta[tt], kq = c.kq[tt];
-  if constexpr (kKda) {
 #pragma unroll
-    for (int j = 0; j < RPT; ++j) {
+  for (int j = 0; j < RPT; ++j) {
+    if constexpr (kKda) {
       u[j] = beta * (c.v[tt][rows.vrow[j]] - sk[j]);
       o[j] = sq[j] + u[j] * kq;
-      if (update) gdn_rank1<St, NK>(S[j], kn, u[j]);
-    }
-  } else {
-    const float eg = c.eg[tt];
-#pragma unroll
-    for (int j = 0; j < RPT; ++j) {
+    } else {
       u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
       o[j] = eg * sq[j] + u[j] * kq;
-      if (update) gdn_update<St, NK>(S[j], kn, u[j], eg);
     }
+    if constexpr (kUpdate) gdn_rank1<St, NK>(S[j], kn, u[j]);
+  }
+}
+
+// gdn_step_body with the state update chosen at run time (`update`, uniform across the CTA): a
+// branch between two instantiations, each with its own schedule.
+template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true,
+          bool kKda = false>
+__device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
+                                         const GdnChunk<K, kRows, kChunk, kKda>& c, int tt, int kl,
+                                         const GdnRows<RPT>& rows, float (&u)[RPT], float (&o)[RPT],
+                                         bool update = true) {
+  if (update) {
+    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, true>(S, c, tt, kl, rows, u, o);
+  } else {
+    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, false>(S, c, tt, kl, rows, u, o);
   }
 }
 
@@ -593,6 +609,13 @@ __device__ __forceinline__ void gdn_load_state(const St* src, float4 (&S)[NK], i
   for (int i = 0; i < NK; ++i) {
     S[i] = ok ? load4<St>(src + i * 4 * LANES + kl * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
+}
+// The same load where `src` is readable for every row, a row past V included (its values are
+// then never stored: a row past V only feeds its own outputs, which nobody writes): no select.
+template <typename St, int NK, int LANES>
+__device__ __forceinline__ void gdn_load_state(const St* src, float4 (&S)[NK], int kl) {
+#pragma unroll
+  for (int i = 0; i < NK; ++i) S[i] = load4<St>(src + i * 4 * LANES + kl * 4);
 }
 
 }  // namespace specstate::kernels
