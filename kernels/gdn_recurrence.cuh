@@ -2,6 +2,8 @@
 // section 3), the work split and the token step shared by every launch: gdn_step.cuh.
 #pragma once
 
+#include <type_traits>
+
 #include "gdn_step.cuh"
 
 namespace specstate::kernels {
@@ -585,11 +587,13 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         }
       }
     }
-    for (int t = 0; t < rt.count; ++t) {
+    // Window token t: its step (`update`: whether the state after it is formed; a compile-time
+    // constant where the caller passes one), at t == 0 the next block's state copy, then its
+    // output and u record into shared memory.
+    const auto window_token = [&](int t, auto update) {
       float u[RPT], o[RPT];
-      // The state after the window's last token is read only where it is stored (store_final).
       gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o,
-                                                 t + 1 < rt.count || p.store_final || p.last_state);
+                                                 static_cast<bool>(update));
       if (kKV && t == 0 && more) {
         // The next block's state into the tile (cooperative: read back after a barrier); the
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.
@@ -621,6 +625,21 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       for (int j = 0; j < RPT; ++j) {
         sm.out_rows[t][rows.vrow[j]] = o[j];
         sm.u_rows[t][rows.vrow[j]] = u[j];
+      }
+    };
+    // The state after the window's last token is read only where it is stored (store_final).
+    // Token 0 (with the copy) and the last token are peeled, so that the tokens between them are
+    // one straight-line body with the update a constant, unrolled by two: a token's key and
+    // query loads may then be issued while the token before it waits for its reduction.
+    const bool last_update = p.store_final || p.last_state;
+    window_token(0, rt.count > 1 || last_update);
+#pragma unroll 2
+    for (int t = 1; t + 1 < rt.count; ++t) window_token(t, std::true_type{});
+    if (rt.count > 1) {
+      if (last_update) {
+        window_token(rt.count - 1, std::true_type{});
+      } else {
+        window_token(rt.count - 1, std::false_type{});
       }
     }
     if constexpr (kKV) {
