@@ -231,7 +231,18 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
 // than an RPT parameter of mamba2_row_block: that one, written over arrays of RPT channels, was
 // 1-2% slower at one channel a thread (H100, Nemotron-H rounds at every batch; its scheduling and
 // spills moved).
-template <typename Act, typename St, int N, int kChunk, int RPT, typename Shared>
+//
+// kLaneStore (the one-block kernel's): a token's outputs are stored by lane kl < RPT of each
+// channel group, channel kl (every lane of the group holds every channel's y), one predicated
+// store a token from an address formed once a chunk, and the token loop is unrolled by two. The
+// per-token 64-bit address arithmetic of lane 0's two stores was about 40 of the loop's
+// instructions. Measured on an H100 (Nemotron-H-8B replay rounds; this kernel runs below 24
+// CTAs an SM, B <= 24 at 128 heads: T = 4 / 8, B = 8 0.965 / 0.961; T = 8, B = 1 0.949; T = 2,
+// B = 1 1.023). The
+// several-blocks kernel keeps lane 0's stores: there the same change cost 5.5-7% at B >= 32
+// (docs/cuda.md, twenty-second session).
+template <typename Act, typename St, int N, int kChunk, int RPT, bool kLaneStore = false,
+          typename Shared>
 __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& p, Shared& sm,
                                                   int vblock, float a_log, float dt_bias, float D) {
   constexpr int LANES = mamba2_lanes<N>();
@@ -311,6 +322,12 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
   if (p.tokens == 0) return;  // materialize: history only
   const float A = p.A_log ? -expf(a_log) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
+  // kLaneStore: the lane's channel (jm of its RPT), and token 0's output address for it.
+  const int jm = RPT == 2 && (kl & 1) != 0 ? 1 : 0;
+  const int rm = jm == 1 ? r[RPT - 1] : r[0];
+  const bool store_mine = kl < RPT && (jm == 1 ? ok[RPT - 1] : ok[0]);
+  Act* const out_mine = out + rt.begin * p.out_stride_token + h * p.out_stride_h +
+                        int64_t{jm == 1 ? ch[RPT - 1] : ch[0]} * p.out_stride_p;
   Mamba2FactorSink sink;
   if (p.write_factors && p.factors != nullptr) {
     sink.ring = p.factors + slot * p.factor_stride_slot;
@@ -329,18 +346,32 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
       }
     }
     if (off > 0 && merged_store) store_all();
-    for (int tt = 0; tt < m; ++tt) {
-      const int t = c0 + tt;
-      float y[RPT];
-      mamba2_step_rows<St, N, kChunk, true, RPT>(S, chunk, off + tt, kl, r, y);
+    if constexpr (kLaneStore) {
+#pragma unroll 2
+      for (int tt = 0; tt < m; ++tt) {
+        float y[RPT];
+        mamba2_step_rows<St, N, kChunk, true, RPT>(S, chunk, off + tt, kl, r, y);
+        if (store_mine) {
+          float ym = jm == 1 ? y[RPT - 1] : y[0];
+          if (p.d_skip) ym += chunk.x[off + tt][rm] * D;
+          ym *= chunk.z[off + tt][rm];
+          out_mine[(c0 + tt) * p.out_stride_token] = from_float<Act>(ym);
+        }
+      }
+    } else {
+      for (int tt = 0; tt < m; ++tt) {
+        const int t = c0 + tt;
+        float y[RPT];
+        mamba2_step_rows<St, N, kChunk, true, RPT>(S, chunk, off + tt, kl, r, y);
 #pragma unroll
-      for (int j = 0; j < RPT; ++j) {
-        if (kl == 0 && ok[j]) {
-          float yj = y[j];
-          if (p.d_skip) yj += chunk.x[off + tt][r[j]] * D;
-          yj *= chunk.z[off + tt][r[j]];
-          out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h + ch[j] * p.out_stride_p] =
-              from_float<Act>(yj);
+        for (int j = 0; j < RPT; ++j) {
+          if (kl == 0 && ok[j]) {
+            float yj = y[j];
+            if (p.d_skip) yj += chunk.x[off + tt][r[j]] * D;
+            yj *= chunk.z[off + tt][r[j]];
+            out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h + ch[j] * p.out_stride_p] =
+                from_float<Act>(yj);
+          }
         }
       }
     }
@@ -627,7 +658,7 @@ __global__ void __launch_bounds__(
     }
   } else {
     if constexpr (RPT > 1) {
-      mamba2_chain_rows<Act, St, N, kChunk, RPT>(p, sm, blockIdx.x, a_log, dt_bias, D);
+      mamba2_chain_rows<Act, St, N, kChunk, RPT, true>(p, sm, blockIdx.x, a_log, dt_bias, D);
     } else {
       mamba2_row_block<Act, St, N, kChunk, kReplay, kTree, false, true>(p, sm, blockIdx.x, a_log,
                                                                         dt_bias, D);
