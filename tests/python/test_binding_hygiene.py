@@ -233,9 +233,24 @@ def test_vllm_notes_name_only_the_tensor_in_the_error():
         num_k_heads=2, num_v_heads=2, head_k_dim=16, head_v_dim=16,
         act_dtype=specstate.DType.F32, conv_state_dtype=specstate.DType.F32))
     conv = [np.zeros(specstate.vllm.conv_shape(kimi, 4), np.float32)]
-    bad = [np.zeros((4, 2, 16, 15), np.float32)]  # not vLLM's (slots, HV, V, K)
+    # vLLM's shape (slots, HV, V, K), so that vllm.state_pool's own shape check passes and the
+    # pool itself refuses it: a K stride of 2 (every other column of a wider buffer).
+    bad = [np.zeros((4, 2, 16, 32), np.float32)[..., ::2]]
+    assert bad[0].shape == specstate.vllm.recurrent_shape(kimi, 4)
     with pytest.raises(specstate.Error) as e:
         specstate.vllm.state_pool(kimi, specstate.PoolOptions(num_slots=4),
                                   conv_states=conv, recurrent_states=bad)
-    assert "recurrent_states" in str(e.value)
-    assert "conv state" not in str(e.value)  # nothing of the conv tensors' transposes
+    message = str(e.value)
+    assert "recurrent_states" in message and "committed" not in message  # the caller's name
+    assert "conv state" not in message  # nothing of the conv tensors' transposes
+    # In the KV order the recurrent states are handed over transposed: that note, and still
+    # none about the conv states.
+    bad_kv = [np.zeros((4, 2, 32, 16), np.float32)[:, :, ::2, :]]
+    assert bad_kv[0].shape == specstate.vllm.recurrent_shape(kimi, 4, specstate.SsmLayout.KV)
+    with pytest.raises(specstate.Error) as e:
+        specstate.vllm.state_pool(kimi, specstate.PoolOptions(num_slots=4), conv_states=conv,
+                                  recurrent_states=bad_kv, order=specstate.SsmLayout.KV)
+    message = str(e.value)
+    assert "recurrent_states" in message
+    assert "transposed view of each recurrent state (order KV)" in message
+    assert "conv state" not in message
