@@ -315,6 +315,31 @@ void print_golden_report(std::ostream& out, const GoldenReport& report) {
   out << std::right << "  " << (report.outcome == GoldenOutcome::kPass ? "PASS" : "FAIL") << "\n";
 }
 
+void require_backend(Backend backend) {
+  if (backend == Backend::kCpu) return;
+  PoolOptions probe;
+  probe.backend = backend;
+  probe.num_slots = 1;
+  probe.max_rows = 1;
+  probe.max_window = 1;
+  GdnConfig g;
+  g.num_k_heads = 1;
+  g.num_v_heads = 1;
+  g.head_k_dim = 32;
+  g.head_v_dim = 32;
+  try {
+    StatePool pool(ModelConfig::gated_delta_net(1, g), probe);
+  } catch (const Error& e) {
+    if (e.status() != Status::kNotSupported) throw;
+    // The pool's message without its status prefix (this error carries the same status).
+    std::string why = e.text();
+    const std::string prefix = std::string(status_name(e.status())) + ": ";
+    if (why.compare(0, prefix.size(), prefix) == 0) why.erase(0, prefix.size());
+    throw Error(Status::kNotSupported,
+                "backend " + std::string(backend_name(backend)) + " cannot run here: " + why);
+  }
+}
+
 int check_golden(const std::vector<std::string>& paths, const GoldenOptions& options,
                  std::ostream& out) {
   const GoldenInputs inputs = load_golden_inputs(paths);

@@ -103,6 +103,12 @@ GoldenReport run_golden_case(const GoldenCase& golden, const GoldenOptions& opti
 
 void print_golden_report(std::ostream& out, const GoldenReport& report);
 
+// Throws Error(kNotSupported) naming the backend when a state pool of `backend` cannot be built
+// here (a library without its CUDA backend, or no usable device): probed with the smallest pool.
+// check-golden calls it before running any case, so that a backend that cannot run is a bad
+// argument (the command's exit 2, Python's NotSupportedError), not a failed check of every case.
+void require_backend(Backend backend);
+
 // The whole command: load, run every case, print reports and a summary to `out`.
 // Returns 0 when every case passed, 1 otherwise.
 int check_golden(const std::vector<std::string>& paths, const GoldenOptions& options,

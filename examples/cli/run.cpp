@@ -14,6 +14,10 @@
 namespace specstate::cli {
 
 int run(int argc, char** argv) {
+  // One process may run several commands (the Python package's console script, `_cli_main`): a
+  // write failure of an earlier one must not fail, or silence, this one.
+  std::cout.clear();
+  std::clearerr(stdout);
   CLI::App app{"specstate: recurrent state for speculative decoding"};
   app.set_version_flag("--version", specstate::version());
   app.require_subcommand(1);
@@ -42,9 +46,11 @@ int run(int argc, char** argv) {
   }
   // What the command printed must have reached its destination: `plan --json > plan.json` on a
   // full disk (or a closed pipe) left an empty file and exited 0.
+  errno = 0;
   std::cout.flush();
-  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    const int err = errno;
+  const bool flushed = static_cast<bool>(std::cout) && std::fflush(stdout) == 0;
+  const int err = errno;
+  if (!flushed || std::ferror(stdout)) {
     std::cerr << "specstate: writing standard output failed"
               << (err != 0 ? std::string(": ") + std::strerror(err) : std::string()) << "\n";
     return exit_code != 0 ? exit_code : 1;

@@ -126,13 +126,18 @@ void bind_cli(nb::module_& m) {
         int code = 0;
         {
           nb::gil_scoped_release release;
+          // A backend that cannot run here raises NotSupportedError naming it (the command's
+          // exit 2), not five failed cases.
+          cli::require_backend(options.backend);
           code = cli::check_golden(paths, options, out);
         }
         return nb::make_tuple(code, out.str());
       },
       nb::arg("paths"), nb::arg("backend") = "cpu",
       "`specstate check-golden`: runs the golden cases (files or folders) and returns "
-      "(exit_code, report): 0 when every case passed, 1 otherwise.");
+      "(exit_code, report): 0 when every case passed, 1 otherwise. A backend that cannot run "
+      "here (backend='cuda' without a usable device or CUDA backend) raises NotSupportedError "
+      "naming it before any case runs.");
 #else
   m.attr("HAS_CLI") = false;
 #endif

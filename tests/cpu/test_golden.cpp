@@ -20,6 +20,7 @@
 #include "common/golden_expect.h"
 #include "specstate/dtype.h"
 #include "specstate/safetensors.h"
+#include "specstate/status.h"
 
 namespace specstate::cli {
 namespace {
@@ -906,6 +907,21 @@ TEST(GoldenCli, AnUnusableCudaBackendIsABadArgument) {
   EXPECT_EQ(code, 2) << text;
   EXPECT_NE(text.find("--backend"), std::string::npos) << text;
   EXPECT_EQ(text.find("0 passed"), std::string::npos) << text;
+}
+
+// The probe both check-golden entry points call (the command and Python's check_golden): the CPU
+// backend always runs; CUDA where it cannot is refused naming the backend, with the pool's reason.
+TEST(GoldenCli, RequireBackendNamesABackendThatCannotRun) {
+  EXPECT_NO_THROW(cli::require_backend(Backend::kCpu));
+  try {
+    cli::require_backend(Backend::kCuda);
+    if (!cli::cuda_device_available()) ADD_FAILURE() << "no CUDA device, yet the probe passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kNotSupported) << e.text();
+    EXPECT_NE(e.text().find("backend cuda cannot run here: StatePool"), std::string::npos)
+        << e.text();
+    EXPECT_EQ(e.text().find("not supported: not supported"), std::string::npos) << e.text();
+  }
 }
 
 TEST(GoldenCli, PassesCasesAAndC) {

@@ -1,5 +1,6 @@
 """The spec/ helpers (windows, greedy acceptance, batch builder, traces) and the CLI functions."""
 
+import json
 import os
 
 import pytest
@@ -208,6 +209,37 @@ def test_check_golden():
             assert "(" + name + ")" in report, (name, report)
     with pytest.raises(ValueError, match="backend"):
         specstate.check_golden([golden], backend="tpu")
+    # A backend that cannot run here is refused naming it before any case runs (as the
+    # command's exit 2); it used to return (1, "0 passed, 5 failed").
+    try:
+        code, report = specstate.check_golden([golden], backend="cuda")
+    except specstate.NotSupportedError as e:
+        assert "backend cuda cannot run here" in str(e), str(e)
+    else:
+        assert code == 0 and "0 passed" not in report, report  # a GPU machine ran the cases
+
+
+@pytest.mark.skipif(not specstate.HAS_CLI, reason="built without CLI11: no plan/check_golden")
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full to fail a write on")
+def test_cli_main_runs_again_after_a_failed_write(capfd):
+    """One process may run several commands (the console script's _cli_main): a command whose
+    standard output could not be written left std::cout failed, and every later command in the
+    process printed nothing and exited 1."""
+    cli_main = specstate._specstate._cli_main
+    saved = os.dup(1)
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        os.dup2(full, 1)
+        assert cli_main(["specstate", "plan", "--model", "tiny", "--json"]) == 1
+    finally:
+        os.dup2(saved, 1)
+        os.close(full)
+        os.close(saved)
+    capfd.readouterr()
+    assert cli_main(["specstate", "plan", "--model", "tiny", "--json"]) == 0
+    out, err = capfd.readouterr()
+    assert json.loads(out)["committed_bytes_per_request"] > 0, (out, err)
+    assert "writing standard output failed" not in err
 
 
 def test_bounds_are_exported_and_enforced():
