@@ -1,14 +1,24 @@
 // CLI11 validators the example programs share: a uint64 given as digits (CLI11 takes "-1" for a
 // uint64 option as 2^64 - 1), a finite number in a range (CLI::Range lets NaN through: every
-// comparison with it is false).
+// comparison with it is false); and the median their reports print.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace specstate::examples {
+
+// The median of `v` (0 for none): the mean of the two middle values for an even count (v[n / 2],
+// the upper one, printed the slower of two rounds as their median).
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 // Leading zeros dropped from a run of digits ("010" -> "10", "000" -> "0"): CLI11 converts
 // integers with base 0, so "010" was read as octal 8 and "0x10" as 16 (a seed copied from a

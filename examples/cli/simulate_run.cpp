@@ -26,6 +26,7 @@
 
 #include "cli/commands.h"
 #include "cli/sim_helpers.h"
+#include "cli_checks.h"
 #include "specstate/spec/trace.h"
 #include "specstate/spec/verify_batch.h"
 #include "specstate/specstate.h"
@@ -265,10 +266,7 @@ Json percentiles(std::vector<double> v) {
   for (double x : v) sum += x;
   std::sort(v.begin(), v.end());
   j["mean"] = sum / static_cast<double>(v.size());
-  // The median: the mean of the two middle values for an even count (v[n / 2] was the upper one:
-  // two rounds printed their slower as the p50).
-  const std::size_t n = v.size();
-  j["p50"] = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  j["p50"] = examples::median(v);
   j["max"] = v.back();
   return j;
 }

@@ -376,12 +376,6 @@ std::vector<std::vector<int32_t>> make_prompts(const dvl::HybridModel& model, co
   return dvl::make_prompts(model, lo);
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 double max_abs_diff(const std::vector<float>& x, const std::vector<float>& y) {
   double m = 0;
   for (std::size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
@@ -460,7 +454,7 @@ int run_tp(const Options& o, int num_gpus) {
   auto med = [](const RankResult& r, double RoundTiming::*f) {
     std::vector<double> v;
     for (const RoundTiming& t : r.timing) v.push_back(t.*f);
-    return median(v);
+    return specstate::examples::median(v);
   };
   for (int r = 0; r < o.tp; ++r) {
     const RankResult& rr = results[static_cast<std::size_t>(r)];

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/simulate.h"
+#include "cli_checks.h"
 #include "common/cli_run.h"
 #include "specstate/spec/trace.h"
 #include "specstate/specstate.h"
@@ -159,6 +160,16 @@ TEST(Simulate, ReportSchemaAndStatistics) {
   EXPECT_EQ(report["bytes"]["commit_bytes"].get<int64_t>(), cbytes);
   EXPECT_FALSE(report["check"]["ran"].get<bool>());
   std::remove(saved.c_str());
+}
+
+// The examples' shared median (simulate's p50, tp_verify_loop's "median verify"): the mean of
+// the two middle values for an even count (tp_verify_loop kept v[n / 2], the upper one, after
+// simulate's was fixed).
+TEST(Simulate, TheExamplesMedianOfAnEvenCountIsTheMeanOfTheMiddleTwo) {
+  EXPECT_EQ(examples::median({}), 0.0);
+  EXPECT_EQ(examples::median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_EQ(examples::median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_EQ(examples::median({5.0, 7.0}), 6.0);
 }
 
 // Replay's report keeps the single-strategy keys; memory and the bytes model by hand.
