@@ -6,6 +6,7 @@
 #include <string>
 
 #include "specstate/status.h"
+#include "validate.h"
 
 namespace specstate {
 
@@ -108,7 +109,7 @@ bool TensorView::is_contiguous() const noexcept {
 std::string TensorView::describe() const {
   std::ostringstream out;
   const int dims = readable_dims(ndim);
-  out << dtype_name(dtype) << "[";
+  out << detail::dtype_value_text(dtype) << "[";  // a value outside DType by its number
   for (int i = 0; i < dims; ++i) out << (i ? ", " : "") << shape[i];
   out << "] strides [";
   for (int i = 0; i < dims; ++i) out << (i ? ", " : "") << stride[i];

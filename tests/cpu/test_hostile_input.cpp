@@ -64,6 +64,15 @@ TEST(HostileTensorView, DescribeNeverReadsPastTheArrays) {
   EXPECT_EQ(v.numel(), 1);  // no dims readable: the empty product
 }
 
+// A dtype outside DType is named by its value in a view's description, which the shape and
+// stride errors embed before the dtype check runs (it read "unknown dtype").
+TEST(HostileTensorView, DescribeNamesADtypeOutsideTheEnumByItsValue) {
+  std::vector<float> data(6, 1.0f);
+  const TensorView v = TensorView::contiguous(data.data(), static_cast<DType>(7), {2, 3});
+  EXPECT_TRUE(contains(v.describe(), "7 (not a DType)[2, 3]")) << v.describe();
+  EXPECT_FALSE(contains(v.describe(), "unknown")) << v.describe();
+}
+
 TEST(HostileTensorView, PoolRejectsNdimOutsideZeroToSixAndChangesNothing) {
   const GdnConfig g = tiny_config();
   PoolOptions o;
