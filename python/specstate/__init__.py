@@ -12,6 +12,8 @@ Arrays (NumPy, torch, CuPy, JAX) are taken through DLPack with zero copies; pool
 back as zero-copy arrays supporting ``__dlpack__``. See docs/python.md.
 """
 
+import sys
+
 from . import _specstate
 from ._specstate import *  # noqa: F401,F403
 from ._specstate import (  # noqa: F401
@@ -39,7 +41,8 @@ def to_numpy(view):
     if not hasattr(view, "__dlpack__"):
         raise TypeError(f"view: expected a pool view or an array with __dlpack__, "
                         f"got {type(view).__name__}")
-    if type(view).__module__.startswith("torch"):
+    torch = sys.modules.get("torch")  # a torch tensor exists only where torch is imported
+    if torch is not None and isinstance(view, torch.Tensor):  # subclasses too
         # The bindings' checks first: a torch tensor with a pending negation or conjugation
         # exports its memory without the flag (its values would come back with the wrong sign).
         for flag in ("is_neg", "is_conj"):

@@ -227,6 +227,14 @@ def test_to_numpy_refuses_lazily_negated_torch_tensors():
         specstate.to_numpy(x)
     assert specstate.to_numpy(x.resolve_neg()).tolist() == [-0.0, -1.0, -2.0]
 
+    class Sub(torch.Tensor):  # a subclass defined outside torch (its module is this test's)
+        pass
+
+    y = torch._neg_view(torch.arange(3, dtype=torch.float32)).as_subclass(Sub)
+    assert y.is_neg() and not type(y).__module__.startswith("torch")
+    with pytest.raises(ValueError, match="negative bit"):
+        specstate.to_numpy(y)
+
 
 def test_vllm_notes_name_only_the_tensor_in_the_error():
     kimi = specstate.ModelConfig.kda(1, specstate.KdaConfig(
