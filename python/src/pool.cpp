@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -249,6 +250,33 @@ std::optional<SlotHandle> to_handle(nb::handle object, const char* name, bool al
   throw nb::type_error(msg.c_str());
 }
 
+// A sequence of SlotHandle arguments (a list or tuple; not a str); TypeError naming `name` (or
+// `name[i]` with to_handle's hint) otherwise.
+std::vector<SlotHandle> to_handles(nb::handle seq, const std::string& name) {
+  if (nb::isinstance<nb::str>(seq) || nb::isinstance<nb::bytes>(seq) ||
+      !PySequence_Check(seq.ptr())) {
+    throw nb::type_error(
+        (name + ": expected a sequence of SlotHandle, got " + arg_type_name(seq)).c_str());
+  }
+  const Py_ssize_t n = PySequence_Size(seq.ptr());
+  if (n < 0) throw nb::python_error();
+  std::vector<SlotHandle> out;
+  out.reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    nb::object item = nb::steal(PySequence_GetItem(seq.ptr(), i));
+    if (!item.is_valid()) throw nb::python_error();
+    out.push_back(*to_handle(item, (name + "[" + std::to_string(i) + "]").c_str(), false));
+  }
+  return out;
+}
+
+// A binding's signature text, kept for the module's lifetime (nanobind keeps the pointer).
+const char* keep_text(std::string text) {
+  static std::deque<std::string> texts;
+  texts.push_back(std::move(text));
+  return texts.back().c_str();
+}
+
 // export_slot / import_slot's `dst` / `src`, or its legacy keyword `path`: one of the two.
 nb::handle pick_target(nb::handle positional, nb::handle path, const char* function,
                        const char* name) {
@@ -292,17 +320,24 @@ void layer_call(PyPool& p, nb::handle_t<W> weights, const I& in_arg, const O& ou
 template <typename W, typename I, typename O, typename Cls>
 void bind_layer_calls(Cls& cls, const char* kind) {
   const std::string of = std::string(" (") + kind + " overload.)";
+  // The handles are taken as objects and converted by to_handle / to_handles (an argument named
+  // in the error, with a hint for a slot index); the signatures keep their types for the stubs.
+  const std::string k = std::string(kind).substr(0, std::string(kind).size() - 7);  // "Weights"
+  const std::string tail = ", weights: " + k + "Weights, inputs: " + k + "Inputs, outputs: " + k +
+                           "Outputs, stream: object | None = None) -> None";
   cls.def(
          "prefill",
-         [](PyPool& p, nb::handle layer_arg, SlotHandle h, nb::handle_t<W> weights, const I& in,
-            const O& out, nb::handle stream) {
+         [](PyPool& p, nb::handle layer_arg, nb::handle handle, nb::handle_t<W> weights,
+            const I& in, const O& out, nb::handle stream) {
            const int layer = to_int(layer_arg, "StatePool.prefill", "layer");
+           const SlotHandle h = *to_handle(handle, "handle", false);
            layer_call<W>(p, weights, in, out, stream,
                          [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                            s.prefill(layer, h, w, i, o);
                          });
          },
-         nb::arg("layer").none(), nb::arg("handle"), nb::arg("weights"), nb::arg("inputs"),
+         nb::sig(keep_text("def prefill(self, layer: object | None, handle: SlotHandle" + tail)),
+         nb::arg("layer").none(), nb::arg("handle").none(), nb::arg("weights"), nb::arg("inputs"),
          nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
          (std::string("Advances one request's committed state of `layer` in place over n "
                       "tokens (inputs [n, ...], in order).") +
@@ -310,9 +345,10 @@ void bind_layer_calls(Cls& cls, const char* kind) {
              .c_str())
       .def(
           "prefill_batch",
-          [](PyPool& p, nb::handle layer_arg, std::vector<SlotHandle> handles, IntList lengths_arg,
+          [](PyPool& p, nb::handle layer_arg, nb::handle handles_arg, IntList lengths_arg,
              nb::handle_t<W> weights, const I& in, const O& out, nb::handle stream) {
             const int layer = to_int(layer_arg, "StatePool.prefill_batch", "layer");
+            const std::vector<SlotHandle> handles = to_handles(handles_arg, "handles");
             const std::vector<int32_t> lengths =
                 to_int_vector<int32_t>(lengths_arg, "StatePool.prefill_batch: lengths");
             layer_call<W>(p, weights, in, out, stream,
@@ -320,8 +356,12 @@ void bind_layer_calls(Cls& cls, const char* kind) {
                             s.prefill(layer, handles, lengths, w, i, o);
                           });
           },
-          nb::arg("layer").none(), nb::arg("handles"), nb::arg("lengths"), nb::arg("weights"),
-          nb::arg("inputs"), nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
+          nb::sig(keep_text("def prefill_batch(self, layer: object | None, handles: "
+                            "Sequence[SlotHandle], lengths: Sequence[int]" +
+                            tail)),
+          nb::arg("layer").none(), nb::arg("handles").none(), nb::arg("lengths"),
+          nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
+          nb::arg("stream").none() = nb::none(),
           (std::string("Batched variable-length prefill: handles[r] advances by lengths[r] "
                        "tokens packed at lengths[0] + .. + lengths[r-1] (inputs hold "
                        "sum(lengths) tokens); equal to one prefill per request.") +
@@ -329,15 +369,18 @@ void bind_layer_calls(Cls& cls, const char* kind) {
               .c_str())
       .def(
           "decode",
-          [](PyPool& p, nb::handle layer_arg, std::vector<SlotHandle> rows, nb::handle_t<W> weights,
+          [](PyPool& p, nb::handle layer_arg, nb::handle rows_arg, nb::handle_t<W> weights,
              const I& in, const O& out, nb::handle stream) {
             const int layer = to_int(layer_arg, "StatePool.decode", "layer");
+            const std::vector<SlotHandle> rows = to_handles(rows_arg, "rows");
             layer_call<W>(p, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.decode(layer, rows, w, i, o);
                           });
           },
-          nb::arg("layer").none(), nb::arg("rows"), nb::arg("weights"), nb::arg("inputs"),
+          nb::sig(keep_text("def decode(self, layer: object | None, rows: Sequence[SlotHandle]" +
+                            tail)),
+          nb::arg("layer").none(), nb::arg("rows").none(), nb::arg("weights"), nb::arg("inputs"),
           nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
           (std::string("One token per row (row r's token at r), advancing the committed state; "
                        "padding rows are skipped.") +
@@ -393,8 +436,9 @@ void bind_pool(nb::module_& m) {
                           "rows), the window T and, for trees, parents ([T] shared or [B*T]).")
       .def(
           "__init__",
-          [](VerifyBatch* self, std::vector<SlotHandle> rows, nb::handle window, IntList parents,
+          [](VerifyBatch* self, nb::handle rows_arg, nb::handle window, IntList parents,
              IntList lengths) {
+            std::vector<SlotHandle> rows = to_handles(rows_arg, "VerifyBatch.rows");
             const int t = to_integer<int>(window, "VerifyBatch.window");
             std::vector<int32_t> p = to_int_vector<int32_t>(parents, "VerifyBatch.parents");
             std::vector<int32_t> l = to_int_vector<int32_t>(lengths, "VerifyBatch.lengths");
@@ -404,7 +448,9 @@ void bind_pool(nb::module_& m) {
             self->parents = std::move(p);
             self->lengths = std::move(l);
           },
-          nb::arg("rows") = std::vector<SlotHandle>{}, nb::arg("window").none() = 1,
+          nb::sig("def __init__(self, rows: Sequence[SlotHandle] = [], window: object | None = 1, "
+                  "parents: Sequence[int] = (), lengths: Sequence[int] = ()) -> None"),
+          nb::arg("rows").none() = nb::tuple(), nb::arg("window").none() = 1,
           nb::arg("parents") = nb::tuple(), nb::arg("lengths") = nb::tuple(),
           "rows: list of SlotHandle; window: T (the largest with lengths); parents: [] (chain), "
           "[T] or [B*T] (with lengths: [sum(lengths)] packed or [B*T]); lengths: [] (every row "
@@ -655,13 +701,16 @@ void bind_pool(nb::module_& m) {
               "Same as workspace_bytes.")
           .def(
               "materialize",
-              [](PyPool& p, std::vector<SlotHandle> handles, nb::handle stream) {
+              [](PyPool& p, nb::handle handles_arg, nb::handle stream) {
+                const std::vector<SlotHandle> handles = to_handles(handles_arg, "handles");
                 locked(p, stream, [&](StatePool& s) {
                   s.materialize(handles);
                   return 0;
                 });
               },
-              nb::arg("handles") = std::vector<SlotHandle>{}, nb::arg("stream").none() = nb::none(),
+              nb::sig("def materialize(self, handles: Sequence[SlotHandle] = [], stream: object | "
+                      "None = None) -> None"),
+              nb::arg("handles").none() = nb::tuple(), nb::arg("stream").none() = nb::none(),
               (std::string("Makes the committed memory of `handles` (all live slots when empty) "
                            "equal their committed state (replay; a no-op for snapshot). Reads only "
                            "the pool's records, never the weights of an earlier call.") +

@@ -195,6 +195,20 @@ def test_handle_arguments_are_named():
         with pytest.raises(TypeError, match=rf"^{name}: expected a SlotHandle"):
             call()
     assert pool.is_live(h)  # nothing changed
+    # The layer calls and the handle lists: a slot index is named (index and hint) instead of
+    # nanobind's list of overloads.
+    w, out = model.weights[0], model.outputs(1)
+    inp = specstate.GdnInputs(*model.inputs(1)[0])
+    for call, name in [(lambda: pool.prefill(0, 1, w, inp, out), "handle"),
+                       (lambda: pool.decode(0, [h, 1], w, inp, out), r"rows\[1\]"),
+                       (lambda: pool.prefill_batch(0, [1], [1], w, inp, out), r"handles\[0\]"),
+                       (lambda: pool.materialize([h, 2]), r"handles\[1\]"),
+                       (lambda: specstate.VerifyBatch([1], window=2), r"VerifyBatch.rows\[0\]")]:
+        with pytest.raises(TypeError, match=rf"^{name}: expected a SlotHandle.*a slot index\?"):
+            call()
+    with pytest.raises(TypeError, match=r"^rows: expected a sequence of SlotHandle, got str"):
+        pool.decode(0, "h", w, inp, out)
+    assert pool.is_live(h)
 
 
 def test_export_slot_errors_name_the_callers_array():
