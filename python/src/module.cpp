@@ -4,6 +4,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -90,9 +92,15 @@ auto validated(R (C::*size)() const noexcept) {
   };
 }
 
-// A float field that may be unset, as Python writes it ("None", "0.0625").
+// A float field that may be unset, as Python writes it ("None", "0.0625", "0.1"): the shortest
+// decimal that reads back as the same float32 (the field's type), in Python's float notation.
+// Widened to double first, 0.1 printed as 0.10000000149011612.
 std::string optional_text(const std::optional<float>& v) {
-  return v ? nb::cast<std::string>(nb::repr(nb::float_(static_cast<double>(*v)))) : "None";
+  if (!v) return "None";
+  char digits[64];
+  const auto end = std::to_chars(digits, digits + sizeof(digits), *v).ptr;
+  return nb::cast<std::string>(
+      nb::repr(nb::float_(std::strtod(std::string(digits, end).c_str(), nullptr))));
 }
 
 // The fields the delta-rule kinds' configs share (GdnConfig, KdaConfig): set from __init__'s

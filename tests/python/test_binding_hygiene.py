@@ -178,6 +178,10 @@ def test_reprs_show_the_fields_as_set():
     g = repr(specstate.GdnConfig(scale=0.5, conv_bias=True))
     assert "scale=0.5" in g and "conv_bias=True" in g
     assert "lower_bound=-5.0" in repr(specstate.KdaConfig(lower_bound=-5.0))
+    # float32 fields as set, not widened to double (0.10000000149011612)
+    assert "scale=0.1," in repr(specstate.GdnConfig(scale=0.1))
+    assert "dt_min=0.001," in repr(specstate.Mamba2Config(dt_min=1e-3))
+    assert "lower_bound=-1e-06," in repr(specstate.KdaConfig(lower_bound=-1e-6))
 
 
 def test_handle_arguments_are_named():
