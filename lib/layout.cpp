@@ -236,8 +236,7 @@ Layout make_layout(const ModelConfig& config, const PoolOptions& options) {
                                               " must be 0 (the default) or positive");
   }
   if (options.strategy == Strategy::kReplay) {
-    if (options.replay_ring < 0 ||
-        (options.replay_ring > 0 && options.replay_ring / 2 < options.max_window)) {
+    if (options.replay_ring > 0 && options.replay_ring / 2 < options.max_window) {
       throw Error(Status::kInvalidArgument,
                   std::string(fn) +
                       ": options.replay_ring = " + std::to_string(options.replay_ring) +
