@@ -535,15 +535,18 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
           }
           asm volatile("cp.async.commit_group;" ::: "memory");
         }
-#pragma unroll
-        for (int j = 0; j < RPT; ++j) {
-          if (kl == 0 && ok[j]) {
-            float yj = y[j];
-            if (p.d_skip) yj += sm.chunk.x[hist + t][r[j]] * D;
-            yj *= sm.chunk.z[hist + t][r[j]];
-            out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h + ch[j] * p.out_stride_p] =
-                from_float<Act>(yj);
-          }
+        // One predicated store: lane kl < RPT of each channel group stores channel kl's output
+        // (every lane holds every channel's y), its address formed here from values the loop
+        // holds (held across the block instead, they spilled).
+        static_assert(RPT <= 2 && RPT <= LANES, "a lane per stored channel");
+        const bool odd = RPT == 2 && (kl & 1) != 0;
+        if (kl < RPT && (odd ? ok[RPT - 1] : ok[0])) {
+          const int rj = odd ? r[RPT - 1] : r[0];
+          float yj = odd ? y[RPT - 1] : y[0];
+          if (p.d_skip) yj += sm.chunk.x[hist + t][rj] * D;
+          yj *= sm.chunk.z[hist + t][rj];
+          out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h +
+              (odd ? ch[RPT - 1] : ch[0]) * p.out_stride_p] = from_float<Act>(yj);
         }
       }
 #pragma unroll
