@@ -4,6 +4,9 @@ per benchmark), for scripts/bench-compare.sh and scripts/bench-sweep.sh.
 
     bench_json.py compare A1.json B.json A2.json        # A, A again, B, B / mean(A)
     bench_json.py sweep VAR "v1 v2 .." F1.json ... Fn.json FIRST_AGAIN.json
+    bench_json.py ring OURS.json SGLANG.json [OURS_AGAIN.json]
+        # GDN replay rounds (BM_Rounds4Replay) against tools/sglang_ring_bench.py's SGLang ring on
+        # the same GPU: both figures, ours / SGLang's, and issue 16's target for the shape
 """
 import json
 import sys
@@ -43,10 +46,41 @@ def sweep(var, values, paths):
               " ".join(f"{u / base:5.3f}" for u in us[1:-1]))
 
 
+# Issue 16's targets against SGLang's ring (ours / theirs), by (T, B); the rest have none.
+RING_TARGETS = {(4, 1): 0.6, (4, 8): 0.70, (4, 32): 0.65, (4, 128): 0.65,
+                (2, 8): 0.75, (2, 128): 0.75, (8, 8): 0.75, (8, 128): 0.75}
+
+
+def ring(ours_paths, sglang_path):
+    runs = [load(p) for p in ours_paths]
+    theirs = json.load(open(sglang_path))
+    print(f"GDN replay rounds against SGLang {theirs['env'].get('sglang', '?')}'s ring of "
+          f"{theirs['shapes'].get('ring', '?')} on one GPU ({theirs['env'].get('gpu', '?')}), us a "
+          f"round; ours / SGLang with the lower of our runs")
+    print(f"{'T':>2} {'B':>4} | {'ours':>9} {'again':>9} | {'SGLang':>9} {'folds':>5} | "
+          f"{'ours/SGL':>8} {'target':>6}")
+    for r in theirs["results"]:
+        T, B = r["T"], r["B"]
+        us = [run.get(f"BM_Rounds4Replay/T:{T}/B:{B}/min_time:0.050") or
+              next((v for k, v in run.items() if k.startswith(f"BM_Rounds4Replay/T:{T}/B:{B}/")),
+                   None) for run in runs]
+        us = [u for u in us if u]
+        if not us:
+            continue
+        again = f"{us[1]:9.1f}" if len(us) > 1 else f"{'':9}"
+        target = RING_TARGETS.get((T, B))
+        mark = "" if target is None else (" met" if min(us) / r["round_us"] <= target else " MISS")
+        print(f"{T:2d} {B:4d} | {us[0]:9.1f} {again} | {r['round_us']:9.1f} "
+              f"{r.get('fold_rate', float('nan')):5.2f} | {min(us) / r['round_us']:8.3f} "
+              f"{'' if target is None else f'{target:.2f}':>6}{mark}")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "compare":
         compare(*sys.argv[2:5])
     elif len(sys.argv) >= 6 and sys.argv[1] == "sweep":
         sweep(sys.argv[2], sys.argv[3], sys.argv[4:])
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "ring":
+        ring([sys.argv[2]] + sys.argv[4:], sys.argv[3])
     else:
         sys.exit(__doc__)

@@ -14,6 +14,8 @@
 #   STAGES="kdaab" KDA_AB_ARGS="--B 1,8" scripts/gpu-check.sh   # KDA rounds against .ab-base
 #   STAGES="kdaab" KDAAB_TREE_CUDA_FLAGS=-DSPECSTATE_GDN_MULTI2_MIN_CTAS=5 ...  # a knob (ab-base.sh HEAD)
 #   STAGES="build rings" scripts/gpu-check.sh   # replay rings against the default, every kind
+#   STAGES="build ringbench" scripts/gpu-check.sh   # GDN replay vs SGLang's ring on this GPU
+#                                                   # (carry .whl/sglang-0.5.23-src)
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -24,7 +26,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 OUT="${OUT:-$root/out}"
 mkdir -p "$OUT"
-STAGES="${STAGES:-build tests sanitizer bench kdarounds m2bench kdabench sim tp}"
+STAGES="${STAGES:-build tests sanitizer bench ringbench kdarounds m2bench kdabench sim tp}"
 BUILD="${BUILD_DIR:-$root/build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
 status=0
@@ -129,6 +131,35 @@ if has bench; then
   sed -n '/specstate CUDA vs SGLang/,$p' "$OUT/bench.log"
   echo "bench rc=$rc"
   [ $rc -ne 0 ] && { tail -20 "$OUT/bench.log"; status=1; }
+fi
+
+if has ringbench; then
+  # GDN replay rounds against SGLang's circular ReplaySSM ring on this GPU (issue 16's ratios on
+  # the card at hand): tools/sglang_ring_bench.py runs SGLang 0.5.23's own Triton kernels from
+  # .whl/sglang-0.5.23-src (its docstring says how to make that folder; carry it), our bench runs
+  # before and after it (the spread), scripts/bench_json.py ring prints the table.
+  echo "== GDN replay against SGLang's ring on this GPU [t=${SECONDS}s]"
+  ring_t="${RING_T:-2|4|8}" ring_b="${RING_B:-1|8|32|128}"
+  ring_filter="BM_Rounds4Replay/T:($ring_t)/B:($ring_b)/"
+  if [ ! -d .whl/sglang-0.5.23-src ]; then
+    echo "ringbench SKIPPED: .whl/sglang-0.5.23-src is missing (tools/sglang_ring_bench.py says how"
+    echo "  to make it from the PyPI wheel; carry it)"
+  else
+    "$bench_bin" --benchmark_filter="$ring_filter" --benchmark_format=json >"$OUT/ring_ours1.json" \
+      2>"$OUT/ring_ours1.err"
+    timeout "${RING_TIMEOUT:-400}" python3 tools/sglang_ring_bench.py --T "${ring_t//|/,}" \
+      --B "${ring_b//|/,}" --json "$OUT/sglang_ring.json" >"$OUT/sglang_ring.log" 2>&1
+    rc=$?
+    "$bench_bin" --benchmark_filter="$ring_filter" --benchmark_format=json >"$OUT/ring_ours2.json" \
+      2>"$OUT/ring_ours2.err"
+    if [ $rc -eq 0 ]; then
+      python3 scripts/bench_json.py ring "$OUT/ring_ours1.json" "$OUT/sglang_ring.json" \
+        "$OUT/ring_ours2.json"
+    else
+      tail -20 "$OUT/sglang_ring.log"; status=1
+    fi
+    echo "ring bench rc=$rc"
+  fi
 fi
 
 if has kdarounds; then
