@@ -403,32 +403,18 @@ inline int rpt2_vblocks(int chosen, int rows, bool forced) {
 // that layer's conv state; null after any other operation: uploads, commits, slot copies) other
 // than this one (`layer`), the committed state is the pool's own (a caller's kernels may write a
 // caller's state between two calls) and the token offsets, if any, are the backend's own uploads
-// (not the caller's device cu_seqlens). Worth it (measured on the H200, rounds of Qwen3-Next and
-// Nemotron-H, off -> on): GDN B = 1 0.73-0.80, B = 8 0.80-0.89, B = 32 0.97-1.12, B = 128
-// 0.98-1.00; Mamba2 B = 1 0.65-0.75, B = 8 0.89-0.95, B = 32 0.96-0.99, B = 128 1.00: launches
-// by row count and window (layer_overlap_rows_ok). `mode` (the value of SPECSTATE_LAYER_OVERLAP):
-// 0 never, 1 the rule (the default), 2 whatever the rows (tuning).
-//
-// The rows' part of the rule. Mamba2: every batch (0.65-1.00 up to 32 rows; at 64 and 128 rows
-// 0.987-0.997 and 0.993-1.000, T = 2 / 4 / 8, 2026-12-04 fourth session). GDN and KDA (the same
-// kernels): up to kLayerOverlapRows rows at any window; windows of more than
-// kLayerOverlapShortT tokens up to kLayerOverlapRowsLong rows (T = 8, 32 rows: 0.974 twice; 64
-// rows 1.006, 128 rows 1.001); windows of up to kLayerOverlapShortT tokens also from
-// kLayerOverlapRowsWide rows on (T = 2: 64 rows 0.957, 128 rows 0.976; T = 4: 0.982, 0.991),
-// not in between (32 rows: T = 2 1.069, T = 4 1.107: the next conv's CTAs, resident while they
-// wait, take the slots of a recurrence that runs about one wave).
-inline constexpr int kLayerOverlapRows = 16, kLayerOverlapRowsLong = 32, kLayerOverlapRowsWide = 64;
-inline constexpr int kLayerOverlapShortT = 4;
-constexpr bool layer_overlap_rows_ok(bool mamba2, int rows, int tokens) {
-  if (mamba2 || rows <= kLayerOverlapRows) return true;
-  return tokens > kLayerOverlapShortT ? rows <= kLayerOverlapRowsLong
-                                      : rows >= kLayerOverlapRowsWide;
-}
+// (not the caller's device cu_seqlens). Wherever it is safe, at every row count and window, every
+// kind: measured on the H100 at the kernels of 2026-12-06 (docs/cuda.md, twenty-third session;
+// rounds, the old rows rule -> overlap at any rows) it never lost more than noise (<= 1.006) and
+// gained where the old rule, measured on the H200 with the kernels of 2026-12-04, had left it
+// off: GDN replay 24 / 32 / 48 rows 0.866 / 0.885 / 0.941 at T = 2, 0.896 / 0.898 / 0.938 at
+// T = 4, T = 8 48 / 64 / 128 rows 0.949 / 0.983 / 0.988; KDA replay 32 rows 0.936 / 0.940 (T = 2 /
+// 4); snapshot rounds 0.985-1.006. `mode` (the value of SPECSTATE_LAYER_OVERLAP): 0 never (timing),
+// 1 (the default) wherever safe; 2, the old "whatever the rows", is now the same as 1.
 inline bool layer_edge_allowed(int mode, const void* last_layer, const void* layer,
-                               bool caller_state, bool own_offsets, bool mamba2, int rows,
-                               int tokens) {
+                               bool caller_state, bool own_offsets) {
   const bool safe = last_layer != nullptr && last_layer != layer && !caller_state && own_offsets;
-  return safe && (mode == 2 || (mode == 1 && layer_overlap_rows_ok(mamba2, rows, tokens)));
+  return safe && mode != 0;
 }
 
 // Whether a GDN / KDA replay verify that the fused conv + recurrence launch can serve

@@ -234,7 +234,7 @@ if has overlap; then
   # Layers overlapping (programmatic dependent launch between layers, docs/cuda.md "Layers
   # overlap"): the rounds with SPECSTATE_LAYER_OVERLAP off, by the backend's rule and at any row
   # count, the first again at the end (the run-to-run spread). OVERLAP_GDN_FILTER /
-  # OVERLAP_M2_FILTER pick the shapes; kernels::layer_overlap_rows_ok's rule comes from it.
+  # OVERLAP_M2_FILTER pick the shapes; the default (overlap wherever safe, kernels::layer_edge_allowed) comes from it.
   echo "== layers overlap (SPECSTATE_LAYER_OVERLAP) [t=${SECONDS}s]"
   scripts/bench-sweep.sh "$bench_bin" SPECSTATE_LAYER_OVERLAP "0 1 2" \
     "${OVERLAP_GDN_FILTER:-BM_Rounds4Replay/T:(2|4|8)/B:(1|8|16|32|64|128)/}" "$OUT/overlap_gdn" ||

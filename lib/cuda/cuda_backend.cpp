@@ -400,8 +400,7 @@ class CudaBackend final : public BackendImpl {
     run_layer<cuda::Mamba2LaunchArgs>(
         s, run, weights, inputs, outputs, [&](const cuda::Mamba2LaunchArgs& a, const char* what) {
           cuda::Mamba2Launch L = cuda::build_mamba2_launch(a);
-          L.conv.programmatic =
-              programmatic_edge(s, L.conv.state, L.conv.rows, L.conv.tokens, L.conv.varlen);
+          L.conv.programmatic = programmatic_edge(s, L.conv.state, L.conv.varlen);
           try {
             check(k::launch_conv_update(L.conv, L.act, L.conv_state, stream_), what);
             check(k::launch_mamba2_recurrence(L.rec, L.act, L.ssm_state, stream_), what);
@@ -525,8 +524,7 @@ class CudaBackend final : public BackendImpl {
   // serves the call (kernels/gdn_fused.h: small-batch replay verifies of chains), else the conv
   // and then the recurrence.
   void launch_delta(const PoolStorage& s, cuda::GdnLaunch L, bool kda, const char* what) {
-    L.conv.programmatic =
-        programmatic_edge(s, L.conv.state, L.conv.rows, L.conv.tokens, L.conv.varlen);
+    L.conv.programmatic = programmatic_edge(s, L.conv.state, L.conv.varlen);
     k::GdnFusedParams fused{L.rec, L.conv, fused_counters_, L.user_conv_out};
     fused.programmatic = L.conv.programmatic;
     try {
@@ -554,12 +552,11 @@ class CudaBackend final : public BackendImpl {
   // it waits; asked for only where that kernel cannot be writing it (k::layer_edge_allowed).
   // chain_key_: the conv state of the layer this backend launched last, null after any other
   // operation (break_chain). SPECSTATE_LAYER_OVERLAP=0 turns it off (timing).
-  bool programmatic_edge(const PoolStorage& s, const void* key, int rows, int tokens,
+  bool programmatic_edge(const PoolStorage& s, const void* key,
                          const k::RowTokensParams& varlen) const {
     const bool own_offsets =
         varlen.cu == nullptr || varlen.cu == offsets_ || varlen.cu == advance_offsets_;
-    return k::layer_edge_allowed(overlap_, chain_key_, key, s.layout.caller_committed, own_offsets,
-                                 s.config.kind == LayerKind::kMamba2, rows, tokens);
+    return k::layer_edge_allowed(overlap_, chain_key_, key, s.layout.caller_committed, own_offsets);
   }
   void break_chain() noexcept { chain_key_ = nullptr; }
 

@@ -500,9 +500,10 @@ BENCHMARK(BM_Rounds4Snapshot)->Apply(shapes);
 BENCHMARK(BM_Rounds4Replay)->Apply(shapes);
 // B = 2, 4 and 16 (no SGLang figure recorded for them): where the fused small-batch launch and the
 // small-batch replay conv stop paying (kernels::gdn_fused_choice, conv_small_vt; sweep
-// SPECSTATE_GDN_FUSED or SPECSTATE_CONV_SMALL = 0 / 1 with bench-sweep.sh).
+// SPECSTATE_GDN_FUSED or SPECSTATE_CONV_SMALL = 0 / 1 with bench-sweep.sh); 24, 48 and 64: where
+// layers overlapping was measured (kernels::layer_edge_allowed; SPECSTATE_LAYER_OVERLAP 0 / 1).
 void small_batch_shapes(benchmark::internal::Benchmark* b) {
-  shape_grid(b, {2, 4, 8}, {2, 4, 16, 64});
+  shape_grid(b, {2, 4, 8}, {2, 4, 16, 24, 48, 64});
 }
 BENCHMARK(BM_Rounds4Replay)->Apply(small_batch_shapes);
 BENCHMARK(BM_Rounds4VariableSnapshot)->Apply(variable_shapes);

@@ -170,8 +170,11 @@ void BM_KdaRounds4Replay(benchmark::State& s) { rounds4(s, Strategy::kReplay); }
 BENCHMARK(BM_KdaRounds4Snapshot)->Apply(shapes);
 BENCHMARK(BM_KdaRounds4Replay)->Apply(shapes);
 // Batches between the table's (fla has no recorded figure there): 2 rows, the largest the fused
-// launch takes, and 4, the smallest that takes the two launches (kernels::gdn_fused_choice).
-void small_batch_shapes(benchmark::internal::Benchmark* b) { shape_grid(b, {2, 4, 8}, {2, 4}); }
+// launch takes, and 4, the smallest that takes the two launches (kernels::gdn_fused_choice); 16
+// and 64 where layers overlapping was measured (kernels::layer_edge_allowed).
+void small_batch_shapes(benchmark::internal::Benchmark* b) {
+  shape_grid(b, {2, 4, 8}, {2, 4, 16, 64});
+}
 BENCHMARK(BM_KdaRounds4Replay)->Apply(small_batch_shapes);
 
 void print_table() {

@@ -225,11 +225,12 @@ INSTANTIATE_TEST_SUITE_P(
 // Layers overlap (kernels/common.cuh, the CUDA backend's programmatic_edge): each layer's first
 // kernel is a programmatic dependent of the previous layer's last one and reads its own layer's
 // state before it waits. SPECSTATE_LAYER_OVERLAP=0 turns the edges off, 1 leaves them on (the
-// default: up to the measured rows), 2 at any rows (B = 40 here). Every way, replay equals
-// snapshot bit for bit over the equivalence's rounds (repeated verifies of a layer, aborted
-// rounds, releases, forks, decode, prefill, materialize between rounds: every way the previous
-// kernel may have written this layer's state), over the fused launch (B <= 2), the small-batch
-// conv, the token loop, trees, variable windows, Mamba2 and KDA (12 rows: two V rows a thread).
+// default: wherever safe, any rows; B = 40 here), 2 the same (it once ignored a rows rule). Every
+// way, replay equals snapshot bit for bit over the equivalence's rounds (repeated verifies of a
+// layer, aborted rounds, releases, forks, decode, prefill, materialize between rounds: every way
+// the previous kernel may have written this layer's state), over the fused launch (B <= 2), the
+// small-batch conv, the token loop, trees, variable windows, Mamba2 and KDA (12 rows: two V rows a
+// thread).
 class LayerOverlapGpu : public ::testing::TestWithParam<EnvCase> {};
 
 TEST_P(LayerOverlapGpu, ReplayEqualsSnapshotBitForBit) {
