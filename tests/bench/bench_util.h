@@ -353,6 +353,20 @@ class RoundsWorld {
     return *pool;
   }
 
+  // A benchmark's pool, or null after skipping the benchmark where the device cannot hold it
+  // (a snapshot pool of kMaxB rows x long windows on an 80 GB card): the rest of the run goes
+  // on, and the skip names the bytes needed and free.
+  template <typename Get>
+  static StatePool* pool_or_skip(benchmark::State& state, Get&& get) {
+    try {
+      return &get();
+    } catch (const Error& e) {
+      if (e.status() != Status::kResourceExhausted) throw;
+      state.SkipWithError(e.what());
+      return nullptr;
+    }
+  }
+
   GraphTimer timer() const { return GraphTimer{stream, flush_, flush_bytes_, e0_, e1_}; }
 
  private:

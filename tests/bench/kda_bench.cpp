@@ -149,7 +149,10 @@ double replay_floor_us(int T, int B) {
 void rounds4(benchmark::State& state, Strategy strategy) {
   const int T = state.range(0), B = state.range(1);
   World& w = World::get();
-  StatePool& p = w.pool_for(strategy, T);
+  StatePool* const pp =
+      w.pool_or_skip(state, [&]() -> StatePool& { return w.pool_for(strategy, T); });
+  if (pp == nullptr) return;
+  StatePool& p = *pp;
   const double t = time_rounds4(
       state, p, w.handles, T, B, kLayers, w.accepted4, w.timer(), [&](int l, int64_t tokens) {
         p.verify(l, w.weights(l), w.inputs(l, tokens), w.outputs(l, tokens));
