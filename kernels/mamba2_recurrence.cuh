@@ -239,8 +239,9 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
 // instructions. Measured on an H100 (Nemotron-H-8B replay rounds; this kernel runs below 24
 // CTAs an SM, B <= 24 at 128 heads: T = 4 / 8, B = 8 0.965 / 0.961; T = 8, B = 1 0.949; T = 2,
 // B = 1 1.023). The
-// several-blocks kernel keeps lane 0's stores: there the same change cost 5.5-7% at B >= 32
-// (docs/cuda.md, twenty-second session).
+// several-blocks kernel (mamba2_replay_vblocks) stores the same way, its address formed every
+// token instead (held across its blocks, it spilled at the 128-register cap and cost 5.5-7%):
+// B >= 32 0.95-0.99x (docs/cuda.md, twenty-second and twenty-third sessions).
 template <typename Act, typename St, int N, int kChunk, int RPT, bool kLaneStore = false,
           typename Shared>
 __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& p, Shared& sm,

@@ -140,25 +140,30 @@ if has ringbench; then
   # before and after it (the spread), scripts/bench_json.py ring prints the table.
   echo "== GDN replay against SGLang's ring on this GPU [t=${SECONDS}s]"
   ring_t="${RING_T:-2|4|8}" ring_b="${RING_B:-1|8|32|128}"
+  ring_t="${ring_t//,/|}" ring_b="${ring_b//,/|}"  # either separator
   ring_filter="BM_Rounds4Replay/T:($ring_t)/B:($ring_b)/"
   if [ ! -d .whl/sglang-0.5.23-src ]; then
     echo "ringbench SKIPPED: .whl/sglang-0.5.23-src is missing (tools/sglang_ring_bench.py says how"
     echo "  to make it from the PyPI wheel; carry it)"
   else
-    "$bench_bin" --benchmark_filter="$ring_filter" --benchmark_format=json >"$OUT/ring_ours1.json" \
-      2>"$OUT/ring_ours1.err"
-    timeout "${RING_TIMEOUT:-400}" python3 tools/sglang_ring_bench.py --T "${ring_t//|/,}" \
-      --B "${ring_b//|/,}" --json "$OUT/sglang_ring.json" >"$OUT/sglang_ring.log" 2>&1
-    rc=$?
-    "$bench_bin" --benchmark_filter="$ring_filter" --benchmark_format=json >"$OUT/ring_ours2.json" \
-      2>"$OUT/ring_ours2.err"
-    if [ $rc -eq 0 ]; then
-      python3 scripts/bench_json.py ring "$OUT/ring_ours1.json" "$OUT/sglang_ring.json" \
-        "$OUT/ring_ours2.json"
-    else
-      tail -20 "$OUT/sglang_ring.log"; status=1
+    # Ours, SGLang's, ours again; a failure of any of them (or of the table) fails the stage.
+    ours() {
+      "$bench_bin" --benchmark_filter="$ring_filter" --benchmark_format=json >"$OUT/ring_$1.json" \
+        2>"$OUT/ring_$1.err" && grep -q '"us"' "$OUT/ring_$1.json" ||
+        { echo "ringbench: our bench wrote no rounds for '$ring_filter':"; tail -5 "$OUT/ring_$1.err"; false; }
+    }
+    rc=1
+    if ours ours1; then
+      timeout "${RING_TIMEOUT:-400}" python3 tools/sglang_ring_bench.py --T "${ring_t//|/,}" \
+        --B "${ring_b//|/,}" --json "$OUT/sglang_ring.json" >"$OUT/sglang_ring.log" 2>&1
+      rc=$?
+      [ $rc -ne 0 ] && tail -20 "$OUT/sglang_ring.log"
+      ours ours2 || rc=1
+      [ $rc -eq 0 ] && { python3 scripts/bench_json.py ring "$OUT/ring_ours1.json" \
+        "$OUT/sglang_ring.json" "$OUT/ring_ours2.json" || rc=1; }
     fi
     echo "ring bench rc=$rc"
+    [ $rc -ne 0 ] && status=1
   fi
 fi
 
@@ -232,14 +237,14 @@ fi
 
 if has overlap; then
   # Layers overlapping (programmatic dependent launch between layers, docs/cuda.md "Layers
-  # overlap"): the rounds with SPECSTATE_LAYER_OVERLAP off, by the backend's rule and at any row
-  # count, the first again at the end (the run-to-run spread). OVERLAP_GDN_FILTER /
-  # OVERLAP_M2_FILTER pick the shapes; the default (overlap wherever safe, kernels::layer_edge_allowed) comes from it.
+  # overlap"): the rounds with SPECSTATE_LAYER_OVERLAP off and on (the default: wherever safe,
+  # kernels::layer_edge_allowed), the first again at the end (the run-to-run spread).
+  # OVERLAP_GDN_FILTER / OVERLAP_M2_FILTER pick the shapes.
   echo "== layers overlap (SPECSTATE_LAYER_OVERLAP) [t=${SECONDS}s]"
-  scripts/bench-sweep.sh "$bench_bin" SPECSTATE_LAYER_OVERLAP "0 1 2" \
+  scripts/bench-sweep.sh "$bench_bin" SPECSTATE_LAYER_OVERLAP "0 1" \
     "${OVERLAP_GDN_FILTER:-BM_Rounds4Replay/T:(2|4|8)/B:(1|8|16|32|64|128)/}" "$OUT/overlap_gdn" ||
     status=1
-  scripts/bench-sweep.sh "$m2_bench_bin" SPECSTATE_LAYER_OVERLAP "0 1 2" \
+  scripts/bench-sweep.sh "$m2_bench_bin" SPECSTATE_LAYER_OVERLAP "0 1" \
     "${OVERLAP_M2_FILTER:-BM_M2Rounds4Replay/T:(2|4|8)/B:(1|8|16|32|64|128)/}" "$OUT/overlap_m2" ||
     status=1
 fi

@@ -478,14 +478,37 @@ def run_check(torch, sgl, device, T, rounds, seed):
 
 
 # --------------------------------------------------------------------------------------------
+def positive_list(text):
+    """--T / --B: comma-separated positive integers (argparse names the option on an error)."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
+    return values
+
+
+def positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
 def main():
     p = argparse.ArgumentParser(description="SGLang 0.5.23 GDN ReplaySSM ring verify rounds "
                                 "(see the module docstring)")
-    p.add_argument("--T", default="2,4,8", help="draft window lengths (tokens verified per row)")
-    p.add_argument("--B", default="1,8,32,128", help="rows")
-    p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--ring", type=int, default=16, help="linear_replayssm_cache_len")
-    p.add_argument("--layers", type=int, default=36)
+    p.add_argument("--T", type=positive_list, default=[2, 4, 8],
+                   help="draft window lengths (tokens verified per row), e.g. 2,4,8")
+    p.add_argument("--B", type=positive_list, default=[1, 8, 32, 128], help="rows, e.g. 1,8")
+    p.add_argument("--reps", type=positive, default=20)
+    p.add_argument("--ring", type=positive, default=16,
+                   help="linear_replayssm_cache_len: a power of two >= 2 x the largest T")
+    p.add_argument("--layers", type=positive, default=36)
     p.add_argument("--track-interval", type=int, default=0,
                    help="mamba_track_interval of the extra_buffer radix strategy (SGLang's server "
                         "default: 256); 0 = no_buffer, the round specstate's bench times")
@@ -495,6 +518,13 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--sglang-src", default=".whl/sglang-0.5.23-src")
     args = p.parse_args()
+    if args.track_interval < 0:
+        p.error(f"argument --track-interval: {args.track_interval} must be >= 0")
+    if args.ring & (args.ring - 1) or args.ring < 2 * max(args.T):
+        p.error(f"argument --ring: {args.ring} must be a power of two >= 2 x the largest --T "
+                f"({max(args.T)}), as SGLang requires")
+    if args.check and (args.T != [2, 4, 8] or args.B != [1, 8, 32, 128]):
+        p.error("--check runs its own shapes (T = 4 and 8, B = 3, 2 layers): drop --T / --B")
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
     import torch
@@ -515,18 +545,13 @@ def main():
         sys.exit(1 if bad else 0)
     if not args.device.startswith("cuda"):
         sys.exit("timing needs CUDA (graphs, events); use --check on CPU")
-    Ts = [int(t) for t in args.T.split(",")]
-    Bs = [int(b) for b in args.B.split(",")]
+    Ts, Bs = args.T, args.B
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=args.device)
     results = []
-    print("T B round_us fold_rate", flush=True)
-    for T in Ts:
-        for B in Bs:
-            us, fold_rate, track_rate, times = bench_shape(torch, sgl, T, B, args, flush)
-            print(f"{T} {B} {us:.1f} {fold_rate:.3f}", flush=True)
-            results.append({"T": T, "B": B, "round_us": us, "fold_rate": fold_rate,
-                            "track_rate": track_rate, "replay_us": times})
-    if args.json:
+
+    def write_json():  # after every shape: a later shape's failure keeps the earlier ones
+        if not args.json:
+            return
         props = torch.cuda.get_device_properties(torch.device(args.device))
         doc = {
             "what": f"SGLang ReplaySSM circular ring, GDN verify round: {args.layers} x (conv + "
@@ -547,6 +572,15 @@ def main():
         }
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
+
+    print("T B round_us fold_rate", flush=True)
+    for T in Ts:
+        for B in Bs:
+            us, fold_rate, track_rate, times = bench_shape(torch, sgl, T, B, args, flush)
+            print(f"{T} {B} {us:.1f} {fold_rate:.3f}", flush=True)
+            results.append({"T": T, "B": B, "round_us": us, "fold_rate": fold_rate,
+                            "track_rate": track_rate, "graph_replay_us": times})  # 4 rounds each
+            write_json()
 
 
 if __name__ == "__main__":

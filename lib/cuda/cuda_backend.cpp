@@ -566,7 +566,7 @@ class CudaBackend final : public BackendImpl {
   void host_copies_done(Device buffer_device) noexcept {
     if (buffer_device == Device::kCpu) cudaStreamSynchronize(stream_);
   }
-  // SPECSTATE_LAYER_OVERLAP: 0 off, 2 at any batch (tuning), else 1 (the measured rule).
+  // SPECSTATE_LAYER_OVERLAP: 0 off, else 1: wherever safe (2, once "at any batch", is the same).
   static int overlap_mode() {
     const char* e = std::getenv("SPECSTATE_LAYER_OVERLAP");
     if (e != nullptr && (std::string(e) == "0" || std::string(e) == "2")) return e[0] - '0';

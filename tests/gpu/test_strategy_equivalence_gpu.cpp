@@ -225,7 +225,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Layers overlap (kernels/common.cuh, the CUDA backend's programmatic_edge): each layer's first
 // kernel is a programmatic dependent of the previous layer's last one and reads its own layer's
 // state before it waits. SPECSTATE_LAYER_OVERLAP=0 turns the edges off, 1 leaves them on (the
-// default: wherever safe, any rows; B = 40 here), 2 the same (it once ignored a rows rule). Every
+// default: wherever safe, any rows; B = 40 here; 2, once "any rows", is the same). Every
 // way, replay equals snapshot bit for bit over the equivalence's rounds (repeated verifies of a
 // layer, aborted rounds, releases, forks, decode, prefill, materialize between rounds: every way
 // the previous kernel may have written this layer's state), over the fused launch (B <= 2), the
@@ -254,7 +254,7 @@ INSTANTIATE_TEST_SUITE_P(
                           EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 5, 5, 16},
                           EquivalenceCase{"mamba2_bf16_tree", "m2_gpu_bf16", true, 4, 4, 12},
                           EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 3, 12}),
-        ::testing::Values(0, 1, 2)),
+        ::testing::Values(0, 1)),
     EnvCaseName{"_overlap"});
 
 // The small-batch replay conv (a channel group's input history in shared memory, VT = 8 loader
