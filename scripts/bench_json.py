@@ -19,7 +19,9 @@ def load(path):
                      if not line.startswith("copy bandwidth"))
     out = {}
     for bm in json.JSONDecoder().raw_decode(text)[0]["benchmarks"]:
-        if "us" in bm:
+        # A benchmark that skipped or flagged an error (SkipWithError: "commit flagged", a pool
+        # the device cannot hold) has no figure to compare, whatever its counters say.
+        if "us" in bm and not bm.get("error_occurred", False):
             out[bm["name"].removesuffix("/manual_time")] = bm["us"]
     return out
 
@@ -54,6 +56,12 @@ RING_TARGETS = {(4, 1): 0.6, (4, 8): 0.70, (4, 32): 0.65, (4, 128): 0.65,
 def ring(ours_paths, sglang_path):
     runs = [load(p) for p in ours_paths]
     theirs = json.load(open(sglang_path))
+    shapes = theirs.get("shapes", {})
+    # Ours is Qwen3-Next's 36 layers with no radix-cache snapshots: say so when theirs is not.
+    if shapes.get("layers", 36) != 36 or shapes.get("track_interval", 0) != 0:
+        print(f"note: SGLang's run has layers {shapes.get('layers')} and track interval "
+              f"{shapes.get('track_interval')}; ours has 36 and none: the ratios are not like "
+              "for like")
     print(f"GDN replay rounds against SGLang {theirs['env'].get('sglang', '?')}'s ring of "
           f"{theirs['shapes'].get('ring', '?')} on one GPU ({theirs['env'].get('gpu', '?')}), us a "
           f"round; ours / SGLang with the lower of our runs")
