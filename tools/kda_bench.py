@@ -42,6 +42,8 @@ import json
 import statistics
 import sys
 
+from graph_timing import replay_times  # tools/ (the script's own folder)
+
 L, H, HV, K, V, W = 20, 32, 32, 128, 128, 4
 D = 2 * H * K + HV * V  # 12288
 
@@ -74,18 +76,7 @@ FLUSH_BYTES = 256 << 20
 
 def time_graph(torch, graph, stream, flush, reps):
     """Median microseconds of one replay of `graph` on `stream`, each after an L2 flush."""
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for i in range(reps + 3):
-        with torch.cuda.stream(stream):
-            flush.zero_()
-            e0.record(stream)
-            graph.replay()
-            e1.record(stream)
-        e1.synchronize()
-        if i >= 3:
-            times.append(e0.elapsed_time(e1) * 1000.0)
-    return statistics.median(times)
+    return statistics.median(replay_times(torch, graph, stream, flush, reps))
 
 
 def copy_gbps(torch):

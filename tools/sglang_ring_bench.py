@@ -82,6 +82,8 @@ import statistics
 import sys
 import types
 
+from graph_timing import replay_times  # tools/ (the script's own folder)
+
 H, HV, K, V, W = 16, 32, 128, 128, 4
 D = 2 * H * K + HV * V  # 8192
 SGLANG_VERSION = "0.5.23"
@@ -352,22 +354,6 @@ class Rig:
 # --------------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------------
-def time_graph(torch, graph, stream, flush, reps):
-    """Replay times (us) of `graph` on `stream`, each after an L2 flush; 3 warm-up replays."""
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for i in range(reps + 3):
-        with torch.cuda.stream(stream):
-            flush.zero_()
-            e0.record(stream)
-            graph.replay()
-            e1.record(stream)
-        e1.synchronize()
-        if i >= 3:
-            times.append(e0.elapsed_time(e1) * 1000.0)
-    return times
-
-
 def bench_shape(torch, sgl, T, B, args, flush):
     rig = Rig(torch, sgl, T, B, args.layers, args.ring, args.device, args.seed + 1000 * T + B,
               track_interval=args.track_interval)
@@ -384,7 +370,7 @@ def bench_shape(torch, sgl, T, B, args, flush):
         for r in range(4):
             rig.round(r)
     stream.synchronize()
-    times = time_graph(torch, graph, stream, flush, args.reps)
+    times = replay_times(torch, graph, stream, flush, args.reps)
     del graph, rig
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
