@@ -343,9 +343,11 @@ void check_host_memory(const SimulateOptions& o, const ModelConfig& config, cons
   // host one (memory.place). A huge --conv-width passed the check without them and needed 2.3x
   // the estimate.
   const double HV = static_cast<double>(sh.heads), D = static_cast<double>(sh.D);
-  const double weight_floats = D * static_cast<double>(sh.W) + HV +
-                               HV * static_cast<double>(sh.kda ? sh.K : 1) +
-                               (sh.conv_bias ? D : 0.0) + (sh.d_skip ? HV : 0.0);
+  const auto layer_floats = [&](double W) {
+    return D * W + HV + HV * static_cast<double>(sh.kda ? sh.K : 1) + (sh.conv_bias ? D : 0.0) +
+           (sh.d_skip ? HV : 0.0);
+  };
+  const double weight_floats = layer_floats(static_cast<double>(sh.W));
   const double weights = config.num_layers * weight_floats * 4.0 * (o.backend == "cpu" ? 2.0 : 1.0);
   bytes += weights;
   const double available = available_host_bytes();
@@ -356,10 +358,17 @@ void check_host_memory(const SimulateOptions& o, const ModelConfig& config, cons
                   "the run needs about %.3g GB of host memory (pools, the model's weights: %.3g "
                   "GB, and the simulator's buffers), %.3g GB are available",
                   bytes / 1e9, weights / 1e9, available / 1e9);
-    // Blamed on the model where its weights are most of it (fewer requests would not help).
+    // Blamed on the model where its weights are most of it (fewer requests would not help):
+    // on --conv-width or --layers, whichever given grew the weights more against the model's
+    // own value (a huge --layers beside --conv-width 4 is the layers' fault), else on the model.
     if (weights >= bytes / 2) {
-      const std::string option = o.dims.conv_width > 0   ? "--conv-width"
-                                 : o.dims.layers > 0     ? "--layers"
+      const ModelPreset own = resolve_model(o.model, o.model_file, ModelDims{});
+      const double own_w = static_cast<double>(layer_shape(own.config).W);
+      const double conv_growth = o.dims.conv_width > 0 ? weight_floats / layer_floats(own_w) : 0.0;
+      const double layer_growth =
+          o.dims.layers > 0 ? static_cast<double>(config.num_layers) / own.config.num_layers : 0.0;
+      const std::string option = conv_growth > 1 || layer_growth > 1
+                                     ? (conv_growth >= layer_growth ? "--conv-width" : "--layers")
                                  : !o.model_file.empty() ? "--model-file"
                                                          : "--model";
       throw CLI::ValidationError(option, std::string(text) + " (a smaller model)");

@@ -392,6 +392,20 @@ TEST(HostileCli, TheModelsWeightsCountAndAreNamed) {
   EXPECT_TRUE(contains(refused.output, "the model's weights")) << refused.output;
 }
 
+// The blame goes to the option that grew the weights more against the model's own values, not
+// to the first one given: --layers 200000 (the model has 2) beside --conv-width 400 (it has 4)
+// is the layers' fault, --conv-width 100000 beside --layers 3 the conv's.
+TEST(HostileCli, TheWeightsAreBlamedOnTheOptionThatGrewThem) {
+  const std::string base = std::string("SPECSTATE_SIM_HOST_BYTES=1e9 ") + SPECSTATE_CLI_PATH +
+                           " simulate --window 1 --requests 1 --rounds 1 --warmup 0 --quiet ";
+  const test::CliRun layers = test::run_command("env", base + "--conv-width 400 --layers 200000");
+  EXPECT_EQ(layers.code, 2) << layers.output;
+  EXPECT_TRUE(contains(layers.output, "--layers: the run needs about")) << layers.output;
+  const test::CliRun conv = test::run_command("env", base + "--conv-width 100000 --layers 3");
+  EXPECT_EQ(conv.code, 2) << conv.output;
+  EXPECT_TRUE(contains(conv.output, "--conv-width: the run needs about")) << conv.output;
+}
+
 // The peak resident memory (KiB) of a shell command, measured in a process of its own (so that no
 // other test's children count), and its exit code.
 long peak_rss_kib(const std::string& command, int* code) {
