@@ -218,11 +218,20 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
     return;
   }
 
-  // Committed window of these channels, s[i * H + k] whatever the element order.
+  // Committed window of these channels, s[i * H + k] whatever the element order. Replay: of the
+  // slot's n pending steps only the last H inputs stay in the window (kernels::conv_first_kept), so
+  // the committed window is read only where n < H and the records from n - H on.
   constexpr bool last = kLast;
   St* st = static_cast<St*>(p.state) + slot * p.state_stride_slot + conv_group_offset<H>(c0, last);
+  const int pending = kRecords && p.pending != nullptr ? p.pending[slot] : 0;
+  const int first_kept = conv_first_kept(pending, H);
   float s[C * H];
-  load_window<St, C, H>(st, last, p.conv_dim, full, nc, s);
+  if (pending < H) {
+    load_window<St, C, H>(st, last, p.conv_dim, full, nc, s);
+  } else {
+#pragma unroll
+    for (int i = 0; i < C * H; ++i) s[i] = 0.0f;  // every column is replaced below
+  }
 
   Act* rec =
       has_records ? static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0 : nullptr;
@@ -232,8 +241,7 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
     // hoisting the next load). Fetch them all into L1 now, at once: at small batches this
     // latency is the kernel's time.
     if (p.pending != nullptr && rec != nullptr) {
-      const int n = p.pending[slot];
-      for (int i = 0; i < n; ++i) {
+      for (int i = first_kept; i < pending; ++i) {
         prefetch_l1(rec + p.path[slot * p.path_stride_slot + i] * p.record_stride_t);
       }
     }
@@ -245,9 +253,9 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
   if (kRecords && p.pending != nullptr) {
     // Replay (token_loop): the slot's pending steps, in order, from the committed window: each
     // shifts its recorded input into the window (their conv outputs are not needed: the
-    // recurrence applies factor records). The window then starts from the result.
-    const int n = p.pending[slot];
-    for (int i = 0; i < n; ++i) {
+    // recurrence applies factor records). The window then starts from the result. A step whose
+    // input is shifted out again by H later ones changes nothing: the walk starts at first_kept.
+    for (int i = first_kept; i < pending; ++i) {
       const int t = p.path[slot * p.path_stride_slot + i];
       float xin[C];
       load_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, xin);
@@ -270,8 +278,7 @@ __global__ void __launch_bounds__(kConvThreads, C < kConvChannels ? 12 : 1)
     prefetch_window_inputs<Act>(p, row, c0);
   }
   if (kRecords && p.pending != nullptr) {
-    const int n = p.pending[slot];
-    if (n > 0 &&
+    if (pending > 0 &&
         (p.store_replayed || (p.store_final && row_tokens(p.varlen, row, p.tokens).count == 0))) {
       store_window<St, C, H>(st, last, p.conv_dim, full, nc, s);
     }
@@ -473,19 +480,23 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
         p.x_stride_c, full, nc, x);
     put(H + v, x);
   };
+  // Only E[n ..] is read below: pending steps before n - H and, from n = H on, the committed
+  // window are not loaded (conv_first_kept).
   if (in_group) {
     if (v < n) {
       // Pending step v's input, from its record, as a committed window holds it.
-      float x[C];
-      load_row<Act, C>(rec + p.path[slot * p.path_stride_slot + v] * p.record_stride_t, 1, full, nc,
-                       x);
+      if (v >= conv_first_kept(n, H)) {
+        float x[C];
+        load_row<Act, C>(rec + p.path[slot * p.path_stride_slot + v] * p.record_stride_t, 1, full,
+                         nc, x);
 #pragma unroll
-      for (int i = 0; i < C; ++i) x[i] = round_act_to<St, Act>(x[i]);
-      put(H + v, x);
+        for (int i = 0; i < C; ++i) x[i] = round_act_to<St, Act>(x[i]);
+        put(H + v, x);
+      }
     } else if (v < n + rt.count && !p.programmatic) {
       put_input();
     }
-    if (v == 0) {
+    if (v == 0 && n < H) {
       float s[C * H];
       load_window<St, C, H>(st, kLast, p.conv_dim, full, nc, s);
 #pragma unroll

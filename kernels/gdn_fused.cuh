@@ -79,7 +79,10 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
   // Stage: each group's committed window (its W-1 columns; threads 0 .. kGroups-1), then item
   // (g, e), element H + e (pending step e's record, then window input e - n), two items a thread
   // at a time so that their loads are in flight together.
-  if (threadIdx.x < kGroups) {
+  // Only E[n ..] is read (conv_first_kept): the committed window only where n < H, the pending
+  // steps from n - H on.
+  const int e_first = conv_first_kept(n, H);
+  if (threadIdx.x < kGroups && n < H) {
     const int g = threadIdx.x;
     int nc = 0;
     const int c0 = fused_group_channel<K, kRows>(p, g, h, hv, v0, &nc);
@@ -129,8 +132,8 @@ __device__ __forceinline__ void gdn_fused_conv(Shared& sm, const GdnFusedParams&
   // A programmatic dependent of the previous layer's kernel (fp.programmatic) stages the pending
   // steps' records and the weights, then waits for that kernel, then stages the window's inputs
   // (x); otherwise the records with the inputs (the wait is then a no-op).
-  const int e_split = fp.programmatic ? n : 0;
-  stage(0, e_split);
+  const int e_split = fp.programmatic ? n : e_first;
+  stage(e_first, e_split);
   // The weights of group g by thread kWeightThread0 + g (threads other than the committed
   // windows' 0 .. kGroups-1). Nobody writes them in the round.
   constexpr int kWeightThread0 = kGdnThreads - kGroups;

@@ -276,6 +276,14 @@ constexpr int conv_small_vt(int rows, int tokens, int max_window, int rows_lo, i
   return small ? (max_window + tokens <= 8 ? 8 : 16) : 0;
 }
 
+// Of a slot's n pending conv steps (replay), the first whose input is still in the window after
+// all n, for a window of H = W-1 inputs: each step before n - H is shifted out again by later
+// ones and changes nothing, and from n = H on the committed window is replaced entirely. The
+// replay conv kernels (conv_update_kernel, conv_replay_small_kernel, the fused GDN/KDA launch)
+// read the pending records from here and the committed window only where n < H: the same window
+// bit for bit, from fewer bytes (at T = 4 with ring 12 the pending steps average about 5).
+constexpr int conv_first_kept(int n, int H) { return n > H ? n - H : 0; }
+
 // Whether a conv launch runs four channels a thread instead of kConvChannels (conv_update_kernel's
 // C): its token loop (`loop`: one thread walks a row's tokens) of `rows` rows, replay or not;
 // `forced` (0 or 1; -1 none) overrides (SPECSTATE_CONV_NARROW). Eight channels a thread hold 128

@@ -4,6 +4,8 @@
 // how they move with the GPU's size, and the override's rules. Host-only arithmetic: runs in CI.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "kernels/kernel_types.h"
 
 namespace specstate::kernels {
@@ -311,3 +313,30 @@ TEST(CudaGridLimit, RowsHeadsAndLayersPastTheGridExtentAreNamed) {
 
 }  // namespace
 }  // namespace specstate::kernels
+
+// The replay conv kernels walk a slot's pending steps from kernels::conv_first_kept(n, H) and read
+// the committed window only where n < H: the window that results must be the one the whole walk
+// from the committed window gives, for every n and window width.
+TEST(ConvFirstKept, TheKeptStepsGiveTheWholeWalksWindow) {
+  for (int H = 1; H <= 3; ++H) {
+    for (int n = 0; n <= 12; ++n) {
+      // The committed window holds -1 .. -H (oldest first); pending step i's input is i.
+      std::vector<int> whole(H), kept(H, 1000);
+      for (int k = 0; k < H; ++k) whole[k] = -(H - k);
+      const auto shift = [&](std::vector<int>& w, int x) {
+        w.erase(w.begin());
+        w.push_back(x);
+      };
+      for (int i = 0; i < n; ++i) shift(whole, i);
+      const int first = specstate::kernels::conv_first_kept(n, H);
+      if (n < H) {
+        EXPECT_EQ(first, 0) << "H " << H << " n " << n;
+        for (int k = 0; k < H; ++k) kept[k] = -(H - k);  // read only here
+      }
+      for (int i = first; i < n; ++i) shift(kept, i);
+      EXPECT_EQ(kept, whole) << "H " << H << " n " << n;
+      // No step that stays in the window is skipped, and none shifted out is read.
+      EXPECT_EQ(n - first, n < H ? n : H) << "H " << H << " n " << n;
+    }
+  }
+}
