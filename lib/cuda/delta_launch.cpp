@@ -83,6 +83,8 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
 GdnLaunch build_kda_launch(const KdaLaunchArgs& a) {
   const KdaConfig& c = a.storage->config.kda_layer;
   GdnLaunch L = delta_launch(a, c, a.inputs->b);
+  // The small-batch replay conv up to 6 rows at T in 4..7 (8 for Mamba2; kKdaConvSmallRowsHi).
+  L.conv.small_rows_hi = kernels::kKdaConvSmallRowsHi;
   kernels::GdnRecurrenceParams& r = L.rec;
   if (!a.weights->dt_bias.empty()) r.dt_bias_stride_k = a.weights->dt_bias.stride[1];
   r.has_lower_bound = c.lower_bound.has_value();

@@ -81,7 +81,7 @@ TEST(ReplayBlocksPerCta, TheOverrideTakesOneTwoFourOrEightCappedAtTheBlocks) {
 // B = 8 1136.6 -> 1076.8, T = 2, B = 1 332.6 -> 350.7 then (the H100 since: below); KDA (the same
 // defaults): Kimi-Linear T = 4, B = 8 874.4 -> 840.0, T = 2, B = 8 635.2 -> 651.6.
 int gdn_vt(int rows, int T, int forced = -1) { return conv_small_vt(rows, T, T, 2, 16, 8, forced); }
-// Mamba2 and KDA: ConvUpdateParams' defaults.
+// Mamba2: ConvUpdateParams' defaults (KDA: the same but rows_hi, kda_vt below).
 int other_vt(int rows, int T, int forced = -1) {
   return conv_small_vt(rows, T, T, kConvSmallRowsLo, kConvSmallRowsHi, kConvSmallRowsShortHi,
                        forced);
@@ -114,6 +114,25 @@ TEST(ConvSmallVt, TheChoicesMeasuredOnTheH200) {
   EXPECT_EQ(other_vt(9, 4), 0);
   EXPECT_EQ(other_vt(9, 8), 0);
   EXPECT_EQ(gdn_vt(32, 8), 0);
+}
+
+// KDA's rows (kKdaConvSmallRowsHi): the small kernel up to 6 rows at T in 4..7, the token loop
+// at 8 (H100, twenty-fourth session: T = 4, B = 8 0.963x with the token loop, B = 4 1.070x), and
+// T >= 8 and T < 4 as Mamba2's.
+int kda_vt(int rows, int T) {
+  return conv_small_vt(rows, T, T, kConvSmallRowsLo, kKdaConvSmallRowsHi, kConvSmallRowsShortHi);
+}
+
+TEST(ConvSmallVt, KdaTakesTheTokenLoopFromSevenRowsAtFourToSevenTokens) {
+  for (int T : {4, 5, 7}) {
+    for (int rows = 1; rows <= 6; ++rows) EXPECT_GT(kda_vt(rows, T), 0) << rows << " " << T;
+    for (int rows : {7, 8, 16}) EXPECT_EQ(kda_vt(rows, T), 0) << rows << " " << T;
+  }
+  for (int rows = 1; rows <= 8; ++rows) {
+    EXPECT_EQ(kda_vt(rows, 8), other_vt(rows, 8)) << rows;
+    EXPECT_EQ(kda_vt(rows, 2), other_vt(rows, 2)) << rows;
+  }
+  EXPECT_EQ(kda_vt(9, 8), 0);
 }
 
 TEST(ConvSmallVt, VirtualTokensHoldPendingAndWindowAndTheLimitsHold) {
