@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Where a kernel's instructions go: builds the GPU benchmark with -lineinfo, profiles one launch of
-# a kernel with ncu (full set, source imported) and prints the per-CUDA-line and per-SASS-line
-# instruction counts, hottest first. Run on a GPU machine (the device tool), logs under $OUT.
+# a kernel with ncu (full set, source imported) and prints the stall reasons, the per-CUDA-line
+# stall samples and instruction counts, hottest first, and the kernel's parts by how often their
+# instructions ran (prologue, per block, per token or record). Run on a GPU machine (the device
+# tool), logs under $OUT.
 #
 #   KERNEL=gdn_recurrence FILTER='BM_Rounds4Replay/4/128' SKIP=100 scripts/ncu-source.sh
 #   KERNEL=gdn_fused FILTER='BM_KdaRounds4Replay/T:2/B:1/' SKIP=40 scripts/ncu-source.sh  # KDA
@@ -93,4 +95,52 @@ print(f"== {ti:.4g} warp instructions, {ts:.0f} stall samples (per CUDA line)")
 for k in sorted(samp, key=lambda k: -samp[k])[:40]:
     print(f"{samp[k] / ts * 100:5.1f}% stalls {inst[k] / ti * 100:5.1f}% instr  "
           f"{k[0]}:{k[1]}  {text[k][:90]}")
+PY
+# Per SASS instruction: how many times it ran (warp-level). Instructions that ran equally often
+# form one part of the kernel (once a warp: the prologue; once a warp and block; once a history
+# record; ...): each part's instruction count, its share of the launch and its hottest source
+# lines, largest first. This is what showed the replay verify's per-CTA prologue share.
+python3 - "$OUT/$TAG-source.csv" <<'PY'
+import csv, sys
+from collections import defaultdict
+rows = list(csv.reader(open(sys.argv[1])))
+def num(x):
+    try:
+        return float(x.replace(",", "")) if x else 0.0
+    except ValueError:
+        return 0.0
+cur, hdr, line, sass = None, None, None, {}
+for r in rows:
+    if not r:
+        continue
+    if r[0] == "File Path":
+        cur = r[1].split("/")[-1]
+        continue
+    if r[0] == "Line No":
+        hdr = r
+        ie = hdr.index("Instructions Executed")
+        continue
+    if hdr is None or r[0] == "Function Name":
+        continue
+    if r[0]:
+        line = f"{cur}:{r[0]}"
+        continue
+    if len(r) > 3 and r[2].startswith("0x"):
+        # An instruction is listed under each source line it belongs to (inlining): count it once.
+        s = sass.setdefault(r[2], [num(r[ie]), set()])
+        s[1].add(line)
+groups = defaultdict(lambda: [0, 0.0, defaultdict(float)])
+for n, lines in sass.values():
+    if n <= 0:
+        continue
+    g = groups[int(n)]
+    g[0] += 1
+    g[1] += n
+    for l in lines:
+        g[2][l] += n / len(lines)
+total = sum(g[1] for g in groups.values()) or 1.0
+print("== parts by execution count (warp instructions; the share of the launch; hottest lines)")
+for n, (k, t, lines) in sorted(groups.items(), key=lambda x: -x[1][1])[:12]:
+    top = ", ".join(l for l, _ in sorted(lines.items(), key=lambda x: -x[1])[:4])
+    print(f"{n:>10} x {k:4d} instructions  {t / total * 100:5.1f}%  {top}")
 PY
