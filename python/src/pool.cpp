@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -70,7 +71,33 @@ class PyPool {
 #endif
   }
 
-  StatePool& pool() { return pool_; }
+  // The pool, or kFailedPrecondition naming close() once it is closed.
+  StatePool& pool() {
+    if (closed_.load()) {
+      throw Error(Status::kFailedPrecondition,
+                  "StatePool: the pool is closed (close(), or the end of its with block, freed "
+                  "it); only close() and the closed property remain");
+    }
+    return pool_;
+  }
+  bool closed() const { return closed_.load(); }
+  // Frees the pool's memory now, without the GIL and under the pool's lock (dropping the last
+  // reference frees it too, but holding the GIL while a large pool is freed). A caller-owned
+  // pool materializes its live slots into the caller's memory first, as its destructor does; an
+  // error there is raised and the pool stays open. Then the held arrays (caller-owned committed
+  // state, the round's device offsets) are let go. A second close() does nothing.
+  void close() {
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (closed_.load()) return;
+      if (!committed_arrays_.empty()) pool_.materialize();
+      StatePool dead(std::move(pool_));  // freed at the end of this block, still without the GIL
+      closed_.store(true);
+    }
+    committed_arrays_.clear();
+    round_array_ = nb::ndarray<>();
+  }
   std::mutex& mutex() { return mutex_; }
   uintptr_t stream() const { return stream_; }
   void set_stream(uintptr_t s) { stream_ = s; }
@@ -155,6 +182,7 @@ class PyPool {
   StatePool pool_;
   uintptr_t stream_ = 0;  // the caller's stream when a call names none
   std::mutex mutex_;
+  std::atomic<bool> closed_{false};
 };
 
 // Runs `fn` (a read of the pool's host state: no device work) without the GIL, under the pool's
@@ -526,6 +554,24 @@ void bind_pool(nb::module_& m) {
               "engine's [L, slots, ...] tensors; padded slot strides allowed, each slot "
               "contiguous), read and written in place and kept alive by the pool. Raises "
               "specstate.Error naming the array it cannot adopt.")
+          .def("close", &PyPool::close,
+               "Frees the pool's memory now, without the GIL (dropping the last reference frees it "
+               "too, holding the GIL meanwhile). A caller-owned pool first materializes its live "
+               "slots into the caller's memory, as on destruction; if that raises, the pool stays "
+               "open. Afterwards every call raises FailedPreconditionError; close() again does "
+               "nothing. `with StatePool(...) as pool:` closes it at the end of the block.")
+          .def_prop_ro("closed", &PyPool::closed, "Whether close() has freed the pool.")
+          .def(
+              "__enter__", [](nb::handle self) { return nb::borrow(self); },
+              nb::sig("def __enter__(self) -> StatePool"))
+          .def(
+              "__exit__",
+              [](PyPool& p, nb::handle, nb::handle, nb::handle) {
+                p.close();
+                return false;
+              },
+              nb::arg("exc_type").none(), nb::arg("exc_value").none(), nb::arg("traceback").none(),
+              "Closes the pool (close()); an exception of the block propagates.")
           .def_ro_static("SLOT_STATE_HEADER_BYTES", &StatePool::kSlotStateHeaderBytes,
                          "Bytes of an exported slot state's header (docs/lifecycle.md).")
           .def_prop_ro(

@@ -6,7 +6,7 @@ import pytest
 
 import specstate
 from specstate import DType, Strategy
-from conftest import Model, bits, states
+from conftest import Model, bits, layer_config, states
 
 STRATEGIES = [Strategy.SNAPSHOT, Strategy.REPLAY]
 
@@ -77,3 +77,33 @@ def test_export_import_file_round_trips_across_strategies(tmp_path):
     assert all(not np.any(s) for _, s in slot_state(dst, model, g))
     with pytest.raises(specstate.Error):
         dst.import_slot(g, str(tmp_path / "missing.safetensors"))
+
+
+def test_close_frees_the_pool_and_every_later_call_names_it():
+    """close() frees the pool now (without the GIL); afterwards each call raises
+    FailedPreconditionError naming close(), and close() again does nothing."""
+    config = specstate.ModelConfig.gated_delta_net(2, layer_config())
+    pool = specstate.StatePool(config, specstate.PoolOptions(num_slots=2, max_rows=2,
+                                                             max_window=2))
+    h = pool.acquire()
+    pool.begin_verify(specstate.VerifyBatch([h], window=2))  # an open round does not stop it
+    assert not pool.closed
+    pool.close()
+    assert pool.closed
+    pool.close()
+    for call in (pool.acquire, pool.free_slots, lambda: pool.is_live(h), lambda: pool.config,
+                 lambda: pool.release(h), pool.abort_round):
+        with pytest.raises(specstate.FailedPreconditionError, match=r"the pool is closed"):
+            call()
+
+
+def test_a_with_block_closes_the_pool_and_its_exception_propagates():
+    config = specstate.ModelConfig.gated_delta_net(1, layer_config())
+    opts = specstate.PoolOptions(num_slots=1, max_rows=1, max_window=2)
+    with specstate.StatePool(config, opts) as pool:
+        assert pool.acquire().slot == 0
+    assert pool.closed
+    with pytest.raises(KeyError, match="inside"):
+        with specstate.StatePool(config, opts) as other:
+            raise KeyError("inside")
+    assert other.closed

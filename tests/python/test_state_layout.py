@@ -136,11 +136,15 @@ def test_vllm_state_pool_adopts_vllms_shapes(kind, order, strategy):
         assert (conv[layer][slot + 1:] == 7.0).all() and (rec[layer][slot + 1:] == 7.0).all()
 
 
+@pytest.mark.parametrize("end", ["del", "close", "with"])
 @pytest.mark.parametrize("strategy", [Strategy.SNAPSHOT, Strategy.REPLAY], ids=lambda s: s.name)
 @pytest.mark.parametrize("kind", ["gdn", "mamba2", "kda"])
-def test_dropping_a_vllm_pool_leaves_the_committed_state_in_the_engines_tensors(kind, strategy):
+def test_dropping_a_vllm_pool_leaves_the_committed_state_in_the_engines_tensors(kind, strategy,
+                                                                                  end):
     """The pool's end materializes its live slots (replay defers steps): without it the engine's
-    tensors kept the checkpoint of an earlier round after `del pool`."""
+    tensors kept the checkpoint of an earlier round after `del pool`. The same for close() and
+    the end of a with block, which free the pool without the GIL."""
+    import contextlib
     import gc
     from specstate import vllm
     config, weights, inputs, outputs, _ = _kind_model(kind)
@@ -150,17 +154,23 @@ def test_dropping_a_vllm_pool_leaves_the_committed_state_in_the_engines_tensors(
     opts = specstate.PoolOptions(num_slots=slots, max_rows=1, max_window=T, strategy=strategy)
     pool = vllm.state_pool(config, opts, conv_states=conv, recurrent_states=rec)
     own = specstate.StatePool(config, opts)
-    hp, ho = pool.acquire(), own.acquire()
-    for _ in range(3):  # 2 accepted a round: steps stay pending under the default ring
-        window = inputs(T)
-        for p, h in ((pool, hp), (own, ho)):
-            p.begin_verify(specstate.VerifyBatch([h], window=T))
-            for layer, x in enumerate(window):
-                p.verify(layer, weights[layer], x, outputs(T))
-            p.commit([2])
-    slot = pool.slot_index(hp)
-    del pool
-    gc.collect()
+    with pool if end == "with" else contextlib.nullcontext(pool):
+        hp, ho = pool.acquire(), own.acquire()
+        for _ in range(3):  # 2 accepted a round: steps stay pending under the default ring
+            window = inputs(T)
+            for p, h in ((pool, hp), (own, ho)):
+                p.begin_verify(specstate.VerifyBatch([h], window=T))
+                for layer, x in enumerate(window):
+                    p.verify(layer, weights[layer], x, outputs(T))
+                p.commit([2])
+        slot = pool.slot_index(hp)
+    if end == "del":
+        del pool
+        gc.collect()
+    elif end == "close":
+        pool.close()
+    if end != "del":
+        assert pool.closed
     for layer, (co, so) in zip(range(L), states(own, L)):
         assert np.array_equal(bits(conv[layer][slot]), bits(co[slot].T))
         assert np.array_equal(bits(rec[layer][slot]), bits(so[slot]))
