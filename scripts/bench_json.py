@@ -12,7 +12,8 @@ import json
 import sys
 
 
-def load(path):
+def load_counters(path):
+    """{benchmark name: its counters} of the benchmarks with a figure ("us")."""
     # The benchmarks print their copy-bandwidth probe and a summary table to stdout too: the JSON
     # is the first object, with the probe's lines taken out.
     text = "\n".join(line for line in open(path).read().splitlines()
@@ -22,8 +23,12 @@ def load(path):
         # A benchmark that skipped or flagged an error (SkipWithError: "commit flagged", a pool
         # the device cannot hold) has no figure to compare, whatever its counters say.
         if "us" in bm and not bm.get("error_occurred", False):
-            out[bm["name"].removesuffix("/manual_time")] = bm["us"]
+            out[bm["name"].removesuffix("/manual_time")] = bm
     return out
+
+
+def load(path):
+    return {name: bm["us"] for name, bm in load_counters(path).items()}
 
 
 def compare(a1_path, b_path, a2_path):
@@ -54,7 +59,7 @@ RING_TARGETS = {(4, 1): 0.6, (4, 8): 0.70, (4, 32): 0.65, (4, 128): 0.65,
 
 
 def ring(ours_paths, sglang_path):
-    runs = [load(p) for p in ours_paths]
+    runs = [load_counters(p) for p in ours_paths]
     theirs = json.load(open(sglang_path))
     shapes = theirs.get("shapes", {})
     # Ours is Qwen3-Next's 36 layers with no radix-cache snapshots: say so when theirs is not.
@@ -64,21 +69,28 @@ def ring(ours_paths, sglang_path):
               "for like")
     print(f"GDN replay rounds against SGLang {theirs['env'].get('sglang', '?')}'s ring of "
           f"{theirs['shapes'].get('ring', '?')} on one GPU ({theirs['env'].get('gpu', '?')}), us a "
-          f"round; ours / SGLang with the lower of our runs")
-    print(f"{'T':>2} {'B':>4} | {'ours':>9} {'again':>9} | {'SGLang':>9} {'folds':>5} | "
-          f"{'ours/SGL':>8} {'target':>6}")
+          f"round; ours / SGLang with the lower of our runs; MB: DESIGN.md section 8's bytes of "
+          f"our round, %BW: those bytes over our lower time as a fraction of the copy bandwidth "
+          f"the bench measured, x floor: our time over those bytes at that bandwidth")
+    print(f"{'T':>2} {'B':>4} | {'ours':>9} {'again':>9} {'MB':>9} {'%BW':>5} {'x floor':>7} | "
+          f"{'SGLang':>9} {'folds':>5} | {'ours/SGL':>8} {'target':>6}")
     for r in theirs["results"]:
         T, B = r["T"], r["B"]
-        us = [run.get(f"BM_Rounds4Replay/T:{T}/B:{B}/min_time:0.050") or
-              next((v for k, v in run.items() if k.startswith(f"BM_Rounds4Replay/T:{T}/B:{B}/")),
-                   None) for run in runs]
-        us = [u for u in us if u]
-        if not us:
+        bms = [run.get(f"BM_Rounds4Replay/T:{T}/B:{B}/min_time:0.050") or
+               next((v for k, v in run.items() if k.startswith(f"BM_Rounds4Replay/T:{T}/B:{B}/")),
+                    None) for run in runs]
+        bms = [bm for bm in bms if bm]
+        if not bms:
             continue
+        us = [bm["us"] for bm in bms]
+        best = min(bms, key=lambda bm: bm["us"])
+        frac = best.get("frac_copy_bw", 0.0)
+        bytes_cols = (f"{best.get('MB', 0.0):9.0f} {frac * 100:4.1f}% "
+                      f"{(1 / frac if frac > 0 else float('nan')):7.2f}")
         again = f"{us[1]:9.1f}" if len(us) > 1 else f"{'':9}"
         target = RING_TARGETS.get((T, B))
         mark = "" if target is None else (" met" if min(us) / r["round_us"] <= target else " MISS")
-        print(f"{T:2d} {B:4d} | {us[0]:9.1f} {again} | {r['round_us']:9.1f} "
+        print(f"{T:2d} {B:4d} | {us[0]:9.1f} {again} {bytes_cols} | {r['round_us']:9.1f} "
               f"{r.get('fold_rate', float('nan')):5.2f} | {min(us) / r['round_us']:8.3f} "
               f"{'' if target is None else f'{target:.2f}':>6}{mark}")
 

@@ -1,8 +1,10 @@
 """The GPU sessions' analysis tools that run without a GPU: scripts/ncu_source.py's reading of
-ncu's source page (the per-line report and the kernel's parts by execution count)."""
+ncu's source page (the per-line report and the kernel's parts by execution count), and
+scripts/bench_json.py's table against SGLang's ring (issue 16's ratios, with our bytes)."""
 
 import csv
 import importlib.util
+import json
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -58,3 +60,42 @@ def test_lines_and_parts_count_an_inlined_instruction_once(tmp_path, capsys):
     tool.per_line(lines)
     out = capsys.readouterr().out
     assert out.splitlines()[1].endswith("kernel.cuh:20  s = fmaf(a, b, s);")
+
+
+def load_bench_json():
+    spec = importlib.util.spec_from_file_location("bench_json", ROOT / "scripts" / "bench_json.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_bench(path, rows):
+    """A benchmark's JSON as the specstate benches write it (with the probe line and the summary
+    table after the object): rows of (T, B, us, MB, frac_copy_bw)."""
+    bms = [{"name": f"BM_Rounds4Replay/T:{T}/B:{B}/min_time:0.050/manual_time", "us": us,
+            "MB": mb, "frac_copy_bw": frac} for T, B, us, mb, frac in rows]
+    bms.append({"name": "BM_Rounds4Replay/T:2/B:1/min_time:0.050/manual_time", "us": 1.0,
+                "error_occurred": True})  # flagged: left out
+    text = "copy bandwidth 3041 GB/s\n" + json.dumps({"context": {}, "benchmarks": bms})
+    path.write_text(text + "\n\nthis run: a summary table the benches print after the JSON\n")
+
+
+def test_ring_table_has_the_lower_runs_bytes_bandwidth_floor_ratio_and_target(tmp_path, capsys):
+    tool = load_bench_json()
+    ours, again, theirs = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "s.json"
+    write_bench(ours, [(4, 128, 6680.9, 16402.6, 0.808), (4, 8, 635.0, 1027.4, 0.532)])
+    write_bench(again, [(4, 128, 6653.5, 16402.6, 0.811), (4, 8, 640.0, 1027.4, 0.528)])
+    theirs.write_text(json.dumps({
+        "env": {"sglang": "0.5.23", "gpu": "H100"},
+        "shapes": {"ring": 16, "layers": 36, "track_interval": 0},
+        "results": [{"T": 4, "B": 128, "round_us": 9752.9, "fold_rate": 0.25},
+                    {"T": 4, "B": 8, "round_us": 933.9, "fold_rate": 0.26},
+                    {"T": 2, "B": 1, "round_us": 514.3, "fold_rate": 0.12}]}))
+    tool.ring([str(ours), str(again)], str(theirs))
+    rows = {tuple(r.split()[:2]): r for r in capsys.readouterr().out.splitlines()[2:]}
+    # The lower run (6653.5) gives the ratio and its own counters: 16403 MB at 81.1%, 1.23x.
+    assert "6680.9" in rows[("4", "128")] and "16403 81.1%" in rows[("4", "128")]
+    assert "1.23" in rows[("4", "128")] and "0.682" in rows[("4", "128")]
+    assert rows[("4", "128")].endswith("0.65 MISS")
+    assert "0.680" in rows[("4", "8")] and rows[("4", "8")].endswith("0.70 met")
+    assert ("2", "1") not in rows  # only a flagged run of ours: no row
