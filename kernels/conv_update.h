@@ -37,8 +37,8 @@ struct ConvUpdateParams {
   // Where a replay verify runs the small-batch conv (conv_replay_small_kernel; the rule is
   // kernels::conv_small_vt): T in 4..7 over rows in [small_rows_lo, small_rows_hi], T >= 8 up to
   // max(8, small_rows_hi) rows, T in 2..3 over [small_rows_lo, small_rows_short_hi] (0: never).
-  // Measured (docs/cuda.md): 1..8 and 1..4 at T < 4 by default (Mamba2, KDA; T < 4 on the H100),
-  // GDN sets 2..16 and 2..8 (build_gdn_launch; H200).
+  // Measured (docs/cuda.md): 1..8 and 1..4 at T < 4 by default (Mamba2; T < 4 on the H100), KDA
+  // 1..6 and 1..4, GDN 2..8 at every T (build_gdn_launch, build_kda_launch; kernel_types.h).
   int small_rows_lo = kConvSmallRowsLo;
   int small_rows_hi = kConvSmallRowsHi;
   ElemType weight_dtype = ElemType::kF32;

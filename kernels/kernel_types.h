@@ -256,14 +256,14 @@ constexpr int replay_blocks_per_cta(int64_t rows, int64_t heads, int blocks, int
 // channel group (8 where pending + window fit in 8, else 16), or 0 for the token loop. Per kind
 // (ConvUpdateParams::small_rows_lo / hi / short_hi): T >= 8, rows <= max(8, rows_hi); T in 4..7,
 // rows in [rows_lo, rows_hi]; T in 2..3, rows in [rows_lo, short_hi] (short_hi 0: never); T = 1
-// never. GDN 2..16 and 2..8 at T < 4, Mamba2 1..8 and 1..4 at T < 4, KDA 1..6 (kKdaConvSmallRowsHi)
-// and 1..4. `forced` (0 or 1; -1 none) overrides where the kernel applies (rows <= 16, pending +
-// window <= 16). Measured on the H200: docs/cuda.md, "Replay conv at small batches: the input
-// history in shared memory"; Mamba2's and KDA's T < 4 on the H100 ("Replay rings of Mamba2 and
-// KDA"; rounds at T = 2, the token loop -> this kernel): Nemotron-H B = 1 / 2 / 4 / 8 / 16 0.809 /
-// 0.851 / 0.894 / 1.008 / 1.064, Kimi-Linear B = 4 / 8 0.954 / 1.099 (B <= 2: the fused launch).
-// kernels/conv_update.cuh calls it with SPECSTATE_CONV_SMALL. kConvSmallRows*: the default row
-// ranges (ConvUpdateParams; Mamba2's, and KDA's but rows_hi).
+// never. GDN 2..8 (kGdnConvSmallRows*), Mamba2 1..8 and 1..4 at T < 4, KDA 1..6
+// (kKdaConvSmallRowsHi) and 1..4. `forced` (0 or 1; -1 none) overrides where the kernel applies
+// (rows <= 16, pending + window <= 16). Measured on the H200: docs/cuda.md, "Replay conv at small
+// batches: the input history in shared memory"; Mamba2's and KDA's T < 4 on the H100 ("Replay rings
+// of Mamba2 and KDA"; rounds at T = 2, the token loop -> this kernel): Nemotron-H B = 1 / 2 / 4 / 8
+// / 16 0.809 / 0.851 / 0.894 / 1.008 / 1.064, Kimi-Linear B = 4 / 8 0.954 / 1.099 (B <= 2: the
+// fused launch). kernels/conv_update.cuh calls it with SPECSTATE_CONV_SMALL. kConvSmallRows*: the
+// default row ranges (ConvUpdateParams; Mamba2's, and KDA's but rows_hi).
 inline constexpr int kConvSmallRowsLo = 1, kConvSmallRowsHi = 8, kConvSmallRowsShortHi = 4;
 // KDA's rows_hi (lib/cuda/delta_launch.cpp; its lo and short_hi are the defaults): at T in 4..7
 // up to 6 rows. Measured on the H100 with the replay conv reading only the kept pending steps
@@ -272,6 +272,13 @@ inline constexpr int kConvSmallRowsLo = 1, kConvSmallRowsHi = 8, kConvSmallRowsS
 // 0.963 (twice: 0.966); T = 8 (up to 8 rows either way) B = 4 1.088, B = 8 0.999. The crossover
 // between 4 and 8 rows is interpolated (B = 5..7 not measured).
 inline constexpr int kKdaConvSmallRowsHi = 6;
+// GDN's rows (lib/cuda/delta_launch.cpp): 2..8 at every T >= 2. The H200 had chosen 2..16 at
+// T >= 4 and 2..8 at T < 4; with the replay conv reading only the kept pending steps (3669f5c)
+// the token loop wins at 16 rows (H100, twenty-fifth session; Qwen3-Next-80B TP1 replay rounds, the
+// small kernel -> the token loop, SPECSTATE_CONV_SMALL 1 -> 0): B = 16 T = 2 / 4 / 8 0.888 /
+// 0.908 / 0.902, B = 8 1.060 / 1.112 / 1.054, B = 4 1.083 / 1.200 / 1.224. B = 9..15 are
+// interpolated, not measured.
+inline constexpr int kGdnConvSmallRowsLo = 2, kGdnConvSmallRowsHi = 8, kGdnConvSmallRowsShortHi = 8;
 constexpr int conv_small_vt(int rows, int tokens, int max_window, int rows_lo, int rows_hi,
                             int short_hi, int forced = -1) {
   if (rows > 16 || max_window + tokens > 16) return 0;

@@ -62,12 +62,11 @@ void set_factor_offsets(kernels::GdnRecurrenceParams& r, const Layout& fl) {
 GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   const GdnConfig& g = a.storage->config.gdn;
   GdnLaunch L = delta_launch(a, g, a.inputs->b);
-  // The small-batch replay conv (kernels/conv_update.cuh, measured on the H200 with Qwen3-Next TP1
-  // rounds): faster from 2 to 16 rows at T >= 4 and from 2 to 8 at T = 2 (one row: the fused
-  // launch, or measured slower).
-  L.conv.small_rows_lo = 2;
-  L.conv.small_rows_hi = 16;
-  L.conv.small_rows_short_hi = 8;
+  // The small-batch replay conv (kernels/conv_update.cuh) from 2 to 8 rows at every T (one row:
+  // the fused launch, or measured slower; kernels::kGdnConvSmallRowsHi has the rounds).
+  L.conv.small_rows_lo = kernels::kGdnConvSmallRowsLo;
+  L.conv.small_rows_hi = kernels::kGdnConvSmallRowsHi;
+  L.conv.small_rows_short_hi = kernels::kGdnConvSmallRowsShortHi;
   kernels::GdnRecurrenceParams& r = L.rec;
   if (a.tokens > 0) {
     const TensorView& gate = a.inputs->a;

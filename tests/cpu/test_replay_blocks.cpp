@@ -135,6 +135,25 @@ TEST(ConvSmallVt, KdaTakesTheTokenLoopFromSevenRowsAtFourToSevenTokens) {
   EXPECT_EQ(kda_vt(9, 8), 0);
 }
 
+// GDN's rows (kGdnConvSmallRows*, build_gdn_launch): 2..8 at every T >= 2, the token loop from 9
+// rows (H100, twenty-fifth session: B = 16 at T = 2 / 4 / 8 0.888 / 0.908 / 0.902 with the token
+// loop, B = 8 1.060 / 1.112 / 1.054 and B = 4 1.083 / 1.200 / 1.224 the other way).
+int gdn_rule_vt(int rows, int T) {
+  return conv_small_vt(rows, T, T, kGdnConvSmallRowsLo, kGdnConvSmallRowsHi,
+                       kGdnConvSmallRowsShortHi);
+}
+
+TEST(ConvSmallVt, GdnTakesTheTokenLoopFromNineRowsAtEveryWindow) {
+  for (int T : {2, 3, 4, 7, 8}) {
+    // One row below 8 tokens: the fused launch (from 8 tokens conv_small_vt takes the small kernel
+    // up to max(8, rows_hi) rows, one included, for every kind).
+    EXPECT_EQ(gdn_rule_vt(1, T), T >= 8 ? 16 : 0) << T;
+    for (int rows = 2; rows <= 8; ++rows) EXPECT_GT(gdn_rule_vt(rows, T), 0) << rows << " " << T;
+    for (int rows : {9, 12, 16}) EXPECT_EQ(gdn_rule_vt(rows, T), 0) << rows << " " << T;
+  }
+  EXPECT_EQ(gdn_rule_vt(8, 1), 0);
+}
+
 TEST(ConvSmallVt, VirtualTokensHoldPendingAndWindowAndTheLimitsHold) {
   // VT 8 exactly where the pending steps (at most max_window) and the window fit in 8.
   EXPECT_EQ(conv_small_vt(1, 4, 4, 1, 1, 0), 8);
