@@ -91,6 +91,15 @@ class PyPool {
       nb::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex_);
       if (closed_.load()) return;
+      if (const int views = views_.load(); views > 0) {
+        // A zero-copy view (and any array made from it) reads the pool's memory: freeing it
+        // under them would leave them dangling.
+        throw Error(Status::kFailedPrecondition,
+                    "StatePool.close(): " + std::to_string(views) +
+                        " zero-copy view(s) of the pool's memory (conv_state, ssm_state, "
+                        "workspace, snapshot_conv / snapshot_ssm, or an array made from one) are "
+                        "alive; drop them (del) first. The pool stays open");
+      }
       if (!committed_arrays_.empty()) pool_.materialize();
       StatePool dead(std::move(pool_));  // freed at the end of this block, still without the GIL
       closed_.store(true);
@@ -99,6 +108,23 @@ class PyPool {
     round_array_ = nb::ndarray<>();
   }
   std::mutex& mutex() { return mutex_; }
+  // The owner of a zero-copy view of the pool's memory: it keeps the pool object (`self`) alive
+  // and counts the pool's live views, which close() refuses to free under.
+  nb::object view_owner(nb::handle self) {
+    struct Lease {
+      PyObject* pool;
+      std::atomic<int>* views;
+    };
+    auto* lease = new Lease{self.inc_ref().ptr(), &views_};
+    nb::capsule owner(lease, [](void* ptr) noexcept {
+      auto* l = static_cast<Lease*>(ptr);
+      l->views->fetch_sub(1);  // before the reference: it may be the pool's last
+      Py_DECREF(l->pool);
+      delete l;
+    });
+    views_.fetch_add(1);
+    return owner;
+  }
   uintptr_t stream() const { return stream_; }
   void set_stream(uintptr_t s) { stream_ = s; }
   bool is_cuda() const { return pool_.options().backend == Backend::kCuda; }
@@ -183,6 +209,7 @@ class PyPool {
   uintptr_t stream_ = 0;  // the caller's stream when a call names none
   std::mutex mutex_;
   std::atomic<bool> closed_{false};
+  std::atomic<int> views_{0};  // live zero-copy views (view_owner)
 };
 
 // Runs `fn` (a read of the pool's host state: no device work) without the GIL, under the pool's
@@ -558,8 +585,11 @@ void bind_pool(nb::module_& m) {
                "Frees the pool's memory now, without the GIL (dropping the last reference frees it "
                "too, holding the GIL meanwhile). A caller-owned pool first materializes its live "
                "slots into the caller's memory, as on destruction; if that raises, the pool stays "
-               "open. Afterwards every call raises FailedPreconditionError; close() again does "
-               "nothing. `with StatePool(...) as pool:` closes it at the end of the block.")
+               "open. While a zero-copy view of the pool (conv_state, ssm_state, workspace, "
+               "snapshot_conv / snapshot_ssm, or an array made from one) is alive it raises "
+               "FailedPreconditionError and the pool stays open. Afterwards every call raises "
+               "FailedPreconditionError; close() again does nothing. `with StatePool(...) as "
+               "pool:` closes it at the end of the block.")
           .def_prop_ro("closed", &PyPool::closed, "Whether close() has freed the pool.")
           .def(
               "__enter__", [](nb::handle self) { return nb::borrow(self); },
@@ -663,7 +693,7 @@ void bind_pool(nb::module_& m) {
                 TensorView v = locked(p, stream, [&](StatePool& s) {
                   return h ? s.conv_state(l, *h) : s.conv_state(l);
                 });
-                return view_to_python(v, p.pool().options().device, self);
+                return view_to_python(v, p.pool().options().device, p.view_owner(self));
               },
               nb::sig("def conv_state(self, layer: int, handle: SlotHandle | None = None, stream: "
                       "object | None = None) -> object"),
@@ -687,7 +717,7 @@ void bind_pool(nb::module_& m) {
                 TensorView v = locked(p, stream, [&](StatePool& s) {
                   return h ? s.ssm_state(l, *h) : s.ssm_state(l);
                 });
-                return view_to_python(v, p.pool().options().device, self);
+                return view_to_python(v, p.pool().options().device, p.view_owner(self));
               },
               nb::sig("def ssm_state(self, layer: int, handle: SlotHandle | None = None, stream: "
                       "object | None = None) -> object"),
@@ -706,7 +736,7 @@ void bind_pool(nb::module_& m) {
                 PyPool& p = nb::cast<PyPool&>(self);
                 TensorView v =
                     locked(p, stream, [&](StatePool& s) { return s.workspace(which, layer); });
-                return view_to_python(v, p.pool().options().device, self);
+                return view_to_python(v, p.pool().options().device, p.view_owner(self));
               },
               nb::arg("which"), nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               (std::string("The strategy's workspace of `layer` (snapshot scratch or replay "
@@ -721,7 +751,7 @@ void bind_pool(nb::module_& m) {
                 PyPool& p = nb::cast<PyPool&>(self);
                 TensorView v =
                     locked(p, stream, [&](StatePool& s) { return s.snapshot_conv(layer); });
-                return view_to_python(v, p.pool().options().device, self);
+                return view_to_python(v, p.pool().options().device, p.view_owner(self));
               },
               nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               "workspace(Workspace.SNAPSHOT_CONV, layer, stream).")
@@ -732,7 +762,7 @@ void bind_pool(nb::module_& m) {
                 PyPool& p = nb::cast<PyPool&>(self);
                 TensorView v =
                     locked(p, stream, [&](StatePool& s) { return s.snapshot_ssm(layer); });
-                return view_to_python(v, p.pool().options().device, self);
+                return view_to_python(v, p.pool().options().device, p.view_owner(self));
               },
               nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               "workspace(Workspace.SNAPSHOT_SSM, layer, stream).")

@@ -97,6 +97,50 @@ def test_close_frees_the_pool_and_every_later_call_names_it():
             call()
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
+def test_close_refuses_while_a_zero_copy_view_is_alive_and_changes_nothing(strategy):
+    """A view of the pool's memory (and any array made from it) would dangle once close() freed
+    it: close() names how many are alive, raises FailedPreconditionError and leaves the pool open
+    and its state as it was; once they are dropped it closes."""
+    model = Model(act=DType.F32)
+    pool = model.pool(strategy)
+    h = pool.acquire()
+    one_round(pool, model, h, model.inputs(3), 2)
+    before = slot_state(pool, model, h)
+    assert any(np.any(s != 0) for _, s in before)
+    view = pool.ssm_state(0)                       # the view object itself
+    conv = specstate.to_numpy(pool.conv_state(0, h))  # an array made from a dropped view
+    scratch = (pool.snapshot_ssm(0) if strategy == Strategy.SNAPSHOT
+               else pool.workspace(specstate.Workspace.RECORDS, 0))
+    with pytest.raises(specstate.FailedPreconditionError, match=r"close\(\): 3 zero-copy view"):
+        pool.close()
+    assert not pool.closed
+    del scratch
+    with pytest.raises(specstate.FailedPreconditionError, match=r"2 zero-copy view"):
+        pool.close()
+    assert not pool.closed
+    for (gc, gs), (wc, ws) in zip(slot_state(pool, model, h), before):
+        assert np.array_equal(gc, wc) and np.array_equal(gs, ws)
+    assert np.array_equal(bits(conv), before[0][0])  # the views still read the pool's memory
+    assert np.array_equal(bits(specstate.to_numpy(view)[pool.slot_index(h)]), before[0][1])
+    one_round(pool, model, h, model.inputs(3), 1)  # and the pool still runs rounds
+    del view, conv
+    pool.close()
+    assert pool.closed
+
+
+def test_a_with_block_with_a_live_view_raises_and_the_pool_stays_open():
+    config = specstate.ModelConfig.gated_delta_net(1, layer_config())
+    opts = specstate.PoolOptions(num_slots=1, max_rows=1, max_window=2)
+    with pytest.raises(specstate.FailedPreconditionError, match=r"1 zero-copy view"):
+        with specstate.StatePool(config, opts) as pool:
+            kept = specstate.to_numpy(pool.ssm_state(0))
+    assert not pool.closed and pool.free_slots() == 1
+    del kept
+    pool.close()
+    assert pool.closed
+
+
 def test_a_with_block_closes_the_pool_and_its_exception_propagates():
     config = specstate.ModelConfig.gated_delta_net(1, layer_config())
     opts = specstate.PoolOptions(num_slots=1, max_rows=1, max_window=2)
