@@ -108,22 +108,35 @@ class PyPool {
     round_array_ = nb::ndarray<>();
   }
   std::mutex& mutex() { return mutex_; }
-  // The owner of a zero-copy view of the pool's memory: it keeps the pool object (`self`) alive
-  // and counts the pool's live views, which close() refuses to free under.
+  // Live zero-copy views of the pool's memory, which close() refuses to free under. A view is
+  // counted under the pool's lock by the call that makes it (count_view, so that a close() on
+  // another thread runs either before that call, which then raises, or after the count, and
+  // refuses), and uncounted when its owner (view_owner) dies.
+  void count_view() { views_.fetch_add(1); }
+  void uncount_view() { views_.fetch_sub(1); }
+  // The owner of a counted view: it keeps the pool object (`self`) alive and uncounts the view
+  // when the last array over it is gone. On failure the count is given back.
   nb::object view_owner(nb::handle self) {
     struct Lease {
       PyObject* pool;
-      std::atomic<int>* views;
+      PyPool* owner;
     };
-    auto* lease = new Lease{self.inc_ref().ptr(), &views_};
-    nb::capsule owner(lease, [](void* ptr) noexcept {
-      auto* l = static_cast<Lease*>(ptr);
-      l->views->fetch_sub(1);  // before the reference: it may be the pool's last
-      Py_DECREF(l->pool);
-      delete l;
-    });
-    views_.fetch_add(1);
-    return owner;
+    Lease* lease = nullptr;
+    try {
+      lease = new Lease{self.ptr(), this};
+      nb::capsule owner(lease, [](void* ptr) noexcept {
+        auto* l = static_cast<Lease*>(ptr);
+        l->owner->uncount_view();  // before the reference: it may be the pool's last
+        Py_DECREF(l->pool);
+        delete l;
+      });
+      self.inc_ref();
+      return owner;
+    } catch (...) {
+      delete lease;
+      uncount_view();
+      throw;
+    }
   }
   uintptr_t stream() const { return stream_; }
   void set_stream(uintptr_t s) { stream_ = s; }
@@ -236,6 +249,29 @@ auto locked(PyPool& p, nb::handle stream, Fn&& fn) {
     bridge.leave();
     return result;
   }
+}
+
+// A zero-copy view of the pool's memory made by `make` (a StatePool view accessor), counted
+// under the pool's lock (PyPool::count_view) and owned by the pool object.
+template <typename Fn>
+nb::object pool_view(nb::handle_t<PyPool> self, nb::handle stream, Fn&& make) {
+  PyPool& p = nb::cast<PyPool&>(self);
+  int device = 0;
+  bool counted = false;
+  TensorView v;
+  try {
+    v = locked(p, stream, [&](StatePool& s) {
+      const TensorView view = make(s);
+      device = s.options().device;
+      p.count_view();
+      counted = true;
+      return view;
+    });
+  } catch (...) {
+    if (counted) p.uncount_view();  // the stream ordering after it failed: no view
+    throw;
+  }
+  return view_to_python(v, device, p.view_owner(self));
 }
 
 // A CUDA array on another GPU than the pool's (options.device) is refused: TensorView carries no
@@ -687,13 +723,11 @@ void bind_pool(nb::module_& m) {
               "conv_state",
               [](nb::handle_t<PyPool> self, nb::handle layer, nb::handle handle,
                  nb::handle stream) {
-                PyPool& p = nb::cast<PyPool&>(self);
                 const int l = to_int(layer, "StatePool.conv_state", "layer");
                 const std::optional<SlotHandle> h = to_handle(handle, "handle", true);
-                TensorView v = locked(p, stream, [&](StatePool& s) {
+                return pool_view(self, stream, [&](StatePool& s) {
                   return h ? s.conv_state(l, *h) : s.conv_state(l);
                 });
-                return view_to_python(v, p.pool().options().device, p.view_owner(self));
               },
               nb::sig("def conv_state(self, layer: int, handle: SlotHandle | None = None, stream: "
                       "object | None = None) -> object"),
@@ -711,13 +745,11 @@ void bind_pool(nb::module_& m) {
               "ssm_state",
               [](nb::handle_t<PyPool> self, nb::handle layer, nb::handle handle,
                  nb::handle stream) {
-                PyPool& p = nb::cast<PyPool&>(self);
                 const int l = to_int(layer, "StatePool.ssm_state", "layer");
                 const std::optional<SlotHandle> h = to_handle(handle, "handle", true);
-                TensorView v = locked(p, stream, [&](StatePool& s) {
+                return pool_view(self, stream, [&](StatePool& s) {
                   return h ? s.ssm_state(l, *h) : s.ssm_state(l);
                 });
-                return view_to_python(v, p.pool().options().device, p.view_owner(self));
               },
               nb::sig("def ssm_state(self, layer: int, handle: SlotHandle | None = None, stream: "
                       "object | None = None) -> object"),
@@ -733,10 +765,8 @@ void bind_pool(nb::module_& m) {
               [](nb::handle_t<PyPool> self, Workspace which, nb::handle layer_arg,
                  nb::handle stream) {
                 const int layer = to_int(layer_arg, "StatePool.workspace", "layer");
-                PyPool& p = nb::cast<PyPool&>(self);
-                TensorView v =
-                    locked(p, stream, [&](StatePool& s) { return s.workspace(which, layer); });
-                return view_to_python(v, p.pool().options().device, p.view_owner(self));
+                return pool_view(self, stream,
+                                 [&](StatePool& s) { return s.workspace(which, layer); });
               },
               nb::arg("which"), nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               (std::string("The strategy's workspace of `layer` (snapshot scratch or replay "
@@ -748,10 +778,8 @@ void bind_pool(nb::module_& m) {
               "snapshot_conv",
               [](nb::handle_t<PyPool> self, nb::handle layer_arg, nb::handle stream) {
                 const int layer = to_int(layer_arg, "StatePool.snapshot_conv", "layer");
-                PyPool& p = nb::cast<PyPool&>(self);
-                TensorView v =
-                    locked(p, stream, [&](StatePool& s) { return s.snapshot_conv(layer); });
-                return view_to_python(v, p.pool().options().device, p.view_owner(self));
+                return pool_view(self, stream,
+                                 [&](StatePool& s) { return s.snapshot_conv(layer); });
               },
               nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               "workspace(Workspace.SNAPSHOT_CONV, layer, stream).")
@@ -759,10 +787,7 @@ void bind_pool(nb::module_& m) {
               "snapshot_ssm",
               [](nb::handle_t<PyPool> self, nb::handle layer_arg, nb::handle stream) {
                 const int layer = to_int(layer_arg, "StatePool.snapshot_ssm", "layer");
-                PyPool& p = nb::cast<PyPool&>(self);
-                TensorView v =
-                    locked(p, stream, [&](StatePool& s) { return s.snapshot_ssm(layer); });
-                return view_to_python(v, p.pool().options().device, p.view_owner(self));
+                return pool_view(self, stream, [&](StatePool& s) { return s.snapshot_ssm(layer); });
               },
               nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               "workspace(Workspace.SNAPSHOT_SSM, layer, stream).")
