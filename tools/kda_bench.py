@@ -6,6 +6,7 @@ one process (issue 18.4).
     python3 tools/kda_bench.py --T 4 --B 8 --json out.json
     python3 tools/kda_bench.py --layout vllm          # both sides in vLLM's order before #33291
     python3 tools/kda_bench.py --T 4 --replay-only --ring 12   # one point of a ring sweep
+    python3 tools/kda_bench.py --T 2 --B 8 --replay-only --profile   # the round's kernels
 
 Shapes: Kimi-Linear-48B-A3B at TP1 (20 KDA layers; H = HV = 32, K = V = 128, W = 4; bf16
 activations and conv state, fp32 SSM state [HV][V][K]: 2 MiB per row and layer). A round is what
@@ -42,7 +43,7 @@ import json
 import statistics
 import sys
 
-from graph_timing import replay_times  # tools/ (the script's own folder)
+from graph_timing import kernel_profile, kernel_table, replay_times  # tools/ (the script's folder)
 
 L, H, HV, K, V, W = 20, 32, 32, 128, 128, 4
 D = 2 * H * K + HV * V  # 12288
@@ -107,7 +108,7 @@ def capture(torch, stream, body):
 
 
 def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout, ring=0,
-                    fold_rows=0, layers=L):
+                    fold_rows=0, layers=L, profile=False):
     s = torch.cuda.Stream()
     cfg = specstate.KdaConfig()  # Kimi-Linear-48B-A3B TP1 (the defaults)
     assert (cfg.num_k_heads, cfg.num_v_heads, cfg.head_k_dim, cfg.head_v_dim) == (H, HV, K, V)
@@ -154,6 +155,11 @@ def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout,
 
         graph = capture(torch, s, rounds)
         out[B] = time_graph(torch, graph, s, flush, reps) / 4
+        if profile:
+            print(f"T={T} B={B:3d} {strategy.name.lower()}: {out[B]:.1f} us a round; its kernels "
+                  f"(torch's profiler, {reps} replays of 4 rounds):")
+            for line in kernel_table(kernel_profile(torch, graph, s, flush, reps), reps):
+                print("  " + line)
         assert pool.last_commit_status() == specstate.Status.SUCCESS
         assert bool(core_out[0][:B * T].float().abs().sum() > 0), "all-zero outputs"
         del graph
@@ -250,12 +256,17 @@ def main():
     parser.add_argument("--replay-only", action="store_true",
                         help="time only specstate's replay rounds (a ring sweep: run once per "
                              "--ring; snapshot, fla and their ratios are skipped)")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --replay-only: after each timing, the round's kernels by "
+                             "torch's profiler (share, us and launches a round)")
     parser.add_argument("--layers", type=int, default=L,
                         help="with --replay-only: the model's KDA layers (1..20; a round's fixed "
                              "cost is the intercept of rounds against layers)")
     args = parser.parse_args()
     if not 1 <= args.layers <= L or (args.layers != L and not args.replay_only):
         sys.exit(f"--layers {args.layers}: 1..{L}, and only with --replay-only")
+    if args.profile and not args.replay_only:
+        sys.exit("--profile: only with --replay-only")
     try:
         import torch
         import specstate
@@ -275,7 +286,8 @@ def main():
     for T in Ts:
         if args.replay_only:
             rep = bench_specstate(torch, specstate, specstate.Strategy.REPLAY, T, Bs, args.reps,
-                                  flush, gen, args.layout, args.ring, args.fold_rows, args.layers)
+                                  flush, gen, args.layout, args.ring, args.fold_rows, args.layers,
+                                  args.profile)
             for B in Bs:
                 rows.append(dict(T=T, B=B, replay=rep[B], ring=args.ring, layers=args.layers))
                 ring = args.ring or "default"

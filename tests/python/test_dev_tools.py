@@ -1,11 +1,14 @@
 """The GPU sessions' analysis tools that run without a GPU: scripts/ncu_source.py's reading of
-ncu's source page (the per-line report and the kernel's parts by execution count), and
-scripts/bench_json.py's table against SGLang's ring (issue 16's ratios, with our bytes)."""
+ncu's source page (the per-line report and the kernel's parts by execution count),
+scripts/bench_json.py's table against SGLang's ring (issue 16's ratios, with our bytes), and
+tools/graph_timing.py's kernel table (tools/kda_bench.py --profile)."""
 
 import csv
 import importlib.util
 import json
 import pathlib
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -99,3 +102,33 @@ def test_ring_table_has_the_lower_runs_bytes_bandwidth_floor_ratio_and_target(tm
     assert rows[("4", "128")].endswith("0.65 MISS")
     assert "0.680" in rows[("4", "8")] and rows[("4", "8")].endswith("0.70 met")
     assert ("2", "1") not in rows  # only a flagged run of ours: no row
+
+
+def load_graph_timing():
+    path = ROOT / "tools" / "graph_timing.py"
+    spec = importlib.util.spec_from_file_location("graph_timing", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_kernel_table_is_per_round_largest_first_with_the_rest_and_the_sum():
+    tool = load_graph_timing()
+    # 5 replays of a graph of 4 rounds: 20 rounds.
+    kernels = [dict(name="conv_update_kernel<bf16>", us=2000.0, launches=400),
+               dict(name="gdn_recurrence_kernel<bf16, float, true>", us=6000.0, launches=400),
+               dict(name="commit_pending_kernel", us=400.0, launches=20),
+               dict(name="begin_round_kernel", us=100.0, launches=20)]
+    lines = tool.kernel_table(kernels, reps=5, top=2, width=21)
+    assert lines[0].split() == ["share", "us/round", "launches/round", "kernel"]
+    first, second = lines[1].split(), lines[2].split()
+    assert first[:3] == ["70.6%", "300.0", "20.0"] and first[3] == "gdn_recurrence_kernel"
+    assert second[:4] == ["23.5%", "100.0", "20.0", "conv_update_kernel<bf"]
+    assert lines[3].split()[:3] == ["5.9%", "25.0", "2.0"] and "(2 more kernels)" in lines[3]
+    assert lines[4].split()[:3] == ["100.0%", "425.0", "42.0"] and "summed" in lines[4]
+    assert len(lines) == 5
+    # No kernel time (a profiler that recorded nothing) is an error naming what it got.
+    for bad in ([], [dict(name="k", us=0.0, launches=1)]):
+        message = rf"no kernel time \(reps=5, rounds=4, {len(bad)} kernels"
+        with pytest.raises(ValueError, match=message):
+            tool.kernel_table(bad, reps=5)
