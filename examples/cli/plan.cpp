@@ -128,7 +128,7 @@ std::vector<RingRow> ring_rows(const ModelConfig& config, int window, int round_
   return rows;
 }
 
-int run_plan(const PlanArgs& args) {
+int run_plan(const PlanArgs& args, std::ostream& json_out) {
   const ModelPreset preset = resolve_model(args.model, args.model_file, args.dims);
   const ModelConfig config = apply_tp(preset, args.tp);
   config.validate();
@@ -227,7 +227,7 @@ int run_plan(const PlanArgs& args) {
       j["replay_rings"] = list;
     }
     // Bytes that are no UTF-8 (a --model-file name's) are replaced: dump threw on them.
-    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    json_out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
 
@@ -318,7 +318,7 @@ int run_plan(const PlanArgs& args) {
 
 }  // namespace
 
-void add_plan_command(CLI::App& app, int& exit_code) {
+void add_plan_command(CLI::App& app, int& exit_code, std::ostream& json_out) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand(
       "plan",
@@ -343,7 +343,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"snapshot", "replay"}))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
-  cmd->callback([args, &exit_code] { exit_code = run_plan(*args); });
+  cmd->callback([args, &exit_code, &json_out] { exit_code = run_plan(*args, json_out); });
 }
 
 }  // namespace specstate::cli

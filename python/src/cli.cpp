@@ -19,18 +19,6 @@ namespace specstate::py {
 #ifdef SPECSTATE_PY_CLI
 namespace {
 
-// Sends std::cout to a string while alive.
-class CaptureCout {
- public:
-  CaptureCout() : previous_(std::cout.rdbuf(text_.rdbuf())) {}
-  ~CaptureCout() { std::cout.rdbuf(previous_); }
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::streambuf* previous_;
-};
-
 // A string argument holding a NUL byte: the command line's C strings end there, so the rest
 // would be dropped without a word ("tiny\0junk" ran "tiny"). ValueError naming the argument, the
 // NUL kept as \x00.
@@ -51,6 +39,8 @@ void bind_cli(nb::module_& m) {
   m.def(
       "_cli_main",
       [](std::vector<std::string> args) {
+        if (args.empty())
+          throw nb::value_error("_cli_main: argv is empty (argv[0] is the program name)");
         for (std::size_t i = 0; i < args.size(); ++i)
           refuse_nul(args[i], "_cli_main: argv[" + std::to_string(i) + "]");
         std::vector<char*> argv;
@@ -88,16 +78,18 @@ void bind_cli(nb::module_& m) {
         std::string text;
         int code = 0;
         {
+          // The document goes to this call's own stream: std::cout is the process's, written by
+          // other threads (_cli_main runs without the GIL).
+          std::ostringstream json;
           CLI::App app("specstate");
           app.require_subcommand(1);
-          cli::add_plan_command(app, code);
-          CaptureCout capture;
+          cli::add_plan_command(app, code, json);
           try {
             app.parse(static_cast<int>(argv.size()), argv.data());
           } catch (const CLI::ParseError& e) {
             throw nb::value_error(("plan: " + std::string(e.what())).c_str());
           }
-          text = capture.text();
+          text = json.str();
         }
         if (code != 0) throw nb::value_error(("plan: exit status " + std::to_string(code)).c_str());
         return nb::module_::import_("json").attr("loads")(text);

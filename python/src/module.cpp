@@ -506,7 +506,9 @@ void bind_config(nb::module_& m) {
           },
           nb::arg("value").none(),
           "cudaStream_t (int handle) the pool's work runs on (CUDA only; 0 = the default "
-          "stream). Give a non-default stream to capture CUDA graphs.");
+          "stream). Give a non-default stream to capture CUDA graphs. Only the handle is kept: "
+          "the stream (e.g. a CuPy stream object, which destroys it when collected) must outlive "
+          "every pool built with these options.");
 
   // The replay ring (docs/strategies.md): the default R of a kind, the round's fold limit and
   // the fold model `specstate plan` prints.

@@ -59,7 +59,9 @@ class PyPool {
   // the imported arrays (their DLPack capsule or buffer export, which keeps the memory from being
   // released or resized) stay held for the pool's lifetime.
   explicit PyPool(StatePool&& pool, std::vector<nb::ndarray<>> held = {})
-      : committed_arrays_(std::move(held)),
+      : config_(pool.config()),
+        options_(pool.options()),
+        committed_arrays_(std::move(held)),
         pool_(std::move(pool)),
         stream_(reinterpret_cast<uintptr_t>(pool_.options().stream)) {}
   ~PyPool() {
@@ -71,14 +73,28 @@ class PyPool {
 #endif
   }
 
-  // The pool, or kFailedPrecondition naming close() once it is closed.
+  // The pool, or kFailedPrecondition naming close() once it is closed. Calls on it hold the
+  // pool's lock (locked, guarded): close() moves it out under that lock.
   StatePool& pool() {
+    check_open();
+    return pool_;
+  }
+  void check_open() const {
     if (closed_.load()) {
       throw Error(Status::kFailedPrecondition,
                   "StatePool: the pool is closed (close(), or the end of its with block, freed "
                   "it); only close() and the closed property remain");
     }
-    return pool_;
+  }
+  // The pool's configuration, fixed at construction: copies read without the lock, never the
+  // pool itself (which a close() on another thread may be moving out).
+  const ModelConfig& config() const {
+    check_open();
+    return config_;
+  }
+  const PoolOptions& options() const {
+    check_open();
+    return options_;
   }
   bool closed() const { return closed_.load(); }
   // Frees the pool's memory now, without the GIL and under the pool's lock (dropping the last
@@ -106,6 +122,7 @@ class PyPool {
     }
     committed_arrays_.clear();
     round_array_ = nb::ndarray<>();
+    stream_owner_ = nb::object();
   }
   std::mutex& mutex() { return mutex_; }
   // Live zero-copy views of the pool's memory, which close() refuses to free under. A view is
@@ -139,9 +156,19 @@ class PyPool {
     }
   }
   uintptr_t stream() const { return stream_; }
-  void set_stream(uintptr_t s) { stream_ = s; }
-  bool is_cuda() const { return pool_.options().backend == Backend::kCuda; }
-  void hold_round_array(nb::ndarray<> array) { round_array_ = std::move(array); }
+  // The caller stream of calls that name none, and the Python object it came from (kept alive:
+  // a stream object may destroy its stream when collected). Under the pool's lock.
+  // Returns the previous object, for the caller to release with the GIL.
+  nb::object set_stream(uintptr_t s, nb::object owner) {
+    stream_ = s;
+    std::swap(stream_owner_, owner);
+    return owner;
+  }
+  bool is_cuda() const { return options_.backend == Backend::kCuda; }
+  // With the GIL, as close() clears it: a round array given after a close() is not kept.
+  void hold_round_array(nb::ndarray<> array) {
+    if (!closed_.load()) round_array_ = std::move(array);
+  }
 
   // Orders the pool's stream after `caller` (enter) and `caller` after the pool's work (leave).
   // A no-op on CPU pools and when the caller's stream is the pool's.
@@ -151,7 +178,7 @@ class PyPool {
 #ifdef SPECSTATE_PY_CUDA
       if (!p.is_cuda()) return;
       caller_ = caller.value_or(p.stream_);
-      pool_stream_ = reinterpret_cast<uintptr_t>(p.pool_.options().stream);
+      pool_stream_ = reinterpret_cast<uintptr_t>(p.options_.stream);
       if (caller_ == pool_stream_) return;
       p.ensure_events();
       check(cudaEventRecord(p.ready_, as_stream(caller_)), "recording on the caller's stream");
@@ -202,7 +229,7 @@ class PyPool {
     if (events_ready_) return;
     int previous = 0;
     cudaGetDevice(&previous);
-    cudaSetDevice(pool_.options().device);
+    cudaSetDevice(options_.device);
     cudaError_t e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
     cudaSetDevice(previous);
@@ -216,10 +243,13 @@ class PyPool {
   // The arrays the pool's kernels read or write are declared before the pool, so they are
   // released after it: the pool's destructor waits for its queued work (CUDA: a device-wide
   // synchronize before freeing), and only then may the caller's framework reuse their memory.
+  const ModelConfig config_;
+  const PoolOptions options_;
   std::vector<nb::ndarray<>> committed_arrays_;
   nb::ndarray<> round_array_;  // the open round's device cu_seqlens (read by the kernels)
   StatePool pool_;
-  uintptr_t stream_ = 0;  // the caller's stream when a call names none
+  uintptr_t stream_ = 0;     // the caller's stream when a call names none
+  nb::object stream_owner_;  // the Python object stream_ came from (set_stream)
   std::mutex mutex_;
   std::atomic<bool> closed_{false};
   std::atomic<int> views_{0};  // live zero-copy views (view_owner)
@@ -286,7 +316,7 @@ void check_device_id(const Arg& a, int want, const char* name) {
 }
 
 void check_device(const PyPool& p, const Arg& a, const char* name) {
-  check_device_id(a, const_cast<PyPool&>(p).pool().options().device, name);
+  check_device_id(a, p.options().device, name);
 }
 
 template <typename W, typename I, typename O>
@@ -641,9 +671,11 @@ void bind_pool(nb::module_& m) {
           .def_ro_static("SLOT_STATE_HEADER_BYTES", &StatePool::kSlotStateHeaderBytes,
                          "Bytes of an exported slot state's header (docs/lifecycle.md).")
           .def_prop_ro(
-              "config", [](PyPool& p) { return p.pool().config(); }, "The ModelConfig (a copy).")
+              "config", [](PyPool& p) -> ModelConfig { return p.config(); },
+              "The ModelConfig (a copy).")
           .def_prop_ro(
-              "options", [](PyPool& p) { return p.pool().options(); }, "The PoolOptions (a copy).")
+              "options", [](PyPool& p) -> PoolOptions { return p.options(); },
+              "The PoolOptions (a copy).")
           .def_prop_rw(
               "stream",
               [](PyPool& p) {
@@ -652,16 +684,23 @@ void bind_pool(nb::module_& m) {
                 return p.stream();
               },
               [](PyPool& p, nb::handle s) {
-                const uintptr_t v =
-                    to_stream(s, "stream")
-                        .value_or(reinterpret_cast<uintptr_t>(p.pool().options().stream));
-                nb::gil_scoped_release release;
-                std::lock_guard<std::mutex> lock(p.mutex());  // calls in flight read it
-                p.set_stream(v);
+                const std::optional<uintptr_t> given = to_stream(s, "stream");
+                const uintptr_t v = given.value_or(reinterpret_cast<uintptr_t>(p.options().stream));
+                nb::object owner = given ? nb::borrow(s) : nb::object();
+                nb::object previous;  // released here, with the GIL
+                {
+                  nb::gil_scoped_release release;
+                  std::lock_guard<std::mutex> lock(p.mutex());  // calls in flight read it
+                  p.check_open();
+                  previous = p.set_stream(v, std::move(owner));
+                }
               },
               nb::arg("value").none(),
               "The caller stream of calls that name none (CUDA pools; default: the pool's own "
-              "stream, PoolOptions.stream). Settable between rounds; None restores the default.")
+              "stream, PoolOptions.stream). Settable between rounds; None restores the default. "
+              "The pool "
+              "keeps the object given alive (a stream object may destroy its stream when "
+              "collected).")
           .def(
               "acquire",
               [](PyPool& p, nb::handle stream) {
@@ -792,13 +831,22 @@ void bind_pool(nb::module_& m) {
               nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               "workspace(Workspace.SNAPSHOT_SSM, layer, stream).")
           .def(
-              "committed_bytes", [](PyPool& p) { return p.pool().committed_bytes(); },
+              "committed_bytes",
+              [](PyPool& p) {
+                return guarded(p, [](const StatePool& s) { return s.committed_bytes(); });
+              },
               "Committed state bytes, all slots, all layers.")
           .def(
-              "workspace_bytes", [](PyPool& p) { return p.pool().workspace_bytes(); },
+              "workspace_bytes",
+              [](PyPool& p) {
+                return guarded(p, [](const StatePool& s) { return s.workspace_bytes(); });
+              },
               "Bytes the strategy needs besides the committed state, all layers.")
           .def(
-              "scratch_bytes", [](PyPool& p) { return p.pool().scratch_bytes(); },
+              "scratch_bytes",
+              [](PyPool& p) {
+                return guarded(p, [](const StatePool& s) { return s.scratch_bytes(); });
+              },
               "Same as workspace_bytes.")
           .def(
               "materialize",
@@ -881,7 +929,10 @@ void bind_pool(nb::module_& m) {
                kStreamDoc)
                   .c_str())
           .def(
-              "slot_state_bytes", [](PyPool& p) { return p.pool().slot_state_bytes(); },
+              "slot_state_bytes",
+              [](PyPool& p) {
+                return guarded(p, [](const StatePool& s) { return s.slot_state_bytes(); });
+              },
               "Bytes of one slot's exported state: the size of an export_slot / import_slot "
               "buffer (the layout is the library's, include/specstate/pool.h).")
           .def(
@@ -898,7 +949,8 @@ void bind_pool(nb::module_& m) {
                   });
                   return nb::none();
                 }
-                const int64_t bytes = p.pool().slot_state_bytes();
+                const int64_t bytes =
+                    guarded(p, [](const StatePool& s) { return s.slot_state_bytes(); });
                 if (dst.is_none()) {  // a fresh host array (allocated in whole i32 words)
                   const int64_t words = (bytes + 3) / 4;
                   int32_t* data = new int32_t[static_cast<size_t>(words)];
@@ -958,8 +1010,10 @@ void bind_pool(nb::module_& m) {
                   throw nb::type_error(
                       "src: None is not a state; give an array of slot_state_bytes() bytes or a "
                       "path");
-                Arg a =
-                    to_bytes_arg(src, fn, "src", false, p.pool().slot_state_bytes(), p.is_cuda());
+                Arg a = to_bytes_arg(
+                    src, fn, "src", false,
+                    guarded(p, [](const StatePool& s) { return s.slot_state_bytes(); }),
+                    p.is_cuda());
                 check_device(p, a, "src");
                 const TensorView v = a.view;
                 naming_caller_array("src", v, a, [&] {

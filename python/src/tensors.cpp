@@ -514,13 +514,18 @@ void bind_tensors(nb::module_& m) {
           shape[i] = static_cast<size_t>(bits.shape[i]);
           strides[i] = bits.stride[i];
         }
-        nb::ndarray<nb::array_api> array(bits.data, static_cast<size_t>(bits.ndim), shape, x,
-                                         strides, nb::dtype<uint16_t>(), a.array.device_type(),
-                                         a.array.device_id());
+        // The owner is the import of x's memory (what its DLPack export keeps alive), not x:
+        // x may let go of that memory while the bits live (a wrapper whose array is replaced).
+        const int32_t device_type = a.array.device_type(), device_id = a.array.device_id();
+        auto* import = new nb::ndarray<>(std::move(a.array));
+        nb::capsule owner(import, [](void* p) noexcept { delete static_cast<nb::ndarray<>*>(p); });
+        nb::ndarray<nb::array_api> array(bits.data, static_cast<size_t>(bits.ndim), shape, owner,
+                                         strides, nb::dtype<uint16_t>(), device_type, device_id);
         return nb::cast(std::move(array));
       },
       nb::arg("x"),
-      "The same memory as a bfloat16 array `x`, as uint16 bits (no copy; keeps `x` alive). "
+      "The same memory as a bfloat16 array `x`, as uint16 bits (no copy; keeps that memory "
+      "alive). "
       "Used by specstate.to_numpy for NumPy, which has no DLPack bfloat16.");
 
 #define SPECSTATE_ARG_RW(Cls, field, prefix, writable, optional, doc)      \

@@ -280,3 +280,115 @@ def test_vllm_notes_name_only_the_tensor_in_the_error():
     assert "recurrent_states" in message
     assert "transposed view of each recurrent state (order KV)" in message
     assert "conv state" not in message
+
+
+PLAN_BESIDE_CLI = r"""
+import json, threading
+import specstate
+from specstate import _specstate
+done = []
+def cli():
+    for _ in range(150):
+        _specstate._cli_main(["specstate", "plan", "--json", "--model", "tiny"])
+    done.append(1)
+t = threading.Thread(target=cli)
+t.start()
+calls = 0
+while t.is_alive() or calls == 0:
+    assert specstate.plan(model="tiny")["committed_bytes_per_request"] > 0
+    calls += 1
+t.join()
+print("plan calls", calls, "cli runs", len(done))
+"""
+
+
+@pytest.mark.skipif(not specstate.HAS_CLI, reason="built without CLI11: no plan/check_golden")
+def test_plan_beside_the_command_line_on_another_thread():
+    """plan() pointed the process's std::cout at its own buffer while _cli_main (no GIL) wrote to
+    std::cout on another thread: heap corruption (the process died), documents lost. Now plan()
+    writes its document to its own stream: every call parses and every command line's document
+    reaches stdout. In a child process: the old failure killed the interpreter."""
+    r = subprocess.run([sys.executable, "-c", PLAN_BESIDE_CLI], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "cli runs 1" in r.stdout
+    assert r.stdout.count('"committed_bytes_per_request"') == 150  # the command line's documents
+
+
+@pytest.mark.skipif(not specstate.HAS_CLI, reason="built without CLI11: no plan/check_golden")
+def test_cli_main_of_an_empty_argv_is_refused():
+    """An empty list ran the command line with argv[0] = NULL: a segfault in CLI11 (so the call
+    runs in a child process)."""
+    r = subprocess.run([sys.executable, "-c", "from specstate import _specstate\n"
+                        "_specstate._cli_main([])"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stderr[-1000:])
+    assert "ValueError: _cli_main: argv is empty (argv[0] is the program name)" in r.stderr
+
+
+class _Exporter:
+    """An object exporting another array's memory through DLPack (a wrapper, a JAX array): it may
+    let go of that array while an array made from it lives."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_bf16_bits_keep_the_imported_memory_not_the_exporter():
+    """to_numpy of a bf16 array goes through _bf16_bits, which kept the exporter object alive and
+    dropped its import: once the exporter let go of its array, the bits read freed memory (here a
+    pool view, whose count close() trusts: the pool was freed under them)."""
+    model = Model(act=specstate.DType.BF16)
+    pool = model.pool(specstate.Strategy.SNAPSHOT)
+    h = pool.acquire()
+    state = np.random.default_rng(3).standard_normal(pool.slot_state_bytes() // 4)
+    pool.import_slot(h, model_slot_bytes(pool, state))
+    exporter = _Exporter(pool.conv_state(0, h))
+    bits = specstate.to_numpy(exporter)
+    want = np.array(bits.view(np.uint16))
+    assert want.any()
+    exporter.array = None
+    with pytest.raises(specstate.FailedPreconditionError, match=r"1 zero-copy view"):
+        pool.close()
+    assert np.array_equal(bits.view(np.uint16), want)
+    del bits
+    pool.close()
+
+
+def model_slot_bytes(pool, values):
+    """A slot state of `pool` (export_slot's format) holding `values` where the states are: the
+    header of an exported zero slot, then the values' bytes."""
+    blank = pool.export_slot(pool.acquire())
+    header = pool.SLOT_STATE_HEADER_BYTES
+    body = np.frombuffer(values.astype(np.float32).tobytes(), np.uint8)[:blank.size - header]
+    return np.concatenate([blank[:header], body])
+
+
+def test_the_pools_stream_object_is_kept_alive():
+    """pool.stream = obj kept only the handle: a stream object that destroys its stream when
+    collected (CuPy's) was collected while the pool went on ordering its work on the handle."""
+    import gc
+    import weakref
+
+    class Stream:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __cuda_stream__(self):
+            return (0, self.handle)
+
+    pool = Model().pool(specstate.Strategy.SNAPSHOT)
+    s = Stream(0x5EED)
+    alive = weakref.ref(s)
+    pool.stream = s
+    del s
+    gc.collect()
+    assert alive() is not None and pool.stream == 0x5EED
+    pool.stream = None  # the default again: the object is let go
+    gc.collect()
+    assert alive() is None and pool.stream == 0
