@@ -698,9 +698,8 @@ void bind_pool(nb::module_& m) {
               nb::arg("value").none(),
               "The caller stream of calls that name none (CUDA pools; default: the pool's own "
               "stream, PoolOptions.stream). Settable between rounds; None restores the default. "
-              "The pool "
-              "keeps the object given alive (a stream object may destroy its stream when "
-              "collected).")
+              "The pool keeps the object given alive (a stream object may destroy its stream "
+              "when collected).")
           .def(
               "acquire",
               [](PyPool& p, nb::handle stream) {
