@@ -451,6 +451,25 @@ TEST(GoldenCorrupted, MalformedCasesAreErrorsNotPasses) {
 
 // --- parts, absent intermediates ------------------------------------------------------------
 
+// A file claiming 2^31 - 1 parts: the first 16 missing ones and the count, at once (listing
+// every missing part took gigabytes and ended in std::bad_alloc, naming nothing).
+TEST(GoldenParts, AClaimOfTwoToTheThirtyOneMinusOnePartsIsNamedAtOnce) {
+  TempDir dir;
+  CaseEditor edited(kCaseA);
+  auto meta = edited.metadata();
+  meta["nparts"] = "2147483647";
+  meta["part"] = "5";
+  CaseEditor::write_bytes(dir.file("huge.safetensors"), edited.bytes(CaseEditor::in_layer0, meta));
+  const GoldenInputs claimed = load_golden_inputs({dir.file("huge.safetensors")});
+  EXPECT_TRUE(claimed.cases.empty());
+  ASSERT_EQ(claimed.errors.size(), 1u);
+  EXPECT_NE(claimed.errors[0].message.find(
+                "has 2147483647 parts; missing part(s) 0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, "
+                "14, 15, 16, ... (2147483646 missing)"),
+            std::string::npos)
+      << claimed.errors[0].message;
+}
+
 TEST(GoldenParts, SplitCaseWithoutIntermediatesPasses) {
   TempDir dir;
   CaseEditor edited(kCaseA);
