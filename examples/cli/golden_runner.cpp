@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <sstream>
 #include <utility>
+
+#include "cli/sim_helpers.h"
 
 namespace specstate::cli::golden {
 
@@ -354,10 +357,40 @@ std::string first_unwritten(const RoundSpec& s, const ReportStyle& style, int l,
   return "";
 }
 
+// The host memory a case's rounds take at most, refused past what is available now (as simulate
+// refuses its runs): a few-MB file names S, R, T and the dimensions, and the pools they ask for
+// are allocated and read back several times (a 42 MB case asked for a 17 GB pool, which the CPU
+// backend accepts below physical memory, then about three times that in copies). A snapshot
+// round holds its pool (CPU) and about three copies of the committed state and the scratch
+// (before, after, the checks' reads and their floats); a replay round holds its pool, those
+// copies of the committed state and, at once, the snapshot round it is compared with.
+void check_case_memory(const GoldenAdapter& adapter, const GoldenOptions& options) {
+  const RoundSpec& s = adapter.round();
+  const StateBytes b = state_bytes(adapter.model(), s.T);
+  const double committed = static_cast<double>(s.S) * static_cast<double>(b.committed_per_request);
+  const double scratch = static_cast<double>(s.R) * static_cast<double>(b.scratch_per_row);
+  const double records = static_cast<double>(s.S) * static_cast<double>(b.records_per_slot);
+  const bool cpu = options.backend == Backend::kCpu;
+  const double snapshot_round = (cpu ? committed + scratch : 0.0) + 3.0 * (committed + scratch);
+  const double bytes = options.strategy == Strategy::kSnapshot
+                           ? snapshot_round
+                           : (cpu ? committed + records : 0.0) + 3.0 * committed + snapshot_round;
+  const double available = available_host_bytes();
+  if (available > 0 && bytes > available) {
+    char text[240];
+    std::snprintf(text, sizeof(text),
+                  "the case needs about %.3g GB of host memory (S = %d slots, R = %d rows, T = %d "
+                  "tokens, %d layers: its pools and their copies), %.3g GB are available",
+                  bytes / 1e9, s.S, s.R, s.T, s.L, available / 1e9);
+    throw Error(Status::kResourceExhausted, text);
+  }
+}
+
 void run_round(const TensorStore& store, const GoldenAdapter& adapter, const GoldenOptions& options,
                GoldenReport& report, RunBytes* bytes) {
   const bool snapshots = options.strategy == Strategy::kSnapshot;
   const RoundSpec& s = adapter.round();
+  if (bytes == nullptr) check_case_memory(adapter, options);  // the outer round: both rounds
   const ReportStyle& style = adapter.style();
   report.third_party = style.third_party;
   PoolOptions pool_options;

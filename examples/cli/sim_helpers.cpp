@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -262,6 +263,22 @@ int64_t workspace_bytes(const StateBytes& bytes, Strategy strategy, int64_t slot
   return strategy == Strategy::kReplay
              ? mul_checked(bytes.records_per_slot, slots, "records of all slots")
              : mul_checked(bytes.scratch_per_row, rows, "scratch of all rows");
+}
+
+double available_host_bytes() {
+  if (const char* forced = std::getenv("SPECSTATE_SIM_HOST_BYTES")) {
+    const double v = std::strtod(forced, nullptr);
+    if (v > 0) return v;
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024.0;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
 Strategy parse_strategy(const std::string& text, const char* option) {

@@ -133,6 +133,11 @@ StateBytes state_bytes(const ModelConfig& config, int window, int ring = 0);
 // records * slots. Throws specstate::Error as state_bytes when the product passes int64.
 int64_t workspace_bytes(const StateBytes& bytes, Strategy strategy, int64_t slots, int64_t rows);
 
+// The bytes of host memory available now (/proc/meminfo's MemAvailable, else free pages), or
+// 0 where neither can be read. SPECSTATE_SIM_HOST_BYTES (a positive number) stands in for it: the
+// tests' way to reach the refusals of simulate and check-golden on any machine.
+double available_host_bytes();
+
 // "snapshot" / "replay"; throws CLI::ValidationError naming `option` for anything else.
 Strategy parse_strategy(const std::string& text, const char* option);
 

@@ -295,25 +295,6 @@ void draw_progress(std::ostream& out, int64_t done, int64_t total) {
 
 namespace {
 
-// The bytes of host memory available now (/proc/meminfo's MemAvailable, else free pages), or
-// 0 where neither can be read. SPECSTATE_SIM_HOST_BYTES (a positive number) stands in for it:
-// the tests' way to reach the refusal below on any machine.
-double available_host_bytes() {
-  if (const char* forced = std::getenv("SPECSTATE_SIM_HOST_BYTES")) {
-    const double v = std::strtod(forced, nullptr);
-    if (v > 0) return v;
-  }
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024.0;
-  }
-  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
-}
-
 // A CPU run holds at once one strategy's pool (--strategy both runs them in turn), --check's
 // reference committed state, the input sets and the core outputs. The pool refuses only what the
 // machine's physical memory cannot hold: a run within that, with the simulator's own buffers, could

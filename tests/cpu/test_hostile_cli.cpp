@@ -622,6 +622,26 @@ TEST(HostileCli, GeneratedTracePastTheLimitIsAUsageError) {
   EXPECT_TRUE(contains(help.output, "x window tokens <= 67,108,864")) << help.output;
 }
 
+// check-golden takes a case's slots, rows, window and dimensions from the file: a 42 MB case asked
+// for a 17 GB pool (accepted below the machine's physical memory) and about three times that in
+// copies of its states. Refused past the memory available now, naming the case's sizes, as
+// simulate refuses its runs (SPECSTATE_SIM_HOST_BYTES stands in for the available memory).
+TEST(HostileCli, AGoldenCasePastTheAvailableHostMemoryIsRefused) {
+  const std::string args = " check-golden " + std::string(SPECSTATE_TEST_DATA) +
+                           "/golden/golden_caseA.safetensors --strategy ";
+  for (const char* strategy : {"snapshot", "replay"}) {
+    const test::CliRun refused = test::run_command(
+        "env", std::string("SPECSTATE_SIM_HOST_BYTES=1e3 ") + SPECSTATE_CLI_PATH + args + strategy);
+    EXPECT_EQ(refused.code, 1) << refused.output;
+    EXPECT_TRUE(contains(refused.output, "the case needs about")) << refused.output;
+    EXPECT_TRUE(contains(refused.output, "GB of host memory (S = ")) << refused.output;
+    const test::CliRun fits =
+        test::run_command("env", std::string("SPECSTATE_SIM_HOST_BYTES=1e12 ") +
+                                     SPECSTATE_CLI_PATH + args + strategy);
+    EXPECT_EQ(fits.code, 0) << fits.output;
+  }
+}
+
 }  // namespace
 }  // namespace specstate::cli
 
