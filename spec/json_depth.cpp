@@ -35,11 +35,12 @@ JsonNesting json_nesting(std::string_view text, int limit) noexcept {
 namespace {
 // nlohmann's SAX interface: a set of keys per open object.
 struct DuplicateKeys final : nlohmann::json::json_sax_t {
-  explicit DuplicateKeys(std::size_t most) : max_keys(most) {}
+  DuplicateKeys(std::size_t most, std::size_t most_total)
+      : max_keys(most), max_total_keys(most_total) {}
   std::vector<std::set<std::string>> open;
-  std::size_t max_keys;
+  std::size_t max_keys, max_total_keys, total_keys = 0;
   std::string found;
-  bool too_many = false;
+  bool too_many = false, too_many_total = false;
   bool null() override { return true; }
   bool boolean(bool) override { return true; }
   bool number_integer(number_integer_t) override { return true; }
@@ -61,6 +62,10 @@ struct DuplicateKeys final : nlohmann::json::json_sax_t {
       too_many = true;
       return false;
     }
+    if (++total_keys > max_total_keys) {
+      too_many_total = true;
+      return false;
+    }
     return true;
   }
   bool end_object() override {
@@ -75,13 +80,15 @@ struct DuplicateKeys final : nlohmann::json::json_sax_t {
 };
 }  // namespace
 
-JsonKeyProblem json_key_problem(std::string_view text, std::size_t max_keys) {
-  DuplicateKeys sax(max_keys);
+JsonKeyProblem json_key_problem(std::string_view text, std::size_t max_keys,
+                                std::size_t max_total_keys) {
+  DuplicateKeys sax(max_keys, max_total_keys);
   nlohmann::json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json,
                             false);
   JsonKeyProblem out;
   out.duplicate = sax.found;
   out.too_many_keys = sax.too_many;
+  out.too_many_total_keys = sax.too_many_total;
   return out;
 }
 

@@ -436,13 +436,17 @@ Trace parse_trace(std::istream& in, const std::string& source) {
     if (have_header && static_cast<int64_t>(trace.records.size()) >= kMaxTraceRecords) {
       where.fail("more than " + std::to_string(kMaxTraceRecords) + " records (the limit)");
     }
-    // Keys first (no DOM): a key twice in one object, or more keys than kMaxTraceObjectKeys.
-    if (const JsonKeyProblem keys = json_key_problem(line, kMaxTraceObjectKeys);
+    // Keys first (no DOM): a key twice in one object, more keys than kMaxTraceObjectKeys in one
+    // or than kMaxTraceLineKeys in all.
+    if (const JsonKeyProblem keys = json_key_problem(line, kMaxTraceObjectKeys, kMaxTraceLineKeys);
         !keys.duplicate.empty()) {
       where.fail("key \"" + keys.duplicate + "\" appears twice in one object");
     } else if (keys.too_many_keys) {
       where.fail("an object with more than " + std::to_string(kMaxTraceObjectKeys) +
                  " keys (the limit, kMaxTraceObjectKeys)");
+    } else if (keys.too_many_total_keys) {
+      where.fail("more than " + std::to_string(kMaxTraceLineKeys) +
+                 " keys in the line's objects together (the limit, kMaxTraceLineKeys)");
     }
     Json j;
     try {
@@ -525,7 +529,9 @@ void validate_trace(const Trace& trace) {
     throw Error(Status::kInvalidArgument,
                 "spec::validate_trace: meta_json holds a NUL byte (JSON text has none)");
   }
-  const JsonKeyProblem keys = json_key_problem(trace.meta_json, kMaxTraceObjectKeys);
+  // The header line holds meta's keys and its own four (format, version, requests, meta).
+  constexpr int kMetaKeys = kMaxTraceLineKeys - 4;
+  const JsonKeyProblem keys = json_key_problem(trace.meta_json, kMaxTraceObjectKeys, kMetaKeys);
   if (!keys.duplicate.empty()) {
     throw Error(Status::kInvalidArgument, "spec::validate_trace: meta_json holds key \"" +
                                               keys.duplicate + "\" twice in one object");
@@ -534,6 +540,11 @@ void validate_trace(const Trace& trace) {
     throw Error(Status::kInvalidArgument,
                 "spec::validate_trace: meta_json holds an object of more than " +
                     std::to_string(kMaxTraceObjectKeys) + " keys (kMaxTraceObjectKeys)");
+  }
+  if (keys.too_many_total_keys) {
+    throw Error(Status::kInvalidArgument,
+                "spec::validate_trace: meta_json holds more than " + std::to_string(kMetaKeys) +
+                    " keys in all (kMaxTraceLineKeys, less the header's own 4)");
   }
   Json meta;
   try {

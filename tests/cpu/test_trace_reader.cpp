@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -113,6 +114,48 @@ TEST(TraceReader, ObjectsOfTooManyKeysAreRefused) {
       << message;
   Trace bad = ok;
   bad.meta_json = meta(kMaxTraceObjectKeys + 1);
+  std::ostringstream out;
+  EXPECT_THROW(write_trace(out, bad), Error);
+  EXPECT_TRUE(out.str().empty());
+}
+
+// The per-object bound alone let a header of 469 meta objects of 4096 keys each (16 MiB) take
+// 4.6 s to read and 25 s through simulate's four parses: at most kMaxTraceLineKeys keys in all
+// objects of a line, on reading, and meta's share of them (the header has 4 keys of its own) on
+// writing, so that what is written is read.
+TEST(TraceReader, LinesOfTooManyKeysInAllAreRefused) {
+  const auto meta = [](int objects, int keys) {
+    std::string m = "{";
+    for (int o = 0; o < objects; ++o) {
+      m += (o ? ",\"o" : "\"o") + std::to_string(o) + "\": {";
+      for (int i = 0; i < keys; ++i) m += (i ? ",\"k" : "\"k") + std::to_string(i) + "\": 1";
+      m += "}";
+    }
+    return m + "}";
+  };
+  const std::string record = R"({"request": 0, "round": 0, "window": 2, "accepted": 1})";
+  const auto header = [](const std::string& m) {
+    return R"({"format": "specstate-trace", "version": 1, "requests": [0], "meta": )" + m + "}";
+  };
+  // 16 objects of 4095 keys and meta's own 16: 65,536 with the header's 4 is past the limit.
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = error_of(header(meta(16, 4095)) + "\n" + record + "\n");
+  EXPECT_NE(message.find("t.jsonl:1: more than 65536 keys in the line's objects together"),
+            std::string::npos)
+      << message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // 15 such objects (61,425 + 15 + 4 keys) are read, and written back as they were read.
+  const Trace ok = parse(header(meta(15, 4095)) + "\n" + record + "\n");
+  EXPECT_EQ(ok.records.size(), 1u);
+  std::ostringstream written;
+  write_trace(written, ok);
+  EXPECT_EQ(parse(written.str()).meta_json, ok.meta_json);
+  // A meta_json of 65,533 keys in all would make a header line of 65,537: refused by the writer.
+  Trace bad = ok;
+  bad.meta_json = meta(16, 4094);  // 65,504 + 16 = 65,520 keys: fits
+  std::ostringstream fits;
+  EXPECT_NO_THROW(write_trace(fits, bad));
+  bad.meta_json = meta(17, 3854);  // 65,518 + 17 = 65,535 keys: past 65,532
   std::ostringstream out;
   EXPECT_THROW(write_trace(out, bad), Error);
   EXPECT_TRUE(out.str().empty());
