@@ -19,6 +19,10 @@ namespace specstate::py {
 #ifdef SPECSTATE_PY_CLI
 namespace {
 
+// The most strings _cli_main's argv and check_golden's paths take (a command line's own limit is
+// of this order).
+constexpr Py_ssize_t kMaxCliArguments = Py_ssize_t{1} << 16;
+
 // A string argument holding a NUL byte: the command line's C strings end there, so the rest
 // would be dropped without a word ("tiny\0junk" ran "tiny"). ValueError naming the argument, the
 // NUL kept as \x00.
@@ -38,7 +42,9 @@ void bind_cli(nb::module_& m) {
   m.attr("HAS_CLI") = true;
   m.def(
       "_cli_main",
-      [](std::vector<std::string> args) {
+      [](nb::handle argv_arg) {
+        std::vector<std::string> args =
+            to_object_vector<std::string>(argv_arg, "_cli_main: argv", kMaxCliArguments, "str");
         if (args.empty())
           throw nb::value_error("_cli_main: argv is empty (argv[0] is the program name)");
         for (std::size_t i = 0; i < args.size(); ++i)
@@ -50,7 +56,7 @@ void bind_cli(nb::module_& m) {
         nb::gil_scoped_release release;
         return cli::run(static_cast<int>(args.size()), argv.data());
       },
-      nb::arg("argv"),
+      nb::sig("def _cli_main(argv: collections.abc.Sequence[str]) -> int"), nb::arg("argv"),
       "The `specstate` command line (argv[0] is the program name): returns its exit status.");
   m.def(
       "plan",
@@ -105,7 +111,9 @@ void bind_cli(nb::module_& m) {
       "model 'qwen3-next-80b' (the command's is 'small'). max_rows 0: max_requests.");
   m.def(
       "check_golden",
-      [](const std::vector<std::string>& paths, const std::string& backend) {
+      [](nb::handle paths_arg, const std::string& backend) {
+        const std::vector<std::string> paths = to_object_vector<std::string>(
+            paths_arg, "check_golden: paths", kMaxCliArguments, "str");
         if (backend != "cpu" && backend != "cuda") {
           throw nb::value_error(
               ("backend: '" + escape_nul(backend) + "', expected 'cpu' or 'cuda'").c_str());
@@ -125,6 +133,8 @@ void bind_cli(nb::module_& m) {
         }
         return nb::make_tuple(code, out.str());
       },
+      nb::sig("def check_golden(paths: collections.abc.Sequence[str], backend: str = 'cpu') -> "
+              "tuple[int, str]"),
       nb::arg("paths"), nb::arg("backend") = "cpu",
       "`specstate check-golden`: runs the golden cases (files or folders) and returns "
       "(exit_code, report): 0 when every case passed, 1 otherwise. A backend that cannot run "

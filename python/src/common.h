@@ -247,33 +247,72 @@ T to_integer(nb::handle object, const std::string& name) {
   throw nb::type_error(what.c_str());
 }
 
-// The items of `object`, a sequence of numbers (a list, tuple, range, NumPy array; not str, bytes
-// or bytearray), as a tuple: a copy taken before any item is converted, so an item whose
-// __index__ or __float__ changes the list cannot change what is read (nanobind's list caster
-// kept reading the list's item array after such a change: a segfault). TypeError naming `name`
-// for anything else, specstate.OutOfRangeError for more than kMaxSequenceItems items (the
-// largest argument any call takes is far below; the copy of range(10**12) would not fit).
+// The items of `object`, a sequence (a list, tuple, range, NumPy array; not str), as a tuple: a
+// copy taken before any item is converted, so an item whose __index__ or __float__ changes the
+// list cannot change what is read (nanobind's list caster kept reading the list's item array
+// after such a change: a segfault). Exactly the first len(object) items are copied (a
+// PySequence_Tuple of an object whose __len__ lies iterated until memory ran out). TypeError
+// naming `name` for anything else, specstate.OutOfRangeError for more than `max_items` items
+// (by default kMaxSequenceItems: the largest argument any call takes is far below; the copy of
+// range(10**12) would not fit). `what`: the items expected, for the messages.
 inline constexpr Py_ssize_t kMaxSequenceItems = Py_ssize_t{1} << 26;
-inline nb::object sequence_items(nb::handle object, const std::string& name) {
+inline nb::object sequence_items(nb::handle object, const std::string& name,
+                                 Py_ssize_t max_items = kMaxSequenceItems,
+                                 const char* what = "numbers") {
   PyObject* o = object.ptr();
   if (PyUnicode_Check(o) || !PySequence_Check(o)) {
     throw nb::type_error(
-        (name + ": expected a sequence of numbers, got " + arg_type_name(object)).c_str());
+        (name + ": expected a sequence of " + what + ", got " + arg_type_name(object)).c_str());
   }
   const Py_ssize_t n = PySequence_Size(o);
   if (n < 0) {  // a sequence with no length (only __getitem__)
     PyErr_Clear();
     throw nb::type_error(
-        (name + ": expected a sequence of numbers with a length, got " + arg_type_name(object))
+        (name + ": expected a sequence of " + what + " with a length, got " + arg_type_name(object))
             .c_str());
   }
-  if (n > kMaxSequenceItems) {
-    throw Error(Status::kOutOfRange, name + ": " + std::to_string(n) + " items, at most " +
-                                         std::to_string(kMaxSequenceItems));
+  if (n > max_items) {
+    throw Error(Status::kOutOfRange,
+                name + ": " + std::to_string(n) + " items, at most " + std::to_string(max_items));
   }
-  nb::object items = nb::steal(PySequence_Tuple(o));
+  if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {  // their length is their items'
+    nb::object items = nb::steal(PySequence_Tuple(o));
+    if (!items.is_valid()) throw nb::python_error();
+    return items;
+  }
+  nb::object items = nb::steal(PyTuple_New(n));
   if (!items.is_valid()) throw nb::python_error();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PySequence_GetItem(o, i);
+    if (item == nullptr) throw nb::python_error();
+    PyTuple_SET_ITEM(items.ptr(), i, item);
+  }
   return items;
+}
+
+// `object` as a vector of T (a bound class, or std::string), item by item from sequence_items'
+// copy: TypeError naming `name[i]` and the item's type for an item that is no T. Never reserves
+// more than the items given (nanobind's list caster reserved len(list) elements of T before
+// looking at any, inside a noexcept function: a long list of None ended in std::terminate).
+template <typename T>
+std::vector<T> to_object_vector(nb::handle object, const std::string& name, Py_ssize_t max_items,
+                                const char* what) {
+  const nb::object items = sequence_items(object, name, max_items, what);
+  const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
+  std::vector<T> out;
+  out.reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    nb::handle item(PyTuple_GET_ITEM(items.ptr(), i));
+    T value{};
+    if (!nb::try_cast<T>(item, value, /*convert=*/false)) {
+      PyErr_Clear();
+      throw nb::type_error(
+          (name + "[" + std::to_string(i) + "]: expected " + what + ", got " + arg_type_name(item))
+              .c_str());
+    }
+    out.push_back(std::move(value));
+  }
+  return out;
 }
 
 // A list argument as the caller passed it, converted (and named) in the call's body by

@@ -16,6 +16,10 @@
 namespace specstate::py {
 namespace {
 
+// The most Acceptance values BatchPlan.commit_values takes (one per live row; a pool's rows are
+// far fewer).
+constexpr Py_ssize_t kMaxRowsArgument = Py_ssize_t{1} << 20;
+
 using spec::Acceptance;
 using spec::BatchPlan;
 using spec::Trace;
@@ -200,8 +204,15 @@ void bind_spec(nb::module_& m) {
       .def("window", &BatchPlan::window, "T.")
       .def("num_tokens", &BatchPlan::num_tokens, "Tokens of a layer's verify inputs.")
       .def("is_tree", &BatchPlan::is_tree, "Whether the batch has a tree.")
-      .def("commit_values", &BatchPlan::commit_values, nb::arg("accepted"),
-           "StatePool.commit's list from one Acceptance per live row.")
+      .def(
+          "commit_values",
+          [](const BatchPlan& p, nb::handle accepted) {
+            return p.commit_values(to_object_vector<Acceptance>(
+                accepted, "BatchPlan.commit_values: accepted", kMaxRowsArgument, "Acceptance"));
+          },
+          nb::sig("def commit_values(self, accepted: collections.abc.Sequence[Acceptance]) -> "
+                  "list[int]"),
+          nb::arg("accepted"), "StatePool.commit's list from one Acceptance per live row.")
       .def(
           "commit_lengths",
           [](const BatchPlan& p, IntList lengths) {
@@ -278,7 +289,10 @@ void bind_spec(nb::module_& m) {
           "Declared request ids (a copy).")
       .def_prop_rw(
           "records", [](const Trace& t) { return t.records; },
-          [](Trace& t, std::vector<TraceRecord> v) { t.records = std::move(v); },
+          [](Trace& t, nb::handle v) {
+            t.records = to_object_vector<TraceRecord>(v, "Trace.records", spec::kMaxTraceRecords,
+                                                      "TraceRecord");
+          },
           "Records in file order (copies).")
       .def_rw("meta_json", &Trace::meta_json, "The header's 'meta' object (JSON text).")
       .def("num_rounds", &Trace::num_rounds, "1 + the largest round index.")

@@ -392,3 +392,59 @@ def test_the_pools_stream_object_is_kept_alive():
     pool.stream = None  # the default again: the object is let go
     gc.collect()
     assert alive() is None and pool.stream == 0
+
+
+def test_list_arguments_of_objects_are_bounded_and_named_item_by_item():
+    """nanobind's list caster reserved len(list) elements of the C++ type before looking at any,
+    inside a noexcept function: a long list of None given to Trace.records, commit_values,
+    check_golden or _cli_main ended in std::terminate (an abort). Now each is bounded (what it
+    takes at most) and its items are checked one by one, naming the first bad one."""
+    trace = specstate.Trace()
+    with pytest.raises(specstate.OutOfRangeError,
+                       match=r"Trace.records: 8388609 items, at most 8388608"):
+        trace.records = [None] * (8388608 + 1)
+    record = specstate.TraceRecord()
+    with pytest.raises(TypeError, match=r"Trace.records\[1\]: expected TraceRecord, got NoneType"):
+        trace.records = [record, None]
+    trace.records = (record, record)  # any sequence
+    assert len(trace.records) == 2
+    cfg = specstate.GdnConfig(num_k_heads=1, num_v_heads=1, head_k_dim=4, head_v_dim=4)
+    pool = specstate.StatePool(specstate.ModelConfig.gated_delta_net(1, cfg),
+                               specstate.PoolOptions(num_slots=1, max_rows=1, max_window=2))
+    builder = specstate.VerifyBatchBuilder([1])
+    builder.add(pool.acquire(), specstate.Window.chain(2))
+    plan = builder.build()
+    accs = plan.accept_greedy([1, 2], [2, 0])
+    assert plan.commit_values(accs) == [accs[0].accepted_length()] and accs[0].accepted_length() > 0
+    with pytest.raises(specstate.OutOfRangeError,
+                       match=r"commit_values: accepted: 1048577 items, at most 1048576"):
+        plan.commit_values([None] * (1 << 20 | 1))
+    with pytest.raises(TypeError, match=r"accepted\[0\]: expected Acceptance, got int"):
+        plan.commit_values([3])
+    if specstate.HAS_CLI:
+        with pytest.raises(specstate.OutOfRangeError, match=r"check_golden: paths: 65537 items"):
+            specstate.check_golden(["x"] * 65537)
+        with pytest.raises(TypeError, match=r"check_golden: paths\[1\]: expected str, got bytes"):
+            specstate.check_golden(["x", b"y"])
+        with pytest.raises(TypeError, match=r"_cli_main: argv\[0\]: expected str, got NoneType"):
+            specstate._specstate._cli_main([None])
+
+
+def test_a_sequence_whose_length_lies_is_read_to_its_length():
+    """The copy of a list argument iterated until IndexError whatever __len__ said: an object of
+    length 3 whose __getitem__ never raised grew until memory ran out. Exactly len() items are
+    read now."""
+
+    class Lying:
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return 0
+
+    start = time.monotonic()
+    acc = specstate.accept_greedy_chain(Lying(), [0, 0, 0])
+    assert acc.accepted_length() == 3 and time.monotonic() - start < 5
+    trace = specstate.Trace()
+    trace.requests = Lying()
+    assert trace.requests == [0, 0, 0]
