@@ -60,8 +60,14 @@ void bind_cli(nb::module_& m) {
       "The `specstate` command line (argv[0] is the program name): returns its exit status.");
   m.def(
       "plan",
-      [](const std::string& model, int tp, int max_requests, int max_rows, int window,
-         const std::string& strategy) {
+      [](const std::string& model, nb::handle tp_arg, nb::handle max_requests_arg,
+         nb::handle max_rows_arg, nb::handle window_arg, const std::string& strategy) {
+        // Named integers (a bool is no count; nanobind's int caster took True as 1 and named
+        // nothing past int32).
+        const int tp = to_integer<int>(tp_arg, "plan: tp");
+        const int max_requests = to_integer<int>(max_requests_arg, "plan: max_requests");
+        const int max_rows = to_integer<int>(max_rows_arg, "plan: max_rows");
+        const int window = to_integer<int>(window_arg, "plan: window");
         refuse_nul(model, "plan: model");
         if (strategy != "snapshot" && strategy != "replay") {
           throw nb::value_error(
@@ -100,6 +106,8 @@ void bind_cli(nb::module_& m) {
         if (code != 0) throw nb::value_error(("plan: exit status " + std::to_string(code)).c_str());
         return nb::module_::import_("json").attr("loads")(text);
       },
+      nb::sig("def plan(*, model: str = 'qwen3-next-80b', tp: int = 1, max_requests: int = 64, "
+              "max_rows: int = 0, window: int = 4, strategy: str = 'snapshot') -> dict"),
       nb::kw_only(), nb::arg("model") = "qwen3-next-80b", nb::arg("tp") = 1,
       nb::arg("max_requests") = 64, nb::arg("max_rows") = 0, nb::arg("window") = 4,
       nb::arg("strategy") = "snapshot",

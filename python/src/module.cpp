@@ -539,12 +539,15 @@ void bind_config(nb::module_& m) {
   // specstate::vllm (include/specstate/vllm.h), wrapped by python/specstate/vllm.py.
   m.def(
       "_vllm_conv_shape",
-      [](const ModelConfig& model, int64_t slots) { return vllm::conv_shape(model, slots); },
+      [](const ModelConfig& model, nb::handle slots) {
+        return vllm::conv_shape(model, to_integer<int64_t>(slots, "conv_shape: slots"));
+      },
       nb::arg("config"), nb::arg("slots"));
   m.def(
       "_vllm_recurrent_shape",
-      [](const ModelConfig& model, int64_t slots, SsmLayout order) {
-        return vllm::recurrent_shape(model, slots, order);
+      [](const ModelConfig& model, nb::handle slots, SsmLayout order) {
+        return vllm::recurrent_shape(model, to_integer<int64_t>(slots, "recurrent_shape: slots"),
+                                     order);
       },
       nb::arg("config"), nb::arg("slots"), nb::arg("order"));
   m.def("_vllm_layout_options", &vllm::layout_options, nb::arg("options"), nb::arg("config"),
@@ -616,10 +619,18 @@ void bind_config(nb::module_& m) {
               "output and the SSM state.")
       .def_ro("head_elems", &ShardMap::head_elems, "Elements per head of the outputs (V or P).")
       .def("conv_dim", &ShardMap::conv_dim, "The shard's channels (the runs' total).");
-  m.def("shard_map", &shard_map, nb::arg("config"), nb::arg("tp"), nb::arg("rank"),
-        "The ShardMap of rank `rank` of `tp` for a TP1 ModelConfig. Raises "
-        "InvalidArgumentError naming the field when tp does not divide the heads (or groups, "
-        "unless a Mamba2 model has one, which every rank copies) or rank is outside [0, tp).");
+  m.def(
+      "shard_map",
+      [](const ModelConfig& config, nb::handle tp_arg, nb::handle rank_arg) {
+        const int tp = to_integer<int>(tp_arg, "shard_map: tp");  // in the arguments' order
+        const int rank = to_integer<int>(rank_arg, "shard_map: rank");
+        return shard_map(config, tp, rank);
+      },
+      nb::sig("def shard_map(config: ModelConfig, tp: int, rank: int) -> ShardMap"),
+      nb::arg("config"), nb::arg("tp"), nb::arg("rank"),
+      "The ShardMap of rank `rank` of `tp` for a TP1 ModelConfig. Raises "
+      "InvalidArgumentError naming the field when tp does not divide the heads (or groups, "
+      "unless a Mamba2 model has one, which every rank copies) or rank is outside [0, tp).");
 }
 
 }  // namespace specstate::py

@@ -448,3 +448,28 @@ def test_a_sequence_whose_length_lies_is_read_to_its_length():
     trace = specstate.Trace()
     trace.requests = Lying()
     assert trace.requests == [0, 0, 0]
+
+
+def test_counts_of_plan_shard_map_and_the_vllm_shapes_are_named_ints():
+    """plan's tp / max_requests / max_rows / window, shard_map's tp / rank and the vLLM shapes'
+    slots went through nanobind's int caster: True was taken as 1, and a value past the C++ type
+    gave "incompatible function arguments", naming neither the argument nor the value."""
+    cfg = specstate.ModelConfig.gated_delta_net(2, specstate.GdnConfig())
+    with pytest.raises(TypeError, match=r"shard_map: tp: expected an int, got bool"):
+        specstate.shard_map(cfg, True, False)
+    with pytest.raises(specstate.OutOfRangeError, match=r"shard_map: tp = 2147483648"):
+        specstate.shard_map(cfg, 2**31, 0)
+    assert specstate.shard_map(cfg, 2, 1).tp == 2
+    with pytest.raises(TypeError, match=r"conv_shape: slots: expected an int, got bool"):
+        specstate.vllm.conv_shape(cfg, slots=True)
+    with pytest.raises(specstate.OutOfRangeError,
+                       match=r"recurrent_shape: slots = 9223372036854775808"):
+        specstate.vllm.recurrent_shape(cfg, slots=2**63)
+    assert specstate.vllm.conv_shape(cfg, slots=3)[0] == 3
+    if specstate.HAS_CLI:
+        for name in ("tp", "max_requests", "max_rows", "window"):
+            with pytest.raises(TypeError, match=rf"plan: {name}: expected an int, got bool"):
+                specstate.plan(model="tiny", **{name: True})
+        with pytest.raises(specstate.OutOfRangeError, match=r"plan: window = 2147483648"):
+            specstate.plan(model="tiny", window=2**31)
+        assert specstate.plan(model="tiny", tp=1, window=2)["committed_bytes_per_request"] > 0
