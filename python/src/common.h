@@ -431,6 +431,21 @@ template <typename C, typename T>
 auto int_setter(T C::*field, std::string full) {
   return [field, full](C& c, nb::handle value) { c.*field = to_integer<T>(value, full); };
 }
+// `object` as the enum E: an E itself, nothing else (nanobind's implicit conversion took ints and
+// bools: PoolOptions(strategy=True) was REPLAY). TypeError naming `name` and what was given.
+template <typename E>
+E to_enum(nb::handle object, const std::string& name) {
+  if (!nb::isinstance<E>(object)) {
+    const std::string want = nb::cast<std::string>(nb::type<E>().attr("__name__"));
+    throw nb::type_error(
+        (name + ": expected a " + want + ", got " + arg_type_name(object)).c_str());
+  }
+  return nb::cast<E>(object);
+}
+template <typename C, typename E>
+auto enum_setter(E C::*field, std::string full) {
+  return [field, full](C& c, nb::handle value) { c.*field = to_enum<E>(value, full); };
+}
 template <typename C, typename T>
 void def_int_field(nb::class_<C>& cls, const std::string& cls_name, const char* name, T C::*field,
                    const char* doc) {

@@ -137,9 +137,15 @@ void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* c
   cls.def_prop_rw("scale", field_getter(&C::scale), float_setter(&C::scale, name + ".scale"),
                   nb::arg("value").none(), "Query scale; K**-0.5 when None.")
       .def_rw("conv_bias", &C::conv_bias, conv_bias_doc)
-      .def_rw("act_dtype", &C::act_dtype, act_dtype_doc)
-      .def_rw("conv_state_dtype", &C::conv_state_dtype, "Committed conv window dtype.")
-      .def_rw("ssm_state_dtype", &C::ssm_state_dtype, "Committed SSM state dtype.")
+      .def_prop_rw("act_dtype", field_getter(&C::act_dtype),
+                   enum_setter(&C::act_dtype, name + ".act_dtype"), nb::arg("value").none(),
+                   act_dtype_doc)
+      .def_prop_rw("conv_state_dtype", field_getter(&C::conv_state_dtype),
+                   enum_setter(&C::conv_state_dtype, name + ".conv_state_dtype"),
+                   nb::arg("value").none(), "Committed conv window dtype.")
+      .def_prop_rw("ssm_state_dtype", field_getter(&C::ssm_state_dtype),
+                   enum_setter(&C::ssm_state_dtype, name + ".ssm_state_dtype"),
+                   nb::arg("value").none(), "Committed SSM state dtype.")
       .def("conv_dim", validated(&C::conv_dim), "2*H*K + HV*V (of a config that validates).")
       .def("effective_scale", &C::effective_scale, "scale, or K**-0.5 when unset.")
       .def("ssm_state_elems", validated(&C::ssm_state_elems),
@@ -250,9 +256,9 @@ void bind_config(nb::module_& m) {
       nb::kw_only(), nb::arg("num_k_heads").none() = 16, nb::arg("num_v_heads").none() = 32,
       nb::arg("head_k_dim").none() = 128, nb::arg("head_v_dim").none() = 128,
       nb::arg("conv_width").none() = 4, nb::arg("scale").none() = nb::none(),
-      nb::arg("conv_bias") = false, nb::arg("act_dtype") = DType::kBF16,
-      nb::arg("conv_state_dtype") = DType::kBF16, nb::arg("ssm_state_dtype") = DType::kF32,
-      "Keyword arguments set the fields.");
+      nb::arg("conv_bias") = false, nb::arg("act_dtype").noconvert() = DType::kBF16,
+      nb::arg("conv_state_dtype").noconvert() = DType::kBF16,
+      nb::arg("ssm_state_dtype").noconvert() = DType::kF32, "Keyword arguments set the fields.");
   def_delta_fields(gdn, "GdnConfig", "Whether verify/decode take a conv bias.",
                    "dtype of mixed_qkv, a, b, conv_out and core_out.");
 
@@ -286,9 +292,9 @@ void bind_config(nb::module_& m) {
           nb::arg("d_state").none() = 128, nb::arg("n_groups").none() = 8,
           nb::arg("conv_width").none() = 4, nb::arg("conv_bias") = true, nb::arg("d_skip") = true,
           nb::arg("gate") = false, nb::arg("dt_min").none() = nb::none(),
-          nb::arg("dt_max").none() = nb::none(), nb::arg("act_dtype") = DType::kBF16,
-          nb::arg("conv_state_dtype") = DType::kBF16, nb::arg("ssm_state_dtype") = DType::kF32,
-          "Keyword arguments set the fields.")
+          nb::arg("dt_max").none() = nb::none(), nb::arg("act_dtype").noconvert() = DType::kBF16,
+          nb::arg("conv_state_dtype").noconvert() = DType::kBF16,
+          nb::arg("ssm_state_dtype").noconvert() = DType::kF32, "Keyword arguments set the fields.")
       .def_prop_rw("num_heads", field_getter(&Mamba2Config::num_heads),
                    int_setter(&Mamba2Config::num_heads, "Mamba2Config.num_heads"),
                    nb::arg("value").none(), "nheads.")
@@ -313,9 +319,15 @@ void bind_config(nb::module_& m) {
       .def_prop_rw("dt_max", field_getter(&Mamba2Config::dt_max),
                    float_setter(&Mamba2Config::dt_max, "Mamba2Config.dt_max", false, true),
                    nb::arg("value").none(), "Optional upper clamp of softplus(dt + dt_bias).")
-      .def_rw("act_dtype", &Mamba2Config::act_dtype, "dtype of xBC, dt, z, conv_out, y.")
-      .def_rw("conv_state_dtype", &Mamba2Config::conv_state_dtype, "Committed conv dtype.")
-      .def_rw("ssm_state_dtype", &Mamba2Config::ssm_state_dtype, "Committed SSM dtype.")
+      .def_prop_rw("act_dtype", field_getter(&Mamba2Config::act_dtype),
+                   enum_setter(&Mamba2Config::act_dtype, "Mamba2Config.act_dtype"),
+                   nb::arg("value").none(), "dtype of xBC, dt, z, conv_out, y.")
+      .def_prop_rw("conv_state_dtype", field_getter(&Mamba2Config::conv_state_dtype),
+                   enum_setter(&Mamba2Config::conv_state_dtype, "Mamba2Config.conv_state_dtype"),
+                   nb::arg("value").none(), "Committed conv dtype.")
+      .def_prop_rw("ssm_state_dtype", field_getter(&Mamba2Config::ssm_state_dtype),
+                   enum_setter(&Mamba2Config::ssm_state_dtype, "Mamba2Config.ssm_state_dtype"),
+                   nb::arg("value").none(), "Committed SSM dtype.")
       .def("__repr__",
            [](const Mamba2Config& c) {
              return "Mamba2Config(num_heads=" + std::to_string(c.num_heads) +
@@ -357,8 +369,9 @@ void bind_config(nb::module_& m) {
          nb::arg("head_k_dim").none() = 128, nb::arg("head_v_dim").none() = 128,
          nb::arg("conv_width").none() = 4, nb::arg("scale").none() = nb::none(),
          nb::arg("conv_bias") = false, nb::arg("lower_bound").none() = nb::none(),
-         nb::arg("act_dtype") = DType::kBF16, nb::arg("conv_state_dtype") = DType::kBF16,
-         nb::arg("ssm_state_dtype") = DType::kF32, "Keyword arguments set the fields.")
+         nb::arg("act_dtype").noconvert() = DType::kBF16,
+         nb::arg("conv_state_dtype").noconvert() = DType::kBF16,
+         nb::arg("ssm_state_dtype").noconvert() = DType::kF32, "Keyword arguments set the fields.")
       .def_prop_rw(
           "lower_bound", field_getter(&KdaConfig::lower_bound),
           float_setter(&KdaConfig::lower_bound, "KdaConfig.lower_bound"), nb::arg("value").none(),
@@ -379,7 +392,9 @@ void bind_config(nb::module_& m) {
           },
           nb::arg("num_layers").none(), nb::arg("layer"),
           "num_layers Gated DeltaNet layers of config `layer`.")
-      .def_rw("kind", &ModelConfig::kind, "The layer kind.")
+      .def_prop_rw("kind", field_getter(&ModelConfig::kind),
+                   enum_setter(&ModelConfig::kind, "ModelConfig.kind"), nb::arg("value").none(),
+                   "The layer kind.")
       .def_prop_rw("num_layers", field_getter(&ModelConfig::num_layers),
                    int_setter(&ModelConfig::num_layers, "ModelConfig.num_layers"),
                    nb::arg("value").none(), "Recurrent layers.")
@@ -460,12 +475,12 @@ void bind_config(nb::module_& m) {
             self->stream = reinterpret_cast<void*>(s.value_or(0));
           },
           nb::kw_only(), nb::arg("num_slots").none() = 1, nb::arg("max_rows").none() = 1,
-          nb::arg("max_window").none() = 1, nb::arg("backend") = Backend::kCpu,
-          nb::arg("strategy") = Strategy::kSnapshot, nb::arg("device").none() = 0,
+          nb::arg("max_window").none() = 1, nb::arg("backend").noconvert() = Backend::kCpu,
+          nb::arg("strategy").noconvert() = Strategy::kSnapshot, nb::arg("device").none() = 0,
           nb::arg("stream").none() = nb::none(), nb::arg("replay_ring").none() = 0,
-          nb::arg("conv_layout") = ConvLayout::kChannelsFirst,
-          nb::arg("ssm_layout") = SsmLayout::kVK, nb::arg("replay_fold_rows").none() = 0,
-          "Keyword arguments set the fields.")
+          nb::arg("conv_layout").noconvert() = ConvLayout::kChannelsFirst,
+          nb::arg("ssm_layout").noconvert() = SsmLayout::kVK,
+          nb::arg("replay_fold_rows").none() = 0, "Keyword arguments set the fields.")
       .def_prop_rw("num_slots", field_getter(&PoolOptions::num_slots),
                    int_setter(&PoolOptions::num_slots, "PoolOptions.num_slots"),
                    nb::arg("value").none(), "Requests whose committed state the pool holds.")
@@ -475,8 +490,12 @@ void bind_config(nb::module_& m) {
       .def_prop_rw("max_window", field_getter(&PoolOptions::max_window),
                    int_setter(&PoolOptions::max_window, "PoolOptions.max_window"),
                    nb::arg("value").none(), "Largest window T.")
-      .def_rw("backend", &PoolOptions::backend, "CPU or CUDA.")
-      .def_rw("strategy", &PoolOptions::strategy, "SNAPSHOT or REPLAY.")
+      .def_prop_rw("backend", field_getter(&PoolOptions::backend),
+                   enum_setter(&PoolOptions::backend, "PoolOptions.backend"),
+                   nb::arg("value").none(), "CPU or CUDA.")
+      .def_prop_rw("strategy", field_getter(&PoolOptions::strategy),
+                   enum_setter(&PoolOptions::strategy, "PoolOptions.strategy"),
+                   nb::arg("value").none(), "SNAPSHOT or REPLAY.")
       .def_prop_rw("device", field_getter(&PoolOptions::device),
                    int_setter(&PoolOptions::device, "PoolOptions.device"), nb::arg("value").none(),
                    "CUDA device ordinal (CUDA only).")
@@ -495,10 +514,13 @@ void bind_config(nb::module_& m) {
           "smaller ones fold as a ring of max(2 * max_window, 6) would (0: the default, "
           "default_replay_fold_rows(kind): 8 for GATED_DELTA_NET and KDA, 1 for MAMBA2; "
           "1: always the whole ring). The same bits under any value.")
-      .def_rw("conv_layout", &PoolOptions::conv_layout,
-              "Element order of the conv windows (ConvLayout).")
-      .def_rw("ssm_layout", &PoolOptions::ssm_layout,
-              "Element order of the SSM states (SsmLayout; KV for GDN and KDA only).")
+      .def_prop_rw("conv_layout", field_getter(&PoolOptions::conv_layout),
+                   enum_setter(&PoolOptions::conv_layout, "PoolOptions.conv_layout"),
+                   nb::arg("value").none(), "Element order of the conv windows (ConvLayout).")
+      .def_prop_rw("ssm_layout", field_getter(&PoolOptions::ssm_layout),
+                   enum_setter(&PoolOptions::ssm_layout, "PoolOptions.ssm_layout"),
+                   nb::arg("value").none(),
+                   "Element order of the SSM states (SsmLayout; KV for GDN and KDA only).")
       .def_prop_rw(
           "stream", [](const PoolOptions& o) { return reinterpret_cast<uintptr_t>(o.stream); },
           [](PoolOptions& o, nb::handle value) {
@@ -518,12 +540,12 @@ void bind_config(nb::module_& m) {
         return default_replay_ring(
             kind, to_integer<int64_t>(max_window, "default_replay_ring: max_window"));
       },
-      nb::arg("kind"), nb::arg("max_window"),
+      nb::arg("kind").noconvert(), nb::arg("max_window"),
       "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (from "
       "max_window = 2 up to 5, max(3 * max_window, 8) for GATED_DELTA_NET and MAMBA2 and "
       "max(2 * max_window, 8) for KDA; otherwise max(2 * max_window, 6)). "
       "Raises InvalidArgumentError for a max_window outside [1, 65536].");
-  m.def("default_replay_fold_rows", &default_replay_fold_rows, nb::arg("kind"),
+  m.def("default_replay_fold_rows", &default_replay_fold_rows, nb::arg("kind").noconvert(),
         "The replay_fold_rows a pool of `kind` gets for PoolOptions.replay_fold_rows = 0: 8 for "
         "GATED_DELTA_NET and KDA (smaller rounds fold at the small limit), 1 for MAMBA2 (every "
         "round uses the whole ring).");
@@ -549,9 +571,9 @@ void bind_config(nb::module_& m) {
         return vllm::recurrent_shape(model, to_integer<int64_t>(slots, "recurrent_shape: slots"),
                                      order);
       },
-      nb::arg("config"), nb::arg("slots"), nb::arg("order"));
+      nb::arg("config"), nb::arg("slots"), nb::arg("order").noconvert());
   m.def("_vllm_layout_options", &vllm::layout_options, nb::arg("options"), nb::arg("config"),
-        nb::arg("order"));
+        nb::arg("order").noconvert());
   m.def(
       "replay_fold_limit",
       [](nb::handle max_window, nb::handle ring, nb::handle rows, nb::handle fold_rows) {
@@ -582,14 +604,15 @@ void bind_config(nb::module_& m) {
       "The cursor of a slot when every round of `rows` rows accepts a in [1, max_window] tokens "
       "uniformly: its fold rate and mean history (exact). Raises InvalidArgumentError naming a "
       "bad argument.");
-  m.def("layer_kind_name", &layer_kind_name, nb::arg("kind"),
+  m.def("layer_kind_name", &layer_kind_name, nb::arg("kind").noconvert(),
         "'gated_delta_net', 'mamba2' or 'kda' (as messages and plan print the kind).");
-  m.def("backend_name", &backend_name, nb::arg("backend"), "'cpu' or 'cuda'.");
-  m.def("strategy_name", &strategy_name, nb::arg("strategy"), "'snapshot' or 'replay'.");
+  m.def("backend_name", &backend_name, nb::arg("backend").noconvert(), "'cpu' or 'cuda'.");
+  m.def("strategy_name", &strategy_name, nb::arg("strategy").noconvert(),
+        "'snapshot' or 'replay'.");
   m.def("conv_layout_name", &conv_layout_name, nb::arg("layout"),
         "'channels_first' or 'channels_last'.");
   m.def("ssm_layout_name", &ssm_layout_name, nb::arg("layout"), "'vk' or 'kv'.");
-  m.def("dtype_name", &dtype_name, nb::arg("dtype"), "'f32', 'bf16' or 'i32'.");
+  m.def("dtype_name", &dtype_name, nb::arg("dtype").noconvert(), "'f32', 'bf16' or 'i32'.");
   m.def("status_name", &status_name, nb::arg("status"), "The status's name.");
 
   // Tensor-parallel shards (specstate/shard.h, docs/multi_gpu.md).

@@ -473,3 +473,35 @@ def test_counts_of_plan_shard_map_and_the_vllm_shapes_are_named_ints():
         with pytest.raises(specstate.OutOfRangeError, match=r"plan: window = 2147483648"):
             specstate.plan(model="tiny", window=2**31)
         assert specstate.plan(model="tiny", tp=1, window=2)["committed_bytes_per_request"] > 0
+
+
+def test_enum_arguments_and_fields_take_only_their_enum():
+    """nanobind converted ints and bools to enums implicitly: PoolOptions(strategy=True) was
+    REPLAY, backend=1 CUDA, GdnConfig(act_dtype=0) F32, default_replay_ring(True, 4) Mamba2's
+    ring. The fields refuse anything but their enum, naming the field; the constructors' and
+    functions' enum arguments refuse it, naming the argument in the signature error."""
+    opts = specstate.PoolOptions()
+    for field, bad in (("strategy", True), ("backend", 1), ("conv_layout", 0), ("ssm_layout", 1)):
+        with pytest.raises(TypeError, match=rf"PoolOptions.{field}: expected a \w+, got "):
+            setattr(opts, field, bad)
+    assert opts.strategy == specstate.Strategy.SNAPSHOT and opts.backend == specstate.Backend.CPU
+    opts.strategy = specstate.Strategy.REPLAY
+    assert opts.strategy == specstate.Strategy.REPLAY
+    gdn = specstate.GdnConfig()
+    with pytest.raises(TypeError, match=r"GdnConfig.act_dtype: expected a DType, got int"):
+        gdn.act_dtype = 0
+    mamba = specstate.Mamba2Config()
+    with pytest.raises(TypeError, match=r"Mamba2Config.ssm_state_dtype: expected a DType, got"):
+        mamba.ssm_state_dtype = True
+    model = specstate.ModelConfig.gated_delta_net(1, gdn)
+    with pytest.raises(TypeError, match=r"ModelConfig.kind: expected a LayerKind, got int"):
+        model.kind = 2
+    assert model.kind == specstate.LayerKind.GATED_DELTA_NET
+    for make in (lambda: specstate.PoolOptions(strategy=True),
+                 lambda: specstate.PoolOptions(backend=1),
+                 lambda: specstate.GdnConfig(act_dtype=0),
+                 lambda: specstate.KdaConfig(ssm_state_dtype=1),
+                 lambda: specstate.default_replay_ring(True, 4)):
+        with pytest.raises(TypeError, match=r"incompatible function arguments"):
+            make()
+    assert specstate.default_replay_ring(specstate.LayerKind.MAMBA2, 4) > 0
