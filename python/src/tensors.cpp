@@ -480,7 +480,7 @@ void bind_delta_weights(nb::module_& m, const char* name, const char* doc, const
         tmp.conv_bias = to_arg(conv_bias, "weights.conv_bias", false, true);
         new (self) W(std::move(tmp));
       },
-      nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
+      nb::arg("conv_weight").none(), nb::arg("A_log").none(), nb::arg("dt_bias").none(),
       nb::arg("conv_bias").none() = nb::none(), init_doc);
   const auto prop = [&](const char* field_name, Arg W::*field, const char* what,
                         const char* field_doc) {
@@ -558,7 +558,7 @@ void bind_tensors(nb::module_& m) {
             tmp.b = to_arg(b, "inputs.b", false, false);
             new (self) PyGdnInputs(std::move(tmp));
           },
-          nb::arg("mixed_qkv"), nb::arg("a"), nb::arg("b"),
+          nb::arg("mixed_qkv").none(), nb::arg("a").none(), nb::arg("b").none(),
           "mixed_qkv [tokens, conv_dim] = [q | k | v] before the conv, a [tokens, HV] (decay "
           "gate input), b [tokens, HV] (beta gate input); in the layer's act dtype.")
       .SPECSTATE_ARG_RW(PyGdnInputs, mixed_qkv, "inputs", false, false,
@@ -576,7 +576,7 @@ void bind_tensors(nb::module_& m) {
             tmp.conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
             new (self) PyGdnOutputs(std::move(tmp));
           },
-          nb::arg("core_out"), nb::arg("conv_out").none() = nb::none(),
+          nb::arg("core_out").none(), nb::arg("conv_out").none() = nb::none(),
           "core_out [tokens, HV, V] recurrence output; conv_out [tokens, conv_dim] (conv + "
           "SiLU) or None; in the layer's act dtype.")
       .SPECSTATE_ARG_RW(PyGdnOutputs, core_out, "outputs", true, false,
@@ -598,7 +598,7 @@ void bind_tensors(nb::module_& m) {
             tmp.D = to_arg(D, "weights.D", false, true);
             new (self) PyMamba2Weights(std::move(tmp));
           },
-          nb::arg("conv_weight"), nb::arg("A_log"), nb::arg("dt_bias"),
+          nb::arg("conv_weight").none(), nb::arg("A_log").none(), nb::arg("dt_bias").none(),
           nb::arg("conv_bias").none() = nb::none(), nb::arg("D").none() = nb::none(),
           "conv_weight [conv_dim, W], A_log [nheads] (A = -exp(A_log)), dt_bias [nheads], "
           "conv_bias [conv_dim] or None, D [nheads] or None; float32 or bfloat16.")
@@ -620,7 +620,7 @@ void bind_tensors(nb::module_& m) {
             tmp.z = to_arg(z, "inputs.z", false, true);
             new (self) PyMamba2Inputs(std::move(tmp));
           },
-          nb::arg("xBC"), nb::arg("dt"), nb::arg("z").none() = nb::none(),
+          nb::arg("xBC").none(), nb::arg("dt").none(), nb::arg("z").none() = nb::none(),
           "xBC [tokens, conv_dim] = [x | B | C] before the conv, dt [tokens, nheads] raw time "
           "step, z [tokens, nheads*P] output gate or None (Mamba2Config.gate False).")
       .SPECSTATE_ARG_RW(PyMamba2Inputs, xBC, "inputs", false, false, "[tokens, conv_dim].")
@@ -635,7 +635,7 @@ void bind_tensors(nb::module_& m) {
             tmp.conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
             new (self) PyMamba2Outputs(std::move(tmp));
           },
-          nb::arg("y"), nb::arg("conv_out").none() = nb::none(),
+          nb::arg("y").none(), nb::arg("conv_out").none() = nb::none(),
           "y [tokens, nheads, P] selective-state-update output; conv_out [tokens, conv_dim] or "
           "None.")
       .SPECSTATE_ARG_RW(PyMamba2Outputs, y, "outputs", true, false, "[tokens, nheads, P].")
@@ -658,7 +658,7 @@ void bind_tensors(nb::module_& m) {
             tmp.b = to_arg(b, "inputs.b", false, false);
             new (self) PyKdaInputs(std::move(tmp));
           },
-          nb::arg("mixed_qkv"), nb::arg("g"), nb::arg("b"),
+          nb::arg("mixed_qkv").none(), nb::arg("g").none(), nb::arg("b").none(),
           "mixed_qkv [tokens, conv_dim] = [q | k | v] before the conv, g [tokens, HV, K] raw "
           "gate, b [tokens, HV] beta logits; in the layer's act dtype.")
       .SPECSTATE_ARG_RW(PyKdaInputs, mixed_qkv, "inputs", false, false,
@@ -674,7 +674,7 @@ void bind_tensors(nb::module_& m) {
             tmp.conv_out = to_arg(conv_out, "outputs.conv_out", true, true);
             new (self) PyKdaOutputs(std::move(tmp));
           },
-          nb::arg("core_out"), nb::arg("conv_out").none() = nb::none(),
+          nb::arg("core_out").none(), nb::arg("conv_out").none() = nb::none(),
           "core_out [tokens, HV, V] recurrence output; conv_out [tokens, conv_dim] or None.")
       .SPECSTATE_ARG_RW(PyKdaOutputs, core_out, "outputs", true, false,
                         "[tokens, HV, V] recurrence output.")

@@ -505,3 +505,20 @@ def test_enum_arguments_and_fields_take_only_their_enum():
         with pytest.raises(TypeError, match=r"incompatible function arguments"):
             make()
     assert specstate.default_replay_ring(specstate.LayerKind.MAMBA2, 4) > 0
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda a: specstate.GdnInputs(a, a, None), "inputs.b"),
+    (lambda a: specstate.KdaInputs(a, None, a), "inputs.g"),
+    (lambda a: specstate.Mamba2Inputs(None, a), "inputs.xBC"),
+    (lambda a: specstate.GdnOutputs(None), "outputs.core_out"),
+    (lambda a: specstate.Mamba2Outputs(None), "outputs.y"),
+    (lambda a: specstate.GdnWeights(a, None, a), "weights.A_log"),
+    (lambda a: specstate.KdaWeights(a, a, None), "weights.dt_bias"),
+    (lambda a: specstate.Mamba2Weights(None, a, a), "weights.conv_weight"),
+])
+def test_none_for_a_required_array_is_named_by_the_constructors(make, name):
+    """The constructors refused None for a required array with nanobind's signature error
+    ("incompatible function arguments"), where the field's setter named it."""
+    with pytest.raises(TypeError, match=rf"{name}: None is not an array"):
+        make(f32(4, 4))
