@@ -61,6 +61,10 @@ def layout_options(options, config, order=SsmLayout.VK):
     CHANNELS_LAST, ssm_layout `order` (delta-rule kinds; KV refused for Mamba2). C++:
     specstate::vllm::layout_options."""
     _check_order("layout_options", order)
+    for name, value, kind in (("options", options, PoolOptions), ("config", config, ModelConfig)):
+        if not isinstance(value, kind):
+            raise TypeError(f"specstate.vllm.layout_options: {name}: expected a {kind.__name__}, "
+                            f"got {type(value).__name__}")
     return _specstate._vllm_layout_options(options, config, order)
 
 

@@ -522,3 +522,16 @@ def test_none_for_a_required_array_is_named_by_the_constructors(make, name):
     ("incompatible function arguments"), where the field's setter named it."""
     with pytest.raises(TypeError, match=rf"{name}: None is not an array"):
         make(f32(4, 4))
+
+
+def test_vllm_layout_options_names_a_wrong_argument():
+    """layout_options(None, config) gave nanobind's signature error of the private
+    _vllm_layout_options."""
+    cfg = specstate.ModelConfig.gated_delta_net(1, specstate.GdnConfig())
+    with pytest.raises(TypeError, match=r"vllm.layout_options: options: expected a PoolOptions, "
+                                        r"got NoneType"):
+        specstate.vllm.layout_options(None, cfg)
+    with pytest.raises(TypeError, match=r"vllm.layout_options: config: expected a ModelConfig"):
+        specstate.vllm.layout_options(specstate.PoolOptions(), "qwen")
+    opts = specstate.vllm.layout_options(specstate.PoolOptions(), cfg)
+    assert opts.conv_layout == specstate.ConvLayout.CHANNELS_LAST
