@@ -604,13 +604,17 @@ void StatePool::import_slot(SlotHandle handle, const std::string& path) {
   // The pool's checks of a file's header (metadata, tensors), run on the header alone, then on
   // the file read (it may have changed in between).
   const auto check = [&](const SafetensorsFile& file) {
+    // A key the file has is compared, empty or not (an absent one: a file that predates it);
+    // "version" too, as the buffer path checks its header's.
     auto expect_meta = [&](const char* key, const std::string& want) {
-      const std::string got = file.metadata_value(key);
-      if (!got.empty() && got != want) {
-        mismatch(std::string("metadata ") + key + " = '" + got + "', the pool has '" + want + "'");
+      const auto it = file.metadata().find(key);
+      if (it != file.metadata().end() && it->second != want) {
+        mismatch(std::string("metadata ") + key + " = '" + it->second + "', the pool has '" + want +
+                 "'");
       }
     };
     expect_meta("format", kSlotStateFormat);
+    expect_meta("version", kSlotStateVersion);
     expect_meta("kind", layer_kind_name(impl_->config.kind));
     expect_meta("num_layers", std::to_string(l.layers));
     for (const Expected& e : expected) {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -177,6 +178,23 @@ TEST(SlotOpsBadInput, ImportFilesThatDoNotFitThePool) {
     shape[1].shape = {ssm_shape[0], ssm_shape[1] * ssm_shape[2]};
     write(shape);
     expect_file_rejected({"tensor 'layers.0.ssm_state' is F32[", "the pool expects F32["});
+  }
+  {
+    // Metadata the file has is compared, empty or not, and the version too: an explicit
+    // "kind": "" or "format": "" was taken as absent, and a file of version 999 was imported.
+    const auto write_meta = [&](const std::map<std::string, std::string>& metadata) {
+      const auto bytes = SafetensorsFile::serialize(good, metadata);
+      std::FILE* out = std::fopen(path.c_str(), "wb");
+      ASSERT_NE(out, nullptr);
+      std::fwrite(bytes.data(), 1, bytes.size(), out);
+      std::fclose(out);
+    };
+    write_meta({{"format", "specstate.slot_state"}, {"version", "999"}});
+    expect_file_rejected({"metadata version = '999', the pool has '1'"});
+    write_meta({{"format", ""}});
+    expect_file_rejected({"metadata format = '', the pool has 'specstate.slot_state'"});
+    write_meta({{"kind", ""}});
+    expect_file_rejected({"metadata kind = '', the pool has 'gated_delta_net'"});
   }
   {
     write(good);  // metadata-less but well-formed: accepted
