@@ -1097,7 +1097,7 @@ void bind_pool(nb::module_& m) {
                   const std::size_t at = m.find(layer_hint);
                   if (at == std::string::npos) throw;
                   m.replace(at, layer_hint.size(),
-                            "(accepted values: a list of ints, or an int32 / int64 array)");
+                            "(accepted values: a list of ints, or an array of any integer dtype)");
                   throw nb::type_error(m.c_str());
                 }
                 // A dtype that is no integer is a TypeError, as float64 already was (float32

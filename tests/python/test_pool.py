@@ -196,7 +196,8 @@ def test_commit_refuses_byte_strings():
     # A float array: the message names what commit takes (it named the layer arrays' dtypes).
     for value in (np.array([2.0]), np.array([True])):
         with pytest.raises(TypeError, match=r"accepted: dtype \w+ is not supported \(accepted "
-                                            r"values: a list of ints, or an int32 / int64 array\)"):
+                                            r"values: a list of ints, or an array of any "
+                                            r"integer dtype\)"):
             pool.commit(value)
         assert pool.round_open()
     # A memoryview of an integer array is that array (uint8 too: only bytes are refused).
