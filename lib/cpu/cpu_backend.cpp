@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <vector>
 
@@ -30,13 +31,52 @@ struct StateBuf {
 };
 
 // run_rows' working states, kept by the backend from call to call (a layer call allocates and
-// zeroes nothing; allocating them per call, 3 + T states of a slot, made decode 2x slower):
-// the row's state, the parent and token states of snapshots in a non-canonical element order,
-// and the window's tree states where no snapshot stores them.
+// zeroes nothing; allocating them per call made decode 2x slower): the row's state, the parent
+// and token states of snapshots in a non-canonical element order, and the window's token states
+// where no snapshot stores them (replay verifies), in `nodes`, which node_buffer maps to.
 struct RowScratch {
   StateBuf cur, prev, next;
   std::vector<StateBuf> nodes;
+  std::vector<int> node_buffer, last_child, free_buffers;  // assign_node_buffers' tables
 };
+
+// The most working states run_rows holds at once for a pool's calls: cur, prev and next, and
+// under replay the window's token states still to be started from (assign_node_buffers: two for
+// a chain, at most max_window for a tree). The host-memory check at construction counts them.
+int64_t max_working_states(const Layout& l) {
+  return 3 + (l.strategy == Strategy::kReplay ? int64_t{l.max_window} : 0);
+}
+
+// Maps the window's tokens [0, n) of one row (parents[t] < t, -1 for the root's children) to
+// buffers of RowScratch::nodes: token t's state is kept until the last token that starts from it
+// has run, then its buffer is reused, so a chain needs two buffers and a tree its widest set of
+// states still needed (a window of T tokens held T working states before, chains included: a
+// CPU replay verify of T = 2048 tokens of a 2 MiB state allocated 4.3 GB). Returns the buffers
+// used; node_buffer[t] is token t's.
+int assign_node_buffers(const int32_t* parents, int n, RowScratch& s) {
+  s.node_buffer.assign(static_cast<std::size_t>(n), -1);
+  s.last_child.resize(static_cast<std::size_t>(n));
+  for (int t = 0; t < n; ++t) s.last_child[t] = t;
+  for (int t = 0; t < n; ++t) {
+    if (parents[t] >= 0) s.last_child[parents[t]] = t;  // t ascends: the last child wins
+  }
+  s.free_buffers.clear();
+  int used = 0;
+  for (int t = 0; t < n; ++t) {
+    int b;
+    if (s.free_buffers.empty()) {
+      b = used++;
+    } else {
+      b = s.free_buffers.back();
+      s.free_buffers.pop_back();
+    }
+    s.node_buffer[t] = b;  // differs from the parent's, which is still held
+    const int parent = parents[t];
+    if (parent >= 0 && s.last_child[parent] == t) s.free_buffers.push_back(s.node_buffer[parent]);
+    if (s.last_child[t] == t) s.free_buffers.push_back(b);  // no token starts from t
+  }
+  return used;
+}
 
 // Runs `run` row by row with the token step `step` (a kind's step: load_inputs, load_record,
 // store_record, shift_conv, apply_factor, step). DESIGN.md section 6, replay: the replay phase
@@ -52,15 +92,31 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step, RowScratch&
   StateBuf& cur = scratch.cur;
   StateBuf& prev = scratch.prev;  // prev / next: snapshot tokens of a non-canonical layout
   StateBuf& next = scratch.next;
-  std::vector<StateBuf>& nodes = scratch.nodes;  // the window's tree states without snapshots
-  cur.fit(l);
-  if (io.store_tokens && !l.canonical()) {
-    prev.fit(l);
-    next.fit(l);
-  }
+  std::vector<StateBuf>& nodes = scratch.nodes;  // the window's token states without snapshots
+  // Every working state this call needs is sized before the first row writes anything: a host
+  // that cannot hold them refuses the call having changed nothing.
+  int buffers = 0;
   if (run.plan && !io.store_tokens) {
-    if (static_cast<int>(nodes.size()) < T) nodes.resize(static_cast<std::size_t>(T));
-    for (int t = 0; t < T; ++t) nodes[static_cast<std::size_t>(t)].fit(l);
+    for (int r = 0; r < run.rows(); ++r) {
+      const int slot = run.plan->slots[r];
+      if (slot < 0) continue;
+      buffers = std::max(buffers, assign_node_buffers(&run.plan->parents[std::size_t(r) * T],
+                                                      run.length(r), scratch));
+    }
+  }
+  try {
+    cur.fit(l);
+    if (io.store_tokens && !l.canonical()) {
+      prev.fit(l);
+      next.fit(l);
+    }
+    if (static_cast<int>(nodes.size()) < buffers) nodes.resize(static_cast<std::size_t>(buffers));
+    for (int b = 0; b < buffers; ++b) nodes[static_cast<std::size_t>(b)].fit(l);
+  } catch (const std::bad_alloc&) {
+    throw Error(Status::kResourceExhausted,
+                "CPU backend: cannot allocate the working copies of this layer call (" +
+                    std::to_string(3 + buffers) + " states of one slot's layer, " +
+                    std::to_string(l.conv_bytes + l.ssm_bytes) + " bytes each)");
   }
   for (int r = 0; r < run.rows(); ++r) {
     const int slot = run.plan ? run.plan->slots[r] : run.slots[r];
@@ -122,6 +178,7 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step, RowScratch&
       continue;
     }
     // Verify: token t starts from its parent's state (the row's start state for the root).
+    if (!io.store_tokens) assign_node_buffers(&run.plan->parents[std::size_t(r) * T], n, scratch);
     for (int t = 0; t < n; ++t) {
       const int parent = run.plan->parents[static_cast<std::size_t>(r) * T + t];
       const char *prev_conv, *prev_ssm;
@@ -144,10 +201,12 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step, RowScratch&
         next_conv = s.snap_conv(run.layer, r, t);
         next_ssm = s.snap_ssm(run.layer, r, t);
       } else {
-        prev_conv = parent < 0 ? wconv : nodes[parent].conv.data();
-        prev_ssm = parent < 0 ? wssm : nodes[parent].ssm.data();
-        next_conv = nodes[t].conv.data();
-        next_ssm = nodes[t].ssm.data();
+        StateBuf* from = parent < 0 ? nullptr : &nodes[scratch.node_buffer[parent]];
+        StateBuf& to = nodes[scratch.node_buffer[t]];
+        prev_conv = from ? from->conv.data() : wconv;
+        prev_ssm = from ? from->ssm.data() : wssm;
+        next_conv = to.conv.data();
+        next_ssm = to.ssm.data();
       }
       step.load_inputs(token0 + t);
       void* factor = nullptr;
@@ -170,14 +229,29 @@ class CpuBackend final : public BackendImpl {
   Device device() const noexcept override { return Device::kCpu; }
 
   Status can_implement(const Layout& layout, const ModelConfig&, std::string* why) const override {
-    // Host memory: refuse a pool larger than the machine before touching any of it.
-    const int64_t total = layout.owned_bytes();
+    // Host memory: refuse a pool larger than the machine before touching any of it, counting
+    // the working copies its layer calls may hold (max_working_states; saturated, not wrapped).
+    const int64_t state = layout.conv_bytes + layout.ssm_bytes;
+    const int64_t copies = max_working_states(layout);
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    const int64_t working = state > 0 && copies > kMax / state ? kMax : copies * state;
+    const int64_t owned = layout.owned_bytes();
+    const int64_t total = owned > kMax - working ? kMax : owned + working;
     const int64_t limit = physical_bytes();
     if (limit > 0 && total > limit) {
-      *why = "the pool needs " + std::to_string(total) + " bytes of host memory (" +
-             std::to_string(layout.committed_bytes()) + " committed + " +
-             std::to_string(layout.workspace_bytes()) + " " + strategy_name(layout.strategy) +
-             " workspace), more than the machine's " + std::to_string(limit);
+      *why =
+          "the pool needs " + std::to_string(total) + " bytes of host memory (" +
+          (layout.caller_committed ? std::string("the committed state is the caller's; ")
+                                   : std::to_string(layout.committed_bytes()) + " committed + ") +
+          std::to_string(layout.workspace_bytes()) + " " + strategy_name(layout.strategy) +
+          " workspace + " + std::to_string(working) +
+          " for the CPU backend's working copies: " + std::to_string(copies) +
+          " states of one slot's layer" +
+          (layout.strategy == Strategy::kReplay
+               ? ", a tree window of max_window = " + std::to_string(layout.max_window) +
+                     " tokens may need one per token"
+               : std::string()) +
+          "), more than the machine's " + std::to_string(limit);
       return Status::kResourceExhausted;
     }
     return Status::kSuccess;

@@ -4,9 +4,14 @@
 // lib/pool.cpp (token counts, aliasing outputs), lib/validate.cpp (view spans) and the backends'
 // can_implement (memory that cannot fit); these tests use only the public API.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -145,6 +150,81 @@ struct TinyLayer {
             TensorView::contiguous(dtb.data(), DType::kF32, {1})};
   }
 };
+
+// A CPU replay pool's verify held a working copy of the slot's layer state for every window
+// token, chains included, which the construction's host-memory check did not count: a window of
+// 65536 tokens of a 2 MiB state was accepted and its first verify asked for 137 GB (a plain
+// std::bad_alloc, or the OOM killer). The check now counts the copies a tree window may need, and
+// names them, as the snapshot pool of the same shape is refused for its scratch.
+TEST(HostilePool, ReplayPoolWhoseWindowCopiesCannotFitIsRefusedAtConstruction) {
+  GdnConfig g;  // a Qwen3-Next layer: a 2 MiB fp32 state
+  PoolOptions o;
+  o.num_slots = 1;
+  o.max_rows = 1;
+  o.max_window = PoolOptions::kMaxWindow;
+  o.strategy = Strategy::kReplay;
+  const int64_t state = g.conv_dim() * (g.conv_width - 1) * 2 + g.ssm_state_elems() * 4;
+  const int64_t copies = int64_t{o.max_window} * state;  // 137 GB
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0 || copies <= int64_t{pages} * page) {
+    GTEST_SKIP() << "this machine's memory holds " << copies << " bytes of working copies";
+  }
+  try {
+    StatePool pool(ModelConfig::gated_delta_net(1, g), o);
+    FAIL() << "a replay pool whose verify needs " << copies << " bytes of working copies was built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::kResourceExhausted) << e.what();
+    EXPECT_TRUE(contains(e.what(), "working copies")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "max_window = 65536")) << e.what();
+  }
+}
+
+// The working copies of a replay chain's verify are two, whatever its window: each token's state
+// is kept until the last token that starts from it has run. Run in a child process whose address
+// space allows 64 MB more than it holds before the verify, which the 137 MB of one copy a token
+// (T = 512, a 268 kB state) overran.
+TEST(HostilePool, AReplayChainVerifyHoldsTwoWorkingCopiesWhateverItsWindow) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "an address-space limit does not hold under AddressSanitizer";
+#else
+  GdnConfig g = tiny_config();
+  g.num_k_heads = 2;
+  g.num_v_heads = 4;
+  g.head_k_dim = 128;
+  g.head_v_dim = 128;
+  constexpr int T = 512;
+  PoolOptions o;
+  o.num_slots = 1;
+  o.max_rows = 1;
+  o.max_window = T;
+  o.strategy = Strategy::kReplay;
+  StatePool pool(ModelConfig::gated_delta_net(1, g), o);
+  std::mt19937_64 rng(11);
+  const test::LayerWeights w = test::random_weights(g, rng);
+  const test::TokenInputs in = test::random_inputs(g, T, rng);
+  test::TokenOutputs out = test::make_outputs(g, T);
+  const SlotHandle h = pool.acquire();
+  VerifyBatch batch;
+  batch.rows = {h};
+  batch.window = T;
+  pool.begin_verify(batch);
+  const auto verify_under_a_limit = [&] {
+    long vm_pages = 0;
+    std::ifstream("/proc/self/statm") >> vm_pages;
+    rlimit limit{};
+    getrlimit(RLIMIT_AS, &limit);
+    limit.rlim_cur = static_cast<rlim_t>(vm_pages) * sysconf(_SC_PAGE_SIZE) + (64 << 20);
+    if (vm_pages <= 0 || setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(2);
+    try {
+      pool.verify(0, w.view(), in.view(), out.view());
+    } catch (const std::exception&) {
+      std::_Exit(1);
+    }
+    std::_Exit(test::sum_squares(out.core_out.view()) > 0 ? 0 : 3);
+  };
+  EXPECT_EXIT(verify_under_a_limit(), ::testing::ExitedWithCode(0), "");
+#endif
+}
 
 // Defect 5: a prefill of 2^32 + 1 tokens used to be truncated to one token and succeed.
 TEST(HostilePool, TokenCountBeyondIntIsRejected) {
