@@ -3,6 +3,7 @@
 // writes anything.
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -67,29 +68,47 @@ int StatePool::Impl::resolve(const char* function, const std::string& what,
   return handle.slot;
 }
 
-// Resolves the rows of a batch: padding -> -1; rejects foreign, stale and repeated slots.
+// Resolves the rows of a batch: padding -> -1; rejects foreign, stale and repeated slots, the
+// first bad row in row order (a repeat is the row whose slot an earlier row has). O(rows log
+// rows) in any order, one allocation of O(rows) whatever num_slots is (an engine's whole cache
+// may be the pool's slots; called per layer by decode): the rows' (slot, row) pairs sorted once.
+// Inserting into a sorted vector row by row was quadratic for rows in descending slot order
+// (131,072 rows: 3.7 s a decode call against 38 ms ascending).
 std::vector<int32_t> StatePool::Impl::resolve_rows(const char* function,
                                                    const std::vector<SlotHandle>& rows) {
   std::vector<int32_t> resolved(rows.size(), -1);
-  // (slot, row) of the rows so far, sorted by slot: one allocation of O(rows), whatever
-  // num_slots is (an engine's whole cache may be the pool's slots); called per layer by decode.
   std::vector<std::pair<int32_t, std::size_t>> seen;
   seen.reserve(rows.size());
+  std::exception_ptr bad;  // the first row that does not resolve, rethrown unless a repeat
+  std::size_t bad_row = rows.size();  // comes before it
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (rows[r].is_padding()) continue;
-    const int slot = resolve(function, "rows[" + std::to_string(r) + "]", rows[r]);
-    const auto at = std::lower_bound(
-        seen.begin(), seen.end(), slot,
-        [](const std::pair<int32_t, std::size_t>& e, int32_t s) { return e.first < s; });
-    if (at != seen.end() && at->first == slot) {
-      fail(Status::kInvalidArgument, function,
-           "rows[" + std::to_string(r) + "] = " + handle_string(rows[r]) +
-               " repeats the slot of rows[" + std::to_string(at->second) +
-               "]: a slot appears at most once per batch");
+    try {
+      resolved[r] = resolve(function, "rows[" + std::to_string(r) + "]", rows[r]);
+    } catch (...) {
+      bad = std::current_exception();
+      bad_row = r;
+      break;
     }
-    seen.insert(at, {slot, r});
-    resolved[r] = slot;
+    seen.emplace_back(resolved[r], r);
   }
+  std::sort(seen.begin(), seen.end());
+  std::size_t repeat = rows.size(), first = 0;  // the earliest repeat and the row it repeats
+  for (std::size_t i = 1; i < seen.size(); ++i) {
+    if (seen[i].first == seen[i - 1].first && seen[i].second < repeat) {
+      std::size_t j = i - 1;  // the slot's first row: the start of its run
+      while (j > 0 && seen[j - 1].first == seen[i].first) --j;
+      repeat = seen[i].second;
+      first = seen[j].second;
+    }
+  }
+  if (repeat < bad_row) {
+    fail(Status::kInvalidArgument, function,
+         "rows[" + std::to_string(repeat) + "] = " + handle_string(rows[repeat]) +
+             " repeats the slot of rows[" + std::to_string(first) +
+             "]: a slot appears at most once per batch");
+  }
+  if (bad) std::rethrow_exception(bad);
   return resolved;
 }
 

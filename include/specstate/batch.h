@@ -21,8 +21,11 @@ struct SlotHandle {
   // release, slot_index, the per-slot views, copy_slot, fork, reset, export_slot, import_slot,
   // each of materialize's handles) rejects it (kInvalidArgument: "handle is a padding handle:
   // prefill needs a live request").
+  // A padding row is slot -1 (whatever its generation and pool id); any other negative slot is
+  // not padding but a corrupt handle, rejected where a pool resolves it (kOutOfRange, or
+  // kFailedPrecondition for another pool's id, naming the row).
   static SlotHandle padding() noexcept { return SlotHandle{}; }
-  bool is_padding() const noexcept { return slot < 0; }
+  bool is_padding() const noexcept { return slot == -1; }
   friend bool operator==(const SlotHandle& x, const SlotHandle& y) noexcept {
     return x.slot == y.slot && x.generation == y.generation && x.pool_id == y.pool_id;
   }

@@ -4,6 +4,7 @@
 // nothing (bit-exact against a twin pool that never saw it).
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -92,6 +93,44 @@ TEST_P(PaddingHandle, IsNamedAsPaddingByEveryCallThatTakesOneRequest) {
     twins.expect_same_state("after the rejected calls");
     // The request goes on exactly like its twin.
     twins.expect_same_next_round({3});
+  });
+}
+
+// Only slot -1 is padding: a batch row of another negative slot (a corrupted handle) was taken as
+// padding, so decode skipped the row and left its output unwritten, and begin_verify opened a
+// round with the row sitting out. It is now rejected by name, changing nothing.
+TEST_P(PaddingHandle, ANegativeSlotOtherThanMinusOneIsACorruptHandleNotPadding) {
+  const CheckCase& c = GetParam();
+  for_kind(c.preset, [&](auto kind, const auto& layer) {
+    using Kind = decltype(kind);
+    PoolRounds<Kind> r(layer, kLayers, 1702);
+    Twins<Kind> twins(r, c, 1);
+    StatePool& p = twins.p;
+    const SlotHandle h = twins.hp[0];
+    for (const int32_t slot : {-7, -2, INT32_MIN}) {
+      const SlotHandle bad{slot, 3, h.pool_id};
+      SCOPED_TRACE("slot " + std::to_string(slot));
+      EXPECT_FALSE(bad.is_padding());
+      const auto two = r.inputs(2);
+      auto outs = r.outputs(2);
+      expect_rejected(
+          [&] {
+            p.decode(0, {h, bad}, r.weights(0), Kind::put(two[0], host_put),
+                     Kind::put(outs[0], host_put));
+          },
+          Status::kOutOfRange, {"StatePool::decode", "rows[1] = ", "slot outside [0, "});
+      expect_rejected(
+          [&] {
+            p.begin_verify(twins.batch({bad, h}));
+          },
+          Status::kOutOfRange, {"StatePool::begin_verify", "rows[0] = ", "slot outside [0, "});
+      expect_rejected([&] { p.release(bad); }, Status::kOutOfRange,
+                      {"StatePool::release", "slot outside [0, "});
+    }
+    EXPECT_TRUE((SlotHandle{-1, 5, h.pool_id}.is_padding()));
+    EXPECT_FALSE(p.round_open());
+    twins.expect_same_state("after the rejected calls");
+    twins.expect_same_next_round({2});
   });
 }
 
