@@ -193,8 +193,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path, uint64_t max_bytes, bo
     bytes_.resize(static_cast<std::size_t>(std::min<uint64_t>(size, 8)));
     read_to(0, bytes_.size());
     if (size >= 8) {
+      // Both refusals before the header is read: a length past the file's end was read up to
+      // kMaxHeaderBytes (100 MB of memory for a file the caller bounds at a few kB) and only
+      // then refused by parse.
       const uint64_t length = load_u64(bytes_.data());
-      if (length > max_bytes && length <= size - 8) {
+      if (length > size - 8) {
+        fail(path, "header length " + std::to_string(length) + " exceeds the " +
+                       std::to_string(size - 8) +
+                       " bytes that follow the length field (truncated header?; not read)");
+      }
+      if (length > max_bytes) {
         fail(path, "header length " + std::to_string(length) + " exceeds the " +
                        std::to_string(max_bytes) + " bytes a header of its use may be (not read)");
       }

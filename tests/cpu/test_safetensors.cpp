@@ -1,6 +1,8 @@
 // The safetensors reader: round trips of every dtype, the golden files, and malformed files
 // (each must be rejected with a specstate::Error naming the file, the tensor and the problem).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -188,6 +190,49 @@ TEST(SafetensorsMalformed, HeaderLengthBeyondTheFile) {
   std::vector<uint8_t> bytes = raw_file("{}", {});
   bytes[7] = 0x7f;  // an absurd length
   expect_error([&] { parse(bytes); }, {"mem.st", "exceeds"});
+}
+
+// read_header refuses a length field past the file's end before reading the header: it read up
+// to 100 MB of such a file (the header limit) and only then refused it, whatever bound the
+// caller gave (import_slot's is about the pool's header size). Checked in a child process whose
+// address space allows 32 MB more than it holds.
+TEST(SafetensorsMalformed, AHeaderLengthPastTheFilesEndIsRefusedUnread) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "an address-space limit does not hold under AddressSanitizer";
+#else
+  const std::string path = ::testing::TempDir() + "specstate_long_header.safetensors";
+  const uint64_t size = uint64_t{120} << 20;
+  {
+    std::ofstream o(path, std::ios::binary | std::ios::trunc);
+    for (int i = 0; i < 8; ++i) o.put(static_cast<char>(size >> (8 * i)));  // 8 bytes too many
+  }
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(size)), 0);
+  for (const uint64_t bound : {uint64_t{4096}, UINT64_MAX}) {
+    const auto read_under_a_limit = [&] {
+      long vm_pages = 0;
+      std::ifstream("/proc/self/statm") >> vm_pages;
+      rlimit limit{};
+      getrlimit(RLIMIT_AS, &limit);
+      limit.rlim_cur = static_cast<rlim_t>(vm_pages) * sysconf(_SC_PAGE_SIZE) + (32 << 20);
+      if (vm_pages <= 0 || setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(2);
+      try {
+        SafetensorsFile::read_header(path, bound);
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        std::_Exit(what.find("header length 125829120 exceeds the 125829112 bytes that follow") !=
+                               std::string::npos &&
+                           what.find("not read") != std::string::npos
+                       ? 0
+                       : 3);
+      } catch (...) {
+        std::_Exit(1);
+      }
+      std::_Exit(4);
+    };
+    EXPECT_EXIT(read_under_a_limit(), ::testing::ExitedWithCode(0), "") << "bound " << bound;
+  }
+  std::remove(path.c_str());
+#endif
 }
 
 TEST(SafetensorsMalformed, BadJson) {
