@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "specstate/status.h"
 #include "validate.h"
@@ -95,10 +96,25 @@ ShardMap shard_map(const ModelConfig& tp1, int tp, int rank) {
 
 void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>& ranges,
                   const TensorView& dst) {
-  if (src.empty() || dst.empty()) bad("shard_gather", "src and dst must not be empty");
-  if (src.device != Device::kCpu || dst.device != Device::kCpu) {
-    bad("shard_gather",
-        "src and dst must be host memory (copy device tensors with cudaMemcpy2D per range)");
+  // Each refusal names the view and its value (it said "src and dst ..." for either).
+  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"src", &src},
+                                   std::pair<const char*, const TensorView*>{"dst", &dst}}) {
+    if (view->empty()) {
+      bad("shard_gather", std::string(name) + " (" + view->describe() +
+                              ") is empty: it needs data and at least one dimension");
+    }
+    if (view->device != Device::kCpu) {
+      bad("shard_gather",
+          std::string(name) + ".device = " +
+              (view->device == Device::kCuda
+                   ? std::string("cuda")
+                   : std::to_string(static_cast<int>(view->device)) + " (not a device)") +
+              ": src and dst must be host memory (copy device tensors with cudaMemcpy2D per "
+              "range)");
+    }
+    if (view->dtype != DType::kF32 && view->dtype != DType::kBF16 && view->dtype != DType::kI32) {
+      bad("shard_gather", std::string(name) + ".dtype = " + detail::dtype_value_text(view->dtype));
+    }
   }
   if (src.ndim != dst.ndim || src.ndim < 1 || src.ndim > TensorView::kMaxDims) {
     bad("shard_gather",
@@ -106,7 +122,11 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
   }
   if (dim < 0 || dim >= src.ndim)
     bad("shard_gather", "dim = " + std::to_string(dim) + " outside the dims");
-  if (src.dtype != dst.dtype) bad("shard_gather", "src and dst dtypes differ");
+  if (src.dtype != dst.dtype) {
+    bad("shard_gather", "src.dtype = " + detail::dtype_value_text(src.dtype) +
+                            " and dst.dtype = " + detail::dtype_value_text(dst.dtype) +
+                            " differ: the copy does not convert");
+  }
   // Extents and strides >= 0, spans within 2^48 bytes: every offset below is exact.
   detail::check_strided("shard_gather", "src", src);
   detail::check_strided("shard_gather", "dst", dst);

@@ -464,6 +464,25 @@ TEST(TpShardGather, RefusesBadViewsAndRanges) {
     const TensorView zd = TensorView::strided(&cell[1], DType::kF32, {0, big}, {0, 0});
     EXPECT_NO_THROW(shard_gather(zs, 1, {ColumnRange{0, big}}, zd));
   }
+  // Each refusal names the view and its value: "src and dst must not be empty", "src and dst
+  // dtypes differ" and "must be host memory" said neither which nor what, and a dtype that is
+  // none of DType's was copied as 4-byte elements.
+  TensorView null_dst = dst.view();
+  null_dst.data = nullptr;
+  refused(src.view(), {{0, 2}}, null_dst, "dst (");
+  refused(src.view(), {{0, 2}}, null_dst, ") is empty");
+  TensorView bf16_dst = dst.view();
+  bf16_dst.dtype = DType::kBF16;
+  refused(src.view(), {{0, 2}}, bf16_dst, "src.dtype = f32 and dst.dtype = bf16 differ");
+  TensorView cuda_src = src.view();
+  cuda_src.device = Device::kCuda;
+  refused(cuda_src, {{0, 2}}, dst.view(), "src.device = cuda: src and dst must be host memory");
+  TensorView odd_dst = dst.view();
+  odd_dst.device = static_cast<Device>(9);
+  refused(src.view(), {{0, 2}}, odd_dst, "dst.device = 9 (not a device)");
+  TensorView s7 = src.view(), d7 = dst.view();
+  s7.dtype = d7.dtype = static_cast<DType>(7);
+  refused(s7, {{0, 2}}, d7, "src.dtype = 7 (not a DType)");
   // The good call still works: columns 1 and 2 of each row.
   shard_gather(src.view(), 1, {{1, 2}}, dst.view());
   EXPECT_EQ(dst.get(0), 2.0f);
