@@ -1,6 +1,7 @@
 #include "specstate/config.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "layers/gdn.h"
@@ -10,6 +11,44 @@
 #include "specstate/status.h"
 
 namespace specstate {
+
+namespace {
+// a * b and a + b saturated at the int64 range (the configs' size accessors: a config that has
+// not been validated may hold any int).
+int64_t sat_mul(int64_t a, int64_t b) noexcept {
+  int64_t r;
+  if (!__builtin_mul_overflow(a, b, &r)) return r;
+  return (a < 0) != (b < 0) ? std::numeric_limits<int64_t>::min()
+                            : std::numeric_limits<int64_t>::max();
+}
+int64_t sat_add(int64_t a, int64_t b) noexcept {
+  int64_t r;
+  if (!__builtin_add_overflow(a, b, &r)) return r;
+  return b < 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+}
+}  // namespace
+
+int64_t GdnConfig::conv_dim() const noexcept {
+  return sat_add(sat_mul(sat_mul(2, num_k_heads), head_k_dim), sat_mul(num_v_heads, head_v_dim));
+}
+int64_t GdnConfig::ssm_state_elems() const noexcept {
+  return sat_mul(sat_mul(num_v_heads, head_v_dim), head_k_dim);
+}
+int64_t KdaConfig::conv_dim() const noexcept {
+  return sat_add(sat_mul(sat_mul(2, num_k_heads), head_k_dim), sat_mul(num_v_heads, head_v_dim));
+}
+int64_t KdaConfig::ssm_state_elems() const noexcept {
+  return sat_mul(sat_mul(num_v_heads, head_v_dim), head_k_dim);
+}
+int64_t Mamba2Config::conv_dim() const noexcept {
+  return sat_add(sat_mul(num_heads, head_dim), sat_mul(sat_mul(2, n_groups), d_state));
+}
+int64_t Mamba2Config::ssm_state_elems() const noexcept {
+  return sat_mul(sat_mul(num_heads, head_dim), d_state);
+}
+int64_t ModelConfig::conv_state_elems() const noexcept {
+  return sat_mul(conv_dim(), int64_t{conv_width()} - 1);
+}
 
 float GdnConfig::effective_scale() const noexcept {
   return scale ? *scale : 1.0f / std::sqrt(static_cast<float>(head_k_dim));
@@ -32,8 +71,9 @@ const char* layer_kind_name(LayerKind kind) noexcept {
 }
 
 int64_t ModelConfig::slot_bytes() const noexcept {
-  return int64_t{num_layers} * (conv_state_elems() * int64_t(dtype_size(conv_state_dtype())) +
-                                ssm_state_elems() * int64_t(dtype_size(ssm_state_dtype())));
+  return sat_mul(num_layers,
+                 sat_add(sat_mul(conv_state_elems(), int64_t(dtype_size(conv_state_dtype()))),
+                         sat_mul(ssm_state_elems(), int64_t(dtype_size(ssm_state_dtype())))));
 }
 
 void ModelConfig::validate() const {

@@ -23,14 +23,13 @@ struct GdnConfig {
   DType conv_state_dtype = DType::kBF16;  // committed conv window and its snapshots
   DType ssm_state_dtype = DType::kF32;    // committed SSM state and its snapshots
 
-  int64_t conv_dim() const noexcept {
-    return 2 * int64_t{num_k_heads} * head_k_dim + int64_t{num_v_heads} * head_v_dim;
-  }
+  // The conv column: 2 * H * K + HV * V. Like every size accessor of the configs, exact for a
+  // config that validates, else saturated (INT64_MAX / INT64_MIN where the exact value passes
+  // 64 bits), never wrapped.
+  int64_t conv_dim() const noexcept;
   float effective_scale() const noexcept;
   // Elements of one SSM state: HV * V * K.
-  int64_t ssm_state_elems() const noexcept {
-    return int64_t{num_v_heads} * head_v_dim * head_k_dim;
-  }
+  int64_t ssm_state_elems() const noexcept;
 };
 
 // One Mamba2 layer (Nemotron-H, Falcon-H1, Granite-4.0-H): a causal conv over xBC followed by
@@ -51,11 +50,9 @@ struct Mamba2Config {
   DType ssm_state_dtype = DType::kF32;    // committed SSM state and its snapshots
 
   // The xBC column: x (num_heads * P) | B (G * N) | C (G * N).
-  int64_t conv_dim() const noexcept {
-    return int64_t{num_heads} * head_dim + 2 * int64_t{n_groups} * d_state;
-  }
+  int64_t conv_dim() const noexcept;
   // Elements of one SSM state: nheads * P * N (N contiguous).
-  int64_t ssm_state_elems() const noexcept { return int64_t{num_heads} * head_dim * d_state; }
+  int64_t ssm_state_elems() const noexcept;
 };
 
 enum class LayerKind : int32_t { kGatedDeltaNet = 0, kMamba2 = 1, kKda = 2 };
@@ -110,8 +107,10 @@ struct ModelConfig {
   }
 
   // The layer kind's values (whatever the kind). The sizes (conv_dim, *_elems, slot_bytes, and
-  // the layer configs' own) are exact for a config that validate()s; an unvalidated one's product
-  // of fields may pass 64 bits. (The Python methods validate before they compute.)
+  // the layer configs' own) are exact for a config that validate()s; an unvalidated one's are
+  // saturated where its product of fields passes 64 bits (INT64_MAX, or INT64_MIN for negative
+  // fields; they overflowed, which is undefined). (The Python methods validate before they
+  // compute.)
   int64_t conv_dim() const noexcept {
     return visit_layer([](const auto& c) { return c.conv_dim(); });
   }
@@ -127,7 +126,7 @@ struct ModelConfig {
   DType ssm_state_dtype() const noexcept {
     return visit_layer([](const auto& c) { return c.ssm_state_dtype; });
   }
-  int64_t conv_state_elems() const noexcept { return conv_dim() * (conv_width() - 1); }
+  int64_t conv_state_elems() const noexcept;
   int64_t ssm_state_elems() const noexcept {
     return visit_layer([](const auto& c) { return c.ssm_state_elems(); });
   }

@@ -32,14 +32,11 @@ struct KdaConfig {
   DType ssm_state_dtype = DType::kF32;    // committed SSM state and its snapshots
 
   // The conv column [q: H*K | k: H*K | v: HV*V] (the model's three short convs concatenated).
-  int64_t conv_dim() const noexcept {
-    return 2 * int64_t{num_k_heads} * head_k_dim + int64_t{num_v_heads} * head_v_dim;
-  }
+  // (Saturated where an unvalidated config's product passes 64 bits, as GdnConfig's.)
+  int64_t conv_dim() const noexcept;
   float effective_scale() const noexcept;
   // Elements of one SSM state: HV * V * K (stored [HV][V][K], K contiguous, as GDN's).
-  int64_t ssm_state_elems() const noexcept {
-    return int64_t{num_v_heads} * head_v_dim * head_k_dim;
-  }
+  int64_t ssm_state_elems() const noexcept;
 };
 
 struct KdaWeights {

@@ -42,6 +42,38 @@ TEST(HostilePool, ConfigWhoseSizesOverflowIsRejected) {
   }
 }
 
+// The configs' size accessors of a config that does not validate saturate instead of overflowing
+// (signed overflow is undefined: UBSan stopped at config.h's products, and conv_dim() of a GDN
+// config of INT_MAX fields returned -4611686031312289789).
+TEST(HostilePool, SizeAccessorsOfAnUnvalidatedConfigSaturate) {
+  constexpr int64_t kMax = INT64_MAX, kMin = INT64_MIN;
+  GdnConfig g;
+  g.num_k_heads = g.num_v_heads = g.head_k_dim = g.head_v_dim = g.conv_width = INT32_MAX;
+  EXPECT_EQ(g.conv_dim(), kMax);
+  EXPECT_EQ(g.ssm_state_elems(), kMax);
+  const ModelConfig m = ModelConfig::gated_delta_net(INT32_MAX, g);
+  EXPECT_EQ(m.conv_state_elems(), kMax);
+  EXPECT_EQ(m.slot_bytes(), kMax);
+  g.num_v_heads = INT32_MIN;  // negative: saturated below
+  EXPECT_EQ(g.ssm_state_elems(), kMin);
+  KdaConfig k;
+  k.num_k_heads = k.num_v_heads = k.head_k_dim = k.head_v_dim = INT32_MAX;
+  EXPECT_EQ(k.conv_dim(), kMax);
+  EXPECT_EQ(k.ssm_state_elems(), kMax);
+  Mamba2Config m2;
+  m2.num_heads = m2.head_dim = m2.d_state = m2.n_groups = INT32_MAX;
+  m2.conv_width = INT32_MIN;
+  EXPECT_EQ(m2.conv_dim(), kMax);
+  EXPECT_EQ(m2.ssm_state_elems(), kMax);
+  EXPECT_EQ(ModelConfig::mamba2(2, m2).conv_state_elems(), kMin);
+  // A valid config's sizes are exact, as before.
+  const GdnConfig q;  // Qwen3-Next at TP1
+  EXPECT_EQ(q.conv_dim(), 8192);
+  EXPECT_EQ(ModelConfig::gated_delta_net(36, q).slot_bytes(),
+            36 * (8192 * 3 * 2 + int64_t{32} * 128 * 128 * 4));
+  EXPECT_THROW(m.validate(), Error);
+}
+
 // Defect 2: the scratch size (max_rows * max_window * state bytes * layers) overflows int64 and
 // used to wrap to a tiny buffer that one verify then overran.
 TEST(HostilePool, ScratchSizeOverflowIsRejected) {
