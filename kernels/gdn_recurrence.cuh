@@ -313,7 +313,10 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
       wpos = cur.wpos;
       const bool store = cur.store;
       const char* ring = p.factors + slot0 * p.factor_stride_slot;
-      if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
+      // (Where p.hist_early says so, the history is applied here before the wait instead, as a
+      // longer one is: at small batches that overlaps the conv.)
+      if (!p.hist_early && p.parents == nullptr && hist > 0 && count > 0 &&
+          hist + count <= kChunk) {
         merged_hist = hist;
         merged_store = store;
         gdn_prefetch_history<Act, K, kRows, kChunk>(chunk, hist_kf, p, ring, base, h, hv, hist,

@@ -378,10 +378,11 @@ constexpr int64_t smem_per_sm_of(int cc) {
 // / 0.60, B = 128 0.84 / 0.82 / 0.76: KDA always.
 inline constexpr int kGdnMultiRptRows = 8, kGdnMultiRptTokens = 2;
 
-// Whether a delta-rule replay chain over several V blocks (gdn_replay_vblocks) applies its first
-// block's history records, and stores its fold, before the wait for the conv grid
-// (GdnRecurrenceParams::hist_early), where they overlap the conv, instead of after the window's
-// staging: for launches of up to kGdnHistEarlyMaxRows rows (TENTATIVE: to be measured). `env`
+// Whether a delta-rule replay chain applies its history records (over several V blocks,
+// gdn_replay_vblocks: its first block's), and stores its fold, before the wait for the conv grid
+// (GdnRecurrenceParams::hist_early), where they overlap the conv, instead of merging them into
+// the window's staging after the wait (gdn_row_block then takes its path for longer histories): for
+// launches of up to kGdnHistEarlyMaxRows rows (TENTATIVE: to be measured). `env`
 // (SPECSTATE_GDN_HIST_EARLY) "0" / "1" overrides, anything else is ignored. The same bits
 // either way.
 inline constexpr int kGdnHistEarlyMaxRows = 16;

@@ -120,23 +120,27 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4, 8)),
     EnvCaseName{"_vb"});
 
-// The several-V-blocks replay verify with its first block's history applied (and its fold
-// stored) before the wait for the conv grid, and after the window's staging
+// The replay verify with its history applied (over several V blocks: the first block's) and its
+// fold stored before the wait for the conv grid, and merged into the window's staging after it
 // (SPECSTATE_GDN_HIST_EARLY 1 / 0, kernels::gdn_hist_early; the launcher's rule takes it at small
-// batches such as these): replay equals snapshot bit for bit either way, with one and two V rows
-// a thread, folds every round (ring 2T) and in vLLM's element order (the fold through the tile).
+// batches such as these): replay equals snapshot bit for bit either way, with one V block a CTA
+// and two, one and two V rows a thread, folds every round (ring 2T) and in vLLM's element order
+// (the fold through the tile).
 class ReplayHistEarlyGpu : public ::testing::TestWithParam<EnvCase> {};
 
 TEST_P(ReplayHistEarlyGpu, ReplayEqualsSnapshotBitForBit) {
   SPECSTATE_REQUIRE_GPU();
   const auto& [c, early] = GetParam();
-  const ScopedEnv vblocks("SPECSTATE_GDN_VBLOCKS", "2");
-  for (const char* rpt : {"1", "2"}) {
-    SCOPED_TRACE(std::string("SPECSTATE_GDN_RPT=") + rpt);
-    const ScopedEnv rows("SPECSTATE_GDN_RPT", std::string(c.name).find("vllm") != std::string::npos
-                                                  ? std::string("1")
-                                                  : rpt);
-    run_under_env("SPECSTATE_GDN_HIST_EARLY", c, early, 0xEA71 + c.rounds * 37 + early);
+  // One V block a CTA (gdn_row_block: merged after the wait, or before it), two (one or two rows
+  // a thread).
+  for (const char* vb : {"1", "2"}) {
+    const ScopedEnv vblocks("SPECSTATE_GDN_VBLOCKS", vb);
+    for (const char* rpt : {"1", "2"}) {
+      SCOPED_TRACE(std::string("SPECSTATE_GDN_VBLOCKS=") + vb + ", SPECSTATE_GDN_RPT=" + rpt);
+      const bool vllm = std::string(c.name).find("vllm") != std::string::npos;
+      const ScopedEnv rows("SPECSTATE_GDN_RPT", vllm ? std::string("1") : std::string(rpt));
+      run_under_env("SPECSTATE_GDN_HIST_EARLY", c, early, 0xEA71 + c.rounds * 37 + early);
+    }
   }
 }
 
