@@ -313,10 +313,7 @@ __device__ __forceinline__ void gdn_row_block(const GdnRecurrenceParams& p, Shar
       wpos = cur.wpos;
       const bool store = cur.store;
       const char* ring = p.factors + slot0 * p.factor_stride_slot;
-      // (Where p.hist_early says so, the history is applied here before the wait instead, as a
-      // longer one is: at small batches that overlaps the conv.)
-      if (!p.hist_early && p.parents == nullptr && hist > 0 && count > 0 &&
-          hist + count <= kChunk) {
+      if (p.parents == nullptr && hist > 0 && count > 0 && hist + count <= kChunk) {
         merged_hist = hist;
         merged_store = store;
         gdn_prefetch_history<Act, K, kRows, kChunk>(chunk, hist_kf, p, ring, base, h, hv, hist,
@@ -525,33 +522,6 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       gdn_load_state<St, NK, LANES>(committed + int64_t{rows.ok[j] ? rows.v[j] : 0} * K, S[j], kl);
     }
   }
-  // The history records (u, k, k's factor, e^g), the cursor and the committed state are not
-  // written by the conv grid before this kernel, so where p.hist_early says so the first block's
-  // history is applied (and its fold stored) before the wait: at small batches, while the conv
-  // runs. Its keys are scaled to k^ once here, as after the staging otherwise.
-  const bool early = hist > 0 && p.hist_early;
-  if (early) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
-    scale_raw_rows<Act, K, kGdnThreads>(
-        hist, [&](int tt) { return gdn_raw_key<Act>(sm.chunk, tt); },
-        [&](int tt) { return sm.hist_kf[tt]; }, [&](int tt) { return &sm.chunk.k[tt][0]; });
-    __syncthreads();
-    for (int tt = 0; tt < hist; ++tt) {
-      gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
-    }
-    if constexpr (kKV) {
-      if (store)
-        gdn_kv_store<St, K, kRows, NK, LANES, 1>(committed, V, vb0 * kRows, sm.kv_tile, S, rows, kl,
-                                                 false);
-    } else if (store) {
-#pragma unroll
-      for (int j = 0; j < RPT; ++j) {
-        if (rows.ok[j])
-          gdn_store_state<St, NK, LANES>(committed + int64_t{rows.v[j]} * K, S[j], kl, false);
-      }
-    }
-  }
   grid_dependency_wait();
 
   const float A = p.A_log ? -expf(a_log) : 0.0f;
@@ -564,8 +534,8 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     sink.k_writer = vb0 == 0 && hv == h * p.v_per_k;
   }
   gdn_stage<Act, K, kRows, kChunk>(sm.chunk, p, in, h, hv, 0, rt.count, A, dt_bias, sink, hist,
-                                   hist > 0 && !early);
-  if (hist > 0 && !early) {
+                                   hist > 0);
+  if (hist > 0) {
     // k^ = k * kf of every history record, once (gdn_apply_raw's product, for gdn_apply), in
     // place: the raw key in the tail of chunk row tt (gdn_raw_key) becomes the row's fp32 k^.
     scale_raw_rows<Act, K, kGdnThreads>(
@@ -588,15 +558,14 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // window in the act dtype) until they are stored after this block's tokens: no instruction
     // here waits for the loads.
     uint32_t pre[kPre] = {};
-    const bool apply = !(early && j == 0);  // (the first block's history, where applied early)
-    for (int tt = 0; apply && tt < hist; ++tt) {
+    for (int tt = 0; tt < hist; ++tt) {
       gdn_apply<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, tt, kl, rows);
     }
     if constexpr (kKV) {
-      if (store && apply)
+      if (store)
         gdn_kv_store<St, K, kRows, NK, LANES, 1>(committed, V, vb * kRows, sm.kv_tile, S, rows, kl,
                                                  false);
-    } else if (store && apply) {
+    } else if (store) {
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
         if (rows.ok[j])
@@ -866,7 +835,6 @@ cudaError_t launch_gdn_recurrence_typed(const GdnRecurrenceParams& p0, cudaStrea
   if (p0.num_k_heads <= 0 || p0.num_v_heads % p0.num_k_heads != 0) return cudaErrorInvalidValue;
   GdnRecurrenceParams p = p0;
   p.last_state = env_flag("SPECSTATE_GDN_LAST_STATE");
-  p.hist_early = gdn_hist_early(p.rows, std::getenv("SPECSTATE_GDN_HIST_EARLY"));
   p.v_per_k = p0.num_v_heads / p0.num_k_heads;
   p.inv_v_per_k = 1.0f / static_cast<float>(p.v_per_k);
   // LANES = 8 everywhere: the 32-lane split (4x the CTAs at B = 1) was measured slower (every

@@ -52,12 +52,6 @@ struct GdnRecurrenceParams {
   // token's update (gdn_step's `update`); on only for timing the difference
   // (SPECSTATE_GDN_LAST_STATE=1, read by the launchers). The same bits either way.
   bool last_state = false;
-  // A replay chain applies its history (over several V blocks, gdn_replay_vblocks: its first
-  // block's) and stores its fold before the wait for the conv grid, where it overlaps the conv,
-  // instead of merging it into the window's staging after the wait; set by the launcher
-  // (kernels::gdn_hist_early; callers leave it). The same arithmetic in the same order: the same
-  // bits either way.
-  bool hist_early = false;
   int ring = 0;        // R: factor records per slot (replay)
   int fold_limit = 0;  // R - 2 * T_max: a verify folds iff h > fold_limit
   // Set by the launcher from the head counts (callers leave them): value heads per key head and

@@ -377,19 +377,6 @@ constexpr int64_t smem_per_sm_of(int cc) {
 // on. Kimi-Linear (KDA, 20 layers) T = 2 / 4 / 8: B = 16 0.75 / 0.71 / 0.67, B = 32 0.68 / 0.64
 // / 0.60, B = 128 0.84 / 0.82 / 0.76: KDA always.
 inline constexpr int kGdnMultiRptRows = 8, kGdnMultiRptTokens = 2;
-
-// Whether a delta-rule replay chain applies its history records (over several V blocks,
-// gdn_replay_vblocks: its first block's), and stores its fold, before the wait for the conv grid
-// (GdnRecurrenceParams::hist_early), where they overlap the conv, instead of merging them into
-// the window's staging after the wait (gdn_row_block then takes its path for longer histories): for
-// launches of up to kGdnHistEarlyMaxRows rows (TENTATIVE: to be measured). `env`
-// (SPECSTATE_GDN_HIST_EARLY) "0" / "1" overrides, anything else is ignored. The same bits
-// either way.
-inline constexpr int kGdnHistEarlyMaxRows = 16;
-inline bool gdn_hist_early(int rows, const char* env) {
-  if (env != nullptr && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
-  return rows <= kGdnHistEarlyMaxRows;
-}
 inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] - '0';
   if (kda) return 2;

@@ -120,44 +120,6 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(2, 4, 8)),
     EnvCaseName{"_vb"});
 
-// The replay verify with its history applied (over several V blocks: the first block's) and its
-// fold stored before the wait for the conv grid, and merged into the window's staging after it
-// (SPECSTATE_GDN_HIST_EARLY 1 / 0, kernels::gdn_hist_early; the launcher's rule takes it at small
-// batches such as these): replay equals snapshot bit for bit either way, with one V block a CTA
-// and two, one and two V rows a thread, folds every round (ring 2T) and in vLLM's element order
-// (the fold through the tile).
-class ReplayHistEarlyGpu : public ::testing::TestWithParam<EnvCase> {};
-
-TEST_P(ReplayHistEarlyGpu, ReplayEqualsSnapshotBitForBit) {
-  SPECSTATE_REQUIRE_GPU();
-  const auto& [c, early] = GetParam();
-  // One V block a CTA (gdn_row_block: merged after the wait, or before it), two (one or two rows
-  // a thread).
-  for (const char* vb : {"1", "2"}) {
-    const ScopedEnv vblocks("SPECSTATE_GDN_VBLOCKS", vb);
-    for (const char* rpt : {"1", "2"}) {
-      SCOPED_TRACE(std::string("SPECSTATE_GDN_VBLOCKS=") + vb + ", SPECSTATE_GDN_RPT=" + rpt);
-      const bool vllm = std::string(c.name).find("vllm") != std::string::npos;
-      const ScopedEnv rows("SPECSTATE_GDN_RPT", vllm ? std::string("1") : std::string(rpt));
-      run_under_env("SPECSTATE_GDN_HIST_EARLY", c, early, 0xEA71 + c.rounds * 37 + early);
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Gpu, ReplayHistEarlyGpu,
-    ::testing::Combine(
-        ::testing::Values(
-            EquivalenceCase{"k128_chain", "gpu_k128", false, 4, 5, 16},
-            EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 4, 5, 24, 8},
-            EquivalenceCase{"v72_chain_ring2t", "gpu_k128_v72", false, 4, 4, 24, 8},
-            EquivalenceCase{"vllm_v72_chain_ring2t_both", "gpu_k128_v72", false, 4, 4, 24, 8,
-                            kSnapshotVllm | kReplayVllm},
-            EquivalenceCase{"kda_k128_chain_ring2t", "kda_gpu_k128", false, 4, 5, 24, 8},
-            EquivalenceCase{"kda_grouped_bf16_chain", "kda_gpu_grouped_bf16", false, 4, 4, 16}),
-        ::testing::Values(0, 1)),
-    EnvCaseName{"_early"});
-
 // The GDN / KDA replay verify over several V blocks a CTA with two V rows a thread
 // (SPECSTATE_GDN_RPT=2, kernels::gdn_multi_rpt; SPECSTATE_GDN_VBLOCKS forces the blocks a CTA,
 // which these small batches would not take): replay equals snapshot bit for bit, the several
