@@ -196,6 +196,20 @@ inline std::string path_arg(nb::handle object, const char* function) {
                            .c_str());
 }
 
+// PyNumber_Index(object) for an object that has __index__; where that raises TypeError (a
+// NumPy array of several elements: "only integer scalar arrays can be converted to a scalar
+// index", naming nothing), a TypeError naming `name` and the object's type. Other exceptions
+// (KeyboardInterrupt, MemoryError) propagate as they are.
+inline nb::object index_or_type_error(nb::handle object, const std::string& name) {
+  nb::object index = nb::steal(PyNumber_Index(object.ptr()));
+  if (index.is_valid()) return index;
+  if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+    PyErr_Clear();
+    throw nb::type_error((name + ": expected an int, got " + arg_type_name(object)).c_str());
+  }
+  throw nb::python_error();
+}
+
 // `object` as an integer of type T (an int or anything with __index__, not bool): TypeError
 // naming `name` for anything else, specstate.OutOfRangeError naming `name` and the value where
 // it does not fit T.
@@ -205,8 +219,7 @@ T to_integer(nb::handle object, const std::string& name) {
   if (PyBool_Check(object.ptr()) || !PyIndex_Check(object.ptr())) {
     throw nb::type_error((name + ": expected an int, got " + arg_type_name(object)).c_str());
   }
-  nb::object index = nb::steal(PyNumber_Index(object.ptr()));
-  if (!index.is_valid()) throw nb::python_error();
+  nb::object index = index_or_type_error(object, name);
   const auto out_of_range = [&] {
     return Error(Status::kOutOfRange, name + " = " + nb::cast<std::string>(nb::str(index)) +
                                           " is out of range [" +

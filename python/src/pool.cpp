@@ -342,8 +342,7 @@ bool looks_like_stream(nb::handle object) {
 // An int argument (int, numpy integer: anything with __index__, not bool); TypeError naming `name`.
 int to_int(nb::handle object, const char* function, const char* name) {
   if (!PyBool_Check(object.ptr()) && PyIndex_Check(object.ptr())) {
-    nb::object index = nb::steal(PyNumber_Index(object.ptr()));
-    if (!index.is_valid()) throw nb::python_error();
+    nb::object index = index_or_type_error(object, name);
     int overflow = 0;
     const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
     if (overflow == 0 && v >= INT32_MIN && v <= INT32_MAX) return static_cast<int>(v);
@@ -619,14 +618,25 @@ void bind_pool(nb::module_& m) {
           .def(
               "__init__",
               [](PyPool* self, const ModelConfig& config, const PoolOptions& options,
-                 nb::list committed_conv, nb::list committed_ssm) {
+                 nb::handle committed_conv, nb::handle committed_ssm) {
                 CommittedStateViews views;
                 std::vector<nb::ndarray<>> held;
-                const auto take = [&](nb::list arrays, const char* name,
+                // Any sequence of arrays (a list, a tuple), copied first and named item by item
+                // (nb::list took lists only, with nanobind's unnamed signature error otherwise).
+                const auto take = [&](nb::handle arrays, const char* name,
                                       std::vector<TensorView>& out) {
-                  for (std::size_t l = 0; l < arrays.size(); ++l) {
+                  if (PyObject_CheckBuffer(arrays.ptr()) || nb::hasattr(arrays, "__dlpack__")) {
+                    throw nb::type_error((std::string(name) +
+                                          ": expected a sequence of arrays (one per layer), got "
+                                          "one array, " +
+                                          arg_type_name(arrays))
+                                             .c_str());
+                  }
+                  const nb::object items =
+                      sequence_items(arrays, name, kMaxSequenceItems, "arrays (one per layer)");
+                  for (Py_ssize_t l = 0; l < PyTuple_GET_SIZE(items.ptr()); ++l) {
                     const std::string arg = std::string(name) + "[" + std::to_string(l) + "]";
-                    Arg a = to_arg(arrays[l], arg.c_str(), true, false);
+                    Arg a = to_arg(PyTuple_GET_ITEM(items.ptr(), l), arg.c_str(), true, false);
                     // (A tensor-parallel engine's rank r passes options.device = r.)
                     if (options.backend == Backend::kCuda) {
                       check_device_id(a, options.device, arg.c_str());
@@ -640,8 +650,8 @@ void bind_pool(nb::module_& m) {
                 take(committed_ssm, "committed_ssm", views.ssm);
                 new (self) PyPool(build_pool(config, options, &views), std::move(held));
               },
-              nb::arg("config"), nb::arg("options"), nb::arg("committed_conv"),
-              nb::arg("committed_ssm"),
+              nb::arg("config"), nb::arg("options"), nb::arg("committed_conv").none(),
+              nb::arg("committed_ssm").none(),
               "A pool over caller-owned committed state: committed_conv / committed_ssm are one "
               "array per layer ([slots, conv_dim, W-1] and [slots, HV, V, K], e.g. slices of an "
               "engine's [L, slots, ...] tensors; padded slot strides allowed, each slot "
@@ -1069,10 +1079,23 @@ void bind_pool(nb::module_& m) {
               "commit",
               [](PyPool& p, nb::handle accepted, nb::handle stream) {
                 std::optional<std::vector<int32_t>> host;
-                if (nb::isinstance<nb::list>(accepted) || nb::isinstance<nb::tuple>(accepted)) {
-                  // Each value named by its index when it is no int or does not fit int32.
+                // Lists, tuples and other plain sequences (range) of ints; an array (buffer or
+                // DLPack) and byte strings (refused by host_int_values) go the array path.
+                PyObject* o = accepted.ptr();
+                const bool plain_sequence = PySequence_Check(o) && !PyUnicode_Check(o) &&
+                                            !PyBytes_Check(o) && !PyByteArray_Check(o) &&
+                                            !PyObject_CheckBuffer(o) &&
+                                            !nb::hasattr(accepted, "__dlpack__") &&
+                                            !nb::hasattr(accepted, "__array_interface__") &&
+                                            !nb::hasattr(accepted, "__cuda_array_interface__");
+                if (plain_sequence) {
+                  // Each value named by its index when it is no int or does not fit int32; the
+                  // items copied first (an item's __index__ may change the list), at most a
+                  // round's rows of them.
+                  const nb::object items =
+                      sequence_items(accepted, "StatePool.commit: accepted", PoolOptions::kMaxRows);
                   host.emplace();
-                  for (nb::handle item : accepted) {
+                  for (nb::handle item : items) {
                     const std::string name = "accepted[" + std::to_string(host->size()) + "]";
                     host->push_back(to_int(item, "StatePool.commit", name.c_str()));
                   }
@@ -1094,10 +1117,19 @@ void bind_pool(nb::module_& m) {
                   // The layer arrays' dtypes are no help here: name what commit takes.
                   std::string m = e.what();
                   const std::string layer_hint = "(float32, bfloat16 or int32)";
+                  const std::string takes =
+                      "(accepted values: a list of ints, or an array of any integer dtype)";
+                  const std::string numpy_hint =
+                      "np.ascontiguousarray of float32, bfloat16 or int32";
                   const std::size_t at = m.find(layer_hint);
-                  if (at == std::string::npos) throw;
-                  m.replace(at, layer_hint.size(),
-                            "(accepted values: a list of ints, or an array of any integer dtype)");
+                  const std::size_t np_at = m.find(numpy_hint);
+                  if (at != std::string::npos) {
+                    m.replace(at, layer_hint.size(), takes);
+                  } else if (np_at != std::string::npos) {
+                    m.replace(np_at, numpy_hint.size(), "np.ascontiguousarray of an integer dtype");
+                  } else {
+                    m += " " + takes;  // (an object that is no array at all, or of objects)
+                  }
                   throw nb::type_error(m.c_str());
                 }
                 // A dtype that is no integer is a TypeError, as float64 already was (float32

@@ -229,6 +229,13 @@ Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) 
     v.stride[i] = a.stride(i);  // nanobind strides are in elements
   }
   v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  if (v.data == nullptr && a.size() > 0) {
+    // A DLPack tensor may claim elements at a null address: the library takes a null pointer as
+    // "no tensor" (an optional output was skipped), and a read of it would fault.
+    throw nb::value_error((std::string(name) + ": " + array_text(a) +
+                           " has a null data pointer but " + std::to_string(a.size()) + " elements")
+                              .c_str());
+  }
   if (v.data == nullptr && a.size() == 0) {
     // An empty array may carry no pointer; the library takes a null pointer as "no tensor".
     static char dummy alignas(16)[16];
@@ -272,26 +279,46 @@ std::optional<std::vector<int32_t>> host_int_values(nb::handle object, const cha
   }
   const auto* base = static_cast<const char*>(a.data());
   const int64_t n = static_cast<int64_t>(a.shape(0)), stride = a.stride(0) * (d.bits / 8);
+  // Bounded before anything is allocated (a broadcast array of 2^40 entries holds 8 bytes):
+  // no round has more rows than max_rows can be, and the pool checks the exact count.
+  if (n > PoolOptions::kMaxRows) {
+    throw Error(Status::kOutOfRange, std::string(function) + ": " + name + " is " + array_text(a) +
+                                         ": " + std::to_string(n) +
+                                         " entries, more than a round's rows can be (" +
+                                         std::to_string(PoolOptions::kMaxRows) + ")");
+  }
+  if (base == nullptr && n > 0) {
+    throw nb::value_error((std::string(name) + ": " + array_text(a) +
+                           " has a null data pointer but " + std::to_string(n) + " elements")
+                              .c_str());
+  }
   std::vector<int32_t> values(static_cast<std::size_t>(n));
+  // Elements read with memcpy: an array may sit at any byte address (np.frombuffer with an
+  // offset), where a typed load is undefined.
+  const auto read = [](const char* p, auto zero) {
+    decltype(zero) x;
+    std::memcpy(&x, p, sizeof(x));
+    return x;
+  };
   for (int64_t i = 0; i < n; ++i) {
     const char* p = base + i * stride;
     int64_t v = 0;
     uint64_t u = 0;
     switch (d.bits) {
       case 8:
-        v = is_int ? *reinterpret_cast<const int8_t*>(p) : *reinterpret_cast<const uint8_t*>(p);
+        v = is_int ? read(p, int8_t{}) : read(p, uint8_t{});
         break;
       case 16:
-        v = is_int ? *reinterpret_cast<const int16_t*>(p) : *reinterpret_cast<const uint16_t*>(p);
+        v = is_int ? read(p, int16_t{}) : read(p, uint16_t{});
         break;
       case 32:  // uint32 (int32 arrays are taken as they are)
-        v = *reinterpret_cast<const uint32_t*>(p);
+        v = read(p, uint32_t{});
         break;
       default:
         if (is_int) {
-          v = *reinterpret_cast<const int64_t*>(p);
+          v = read(p, int64_t{});
         } else {
-          u = *reinterpret_cast<const uint64_t*>(p);
+          u = read(p, uint64_t{});
           v = u > static_cast<uint64_t>(INT32_MAX) ? int64_t{INT32_MAX} + 1
                                                    : static_cast<int64_t>(u);
         }

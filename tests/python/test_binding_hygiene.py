@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import specstate
-from conftest import Model
+from conftest import Model, states
 
 
 def f32(*shape):
@@ -535,3 +535,232 @@ def test_vllm_layout_options_names_a_wrong_argument():
         specstate.vllm.layout_options(specstate.PoolOptions(), "qwen")
     opts = specstate.vllm.layout_options(specstate.PoolOptions(), cfg)
     assert opts.conv_layout == specstate.ConvLayout.CHANNELS_LAST
+
+
+# --- The twenty-sixth session's review of the array interop (each case reproduced first) -------
+
+import ctypes  # noqa: E402
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                             ("deleter", _DELETER)]
+_keep = []
+
+
+@_DELETER
+def _no_delete(_):
+    pass
+
+
+def _null_capsule(shape, code, bits):
+    """A DLPack capsule claiming `shape` elements of (code, bits) at a null data pointer."""
+    nd = len(shape)
+    sh = (ctypes.c_int64 * nd)(*shape)
+    st = (ctypes.c_int64 * nd)(*[int(np.prod(shape[i + 1:])) for i in range(nd)])
+    mt = _DLManagedTensor()
+    mt.dl_tensor.data = None
+    mt.dl_tensor.device = _DLDevice(1, 0)
+    mt.dl_tensor.ndim = nd
+    mt.dl_tensor.dtype = _DLDataType(code, bits, 1)
+    mt.dl_tensor.shape = sh
+    mt.dl_tensor.strides = st
+    mt.deleter = _no_delete
+    _keep.extend([sh, st, mt])
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(mt), b"dltensor", None)
+
+
+class _NullExporter:
+    def __init__(self, make):
+        self.make = make
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.make()
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def _open_round(model, pool, handles, T=2, xs=None):
+    pool.begin_verify(specstate.VerifyBatch(handles, window=T))
+    n = len(handles) * T
+    for layer, x in enumerate(xs if xs is not None else model.inputs(n)):
+        pool.verify(layer, model.weights[layer], specstate.GdnInputs(*x), model.outputs(n))
+
+
+def test_arrays_claiming_elements_at_a_null_address_are_refused_by_name():
+    # commit() read a null int64 [2] DLPack tensor and segfaulted; an optional output claiming
+    # elements at null was taken as "no output" and skipped.
+    code = r"""
+import numpy as np, specstate, sys
+sys.path.insert(0, %r)
+from conftest import Model
+from test_binding_hygiene import _null_capsule, _NullExporter, _open_round
+m = Model()
+pool = m.pool()
+hs = [pool.acquire(), pool.acquire()]
+_open_round(m, pool, hs)
+try:
+    pool.commit(_NullExporter(lambda: _null_capsule([2], 0, 64)))
+    print("accepted")
+except ValueError as e:
+    print("refused:", e)
+print("open:", pool.round_open())
+pool.abort_round()
+pool.begin_verify(specstate.VerifyBatch(hs, window=2))
+try:
+    out = specstate.GdnOutputs(
+        core_out=np.zeros((4, m.cfg.num_v_heads, m.cfg.head_v_dim), np.float32),
+        conv_out=_NullExporter(lambda: _null_capsule([4, m.cfg.conv_dim()], 2, 32)))
+    pool.verify(0, m.weights[0], specstate.GdnInputs(*m.inputs(4)[0]), out)
+    print("accepted")
+except ValueError as e:
+    print("refused:", e)
+""" % os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("refused: accepted:") and "null data pointer but 2 elements" in lines[0]
+    assert lines[1] == "open: True"
+    assert lines[2].startswith("refused: outputs.conv_out: ") and "null data pointer" in lines[2]
+
+
+def test_commit_arrays_and_lists_are_bounded_and_copied_before_they_are_read():
+    m = Model()
+    pool = m.pool()
+    hs = [pool.acquire(), pool.acquire()]
+    _open_round(m, pool, hs)
+    # A broadcast array of 2^28 entries (8 bytes of memory) was converted whole (1 GiB, 0.7 s;
+    # 2^40: std::bad_alloc) before its length was checked.
+    t0 = time.perf_counter()
+    with pytest.raises(specstate.OutOfRangeError, match=r"accepted is .*268435456 entries, more "
+                                                         r"than a round's rows can be \(1048576\)"):
+        pool.commit(np.broadcast_to(np.int64(1), (1 << 28,)))
+    with pytest.raises(specstate.OutOfRangeError, match="more than a round's rows can be"):
+        pool.commit(np.broadcast_to(np.int64(1), (1 << 40,)))
+    assert time.perf_counter() - t0 < 1.0
+    # A list whose items' __index__ grow it was read as it grew (without end); one that shrinks
+    # it lost items. The items are copied first: exactly the two given are read.
+    grown = []
+
+    class Grow:
+        calls = 0
+
+        def __index__(self):
+            Grow.calls += 1
+            if Grow.calls < 1000:
+                grown.append(Grow())
+            return 1
+
+    grown += [Grow(), Grow()]
+    pool.commit(grown)
+    assert Grow.calls == 2 and not pool.round_open()
+    _open_round(m, pool, hs)
+    shrunk = []
+
+    class Shrink:
+        def __index__(self):
+            shrunk.clear()
+            return 1
+
+    shrunk += [Shrink(), 2]
+    pool.commit(shrunk)  # both values read: [1, 2]
+    assert not pool.round_open()
+    # A range is a list of ints too; a generator is named with what commit takes.
+    _open_round(m, pool, hs)
+    with pytest.raises(TypeError, match=r"accepted values: a list of ints, or an array of any "
+                                        r"integer dtype"):
+        pool.commit(x for x in (1, 2))
+    assert pool.round_open()
+    pool.commit(range(1, 3))
+    assert not pool.round_open()
+
+
+def test_misaligned_integer_arrays_are_read_exactly():
+    # The values of an int64 / uint16 array at an odd address were read by typed loads
+    # (undefined; right on x86 by luck): read byte-exactly now, and committed as given.
+    m = Model()
+    xs = m.inputs(4)
+    ref = m.pool()
+    _open_round(m, ref, [ref.acquire(), ref.acquire()], xs=xs)
+    ref.commit([2, 1])
+    want = states(ref, m.layers)
+    for dtype in (np.int64, np.uint16, np.int16, np.uint64):
+        pool = m.pool()
+        _open_round(m, pool, [pool.acquire(), pool.acquire()], xs=xs)
+        odd = np.frombuffer(b"\0" + np.array([2, 1], dtype).tobytes(), dtype, offset=1)
+        assert odd.ctypes.data % 2 == 1
+        pool.commit(odd)
+        got = states(pool, m.layers)
+        assert any(np.any(c) for c, _ in got)
+        for (gc, gs), (wc, ws) in zip(got, want):
+            assert np.array_equal(gc, wc) and np.array_equal(gs, ws), dtype
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, pool, hs: pool.commit([np.array([1]), 1]),
+    lambda m, pool, hs: specstate.VerifyBatch(hs, window=2, lengths=np.array([[1], [2]])),
+    lambda m, pool, hs: specstate.VerifyBatch(hs, window=2, parents=[np.array([0, 1])]),
+    lambda m, pool, hs: specstate.VerifyBatch(hs, window=np.array([4, 4])),
+    lambda m, pool, hs: specstate.PoolOptions(num_slots=np.array([4, 4])),
+    lambda m, pool, hs: specstate.accept_greedy_chain([np.array([1, 2])], [1]),
+])
+def test_an_array_where_an_int_is_expected_is_named(call):
+    # Each raised numpy's "only integer scalar arrays can be converted to a scalar index",
+    # naming no argument.
+    m = Model()
+    pool = m.pool()
+    hs = [pool.acquire(), pool.acquire()]
+    try:
+        _open_round(m, pool, hs)
+        call(m, pool, hs)
+    except TypeError as e:
+        assert "expected an int, got ndarray" in str(e) or "got numpy.ndarray" in str(e), str(e)
+        assert "scalar index" not in str(e)
+    else:
+        pytest.fail("an ndarray was taken as an int")
+
+
+def test_caller_owned_state_takes_any_sequence_of_arrays():
+    # committed_conv / committed_ssm took lists only; a tuple gave nanobind's unnamed
+    # "incompatible function arguments".
+    m = Model()
+    opts = specstate.PoolOptions(num_slots=2, max_rows=2, max_window=2)
+    L, c, w = m.layers, m.cfg.conv_dim(), m.cfg.conv_width
+    hv, v, k = m.cfg.num_v_heads, m.cfg.head_v_dim, m.cfg.head_k_dim
+    conv = np.zeros((L, 2, c, w - 1), np.float32)
+    ssm = np.zeros((L, 2, hv, v, k), np.float32)
+    pool = specstate.StatePool(m.config, opts, committed_conv=tuple(conv[l] for l in range(L)),
+                               committed_ssm=tuple(ssm[l] for l in range(L)))
+    h = pool.acquire()
+    pool.prefill(0, h, m.weights[0], specstate.GdnInputs(*m.inputs(3)[0]), m.outputs(3))
+    pool.materialize()
+    assert np.any(ssm[0])  # the pool works in the caller's arrays
+    with pytest.raises(TypeError, match="committed_conv: expected a sequence of arrays"):
+        specstate.StatePool(m.config, opts, committed_conv=conv,
+                            committed_ssm=[ssm[l] for l in range(L)])
+    with pytest.raises(TypeError, match="committed_ssm: expected a sequence of arrays"):
+        specstate.StatePool(m.config, opts, committed_conv=[conv[l] for l in range(L)],
+                            committed_ssm=None)
