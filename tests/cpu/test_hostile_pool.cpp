@@ -4,18 +4,17 @@
 // lib/pool.cpp (token counts, aliasing outputs), lib/validate.cpp (view spans) and the backends'
 // can_implement (memory that cannot fit); these tests use only the public API.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/address_limit.h"
 #include "common/gdn_data.h"
 #include "specstate/specstate.h"
 
@@ -242,12 +241,7 @@ TEST(HostilePool, AReplayChainVerifyHoldsTwoWorkingCopiesWhateverItsWindow) {
   batch.window = T;
   pool.begin_verify(batch);
   const auto verify_under_a_limit = [&] {
-    long vm_pages = 0;
-    std::ifstream("/proc/self/statm") >> vm_pages;
-    rlimit limit{};
-    getrlimit(RLIMIT_AS, &limit);
-    limit.rlim_cur = static_cast<rlim_t>(vm_pages) * sysconf(_SC_PAGE_SIZE) + (64 << 20);
-    if (vm_pages <= 0 || setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(2);
+    if (!test::limit_address_space(int64_t{64} << 20)) std::_Exit(2);
     try {
       pool.verify(0, w.view(), in.view(), out.view());
     } catch (const std::exception&) {

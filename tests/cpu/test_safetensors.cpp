@@ -1,7 +1,6 @@
 // The safetensors reader: round trips of every dtype, the golden files, and malformed files
 // (each must be rejected with a specstate::Error naming the file, the tensor and the problem).
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -15,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/address_limit.h"
 #include "specstate/safetensors.h"
 #include "specstate/status.h"
 
@@ -209,12 +209,7 @@ TEST(SafetensorsMalformed, AHeaderLengthPastTheFilesEndIsRefusedUnread) {
   ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(size)), 0);
   for (const uint64_t bound : {uint64_t{4096}, UINT64_MAX}) {
     const auto read_under_a_limit = [&] {
-      long vm_pages = 0;
-      std::ifstream("/proc/self/statm") >> vm_pages;
-      rlimit limit{};
-      getrlimit(RLIMIT_AS, &limit);
-      limit.rlim_cur = static_cast<rlim_t>(vm_pages) * sysconf(_SC_PAGE_SIZE) + (32 << 20);
-      if (vm_pages <= 0 || setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(2);
+      if (!test::limit_address_space(int64_t{32} << 20)) std::_Exit(2);
       try {
         SafetensorsFile::read_header(path, bound);
       } catch (const Error& e) {
