@@ -13,41 +13,42 @@
 namespace specstate {
 
 namespace {
-// a * b and a + b saturated at the int64 range (the configs' size accessors: a config that has
-// not been validated may hold any int).
-int64_t sat_mul(int64_t a, int64_t b) noexcept {
-  int64_t r;
-  if (!__builtin_mul_overflow(a, b, &r)) return r;
-  return (a < 0) != (b < 0) ? std::numeric_limits<int64_t>::min()
-                            : std::numeric_limits<int64_t>::max();
+// The configs' sizes computed exactly in 128 bits from fields that may be any int (a config that
+// has not been validated) and clamped to int64 once at the end: saturating each step instead gave
+// values neither exact nor saturated (INT64_MAX + INT64_MIN = -1) for fields of mixed signs.
+using Wide = __int128;
+int64_t clamp64(Wide v) noexcept {
+  if (v > std::numeric_limits<int64_t>::max()) return std::numeric_limits<int64_t>::max();
+  if (v < std::numeric_limits<int64_t>::min()) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
 }
-int64_t sat_add(int64_t a, int64_t b) noexcept {
-  int64_t r;
-  if (!__builtin_add_overflow(a, b, &r)) return r;
-  return b < 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+// |conv_dim| < 2^64, |ssm elements| < 2^94: every product below fits 127 bits.
+Wide conv_dim_wide(const GdnConfig& c) {
+  return Wide{2} * c.num_k_heads * c.head_k_dim + Wide{c.num_v_heads} * c.head_v_dim;
+}
+Wide conv_dim_wide(const KdaConfig& c) {
+  return Wide{2} * c.num_k_heads * c.head_k_dim + Wide{c.num_v_heads} * c.head_v_dim;
+}
+Wide conv_dim_wide(const Mamba2Config& c) {
+  return Wide{c.num_heads} * c.head_dim + Wide{2} * c.n_groups * c.d_state;
+}
+Wide ssm_wide(const GdnConfig& c) { return Wide{c.num_v_heads} * c.head_v_dim * c.head_k_dim; }
+Wide ssm_wide(const KdaConfig& c) { return Wide{c.num_v_heads} * c.head_v_dim * c.head_k_dim; }
+Wide ssm_wide(const Mamba2Config& c) { return Wide{c.num_heads} * c.head_dim * c.d_state; }
+template <typename C>
+Wide conv_state_wide(const C& c) {  // |.| < 2^96
+  return conv_dim_wide(c) * (Wide{c.conv_width} - 1);
 }
 }  // namespace
 
-int64_t GdnConfig::conv_dim() const noexcept {
-  return sat_add(sat_mul(sat_mul(2, num_k_heads), head_k_dim), sat_mul(num_v_heads, head_v_dim));
-}
-int64_t GdnConfig::ssm_state_elems() const noexcept {
-  return sat_mul(sat_mul(num_v_heads, head_v_dim), head_k_dim);
-}
-int64_t KdaConfig::conv_dim() const noexcept {
-  return sat_add(sat_mul(sat_mul(2, num_k_heads), head_k_dim), sat_mul(num_v_heads, head_v_dim));
-}
-int64_t KdaConfig::ssm_state_elems() const noexcept {
-  return sat_mul(sat_mul(num_v_heads, head_v_dim), head_k_dim);
-}
-int64_t Mamba2Config::conv_dim() const noexcept {
-  return sat_add(sat_mul(num_heads, head_dim), sat_mul(sat_mul(2, n_groups), d_state));
-}
-int64_t Mamba2Config::ssm_state_elems() const noexcept {
-  return sat_mul(sat_mul(num_heads, head_dim), d_state);
-}
+int64_t GdnConfig::conv_dim() const noexcept { return clamp64(conv_dim_wide(*this)); }
+int64_t GdnConfig::ssm_state_elems() const noexcept { return clamp64(ssm_wide(*this)); }
+int64_t KdaConfig::conv_dim() const noexcept { return clamp64(conv_dim_wide(*this)); }
+int64_t KdaConfig::ssm_state_elems() const noexcept { return clamp64(ssm_wide(*this)); }
+int64_t Mamba2Config::conv_dim() const noexcept { return clamp64(conv_dim_wide(*this)); }
+int64_t Mamba2Config::ssm_state_elems() const noexcept { return clamp64(ssm_wide(*this)); }
 int64_t ModelConfig::conv_state_elems() const noexcept {
-  return sat_mul(conv_dim(), int64_t{conv_width()} - 1);
+  return visit_layer([](const auto& c) { return clamp64(conv_state_wide(c)); });
 }
 
 float GdnConfig::effective_scale() const noexcept {
@@ -71,9 +72,14 @@ const char* layer_kind_name(LayerKind kind) noexcept {
 }
 
 int64_t ModelConfig::slot_bytes() const noexcept {
-  return sat_mul(num_layers,
-                 sat_add(sat_mul(conv_state_elems(), int64_t(dtype_size(conv_state_dtype()))),
-                         sat_mul(ssm_state_elems(), int64_t(dtype_size(ssm_state_dtype())))));
+  // One layer's bytes (|.| < 2^99) held to +-2^64 before the layers multiply it: the sign and
+  // the saturation survive, and the product fits.
+  const Wide layer = visit_layer([](const auto& c) {
+    return conv_state_wide(c) * Wide{int64_t(dtype_size(c.conv_state_dtype))} +
+           ssm_wide(c) * Wide{int64_t(dtype_size(c.ssm_state_dtype))};
+  });
+  const Wide limit = Wide{1} << 64;
+  return clamp64(Wide{num_layers} * (layer > limit ? limit : layer < -limit ? -limit : layer));
 }
 
 void ModelConfig::validate() const {

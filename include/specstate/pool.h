@@ -130,9 +130,10 @@ class StatePool {
   // records + bookkeeping), all layers. Not counted, since they do not grow with the pool: the
   // CPU backend's working copies of one slot's layer state (one; three for snapshot rounds in a
   // non-canonical element order; under replay one more for each window token that later tokens
-  // still start from: two for a chain, up to T for a tree; host memory, sized at the first layer
-  // call that needs them and kept; its host-memory check at construction counts 3 + max_window
-  // of them for replay pools), and the CUDA backend's round tables (a few int32 a row).
+  // still start from: two for a chain, up to T / 2 + 1 for a tree; host memory, sized at the
+  // first layer call that needs them and kept; its host-memory check at construction counts
+  // 3 + max_window / 2 + 1 of them for replay pools), and the CUDA backend's round tables (a few
+  // int32 a row).
   int64_t workspace_bytes() const noexcept;
   int64_t scratch_bytes() const noexcept { return workspace_bytes(); }
 

@@ -42,9 +42,11 @@ struct RowScratch {
 
 // The most working states run_rows holds at once for a pool's calls: cur, prev and next, and
 // under replay the window's token states still to be started from (assign_node_buffers: two for
-// a chain, at most max_window for a tree). The host-memory check at construction counts them.
+// a chain, at most max_window / 2 + 1 for a tree: while token t runs, each earlier state still
+// held has a last child of its own in [t, T), so at most min(t, T - t) are held, besides t's).
+// The host-memory check at construction counts them.
 int64_t max_working_states(const Layout& l) {
-  return 3 + (l.strategy == Strategy::kReplay ? int64_t{l.max_window} : 0);
+  return 3 + (l.strategy == Strategy::kReplay ? int64_t{l.max_window} / 2 + 1 : 0);
 }
 
 // Maps the window's tokens [0, n) of one row (parents[t] < t, -1 for the root's children) to
@@ -248,8 +250,8 @@ class CpuBackend final : public BackendImpl {
           " for the CPU backend's working copies: " + std::to_string(copies) +
           " states of one slot's layer" +
           (layout.strategy == Strategy::kReplay
-               ? ", a tree window of max_window = " + std::to_string(layout.max_window) +
-                     " tokens may need one per token"
+               ? ", as many as a tree window of max_window = " + std::to_string(layout.max_window) +
+                     " tokens may hold at once"
                : std::string()) +
           "), more than the machine's " + std::to_string(limit);
       return Status::kResourceExhausted;

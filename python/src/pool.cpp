@@ -1114,7 +1114,10 @@ void bind_pool(nb::module_& m) {
                 try {
                   a = to_arg(accepted, "accepted", false, false);
                 } catch (const nb::builtin_exception& e) {
-                  // The layer arrays' dtypes are no help here: name what commit takes.
+                  // The layer arrays' dtypes are no help here: name what commit takes (type
+                  // errors only; a ValueError, such as a null data pointer or too many
+                  // dimensions, stays one).
+                  if (e.type() != nb::exception_type::type_error) throw;
                   std::string m = e.what();
                   const std::string layer_hint = "(float32, bfloat16 or int32)";
                   const std::string takes =

@@ -65,6 +65,15 @@ TEST(HostilePool, SizeAccessorsOfAnUnvalidatedConfigSaturate) {
   EXPECT_EQ(m2.conv_dim(), kMax);
   EXPECT_EQ(m2.ssm_state_elems(), kMax);
   EXPECT_EQ(ModelConfig::mamba2(2, m2).conv_state_elems(), kMin);
+  // Fields of mixed signs: exact where the value fits, saturated by the exact value's sign (each
+  // step saturated on its own gave INT64_MAX + INT64_MIN = -1 and the like).
+  GdnConfig mixed;
+  mixed.num_k_heads = mixed.head_k_dim = mixed.num_v_heads = INT32_MIN;
+  mixed.head_v_dim = INT32_MAX;
+  EXPECT_EQ(mixed.conv_dim(), int64_t{4611686020574871552});  // 2^62 + 2^31, exact
+  mixed.num_k_heads = mixed.head_k_dim = mixed.conv_width = INT32_MAX;
+  mixed.head_v_dim = (1 << 30) + 1;
+  EXPECT_EQ(ModelConfig::gated_delta_net(36, mixed).slot_bytes(), kMax);  // about +3.6e29
   // A valid config's sizes are exact, as before.
   const GdnConfig q;  // Qwen3-Next at TP1
   EXPECT_EQ(q.conv_dim(), 8192);
@@ -186,8 +195,9 @@ struct TinyLayer {
 // A CPU replay pool's verify held a working copy of the slot's layer state for every window
 // token, chains included, which the construction's host-memory check did not count: a window of
 // 65536 tokens of a 2 MiB state was accepted and its first verify asked for 137 GB (a plain
-// std::bad_alloc, or the OOM killer). The check now counts the copies a tree window may need, and
-// names them, as the snapshot pool of the same shape is refused for its scratch.
+// std::bad_alloc, or the OOM killer). The check now counts the copies a tree window may hold at
+// once (3 + 65536 / 2 + 1, 69 GB), and names them, as the snapshot pool of the same shape is
+// refused for its scratch.
 TEST(HostilePool, ReplayPoolWhoseWindowCopiesCannotFitIsRefusedAtConstruction) {
   GdnConfig g;  // a Qwen3-Next layer: a 2 MiB fp32 state
   PoolOptions o;
@@ -196,7 +206,7 @@ TEST(HostilePool, ReplayPoolWhoseWindowCopiesCannotFitIsRefusedAtConstruction) {
   o.max_window = PoolOptions::kMaxWindow;
   o.strategy = Strategy::kReplay;
   const int64_t state = g.conv_dim() * (g.conv_width - 1) * 2 + g.ssm_state_elems() * 4;
-  const int64_t copies = int64_t{o.max_window} * state;  // 137 GB
+  const int64_t copies = (int64_t{o.max_window} / 2 + 4) * state;  // 69 GB
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0 || copies <= int64_t{pages} * page) {
     GTEST_SKIP() << "this machine's memory holds " << copies << " bytes of working copies";
@@ -207,7 +217,10 @@ TEST(HostilePool, ReplayPoolWhoseWindowCopiesCannotFitIsRefusedAtConstruction) {
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::kResourceExhausted) << e.what();
     EXPECT_TRUE(contains(e.what(), "working copies")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "max_window = 65536")) << e.what();
+    EXPECT_TRUE(contains(e.what(),
+                         "32772 states of one slot's layer, as many as a tree window of "
+                         "max_window = 65536 tokens may hold at once"))
+        << e.what();
   }
 }
 
