@@ -23,17 +23,18 @@ int64_t clamp64(Wide v) noexcept {
   return static_cast<int64_t>(v);
 }
 // |conv_dim| < 2^64, |ssm elements| < 2^94: every product below fits 127 bits.
-Wide conv_dim_wide(const GdnConfig& c) {
+// The delta-rule kinds (GDN, KDA: the same fields), then Mamba2 (a better match than the template).
+template <typename Delta>
+Wide conv_dim_wide(const Delta& c) {
   return Wide{2} * c.num_k_heads * c.head_k_dim + Wide{c.num_v_heads} * c.head_v_dim;
 }
-Wide conv_dim_wide(const KdaConfig& c) {
-  return Wide{2} * c.num_k_heads * c.head_k_dim + Wide{c.num_v_heads} * c.head_v_dim;
+template <typename Delta>
+Wide ssm_wide(const Delta& c) {
+  return Wide{c.num_v_heads} * c.head_v_dim * c.head_k_dim;
 }
 Wide conv_dim_wide(const Mamba2Config& c) {
   return Wide{c.num_heads} * c.head_dim + Wide{2} * c.n_groups * c.d_state;
 }
-Wide ssm_wide(const GdnConfig& c) { return Wide{c.num_v_heads} * c.head_v_dim * c.head_k_dim; }
-Wide ssm_wide(const KdaConfig& c) { return Wide{c.num_v_heads} * c.head_v_dim * c.head_k_dim; }
 Wide ssm_wide(const Mamba2Config& c) { return Wide{c.num_heads} * c.head_dim * c.d_state; }
 template <typename C>
 Wide conv_state_wide(const C& c) {  // |.| < 2^96
