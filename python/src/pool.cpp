@@ -632,8 +632,15 @@ void bind_pool(nb::module_& m) {
                                           arg_type_name(arrays))
                                              .c_str());
                   }
+                  // At most one array a layer is copied: a longer sequence (range(2**26)) is
+                  // refused before any of its items is read (the pool then names a count that
+                  // differs from config.num_layers).
+                  const Py_ssize_t most =
+                      config.num_layers >= 1 && config.num_layers <= kMaxSequenceItems
+                          ? Py_ssize_t{config.num_layers}
+                          : kMaxSequenceItems;
                   const nb::object items =
-                      sequence_items(arrays, name, kMaxSequenceItems, "arrays (one per layer)");
+                      sequence_items(arrays, name, most, "arrays (one per layer)");
                   for (Py_ssize_t l = 0; l < PyTuple_GET_SIZE(items.ptr()); ++l) {
                     const std::string arg = std::string(name) + "[" + std::to_string(l) + "]";
                     Arg a = to_arg(PyTuple_GET_ITEM(items.ptr(), l), arg.c_str(), true, false);

@@ -766,3 +766,17 @@ def test_caller_owned_state_takes_any_sequence_of_arrays():
     with pytest.raises(TypeError, match="committed_ssm: expected a sequence of arrays"):
         specstate.StatePool(m.config, opts, committed_conv=[conv[l] for l in range(L)],
                             committed_ssm=None)
+    # More arrays than layers: refused before any item is copied (range(2**26) was copied to a
+    # tuple of 2^26 ints first, about 2.5 GB, then refused item by item).
+    for name in ("committed_conv", "committed_ssm"):
+        args = dict(committed_conv=[conv[l] for l in range(L)],
+                    committed_ssm=[ssm[l] for l in range(L)])
+        args[name] = range(2**26)
+        t0 = time.perf_counter()
+        with pytest.raises(specstate.OutOfRangeError,
+                           match=f"{name}: 67108864 items, at most {L}"):
+            specstate.StatePool(m.config, opts, **args)
+        assert time.perf_counter() - t0 < 1.0
+    with pytest.raises(specstate.OutOfRangeError, match=f"committed_conv: {L + 1} items, at most {L}"):
+        specstate.StatePool(m.config, opts, committed_conv=[conv[0]] * (L + 1),
+                            committed_ssm=[ssm[l] for l in range(L)])
