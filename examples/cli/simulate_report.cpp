@@ -63,32 +63,26 @@ void print_summary(const Json& r, std::ostream& out) {
   const Json& m = r["model"];
   const Json& t = r["trace"];
   const Json& acc = r["acceptance"];
-  char line[512];
+  // (Streamed: a fixed buffer cut a long model name, and the rest of the line with it.)
+  const Json& o = r["options"];
+  out << "specstate simulate: " << m["name"].get<std::string>() << " (TP " << o["tp"].get<int>()
+      << ": ";
   if (m.contains("mamba2_layers")) {
-    std::snprintf(line, sizeof(line),
-                  "specstate simulate: %s (TP %d: %d Mamba2 layers, heads=%d P=%d N=%d G=%d), "
-                  "backend %s, strategy %s\n",
-                  m["name"].get<std::string>().c_str(), r["options"]["tp"].get<int>(),
-                  m["mamba2_layers"].get<int>(), m["num_heads"].get<int>(),
-                  m["head_dim"].get<int>(), m["d_state"].get<int>(), m["n_groups"].get<int>(),
-                  r["options"]["backend"].get<std::string>().c_str(),
-                  r["options"]["strategy"].get<std::string>().c_str());
+    out << m["mamba2_layers"].get<int>() << " Mamba2 layers, heads=" << m["num_heads"].get<int>()
+        << " P=" << m["head_dim"].get<int>() << " N=" << m["d_state"].get<int>()
+        << " G=" << m["n_groups"].get<int>();
   } else {
     const bool kda = m.contains("kda_layers");  // KDA reports GDN's dimensions
-    std::snprintf(line, sizeof(line),
-                  "specstate simulate: %s (TP %d: %d %s layers, H=%d HV=%d K=%d V=%d), backend "
-                  "%s, strategy %s\n",
-                  m["name"].get<std::string>().c_str(), r["options"]["tp"].get<int>(),
-                  m[kda ? "kda_layers" : "gdn_layers"].get<int>(), kda ? "KDA" : "GDN",
-                  m["num_k_heads"].get<int>(), m["num_v_heads"].get<int>(),
-                  m["head_k_dim"].get<int>(), m["head_v_dim"].get<int>(),
-                  r["options"]["backend"].get<std::string>().c_str(),
-                  r["options"]["strategy"].get<std::string>().c_str());
+    out << m[kda ? "kda_layers" : "gdn_layers"].get<int>() << (kda ? " KDA" : " GDN")
+        << " layers, H=" << m["num_k_heads"].get<int>() << " HV=" << m["num_v_heads"].get<int>()
+        << " K=" << m["head_k_dim"].get<int>() << " V=" << m["head_v_dim"].get<int>();
   }
-  out << line;
+  out << "), backend " << o["backend"].get<std::string>() << ", strategy "
+      << o["strategy"].get<std::string>() << "\n";
   out << "  trace: " << t["source"].get<std::string>() << ", " << t["requests"].get<int>()
       << " requests, " << t["rounds"].get<int64_t>() << " rounds, window up to "
       << t["max_window"].get<int>() << ", meta " << t["meta"].dump() << "\n";
+  char line[512];  // (numbers and short fixed strings from here on)
   std::snprintf(line, sizeof(line),
                 "  tokens per round: %.2f (%.3f accepted per request per round)\n",
                 acc["tokens_per_round"].get<double>(), acc["mean_accepted_length"].get<double>());

@@ -302,6 +302,13 @@ namespace {
 // pool and 5 GB of buffers on a 24 GB machine; Linux overcommits, so no std::bad_alloc came, the
 // machine ran out). Refused as a usage error naming --trace or --requests when past the memory
 // available now.
+// The option that sized the run, with its value, for a refusal: "--trace PATH" or "--requests N
+// --window T" (the requests a trace holds, or those asked for).
+std::string run_size_option(const SimulateOptions& o, int num_requests) {
+  if (!o.trace_path.empty()) return "--trace " + o.trace_path;
+  return "--requests " + std::to_string(num_requests);
+}
+
 void check_host_memory(const SimulateOptions& o, const ModelConfig& config, const LayerShape& sh,
                        const std::vector<Strategy>& strategies, int num_requests, int max_window) {
   const StateBytes b = state_bytes(config, max_window);
@@ -313,7 +320,9 @@ void check_host_memory(const SimulateOptions& o, const ModelConfig& config, cons
     workspace =
         std::max(workspace, static_cast<double>(workspace_bytes(b, s, num_requests, num_requests)));
   }
-  double bytes = committed + workspace + (o.check ? committed : 0.0);
+  // --check's reference pool: its committed state and its one-row snapshot scratch (about one
+  // more request's state).
+  double bytes = committed + workspace + (o.check ? committed + b.committed_per_request : 0.0);
   const double es = static_cast<double>(dtype_size(sh.act));
   const double input_cols = static_cast<double>(sh.D + sh.a_cols + sh.b_cols);
   bytes += 4.0 * tokens * input_cols * es;  // kInputSets input sets
@@ -329,16 +338,23 @@ void check_host_memory(const SimulateOptions& o, const ModelConfig& config, cons
            (sh.d_skip ? HV : 0.0);
   };
   const double weight_floats = layer_floats(static_cast<double>(sh.W));
-  const double weights = config.num_layers * weight_floats * 4.0 * (o.backend == "cpu" ? 2.0 : 1.0);
+  // Besides the floats, each layer's bookkeeping: its LayerWeightsHost and about 64 bytes of
+  // allocator overhead per buffer (5 buffers; a CPU pool's copies besides). At 262144 layers of
+  // the tiny model this was a third of the run's memory, and not counted.
+  const double layer_overhead =
+      static_cast<double>(sizeof(LayerWeightsHost)) + 64.0 * 5 * (o.backend == "cpu" ? 2.0 : 1.0);
+  const double weights =
+      config.num_layers * (weight_floats * 4.0 * (o.backend == "cpu" ? 2.0 : 1.0) + layer_overhead);
   bytes += weights;
   const double available = available_host_bytes();
   if (available > 0 && bytes > available) {
     const bool traced = !o.trace_path.empty();
-    char text[200];
-    std::snprintf(text, sizeof(text),
+    char sizes[160];
+    std::snprintf(sizes, sizeof(sizes),
                   "the run needs about %.3g GB of host memory (pools, the model's weights: %.3g "
                   "GB, and the simulator's buffers), %.3g GB are available",
                   bytes / 1e9, weights / 1e9, available / 1e9);
+    const std::string text = sizes;
     // Blamed on the model where its weights are most of it (fewer requests would not help):
     // on --conv-width or --layers, whichever given grew the weights more against the model's
     // own value (a huge --layers beside --conv-width 4 is the layers' fault), else on the model.
@@ -352,12 +368,25 @@ void check_host_memory(const SimulateOptions& o, const ModelConfig& config, cons
                                      ? (conv_growth >= layer_growth ? "--conv-width" : "--layers")
                                  : !o.model_file.empty() ? "--model-file"
                                                          : "--model";
-      throw CLI::ValidationError(option, std::string(text) + " (a smaller model)");
+      const std::string value = option == "--conv-width"   ? std::to_string(o.dims.conv_width)
+                                : option == "--layers"     ? std::to_string(o.dims.layers)
+                                : option == "--model-file" ? o.model_file
+                                                           : o.model;
+      throw CLI::ValidationError(option, option + " " + value + ": " + text + " (a smaller model)");
     }
-    throw CLI::ValidationError(
-        traced ? "--trace" : "--requests",
-        std::string(text) + (traced ? " (a trace of fewer requests or smaller windows)"
-                                    : " (fewer --requests, a smaller --window or model)"));
+    // Nearly every term grows with the layers: where --layers grew them past the model's own
+    // count and the model's own count would fit, --layers is what to change (fewer requests
+    // would not help: --requests 1 was blamed).
+    const ModelPreset own = resolve_model(o.model, o.model_file, ModelDims{});
+    if (o.dims.layers > 0 && config.num_layers > own.config.num_layers &&
+        bytes * own.config.num_layers / config.num_layers <= available) {
+      throw CLI::ValidationError("--layers", "--layers " + std::to_string(o.dims.layers) + ": " +
+                                                 text + " (fewer --layers)");
+    }
+    throw CLI::ValidationError(traced ? "--trace" : "--requests",
+                               run_size_option(o, num_requests) + ": " + text +
+                                   (traced ? " (a trace of fewer requests or smaller windows)"
+                                           : " (fewer --requests, a smaller --window or model)"));
   }
 }
 
@@ -389,6 +418,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     check_writable(o.out, "--out");
     check_writable(svg_path_for(o.out), "--out");
   }
+  if (!o.save_trace.empty()) check_writable(o.save_trace, "--save-trace");  // (written at the end)
   const bool cuda = o.backend == "cuda";
   if (cuda && !kHaveCuda) {
     throw CLI::ValidationError("--backend",
@@ -409,40 +439,44 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   options.max_rows = num_requests;
   options.max_window = max_window;
   options.backend = cuda ? Backend::kCuda : Backend::kCpu;
-  const auto make_pool = [&](Strategy strategy) {
-    PoolOptions po = options;
-    po.strategy = strategy;
+  // A pool of these options (the run's, or --check's reference), a refusal of the machine or the
+  // backend as a usage error naming the option that sized it, with its value: --layers where it
+  // grew the layers past the model's own count at least as much as the requests grew the pool
+  // (--requests 1 was blamed for --layers 100000), else --requests or --trace.
+  const auto make_pool_of = [&](const PoolOptions& po) {
     try {
       return std::make_unique<StatePool>(config, po);
     } catch (const Error& e) {
       if (e.status() == Status::kNotSupported) {
-        throw CLI::ValidationError(strategy == Strategy::kReplay ? "--strategy" : "--backend",
+        throw CLI::ValidationError(po.strategy == Strategy::kReplay ? "--strategy" : "--backend",
                                    e.what());
       }
       if (e.status() == Status::kResourceExhausted) {  // the machine cannot hold the pool
+        const int own_layers = resolve_model(o.model, o.model_file, ModelDims{}).config.num_layers;
+        if (o.dims.layers > 0 && own_layers > 0 &&
+            static_cast<double>(config.num_layers) / own_layers >= num_requests) {
+          throw CLI::ValidationError("--layers", "--layers " + std::to_string(o.dims.layers) +
+                                                     ": " + e.what() + " (fewer --layers)");
+        }
         const bool traced = !o.trace_path.empty();
         throw CLI::ValidationError(
             traced ? "--trace" : "--requests",
-            std::string(e.what()) + (traced ? " (a trace of fewer requests or smaller windows, "
-                                              "or a smaller model)"
-                                            : " (fewer --requests, a smaller --window or "
-                                              "model)"));
+            run_size_option(o, num_requests) + ": " + e.what() +
+                (traced ? " (a trace of fewer requests or smaller windows, or a smaller model)"
+                        : " (fewer --requests, a smaller --window or model)"));
       }
       throw;
     }
+  };
+  const auto make_pool = [&](Strategy strategy) {
+    PoolOptions po = options;
+    po.strategy = strategy;
+    return make_pool_of(po);
   };
   // Refuse a run the host cannot hold before anything is allocated (the trial pools below
   // allocate and zero their whole state), then an impossible pool (or strategy).
   if (!cuda) check_host_memory(o, config, sh, strategies, num_requests, max_window);
   for (Strategy strategy : strategies) make_pool(strategy).reset();
-  // The run is possible: the trace is saved now (a refused run writes nothing).
-  if (!o.save_trace.empty()) {
-    try {
-      spec::write_trace_file(o.save_trace, trace);
-    } catch (const Error& e) {
-      throw CLI::ValidationError("--save-trace", e.what());
-    }
-  }
 
   Memory memory(cuda);
 
@@ -550,7 +584,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     ref_options.strategy = Strategy::kSnapshot;
     ref_options.max_rows = 1;
     ref_options.max_window = 1;
-    reference = std::make_unique<StatePool>(config, ref_options);
+    reference = make_pool_of(ref_options);  // (a refusal exited 1, not as a usage error)
     for (int64_t id : trace.requests) reference_handle_of[id] = reference->acquire();
     for (int64_t round = 0; round < num_rounds; ++round) {
       const auto& records = by_round[static_cast<std::size_t>(round)];
@@ -867,6 +901,17 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
     sections.push_back(run_strategy(strategies[i], prints[i]));
   }
   if (draw) *progress << "\n";
+  // The run has completed (a --check that fails included): the trace is saved now. A run refused
+  // at any allocation (the weights, the inputs, --check's reference pool, either strategy's pool)
+  // writes nothing; the trial pools above were made with nothing else in memory, so they alone
+  // could not say that.
+  if (!o.save_trace.empty()) {
+    try {
+      spec::write_trace_file(o.save_trace, trace);
+    } catch (const Error& e) {
+      throw CLI::ValidationError("--save-trace", e.what());
+    }
+  }
 
   Json report;
   report["tool"] = "specstate simulate";
@@ -914,15 +959,18 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   acc["histogram"] = histogram;
   acc["max_accepted_length"] = reachable;
   // What the acceptance came from, for the plot's title.
-  char label[160];
+  // (Whole: a fixed buffer cut a long --trace path or --histogram, inside a UTF-8 sequence too.)
+  std::string label;
   if (source == "geometric") {
-    std::snprintf(label, sizeof(label), "geometric, alpha %.2f", o.accept_rate);
+    char alpha[32];
+    std::snprintf(alpha, sizeof(alpha), "%.2f", o.accept_rate);
+    label = std::string("geometric, alpha ") + alpha;
   } else if (source == "fixed") {
-    std::snprintf(label, sizeof(label), "fixed a = %d", o.fixed);
+    label = "fixed a = " + std::to_string(o.fixed);
   } else if (source == "empirical") {
-    std::snprintf(label, sizeof(label), "empirical %s", o.histogram.c_str());
+    label = "empirical " + o.histogram;
   } else {
-    std::snprintf(label, sizeof(label), "trace %s", source.c_str());
+    label = "trace " + source;
   }
   acc["source"] = label;
   report["acceptance"] = acc;

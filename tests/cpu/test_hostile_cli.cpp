@@ -16,6 +16,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -372,7 +374,8 @@ TEST(HostileCli, ARunPastTheAvailableHostMemoryIsAUsageError) {
   const test::CliRun refused = test::run_command(
       "env", std::string("SPECSTATE_SIM_HOST_BYTES=1e5 ") + SPECSTATE_CLI_PATH + " " + args);
   EXPECT_EQ(refused.code, 2) << refused.output;
-  EXPECT_TRUE(contains(refused.output, "--requests: the run needs about")) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "--requests: --requests 64: the run needs about"))
+      << refused.output;
   EXPECT_TRUE(contains(refused.output, "GB of host memory")) << refused.output;
   const test::CliRun fits = test::run_command(
       "env", std::string("SPECSTATE_SIM_HOST_BYTES=1e12 ") + SPECSTATE_CLI_PATH + " " + args);
@@ -388,7 +391,8 @@ TEST(HostileCli, TheModelsWeightsCountAndAreNamed) {
   const test::CliRun refused = test::run_command(
       "env", std::string("SPECSTATE_SIM_HOST_BYTES=1e9 ") + SPECSTATE_CLI_PATH + " " + args);
   EXPECT_EQ(refused.code, 2) << refused.output;
-  EXPECT_TRUE(contains(refused.output, "--conv-width: the run needs about")) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "--conv-width: --conv-width 20000: the run needs about"))
+      << refused.output;
   EXPECT_TRUE(contains(refused.output, "the model's weights")) << refused.output;
 }
 
@@ -400,10 +404,89 @@ TEST(HostileCli, TheWeightsAreBlamedOnTheOptionThatGrewThem) {
                            " simulate --window 1 --requests 1 --rounds 1 --warmup 0 --quiet ";
   const test::CliRun layers = test::run_command("env", base + "--conv-width 400 --layers 200000");
   EXPECT_EQ(layers.code, 2) << layers.output;
-  EXPECT_TRUE(contains(layers.output, "--layers: the run needs about")) << layers.output;
+  EXPECT_TRUE(contains(layers.output, "--layers: --layers 200000: the run needs about"))
+      << layers.output;
   const test::CliRun conv = test::run_command("env", base + "--conv-width 100000 --layers 3");
   EXPECT_EQ(conv.code, 2) << conv.output;
-  EXPECT_TRUE(contains(conv.output, "--conv-width: the run needs about")) << conv.output;
+  EXPECT_TRUE(contains(conv.output, "--conv-width: --conv-width 100000: the run needs about"))
+      << conv.output;
+}
+
+// A run refused after its trial pools (at the weights, the inputs, --check's reference pool or
+// the run's pool) wrote --save-trace all the same: the trace was saved once the trial pools had
+// fit, with nothing else in memory. Swept over address-space limits (ulimit -v) from one no pool
+// fits to one the whole run fits, so that the window between (about 40 MB wide here) is hit on
+// any machine: every run either succeeds and saves the trace, or is a usage error naming
+// --layers (what grew it; --requests 1 was named) and saves nothing. --check's reference pool
+// was refused with exit 1, not as a usage error. SPECSTATE_SIM_HOST_BYTES lets the runs past the
+// host-memory estimate.
+TEST(HostileCli, ARunRefusedAtAnyAllocationWritesNoTrace) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "an address-space limit does not hold under AddressSanitizer";
+#else
+  const std::string trace = ::testing::TempDir() + "specstate_refused_trace.jsonl";
+  int refused = 0, ran = 0;
+  for (int mb = 60; mb <= 300; mb += 15) {
+    std::remove(trace.c_str());
+    const test::CliRun run = test::run_command(
+        "sh", "-c 'ulimit -v " + std::to_string(mb * 1024) +
+                  "; SPECSTATE_SIM_HOST_BYTES=1e15 exec \"" SPECSTATE_CLI_PATH
+                  "\" simulate --model tiny --layers 10000 --requests 1 --window 1 --rounds 1 "
+                  "--warmup 0 --quiet --check --save-trace " +
+                  trace + "'");
+    const bool saved = std::ifstream(trace).good();
+    if (run.code == 0) {
+      ++ran;
+      EXPECT_TRUE(saved) << mb << " MB: a run that completed saved no trace";
+    } else {
+      ++refused;
+      EXPECT_EQ(run.code, 2) << mb << " MB: " << run.output;
+      EXPECT_TRUE(contains(run.output, "--layers: --layers 10000: "))
+          << mb << " MB: " << run.output;
+      EXPECT_FALSE(saved) << mb << " MB: a refused run wrote --save-trace: " << run.output;
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(ran, 0);
+  std::remove(trace.c_str());
+#endif
+}
+
+// The summary's first line and the report's acceptance source went through fixed buffers: a
+// model named by 600 characters (a --model-file may hold a name of up to 1 MiB) cut the line
+// before its dimensions, backend and strategy, and its newline; a --trace path of 200 characters
+// reached the report cut to 159 bytes.
+TEST(HostileCli, LongNamesReachTheSummaryAndTheReportWhole) {
+  const std::string dir = ::testing::TempDir();
+  const std::string name(600, 'N');
+  const std::string model = dir + "specstate_long_name_model.json";
+  std::ofstream(model) << R"({"kind": "gdn", "layers": 1, "num_k_heads": 1, "num_v_heads": 1, )"
+                       << R"("head_k_dim": 8, "head_v_dim": 8, "name": ")" << name << "\"}";
+  const test::CliRun run =
+      run_cli("simulate --model-file " + model + " --rounds 1 --requests 1 --quiet");
+  ASSERT_EQ(run.code, 0) << run.output;
+  const std::string first = run.output.substr(0, run.output.find('\n'));
+  EXPECT_TRUE(contains(first, name + " (TP 1: 1 GDN layers")) << first;
+  EXPECT_TRUE(contains(first, "backend cpu, strategy snapshot")) << first;
+  std::remove(model.c_str());
+
+  const std::string trace = dir + "specstate_" + std::string(180, 't') + ".jsonl";
+  std::ofstream(trace) << R"({"format": "specstate-trace", "version": 1, "requests": [0]})"
+                       << "\n"
+                       << R"({"request": 0, "round": 0, "window": 2, "accepted": 1})"
+                       << "\n";
+  const std::string report = dir + "specstate_long_trace_report.json";
+  const test::CliRun traced =
+      run_cli("simulate --model tiny --trace " + trace + " --quiet --out " + report);
+  ASSERT_EQ(traced.code, 0) << traced.output;
+  std::stringstream text;
+  text << std::ifstream(report).rdbuf();
+  EXPECT_TRUE(contains(text.str(), "\"source\": \"trace " + trace + "\"") ||
+              contains(text.str(), "\"source\":\"trace " + trace + "\""))
+      << text.str().substr(0, 2000);
+  std::remove(trace.c_str());
+  std::remove(report.c_str());
+  std::remove((dir + "specstate_long_trace_report.svg").c_str());
 }
 
 // The peak resident memory (KiB) of a shell command, measured in a process of its own (so that no
