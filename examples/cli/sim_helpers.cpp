@@ -410,7 +410,13 @@ ModelPreset read_model_file(const std::string& path) {
   if (!j.contains("kind")) fail("\"kind\" missing (\"gdn\", \"mamba2\" or \"kda\")");
   if (!j.contains("layers")) fail("\"layers\" missing (the recurrent layers)");
   if (!j["kind"].is_string()) fail("\"kind\" must be \"gdn\", \"mamba2\" or \"kda\"");
-  const LayerKind kind = parse_kind(j["kind"].get<std::string>(), option);
+  const std::string kind_text = j["kind"].get<std::string>();
+  LayerKind kind = LayerKind::kGatedDeltaNet;
+  try {
+    kind = parse_kind(kind_text, option);
+  } catch (const CLI::ValidationError&) {  // (named with the file, as every other refusal here)
+    fail("\"kind\": \"" + kind_text + "\" is not a layer kind (gdn, mamba2 or kda)");
+  }
   const bool mamba = kind == LayerKind::kMamba2;
   const std::set<std::string> common = {
       "name",       "description", "kind",      "layers",           "total_layers",
@@ -615,7 +621,38 @@ ModelPreset resolve_model(const std::string& model, const std::string& model_fil
   try {
     c.validate();
   } catch (const Error& e) {
-    throw CLI::ValidationError("custom dimensions (--heads, --layers, ...)", e.what());
+    // Named by the options given whose field the library's message names (--v-heads 6 where
+    // num_v_heads must be a multiple of num_k_heads), with their values, else by every option
+    // given ("custom dimensions (--heads, --layers, ...)" named options nobody passed).
+    const std::string what = e.what();
+    const std::pair<int, const char*> fields[] = {
+        {d.layers, "num_layers"},     {d.heads, mamba ? "num_heads" : "num_k_heads"},
+        {d.v_heads, "num_v_heads"},   {d.head_k_dim, "head_k_dim"},
+        {d.head_v_dim, "head_v_dim"}, {d.head_dim, "head_dim"},
+        {d.d_state, "d_state"},       {d.groups, "n_groups"},
+        {d.conv_width, "conv_width"}};
+    const char* options[] = {"--layers",   "--heads",   "--v-heads", "--head-k-dim", "--head-v-dim",
+                             "--head-dim", "--d-state", "--groups",  "--conv-width"};
+    std::string named, given;
+    for (std::size_t i = 0; i < std::size(fields); ++i) {
+      if (fields[i].first <= 0) continue;
+      const std::string option = std::string(options[i]) + " " + std::to_string(fields[i].first);
+      given += (given.empty() ? "" : ", ") + option;
+      if (what.find(fields[i].second) != std::string::npos) {
+        named += (named.empty() ? "" : ", ") + option;
+      }
+    }
+    for (const auto& [value, option] :
+         {std::pair<const std::string&, const char*>{d.act_dtype, "--act-dtype"},
+          {d.conv_dtype, "--conv-dtype"},
+          {d.ssm_dtype, "--ssm-dtype"}}) {
+      if (!value.empty()) given += (given.empty() ? "" : ", ") + std::string(option) + " " + value;
+    }
+    const std::string who = named.empty() ? given : named;
+    const std::string base = model_file.empty() ? model : model_file;
+    throw CLI::ValidationError(
+        who.empty() ? "--kind" : who.substr(0, who.find(' ')),
+        (who.empty() ? "--kind " + d.kind : who) + " (over " + base + "): " + what);
   }
   return out;
 }

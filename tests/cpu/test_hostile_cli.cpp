@@ -196,6 +196,33 @@ TEST(HostileCli, AModelFileFifoAndAConvWidthOfOneAreRefusedByName) {
   EXPECT_TRUE(contains(w1.output, "--conv-width: Value 1 not in range 2")) << w1.output;
 }
 
+// A custom dimension the library's validation refuses was named "custom dimensions (--heads,
+// --layers, ...)" whatever was given, with no value: it is named by the options given whose field
+// the message names, with their values and the model they change; a model file's bad "kind" is
+// named with the file, as its other refusals are.
+TEST(HostileCli, ACustomDimensionTheLibraryRefusesIsNamedWithItsValue) {
+  const struct {
+    std::string args, names;
+  } cases[] = {
+      {"plan --v-heads 6", "--v-heads: --v-heads 6 (over small): "},
+      {"plan --model nemotron-h-8b --groups 3", "--groups: --groups 3 (over nemotron-h-8b): "},
+      {"simulate --heads 3 --v-heads 8 --rounds 1", "--heads: --heads 3, --v-heads 8 (over small)"},
+  };
+  for (const auto& c : cases) {
+    const test::CliRun run = run_cli(c.args);
+    EXPECT_EQ(run.code, 2) << c.args << ": " << run.output;
+    EXPECT_TRUE(contains(run.output, c.names)) << c.args << ": " << run.output;
+    EXPECT_FALSE(contains(run.output, "custom dimensions (")) << c.args << ": " << run.output;
+  }
+  const std::string file = ::testing::TempDir() + "specstate_kind_model.json";
+  std::ofstream(file) << R"({"kind": "GDN", "layers": 2})";
+  const test::CliRun kind = run_cli("plan --model-file " + file);
+  std::remove(file.c_str());
+  EXPECT_EQ(kind.code, 2) << kind.output;
+  EXPECT_TRUE(contains(kind.output, "--model-file: " + file + R"(: "kind": "GDN" is not a layer)"))
+      << kind.output;
+}
+
 TEST(HostileCli, OutToDevFullFails) {
   const test::CliRun run = run_cli("simulate --model tiny --rounds 2 --quiet --out /dev/full");
   EXPECT_EQ(run.code, 1) << run.output;
