@@ -34,6 +34,41 @@ void refuse_nul(const std::string& value, const std::string& name) {
   }
 }
 
+// `object`, a sequence of command-line strings (argv, check_golden's paths), as the bytes the
+// command line takes: a str through os.fsencode (so that a name of no valid UTF-8, which Python
+// holds with surrogate escapes, passes as its bytes, as the executable takes it: the surrogates
+// made nanobind's str caster fail with "expected str, got str"), bytes as they are, and, where
+// `paths`, any os.PathLike. TypeError naming `name[i]` otherwise.
+std::vector<std::string> fs_strings(nb::handle object, const std::string& name, bool paths) {
+  const nb::object items =
+      sequence_items(object, name, kMaxCliArguments, paths ? "paths" : "str or bytes");
+  const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
+  std::vector<std::string> out;
+  out.reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    nb::handle item(PyTuple_GET_ITEM(items.ptr(), i));
+    const std::string arg = name + "[" + std::to_string(i) + "]";
+    if (PyBytes_Check(item.ptr())) {
+      out.emplace_back(PyBytes_AS_STRING(item.ptr()), PyBytes_GET_SIZE(item.ptr()));
+    } else if (nb::isinstance<nb::str>(item) ||
+               (paths && !item.is_none() && nb::hasattr(item, "__fspath__"))) {
+      std::optional<std::string> bytes = as_path(item);
+      if (!bytes) {
+        throw nb::type_error(
+            (arg + ": expected a str, bytes or os.PathLike, got " + arg_type_name(item)).c_str());
+      }
+      out.push_back(std::move(*bytes));
+    } else {
+      throw nb::type_error((arg + ": expected " +
+                            (paths ? "a str, bytes or os.PathLike" : "a str or bytes") + ", got " +
+                            arg_type_name(item))
+                               .c_str());
+    }
+    refuse_nul(out.back(), arg);
+  }
+  return out;
+}
+
 }  // namespace
 #endif
 
@@ -43,12 +78,9 @@ void bind_cli(nb::module_& m) {
   m.def(
       "_cli_main",
       [](nb::handle argv_arg) {
-        std::vector<std::string> args =
-            to_object_vector<std::string>(argv_arg, "_cli_main: argv", kMaxCliArguments, "str");
+        std::vector<std::string> args = fs_strings(argv_arg, "_cli_main: argv", false);
         if (args.empty())
           throw nb::value_error("_cli_main: argv is empty (argv[0] is the program name)");
-        for (std::size_t i = 0; i < args.size(); ++i)
-          refuse_nul(args[i], "_cli_main: argv[" + std::to_string(i) + "]");
         std::vector<char*> argv;
         for (std::string& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
@@ -56,7 +88,7 @@ void bind_cli(nb::module_& m) {
         nb::gil_scoped_release release;
         return cli::run(static_cast<int>(args.size()), argv.data());
       },
-      nb::sig("def _cli_main(argv: collections.abc.Sequence[str]) -> int"), nb::arg("argv"),
+      nb::sig("def _cli_main(argv: collections.abc.Sequence[str | bytes]) -> int"), nb::arg("argv"),
       "The `specstate` command line (argv[0] is the program name): returns its exit status.");
   m.def(
       "plan",
@@ -120,14 +152,11 @@ void bind_cli(nb::module_& m) {
   m.def(
       "check_golden",
       [](nb::handle paths_arg, const std::string& backend) {
-        const std::vector<std::string> paths = to_object_vector<std::string>(
-            paths_arg, "check_golden: paths", kMaxCliArguments, "str");
+        const std::vector<std::string> paths = fs_strings(paths_arg, "check_golden: paths", true);
         if (backend != "cpu" && backend != "cuda") {
           throw nb::value_error(
               ("backend: '" + escape_nul(backend) + "', expected 'cpu' or 'cuda'").c_str());
         }
-        for (std::size_t i = 0; i < paths.size(); ++i)
-          refuse_nul(paths[i], "check_golden: paths[" + std::to_string(i) + "]");
         cli::GoldenOptions options;
         options.backend = backend == "cuda" ? Backend::kCuda : Backend::kCpu;
         std::ostringstream out;
@@ -139,9 +168,17 @@ void bind_cli(nb::module_& m) {
           cli::require_backend(options.backend);
           code = cli::check_golden(paths, options, out);
         }
-        return nb::make_tuple(code, out.str());
+        // The report names the paths as given: bytes of no valid UTF-8 become U+FFFD (a str
+        // conversion of them raised UnicodeDecodeError after the run), as in the simulator's
+        // reports.
+        const std::string report = out.str();
+        nb::object text = nb::steal(
+            PyUnicode_DecodeUTF8(report.data(), static_cast<Py_ssize_t>(report.size()), "replace"));
+        if (!text.is_valid()) throw nb::python_error();
+        return nb::make_tuple(code, text);
       },
-      nb::sig("def check_golden(paths: collections.abc.Sequence[str], backend: str = 'cpu') -> "
+      nb::sig("def check_golden(paths: collections.abc.Sequence[str | bytes | os.PathLike], "
+              "backend: str = 'cpu') -> "
               "tuple[int, str]"),
       nb::arg("paths"), nb::arg("backend") = "cpu",
       "`specstate check-golden`: runs the golden cases (files or folders) and returns "

@@ -3,6 +3,7 @@ constructor keeps none of the arrays it took, long C++ calls release the GIL, la
 are refused, errors name what the caller passed, and reprs show the fields as set."""
 
 import os
+import pathlib
 import subprocess
 import sys
 import threading
@@ -424,10 +425,39 @@ def test_list_arguments_of_objects_are_bounded_and_named_item_by_item():
     if specstate.HAS_CLI:
         with pytest.raises(specstate.OutOfRangeError, match=r"check_golden: paths: 65537 items"):
             specstate.check_golden(["x"] * 65537)
-        with pytest.raises(TypeError, match=r"check_golden: paths\[1\]: expected str, got bytes"):
-            specstate.check_golden(["x", b"y"])
-        with pytest.raises(TypeError, match=r"_cli_main: argv\[0\]: expected str, got NoneType"):
+        with pytest.raises(TypeError, match=r"check_golden: paths\[1\]: expected a str, bytes "
+                                            r"or os.PathLike, got int"):
+            specstate.check_golden(["x", 3])
+        with pytest.raises(TypeError,
+                           match=r"_cli_main: argv\[0\]: expected a str or bytes, got NoneType"):
             specstate._specstate._cli_main([None])
+
+
+@pytest.mark.skipif(not specstate.HAS_CLI, reason="this build has no command line")
+def test_command_line_arguments_of_no_valid_utf8_pass_as_their_bytes(tmp_path):
+    """The pip `specstate` command passed sys.argv on as str: a file name of no valid UTF-8, which
+    Python holds with surrogate escapes, made the binding's str caster fail ("_cli_main: argv[3]:
+    expected str, got str", a traceback, exit 1) where the CMake executable runs it. check_golden's
+    paths likewise. Both take the name's bytes now (os.fsencode), as export_slot does."""
+    model = os.path.join(os.fsencode(str(tmp_path)), b"\xff.json")
+    with open(model, "w") as f:
+        f.write('{"kind": "gdn", "layers": 2}')
+    r = subprocess.run([sys.executable, "-m", "specstate", "plan", "--model-file", model],
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    assert b"Traceback" not in r.stderr
+    assert b"2 GDN layers" in r.stdout or b"layers" in r.stdout, r.stdout[:400]
+    # A model name of no valid UTF-8: the command's own usage error (exit 2), no traceback.
+    r = subprocess.run([sys.executable, "-m", "specstate", "plan", "--model", b"\xe9"],
+                       capture_output=True, timeout=120)
+    assert r.returncode == 2 and b"Traceback" not in r.stderr, r.stderr[-400:]
+    # check_golden: a folder named so, as str (surrogate escapes), bytes or a Path, is read (no
+    # case in it: exit 1 with a report naming it), not refused as a type.
+    folder = os.path.join(os.fsencode(str(tmp_path)), b"g\xff")
+    os.mkdir(folder)
+    for path in (os.fsdecode(folder), folder, pathlib.Path(os.fsdecode(folder))):
+        code, report = specstate.check_golden([path])
+        assert code == 1 and "g\ufffd" in report, (path, report)
 
 
 def test_a_sequence_whose_length_lies_is_read_to_its_length():
