@@ -68,14 +68,16 @@ inline CLI::Validator unsigned_64() {
 inline CLI::Validator finite_range(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
-        std::size_t used = 0;
+        // (An empty value is no number: stod's failure left used == 0 == its size, and CLI11
+        // then read it as 0: --noise "" ran a perfect drafter.)
+        std::size_t used = std::string::npos;
         double x = 0;
         try {
           x = std::stod(text, &used);
         } catch (const std::exception&) {
-          used = 0;
+          used = std::string::npos;
         }
-        if (used != text.size() || !std::isfinite(x) || x < lo || x > hi) {
+        if (text.empty() || used != text.size() || !std::isfinite(x) || x < lo || x > hi) {
           return "'" + text + "' is not a finite number in [" + CLI::detail::to_string(lo) + ", " +
                  CLI::detail::to_string(hi) + "]";
         }
