@@ -774,7 +774,8 @@ TEST(SimulateCli, ARefusedRunOrCollidingOutputsWriteNothing) {
       "--quiet --save-trace " +
       keep);
   EXPECT_EQ(run.code, 2) << run.output;  // a usage error naming the option (was exit 1)
-  EXPECT_TRUE(contains(run.output, "--requests: --requests 4096: the run needs about")) << run.output;
+  EXPECT_TRUE(contains(run.output, "--requests: --requests 4096: the run needs about"))
+      << run.output;
   EXPECT_EQ(read(keep), kept) << "a refused run replaced --save-trace";
   const std::string svg = dir + "specstate_cli_r.svg";
   std::remove(svg.c_str());
