@@ -295,6 +295,12 @@ void draw_progress(std::ostream& out, int64_t done, int64_t total) {
 
 namespace {
 
+// The option that sized the run, with its value, for a refusal: "--trace PATH" or "--requests N".
+std::string run_size_option(const SimulateOptions& o, int num_requests) {
+  if (!o.trace_path.empty()) return "--trace " + o.trace_path;
+  return "--requests " + std::to_string(num_requests);
+}
+
 // A CPU run holds at once one strategy's pool (--strategy both runs them in turn), --check's
 // reference committed state, the input sets and the core outputs. The pool refuses only what the
 // machine's physical memory cannot hold: a run within that, with the simulator's own buffers, could
@@ -302,13 +308,6 @@ namespace {
 // pool and 5 GB of buffers on a 24 GB machine; Linux overcommits, so no std::bad_alloc came, the
 // machine ran out). Refused as a usage error naming --trace or --requests when past the memory
 // available now.
-// The option that sized the run, with its value, for a refusal: "--trace PATH" or "--requests N
-// --window T" (the requests a trace holds, or those asked for).
-std::string run_size_option(const SimulateOptions& o, int num_requests) {
-  if (!o.trace_path.empty()) return "--trace " + o.trace_path;
-  return "--requests " + std::to_string(num_requests);
-}
-
 void check_host_memory(const SimulateOptions& o, const ModelConfig& config, const LayerShape& sh,
                        const std::vector<Strategy>& strategies, int num_requests, int max_window) {
   const StateBytes b = state_bytes(config, max_window);
