@@ -571,32 +571,13 @@ def test_vllm_layout_options_names_a_wrong_argument():
 
 import ctypes  # noqa: E402
 
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+import dlpack_fake  # noqa: E402
 
 
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                             ("deleter", _DELETER)]
 _keep = []
 
 
-@_DELETER
+@dlpack_fake.DELETER
 def _no_delete(_):
     pass
 
@@ -606,19 +587,16 @@ def _null_capsule(shape, code, bits):
     nd = len(shape)
     sh = (ctypes.c_int64 * nd)(*shape)
     st = (ctypes.c_int64 * nd)(*[int(np.prod(shape[i + 1:])) for i in range(nd)])
-    mt = _DLManagedTensor()
+    mt = dlpack_fake.DLManagedTensor()
     mt.dl_tensor.data = None
-    mt.dl_tensor.device = _DLDevice(1, 0)
+    mt.dl_tensor.device = dlpack_fake.DLDevice(1, 0)
     mt.dl_tensor.ndim = nd
-    mt.dl_tensor.dtype = _DLDataType(code, bits, 1)
+    mt.dl_tensor.dtype = dlpack_fake.DLDataType(code, bits, 1)
     mt.dl_tensor.shape = sh
     mt.dl_tensor.strides = st
     mt.deleter = _no_delete
     _keep.extend([sh, st, mt])
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype = ctypes.py_object
-    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    return new(ctypes.addressof(mt), b"dltensor", None)
+    return dlpack_fake.capsule(mt)
 
 
 class _NullExporter:

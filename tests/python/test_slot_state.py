@@ -11,6 +11,7 @@ import pathlib
 import numpy as np
 import pytest
 
+import dlpack_fake
 import specstate
 from specstate import DType, Strategy
 from conftest import BF16, Model, bits
@@ -298,41 +299,23 @@ def test_mamba2_buffer_round_trip():
     assert any(np.any(s != 0) for _, s in slot_views(dst, 2, g))
 
 
-# A DLPack tensor made by hand: the dtypes and devices NumPy cannot make (the pool rejects them
-# before it reads a byte, so the pointer is never dereferenced).
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64),
-                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-
-
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-
-
+# A DLPack tensor made by hand (dlpack_fake): the dtypes and devices NumPy cannot make (the pool
+# rejects them before it reads a byte, so the pointer is never dereferenced).
 class FakeDLPack:
     KDL_CPU, KDL_CUDA, KDL_ROCM = 1, 2, 10
 
     def __init__(self, elements, device=KDL_CPU, bits=8, lanes=1):
         self.shape = (ctypes.c_int64 * 1)(elements)
-        self.t = _DLManagedTensor(data=0x10000, device=_DLDevice(device, 0), ndim=1,
-                                  dtype=_DLDataType(1, bits, lanes), shape=self.shape)
+        self.t = dlpack_fake.DLManagedTensor()
+        self.t.dl_tensor = dlpack_fake.DLTensor(
+            data=0x10000, device=dlpack_fake.DLDevice(device, 0), ndim=1,
+            dtype=dlpack_fake.DLDataType(1, bits, lanes), shape=self.shape)
 
     def __dlpack__(self, stream=None, max_version=None, **kwargs):
-        return _capsule_new(ctypes.addressof(self.t), b"dltensor", None)
+        return dlpack_fake.capsule(self.t)
 
     def __dlpack_device__(self):
-        return (self.t.device.device_type, 0)
+        return (self.t.dl_tensor.device.device_type, 0)
 
 
 def test_buffer_errors_name_the_argument_and_change_nothing():
