@@ -31,6 +31,11 @@ constexpr uint64_t kMaxHeaderBytes = 100u * 1000u * 1000u;
 // hostile. nlohmann's parser is iterative, but dump() and comparisons recurse, so 100k levels
 // would overflow the stack: the depth is checked on the raw bytes before parsing.
 constexpr int kMaxJsonDepth = 64;
+// Keys of a header (one per tensor, three in each tensor's entry, and __metadata__'s), and the
+// values of one array (a shape's extents; data_offsets has two). A checkpoint shard holds a few
+// thousand tensors of a few dimensions each.
+constexpr std::size_t kMaxHeaderKeys = std::size_t{1} << 18;
+constexpr std::size_t kMaxHeaderArrayItems = 64;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw Error(Status::kInvalidArgument, "safetensors '" + path + "': " + what);
@@ -188,45 +193,46 @@ SafetensorsFile::SafetensorsFile(const std::string& path, uint64_t max_bytes, bo
       done += static_cast<std::size_t>(got);
     }
   };
-  if (header_only) {
-    // The length field, then the header (at most kMaxHeaderBytes of it: parse refuses more).
-    bytes_.resize(static_cast<std::size_t>(std::min<uint64_t>(size, 8)));
-    read_to(0, bytes_.size());
-    if (size >= 8) {
-      // Both refusals before the header is read: a length past the file's end was read up to
-      // kMaxHeaderBytes (100 MB of memory for a file the caller bounds at a few kB) and only
-      // then refused by parse.
-      const uint64_t length = load_u64(bytes_.data());
-      if (length > size - 8) {
-        fail(path, "header length " + std::to_string(length) + " exceeds the " +
-                       std::to_string(size - 8) +
-                       " bytes that follow the length field (truncated header?; not read)");
-      }
-      if (length > max_bytes) {
-        fail(path, "header length " + std::to_string(length) + " exceeds the " +
-                       std::to_string(max_bytes) + " bytes a header of its use may be (not read)");
-      }
-      const uint64_t header = std::min(length, kMaxHeaderBytes);
-      bytes_.resize(static_cast<std::size_t>(std::min(size, 8 + header)));
-      read_to(8, bytes_.size());
-    }
-    parse(path);
-    return;
-  }
-  if (size > max_bytes) {
+  if (!header_only && size > max_bytes) {
     fail(path, "is " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) +
                    " bytes a file of its use may be (not read)");
   }
+  // The length field, then the header, parsed before anything else of the file is read: a file
+  // whose length field or header is refused costs at most 8 + kMaxHeaderBytes bytes of reading,
+  // whatever its size (a 3 GB file of junk was read whole, then refused by its length field).
+  bytes_.resize(static_cast<std::size_t>(std::min<uint64_t>(size, 8)));
+  read_to(0, bytes_.size());
+  if (size >= 8) {
+    const uint64_t length = load_u64(bytes_.data());
+    if (length > size - 8) {
+      fail(path, "header length " + std::to_string(length) + " exceeds the " +
+                     std::to_string(size - 8) +
+                     " bytes that follow the length field (truncated header?; not read)");
+    }
+    if (header_only && length > max_bytes) {
+      fail(path, "header length " + std::to_string(length) + " exceeds the " +
+                     std::to_string(max_bytes) + " bytes a header of its use may be (not read)");
+    }
+    if (length > kMaxHeaderBytes) {
+      fail(path, "header length " + std::to_string(length) + " exceeds the limit of " +
+                     std::to_string(kMaxHeaderBytes) + " bytes (not read)");
+    }
+    bytes_.resize(static_cast<std::size_t>(8 + length));
+    read_to(8, bytes_.size());
+  }
+  parse(path);
+  if (header_only) return;
+  // The header holds and its tensors tile the rest of the file: the data, after the header.
   if (size > static_cast<uint64_t>(std::numeric_limits<std::ptrdiff_t>::max())) {
     fail(path, "size " + std::to_string(size) + " bytes does not fit in memory");
   }
+  const std::size_t have = bytes_.size();
   try {
     bytes_.resize(static_cast<std::size_t>(size));
   } catch (const std::bad_alloc&) {
     fail(path, "cannot allocate " + std::to_string(size) + " bytes to read it");
   }
-  read_to(0, bytes_.size());
-  parse(path);
+  read_to(have, bytes_.size());
 }
 
 SafetensorsFile SafetensorsFile::from_bytes(std::vector<uint8_t> bytes, const std::string& label) {
@@ -271,6 +277,20 @@ void SafetensorsFile::parse(const std::string& label) {
     fail(path_, "header nests JSON deeper than the limit of " + std::to_string(kMaxJsonDepth) +
                     " levels (at header byte " + std::to_string(too_deep) + ")");
   }
+  // Keys and array lengths bounded before the DOM is built (about 23 bytes of it per byte of a
+  // header of many keys or one long shape: a 98 MB header took 2.3 GB), duplicate keys refused.
+  const spec::JsonKeyProblem keys =
+      spec::json_key_problem(header_text, kMaxHeaderKeys, kMaxHeaderKeys, kMaxHeaderArrayItems);
+  if (!keys.duplicate.empty())
+    fail(path_, "header names '" + keys.duplicate + "' twice in one object");
+  if (keys.too_many_keys || keys.too_many_total_keys) {
+    fail(path_, "header holds more than " + std::to_string(kMaxHeaderKeys) +
+                    " keys (a tensor entry is 4 of them)");
+  }
+  if (keys.too_many_array_items) {
+    fail(path_, "header holds an array of more than " + std::to_string(kMaxHeaderArrayItems) +
+                    " values (a shape or data_offsets)");
+  }
   json header;
   try {
     header = json::parse(bytes_.begin() + 8, bytes_.begin() + data_start_);
@@ -279,9 +299,6 @@ void SafetensorsFile::parse(const std::string& label) {
   }
   if (!header.is_object()) {
     fail(path_, std::string("header is a JSON ") + header.type_name() + ", expected an object");
-  }
-  if (const std::string dup = spec::json_duplicate_key(header_text); !dup.empty()) {
-    fail(path_, "header names '" + dup + "' twice in one object");
   }
 
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -327,16 +344,12 @@ void SafetensorsFile::parse(const std::string& label) {
       }
       info.shape.push_back(d);
     }
-    // numel, refusing to overflow (a zero dimension makes any other size harmless).
+    // numel, left to right, refusing to overflow as the reference reader does (and as serialize
+    // does): [2^62, 2^62, 0] overflows before its zero, a shape no writer can write back.
     info.numel = 1;
-    if (std::find(info.shape.begin(), info.shape.end(), 0) != info.shape.end()) {
-      info.numel = 0;
-    } else {
-      for (int64_t d : info.shape) {
-        if (info.numel > std::numeric_limits<int64_t>::max() / d) {
-          fail_tensor(path_, name, "shape " + join_shape(info.shape) + " overflows int64");
-        }
-        info.numel *= d;
+    for (int64_t d : info.shape) {
+      if (__builtin_mul_overflow(info.numel, d, &info.numel)) {
+        fail_tensor(path_, name, "shape " + join_shape(info.shape) + " overflows int64");
       }
     }
 

@@ -116,12 +116,21 @@ void shard_gather(const TensorView& src, int dim, const std::vector<ColumnRange>
       bad("shard_gather", std::string(name) + ".dtype = " + detail::dtype_value_text(view->dtype));
     }
   }
-  if (src.ndim != dst.ndim || src.ndim < 1 || src.ndim > TensorView::kMaxDims) {
-    bad("shard_gather",
-        "src has " + std::to_string(src.ndim) + " dims, dst " + std::to_string(dst.ndim));
+  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"src", &src},
+                                   std::pair<const char*, const TensorView*>{"dst", &dst}}) {
+    if (view->ndim < 1 || view->ndim > TensorView::kMaxDims) {
+      bad("shard_gather", std::string(name) + ".ndim = " + std::to_string(view->ndim) +
+                              " outside [1, " + std::to_string(TensorView::kMaxDims) + "]");
+    }
   }
-  if (dim < 0 || dim >= src.ndim)
-    bad("shard_gather", "dim = " + std::to_string(dim) + " outside the dims");
+  if (src.ndim != dst.ndim) {
+    bad("shard_gather", "src.ndim = " + std::to_string(src.ndim) +
+                            " and dst.ndim = " + std::to_string(dst.ndim) + " differ");
+  }
+  if (dim < 0 || dim >= src.ndim) {
+    bad("shard_gather",
+        "dim = " + std::to_string(dim) + " outside [0, ndim = " + std::to_string(src.ndim) + ")");
+  }
   if (src.dtype != dst.dtype) {
     bad("shard_gather", "src.dtype = " + detail::dtype_value_text(src.dtype) +
                             " and dst.dtype = " + detail::dtype_value_text(dst.dtype) +

@@ -42,6 +42,12 @@ void check(const char* name, const std::vector<TensorView>& tensors, int layers,
              "; vLLM's layout for this config is (slots, " +
              shape_text(want.data() + 1, n - 1).substr(1));
     }
+    // Slots below zero named here, as the caller passed them: the pool's own refusal names the
+    // swapped view (committed.conv[0] dim 0 = -1, shape [2, 64, 3]).
+    if (t.shape[0] < 0) {
+      refuse(who + " has shape " + shape_text(t.shape.data(), t.ndim) +
+             ": slots = " + std::to_string(t.shape[0]) + " must be >= 0");
+    }
     if (t.shape[0] != tensors[0].shape[0]) {
       refuse(who + " has " + std::to_string(t.shape[0]) + " slots, " + name + "[0] has " +
              std::to_string(tensors[0].shape[0]));

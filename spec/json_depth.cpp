@@ -33,23 +33,36 @@ JsonNesting json_nesting(std::string_view text, int limit) noexcept {
 }
 
 namespace {
-// nlohmann's SAX interface: a set of keys per open object.
+// nlohmann's SAX interface: a set of keys per open object, a value count per open array.
 struct DuplicateKeys final : nlohmann::json::json_sax_t {
-  DuplicateKeys(std::size_t most, std::size_t most_total)
-      : max_keys(most), max_total_keys(most_total) {}
+  DuplicateKeys(std::size_t most, std::size_t most_total, std::size_t most_items)
+      : max_keys(most), max_total_keys(most_total), max_array_items(most_items) {}
   std::vector<std::set<std::string>> open;
-  std::size_t max_keys, max_total_keys, total_keys = 0;
+  // Per open container, innermost last: the values of an array so far, or -1 for an object.
+  std::vector<int64_t> items;
+  std::size_t max_keys, max_total_keys, max_array_items, total_keys = 0;
   std::string found;
-  bool too_many = false, too_many_total = false;
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
+  bool too_many = false, too_many_total = false, too_many_items = false;
+  // A value (scalar or container) starts: counted against the array it sits in.
+  bool value() {
+    if (items.empty() || items.back() < 0) return true;
+    if (static_cast<std::size_t>(++items.back()) > max_array_items) {
+      too_many_items = true;
+      return false;  // stops the parse
+    }
+    return true;
+  }
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
   bool start_object(std::size_t) override {
+    if (!value()) return false;
     open.emplace_back();
+    items.push_back(-1);
     return true;
   }
   bool key(string_t& k) override {
@@ -70,10 +83,18 @@ struct DuplicateKeys final : nlohmann::json::json_sax_t {
   }
   bool end_object() override {
     if (!open.empty()) open.pop_back();
+    if (!items.empty()) items.pop_back();
     return true;
   }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
+  bool start_array(std::size_t) override {
+    if (!value()) return false;
+    items.push_back(0);
+    return true;
+  }
+  bool end_array() override {
+    if (!items.empty()) items.pop_back();
+    return true;
+  }
   bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception&) override {
     return false;
   }
@@ -81,14 +102,15 @@ struct DuplicateKeys final : nlohmann::json::json_sax_t {
 }  // namespace
 
 JsonKeyProblem json_key_problem(std::string_view text, std::size_t max_keys,
-                                std::size_t max_total_keys) {
-  DuplicateKeys sax(max_keys, max_total_keys);
+                                std::size_t max_total_keys, std::size_t max_array_items) {
+  DuplicateKeys sax(max_keys, max_total_keys, max_array_items);
   nlohmann::json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json,
                             false);
   JsonKeyProblem out;
   out.duplicate = sax.found;
   out.too_many_keys = sax.too_many;
   out.too_many_total_keys = sax.too_many_total;
+  out.too_many_array_items = sax.too_many_items;
   return out;
 }
 

@@ -29,12 +29,16 @@ std::string json_duplicate_key(std::string_view text);
 // (the pass stops at the first). Run before a DOM parse into nlohmann::ordered_json, whose
 // insertion is linear in the object's keys (a header of 160,000 keys took 22 s to parse; 469
 // objects of 4096 keys each, 4.6 s).
+// `too_many_array_items` when an array holds more than `max_array_items` values (a header whose
+// one shape lists 49 million extents took 2.3 GB as a DOM).
 struct JsonKeyProblem {
   std::string duplicate;
   bool too_many_keys = false;
   bool too_many_total_keys = false;
+  bool too_many_array_items = false;
 };
 JsonKeyProblem json_key_problem(std::string_view text, std::size_t max_keys,
-                                std::size_t max_total_keys = static_cast<std::size_t>(-1));
+                                std::size_t max_total_keys = static_cast<std::size_t>(-1),
+                                std::size_t max_array_items = static_cast<std::size_t>(-1));
 
 }  // namespace specstate::spec

@@ -6,8 +6,9 @@
 //    "<name>": {"dtype": "F32", "shape": [d0, d1, ...], "data_offsets": [begin, end]}, ...}
 // then the data section; a tensor's bytes are data[begin, end), row-major, little-endian.
 //
-// The whole file is read and validated when it is opened: header length within the file, JSON
-// well-formed, every dtype known, every shape non-negative, end - begin = numel * dtype size,
+// The whole file is read and validated when it is opened (the length field and the header first,
+// the data only once they hold): header length within the file and at most 100 MB, JSON
+// well-formed with at most 262,144 keys and arrays of at most 64 values, every dtype known, every shape non-negative, end - begin = numel * dtype size,
 // offsets inside the data section, tensors neither overlapping nor leaving bytes uncovered (the
 // rules of the reference implementation). Every failure throws specstate::Error naming the file
 // and, where there is one, the tensor.

@@ -36,8 +36,19 @@ from ._specstate import (
 __all__ = ["conv_shape", "recurrent_shape", "layout_options", "state_pool"]
 
 
+def _check_shape_args(function, config, slots):
+    # Named here: the binding's own TypeError names a private function (_vllm_conv_shape).
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"specstate.vllm.{function}: config: expected a ModelConfig, got "
+                        f"{type(config).__name__}")
+    if isinstance(slots, bool) or not isinstance(slots, int):
+        raise TypeError(f"specstate.vllm.{function}: slots: expected an int, got "
+                        f"{type(slots).__name__}")
+
+
 def conv_shape(config, slots=1):
     """The shape of one layer's conv state in vLLM's cache: ``(slots, W-1, conv_dim)``."""
+    _check_shape_args("conv_shape", config, slots)
     return tuple(_specstate._vllm_conv_shape(config, slots))
 
 
@@ -52,6 +63,7 @@ def recurrent_shape(config, slots=1, order=SsmLayout.VK):
     ``(slots, HV, V, K)`` (`order` VK, vLLM's since PR #33291) or ``(slots, HV, K, V)`` (KV,
     vLLM's before it), Mamba2 ``(slots, heads, head_dim, d_state)`` (KV refused). C++:
     specstate::vllm::recurrent_shape."""
+    _check_shape_args("recurrent_shape", config, slots)
     _check_order("recurrent_shape", order)
     return tuple(_specstate._vllm_recurrent_shape(config, slots, order))
 

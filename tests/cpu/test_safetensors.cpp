@@ -230,6 +230,114 @@ TEST(SafetensorsMalformed, AHeaderLengthPastTheFilesEndIsRefusedUnread) {
 #endif
 }
 
+// A file is read only once its length field and header hold: a 1 GB file of junk was read whole
+// (1 GB of memory, seconds) and only then refused by its length field, and under a memory limit
+// the refusal said "cannot allocate" instead. Sparse files, opened in a child process whose address
+// space allows 32 MB more than it holds: junk, a header length past the 100 MB limit (read_header
+// read 100 MB of it first), and a length that fits with a header that is not JSON.
+TEST(SafetensorsMalformed, AFileIsRefusedByItsHeaderBeforeItsDataIsRead) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "an address-space limit does not hold under AddressSanitizer";
+#else
+  const std::string path = ::testing::TempDir() + "specstate_junk.safetensors";
+  const uint64_t size = uint64_t{1} << 30;
+  struct Case {
+    std::string head;  // the file's first bytes
+    std::string expected;
+    bool header_only;
+  };
+  const auto length_field = [](uint64_t length) {
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(length >> (8 * i));
+    return out;
+  };
+  const auto with_header = [&](const std::string& header) {
+    return length_field(header.size()) + header;
+  };
+  const Case cases[] = {
+      {"garbage!", "exceeds the 1073741816 bytes that follow the length field", false},
+      {length_field(200000000), "header length 200000000 exceeds the limit of 100000000 bytes",
+       false},
+      {length_field(200000000), "header length 200000000 exceeds the limit of 100000000 bytes",
+       true},
+      {with_header("not json at all!"), "header is not valid JSON", false},
+      // A header that holds, whose one tensor leaves the rest of the file uncovered.
+      {with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}"),
+       "the tensors cover only 4", false},
+  };
+  for (const Case& c : cases) {
+    {
+      std::ofstream o(path, std::ios::binary | std::ios::trunc);
+      o << c.head;
+    }
+    ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(size)), 0);
+    const auto open_under_a_limit = [&] {
+      if (!test::limit_address_space(int64_t{32} << 20)) std::_Exit(2);
+      try {
+        if (c.header_only) {
+          SafetensorsFile::read_header(path);
+        } else {
+          SafetensorsFile file(path);
+        }
+      } catch (const Error& e) {
+        std::_Exit(std::string(e.what()).find(c.expected) != std::string::npos ? 0 : 3);
+      } catch (...) {
+        std::_Exit(1);
+      }
+      std::_Exit(4);
+    };
+    EXPECT_EXIT(open_under_a_limit(), ::testing::ExitedWithCode(0), "") << c.expected;
+  }
+  std::remove(path.c_str());
+#endif
+}
+
+// The header's keys and arrays are bounded before its DOM is built (about 23 bytes of memory per
+// header byte: a 98 MB header of one 49-million-extent shape took 2.3 GB), and a shape's element
+// count overflows left to right, as the reference reader's and serialize's do: [2^62, 2^62, 0] was
+// accepted, a file nobody can write back.
+TEST(SafetensorsMalformed, LongArraysManyKeysAndOverflowingShapesAreRefused) {
+  std::string shape = "[1";
+  for (int i = 1; i < 65; ++i) shape += ",1";
+  shape += "]";
+  expect_error(
+      [&] {
+        parse(raw_file("{\"a\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[0,4]}}",
+                       f32_bytes({1})));
+      },
+      {"mem.st", "an array of more than 64 values"});
+  // 64 extents still parse.
+  std::string ok_shape = "[1";
+  for (int i = 1; i < 64; ++i) ok_shape += ",1";
+  ok_shape += "]";
+  const SafetensorsFile ok = parse(
+      raw_file("{\"a\":{\"dtype\":\"F32\",\"shape\":" + ok_shape + ",\"data_offsets\":[0,4]}}",
+               f32_bytes({1})));
+  EXPECT_EQ(ok.info("a").shape.size(), 64u);
+  std::string many = "{";
+  for (int i = 0; i <= 65536; ++i) {
+    many += (i ? ",\"t" : "\"t") + std::to_string(i) +
+            "\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}";
+  }
+  many += "}";
+  expect_error([&] { parse(raw_file(many, {})); }, {"mem.st", "more than 262144 keys"});
+  expect_error(
+      [] {
+        parse(
+            raw_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,"
+                     "4611686018427387904,0],\"data_offsets\":[0,0]}}",
+                     {}));
+      },
+      {"tensor 'a'", "overflows int64"});
+  // A zero extent first keeps the product at zero: accepted, as the reference reader does.
+  EXPECT_EQ(parse(raw_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[0,4611686018427387904,"
+                           "4611686018427387904],\"data_offsets\":[0,0]}}",
+                           {}))
+                .info("a")
+                .numel,
+            0);
+}
+
 TEST(SafetensorsMalformed, BadJson) {
   expect_error([] { parse(raw_file("{\"w\": {\"dtype\": \"F32\",", {})); },
                {"mem.st", "not valid JSON"});

@@ -434,6 +434,25 @@ TEST(TpShardGather, RefusesBadViewsAndRanges) {
   wide_src.shape[0] = wide_dst.shape[0] = int64_t{1} << 62;
   wide_src.stride[0] = wide_dst.stride[0] = 0;
   refused(wide_src, {{0, 1}}, wide_dst, "dst holds more than 2^48 bytes");
+  // The rank and the dim refused with their values and the range they miss ("src has 7 dims,
+  // dst 7" and "dim = 5 outside the dims" said neither).
+  TensorView deep_src = src.view(), deep_dst = dst.view();
+  deep_src.ndim = deep_dst.ndim = 7;
+  refused(deep_src, {{0, 2}}, deep_dst, "src.ndim = 7 outside [1, 6]");
+  TensorView flat = dst.view();
+  flat.ndim = 1;
+  refused(src.view(), {{0, 2}}, flat, "src.ndim = 2 and dst.ndim = 1 differ");
+  {
+    const std::vector<uint8_t> before = dst.bytes();
+    try {
+      shard_gather(src.view(), 5, {{0, 2}}, dst.view());
+      ADD_FAILURE() << "dim 5: accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dim = 5 outside [0, ndim = 2)"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(dst.bytes(), before);
+  }
   // A dst whose elements share memory (stride 0: only the last write was kept), and a dst over
   // src (a shifted copy read what it had just written): refused, naming both views.
   TensorView broadcast = dst.view();

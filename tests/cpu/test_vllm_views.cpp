@@ -156,6 +156,12 @@ TEST_P(VllmViews, ShapesThatAreNotVllmsAreRefusedNamingTheTensor) {
   // Layers with different slot counts.
   const Buffer fewer(model.conv_state_dtype(), vllm::conv_shape(model, S - 1));
   refused({conv[0].view(), fewer.view()}, views_of(rec), "conv_states[1] has 2 slots");
+  // Slots below zero, named as the caller passed them (the pool's refusal named the swapped view,
+  // committed.conv[0] with its axes exchanged).
+  TensorView minus = conv[0].view();
+  minus.shape[0] = -1;
+  refused({minus, conv[1].view()}, views_of(rec), "conv_states[0] has shape (-1, ");
+  refused({minus, conv[1].view()}, views_of(rec), "slots = -1 must be >= 0");
   // A hand-filled view claiming 4000 dims: the message printed 4000 shape entries of a 6-entry
   // array (a read past it under ASan); now refused before any entry is read.
   TensorView many = conv[1].view();

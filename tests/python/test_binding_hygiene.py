@@ -567,6 +567,25 @@ def test_vllm_layout_options_names_a_wrong_argument():
     assert opts.conv_layout == specstate.ConvLayout.CHANNELS_LAST
 
 
+@pytest.mark.parametrize("function", ["conv_shape", "recurrent_shape"])
+def test_vllm_shapes_name_a_wrong_argument(function):
+    """conv_shape(None) and recurrent_shape("x") gave nanobind's signature error of the private
+    _vllm_conv_shape / _vllm_recurrent_shape, as layout_options did."""
+    shape_of = getattr(specstate.vllm, function)
+    cfg = specstate.ModelConfig.gated_delta_net(1, specstate.GdnConfig())
+    with pytest.raises(TypeError, match=rf"vllm.{function}: config: expected a ModelConfig, "
+                                        r"got NoneType"):
+        shape_of(None)
+    with pytest.raises(TypeError, match=rf"vllm.{function}: config: expected a ModelConfig, "
+                                        r"got str"):
+        shape_of("x")
+    with pytest.raises(TypeError, match=rf"vllm.{function}: slots: expected an int, got str"):
+        shape_of(cfg, "4")
+    with pytest.raises(TypeError, match=rf"vllm.{function}: slots: expected an int, got bool"):
+        shape_of(cfg, True)
+    assert shape_of(cfg, 3)[0] == 3
+
+
 # --- The twenty-sixth session's review of the array interop (each case reproduced first) -------
 
 import ctypes  # noqa: E402
