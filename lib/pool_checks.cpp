@@ -48,7 +48,7 @@ int StatePool::Impl::resolve(const char* function, const std::string& what,
     // Why, from the slot's generation g (0: never handed out): a handle of a later generation
     // than g was never issued (forged or corrupted), one of g is of a released slot, an earlier
     // one is stale.
-    const uint32_t g = slots.generation(handle.slot);
+    const uint64_t g = slots.generation(handle.slot);
     std::string why;
     if (g == 0) {
       why = " was never issued: the slot was never acquired";

@@ -40,7 +40,7 @@ SlotHandle StatePool::adopt(int slot) {
          "slot = " + std::to_string(slot) + " outside [0, " +
              std::to_string(impl_->options.num_slots) + ") (options.num_slots)");
   }
-  uint32_t generation = 0;
+  uint64_t generation = 0;
   if (!impl_->slots.take(slot, generation)) {
     fail(Status::kFailedPrecondition, fn,
          "slot = " + std::to_string(slot) + " is live (a request holds it): release it first");
@@ -60,7 +60,7 @@ SlotHandle StatePool::adopt(int slot) {
 }
 
 SlotHandle StatePool::acquire() {
-  uint32_t generation = 0;
+  uint64_t generation = 0;
   const int slot = impl_->slots.allocate(generation);
   if (slot < 0) {
     fail(Status::kResourceExhausted, "StatePool::acquire",

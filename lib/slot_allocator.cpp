@@ -20,14 +20,14 @@ void SlotAllocator::unfree(int slot) {
   }
 }
 
-int SlotAllocator::allocate(uint32_t& generation) {
+int SlotAllocator::allocate(uint64_t& generation) {
   if (free_.empty()) return -1;
   const int slot = free_.begin()->first;  // the lowest free slot
   if (!take(slot, generation)) return -1;
   return slot;
 }
 
-bool SlotAllocator::take(int slot, uint32_t& generation) {
+bool SlotAllocator::take(int slot, uint64_t& generation) {
   if (slot < 0 || slot >= num_slots_ || is_allocated(slot)) return false;
   Entry& e = used_[slot];  // a new entry (live false, generation 0) changes nothing observable
   unfree(slot);
@@ -57,12 +57,12 @@ void SlotAllocator::free(int slot) {
   --live_count_;
 }
 
-uint32_t SlotAllocator::generation(int slot) const noexcept {
+uint64_t SlotAllocator::generation(int slot) const noexcept {
   const auto it = used_.find(slot);
   return it == used_.end() ? 0u : it->second.generation;
 }
 
-bool SlotAllocator::is_live(int slot, uint32_t generation) const noexcept {
+bool SlotAllocator::is_live(int slot, uint64_t generation) const noexcept {
   const auto it = used_.find(slot);
   return it != used_.end() && it->second.live && it->second.generation == generation;
 }

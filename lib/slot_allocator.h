@@ -20,14 +20,14 @@ class SlotAllocator {
   explicit SlotAllocator(int num_slots);
 
   // Returns the lowest free slot, or -1 when none is free. Bumps its generation.
-  int allocate(uint32_t& generation);
+  int allocate(uint64_t& generation);
   // Takes the free slot `slot` (false when it is not free). Bumps its generation.
-  bool take(int slot, uint32_t& generation);
+  bool take(int slot, uint64_t& generation);
   // Frees a live slot (the caller has checked liveness).
   void free(int slot);
-  bool is_live(int slot, uint32_t generation) const noexcept;
+  bool is_live(int slot, uint64_t generation) const noexcept;
   bool is_allocated(int slot) const noexcept;
-  uint32_t generation(int slot) const noexcept;
+  uint64_t generation(int slot) const noexcept;
   int num_slots() const noexcept { return num_slots_; }
   // The live slots, in increasing order.
   std::vector<int32_t> live_slots() const;
@@ -35,7 +35,7 @@ class SlotAllocator {
 
  private:
   struct Entry {
-    uint32_t generation = 0;
+    uint64_t generation = 0;
     bool live = false;
   };
   // Takes `slot` out of the free interval that holds it (the caller found it free).

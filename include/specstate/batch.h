@@ -10,10 +10,13 @@
 namespace specstate {
 
 // A request's slot. The generation makes a handle stale once its slot is released (and maybe
-// handed out again); the pool id makes a handle of another pool foreign. Both are rejected.
+// handed out again); the pool id makes a handle of another pool foreign. Both are rejected. The
+// generation is 64 bits: a 32-bit one wrapped after 2^32 uses of one slot (about 50 days of a
+// server that hands its slot 0 a request every millisecond), and the first handle was then live
+// again.
 struct SlotHandle {
   int32_t slot = -1;
-  uint32_t generation = 0;
+  uint64_t generation = 0;
   uint64_t pool_id = 0;
 
   // The handle of a padding row: never read, never written. Only a batch's rows (begin_verify,
