@@ -2,9 +2,12 @@
 // names the function, the argument and the offending value; nothing here writes anything.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "specstate/status.h"
 #include "specstate/tensor_view.h"
@@ -82,6 +85,15 @@ struct ByteRows {
 // no residue that meets, otherwise O(intervals of `a` inside b's span). Spans below 2^48 bytes
 // (check_view), so nothing here overflows.
 bool rows_overlap(const ByteRows& a, const ByteRows& b, int64_t* ia, int64_t* jb);
+
+// The first pair (a, b), a < b, of `rows` whose intervals share a byte (rows_overlap) among the
+// pairs `check(a, b)` accepts, found by one sweep over the rows sorted by their hulls'
+// [begin, end()): only rows whose hulls meet are compared. O(n log n) for rows of disjoint hulls
+// (separate tensors), where comparing every pair took 28 s for 64,000 layers' views. Returns
+// false when no pair overlaps; else *a, *b and their intervals *ia, *jb.
+bool first_overlap(const std::vector<const ByteRows*>& rows,
+                   const std::function<bool(std::size_t, std::size_t)>& check, std::size_t* a,
+                   std::size_t* b, int64_t* ia, int64_t* jb);
 
 // A checked, non-empty view as the intervals of its leading dimension: interval i is the span of
 // index i (its remaining dimensions). A view of one index, or of leading stride 0, is one interval.

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -334,6 +335,72 @@ TEST(CallerOwnedEnd, ASecondLivePoolOverTheSameMemoryIsRefused) {
   StatePool next(m.model(), o, cm.views);  // the memory is free again
   const SlotHandle b = next.adopt(slot);
   EXPECT_EQ(exported(next, b), before);
+}
+
+// Building a caller-owned pool compared every view with every earlier one, and every view with
+// every live pool's: 64,000 layers took 28 s (owning: 0.02 s). Both are one sweep by address now.
+// 40,000 layers of a tiny config, each layer's conv and SSM views side by side in one buffer: a
+// pool, a second pool over other memory while the first lives, and one over the first's memory
+// (refused), each within a second or two where the pairwise checks took about 11 s apiece.
+TEST(CallerOwnedManyLayers, BuildingAPoolIsNotQuadraticInTheLayers) {
+  const int L = 40000;
+  GdnConfig g;
+  g.num_k_heads = g.num_v_heads = 1;
+  g.head_k_dim = g.head_v_dim = 2;
+  g.conv_width = 2;
+  g.act_dtype = g.conv_state_dtype = g.ssm_state_dtype = DType::kF32;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  PoolOptions o;
+  o.num_slots = 1;
+  o.max_rows = 1;
+  o.max_window = 1;
+  const int64_t conv_elems = model.conv_dim() * (model.conv_width() - 1), ssm_elems = 4;
+  const auto views_over = [&](std::vector<float>& mem) {
+    CommittedStateViews v;
+    for (int l = 0; l < L; ++l) {
+      float* base = mem.data() + l * (conv_elems + ssm_elems);
+      v.conv.push_back(
+          TensorView::contiguous(base, DType::kF32, {1, model.conv_dim(), model.conv_width() - 1}));
+      v.ssm.push_back(TensorView::contiguous(base + conv_elems, DType::kF32, {1, 1, 2, 2}));
+    }
+    return v;
+  };
+  std::vector<float> mem_a(static_cast<std::size_t>(L * (conv_elems + ssm_elems)));
+  std::vector<float> mem_b(mem_a.size());
+  const auto seconds_of = [](const auto& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::optional<StatePool> a, b;
+  const double t_a = seconds_of([&] { a.emplace(model, o, views_over(mem_a)); });
+  const double t_b = seconds_of([&] { b.emplace(model, o, views_over(mem_b)); });
+  EXPECT_LT(t_a, 3.0);
+  EXPECT_LT(t_b, 3.0);
+  const double t_refused = seconds_of([&] {
+    try {
+      StatePool again(model, o, views_over(mem_a));
+      ADD_FAILURE() << "a second pool over live memory was built";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("shares bytes with the committed"), std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_LT(t_refused, 3.0);
+  // Two views of one pool that overlap are still found, wherever they sit among the others.
+  CommittedStateViews bad = views_over(mem_a);
+  bad.ssm[L - 1] = TensorView::contiguous(mem_a.data() + 7 * (conv_elems + ssm_elems), DType::kF32,
+                                          {1, 1, 2, 2});
+  a.reset();
+  b.reset();
+  try {
+    StatePool c(model, o, bad);
+    ADD_FAILURE() << "overlapping views accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("committed.ssm[39999] overlaps committed.conv[7]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
