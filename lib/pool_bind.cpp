@@ -134,7 +134,8 @@ void detail::bind_caller_committed(const char* fn, const CommittedStateViews& vi
   std::size_t a = 0, b = 0;
   int64_t i = 0, j = 0;
   if (detail::first_overlap(
-          rows, [](std::size_t, std::size_t) { return true; }, &a, &b, &j, &i)) {
+          rows, [](std::size_t, std::size_t) { return true; }, detail::OverlapOrder::kLaterFirst,
+          &a, &b, &j, &i)) {
     const StateSpan &mine = spans[b], &other = spans[a];  // mine: bound after other
     fail(Status::kInvalidArgument, fn,
          mine.name + " overlaps " + other.name + " (slot " + std::to_string(i) + "'s state of " +
@@ -211,8 +212,8 @@ void detail::CommittedClaim::claim_caller(const char* fn, uint64_t pool_id,
   std::size_t a = 0, b = 0;
   int64_t i = 0, j = 0;
   if (detail::first_overlap(
-          rows, [&](std::size_t x, std::size_t y) { return x < n_mine && y >= n_mine; }, &a, &b, &i,
-          &j)) {
+          rows, [&](std::size_t x, std::size_t y) { return x < n_mine && y >= n_mine; },
+          detail::OverlapOrder::kEarlierFirst, &a, &b, &i, &j)) {
     const ClaimedRows &m = *of[a], &other = *of[b];
     fail(Status::kInvalidArgument, fn,
          // m.what is "committed conv[l]": the view is named "committed.conv[l]".

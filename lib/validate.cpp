@@ -85,30 +85,38 @@ bool rows_overlap(const ByteRows& a, const ByteRows& b, int64_t* ia, int64_t* jb
 }
 
 bool first_overlap(const std::vector<const ByteRows*>& rows,
-                   const std::function<bool(std::size_t, std::size_t)>& check, std::size_t* a,
-                   std::size_t* b, int64_t* ia, int64_t* jb) {
-  std::vector<std::size_t> order(rows.size());
-  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+                   const std::function<bool(std::size_t, std::size_t)>& check, OverlapOrder order,
+                   std::size_t* a, std::size_t* b, int64_t* ia, int64_t* jb) {
+  std::vector<std::size_t> sorted(rows.size());
+  for (std::size_t k = 0; k < sorted.size(); ++k) sorted[k] = k;
+  std::sort(sorted.begin(), sorted.end(), [&](std::size_t x, std::size_t y) {
     return std::make_pair(rows[x]->begin, x) < std::make_pair(rows[y]->begin, y);
   });
+  const auto key = [&](std::size_t lo, std::size_t hi) {
+    return order == OverlapOrder::kLaterFirst ? std::make_pair(hi, lo) : std::make_pair(lo, hi);
+  };
+  bool found = false;
   std::vector<std::size_t> open;  // rows whose hull reaches past the current row's begin
-  for (const std::size_t k : order) {
+  for (const std::size_t k : sorted) {
     const ByteRows& r = *rows[k];
     open.erase(std::remove_if(open.begin(), open.end(),
                               [&](std::size_t o) { return rows[o]->end() <= r.begin; }),
                open.end());
     for (const std::size_t o : open) {
       const std::size_t lo = std::min(o, k), hi = std::max(o, k);
-      if (check(lo, hi) && rows_overlap(*rows[hi], *rows[lo], jb, ia)) {
+      if (found && key(lo, hi) >= key(*a, *b)) continue;
+      int64_t i = 0, j = 0;
+      if (check(lo, hi) && rows_overlap(*rows[hi], *rows[lo], &j, &i)) {
+        found = true;
         *a = lo;
         *b = hi;
-        return true;
+        *ia = i;
+        *jb = j;
       }
     }
     open.push_back(k);
   }
-  return false;
+  return found;
 }
 
 ByteRows byte_rows(const TensorView& view) {

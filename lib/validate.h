@@ -86,14 +86,17 @@ struct ByteRows {
 // (check_view), so nothing here overflows.
 bool rows_overlap(const ByteRows& a, const ByteRows& b, int64_t* ia, int64_t* jb);
 
-// The first pair (a, b), a < b, of `rows` whose intervals share a byte (rows_overlap) among the
-// pairs `check(a, b)` accepts, found by one sweep over the rows sorted by their hulls'
-// [begin, end()): only rows whose hulls meet are compared. O(n log n) for rows of disjoint hulls
-// (separate tensors), where comparing every pair took 28 s for 64,000 layers' views. Returns
-// false when no pair overlaps; else *a, *b and their intervals *ia, *jb.
+// A pair (a, b), a < b, of `rows` whose intervals share a byte (rows_overlap) among the pairs
+// `check(a, b)` accepts: the first by (b, a) (kLaterFirst: the first row that meets an earlier
+// one, as a loop checking each row against those before it finds it) or by (a, b)
+// (kEarlierFirst). One sweep over the rows sorted by their hulls' [begin, end()): only rows whose
+// hulls meet are compared, O(n log n) for rows of disjoint hulls (separate tensors), where
+// comparing every pair took 28 s for 64,000 layers' views. Returns false when no pair overlaps;
+// else *a, *b and their intervals *ia, *jb.
+enum class OverlapOrder { kLaterFirst, kEarlierFirst };
 bool first_overlap(const std::vector<const ByteRows*>& rows,
-                   const std::function<bool(std::size_t, std::size_t)>& check, std::size_t* a,
-                   std::size_t* b, int64_t* ia, int64_t* jb);
+                   const std::function<bool(std::size_t, std::size_t)>& check, OverlapOrder order,
+                   std::size_t* a, std::size_t* b, int64_t* ia, int64_t* jb);
 
 // A checked, non-empty view as the intervals of its leading dimension: interval i is the span of
 // index i (its remaining dimensions). A view of one index, or of leading stride 0, is one interval.
