@@ -194,6 +194,11 @@ bool aligned16_host(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) 
 
 }  // namespace
 
+cudaError_t kernel_image_status() {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, upload_i32_kernel);
+}
+
 cudaError_t launch_commit_check(const CommitCheckParams& p, cudaStream_t stream) {
   return launch_kernel(false, commit_check_kernel, dim3(1), dim3(256), stream, p);
 }

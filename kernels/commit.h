@@ -128,4 +128,10 @@ cudaError_t launch_upload_i32(int32_t* dst, const int32_t* values, int n, cudaSt
 // of a captured round.
 cudaError_t launch_upload_i32(const UploadSpan* spans, int count, cudaStream_t stream);
 
+// Whether this build holds a kernel image the current device can run: cudaSuccess, or the error
+// cudaFuncGetAttributes gives for one of the library's kernels (cudaErrorNoKernelImageForDevice,
+// cudaErrorInvalidDeviceFunction) where no code was compiled for the device's compute capability
+// (CMAKE_CUDA_ARCHITECTURES). Loads the module where loading is lazy; launches nothing.
+cudaError_t kernel_image_status();
+
 }  // namespace specstate::kernels

@@ -67,6 +67,32 @@ class CudaBackend final : public BackendImpl {
                   "StatePool: options.device = " + std::to_string(device_) + " outside [0, " +
                       std::to_string(count) + ")");
     }
+    // A device the build has no code for: the pool was built and acquire worked (memsets), and
+    // the first prefill, decode or verify failed as a backend error (an A100 under the default
+    // CMAKE_CUDA_ARCHITECTURES 90). Refused here, naming the compute capability.
+    {
+      const DeviceGuard guard(device_);
+      int major = 0, minor = 0;
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_);
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_);
+      const std::string cc = std::to_string(major) + "." + std::to_string(minor);
+      if (major < 8) {
+        throw Error(Status::kNotSupported,
+                    "StatePool: options.device = " + std::to_string(device_) +
+                        " has compute capability " + cc +
+                        "; the cuda backend needs 8.0 or newer (Ampere, Hopper, Blackwell)");
+      }
+      const cudaError_t image = k::kernel_image_status();
+      if (image != cudaSuccess) {
+        cudaGetLastError();  // reported here, not left on the thread
+        throw Error(Status::kNotSupported,
+                    "StatePool: options.device = " + std::to_string(device_) +
+                        " has compute capability " + cc +
+                        " and this build holds no kernel for it (" + cudaGetErrorName(image) +
+                        "): build with CMAKE_CUDA_ARCHITECTURES including " +
+                        std::to_string(major) + std::to_string(minor));
+      }
+    }
     // A stream of another GPU: every kernel launch on it would fail (its copies would not), with
     // an error that names no option. The special handles (null, legacy, per-thread) are the
     // current device's, which every call makes options.device. (cudaStreamGetDevice: CUDA 12.8.)

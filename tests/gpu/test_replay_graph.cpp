@@ -14,6 +14,7 @@
 #include "common/expect.h"
 #include "common/presets.h"
 #include "gpu_util.h"
+#include "kernels/commit.h"
 
 namespace specstate::test {
 namespace {
@@ -409,6 +410,26 @@ TEST(ReplayCommitChecks, AStreamOfAnotherGpuIsRefusedAndTheDestructorKeepsTheCur
   EXPECT_EQ(current, 1) << "destroying a pool of cuda:0 moved the thread off cuda:1";
   cudaStreamDestroy(other);
   cudaSetDevice(0);
+}
+
+// A device the build holds no code for was accepted: acquire worked (memsets only) and the first
+// prefill, decode or verify failed as a backend error. The pool now asks at construction
+// (kernels::kernel_image_status) and refuses the device with kNotSupported, naming its compute
+// capability. Here the build holds this device's code: the probe says so and leaves no error on
+// the thread, and a pool on it runs a prefill. (The refusal itself needs a GPU the build lacks.)
+TEST(ReplayCommitChecks, TheBuildsKernelImageForTheDeviceIsProbedAtConstruction) {
+  SPECSTATE_REQUIRE_GPU();
+  EXPECT_EQ(kernels::kernel_image_status(), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  EXPECT_GE(major, 8);
+  PoolOptions options = test_pool_options(1, 1, 2, Strategy::kReplay);
+  options.backend = Backend::kCuda;
+  StatePool pool(ModelConfig::gated_delta_net(1, gdn_preset("gpu_f32")), options);
+  const SlotHandle h = pool.acquire();
+  EXPECT_TRUE(pool.is_live(h));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 }  // namespace
