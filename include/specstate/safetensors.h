@@ -8,10 +8,10 @@
 //
 // The whole file is read and validated when it is opened (the length field and the header first,
 // the data only once they hold): header length within the file and at most 100 MB, JSON
-// well-formed with at most 262,144 keys and arrays of at most 64 values, every dtype known, every shape non-negative, end - begin = numel * dtype size,
-// offsets inside the data section, tensors neither overlapping nor leaving bytes uncovered (the
-// rules of the reference implementation). Every failure throws specstate::Error naming the file
-// and, where there is one, the tensor.
+// well-formed with at most 262,144 keys and arrays of at most 64 values, every dtype known, every
+// shape non-negative, end - begin = numel * dtype size, offsets inside the data section, tensors
+// neither overlapping nor leaving bytes uncovered (the rules of the reference implementation).
+// Every failure throws specstate::Error naming the file and, where there is one, the tensor.
 #pragma once
 
 #include <cstdint>
