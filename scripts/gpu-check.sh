@@ -16,6 +16,9 @@
 #   STAGES="build rings" scripts/gpu-check.sh   # replay rings against the default, every kind
 #   STAGES="build ringbench" scripts/gpu-check.sh   # GDN replay vs SGLang's ring on this GPU
 #                                                   # (carry .whl/sglang-0.5.23-src)
+#   STAGES="build ncu" scripts/gpu-check.sh   # one line per replay-round kernel at T = 4, B = 128
+#                                             # (NCU_T, NCU_B): duration, DRAM and SM throughput,
+#                                             # issue, occupancy, registers (ncu's speed of light)
 #
 # Dependencies: the Debian packages of scripts/deps.sh, or (machines with no package access) a
 # prefix holding their headers, libraries and CMake configs in ./.gpudeps (CMAKE_PREFIX_PATH and
@@ -392,6 +395,43 @@ if has kdaab; then
       status=1
   fi
 fi
+if has ncu; then
+  # What bounds each kernel of a replay round (issue 16's closing note: DRAM %, SM %, issue),
+  # one launch each, ncu's base clocks: GDN's conv and recurrence, Mamba2's, KDA's recurrence.
+  T="${NCU_T:-4}" Bsz="${NCU_B:-128}"
+  echo "== ncu of the replay round's kernels at T = $T, B = $Bsz [t=${SECONDS}s]"
+  printf "%-28s %9s %6s %6s %6s %6s %6s %5s\n" kernel "us" "DRAM%" "SM%" "issue%" "occ%" "theo%" regs
+  ncu_line() {  # name, kernel regex, bench binary, benchmark filter, launches to skip
+    local f="$OUT/ncu-$1.txt"
+    timeout 180 ncu --kernel-name "regex:$2" --launch-skip "$5" --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+      --section ComputeWorkloadAnalysis \
+      "$3" --benchmark_filter="$4" --benchmark_min_time=0.05 >"$f" 2>&1
+    python3 - "$1" "$f" <<'PY'
+import re, sys
+name, path = sys.argv[1], sys.argv[2]
+text = open(path, errors="replace").read()
+def metric(label):
+    m = re.search(r"^\s*" + re.escape(label) + r"\s+\S+\s+([\d.,]+)", text, re.M)
+    return float(m.group(1).replace(",", "")) if m else float("nan")
+us = metric("Duration")
+unit = re.search(r"^\s*Duration\s+(\S+)", text, re.M)
+if unit and unit.group(1) in ("ms", "msecond"):
+    us *= 1000.0
+elif unit and unit.group(1) in ("ns", "nsecond"):
+    us /= 1000.0
+print(f"{name:<28} {us:9.1f} {metric('DRAM Throughput'):6.1f} {metric('Compute (SM) Throughput'):6.1f} "
+      f"{metric('Issue Slots Busy'):6.1f} {metric('Achieved Occupancy'):6.1f} "
+      f"{metric('Theoretical Occupancy'):6.1f} {metric('Registers Per Thread'):5.0f}")
+PY
+  }
+  ncu_line gdn_conv conv_update "$bench_bin" "BM_Rounds4Replay/T:$T/B:$Bsz/" 100
+  ncu_line gdn_recurrence gdn_recurrence "$bench_bin" "BM_Rounds4Replay/T:$T/B:$Bsz/" 100
+  ncu_line mamba2_conv conv_update "$m2_bench_bin" "BM_M2Rounds4Replay/T:$T/B:$Bsz/" 100
+  ncu_line mamba2_recurrence mamba2_recurrence "$m2_bench_bin" "BM_M2Rounds4Replay/T:$T/B:$Bsz/" 100
+  ncu_line kda_recurrence gdn_recurrence "$kda_bench_bin" "BM_KdaRounds4Replay/T:$T/B:$Bsz/" 60
+fi
+
 if has rings; then
   # The replay ring R against the default, per kind (how default_replay_ring was chosen; docs/
   # cuda.md, the tenth session): GDN and Mamba2 rounds under SPECSTATE_BENCH_RING (RINGS_GDN /
