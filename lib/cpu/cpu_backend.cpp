@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -98,15 +99,15 @@ void run_rows(const PoolStorage& s, const LayerRun& run, Step& step, RowScratch&
   // Every working state this call needs is sized before the first row writes anything: a host
   // that cannot hold them refuses the call having changed nothing.
   int buffers = 0;
-  if (run.plan && !io.store_tokens) {
-    for (int r = 0; r < run.rows(); ++r) {
-      const int slot = run.plan->slots[r];
-      if (slot < 0) continue;
-      buffers = std::max(buffers, assign_node_buffers(&run.plan->parents[std::size_t(r) * T],
-                                                      run.length(r), scratch));
-    }
-  }
   try {
+    if (run.plan && !io.store_tokens) {
+      for (int r = 0; r < run.rows(); ++r) {
+        const int slot = run.plan->slots[r];
+        if (slot < 0) continue;
+        buffers = std::max(buffers, assign_node_buffers(&run.plan->parents[std::size_t(r) * T],
+                                                        run.length(r), scratch));
+      }
+    }
     cur.fit(l);
     if (io.store_tokens && !l.canonical()) {
       prev.fit(l);
@@ -323,20 +324,37 @@ class CpuBackend final : public BackendImpl {
 
   void run_gdn(const PoolStorage& s, const LayerRun& run, const GdnWeights& weights,
                const GdnInputs& inputs, const GdnOutputs& outputs) override {
-    cpu::GdnStep step(s.config.gdn, weights, inputs, outputs);
-    run_rows(s, run, step, scratch_);
+    auto step = make_step<cpu::GdnStep>(s, s.config.gdn, weights, inputs, outputs);
+    run_rows(s, run, *step, scratch_);
   }
 
   void run_mamba2(const PoolStorage& s, const LayerRun& run, const Mamba2Weights& weights,
                   const Mamba2Inputs& inputs, const Mamba2Outputs& outputs) override {
-    cpu::Mamba2Step step(s.config.mamba, weights, inputs, outputs);
-    run_rows(s, run, step, scratch_);
+    auto step = make_step<cpu::Mamba2Step>(s, s.config.mamba, weights, inputs, outputs);
+    run_rows(s, run, *step, scratch_);
   }
 
   void run_kda(const PoolStorage& s, const LayerRun& run, const KdaWeights& weights,
                const KdaInputs& inputs, const KdaOutputs& outputs) override {
-    cpu::KdaStep step(s.config.kda_layer, weights, inputs, outputs);
-    run_rows(s, run, step, scratch_);
+    auto step = make_step<cpu::KdaStep>(s, s.config.kda_layer, weights, inputs, outputs);
+    run_rows(s, run, *step, scratch_);
+  }
+
+  // A kind's token step, whose constructor sizes every buffer its tokens use (a token
+  // allocates nothing): a host that cannot hold them refuses the call before any row is
+  // written, as run_rows refuses its working states (it was a plain std::bad_alloc).
+  template <typename Step, typename Config, typename... Views>
+  static std::unique_ptr<Step> make_step(const PoolStorage& s, const Config& config,
+                                         const Views&... views) {
+    try {
+      return std::make_unique<Step>(config, views...);
+    } catch (const std::bad_alloc&) {
+      throw Error(Status::kResourceExhausted,
+                  "CPU backend: cannot allocate the token step's buffers of this layer call "
+                  "(conv_dim " +
+                      std::to_string(s.layout.shapes.conv_dim) + ", conv_width " +
+                      std::to_string(s.layout.shapes.conv_width) + ")");
+    }
   }
 
   void commit_copy(const PoolStorage& s, const CommitWork& work) override {

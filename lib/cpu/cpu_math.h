@@ -114,12 +114,30 @@ struct HeadInputs {
 inline float key_scale(const Eigen::VectorXf& k_raw) {
   return 1.0f / std::sqrt(k_raw.squaredNorm() + 1e-6f);
 }
-inline Eigen::VectorXf normalized_key(const Eigen::VectorXf& k_raw, float kf) { return k_raw * kf; }
+inline void normalized_key(const Eigen::VectorXf& k_raw, float kf, Eigen::VectorXf& k) {
+  k.noalias() = k_raw * kf;
+}
 // q~ = q * scale / sqrt(sum q^2 + 1e-6), the query of both delta-rule kinds.
 template <typename Q>
-Eigen::VectorXf normalized_query(const Q& q_raw, float scale) {
-  return q_raw * (scale / std::sqrt(q_raw.squaredNorm() + 1e-6f));
+void normalized_query(const Q& q_raw, float scale, Eigen::VectorXf& q) {
+  q.noalias() = q_raw * (scale / std::sqrt(q_raw.squaredNorm() + 1e-6f));
 }
+
+// The vectors of one value head's step or record application, sized once per layer call (the
+// step's constructor) so that a token allocates nothing: a layer call that runs out of memory
+// does so before it writes any state (it allocated K- and V-vectors per head and token, and a
+// failure mid-row left a replay slot's conv window stored twice). The arithmetic is the one it
+// replaced: S k is formed into sk as Eigen formed it into a temporary.
+struct DeltaScratch {
+  Eigen::VectorXf k_raw, q, k, u, sk;
+  void fit(int K, int V) {
+    k_raw.resize(K);
+    q.resize(K);
+    k.resize(K);
+    u.resize(V);
+    sk.resize(V);
+  }
+};
 
 // The rank-1 part of the GDN update, S = e^g S + u k^T, split as the step computes it (S is
 // scaled before u is formed). Shared by the step and the factor records' application (DESIGN.md
@@ -142,35 +160,37 @@ struct DeltaFactors {
 //   q~ = q / sqrt(sum q^2 + 1e-6) * scale;  k^ = k / sqrt(sum k^2 + 1e-6)
 //   g = -exp(A_log) * softplus(a + dt_bias);  beta = sigmoid(b)
 //   S = exp(g) S;  u = beta (v - S k^);  S += u k^T;  o = S q~
+// `w`: fitted to (K, V).
 inline void gdn_head_step(const HeadInputs& in, float scale, int K, int V, float* state, float* out,
-                          const DeltaFactors& factors = {}) {
+                          DeltaScratch& w, const DeltaFactors& factors = {}) {
   Eigen::Map<const Eigen::VectorXf> q_raw(in.q, K), v(in.v, V);
-  const Eigen::VectorXf k_raw = Eigen::Map<const Eigen::VectorXf>(in.k, K);
-  const Eigen::VectorXf q = normalized_query(q_raw, scale);
-  const float kf = key_scale(k_raw);
-  const Eigen::VectorXf k = normalized_key(k_raw, kf);
+  w.k_raw = Eigen::Map<const Eigen::VectorXf>(in.k, K);
+  normalized_query(q_raw, scale, w.q);
+  const float kf = key_scale(w.k_raw);
+  normalized_key(w.k_raw, kf, w.k);
   const float g = -std::exp(in.A_log) * softplus(in.a + in.dt_bias);
   const float beta = sigmoid(in.b);
   const float eg = std::exp(g);
   Eigen::Map<RowMatrix> S(state, V, K);
   gdn_decay(S, eg);
-  const Eigen::VectorXf u = beta * (v - S * k);
-  gdn_rank1(S, u, k);
-  Eigen::Map<Eigen::VectorXf>(out, V).noalias() = S * q;
-  if (factors.u) Eigen::Map<Eigen::VectorXf>(factors.u, V) = u;
+  w.sk.noalias() = S * w.k;
+  w.u.noalias() = beta * (v - w.sk);
+  gdn_rank1(S, w.u, w.k);
+  Eigen::Map<Eigen::VectorXf>(out, V).noalias() = S * w.q;
+  if (factors.u) Eigen::Map<Eigen::VectorXf>(factors.u, V) = w.u;
   if (factors.eg) *factors.eg = eg;
   if (factors.kf) *factors.kf = kf;
 }
 
 // Applies one GDN factor record to S [V, K]: S = e^g S + u k^T with k = k_raw * kf.
 inline void gdn_head_apply(float eg, const float* u_rec, const float* k_raw_rec, float kf, int K,
-                           int V, float* state) {
-  const Eigen::VectorXf u = Eigen::Map<const Eigen::VectorXf>(u_rec, V);
-  const Eigen::VectorXf k_raw = Eigen::Map<const Eigen::VectorXf>(k_raw_rec, K);
-  const Eigen::VectorXf k = normalized_key(k_raw, kf);
+                           int V, float* state, DeltaScratch& w) {
+  w.u = Eigen::Map<const Eigen::VectorXf>(u_rec, V);
+  w.k_raw = Eigen::Map<const Eigen::VectorXf>(k_raw_rec, K);
+  normalized_key(w.k_raw, kf, w.k);
   Eigen::Map<RowMatrix> S(state, V, K);
   gdn_decay(S, eg);
-  gdn_rank1(S, u, k);
+  gdn_rank1(S, w.u, w.k);
 }
 
 // Applies one delta-rule factor record (GDN's or KDA's layout: u f32 [HV][V], e^g, kf f32 [H],
@@ -186,7 +206,7 @@ void apply_delta_factor(void* ssm, const void* factor, const Layout& fl, int H, 
   const auto* u = reinterpret_cast<const float*>(f + fl.u);
   const auto* eg = reinterpret_cast<const float*>(f + fl.eg);
   const auto* kf = reinterpret_cast<const float*>(f + fl.kf);
-  k_raw.resize(static_cast<std::size_t>(H) * K);
+  k_raw.resize(static_cast<std::size_t>(H) * K);  // sized by the step: no allocation here
   load_array(f + fl.k, act, int64_t{H} * K, k_raw.data());
   const int64_t head_elems = int64_t{V} * K;
   const std::size_t sbytes = dtype_size(sdt);

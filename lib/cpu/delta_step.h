@@ -13,9 +13,10 @@
 //   explicit Gate(const Config&)
 //   void load(const Inputs&, int64_t token)           the token's gate inputs (a / g, b)
 //   void head_step(const Weights&, int hv, const float* q, const float* k, const float* v,
-//                  float scale, float* state, float* out, const DeltaFactors&)
+//                  float scale, float* state, float* out, DeltaScratch&, const DeltaFactors&)
 //   void head_apply(int hv, const float* eg, const float* u, const float* k_raw, float kf,
-//                   float* state) const               eg: the record's whole e^g array
+//                   float* state, DeltaScratch&) const   eg: the record's whole e^g array
+// The step allocates every buffer in its constructor; a token allocates nothing.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +45,8 @@ class DeltaStep {
     next_window_.resize(window_.size());
     head_state_.resize(static_cast<std::size_t>(c_.head_v_dim) * c_.head_k_dim);
     head_out_.resize(c_.head_v_dim);
+    k_raw_.resize(static_cast<std::size_t>(c_.num_k_heads) * c_.head_k_dim);
+    scratch_.fit(c_.head_k_dim, c_.head_v_dim);
     scale_ = c_.effective_scale();
   }
 
@@ -74,7 +77,7 @@ class DeltaStep {
                        c_.head_k_dim, c_.head_v_dim, c_.act_dtype, c_.ssm_state_dtype, k_raw_,
                        head_state_,
                        [&](int hv, const float* eg, const float* u, const float* k, float kf,
-                           float* state) { gate_.head_apply(hv, eg, u, k, kf, state); });
+                           float* state) { gate_.head_apply(hv, eg, u, k, kf, state, scratch_); });
   }
 
   // Advances the loaded token: conv window prev_conv -> next_conv, SSM prev_ssm -> next_ssm
@@ -115,7 +118,7 @@ class DeltaStep {
       gate_.head_step(w_, hv, y_.data() + int64_t{h} * K,
                       y_.data() + int64_t{H} * K + int64_t{h} * K,
                       y_.data() + 2 * int64_t{H} * K + int64_t{hv} * V, scale_, head_state_.data(),
-                      head_out_.data(), factors);
+                      head_out_.data(), scratch_, factors);
       store_array(head_state_.data(), head_elems, sdt, dst);
       if (out_token < 0) continue;
       for (int p = 0; p < V; ++p) {
@@ -136,6 +139,7 @@ class DeltaStep {
   int hist_ = 0;
   float scale_ = 1.0f;
   std::vector<float> x_, y_, window_, next_window_, head_state_, head_out_, k_raw_;
+  DeltaScratch scratch_;  // a head's vectors: every buffer of a token is sized here
 };
 
 }  // namespace specstate::detail::cpu

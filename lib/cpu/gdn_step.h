@@ -35,7 +35,8 @@ struct GdnGate {
     }
   }
   void head_step(const Weights& w, int hv, const float* q, const float* k, const float* v,
-                 float scale, float* state, float* out, const DeltaFactors& factors) const {
+                 float scale, float* state, float* out, DeltaScratch& scratch,
+                 const DeltaFactors& factors) const {
     HeadInputs head;
     head.q = q;
     head.k = k;
@@ -44,11 +45,11 @@ struct GdnGate {
     head.b = b[hv];
     head.A_log = specstate::detail::cpu::load(w.A_log, hv * w.A_log.stride[0]);
     head.dt_bias = specstate::detail::cpu::load(w.dt_bias, hv * w.dt_bias.stride[0]);
-    gdn_head_step(head, scale, c.head_k_dim, c.head_v_dim, state, out, factors);
+    gdn_head_step(head, scale, c.head_k_dim, c.head_v_dim, state, out, scratch, factors);
   }
   void head_apply(int hv, const float* eg, const float* u, const float* k_raw, float kf,
-                  float* state) const {
-    gdn_head_apply(eg[hv], u, k_raw, kf, c.head_k_dim, c.head_v_dim, state);
+                  float* state, DeltaScratch& scratch) const {
+    gdn_head_apply(eg[hv], u, k_raw, kf, c.head_k_dim, c.head_v_dim, state, scratch);
   }
 
   const Config& c;

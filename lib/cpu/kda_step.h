@@ -55,19 +55,20 @@ inline void kda_gate(const float* g_raw, const float* dt_bias, float A_log,
 // head's decay (kda_gate).
 inline void kda_head_step(const float* q_in, const float* k_in, const float* v_in, float b,
                           const float* eg, float scale, int K, int V, float* state, float* out,
-                          const DeltaFactors& factors = {}) {
+                          DeltaScratch& w, const DeltaFactors& factors = {}) {
   Eigen::Map<const Eigen::VectorXf> q_raw(q_in, K), v(v_in, V);
-  const Eigen::VectorXf k_raw = Eigen::Map<const Eigen::VectorXf>(k_in, K);
-  const Eigen::VectorXf q = normalized_query(q_raw, scale);
-  const float kf = key_scale(k_raw);
-  const Eigen::VectorXf k = normalized_key(k_raw, kf);
+  w.k_raw = Eigen::Map<const Eigen::VectorXf>(k_in, K);
+  normalized_query(q_raw, scale, w.q);
+  const float kf = key_scale(w.k_raw);
+  normalized_key(w.k_raw, kf, w.k);
   const float beta = sigmoid(b);
   Eigen::Map<RowMatrix> S(state, V, K);
   kda_decay(S, eg);
-  const Eigen::VectorXf u = beta * (v - S * k);
-  gdn_rank1(S, u, k);
-  Eigen::Map<Eigen::VectorXf>(out, V).noalias() = S * q;
-  if (factors.u) Eigen::Map<Eigen::VectorXf>(factors.u, V) = u;
+  w.sk.noalias() = S * w.k;
+  w.u.noalias() = beta * (v - w.sk);
+  gdn_rank1(S, w.u, w.k);
+  Eigen::Map<Eigen::VectorXf>(out, V).noalias() = S * w.q;
+  if (factors.u) Eigen::Map<Eigen::VectorXf>(factors.u, V) = w.u;
   if (factors.eg) std::copy(eg, eg + K, factors.eg);
   if (factors.kf) *factors.kf = kf;
 }
@@ -75,13 +76,13 @@ inline void kda_head_step(const float* q_in, const float* k_in, const float* v_i
 // Applies one KDA factor record of one value head to S [V, K]: S = diag-decay(eg) S + u k^T with
 // k = k_raw * kf, through the step's own helpers.
 inline void kda_head_apply(const float* eg, const float* u_rec, const float* k_raw_rec, float kf,
-                           int K, int V, float* state) {
-  const Eigen::VectorXf u = Eigen::Map<const Eigen::VectorXf>(u_rec, V);
-  const Eigen::VectorXf k_raw = Eigen::Map<const Eigen::VectorXf>(k_raw_rec, K);
-  const Eigen::VectorXf k = normalized_key(k_raw, kf);
+                           int K, int V, float* state, DeltaScratch& w) {
+  w.u = Eigen::Map<const Eigen::VectorXf>(u_rec, V);
+  w.k_raw = Eigen::Map<const Eigen::VectorXf>(k_raw_rec, K);
+  normalized_key(w.k_raw, kf, w.k);
   Eigen::Map<RowMatrix> S(state, V, K);
   kda_decay(S, eg);
-  gdn_rank1(S, u, k);
+  gdn_rank1(S, w.u, w.k);
 }
 
 struct KdaGate {
@@ -114,7 +115,8 @@ struct KdaGate {
     }
   }
   void head_step(const Weights& w, int hv, const float* q, const float* k, const float* v,
-                 float scale, float* state, float* out, const DeltaFactors& factors) {
+                 float scale, float* state, float* out, DeltaScratch& scratch,
+                 const DeltaFactors& factors) {
     const int K = c.head_k_dim;
     const float A_log = specstate::detail::cpu::load(w.A_log, hv * w.A_log.stride[0]);
     for (int i = 0; i < K; ++i) {
@@ -122,12 +124,12 @@ struct KdaGate {
                                                 hv * w.dt_bias.stride[0] + i * w.dt_bias.stride[1]);
     }
     kda_gate(g.data() + int64_t{hv} * K, dt_bias.data(), A_log, c.lower_bound, K, eg.data());
-    kda_head_step(q, k, v, b[hv], eg.data(), scale, K, c.head_v_dim, state, out, factors);
+    kda_head_step(q, k, v, b[hv], eg.data(), scale, K, c.head_v_dim, state, out, scratch, factors);
   }
   void head_apply(int hv, const float* eg_rec, const float* u, const float* k_raw, float kf,
-                  float* state) const {
+                  float* state, DeltaScratch& scratch) const {
     kda_head_apply(eg_rec + int64_t{hv} * c.head_k_dim, u, k_raw, kf, c.head_k_dim, c.head_v_dim,
-                   state);
+                   state, scratch);
   }
 
   const Config& c;

@@ -42,6 +42,9 @@ class Mamba2Step {
     head_state_.resize(static_cast<std::size_t>(m_.head_dim) * m_.d_state);
     dB_.resize(m_.d_state);
     head_out_.resize(m_.head_dim);
+    // A record's x and B: sized here, so that a token allocates nothing (apply_factor).
+    rec_x_.resize(static_cast<std::size_t>(m_.num_heads) * m_.head_dim);
+    rec_B_.resize(static_cast<std::size_t>(m_.n_groups) * m_.d_state);
   }
 
   // The token's inputs from the call's views (token index).
@@ -76,8 +79,6 @@ class Mamba2Step {
     const char* f = static_cast<const char*>(factor);
     const auto* dt = reinterpret_cast<const float*>(f + fl.dt);
     const auto* dA = reinterpret_cast<const float*>(f + fl.dA);
-    rec_x_.resize(static_cast<std::size_t>(H) * P);
-    rec_B_.resize(static_cast<std::size_t>(G) * N);
     load_array(f + fl.x, m_.act_dtype, int64_t{H} * P, rec_x_.data());
     load_array(f + fl.B, m_.act_dtype, int64_t{G} * N, rec_B_.data());
     const int64_t head_elems = int64_t{P} * N;

@@ -4,11 +4,13 @@
 // lib/pool.cpp (token counts, aliasing outputs), lib/validate.cpp (view spans) and the backends'
 // can_implement (memory that cannot fit); these tests use only the public API.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -379,3 +381,76 @@ TEST(HostilePool, HugeStrideIsRejected) {
 
 }  // namespace
 }  // namespace specstate
+
+#include "common/layer_kinds.h"
+#include "common/pool_rounds.h"
+
+namespace specstate::test {
+namespace {
+
+// A CPU layer call that runs out of memory changes nothing: every buffer of the token step is
+// sized before the first row writes. The step allocated K- and V-vectors per head and token, after
+// a replay verify had already stored the slot's replayed conv window; a verify refused there left
+// the pending conv steps to be applied a second time, and the retried round's outputs and state
+// differed from the snapshot strategy's (a plain std::bad_alloc, too). Here, in a child process, a
+// replay verify runs under address-space limits that sweep the step's allocations (256 KiB vectors:
+// K = 2^16); at each, the verify either succeeds or is refused as kResourceExhausted, and the
+// round retried without the limit gives the snapshot pool's outputs and state bit for bit.
+TEST(HostilePoolMemory, ALayerCallRefusedForMemoryChangesNothing) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "an address-space limit does not hold under AddressSanitizer";
+#else
+  GdnConfig g;
+  g.num_k_heads = g.num_v_heads = 1;
+  g.head_k_dim = 1 << 16;
+  g.head_v_dim = 1;
+  g.conv_width = 4;
+  g.act_dtype = g.conv_state_dtype = g.ssm_state_dtype = DType::kF32;
+  const auto sweep = [&] {
+    // Every buffer of 64 KiB or more mapped afresh, so that the limit meets each of the call's.
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+    malloc_trim(0);
+    rlimit unlimited{};
+    if (getrlimit(RLIMIT_AS, &unlimited) != 0) std::_Exit(2);
+    int refused = 0, passed = 0;
+    for (int64_t slack = 0; slack <= (int64_t{12} << 20); slack += int64_t{3} << 17) {
+      PoolRounds<GdnKind> ms(g, 1, 5), mr(g, 1, 5);  // the same weights and inputs
+      StatePool snap = ms.pool(Strategy::kSnapshot, 1, 1, 4);
+      StatePool rep = mr.pool(Strategy::kReplay, 1, 1, 4);
+      const SlotHandle a = snap.acquire(), b = rep.acquire();
+      ms.round(snap, round_batch(false, {a}), {2});
+      mr.round(rep, round_batch(false, {b}), {2});  // two pending conv steps
+      const std::vector<GdnKind::HostInputs> in = ms.inputs(4);
+      std::vector<GdnKind::HostOutputs> want = ms.round(snap, round_batch(false, {a}), in, {1});
+      std::vector<GdnKind::HostOutputs> got = mr.outputs(4);
+      rep.begin_verify(round_batch(false, {b}));
+      if (!limit_address_space(slack)) std::_Exit(2);
+      try {
+        mr.verify(rep, in, got, 0, 1);
+        ++passed;
+      } catch (const Error& e) {
+        if (e.status() != Status::kResourceExhausted) std::_Exit(3);
+        ++refused;
+      } catch (...) {
+        std::_Exit(4);  // a std::bad_alloc: not refused as the library's error
+      }
+      if (setrlimit(RLIMIT_AS, &unlimited) != 0) std::_Exit(2);
+      mr.verify(rep, in, got, 0, 1);  // the round retried
+      rep.commit({1});
+      if (got[0].core_out.bytes() != want[0].core_out.bytes()) std::_Exit(5);
+      if (exported(rep, b) != exported(snap, a)) std::_Exit(6);
+    }
+    std::fprintf(stderr, "refused %d, passed %d\n", refused, passed);
+    std::_Exit(refused > 0 && passed > 0 ? 0 : 7);  // the sweep crossed the call's allocations
+  };
+  // In a fresh process (the binary run again for this test alone): a long test process's heap
+  // holds freed memory that the limit does not see, and the sweep then met no allocation.
+  const std::string style = GTEST_FLAG_GET(death_test_style);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(sweep(), ::testing::ExitedWithCode(0), "");
+  GTEST_FLAG_SET(death_test_style, style);
+#endif
+}
+
+}  // namespace
+}  // namespace specstate::test
