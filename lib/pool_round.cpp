@@ -39,13 +39,33 @@ void StatePool::Impl::verify(int layer, const Weights& weights,
   verified[layer] = true;
 }
 
-// "layers 0, 1, 2" of the layers the open round has verified.
+// The layers the open round has verified, for messages: "0, 1", "0-5, 7", runs of three or more
+// as a range and at most kRuns runs written, then "and N more" (a round of 2^20 layers made an
+// 8 MB refusal).
 std::string StatePool::Impl::verified_layers() const {
+  constexpr int kRuns = 16;
   std::string out;
-  for (std::size_t l = 0; l < verified.size(); ++l) {
-    if (!verified[l]) continue;
-    out += (out.empty() ? "" : ", ") + std::to_string(l);
+  int runs = 0;
+  int64_t more = 0;
+  for (std::size_t l = 0; l < verified.size();) {
+    if (!verified[l]) {
+      ++l;
+      continue;
+    }
+    std::size_t e = l;
+    while (e + 1 < verified.size() && verified[e + 1]) ++e;
+    if (runs < kRuns) {
+      const std::string run = e - l >= 2 ? std::to_string(l) + "-" + std::to_string(e)
+                              : e == l   ? std::to_string(l)
+                                         : std::to_string(l) + ", " + std::to_string(e);
+      out += (out.empty() ? "" : ", ") + run;
+    } else {
+      more += static_cast<int64_t>(e - l + 1);
+    }
+    ++runs;
+    l = e + 1;
   }
+  if (more > 0) out += " and " + std::to_string(more) + " more";
   return out;
 }
 

@@ -42,16 +42,23 @@ void validate_common(const Config& c, const char* kind, int64_t gate_cols) {
   }
   // Every per-token extent must fit an int (kernels and views index channels with int). Computed
   // in 128 bits: with every field near INT_MAX the 64-bit sum (c.conv_dim()) would overflow.
-  const __int128 conv_dim =
-      2 * __int128{c.num_k_heads} * c.head_k_dim + __int128{c.num_v_heads} * c.head_v_dim;
-  if (conv_dim + gate_cols > std::numeric_limits<int32_t>::max()) {
-    bad_field(kind, "head_k_dim", std::to_string(c.head_k_dim),
-              "conv_dim = 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim = " +
-                  int128_text(conv_dim) + " does not fit in 32 bits");
-  }
-  if (int64_t{c.num_v_heads} * c.head_v_dim > std::numeric_limits<int32_t>::max()) {
+  // The value heads' extent first, then the whole token's columns (conv_dim and the gate
+  // inputs), blaming the larger of its two terms: the check named head_k_dim for a head_v_dim
+  // near 2^31, with a sum that left out the gate columns it compared.
+  const __int128 qk = 2 * __int128{c.num_k_heads} * c.head_k_dim;
+  const __int128 vv = __int128{c.num_v_heads} * c.head_v_dim;
+  if (vv > std::numeric_limits<int32_t>::max()) {
     bad_field(kind, "head_v_dim", std::to_string(c.head_v_dim),
-              "num_v_heads * head_v_dim does not fit in 32 bits");
+              "num_v_heads * head_v_dim = " + int128_text(vv) + " does not fit in 32 bits");
+  }
+  if (qk + vv + gate_cols > std::numeric_limits<int32_t>::max()) {
+    const bool k_larger = qk >= vv;
+    bad_field(kind, k_larger ? "head_k_dim" : "head_v_dim",
+              std::to_string(k_larger ? c.head_k_dim : c.head_v_dim),
+              "conv_dim + gate inputs (a token's columns) = 2 * num_k_heads * head_k_dim + "
+              "num_v_heads * head_v_dim + " +
+                  std::to_string(gate_cols) + " = " + int128_text(qk + vv + gate_cols) +
+                  " does not fit in 32 bits");
   }
   if (c.scale && !(std::isfinite(*c.scale) && *c.scale > 0.0f)) {
     bad_field(kind, "scale", float_text(*c.scale), "must be finite and positive");

@@ -37,12 +37,16 @@ void validate(const Mamba2Config& m) {
   if (m.conv_width < 2) bad_field("conv_width", std::to_string(m.conv_width), "must be >= 2");
   // Every per-token extent must fit an int (kernels and views index channels with int).
   // (In 128 bits: with every field near INT_MAX the 64-bit sum, m.conv_dim(), would overflow.)
-  const __int128 conv_dim =
-      __int128{m.num_heads} * m.head_dim + 2 * __int128{m.n_groups} * m.d_state;
-  if (conv_dim + m.num_heads > std::numeric_limits<int32_t>::max()) {
-    bad_field("d_state", std::to_string(m.d_state),
-              "conv_dim = num_heads * head_dim + 2 * n_groups * d_state = " +
-                  int128_text(conv_dim) + " does not fit in 32 bits");
+  // Blaming the larger of conv_dim's two terms, with the sum it compares (dt's num_heads
+  // columns included): the check named d_state for a head_dim near 2^31.
+  const __int128 x = __int128{m.num_heads} * m.head_dim;
+  const __int128 bc = 2 * __int128{m.n_groups} * m.d_state;
+  if (x + bc + m.num_heads > std::numeric_limits<int32_t>::max()) {
+    const bool x_larger = x >= bc;
+    bad_field(x_larger ? "head_dim" : "d_state", std::to_string(x_larger ? m.head_dim : m.d_state),
+              "conv_dim + dt (a token's columns) = num_heads * head_dim + 2 * n_groups * d_state + "
+              "num_heads = " +
+                  int128_text(x + bc + m.num_heads) + " does not fit in 32 bits");
   }
   if (int64_t{m.head_dim} * m.d_state > std::numeric_limits<int32_t>::max()) {
     bad_field("d_state", std::to_string(m.d_state), "head_dim * d_state does not fit in 32 bits");

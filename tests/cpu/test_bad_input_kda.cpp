@@ -208,6 +208,29 @@ TEST(BadConfigKda, EachFieldIsNamed) {
       {"kda.conv_state_dtype = i32", [](KdaConfig& c) { c.conv_state_dtype = DType::kI32; }},
       {"kda.ssm_state_dtype = i32", [](KdaConfig& c) { c.ssm_state_dtype = DType::kI32; }},
       {"does not fit in 32 bits", [](KdaConfig& c) { c.head_k_dim = 1 << 30; }},
+      // The field that drives the size, and the sum compared (head_k_dim = 1 was named for a
+      // head_v_dim near 2^31, and 2147483646 was said not to fit in 32 bits).
+      {"kda.head_v_dim = 2147483645: conv_dim + gate inputs (a token's columns) = 2 * "
+       "num_k_heads * head_k_dim + num_v_heads * head_v_dim + 1 = 2147483648 does not fit",
+       [](KdaConfig& c) {
+         c.num_k_heads = c.num_v_heads = 1;
+         c.head_k_dim = 1;
+         c.head_v_dim = 2147483645;
+       }},
+      {"kda.head_v_dim = 1073741824: num_v_heads * head_v_dim = 2147483648 does not fit",
+       [](KdaConfig& c) {
+         c.num_k_heads = 1;
+         c.num_v_heads = 2;
+         c.head_k_dim = 1;
+         c.head_v_dim = 1 << 30;
+       }},
+      {"kda.head_v_dim = 1073741823: conv_dim + gate inputs",
+       [](KdaConfig& c) {
+         c.num_k_heads = 1;
+         c.num_v_heads = 2;
+         c.head_k_dim = 1;
+         c.head_v_dim = 1073741823;
+       }},
   };
   for (const Bad& b : bad) {
     KdaConfig c = kda_preset("kda_small_f32");

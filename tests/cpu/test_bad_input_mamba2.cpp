@@ -222,6 +222,15 @@ TEST(BadConfigMamba2, EachFieldIsNamed) {
       {"mamba.act_dtype = i32", [](Mamba2Config& m) { m.act_dtype = DType::kI32; }},
       {"mamba.ssm_state_dtype", [](Mamba2Config& m) { m.ssm_state_dtype = DType::kI32; }},
       {"does not fit in 32 bits", [](Mamba2Config& m) { m.d_state = 1 << 30; }},
+      // The larger term is blamed (d_state = 1 was named for a head_dim near 2^31).
+      {"mamba.head_dim = 2147483645: conv_dim + dt (a token's columns) = num_heads * head_dim + 2 "
+       "* "
+       "n_groups * d_state + num_heads = 2147483648 does not fit",
+       [](Mamba2Config& m) {
+         m.num_heads = m.n_groups = 1;
+         m.d_state = 1;
+         m.head_dim = 2147483645;
+       }},
   };
   for (const Bad& b : bad) {
     Mamba2Config m = small_mamba2_config();
@@ -280,7 +289,7 @@ TEST(BadConfig, SizesPast2To48BytesAreRefused) {
 }
 
 // Every head and dimension field at INT_MAX (prime, so the "multiple of" checks pass): validate()
-// refuses the config naming the conv width that does not fit, for every kind. Its own conv_dim
+// refuses the config naming the extent that does not fit, for every kind. Its own conv_dim
 // sum overflowed 64 bits first (undefined behaviour; the sanitized build aborted here).
 TEST(BadConfig, FieldsAtIntMaxAreRefusedWithoutOverflow) {
   const int big = std::numeric_limits<int>::max();
@@ -299,8 +308,13 @@ TEST(BadConfig, FieldsAtIntMaxAreRefusedWithoutOverflow) {
       EXPECT_EQ(e.status(), Status::kInvalidArgument) << e.what();
       const std::string what = e.what();
       EXPECT_NE(what.find("does not fit in 32 bits"), std::string::npos) << what;
-      // 2 * (2^31 - 1)^2 + (2^31 - 1)^2, printed exactly
-      EXPECT_NE(what.find("13835058042397261827"), std::string::npos) << what;
+      // Printed exactly: the delta-rule kinds' value heads, (2^31 - 1)^2; Mamba2's token columns,
+      // 3 (2^31 - 1)^2 + 2^31 - 1.
+      EXPECT_NE(what.find(c.kind == LayerKind::kMamba2
+                              ? "= 13835058044544745474 does not fit"
+                              : "num_v_heads * head_v_dim = 4611686014132420609 does not fit"),
+                std::string::npos)
+          << what;
     }
   }
 }

@@ -41,6 +41,45 @@ std::vector<int32_t> accept(const LifecycleCase& c, const std::vector<int>& step
 
 class Lifecycle : public ::testing::TestWithParam<LifecycleCase> {};
 
+// The refusal's list of verified layers is bounded: runs as ranges, at most 16 of them, then a
+// count (it listed every layer: 8.3 MB for a round of 2^20 layers).
+TEST(LifecycleMessages, TheVerifiedLayersOfARefusalAreListedAsBoundedRanges) {
+  GdnConfig g;
+  g.num_k_heads = g.num_v_heads = 1;
+  g.head_k_dim = g.head_v_dim = 2;
+  g.conv_width = 2;
+  g.act_dtype = g.conv_state_dtype = g.ssm_state_dtype = DType::kF32;
+  const int L = 4096;
+  PoolRounds<GdnKind> r(g, L, 7);
+  StatePool p = r.pool(Strategy::kReplay, 1, 1, kT);
+  const SlotHandle h = p.acquire();
+  const auto in = r.inputs(kT);
+  auto out = r.outputs(kT);
+  p.begin_verify(round_batch(false, {h}));
+  const auto refusal = [&] {
+    try {
+      p.begin_verify(round_batch(false, {h}));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "begin_verify over a verified round accepted";
+    return std::string();
+  };
+  r.verify(p, in, out, 0, 3);
+  r.verify(p, in, out, 5, 6);
+  EXPECT_NE(refusal().find("verified layers 0-2, 5 of 4096"), std::string::npos) << refusal();
+  r.verify(p, in, out, 6, L - 1);  // 0-2, 5-4094
+  EXPECT_NE(refusal().find("verified layers 0-2, 5-4094 of 4096"), std::string::npos) << refusal();
+  p.abort_round();
+  p.begin_verify(round_batch(false, {h}));
+  for (int l = 0; l < L; l += 2) r.verify(p, in, out, l, l + 1);  // 2048 runs of one layer
+  const std::string many = refusal();
+  EXPECT_NE(many.find("verified layers 0, 2, 4, "), std::string::npos) << many;
+  EXPECT_NE(many.find(", 30 and 2032 more of 4096"), std::string::npos) << many;
+  EXPECT_LT(many.size(), 600u) << many;
+  p.abort_round();
+}
+
 TEST_P(Lifecycle, BeginVerifyOverAVerifiedRoundIsRejectedAndChangesNothing) {
   const LifecycleCase& c = GetParam();
   for_kind(c, [&](auto kind, const auto& layer) {
