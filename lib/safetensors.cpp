@@ -344,14 +344,19 @@ void SafetensorsFile::parse(const std::string& label) {
       }
       info.shape.push_back(d);
     }
-    // numel, left to right, refusing to overflow as the reference reader does (and as serialize
-    // does): [2^62, 2^62, 0] overflows before its zero, a shape no writer can write back.
-    info.numel = 1;
+    // numel, left to right in 64 unsigned bits as the reference reader multiplies, refusing to
+    // overflow (serialize refuses the same): [2^62, 2^62, 0] overflows before its zero, a shape
+    // no writer can write back. A count past int64 is refused too.
+    uint64_t numel = 1;
     for (int64_t d : info.shape) {
-      if (__builtin_mul_overflow(info.numel, d, &info.numel)) {
-        fail_tensor(path_, name, "shape " + join_shape(info.shape) + " overflows int64");
+      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel)) {
+        fail_tensor(path_, name, "shape " + join_shape(info.shape) + " overflows 64 bits");
       }
     }
+    if (numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      fail_tensor(path_, name, "shape " + join_shape(info.shape) + " overflows int64");
+    }
+    info.numel = static_cast<int64_t>(numel);
 
     const auto offsets = entry.find("data_offsets");
     if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2 ||

@@ -406,7 +406,8 @@ if has ncu; then
     timeout 180 ncu --kernel-name "regex:$2" --launch-skip "$5" --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
       --section ComputeWorkloadAnalysis \
-      "$3" --benchmark_filter="$4" --benchmark_min_time=0.05 >"$f" 2>&1
+      "$3" --benchmark_filter="$4" --benchmark_min_time=0.05 >"$f" 2>&1 ||
+      { echo "$1: ncu failed (rc $?, $f)"; status=1; return; }
     python3 - "$1" "$f" <<'PY'
 import re, sys
 name, path = sys.argv[1], sys.argv[2]

@@ -73,8 +73,10 @@ class CudaBackend final : public BackendImpl {
     {
       const DeviceGuard guard(device_);
       int major = 0, minor = 0;
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_);
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_);
+      check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_),
+            "cudaDeviceGetAttribute");
+      check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_),
+            "cudaDeviceGetAttribute");
       const std::string cc = std::to_string(major) + "." + std::to_string(minor);
       if (major < 8) {
         throw Error(Status::kNotSupported,

@@ -43,18 +43,26 @@ void validate_common(const Config& c, const char* kind, int64_t gate_cols) {
   // Every per-token extent must fit an int (kernels and views index channels with int). Computed
   // in 128 bits: with every field near INT_MAX the 64-bit sum (c.conv_dim()) would overflow.
   // The value heads' extent first, then the whole token's columns (conv_dim and the gate
-  // inputs), blaming the larger of its two terms: the check named head_k_dim for a head_v_dim
-  // near 2^31, with a sum that left out the gate columns it compared.
+  // inputs), naming the larger factor of the largest term (the gate inputs: num_v_heads): the
+  // check named head_k_dim for a head_v_dim near 2^31, with a sum that left out the gate
+  // columns it compared.
   const __int128 qk = 2 * __int128{c.num_k_heads} * c.head_k_dim;
   const __int128 vv = __int128{c.num_v_heads} * c.head_v_dim;
+  const auto larger = [&](const char* a, int va, const char* b, int vb) {
+    return va > vb ? std::make_pair(a, va) : std::make_pair(b, vb);
+  };
   if (vv > std::numeric_limits<int32_t>::max()) {
-    bad_field(kind, "head_v_dim", std::to_string(c.head_v_dim),
+    const auto [field, value] = larger("num_v_heads", c.num_v_heads, "head_v_dim", c.head_v_dim);
+    bad_field(kind, field, std::to_string(value),
               "num_v_heads * head_v_dim = " + int128_text(vv) + " does not fit in 32 bits");
   }
   if (qk + vv + gate_cols > std::numeric_limits<int32_t>::max()) {
-    const bool k_larger = qk >= vv;
-    bad_field(kind, k_larger ? "head_k_dim" : "head_v_dim",
-              std::to_string(k_larger ? c.head_k_dim : c.head_v_dim),
+    const auto [field, value] =
+        gate_cols > qk && gate_cols > vv
+            ? std::make_pair("num_v_heads", c.num_v_heads)
+            : (qk >= vv ? larger("num_k_heads", c.num_k_heads, "head_k_dim", c.head_k_dim)
+                        : larger("num_v_heads", c.num_v_heads, "head_v_dim", c.head_v_dim));
+    bad_field(kind, field, std::to_string(value),
               "conv_dim + gate inputs (a token's columns) = 2 * num_k_heads * head_k_dim + "
               "num_v_heads * head_v_dim + " +
                   std::to_string(gate_cols) + " = " + int128_text(qk + vv + gate_cols) +

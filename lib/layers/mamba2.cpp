@@ -37,13 +37,17 @@ void validate(const Mamba2Config& m) {
   if (m.conv_width < 2) bad_field("conv_width", std::to_string(m.conv_width), "must be >= 2");
   // Every per-token extent must fit an int (kernels and views index channels with int).
   // (In 128 bits: with every field near INT_MAX the 64-bit sum, m.conv_dim(), would overflow.)
-  // Blaming the larger of conv_dim's two terms, with the sum it compares (dt's num_heads
-  // columns included): the check named d_state for a head_dim near 2^31.
+  // Naming the larger factor of the larger of conv_dim's two terms, with the sum it compares
+  // (dt's num_heads columns included): the check named d_state for a head_dim near 2^31.
   const __int128 x = __int128{m.num_heads} * m.head_dim;
   const __int128 bc = 2 * __int128{m.n_groups} * m.d_state;
   if (x + bc + m.num_heads > std::numeric_limits<int32_t>::max()) {
-    const bool x_larger = x >= bc;
-    bad_field(x_larger ? "head_dim" : "d_state", std::to_string(x_larger ? m.head_dim : m.d_state),
+    const auto larger = [](const char* a, int va, const char* b, int vb) {
+      return va > vb ? std::make_pair(a, va) : std::make_pair(b, vb);
+    };
+    const auto [field, value] = x >= bc ? larger("num_heads", m.num_heads, "head_dim", m.head_dim)
+                                        : larger("n_groups", m.n_groups, "d_state", m.d_state);
+    bad_field(field, std::to_string(value),
               "conv_dim + dt (a token's columns) = num_heads * head_dim + 2 * n_groups * d_state + "
               "num_heads = " +
                   int128_text(x + bc + m.num_heads) + " does not fit in 32 bits");

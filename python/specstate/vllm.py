@@ -41,7 +41,8 @@ def _check_shape_args(function, config, slots):
     if not isinstance(config, ModelConfig):
         raise TypeError(f"specstate.vllm.{function}: config: expected a ModelConfig, got "
                         f"{type(config).__name__}")
-    if isinstance(slots, bool) or not isinstance(slots, int):
+    # Any integer (int, NumPy's, a 0-d integer array: __index__), not a bool.
+    if isinstance(slots, bool) or not hasattr(type(slots), "__index__"):
         raise TypeError(f"specstate.vllm.{function}: slots: expected an int, got "
                         f"{type(slots).__name__}")
 

@@ -224,6 +224,18 @@ TEST(BadConfigKda, EachFieldIsNamed) {
          c.head_k_dim = 1;
          c.head_v_dim = 1 << 30;
        }},
+      // The larger factor of the largest term (num_k_heads = 2^30 of 2 * H * K, head_k_dim 1).
+      {"kda.num_k_heads = 1073741824: conv_dim + gate inputs",
+       [](KdaConfig& c) {
+         c.num_k_heads = c.num_v_heads = 1 << 30;
+         c.head_k_dim = c.head_v_dim = 1;
+       }},
+      {"kda.num_v_heads = 2147483647: conv_dim + gate inputs",
+       [](KdaConfig& c) {
+         c.num_k_heads = 1;
+         c.num_v_heads = 2147483647;
+         c.head_k_dim = c.head_v_dim = 1;
+       }},
       {"kda.head_v_dim = 1073741823: conv_dim + gate inputs",
        [](KdaConfig& c) {
          c.num_k_heads = 1;

@@ -445,10 +445,17 @@ TEST(HostilePoolMemory, ALayerCallRefusedForMemoryChangesNothing) {
   };
   // In a fresh process (the binary run again for this test alone): a long test process's heap
   // holds freed memory that the limit does not see, and the sweep then met no allocation.
+#ifdef GTEST_FLAG_SET  // googletest 1.12 and later
   const std::string style = GTEST_FLAG_GET(death_test_style);
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(sweep(), ::testing::ExitedWithCode(0), "");
   GTEST_FLAG_SET(death_test_style, style);
+#else
+  const std::string style = ::testing::GTEST_FLAG(death_test_style);
+  ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
+  EXPECT_EXIT(sweep(), ::testing::ExitedWithCode(0), "");
+  ::testing::GTEST_FLAG(death_test_style) = style;
+#endif
 #endif
 }
 

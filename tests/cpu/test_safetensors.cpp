@@ -328,7 +328,7 @@ TEST(SafetensorsMalformed, LongArraysManyKeysAndOverflowingShapesAreRefused) {
                      "4611686018427387904,0],\"data_offsets\":[0,0]}}",
                      {}));
       },
-      {"tensor 'a'", "overflows int64"});
+      {"tensor 'a'", "overflows 64 bits"});
   // A zero extent first keeps the product at zero: accepted, as the reference reader does.
   EXPECT_EQ(parse(raw_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[0,4611686018427387904,"
                            "4611686018427387904],\"data_offsets\":[0,0]}}",

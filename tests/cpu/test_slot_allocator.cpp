@@ -55,8 +55,6 @@ TEST(SlotAllocator, LowestFreeFirstTakeAndFreeKeepGenerations) {
   EXPECT_EQ(a.generation(100), 0u);
 }
 
-// Against a plain model: random allocate / take / free keep the lowest-free rule, the free count
-// and the generations.
 // A slot's generation never wraps within a process: at 32 bits it wrapped after 2^32 uses of one
 // slot (423 s of acquire / release on the CPU; about 50 days of a server handing its slot 0 a
 // request a millisecond), and the slot's first handle was live again. 64 bits take centuries.
@@ -72,6 +70,8 @@ TEST(SlotAllocator, GenerationsAreSixtyFourBitsEverywhereAHandleCarriesOne) {
   EXPECT_TRUE(a.is_live(0, g));
 }
 
+// Against a plain model: random allocate / take / free keep the lowest-free rule, the free count
+// and the generations.
 TEST(SlotAllocator, MatchesAPlainModelOverRandomOperations) {
   constexpr int kSlots = 40;
   SlotAllocator a(kSlots);

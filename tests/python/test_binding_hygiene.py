@@ -584,6 +584,8 @@ def test_vllm_shapes_name_a_wrong_argument(function):
     with pytest.raises(TypeError, match=rf"vllm.{function}: slots: expected an int, got bool"):
         shape_of(cfg, True)
     assert shape_of(cfg, 3)[0] == 3
+    np = pytest.importorskip("numpy")
+    assert shape_of(cfg, np.int64(3))[0] == 3  # any integer type, as the binding takes
 
 
 # --- The twenty-sixth session's review of the array interop (each case reproduced first) -------
