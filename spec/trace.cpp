@@ -15,8 +15,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "specstate/spec/file_path.h"
@@ -124,39 +122,61 @@ void reject_unknown(const Json& obj, std::initializer_list<const char*> known, c
 }
 
 // The rules every record obeys with respect to the others: declared request, rounds of a
-// request consecutive from 0.
+// request consecutive from 0. The declared ids are kept sorted and found by binary search:
+// O(log n) a record whatever the ids (a hash table keyed by the id itself, libstdc++'s identity
+// hash, let ids that are multiples of its bucket count share one chain: 100,000 records took 26 s).
 class RoundTracker {
  public:
   void declare(const std::vector<int64_t>& requests, const Where& where) {
     if (requests.empty())
       where.fail("header field \"requests\" is empty (declare every request id)");
+    // The error a loop in order would meet first: a negative id at i, or the second occurrence
+    // of an id at i, whichever i is smaller.
+    std::size_t first_negative = requests.size();
     for (std::size_t i = 0; i < requests.size(); ++i) {
       if (requests[i] < 0) {
-        where.fail("header field \"requests\"[" + std::to_string(i) +
-                   "] = " + std::to_string(requests[i]) + " must be >= 0");
-      }
-      if (!next_round_.emplace(requests[i], 0).second) {
-        where.fail("header field \"requests\" declares request " + std::to_string(requests[i]) +
-                   " twice");
+        first_negative = i;
+        break;
       }
     }
+    std::vector<std::pair<int64_t, std::size_t>> order(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) order[i] = {requests[i], i};
+    std::sort(order.begin(), order.end());
+    std::size_t first_repeat = requests.size();
+    for (std::size_t i = 1; i < order.size(); ++i) {
+      if (order[i].first == order[i - 1].first)
+        first_repeat = std::min(first_repeat, order[i].second);
+    }
+    if (first_negative < requests.size() && first_negative <= first_repeat) {
+      where.fail("header field \"requests\"[" + std::to_string(first_negative) +
+                 "] = " + std::to_string(requests[first_negative]) + " must be >= 0");
+    }
+    if (first_repeat < requests.size()) {
+      where.fail("header field \"requests\" declares request " +
+                 std::to_string(requests[first_repeat]) + " twice");
+    }
+    ids_.resize(order.size());
+    next_round_.assign(order.size(), 0);
+    for (std::size_t i = 0; i < order.size(); ++i) ids_[i] = order[i].first;
   }
   void check(int64_t request, int64_t round, const Where& where) {
-    const auto it = next_round_.find(request);
-    if (it == next_round_.end()) {
+    const auto it = std::lower_bound(ids_.begin(), ids_.end(), request);
+    if (it == ids_.end() || *it != request) {
       where.fail("request " + std::to_string(request) +
                  " is not declared in the header's \"requests\"");
     }
-    if (round != it->second) {
+    int64_t& next = next_round_[static_cast<std::size_t>(it - ids_.begin())];
+    if (round != next) {
       where.fail("request " + std::to_string(request) + " has round " + std::to_string(round) +
-                 " where round " + std::to_string(it->second) +
+                 " where round " + std::to_string(next) +
                  " was expected (a request's rounds are consecutive from 0, each once)");
     }
-    ++it->second;
+    ++next;
   }
 
  private:
-  std::unordered_map<int64_t, int64_t> next_round_;
+  std::vector<int64_t> ids_;         // declared, sorted
+  std::vector<int64_t> next_round_;  // of ids_[i]
 };
 
 std::vector<int64_t> parse_header(const Json& j, std::string& meta_json, const Where& where) {

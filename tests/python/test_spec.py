@@ -102,8 +102,9 @@ def test_traces_round_trip(tmp_path):
     bad = specstate.Trace()
     rec = specstate.TraceRecord()
     rec.request, rec.path = 9, [0]
+    bad.requests = [0]  # declared, so that the record's own request is what is refused
     bad.records = [rec]
-    with pytest.raises(specstate.InvalidArgumentError):
+    with pytest.raises(specstate.InvalidArgumentError, match="request 9 is not declared"):
         specstate.validate_trace(bad)
 
 
