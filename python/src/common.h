@@ -444,6 +444,101 @@ template <typename C, typename T>
 auto int_setter(T C::*field, std::string full) {
   return [field, full](C& c, nb::handle value) { c.*field = to_integer<T>(value, full); };
 }
+// A stream object (torch's, CuPy's, anything with __cuda_stream__).
+inline bool looks_like_stream(nb::handle object) {
+  return nb::hasattr(object, "cuda_stream") || nb::hasattr(object, "__cuda_stream__");
+}
+
+// A SlotHandle argument (None: nullopt when `allow_none`); TypeError naming `name` otherwise,
+// with a hint for what is often passed instead (a slot index, a stream).
+inline std::optional<SlotHandle> to_handle(nb::handle object, const char* name, bool allow_none) {
+  if (allow_none && object.is_none()) return std::nullopt;
+  SlotHandle h;
+  if (nb::try_cast<SlotHandle>(object, h, /*convert=*/false)) return h;
+  std::string msg = std::string(name) + ": expected a SlotHandle (from pool.acquire())";
+  if (allow_none) msg += " or None (every slot)";
+  msg += ", got " + arg_type_name(object);
+  if (nb::isinstance<nb::int_>(object) && !PyBool_Check(object.ptr()))
+    msg += " (a slot index? give the handle; pool.slot_index(handle) maps a handle to its index)";
+  else if (looks_like_stream(object))
+    msg += " (a stream? pass it as stream=...)";
+  throw nb::type_error(msg.c_str());
+}
+
+// A sequence of SlotHandle arguments (a list, tuple or other sequence; not a str or bytes), read
+// from sequence_items' copy: at most kMaxSequenceItems items (OutOfRangeError naming `name` and the
+// count; range(10**12) reserved 24 TB and ended in MemoryError), TypeError naming `name` (or
+// `name[i]` with to_handle's hint) otherwise. Never reserves more than the items given.
+inline std::vector<SlotHandle> to_handles(nb::handle seq, const std::string& name) {
+  if (nb::isinstance<nb::bytes>(seq)) {
+    throw nb::type_error(
+        (name + ": expected a sequence of SlotHandle, got " + arg_type_name(seq)).c_str());
+  }
+  const nb::object items = sequence_items(seq, name, kMaxSequenceItems, "SlotHandle");
+  const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
+  std::vector<SlotHandle> out;
+  out.reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    nb::handle item(PyTuple_GET_ITEM(items.ptr(), i));
+    out.push_back(*to_handle(item, (name + "[" + std::to_string(i) + "]").c_str(), false));
+  }
+  return out;
+}
+
+// `object` (already checked to be a T by its nb::handle_t parameter) as a T&: TypeError naming
+// `name` for an instance whose __init__ never ran (a subclass that does not call
+// super().__init__(); nb::cast threw std::bad_cast, a RuntimeError naming nothing).
+template <typename T>
+T& initialized(nb::handle object, const char* name) {
+  if (!nb::inst_ready(object)) {
+    throw nb::type_error((std::string(name) + ": the " + arg_type_name(object) +
+                          " object is not initialized (does its __init__ call "
+                          "super().__init__()?)")
+                             .c_str());
+  }
+  return nb::cast<T&>(object);
+}
+
+// A bool field of C as a property's setter: True / False or a NumPy bool, nothing else (def_rw
+// said only "(): incompatible function arguments" for 1, and refused np.bool_); TypeError naming
+// `full` and what was given.
+inline bool to_bool(nb::handle object, const std::string& name) {
+  if (PyBool_Check(object.ptr())) return object.ptr() == Py_True;
+  const nb::handle type = object.type();
+  if (nb::hasattr(type, "__module__") && nb::hasattr(type, "__name__")) {
+    const nb::object module = type.attr("__module__"), tname = type.attr("__name__");
+    if (nb::isinstance<nb::str>(module) && nb::isinstance<nb::str>(tname) &&
+        nb::cast<std::string>(module) == "numpy" &&
+        (nb::cast<std::string>(tname) == "bool" || nb::cast<std::string>(tname) == "bool_")) {
+      const int truth = PyObject_IsTrue(object.ptr());
+      if (truth < 0) throw nb::python_error();
+      return truth == 1;
+    }
+  }
+  throw nb::type_error((name + ": expected a bool, got " + arg_type_name(object)).c_str());
+}
+template <typename C>
+auto bool_setter(bool C::*field, std::string full) {
+  return [field, full](C& c, nb::handle value) { c.*field = to_bool(value, full); };
+}
+// A field of C that holds a bound class or a std::string, as a property: field_getter returns a
+// copy (def_rw returned a reference into the object: a Window read from TraceRecord.window took
+// the next value assigned to the field, and one held in a set changed its hash), and this setter
+// takes a T only, TypeError naming `full`, what it wants and what was given.
+template <typename T>
+T to_object(nb::handle value, const std::string& name, const char* what) {
+  T v{};
+  if (!nb::try_cast<T>(value, v, /*convert=*/false)) {
+    PyErr_Clear();
+    throw nb::type_error((name + ": expected " + what + ", got " + arg_type_name(value)).c_str());
+  }
+  return v;
+}
+template <typename C, typename T>
+auto object_setter(T C::*field, std::string full, const char* what) {
+  return
+      [field, full, what](C& c, nb::handle value) { c.*field = to_object<T>(value, full, what); };
+}
 // `object` as the enum E: an E itself, nothing else (nanobind's implicit conversion took ints and
 // bools: PoolOptions(strategy=True) was REPLAY). TypeError naming `name` and what was given.
 template <typename E>

@@ -136,7 +136,9 @@ void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* c
                 "W: conv taps; the conv state keeps W-1 columns.");
   cls.def_prop_rw("scale", field_getter(&C::scale), float_setter(&C::scale, name + ".scale"),
                   nb::arg("value").none(), "Query scale; K**-0.5 when None.")
-      .def_rw("conv_bias", &C::conv_bias, conv_bias_doc)
+      .def_prop_rw("conv_bias", field_getter(&C::conv_bias),
+                   bool_setter(&C::conv_bias, name + ".conv_bias"), nb::arg("value").none(),
+                   conv_bias_doc)
       .def_prop_rw("act_dtype", field_getter(&C::act_dtype),
                    enum_setter(&C::act_dtype, name + ".act_dtype"), nb::arg("value").none(),
                    act_dtype_doc)
@@ -233,7 +235,8 @@ void bind_config(nb::module_& m) {
       .value("ERROR", LogLevel::kError)
       .value("OFF", LogLevel::kOff);
 
-  m.def("set_log_level", &set_log_level, nb::arg("level"), "Sets the level of specstate's logger.");
+  m.def("set_log_level", &set_log_level, nb::arg("level").noconvert(),
+        "Sets the level of specstate's logger.");
   m.def("log_level", &log_level, "The level of specstate's logger.");
   m.def(
       "version", [] { return std::string(specstate::version()); },
@@ -310,9 +313,15 @@ void bind_config(nb::module_& m) {
       .def_prop_rw("conv_width", field_getter(&Mamba2Config::conv_width),
                    int_setter(&Mamba2Config::conv_width, "Mamba2Config.conv_width"),
                    nb::arg("value").none(), "W: conv taps.")
-      .def_rw("conv_bias", &Mamba2Config::conv_bias, "Whether the weights carry a conv bias.")
-      .def_rw("d_skip", &Mamba2Config::d_skip, "y += D[h] * x (weights.D given).")
-      .def_rw("gate", &Mamba2Config::gate, "y *= silu(z) (inputs.z given).")
+      .def_prop_rw("conv_bias", field_getter(&Mamba2Config::conv_bias),
+                   bool_setter(&Mamba2Config::conv_bias, "Mamba2Config.conv_bias"),
+                   nb::arg("value").none(), "Whether the weights carry a conv bias.")
+      .def_prop_rw("d_skip", field_getter(&Mamba2Config::d_skip),
+                   bool_setter(&Mamba2Config::d_skip, "Mamba2Config.d_skip"),
+                   nb::arg("value").none(), "y += D[h] * x (weights.D given).")
+      .def_prop_rw("gate", field_getter(&Mamba2Config::gate),
+                   bool_setter(&Mamba2Config::gate, "Mamba2Config.gate"), nb::arg("value").none(),
+                   "y *= silu(z) (inputs.z given).")
       .def_prop_rw("dt_min", field_getter(&Mamba2Config::dt_min),
                    float_setter(&Mamba2Config::dt_min, "Mamba2Config.dt_min", true),
                    nb::arg("value").none(), "Optional lower clamp of softplus(dt + dt_bias).")
@@ -609,11 +618,11 @@ void bind_config(nb::module_& m) {
   m.def("backend_name", &backend_name, nb::arg("backend").noconvert(), "'cpu' or 'cuda'.");
   m.def("strategy_name", &strategy_name, nb::arg("strategy").noconvert(),
         "'snapshot' or 'replay'.");
-  m.def("conv_layout_name", &conv_layout_name, nb::arg("layout"),
+  m.def("conv_layout_name", &conv_layout_name, nb::arg("layout").noconvert(),
         "'channels_first' or 'channels_last'.");
-  m.def("ssm_layout_name", &ssm_layout_name, nb::arg("layout"), "'vk' or 'kv'.");
+  m.def("ssm_layout_name", &ssm_layout_name, nb::arg("layout").noconvert(), "'vk' or 'kv'.");
   m.def("dtype_name", &dtype_name, nb::arg("dtype").noconvert(), "'f32', 'bf16' or 'i32'.");
-  m.def("status_name", &status_name, nb::arg("status"), "The status's name.");
+  m.def("status_name", &status_name, nb::arg("status").noconvert(), "The status's name.");
 
   // Tensor-parallel shards (specstate/shard.h, docs/multi_gpu.md).
   nb::class_<ColumnRange>(m, "ColumnRange",

@@ -285,7 +285,7 @@ auto locked(PyPool& p, nb::handle stream, Fn&& fn) {
 // under the pool's lock (PyPool::count_view) and owned by the pool object.
 template <typename Fn>
 nb::object pool_view(nb::handle_t<PyPool> self, nb::handle stream, Fn&& make) {
-  PyPool& p = nb::cast<PyPool&>(self);
+  PyPool& p = initialized<PyPool>(self, "self");
   int device = 0;
   bool counted = false;
   TensorView v;
@@ -335,10 +335,6 @@ std::string handle_repr(const SlotHandle& h) {
          ")";
 }
 
-bool looks_like_stream(nb::handle object) {
-  return nb::hasattr(object, "cuda_stream") || nb::hasattr(object, "__cuda_stream__");
-}
-
 // An int argument (int, numpy integer: anything with __index__, not bool); TypeError naming `name`.
 int to_int(nb::handle object, const char* function, const char* name) {
   if (!PyBool_Check(object.ptr()) && PyIndex_Check(object.ptr())) {
@@ -352,42 +348,6 @@ int to_int(nb::handle object, const char* function, const char* name) {
   }
   throw nb::type_error(
       (std::string(name) + ": expected an int, got " + arg_type_name(object)).c_str());
-}
-
-// A SlotHandle argument (None: nullopt when `allow_none`); TypeError naming `name` otherwise,
-// with a hint for what is often passed instead (a slot index, a stream).
-std::optional<SlotHandle> to_handle(nb::handle object, const char* name, bool allow_none) {
-  if (allow_none && object.is_none()) return std::nullopt;
-  SlotHandle h;
-  if (nb::try_cast<SlotHandle>(object, h, /*convert=*/false)) return h;
-  std::string msg = std::string(name) + ": expected a SlotHandle (from pool.acquire())";
-  if (allow_none) msg += " or None (every slot)";
-  msg += ", got " + arg_type_name(object);
-  if (nb::isinstance<nb::int_>(object) && !PyBool_Check(object.ptr()))
-    msg += " (a slot index? give the handle; pool.slot_index(handle) maps a handle to its index)";
-  else if (looks_like_stream(object))
-    msg += " (a stream? pass it as stream=...)";
-  throw nb::type_error(msg.c_str());
-}
-
-// A sequence of SlotHandle arguments (a list or tuple; not a str); TypeError naming `name` (or
-// `name[i]` with to_handle's hint) otherwise.
-std::vector<SlotHandle> to_handles(nb::handle seq, const std::string& name) {
-  if (nb::isinstance<nb::str>(seq) || nb::isinstance<nb::bytes>(seq) ||
-      !PySequence_Check(seq.ptr())) {
-    throw nb::type_error(
-        (name + ": expected a sequence of SlotHandle, got " + arg_type_name(seq)).c_str());
-  }
-  const Py_ssize_t n = PySequence_Size(seq.ptr());
-  if (n < 0) throw nb::python_error();
-  std::vector<SlotHandle> out;
-  out.reserve(static_cast<std::size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    nb::object item = nb::steal(PySequence_GetItem(seq.ptr(), i));
-    if (!item.is_valid()) throw nb::python_error();
-    out.push_back(*to_handle(item, (name + "[" + std::to_string(i) + "]").c_str(), false));
-  }
-  return out;
 }
 
 // A binding's signature text, kept for the module's lifetime (nanobind keeps the pointer).
@@ -423,7 +383,7 @@ const char* kStreamDoc =
 template <typename W, typename I, typename O, typename Call>
 void layer_call(PyPool& p, nb::handle_t<W> weights, const I& in_arg, const O& out_arg,
                 nb::handle stream, Call&& call) {
-  const W w = nb::cast<const W&>(weights);
+  const W w = initialized<W>(weights, "weights");
   const I in = in_arg;
   const O out = out_arg;
   check_layer_args(p, w, in, out);
@@ -575,8 +535,10 @@ void bind_pool(nb::module_& m) {
           "rows: list of SlotHandle; window: T (the largest with lengths); parents: [] (chain), "
           "[T] or [B*T] (with lengths: [sum(lengths)] packed or [B*T]); lengths: [] (every row "
           "T tokens) or [B] per-row windows 0..T, inputs packed by their cumulative offsets.")
-      .def_rw("rows", &VerifyBatch::rows,
-              "The rows' handles (a copy: assign a new list to change them).")
+      .def_prop_rw(
+          "rows", [](const VerifyBatch& b) { return b.rows; },
+          [](VerifyBatch& b, nb::handle v) { b.rows = to_handles(v, "VerifyBatch.rows"); },
+          "The rows' handles (a copy: assign a new list to change them).")
       .def_prop_rw("window", field_getter(&VerifyBatch::window),
                    int_setter(&VerifyBatch::window, "VerifyBatch.window"), nb::arg("value").none(),
                    "T tokens per row; token 0 is the root.")
@@ -823,7 +785,8 @@ void bind_pool(nb::module_& m) {
                 return pool_view(self, stream,
                                  [&](StatePool& s) { return s.workspace(which, layer); });
               },
-              nb::arg("which"), nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
+              nb::arg("which").noconvert(), nb::arg("layer").none(),
+              nb::arg("stream").none() = nb::none(),
               (std::string("The strategy's workspace of `layer` (snapshot scratch or replay "
                            "records), zero-copy. Raises FailedPreconditionError when the "
                            "strategy has no such workspace.") +

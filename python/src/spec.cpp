@@ -245,7 +245,7 @@ void bind_spec(nb::module_& m) {
             std::vector<int> b = to_int_vector<int>(buckets, "VerifyBatchBuilder: buckets");
             new (self) VerifyBatchBuilder(std::move(b), packing);
           },
-          nb::arg("buckets") = nb::tuple(), nb::arg("packing") = spec::Packing::kPadded,
+          nb::arg("buckets") = nb::tuple(), nb::arg("packing").noconvert() = spec::Packing::kPadded,
           "buckets: the batch sizes CUDA graphs were captured for (empty: no padding); "
           "packing: Packing.PADDED or Packing.VARIABLE.")
       .def_static(
@@ -255,8 +255,16 @@ void bind_spec(nb::module_& m) {
                 to_integer<int>(max_rows, "VerifyBatchBuilder.power_of_two_buckets: max_rows"));
           },
           nb::arg("max_rows"), "1, 2, 4, ... up to and including max_rows.")
-      .def("add", &VerifyBatchBuilder::add, nb::arg("handle"), nb::arg("window"),
-           "Adds a live row; returns its row index.")
+      .def(
+          "add",
+          [](VerifyBatchBuilder& b, nb::handle handle, nb::handle window) {
+            const SlotHandle h = *to_handle(handle, "VerifyBatchBuilder.add: handle", false);
+            return b.add(h,
+                         to_object<Window>(window, "VerifyBatchBuilder.add: window", "a Window"));
+          },
+          nb::arg("handle"), nb::arg("window"),
+          nb::sig("def add(self, handle: SlotHandle, window: Window) -> int"),
+          "Adds a live row; returns its row index.")
       .def("clear", &VerifyBatchBuilder::clear, "Removes every row.")
       .def("size", &VerifyBatchBuilder::size, "Rows added.")
       .def("buckets", &VerifyBatchBuilder::buckets, "The buckets.")
@@ -270,7 +278,10 @@ void bind_spec(nb::module_& m) {
       .def_prop_rw("round", field_getter(&TraceRecord::round),
                    int_setter(&TraceRecord::round, "TraceRecord.round"), nb::arg("value").none(),
                    "Round index.")
-      .def_rw("window", &TraceRecord::window, "The round's window.")
+      .def_prop_rw("window", field_getter(&TraceRecord::window),
+                   object_setter(&TraceRecord::window, "TraceRecord.window", "a Window"),
+                   nb::arg("value").none(),
+                   "The round's window (a copy: assign a Window to change it).")
       .def_prop_rw(
           "path", [](const TraceRecord& r) { return r.path; },
           [](TraceRecord& r, IntList v) { r.path = to_int_vector<int32_t>(v, "TraceRecord.path"); },
@@ -294,7 +305,9 @@ void bind_spec(nb::module_& m) {
                                                       "TraceRecord");
           },
           "Records in file order (copies).")
-      .def_rw("meta_json", &Trace::meta_json, "The header's 'meta' object (JSON text).")
+      .def_prop_rw("meta_json", field_getter(&Trace::meta_json),
+                   object_setter(&Trace::meta_json, "Trace.meta_json", "a str"),
+                   nb::arg("value").none(), "The header's 'meta' object (JSON text).")
       .def("num_rounds", &Trace::num_rounds, "1 + the largest round index.")
       .def("max_window", &Trace::max_window, "Largest window of any record.")
       .def(
@@ -386,7 +399,10 @@ void bind_spec(nb::module_& m) {
       .def_prop_rw("rounds", field_getter(&TraceShape::rounds),
                    int_setter(&TraceShape::rounds, "TraceShape.rounds"), nb::arg("value").none(),
                    "Rounds per request.")
-      .def_rw("window", &TraceShape::window, "Window of every round.")
+      .def_prop_rw("window", field_getter(&TraceShape::window),
+                   object_setter(&TraceShape::window, "TraceShape.window", "a Window"),
+                   nb::arg("value").none(),
+                   "Window of every round (a copy: assign a Window to change it).")
       .def_prop_rw("seed", field_getter(&TraceShape::seed),
                    int_setter(&TraceShape::seed, "TraceShape.seed"), nb::arg("value").none(),
                    "std::mt19937_64 seed.");

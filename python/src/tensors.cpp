@@ -252,7 +252,12 @@ std::optional<std::vector<int32_t>> host_int_values(nb::handle object, const cha
   // would commit the character codes. An accepted count is an int: refused, naming the argument.
   bool byte_string = PyBytes_Check(object.ptr()) || PyByteArray_Check(object.ptr());
   if (PyMemoryView_Check(object.ptr())) {  // a view of bytes, not of an integer array
-    const nb::object base = object.attr("obj");
+    // A released memoryview raises on any access: named here (its own ValueError named nothing).
+    const nb::object base = nb::steal(PyObject_GetAttrString(object.ptr(), "obj"));
+    if (!base.is_valid()) {
+      PyErr_Clear();
+      throw nb::value_error((std::string(name) + ": the memoryview is released").c_str());
+    }
     byte_string = PyBytes_Check(base.ptr()) || PyByteArray_Check(base.ptr());
   }
   if (byte_string) {
@@ -531,7 +536,18 @@ void bind_tensors(nb::module_& m) {
   m.def(
       "_bf16_bits",
       [](nb::handle x) {
-        Arg a = to_arg(x, "x", false, false);
+        // Writable where x's memory is (an output's import), read-only otherwise: the bits are
+        // then exported read-only (DLPack's read-only flag), so that NumPy's result cannot be made
+        // writable again (flags.writeable = True on bytes through np.frombuffer wrote the bytes).
+        bool read_only = false;
+        Arg a;
+        try {
+          a = to_arg(x, "x", true, false);
+        } catch (const nb::builtin_exception& e) {
+          if (e.type() != nb::exception_type::value_error) throw;
+          a = to_arg(x, "x", false, false);
+          read_only = true;
+        }
         if (a.view.dtype != DType::kBF16) throw nb::type_error("x: not a bfloat16 array");
         TensorView bits = a.view;
         bits.dtype = DType::kI32;  // placeholder, replaced below
@@ -546,6 +562,12 @@ void bind_tensors(nb::module_& m) {
         const int32_t device_type = a.array.device_type(), device_id = a.array.device_id();
         auto* import = new nb::ndarray<>(std::move(a.array));
         nb::capsule owner(import, [](void* p) noexcept { delete static_cast<nb::ndarray<>*>(p); });
+        if (read_only) {
+          nb::ndarray<nb::array_api, nb::ro> array(bits.data, static_cast<size_t>(bits.ndim), shape,
+                                                   owner, strides, nb::dtype<uint16_t>(),
+                                                   device_type, device_id);
+          return nb::cast(std::move(array));
+        }
         nb::ndarray<nb::array_api> array(bits.data, static_cast<size_t>(bits.ndim), shape, owner,
                                          strides, nb::dtype<uint16_t>(), device_type, device_id);
         return nb::cast(std::move(array));

@@ -809,3 +809,113 @@ def test_caller_owned_state_takes_any_sequence_of_arrays():
     with pytest.raises(specstate.OutOfRangeError, match=f"committed_conv: {L + 1} items, at most {L}"):
         specstate.StatePool(m.config, opts, committed_conv=[conv[0]] * (L + 1),
                             committed_ssm=[ssm[l] for l in range(L)])
+
+
+def test_handle_lists_are_bounded_and_named_before_anything_is_reserved():
+    """The handle lists reserved len() handles before reading any: range(10**12) ended in a
+    MemoryError (std::bad_alloc) naming nothing, and VerifyBatch.rows (a def_rw field) aborted the
+    interpreter for a long list of None and named neither field nor value for [1]."""
+    model = Model(layers=1)
+    pool = specstate.StatePool(model.config, specstate.PoolOptions(num_slots=2))
+    h = pool.acquire()
+    w, out = model.weights[0], model.outputs(1)
+    inp = specstate.GdnInputs(*model.inputs(1)[0])
+    for call, name in [(lambda: pool.decode(0, range(10**12), w, inp, out), "rows"),
+                       (lambda: pool.materialize(range(10**12)), "handles"),
+                       (lambda: specstate.VerifyBatch(range(10**12)), "VerifyBatch.rows")]:
+        with pytest.raises(specstate.OutOfRangeError, match=rf"{name}: 1000000000000 items, at most"):
+            call()
+    batch = specstate.VerifyBatch([h], window=2)
+    with pytest.raises(TypeError, match=r"^VerifyBatch.rows\[0\]: expected a SlotHandle.*slot index"):
+        batch.rows = [1]
+    with pytest.raises(specstate.OutOfRangeError, match=r"VerifyBatch.rows: \d+ items, at most"):
+        batch.rows = [None] * (2**26 + 1)
+    with pytest.raises(TypeError, match=r"^VerifyBatch.rows: expected a sequence of SlotHandle"):
+        batch.rows = b"ab"
+    assert list(batch.rows) == [h]  # nothing changed
+    batch.rows = (h,)
+    assert list(batch.rows) == [h]
+    builder = specstate.VerifyBatchBuilder()
+    with pytest.raises(TypeError, match=r"^VerifyBatchBuilder.add: handle: expected a SlotHandle"):
+        builder.add(1, specstate.Window.chain(2))
+    with pytest.raises(TypeError, match=r"^VerifyBatchBuilder.add: window: expected a Window, got int"):
+        builder.add(h, 2)
+    assert builder.size() == 0
+    assert builder.add(h, specstate.Window.chain(2)) == 0
+
+
+def test_bool_window_and_text_fields_name_what_they_refuse_and_return_copies():
+    """def_rw fields said only "(): incompatible function arguments" for a wrong type (a bool
+    field given 1, a Window field given 4) and refused np.bool_; a Window read from
+    TraceRecord.window / TraceShape.window was a reference into the object: assigning the field
+    changed the Window the caller held, and one held in a set could no longer be found."""
+    for cls, fields in ((specstate.GdnConfig, ["conv_bias"]), (specstate.KdaConfig, ["conv_bias"]),
+                        (specstate.Mamba2Config, ["conv_bias", "d_skip", "gate"])):
+        config = cls()
+        for field in fields:
+            before = getattr(config, field)
+            for bad, got in ((1, "int"), (None, "NoneType"), ("yes", "str")):
+                with pytest.raises(TypeError, match=rf"^{cls.__name__}.{field}: expected a bool, got {got}"):
+                    setattr(config, field, bad)
+            assert getattr(config, field) == before
+            setattr(config, field, np.bool_(not before))
+            assert getattr(config, field) is (not before)
+            setattr(config, field, before)
+            assert getattr(config, field) is before
+    tree = specstate.Window.from_parents([-1, 0, 0])
+    for cls in (specstate.TraceRecord, specstate.TraceShape):
+        obj = cls()
+        obj.window = tree
+        held = obj.window
+        seen = {held}
+        obj.window = specstate.Window.chain(4)
+        assert held == tree and tree in seen and held in seen
+        assert obj.window == specstate.Window.chain(4)
+        with pytest.raises(TypeError, match=rf"^{cls.__name__}.window: expected a Window, got int"):
+            obj.window = 4
+        assert obj.window == specstate.Window.chain(4)
+    trace = specstate.Trace()
+    with pytest.raises(TypeError, match=r"^Trace.meta_json: expected a str, got int"):
+        trace.meta_json = 1
+    trace.meta_json = '{"a": 1}'
+    assert trace.meta_json == '{"a": 1}'
+
+
+def test_enum_arguments_of_functions_refuse_ints_and_bools():
+    """conv_layout_name(1), ssm_layout_name(True), status_name(True), set_log_level(True),
+    pool.workspace(True, 0) and VerifyBatchBuilder(packing=True) converted the int or bool to an
+    enum (packing=True built a VARIABLE batch)."""
+    level = specstate.log_level()
+    for call in (lambda: specstate.conv_layout_name(1), lambda: specstate.ssm_layout_name(True),
+                 lambda: specstate.status_name(True), lambda: specstate.set_log_level(True),
+                 lambda: specstate.VerifyBatchBuilder(packing=True),
+                 lambda: specstate.VerifyBatchBuilder(packing=1)):
+        with pytest.raises(TypeError, match=r"incompatible function arguments"):
+            call()
+    assert specstate.log_level() == level
+    model = Model(layers=1)
+    pool = model.pool()
+    with pytest.raises(TypeError, match=r"incompatible function arguments"):
+        pool.workspace(True, 0)
+    assert specstate.conv_layout_name(specstate.ConvLayout.CHANNELS_LAST) == "channels_last"
+    assert specstate.VerifyBatchBuilder(packing=specstate.Packing.VARIABLE) is not None
+
+
+def test_a_weights_subclass_that_skips_init_is_named_and_a_released_memoryview_too():
+    """A GdnWeights subclass whose __init__ does not call super().__init__() gave
+    "RuntimeError: std::bad_cast"; commit() of a released memoryview gave the memoryview's own
+    ValueError, naming nothing."""
+    class Skipped(specstate.GdnWeights):
+        def __init__(self):
+            pass
+
+    model = Model(layers=1)
+    pool = model.pool()
+    h = pool.acquire()
+    inp = specstate.GdnInputs(*model.inputs(1)[0])
+    with pytest.raises(TypeError, match=r"^weights: the Skipped object is not initialized"):
+        pool.prefill(0, h, Skipped(), inp, model.outputs(1))
+    view = memoryview(np.array([2], np.int64))
+    view.release()
+    with pytest.raises(ValueError, match=r"accepted: the memoryview is released"):
+        pool.commit(view)

@@ -992,6 +992,12 @@ def test_to_numpy_keeps_read_only_memory_read_only_and_numpy_errors():
     assert not ro.flags.writeable
     with pytest.raises(ValueError, match="read-only"):
         ro[0] = 1.0
+    # The bits are exported read-only: NumPy refuses to make the result writable again (the
+    # flag alone could be set back, and a write then changed the bytes object).
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        ro.flags.writeable = True
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        np.from_dlpack(specstate._specstate._bf16_bits(np.frombuffer(buf, dtype=ml_dtypes.bfloat16))).flags.writeable = True
     assert buf == bytes(8)
     frozen = np.zeros(3, dtype=ml_dtypes.bfloat16)
     frozen.flags.writeable = False
