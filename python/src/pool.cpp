@@ -165,10 +165,13 @@ class PyPool {
     return owner;
   }
   bool is_cuda() const { return options_.backend == Backend::kCuda; }
-  // With the GIL, as close() clears it: a round array given after a close() is not kept.
-  void hold_round_array(nb::ndarray<> array) {
-    if (!closed_.load()) round_array_ = std::move(array);
-  }
+  // Under the pool's lock, by the begin_verify that opened the round: `array` and the last
+  // round's array change places (no reference count changes, so no GIL is needed; the caller
+  // releases the old one with the GIL). Held outside the lock, a begin_verify on one thread
+  // could keep its array after another thread's round had begun, and that round's array could
+  // be freed while its kernels read it. close() clears it after its own lock, with the GIL; a
+  // begin_verify after close() fails before this.
+  void swap_round_array(nb::ndarray<>& array) { std::swap(round_array_, array); }
 
   // Orders the pool's stream after `caller` (enter) and `caller` after the pool's work (leave).
   // A no-op on CPU pools and when the caller's stream is the pool's.
@@ -1026,15 +1029,17 @@ void bind_pool(nb::module_& m) {
                 Arg cu;
                 if (!cu_seqlens.is_none()) {
                   cu = to_arg(cu_seqlens, "batch.cu_seqlens", false, false);
+                  check_device(p, cu, "batch.cu_seqlens");
                   b.cu_seqlens = cu.view;
                 }
+                // The kernels read the array when they run: the pool keeps it until the next
+                // round begins (taken in under the lock; `held` then has the last round's).
+                nb::ndarray<> held = cu.array;
                 locked(p, stream, [&](StatePool& s) {
                   s.begin_verify(b);
+                  p.swap_round_array(held);
                   return 0;
                 });
-                // The kernels read the array when they run: the pool keeps it until the next
-                // round begins.
-                p.hold_round_array(cu.array);
               },
               nb::arg("batch"), nb::arg("cu_seqlens").none() = nb::none(),
               nb::arg("stream").none() = nb::none(),

@@ -181,8 +181,10 @@ def test_graph_capture_and_replay(strategy):
                 static_in[layer].a.copy_(dev(a))
                 static_in[layer].b.copy_(dev(b))
             accepted_dev.copy_(torch.tensor(accepted, dtype=torch.int32))
-        gpu.begin_verify(batch)
-        graph.replay()
+            # On s, after the writes above: replay() launches on torch's current stream, and a
+            # torch.cuda.Stream() does not synchronize with the default stream.
+            gpu.begin_verify(batch)
+            graph.replay()
         cpu.begin_verify(specstate.VerifyBatch(hc, window=T))
         outs = []
         for layer, (x, a, b) in enumerate(window):
