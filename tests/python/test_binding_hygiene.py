@@ -446,7 +446,7 @@ def test_command_line_arguments_of_no_valid_utf8_pass_as_their_bytes(tmp_path):
                        capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     assert b"Traceback" not in r.stderr
-    assert b"2 GDN layers" in r.stdout or b"layers" in r.stdout, r.stdout[:400]
+    assert b"layers        2, all Gated DeltaNet" in r.stdout, r.stdout[:400]
     # A model name of no valid UTF-8: the command's own usage error (exit 2), no traceback.
     r = subprocess.run([sys.executable, "-m", "specstate", "plan", "--model", b"\xe9"],
                        capture_output=True, timeout=120)

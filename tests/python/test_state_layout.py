@@ -243,8 +243,8 @@ def test_vllm_state_pool_refuses_other_shapes_naming_the_tensor():
     # One stacked [layers, slots, ...] array per kind of state (vLLM v0's cache) is a sequence too.
     stacked_conv, stacked_rec = np.stack(conv), np.stack(rec)
     pool = vllm.state_pool(config, opts, stacked_conv, stacked_rec)
-    h = pool.acquire()
-    assert pool.slot_index(h) in range(slots)
+    assert np.shares_memory(np.asarray(pool.ssm_state(0)), stacked_rec)
+    assert np.shares_memory(np.asarray(pool.conv_state(0)), stacked_conv)
     unvalidated = specstate.ModelConfig.kda(1, specstate.KdaConfig(num_k_heads=0))
     with pytest.raises(specstate.InvalidArgumentError, match="ModelConfig"):
         vllm.conv_shape(unvalidated, 1)
