@@ -184,8 +184,13 @@ StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& op
     impl->claim.claim_caller(fn, impl->pool_id, impl->storage);
   }
   impl->backend->allocate(impl->storage);
-  impl->claim.claim_own(impl->pool_id, impl->storage);
-  impl->close_round();
+  try {
+    impl->claim.claim_own(impl->pool_id, impl->storage);  // may run out of memory
+    impl->close_round();
+  } catch (...) {
+    impl->backend->free(impl->storage);  // Impl frees nothing itself: the pool never existed
+    throw;
+  }
   detail::logger().debug(
       "pool {}: {} slots, {} layers, {} strategy, {} committed bytes, {} workspace bytes on {}",
       impl->pool_id, options.num_slots, config.num_layers, strategy_name(options.strategy),

@@ -237,9 +237,12 @@ void StatePool::abort_round() {
   }
   // Layers the round verified already consumed their deferred work (replay); the strategy
   // keeps the rest pending. Nothing was committed.
+  // The message's list is built first, where a failure to allocate it changes nothing.
+  const std::string verified =
+      detail::logger().should_log(spdlog::level::trace) ? impl_->verified_layers() : std::string();
   impl_->strategy->discard_round(*impl_->backend, impl_->storage, impl_->plan, impl_->verified);
   detail::logger().trace("pool {}: round of {} rows aborted (verified layers: {})", impl_->pool_id,
-                         impl_->plan.rows, impl_->verified_layers());
+                         impl_->plan.rows, verified);
   impl_->close_round();
 }
 

@@ -94,9 +94,15 @@ void StatePool::release(SlotHandle handle) {
   // for layers the open round verified) are cleared when the slot is handed out again
   // (acquire's zero_slot, adopt's mark_overwritten).
   impl_->strategy->reset_slot(slot);
-  detail::logger().trace(
-      "pool {}: release slot {}{}", impl_->pool_id, slot,
-      row >= 0 ? " (row " + std::to_string(row) + " of the round is padding now)" : std::string());
+  // Nothing that allocates after the change (a message built here as a std::string threw
+  // std::bad_alloc out of a release that had happened); spdlog formats only at an enabled level
+  // and reports its own failures to its error handler.
+  if (row >= 0) {
+    detail::logger().trace("pool {}: release slot {} (row {} of the round is padding now)",
+                           impl_->pool_id, slot, row);
+  } else {
+    detail::logger().trace("pool {}: release slot {}", impl_->pool_id, slot);
+  }
 }
 
 bool StatePool::is_live(SlotHandle handle) const noexcept {

@@ -30,16 +30,24 @@ int SlotAllocator::allocate(uint64_t& generation) {
 bool SlotAllocator::take(int slot, uint64_t& generation) {
   if (slot < 0 || slot >= num_slots_ || is_allocated(slot)) return false;
   Entry& e = used_[slot];  // a new entry (live false, generation 0) changes nothing observable
+  Runs::node_type spare;
+  if (e.spare.empty()) {  // the run entry free() will need, allocated while a failure is harmless
+    Runs one;
+    one.emplace(slot, slot + 1);
+    spare = one.extract(one.begin());
+  }
   unfree(slot);
+  if (!spare.empty()) e.spare = std::move(spare);
   e.live = true;
   generation = ++e.generation;  // 0 never names a live slot
   ++live_count_;
   return true;
 }
 
-void SlotAllocator::free(int slot) {
-  // [slot, slot + 1) joins the runs that end at slot and start at slot + 1; the one allocation
-  // (a new run's entry) comes before any change.
+void SlotAllocator::free(int slot) noexcept {
+  // [slot, slot + 1) joins the runs that end at slot and start at slot + 1; a new run's entry is
+  // the slot's spare node (take()), so nothing is allocated.
+  Entry& e = used_.find(slot)->second;
   const auto next = free_.lower_bound(slot);
   const bool join_next = next != free_.end() && next->first == slot + 1;
   const auto prev = next == free_.begin() ? free_.end() : std::prev(next);
@@ -47,13 +55,14 @@ void SlotAllocator::free(int slot) {
   if (join_prev) {
     prev->second = join_next ? next->second : slot + 1;
     if (join_next) free_.erase(next);
-  } else if (join_next) {
-    free_.emplace_hint(next, slot, next->second);
-    free_.erase(next);
   } else {
-    free_.emplace_hint(next, slot, slot + 1);
+    Runs::node_type run = std::move(e.spare);
+    run.key() = slot;
+    run.mapped() = join_next ? next->second : slot + 1;
+    free_.insert(next, std::move(run));
+    if (join_next) free_.erase(next);
   }
-  used_.find(slot)->second.live = false;
+  e.live = false;
   --live_count_;
 }
 

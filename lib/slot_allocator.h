@@ -23,8 +23,10 @@ class SlotAllocator {
   int allocate(uint64_t& generation);
   // Takes the free slot `slot` (false when it is not free). Bumps its generation.
   bool take(int slot, uint64_t& generation);
-  // Frees a live slot (the caller has checked liveness).
-  void free(int slot);
+  // Frees a live slot (the caller has checked liveness). Allocates nothing: the free run's entry
+  // it may need was allocated when the slot was taken (Entry::spare), so release() can free the
+  // slot after changing the round without a std::bad_alloc between the two.
+  void free(int slot) noexcept;
   bool is_live(int slot, uint64_t generation) const noexcept;
   bool is_allocated(int slot) const noexcept;
   uint64_t generation(int slot) const noexcept;
@@ -34,9 +36,11 @@ class SlotAllocator {
   int free_count() const noexcept { return num_slots_ - live_count_; }
 
  private:
+  using Runs = std::map<int, int>;
   struct Entry {
     uint64_t generation = 0;
     bool live = false;
+    Runs::node_type spare;  // a free run's entry for free() (allocated by take())
   };
   // Takes `slot` out of the free interval that holds it (the caller found it free).
   void unfree(int slot);
@@ -44,7 +48,7 @@ class SlotAllocator {
   int num_slots_ = 0;
   int live_count_ = 0;
   std::map<int, Entry> used_;  // slots handed out at least once
-  std::map<int, int> free_;    // free runs: start -> end (exclusive), disjoint, not adjacent
+  Runs free_;                  // free runs: start -> end (exclusive), disjoint, not adjacent
 };
 
 }  // namespace specstate::detail

@@ -113,7 +113,7 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
     prefill(i, 1 + static_cast<int>(rng() % 3));
   }
 
-  int replayed_rounds = 0, kept_rows = 0, accepted_total = 0;
+  int kept_rows = 0, accepted_total = 0;
   for (int round = 0; round < c.rounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     mem.clear();
@@ -221,7 +221,6 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
       }
     }
     commit_both(mem, round, accepted, pools.snap, pools.replay);
-    ++replayed_rounds;
     if (released >= 0) {
       hs[released] = pools.snap.acquire();
       hr[released] = pools.replay.acquire();
@@ -242,7 +241,6 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   }
   EXPECT_GT(kept_rows, 0) << "no round kept a row (a = 0)";
   EXPECT_GT(accepted_total, c.rounds / 2) << "the trace accepted almost nothing";
-  EXPECT_EQ(replayed_rounds, c.rounds);
 }
 
 }  // namespace

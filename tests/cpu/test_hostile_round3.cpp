@@ -328,8 +328,10 @@ TEST_P(HostileRound3, CallerOwnedReleaseLeavesTheCommittedStateInTheCallersMemor
 
 // adopt() on a released slot (release materializes, so its memory is the committed state): the
 // slot's memory, as it is, is the new request's state, and nothing of the old
-// request's pending steps may be applied to it later. Fails when adopt skips clearing the
-// strategy's and the backend's bookkeeping of the slot.
+// request's pending steps may be applied to it later. This pins the contract, not one line: on
+// the CPU backend release() itself clears the slot's cursor and pending steps (its materialize and
+// reset_slot), so adopt's own clearing (pool_slots.cpp) runs on clean bookkeeping here and this
+// test fails only if both lose it.
 TEST_P(HostileRound3, AdoptDropsThePendingWorkOfTheSlotsPreviousLife) {
   const Case& c = GetParam();
   for_case(c, [&](auto kind, const auto& g) {

@@ -15,6 +15,7 @@
 #include "common/mamba2_data.h"
 #include "common/presets.h"
 #include "common/strategy_equivalence.h"
+#include "lib/pool_access.h"
 
 namespace specstate::test {
 namespace {
@@ -431,14 +432,57 @@ struct CommittedPair {
   }
 };
 
-// Materialize is idempotent and changes nothing a view can see (views materialize themselves).
+// A slot's committed bytes as the pool's memory holds them, read without materializing (the
+// pool's views, committed_bytes' source, materialize every live slot first).
+std::vector<uint8_t> raw_slot_bytes(const StatePool& pool, const SlotHandle& h) {
+  const detail::PoolStorage& st = detail::PoolAccess::storage(pool);
+  const int slot = pool.slot_index(h);
+  std::vector<uint8_t> out;
+  for (int l = 0; l < pool.config().num_layers; ++l) {
+    const char* conv = st.conv(l, slot);
+    const char* ssm = st.ssm(l, slot);
+    out.insert(out.end(), conv, conv + st.conv_slot_stride);
+    out.insert(out.end(), ssm, ssm + st.ssm_slot_stride);
+  }
+  return out;
+}
+
+// Materialize of a list of handles makes those slots' memory exact and leaves the others'
+// history pending; it is idempotent, and changes nothing a view can see (views materialize
+// themselves). The memory is read raw: through the views, materialize({r}) doing nothing would
+// pass unseen.
 TEST(Replay, MaterializeMakesTheMemoryExactOnceAndIsIdempotent) {
-  CommittedPair c(21, 2);
-  c.replay.materialize({c.r});
-  c.replay.materialize({c.r});
-  c.replay.materialize();
-  EXPECT_EQ(committed_bytes(c.replay), committed_bytes(c.snap));
-  EXPECT_GT(sum_squares(c.replay.ssm_state(1)), 0.0);
+  std::mt19937_64 rng(21);
+  const GdnConfig g = gdn_preset("small_f32");
+  const ModelConfig m = ModelConfig::gated_delta_net(2, g);
+  PoolOptions o = replay_options(2, 2, 3);
+  StatePool replay(m, o);
+  o.strategy = Strategy::kSnapshot;
+  StatePool snap(m, o);
+  const SlotHandle r1 = replay.acquire(), r2 = replay.acquire();
+  const SlotHandle s1 = snap.acquire(), s2 = snap.acquire();
+  ASSERT_EQ(replay.slot_index(r2), snap.slot_index(s2));
+  std::vector<LayerWeights> w = {random_weights(g, rng), random_weights(g, rng)};
+  TokenInputs in = random_inputs(g, 6, rng);
+  TokenOutputs out = make_outputs(g, 6);
+  for (StatePool* p : {&replay, &snap}) {
+    const bool rp = p == &replay;
+    p->begin_verify(VerifyBatch{{rp ? r1 : s1, rp ? r2 : s2}, 3, {}});
+    for (int l = 0; l < 2; ++l)
+      p->verify(l, w[static_cast<std::size_t>(l)].view(), in.view(), out.view());
+    p->commit(std::vector<int32_t>{2, 3});
+  }
+  ASSERT_NE(raw_slot_bytes(replay, r1), raw_slot_bytes(snap, s1));  // history pending
+  ASSERT_NE(raw_slot_bytes(replay, r2), raw_slot_bytes(snap, s2));
+  replay.materialize({r1});
+  EXPECT_EQ(raw_slot_bytes(replay, r1), raw_slot_bytes(snap, s1));
+  EXPECT_NE(raw_slot_bytes(replay, r2), raw_slot_bytes(snap, s2));  // not in the list
+  replay.materialize({r1});
+  EXPECT_EQ(raw_slot_bytes(replay, r1), raw_slot_bytes(snap, s1));
+  replay.materialize();
+  EXPECT_EQ(raw_slot_bytes(replay, r2), raw_slot_bytes(snap, s2));
+  EXPECT_EQ(committed_bytes(replay), committed_bytes(snap));
+  EXPECT_GT(sum_squares(replay.ssm_state(1)), 0.0);
 }
 
 // Materialize reads only the records: the weights of the last verify may be gone (here: freed

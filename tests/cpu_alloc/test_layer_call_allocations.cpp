@@ -18,12 +18,18 @@ namespace {
 std::atomic<long long> g_allocated{0};
 // Nonzero: an allocation of at least this many bytes throws std::bad_alloc (fault injection).
 std::atomic<std::size_t> g_fail_at_least{0};
+// Positive: the allocation that brings it to 0 throws std::bad_alloc (the N-th from when it was
+// set to N; fault injection at every allocation of a call in turn).
+std::atomic<long long> g_fail_countdown{0};
 }  // namespace
 
 void* operator new(std::size_t n) {
   g_allocated.fetch_add(static_cast<long long>(n), std::memory_order_relaxed);
   const std::size_t fail = g_fail_at_least.load(std::memory_order_relaxed);
   if (fail != 0 && n >= fail) throw std::bad_alloc();
+  if (g_fail_countdown.load(std::memory_order_relaxed) > 0 &&
+      g_fail_countdown.fetch_sub(1, std::memory_order_relaxed) == 1)
+    throw std::bad_alloc();
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -142,6 +148,71 @@ TEST(VerifyBatchBuilderAllocations, AnAddThatCannotAllocateChangesNothing) {
     ASSERT_EQ(plan.windows.size(), 2u);
     EXPECT_EQ(plan.windows[1].size(), 4096);
     EXPECT_EQ(plan.batch.rows[1].slot, 1);
+  }
+}
+
+}  // namespace
+}  // namespace specstate::test
+
+namespace specstate::test {
+namespace {
+
+// release() of a round's row that fails to allocate, at each of its allocations in turn, changes
+// nothing: the row is still the request's and the handle live. It turned the row into padding,
+// then freed the slot, whose free-run entry could fail to allocate: the handle stayed live beside
+// a padding row (its verify outputs no longer committed), and the error was a bare bad_alloc.
+// The allocator now allocates that entry when the slot is taken (SlotAllocator::free allocates
+// nothing). Also: a pool whose construction fails after its buffers were allocated frees them.
+TEST(ReleaseAllocations, AReleaseThatCannotAllocateChangesNothing) {
+  const GdnConfig g = small_config();
+  for (const Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
+    bool released = false;
+    for (long long n = 1; n <= 256 && !released; ++n) {
+      std::mt19937_64 rng(11);
+      const LayerWeights w = random_weights(g, rng);
+      const TokenInputs in = random_inputs(g, 3 * 2, rng);
+      TokenOutputs out = make_outputs(g, 3 * 2);
+      PoolOptions o;
+      o.num_slots = 3;
+      o.max_rows = 3;
+      o.max_window = 2;
+      o.strategy = strategy;
+      StatePool pool(ModelConfig::gated_delta_net(1, g), o);
+      VerifyBatch batch;
+      batch.window = 2;
+      for (int r = 0; r < 3; ++r) batch.rows.push_back(pool.acquire());
+      pool.begin_verify(batch);
+      pool.verify(0, w.view(), in.view(), out.view());
+      // Slot 1 between two live slots: freeing it needs a new free run.
+      const SlotHandle h = batch.rows[1];
+      g_fail_countdown.store(n);
+      bool threw = false;
+      try {
+        pool.release(h);
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      } catch (const Error& e) {
+        threw = true;
+        EXPECT_EQ(e.status(), Status::kResourceExhausted) << e.what();
+      }
+      const bool injected = g_fail_countdown.load() <= 0;
+      g_fail_countdown.store(0);
+      if (threw) {
+        ASSERT_TRUE(injected) << "release failed without an injected failure";
+        EXPECT_TRUE(pool.is_live(h)) << "allocation " << n;
+        EXPECT_EQ(pool.current_batch().rows[1], h) << "allocation " << n;
+        EXPECT_EQ(pool.free_slots(), 0) << "allocation " << n;
+      } else {
+        EXPECT_FALSE(pool.is_live(h));
+        EXPECT_TRUE(pool.current_batch().rows[1].is_padding());
+        EXPECT_EQ(pool.free_slots(), 1);
+        released = !injected;  // every allocation of the call has been failed in turn
+      }
+      pool.commit(std::vector<int32_t>{1, 0, 2});  // the round still commits
+      if (pool.is_live(h)) pool.release(h);
+      EXPECT_EQ(pool.acquire().slot, 1) << "allocation " << n;
+    }
+    EXPECT_TRUE(released);
   }
 }
 
