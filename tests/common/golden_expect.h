@@ -30,7 +30,11 @@ inline void expect_mixed_params_equal_f32(const GoldenReport& report, const Gold
   ASSERT_NE(report.outcome, GoldenOutcome::kError) << text;
   EXPECT_NE(report.description.find(mixed), std::string::npos) << text;
   EXPECT_NE(f32.description.find(all_f32), std::string::npos) << f32.description;
+  // A run that compared nothing would pass every loop below.
+  ASSERT_FALSE(report.checks.empty()) << text;
+  ASSERT_GE(report.tensors.size(), 3u) << text;
   for (const PropertyCheck& c : report.checks) EXPECT_TRUE(c.pass) << c.name << ": " << c.detail;
+  ASSERT_EQ(report.checks.size(), f32.checks.size());
   ASSERT_EQ(report.tensors.size(), f32.tensors.size());
   for (std::size_t i = 0; i < report.tensors.size(); ++i) {
     const TensorComparison& t = report.tensors[i];

@@ -1,6 +1,7 @@
 // libFuzzer target: the safetensors reader on arbitrary bytes. A file either parses, and then every
 // tensor converts (to_float or to_int32) and serialize() of what was read reads back equal, or it
 // throws specstate::Error; nothing else (no crash, no other exception, no hang).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -37,7 +38,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   // Accepted: the same tensors written again must read back with the same infos.
   const SafetensorsFile again =
       SafetensorsFile::from_bytes(SafetensorsFile::serialize(tensors, metadata), "again");
-  if (again.size() != tensors.size() || again.metadata() != metadata) {
+  bool same = again.size() == tensors.size() && again.metadata() == metadata;
+  for (std::size_t i = 0; same && i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    const SafetensorsTensorInfo& info = again.info(t.name);
+    const uint8_t* raw = again.raw_data(t.name);
+    same = info.dtype == t.dtype && info.shape == t.shape &&
+           static_cast<std::size_t>(info.data_end - info.data_begin) == t.bytes.size() &&
+           std::equal(t.bytes.begin(), t.bytes.end(), raw);
+  }
+  if (!same) {
     std::fprintf(stderr, "fuzz_safetensors: round trip changed the file\n");
     std::abort();
   }

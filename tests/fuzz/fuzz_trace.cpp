@@ -27,8 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   bool same = back.requests == trace.requests && back.records.size() == trace.records.size();
   for (std::size_t i = 0; same && i < trace.records.size(); ++i) {
     const auto &x = trace.records[i], &y = back.records[i];
-    same = x.request == y.request && x.round == y.round && x.path == y.path &&
-           x.window.size() == y.window.size();
+    same = x.request == y.request && x.round == y.round && x.path == y.path && x.window == y.window;
   }
   if (!same) {
     std::fprintf(stderr, "fuzz_trace: write + read changed the trace\n");

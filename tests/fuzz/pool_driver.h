@@ -43,6 +43,7 @@
 // and aborts, which libFuzzer and ctest both report.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -446,6 +447,10 @@ struct KdaKind : DeltaKind<KdaWeights, KdaInputs, KdaOutputs> {
 struct DriverStats {
   int64_t ops = 0, rounds = 0, commits = 0, rejected = 0, tree_rounds = 0, padded_rows = 0;
   int64_t acquired = 0, released = 0, compared_slots = 0;
+  // Of the compared slot-layers, those whose SSM state has a nonzero byte; of the compared verify
+  // output rows, those with a nonzero byte (all-zero states and outputs compare equal whatever the
+  // pools did).
+  int64_t nonzero_slots = 0, compared_rows = 0, nonzero_rows = 0;
   int64_t aborted = 0, released_mid_round = 0;  // rounds dropped by abort_round, rows released
   int64_t varlen_rounds = 0;                    // rounds with per-row window lengths
   // Drivers (runs) of each kind: caller-owned pools (of them vLLM-paged), lazy replay pools.
@@ -469,6 +474,8 @@ struct DriverStats {
     ops += s.ops, rounds += s.rounds, commits += s.commits, rejected += s.rejected;
     tree_rounds += s.tree_rounds, padded_rows += s.padded_rows, acquired += s.acquired;
     released += s.released, compared_slots += s.compared_slots, aborted += s.aborted;
+    nonzero_slots += s.nonzero_slots, compared_rows += s.compared_rows;
+    nonzero_rows += s.nonzero_rows;
     released_mid_round += s.released_mid_round, varlen_rounds += s.varlen_rounds;
     caller_runs += s.caller_runs, paged_runs += s.paged_runs, lazy_runs += s.lazy_runs;
     mamba2_runs += s.mamba2_runs, bad_argument_rejected += s.bad_argument_rejected;
@@ -863,9 +870,13 @@ class KindDriver final : public DriverBase {
         const auto mine = outs[l].compared(), theirs = o.compared();
         for (std::size_t i = 0; i < path.size(); ++i) {
           const std::size_t tok = static_cast<std::size_t>(tok0[r] + path[i]);
+          bool nonzero = false;
           for (std::size_t k = 0; k < mine.size(); ++k) {
             same_row(*mine[k].second, tok, *theirs[k].second, i, mine[k].first, l, r, path[i]);
+            nonzero = nonzero || row_nonzero(*mine[k].second, tok);
           }
+          ++stats_.compared_rows;
+          stats_.nonzero_rows += nonzero;
         }
       }
     }
@@ -883,15 +894,16 @@ class KindDriver final : public DriverBase {
   void compare_all(const char* when) {
     for (Request& q : live_) {
       for (int l = 0; l < config_.num_layers; ++l) {
+        const auto ssm = slot_bytes(pool_->ssm_state(l), pool_->slot_index(q.pool));
         if (slot_bytes(pool_->conv_state(l), pool_->slot_index(q.pool)) !=
                 slot_bytes(shadow_->conv_state(l), shadow_->slot_index(q.shadow)) ||
-            slot_bytes(pool_->ssm_state(l), pool_->slot_index(q.pool)) !=
-                slot_bytes(shadow_->ssm_state(l), shadow_->slot_index(q.shadow))) {
+            ssm != slot_bytes(shadow_->ssm_state(l), shadow_->slot_index(q.shadow))) {
           violation(std::string(when) + ": layer " + std::to_string(l) + " slot " +
                     std::to_string(pool_->slot_index(q.pool)) +
                     " differs from sequential decode of the accepted tokens");
         }
         ++stats_.compared_slots;
+        stats_.nonzero_slots += std::any_of(ssm.begin(), ssm.end(), [](auto b) { return b != 0; });
       }
       q.pending = false;
     }
@@ -1529,6 +1541,11 @@ class KindDriver final : public DriverBase {
       }
     }
     return t;
+  }
+  static bool row_nonzero(const HostTensor& x, std::size_t xi) {
+    const std::size_t rb = x.row_bytes();
+    const uint8_t* p = x.bytes.data() + xi * rb;
+    return std::any_of(p, p + rb, [](uint8_t b) { return b != 0; });
   }
   static void same_row(const HostTensor& x, std::size_t xi, const HostTensor& y, std::size_t yi,
                        const char* name, int layer, int row, int token) {

@@ -108,6 +108,7 @@ def test_kda_verify_commit_equals_decode(strategy, lower_bound):
                            specstate.KdaInputs(x.mixed_qkv[t:t + 1], x.g[t:t + 1], x.b[t:t + 1]),
                            o)
                 assert np.array_equal(bits(o.core_out[0]), bits(outs[layer].core_out[t]))
+            assert np.any(outs[layer].core_out != 0), "the verify wrote no output"
     nonzero = False
     for (c0, s0), (c1, s1) in zip(states(spec, 2), states(ref, 2)):
         assert np.array_equal(bits(c0), bits(c1)) and np.array_equal(bits(s0), bits(s1))
@@ -180,6 +181,7 @@ def test_kda_over_vllms_cache_arrays_and_slot_hand_off(strategy, tmp_path):
             vllm.verify(layer, weights[layer], x, ov)
             own.verify(layer, weights[layer], x, oo)
             assert np.array_equal(bits(ov.core_out), bits(oo.core_out))
+            assert np.any(ov.core_out != 0), "the verify wrote no output"
         vllm.commit([accepted])
         own.commit([accepted])
     slot = vllm.slot_index(hv_)

@@ -54,8 +54,11 @@ def test_mamba2_verify_commit_equals_decode(strategy, gate):
                 ref.decode(layer, [hr], weights[layer],
                            specstate.Mamba2Inputs(x.xBC[t:t + 1], x.dt[t:t + 1], z), o)
                 assert np.array_equal(bits(o.y[0]), bits(outs[layer].y[t]))
-    for (c0, s0), (c1, s1) in zip(states(spec, 2), states(ref, 2)):
+            assert np.any(outs[layer].y != 0), "the verify wrote no output"
+    final = list(zip(states(spec, 2), states(ref, 2)))
+    for (c0, s0), (c1, s1) in final:
         assert np.array_equal(bits(c0), bits(c1)) and np.array_equal(bits(s0), bits(s1))
+    assert all(np.any(s0 != 0) for (_, s0), _ in final), "an SSM state is all zeros"
 
 
 def test_mamba2_pool_rejects_gdn_arguments():
@@ -67,7 +70,7 @@ def test_mamba2_pool_rejects_gdn_arguments():
     gdn_in = specstate.GdnInputs(np.zeros((1, 4), np.float32), np.zeros((1, 2), np.float32),
                                  np.zeros((1, 2), np.float32))
     gdn_out = specstate.GdnOutputs(core_out=np.zeros((1, 2, 2), np.float32))
-    with pytest.raises(specstate.Error):
+    with pytest.raises(specstate.InvalidArgumentError, match="but the pool's layers are kind = mamba2"):
         pool.prefill(0, h, gdn_w, gdn_in, gdn_out)
     with pytest.raises(TypeError):  # mixed kinds match no overload
         pool.prefill(0, h, weights[0], gdn_in, gdn_out)

@@ -49,6 +49,7 @@ def run_rounds(model, strategy, rounds, T=4, seed=1):
                 assert np.array_equal(bits(out.core_out[0]), bits(outs[layer].core_out[t])), \
                     f"round {r} layer {layer} token {t}: verify core_out != decode"
                 assert np.array_equal(bits(out.conv_out[0]), bits(outs[layer].conv_out[t]))
+            assert np.any(outs[layer].core_out != 0), f"round {r} layer {layer}: no output"
     return states(spec, model.layers), states(ref, model.layers)
 
 
@@ -59,6 +60,7 @@ def test_verify_commit_equals_decode(strategy, act):
     for layer, ((gc_, gs), (wc, ws)) in enumerate(zip(got, want)):
         assert np.array_equal(bits(gc_), bits(wc)), f"layer {layer} conv state"
         assert np.array_equal(bits(gs), bits(ws)), f"layer {layer} ssm state"
+        assert np.any(gs != 0), f"layer {layer}: the SSM state is all zeros"
 
 
 def tree_and_chain_rounds(strategy, act):

@@ -47,6 +47,7 @@ def test_vllm_ordered_arrays_hold_the_same_state(strategy):
             caller.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), oc)
             own.verify(layer, model.weights[layer], specstate.GdnInputs(x, a, b), oo)
             assert np.array_equal(bits(oc.core_out), bits(oo.core_out))
+            assert np.any(oc.core_out != 0), "the verify wrote no output"
         caller.commit([1 + rnd])
         own.commit([1 + rnd])
     slot = caller.slot_index(hc)
@@ -121,6 +122,7 @@ def test_vllm_state_pool_adopts_vllms_shapes(kind, order, strategy):
             pool.verify(layer, weights[layer], x, op)
             own.verify(layer, weights[layer], x, oo)
             assert np.array_equal(bits(getattr(op, main)), bits(getattr(oo, main)))
+            assert np.any(getattr(op, main) != 0), "the verify wrote no output"
         pool.commit([accepted])
         own.commit([accepted])
     slot = pool.slot_index(hp)
