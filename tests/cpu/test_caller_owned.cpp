@@ -246,10 +246,10 @@ TEST(CallerOwnedAdopt, AdoptKeepsTheStateAcquireZeroesIt) {
 }
 
 // The destructor of a caller-owned replay pool materializes its live slots into the caller's
-// memory (release()'s rule for one slot): after three rounds whose steps are still pending
-// (2 accepted a round, T = 4, the default ring of 12 never folds), a new pool over the same
-// memory adopts the slot and holds what an owning snapshot pool holds. Without it the memory
-// keeps the checkpoint of the first round.
+// memory (release()'s rule for one slot): after three rounds of 2 accepted tokens at T = 4
+// (one-row rounds fold every round, as R = 2T would: the last round's steps are still pending),
+// a new pool over the same memory adopts the slot and holds what an owning snapshot pool holds.
+// Without it the memory keeps the last checkpoint, the state after the second round.
 TEST(CallerOwnedEnd, TheDestructorLeavesTheCommittedStateForTheNextPool) {
   auto mem = host_memory();
   PoolRounds<GdnKind> m(gdn_preset("small_f32"), 2, 11);
