@@ -69,9 +69,11 @@ def ring(ours_paths, sglang_path):
               "for like")
     print(f"GDN replay rounds against SGLang {theirs['env'].get('sglang', '?')}'s ring of "
           f"{theirs['shapes'].get('ring', '?')} on one GPU ({theirs['env'].get('gpu', '?')}), us a "
-          f"round; ours / SGLang with the lower of our runs; MB: DESIGN.md section 8's bytes of "
-          f"our round, %BW: those bytes over our lower time as a fraction of the copy bandwidth "
-          f"the bench measured, x floor: our time over those bytes at that bandwidth")
+          f"round; ours / SGLang with the mean of our runs (their spread beside it; the lower "
+          f"of two favoured us); MB: DESIGN.md section 8's bytes of our round, %BW: those bytes "
+          f"over our mean time as a fraction of the copy bandwidth the bench measured, x floor: "
+          f"our time over those bytes at that bandwidth; both sides replay the same accepted "
+          f"lengths (bench_accepted)")
     print(f"{'T':>2} {'B':>4} | {'ours':>9} {'again':>9} {'MB':>9} {'%BW':>5} {'x floor':>7} | "
           f"{'SGLang':>9} {'folds':>5} | {'ours/SGL':>8} {'target':>6}")
     for r in theirs["results"]:
@@ -82,17 +84,25 @@ def ring(ours_paths, sglang_path):
         bms = [bm for bm in bms if bm]
         if not bms:
             continue
+        layers = {bm.get("layers") for bm in bms if bm.get("layers") is not None}
+        if layers and layers != {shapes.get("layers", 36)}:
+            print(f"note: T={T} B={B}: our run has {sorted(layers)} layers, SGLang's "
+                  f"{shapes.get('layers', 36)}: the ratio is not like for like")
         us = [bm["us"] for bm in bms]
-        best = min(bms, key=lambda bm: bm["us"])
-        frac = best.get("frac_copy_bw", 0.0)
-        bytes_cols = (f"{best.get('MB', 0.0):9.0f} {frac * 100:4.1f}% "
+        mean = sum(us) / len(us)
+        # The bytes of a run over the mean time (each run's MB is the same round's bytes).
+        mb = bms[0].get("MB", 0.0)
+        frac = bms[0].get("frac_copy_bw", 0.0) * us[0] / mean if mean > 0 else 0.0
+        bytes_cols = (f"{mb:9.0f} {frac * 100:4.1f}% "
                       f"{(1 / frac if frac > 0 else float('nan')):7.2f}")
         again = f"{us[1]:9.1f}" if len(us) > 1 else f"{'':9}"
+        spread = f" (spread {(max(us) - min(us)) / mean * 100:.1f}%)" if len(us) > 1 else ""
         target = RING_TARGETS.get((T, B))
-        mark = "" if target is None else (" met" if min(us) / r["round_us"] <= target else " MISS")
+        ratio = mean / r["round_us"]
+        mark = "" if target is None else (" met" if ratio <= target else " MISS")
         print(f"{T:2d} {B:4d} | {us[0]:9.1f} {again} {bytes_cols} | {r['round_us']:9.1f} "
-              f"{r.get('fold_rate', float('nan')):5.2f} | {min(us) / r['round_us']:8.3f} "
-              f"{'' if target is None else f'{target:.2f}':>6}{mark}")
+              f"{r.get('fold_rate', float('nan')):5.2f} | {ratio:8.3f} "
+              f"{'' if target is None else f'{target:.2f}':>6}{mark}{spread}")
 
 
 if __name__ == "__main__":

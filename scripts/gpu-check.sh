@@ -397,13 +397,15 @@ if has kdaab; then
 fi
 if has ncu; then
   # What bounds each kernel of a replay round (issue 16's closing note: DRAM %, SM %, issue),
-  # one launch each, ncu's base clocks: GDN's conv and recurrence, Mamba2's, KDA's recurrence.
+  # one launch each (GDN's conv and recurrence, Mamba2's, KDA's recurrence), at the clocks the
+  # card runs (--clock-control none: by default ncu locks them to base, a change of the card's
+  # settings that METHOD.md rules out, and its durations came out about 16% above the round's).
   T="${NCU_T:-4}" Bsz="${NCU_B:-128}"
   echo "== ncu of the replay round's kernels at T = $T, B = $Bsz [t=${SECONDS}s]"
   printf "%-28s %9s %6s %6s %6s %6s %6s %5s\n" kernel "us" "DRAM%" "SM%" "issue%" "occ%" "theo%" regs
   ncu_line() {  # name, kernel regex, bench binary, benchmark filter, launches to skip
     local f="$OUT/ncu-$1.txt"
-    timeout 180 ncu --kernel-name "regex:$2" --launch-skip "$5" --launch-count 1 \
+    timeout 180 ncu --clock-control none --kernel-name "regex:$2" --launch-skip "$5" --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
       --section ComputeWorkloadAnalysis \
       "$3" --benchmark_filter="$4" --benchmark_min_time=0.05 >"$f" 2>&1 ||

@@ -33,7 +33,7 @@ fi
 bench="$BUILD/tests/bench/specstate_gpu_bench"
 [[ "$FILTER" == *Mamba2* || "$FILTER" == BM_M2* || "$KERNEL" == *mamba2* ]] && bench="$BUILD/tests/bench/specstate_mamba2_bench"
 [[ "$FILTER" == BM_Kda* ]] && bench="$BUILD/tests/bench/specstate_kda_bench"
-ncu --kernel-name "regex:$KERNEL" --launch-skip "$SKIP" --launch-count 1 --set full \
+ncu --clock-control none --kernel-name "regex:$KERNEL" --launch-skip "$SKIP" --launch-count 1 --set full \
   --import-source yes -f -o "$OUT/$TAG" "$bench" --benchmark_filter="$FILTER" \
   --benchmark_min_time=0.05 >"$OUT/$TAG-ncu.log" 2>&1 || tail -20 "$OUT/$TAG-ncu.log"
 ncu -i "$OUT/$TAG.ncu-rep" --page details >"$OUT/$TAG-details.txt" 2>&1

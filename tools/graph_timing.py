@@ -4,6 +4,18 @@ tools/sglang_ring_bench.py): the same method as the C++ benches' GraphTimer."""
 WARMUP_REPLAYS = 3
 
 
+def bench_accepted(T, B, k, r):
+    """Row r's accepted length in round k of a (T, B) benchmark, in [1, T]: splitmix64 of
+    (1000 T + B, k, r), as tests/bench/bench_util.h's bench_accepted draws it for our rounds."""
+    m = (1 << 64) - 1
+    x = (((1000 * T + B) << 32) ^ (k << 20) ^ r) & m
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    x ^= x >> 31
+    return 1 + x % T
+
+
 def replay_times(torch, graph, stream, flush, reps):
     """Microseconds of each of `reps` replays of `graph` on `stream`, each after an L2 flush
     (`flush.zero_()`, outside the timed events), after WARMUP_REPLAYS untimed ones."""

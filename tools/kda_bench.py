@@ -43,7 +43,8 @@ import json
 import statistics
 import sys
 
-from graph_timing import kernel_profile, kernel_table, replay_times  # tools/ (the script's folder)
+from graph_timing import (bench_accepted, kernel_profile, kernel_table,  # tools/ (the script's folder)
+                          replay_times)
 
 L, H, HV, K, V, W = 20, 32, 32, 128, 128, 4
 D = 2 * H * K + HV * V  # 12288
@@ -139,8 +140,9 @@ def bench_specstate(torch, specstate, strategy, T, Bs, reps, flush, gen, layout,
     for B in Bs:
         order = torch.randperm(MAX_B, generator=torch.Generator().manual_seed(1000 * T + B))
         batch = specstate.VerifyBatch([handles[i] for i in order[:B].tolist()], window=T)
-        acc = torch.randint(1, T + 1, (4, B), dtype=torch.int32,
-                            generator=torch.Generator().manual_seed(7 * T + B)).cuda()
+        # the lengths the C++ benches and the SGLang tool draw for (T, B) (bench_accepted)
+        acc = torch.tensor([[bench_accepted(T, B, k, r) for r in range(B)] for k in range(4)],
+                           dtype=torch.int32).cuda()
         ins = [specstate.KdaInputs(x[l][:B * T], g[l][:B * T], b[l][:B * T]) for l in range(L)]
         outs = [specstate.KdaOutputs(conv_out=conv_out[l][:B * T], core_out=core_out[l][:B * T])
                 for l in range(L)]
@@ -201,9 +203,8 @@ def bench_fla(torch, T, B, reps, flush, gen, layout):
             state=torch.randn(B * T, HV, V, K, generator=gen, **dev) * 0.5,
             o=torch.empty(B, T, HV, V, dtype=bf16, **dev)))
     indices = torch.arange(B * T, dtype=torch.int32, **dev).view(B, T)
-    accepted = [torch.randint(1, T + 1, (B,), dtype=torch.int32,
-                              generator=torch.Generator().manual_seed(7 * T + B + k)).cuda()
-                for k in range(4)]
+    accepted = [torch.tensor([bench_accepted(T, B, k, r) for r in range(B)],
+                             dtype=torch.int32).cuda() for k in range(4)]
     torch.cuda.synchronize()
 
     def recurrence(ly, k):

@@ -82,7 +82,7 @@ import statistics
 import sys
 import types
 
-from graph_timing import replay_times  # tools/ (the script's own folder)
+from graph_timing import bench_accepted, replay_times  # tools/ (the script's own folder)
 
 H, HV, K, V, W = 16, 32, 128, 128, 4
 D = 2 * H * K + HV * V  # 8192
@@ -242,8 +242,10 @@ class Rig:
         self.query_start_loc = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=self.dev)
         self.inter_idx = torch.arange(B, dtype=torch.int32, device=self.dev)
         # accepted lengths, one device tensor per round of the graph (incl. the bonus token)
-        acc_gen = torch.Generator().manual_seed(seed + 2)
-        self.acc_host = [torch.randint(1, T + 1, (B,), generator=acc_gen) for _ in range(rounds)]
+        # the lengths our bench draws for the same (T, B) (bench_accepted): both sides replay
+        # the same histories
+        self.acc_host = [torch.tensor([bench_accepted(T, B, k, r) for r in range(B)])
+                         for k in range(rounds)]
         self.acc = [a.to(torch.int32).to(self.dev) for a in self.acc_host]
         self.last_step = [(a - 1).to(torch.int64).to(self.dev) for a in self.acc_host]
         # extra_buffer: per-row track slot (int64) and, per round, the step whose state is

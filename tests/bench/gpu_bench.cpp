@@ -181,7 +181,8 @@ struct World {
   }
 
   // A round's batch: B handles in shuffled order (the same slots in both pools); accepted lengths
-  // random in [1, T] (device), and four rounds' worth in accepted4.
+  // in [1, T] (device; bench_accepted, as tools/sglang_ring_bench.py draws them), and four
+  // rounds' worth in accepted4.
   VerifyBatch batch(int T, int B) {
     std::mt19937_64 rng(1000 * T + B);
     const std::vector<int> order = shuffled_order(kMaxB, rng);
@@ -191,9 +192,11 @@ struct World {
     for (int r = 0; r < B; ++r) {
       batch.rows.push_back(handles[order[r]]);
       slot_index[r] = pool->slot_index(handles[order[r]]);
-      acc[r] = std::uniform_int_distribution<int>(1, T)(rng);
+      acc[r] = bench_accepted(T, B, 0, r);
     }
-    for (int& a : acc4) a = std::uniform_int_distribution<int>(1, T)(rng);
+    for (int k = 0; k < 4; ++k) {
+      for (int r = 0; r < kMaxB; ++r) acc4[k * kMaxB + r] = bench_accepted(T, B, k, r);
+    }
     check(cudaMemcpy(accepted4, acc4.data(), sizeof(int32_t) * acc4.size(), cudaMemcpyHostToDevice),
           "accepted4");
     check(cudaMemcpy(slots, slot_index.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice),
@@ -330,6 +333,7 @@ void report(benchmark::State& state, World& w, int T, int B, const std::string& 
   state.counters["frac_copy_bw"] = r.frac;
   state.counters["sglang_us"] = sglang_us;
   state.counters["ratio"] = r.ratio;
+  state.counters["layers"] = kLayers;  // scripts/bench_json.py ring checks it against SGLang's
 }
 
 // One kernel of every layer's verify, a graph of kLayers launches, median / kLayers: the conv
