@@ -223,6 +223,10 @@ void detail::CommittedClaim::claim_caller(const char* fn, uint64_t pool_id,
              "'s state here): two pools would use the same memory; drop that pool, and the state "
              "views it returned (they keep it alive), before another takes its memory");
   }
+  // The only allocation before the entries go in: a failure leaves the registry as it was (one
+  // push_back at a time left the first entries behind, unowned, pointing at memory the failed
+  // pool then freed).
+  all.reserve(all.size() + mine.size());
   for (ClaimedRows& m : mine) all.push_back(std::move(m));
   held_ = true;
 }
@@ -247,6 +251,10 @@ void detail::CommittedClaim::claim_own(uint64_t pool_id, const PoolStorage& stor
   }
   const std::lock_guard<std::mutex> lock(claims_mutex());
   std::vector<ClaimedRows>& all = claims();
+  // The only allocation before the entries go in: a failure leaves the registry as it was (one
+  // push_back at a time left the first entries behind, unowned, pointing at memory the failed
+  // pool then freed).
+  all.reserve(all.size() + mine.size());
   for (ClaimedRows& m : mine) all.push_back(std::move(m));
   held_ = true;
 }

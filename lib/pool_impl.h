@@ -194,7 +194,9 @@ struct StatePool::Impl {
     return -1;
   }
 
-  Impl(const ModelConfig& c, const PoolOptions& o) : config(c), options(o) {}
+  // `verified` is sized here, so that close_round (noexcept) never allocates.
+  Impl(const ModelConfig& c, const PoolOptions& o)
+      : config(c), options(o), verified(static_cast<std::size_t>(c.num_layers), false) {}
 
   Device device() const noexcept { return backend->device(); }
 

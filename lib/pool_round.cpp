@@ -1,6 +1,7 @@
 // The verify round (DESIGN.md section 5, steps 3-6): begin_verify validates and plans the round,
 // verify runs one layer of it, commit validates the accepted values as a whole and hands them to
 // the strategy (what happens on commit: StatePool::commit below), abort_round drops it.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -138,7 +139,7 @@ void StatePool::Impl::close_round() noexcept {
   round_open = false;
   batch = VerifyBatch{};
   plan = detail::RoundPlan{};
-  verified.assign(static_cast<std::size_t>(config.num_layers), false);
+  std::fill(verified.begin(), verified.end(), false);  // sized by the constructor: no allocation
 }
 
 void StatePool::begin_verify(const VerifyBatch& batch) {

@@ -65,8 +65,8 @@ random permutations of pools of B+8 (+B track) slots.
 
 Timing: per (T, B) random buffers (never zeros); 4 untimed rounds (compile, cursors mid-ring), 16
 untimed rounds counting folds (rows whose is_flush is set by the cursor advance = materialised in
-that commit); ONE CUDA graph of 4 rounds, each with its own accepted lengths (uniform in [1, T],
-fixed seed); replays after a 256 MiB L2 flush, events around the replay only, 3 warm-up replays,
+that commit); ONE CUDA graph of 4 rounds, each with its own accepted lengths (in [1, T], the
+ones our bench draws: graph_timing.bench_accepted, whatever --seed); replays after a 256 MiB L2 flush, events around the replay only, 3 warm-up replays,
 median of --reps, /4. Replays keep advancing the cursors (folds on data-dependent rounds).
 
 --check: 2 layers, B=3, vs a sequential fp32 torch reference (conv + gated delta rule, committed

@@ -113,7 +113,6 @@ PrimedHistory primed_history(const Storage& storage, int layers, const std::vect
   return out;
 }
 
-// 0 .. n-1 shuffled by `rng`: the order in which a round takes the pool's handles (its first B).
 // The accepted length of row r in round k of a (T, B) benchmark, in [1, T]: splitmix64 of
 // (1000 T + B, k, r). tools/sglang_ring_bench.py draws the same lengths with the same formula
 // (bench_accepted there), so that both sides of a comparison replay the same histories: each
@@ -129,6 +128,7 @@ inline int32_t bench_accepted(int T, int B, int k, int r) {
   return 1 + static_cast<int32_t>(x % static_cast<uint64_t>(T));
 }
 
+// 0 .. n-1 shuffled by `rng`: the order in which a round takes the pool's handles (its first B).
 inline std::vector<int> shuffled_order(int n, std::mt19937_64& rng) {
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);

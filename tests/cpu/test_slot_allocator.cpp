@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <set>
@@ -115,15 +116,17 @@ TEST(SlotAllocator, MatchesAPlainModelOverRandomOperations) {
 // entries, not one per slot below it (839 MiB for the last of 2^24 slots; about 100 GiB for
 // INT_MAX). mallinfo2 counts the heap in use (0 under a sanitizer's allocator: skipped there).
 TEST(SlotAllocator, TakingAHighSlotDoesNotGrowWithItsIndex) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "mallinfo2 does not see AddressSanitizer's allocator";
-#endif
   SlotAllocator a(INT_MAX);
   const std::size_t before = mallinfo2().uordblks;
   uint64_t g = 0;
   ASSERT_TRUE(a.take(INT_MAX - 1, g));
   ASSERT_TRUE(a.take(1 << 24, g));
+#if defined(__SANITIZE_ADDRESS__)
+  (void)before;
+  std::printf("[ NOTE     ] the heap check is skipped: mallinfo2 does not see ASan's allocator\n");
+#else
   EXPECT_LT(mallinfo2().uordblks - before, std::size_t{1} << 20);
+#endif
   EXPECT_EQ(a.allocate(g), 0);
   EXPECT_EQ(a.free_count(), INT_MAX - 3);
   a.free(INT_MAX - 1);

@@ -7,10 +7,13 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <random>
+#include <string>
 
+#include "common/caller_owned.h"
 #include "common/gdn_data.h"
 #include "specstate/spec/verify_batch.h"
 
@@ -162,7 +165,7 @@ namespace {
 // then freed the slot, whose free-run entry could fail to allocate: the handle stayed live beside
 // a padding row (its verify outputs no longer committed), and the error was a bare bad_alloc.
 // The allocator now allocates that entry when the slot is taken (SlotAllocator::free allocates
-// nothing). Also: a pool whose construction fails after its buffers were allocated frees them.
+// nothing).
 TEST(ReleaseAllocations, AReleaseThatCannotAllocateChangesNothing) {
   const GdnConfig g = small_config();
   for (const Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
@@ -213,6 +216,56 @@ TEST(ReleaseAllocations, AReleaseThatCannotAllocateChangesNothing) {
       EXPECT_EQ(pool.acquire().slot, 1) << "allocation " << n;
     }
     EXPECT_TRUE(released);
+  }
+}
+
+}  // namespace
+}  // namespace specstate::test
+
+namespace specstate::test {
+namespace {
+
+// Building a pool that fails to allocate, at each of its allocations in turn, leaves nothing
+// behind: the process goes on (close_round, noexcept, allocated the verified-layer flags: a
+// bad_alloc there ended in std::terminate), the error is the allocation's, and a pool over the
+// same caller memory is built afterwards.
+TEST(PoolConstructionAllocations, AConstructionThatCannotAllocateLeavesNothingBehind) {
+  const GdnConfig g = small_config();
+  const ModelConfig model = ModelConfig::gated_delta_net(2, g);
+  for (const Strategy strategy : {Strategy::kSnapshot, Strategy::kReplay}) {
+    PoolOptions o;
+    o.num_slots = 2;
+    o.max_rows = 2;
+    o.max_window = 2;
+    o.strategy = strategy;
+    auto mem = host_memory();
+    const CallerMemory caller = make_caller_memory(model, o, CallerLayout::kOneTensor, *mem, 5);
+    for (const bool caller_owned : {false, true}) {
+      bool built = false;
+      int failures = 0;
+      for (long long n = 1; n <= 400 && !built; ++n) {
+        g_fail_countdown.store(n);
+        try {
+          if (caller_owned) {
+            StatePool pool(model, o, caller.views);
+          } else {
+            StatePool pool(model, o);
+          }
+        } catch (const std::bad_alloc&) {
+          ++failures;
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), Status::kResourceExhausted) << e.what();
+          ++failures;
+        }
+        const bool injected = g_fail_countdown.load() <= 0;
+        g_fail_countdown.store(0);
+        built = !injected;
+        // Nothing of the failed pool is claimed: a pool over the same caller memory is built.
+        EXPECT_NO_THROW({ StatePool again(model, o, caller.views); }) << "allocation " << n;
+      }
+      EXPECT_TRUE(built);
+      EXPECT_GT(failures, 10) << "the constructions allocated almost nothing";
+    }
   }
 }
 
