@@ -275,7 +275,12 @@ class CpuBackend final : public BackendImpl {
                         ", " + std::to_string(l.bytes[b]) + " bytes)");
       }
     }
-    if (!l.caller_committed) s.bind_owned_committed();
+    try {
+      if (!l.caller_committed) s.bind_owned_committed();  // its per-layer tables may not fit
+    } catch (...) {
+      free(s);  // as the CUDA backend does: the buffers above leaked
+      throw;
+    }
     logger().debug("cpu backend: {} bytes", total);
   }
 
