@@ -1,8 +1,9 @@
 // The layer math of DESIGN.md section 3, checked at the library level (no CLI): prefill, decode
 // and verify (chain and tree) on random small GDN configs against an independent float64
 // implementation written here, including degenerate inputs: all-zero q/k tokens (the 1e-6 eps
-// keeps them finite), huge and tiny gates, the softplus threshold at 20, a + dt_bias over
-// [-20, 30] and b over [-10, 10]. Every check also asserts the result is finite and not all zero.
+// keeps them finite), q/k of about 1e-5 (where the eps sits inside the square root shows),
+// huge and tiny gates, the softplus threshold at 20, a + dt_bias over [-20, 30] and b over
+// [-10, 10]. Every check also asserts the result is finite and not all zero.
 // The same cases run on the CUDA backend (head_k_dim 32, the kernels' smallest; skipped visibly
 // without a device): a kernel whose gate or normalisation is wrong fails here (issue 17.7).
 #include <gtest/gtest.h>
@@ -83,7 +84,7 @@ void ref_step(const Cfg& c, const RefWeights& w, RefState& st, const float* x, c
 }
 
 // The kind of inputs a case draws.
-enum class Inputs { kRealistic, kZeroQK, kAllZero, kExtremeGates, kSoftplusEdge };
+enum class Inputs { kRealistic, kZeroQK, kAllZero, kExtremeGates, kSoftplusEdge, kTinyQK };
 
 struct Case {
   Cfg cfg;
@@ -158,7 +159,15 @@ Case make_case(std::mt19937_64& rng, int tokens, Inputs kind, Backend backend) {
           cs.w.A_log[h] = -1.f;
         }
         break;
+      case Inputs::kTinyQK:  // q and k conv outputs near 1e-5: sum k^2 ~ 1e-9, far below the
+                             // eps 1e-6, so where eps sits shows (1 / sqrt(sum + eps) against
+                             // 1 / (sqrt(sum) + eps): 0.99 max_rel apart; at q = k = 0 both give 0)
+        for (int i = 0; i < 2 * c.H * c.K; ++i) xt[i] *= 1e-5f;
+        break;
     }
+  }
+  if (kind == Inputs::kTinyQK && c.bias) {  // the bias would lift q and k above the eps
+    for (int ch = 0; ch < 2 * c.H * c.K; ++ch) cs.w.conv_b[ch] = 0.f;
   }
   // Zero conv weights on q/k too for kZeroQK, so the *conv output* of q/k is zero, not only the
   // input (bias aside): that is what drives sum q^2 = 0 into the eps.
@@ -234,6 +243,8 @@ const char* kind_name(Inputs k) {
       return "extreme gates";
     case Inputs::kSoftplusEdge:
       return "softplus edge";
+    case Inputs::kTinyQK:
+      return "tiny q/k";
   }
   return "?";
 }
@@ -393,7 +404,8 @@ TEST_P(ReferenceF64, VerifyTreeAndCommit) {
 INSTANTIATE_TEST_SUITE_P(
     Inputs, ReferenceF64,
     ::testing::Combine(::testing::Values(Inputs::kRealistic, Inputs::kZeroQK, Inputs::kAllZero,
-                                         Inputs::kExtremeGates, Inputs::kSoftplusEdge),
+                                         Inputs::kExtremeGates, Inputs::kSoftplusEdge,
+                                         Inputs::kTinyQK),
                        ::testing::Values(Backend::kCpu, Backend::kCuda)),
     [](const auto& info) {
       std::string name = "X";
@@ -412,6 +424,9 @@ INSTANTIATE_TEST_SUITE_P(
           break;
         case Inputs::kSoftplusEdge:
           name = "SoftplusEdge";
+          break;
+        case Inputs::kTinyQK:
+          name = "TinyQK";
           break;
       }
       return name + (std::get<1>(info.param) == Backend::kCuda ? "_Cuda" : "");
