@@ -35,16 +35,19 @@ struct GdnConfig {
 // One Mamba2 layer (Nemotron-H, Falcon-H1, Granite-4.0-H): a causal conv over xBC followed by
 // the selective state update. DESIGN.md section 3. Defaults: Nemotron-H-8B at TP1.
 struct Mamba2Config {
-  int num_heads = 128;                    // nheads
-  int head_dim = 64;                      // P: channels per head
-  int d_state = 128;                      // N: state size per channel
-  int n_groups = 8;                       // G: groups of B and C; num_heads is a multiple of G
-  int conv_width = 4;                     // W: conv taps; the conv state keeps W-1 columns
-  bool conv_bias = true;                  // whether the weights carry a conv bias
-  bool d_skip = true;                     // y += D[h] * x (weights.D given)
-  bool gate = false;                      // y *= silu(z) (inputs.z given); Nemotron-H gates later
-  std::optional<float> dt_min;            // optional clamp of softplus(dt + dt_bias) from below
-  std::optional<float> dt_max;            // ... and from above
+  int num_heads = 128;    // nheads
+  int head_dim = 64;      // P: channels per head
+  int d_state = 128;      // N: state size per channel
+  int n_groups = 8;       // G: groups of B and C; num_heads is a multiple of G
+  int conv_width = 4;     // W: conv taps; the conv state keeps W-1 columns
+  bool conv_bias = true;  // whether the weights carry a conv bias
+  bool d_skip = true;     // y += D[h] * x (weights.D given)
+  bool gate = false;      // y *= silu(z) (inputs.z given); Nemotron-H gates later
+  // Optional clamp of softplus(dt + dt_bias) from below / above: the model's time_step_limit
+  // (transformers' Mamba2 / Nemotron-H), not time_step_min / time_step_max, which only set the
+  // initialisation range of dt_bias. Unset (the default) is what the engines' decode kernels do.
+  std::optional<float> dt_min;
+  std::optional<float> dt_max;
   DType act_dtype = DType::kBF16;         // xBC, dt, z, conv_out, y
   DType conv_state_dtype = DType::kBF16;  // committed conv window and its snapshots
   DType ssm_state_dtype = DType::kF32;    // committed SSM state and its snapshots
