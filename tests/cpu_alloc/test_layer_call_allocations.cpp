@@ -160,6 +160,35 @@ TEST(VerifyBatchBuilderAllocations, AnAddThatCannotAllocateChangesNothing) {
 namespace specstate::test {
 namespace {
 
+// `call` run with its n-th allocation failing (std::bad_alloc): whether it threw (bad_alloc, or a
+// specstate::Error, which must then say kResourceExhausted), and whether the n-th allocation was
+// reached (false: the call made fewer than n, so every one of its allocations has been failed).
+struct Injected {
+  bool threw = false, reached = false;
+};
+template <typename Fn>
+Injected with_allocation_failing(long long n, Fn&& call) {
+  Injected r;
+  g_fail_countdown.store(n);
+  try {
+    call();
+  } catch (const std::bad_alloc&) {
+    r.threw = true;
+  } catch (const Error& e) {
+    r.threw = true;
+    EXPECT_EQ(e.status(), Status::kResourceExhausted) << e.what();
+  }
+  r.reached = g_fail_countdown.load() <= 0;
+  g_fail_countdown.store(0);
+  return r;
+}
+
+}  // namespace
+}  // namespace specstate::test
+
+namespace specstate::test {
+namespace {
+
 // release() of a round's row that fails to allocate, at each of its allocations in turn, changes
 // nothing: the row is still the request's and the handle live. It turned the row into padding,
 // then freed the slot, whose free-run entry could fail to allocate: the handle stayed live beside
@@ -188,20 +217,9 @@ TEST(ReleaseAllocations, AReleaseThatCannotAllocateChangesNothing) {
       pool.verify(0, w.view(), in.view(), out.view());
       // Slot 1 between two live slots: freeing it needs a new free run.
       const SlotHandle h = batch.rows[1];
-      g_fail_countdown.store(n);
-      bool threw = false;
-      try {
-        pool.release(h);
-      } catch (const std::bad_alloc&) {
-        threw = true;
-      } catch (const Error& e) {
-        threw = true;
-        EXPECT_EQ(e.status(), Status::kResourceExhausted) << e.what();
-      }
-      const bool injected = g_fail_countdown.load() <= 0;
-      g_fail_countdown.store(0);
-      if (threw) {
-        ASSERT_TRUE(injected) << "release failed without an injected failure";
+      const Injected r = with_allocation_failing(n, [&] { pool.release(h); });
+      if (r.threw) {
+        ASSERT_TRUE(r.reached) << "release failed without an injected failure";
         EXPECT_TRUE(pool.is_live(h)) << "allocation " << n;
         EXPECT_EQ(pool.current_batch().rows[1], h) << "allocation " << n;
         EXPECT_EQ(pool.free_slots(), 0) << "allocation " << n;
@@ -209,7 +227,7 @@ TEST(ReleaseAllocations, AReleaseThatCannotAllocateChangesNothing) {
         EXPECT_FALSE(pool.is_live(h));
         EXPECT_TRUE(pool.current_batch().rows[1].is_padding());
         EXPECT_EQ(pool.free_slots(), 1);
-        released = !injected;  // every allocation of the call has been failed in turn
+        released = !r.reached;  // every allocation of the call has been failed in turn
       }
       pool.commit(std::vector<int32_t>{1, 0, 2});  // the round still commits
       if (pool.is_live(h)) pool.release(h);
@@ -244,22 +262,15 @@ TEST(PoolConstructionAllocations, AConstructionThatCannotAllocateLeavesNothingBe
       bool built = false;
       int failures = 0;
       for (long long n = 1; n <= 400 && !built; ++n) {
-        g_fail_countdown.store(n);
-        try {
+        const Injected r = with_allocation_failing(n, [&] {
           if (caller_owned) {
             StatePool pool(model, o, caller.views);
           } else {
             StatePool pool(model, o);
           }
-        } catch (const std::bad_alloc&) {
-          ++failures;
-        } catch (const Error& e) {
-          EXPECT_EQ(e.status(), Status::kResourceExhausted) << e.what();
-          ++failures;
-        }
-        const bool injected = g_fail_countdown.load() <= 0;
-        g_fail_countdown.store(0);
-        built = !injected;
+        });
+        failures += r.threw;
+        built = !r.reached;
         // Nothing of the failed pool is claimed: a pool over the same caller memory is built.
         EXPECT_NO_THROW({ StatePool again(model, o, caller.views); }) << "allocation " << n;
       }
