@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -458,7 +459,7 @@ inline std::optional<SlotHandle> to_handle(nb::handle object, const char* name, 
   std::string msg = std::string(name) + ": expected a SlotHandle (from pool.acquire())";
   if (allow_none) msg += " or None (every slot)";
   msg += ", got " + arg_type_name(object);
-  if (nb::isinstance<nb::int_>(object) && !PyBool_Check(object.ptr()))
+  if (PyIndex_Check(object.ptr()) && !PyBool_Check(object.ptr()))  // int, NumPy integers
     msg += " (a slot index? give the handle; pool.slot_index(handle) maps a handle to its index)";
   else if (looks_like_stream(object))
     msg += " (a stream? pass it as stream=...)";
@@ -474,12 +475,39 @@ inline std::vector<SlotHandle> to_handles(nb::handle seq, const std::string& nam
     throw nb::type_error(
         (name + ": expected a sequence of SlotHandle, got " + arg_type_name(seq)).c_str());
   }
-  const nb::object items = sequence_items(seq, name, kMaxSequenceItems, "SlotHandle");
-  const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
+  // Lists and tuples are copied whole (a tuple of their items); any other sequence (an array of
+  // slot indices, a common mistake) is read item by item, each checked as it is read, so that
+  // the first wrong item is named before the next is made (copying 2^26 items of a tensor first
+  // made as many Python objects). Checking an item runs no Python code.
+  const bool whole = PyList_CheckExact(seq.ptr()) || PyTuple_CheckExact(seq.ptr());
+  const nb::object items =
+      whole ? sequence_items(seq, name, kMaxSequenceItems, "SlotHandle") : nb::borrow(seq);
+  Py_ssize_t n = 0;
+  if (whole) {
+    n = PyTuple_GET_SIZE(items.ptr());
+  } else {
+    if (PyUnicode_Check(seq.ptr()) || !PySequence_Check(seq.ptr())) {
+      throw nb::type_error(
+          (name + ": expected a sequence of SlotHandle, got " + arg_type_name(seq)).c_str());
+    }
+    n = PySequence_Size(seq.ptr());
+    if (n < 0) {
+      PyErr_Clear();
+      throw nb::type_error(
+          (name + ": expected a sequence of SlotHandle with a length, got " + arg_type_name(seq))
+              .c_str());
+    }
+    if (n > kMaxSequenceItems) {
+      throw Error(Status::kOutOfRange, name + ": " + std::to_string(n) + " items, at most " +
+                                           std::to_string(kMaxSequenceItems));
+    }
+  }
   std::vector<SlotHandle> out;
-  out.reserve(static_cast<std::size_t>(n));
+  out.reserve(static_cast<std::size_t>(std::min<Py_ssize_t>(n, Py_ssize_t{1} << 16)));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    nb::handle item(PyTuple_GET_ITEM(items.ptr(), i));
+    nb::object item = whole ? nb::borrow(PyTuple_GET_ITEM(items.ptr(), i))
+                            : nb::steal(PySequence_GetItem(items.ptr(), i));
+    if (!item.is_valid()) throw nb::python_error();
     out.push_back(*to_handle(item, (name + "[" + std::to_string(i) + "]").c_str(), false));
   }
   return out;

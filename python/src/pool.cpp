@@ -318,7 +318,10 @@ void check_device_id(const Arg& a, int want, const char* name) {
                               .c_str());
 }
 
+// CUDA pools only: a CPU pool refuses every device array itself, with the message that says why
+// (a cuda:1 array for a CPU pool was called "on cuda:1, the pool is on cuda:0").
 void check_device(const PyPool& p, const Arg& a, const char* name) {
+  if (!p.is_cuda()) return;
   check_device_id(a, p.options().device, name);
 }
 

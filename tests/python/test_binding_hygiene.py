@@ -825,6 +825,12 @@ def test_handle_lists_are_bounded_and_named_before_anything_is_reserved():
                        (lambda: specstate.VerifyBatch(range(10**12)), "VerifyBatch.rows")]:
         with pytest.raises(specstate.OutOfRangeError, match=rf"{name}: 1000000000000 items, at most"):
             call()
+    # An array of slot indices (a likely mistake) is refused at its first item, before the
+    # others are made into Python objects.
+    t0 = time.monotonic()
+    with pytest.raises(TypeError, match=r"^handles\[0\]: expected a SlotHandle.*slot index"):
+        pool.materialize(np.broadcast_to(np.int64(3), (2**26,)))  # 8 bytes, 2^26 items
+    assert time.monotonic() - t0 < 2.0
     batch = specstate.VerifyBatch([h], window=2)
     with pytest.raises(TypeError, match=r"^VerifyBatch.rows\[0\]: expected a SlotHandle.*slot index"):
         batch.rows = [1]

@@ -162,7 +162,9 @@ def test_graph_capture_and_replay(strategy):
             gpu.verify(layer, dw[layer], static_in[layer], static_out[layer])
         gpu.commit(accepted_dev)
 
-    # warm up on the capture stream (accepted 0: nothing changes), then capture
+    # warm up on the capture stream (accepted 0: nothing changes), then capture; the arrays
+    # above were zero-filled on torch's default stream, which s does not wait for
+    torch.cuda.synchronize()
     gpu.begin_verify(batch)
     with torch.cuda.stream(s):
         round_body()
