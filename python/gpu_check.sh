@@ -63,6 +63,8 @@ for client in qwen3_next qwen3_5 nemotron_h kimi_linear; do
   echo "== client $client: --device cuda --dtype bfloat16 [t=${SECONDS}s]"
   "$PY" "examples/python/${client}_spec.py" --device cuda --dtype bfloat16 2>&1 |
     grep -v "falling back\|FutureWarning\|output = func" | tee "$OUT/client-$client-bf16.log"
+  # bf16 tokens may differ (the client reports where, exit 0); a nonzero exit is a crash
+  [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
 done
 # KDA over tensors shaped as vLLM's cache (the layout vLLM's KDA backend allocates).
 echo "== client kimi_linear: --device cuda --state-layout vllm [t=${SECONDS}s]"

@@ -34,9 +34,18 @@ class SpecstateMamba2(LayerOwner):
                   if type(b.mixer).__name__.endswith("Mamba2Mixer")]
         first = mixers[0]
         act = act_dtype(dtype)
-        # the mixer's clamp of dt (softplus'd); older transformers keep it in the config
-        dt_min, dt_max = getattr(first, "time_step_limit", None) or tuple(
-            getattr(model.config, "time_step_limit", (0.0, float("inf"))))
+        # The clamp of dt (softplus'd) the reference applies: its CUDA-kernel path (mamba_ssm)
+        # clamps to time_step_limit (older transformers keep it in the config); its torch path,
+        # which runs wherever those kernels are missing (the CPU, the device machine), clamps
+        # from below at time_step_min (0.001 by default; transformers issue #47246). About 10%
+        # of this tiny model's dt fall below 0.001.
+        fast = bool(getattr(sys.modules[type(first).__module__], "is_fast_path_available", False))
+        if fast and first.in_proj.weight.device.type == "cuda":
+            dt_min, dt_max = getattr(first, "time_step_limit", None) or tuple(
+                getattr(model.config, "time_step_limit", (0.0, float("inf"))))
+        else:
+            dt_min = float(getattr(first, "time_step_min", 0.0) or 0.0)
+            dt_max = float("inf")
         layer = specstate.Mamba2Config(
             num_heads=first.num_heads, head_dim=first.head_dim, d_state=first.ssm_state_size,
             n_groups=first.n_groups, conv_width=first.conv_kernel_size,

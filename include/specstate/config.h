@@ -43,9 +43,11 @@ struct Mamba2Config {
   bool conv_bias = true;  // whether the weights carry a conv bias
   bool d_skip = true;     // y += D[h] * x (weights.D given)
   bool gate = false;      // y *= silu(z) (inputs.z given); Nemotron-H gates later
-  // Optional clamp of softplus(dt + dt_bias) from below / above: the model's time_step_limit
-  // (transformers' Mamba2 / Nemotron-H), not time_step_min / time_step_max, which only set the
-  // initialisation range of dt_bias. Unset (the default) is what the engines' decode kernels do.
+  // Optional clamp of softplus(dt + dt_bias) from below / above. The engines' decode kernels
+  // clamp nothing (unset, the default); mamba_ssm's chunked kernels clamp to the model's
+  // time_step_limit; transformers' torch fallback clamps from below at time_step_min (its
+  // issue #47246), which otherwise only sets the initialisation range of dt_bias. Give the clamp
+  // of the path being matched (examples/python/nemotron_h_spec.py picks its reference's).
   std::optional<float> dt_min;
   std::optional<float> dt_max;
   DType act_dtype = DType::kBF16;         // xBC, dt, z, conv_out, y

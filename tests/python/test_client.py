@@ -6,6 +6,7 @@ transformers, or where this transformers lacks the model."""
 
 import importlib.util
 import os
+import re
 
 import pytest
 
@@ -57,8 +58,14 @@ def test_token_exact_with_generate(client, strategy, layout, device, capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "identical to model.generate" in out, out
-    # the report names the client's model and its rounds (the check ran on real rounds)
+    # the report names the client's model and its rounds (the check ran on real rounds), and
+    # some drafts were accepted and some rejected: both the commit of a > 1 tokens and the
+    # rollback (KV truncation below the window, the recurrent state kept at a < T) ran
     assert "rounds " in out and "tokens/round" in out, out
+    m = re.search(r"\((\d+)/(\d+) drafts\)", out)
+    assert m is not None, out
+    accepted, proposed = int(m.group(1)), int(m.group(2))
+    assert 0 < accepted < proposed, out
     if layout == "vllm":  # the state lives in the engine's tensors
         assert "state in vLLM's cache layout" in out and "(nonzero: True)" in out, out
 
