@@ -230,6 +230,7 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
   impl_->plan = std::move(plan);
   impl_->released_rows.assign(static_cast<std::size_t>(rows), SlotHandle::padding());
   impl_->round_open = true;
+  impl_->strategy->round_begun(impl_->plan);
 }
 
 void StatePool::abort_round() {

@@ -287,6 +287,15 @@ class CudaBackend final : public BackendImpl {
     return ok;
   }
 
+  bool capturing() noexcept override {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return capture != cudaStreamCaptureStatusNone;
+  }
+
   void free(PoolStorage& s) noexcept override {
     break_chain();
     // The thread's current device is restored at the end (a destructor that left the caller on

@@ -83,11 +83,23 @@ void ReplayStrategy::after_advance(BackendImpl& backend, const PoolStorage& stor
   backend.clear_pending(storage, layer, layer + 1, cleared, BackendImpl::Clear::kConsumed);
 }
 
+void ReplayStrategy::round_begun(const RoundPlan& plan) noexcept {
+  // A graph holding a captured commit may be launched for this round: its commit then advances
+  // these slots on the device, unseen here.
+  if (!captured_commit_) return;
+  for (int32_t s : plan.slots) {
+    if (s >= 0) sticky_[s] = 1;
+  }
+}
+
 void ReplayStrategy::commit(BackendImpl& backend, const PoolStorage& storage,
                             const CommitWork& work) {
+  const bool captured = backend.capturing();
   backend.commit_pending(storage, work);
+  if (captured) captured_commit_ = true;
   const RoundPlan& plan = *work.plan;
-  const bool device = !work.device_accepted.empty();
+  // Device-valued commits and captured ones (the graph's launches commit again).
+  const bool device = !work.device_accepted.empty() || captured;
   for (int r = 0; r < plan.rows; ++r) {
     const int32_t s = plan.slots[r];
     if (s < 0) continue;

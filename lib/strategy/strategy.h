@@ -33,6 +33,9 @@ class StrategyImpl {
   // After the advance launched with `io`.
   virtual void after_advance(BackendImpl& backend, const PoolStorage& storage, int layer,
                              const std::vector<int32_t>& slots, const StateIO& io) = 0;
+  // begin_verify opened a round over `plan` (called once the round is in place; allocates
+  // nothing).
+  virtual void round_begun(const RoundPlan& plan) noexcept { (void)plan; }
   // Ends the round: the host- or device-valued commit.
   virtual void commit(BackendImpl& backend, const PoolStorage& storage, const CommitWork& work) = 0;
   // The round is dropped without commit after the layers marked in `verified` ran.

@@ -148,6 +148,157 @@ TEST_P(ReplayGraph, ConsecutiveRoundsInOneGraphMatchTheOracle) {
 INSTANTIATE_TEST_SUITE_P(Gpu, ReplayGraph, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
                          graph_case_name);
 
+// The docs' graph pattern (begin_verify outside the graph, a graph of every layer's verify and
+// the commit) with the batch's rows changing between launches, as an engine's requests come and
+// go: a request released, a new one acquired, prefilled and put in its row. The graph's commit
+// advances the new request on the device alone (the host saw no commit of it), so what reads its
+// committed state afterwards (decode, views, export, release then adopt) must replay the steps
+// the graph committed. Accepted values on the device, or host values baked into the graph at
+// capture (each launch commits them again). Each round is checked against the oracle run eagerly;
+// a released slot's memory (what adopt() resumes from) is compared with the oracle's.
+class ReplayGraphRows : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ReplayGraphRows, ASlotThatJoinsTheBatchAfterTheCaptureReadsWhatTheGraphCommitted) {
+  SPECSTATE_REQUIRE_GPU();
+  const bool device_values = GetParam();
+  std::mt19937_64 rng(device_values ? 4242 : 4343);
+  const GdnConfig g = gdn_preset("gpu_f32");
+  const int L = 2, T = 3, B = 2;
+  const ModelConfig model = ModelConfig::gated_delta_net(L, g);
+  const PoolOptions options = test_pool_options(4, B, T, Strategy::kReplay);
+  CudaStream owned_stream(cudaStreamNonBlocking);
+  cudaStream_t stream = owned_stream.get();
+  ASSERT_NE(stream, nullptr);
+  OraclePools p(model, options, stream, B);
+  const RandomLayers w(g, L, rng);
+  ASSERT_NO_FATAL_FAILURE(prefill_history(p, w, g, 3, rng, stream));
+  std::vector<DeviceInputs> din;
+  std::vector<TokenOutputs> host_out;
+  std::vector<DeviceOutputs> dout;
+  for (int l = 0; l < L; ++l) {
+    din.emplace_back(random_inputs(g, int64_t{B} * T, rng), 0);
+    host_out.push_back(make_outputs(g, int64_t{B} * T));
+    dout.emplace_back(host_out.back(), 0, true);
+  }
+  // The values every launch commits: row 0 keeps one token, row 1 all of them (host values are
+  // fixed at capture; device values are rewritten each launch, the same here).
+  const std::vector<int32_t> accepted = {1, T};
+  int32_t* d_accepted = nullptr;
+  SPECSTATE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d_accepted), sizeof(int32_t) * B));
+  SPECSTATE_CUDA_OK(
+      cudaMemcpy(d_accepted, accepted.data(), sizeof(int32_t) * B, cudaMemcpyHostToDevice));
+
+  p.gpu.begin_verify(VerifyBatch{p.gh, T, {}});
+  cudaGraph_t graph = nullptr;
+  SPECSTATE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int l = 0; l < L; ++l) p.gpu.verify(l, w.dweights[l].view(), din[l].view(), dout[l].view());
+  if (device_values) {
+    p.gpu.commit(TensorView::contiguous(d_accepted, DType::kI32, {B}, Device::kCuda));
+  } else {
+    p.gpu.commit(accepted);
+  }
+  SPECSTATE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  SPECSTATE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+  // One round: the graph launched for the pools' current rows, the oracle run eagerly.
+  auto round = [&](const std::string& what) {
+    SCOPED_TRACE(what);
+    std::vector<TokenOutputs> ref;
+    p.cpu.begin_verify(VerifyBatch{p.ch, T, {}});
+    for (int l = 0; l < L; ++l) {
+      const TokenInputs in = random_inputs(g, int64_t{B} * T, rng);
+      din[l].mixed_qkv.upload(in.mixed_qkv);
+      din[l].a.upload(in.a);
+      din[l].b.upload(in.b);
+      ref.push_back(make_outputs(g, int64_t{B} * T));
+      p.cpu.verify(l, w.weights[l].view(), in.view(), ref.back().view());
+    }
+    p.cpu.commit(accepted);
+    p.gpu.begin_verify(VerifyBatch{p.gh, T, {}});
+    SPECSTATE_CUDA_OK(cudaGraphLaunch(exec, stream));
+    SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(p.gpu.last_commit_status(), Status::kSuccess);
+    for (int l = 0; l < L; ++l) {
+      dout[l].download(host_out[l]);
+      expect_close(to_floats(ref[l].core_out.view()), to_floats(host_out[l].core_out.view()),
+                   output_tolerance(g), "core_out, layer " + std::to_string(l));
+    }
+  };
+  // One decode token of row `r`'s request in every layer, both pools, outputs compared. The
+  // graph's round is still open on the host (it verified nothing there): dropped first.
+  auto decode = [&](int r, const std::string& what) {
+    if (p.gpu.round_open()) p.gpu.abort_round();
+    for (int l = 0; l < L; ++l) {
+      const TokenInputs in = random_inputs(g, 1, rng);
+      TokenOutputs ref = make_outputs(g, 1), out = make_outputs(g, 1);
+      p.cpu.decode(l, {p.ch[r]}, w.weights[l].view(), in.view(), ref.view());
+      DeviceInputs d(in, 0);
+      DeviceOutputs o(out, 0, true);
+      p.gpu.decode(l, {p.gh[r]}, w.dweights[l].view(), d.view(), o.view());
+      SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+      o.download(out);
+      expect_close(to_floats(ref.core_out.view()), to_floats(out.core_out.view()),
+                   output_tolerance(g), what + ": decode, layer " + std::to_string(l));
+    }
+  };
+  auto states = [&](const std::string& what) {
+    p.gpu.materialize();
+    SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+    for (int l = 0; l < L; ++l) {
+      expect_close(to_floats(p.cpu.ssm_state(l)), to_floats(p.gpu.ssm_state(l)), state_tolerance(g),
+                   what + ": committed ssm, layer " + std::to_string(l));
+      expect_close(to_floats(p.cpu.conv_state(l)), to_floats(p.gpu.conv_state(l)),
+                   state_tolerance(g), what + ": committed conv, layer " + std::to_string(l));
+    }
+  };
+  // A new request in row 1: the old one released, the new one acquired and prefilled.
+  auto replace_row1 = [&](const std::string& what) {
+    SCOPED_TRACE(what);
+    p.cpu.release(p.ch[1]);
+    p.gpu.release(p.gh[1]);
+    p.ch[1] = p.cpu.acquire();
+    p.gh[1] = p.gpu.acquire();
+    for (int l = 0; l < L; ++l) {
+      const TokenInputs in = random_inputs(g, 2, rng);
+      TokenOutputs ref = make_outputs(g, 2), out = make_outputs(g, 2);
+      p.cpu.prefill(l, p.ch[1], w.weights[l].view(), in.view(), ref.view());
+      DeviceInputs d(in, 0);
+      DeviceOutputs o(out, 0, true);
+      p.gpu.prefill(l, p.gh[1], w.dweights[l].view(), d.view(), o.view());
+      SPECSTATE_CUDA_OK(cudaStreamSynchronize(stream));
+    }
+  };
+
+  round("the captured rows, round 1");
+  round("the captured rows, round 2");
+  replace_row1("the first new request");
+  round("the first new request, round 1");
+  // Decode first: an advance of the new request must replay what the graph committed.
+  decode(1, "the first new request");
+  round("the first new request, round 2");
+  states("after the first new request's rounds");
+  // A new request again, then a release of it after its rounds: release keeps the committed
+  // state in the slot's memory, which adopt() resumes from.
+  replace_row1("the second new request");
+  round("the second new request, round 1");
+  round("the second new request, round 2");
+  p.cpu.release(p.ch[1]);
+  p.gpu.release(p.gh[1]);
+  states("after the second new request's release");
+  decode(0, "the captured request");
+  states("at the end");
+
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(d_accepted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, ReplayGraphRows, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "device_values" : "host_values");
+                         });
+
 // Device-side accepted values out of range under replay: the round commits nothing (every row
 // records no pending steps and keeps its state; all-or-nothing), and the flag is raised; the
 // next rounds go on from there. (Checked against the CPU oracle, which skips the refused round,
