@@ -389,9 +389,13 @@ void check_host_memory(const SimulateOptions& o, const ModelConfig& config, cons
   }
 }
 
-}  // namespace
+// The option a run that the machine cannot hold is blamed on, with its value ("--layers 10000"),
+// and the advice that goes with it; set once the run's size is known.
+struct SizeBlame {
+  std::string option, prefix, advice;
+};
 
-Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
+Json simulate(const SimulateOptions& o, std::ostream* progress, SizeBlame& blame) {
   const auto wall_start = Clock::now();
   if (o.backend != "cpu" && o.backend != "cuda") {
     throw CLI::ValidationError("--backend", "--backend " + o.backend + " must be cpu or cuda");
@@ -442,6 +446,18 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   // backend as a usage error naming the option that sized it, with its value: --layers where it
   // grew the layers past the model's own count at least as much as the requests grew the pool
   // (--requests 1 was blamed for --layers 100000), else --requests or --trace.
+  {
+    const int own_layers = resolve_model(o.model, o.model_file, ModelDims{}).config.num_layers;
+    const bool traced = !o.trace_path.empty();
+    if (o.dims.layers > 0 && own_layers > 0 &&
+        static_cast<double>(config.num_layers) / own_layers >= num_requests) {
+      blame = {"--layers", "--layers " + std::to_string(o.dims.layers), " (fewer --layers)"};
+    } else {
+      blame = {traced ? "--trace" : "--requests", run_size_option(o, num_requests),
+               traced ? " (a trace of fewer requests or smaller windows, or a smaller model)"
+                      : " (fewer --requests, a smaller --window or model)"};
+    }
+  }
   const auto make_pool_of = [&](const PoolOptions& po) {
     try {
       return std::make_unique<StatePool>(config, po);
@@ -451,18 +467,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
                                    e.what());
       }
       if (e.status() == Status::kResourceExhausted) {  // the machine cannot hold the pool
-        const int own_layers = resolve_model(o.model, o.model_file, ModelDims{}).config.num_layers;
-        if (o.dims.layers > 0 && own_layers > 0 &&
-            static_cast<double>(config.num_layers) / own_layers >= num_requests) {
-          throw CLI::ValidationError("--layers", "--layers " + std::to_string(o.dims.layers) +
-                                                     ": " + e.what() + " (fewer --layers)");
-        }
-        const bool traced = !o.trace_path.empty();
-        throw CLI::ValidationError(
-            traced ? "--trace" : "--requests",
-            run_size_option(o, num_requests) + ": " + e.what() +
-                (traced ? " (a trace of fewer requests or smaller windows, or a smaller model)"
-                        : " (fewer --requests, a smaller --window or model)"));
+        throw CLI::ValidationError(blame.option, blame.prefix + ": " + e.what() + blame.advice);
       }
       throw;
     }
@@ -904,6 +909,7 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   // at any allocation (the weights, the inputs, --check's reference pool, either strategy's pool)
   // writes nothing; the trial pools above were made with nothing else in memory, so they alone
   // could not say that.
+  blame = SizeBlame{};  // (what follows is the report: a failure there is not the run's size)
   if (!o.save_trace.empty()) {
     try {
       spec::write_trace_file(o.save_trace, trace);
@@ -1028,6 +1034,25 @@ Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
   }
   report["check"] = check;
   return report;
+}
+
+}  // namespace
+
+// A run past the machine's memory is a usage error naming the option that sized it, wherever its
+// allocation failed: the pools are refused up front (kResourceExhausted), but the weights, the
+// input sets, the outputs or --check's reference prefill could still run out (exit 1, "out of
+// memory", at address-space limits a few MB wide between the pools' and the run's needs).
+Json run_simulation(const SimulateOptions& o, std::ostream* progress) {
+  SizeBlame blame;
+  try {
+    return simulate(o, progress, blame);
+  } catch (const std::bad_alloc&) {
+    if (blame.option.empty()) throw;
+    throw CLI::ValidationError(blame.option, blame.prefix +
+                                                 ": out of memory for the run's buffers (the "
+                                                 "model's weights, the inputs and outputs)" +
+                                                 blame.advice);
+  }
 }
 
 }  // namespace specstate::cli
