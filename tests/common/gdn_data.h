@@ -36,6 +36,21 @@ class Buffer {
   mutable std::vector<uint8_t> bytes_;
 };
 
+// What a test writes into outputs before a verify whose padding rows must not be written
+// (exact in bf16; a zero-filled buffer could not tell a padding row written with zeros).
+constexpr float kPaddingMarker = 7.0f;
+
+// Sets every element of a contiguous host view (f32 or bf16) to `value`.
+inline void host_fill(const TensorView& v, float value) {
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    if (v.dtype == DType::kBF16) {
+      static_cast<uint16_t*>(v.data)[i] = bf16_from_float(value);
+    } else {
+      static_cast<float*>(v.data)[i] = value;
+    }
+  }
+}
+
 struct LayerWeights {
   Buffer conv_weight, conv_bias, A_log, dt_bias;
   GdnWeights view() const;
