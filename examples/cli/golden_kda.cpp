@@ -7,6 +7,7 @@
 // golden_delta.h shares with GDN (the sizes and dtypes, one layer's verify call); the runner does
 // the rest. A case is KDA when params_json says model "kda" or g.l0 has rank 4 (a GDN case's g.l0
 // is [R, T, HV]).
+#include <cfloat>
 #include <cmath>
 #include <optional>
 #include <sstream>
@@ -27,10 +28,16 @@ KdaSpec read_spec(const GoldenCase& golden, const json& params) {
   // The gate: plain unless params_json gives a lower bound (KdaConfig::lower_bound, one per pool).
   const auto bound = params.find("lower_bound");
   if (bound != params.end() && !bound->is_null()) {
-    if (!bound->is_number() || !std::isfinite(bound->get<double>()) || bound->get<double>() >= 0) {
-      bad_case("params_json 'lower_bound' = " + bound->dump() + " must be finite and negative");
+    // Checked as the float32 the pool takes: -1e300 read as -inf and -1e-50 as -0, and the
+    // pool's own check then named a value the file does not hold.
+    const double read = bound->is_number() ? bound->get<double>() : 0.0;
+    const bool in_range = std::isfinite(read) && std::fabs(read) <= FLT_MAX;
+    const float value = in_range ? static_cast<float>(read) : 0.0f;
+    if (!in_range || !(value < 0.0f)) {
+      bad_case("params_json 'lower_bound' = " + bound->dump() +
+               " must be finite and negative as a float32");
     }
-    spec.lower_bound = bound->get<float>();
+    spec.lower_bound = value;
   }
   const auto gate = params.find("gate");
   if (gate != params.end() && gate->is_string() &&

@@ -550,11 +550,21 @@ ModelPreset resolve_model(const std::string& model, const std::string& model_fil
                                                  out.name + " (" + layer_kind_name(c.kind) +
                                                  "): give --layers too");
       }
-      // Another kind: the library's defaults of that layer (Qwen3-Next-80B / Nemotron-H-8B at
-      // TP 1), every layer recurrent unless --total-layers says otherwise.
-      c = kind == LayerKind::kMamba2 ? ModelConfig::mamba2(d.layers, Mamba2Config{})
-          : kind == LayerKind::kKda  ? ModelConfig::kda(d.layers, KdaConfig{})
-                                     : ModelConfig::gated_delta_net(d.layers, GdnConfig{});
+      // Another kind, every layer recurrent unless --total-layers says otherwise. Between the
+      // two delta-rule kinds (GDN, KDA) the model's dimensions and dtypes are kept (--model tiny
+      // --kind kda took Kimi-Linear's 32 heads of 128 and needed 43 GB at --layers 10000);
+      // to or from Mamba2, whose dimensions are others, the library's defaults of that layer
+      // (Nemotron-H-8B / Qwen3-Next-80B / Kimi-Linear-48B at TP 1).
+      const bool delta_before = c.kind != LayerKind::kMamba2;
+      if (kind == LayerKind::kKda) {
+        KdaConfig k;
+        if (delta_before) set_gdn_dims(k, gdn_dims(c));
+        c = ModelConfig::kda(d.layers, k);
+      } else if (kind == LayerKind::kGatedDeltaNet) {
+        c = ModelConfig::gated_delta_net(d.layers, delta_before ? gdn_dims(c) : GdnConfig{});
+      } else {
+        c = ModelConfig::mamba2(d.layers, Mamba2Config{});
+      }
       out.name = "custom";
       out.total_layers = d.layers;
       switched = true;

@@ -22,10 +22,11 @@ namespace specstate::detail::delta {
 }
 
 // The checks of the fields every delta-rule config has (heads, dims, width, scale, dtypes).
-// `gate_cols`: the per-token columns the kind's gate inputs add to conv_dim (GDN: a and b,
-// 2 HV; KDA: b, HV; KDA's g is checked by kda.cpp).
+// `gate_cols`: the per-token columns the kind's gate inputs add to conv_dim, named `gate_name` in
+// messages (GDN: a and b, 2 HV, "gate inputs"; KDA: b, HV, "b"; KDA's g, a tensor of its own, is
+// checked by kda.cpp).
 template <typename Config>
-void validate_common(const Config& c, const char* kind, int64_t gate_cols) {
+void validate_common(const Config& c, const char* kind, int64_t gate_cols, const char* gate_name) {
   const auto positive = [&](const char* field, int value) {
     if (value <= 0) bad_field(kind, field, std::to_string(value), "must be positive");
   };
@@ -63,8 +64,9 @@ void validate_common(const Config& c, const char* kind, int64_t gate_cols) {
             : (qk >= vv ? larger("num_k_heads", c.num_k_heads, "head_k_dim", c.head_k_dim)
                         : larger("num_v_heads", c.num_v_heads, "head_v_dim", c.head_v_dim));
     bad_field(kind, field, std::to_string(value),
-              "conv_dim + gate inputs (a token's columns) = 2 * num_k_heads * head_k_dim + "
-              "num_v_heads * head_v_dim + " +
+              std::string("conv_dim + ") + gate_name +
+                  " (a token's columns) = 2 * num_k_heads * head_k_dim + "
+                  "num_v_heads * head_v_dim + " +
                   std::to_string(gate_cols) + " = " + int128_text(qk + vv + gate_cols) +
                   " does not fit in 32 bits");
   }

@@ -11,7 +11,9 @@
 
 namespace specstate::detail::gdn {
 
-void validate(const GdnConfig& g) { delta::validate_common(g, "gdn", 2 * int64_t{g.num_v_heads}); }
+void validate(const GdnConfig& g) {
+  delta::validate_common(g, "gdn", 2 * int64_t{g.num_v_heads}, "gate inputs");
+}
 
 LayerShapes shapes(const GdnConfig& g) {
   return delta::shapes_common(

@@ -12,10 +12,16 @@
 namespace specstate::detail::kda {
 
 void validate(const KdaConfig& c) {
-  delta::validate_common(c, "kda", int64_t{c.num_v_heads});
-  if (int64_t{c.num_v_heads} * c.head_k_dim > std::numeric_limits<int32_t>::max()) {
-    delta::bad_field("kda", "head_k_dim", std::to_string(c.head_k_dim),
-                     "num_v_heads * head_k_dim (the gate's columns) does not fit in 32 bits");
+  delta::validate_common(c, "kda", int64_t{c.num_v_heads}, "b");
+  // g's columns, a tensor of their own, named by the larger factor (head_k_dim was named for a
+  // num_v_heads of 65536 beside head_k_dim 32768).
+  const int64_t g_cols = int64_t{c.num_v_heads} * c.head_k_dim;
+  if (g_cols > std::numeric_limits<int32_t>::max()) {
+    const bool heads = c.num_v_heads > c.head_k_dim;
+    delta::bad_field("kda", heads ? "num_v_heads" : "head_k_dim",
+                     std::to_string(heads ? c.num_v_heads : c.head_k_dim),
+                     "num_v_heads * head_k_dim (g's columns) = " + std::to_string(g_cols) +
+                         " does not fit in 32 bits");
   }
   if (c.lower_bound && !(std::isfinite(*c.lower_bound) && *c.lower_bound < 0.0f)) {
     delta::bad_field("kda", "lower_bound", float_text(*c.lower_bound),

@@ -149,7 +149,8 @@ void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* c
                    enum_setter(&C::ssm_state_dtype, name + ".ssm_state_dtype"),
                    nb::arg("value").none(), "Committed SSM state dtype.")
       .def("conv_dim", validated(&C::conv_dim), "2*H*K + HV*V (of a config that validates).")
-      .def("effective_scale", &C::effective_scale, "scale, or K**-0.5 when unset.")
+      .def("effective_scale", validated(&C::effective_scale),
+           "scale, or K**-0.5 when unset (of a config that validates).")
       .def("ssm_state_elems", validated(&C::ssm_state_elems),
            "HV * V * K (of a config that validates).")
       .def("__repr__", [name](const C& c) {

@@ -211,9 +211,24 @@ TEST(BadConfigKda, EachFieldIsNamed) {
       {"kda.conv_state_dtype = i32", [](KdaConfig& c) { c.conv_state_dtype = DType::kI32; }},
       {"kda.ssm_state_dtype = i32", [](KdaConfig& c) { c.ssm_state_dtype = DType::kI32; }},
       {"does not fit in 32 bits", [](KdaConfig& c) { c.head_k_dim = 1 << 30; }},
+      // g's columns, named by their larger factor, with the product.
+      {"kda.num_v_heads = 65536: num_v_heads * head_k_dim (g's columns) = 2147483648 does not",
+       [](KdaConfig& c) {
+         c.num_k_heads = 1;
+         c.num_v_heads = 65536;
+         c.head_k_dim = 32768;
+         c.head_v_dim = 1;
+       }},
+      {"kda.head_k_dim = 65536: num_v_heads * head_k_dim (g's columns) = 2147483648 does not",
+       [](KdaConfig& c) {
+         c.num_k_heads = 1;
+         c.num_v_heads = 32768;
+         c.head_k_dim = 65536;
+         c.head_v_dim = 1;
+       }},
       // The field that drives the size, and the sum compared (head_k_dim = 1 was named for a
       // head_v_dim near 2^31, and 2147483646 was said not to fit in 32 bits).
-      {"kda.head_v_dim = 2147483645: conv_dim + gate inputs (a token's columns) = 2 * "
+      {"kda.head_v_dim = 2147483645: conv_dim + b (a token's columns) = 2 * "
        "num_k_heads * head_k_dim + num_v_heads * head_v_dim + 1 = 2147483648 does not fit",
        [](KdaConfig& c) {
          c.num_k_heads = c.num_v_heads = 1;
@@ -228,18 +243,18 @@ TEST(BadConfigKda, EachFieldIsNamed) {
          c.head_v_dim = 1 << 30;
        }},
       // The larger factor of the largest term (num_k_heads = 2^30 of 2 * H * K, head_k_dim 1).
-      {"kda.num_k_heads = 1073741824: conv_dim + gate inputs",
+      {"kda.num_k_heads = 1073741824: conv_dim + b (a token's columns)",
        [](KdaConfig& c) {
          c.num_k_heads = c.num_v_heads = 1 << 30;
          c.head_k_dim = c.head_v_dim = 1;
        }},
-      {"kda.num_v_heads = 2147483647: conv_dim + gate inputs",
+      {"kda.num_v_heads = 2147483647: conv_dim + b (a token's columns)",
        [](KdaConfig& c) {
          c.num_k_heads = 1;
          c.num_v_heads = 2147483647;
          c.head_k_dim = c.head_v_dim = 1;
        }},
-      {"kda.head_v_dim = 1073741823: conv_dim + gate inputs",
+      {"kda.head_v_dim = 1073741823: conv_dim + b (a token's columns)",
        [](KdaConfig& c) {
          c.num_k_heads = 1;
          c.num_v_heads = 2;

@@ -229,6 +229,22 @@ TEST(GoldenKdaCase, RecognisedByModelOrByTheRankOfG) {
   EXPECT_EQ(report.description.rfind("KDA chain", 0), 0u) << text;
 }
 
+// A lower bound past float32 (or below its smallest magnitude) is the case's error, naming the
+// file's own value: read as -inf or -0, it was refused by the pool's check naming a value the
+// file does not hold.
+TEST(GoldenKdaCase, ALowerBoundOutsideFloat32IsTheCasesErrorNamingItsText) {
+  for (const std::string bad : {"-1e300", "-1e-50", "0.5", "\"x\""}) {
+    GoldenCaseEditor e(kFileLb);
+    e.edit_params("\"lower_bound\": -5.0", "\"lower_bound\": " + bad);
+    const GoldenReport report = run_golden_case(e.to_case(), golden_options(Strategy::kSnapshot));
+    EXPECT_EQ(report.outcome, GoldenOutcome::kError) << bad << ": " << report.message;
+    const std::string shown = bad == "-1e300" ? "-1e+300" : bad;  // (as nlohmann-json prints it)
+    EXPECT_NE(report.message.find("params_json 'lower_bound' = " + shown + " must be finite"),
+              std::string::npos)
+        << report.message;
+  }
+}
+
 TEST(GoldenKdaCli, PassesThroughTheBinaryForBothStrategies) {
   expect_cli_passes(SPECSTATE_CLI_PATH, kFile, "KDA chain");
 }

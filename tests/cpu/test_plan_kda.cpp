@@ -96,6 +96,30 @@ TEST(PlanKda, JsonReportAndSimulateThroughTheBinary) {
     EXPECT_NE(t.output.find("KDA layer     H=" + std::to_string(32 / tp)), std::string::npos)
         << t.output;
   }
+  // --kind kda over a GDN model keeps its dimensions and dtypes (it took Kimi-Linear's: 32 heads
+  // of 128); over a Mamba2 model it starts from KDA's defaults; --kind gdn over a KDA model keeps
+  // them too.
+  {
+    const auto plan_json = [](const std::string& args) {
+      const test::CliRun r = test::run_command(SPECSTATE_CLI_PATH, "plan " + args + " --json");
+      EXPECT_EQ(r.code, 0) << r.output;
+      return r.code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json::object();
+    };
+    const nlohmann::json tiny = plan_json("--model tiny");
+    const nlohmann::json kda = plan_json("--model tiny --kind kda --layers 3");
+    EXPECT_EQ(kda["layer_kind"], "kda");
+    for (const char* key : {"num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"}) {
+      EXPECT_EQ(kda[key], tiny[key]) << key;
+    }
+    const nlohmann::json back =
+        plan_json("--model kimi-linear-48b-a3b --kind gdn --layers 2 --heads 4 --v-heads 8");
+    EXPECT_EQ(back.value("layer_kind", "gdn"), "gdn");  // (a GDN plan names no kind)
+    EXPECT_FALSE(back.contains("kda_layers"));
+    EXPECT_EQ(back["num_k_heads"], 4);
+    EXPECT_EQ(back["head_k_dim"], 128);
+    const nlohmann::json from_mamba = plan_json("--model nemotron-h-8b --kind kda --layers 2");
+    EXPECT_EQ(from_mamba["num_k_heads"], 32);
+  }
   // simulate runs KDA layers: a small custom KDA model (--kind kda with GDN's options) and one
   // from a model file, through both strategies, proven against prefill and against each other.
   const std::string file = ::testing::TempDir() + "specstate_kda_model.json";

@@ -397,6 +397,11 @@ def test_configs_and_enums():
     assert cfg.effective_scale() == 0.5
     cfg.scale = None
     assert abs(cfg.effective_scale() - 128 ** -0.5) < 1e-7
+    # Of a config that validates (K = 0 gave inf, K = -4 nan), as conv_dim() is.
+    for config in (specstate.GdnConfig, specstate.KdaConfig):
+        for k in (0, -4):
+            with pytest.raises(specstate.InvalidArgumentError, match=f"head_k_dim = {k}"):
+                config(head_k_dim=k).effective_scale()
     model = specstate.ModelConfig.gated_delta_net(36, specstate.GdnConfig())
     assert model.slot_bytes() == 77266944
     opts = specstate.PoolOptions(num_slots=3, strategy=Strategy.REPLAY, stream=0)
