@@ -19,6 +19,7 @@
 
 #include "cli/golden_case.h"
 #include "common/backend_buffers.h"
+#include "common/gdn_data.h"
 #include "specstate/specstate.h"
 
 namespace specstate {
@@ -290,14 +291,23 @@ void check_prefill_decode(uint64_t seed, Inputs kind, Backend backend) {
       std::copy_n(&cs.x[static_cast<std::size_t>(t) * D], D, x2.begin() + D);
       std::copy_n(&cs.a[t * HV], HV, a2.begin() + HV);
       std::copy_n(&cs.b[t * HV], HV, b2.begin() + HV);
-      const TensorView co = mem.zeros(2 * std::size_t(D), {2, D});
-      const TensorView oo = mem.zeros(2 * std::size_t(HV) * V, {2, HV, V});
+      // A marker in the outputs: the padding row's must keep it.
+      const TensorView co =
+          mem.up(std::vector<float>(2 * std::size_t(D), test::kPaddingMarker), {2, D});
+      const TensorView oo =
+          mem.up(std::vector<float>(2 * std::size_t(HV) * V, test::kPaddingMarker), {2, HV, V});
       pool.decode(0, {SlotHandle::padding(), h}, w,
                   {mem.up(x2, {2, D}), mem.up(a2, {2, HV}), mem.up(b2, {2, HV})}, {co, oo});
       cmp.add(mem.down(static_cast<const float*>(co.data) + D, D), rc,
               "decode conv_out t" + std::to_string(t));
       cmp.add(mem.down(static_cast<const float*>(oo.data) + HV * V, std::size_t(HV) * V), ro,
               "decode core_out t" + std::to_string(t));
+      for (float x : mem.down(co.data, std::size_t(D))) {
+        ASSERT_EQ(x, test::kPaddingMarker) << "padding row conv_out";
+      }
+      for (float x : mem.down(oo.data, std::size_t(HV) * V)) {
+        ASSERT_EQ(x, test::kPaddingMarker) << "padding row core_out";
+      }
     }
   }
   const int64_t slot = pool.slot_index(h);

@@ -267,12 +267,17 @@ void check_prefill_decode(uint64_t seed, Kind kind, Backend backend) {
       two.dt.set(m.num_heads + k, cs.in.dt.get(t * m.num_heads + k));
     for (int64_t i = 0; m.gate && i < HP; ++i) two.z.set(HP + i, cs.in.z.get(t * HP + i));
     Mamba2TokenOutputs o2 = make_outputs(m, 2);
+    host_fill(o2.y.view(), kPaddingMarker);  // the padding row's must keep it
+    host_fill(o2.conv_out.view(), kPaddingMarker);
     with_outputs(mem, o2.view(), [&](const Mamba2Outputs& o) {
       pool.decode(0, {SlotHandle::padding(), h}, w, on(mem, two.view()), o);
     });
     cmp.add(o2.conv_out.view(), m.conv_dim(), rc, "decode conv_out" + ts);
     cmp.add(o2.y.view(), HP, ry, "decode y" + ts);
-    for (int64_t i = 0; i < HP; ++i) ASSERT_EQ(o2.y.get(i), 0.0f) << "padding row written";
+    for (int64_t i = 0; i < HP; ++i) ASSERT_EQ(o2.y.get(i), kPaddingMarker) << "padding row y";
+    for (int64_t i = 0; i < m.conv_dim(); ++i) {
+      ASSERT_EQ(o2.conv_out.get(i), kPaddingMarker) << "padding row conv_out";
+    }
   }
   std::vector<unsigned char> ssm_bytes, conv_bytes;
   const TensorView ssm = host_state(mem, pool.ssm_state(0), ssm_bytes);
