@@ -340,6 +340,18 @@ struct ListArg {
 using IntList = ListArg<false>;
 using FloatList = ListArg<true>;
 
+// A bool or DType argument as the caller passed it, converted (and named) in the call's body by
+// to_bool / to_enum (a plain bool parameter refused np.bool_, and both named only the whole
+// signature for 1); types of their own so that the stubs say what they take.
+struct BoolArg {
+  nb::object object;
+  operator nb::handle() const { return object; }  // NOLINT: to_bool(arg, ...)
+};
+struct DTypeArg {
+  nb::object object;
+  operator nb::handle() const { return object; }  // NOLINT: to_enum<DType>(arg, ...)
+};
+
 // `object` as a vector of integers of type T: every item through to_integer, named
 // `name[i]` (an int or anything with __index__, not bool).
 template <typename T>
@@ -608,4 +620,19 @@ struct type_caster<specstate::py::ListArg<kFloats>> {
     return v.object.inc_ref();
   }
 };
+#define SPECSTATE_PY_PASSTHROUGH_ARG(T, stub_name)                          \
+  template <>                                                               \
+  struct type_caster<T> {                                                   \
+    NB_TYPE_CASTER(T, const_name(stub_name))                                \
+    bool from_python(handle src, uint8_t, cleanup_list*) noexcept {         \
+      value.object = borrow(src);                                           \
+      return true;                                                          \
+    }                                                                       \
+    static handle from_cpp(const T& v, rv_policy, cleanup_list*) noexcept { \
+      return v.object.inc_ref();                                            \
+    }                                                                       \
+  };
+SPECSTATE_PY_PASSTHROUGH_ARG(specstate::py::BoolArg, "bool")
+SPECSTATE_PY_PASSTHROUGH_ARG(specstate::py::DTypeArg, "DType")
+#undef SPECSTATE_PY_PASSTHROUGH_ARG
 }  // namespace nanobind::detail

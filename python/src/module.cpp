@@ -110,8 +110,8 @@ std::string optional_text(const std::optional<float>& v) {
 template <typename C>
 void set_delta_fields(C* self, const char* cls, nb::handle num_k_heads, nb::handle num_v_heads,
                       nb::handle head_k_dim, nb::handle head_v_dim, nb::handle conv_width,
-                      nb::handle scale, bool conv_bias, DType act_dtype, DType conv_state_dtype,
-                      DType ssm_state_dtype) {
+                      nb::handle scale, BoolArg conv_bias, DTypeArg act_dtype,
+                      DTypeArg conv_state_dtype, DTypeArg ssm_state_dtype) {
   const std::string c = cls;
   self->num_k_heads = to_integer<int>(num_k_heads, c + ".num_k_heads");
   self->num_v_heads = to_integer<int>(num_v_heads, c + ".num_v_heads");
@@ -119,10 +119,10 @@ void set_delta_fields(C* self, const char* cls, nb::handle num_k_heads, nb::hand
   self->head_v_dim = to_integer<int>(head_v_dim, c + ".head_v_dim");
   self->conv_width = to_integer<int>(conv_width, c + ".conv_width");
   self->scale = to_float32(scale, c + ".scale");
-  self->conv_bias = conv_bias;
-  self->act_dtype = act_dtype;
-  self->conv_state_dtype = conv_state_dtype;
-  self->ssm_state_dtype = ssm_state_dtype;
+  self->conv_bias = to_bool(conv_bias, c + ".conv_bias");
+  self->act_dtype = to_enum<DType>(act_dtype, c + ".act_dtype");
+  self->conv_state_dtype = to_enum<DType>(conv_state_dtype, c + ".conv_state_dtype");
+  self->ssm_state_dtype = to_enum<DType>(ssm_state_dtype, c + ".ssm_state_dtype");
 }
 
 template <typename C>
@@ -250,8 +250,8 @@ void bind_config(nb::module_& m) {
   gdn.def(
       "__init__",
       [](GdnConfig* self, nb::handle num_k_heads, nb::handle num_v_heads, nb::handle head_k_dim,
-         nb::handle head_v_dim, nb::handle conv_width, nb::handle scale, bool conv_bias,
-         DType act_dtype, DType conv_state_dtype, DType ssm_state_dtype) {
+         nb::handle head_v_dim, nb::handle conv_width, nb::handle scale, BoolArg conv_bias,
+         DTypeArg act_dtype, DTypeArg conv_state_dtype, DTypeArg ssm_state_dtype) {
         new (self) GdnConfig();
         set_delta_fields(self, "GdnConfig", num_k_heads, num_v_heads, head_k_dim, head_v_dim,
                          conv_width, scale, conv_bias, act_dtype, conv_state_dtype,
@@ -260,9 +260,9 @@ void bind_config(nb::module_& m) {
       nb::kw_only(), nb::arg("num_k_heads").none() = 16, nb::arg("num_v_heads").none() = 32,
       nb::arg("head_k_dim").none() = 128, nb::arg("head_v_dim").none() = 128,
       nb::arg("conv_width").none() = 4, nb::arg("scale").none() = nb::none(),
-      nb::arg("conv_bias") = false, nb::arg("act_dtype").noconvert() = DType::kBF16,
-      nb::arg("conv_state_dtype").noconvert() = DType::kBF16,
-      nb::arg("ssm_state_dtype").noconvert() = DType::kF32, "Keyword arguments set the fields.");
+      nb::arg("conv_bias").none() = false, nb::arg("act_dtype").none() = DType::kBF16,
+      nb::arg("conv_state_dtype").none() = DType::kBF16,
+      nb::arg("ssm_state_dtype").none() = DType::kF32, "Keyword arguments set the fields.");
   def_delta_fields(gdn, "GdnConfig", "Whether verify/decode take a conv bias.",
                    "dtype of mixed_qkv, a, b, conv_out and core_out.");
 
@@ -272,33 +272,35 @@ void bind_config(nb::module_& m) {
       .def(
           "__init__",
           [](Mamba2Config* self, nb::handle num_heads, nb::handle head_dim, nb::handle d_state,
-             nb::handle n_groups, nb::handle conv_width, bool conv_bias, bool d_skip, bool gate,
-             nb::handle dt_min, nb::handle dt_max, DType act_dtype, DType conv_state_dtype,
-             DType ssm_state_dtype) {
+             nb::handle n_groups, nb::handle conv_width, BoolArg conv_bias, BoolArg d_skip,
+             BoolArg gate, nb::handle dt_min, nb::handle dt_max, DTypeArg act_dtype,
+             DTypeArg conv_state_dtype, DTypeArg ssm_state_dtype) {
             new (self) Mamba2Config();
             self->num_heads = to_integer<int>(num_heads, "Mamba2Config.num_heads");
             self->head_dim = to_integer<int>(head_dim, "Mamba2Config.head_dim");
             self->d_state = to_integer<int>(d_state, "Mamba2Config.d_state");
             self->n_groups = to_integer<int>(n_groups, "Mamba2Config.n_groups");
             self->conv_width = to_integer<int>(conv_width, "Mamba2Config.conv_width");
-            self->conv_bias = conv_bias;
-            self->d_skip = d_skip;
-            self->gate = gate;
+            self->conv_bias = to_bool(conv_bias, "Mamba2Config.conv_bias");
+            self->d_skip = to_bool(d_skip, "Mamba2Config.d_skip");
+            self->gate = to_bool(gate, "Mamba2Config.gate");
             // dt_min rounded to 0 and dt_max to infinity mean what was asked (no lower / upper
             // clamp beyond the values float32 holds): taken.
             self->dt_min = to_float32(dt_min, "Mamba2Config.dt_min", /*zero_ok=*/true);
             self->dt_max = to_float32(dt_max, "Mamba2Config.dt_max", false, /*inf_ok=*/true);
-            self->act_dtype = act_dtype;
-            self->conv_state_dtype = conv_state_dtype;
-            self->ssm_state_dtype = ssm_state_dtype;
+            self->act_dtype = to_enum<DType>(act_dtype, "Mamba2Config.act_dtype");
+            self->conv_state_dtype =
+                to_enum<DType>(conv_state_dtype, "Mamba2Config.conv_state_dtype");
+            self->ssm_state_dtype = to_enum<DType>(ssm_state_dtype, "Mamba2Config.ssm_state_dtype");
           },
           nb::kw_only(), nb::arg("num_heads").none() = 128, nb::arg("head_dim").none() = 64,
           nb::arg("d_state").none() = 128, nb::arg("n_groups").none() = 8,
-          nb::arg("conv_width").none() = 4, nb::arg("conv_bias") = true, nb::arg("d_skip") = true,
-          nb::arg("gate") = false, nb::arg("dt_min").none() = nb::none(),
-          nb::arg("dt_max").none() = nb::none(), nb::arg("act_dtype").noconvert() = DType::kBF16,
-          nb::arg("conv_state_dtype").noconvert() = DType::kBF16,
-          nb::arg("ssm_state_dtype").noconvert() = DType::kF32, "Keyword arguments set the fields.")
+          nb::arg("conv_width").none() = 4, nb::arg("conv_bias").none() = true,
+          nb::arg("d_skip").none() = true, nb::arg("gate").none() = false,
+          nb::arg("dt_min").none() = nb::none(), nb::arg("dt_max").none() = nb::none(),
+          nb::arg("act_dtype").none() = DType::kBF16,
+          nb::arg("conv_state_dtype").none() = DType::kBF16,
+          nb::arg("ssm_state_dtype").none() = DType::kF32, "Keyword arguments set the fields.")
       .def_prop_rw("num_heads", field_getter(&Mamba2Config::num_heads),
                    int_setter(&Mamba2Config::num_heads, "Mamba2Config.num_heads"),
                    nb::arg("value").none(), "nheads.")
@@ -366,9 +368,9 @@ void bind_config(nb::module_& m) {
   kda.def(
          "__init__",
          [](KdaConfig* self, nb::handle num_k_heads, nb::handle num_v_heads, nb::handle head_k_dim,
-            nb::handle head_v_dim, nb::handle conv_width, nb::handle scale, bool conv_bias,
-            nb::handle lower_bound, DType act_dtype, DType conv_state_dtype,
-            DType ssm_state_dtype) {
+            nb::handle head_v_dim, nb::handle conv_width, nb::handle scale, BoolArg conv_bias,
+            nb::handle lower_bound, DTypeArg act_dtype, DTypeArg conv_state_dtype,
+            DTypeArg ssm_state_dtype) {
            new (self) KdaConfig();
            set_delta_fields(self, "KdaConfig", num_k_heads, num_v_heads, head_k_dim, head_v_dim,
                             conv_width, scale, conv_bias, act_dtype, conv_state_dtype,
@@ -378,10 +380,10 @@ void bind_config(nb::module_& m) {
          nb::kw_only(), nb::arg("num_k_heads").none() = 32, nb::arg("num_v_heads").none() = 32,
          nb::arg("head_k_dim").none() = 128, nb::arg("head_v_dim").none() = 128,
          nb::arg("conv_width").none() = 4, nb::arg("scale").none() = nb::none(),
-         nb::arg("conv_bias") = false, nb::arg("lower_bound").none() = nb::none(),
-         nb::arg("act_dtype").noconvert() = DType::kBF16,
-         nb::arg("conv_state_dtype").noconvert() = DType::kBF16,
-         nb::arg("ssm_state_dtype").noconvert() = DType::kF32, "Keyword arguments set the fields.")
+         nb::arg("conv_bias").none() = false, nb::arg("lower_bound").none() = nb::none(),
+         nb::arg("act_dtype").none() = DType::kBF16,
+         nb::arg("conv_state_dtype").none() = DType::kBF16,
+         nb::arg("ssm_state_dtype").none() = DType::kF32, "Keyword arguments set the fields.")
       .def_prop_rw(
           "lower_bound", field_getter(&KdaConfig::lower_bound),
           float_setter(&KdaConfig::lower_bound, "KdaConfig.lower_bound"), nb::arg("value").none(),

@@ -509,7 +509,8 @@ def test_enum_arguments_and_fields_take_only_their_enum():
     """nanobind converted ints and bools to enums implicitly: PoolOptions(strategy=True) was
     REPLAY, backend=1 CUDA, GdnConfig(act_dtype=0) F32, default_replay_ring(True, 4) Mamba2's
     ring. The fields refuse anything but their enum, naming the field; the constructors' and
-    functions' enum arguments refuse it, naming the argument in the signature error."""
+    functions' enum arguments refuse it, naming the argument in the signature error (the
+    configs' constructors, the field)."""
     opts = specstate.PoolOptions()
     for field, bad in (("strategy", True), ("backend", 1), ("conv_layout", 0), ("ssm_layout", 1)):
         with pytest.raises(TypeError, match=rf"PoolOptions.{field}: expected a \w+, got "):
@@ -529,11 +530,14 @@ def test_enum_arguments_and_fields_take_only_their_enum():
     assert model.kind == specstate.LayerKind.GATED_DELTA_NET
     for make in (lambda: specstate.PoolOptions(strategy=True),
                  lambda: specstate.PoolOptions(backend=1),
-                 lambda: specstate.GdnConfig(act_dtype=0),
-                 lambda: specstate.KdaConfig(ssm_state_dtype=1),
                  lambda: specstate.default_replay_ring(True, 4)):
         with pytest.raises(TypeError, match=r"incompatible function arguments"):
             make()
+    # The configs' constructors name the field, as their setters do.
+    with pytest.raises(TypeError, match=r"^GdnConfig.act_dtype: expected a DType, got int"):
+        specstate.GdnConfig(act_dtype=0)
+    with pytest.raises(TypeError, match=r"^KdaConfig.ssm_state_dtype: expected a DType, got int"):
+        specstate.KdaConfig(ssm_state_dtype=1)
     assert specstate.default_replay_ring(specstate.LayerKind.MAMBA2, 4) > 0
 
 
@@ -868,6 +872,17 @@ def test_bool_window_and_text_fields_name_what_they_refuse_and_return_copies():
             assert getattr(config, field) is (not before)
             setattr(config, field, before)
             assert getattr(config, field) is before
+            # The constructor's keyword takes what the setter takes and names what it refuses
+            # (a plain bool parameter refused np.bool_ and named only the whole signature).
+            assert getattr(cls(**{field: np.bool_(not before)}), field) is (not before)
+            for bad, got in ((1, "int"), (None, "NoneType"), ("yes", "str")):
+                with pytest.raises(TypeError, match=rf"^{cls.__name__}.{field}: expected a bool, got {got}"):
+                    cls(**{field: bad})
+        for field in ("act_dtype", "conv_state_dtype", "ssm_state_dtype"):
+            assert getattr(cls(**{field: specstate.DType.F32}), field) == specstate.DType.F32
+            for bad, got in ((1, "int"), (True, "bool"), ("f32", "str")):
+                with pytest.raises(TypeError, match=rf"^{cls.__name__}.{field}: expected a DType, got {got}"):
+                    cls(**{field: bad})
     tree = specstate.Window.from_parents([-1, 0, 0])
     for cls in (specstate.TraceRecord, specstate.TraceShape):
         obj = cls()
