@@ -24,8 +24,10 @@ from ._specstate import (  # noqa: F401
     FailedPreconditionError,
     NotSupportedError,
     BackendError,
-    __version__,
 )
+
+# (nanobind's stubs leave the module's __version__ out: typed here, so that type checkers see it)
+__version__: str = _specstate.__version__
 
 HAS_CLI = _specstate.HAS_CLI
 

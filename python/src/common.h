@@ -340,17 +340,19 @@ struct ListArg {
 using IntList = ListArg<false>;
 using FloatList = ListArg<true>;
 
-// A bool or DType argument as the caller passed it, converted (and named) in the call's body by
+// A bool or enum argument as the caller passed it, converted (and named) in the call's body by
 // to_bool / to_enum (a plain bool parameter refused np.bool_, and both named only the whole
 // signature for 1); types of their own so that the stubs say what they take.
 struct BoolArg {
   nb::object object;
   operator nb::handle() const { return object; }  // NOLINT: to_bool(arg, ...)
 };
-struct DTypeArg {
+template <typename E>
+struct EnumArg {
   nb::object object;
-  operator nb::handle() const { return object; }  // NOLINT: to_enum<DType>(arg, ...)
+  operator nb::handle() const { return object; }  // NOLINT: to_enum<E>(arg, ...)
 };
+using DTypeArg = EnumArg<DType>;
 
 // `object` as a vector of integers of type T: every item through to_integer, named
 // `name[i]` (an int or anything with __index__, not bool).
@@ -633,6 +635,17 @@ struct type_caster<specstate::py::ListArg<kFloats>> {
     }                                                                       \
   };
 SPECSTATE_PY_PASSTHROUGH_ARG(specstate::py::BoolArg, "bool")
-SPECSTATE_PY_PASSTHROUGH_ARG(specstate::py::DTypeArg, "DType")
 #undef SPECSTATE_PY_PASSTHROUGH_ARG
+// (the stubs name the enum as nanobind's own caster of E does)
+template <typename E>
+struct type_caster<specstate::py::EnumArg<E>> {
+  NB_TYPE_CASTER(specstate::py::EnumArg<E>, make_caster<E>::Name)
+  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
+    value.object = borrow(src);
+    return true;
+  }
+  static handle from_cpp(const specstate::py::EnumArg<E>& v, rv_policy, cleanup_list*) noexcept {
+    return v.object.inc_ref();
+  }
+};
 }  // namespace nanobind::detail

@@ -468,31 +468,31 @@ void bind_config(nb::module_& m) {
       .def(
           "__init__",
           [](PoolOptions* self, nb::handle num_slots, nb::handle max_rows, nb::handle max_window,
-             Backend backend, Strategy strategy, nb::handle device, nb::handle stream,
-             nb::handle replay_ring, ConvLayout conv_layout, SsmLayout ssm_layout,
-             nb::handle replay_fold_rows) {
+             EnumArg<Backend> backend, EnumArg<Strategy> strategy, nb::handle device,
+             nb::handle stream, nb::handle replay_ring, EnumArg<ConvLayout> conv_layout,
+             EnumArg<SsmLayout> ssm_layout, nb::handle replay_fold_rows) {
             new (self) PoolOptions();
             self->num_slots = to_integer<int>(num_slots, "PoolOptions.num_slots");
             self->max_rows = to_integer<int>(max_rows, "PoolOptions.max_rows");
             self->max_window = to_integer<int>(max_window, "PoolOptions.max_window");
-            self->backend = backend;
-            self->strategy = strategy;
+            self->backend = to_enum<Backend>(backend, "PoolOptions.backend");
+            self->strategy = to_enum<Strategy>(strategy, "PoolOptions.strategy");
             self->device = to_integer<int>(device, "PoolOptions.device");
             self->replay_ring = to_integer<int>(replay_ring, "PoolOptions.replay_ring");
             self->replay_fold_rows =
                 to_integer<int>(replay_fold_rows, "PoolOptions.replay_fold_rows");
-            self->conv_layout = conv_layout;
-            self->ssm_layout = ssm_layout;
+            self->conv_layout = to_enum<ConvLayout>(conv_layout, "PoolOptions.conv_layout");
+            self->ssm_layout = to_enum<SsmLayout>(ssm_layout, "PoolOptions.ssm_layout");
             auto s = to_stream(stream, "stream");
             self->stream = reinterpret_cast<void*>(s.value_or(0));
           },
           nb::kw_only(), nb::arg("num_slots").none() = 1, nb::arg("max_rows").none() = 1,
-          nb::arg("max_window").none() = 1, nb::arg("backend").noconvert() = Backend::kCpu,
-          nb::arg("strategy").noconvert() = Strategy::kSnapshot, nb::arg("device").none() = 0,
+          nb::arg("max_window").none() = 1, nb::arg("backend").none() = Backend::kCpu,
+          nb::arg("strategy").none() = Strategy::kSnapshot, nb::arg("device").none() = 0,
           nb::arg("stream").none() = nb::none(), nb::arg("replay_ring").none() = 0,
-          nb::arg("conv_layout").noconvert() = ConvLayout::kChannelsFirst,
-          nb::arg("ssm_layout").noconvert() = SsmLayout::kVK,
-          nb::arg("replay_fold_rows").none() = 0, "Keyword arguments set the fields.")
+          nb::arg("conv_layout").none() = ConvLayout::kChannelsFirst,
+          nb::arg("ssm_layout").none() = SsmLayout::kVK, nb::arg("replay_fold_rows").none() = 0,
+          "Keyword arguments set the fields.")
       .def_prop_rw("num_slots", field_getter(&PoolOptions::num_slots),
                    int_setter(&PoolOptions::num_slots, "PoolOptions.num_slots"),
                    nb::arg("value").none(), "Requests whose committed state the pool holds.")

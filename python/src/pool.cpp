@@ -504,10 +504,10 @@ void bind_pool(nb::module_& m) {
       .def("is_padding", &SlotHandle::is_padding, "Whether this is a padding row.")
       .def(
           "__eq__", [](const SlotHandle& a, const SlotHandle& b) { return a == b; },
-          nb::is_operator())
+          nb::sig("def __eq__(self, other: object, /) -> bool"), nb::is_operator())
       .def(
           "__ne__", [](const SlotHandle& a, const SlotHandle& b) { return a != b; },
-          nb::is_operator())
+          nb::sig("def __ne__(self, other: object, /) -> bool"), nb::is_operator())
       .def("__hash__",
            [](const SlotHandle& h) {
              return nb::hash(nb::make_tuple(h.slot, h.generation, h.pool_id));

@@ -104,9 +104,11 @@ void bind_spec(nb::module_& m) {
       .def("describe", &Window::describe, "'chain(4)' or 'tree[-1,0,0,1]'.")
       .def("__repr__", [](const Window& w) { return "Window." + w.describe(); })
       .def(
-          "__eq__", [](const Window& a, const Window& b) { return a == b; }, nb::is_operator())
+          "__eq__", [](const Window& a, const Window& b) { return a == b; },
+          nb::sig("def __eq__(self, other: object, /) -> bool"), nb::is_operator())
       .def(
-          "__ne__", [](const Window& a, const Window& b) { return a != b; }, nb::is_operator())
+          "__ne__", [](const Window& a, const Window& b) { return a != b; },
+          nb::sig("def __ne__(self, other: object, /) -> bool"), nb::is_operator())
       // Equal windows (the same parents) hash equally: windows key dicts and sets by value.
       .def("__hash__", [](const Window& w) {
         std::size_t h = 0x9E3779B97F4A7C15ull;

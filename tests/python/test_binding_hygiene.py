@@ -528,12 +528,14 @@ def test_enum_arguments_and_fields_take_only_their_enum():
     with pytest.raises(TypeError, match=r"ModelConfig.kind: expected a LayerKind, got int"):
         model.kind = 2
     assert model.kind == specstate.LayerKind.GATED_DELTA_NET
-    for make in (lambda: specstate.PoolOptions(strategy=True),
-                 lambda: specstate.PoolOptions(backend=1),
-                 lambda: specstate.default_replay_ring(True, 4)):
-        with pytest.raises(TypeError, match=r"incompatible function arguments"):
-            make()
-    # The configs' constructors name the field, as their setters do.
+    with pytest.raises(TypeError, match=r"incompatible function arguments"):
+        specstate.default_replay_ring(True, 4)
+    # The options' and configs' constructors name the field, as their setters do.
+    for field, bad, got in (("strategy", True, "bool"), ("backend", 1, "int"),
+                            ("conv_layout", 0, "int"), ("ssm_layout", None, "NoneType")):
+        with pytest.raises(TypeError, match=rf"^PoolOptions.{field}: expected a \w+, got {got}$"):
+            specstate.PoolOptions(**{field: bad})
+    assert specstate.PoolOptions(strategy=specstate.Strategy.REPLAY).strategy == specstate.Strategy.REPLAY
     with pytest.raises(TypeError, match=r"^GdnConfig.act_dtype: expected a DType, got int"):
         specstate.GdnConfig(act_dtype=0)
     with pytest.raises(TypeError, match=r"^KdaConfig.ssm_state_dtype: expected a DType, got int"):
