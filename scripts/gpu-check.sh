@@ -347,7 +347,9 @@ if has kdabench; then
   # already importable; both strategies and fla's verify path timed in one process.
   echo "== KDA rounds against fla [t=${SECONDS}s]"
   fla_on_path
-  if PY_STAGES=build OUT="$OUT/py" python/gpu_check.sh >"$OUT/kda_py_build.log" 2>&1; then
+  # PY_BUILT=1: python/gpu_check.sh already installed this tree's package in this call.
+  if [ -n "${PY_BUILT:-}" ] ||
+      PY_STAGES=build OUT="$OUT/py" python/gpu_check.sh >"$OUT/kda_py_build.log" 2>&1; then
     PYTHONPATH="$fla_path${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 tools/kda_bench.py ${KDA_BENCH_ARGS:-} \
       --json "$OUT/kda_bench.json" >"$OUT/kda_bench.log" 2>&1
     rc=$?
