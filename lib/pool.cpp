@@ -227,6 +227,12 @@ void StatePool::Impl::close() noexcept {
       }
     }
   }
+  // The registry lets go of the pool's memory once no work of the pool touches it any more, and
+  // before it is freed: freed first, another thread's allocator could hand it out at once, and a
+  // pool built over it was refused as overlapping this one ("which is alive"). (A pool whose
+  // stream is being captured cannot wait here; its memory is let go all the same.)
+  backend->settle_for_close();
+  claim.release();
   backend->free(storage);  // waits for the device's work (the materialize's too)
 }
 

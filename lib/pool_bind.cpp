@@ -259,13 +259,16 @@ void detail::CommittedClaim::claim_own(uint64_t pool_id, const PoolStorage& stor
   held_ = true;
 }
 
-detail::CommittedClaim::~CommittedClaim() {
+void detail::CommittedClaim::release() noexcept {
   if (!held_) return;
   const std::lock_guard<std::mutex> lock(claims_mutex());
   std::vector<ClaimedRows>& all = claims();
   all.erase(std::remove_if(all.begin(), all.end(),
                            [this](const ClaimedRows& r) { return r.owner == this; }),
             all.end());
+  held_ = false;
 }
+
+detail::CommittedClaim::~CommittedClaim() { release(); }
 
 }  // namespace specstate

@@ -51,6 +51,10 @@ class CommittedClaim {
   CommittedClaim& operator=(const CommittedClaim&) = delete;
   void claim_caller(const char* fn, uint64_t pool_id, const PoolStorage& storage);
   void claim_own(uint64_t pool_id, const PoolStorage& storage);
+  // Takes this pool's entries out of the registry (the destructor's work, done by the pool's
+  // close before its memory is freed: another thread's allocator may hand that memory out at
+  // once, and a pool built over it was refused as overlapping this one). Idempotent.
+  void release() noexcept;
 
  private:
   bool held_ = false;
