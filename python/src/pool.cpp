@@ -493,6 +493,22 @@ void bind_layer_calls(Cls& cls, const char* kind) {
 
 }  // namespace
 
+// A pool built by build_pool (without the GIL) placed into `self`, with the GIL: nanobind checks
+// that `self` is not yet initialized when __init__ starts, but two threads calling __init__ on
+// one object (StatePool.__new__ then __init__ twice) both passed that check while their pools
+// were built, and the second placement-new overwrote the first pool, in use by then (leaked,
+// its handles dead). Nothing else runs between this check and nanobind marking `self` ready.
+void adopt_built(nb::pointer_and_handle<PyPool> self, StatePool&& pool,
+                 std::vector<nb::ndarray<>> held) {
+  if (nb::inst_ready(self.h)) {
+    StatePool dead(std::move(pool));  // (freed here; its caller-owned views are the caller's)
+    throw nb::type_error(
+        "StatePool.__init__: this StatePool was initialized meanwhile (by __init__ on another "
+        "thread); the pool built here is dropped");
+  }
+  new (self.p) PyPool(std::move(pool), std::move(held));
+}
+
 void bind_pool(nb::module_& m) {
   nb::class_<SlotHandle>(m, "SlotHandle",
                          "A request's slot. Generation-checked: a released handle is stale.")
@@ -578,15 +594,16 @@ void bind_pool(nb::module_& m) {
           "anything when it rejects.")
           .def(
               "__init__",
-              [](PyPool* self, const ModelConfig& config, const PoolOptions& options) {
-                new (self) PyPool(build_pool(config, options, nullptr));
+              [](nb::pointer_and_handle<PyPool> self, const ModelConfig& config,
+                 const PoolOptions& options) {
+                adopt_built(self, build_pool(config, options, nullptr), {});
               },
               nb::arg("config"), nb::arg("options"),
               "Allocates the pool (zeroed; without the GIL). Raises specstate.Error.")
           .def(
               "__init__",
-              [](PyPool* self, const ModelConfig& config, const PoolOptions& options,
-                 nb::handle committed_conv, nb::handle committed_ssm) {
+              [](nb::pointer_and_handle<PyPool> self, const ModelConfig& config,
+                 const PoolOptions& options, nb::handle committed_conv, nb::handle committed_ssm) {
                 CommittedStateViews views;
                 std::vector<nb::ndarray<>> held;
                 // Any sequence of arrays (a list, a tuple), copied first and named item by item
@@ -623,7 +640,7 @@ void bind_pool(nb::module_& m) {
                 };
                 take(committed_conv, "committed_conv", views.conv);
                 take(committed_ssm, "committed_ssm", views.ssm);
-                new (self) PyPool(build_pool(config, options, &views), std::move(held));
+                adopt_built(self, build_pool(config, options, &views), std::move(held));
               },
               nb::arg("config"), nb::arg("options"), nb::arg("committed_conv").none(),
               nb::arg("committed_ssm").none(),

@@ -7,6 +7,8 @@ window) and segmentation faults in about half of the runs."""
 
 import threading
 
+import numpy as np
+
 import specstate
 from conftest import Model
 
@@ -70,3 +72,52 @@ def test_reads_take_the_pool_lock():
     assert not problems, problems[:8]
     assert counts["rounds"] == ROUNDS
     assert counts["reads"] > 0, "the reader never ran beside the writer"
+
+
+def test_init_on_two_threads_keeps_the_first_pool_and_refuses_the_second():
+    """Two threads calling __init__ on one StatePool object (StatePool.__new__, then __init__
+    on each) both passed nanobind's "not yet initialized" check while their pools were built
+    without the GIL, and the second placement-new overwrote the first pool, in use by then: it
+    leaked, and its handles died. Deterministic: the slow __init__ (over caller-owned arrays)
+    waits, inside its reading of committed_conv, until the fast one has finished."""
+    m = Model(layers=1)
+    c, w = m.cfg.conv_dim(), m.cfg.conv_width
+    hv, v, k = m.cfg.num_v_heads, m.cfg.head_v_dim, m.cfg.head_k_dim
+    conv = np.zeros((2, c, w - 1), np.float32)
+    ssm = np.zeros((2, hv, v, k), np.float32)
+    inside, fast_done = threading.Event(), threading.Event()
+
+    class SlowLayers:
+        """One layer's array, handed out once the fast __init__ has run."""
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            if i != 0:
+                raise IndexError(i)
+            inside.set()
+            assert fast_done.wait(30)
+            return conv
+
+    pool = specstate.StatePool.__new__(specstate.StatePool)
+    outcome = []
+
+    def slow():
+        try:
+            pool.__init__(m.config, specstate.PoolOptions(num_slots=2), SlowLayers(), [ssm])
+            outcome.append("initialized")
+        except TypeError as e:
+            outcome.append(str(e))
+
+    t = threading.Thread(target=slow)
+    t.start()
+    assert inside.wait(30)
+    pool.__init__(m.config, specstate.PoolOptions(num_slots=5))
+    h = pool.acquire()
+    fast_done.set()
+    t.join(30)
+    assert outcome and "initialized meanwhile" in outcome[0], outcome
+    assert pool.free_slots() == 4 and pool.is_live(h)  # the fast pool, still in use
+    # The dropped pool let go of the caller's arrays: a pool over them can be built.
+    again = specstate.StatePool(m.config, specstate.PoolOptions(num_slots=2), [conv], [ssm])
+    assert again.free_slots() == 2
