@@ -205,7 +205,7 @@ class BackendImpl {
   virtual bool settle_for_close() noexcept { return true; }
   // Whether the pool's stream is being captured into a CUDA graph now (what is launched then runs
   // again at each launch of the graph, unseen by the host). The CPU backend never captures.
-  virtual bool capturing() noexcept { return false; }
+  virtual bool capturing() const noexcept { return false; }
   // Zeroes the committed conv and SSM state of `slot` in every layer, and its pending steps.
   virtual void zero_slot(const PoolStorage& storage, int slot) = 0;
 

@@ -38,6 +38,7 @@ void StatePool::Impl::advance(int layer, std::vector<int32_t> slot_list, int tok
   run.layer = layer;
   run.tokens_per_row = tokens;
   run.offsets = std::move(offsets);
+  if (backend->capturing()) strategy->captured();
   run.io = strategy->advance_io(layer, slot_list);
   run.slots = std::move(slot_list);
   detail::KindArgs<Weights>::run(*backend, storage, run, w, in, out);
@@ -48,6 +49,7 @@ void StatePool::Impl::advance(int layer, std::vector<int32_t> slot_list, int tok
 void StatePool::Impl::materialize_slots(std::vector<int32_t> slot_list) {
   if (!strategy->defers_work()) return;
   if (slot_list.empty()) slot_list = slots.live_slots();
+  if (backend->capturing()) strategy->captured();
   strategy->materialize(*backend, storage, slot_list);
 }
 

@@ -34,9 +34,13 @@ void StatePool::Impl::verify(int layer, const Weights& weights,
   run.tokens_per_row = plan.window;
   run.plan = &plan;
   const bool first = !verified[layer];
+  const bool captured = backend->capturing();
+  if (captured) strategy->captured();
   run.io = strategy->verify_io(layer, plan, first);
   detail::KindArgs<Weights>::run(*backend, storage, run, weights, inputs, outputs);
-  strategy->after_verify(layer, plan, first);  // (not reached when the launch threw)
+  // (Not reached when the launch threw. A captured verify ran nothing yet: the strategy does
+  // not count it as run, so an abandoned capture's abort_round settles nothing.)
+  strategy->after_verify(layer, plan, first && !captured);
   verified[layer] = true;
 }
 
@@ -230,7 +234,6 @@ void StatePool::begin_verify(const VerifyBatch& batch) {
   impl_->plan = std::move(plan);
   impl_->released_rows.assign(static_cast<std::size_t>(rows), SlotHandle::padding());
   impl_->round_open = true;
-  impl_->strategy->round_begun(impl_->plan);
 }
 
 void StatePool::abort_round() {
@@ -331,6 +334,7 @@ void StatePool::commit(const std::vector<int32_t>& accepted) {
                (plan.is_tree ? "-1" : "0") + ")");
     }
   }
+  if (impl_->backend->capturing()) impl_->strategy->captured();
   impl_->strategy->commit(*impl_->backend, impl_->storage, work);
   impl_->close_round();
 }
@@ -355,6 +359,7 @@ void StatePool::commit(const TensorView& accepted) {
   detail::CommitWork work;
   work.plan = &impl_->plan;
   work.device_accepted = accepted;
+  if (impl_->backend->capturing()) impl_->strategy->captured();
   impl_->strategy->commit(*impl_->backend, impl_->storage, work);
   impl_->close_round();
 }

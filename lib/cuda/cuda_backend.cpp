@@ -287,7 +287,7 @@ class CudaBackend final : public BackendImpl {
     return ok;
   }
 
-  bool capturing() noexcept override {
+  bool capturing() const noexcept override {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess) {
       cudaGetLastError();
@@ -445,7 +445,7 @@ class CudaBackend final : public BackendImpl {
             break_chain();  // a retry must not overlap what this call may have queued
             throw;
           }
-          chain_key_ = L.conv.state;
+          set_chain(L.conv.state);
         });
   }
 
@@ -581,19 +581,39 @@ class CudaBackend final : public BackendImpl {
       break_chain();  // a retry must not overlap what this call may have queued
       throw;
     }
-    chain_key_ = L.conv.state;
+    set_chain(L.conv.state);
   }
 
   // Layers overlap (programmatic dependent launch, kernels/common.cuh): a layer's first kernel
   // may start while the kernel before it in the stream runs, reading its own layer's state before
   // it waits; asked for only where that kernel cannot be writing it (k::layer_edge_allowed).
   // chain_key_: the conv state of the layer this backend launched last, null after any other
-  // operation (break_chain). SPECSTATE_LAYER_OVERLAP=0 turns it off (timing).
+  // operation (break_chain). SPECSTATE_LAYER_OVERLAP=0 turns it off (timing). A chain does not
+  // cross a capture's boundary (chain_capture_: the capture its last launch was made in, 0 for
+  // none): a layer captured into a graph is not what the stream runs before a later launch
+  // outside that capture, nor the other way round (an eager decode after a capture that ended
+  // with a layer was made a programmatic dependent of the kernel before the capture, reading
+  // what it wrote before waiting for it).
   bool programmatic_edge(const PoolStorage& s, const void* key,
                          const k::RowTokensParams& varlen) const {
+    if (chain_key_ != nullptr && chain_capture_ != capture_id()) return false;
     const bool own_offsets =
         varlen.cu == nullptr || varlen.cu == offsets_ || varlen.cu == advance_offsets_;
     return k::layer_edge_allowed(overlap_, chain_key_, key, s.layout.caller_committed, own_offsets);
+  }
+  void set_chain(const void* key) noexcept {
+    chain_key_ = key;
+    chain_capture_ = capture_id();
+  }
+  // The id of the capture the pool's stream is in, 0 when none.
+  unsigned long long capture_id() const noexcept {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    if (cudaStreamGetCaptureInfo(stream_, &status, &id) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return status == cudaStreamCaptureStatusNone ? 0 : id;
   }
   void break_chain() noexcept { chain_key_ = nullptr; }
 
@@ -784,9 +804,10 @@ class CudaBackend final : public BackendImpl {
   bool committed_aligned16_ = false;
   int32_t* advance_offsets_ = nullptr;  // [kConvInlineRows + 1] one batched-prefill launch's
   cuda::GdnScratch scratch_;
-  int overlap_ = 1;                  // SPECSTATE_LAYER_OVERLAP (programmatic_edge)
-  const void* chain_key_ = nullptr;  // the layer launched last (programmatic_edge), or null
-  cuda::LayerCopy layer_copy_;       // declared last: built from device_ and stream_
+  int overlap_ = 1;                       // SPECSTATE_LAYER_OVERLAP (programmatic_edge)
+  const void* chain_key_ = nullptr;       // the layer launched last (programmatic_edge), or null
+  unsigned long long chain_capture_ = 0;  // the capture that launch was made in, 0 for none
+  cuda::LayerCopy layer_copy_;            // declared last: built from device_ and stream_
 };
 
 }  // namespace

@@ -25,7 +25,7 @@ ReplayStrategy::ReplayStrategy(const Layout& layout)
       verified_(deferred_.size(), 0) {}
 
 bool ReplayStrategy::deferred(int layer, int slot) const {
-  return sticky_[slot] != 0 || deferred_[at(layer, slot)] != 0;
+  return graph_ || sticky_[slot] != 0 || deferred_[at(layer, slot)] != 0;
 }
 
 StateIO ReplayStrategy::verify_io(int, const RoundPlan& plan, bool first) {
@@ -83,23 +83,11 @@ void ReplayStrategy::after_advance(BackendImpl& backend, const PoolStorage& stor
   backend.clear_pending(storage, layer, layer + 1, cleared, BackendImpl::Clear::kConsumed);
 }
 
-void ReplayStrategy::round_begun(const RoundPlan& plan) noexcept {
-  // A graph holding a captured commit may be launched for this round: its commit then advances
-  // these slots on the device, unseen here.
-  if (!captured_commit_) return;
-  for (int32_t s : plan.slots) {
-    if (s >= 0) sticky_[s] = 1;
-  }
-}
-
 void ReplayStrategy::commit(BackendImpl& backend, const PoolStorage& storage,
                             const CommitWork& work) {
-  const bool captured = backend.capturing();
   backend.commit_pending(storage, work);
-  if (captured) captured_commit_ = true;
   const RoundPlan& plan = *work.plan;
-  // Device-valued commits and captured ones (the graph's launches commit again).
-  const bool device = !work.device_accepted.empty() || captured;
+  const bool device = !work.device_accepted.empty();
   for (int r = 0; r < plan.rows; ++r) {
     const int32_t s = plan.slots[r];
     if (s < 0) continue;
@@ -118,18 +106,27 @@ void ReplayStrategy::commit(BackendImpl& backend, const PoolStorage& storage,
 void ReplayStrategy::discard_round(BackendImpl& backend, const PoolStorage& storage,
                                    const RoundPlan& plan, const std::vector<bool>& verified) {
   // Verified layers brought their conv windows up to date and may have folded: settle them.
-  // Unverified layers keep everything as it was.
+  // Unverified layers keep everything as it was, and so do layers whose verify was only
+  // captured into a graph (verified for the pool, not marked in verified_: it ran nothing).
   std::vector<int32_t> live;
   for (int32_t s : plan.slots) {
-    if (s < 0) continue;
-    live.push_back(s);
-    for (int l = 0; l < layers_; ++l) verified_[at(l, s)] = 0;
+    if (s >= 0) live.push_back(s);
   }
-  if (live.empty()) return;
-  for (int l = 0; l < layers_; ++l) {
-    if (verified[l]) {
-      backend.clear_pending(storage, l, l + 1, live, BackendImpl::Clear::kSettled, plan.fold_limit);
+  std::vector<int32_t> settle;
+  settle.reserve(live.size());  // (before the first change: no allocation between them)
+  for (int l = 0; l < layers_ && !live.empty(); ++l) {
+    if (!verified[l]) continue;
+    settle.clear();
+    for (int32_t s : live) {
+      if (verified_[at(l, s)]) settle.push_back(s);
     }
+    if (!settle.empty()) {
+      backend.clear_pending(storage, l, l + 1, settle, BackendImpl::Clear::kSettled,
+                            plan.fold_limit);
+    }
+  }
+  for (int32_t s : live) {
+    for (int l = 0; l < layers_; ++l) verified_[at(l, s)] = 0;
   }
 }
 

@@ -16,11 +16,15 @@
 // are stale, so a materialize settles them first (clear_pending kSettled), and a discarded round
 // settles them. A slot committed with device-resident values may be in a CUDA graph whose later
 // launches commit again without the host seeing it: such a slot is `sticky` (always possibly
-// deferred) until it is released. So is every slot of a commit captured into a graph (host
-// values too: each launch commits them again), and, once the pool has captured a commit, every
-// live slot of every later round: begin_verify only uploads the rows that the graph's launch
-// then commits, so a slot that joins the batch after the capture is committed on the device
-// alone.
+// deferred) until it is released. Once the pool has captured any layer call or commit into a
+// graph (`graph_`), every slot is possibly deferred, for good: a graph's launches verify, commit
+// and advance whatever slots its rows hold by then (begin_verify outside the graph uploads them;
+// inside, a released slot index acquired again is in the graph's rows), and a captured advance
+// or materialize bakes its replay phase in. The replay phase of a slot with nothing pending
+// (the device cursors and counts say so) does nothing. A captured verify does not mark its layer
+// verified for the strategy: a capture abandoned before its launch ran nothing, so abort_round
+// settles nothing (capture the commit with the verifies: a graph of verifies alone launched and
+// then aborted is not settled).
 
 #pragma once
 
@@ -45,7 +49,7 @@ class ReplayStrategy final : public StrategyImpl {
   StateIO advance_io(int layer, const std::vector<int32_t>& slots) override;
   void after_advance(BackendImpl& backend, const PoolStorage& storage, int layer,
                      const std::vector<int32_t>& slots, const StateIO& io) override;
-  void round_begun(const RoundPlan& plan) noexcept override;
+  void captured() noexcept override { graph_ = true; }
   void commit(BackendImpl& backend, const PoolStorage& storage, const CommitWork& work) override;
   void discard_round(BackendImpl& backend, const PoolStorage& storage, const RoundPlan& plan,
                      const std::vector<bool>& verified) override;
@@ -67,7 +71,7 @@ class ReplayStrategy final : public StrategyImpl {
   std::vector<uint8_t> sticky_;    // [slots]
   std::vector<uint8_t> verified_;  // [L][slots] verified in the open round, not yet committed
   int round_fold_limit_ = 0;       // the open round's fold limit (RoundPlan::fold_limit)
-  bool captured_commit_ = false;   // a commit was captured into a CUDA graph
+  bool graph_ = false;             // a call was captured into a CUDA graph: every slot deferred
 };
 
 }  // namespace specstate::detail

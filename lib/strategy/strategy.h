@@ -33,9 +33,10 @@ class StrategyImpl {
   // After the advance launched with `io`.
   virtual void after_advance(BackendImpl& backend, const PoolStorage& storage, int layer,
                              const std::vector<int32_t>& slots, const StateIO& io) = 0;
-  // begin_verify opened a round over `plan` (called once the round is in place; allocates
-  // nothing).
-  virtual void round_begun(const RoundPlan& plan) noexcept { (void)plan; }
+  // The call being made (verify, prefill / decode, materialize, commit) is captured into a CUDA
+  // graph on the pool's stream, not run: told before its state I/O is decided. A graph's
+  // launches then run it again, unseen by the host, on whatever the graph's slots hold by then.
+  virtual void captured() noexcept {}
   // Ends the round: the host- or device-valued commit.
   virtual void commit(BackendImpl& backend, const PoolStorage& storage, const CommitWork& work) = 0;
   // The round is dropped without commit after the layers marked in `verified` ran.
