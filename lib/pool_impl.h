@@ -177,7 +177,8 @@ struct StatePool::Impl {
   std::unique_ptr<detail::StrategyImpl> strategy;
   detail::PoolStorage storage;
   detail::SlotAllocator slots{0};  // sized once the pool's size has been checked
-  // Last: released after close() has materialized into the memory and the backend freed it.
+  // Released by close() once no work of the pool touches its memory, before the backend frees it
+  // (its destructor releases what a pool that never closed still holds).
   detail::CommittedClaim claim;
 
   bool round_open = false;
