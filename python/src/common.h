@@ -343,15 +343,15 @@ using FloatList = ListArg<true>;
 // A bool or enum argument as the caller passed it, converted (and named) in the call's body by
 // to_bool / to_enum (a plain bool parameter refused np.bool_, and both named only the whole
 // signature for 1); types of their own so that the stubs say what they take.
-struct BoolArg {
+// (The stubs name T as nanobind's own caster of T does.)
+template <typename T>
+struct StrictArg {
   nb::object object;
-  operator nb::handle() const { return object; }  // NOLINT: to_bool(arg, ...)
+  operator nb::handle() const { return object; }  // NOLINT: to_bool / to_enum<T>(arg, ...)
 };
+using BoolArg = StrictArg<bool>;
 template <typename E>
-struct EnumArg {
-  nb::object object;
-  operator nb::handle() const { return object; }  // NOLINT: to_enum<E>(arg, ...)
-};
+using EnumArg = StrictArg<E>;
 using DTypeArg = EnumArg<DType>;
 
 // `object` as a vector of integers of type T: every item through to_integer, named
@@ -622,29 +622,14 @@ struct type_caster<specstate::py::ListArg<kFloats>> {
     return v.object.inc_ref();
   }
 };
-#define SPECSTATE_PY_PASSTHROUGH_ARG(T, stub_name)                          \
-  template <>                                                               \
-  struct type_caster<T> {                                                   \
-    NB_TYPE_CASTER(T, const_name(stub_name))                                \
-    bool from_python(handle src, uint8_t, cleanup_list*) noexcept {         \
-      value.object = borrow(src);                                           \
-      return true;                                                          \
-    }                                                                       \
-    static handle from_cpp(const T& v, rv_policy, cleanup_list*) noexcept { \
-      return v.object.inc_ref();                                            \
-    }                                                                       \
-  };
-SPECSTATE_PY_PASSTHROUGH_ARG(specstate::py::BoolArg, "bool")
-#undef SPECSTATE_PY_PASSTHROUGH_ARG
-// (the stubs name the enum as nanobind's own caster of E does)
-template <typename E>
-struct type_caster<specstate::py::EnumArg<E>> {
-  NB_TYPE_CASTER(specstate::py::EnumArg<E>, make_caster<E>::Name)
+template <typename T>
+struct type_caster<specstate::py::StrictArg<T>> {
+  NB_TYPE_CASTER(specstate::py::StrictArg<T>, make_caster<T>::Name)
   bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
     value.object = borrow(src);
     return true;
   }
-  static handle from_cpp(const specstate::py::EnumArg<E>& v, rv_policy, cleanup_list*) noexcept {
+  static handle from_cpp(const specstate::py::StrictArg<T>& v, rv_policy, cleanup_list*) noexcept {
     return v.object.inc_ref();
   }
 };
