@@ -28,6 +28,24 @@ int run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (app.get_subcommands().empty() && dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+      // CLI11 says only "A subcommand is required", also for a mistyped command word: name it
+      // and the commands there are (the first word that is no option, as the top level takes
+      // flags only).
+      std::string commands;
+      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+        commands += (commands.empty() ? "" : ", ") + sub->get_name();
+      for (int i = 1; i < argc; ++i) {
+        if (argv[i][0] != '-') {
+          std::cerr << "specstate: unknown command '" << argv[i] << "' (the commands: " << commands
+                    << ")\nRun with --help for more information.\n";
+          return 2;
+        }
+      }
+      std::cerr << "specstate: a command is required (" << commands
+                << ")\nRun with --help for more information.\n";
+      return 2;
+    }
     const int code = app.exit(e);
     // CLI11 returns 0 for --help/--version; every real parse error is a usage error: exit 2.
     return code == 0 ? 0 : 2;

@@ -169,6 +169,23 @@ TEST(HostileCli, IntegerOptionsAreDecimalLeadingZerosIncluded) {
   EXPECT_TRUE(contains(plan.output, "\"max_requests\": 64")) << plan.output;
 }
 
+// A mistyped command word is named: `specstate simulat` printed only "A subcommand is required".
+TEST(HostileCli, AnUnknownCommandIsNamedWithTheCommandsThereAre) {
+  for (const char* word : {"simulat", "Plan", "check_golden", "simulat --model tiny"}) {
+    const test::CliRun run = run_cli(word);
+    const std::string w = std::string(word).substr(0, std::string(word).find(' '));
+    EXPECT_EQ(run.code, 2) << word << ": " << run.output;
+    EXPECT_TRUE(contains(run.output, "unknown command '" + w + "'")) << word << ": " << run.output;
+    EXPECT_TRUE(contains(run.output, "check-golden, simulate, plan")) << word << ": " << run.output;
+  }
+  const test::CliRun none = run_cli("");
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_TRUE(contains(none.output, "a command is required (check-golden, simulate, plan)"))
+      << none.output;
+  const test::CliRun ok = run_cli("plan --max-requests 2");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+}
+
 // A command whose standard output cannot be written fails: `plan --json > /dev/full` exited 0
 // having written nothing.
 TEST(HostileCli, StandardOutputToAFullDeviceFails) {
