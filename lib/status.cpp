@@ -72,6 +72,8 @@ const char* ssm_layout_name(SsmLayout layout) noexcept {
   return "unknown";
 }
 
-const char* version() noexcept { return "0.1.0"; }
+// The project's version, from CMakeLists.txt's project() (the one place it is written; the Python
+// package's metadata reads it from there too).
+const char* version() noexcept { return SPECSTATE_VERSION_STRING; }
 
 }  // namespace specstate

@@ -186,6 +186,25 @@ TEST(HostileCli, AnUnknownCommandIsNamedWithTheCommandsThereAre) {
   EXPECT_EQ(ok.code, 0) << ok.output;
 }
 
+// The version is written once, in CMakeLists.txt's project(): the library (and so `--version`)
+// takes it from there, as the Python package's metadata does.
+TEST(HostileCli, TheVersionIsTheProjects) {
+  std::ifstream lists(std::string(SPECSTATE_TEST_DATA) + "/../../CMakeLists.txt");
+  ASSERT_TRUE(lists) << "CMakeLists.txt beside tests/";
+  std::stringstream text;
+  text << lists.rdbuf();
+  const std::string s = text.str(), key = "project(specstate VERSION ";
+  const std::size_t at = s.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const std::size_t from = at + key.size();
+  const std::string project_version = s.substr(from, s.find_first_of(" \n)", from) - from);
+  ASSERT_FALSE(project_version.empty());
+  EXPECT_EQ(std::string(version()), project_version);
+  const test::CliRun run = run_cli("--version");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_EQ(run.output, project_version + "\n");
+}
+
 // A command whose standard output cannot be written fails: `plan --json > /dev/full` exited 0
 // having written nothing.
 TEST(HostileCli, StandardOutputToAFullDeviceFails) {

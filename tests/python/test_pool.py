@@ -408,6 +408,13 @@ def test_configs_and_enums():
     assert (opts.num_slots, opts.strategy, opts.stream) == (3, Strategy.REPLAY, 0)
     assert specstate.strategy_name(Strategy.REPLAY) == "replay"
     assert specstate.__version__ == specstate.version()
+    # One version: the library's is the package's (both from CMakeLists.txt's project()).
+    import importlib.metadata
+
+    try:
+        assert importlib.metadata.version("specstate") == specstate.version()
+    except importlib.metadata.PackageNotFoundError:
+        pass  # imported from a build folder, not installed: no metadata to compare
     bad = specstate.ModelConfig.gated_delta_net(1, specstate.GdnConfig(num_v_heads=3))
     with pytest.raises(specstate.InvalidArgumentError):
         bad.validate()
