@@ -14,6 +14,7 @@ back as zero-copy arrays supporting ``__dlpack__``. See docs/python.md.
 
 import sys
 
+from ._dlpack import DLPackArray  # noqa: F401  (the views' type; before the module names it)
 from . import _specstate
 from ._specstate import *  # noqa: F401,F403
 from ._specstate import (  # noqa: F401

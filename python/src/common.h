@@ -603,9 +603,23 @@ void def_int_field(nb::class_<C>& cls, const std::string& cls_name, const char* 
                   nb::arg("value").none(), doc);
 }
 
+// A zero-copy view of pool memory (view_to_python), named in the stubs as the DLPack protocol
+// the package declares (specstate.DLPackArray): `np.from_dlpack(pool.ssm_state(0))` type-checks.
+struct DLPackView {
+  nb::object object;
+};
+
 }  // namespace specstate::py
 
 namespace nanobind::detail {
+template <>
+struct type_caster<specstate::py::DLPackView> {
+  NB_TYPE_CASTER(specstate::py::DLPackView, const_name("specstate._dlpack.DLPackArray"))
+  bool from_python(handle, uint8_t, cleanup_list*) noexcept { return false; }  // a return type
+  static handle from_cpp(const specstate::py::DLPackView& v, rv_policy, cleanup_list*) noexcept {
+    return v.object.inc_ref();
+  }
+};
 // Any object passes (the call's body converts it and names what it refuses); the name is the
 // stubs'.
 template <bool kFloats>

@@ -287,7 +287,7 @@ auto locked(PyPool& p, nb::handle stream, Fn&& fn) {
 // A zero-copy view of the pool's memory made by `make` (a StatePool view accessor), counted
 // under the pool's lock (PyPool::count_view) and owned by the pool object.
 template <typename Fn>
-nb::object pool_view(nb::handle_t<PyPool> self, nb::handle stream, Fn&& make) {
+DLPackView pool_view(nb::handle_t<PyPool> self, nb::handle stream, Fn&& make) {
   PyPool& p = initialized<PyPool>(self, "self");
   int device = 0;
   bool counted = false;
@@ -304,7 +304,7 @@ nb::object pool_view(nb::handle_t<PyPool> self, nb::handle stream, Fn&& make) {
     if (counted) p.uncount_view();  // the stream ordering after it failed: no view
     throw;
   }
-  return view_to_python(v, device, p.view_owner(self));
+  return DLPackView{view_to_python(v, device, p.view_owner(self))};
 }
 
 // A CUDA array on another GPU than the pool's (options.device) is refused: TensorView carries no
@@ -770,7 +770,7 @@ void bind_pool(nb::module_& m) {
                 });
               },
               nb::sig("def conv_state(self, layer: int, handle: SlotHandle | None = None, stream: "
-                      "object | None = None) -> object"),
+                      "object | None = None) -> specstate._dlpack.DLPackArray"),
               nb::arg("layer").none(), nb::arg("handle").none() = nb::none(),
               nb::arg("stream").none() = nb::none(),
               (std::string(
@@ -792,7 +792,7 @@ void bind_pool(nb::module_& m) {
                 });
               },
               nb::sig("def ssm_state(self, layer: int, handle: SlotHandle | None = None, stream: "
-                      "object | None = None) -> object"),
+                      "object | None = None) -> specstate._dlpack.DLPackArray"),
               nb::arg("layer").none(), nb::arg("handle").none() = nb::none(),
               nb::arg("stream").none() = nb::none(),
               (std::string("Committed SSM states of `layer`, [slots, HV, V, K] (Mamba2 [slots, "

@@ -129,3 +129,20 @@ def test_the_installed_type_stub_imports_what_exists_and_types_the_list_fields()
     for cls, name in (("VerifyBatch", "is_tree"), ("BatchPlan", "rows"),
                       ("TraceRecord", "accepted_length")):
         assert members(cls)[name][0][0] == [], f"{cls}.{name} is decorated in the stub"
+    # The views are typed as the DLPack protocol the package declares (they were `object`, so
+    # `np.from_dlpack(pool.ssm_state(0))` failed mypy), and the stub imports its module.
+    for name in ("conv_state", "ssm_state", "workspace", "snapshot_conv", "snapshot_ssm"):
+        assert members("StatePool")[name] == [([], "specstate._dlpack.DLPackArray")], \
+            f"StatePool.{name}: {members('StatePool')[name]}"
+    assert any(isinstance(n, ast.Import) and [a.name for a in n.names] == ["specstate._dlpack"]
+               for n in tree.body)
+
+
+def test_the_views_are_the_dlpack_protocol_the_package_names():
+    model = specstate.ModelConfig.gated_delta_net(
+        1, specstate.GdnConfig(num_k_heads=1, num_v_heads=1, head_k_dim=8, head_v_dim=8))
+    pool = specstate.StatePool(model, specstate.PoolOptions(num_slots=2))
+    for view in (pool.ssm_state(0), pool.conv_state(0)):
+        assert isinstance(view, specstate.DLPackArray)
+    assert not isinstance([1.0], specstate.DLPackArray)
+    assert not isinstance(object(), specstate.DLPackArray)
