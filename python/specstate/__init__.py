@@ -13,6 +13,8 @@ back as zero-copy arrays supporting ``__dlpack__``. See docs/python.md.
 """
 
 import sys
+from collections.abc import Iterable
+from typing import Any, SupportsIndex
 
 from ._dlpack import DLPackArray  # noqa: F401  (the views' type; before the module names it)
 from . import _specstate
@@ -100,10 +102,10 @@ class CopiedList(list):
     # `batch.rows += [h]` works: += makes a new list and assigns it back to the field. On a
     # local copy (`r = batch.rows; r += [h]`) it rebinds `r` to the new list and leaves the copy
     # as it was; a read-only field refuses the assignment.
-    def __iadd__(self, other):
+    def __iadd__(self, other: Iterable[Any]) -> "list[Any]":  # type: ignore[misc, override]
         return list(self) + list(other)
 
-    def __imul__(self, n):
+    def __imul__(self, n: SupportsIndex) -> "list[Any]":  # type: ignore[misc, override]
         return list(self) * n
 
     def __reduce__(self):  # copy, deepcopy and pickle give a plain list

@@ -136,6 +136,29 @@ def test_the_installed_type_stub_imports_what_exists_and_types_the_list_fields()
             f"StatePool.{name}: {members('StatePool')[name]}"
     assert any(isinstance(n, ast.Import) and [a.name for a in n.names] == ["specstate._dlpack"]
                for n in tree.body)
+    # The exception classes are classes of the stub with their runtime bases (they were imported
+    # from the package, which imports them from the extension: a cycle that type checkers
+    # resolved to Any), and the names __init__.py and __main__.py read are declared.
+    for name in ("Error", "InvalidArgumentError", "OutOfRangeError", "ResourceExhaustedError",
+                 "FailedPreconditionError", "NotSupportedError", "BackendError"):
+        assert name in classes, f"{name} is not a class of the stub"
+        runtime = getattr(specstate, name)
+        assert [ast.unparse(b) for b in classes[name].bases] == \
+            [b.__name__ for b in runtime.__bases__], f"{name}: {ast.unparse(classes[name])}"
+    assert "status: Status" in ast.unparse(classes["Error"])
+    declared = {ast.unparse(n.target) for n in tree.body if isinstance(n, ast.AnnAssign)}
+    assert {"__version__", "HAS_CLI"} <= declared, declared
+    assert "_cli_main" in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def test_the_package_type_checks_under_mypy():
+    """mypy over the installed package and its stub (where mypy is installed): the stub's
+    exception import cycle, the missing __version__ / _cli_main and CopiedList's in-place
+    operators failed it."""
+    api = pytest.importorskip("mypy.api", reason="mypy is not installed")
+    stdout, stderr, code = api.run(["--no-incremental", "--cache-dir", "/dev/null",
+                                    "-p", "specstate"])
+    assert code == 0, stdout + stderr
 
 
 def test_the_views_are_the_dlpack_protocol_the_package_names():
