@@ -13,10 +13,14 @@ back as zero-copy arrays supporting ``__dlpack__``. See docs/python.md.
 """
 
 import sys
+import typing
 from collections.abc import Iterable
 from typing import Any, SupportsIndex
 
-from ._dlpack import DLPackArray  # noqa: F401  (the views' type; before the module names it)
+if typing.TYPE_CHECKING:
+    import numpy.typing
+
+from ._types import DLPackArray as DLPackArray  # the views' type (re-exported for type checkers)
 from . import _specstate
 from ._specstate import *  # noqa: F401,F403
 from ._specstate import (  # noqa: F401
@@ -35,7 +39,7 @@ __version__: str = _specstate.__version__
 HAS_CLI = _specstate.HAS_CLI
 
 
-def to_numpy(view):
+def to_numpy(view: DLPackArray) -> "numpy.typing.NDArray[Any]":
     """A NumPy array over the memory of ``view`` (a CPU pool view or any CPU array), no copy.
 
     bfloat16 views come back as ``ml_dtypes.bfloat16`` arrays (NumPy has no DLPack bfloat16).
@@ -68,7 +72,8 @@ def to_numpy(view):
             raise error
         import ml_dtypes
 
-        out = np.from_dlpack(_specstate._bf16_bits(view)).view(ml_dtypes.bfloat16)
+        out: numpy.typing.NDArray[Any] = np.from_dlpack(_specstate._bf16_bits(view)).view(
+            ml_dtypes.bfloat16)
         # The bits are imported as the memory allows; a read-only source (a read-only NumPy
         # array, bytes through np.frombuffer) gives a read-only result, as np.from_dlpack does.
         flags = getattr(view, "flags", None)
@@ -77,7 +82,7 @@ def to_numpy(view):
         return out
 
 
-class CopiedList(list):
+class CopiedList(list[Any]):
     """A list field's value that is a copy of the C++ object's (``VerifyBatch.rows``,
     ``parents``, ``lengths``, ``Trace.requests``, ``records``, ``BatchPlan.windows``,
     ``token_offsets``): it compares, indexes and iterates as a list, and an in-place
@@ -85,12 +90,12 @@ class CopiedList(list):
 
     __slots__ = ("_field", "_read_only")
 
-    def __init__(self, items, field, read_only=False):
+    def __init__(self, items: Iterable[Any], field: str, read_only: bool = False) -> None:
         super().__init__(items)
         self._field = field
         self._read_only = read_only
 
-    def _refuse(self, *args, **kwargs):
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
         if self._read_only:
             raise TypeError(f"{self._field} returns a copy and is read-only")
         raise TypeError(
@@ -102,24 +107,25 @@ class CopiedList(list):
     # `batch.rows += [h]` works: += makes a new list and assigns it back to the field. On a
     # local copy (`r = batch.rows; r += [h]`) it rebinds `r` to the new list and leaves the copy
     # as it was; a read-only field refuses the assignment.
-    def __iadd__(self, other: Iterable[Any]) -> "list[Any]":  # type: ignore[misc, override]
+    def __iadd__(self, other: Iterable[Any]) -> "list[Any]":  # type: ignore[override, misc]
         return list(self) + list(other)
 
-    def __imul__(self, n: SupportsIndex) -> "list[Any]":  # type: ignore[misc, override]
+    def __imul__(self, n: SupportsIndex) -> "list[Any]":  # type: ignore[override]
         return list(self) * n
 
-    def __reduce__(self):  # copy, deepcopy and pickle give a plain list
+    def __reduce__(self) -> tuple[type[list[Any]], tuple[list[Any]]]:  # copy, pickle: a list
         return (list, (list(self),))
 
 
-def _copied_list_fields(cls, names):
+def _copied_list_fields(cls: type, names: tuple[str, ...]) -> None:
     for name in names:
         field = getattr(cls, name)
 
-        def get(self, _field=field, _label=f"{cls.__name__}.{name}", _ro=field.fset is None):
+        def get(self: Any, _field: Any = field, _label: str = f"{cls.__name__}.{name}",
+                _ro: bool = field.fset is None) -> CopiedList:
             return CopiedList(_field.__get__(self), _label, _ro)
 
-        def set_(self, value, _field=field):
+        def set_(self: Any, value: Any, _field: Any = field) -> None:
             _field.__set__(self, value)
 
         setattr(cls, name, property(get, set_ if field.fset else None, doc=field.__doc__))

@@ -22,6 +22,9 @@ materializes first, or uses the snapshot strategy::
 Any array with ``shape`` and ``swapaxes`` (NumPy, torch, CuPy, JAX) and DLPack works.
 """
 
+from collections.abc import Iterator
+from typing import Any, Protocol, SupportsIndex
+
 from . import _specstate
 from ._specstate import (
     Error,
@@ -36,7 +39,28 @@ from ._specstate import (
 __all__ = ["conv_shape", "recurrent_shape", "layout_options", "state_pool"]
 
 
-def _check_shape_args(function, config, slots):
+class StateTensor(Protocol):
+    """What state_pool takes per layer: an array with ``shape`` and ``swapaxes`` (NumPy, torch,
+    CuPy, JAX) that the pool can read through DLPack."""
+
+    @property
+    def shape(self) -> Any: ...
+
+    def swapaxes(self, axis1: int, axis2: int, /) -> Any: ...
+
+
+class StateTensors(Protocol):
+    """One tensor per recurrent layer: a list of them, or one stacked ``[layers, slots, ...]``
+    array (as vLLM v0's cache keeps them)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int, /) -> Any: ...
+
+    def __iter__(self) -> Iterator[StateTensor]: ...
+
+
+def _check_shape_args(function: str, config: object, slots: object) -> None:
     # Named here: the binding's own TypeError names a private function (_vllm_conv_shape).
     if not isinstance(config, ModelConfig):
         raise TypeError(f"specstate.vllm.{function}: config: expected a ModelConfig, got "
@@ -47,19 +71,20 @@ def _check_shape_args(function, config, slots):
                         f"{type(slots).__name__}")
 
 
-def conv_shape(config, slots=1):
+def conv_shape(config: ModelConfig, slots: SupportsIndex = 1) -> tuple[int, ...]:
     """The shape of one layer's conv state in vLLM's cache: ``(slots, W-1, conv_dim)``."""
     _check_shape_args("conv_shape", config, slots)
     return tuple(_specstate._vllm_conv_shape(config, slots))
 
 
-def _check_order(function, order):
+def _check_order(function: str, order: object) -> None:
     if not isinstance(order, SsmLayout):
         raise _invalid(f"specstate.vllm.{function}: order = {order!r} is not an SsmLayout "
                        "(SsmLayout.VK or SsmLayout.KV)")
 
 
-def recurrent_shape(config, slots=1, order=SsmLayout.VK):
+def recurrent_shape(config: ModelConfig, slots: SupportsIndex = 1,
+                    order: SsmLayout = SsmLayout.VK) -> tuple[int, ...]:
     """The shape of one layer's recurrent state in vLLM's cache: Gated DeltaNet and KDA
     ``(slots, HV, V, K)`` (`order` VK, vLLM's since PR #33291) or ``(slots, HV, K, V)`` (KV,
     vLLM's before it), Mamba2 ``(slots, heads, head_dim, d_state)`` (KV refused). C++:
@@ -69,7 +94,8 @@ def recurrent_shape(config, slots=1, order=SsmLayout.VK):
     return tuple(_specstate._vllm_recurrent_shape(config, slots, order))
 
 
-def layout_options(options, config, order=SsmLayout.VK):
+def layout_options(options: PoolOptions, config: ModelConfig,
+                   order: SsmLayout = SsmLayout.VK) -> PoolOptions:
     """A copy of `options` (PoolOptions) with vLLM's element order for `config`: conv_layout
     CHANNELS_LAST, ssm_layout `order` (delta-rule kinds; KV refused for Mamba2). C++:
     specstate::vllm::layout_options."""
@@ -81,13 +107,13 @@ def layout_options(options, config, order=SsmLayout.VK):
     return _specstate._vllm_layout_options(options, config, order)
 
 
-def _invalid(message):
+def _invalid(message: str) -> InvalidArgumentError:
     error = InvalidArgumentError(message)
     error.status = Status.INVALID_ARGUMENT
     return error
 
 
-def _check(name, tensors, layers, want, slots):
+def _check(name: str, tensors: Any, layers: int, want: tuple[int, ...], slots: int) -> None:
     # Any sized, indexable sequence of tensors (a list, or one stacked [layers, slots, ...]
     # array as vLLM v0's cache keeps them); not an iterator (read once, then gone) nor a string.
     if isinstance(tensors, (str, bytes)) or not (hasattr(tensors, "__len__") and
@@ -114,7 +140,9 @@ def _check(name, tensors, layers, want, slots):
                            f"{shape[0]} slots, options.num_slots = {slots}")
 
 
-def state_pool(config, options, conv_states, recurrent_states, order=SsmLayout.VK):
+def state_pool(config: ModelConfig, options: PoolOptions,
+               conv_states: StateTensors, recurrent_states: StateTensors,
+               order: SsmLayout = SsmLayout.VK) -> StatePool:
     """A StatePool whose committed state lives in `conv_states` / `recurrent_states` (one tensor
     per recurrent layer, shaped as vLLM allocates them: conv_shape / recurrent_shape(config,
     slots, order) with slots = options.num_slots). `options` is copied with conv_layout /
@@ -161,6 +189,6 @@ def state_pool(config, options, conv_states, recurrent_states, order=SsmLayout.V
         if notes:
             message += " (specstate.vllm.state_pool hands the pool " + "; ".join(notes) + ")"
         error = type(e)(message)
-        if hasattr(e, "status"):
+        if isinstance(e, Error) and isinstance(error, Error):
             error.status = e.status
         raise error from e

@@ -138,8 +138,10 @@ void bind_cli(nb::module_& m) {
         if (code != 0) throw nb::value_error(("plan: exit status " + std::to_string(code)).c_str());
         return nb::module_::import_("json").attr("loads")(text);
       },
-      nb::sig("def plan(*, model: str = 'qwen3-next-80b', tp: int = 1, max_requests: int = 64, "
-              "max_rows: int = 0, window: int = 4, strategy: str = 'snapshot') -> dict"),
+      nb::sig("def plan(*, model: str = 'qwen3-next-80b', tp: typing.SupportsIndex = 1, "
+              "max_requests: typing.SupportsIndex = 64, max_rows: typing.SupportsIndex = 0, "
+              "window: typing.SupportsIndex = 4, strategy: str = 'snapshot') -> "
+              "dict[str, typing.Any]"),
       nb::kw_only(), nb::arg("model") = "qwen3-next-80b", nb::arg("tp") = 1,
       nb::arg("max_requests") = 64, nb::arg("max_rows") = 0, nb::arg("window") = 4,
       nb::arg("strategy") = "snapshot",
@@ -177,7 +179,8 @@ void bind_cli(nb::module_& m) {
         if (!text.is_valid()) throw nb::python_error();
         return nb::make_tuple(code, text);
       },
-      nb::sig("def check_golden(paths: collections.abc.Sequence[str | bytes | os.PathLike], "
+      nb::sig("def check_golden(paths: collections.abc.Sequence[str | bytes | os.PathLike[str] | "
+              "os.PathLike[bytes]], "
               "backend: str = 'cpu') -> "
               "tuple[int, str]"),
       nb::arg("paths"), nb::arg("backend") = "cpu",

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <string>
@@ -596,11 +597,26 @@ template <typename C, typename E>
 auto enum_setter(E C::*field, std::string full) {
   return [field, full](C& c, nb::handle value) { c.*field = to_enum<E>(value, full); };
 }
+// A binding's signature text, kept for the module's lifetime (nanobind keeps the pointer).
+inline const char* keep_text(std::string text) {
+  static std::deque<std::string> texts;
+  texts.push_back(std::move(text));
+  return texts.back().c_str();
+}
+
+// The stub's signature of field `name`'s setter, taking `type`: the setters take any object
+// (nb::arg("value").none(), so that their own error names the field and the value's type), which
+// nanobind's stubs write as `object | None`; type checkers see what the setter accepts.
+inline auto value_sig(const char* name, const char* type) {
+  return nb::for_setter(
+      nb::sig(keep_text(std::string("def ") + name + "(self, value: " + type + ", /) -> None")));
+}
+
 template <typename C, typename T>
 void def_int_field(nb::class_<C>& cls, const std::string& cls_name, const char* name, T C::*field,
                    const char* doc) {
   cls.def_prop_rw(name, field_getter(field), int_setter(field, cls_name + "." + name),
-                  nb::arg("value").none(), doc);
+                  nb::arg("value").none(), value_sig(name, "typing.SupportsIndex"), doc);
 }
 
 // A zero-copy view of pool memory (view_to_python), named in the stubs as the DLPack protocol
@@ -614,7 +630,7 @@ struct DLPackView {
 namespace nanobind::detail {
 template <>
 struct type_caster<specstate::py::DLPackView> {
-  NB_TYPE_CASTER(specstate::py::DLPackView, const_name("specstate._dlpack.DLPackArray"))
+  NB_TYPE_CASTER(specstate::py::DLPackView, const_name("specstate._types.DLPackArray"))
   bool from_python(handle, uint8_t, cleanup_list*) noexcept { return false; }  // a return type
   static handle from_cpp(const specstate::py::DLPackView& v, rv_policy, cleanup_list*) noexcept {
     return v.object.inc_ref();
@@ -625,8 +641,8 @@ struct type_caster<specstate::py::DLPackView> {
 template <bool kFloats>
 struct type_caster<specstate::py::ListArg<kFloats>> {
   NB_TYPE_CASTER(specstate::py::ListArg<kFloats>,
-                 const_name<kFloats>("collections.abc.Sequence[float]",
-                                     "collections.abc.Sequence[int]"))
+                 const_name<kFloats>("specstate._types.FloatSequence",
+                                     "specstate._types.IntSequence"))
   bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
     value.object = borrow(src);
     return true;

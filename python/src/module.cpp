@@ -135,19 +135,23 @@ void def_delta_fields(nb::class_<C>& cls, const std::string& name, const char* c
   def_int_field(cls, name, "conv_width", &C::conv_width,
                 "W: conv taps; the conv state keeps W-1 columns.");
   cls.def_prop_rw("scale", field_getter(&C::scale), float_setter(&C::scale, name + ".scale"),
-                  nb::arg("value").none(), "Query scale; K**-0.5 when None.")
+                  nb::arg("value").none(),
+                  value_sig("scale", "typing.SupportsFloat | typing.SupportsIndex | None"),
+                  "Query scale; K**-0.5 when None.")
       .def_prop_rw("conv_bias", field_getter(&C::conv_bias),
                    bool_setter(&C::conv_bias, name + ".conv_bias"), nb::arg("value").none(),
-                   conv_bias_doc)
+                   value_sig("conv_bias", "bool | numpy.bool_"), conv_bias_doc)
       .def_prop_rw("act_dtype", field_getter(&C::act_dtype),
                    enum_setter(&C::act_dtype, name + ".act_dtype"), nb::arg("value").none(),
-                   act_dtype_doc)
+                   value_sig("act_dtype", "DType"), act_dtype_doc)
       .def_prop_rw("conv_state_dtype", field_getter(&C::conv_state_dtype),
                    enum_setter(&C::conv_state_dtype, name + ".conv_state_dtype"),
-                   nb::arg("value").none(), "Committed conv window dtype.")
+                   nb::arg("value").none(), value_sig("conv_state_dtype", "DType"),
+                   "Committed conv window dtype.")
       .def_prop_rw("ssm_state_dtype", field_getter(&C::ssm_state_dtype),
                    enum_setter(&C::ssm_state_dtype, name + ".ssm_state_dtype"),
-                   nb::arg("value").none(), "Committed SSM state dtype.")
+                   nb::arg("value").none(), value_sig("ssm_state_dtype", "DType"),
+                   "Committed SSM state dtype.")
       .def("conv_dim", validated(&C::conv_dim), "2*H*K + HV*V (of a config that validates).")
       .def("effective_scale", validated(&C::effective_scale),
            "scale, or K**-0.5 when unset (of a config that validates).")
@@ -257,6 +261,14 @@ void bind_config(nb::module_& m) {
                          conv_width, scale, conv_bias, act_dtype, conv_state_dtype,
                          ssm_state_dtype);
       },
+      nb::sig("def __init__(self, *, num_k_heads: typing.SupportsIndex = 16, num_v_heads: "
+              "typing.SupportsIndex = 32, head_k_dim: typing.SupportsIndex = 128, head_v_dim: "
+              "typing.SupportsIndex = 128, conv_width: typing.SupportsIndex = 4, scale: "
+              "typing.SupportsFloat | typing.SupportsIndex | None = None, conv_bias: bool | "
+              "numpy.bool_ = False, act_dtype: DType = specstate._specstate.DType.BF16, "
+              "conv_state_dtype: DType = "
+              "specstate._specstate.DType.BF16, ssm_state_dtype: DType = "
+              "specstate._specstate.DType.F32) -> None"),
       nb::kw_only(), nb::arg("num_k_heads").none() = 16, nb::arg("num_v_heads").none() = 32,
       nb::arg("head_k_dim").none() = 128, nb::arg("head_v_dim").none() = 128,
       nb::arg("conv_width").none() = 4, nb::arg("scale").none() = nb::none(),
@@ -293,6 +305,15 @@ void bind_config(nb::module_& m) {
                 to_enum<DType>(conv_state_dtype, "Mamba2Config.conv_state_dtype");
             self->ssm_state_dtype = to_enum<DType>(ssm_state_dtype, "Mamba2Config.ssm_state_dtype");
           },
+          nb::sig("def __init__(self, *, num_heads: typing.SupportsIndex = 128, head_dim: "
+                  "typing.SupportsIndex = 64, d_state: typing.SupportsIndex = 128, n_groups: "
+                  "typing.SupportsIndex = 8, conv_width: typing.SupportsIndex = 4, conv_bias: bool "
+                  "| numpy.bool_ = True, d_skip: bool | numpy.bool_ = True, gate: bool | "
+                  "numpy.bool_ = False, dt_min: typing.SupportsFloat | typing.SupportsIndex | None "
+                  "= None, dt_max: typing.SupportsFloat | typing.SupportsIndex | None = None, "
+                  "act_dtype: DType = specstate._specstate.DType.BF16, conv_state_dtype: DType = "
+                  "specstate._specstate.DType.BF16, "
+                  "ssm_state_dtype: DType = specstate._specstate.DType.F32) -> None"),
           nb::kw_only(), nb::arg("num_heads").none() = 128, nb::arg("head_dim").none() = 64,
           nb::arg("d_state").none() = 128, nb::arg("n_groups").none() = 8,
           nb::arg("conv_width").none() = 4, nb::arg("conv_bias").none() = true,
@@ -303,43 +324,57 @@ void bind_config(nb::module_& m) {
           nb::arg("ssm_state_dtype").none() = DType::kF32, "Keyword arguments set the fields.")
       .def_prop_rw("num_heads", field_getter(&Mamba2Config::num_heads),
                    int_setter(&Mamba2Config::num_heads, "Mamba2Config.num_heads"),
-                   nb::arg("value").none(), "nheads.")
+                   nb::arg("value").none(), value_sig("num_heads", "typing.SupportsIndex"),
+                   "nheads.")
       .def_prop_rw("head_dim", field_getter(&Mamba2Config::head_dim),
                    int_setter(&Mamba2Config::head_dim, "Mamba2Config.head_dim"),
-                   nb::arg("value").none(), "P: channels per head.")
+                   nb::arg("value").none(), value_sig("head_dim", "typing.SupportsIndex"),
+                   "P: channels per head.")
       .def_prop_rw("d_state", field_getter(&Mamba2Config::d_state),
                    int_setter(&Mamba2Config::d_state, "Mamba2Config.d_state"),
-                   nb::arg("value").none(), "N: state size per channel.")
+                   nb::arg("value").none(), value_sig("d_state", "typing.SupportsIndex"),
+                   "N: state size per channel.")
       .def_prop_rw("n_groups", field_getter(&Mamba2Config::n_groups),
                    int_setter(&Mamba2Config::n_groups, "Mamba2Config.n_groups"),
-                   nb::arg("value").none(), "G: groups of B and C.")
+                   nb::arg("value").none(), value_sig("n_groups", "typing.SupportsIndex"),
+                   "G: groups of B and C.")
       .def_prop_rw("conv_width", field_getter(&Mamba2Config::conv_width),
                    int_setter(&Mamba2Config::conv_width, "Mamba2Config.conv_width"),
-                   nb::arg("value").none(), "W: conv taps.")
+                   nb::arg("value").none(), value_sig("conv_width", "typing.SupportsIndex"),
+                   "W: conv taps.")
       .def_prop_rw("conv_bias", field_getter(&Mamba2Config::conv_bias),
                    bool_setter(&Mamba2Config::conv_bias, "Mamba2Config.conv_bias"),
-                   nb::arg("value").none(), "Whether the weights carry a conv bias.")
+                   nb::arg("value").none(), value_sig("conv_bias", "bool | numpy.bool_"),
+                   "Whether the weights carry a conv bias.")
       .def_prop_rw("d_skip", field_getter(&Mamba2Config::d_skip),
                    bool_setter(&Mamba2Config::d_skip, "Mamba2Config.d_skip"),
-                   nb::arg("value").none(), "y += D[h] * x (weights.D given).")
+                   nb::arg("value").none(), value_sig("d_skip", "bool | numpy.bool_"),
+                   "y += D[h] * x (weights.D given).")
       .def_prop_rw("gate", field_getter(&Mamba2Config::gate),
                    bool_setter(&Mamba2Config::gate, "Mamba2Config.gate"), nb::arg("value").none(),
-                   "y *= silu(z) (inputs.z given).")
+                   value_sig("gate", "bool | numpy.bool_"), "y *= silu(z) (inputs.z given).")
       .def_prop_rw("dt_min", field_getter(&Mamba2Config::dt_min),
                    float_setter(&Mamba2Config::dt_min, "Mamba2Config.dt_min", true),
-                   nb::arg("value").none(), "Optional lower clamp of softplus(dt + dt_bias).")
+                   nb::arg("value").none(),
+                   value_sig("dt_min", "typing.SupportsFloat | typing.SupportsIndex | None"),
+                   "Optional lower clamp of softplus(dt + dt_bias).")
       .def_prop_rw("dt_max", field_getter(&Mamba2Config::dt_max),
                    float_setter(&Mamba2Config::dt_max, "Mamba2Config.dt_max", false, true),
-                   nb::arg("value").none(), "Optional upper clamp of softplus(dt + dt_bias).")
+                   nb::arg("value").none(),
+                   value_sig("dt_max", "typing.SupportsFloat | typing.SupportsIndex | None"),
+                   "Optional upper clamp of softplus(dt + dt_bias).")
       .def_prop_rw("act_dtype", field_getter(&Mamba2Config::act_dtype),
                    enum_setter(&Mamba2Config::act_dtype, "Mamba2Config.act_dtype"),
-                   nb::arg("value").none(), "dtype of xBC, dt, z, conv_out, y.")
+                   nb::arg("value").none(), value_sig("act_dtype", "DType"),
+                   "dtype of xBC, dt, z, conv_out, y.")
       .def_prop_rw("conv_state_dtype", field_getter(&Mamba2Config::conv_state_dtype),
                    enum_setter(&Mamba2Config::conv_state_dtype, "Mamba2Config.conv_state_dtype"),
-                   nb::arg("value").none(), "Committed conv dtype.")
+                   nb::arg("value").none(), value_sig("conv_state_dtype", "DType"),
+                   "Committed conv dtype.")
       .def_prop_rw("ssm_state_dtype", field_getter(&Mamba2Config::ssm_state_dtype),
                    enum_setter(&Mamba2Config::ssm_state_dtype, "Mamba2Config.ssm_state_dtype"),
-                   nb::arg("value").none(), "Committed SSM dtype.")
+                   nb::arg("value").none(), value_sig("ssm_state_dtype", "DType"),
+                   "Committed SSM dtype.")
       .def("__repr__",
            [](const Mamba2Config& c) {
              return "Mamba2Config(num_heads=" + std::to_string(c.num_heads) +
@@ -377,6 +412,15 @@ void bind_config(nb::module_& m) {
                             ssm_state_dtype);
            self->lower_bound = to_float32(lower_bound, "KdaConfig.lower_bound");
          },
+         nb::sig("def __init__(self, *, num_k_heads: typing.SupportsIndex = 32, num_v_heads: "
+                 "typing.SupportsIndex = 32, head_k_dim: typing.SupportsIndex = 128, head_v_dim: "
+                 "typing.SupportsIndex = 128, conv_width: typing.SupportsIndex = 4, scale: "
+                 "typing.SupportsFloat | typing.SupportsIndex | None = None, conv_bias: bool | "
+                 "numpy.bool_ = False, lower_bound: typing.SupportsFloat | typing.SupportsIndex | "
+                 "None = None, act_dtype: DType = specstate._specstate.DType.BF16, "
+                 "conv_state_dtype: DType = "
+                 "specstate._specstate.DType.BF16, ssm_state_dtype: DType = "
+                 "specstate._specstate.DType.F32) -> None"),
          nb::kw_only(), nb::arg("num_k_heads").none() = 32, nb::arg("num_v_heads").none() = 32,
          nb::arg("head_k_dim").none() = 128, nb::arg("head_v_dim").none() = 128,
          nb::arg("conv_width").none() = 4, nb::arg("scale").none() = nb::none(),
@@ -387,6 +431,7 @@ void bind_config(nb::module_& m) {
       .def_prop_rw(
           "lower_bound", field_getter(&KdaConfig::lower_bound),
           float_setter(&KdaConfig::lower_bound, "KdaConfig.lower_bound"), nb::arg("value").none(),
+          value_sig("lower_bound", "typing.SupportsFloat | typing.SupportsIndex | None"),
           "None: g = -exp(A_log) * softplus(g + dt_bias); set (negative): g = lower_bound * "
           "sigmoid(exp(A_log) * (g + dt_bias)) (fla's lower-bound gate).");
   def_delta_fields(kda, "KdaConfig", "Whether the weights carry a conv bias.",
@@ -402,20 +447,25 @@ void bind_config(nb::module_& m) {
             return ModelConfig::gated_delta_net(
                 to_integer<int>(num_layers, "ModelConfig.gated_delta_net: num_layers"), layer);
           },
+          nb::sig("def gated_delta_net(num_layers: typing.SupportsIndex, layer: GdnConfig) -> "
+                  "ModelConfig"),
           nb::arg("num_layers").none(), nb::arg("layer"),
           "num_layers Gated DeltaNet layers of config `layer`.")
       .def_prop_rw("kind", field_getter(&ModelConfig::kind),
                    enum_setter(&ModelConfig::kind, "ModelConfig.kind"), nb::arg("value").none(),
-                   "The layer kind.")
+                   value_sig("kind", "LayerKind"), "The layer kind.")
       .def_prop_rw("num_layers", field_getter(&ModelConfig::num_layers),
                    int_setter(&ModelConfig::num_layers, "ModelConfig.num_layers"),
-                   nb::arg("value").none(), "Recurrent layers.")
+                   nb::arg("value").none(), value_sig("num_layers", "typing.SupportsIndex"),
+                   "Recurrent layers.")
       .def_static(
           "mamba2",
           [](nb::handle num_layers, const Mamba2Config& layer) {
             return ModelConfig::mamba2(
                 to_integer<int>(num_layers, "ModelConfig.mamba2: num_layers"), layer);
           },
+          nb::sig(
+              "def mamba2(num_layers: typing.SupportsIndex, layer: Mamba2Config) -> ModelConfig"),
           nb::arg("num_layers").none(), nb::arg("layer"),
           "num_layers Mamba2 layers of config `layer`.")
       .def_rw("gdn", &ModelConfig::gdn, "The GDN layer config (kind GATED_DELTA_NET).")
@@ -426,6 +476,7 @@ void bind_config(nb::module_& m) {
             return ModelConfig::kda(to_integer<int>(num_layers, "ModelConfig.kda: num_layers"),
                                     layer);
           },
+          nb::sig("def kda(num_layers: typing.SupportsIndex, layer: KdaConfig) -> ModelConfig"),
           nb::arg("num_layers").none(), nb::arg("layer"),
           "num_layers KDA layers of config `layer`.")
       .def_rw("kda_layer", &ModelConfig::kda_layer, "The KDA layer config (kind KDA).")
@@ -486,6 +537,16 @@ void bind_config(nb::module_& m) {
             auto s = to_stream(stream, "stream");
             self->stream = reinterpret_cast<void*>(s.value_or(0));
           },
+          nb::sig(
+              "def __init__(self, *, num_slots: typing.SupportsIndex = 1, max_rows: "
+              "typing.SupportsIndex = 1, max_window: typing.SupportsIndex = 1, backend: Backend = "
+              "specstate._specstate.Backend.CPU, strategy: Strategy = "
+              "specstate._specstate.Strategy.SNAPSHOT, device: typing.SupportsIndex = "
+              "0, stream: object | None = None, replay_ring: typing.SupportsIndex = 0, "
+              "conv_layout: ConvLayout = specstate._specstate.ConvLayout.CHANNELS_FIRST, "
+              "ssm_layout: SsmLayout = "
+              "specstate._specstate.SsmLayout.VK, replay_fold_rows: typing.SupportsIndex = 0) -> "
+              "None"),
           nb::kw_only(), nb::arg("num_slots").none() = 1, nb::arg("max_rows").none() = 1,
           nb::arg("max_window").none() = 1, nb::arg("backend").none() = Backend::kCpu,
           nb::arg("strategy").none() = Strategy::kSnapshot, nb::arg("device").none() = 0,
@@ -495,25 +556,30 @@ void bind_config(nb::module_& m) {
           "Keyword arguments set the fields.")
       .def_prop_rw("num_slots", field_getter(&PoolOptions::num_slots),
                    int_setter(&PoolOptions::num_slots, "PoolOptions.num_slots"),
-                   nb::arg("value").none(), "Requests whose committed state the pool holds.")
+                   nb::arg("value").none(), value_sig("num_slots", "typing.SupportsIndex"),
+                   "Requests whose committed state the pool holds.")
       .def_prop_rw("max_rows", field_getter(&PoolOptions::max_rows),
                    int_setter(&PoolOptions::max_rows, "PoolOptions.max_rows"),
-                   nb::arg("value").none(), "Largest verify batch (padding included).")
+                   nb::arg("value").none(), value_sig("max_rows", "typing.SupportsIndex"),
+                   "Largest verify batch (padding included).")
       .def_prop_rw("max_window", field_getter(&PoolOptions::max_window),
                    int_setter(&PoolOptions::max_window, "PoolOptions.max_window"),
-                   nb::arg("value").none(), "Largest window T.")
+                   nb::arg("value").none(), value_sig("max_window", "typing.SupportsIndex"),
+                   "Largest window T.")
       .def_prop_rw("backend", field_getter(&PoolOptions::backend),
                    enum_setter(&PoolOptions::backend, "PoolOptions.backend"),
-                   nb::arg("value").none(), "CPU or CUDA.")
+                   nb::arg("value").none(), value_sig("backend", "Backend"), "CPU or CUDA.")
       .def_prop_rw("strategy", field_getter(&PoolOptions::strategy),
                    enum_setter(&PoolOptions::strategy, "PoolOptions.strategy"),
-                   nb::arg("value").none(), "SNAPSHOT or REPLAY.")
+                   nb::arg("value").none(), value_sig("strategy", "Strategy"),
+                   "SNAPSHOT or REPLAY.")
       .def_prop_rw("device", field_getter(&PoolOptions::device),
                    int_setter(&PoolOptions::device, "PoolOptions.device"), nb::arg("value").none(),
-                   "CUDA device ordinal (CUDA only).")
+                   value_sig("device", "typing.SupportsIndex"), "CUDA device ordinal (CUDA only).")
       .def_prop_rw(
           "replay_ring", field_getter(&PoolOptions::replay_ring),
           int_setter(&PoolOptions::replay_ring, "PoolOptions.replay_ring"), nb::arg("value").none(),
+          value_sig("replay_ring", "typing.SupportsIndex"),
           "REPLAY: factor records per slot and layer (0: the default, "
           "default_replay_ring(kind, max_window): from max_window = 2 up to 5, max(3 * "
           "max_window, 8) for Gated DeltaNet and Mamba2 and max(2 * max_window, 8) for KDA; "
@@ -521,17 +587,18 @@ void bind_config(nb::module_& m) {
       .def_prop_rw(
           "replay_fold_rows", field_getter(&PoolOptions::replay_fold_rows),
           int_setter(&PoolOptions::replay_fold_rows, "PoolOptions.replay_fold_rows"),
-          nb::arg("value").none(),
+          nb::arg("value").none(), value_sig("replay_fold_rows", "typing.SupportsIndex"),
           "REPLAY: rounds of at least this many rows let the history grow to the whole ring; "
           "smaller ones fold as a ring of max(2 * max_window, 6) would (0: the default, "
           "default_replay_fold_rows(kind): 8 for GATED_DELTA_NET and KDA, 1 for MAMBA2; "
           "1: always the whole ring). The same bits under any value.")
       .def_prop_rw("conv_layout", field_getter(&PoolOptions::conv_layout),
                    enum_setter(&PoolOptions::conv_layout, "PoolOptions.conv_layout"),
-                   nb::arg("value").none(), "Element order of the conv windows (ConvLayout).")
+                   nb::arg("value").none(), value_sig("conv_layout", "ConvLayout"),
+                   "Element order of the conv windows (ConvLayout).")
       .def_prop_rw("ssm_layout", field_getter(&PoolOptions::ssm_layout),
                    enum_setter(&PoolOptions::ssm_layout, "PoolOptions.ssm_layout"),
-                   nb::arg("value").none(),
+                   nb::arg("value").none(), value_sig("ssm_layout", "SsmLayout"),
                    "Element order of the SSM states (SsmLayout; KV for GDN and KDA only).")
       .def_prop_rw(
           "stream", [](const PoolOptions& o) { return reinterpret_cast<uintptr_t>(o.stream); },
@@ -552,6 +619,7 @@ void bind_config(nb::module_& m) {
         return default_replay_ring(
             kind, to_integer<int64_t>(max_window, "default_replay_ring: max_window"));
       },
+      nb::sig("def default_replay_ring(kind: LayerKind, max_window: typing.SupportsIndex) -> int"),
       nb::arg("kind").noconvert(), nb::arg("max_window"),
       "The replay ring R a pool of `kind` gets for PoolOptions.replay_ring = 0 (from "
       "max_window = 2 up to 5, max(3 * max_window, 8) for GATED_DELTA_NET and MAMBA2 and "
@@ -567,6 +635,7 @@ void bind_config(nb::module_& m) {
         return default_replay_ring(
             to_integer<int64_t>(max_window, "default_replay_ring: max_window"));
       },
+      nb::sig("def default_replay_ring(max_window: typing.SupportsIndex) -> int"),
       nb::arg("max_window"),
       "The generic rule, max(2 * max_window, 6) (every kind's ring outside max_window 2..5).\n"
       "Raises InvalidArgumentError for a max_window outside [1, 65536].");
@@ -594,6 +663,8 @@ void bind_config(nb::module_& m) {
                                  to_integer<int>(rows, "replay_fold_limit: rows"),
                                  to_integer<int>(fold_rows, "replay_fold_limit: fold_rows"));
       },
+      nb::sig("def replay_fold_limit(max_window: typing.SupportsIndex, ring: typing.SupportsIndex, "
+              "rows: typing.SupportsIndex, fold_rows: typing.SupportsIndex = 0) -> int"),
       nb::arg("max_window"), nb::arg("ring"), nb::arg("rows"), nb::arg("fold_rows") = 0,
       "The fold limit L of a verify round of `rows` rows: a verify whose slot has h history "
       "records folds iff h > L (ring - 2 * max_window from `fold_rows` rows on, 0: 8; "
@@ -612,6 +683,9 @@ void bind_config(nb::module_& m) {
                                  to_integer<int>(rows, "replay_ring_model: rows"),
                                  to_integer<int>(fold_rows, "replay_ring_model: fold_rows"));
       },
+      nb::sig("def replay_ring_model(max_window: typing.SupportsIndex, ring: typing.SupportsIndex, "
+              "rows: typing.SupportsIndex = 16, fold_rows: typing.SupportsIndex = 0) -> "
+              "ReplayRingModel"),
       nb::arg("max_window"), nb::arg("ring"), nb::arg("rows") = 16, nb::arg("fold_rows") = 0,
       "The cursor of a slot when every round of `rows` rows accepts a in [1, max_window] tokens "
       "uniformly: its fold rate and mean history (exact). Raises InvalidArgumentError naming a "
@@ -661,7 +735,9 @@ void bind_config(nb::module_& m) {
         const int rank = to_integer<int>(rank_arg, "shard_map: rank");
         return shard_map(config, tp, rank);
       },
-      nb::sig("def shard_map(config: ModelConfig, tp: int, rank: int) -> ShardMap"),
+      nb::sig("def shard_map(config: ModelConfig, tp: typing.SupportsIndex, rank: "
+              "typing.SupportsIndex) "
+              "-> ShardMap"),
       nb::arg("config"), nb::arg("tp"), nb::arg("rank"),
       "The ShardMap of rank `rank` of `tp` for a TP1 ModelConfig. Raises "
       "InvalidArgumentError naming the field when tp does not divide the heads (or groups, "

@@ -356,13 +356,6 @@ int to_int(nb::handle object, const char* function, const char* name) {
       (std::string(name) + ": expected an int, got " + arg_type_name(object)).c_str());
 }
 
-// A binding's signature text, kept for the module's lifetime (nanobind keeps the pointer).
-const char* keep_text(std::string text) {
-  static std::deque<std::string> texts;
-  texts.push_back(std::move(text));
-  return texts.back().c_str();
-}
-
 // export_slot / import_slot's `dst` / `src`, or its legacy keyword `path`: one of the two.
 nb::handle pick_target(nb::handle positional, nb::handle path, const char* function,
                        const char* name) {
@@ -422,7 +415,8 @@ void bind_layer_calls(Cls& cls, const char* kind) {
                            s.prefill(layer, h, w, i, o);
                          });
          },
-         nb::sig(keep_text("def prefill(self, layer: object | None, handle: SlotHandle" + tail)),
+         nb::sig(
+             keep_text("def prefill(self, layer: typing.SupportsIndex, handle: SlotHandle" + tail)),
          nb::arg("layer").none(), nb::arg("handle").none(), nb::arg("weights"), nb::arg("inputs"),
          nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
          (std::string("Advances one request's committed state of `layer` in place over n "
@@ -442,8 +436,8 @@ void bind_layer_calls(Cls& cls, const char* kind) {
                             s.prefill(layer, handles, lengths, w, i, o);
                           });
           },
-          nb::sig(keep_text("def prefill_batch(self, layer: object | None, handles: "
-                            "Sequence[SlotHandle], lengths: Sequence[int]" +
+          nb::sig(keep_text("def prefill_batch(self, layer: typing.SupportsIndex, handles: "
+                            "Sequence[SlotHandle], lengths: specstate._types.IntSequence" +
                             tail)),
           nb::arg("layer").none(), nb::arg("handles").none(), nb::arg("lengths"),
           nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
@@ -464,8 +458,8 @@ void bind_layer_calls(Cls& cls, const char* kind) {
                             s.decode(layer, rows, w, i, o);
                           });
           },
-          nb::sig(keep_text("def decode(self, layer: object | None, rows: Sequence[SlotHandle]" +
-                            tail)),
+          nb::sig(keep_text(
+              "def decode(self, layer: typing.SupportsIndex, rows: Sequence[SlotHandle]" + tail)),
           nb::arg("layer").none(), nb::arg("rows").none(), nb::arg("weights"), nb::arg("inputs"),
           nb::arg("outputs"), nb::arg("stream").none() = nb::none(),
           (std::string("One token per row (row r's token at r), advancing the committed state; "
@@ -482,6 +476,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
                             s.verify(layer, w, i, o);
                           });
           },
+          nb::sig(keep_text("def verify(self, layer: typing.SupportsIndex" + tail)),
           nb::arg("layer").none(), nb::arg("weights"), nb::arg("inputs"), nb::arg("outputs"),
           nb::arg("stream").none() = nb::none(),
           (std::string("Verifies `layer` for the open round: outputs for every window token "
@@ -550,8 +545,10 @@ void bind_pool(nb::module_& m) {
             self->parents = std::move(p);
             self->lengths = std::move(l);
           },
-          nb::sig("def __init__(self, rows: Sequence[SlotHandle] = [], window: object | None = 1, "
-                  "parents: Sequence[int] = (), lengths: Sequence[int] = ()) -> None"),
+          nb::sig("def __init__(self, rows: Sequence[SlotHandle] = [], window: "
+                  "typing.SupportsIndex = 1, "
+                  "parents: specstate._types.IntSequence = (), lengths: "
+                  "specstate._types.IntSequence = ()) -> None"),
           nb::arg("rows").none() = nb::tuple(), nb::arg("window").none() = 1,
           nb::arg("parents") = nb::tuple(), nb::arg("lengths") = nb::tuple(),
           "rows: list of SlotHandle; window: T (the largest with lengths); parents: [] (chain), "
@@ -563,6 +560,7 @@ void bind_pool(nb::module_& m) {
           "The rows' handles (a copy: assign a new list to change them).")
       .def_prop_rw("window", field_getter(&VerifyBatch::window),
                    int_setter(&VerifyBatch::window, "VerifyBatch.window"), nb::arg("value").none(),
+                   value_sig("window", "typing.SupportsIndex"),
                    "T tokens per row; token 0 is the root.")
       .def_prop_rw(
           "parents", [](const VerifyBatch& b) { return b.parents; },
@@ -663,12 +661,13 @@ void bind_pool(nb::module_& m) {
               "__enter__", [](nb::handle self) { return nb::borrow(self); },
               nb::sig("def __enter__(self) -> StatePool"))
           .def(
-              "__exit__",
-              [](PyPool& p, nb::handle, nb::handle, nb::handle) {
-                p.close();
-                return false;
-              },
+              "__exit__", [](PyPool& p, nb::handle, nb::handle, nb::handle) { p.close(); },
               nb::arg("exc_type").none(), nb::arg("exc_value").none(), nb::arg("traceback").none(),
+              // -> None, not bool: type checkers take a bool __exit__ for one that may swallow
+              // the block's exception (`with StatePool(...) as p: return ...` then "missing
+              // return"); it never does.
+              nb::sig("def __exit__(self, exc_type: type[BaseException] | None, exc_value: "
+                      "BaseException | None, traceback: types.TracebackType | None) -> None"),
               "Closes the pool (close()); an exception of the block propagates.")
           .def_ro_static("SLOT_STATE_HEADER_BYTES", &StatePool::kSlotStateHeaderBytes,
                          "Bytes of an exported slot state's header (docs/lifecycle.md).")
@@ -718,6 +717,8 @@ void bind_pool(nb::module_& m) {
                 const int slot = to_int(slot_arg, "StatePool.adopt", "slot");
                 return locked(p, stream, [&](StatePool& s) { return s.adopt(slot); });
               },
+              nb::sig("def adopt(self, slot: typing.SupportsIndex, stream: object | None = None) "
+                      "-> SlotHandle"),
               nb::arg("slot").none(), nb::arg("stream").none() = nb::none(),
               (std::string("Takes free slot `slot` as a new request keeping its committed state "
                            "as it is in memory (a caller-owned pool: a state the engine "
@@ -769,8 +770,9 @@ void bind_pool(nb::module_& m) {
                   return h ? s.conv_state(l, *h) : s.conv_state(l);
                 });
               },
-              nb::sig("def conv_state(self, layer: int, handle: SlotHandle | None = None, stream: "
-                      "object | None = None) -> specstate._dlpack.DLPackArray"),
+              nb::sig("def conv_state(self, layer: typing.SupportsIndex, handle: SlotHandle | None "
+                      "= None, stream: "
+                      "object | None = None) -> specstate._types.DLPackArray"),
               nb::arg("layer").none(), nb::arg("handle").none() = nb::none(),
               nb::arg("stream").none() = nb::none(),
               (std::string(
@@ -791,8 +793,9 @@ void bind_pool(nb::module_& m) {
                   return h ? s.ssm_state(l, *h) : s.ssm_state(l);
                 });
               },
-              nb::sig("def ssm_state(self, layer: int, handle: SlotHandle | None = None, stream: "
-                      "object | None = None) -> specstate._dlpack.DLPackArray"),
+              nb::sig("def ssm_state(self, layer: typing.SupportsIndex, handle: SlotHandle | None "
+                      "= None, stream: "
+                      "object | None = None) -> specstate._types.DLPackArray"),
               nb::arg("layer").none(), nb::arg("handle").none() = nb::none(),
               nb::arg("stream").none() = nb::none(),
               (std::string("Committed SSM states of `layer`, [slots, HV, V, K] (Mamba2 [slots, "
@@ -808,6 +811,8 @@ void bind_pool(nb::module_& m) {
                 return pool_view(self, stream,
                                  [&](StatePool& s) { return s.workspace(which, layer); });
               },
+              nb::sig("def workspace(self, which: Workspace, layer: typing.SupportsIndex, stream: "
+                      "object | None = None) -> specstate._types.DLPackArray"),
               nb::arg("which").noconvert(), nb::arg("layer").none(),
               nb::arg("stream").none() = nb::none(),
               (std::string("The strategy's workspace of `layer` (snapshot scratch or replay "
@@ -822,6 +827,9 @@ void bind_pool(nb::module_& m) {
                 return pool_view(self, stream,
                                  [&](StatePool& s) { return s.snapshot_conv(layer); });
               },
+              nb::sig(
+                  "def snapshot_conv(self, layer: typing.SupportsIndex, stream: object | None = "
+                  "None) -> specstate._types.DLPackArray"),
               nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               "workspace(Workspace.SNAPSHOT_CONV, layer, stream).")
           .def(
@@ -830,6 +838,8 @@ void bind_pool(nb::module_& m) {
                 const int layer = to_int(layer_arg, "StatePool.snapshot_ssm", "layer");
                 return pool_view(self, stream, [&](StatePool& s) { return s.snapshot_ssm(layer); });
               },
+              nb::sig("def snapshot_ssm(self, layer: typing.SupportsIndex, stream: object | None = "
+                      "None) -> specstate._types.DLPackArray"),
               nb::arg("layer").none(), nb::arg("stream").none() = nb::none(),
               "workspace(Workspace.SNAPSHOT_SSM, layer, stream).")
           .def(

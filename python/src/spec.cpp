@@ -47,7 +47,8 @@ void bind_spec(nb::module_& m) {
           [](nb::handle length) {
             return Window::chain(to_integer<int>(length, "Window.chain: length"));
           },
-          nb::arg("length"), "A chain of `length` tokens (root + length-1 drafts).")
+          nb::sig("def chain(length: typing.SupportsIndex) -> Window"), nb::arg("length"),
+          "A chain of `length` tokens (root + length-1 drafts).")
       .def_static(
           "from_parents",
           [](IntList parents) {
@@ -73,25 +74,29 @@ void bind_spec(nb::module_& m) {
           [](const Window& w, nb::handle node) {
             return w.parent(to_integer<int>(node, "Window.parent: node"));
           },
-          nb::arg("node"), "The parent of `node`.")
+          nb::sig("def parent(self, node: typing.SupportsIndex) -> int"), nb::arg("node"),
+          "The parent of `node`.")
       .def(
           "children",
           [](const Window& w, nb::handle node) {
             return w.children(to_integer<int>(node, "Window.children: node"));
           },
-          nb::arg("node"), "Children of `node`, ascending.")
+          nb::sig("def children(self, node: typing.SupportsIndex) -> list[int]"), nb::arg("node"),
+          "Children of `node`, ascending.")
       .def(
           "path_to",
           [](const Window& w, nb::handle node) {
             return w.path_to(to_integer<int>(node, "Window.path_to: node"));
           },
-          nb::arg("node"), "Nodes root..node.")
+          nb::sig("def path_to(self, node: typing.SupportsIndex) -> list[int]"), nb::arg("node"),
+          "Nodes root..node.")
       .def(
           "depth",
           [](const Window& w, nb::handle node) {
             return w.depth(to_integer<int>(node, "Window.depth: node"));
           },
-          nb::arg("node"), "Nodes on the path root..node.")
+          nb::sig("def depth(self, node: typing.SupportsIndex) -> int"), nb::arg("node"),
+          "Nodes on the path root..node.")
       .def("max_depth", &Window::max_depth, "The most tokens one round can accept.")
       .def(
           "to_links",
@@ -100,6 +105,7 @@ void bind_spec(nb::module_& m) {
             w.to_links(first_child, next_sibling);
             return nb::make_tuple(first_child, next_sibling);
           },
+          nb::sig("def to_links(self) -> tuple[list[int], list[int]]"),
           "(first_child, next_sibling) links of this window.")
       .def("describe", &Window::describe, "'chain(4)' or 'tree[-1,0,0,1]'.")
       .def("__repr__", [](const Window& w) { return "Window." + w.describe(); })
@@ -138,7 +144,8 @@ void bind_spec(nb::module_& m) {
           "Accepted window indices, root first.")
       .def_prop_rw("bonus_token", field_getter(&Acceptance::bonus_token),
                    int_setter(&Acceptance::bonus_token, "Acceptance.bonus_token"),
-                   nb::arg("value").none(), "target[last accepted node].")
+                   nb::arg("value").none(), value_sig("bonus_token", "typing.SupportsIndex"),
+                   "target[last accepted node].")
       .def("accepted_length", &Acceptance::accepted_length, "len(path).")
       .def("last_node", &Acceptance::last_node, "path[-1] (-1 when empty).")
       .def("commit_value", &Acceptance::commit_value, nb::arg("tree"),
@@ -256,6 +263,7 @@ void bind_spec(nb::module_& m) {
             return VerifyBatchBuilder::power_of_two_buckets(
                 to_integer<int>(max_rows, "VerifyBatchBuilder.power_of_two_buckets: max_rows"));
           },
+          nb::sig("def power_of_two_buckets(max_rows: typing.SupportsIndex) -> list[int]"),
           nb::arg("max_rows"), "1, 2, 4, ... up to and including max_rows.")
       .def(
           "add",
@@ -276,13 +284,14 @@ void bind_spec(nb::module_& m) {
       .def(nb::init<>())
       .def_prop_rw("request", field_getter(&TraceRecord::request),
                    int_setter(&TraceRecord::request, "TraceRecord.request"),
-                   nb::arg("value").none(), "Request id.")
+                   nb::arg("value").none(), value_sig("request", "typing.SupportsIndex"),
+                   "Request id.")
       .def_prop_rw("round", field_getter(&TraceRecord::round),
                    int_setter(&TraceRecord::round, "TraceRecord.round"), nb::arg("value").none(),
-                   "Round index.")
+                   value_sig("round", "typing.SupportsIndex"), "Round index.")
       .def_prop_rw("window", field_getter(&TraceRecord::window),
                    object_setter(&TraceRecord::window, "TraceRecord.window", "a Window"),
-                   nb::arg("value").none(),
+                   nb::arg("value").none(), value_sig("window", "Window"),
                    "The round's window (a copy: assign a Window to change it).")
       .def_prop_rw(
           "path", [](const TraceRecord& r) { return r.path; },
@@ -309,7 +318,8 @@ void bind_spec(nb::module_& m) {
           "Records in file order (copies).")
       .def_prop_rw("meta_json", field_getter(&Trace::meta_json),
                    object_setter(&Trace::meta_json, "Trace.meta_json", "a str"),
-                   nb::arg("value").none(), "The header's 'meta' object (JSON text).")
+                   nb::arg("value").none(), value_sig("meta_json", "str"),
+                   "The header's 'meta' object (JSON text).")
       .def("num_rounds", &Trace::num_rounds, "1 + the largest round index.")
       .def("max_window", &Trace::max_window, "Largest window of any record.")
       .def(
@@ -344,7 +354,8 @@ void bind_spec(nb::module_& m) {
         nb::gil_scoped_release release;
         return spec::read_trace(p);
       },
-      nb::arg("path"), "Reads a trace file (a str or os.PathLike; a FIFO waits for its writer).");
+      nb::sig("def read_trace(path: str | os.PathLike[str]) -> Trace"), nb::arg("path"),
+      "Reads a trace file (a str or os.PathLike; a FIFO waits for its writer).");
   // The bounds of spec/trace.h, window.h and verify_batch.h (docs/traces.md).
   m.attr("MAX_TRACE_WINDOW") = spec::kMaxTraceWindow;
   m.attr("MAX_TRACE_LINE_BYTES") = spec::kMaxTraceLineBytes;
@@ -378,6 +389,7 @@ void bind_spec(nb::module_& m) {
         nb::gil_scoped_release release;
         spec::write_trace_file(p, copy);
       },
+      nb::sig("def write_trace_file(path: str | os.PathLike[str], trace: Trace) -> None"),
       nb::arg("path"), nb::arg("trace"),
       "Writes a trace file (a str or os.PathLike; validated first, replaced only once complete).");
   m.def("validate_trace", &spec::validate_trace, nb::arg("trace"),
@@ -392,22 +404,26 @@ void bind_spec(nb::module_& m) {
                                   to_integer<int>(rounds, "TraceShape.rounds"), window,
                                   to_integer<uint64_t>(seed, "TraceShape.seed")};
           },
+          nb::sig("def __init__(self, *, requests: typing.SupportsIndex = 1, rounds: "
+                  "typing.SupportsIndex = 1, window: Window = ..., seed: typing.SupportsIndex = 0) "
+                  "-> None"),
           nb::kw_only(), nb::arg("requests").none() = 1, nb::arg("rounds").none() = 1,
           nb::arg("window") = Window::chain(4), nb::arg("seed").none() = 0,
           "Keyword arguments set the fields.")
       .def_prop_rw("requests", field_getter(&TraceShape::requests),
                    int_setter(&TraceShape::requests, "TraceShape.requests"),
-                   nb::arg("value").none(), "Requests 0 .. requests-1.")
+                   nb::arg("value").none(), value_sig("requests", "typing.SupportsIndex"),
+                   "Requests 0 .. requests-1.")
       .def_prop_rw("rounds", field_getter(&TraceShape::rounds),
                    int_setter(&TraceShape::rounds, "TraceShape.rounds"), nb::arg("value").none(),
-                   "Rounds per request.")
+                   value_sig("rounds", "typing.SupportsIndex"), "Rounds per request.")
       .def_prop_rw("window", field_getter(&TraceShape::window),
                    object_setter(&TraceShape::window, "TraceShape.window", "a Window"),
-                   nb::arg("value").none(),
+                   nb::arg("value").none(), value_sig("window", "Window"),
                    "Window of every round (a copy: assign a Window to change it).")
       .def_prop_rw("seed", field_getter(&TraceShape::seed),
                    int_setter(&TraceShape::seed, "TraceShape.seed"), nb::arg("value").none(),
-                   "std::mt19937_64 seed.");
+                   value_sig("seed", "typing.SupportsIndex"), "std::mt19937_64 seed.");
   m.def(
       "generate_fixed",
       [](const TraceShape& shape, nb::handle accepted_length) {
@@ -416,6 +432,8 @@ void bind_spec(nb::module_& m) {
         nb::gil_scoped_release release;  // (8M records: seconds)
         return spec::generate_fixed(copy, a);
       },
+      nb::sig(
+          "def generate_fixed(shape: TraceShape, accepted_length: typing.SupportsIndex) -> Trace"),
       nb::arg("shape"), nb::arg("accepted_length").none(),
       "Every round accepts `accepted_length` tokens.");
   m.def(
@@ -426,6 +444,8 @@ void bind_spec(nb::module_& m) {
         nb::gil_scoped_release release;
         return spec::generate_geometric(copy, p);
       },
+      nb::sig("def generate_geometric(shape: TraceShape, alpha: typing.SupportsFloat | "
+              "typing.SupportsIndex) -> Trace"),
       nb::arg("shape"), nb::arg("alpha"),
       "Each draft accepted with probability alpha given its parent was.");
   m.def(

@@ -132,9 +132,9 @@ def test_the_installed_type_stub_imports_what_exists_and_types_the_list_fields()
     # The views are typed as the DLPack protocol the package declares (they were `object`, so
     # `np.from_dlpack(pool.ssm_state(0))` failed mypy), and the stub imports its module.
     for name in ("conv_state", "ssm_state", "workspace", "snapshot_conv", "snapshot_ssm"):
-        assert members("StatePool")[name] == [([], "specstate._dlpack.DLPackArray")], \
+        assert members("StatePool")[name] == [([], "specstate._types.DLPackArray")], \
             f"StatePool.{name}: {members('StatePool')[name]}"
-    assert any(isinstance(n, ast.Import) and [a.name for a in n.names] == ["specstate._dlpack"]
+    assert any(isinstance(n, ast.Import) and [a.name for a in n.names] == ["specstate._types"]
                for n in tree.body)
     # The exception classes are classes of the stub with their runtime bases (they were imported
     # from the package, which imports them from the extension: a cycle that type checkers
@@ -152,13 +152,26 @@ def test_the_installed_type_stub_imports_what_exists_and_types_the_list_fields()
 
 
 def test_the_package_type_checks_under_mypy():
-    """mypy over the installed package and its stub (where mypy is installed): the stub's
-    exception import cycle, the missing __version__ / _cli_main and CopiedList's in-place
-    operators failed it."""
+    """mypy --strict over the installed package and its stub, and over an engine's typed use of
+    it (typed_usage.py, whose refused calls must each be an error), where mypy is installed.
+    The stub's exception import cycle, __exit__ -> bool, `object | None` for integers, enums
+    and bools, Sequence[int] refusing NumPy arrays, and vllm.py without annotations failed it."""
     api = pytest.importorskip("mypy.api", reason="mypy is not installed")
-    stdout, stderr, code = api.run(["--no-incremental", "--cache-dir", "/dev/null",
-                                    "-p", "specstate"])
-    assert code == 0, stdout + stderr
+    usage = str(pathlib.Path(__file__).parent / "typed_usage.py")
+    for target in (["-p", "specstate"], [usage]):
+        stdout, stderr, code = api.run(["--strict", "--no-incremental", "--cache-dir",
+                                        os.devnull, *target])
+        assert code == 0, f"{target}: {stdout}{stderr}"
+
+
+def test_the_typed_usage_runs():
+    """typed_usage.py's engine (what mypy checks above) runs as it is typed."""
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    try:
+        import typed_usage
+    finally:
+        sys.path.pop(0)
+    typed_usage.main()
 
 
 def test_the_views_are_the_dlpack_protocol_the_package_names():
