@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -28,8 +29,19 @@ struct Arg {
   nb::object object;  // what the caller passed (None when empty)
   nb::ndarray<> array;
   TensorView view;
-  int device_id = 0;  // CUDA ordinal for device arrays
+  int device_id = 0;   // CUDA ordinal for device arrays
+  bool torch = false;  // a torch.Tensor: its memory can move while it lives (check_unmoved)
 };
+
+// Whether `object` is a torch.Tensor (or a subclass), without importing torch.
+bool is_torch_tensor(nb::handle object);
+
+// A torch tensor can move to new memory while it lives (share_memory_(), `.data =`, set_(),
+// resize_(), a module's .to() / .half() / .float()): the address imported when the argument was
+// set is then freed memory. Raises specstate.InvalidArgumentError naming `name` when `a` is such
+// a tensor whose data_ptr() is no longer the imported address. Nothing for other arrays (their
+// import pins their memory) or an empty `a`.
+void check_unmoved(const Arg& a, const char* name);
 
 // Imports `object` through DLPack / the buffer protocol without copying. `name` names the
 // argument in errors ("inputs.mixed_qkv"). Raises TypeError (not an array, unsupported dtype)
@@ -275,6 +287,24 @@ inline nb::object sequence_items(nb::handle object, const std::string& name,
                                  Py_ssize_t max_items = kMaxSequenceItems,
                                  const char* what = "numbers") {
   PyObject* o = object.ptr();
+  if (std::strcmp(what, "numbers") == 0 && is_torch_tensor(object)) {
+    // A torch tensor of numbers (an engine's accepted lengths or parents) is no Python sequence
+    // (no sequence protocol): its values, one dimension, bounded before they are copied.
+    const Py_ssize_t dims = nb::cast<Py_ssize_t>(object.attr("dim")());
+    if (dims != 1) {
+      throw nb::type_error((name + ": expected a sequence of numbers, got a torch tensor of " +
+                            std::to_string(dims) + " dimensions (one is taken)")
+                               .c_str());
+    }
+    const Py_ssize_t n = nb::cast<Py_ssize_t>(object.attr("numel")());
+    if (n > max_items) {
+      throw Error(Status::kOutOfRange,
+                  name + ": " + std::to_string(n) + " items, at most " + std::to_string(max_items));
+    }
+    nb::object items = nb::steal(PySequence_Tuple(object.attr("tolist")().ptr()));
+    if (!items.is_valid()) throw nb::python_error();
+    return items;
+  }
   if (PyUnicode_Check(o) || !PySequence_Check(o)) {
     throw nb::type_error(
         (name + ": expected a sequence of " + what + ", got " + arg_type_name(object)).c_str());

@@ -58,9 +58,17 @@ class PyPool {
   // takes seconds), then adopted here. Over caller-owned committed state (DESIGN.md section 4),
   // the imported arrays (their DLPack capsule or buffer export, which keeps the memory from being
   // released or resized) stay held for the pool's lifetime.
-  explicit PyPool(StatePool&& pool, std::vector<nb::ndarray<>> held = {})
+  // A torch tensor of the caller-owned committed state, with its layer and name (check_unmoved).
+  struct CommittedTensor {
+    Arg arg;
+    int layer = 0;
+    std::string name;
+  };
+  explicit PyPool(StatePool&& pool, std::vector<nb::ndarray<>> held = {},
+                  std::vector<CommittedTensor> tensors = {})
       : config_(pool.config()),
         options_(pool.options()),
+        committed_tensors_(std::move(tensors)),
         committed_arrays_(std::move(held)),
         pool_(std::move(pool)),
         stream_(reinterpret_cast<uintptr_t>(pool_.options().stream)) {}
@@ -103,6 +111,7 @@ class PyPool {
   // error there is raised and the pool stays open. Then the held arrays (caller-owned committed
   // state, the round's device offsets) are let go. A second close() does nothing.
   void close() {
+    if (!closed_.load()) check_committed_unmoved(-1);  // close() materializes into them
     {
       nb::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex_);
@@ -121,8 +130,17 @@ class PyPool {
       closed_.store(true);
     }
     committed_arrays_.clear();
+    committed_tensors_.clear();
     round_array_ = nb::ndarray<>();
     stream_owner_ = nb::object();
+  }
+  // Raises (naming the tensor) where a torch tensor of the caller-owned committed state has
+  // moved to new memory since the pool took it: the pool would write freed memory. `layer`: that
+  // layer's tensors only (a layer call), -1 every layer's. With the GIL.
+  void check_committed_unmoved(int layer) const {
+    for (const CommittedTensor& t : committed_tensors_) {
+      if (layer < 0 || t.layer == layer) check_unmoved(t.arg, t.name.c_str());
+    }
   }
   std::mutex& mutex() { return mutex_; }
   // Live zero-copy views of the pool's memory, which close() refuses to free under. A view is
@@ -248,6 +266,7 @@ class PyPool {
   // synchronize before freeing), and only then may the caller's framework reuse their memory.
   const ModelConfig config_;
   const PoolOptions options_;
+  std::vector<CommittedTensor> committed_tensors_;  // the torch tensors among them
   std::vector<nb::ndarray<>> committed_arrays_;
   nb::ndarray<> round_array_;  // the open round's device cu_seqlens (read by the kernels)
   StatePool pool_;
@@ -268,9 +287,11 @@ auto guarded(PyPool& p, Fn&& fn) {
 }
 
 // Runs `fn` on the pool without the GIL, under the pool's lock, in stream order with `stream`.
+// `layer`: the one layer whose committed memory the call touches (a layer call), or -1: any.
 template <typename Fn>
-auto locked(PyPool& p, nb::handle stream, Fn&& fn) {
+auto locked(PyPool& p, nb::handle stream, Fn&& fn, int layer = -1) {
   const std::optional<uintptr_t> s = to_stream(stream, "stream");
+  p.check_committed_unmoved(layer);
   nb::gil_scoped_release release;
   std::lock_guard<std::mutex> lock(p.mutex());
   PyPool::Bridge bridge(p, s);
@@ -327,7 +348,10 @@ void check_device(const PyPool& p, const Arg& a, const char* name) {
 
 template <typename W, typename I, typename O>
 void check_layer_args(const PyPool& p, const W& w, const I& in, const O& out) {
-  auto check = [&](const Arg& a, const char* name) { check_device(p, a, name); };
+  auto check = [&](const Arg& a, const char* name) {
+    check_device(p, a, name);
+    check_unmoved(a, name);
+  };
   w.each(check);
   in.each(check);
   out.each(check);
@@ -380,7 +404,7 @@ const char* kStreamDoc =
 // stream's `cuda_stream`) or another thread while it is released may reassign a field of the
 // caller's struct, which dropped the array the call was reading or writing.
 template <typename W, typename I, typename O, typename Call>
-void layer_call(PyPool& p, nb::handle_t<W> weights, const I& in_arg, const O& out_arg,
+void layer_call(PyPool& p, int layer, nb::handle_t<W> weights, const I& in_arg, const O& out_arg,
                 nb::handle stream, Call&& call) {
   const W w = initialized<W>(weights, "weights");
   const I in = in_arg;
@@ -389,10 +413,13 @@ void layer_call(PyPool& p, nb::handle_t<W> weights, const I& in_arg, const O& ou
   const auto wv = w.views();
   const auto iv = in.views();
   const auto ov = out.views();
-  locked(p, stream, [&](StatePool& s) {
-    call(s, wv, iv, ov);
-    return 0;
-  });
+  locked(
+      p, stream,
+      [&](StatePool& s) {
+        call(s, wv, iv, ov);
+        return 0;
+      },
+      layer);
 }
 
 // prefill / decode / verify for one layer kind's argument types (GDN or Mamba2 overloads).
@@ -410,7 +437,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
             const I& in, const O& out, nb::handle stream) {
            const int layer = to_int(layer_arg, "StatePool.prefill", "layer");
            const SlotHandle h = *to_handle(handle, "handle", false);
-           layer_call<W>(p, weights, in, out, stream,
+           layer_call<W>(p, layer, weights, in, out, stream,
                          [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                            s.prefill(layer, h, w, i, o);
                          });
@@ -431,7 +458,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
             const std::vector<SlotHandle> handles = to_handles(handles_arg, "handles");
             const std::vector<int32_t> lengths =
                 to_int_vector<int32_t>(lengths_arg, "StatePool.prefill_batch: lengths");
-            layer_call<W>(p, weights, in, out, stream,
+            layer_call<W>(p, layer, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.prefill(layer, handles, lengths, w, i, o);
                           });
@@ -453,7 +480,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
              const I& in, const O& out, nb::handle stream) {
             const int layer = to_int(layer_arg, "StatePool.decode", "layer");
             const std::vector<SlotHandle> rows = to_handles(rows_arg, "rows");
-            layer_call<W>(p, weights, in, out, stream,
+            layer_call<W>(p, layer, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.decode(layer, rows, w, i, o);
                           });
@@ -471,7 +498,7 @@ void bind_layer_calls(Cls& cls, const char* kind) {
           [](PyPool& p, nb::handle layer_arg, nb::handle_t<W> weights, const I& in, const O& out,
              nb::handle stream) {
             const int layer = to_int(layer_arg, "StatePool.verify", "layer");
-            layer_call<W>(p, weights, in, out, stream,
+            layer_call<W>(p, layer, weights, in, out, stream,
                           [&](StatePool& s, const auto& w, const auto& i, const auto& o) {
                             s.verify(layer, w, i, o);
                           });
@@ -494,14 +521,15 @@ void bind_layer_calls(Cls& cls, const char* kind) {
 // were built, and the second placement-new overwrote the first pool, in use by then (leaked,
 // its handles dead). Nothing else runs between this check and nanobind marking `self` ready.
 void adopt_built(nb::pointer_and_handle<PyPool> self, StatePool&& pool,
-                 std::vector<nb::ndarray<>> held) {
+                 std::vector<nb::ndarray<>> held = {},
+                 std::vector<PyPool::CommittedTensor> tensors = {}) {
   if (nb::inst_ready(self.h)) {
     StatePool dead(std::move(pool));  // (freed here; its caller-owned views are the caller's)
     throw nb::type_error(
         "StatePool.__init__: this StatePool was initialized meanwhile (by __init__ on another "
         "thread); the pool built here is dropped");
   }
-  new (self.p) PyPool(std::move(pool), std::move(held));
+  new (self.p) PyPool(std::move(pool), std::move(held), std::move(tensors));
 }
 
 void bind_pool(nb::module_& m) {
@@ -604,6 +632,7 @@ void bind_pool(nb::module_& m) {
                  const PoolOptions& options, nb::handle committed_conv, nb::handle committed_ssm) {
                 CommittedStateViews views;
                 std::vector<nb::ndarray<>> held;
+                std::vector<PyPool::CommittedTensor> tensors;
                 // Any sequence of arrays (a list, a tuple), copied first and named item by item
                 // (nb::list took lists only, with nanobind's unnamed signature error otherwise).
                 const auto take = [&](nb::handle arrays, const char* name,
@@ -615,12 +644,12 @@ void bind_pool(nb::module_& m) {
                                           arg_type_name(arrays))
                                              .c_str());
                   }
-                  // At most one array a layer is copied: a longer sequence (range(2**26)) is
-                  // refused before any of its items is read (the pool then names a count that
-                  // differs from config.num_layers).
+                  // At most one array a layer and one more are copied: a longer sequence
+                  // (range(2**26)) is refused before any of its items is read; one too long or
+                  // too short gets the pool's count error, naming config.num_layers.
                   const Py_ssize_t most =
-                      config.num_layers >= 1 && config.num_layers <= kMaxSequenceItems
-                          ? Py_ssize_t{config.num_layers}
+                      config.num_layers >= 1 && config.num_layers < kMaxSequenceItems
+                          ? Py_ssize_t{config.num_layers} + 1
                           : kMaxSequenceItems;
                   const nb::object items =
                       sequence_items(arrays, name, most, "arrays (one per layer)");
@@ -634,11 +663,13 @@ void bind_pool(nb::module_& m) {
                     out.push_back(a.view);
                     held.push_back(a.array);  // the import, not only the object: an
                                               // exported buffer cannot be released under it
+                    if (a.torch) tensors.push_back({a, static_cast<int>(l), arg});
                   }
                 };
                 take(committed_conv, "committed_conv", views.conv);
                 take(committed_ssm, "committed_ssm", views.ssm);
-                adopt_built(self, build_pool(config, options, &views), std::move(held));
+                adopt_built(self, build_pool(config, options, &views), std::move(held),
+                            std::move(tensors));
               },
               nb::arg("config"), nb::arg("options"), nb::arg("committed_conv").none(),
               nb::arg("committed_ssm").none(),
@@ -661,14 +692,30 @@ void bind_pool(nb::module_& m) {
               "__enter__", [](nb::handle self) { return nb::borrow(self); },
               nb::sig("def __enter__(self) -> StatePool"))
           .def(
-              "__exit__", [](PyPool& p, nb::handle, nb::handle, nb::handle) { p.close(); },
+              "__exit__",
+              [](PyPool& p, nb::handle exc_type, nb::handle, nb::handle) {
+                if (exc_type.is_none()) {
+                  p.close();
+                  return;
+                }
+                // The block raised: its exception propagates, not close()'s (views still alive,
+                // or a caller-owned pool's materialize failing). The pool then stays open and is
+                // freed with its last reference.
+                try {
+                  p.close();
+                } catch (const Error&) {
+                }
+              },
               nb::arg("exc_type").none(), nb::arg("exc_value").none(), nb::arg("traceback").none(),
               // -> None, not bool: type checkers take a bool __exit__ for one that may swallow
               // the block's exception (`with StatePool(...) as p: return ...` then "missing
               // return"); it never does.
               nb::sig("def __exit__(self, exc_type: type[BaseException] | None, exc_value: "
                       "BaseException | None, traceback: types.TracebackType | None) -> None"),
-              "Closes the pool (close()); an exception of the block propagates.")
+              "Closes the pool (close()); an exception of the block propagates (if close() then "
+              "fails, "
+              "its error gives way to the block's and the pool stays open until its last "
+              "reference goes).")
           .def_ro_static("SLOT_STATE_HEADER_BYTES", &StatePool::kSlotStateHeaderBytes,
                          "Bytes of an exported slot state's header (docs/lifecycle.md).")
           .def_prop_ro(
@@ -1058,7 +1105,17 @@ void bind_pool(nb::module_& m) {
                 b.cu_seqlens = TensorView{};
                 Arg cu;
                 if (!cu_seqlens.is_none()) {
-                  cu = to_arg(cu_seqlens, "batch.cu_seqlens", false, false);
+                  try {
+                    cu = to_arg(cu_seqlens, "batch.cu_seqlens", false, false);
+                  } catch (const nb::builtin_exception& e) {
+                    // The layer arrays' dtypes are no help here: cu_seqlens is int32.
+                    if (e.type() != nb::exception_type::type_error) throw;
+                    std::string m = e.what();
+                    const std::string layer_hint = "(float32, bfloat16 or int32)";
+                    if (const std::size_t at = m.find(layer_hint); at != std::string::npos)
+                      m.replace(at, layer_hint.size(), "(cu_seqlens is int32)");
+                    throw nb::type_error(m.c_str());
+                  }
                   check_device(p, cu, "batch.cu_seqlens");
                   b.cu_seqlens = cu.view;
                 }

@@ -1,6 +1,7 @@
 // Arrays in (DLPack / buffer protocol, zero copies) and pool memory out (__dlpack__ objects).
 #include <nanobind/stl/string.h>
 
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -89,22 +90,62 @@ bool import_array(nb::handle object, bool writable, nb::ndarray<>& out) {
   return true;
 }
 
-// A torch tensor whose negation or conjugation is pending (x.conj().imag, torch.neg's lazy
-// views): DLPack exports the memory without the flag, so the values would be read with the wrong
-// sign. Refused, naming the argument.
-void refuse_lazy_torch_view(nb::handle object, const char* name) {
+std::string hex_address(uintptr_t address) {
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(address));
+  return text;
+}
+
+}  // namespace
+
+bool is_torch_tensor(nb::handle object) {
   // A torch.Tensor or a subclass of it (defined anywhere): torch.Tensor in the type's MRO.
   PyObject* mro = Py_TYPE(object.ptr())->tp_mro;
-  bool torch_tensor = false;
-  for (Py_ssize_t i = 0; mro != nullptr && i < PyTuple_GET_SIZE(mro) && !torch_tensor; ++i) {
+  for (Py_ssize_t i = 0; mro != nullptr && i < PyTuple_GET_SIZE(mro); ++i) {
     nb::handle base(PyTuple_GET_ITEM(mro, i));
     const char* tp_name = reinterpret_cast<PyTypeObject*>(base.ptr())->tp_name;
-    torch_tensor = tp_name != nullptr && std::strcmp(tp_name, "Tensor") == 0 &&
-                   nb::hasattr(base, "__module__") &&
-                   nb::isinstance<nb::str>(base.attr("__module__")) &&
-                   nb::cast<std::string>(base.attr("__module__")) == "torch";
+    if (tp_name != nullptr && std::strcmp(tp_name, "Tensor") == 0 &&
+        nb::hasattr(base, "__module__") && nb::isinstance<nb::str>(base.attr("__module__")) &&
+        nb::cast<std::string>(base.attr("__module__")) == "torch") {
+      return true;
+    }
   }
-  if (!torch_tensor) return;
+  return false;
+}
+
+void check_unmoved(const Arg& a, const char* name) {
+  if (!a.torch || a.array.size() == 0) return;
+  const nb::object now = a.object.attr("data_ptr")();
+  const uintptr_t address = nb::cast<uintptr_t>(now);
+  if (address == reinterpret_cast<uintptr_t>(a.array.data())) return;
+  throw Error(Status::kInvalidArgument,
+              std::string(name) +
+                  ": the torch tensor's memory moved after it was set (data_ptr() is now " +
+                  hex_address(address) + ", it was " +
+                  hex_address(reinterpret_cast<uintptr_t>(a.array.data())) +
+                  ": share_memory_(), `.data =`, set_(), resize_() or a module's .to() / "
+                  ".half() give a tensor new memory); set the field again");
+}
+
+namespace {
+
+// Refused, naming the argument: a torch tensor whose negation or conjugation is pending
+// (x.conj().imag, torch.neg's lazy views: DLPack exports the memory without the flag, so the
+// values would be read with the wrong sign), and one that requires grad where specstate writes
+// (`writable`: torch's own
+// __dlpack__ refuses to export it, nanobind's fallback import does not, and the writes would go
+// behind autograd's back: no version bump, wrong gradients). Returns whether `object` is a
+// torch tensor.
+bool refuse_torch_hazards(nb::handle object, const char* name, bool writable) {
+  if (!is_torch_tensor(object)) return false;
+  if (writable && nb::hasattr(object, "requires_grad") &&
+      nb::cast<bool>(nb::bool_(object.attr("requires_grad")))) {
+    throw nb::value_error((std::string(name) +
+                           ": a torch tensor that requires grad; specstate writes it outside "
+                           "autograd: pass a tensor without grad (.detach(), or one made under "
+                           "torch.no_grad())")
+                              .c_str());
+  }
   for (const char* flag : {"is_neg", "is_conj"}) {
     if (!nb::hasattr(object, flag)) continue;
     const nb::object set = object.attr(flag)();
@@ -116,12 +157,13 @@ void refuse_lazy_torch_view(nb::handle object, const char* name) {
                                 .c_str());
     }
   }
+  return true;
 }
 
 // Imports `object` into arg.array (arg.object set); returns whether the memory was taken as the
 // uint16 bits of a NumPy bfloat16 array. Raises TypeError / ValueError naming `name`.
 bool import_or_raise(nb::handle object, const char* name, bool writable, Arg& arg) {
-  refuse_lazy_torch_view(object, name);
+  arg.torch = refuse_torch_hazards(object, name, writable);
   arg.object = nb::borrow(object);
   bool bf16_bits = false;
   nb::object source = arg.object;
@@ -247,7 +289,7 @@ Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) 
 std::optional<std::vector<int32_t>> host_int_values(nb::handle object, const char* function,
                                                     const char* name) {
   if (object.is_none()) return std::nullopt;
-  refuse_lazy_torch_view(object, name);
+  refuse_torch_hazards(object, name, /*writable=*/false);
   // bytes and bytearray (and a memoryview of bytes) export their bytes as uint8: commit(b"12")
   // would commit the character codes. An accepted count is an int: refused, naming the argument.
   bool byte_string = PyBytes_Check(object.ptr()) || PyByteArray_Check(object.ptr());
@@ -344,7 +386,7 @@ Arg to_bytes_arg(nb::handle object, const char* function, const char* name, bool
   Arg arg;
   if (object.is_none())
     throw nb::type_error((std::string(name) + ": None is not an array").c_str());
-  refuse_lazy_torch_view(object, name);
+  arg.torch = refuse_torch_hazards(object, name, writable);
   arg.object = nb::borrow(object);
   bool imported = import_array(object, writable, arg.array);
   if (!imported && is_numpy_array(object)) {

@@ -809,11 +809,16 @@ def test_caller_owned_state_takes_any_sequence_of_arrays():
         args[name] = range(2**26)
         t0 = time.perf_counter()
         with pytest.raises(specstate.OutOfRangeError,
-                           match=f"{name}: 67108864 items, at most {L}"):
+                           match=f"{name}: 67108864 items, at most {L + 1}"):
             specstate.StatePool(m.config, opts, **args)
         assert time.perf_counter() - t0 < 1.0
-    with pytest.raises(specstate.OutOfRangeError, match=f"committed_conv: {L + 1} items, at most {L}"):
-        specstate.StatePool(m.config, opts, committed_conv=[conv[0]] * (L + 1),
+    # One too many gets the count error one too few gets (it said "at most L" and not why).
+    for extra in (1, -1):
+        with pytest.raises(specstate.InvalidArgumentError, match=r"config\.num_layers"):
+            specstate.StatePool(m.config, opts, committed_conv=[conv[0]] * (L + extra),
+                                committed_ssm=[ssm[l] for l in range(L)])
+    with pytest.raises(specstate.OutOfRangeError, match=f"committed_conv: {L + 2} items, at most {L + 1}"):
+        specstate.StatePool(m.config, opts, committed_conv=[conv[0]] * (L + 2),
                             committed_ssm=[ssm[l] for l in range(L)])
 
 

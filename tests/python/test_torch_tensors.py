@@ -1,0 +1,133 @@
+"""torch tensors on the CPU as an engine passes them (the torch-interop review of the thirty-first
+session): memory that torch moves under a held tensor, tensors that require grad, torch integer
+tensors where integer lists are taken, a `with` block's exception over close()'s. Skipped where
+torch is not installed (the GPU machine has it: python/gpu_check.sh)."""
+
+import numpy as np
+import pytest
+
+import specstate
+from specstate import DType
+
+torch = pytest.importorskip("torch", reason="torch is not installed (python/gpu_check.sh has it)")
+
+CFG = specstate.GdnConfig(num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=16,
+                          act_dtype=DType.F32, conv_state_dtype=DType.F32)
+MODEL = specstate.ModelConfig.gated_delta_net(1, CFG)
+C, HV, V, W = CFG.conv_dim(), CFG.num_v_heads, CFG.head_v_dim, CFG.conv_width
+
+
+def tensors(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    weights = specstate.GdnWeights(conv_weight=torch.randn(C, W, generator=g),
+                                   A_log=torch.randn(HV, generator=g),
+                                   dt_bias=torch.randn(HV, generator=g))
+    inputs = specstate.GdnInputs(torch.randn(5, C, generator=g), torch.randn(5, HV, generator=g),
+                                 torch.randn(5, HV, generator=g))
+    return weights, inputs
+
+
+def test_a_weight_whose_memory_moved_is_refused_naming_it_and_the_call_changes_nothing():
+    weights, inputs = tensors()
+    pool = specstate.StatePool(MODEL, specstate.PoolOptions(num_slots=2, max_window=4))
+    h = pool.acquire()
+    out = torch.zeros(5, HV, V)
+    pool.prefill(0, h, weights, inputs, specstate.GdnOutputs(core_out=out))
+    state = torch.from_dlpack(pool.ssm_state(0, h)).clone()
+    assert state.abs().sum() > 0
+    weights.A_log.share_memory_()  # new memory: the imported address is freed
+    out2 = torch.full((5, HV, V), 7.0)
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"weights\.A_log: the torch tensor's memory moved after it was set"):
+        pool.prefill(0, h, weights, inputs, specstate.GdnOutputs(core_out=out2))
+    assert torch.equal(torch.from_dlpack(pool.ssm_state(0, h)), state)  # nothing written
+    assert bool((out2 == 7.0).all())
+    weights.A_log = weights.A_log  # set again: taken at its new address
+    pool.prefill(0, h, weights, inputs, specstate.GdnOutputs(core_out=out2))
+    # A parameter's `.data =` (what Module.to / .half / .float do) moves an output the same way.
+    out3 = torch.zeros(5, HV, V)
+    outs = specstate.GdnOutputs(core_out=out3)
+    out3.data = torch.zeros(5, HV, V)
+    with pytest.raises(specstate.InvalidArgumentError, match=r"outputs\.core_out: .* moved"):
+        pool.prefill(0, h, weights, inputs, outs)
+
+
+def test_caller_owned_committed_tensors_that_moved_are_refused_before_anything_is_written():
+    weights, inputs = tensors(1)
+    conv = torch.zeros(specstate.vllm.conv_shape(MODEL, 2))
+    rec = torch.zeros(specstate.vllm.recurrent_shape(MODEL, 2))
+    pool = specstate.vllm.state_pool(MODEL, specstate.PoolOptions(num_slots=2, max_window=4),
+                                     [conv], [rec])
+    h = pool.acquire()
+    pool.prefill(0, h, weights, inputs, specstate.GdnOutputs(core_out=torch.zeros(5, HV, V)))
+    assert rec.abs().sum() > 0
+    rec.share_memory_()
+    for call in (lambda: pool.prefill(0, h, weights, inputs,
+                                      specstate.GdnOutputs(core_out=torch.zeros(5, HV, V))),
+                 lambda: pool.materialize(), lambda: pool.export_slot(h), lambda: pool.close()):
+        with pytest.raises(specstate.InvalidArgumentError,
+                           match=r"committed_ssm\[0\]: the torch tensor's memory moved"):
+            call()
+    assert not pool.closed
+
+
+@pytest.mark.parametrize("field", ["core_out", "conv_out"])
+def test_outputs_that_require_grad_are_refused_naming_them(field):
+    weights, inputs = tensors(2)
+    pool = specstate.StatePool(MODEL, specstate.PoolOptions(num_slots=2, max_window=4))
+    h = pool.acquire()
+    shapes = {"core_out": (5, HV, V), "conv_out": (5, C)}
+    kwargs = {"core_out": torch.zeros(5, HV, V)}
+    kwargs[field] = torch.zeros(shapes[field], requires_grad=True)
+    with pytest.raises(ValueError, match=f"outputs.{field}: a torch tensor that requires grad"):
+        specstate.GdnOutputs(**kwargs)
+    with pytest.raises(ValueError, match="dst: a torch tensor that requires grad"):
+        pool.export_slot(h, torch.zeros(pool.slot_state_bytes() // 4, requires_grad=True))
+    # Inputs that require grad are read as they are (as .detach() would give them).
+    g_in = specstate.GdnInputs(inputs.mixed_qkv.clone().requires_grad_(),
+                               inputs.a, inputs.b)
+    out_a, out_b = torch.zeros(5, HV, V), torch.zeros(5, HV, V)
+    pool.prefill(0, h, weights, g_in, specstate.GdnOutputs(core_out=out_a))
+    h2 = pool.acquire()
+    pool.prefill(0, h2, weights, inputs, specstate.GdnOutputs(core_out=out_b))
+    assert torch.equal(out_a, out_b) and out_a.abs().sum() > 0
+
+
+def test_torch_integer_tensors_are_taken_where_integer_lists_are():
+    pool = specstate.StatePool(MODEL, specstate.PoolOptions(num_slots=4, max_rows=4,
+                                                            max_window=4))
+    h, g = pool.acquire(), pool.acquire()
+    batch = specstate.VerifyBatch([h, g], window=4, lengths=torch.tensor([4, 2]))
+    assert list(batch.lengths) == [4, 2]
+    tree = specstate.Window.from_parents(torch.tensor([-1, 0, 0, 1], dtype=torch.int32))
+    assert tree.describe() == specstate.Window.from_parents([-1, 0, 0, 1]).describe()
+    acc = specstate.accept_greedy_chain(torch.tensor([1, 2, 3]), torch.tensor([2, 3, 9]))
+    assert acc.accepted_length() == acc.accepted_length()  # taken
+    assert acc.accepted_length() == specstate.accept_greedy_chain([1, 2, 3],
+                                                                  [2, 3, 9]).accepted_length()
+    with pytest.raises(TypeError, match="a torch tensor of 2 dimensions"):
+        specstate.VerifyBatch([h], window=4, lengths=torch.tensor([[4]]))
+    with pytest.raises(TypeError, match=r"parents\[0\]: expected an int, got float"):
+        specstate.Window.from_parents(torch.tensor([-1.0, 0.0]))
+
+
+def test_a_with_blocks_exception_is_not_replaced_by_close_refusing_a_live_view():
+    class BlockError(Exception):
+        pass
+
+    with pytest.raises(BlockError):
+        with specstate.StatePool(MODEL, specstate.PoolOptions(num_slots=2)) as pool:
+            view = torch.from_dlpack(pool.ssm_state(0))
+            raise BlockError("the block's own error")
+    assert not pool.closed  # the view kept it open
+    del view
+    pool.close()
+    assert pool.closed
+
+
+def test_cu_seqlens_of_another_dtype_names_int32():
+    pool = specstate.StatePool(MODEL, specstate.PoolOptions(num_slots=2, max_window=4))
+    h = pool.acquire()
+    with pytest.raises(TypeError, match=r"batch\.cu_seqlens: .*\(cu_seqlens is int32\)"):
+        pool.begin_verify(specstate.VerifyBatch([h], window=4),
+                          cu_seqlens=np.array([0, 4], dtype=np.int64).astype(np.float64))
