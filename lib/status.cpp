@@ -72,8 +72,13 @@ const char* ssm_layout_name(SsmLayout layout) noexcept {
   return "unknown";
 }
 
-// The project's version, from CMakeLists.txt's project() (the one place it is written; the Python
-// package's metadata reads it from there too).
-const char* version() noexcept { return SPECSTATE_VERSION_STRING; }
+// The header's version macros (include/specstate/version.h), which a test keeps equal to
+// CMakeLists.txt's project() version (the Python package's metadata reads that one).
+#define SPECSTATE_STRINGIZE2(x) #x
+#define SPECSTATE_STRINGIZE(x) SPECSTATE_STRINGIZE2(x)
+const char* version() noexcept {
+  return SPECSTATE_STRINGIZE(SPECSTATE_VERSION_MAJOR) "." SPECSTATE_STRINGIZE(
+      SPECSTATE_VERSION_MINOR) "." SPECSTATE_STRINGIZE(SPECSTATE_VERSION_PATCH);
+}
 
 }  // namespace specstate

@@ -30,17 +30,22 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (app.get_subcommands().empty() && dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
       // CLI11 says only "A subcommand is required", also for a mistyped command word: name it
-      // and the commands there are (the first word that is no option, as the top level takes
-      // flags only).
+      // and the commands there are.
       std::string commands;
       for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
         commands += (commands.empty() ? "" : ", ") + sub->get_name();
-      for (int i = 1; i < argc; ++i) {
-        if (argv[i][0] != '-') {
-          std::cerr << "specstate: unknown command '" << argv[i] << "' (the commands: " << commands
+      // The first argument says what went wrong: a word is a mistyped command; an option
+      // (the top level takes only --help and --version) or `--` came before any command.
+      if (argc > 1) {
+        const std::string first = argv[1];
+        if (first[0] != '-') {
+          std::cerr << "specstate: unknown command '" << first << "' (the commands: " << commands
                     << ")\nRun with --help for more information.\n";
-          return 2;
+        } else {
+          std::cerr << "specstate: '" << first << "' before the command: the command comes first ("
+                    << commands << "), then its options\nRun with --help for more information.\n";
         }
+        return 2;
       }
       std::cerr << "specstate: a command is required (" << commands
                 << ")\nRun with --help for more information.\n";

@@ -178,6 +178,14 @@ TEST(HostileCli, AnUnknownCommandIsNamedWithTheCommandsThereAre) {
     EXPECT_TRUE(contains(run.output, "unknown command '" + w + "'")) << word << ": " << run.output;
     EXPECT_TRUE(contains(run.output, "check-golden, simulate, plan")) << word << ": " << run.output;
   }
+  // An option or `--` before the command is named as such, not taken for a command word.
+  for (const char* args : {"--model tiny simulat", "-- simulate"}) {
+    const test::CliRun run = run_cli(args);
+    const std::string first = std::string(args).substr(0, std::string(args).find(' '));
+    EXPECT_EQ(run.code, 2) << args << ": " << run.output;
+    EXPECT_TRUE(contains(run.output, "'" + first + "' before the command: the command comes first"))
+        << args << ": " << run.output;
+  }
   const test::CliRun none = run_cli("");
   EXPECT_EQ(none.code, 2) << none.output;
   EXPECT_TRUE(contains(none.output, "a command is required (check-golden, simulate, plan)"))
@@ -186,8 +194,9 @@ TEST(HostileCli, AnUnknownCommandIsNamedWithTheCommandsThereAre) {
   EXPECT_EQ(ok.code, 0) << ok.output;
 }
 
-// The version is written once, in CMakeLists.txt's project(): the library (and so `--version`)
-// takes it from there, as the Python package's metadata does.
+// The version is CMakeLists.txt's project() (the Python package's metadata reads it) and the
+// header's macros (the library's version(), `--version`): they must be equal (lib/status.cpp had
+// a third, literal copy).
 TEST(HostileCli, TheVersionIsTheProjects) {
   std::ifstream lists(std::string(SPECSTATE_TEST_DATA) + "/../../CMakeLists.txt");
   ASSERT_TRUE(lists) << "CMakeLists.txt beside tests/";
@@ -200,6 +209,10 @@ TEST(HostileCli, TheVersionIsTheProjects) {
   const std::string project_version = s.substr(from, s.find_first_of(" \n)", from) - from);
   ASSERT_FALSE(project_version.empty());
   EXPECT_EQ(std::string(version()), project_version);
+  EXPECT_EQ(std::to_string(SPECSTATE_VERSION_MAJOR) + "." +
+                std::to_string(SPECSTATE_VERSION_MINOR) + "." +
+                std::to_string(SPECSTATE_VERSION_PATCH),
+            project_version);
   const test::CliRun run = run_cli("--version");
   EXPECT_EQ(run.code, 0) << run.output;
   EXPECT_EQ(run.output, project_version + "\n");
