@@ -200,7 +200,7 @@ StatePool::StatePool(Construct, const ModelConfig& config, const PoolOptions& op
   impl_ = std::move(impl);
 }
 
-void StatePool::Impl::close() noexcept {
+void StatePool::Impl::close(bool materialize_caller) noexcept {
   if (!backend) return;
   // A caller-owned pool: the caller's memory outlives the pool and is what the engine keeps of
   // its requests (as release() leaves it), so every live slot's deferred steps (replay) are
@@ -208,7 +208,7 @@ void StatePool::Impl::close() noexcept {
   // strategy (on the pool's stream, which must outlive the pool). A failure here (a device
   // fault) cannot be thrown from a destructor: it is logged, and the memory keeps the
   // checkpoints.
-  if (storage.layout.caller_committed) {
+  if (storage.layout.caller_committed && materialize_caller) {
     // First every queued use of the pool finishes (its stream or another; and none runs while
     // the pool's stream is being captured into a graph).
     if (!backend->settle_for_close()) {
@@ -240,6 +240,12 @@ void StatePool::Impl::close() noexcept {
 
 StatePool::~StatePool() noexcept {
   if (impl_) impl_->close();
+}
+
+void StatePool::discard() noexcept {
+  if (!impl_) return;
+  impl_->close(/*materialize_caller=*/false);
+  impl_ = std::unique_ptr<Impl>();
 }
 
 StatePool::StatePool(StatePool&&) noexcept = default;

@@ -288,7 +288,9 @@ struct StatePool::Impl {
   void materialize_slots(std::vector<int32_t> slot_list);
   // The pool's end (destructor, move-assignment): a caller-owned pool's live slots materialized
   // into the caller's memory (errors logged), then the pool's own memory freed.
-  void close() noexcept;
+  // `materialize_caller`: a caller-owned pool's live slots are materialized into its memory
+  // first (the destructor); false: discard().
+  void close(bool materialize_caller = true) noexcept;
 
   template <typename Weights>
   void prefill(int layer, SlotHandle handle, const Weights& weights,

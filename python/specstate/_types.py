@@ -1,11 +1,13 @@
 """Types the stub of the extension names, for type checkers: the pool's zero-copy views
 (``StatePool.conv_state``, ``ssm_state``, ``workspace``, ``snapshot_conv``, ``snapshot_ssm``)
-and the integer and float lists the calls take."""
+and the integer and float lists the calls take. Importing it imports nothing else (NumPy's types
+are named for type checkers only)."""
 
 from collections.abc import Sequence
-from typing import Any, Protocol, SupportsFloat, SupportsIndex, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, SupportsFloat, SupportsIndex, Union, runtime_checkable
 
-import numpy.typing
+if TYPE_CHECKING:
+    import numpy.typing
 
 
 @runtime_checkable
@@ -20,8 +22,18 @@ class DLPackArray(Protocol):
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
 
-# A list of integers as the calls take it: any sequence of ints (Python's, NumPy's), or a NumPy
-# array of them (each element is checked and named when it is not an integer).
-IntSequence = Union[Sequence[SupportsIndex], numpy.typing.NDArray[Any]]
-# A list of floats: any sequence of numbers, or a NumPy array of them.
-FloatSequence = Union[Sequence[Union[SupportsFloat, SupportsIndex]], numpy.typing.NDArray[Any]]
+class TensorLike(Protocol):
+    """A torch tensor of numbers (one dimension) where a list is taken: its values are read with
+    ``tolist()``."""
+
+    def dim(self) -> int: ...
+
+    def tolist(self) -> Any: ...
+
+
+# A list of integers as the calls take it: any sequence of ints (Python's, NumPy's), a NumPy
+# array of them, or a 1-D torch tensor (each element is checked and named when it is no integer).
+IntSequence = Union[Sequence[SupportsIndex], "numpy.typing.NDArray[Any]", TensorLike]
+# A list of floats: any sequence of numbers, a NumPy array or a 1-D torch tensor of them.
+FloatSequence = Union[Sequence[Union[SupportsFloat, SupportsIndex]], "numpy.typing.NDArray[Any]",
+                      TensorLike]

@@ -37,10 +37,14 @@ struct Arg {
 bool is_torch_tensor(nb::handle object);
 
 // A torch tensor can move to new memory while it lives (share_memory_(), `.data =`, set_(),
-// resize_(), a module's .to() / .half() / .float()): the address imported when the argument was
-// set is then freed memory. Raises specstate.InvalidArgumentError naming `name` when `a` is such
-// a tensor whose data_ptr() is no longer the imported address. Nothing for other arrays (their
-// import pins their memory) or an empty `a`.
+// resize_(), a module's .to() / .half() / .float()), and a view keeps the old memory when the
+// tensor it was taken from moves: the address imported is then freed memory, or memory that is no
+// longer the caller's tensor. torch_moved: where `a`'s tensor (or its base) is now, when that is
+// no longer the imported memory; nullopt for other arrays (their import pins their memory) and
+// an empty `a`. moved_text: the reason, for an error. check_unmoved: raises
+// specstate.InvalidArgumentError naming `name` (a field: "set the field again").
+std::optional<uintptr_t> torch_moved(const Arg& a);
+std::string moved_text(const Arg& a, uintptr_t now);
 void check_unmoved(const Arg& a, const char* name);
 
 // Imports `object` through DLPack / the buffer protocol without copying. `name` names the

@@ -73,6 +73,11 @@ class PyPool {
         pool_(std::move(pool)),
         stream_(reinterpret_cast<uintptr_t>(pool_.options().stream)) {}
   ~PyPool() {
+    // Dropped open (no close()) over a committed torch tensor that moved: the pool's destructor
+    // would materialize into the memory it no longer owns.
+    if (!closed_.load() && !committed_tensors_.empty() && !moved_committed().empty()) {
+      pool_.discard();
+    }
 #ifdef SPECSTATE_PY_CUDA
     if (events_ready_) {
       cudaEventDestroy(ready_);
@@ -111,7 +116,9 @@ class PyPool {
   // error there is raised and the pool stays open. Then the held arrays (caller-owned committed
   // state, the round's device offsets) are let go. A second close() does nothing.
   void close() {
-    if (!closed_.load()) check_committed_unmoved(-1);  // close() materializes into them
+    // A committed torch tensor that moved: the pool is discarded (its live slots' deferred state
+    // is not written into memory that is no longer the tensor's), then the error says so.
+    const std::string moved = closed_.load() ? std::string() : moved_committed();
     {
       nb::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex_);
@@ -125,22 +132,51 @@ class PyPool {
                         "workspace, snapshot_conv / snapshot_ssm, or an array made from one) are "
                         "alive; drop them (del) first. The pool stays open");
       }
-      if (!committed_arrays_.empty()) pool_.materialize();
-      StatePool dead(std::move(pool_));  // freed at the end of this block, still without the GIL
+      if (!moved.empty()) {
+        pool_.discard();
+      } else {
+        if (!committed_arrays_.empty()) pool_.materialize();
+        StatePool dead(std::move(pool_));  // freed at the end of this block, without the GIL
+      }
       closed_.store(true);
     }
     committed_arrays_.clear();
     committed_tensors_.clear();
     round_array_ = nb::ndarray<>();
     stream_owner_ = nb::object();
+    if (!moved.empty()) {
+      throw Error(Status::kInvalidArgument,
+                  "StatePool.close(): " + moved +
+                      "; the pool is closed without writing its live slots' deferred state "
+                      "there");
+    }
   }
   // Raises (naming the tensor) where a torch tensor of the caller-owned committed state has
   // moved to new memory since the pool took it: the pool would write freed memory. `layer`: that
   // layer's tensors only (a layer call), -1 every layer's. With the GIL.
   void check_committed_unmoved(int layer) const {
-    for (const CommittedTensor& t : committed_tensors_) {
-      if (layer < 0 || t.layer == layer) check_unmoved(t.arg, t.name.c_str());
+    for (std::size_t i = 0; i < committed_tensors_.size(); ++i) {
+      const CommittedTensor& t = committed_tensors_[i];
+      if (layer >= 0 && t.layer != layer) continue;
+      if (const std::optional<uintptr_t> now = torch_moved(t.arg)) {
+        throw Error(Status::kInvalidArgument,
+                    t.name + ": " + moved_text(t.arg, *now) +
+                        "; the pool cannot follow it: close() it (its live slots' deferred "
+                        "state is then not written) and build a pool over the tensor as it is");
+      }
     }
+  }
+  // The first committed torch tensor that moved ("" when none), for close() and the destructor.
+  // A Python error in the query (interpreter shutdown) counts as not moved.
+  std::string moved_committed() const {
+    for (const CommittedTensor& t : committed_tensors_) {
+      try {
+        if (const std::optional<uintptr_t> now = torch_moved(t.arg))
+          return t.name + ": " + moved_text(t.arg, *now);
+      } catch (const nb::python_error&) {
+      }
+    }
+    return {};
   }
   std::mutex& mutex() { return mutex_; }
   // Live zero-copy views of the pool's memory, which close() refuses to free under. A view is

@@ -113,18 +113,37 @@ bool is_torch_tensor(nb::handle object) {
   return false;
 }
 
+std::optional<uintptr_t> torch_moved(const Arg& a) {
+  if (!a.torch || a.array.size() == 0) return std::nullopt;
+  const uintptr_t held = reinterpret_cast<uintptr_t>(a.array.data());
+  const uintptr_t address = nb::cast<uintptr_t>(a.object.attr("data_ptr")());
+  if (address != held) return address;
+  // A view (vllm.state_pool's transposes, a parameter's .detach()) keeps its own storage when the
+  // tensor it was taken from moves (`base.data = ...`, base.set_()): the memory it holds is then
+  // alive but no longer the caller's tensor.
+  const nb::object base = a.object.attr("_base");
+  if (!base.is_none()) {
+    const uintptr_t base_storage =
+        nb::cast<uintptr_t>(base.attr("untyped_storage")().attr("data_ptr")());
+    const uintptr_t own_storage =
+        nb::cast<uintptr_t>(a.object.attr("untyped_storage")().attr("data_ptr")());
+    if (base_storage != own_storage) return base_storage;
+  }
+  return std::nullopt;
+}
+
+std::string moved_text(const Arg& a, uintptr_t now) {
+  return "the torch tensor's memory moved after it was taken (now at " + hex_address(now) +
+         ", taken at " + hex_address(reinterpret_cast<uintptr_t>(a.array.data())) +
+         ": share_memory_(), `.data =`, set_(), resize_() or a module's .to() / .half() give a "
+         "tensor, or the tensor a view was taken from, new memory)";
+}
+
 void check_unmoved(const Arg& a, const char* name) {
-  if (!a.torch || a.array.size() == 0) return;
-  const nb::object now = a.object.attr("data_ptr")();
-  const uintptr_t address = nb::cast<uintptr_t>(now);
-  if (address == reinterpret_cast<uintptr_t>(a.array.data())) return;
-  throw Error(Status::kInvalidArgument,
-              std::string(name) +
-                  ": the torch tensor's memory moved after it was set (data_ptr() is now " +
-                  hex_address(address) + ", it was " +
-                  hex_address(reinterpret_cast<uintptr_t>(a.array.data())) +
-                  ": share_memory_(), `.data =`, set_(), resize_() or a module's .to() / "
-                  ".half() give a tensor new memory); set the field again");
+  if (const std::optional<uintptr_t> now = torch_moved(a)) {
+    throw Error(Status::kInvalidArgument,
+                std::string(name) + ": " + moved_text(a, *now) + "; set the field again");
+  }
 }
 
 namespace {

@@ -273,6 +273,40 @@ TEST(CallerOwnedEnd, TheDestructorLeavesTheCommittedStateForTheNextPool) {
   EXPECT_EQ(exported(next, c), want);
 }
 
+// discard() ends a caller-owned pool without writing into the caller's memory (the Python
+// bindings call it when a torch tensor of the committed state has moved: the destructor's
+// materialize wrote freed memory). Under replay the committed rounds' steps are deferred: the
+// destructor stores them, discard() leaves the memory as the pool last wrote it; a pool over the
+// memory builds afterwards (the claim is released).
+TEST(CallerOwnedEnd, DiscardLeavesTheCallersMemoryAsThePoolLastWroteIt) {
+  auto mem = host_memory();
+  PoolRounds<GdnKind> m(gdn_preset("small_f32"), 2, 12);
+  PoolOptions o = m.options(Strategy::kReplay, /*slots=*/3, /*rows=*/2, kRoundT);
+  const CallerMemory cm = make_caller_memory(m.model(), o, CallerLayout::kOneTensor, *mem, 6);
+  const auto bytes = [&] {
+    const auto* ssm = static_cast<const uint8_t*>(cm.ssm_buffer.data);
+    return std::vector<uint8_t>(ssm, ssm + cm.ssm_buffer.shape[0]);
+  };
+  for (const bool discard : {true, false}) {
+    std::optional<StatePool> pool(std::in_place, m.model(), o, cm.views);
+    const SlotHandle b = pool->acquire();
+    for (int r = 0; r < 3; ++r) m.round(*pool, round_batch(false, {b}), m.inputs(kRoundT), {2});
+    const std::vector<uint8_t> before = bytes();
+    if (discard) {
+      pool->discard();
+      EXPECT_EQ(bytes(), before) << "discard() wrote the caller's memory";
+      EXPECT_THROW(pool->acquire(), Error);  // a moved-from pool
+    } else {
+      pool.reset();  // the same rounds' deferred steps, stored by the destructor
+      expect_nonzero(bytes(), "the materialized state");
+      EXPECT_NE(bytes(), before) << "the rounds left no deferred steps to lose";
+    }
+  }
+  StatePool next(m.model(), o, cm.views);  // the memory is free for another pool
+  next.discard();
+  next.discard();  // a second discard does nothing
+}
+
 // Two live pools over the same memory handed out the same bytes as their slots: the second's
 // acquire() zeroed the first's live request, silently (a review's repro, from Python). A pool over
 // memory another live pool's committed state holds (the same tensors, or that pool's own state

@@ -38,7 +38,7 @@ def test_a_weight_whose_memory_moved_is_refused_naming_it_and_the_call_changes_n
     weights.A_log.share_memory_()  # new memory: the imported address is freed
     out2 = torch.full((5, HV, V), 7.0)
     with pytest.raises(specstate.InvalidArgumentError,
-                       match=r"weights\.A_log: the torch tensor's memory moved after it was set"):
+                       match=r"weights\.A_log: the torch tensor.s memory moved after it was taken.*set the field again"):
         pool.prefill(0, h, weights, inputs, specstate.GdnOutputs(core_out=out2))
     assert torch.equal(torch.from_dlpack(pool.ssm_state(0, h)), state)  # nothing written
     assert bool((out2 == 7.0).all())
@@ -52,23 +52,87 @@ def test_a_weight_whose_memory_moved_is_refused_naming_it_and_the_call_changes_n
         pool.prefill(0, h, weights, inputs, outs)
 
 
-def test_caller_owned_committed_tensors_that_moved_are_refused_before_anything_is_written():
-    weights, inputs = tensors(1)
+def vllm_pool(strategy=specstate.Strategy.SNAPSHOT, seed=1):
+    weights, inputs = tensors(seed)
     conv = torch.zeros(specstate.vllm.conv_shape(MODEL, 2))
     rec = torch.zeros(specstate.vllm.recurrent_shape(MODEL, 2))
-    pool = specstate.vllm.state_pool(MODEL, specstate.PoolOptions(num_slots=2, max_window=4),
-                                     [conv], [rec])
+    pool = specstate.vllm.state_pool(
+        MODEL, specstate.PoolOptions(num_slots=2, max_window=4, strategy=strategy), [conv], [rec])
     h = pool.acquire()
     pool.prefill(0, h, weights, inputs, specstate.GdnOutputs(core_out=torch.zeros(5, HV, V)))
-    assert rec.abs().sum() > 0
+    assert rec.abs().sum() > 0 and conv.abs().sum() > 0
+    return pool, h, weights, inputs, conv, rec
+
+
+def test_caller_owned_committed_tensors_that_moved_are_refused_before_anything_is_written():
+    pool, h, weights, inputs, conv, rec = vllm_pool()
     rec.share_memory_()
     for call in (lambda: pool.prefill(0, h, weights, inputs,
                                       specstate.GdnOutputs(core_out=torch.zeros(5, HV, V))),
-                 lambda: pool.materialize(), lambda: pool.export_slot(h), lambda: pool.close()):
+                 lambda: pool.materialize(), lambda: pool.export_slot(h)):
         with pytest.raises(specstate.InvalidArgumentError,
-                           match=r"committed_ssm\[0\]: the torch tensor's memory moved"):
+                           match=r"committed_ssm\[0\]: the torch tensor's memory moved.*cannot "
+                                 r"follow it"):
             call()
-    assert not pool.closed
+    # close() ends the pool without writing into the moved tensor's old memory, and says so.
+    with pytest.raises(specstate.InvalidArgumentError,
+                       match=r"StatePool.close\(\): committed_ssm\[0\]: .* closed without "
+                             r"writing"):
+        pool.close()
+    assert pool.closed
+
+
+def test_a_conv_view_whose_tensor_moved_is_refused():
+    # vllm.state_pool holds the conv states as transposed views: `conv.data = ...` leaves the
+    # view on the old memory, alive but no longer the caller's tensor.
+    for move in (lambda t: setattr(t, "data", torch.zeros_like(t)),
+                 lambda t: t.set_(torch.zeros_like(t))):
+        pool, h, weights, inputs, conv, rec = vllm_pool()
+        move(conv)
+        with pytest.raises(specstate.InvalidArgumentError,
+                           match=r"committed_conv\[0\]: the torch tensor's memory moved"):
+            pool.prefill(0, h, weights, inputs,
+                         specstate.GdnOutputs(core_out=torch.zeros(5, HV, V)))
+
+
+def test_a_replay_pool_over_a_moved_tensor_is_dropped_without_writing_it():
+    # Its destructor materialized the deferred steps into the freed memory (a crash), also after a
+    # with block's exception left it open.
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import gc, torch, specstate
+        import test_torch_tensors as t
+        for close in (False, True):
+            pool, h, weights, inputs, conv, rec = t.vllm_pool(specstate.Strategy.REPLAY)
+            batch = specstate.VerifyBatch([h], window=4)
+            pool.begin_verify(batch)
+            pool.verify(0, weights, specstate.GdnInputs(*(x[:4] for x in (inputs.mixed_qkv,
+                        inputs.a, inputs.b))), specstate.GdnOutputs(core_out=torch.zeros(4, 4, 16)))
+            pool.commit([3])
+            rec.share_memory_()
+            junk = [torch.randn(4096) for _ in range(64)]
+            try:
+                with pool:
+                    raise KeyError("the block's error")
+            except KeyError:
+                pass
+            if close:
+                try:
+                    pool.close()
+                except specstate.InvalidArgumentError:
+                    pass
+            del pool
+            gc.collect()
+        print("dropped")
+    """)
+    import os
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(__file__)] + [p for p in sys.path if p]))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert run.returncode == 0 and "dropped" in run.stdout, run.stdout + run.stderr
 
 
 @pytest.mark.parametrize("field", ["core_out", "conv_out"])
