@@ -244,6 +244,12 @@ StatePool::~StatePool() noexcept {
 
 void StatePool::discard() noexcept {
   if (!impl_) return;
+  if (impl_->storage.layout.caller_committed && impl_->backend->capturing()) {
+    detail::logger().error(
+        "pool {}: discarded while its stream is being captured into a graph: its memory is "
+        "freed under the capture",
+        impl_->pool_id);
+  }
   impl_->close(/*materialize_caller=*/false);
   impl_ = std::unique_ptr<Impl>();
 }

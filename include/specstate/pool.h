@@ -84,8 +84,9 @@ class StatePool {
   // materialized into the caller's memory first: for a caller whose memory is no longer the
   // pool's to write (freed, or moved elsewhere; the Python bindings call it when a torch tensor
   // of the committed state has moved to new memory). The live slots' deferred steps (replay) are
-  // lost; the memory keeps what the pool last wrote. Waits for the pool's queued work, then leaves
-  // a moved-from pool. On an owning pool it is the destructor.
+  // lost; the memory keeps what the pool last wrote. Waits for the pool's queued work (as the
+  // destructor, it cannot while the pool's stream is being captured: logged), then leaves a
+  // moved-from pool. On an owning pool it is the destructor.
   void discard() noexcept;
   // Moving leaves the source a moved-from pool: it can be assigned to or destroyed; any other
   // call throws kFailedPrecondition (the noexcept getters return empty values).

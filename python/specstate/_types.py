@@ -33,7 +33,11 @@ class TensorLike(Protocol):
 
 # A list of integers as the calls take it: any sequence of ints (Python's, NumPy's), a NumPy
 # array of them, or a 1-D torch tensor (each element is checked and named when it is no integer).
-IntSequence = Union[Sequence[SupportsIndex], "numpy.typing.NDArray[Any]", TensorLike]
-# A list of floats: any sequence of numbers, a NumPy array or a 1-D torch tensor of them.
-FloatSequence = Union[Sequence[Union[SupportsFloat, SupportsIndex]], "numpy.typing.NDArray[Any]",
-                      TensorLike]
+# A list of floats likewise. (NumPy's array type for type checkers only: at run time, where these
+# aliases resolve for tools that read annotations, it is Any.)
+if TYPE_CHECKING:
+    _NDArray = numpy.typing.NDArray[Any]
+else:
+    _NDArray = Any
+IntSequence = Union[Sequence[SupportsIndex], _NDArray, TensorLike]
+FloatSequence = Union[Sequence[Union[SupportsFloat, SupportsIndex]], _NDArray, TensorLike]

@@ -29,8 +29,9 @@ struct Arg {
   nb::object object;  // what the caller passed (None when empty)
   nb::ndarray<> array;
   TensorView view;
-  int device_id = 0;   // CUDA ordinal for device arrays
-  bool torch = false;  // a torch.Tensor: its memory can move while it lives (check_unmoved)
+  int device_id = 0;           // CUDA ordinal for device arrays
+  bool torch = false;          // a torch.Tensor: its memory can move while it lives (check_unmoved)
+  uintptr_t base_storage = 0;  // a torch view: its base's storage address when it was taken
 };
 
 // Whether `object` is a torch.Tensor (or a subclass), without importing torch.
@@ -40,11 +41,17 @@ bool is_torch_tensor(nb::handle object);
 // resize_(), a module's .to() / .half() / .float()), and a view keeps the old memory when the
 // tensor it was taken from moves: the address imported is then freed memory, or memory that is no
 // longer the caller's tensor. torch_moved: where `a`'s tensor (or its base) is now, when that is
-// no longer the imported memory; nullopt for other arrays (their import pins their memory) and
-// an empty `a`. moved_text: the reason, for an error. check_unmoved: raises
-// specstate.InvalidArgumentError naming `name` (a field: "set the field again").
-std::optional<uintptr_t> torch_moved(const Arg& a);
-std::string moved_text(const Arg& a, uintptr_t now);
+// no longer where it was when `a` was taken; nullopt for other arrays (their import pins their
+// memory) and an empty `a`. A view's base is torch's `_base`, the root tensor: a move of a view
+// between them is not seen, nor one of the parameter a `.detach()` was taken from (no `_base`).
+// moved_text: the reason, for an error. check_unmoved: raises specstate.InvalidArgumentError naming
+// `name` (a field: "set the field again").
+struct TorchMove {
+  uintptr_t now = 0, then = 0;  // the tensor's (base: its base's storage) address, now and then
+  bool base = false;            // the view's base moved, not the view
+};
+std::optional<TorchMove> torch_moved(const Arg& a);
+std::string moved_text(const TorchMove& m);
 void check_unmoved(const Arg& a, const char* name);
 
 // Imports `object` through DLPack / the buffer protocol without copying. `name` names the

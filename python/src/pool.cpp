@@ -75,7 +75,7 @@ class PyPool {
   ~PyPool() {
     // Dropped open (no close()) over a committed torch tensor that moved: the pool's destructor
     // would materialize into the memory it no longer owns.
-    if (!closed_.load() && !committed_tensors_.empty() && !moved_committed().empty()) {
+    if (!closed_.load() && !committed_tensors_.empty() && !moved_committed(true).empty()) {
       pool_.discard();
     }
 #ifdef SPECSTATE_PY_CUDA
@@ -113,12 +113,14 @@ class PyPool {
   // Frees the pool's memory now, without the GIL and under the pool's lock (dropping the last
   // reference frees it too, but holding the GIL while a large pool is freed). A caller-owned
   // pool materializes its live slots into the caller's memory first, as its destructor does; an
-  // error there is raised and the pool stays open. Then the held arrays (caller-owned committed
-  // state, the round's device offsets) are let go. A second close() does nothing.
+  // error there is raised and the pool stays open. Where a committed torch tensor has moved the
+  // pool is discarded instead (nothing written there), closed, and then that is raised. Then the
+  // held arrays (caller-owned committed state, the round's device offsets) are let go. A second
+  // close() does nothing.
   void close() {
     // A committed torch tensor that moved: the pool is discarded (its live slots' deferred state
     // is not written into memory that is no longer the tensor's), then the error says so.
-    const std::string moved = closed_.load() ? std::string() : moved_committed();
+    const std::string moved = closed_.load() ? std::string() : moved_committed(false);
     {
       nb::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex_);
@@ -153,27 +155,43 @@ class PyPool {
   }
   // Raises (naming the tensor) where a torch tensor of the caller-owned committed state has
   // moved to new memory since the pool took it: the pool would write freed memory. `layer`: that
-  // layer's tensors only (a layer call), -1 every layer's. With the GIL.
+  // layer's tensors only (a layer call), -1 every layer's. With the GIL. (The tensors are copied
+  // first: a query runs Python code, during which another thread may close() the pool.)
   void check_committed_unmoved(int layer) const {
-    for (std::size_t i = 0; i < committed_tensors_.size(); ++i) {
-      const CommittedTensor& t = committed_tensors_[i];
+    if (committed_tensors_.empty()) return;
+    const std::vector<CommittedTensor> tensors = committed_tensors_;
+    for (const CommittedTensor& t : tensors) {
       if (layer >= 0 && t.layer != layer) continue;
-      if (const std::optional<uintptr_t> now = torch_moved(t.arg)) {
+      if (const std::optional<TorchMove> m = torch_moved(t.arg)) {
         throw Error(Status::kInvalidArgument,
-                    t.name + ": " + moved_text(t.arg, *now) +
+                    t.name + ": " + moved_text(*m) +
                         "; the pool cannot follow it: close() it (its live slots' deferred "
                         "state is then not written) and build a pool over the tensor as it is");
       }
     }
   }
-  // The first committed torch tensor that moved ("" when none), for close() and the destructor.
-  // A Python error in the query (interpreter shutdown) counts as not moved.
-  std::string moved_committed() const {
-    for (const CommittedTensor& t : committed_tensors_) {
+  // The first committed torch tensor that moved ("" when none), for close(): a failed query
+  // raises there (the pool stays open). `dropping` (the destructor): the caller's pending Python
+  // error is kept aside, and a query that fails (interpreter shutdown, a subclass's data_ptr())
+  // counts as moved: losing deferred steps is safer than writing memory that may be freed.
+  std::string moved_committed(bool dropping) const {
+    if (committed_tensors_.empty()) return {};
+    const std::vector<CommittedTensor> tensors = committed_tensors_;
+    if (!dropping) {
+      for (const CommittedTensor& t : tensors) {
+        if (const std::optional<TorchMove> m = torch_moved(t.arg))
+          return t.name + ": " + moved_text(*m);
+      }
+      return {};
+    }
+    nb::error_scope keep;  // a pending exception (the pool dropped while one propagates)
+    for (const CommittedTensor& t : tensors) {
       try {
-        if (const std::optional<uintptr_t> now = torch_moved(t.arg))
-          return t.name + ": " + moved_text(t.arg, *now);
-      } catch (const nb::python_error&) {
+        if (const std::optional<TorchMove> m = torch_moved(t.arg))
+          return t.name + ": " + moved_text(*m);
+      } catch (...) {
+        PyErr_Clear();
+        return t.name + ": its address could not be read";
       }
     }
     return {};
@@ -714,15 +732,19 @@ void bind_pool(nb::module_& m) {
               "engine's [L, slots, ...] tensors; padded slot strides allowed, each slot "
               "contiguous), read and written in place and kept alive by the pool. Raises "
               "specstate.Error naming the array it cannot adopt.")
-          .def("close", &PyPool::close,
-               "Frees the pool's memory now, without the GIL (dropping the last reference frees it "
-               "too, holding the GIL meanwhile). A caller-owned pool first materializes its live "
-               "slots into the caller's memory, as on destruction; if that raises, the pool stays "
-               "open. While a zero-copy view of the pool (conv_state, ssm_state, workspace, "
-               "snapshot_conv / snapshot_ssm, or an array made from one) is alive it raises "
-               "FailedPreconditionError and the pool stays open. Afterwards every call raises "
-               "FailedPreconditionError; close() again does nothing. `with StatePool(...) as "
-               "pool:` closes it at the end of the block.")
+          .def(
+              "close", &PyPool::close,
+              "Frees the pool's memory now, without the GIL (dropping the last reference frees it "
+              "too, holding the GIL meanwhile). A caller-owned pool first materializes its live "
+              "slots into the caller's memory, as on destruction; if that raises, the pool stays "
+              "open. Where a torch tensor of that memory has moved to new memory (share_memory_(), "
+              "`.data =`), nothing is written there: the pool is closed, then "
+              "InvalidArgumentError names the tensor. While a zero-copy view of the pool "
+              "(conv_state, ssm_state, workspace, "
+              "snapshot_conv / snapshot_ssm, or an array made from one) is alive it raises "
+              "FailedPreconditionError and the pool stays open. Afterwards every call raises "
+              "FailedPreconditionError; close() again does nothing. `with StatePool(...) as "
+              "pool:` closes it at the end of the block.")
           .def_prop_ro("closed", &PyPool::closed, "Whether close() has freed the pool.")
           .def(
               "__enter__", [](nb::handle self) { return nb::borrow(self); },
@@ -734,9 +756,9 @@ void bind_pool(nb::module_& m) {
                   p.close();
                   return;
                 }
-                // The block raised: its exception propagates, not close()'s (views still alive,
-                // or a caller-owned pool's materialize failing). The pool then stays open and is
-                // freed with its last reference.
+                // The block raised: its exception propagates, not close()'s (views still alive
+                // or a caller-owned pool's materialize failing: the pool then stays open and is
+                // freed with its last reference; a moved committed tensor: closed).
                 try {
                   p.close();
                 } catch (const Error&) {
@@ -748,10 +770,9 @@ void bind_pool(nb::module_& m) {
               // return"); it never does.
               nb::sig("def __exit__(self, exc_type: type[BaseException] | None, exc_value: "
                       "BaseException | None, traceback: types.TracebackType | None) -> None"),
-              "Closes the pool (close()); an exception of the block propagates (if close() then "
-              "fails, "
-              "its error gives way to the block's and the pool stays open until its last "
-              "reference goes).")
+              "Closes the pool (close()); an exception of the block propagates: if close() then "
+              "raises, its error gives way to the block's (and a pool that close() left open is "
+              "freed with its last reference).")
           .def_ro_static("SLOT_STATE_HEADER_BYTES", &StatePool::kSlotStateHeaderBytes,
                          "Bytes of an exported slot state's header (docs/lifecycle.md).")
           .def_prop_ro(

@@ -96,6 +96,13 @@ std::string hex_address(uintptr_t address) {
   return text;
 }
 
+// The storage address of a torch tensor's `_base` (the root tensor of a view), 0 for none.
+uintptr_t torch_base_storage(nb::handle tensor) {
+  const nb::object base = tensor.attr("_base");
+  if (base.is_none()) return 0;
+  return nb::cast<uintptr_t>(base.attr("untyped_storage")().attr("data_ptr")());
+}
+
 }  // namespace
 
 bool is_torch_tensor(nb::handle object) {
@@ -113,36 +120,37 @@ bool is_torch_tensor(nb::handle object) {
   return false;
 }
 
-std::optional<uintptr_t> torch_moved(const Arg& a) {
+std::optional<TorchMove> torch_moved(const Arg& a) {
   if (!a.torch || a.array.size() == 0) return std::nullopt;
   const uintptr_t held = reinterpret_cast<uintptr_t>(a.array.data());
   const uintptr_t address = nb::cast<uintptr_t>(a.object.attr("data_ptr")());
-  if (address != held) return address;
-  // A view (vllm.state_pool's transposes, a parameter's .detach()) keeps its own storage when the
-  // tensor it was taken from moves (`base.data = ...`, base.set_()): the memory it holds is then
-  // alive but no longer the caller's tensor.
-  const nb::object base = a.object.attr("_base");
-  if (!base.is_none()) {
-    const uintptr_t base_storage =
-        nb::cast<uintptr_t>(base.attr("untyped_storage")().attr("data_ptr")());
-    const uintptr_t own_storage =
-        nb::cast<uintptr_t>(a.object.attr("untyped_storage")().attr("data_ptr")());
-    if (base_storage != own_storage) return base_storage;
+  if (address != held) return TorchMove{address, held, false};
+  // A view (vllm.state_pool's transposes) keeps its own storage when the tensor it was taken from
+  // moves (`base.data = ...`, base.set_()): the memory it holds is then alive but no longer the
+  // caller's tensor. Compared with the base's storage when the view was taken (a base that had
+  // moved before is no move of this view's).
+  if (a.base_storage != 0) {
+    const uintptr_t now = torch_base_storage(a.object);
+    if (now != a.base_storage) return TorchMove{now, a.base_storage, true};
   }
   return std::nullopt;
 }
 
-std::string moved_text(const Arg& a, uintptr_t now) {
-  return "the torch tensor's memory moved after it was taken (now at " + hex_address(now) +
-         ", taken at " + hex_address(reinterpret_cast<uintptr_t>(a.array.data())) +
-         ": share_memory_(), `.data =`, set_(), resize_() or a module's .to() / .half() give a "
-         "tensor, or the tensor a view was taken from, new memory)";
+std::string moved_text(const TorchMove& m) {
+  const std::string where =
+      " (now at " + hex_address(m.now) + ", taken at " + hex_address(m.then) +
+      ": share_memory_(), `.data =`, set_(), resize_() or a module's .to() / .half() give a "
+      "tensor new memory)";
+  return m.base ? "the tensor this torch view was taken from moved to new memory after the view "
+                  "was taken" +
+                      where + "; the view holds the old memory"
+                : "the torch tensor's memory moved after it was taken" + where;
 }
 
 void check_unmoved(const Arg& a, const char* name) {
-  if (const std::optional<uintptr_t> now = torch_moved(a)) {
+  if (const std::optional<TorchMove> m = torch_moved(a)) {
     throw Error(Status::kInvalidArgument,
-                std::string(name) + ": " + moved_text(a, *now) + "; set the field again");
+                std::string(name) + ": " + moved_text(*m) + "; set the field again");
   }
 }
 
@@ -265,6 +273,7 @@ Arg to_arg(nb::handle object, const char* name, bool writable, bool allow_none) 
     return arg;
   }
   const bool bf16_bits = import_or_raise(object, name, writable, arg);
+  if (arg.torch) arg.base_storage = torch_base_storage(object);
   const nb::ndarray<>& a = arg.array;
   const dl::dtype d = a.dtype();
   TensorView& v = arg.view;

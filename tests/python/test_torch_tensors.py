@@ -90,7 +90,8 @@ def test_a_conv_view_whose_tensor_moved_is_refused():
         pool, h, weights, inputs, conv, rec = vllm_pool()
         move(conv)
         with pytest.raises(specstate.InvalidArgumentError,
-                           match=r"committed_conv\[0\]: the torch tensor's memory moved"):
+                           match=r"committed_conv\[0\]: the tensor this torch view was taken "
+                                 r"from moved to new memory"):
             pool.prefill(0, h, weights, inputs,
                          specstate.GdnOutputs(core_out=torch.zeros(5, HV, V)))
 
@@ -195,3 +196,61 @@ def test_cu_seqlens_of_another_dtype_names_int32():
     with pytest.raises(TypeError, match=r"batch\.cu_seqlens: .*\(cu_seqlens is int32\)"):
         pool.begin_verify(specstate.VerifyBatch([h], window=4),
                           cu_seqlens=np.array([0, 4], dtype=np.int64).astype(np.float64))
+
+
+def test_a_view_whose_base_moved_before_it_was_taken_is_no_move():
+    # What the caller passes is what it holds: a base that got new memory earlier (a review's
+    # false alarm, refused at every call and again after "set the field again").
+    weights, inputs = tensors(3)
+    pool = specstate.StatePool(MODEL, specstate.PoolOptions(num_slots=2, max_window=4))
+    h = pool.acquire()
+    base = torch.randn(2, HV)
+    view = base[1]
+    base.data = torch.randn(2, HV)
+    w = specstate.GdnWeights(conv_weight=weights.conv_weight, A_log=view,
+                             dt_bias=weights.dt_bias)
+    pool.prefill(0, h, w, inputs, specstate.GdnOutputs(core_out=torch.zeros(5, HV, V)))
+    raw = torch.zeros(2, *specstate.vllm.recurrent_shape(MODEL, 2))
+    rec = raw[0]
+    raw.data = torch.zeros_like(raw)
+    conv = torch.zeros(specstate.vllm.conv_shape(MODEL, 2))
+    other = specstate.vllm.state_pool(MODEL, specstate.PoolOptions(num_slots=2, max_window=4),
+                                      [conv], [rec])
+    other.acquire()
+    other.close()
+
+
+def test_a_pool_dropped_while_an_exception_propagates_keeps_it():
+    # The destructor's moved-memory query ran Python with the caller's exception pending: a crash
+    # (an argument built before another argument raised), or SystemError in its place.
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import torch, specstate
+        import test_torch_tensors as t
+        def make():
+            conv = torch.zeros(specstate.vllm.conv_shape(t.MODEL, 2))
+            rec = torch.zeros(specstate.vllm.recurrent_shape(t.MODEL, 2))
+            return specstate.vllm.state_pool(
+                t.MODEL, specstate.PoolOptions(num_slots=2, max_window=4), [conv], [rec])
+        def boom():
+            raise KeyError("the caller's error")
+        def use(pool, x):
+            pass
+        try:
+            use(make(), boom())
+        except KeyError as e:
+            print("caught", e)
+        try:
+            [make(), make(), boom()]
+        except KeyError as e:
+            print("caught", e)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(__file__)] + [p for p in sys.path if p]))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert run.returncode == 0 and run.stdout.count("caught") == 2, run.stdout + run.stderr
+
