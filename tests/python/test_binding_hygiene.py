@@ -106,12 +106,20 @@ def test_trace_calls_release_the_gil():
         # The reference: validate_trace keeps the GIL.
         "validate_trace": lambda n: (lambda t=trace(n): specstate.validate_trace(t)),
     }
-    shares = {name: _share_of(make) for name, make in cases.items()}
-    held = shares.pop("validate_trace")[0]
-    for name, (share, elapsed, n) in shares.items():
+    # A loaded machine (a parallel build) perturbs one measurement: a case that misses is measured
+    # again, up to three times, against the lowest share the GIL-holding reference showed; a call
+    # that keeps the GIL misses every time.
+    reference = cases.pop("validate_trace")
+    held = _share_of(reference)[0]
+    for name, make in cases.items():
+        for attempt in range(3):
+            share, elapsed, n = _share_of(make)
+            if share > max(0.15, 4 * held):
+                break
+            held = min(held, _share_of(reference)[0])
         assert share > max(0.15, 4 * held), (
             f"{name}: another thread ran at {share:.0%} of its rate during {elapsed:.2f} s "
-            f"({n} records; {held:.0%} beside validate_trace, which keeps the GIL)")
+            f"({n} records; {held:.0%} beside validate_trace, which keeps the GIL; 3 attempts)")
 
 
 def test_pool_construction_releases_the_gil():
