@@ -50,7 +50,9 @@ struct TorchMove {
   uintptr_t now = 0, then = 0;  // the tensor's (base: its base's storage) address, now and then
   bool base = false;            // the view's base moved, not the view
 };
-std::optional<TorchMove> torch_moved(const Arg& a);
+// `base`: the view's base too (committed state: the caller's tensor must stay the memory the
+// pool writes); without it only the tensor's own address (fields: one query a call).
+std::optional<TorchMove> torch_moved(const Arg& a, bool base);
 std::string moved_text(const TorchMove& m);
 void check_unmoved(const Arg& a, const char* name);
 

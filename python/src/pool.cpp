@@ -162,7 +162,7 @@ class PyPool {
     const std::vector<CommittedTensor> tensors = committed_tensors_;
     for (const CommittedTensor& t : tensors) {
       if (layer >= 0 && t.layer != layer) continue;
-      if (const std::optional<TorchMove> m = torch_moved(t.arg)) {
+      if (const std::optional<TorchMove> m = torch_moved(t.arg, /*base=*/true)) {
         throw Error(Status::kInvalidArgument,
                     t.name + ": " + moved_text(*m) +
                         "; the pool cannot follow it: close() it (its live slots' deferred "
@@ -179,7 +179,7 @@ class PyPool {
     const std::vector<CommittedTensor> tensors = committed_tensors_;
     if (!dropping) {
       for (const CommittedTensor& t : tensors) {
-        if (const std::optional<TorchMove> m = torch_moved(t.arg))
+        if (const std::optional<TorchMove> m = torch_moved(t.arg, /*base=*/true))
           return t.name + ": " + moved_text(*m);
       }
       return {};
@@ -187,7 +187,7 @@ class PyPool {
     nb::error_scope keep;  // a pending exception (the pool dropped while one propagates)
     for (const CommittedTensor& t : tensors) {
       try {
-        if (const std::optional<TorchMove> m = torch_moved(t.arg))
+        if (const std::optional<TorchMove> m = torch_moved(t.arg, /*base=*/true))
           return t.name + ": " + moved_text(*m);
       } catch (...) {
         PyErr_Clear();

@@ -120,7 +120,7 @@ bool is_torch_tensor(nb::handle object) {
   return false;
 }
 
-std::optional<TorchMove> torch_moved(const Arg& a) {
+std::optional<TorchMove> torch_moved(const Arg& a, bool base) {
   if (!a.torch || a.array.size() == 0) return std::nullopt;
   const uintptr_t held = reinterpret_cast<uintptr_t>(a.array.data());
   const uintptr_t address = nb::cast<uintptr_t>(a.object.attr("data_ptr")());
@@ -129,7 +129,7 @@ std::optional<TorchMove> torch_moved(const Arg& a) {
   // moves (`base.data = ...`, base.set_()): the memory it holds is then alive but no longer the
   // caller's tensor. Compared with the base's storage when the view was taken (a base that had
   // moved before is no move of this view's).
-  if (a.base_storage != 0) {
+  if (base && a.base_storage != 0) {
     const uintptr_t now = torch_base_storage(a.object);
     if (now != a.base_storage) return TorchMove{now, a.base_storage, true};
   }
@@ -148,7 +148,9 @@ std::string moved_text(const TorchMove& m) {
 }
 
 void check_unmoved(const Arg& a, const char* name) {
-  if (const std::optional<TorchMove> m = torch_moved(a)) {
+  // A field's own address only (one query a layer call): a view whose base moved keeps its own
+  // memory alive, and is read or written as it is.
+  if (const std::optional<TorchMove> m = torch_moved(a, /*base=*/false)) {
     throw Error(Status::kInvalidArgument,
                 std::string(name) + ": " + moved_text(*m) + "; set the field again");
   }

@@ -210,6 +210,10 @@ def test_a_view_whose_base_moved_before_it_was_taken_is_no_move():
     w = specstate.GdnWeights(conv_weight=weights.conv_weight, A_log=view,
                              dt_bias=weights.dt_bias)
     pool.prefill(0, h, w, inputs, specstate.GdnOutputs(core_out=torch.zeros(5, HV, V)))
+    # A field's view whose base moves after it was set keeps its own memory: used as it is (one
+    # address query a field and call).
+    base.data = torch.randn(2, HV)
+    pool.prefill(0, h, w, inputs, specstate.GdnOutputs(core_out=torch.zeros(5, HV, V)))
     raw = torch.zeros(2, *specstate.vllm.recurrent_shape(MODEL, 2))
     rec = raw[0]
     raw.data = torch.zeros_like(raw)
