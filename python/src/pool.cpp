@@ -434,6 +434,32 @@ int to_int(nb::handle object, const char* function, const char* name) {
       (std::string(name) + ": expected an int, got " + arg_type_name(object)).c_str());
 }
 
+// to_arg (read-only, not None) for an argument of integers (commit's accepted values,
+// begin_verify's cu_seqlens): its type errors name what the argument takes, not the layer arrays'
+// dtypes
+// (`takes` in place of theirs, `numpy_takes` in place of NumPy's hint; `takes` appended to an
+// error that names neither: an object that is no array at all). A ValueError (a null data
+// pointer, too many dimensions) stays one.
+Arg to_int_arg(nb::handle object, const char* name, const std::string& takes,
+               const std::string& numpy_takes) {
+  try {
+    return to_arg(object, name, false, false);
+  } catch (const nb::builtin_exception& e) {
+    if (e.type() != nb::exception_type::type_error) throw;
+    std::string m = e.what();
+    const std::string layer_hint = "(float32, bfloat16 or int32)";
+    const std::string numpy_hint = "np.ascontiguousarray of float32, bfloat16 or int32";
+    if (const std::size_t at = m.find(layer_hint); at != std::string::npos) {
+      m.replace(at, layer_hint.size(), takes);
+    } else if (const std::size_t np_at = m.find(numpy_hint); np_at != std::string::npos) {
+      m.replace(np_at, numpy_hint.size(), numpy_takes);
+    } else {
+      m += " " + takes;
+    }
+    throw nb::type_error(m.c_str());
+  }
+}
+
 // export_slot / import_slot's `dst` / `src`, or its legacy keyword `path`: one of the two.
 nb::handle pick_target(nb::handle positional, nb::handle path, const char* function,
                        const char* name) {
@@ -1162,17 +1188,8 @@ void bind_pool(nb::module_& m) {
                 b.cu_seqlens = TensorView{};
                 Arg cu;
                 if (!cu_seqlens.is_none()) {
-                  try {
-                    cu = to_arg(cu_seqlens, "batch.cu_seqlens", false, false);
-                  } catch (const nb::builtin_exception& e) {
-                    // The layer arrays' dtypes are no help here: cu_seqlens is int32.
-                    if (e.type() != nb::exception_type::type_error) throw;
-                    std::string m = e.what();
-                    const std::string layer_hint = "(float32, bfloat16 or int32)";
-                    if (const std::size_t at = m.find(layer_hint); at != std::string::npos)
-                      m.replace(at, layer_hint.size(), "(cu_seqlens is int32)");
-                    throw nb::type_error(m.c_str());
-                  }
+                  cu = to_int_arg(cu_seqlens, "batch.cu_seqlens", "(cu_seqlens is int32)",
+                                  "np.ascontiguousarray of int32");
                   check_device(p, cu, "batch.cu_seqlens");
                   b.cu_seqlens = cu.view;
                 }
@@ -1229,31 +1246,10 @@ void bind_pool(nb::module_& m) {
                   });
                   return;
                 }
-                Arg a;
-                try {
-                  a = to_arg(accepted, "accepted", false, false);
-                } catch (const nb::builtin_exception& e) {
-                  // The layer arrays' dtypes are no help here: name what commit takes (type
-                  // errors only; a ValueError, such as a null data pointer or too many
-                  // dimensions, stays one).
-                  if (e.type() != nb::exception_type::type_error) throw;
-                  std::string m = e.what();
-                  const std::string layer_hint = "(float32, bfloat16 or int32)";
-                  const std::string takes =
-                      "(accepted values: a list of ints, or an array of any integer dtype)";
-                  const std::string numpy_hint =
-                      "np.ascontiguousarray of float32, bfloat16 or int32";
-                  const std::size_t at = m.find(layer_hint);
-                  const std::size_t np_at = m.find(numpy_hint);
-                  if (at != std::string::npos) {
-                    m.replace(at, layer_hint.size(), takes);
-                  } else if (np_at != std::string::npos) {
-                    m.replace(np_at, numpy_hint.size(), "np.ascontiguousarray of an integer dtype");
-                  } else {
-                    m += " " + takes;  // (an object that is no array at all, or of objects)
-                  }
-                  throw nb::type_error(m.c_str());
-                }
+                Arg a = to_int_arg(
+                    accepted, "accepted",
+                    "(accepted values: a list of ints, or an array of any integer dtype)",
+                    "np.ascontiguousarray of an integer dtype");
                 // A dtype that is no integer is a TypeError, as float64 already was (float32
                 // and bfloat16 arrays import, and were refused by the pool as values).
                 if (a.view.dtype != DType::kI32) {
