@@ -1,4 +1,6 @@
 // Dtype dispatch of launch_conv_update; the kernels are instantiated in conv_update_<act>.cu.
+#include <atomic>
+
 #include "conv_update.cuh"
 
 namespace specstate::kernels {
@@ -11,6 +13,13 @@ extern template cudaError_t launch_conv_update_typed<float, bf16>(const ConvUpda
                                                                   cudaStream_t);
 extern template cudaError_t launch_conv_update_typed<float, float>(const ConvUpdateParams&,
                                                                    cudaStream_t);
+
+namespace {
+std::atomic<int64_t> lean_launches{0};
+}  // namespace
+
+int64_t conv_lean_launches() { return lean_launches.load(std::memory_order_relaxed); }
+void count_conv_lean_launch() { lean_launches.fetch_add(1, std::memory_order_relaxed); }
 
 cudaError_t launch_conv_update(const ConvUpdateParams& params, ElemType act, ElemType state,
                                cudaStream_t stream) {

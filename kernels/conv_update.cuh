@@ -562,6 +562,194 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
   if (p.write_records) store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
 }
 
+// The replay verify conv of chains from kConvLeanRows rows (conv_lean_choice): the batched chain
+// token loop of conv_update_kernel (kChain) for the layouts an engine uses (conv_lean_applies:
+// channels-first windows, unit channel strides, no partial channel group, vector-aligned rows),
+// with its dependent loads regrouped. conv_update_kernel waits for the slot's pending count, then
+// for each kept pending step's path entry, then for its record: a round trip each. Here the
+// count and the slot's first kConvLeanPath path entries are loaded together, then the committed
+// window (where n < W-1) and the kept records together; the whole chain before the
+// grid-dependency wait is slot -> (count, path) -> (window, records), and after it the window's
+// inputs, loaded kConvBatch at a time. Every value and every operation is conv_update_kernel's
+// (records and earlier inputs rounded to St as they join the window, conv_window_output), so are
+// the results; a record holds its input's bits as loaded (conv_update_kernel's round trip through
+// float may give a NaN input another NaN's bits: no other value changes).
+inline constexpr int kConvLeanThreads = 128;
+inline constexpr int kConvLeanPath = 8;  // path entries loaded with the pending count
+
+// C elements at a kVecBytes-aligned address as the bits they hold, and back (conv_lean_kernel:
+// the launch checked every row's alignment, conv_lean_applies).
+template <typename Act, int C>
+__device__ __forceinline__ ActBits<Act, C> lean_load_bits(const Act* ptr) {
+  constexpr int kBytes = kVecBytes<Act, C>;
+  static_assert(kBytes != 0, "whole vectors");
+  using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
+  constexpr int kVecWords = kBytes / 4;
+  ActBits<Act, C> b;
+#pragma unroll
+  for (int i = 0; i < ActBits<Act, C>::kWords / kVecWords; ++i) {
+    const Vec v = reinterpret_cast<const Vec*>(ptr)[i];
+    const uint32_t* e = reinterpret_cast<const uint32_t*>(&v);
+#pragma unroll
+    for (int j = 0; j < kVecWords; ++j) b.w[i * kVecWords + j] = e[j];
+  }
+  return b;
+}
+template <typename Act, int C>
+__device__ __forceinline__ void lean_store_bits(Act* ptr, const ActBits<Act, C>& b) {
+  constexpr int kBytes = kVecBytes<Act, C>;
+  using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
+  constexpr int kVecWords = kBytes / 4;
+#pragma unroll
+  for (int i = 0; i < ActBits<Act, C>::kWords / kVecWords; ++i) {
+    Vec v;
+    uint32_t* e = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+    for (int j = 0; j < kVecWords; ++j) e[j] = b.w[i * kVecWords + j];
+    reinterpret_cast<Vec*>(ptr)[i] = v;
+  }
+}
+
+template <typename Act, typename St, int W, int C>
+__global__ void __launch_bounds__(kConvLeanThreads)
+    conv_lean_kernel(const __grid_constant__ ConvUpdateParams p) {
+  constexpr int H = W - 1;
+  launch_dependents();
+  const int g = blockIdx.x * kConvLeanThreads + threadIdx.x;
+  const int row = blockIdx.y;
+  const int c0 = g * C;
+  if (c0 >= p.conv_dim) return;  // conv_dim % C == 0: a thread's group is whole
+
+  float w[C][W];
+  float bias[C];
+  load_conv_weights<W, C>(p, c0, C, w, bias);
+  const int slot = p.slots ? p.slots[row] : p.slot_inline[row];
+  if (slot < 0) {
+    // A padding row: nothing read, nothing written (conv_update_kernel's order).
+    grid_dependency_wait();
+    return;
+  }
+  const int n = p.pending[slot];
+  const int32_t* const path = p.path + slot * p.path_stride_slot;
+  int pv[kConvLeanPath];
+#pragma unroll
+  for (int i = 0; i < kConvLeanPath; ++i) pv[i] = i < p.path_stride_slot ? path[i] : 0;
+
+  // The committed window after the pending steps: the walk of conv_update_kernel, of whose steps
+  // only the last H change the window (conv_first_kept): pending step i = n - H + k, where
+  // i >= 0, shifts its record (rounded to St) in. The records' loads are issued together first.
+  St* const st = static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{c0} * H;
+  Act* const rec = static_cast<Act*>(p.records) + slot * p.record_stride_slot + c0;
+  float s[C * H];
+  if (n < H) {
+    load_n<St, C * H>(st, s, true);
+  } else {
+#pragma unroll
+    for (int i = 0; i < C * H; ++i) s[i] = 0.0f;  // every column is replaced below
+  }
+  ActBits<Act, C> rb[H];
+#pragma unroll
+  for (int k = 0; k < H; ++k) {
+    const int i = n - H + k;
+    if (i >= 0) {
+      int t = 0;
+      if (i < kConvLeanPath) {
+#pragma unroll
+        for (int q = 0; q < kConvLeanPath; ++q) t = q == i ? pv[q] : t;
+      } else {
+        t = path[i];
+      }
+      rb[k] = lean_load_bits<Act, C>(rec + t * p.record_stride_t);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < H; ++k) {
+    if (n - H + k >= 0) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int j = 0; j + 1 < H; ++j) s[c * H + j] = s[c * H + j + 1];
+        s[c * H + H - 1] = round_to<St>(rb[k].get(c));
+      }
+    }
+  }
+  float e[H][C];  // the window, oldest first
+#pragma unroll
+  for (int k = 0; k < H; ++k) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) e[k][c] = s[c * H + k];
+  }
+  // Everything above reads this layer's weights, committed window, pending counts, path and
+  // records and the slots (conv_update_kernel's wait); the inputs and every write come after.
+  grid_dependency_wait();
+  if (n > 0 && p.store_replayed) {
+    float sw[C * H];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+#pragma unroll
+      for (int k = 0; k < H; ++k) sw[c * H + k] = e[k][c];
+    }
+    store_n<St, C * H>(st, sw, true);
+  }
+  const RowTokens rt = row_tokens(p.varlen, row, p.tokens);
+  const Act* const x = static_cast<const Act*>(p.x) + rt.begin * p.x_stride_token + c0;
+  Act* const out = static_cast<Act*>(p.out) + rt.begin * p.out_stride_token + c0;
+  for (int t0 = 0; t0 < rt.count; t0 += kConvBatch) {
+    ActBits<Act, C> xb[kConvBatch];
+#pragma unroll
+    for (int i = 0; i < kConvBatch; ++i) {
+      if (t0 + i < rt.count) xb[i] = lean_load_bits<Act, C>(x + (t0 + i) * p.x_stride_token);
+    }
+#pragma unroll
+    for (int i = 0; i < kConvBatch; ++i) {
+      const int t = t0 + i;
+      if (t >= rt.count) break;
+      float win[W][C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int j = 0; j < H; ++j) win[j][c] = e[j][c];
+        win[W - 1][c] = xb[i].get(c);
+      }
+      if (p.write_records) lean_store_bits<Act, C>(rec + t * p.record_stride_t, xb[i]);
+      float y[C];
+      conv_window_output<W, C>(w, bias, win, y);
+      store_n<Act, C>(out + t * p.out_stride_token, y, true);
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int j = 0; j + 1 < H; ++j) e[j][c] = e[j + 1][c];
+        e[H - 1][c] = round_to<St>(win[W - 1][c]);
+      }
+    }
+  }
+}
+
+// Whether conv_lean_kernel can serve a launch: a replay verify of chains (pending steps and
+// records, window tokens, no parents, snapshots or final store) of width 4 in the channels-first
+// order, unit channel strides, conv_dim a multiple of C, and every row it moves (inputs,
+// outputs, records, committed windows) aligned for C-channel vectors.
+template <typename Act, typename St, int C>
+bool conv_lean_applies(const ConvUpdateParams& p) {
+  const auto aligned = [](const void* ptr, int64_t stride_elems, int64_t elem, int64_t vec) {
+    return reinterpret_cast<uintptr_t>(ptr) % vec == 0 && (stride_elems * elem) % vec == 0;
+  };
+  constexpr int64_t kAct = sizeof(Act), kSt = sizeof(St);
+  constexpr int64_t va = kVecBytes<Act, C>, vs = kVecBytes<St, C * 3>;
+  if constexpr (va == 0 || vs == 0) {
+    return false;
+  } else {
+    return p.pending != nullptr && p.records != nullptr && p.path != nullptr &&
+           p.weight != nullptr && p.parents == nullptr && p.snap == nullptr && !p.store_final &&
+           !p.channels_last && p.width == 4 && p.tokens > 0 && p.conv_dim % C == 0 &&
+           p.x_stride_c == 1 && p.out_stride_c == 1 && aligned(p.x, p.x_stride_token, kAct, va) &&
+           aligned(p.out, p.out_stride_token, kAct, va) &&
+           aligned(p.records, p.record_stride_slot, kAct, va) &&
+           (p.record_stride_t * kAct) % va == 0 && aligned(p.state, p.state_stride_slot, kSt, vs) &&
+           (C * 3 * kSt) % vs == 0;
+  }
+}
+
 // One element order's kernels (kLast: channels-last windows).
 template <typename Act, typename St, bool kLast>
 cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t stream) {
@@ -586,8 +774,28 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
   const int vt =
       conv_small_vt(p.rows, p.tokens, p.path_stride_slot, p.small_rows_lo, p.small_rows_hi,
                     p.small_rows_short_hi, env_force("SPECSTATE_CONV_SMALL"));
-  if (vt > 0 && p.pending != nullptr && p.records != nullptr && !p.store_final &&
-      p.snap == nullptr) {
+  const bool small =
+      vt > 0 && p.pending != nullptr && p.records != nullptr && !p.store_final && p.snap == nullptr;
+  // The replay verify of chains from kConvLeanRows rows: the lean kernel where the layout allows
+  // (conv_lean_applies) and the small-batch kernel does not run; SPECSTATE_CONV_LEAN=0 / 1 forces
+  // the choice (tuning and tests; 1 also over the small kernel). Another conv switch forced
+  // (SPECSTATE_CONV_SMALL, _NARROW, _BATCH, _TWO) keeps its kernel unless lean is forced too.
+  if constexpr (!kLast) {
+    constexpr int kLeanC = 4;
+    const int lean_forced = env_force("SPECSTATE_CONV_LEAN");
+    const bool other_forced =
+        env_force("SPECSTATE_CONV_SMALL") >= 0 || env_force("SPECSTATE_CONV_NARROW") >= 0 ||
+        env_force("SPECSTATE_CONV_BATCH") >= 0 || env_force("SPECSTATE_CONV_TWO") >= 0;
+    if (conv_lean_choice(conv_lean_applies<Act, St, kLeanC>(p), p.rows, lean_forced) &&
+        (lean_forced == 1 || (!small && !other_forced))) {
+      const dim3 grid((p.conv_dim / kLeanC + kConvLeanThreads - 1) / kConvLeanThreads, p.rows);
+      const cudaError_t e = launch_kernel(p.programmatic, conv_lean_kernel<Act, St, 4, kLeanC>,
+                                          grid, dim3(kConvLeanThreads), stream, p);
+      if (e == cudaSuccess) count_conv_lean_launch();
+      return e;
+    }
+  }
+  if (small) {
     const int per_cta = kReplaySmallThreads / vt;  // channel groups of a CTA
     const int channel_ctas = (groups + per_cta - 1) / per_cta;
     const dim3 small_grid(channel_ctas, p.rows);

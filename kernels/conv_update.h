@@ -93,4 +93,9 @@ struct ConvUpdateParams {
 cudaError_t launch_conv_update(const ConvUpdateParams& params, ElemType act, ElemType state,
                                cudaStream_t stream);
 
+// Launches of the lean replay conv (conv_lean_kernel, kernels::conv_lean_choice) this process has
+// queued: a test's evidence that a forced lean verify ran rather than fell back.
+int64_t conv_lean_launches();
+void count_conv_lean_launch();  // (the launcher's side)
+
 }  // namespace specstate::kernels

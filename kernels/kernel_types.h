@@ -337,6 +337,19 @@ constexpr bool conv_two_choice(bool applies, bool loop, int rows, int forced = -
   return rows <= kConvTwoRows;
 }
 
+// Whether a replay verify conv of chains (`applies`: conv_lean_applies, the layouts an engine
+// uses) runs the lean kernel (conv_lean_kernel: the slot's pending count, path and committed
+// window loaded together, then the kept records together; no run-time strides or alignment
+// tests): from kConvLeanRows rows, where the batched narrow token loop runs otherwise; `forced`
+// (0 or 1; -1 none) overrides (SPECSTATE_CONV_LEAN). The small-batch kernel keeps its rows.
+// kConvLeanRows = 0: not chosen by default until it is measured on a GPU (only when forced).
+inline constexpr int kConvLeanRows = 0;
+constexpr bool conv_lean_choice(bool applies, int rows, int forced = -1) {
+  if (!applies) return false;
+  if (forced >= 0) return forced == 1;
+  return kConvLeanRows > 0 && rows >= kConvLeanRows;
+}
+
 // CTAs an SM a kernel is compiled for (__launch_bounds__' second argument): `wanted`, capped at
 // the CTAs of `smem` bytes of static shared memory that an SM giving CTAs `smem_per_sm` bytes
 // holds (the runtime reserves kSmemReservedPerCta of it a CTA), at least 1. A bound above that

@@ -430,9 +430,9 @@ print(f"{name:<28} {us:9.1f} {metric('DRAM Throughput'):6.1f} {metric('Compute (
       f"{metric('Theoretical Occupancy'):6.1f} {metric('Registers Per Thread'):5.0f}")
 PY
   }
-  ncu_line gdn_conv conv_update "$bench_bin" "BM_Rounds4Replay/T:$T/B:$Bsz/" 100
+  ncu_line gdn_conv "conv_(update|lean)" "$bench_bin" "BM_Rounds4Replay/T:$T/B:$Bsz/" 100
   ncu_line gdn_recurrence gdn_recurrence "$bench_bin" "BM_Rounds4Replay/T:$T/B:$Bsz/" 100
-  ncu_line mamba2_conv conv_update "$m2_bench_bin" "BM_M2Rounds4Replay/T:$T/B:$Bsz/" 100
+  ncu_line mamba2_conv "conv_(update|lean)" "$m2_bench_bin" "BM_M2Rounds4Replay/T:$T/B:$Bsz/" 100
   ncu_line mamba2_recurrence mamba2_recurrence "$m2_bench_bin" "BM_M2Rounds4Replay/T:$T/B:$Bsz/" 100
   ncu_line kda_recurrence gdn_recurrence "$kda_bench_bin" "BM_KdaRounds4Replay/T:$T/B:$Bsz/" 60
 fi

@@ -265,6 +265,23 @@ TEST(ConvChainChoice, NarrowChainsUnlessForcedOff) {
   EXPECT_FALSE(conv_chain_choice(false, true, 1));
 }
 
+// The lean replay conv of chains (kernels::conv_lean_choice): from kConvLeanRows rows where it
+// applies (conv_lean_applies), never where it does not; SPECSTATE_CONV_LEAN's 0 / 1 force it off
+// / on wherever it applies.
+TEST(ConvLeanChoice, FromItsRowsWhereItApplies) {
+  if (kConvLeanRows > 0) {
+    EXPECT_TRUE(conv_lean_choice(true, kConvLeanRows));
+    EXPECT_TRUE(conv_lean_choice(true, 128));
+    EXPECT_FALSE(conv_lean_choice(true, kConvLeanRows - 1));
+  } else {
+    EXPECT_FALSE(conv_lean_choice(true, 128));  // not chosen by default until measured
+  }
+  EXPECT_TRUE(conv_lean_choice(true, 1, 1));
+  EXPECT_FALSE(conv_lean_choice(true, 128, 0));
+  EXPECT_FALSE(conv_lean_choice(false, 128));
+  EXPECT_FALSE(conv_lean_choice(false, 128, 1));
+}
+
 // The fused small-batch launch of GDN / KDA replay verifies (kernels::gdn_fused_choice): up to
 // kGdnFusedMaxRows rows where it can serve the launch, never where it cannot (forced or not);
 // SPECSTATE_GDN_FUSED's 1 takes it at any batch, 0 never.

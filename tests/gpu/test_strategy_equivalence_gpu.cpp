@@ -13,6 +13,7 @@
 #include "common/strategy_equivalence.h"
 #include "common/variable_windows.h"
 #include "gpu_util.h"
+#include "kernels/conv_update.h"
 
 namespace specstate::test {
 namespace {
@@ -415,6 +416,73 @@ TEST_P(ConvBatchVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
 INSTANTIATE_TEST_SUITE_P(Gpu, ConvBatchVarlenGpu,
                          ::testing::ValuesIn(varlen_cases(
                              {EquivalenceCase{"k32_chain", "gpu_k32", false, 7, 6, 16},
+                              EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 6, 4, 12}},
+                             {false, true})),
+                         VarlenCaseName{});
+
+// The lean replay conv of chains (conv_lean_kernel: the slot's count, path and committed window
+// loaded together, then the kept records together), forced on every replay verify it can serve
+// and off: replay equals snapshot bit for bit both ways, and the lean kernel ran exactly where it
+// applies (kernels::conv_lean_launches). Windows up to 12 tokens (three input batches; pending
+// steps past the 8 path entries loaded with the count), rings of 2T (a fold every round), every
+// kind, f32 activations over bf16 windows (records rounded as they join the window) and f32
+// throughout; vLLM's channels-last windows, trees and width 3 keep the other kernels.
+class ConvLeanGpu : public ::testing::TestWithParam<EnvCase> {};
+
+TEST_P(ConvLeanGpu, ReplayEqualsSnapshotBitForBit) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, lean] = GetParam();
+  const std::string name = c.name;
+  // The cases whose replay verifies the lean kernel can serve (width 4, chains, channels first).
+  const bool applies = name.find("tree") == std::string::npos &&
+                       name.find("w3") == std::string::npos &&
+                       name.find("vllm") == std::string::npos;
+  const int64_t before = kernels::conv_lean_launches();
+  run_under_env("SPECSTATE_CONV_LEAN", c, lean, 0x1EA0 + c.rounds * 23 + lean);
+  const int64_t ran = kernels::conv_lean_launches() - before;
+  if (lean == 1 && applies) {
+    EXPECT_GT(ran, 0) << "the forced lean conv never ran";
+  } else {
+    EXPECT_EQ(ran, 0) << "the lean conv ran where it " << (lean == 0 ? "was forced off" : "cannot");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ConvLeanGpu,
+    ::testing::Combine(
+        ::testing::Values(
+            EquivalenceCase{"k64_f32_chain", "gpu_k64_f32", false, 6, 6, 16},
+            EquivalenceCase{"k128_chain", "gpu_k128", false, 8, 4, 12},
+            EquivalenceCase{"k128_chain_long", "gpu_k128", false, 12, 4, 10, 24},
+            EquivalenceCase{"k128_chain_ring2t", "gpu_k128", false, 5, 4, 12, 10},
+            EquivalenceCase{"f32_chain", "gpu_f32", false, 8, 4, 12},
+            EquivalenceCase{"bf16_conv_chain", "small_bf16_conv", false, 6, 4, 12},
+            EquivalenceCase{"k32_w3_chain", "gpu_k32", false, 6, 5, 12},
+            EquivalenceCase{"k128_tree", "gpu_k128", true, 6, 5, 12},
+            EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 7, 4, 12},
+            EquivalenceCase{"mamba2_f32_chain", "m2_gpu_n64_p72_f32", false, 8, 4, 12},
+            EquivalenceCase{"mamba2_bf16_conv_chain", "m2_bf16_conv", false, 6, 4, 12},
+            EquivalenceCase{"kda_k128_chain", "kda_gpu_k128", false, 6, 4, 12},
+            EquivalenceCase{"kda_lb_f32_chain", "kda_gpu_lb_f32", false, 6, 4, 12},
+            EquivalenceCase{"vllm_mamba2_bf16_chain", "m2_gpu_bf16", false, 6, 5, 12, 0,
+                            kReplayVllm | kSnapshotVllm}),
+        ::testing::Values(0, 1)),
+    EnvCaseName{"_lean"});
+
+// Variable windows through the lean replay conv (rows of 0 .. T tokens, packed; rows of length 0
+// beside rows with pending steps: the committed window advanced with no window token).
+class ConvLeanVarlenGpu : public ::testing::TestWithParam<VarlenCase> {};
+
+TEST_P(ConvLeanVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
+  SPECSTATE_REQUIRE_GPU();
+  const VarlenCase& c = GetParam();
+  const ScopedEnv lean("SPECSTATE_CONV_LEAN", "1");
+  run_varlen(c, 0x1EA1, c.base.tree);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, ConvLeanVarlenGpu,
+                         ::testing::ValuesIn(varlen_cases(
+                             {EquivalenceCase{"k128_chain", "gpu_k128", false, 7, 6, 16},
                               EquivalenceCase{"mamba2_bf16_chain", "m2_gpu_bf16", false, 6, 4, 12}},
                              {false, true})),
                          VarlenCaseName{});
