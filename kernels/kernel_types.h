@@ -342,8 +342,12 @@ constexpr bool conv_two_choice(bool applies, bool loop, int rows, int forced = -
 // window loaded together, then the kept records together; no run-time strides or alignment
 // tests): from kConvLeanRows rows, where the batched narrow token loop runs otherwise; `forced`
 // (0 or 1; -1 none) overrides (SPECSTATE_CONV_LEAN). The small-batch kernel keeps its rows.
-// kConvLeanRows = 0: not chosen by default until it is measured on a GPU (only when forced).
-inline constexpr int kConvLeanRows = 0;
+// Measured on an H100 (docs/cuda.md, thirty-second session; the narrow token loop -> lean, one
+// run, A-A spread <= 0.5%): the conv alone at T = 4, B = 128 19.2 -> 18.4 us; Qwen3-Next replay
+// rounds T = 2 / 4 / 8 at B = 16 0.964 (T = 4) / 0.955 (T = 8), B = 32 0.980 / 0.978, B = 64
+// 0.983 / 0.986 (T = 4 / 8), B = 128 0.989 / 0.989; Nemotron-H T = 4, B = 32 / 128 0.981 / 0.989.
+// Rows 9..15 (the wide token loop before) are not measured.
+inline constexpr int kConvLeanRows = 16;
 constexpr bool conv_lean_choice(bool applies, int rows, int forced = -1) {
   if (!applies) return false;
   if (forced >= 0) return forced == 1;
