@@ -121,18 +121,9 @@ struct ActBits {
   // As load_row: 16- or 8-byte vectors where the layout allows, else element by element (zeros
   // past nc).
   __device__ __forceinline__ void load(const Act* ptr, int64_t stride_c, bool full, int nc) {
-    constexpr int kBytes = kVecBytes<Act, C>;
-    if constexpr (kBytes != 0) {
+    if constexpr (kVecBytes<Act, C> != 0) {
       if (full && stride_c == 1 && aligned_vec<Act, C>(ptr)) {
-        using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
-        constexpr int kVecWords = kBytes / 4;
-#pragma unroll
-        for (int i = 0; i < kWords / kVecWords; ++i) {
-          const Vec v = reinterpret_cast<const Vec*>(ptr)[i];
-          const uint32_t* e = reinterpret_cast<const uint32_t*>(&v);
-#pragma unroll
-          for (int j = 0; j < kVecWords; ++j) w[i * kVecWords + j] = e[j];
-        }
+        load_vec(ptr);
         return;
       }
     }
@@ -145,19 +136,9 @@ struct ActBits {
   }
   // The bits as loaded, to C contiguous elements at ptr (vectors where aligned).
   __device__ __forceinline__ void store(Act* ptr) const {
-    constexpr int kBytes = kVecBytes<Act, C>;
-    if constexpr (kBytes != 0) {
+    if constexpr (kVecBytes<Act, C> != 0) {
       if (aligned_vec<Act, C>(ptr)) {
-        using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
-        constexpr int kVecWords = kBytes / 4;
-#pragma unroll
-        for (int i = 0; i < kWords / kVecWords; ++i) {
-          Vec v;
-          uint32_t* e = reinterpret_cast<uint32_t*>(&v);
-#pragma unroll
-          for (int j = 0; j < kVecWords; ++j) e[j] = w[i * kVecWords + j];
-          reinterpret_cast<Vec*>(ptr)[i] = v;
-        }
+        store_vec(ptr);
         return;
       }
     }
@@ -177,6 +158,34 @@ struct ActBits {
       return float_from_act_bits<Act>(word);
     } else {
       return float_from_act_bits<Act>((word >> (16 * (k % kPer))) & 0xffffu);
+    }
+  }  // The vector moves of load / store, for a ptr the caller knows is kVecBytes-aligned (C
+  // contiguous elements).
+  __device__ __forceinline__ void load_vec(const Act* ptr) {
+    constexpr int kBytes = kVecBytes<Act, C>;
+    static_assert(kBytes != 0, "whole vectors");
+    using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
+    constexpr int kVecWords = kBytes / 4;
+#pragma unroll
+    for (int i = 0; i < kWords / kVecWords; ++i) {
+      const Vec v = reinterpret_cast<const Vec*>(ptr)[i];
+      const uint32_t* e = reinterpret_cast<const uint32_t*>(&v);
+#pragma unroll
+      for (int j = 0; j < kVecWords; ++j) w[i * kVecWords + j] = e[j];
+    }
+  }
+  __device__ __forceinline__ void store_vec(Act* ptr) const {
+    constexpr int kBytes = kVecBytes<Act, C>;
+    static_assert(kBytes != 0, "whole vectors");
+    using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
+    constexpr int kVecWords = kBytes / 4;
+#pragma unroll
+    for (int i = 0; i < kWords / kVecWords; ++i) {
+      Vec v;
+      uint32_t* e = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+      for (int j = 0; j < kVecWords; ++j) e[j] = w[i * kVecWords + j];
+      reinterpret_cast<Vec*>(ptr)[i] = v;
     }
   }
 };

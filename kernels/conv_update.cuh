@@ -577,39 +577,6 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
 inline constexpr int kConvLeanThreads = 128;
 inline constexpr int kConvLeanPath = 8;  // path entries loaded with the pending count
 
-// C elements at a kVecBytes-aligned address as the bits they hold, and back (conv_lean_kernel:
-// the launch checked every row's alignment, conv_lean_applies).
-template <typename Act, int C>
-__device__ __forceinline__ ActBits<Act, C> lean_load_bits(const Act* ptr) {
-  constexpr int kBytes = kVecBytes<Act, C>;
-  static_assert(kBytes != 0, "whole vectors");
-  using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
-  constexpr int kVecWords = kBytes / 4;
-  ActBits<Act, C> b;
-#pragma unroll
-  for (int i = 0; i < ActBits<Act, C>::kWords / kVecWords; ++i) {
-    const Vec v = reinterpret_cast<const Vec*>(ptr)[i];
-    const uint32_t* e = reinterpret_cast<const uint32_t*>(&v);
-#pragma unroll
-    for (int j = 0; j < kVecWords; ++j) b.w[i * kVecWords + j] = e[j];
-  }
-  return b;
-}
-template <typename Act, int C>
-__device__ __forceinline__ void lean_store_bits(Act* ptr, const ActBits<Act, C>& b) {
-  constexpr int kBytes = kVecBytes<Act, C>;
-  using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
-  constexpr int kVecWords = kBytes / 4;
-#pragma unroll
-  for (int i = 0; i < ActBits<Act, C>::kWords / kVecWords; ++i) {
-    Vec v;
-    uint32_t* e = reinterpret_cast<uint32_t*>(&v);
-#pragma unroll
-    for (int j = 0; j < kVecWords; ++j) e[j] = b.w[i * kVecWords + j];
-    reinterpret_cast<Vec*>(ptr)[i] = v;
-  }
-}
-
 template <typename Act, typename St, int W, int C>
 __global__ void __launch_bounds__(kConvLeanThreads)
     conv_lean_kernel(const __grid_constant__ ConvUpdateParams p) {
@@ -659,7 +626,7 @@ __global__ void __launch_bounds__(kConvLeanThreads)
       } else {
         t = path[i];
       }
-      rb[k] = lean_load_bits<Act, C>(rec + t * p.record_stride_t);
+      rb[k].load_vec(rec + t * p.record_stride_t);  // aligned: conv_lean_applies
     }
   }
 #pragma unroll
@@ -698,7 +665,7 @@ __global__ void __launch_bounds__(kConvLeanThreads)
     ActBits<Act, C> xb[kConvBatch];
 #pragma unroll
     for (int i = 0; i < kConvBatch; ++i) {
-      if (t0 + i < rt.count) xb[i] = lean_load_bits<Act, C>(x + (t0 + i) * p.x_stride_token);
+      if (t0 + i < rt.count) xb[i].load_vec(x + (t0 + i) * p.x_stride_token);
     }
 #pragma unroll
     for (int i = 0; i < kConvBatch; ++i) {
@@ -711,7 +678,7 @@ __global__ void __launch_bounds__(kConvLeanThreads)
         for (int j = 0; j < H; ++j) win[j][c] = e[j][c];
         win[W - 1][c] = xb[i].get(c);
       }
-      if (p.write_records) lean_store_bits<Act, C>(rec + t * p.record_stride_t, xb[i]);
+      if (p.write_records) xb[i].store_vec(rec + t * p.record_stride_t);
       float y[C];
       conv_window_output<W, C>(w, bias, win, y);
       store_n<Act, C>(out + t * p.out_stride_token, y, true);
@@ -745,8 +712,7 @@ bool conv_lean_applies(const ConvUpdateParams& p) {
            p.x_stride_c == 1 && p.out_stride_c == 1 && aligned(p.x, p.x_stride_token, kAct, va) &&
            aligned(p.out, p.out_stride_token, kAct, va) &&
            aligned(p.records, p.record_stride_slot, kAct, va) &&
-           (p.record_stride_t * kAct) % va == 0 && aligned(p.state, p.state_stride_slot, kSt, vs) &&
-           (C * 3 * kSt) % vs == 0;
+           (p.record_stride_t * kAct) % va == 0 && aligned(p.state, p.state_stride_slot, kSt, vs);
   }
 }
 
@@ -783,11 +749,12 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
   if constexpr (!kLast) {
     constexpr int kLeanC = 4;
     const int lean_forced = env_force("SPECSTATE_CONV_LEAN");
-    const bool other_forced =
-        env_force("SPECSTATE_CONV_SMALL") >= 0 || env_force("SPECSTATE_CONV_NARROW") >= 0 ||
-        env_force("SPECSTATE_CONV_BATCH") >= 0 || env_force("SPECSTATE_CONV_TWO") >= 0;
+    const auto other_forced = [] {
+      return env_force("SPECSTATE_CONV_SMALL") >= 0 || env_force("SPECSTATE_CONV_NARROW") >= 0 ||
+             env_force("SPECSTATE_CONV_BATCH") >= 0 || env_force("SPECSTATE_CONV_TWO") >= 0;
+    };
     if (conv_lean_choice(conv_lean_applies<Act, St, kLeanC>(p), p.rows, lean_forced) &&
-        (lean_forced == 1 || (!small && !other_forced))) {
+        (lean_forced == 1 || (!small && !other_forced()))) {
       const dim3 grid((p.conv_dim / kLeanC + kConvLeanThreads - 1) / kConvLeanThreads, p.rows);
       const cudaError_t e = launch_kernel(p.programmatic, conv_lean_kernel<Act, St, 4, kLeanC>,
                                           grid, dim3(kConvLeanThreads), stream, p);
