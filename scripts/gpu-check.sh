@@ -11,6 +11,7 @@
 #   AB_BASE=.ab-base2 AB_BUILD=build-gpu-base2 STAGES=ab scripts/gpu-check.sh   # a second base
 #   STAGES="build tests layout" scripts/gpu-check.sh   # the rounds under each state layout
 #   STAGES="build overlap" scripts/gpu-check.sh   # layers overlapping off / rule / any rows
+#   STAGES="build conv" scripts/gpu-check.sh   # the replay conv of chains: narrow loop vs lean
 #   STAGES="kdaab" KDA_AB_ARGS="--B 1,8" scripts/gpu-check.sh   # KDA rounds against .ab-base
 #   STAGES="kdaab" KDAAB_TREE_CUDA_FLAGS=-DSPECSTATE_GDN_MULTI2_MIN_CTAS=5 ...  # a knob (ab-base.sh HEAD)
 #   STAGES="build rings" scripts/gpu-check.sh   # replay rings against the default, every kind
@@ -250,6 +251,21 @@ if has overlap; then
   scripts/bench-sweep.sh "$m2_bench_bin" SPECSTATE_LAYER_OVERLAP "0 1" \
     "${OVERLAP_M2_FILTER:-BM_M2Rounds4Replay/T:(2|4|8)/B:(1|8|16|32|64|128)/}" "$OUT/overlap_m2" ||
     status=1
+fi
+
+if has conv; then
+  # The replay conv of chains: the narrow token loop (SPECSTATE_CONV_LEAN=0) against the lean kernel
+  # (1, forced wherever it applies, the small-batch sizes included; the default takes it from
+  # kernels::kConvLeanRows rows), the first again at the end (docs/cuda.md, thirty-second session).
+  # CONV_GDN_FILTER / CONV_M2_FILTER / CONV_KDA_FILTER pick the shapes.
+  echo "== replay conv: narrow token loop -> lean (SPECSTATE_CONV_LEAN) [t=${SECONDS}s]"
+  scripts/bench-sweep.sh "$bench_bin" SPECSTATE_CONV_LEAN "0 1" \
+    "${CONV_GDN_FILTER:-BM_(Rounds4Replay/T:(2|4|8)/B:(8|16|32|64|128)/|VerifyConvReplay/T:4/B:(32|128)/)}" \
+    "$OUT/conv_gdn" || status=1
+  scripts/bench-sweep.sh "$m2_bench_bin" SPECSTATE_CONV_LEAN "0 1" \
+    "${CONV_M2_FILTER:-BM_M2Rounds4Replay/T:(2|4|8)/B:(8|16|32|128)/}" "$OUT/conv_m2" || status=1
+  scripts/bench-sweep.sh "$kda_bench_bin" SPECSTATE_CONV_LEAN "0 1" \
+    "${CONV_KDA_FILTER:-BM_KdaRounds4Replay/T:(2|4)/B:(16|32|128)/}" "$OUT/conv_kda" || status=1
 fi
 
 if has sim; then
