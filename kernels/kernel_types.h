@@ -351,7 +351,7 @@ inline constexpr int kConvLeanRows = 16;
 constexpr bool conv_lean_choice(bool applies, int rows, int forced = -1) {
   if (!applies) return false;
   if (forced >= 0) return forced == 1;
-  return kConvLeanRows > 0 && rows >= kConvLeanRows;
+  return rows >= kConvLeanRows;
 }
 
 // CTAs an SM a kernel is compiled for (__launch_bounds__' second argument): `wanted`, capped at

@@ -269,13 +269,9 @@ TEST(ConvChainChoice, NarrowChainsUnlessForcedOff) {
 // applies (conv_lean_applies), never where it does not; SPECSTATE_CONV_LEAN's 0 / 1 force it off
 // / on wherever it applies.
 TEST(ConvLeanChoice, FromItsRowsWhereItApplies) {
-  if (kConvLeanRows > 0) {
-    EXPECT_TRUE(conv_lean_choice(true, kConvLeanRows));
-    EXPECT_TRUE(conv_lean_choice(true, 128));
-    EXPECT_FALSE(conv_lean_choice(true, kConvLeanRows - 1));
-  } else {
-    EXPECT_FALSE(conv_lean_choice(true, 128));  // not chosen by default until measured
-  }
+  EXPECT_TRUE(conv_lean_choice(true, kConvLeanRows));
+  EXPECT_TRUE(conv_lean_choice(true, 128));
+  EXPECT_FALSE(conv_lean_choice(true, kConvLeanRows - 1));
   EXPECT_TRUE(conv_lean_choice(true, 1, 1));
   EXPECT_FALSE(conv_lean_choice(true, 128, 0));
   EXPECT_FALSE(conv_lean_choice(false, 128));
