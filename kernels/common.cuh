@@ -121,7 +121,7 @@ struct ActBits {
   // As load_row: 16- or 8-byte vectors where the layout allows, else element by element (zeros
   // past nc).
   __device__ __forceinline__ void load(const Act* ptr, int64_t stride_c, bool full, int nc) {
-    if constexpr (kVecBytes<Act, C> != 0) {
+    if constexpr (kVec != 0) {
       if (full && stride_c == 1 && aligned_vec<Act, C>(ptr)) {
         load_vec(ptr);
         return;
@@ -136,7 +136,7 @@ struct ActBits {
   }
   // The bits as loaded, to C contiguous elements at ptr (vectors where aligned).
   __device__ __forceinline__ void store(Act* ptr) const {
-    if constexpr (kVecBytes<Act, C> != 0) {
+    if constexpr (kVec != 0) {
       if (aligned_vec<Act, C>(ptr)) {
         store_vec(ptr);
         return;
@@ -159,13 +159,14 @@ struct ActBits {
     } else {
       return float_from_act_bits<Act>((word >> (16 * (k % kPer))) & 0xffffu);
     }
-  }  // The vector moves of load / store, for a ptr the caller knows is kVecBytes-aligned (C
-  // contiguous elements).
+  }
+  // The vector moves of load / store, for a ptr the caller knows is kVecBytes-aligned (C
+  // contiguous elements): kVecWords words a vector.
+  static constexpr int kVec = kVecBytes<Act, C>;
+  using Vec = std::conditional_t<kVec == 16, uint4, uint2>;
+  static constexpr int kVecWords = kVec / 4;
   __device__ __forceinline__ void load_vec(const Act* ptr) {
-    constexpr int kBytes = kVecBytes<Act, C>;
-    static_assert(kBytes != 0, "whole vectors");
-    using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
-    constexpr int kVecWords = kBytes / 4;
+    static_assert(kVec != 0, "whole vectors");
 #pragma unroll
     for (int i = 0; i < kWords / kVecWords; ++i) {
       const Vec v = reinterpret_cast<const Vec*>(ptr)[i];
@@ -175,10 +176,7 @@ struct ActBits {
     }
   }
   __device__ __forceinline__ void store_vec(Act* ptr) const {
-    constexpr int kBytes = kVecBytes<Act, C>;
-    static_assert(kBytes != 0, "whole vectors");
-    using Vec = std::conditional_t<kBytes == 16, uint4, uint2>;
-    constexpr int kVecWords = kBytes / 4;
+    static_assert(kVec != 0, "whole vectors");
 #pragma unroll
     for (int i = 0; i < kWords / kVecWords; ++i) {
       Vec v;
