@@ -562,13 +562,13 @@ __global__ void __launch_bounds__(kReplaySmallThreads)
   if (p.write_records) store_row<Act, C>(rec + t * p.record_stride_t, 1, full, nc, win[W - 1]);
 }
 
-// The replay verify conv of chains from kConvLeanRows rows (conv_lean_choice): the batched chain
-// token loop of conv_update_kernel (kChain) for the layouts an engine uses (conv_lean_applies:
-// channels-first windows, unit channel strides, no partial channel group, vector-aligned rows),
-// with its dependent loads regrouped. conv_update_kernel waits for the slot's pending count, then
-// for each kept pending step's path entry, then for its record: a round trip each. Here the
-// count and the slot's first kConvLeanPath path entries are loaded together, then the committed
-// window (where n < W-1) and the kept records together; the whole chain before the
+// The replay verify conv of chains from ConvUpdateParams::lean_rows rows (conv_lean_choice): the
+// chain token loop of conv_update_kernel (kChain) for the layouts an engine uses
+// (conv_lean_applies: channels-first windows, unit channel strides, no partial channel group,
+// vector-aligned rows), with its dependent loads regrouped. conv_update_kernel waits for the slot's
+// pending count, then for each kept pending step's path entry, then for its record: a round trip
+// each. Here the count and the slot's first kConvLeanPath path entries are loaded together, then
+// the committed window (where n < W-1) and the kept records together; the whole chain before the
 // grid-dependency wait is slot -> (count, path) -> (window, records), and after it the window's
 // inputs, loaded kConvBatch at a time. Every value and every operation is conv_update_kernel's
 // (records and earlier inputs rounded to St as they join the window, conv_window_output), so are
@@ -742,10 +742,10 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
                     p.small_rows_short_hi, env_force("SPECSTATE_CONV_SMALL"));
   const bool small =
       vt > 0 && p.pending != nullptr && p.records != nullptr && !p.store_final && p.snap == nullptr;
-  // The replay verify of chains from kConvLeanRows rows: the lean kernel where the layout allows
-  // (conv_lean_applies) and the small-batch kernel does not run; SPECSTATE_CONV_LEAN=0 / 1 forces
-  // the choice (tuning and tests; 1 also over the small kernel). Another conv switch forced
-  // (SPECSTATE_CONV_SMALL, _NARROW, _BATCH, _TWO) keeps its kernel unless lean is forced too.
+  // The replay verify of chains from p.lean_rows rows: the lean kernel where the layout allows
+  // (conv_lean_applies), over the small-batch kernel; SPECSTATE_CONV_LEAN=0 / 1 forces the choice
+  // (tuning and tests). Another conv switch forced (SPECSTATE_CONV_SMALL, _NARROW, _BATCH, _TWO)
+  // keeps its kernel unless lean is forced too.
   if constexpr (!kLast) {
     constexpr int kLeanC = 4;
     const int lean_forced = env_force("SPECSTATE_CONV_LEAN");
@@ -753,8 +753,8 @@ cudaError_t launch_conv_update_order(const ConvUpdateParams& p, cudaStream_t str
       return env_force("SPECSTATE_CONV_SMALL") >= 0 || env_force("SPECSTATE_CONV_NARROW") >= 0 ||
              env_force("SPECSTATE_CONV_BATCH") >= 0 || env_force("SPECSTATE_CONV_TWO") >= 0;
     };
-    if (conv_lean_choice(conv_lean_applies<Act, St, kLeanC>(p), p.rows, lean_forced) &&
-        (lean_forced == 1 || (!small && !other_forced()))) {
+    if (conv_lean_choice(conv_lean_applies<Act, St, kLeanC>(p), p.rows, p.lean_rows, lean_forced) &&
+        (lean_forced == 1 || !other_forced())) {
       const dim3 grid((p.conv_dim / kLeanC + kConvLeanThreads - 1) / kConvLeanThreads, p.rows);
       const cudaError_t e = launch_kernel(p.programmatic, conv_lean_kernel<Act, St, 4, kLeanC>,
                                           grid, dim3(kConvLeanThreads), stream, p);

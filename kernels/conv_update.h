@@ -84,6 +84,10 @@ struct ConvUpdateParams {
   // before it waits for that kernel, and x, conv_out and every write after. The caller sets it
   // only where that kernel writes none of the former (the CUDA backend: another layer's kernel).
   bool programmatic = false;
+  // Where a replay verify of chains runs conv_lean_kernel (kernels::conv_lean_choice): from this
+  // many rows, where the layout allows (conv_lean_applies). kConvLeanRows (GDN, Mamba2), KDA
+  // kKdaConvLeanRows (build_kda_launch). (After every other field: their offsets stay.)
+  int lean_rows = kConvLeanRows;
 };
 
 // Per (row, token) the window is the token's ancestor path over the start window (the committed

@@ -338,20 +338,27 @@ constexpr bool conv_two_choice(bool applies, bool loop, int rows, int forced = -
 }
 
 // Whether a replay verify conv of chains (`applies`: conv_lean_applies, the layouts an engine
-// uses) runs the lean kernel (conv_lean_kernel: the slot's pending count, path and committed
-// window loaded together, then the kept records together; no run-time strides or alignment
-// tests): from kConvLeanRows rows, where the batched narrow token loop runs otherwise; `forced`
-// (0 or 1; -1 none) overrides (SPECSTATE_CONV_LEAN). The small-batch kernel keeps its rows.
-// Measured on an H100 (docs/cuda.md, thirty-second session; the narrow token loop -> lean, one
-// run, A-A spread <= 0.5%): the conv alone at T = 4, B = 128 19.2 -> 18.4 us; Qwen3-Next replay
-// rounds T = 2 / 4 / 8 at B = 16 0.964 (T = 4) / 0.955 (T = 8), B = 32 0.980 / 0.978, B = 64
-// 0.983 / 0.986 (T = 4 / 8), B = 128 0.989 / 0.989; Nemotron-H T = 4, B = 32 / 128 0.981 / 0.989.
-// Rows 9..15 (the wide token loop before) are not measured.
-inline constexpr int kConvLeanRows = 16;
-constexpr bool conv_lean_choice(bool applies, int rows, int forced = -1) {
+// uses) of `rows` rows runs the lean kernel (conv_lean_kernel: the slot's pending count, path and
+// committed window loaded together, then the kept records together; no run-time strides or
+// alignment tests): from `lean_rows` rows (ConvUpdateParams::lean_rows, per kind), over the
+// small-batch kernel and the token loops; `forced` (0 or 1; -1 none) overrides
+// (SPECSTATE_CONV_LEAN). Measured on an H100 (docs/cuda.md):
+// - from 16 rows, the narrow token loop -> lean (thirty-second session, one run, A-A spread
+//   <= 0.5%): the conv alone at T = 4, B = 128 19.2 -> 18.4 us; Qwen3-Next replay rounds at B = 16
+//   0.964 (T = 4) / 0.955 (T = 8), B = 32 0.980 / 0.978 (T = 2 / 4), B = 64 0.983 / 0.986
+//   (T = 4 / 8), B = 128 0.989 / 0.989; Nemotron-H T = 4, B = 32 / 128 0.981 / 0.989;
+// - below 16 rows, whatever ran -> lean (thirty-third session, one run, A-A spread <= 0.5%;
+//   rounds at T = 2 / 4 / 8): Qwen3-Next B = 8 0.975 / 1.001 / 0.925, B = 4 1.013 / 1.059 / 1.051;
+//   Nemotron-H B = 8 0.967 / 0.963 / 0.949, B = 4 0.991 / 0.995 / 1.016, B = 2 0.962 / 1.009 /
+//   1.153, B = 1 0.915 / 0.949 / 1.063; Kimi-Linear B = 8 0.915 / 0.892 / 0.887, B = 4 0.914 /
+//   0.979 / 0.960 (B <= 2: the fused launch, no conv kernel).
+// Hence 8 rows for GDN and Mamba2 (kConvLeanRows), 4 for KDA (kKdaConvLeanRows). Rows 9..15 are
+// not measured (the bench has no such batch).
+inline constexpr int kConvLeanRows = 8, kKdaConvLeanRows = 4;
+constexpr bool conv_lean_choice(bool applies, int rows, int lean_rows, int forced = -1) {
   if (!applies) return false;
   if (forced >= 0) return forced == 1;
-  return rows >= kConvLeanRows;
+  return rows >= lean_rows;
 }
 
 // CTAs an SM a kernel is compiled for (__launch_bounds__' second argument): `wanted`, capped at

@@ -84,6 +84,8 @@ GdnLaunch build_kda_launch(const KdaLaunchArgs& a) {
   GdnLaunch L = delta_launch(a, c, a.inputs->b);
   // The small-batch replay conv up to 6 rows at T in 4..7 (8 for Mamba2; kKdaConvSmallRowsHi).
   L.conv.small_rows_hi = kernels::kKdaConvSmallRowsHi;
+  // The lean replay conv from 4 rows (8 for GDN and Mamba2; kernels::conv_lean_choice).
+  L.conv.lean_rows = kernels::kKdaConvLeanRows;
   kernels::GdnRecurrenceParams& r = L.rec;
   if (!a.weights->dt_bias.empty()) r.dt_bias_stride_k = a.weights->dt_bias.stride[1];
   r.has_lower_bound = c.lower_bound.has_value();

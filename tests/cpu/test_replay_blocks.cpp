@@ -265,17 +265,22 @@ TEST(ConvChainChoice, NarrowChainsUnlessForcedOff) {
   EXPECT_FALSE(conv_chain_choice(false, true, 1));
 }
 
-// The lean replay conv of chains (kernels::conv_lean_choice): from kConvLeanRows rows where it
-// applies (conv_lean_applies), never where it does not; SPECSTATE_CONV_LEAN's 0 / 1 force it off
-// / on wherever it applies.
+// The lean replay conv of chains (kernels::conv_lean_choice): from its kind's rows
+// (ConvUpdateParams::lean_rows: 8 for GDN and Mamba2, 4 for KDA) where it applies
+// (conv_lean_applies), never where it does not; SPECSTATE_CONV_LEAN's 0 / 1 force it off / on
+// wherever it applies.
 TEST(ConvLeanChoice, FromItsRowsWhereItApplies) {
-  EXPECT_TRUE(conv_lean_choice(true, kConvLeanRows));
-  EXPECT_TRUE(conv_lean_choice(true, 128));
-  EXPECT_FALSE(conv_lean_choice(true, kConvLeanRows - 1));
-  EXPECT_TRUE(conv_lean_choice(true, 1, 1));
-  EXPECT_FALSE(conv_lean_choice(true, 128, 0));
-  EXPECT_FALSE(conv_lean_choice(false, 128));
-  EXPECT_FALSE(conv_lean_choice(false, 128, 1));
+  EXPECT_EQ(kConvLeanRows, 8);
+  EXPECT_EQ(kKdaConvLeanRows, 4);
+  for (const int lean_rows : {kConvLeanRows, kKdaConvLeanRows}) {
+    EXPECT_TRUE(conv_lean_choice(true, lean_rows, lean_rows));
+    EXPECT_TRUE(conv_lean_choice(true, 128, lean_rows));
+    EXPECT_FALSE(conv_lean_choice(true, lean_rows - 1, lean_rows));
+    EXPECT_TRUE(conv_lean_choice(true, 1, lean_rows, 1));
+    EXPECT_FALSE(conv_lean_choice(true, 128, lean_rows, 0));
+    EXPECT_FALSE(conv_lean_choice(false, 128, lean_rows));
+    EXPECT_FALSE(conv_lean_choice(false, 128, lean_rows, 1));
+  }
 }
 
 // The fused small-batch launch of GDN / KDA replay verifies (kernels::gdn_fused_choice): up to

@@ -467,6 +467,48 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(0, 1)),
     EnvCaseName{"_lean"});
 
+// The lean replay conv's default rows per kind (ConvUpdateParams::lean_rows, kernels::
+// conv_lean_choice: 8 for GDN and Mamba2, 4 for KDA), no switch set: rounds of at most
+// lean_rows - 1 rows never take it, rounds of up to `requests` >= lean_rows rows do (the rounds
+// draw a subset of the requests: some of them reach lean_rows). Replay equals snapshot either way.
+using LeanDefaultCase = std::tuple<EquivalenceCase, bool>;  // (case, the lean kernel runs)
+class ConvLeanDefaultGpu : public ::testing::TestWithParam<LeanDefaultCase> {};
+
+TEST_P(ConvLeanDefaultGpu, FromTheKindsRowsAndReplayEqualsSnapshot) {
+  SPECSTATE_REQUIRE_GPU();
+  const auto& [c, lean] = GetParam();
+  for (const char* var : {"SPECSTATE_CONV_LEAN", "SPECSTATE_CONV_SMALL", "SPECSTATE_CONV_NARROW",
+                          "SPECSTATE_CONV_BATCH", "SPECSTATE_CONV_TWO", "SPECSTATE_GDN_FUSED"}) {
+    ASSERT_EQ(std::getenv(var), nullptr) << var << " is set: the default rule is not what runs";
+  }
+  const int64_t before = kernels::conv_lean_launches();
+  {
+    CudaStream stream(cudaStreamNonBlocking);
+    ASSERT_NE(stream.get(), nullptr);
+    DeviceMemory mem(stream.get());
+    run_strategy_equivalence(c, mem, 0x1EA2 + c.requests * 7);
+  }
+  const int64_t ran = kernels::conv_lean_launches() - before;
+  if (lean) {
+    EXPECT_GT(ran, 0) << "no round of up to " << c.requests << " rows took the lean conv";
+  } else {
+    EXPECT_EQ(ran, 0) << "a round of at most " << c.requests << " rows took the lean conv";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, ConvLeanDefaultGpu,
+    ::testing::Values(
+        LeanDefaultCase{EquivalenceCase{"k128_rows7", "gpu_k128", false, 4, 7, 12}, false},
+        LeanDefaultCase{EquivalenceCase{"k128_rows10", "gpu_k128", false, 4, 10, 12}, true},
+        LeanDefaultCase{EquivalenceCase{"mamba2_rows7", "m2_gpu_bf16", false, 4, 7, 12}, false},
+        LeanDefaultCase{EquivalenceCase{"mamba2_rows10", "m2_gpu_bf16", false, 4, 10, 12}, true},
+        LeanDefaultCase{EquivalenceCase{"kda_rows3", "kda_gpu_k128", false, 4, 3, 12}, false},
+        LeanDefaultCase{EquivalenceCase{"kda_rows6", "kda_gpu_k128", false, 4, 6, 12}, true}),
+    [](const ::testing::TestParamInfo<LeanDefaultCase>& info) {
+      return std::string(std::get<0>(info.param).name);
+    });
+
 // Variable windows through the lean replay conv (rows of 0 .. T tokens, packed; rows of length 0
 // beside rows with pending steps: the committed window advanced with no window token).
 class ConvLeanVarlenGpu : public ::testing::TestWithParam<VarlenCase> {};
