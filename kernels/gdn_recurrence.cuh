@@ -6,12 +6,6 @@
 
 #include "gdn_step.cuh"
 
-// The replay chain over several V blocks with two rows a thread reduces its dot products
-// scattered (gdn_step's kScatter, the same bits); 0 keeps the butterfly (A/B builds).
-#ifndef SPECSTATE_GDN_SCATTER
-#define SPECSTATE_GDN_SCATTER 1
-#endif
-
 namespace specstate::kernels {
 
 // The shared memory of one CTA. next_state: the next item's state (kItems = 2: the next row's;
@@ -497,15 +491,9 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   const char* ring = p.factors + slot * p.factor_stride_slot;
   St* const committed =
       static_cast<St*>(p.state) + slot * p.state_stride_slot + int64_t{hv} * V * K;
-  // Two rows a thread reduce their dot products scattered (gdn_step's kScatter; the rows in
-  // gdn_scatter_swap's order). SPECSTATE_GDN_SCATTER=0 (build time) keeps the butterfly.
-  constexpr bool kScatter = SPECSTATE_GDN_SCATTER != 0 && RPT == 2 && LANES >= 4;
-  const int swap = kScatter ? gdn_scatter_swap<LANES>(kl) : 0;
   GdnRows<RPT> rows;
 #pragma unroll
-  for (int j = 0; j < RPT; ++j) {
-    rows.vrow[j] = (j ^ swap) * kRowsBase + warp * kRowsPerWarp + lane / LANES;
-  }
+  for (int j = 0; j < RPT; ++j) rows.vrow[j] = j * kRowsBase + warp * kRowsPerWarp + lane / LANES;
   const auto set_rows = [&](int vb) {
 #pragma unroll
     for (int j = 0; j < RPT; ++j) {
@@ -604,8 +592,8 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // output and u record into shared memory.
     const auto window_token = [&](int t, auto update) {
       float u[RPT], o[RPT];
-      gdn_step<St, K, LANES, RPT, kRows, kChunk, true, decltype(sm.chunk)::kIsKda, kScatter>(
-          S, sm.chunk, hist + t, kl, rows, u, o, static_cast<bool>(update));
+      gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o,
+                                                 static_cast<bool>(update));
       if (kKV && t == 0 && more) {
         // The next block's state into the tile (cooperative: read back after a barrier); the
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.
@@ -633,17 +621,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
       // (gdn_flush_block): no per-token global addressing in this loop. Every lane of a row holds
       // the same o and u (the butterfly's sums are the same bits on every lane) and stores them
       // to the same word: no branch around a writer lane.
-      if constexpr (kScatter) {
-        // o of register 0's row, on the lanes that hold it (gdn_scatter_out); u of both rows.
-        if (gdn_scatter_out<LANES>(kl)) sm.out_rows[t][rows.vrow[0]] = o[0];
 #pragma unroll
-        for (int j = 0; j < RPT; ++j) sm.u_rows[t][rows.vrow[j]] = u[j];
-      } else {
-#pragma unroll
-        for (int j = 0; j < RPT; ++j) {
-          sm.out_rows[t][rows.vrow[j]] = o[j];
-          sm.u_rows[t][rows.vrow[j]] = u[j];
-        }
+      for (int j = 0; j < RPT; ++j) {
+        sm.out_rows[t][rows.vrow[j]] = o[j];
+        sm.u_rows[t][rows.vrow[j]] = u[j];
       }
     };
     // The state after the window's last token is read only where it is stored (store_final).

@@ -49,7 +49,6 @@ struct GdnChunkGate<K, kChunk, false> {};
 // CTA's v rows. kKda: the decay per key channel (egk, GdnChunkGate) instead of per head (eg).
 template <int K, int kRows, int kChunk, bool kKda = false>
 struct GdnChunk : GdnChunkGate<K, kChunk, kKda> {
-  static constexpr bool kIsKda = kKda;
   __align__(16) float q[kChunk][K];
   __align__(16) float k[kChunk][K];
   float eg[kChunk];
@@ -479,17 +478,6 @@ struct GdnRows {
   bool ok[RPT];   // v < V
 };
 
-// The scattered reduction of a token step's dot products (gdn_step's kScatter: RPT = 2, LANES >=
-// 4; gdn_replay_vblocks): a lane whose key-column index kl has bit LANES/2 set keeps its rows in
-// the other order (register j holds row j ^ 1), so that register 1 of every lane holds the row of
-// register 0 of its partner lane kl ^ LANES/2. The rows' values and their arithmetic are those of
-// the plain order; only which register holds which row changes (GdnRows::vrow / v).
-template <int LANES>
-__device__ __forceinline__ int gdn_scatter_swap(int kl) {
-  static_assert(LANES >= 4, "a row bit and a dot-product bit in the lane's key-column index");
-  return (kl & (LANES / 2)) != 0 ? 1 : 0;
-}
-
 // Applies staged history record tt to this thread's rows of S.
 template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kKda>
 __device__ __forceinline__ void gdn_apply(float4 (&S)[RPT][K / (4 * LANES)],
@@ -533,22 +521,12 @@ __device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
 // before the token). Whether it is formed changes no bit of o, u or any state that is read.
 // GDN's decay is formed as each element has been read by the dot products: those products do not
 // depend on u, so they fill the wait for the dot products' shuffle reduction.
-//
-// kScatter (RPT = 2, LANES >= 4, kOutput; the rows in gdn_scatter_swap's order): the reduction of
-// the four dot products (S k^ and S q~ of both rows) is scattered instead of a butterfly of each:
-// across lanes kl ^ LANES/2 each lane adds its partner's partial of the row it keeps (register 1
-// sent, register 0 kept), across kl ^ LANES/4 it keeps S k^ (bit clear) or S q~ (bit set), then a
-// butterfly of that one value over the remaining lanes; S k^ of both rows is then read from the
-// lanes that hold it. Every sum is the butterfly's, operand for operand (IEEE addition commutes),
-// so u and o are the same bits; 6 shuffles and 4 adds a token instead of 12 and 12. o[0] is then
-// register 0's row's output on the lanes with bit LANES/4 set (gdn_scatter_out), o[1] is unset.
 template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput, bool kKda,
-          bool kUpdate, bool kScatter = false>
+          bool kUpdate>
 __device__ __forceinline__ void gdn_step_body(float4 (&S)[RPT][K / (4 * LANES)],
                                               const GdnChunk<K, kRows, kChunk, kKda>& c, int tt,
                                               int kl, const GdnRows<RPT>& rows, float (&u)[RPT],
                                               float (&o)[RPT]) {
-  static_assert(!kScatter || (RPT == 2 && LANES >= 4 && kOutput), "the scattered reduction");
   constexpr int NK = K / (4 * LANES);
   float4 kn[NK];
   // Each dot product is one chain of fused multiply-adds, one instruction per element (the
@@ -575,82 +553,41 @@ __device__ __forceinline__ void gdn_step_body(float4 (&S)[RPT][K / (4 * LANES)],
       if constexpr (!kKda && kUpdate) gdn_decay(S[j][i], eg);  // GDN: after the dot products
     }
   }
-  if constexpr (kScatter) {
-    constexpr unsigned kAll = 0xffffffffu;
-    const float beta = c.beta[tt], kq = c.kq[tt];
-    sk[0] += __shfl_xor_sync(kAll, sk[1], LANES / 2);
-    sq[0] += __shfl_xor_sync(kAll, sq[1], LANES / 2);
-    const bool keep_q = (kl & (LANES / 4)) != 0;
-    float held = keep_q ? sq[0] : sk[0];
-    held += __shfl_xor_sync(kAll, keep_q ? sk[0] : sq[0], LANES / 4);
 #pragma unroll
-    for (int m = LANES / 8; m > 0; m >>= 1) held += __shfl_xor_sync(kAll, held, m);
-    // S k^ of register j's row (j ^ swap) from a lane that holds it: bit LANES/2 that row, bit
-    // LANES/4 clear.
-    const int base = (threadIdx.x & 31) - kl, swap = gdn_scatter_swap<LANES>(kl);
-#pragma unroll
-    for (int j = 0; j < RPT; ++j) sk[j] = __shfl_sync(kAll, held, base + (j ^ swap) * (LANES / 2));
+  for (int m = LANES / 2; m > 0; m >>= 1) {
 #pragma unroll
     for (int j = 0; j < RPT; ++j) {
-      if constexpr (kKda) {
-        u[j] = beta * (c.v[tt][rows.vrow[j]] - sk[j]);
-      } else {
-        u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
-      }
-      if constexpr (kUpdate) gdn_rank1<St, NK>(S[j], kn, u[j]);
+      sk[j] += __shfl_xor_sync(0xffffffffu, sk[j], m);
+      if constexpr (kOutput) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], m);
     }
+  }
+  const float beta = c.beta[tt], kq = c.kq[tt];
+#pragma unroll
+  for (int j = 0; j < RPT; ++j) {
     if constexpr (kKda) {
-      o[0] = held + u[0] * kq;
+      u[j] = beta * (c.v[tt][rows.vrow[j]] - sk[j]);
+      o[j] = sq[j] + u[j] * kq;
     } else {
-      o[0] = eg * held + u[0] * kq;
+      u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
+      o[j] = eg * sq[j] + u[j] * kq;
     }
-    o[1] = 0.0f;
-  } else {
-#pragma unroll
-    for (int m = LANES / 2; m > 0; m >>= 1) {
-#pragma unroll
-      for (int j = 0; j < RPT; ++j) {
-        sk[j] += __shfl_xor_sync(0xffffffffu, sk[j], m);
-        if constexpr (kOutput) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], m);
-      }
-    }
-    const float beta = c.beta[tt], kq = c.kq[tt];
-#pragma unroll
-    for (int j = 0; j < RPT; ++j) {
-      if constexpr (kKda) {
-        u[j] = beta * (c.v[tt][rows.vrow[j]] - sk[j]);
-        o[j] = sq[j] + u[j] * kq;
-      } else {
-        u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
-        o[j] = eg * sq[j] + u[j] * kq;
-      }
-      if constexpr (kUpdate) gdn_rank1<St, NK>(S[j], kn, u[j]);
-    }
+    if constexpr (kUpdate) gdn_rank1<St, NK>(S[j], kn, u[j]);
   }
 }
 
 // gdn_step_body with the state update chosen at run time (`update`, uniform across the CTA): a
 // branch between two instantiations, each with its own schedule.
 template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true,
-          bool kKda = false, bool kScatter = false>
+          bool kKda = false>
 __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
                                          const GdnChunk<K, kRows, kChunk, kKda>& c, int tt, int kl,
                                          const GdnRows<RPT>& rows, float (&u)[RPT], float (&o)[RPT],
                                          bool update = true) {
   if (update) {
-    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, true, kScatter>(S, c, tt, kl,
-                                                                                   rows, u, o);
+    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, true>(S, c, tt, kl, rows, u, o);
   } else {
-    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, false, kScatter>(S, c, tt, kl,
-                                                                                    rows, u, o);
+    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, false>(S, c, tt, kl, rows, u, o);
   }
-}
-
-// Whether this lane writes o[0] of a kScatter step (its register 0's row's output): bit LANES/4 of
-// its key-column index set (two lanes a row hold it, the same bits).
-template <int LANES>
-__device__ __forceinline__ bool gdn_scatter_out(int kl) {
-  return (kl & (LANES / 4)) != 0;
 }
 
 template <typename St, int NK, int LANES>

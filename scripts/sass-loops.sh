@@ -39,7 +39,7 @@ fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-nvcc -I. -Iinclude -O3 -DNDEBUG -arch=sm_90 --expt-relaxed-constexpr -std=c++17 ${NVCC_EXTRA:-} -cubin \
+nvcc -I. -Iinclude -O3 -DNDEBUG -arch=sm_90 --expt-relaxed-constexpr -std=c++17 -cubin \
   -o "$work/unit.cubin" "$unit"
 cuobjdump -sass "$work/unit.cubin" >"$work/unit.sass"
 
