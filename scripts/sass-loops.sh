@@ -8,7 +8,7 @@
 #   scripts/sass-loops.sh kernels/gdn_recurrence_bf16.cu                 # every kernel
 #   scripts/sass-loops.sh kernels/gdn_recurrence_bf16.cu 'bfloat16fLb0ELi128ELi8ELi1ELi16ELb1ELb0ELi2ELb1'
 #   MIN_INSTR=40 scripts/sass-loops.sh kernels/mamba2_recurrence_f32.cu  # loops of >= 40 instr.
-#   NVCC_EXTRA=-DSPECSTATE_GDN_SCATTER=0 scripts/sass-loops.sh ...          # a build-time knob
+#   NVCC_EXTRA=-DSPECSTATE_GDN_MULTI2_MIN_CTAS=5 scripts/sass-loops.sh ...  # a build-time knob
 #
 # The second argument is a regular expression on the mangled kernel name (the template arguments
 # in order: gdn_recurrence_kernel<Act, St, kKda, K, LANES, kItems, kChunk, kReplay, kTree, RPT,
