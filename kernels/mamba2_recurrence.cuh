@@ -163,7 +163,7 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
     sink.ring = p.factors + slot * p.factor_stride_slot;
     sink.wpos = wpos;
     sink.head_writer = vblock == 0;
-    sink.b_writer = vblock == 0 && h % (p.num_heads / p.n_groups) == 0;
+    sink.b_writer = vblock == 0 && mamba2_group_leader(p, h);
   }
   for (int c0 = 0; c0 < rt.count;) {
     // A tree without snapshots needs its whole window in one chunk (tokens <= kChunk).
@@ -334,7 +334,7 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
     sink.ring = p.factors + slot * p.factor_stride_slot;
     sink.wpos = wpos;
     sink.head_writer = vblock == 0;
-    sink.b_writer = vblock == 0 && h % (p.num_heads / p.n_groups) == 0;
+    sink.b_writer = vblock == 0 && mamba2_group_leader(p, h);
   }
   for (int c0 = 0; c0 < rt.count;) {
     const int m = min(kChunk, rt.count - c0);
@@ -439,7 +439,7 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
       sink.ring = p.factors + slot * p.factor_stride_slot;
       sink.wpos = wpos;
       sink.head_writer = vb0 == 0;
-      sink.b_writer = vb0 == 0 && h % (p.num_heads / p.n_groups) == 0;
+      sink.b_writer = vb0 == 0 && mamba2_group_leader(p, h);
     }
     mamba2_stage<Act, N, kChunk, true>(sm.chunk, p, rt.begin, h, vb0, 0, rt.count, A, dt_bias, sink,
                                        hist, hist > 0);
@@ -715,10 +715,14 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
 }
 
 template <typename Act, typename St>
-cudaError_t launch_mamba2_recurrence_typed(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
+cudaError_t launch_mamba2_recurrence_typed(const Mamba2RecurrenceParams& p0, cudaStream_t stream) {
   bool skip = false;
-  const cudaError_t bad = check_recurrence_launch(p, kMamba2Chunk, &skip);
+  const cudaError_t bad = check_recurrence_launch(p0, kMamba2Chunk, &skip);
   if (bad != cudaSuccess || skip) return bad;
+  if (p0.n_groups <= 0 || p0.num_heads % p0.n_groups != 0) return cudaErrorInvalidValue;
+  Mamba2RecurrenceParams p = p0;
+  p.heads_per_group = p0.num_heads / p0.n_groups;
+  p.inv_heads_per_group = 1.0f / static_cast<float>(p.heads_per_group);
   switch (p.d_state) {
     case 16:
       return launch_mamba2_n<Act, St, 16>(p, stream);

@@ -51,6 +51,10 @@ struct Mamba2RecurrenceParams {
   // several blocks); set by the launcher (callers leave it). SPECSTATE_MAMBA2_VBLOCKS=n (1, 2, 4
   // or 8) overrides the choice, for tuning and tests.
   int vblocks = 1;
+  // Set by the launcher from the head counts (callers leave them): heads per group and its
+  // reciprocal (the kernel's group of head h is then a multiply, not an integer division).
+  int heads_per_group = 1;
+  float inv_heads_per_group = 1.0f;
   ElemType a_log_dtype = ElemType::kF32;
   ElemType dt_bias_dtype = ElemType::kF32;
   ElemType d_dtype = ElemType::kF32;
