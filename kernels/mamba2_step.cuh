@@ -15,31 +15,16 @@
 #include "common.cuh"
 #include "mamba2_recurrence.h"
 
-#ifndef SPECSTATE_MAMBA2_GROUP_DIV
-#define SPECSTATE_MAMBA2_GROUP_DIV 0
-#endif
 namespace specstate::kernels {
 
-// Head h's group (B and C): h / heads_per_group as a multiply by the launcher's reciprocal, exact
-// for every head count a layer can have ((h + 0.5) / heads_per_group is at least 0.5 /
-// heads_per_group from an integer; the float product's error is below num_heads * 2^-23 of it).
-// An integer division by a run-time value was about 20 instructions on the prologue's chain
-// before B's and C's loads (four of them a warp: 2.5% of the replay verify's instructions at
-// T = 4, B = 128, ncu).
+// Head h's group (B and C): h / heads_per_group as a multiply by the launcher's reciprocal
+// (head_group; the integer division it replaces was four a warp on the replay verify's prologue).
 __device__ __forceinline__ int mamba2_group(const Mamba2RecurrenceParams& p, int h) {
-#if SPECSTATE_MAMBA2_GROUP_DIV
-  return h / (p.num_heads / p.n_groups);  // TEMPORARY A/B base
-#else
-  return static_cast<int>((static_cast<float>(h) + 0.5f) * p.inv_heads_per_group);
-#endif
+  return head_group(h, p.inv_heads_per_group);
 }
 // Whether head h is its group's first (the CTA of that head writes the group's B records).
 __device__ __forceinline__ bool mamba2_group_leader(const Mamba2RecurrenceParams& p, int h) {
-#if SPECSTATE_MAMBA2_GROUP_DIV
-  return h % (p.num_heads / p.n_groups) == 0;  // TEMPORARY A/B base
-#else
   return h == mamba2_group(p, h) * p.heads_per_group;
-#endif
 }
 
 inline constexpr int kMamba2Threads = 128;

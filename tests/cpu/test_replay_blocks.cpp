@@ -4,6 +4,7 @@
 // how they move with the GPU's size, and the override's rules. Host-only arithmetic: runs in CI.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/kernel_types.h"
@@ -263,6 +264,36 @@ TEST(ConvChainChoice, NarrowChainsUnlessForcedOff) {
   EXPECT_FALSE(conv_chain_choice(true, false, 1));
   EXPECT_FALSE(conv_chain_choice(false, true));
   EXPECT_FALSE(conv_chain_choice(false, true, 1));
+}
+
+// kernels::head_group (Mamba2's group of a head as a multiply by the launcher's reciprocal)
+// equals the integer division for every head of every head count up to 2048 and every group size
+// that divides it, and for large counts at their edges.
+TEST(HeadGroup, EqualsTheIntegerDivision) {
+  int64_t checked = 0;
+  for (int heads = 1; heads <= 2048; ++heads) {
+    for (int n = 1; n <= heads; ++n) {
+      if (heads % n != 0) continue;
+      const float inv = 1.0f / static_cast<float>(n);
+      for (int h = 0; h < heads; ++h) {
+        ASSERT_EQ(head_group(h, inv), h / n) << "h = " << h << ", heads " << heads << ", n " << n;
+        ++checked;
+      }
+    }
+  }
+  for (const int heads : {1 << 16, 3 << 16, (1 << 21) + (1 << 20)}) {
+    for (const int n : {1, 2, 3, 7, 8, 64, 96, 1 << 12}) {
+      if (heads % n != 0) continue;
+      const float inv = 1.0f / static_cast<float>(n);
+      for (int g = 0; g < heads / n; g += std::max(1, heads / n / 4096)) {
+        for (const int h : {g * n, g * n + n / 2, g * n + n - 1}) {
+          ASSERT_EQ(head_group(h, inv), g) << "h = " << h << ", heads " << heads << ", n " << n;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000000);
 }
 
 // The lean replay conv of chains (kernels::conv_lean_choice): from its kind's rows
