@@ -273,7 +273,9 @@ constexpr int replay_blocks_per_cta(int64_t rows, int64_t heads, int blocks, int
 // of Mamba2 and KDA"; rounds at T = 2, the token loop -> this kernel): Nemotron-H B = 1 / 2 / 4 / 8
 // / 16 0.809 / 0.851 / 0.894 / 1.008 / 1.064, Kimi-Linear B = 4 / 8 0.954 / 1.099 (B <= 2: the
 // fused launch). kernels/conv_update.cuh calls it with SPECSTATE_CONV_SMALL. kConvSmallRows*: the
-// default row ranges (ConvUpdateParams; Mamba2's, and KDA's but rows_hi).
+// default row ranges (ConvUpdateParams; Mamba2's, and KDA's but rows_hi). The lean kernel takes
+// chains from ConvUpdateParams::lean_rows rows on, before this rule (conv_lean_choice: 8 rows for
+// GDN and Mamba2, 4 for KDA), so these ranges now serve the rows below that.
 inline constexpr int kConvSmallRowsLo = 1, kConvSmallRowsHi = 8, kConvSmallRowsShortHi = 4;
 // KDA's rows_hi (lib/cuda/delta_launch.cpp; its lo and short_hi are the defaults): at T in 4..7
 // up to 6 rows. Measured on the H100 with the replay conv reading only the kept pending steps

@@ -63,7 +63,8 @@ GdnLaunch build_gdn_launch(const GdnLaunchArgs& a) {
   const GdnConfig& g = a.storage->config.gdn;
   GdnLaunch L = delta_launch(a, g, a.inputs->b);
   // The small-batch replay conv (kernels/conv_update.cuh) from 2 to 8 rows at every T (one row:
-  // the fused launch, or measured slower; kernels::kGdnConvSmallRowsHi has the rounds).
+  // the fused launch, or measured slower; kernels::kGdnConvSmallRowsHi has the rounds), where the
+  // lean conv does not take the launch (chains from ConvUpdateParams::lean_rows = 8 rows).
   L.conv.small_rows_lo = kernels::kGdnConvSmallRowsLo;
   L.conv.small_rows_hi = kernels::kGdnConvSmallRowsHi;
   L.conv.small_rows_short_hi = kernels::kGdnConvSmallRowsShortHi;
