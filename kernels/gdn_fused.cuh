@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kGdnThreads, SPECSTATE_GDN_FUSED_MIN_CTAS)
   __shared__ GdnFusedShared<Act, K, kKda, W> sm;
   const GdnRecurrenceParams& p = fp.rec;
   const int vblock = blockIdx.x, hv = blockIdx.y, r = blockIdx.z;
-  const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
+  const int h = head_group(hv, p.inv_v_per_k);
   // The layer's gate parameters first (gdn_recurrence_kernel's order).
   const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
   const float dt_bias = gdn_dt_bias<kKda, K>(p, hv);  // KDA: this thread's key channel's

@@ -729,7 +729,7 @@ __global__ void __launch_bounds__(
   __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV> sm;
   const int hv = blockIdx.y;
   // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
-  const int h = static_cast<int>((hv + 0.5f) * p.inv_v_per_k);
+  const int h = head_group(hv, p.inv_v_per_k);
   // The layer's gate parameters: written by nobody in the round and independent of the slot, so
   // their loads are issued first (their latency overlaps the slot's and the state's).
   const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;

@@ -131,7 +131,8 @@ struct GdnFactorLayout {
 };
 constexpr int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
-// Head h's group where a group holds n heads (Mamba2: the group of B and C), from the launcher's
+// Head h's group where a group holds n heads (Mamba2: the group of B and C; GDN and KDA: the key
+// head of value head h, n value heads a key head), from the launcher's
 // reciprocal inv = 1.0f / n: h / n without an integer division (about 20 instructions on a
 // kernel's prologue, before the loads that need the group). Exact wherever h + 0.5 and the head
 // count are below 2^22: (h + 0.5) / n is at least 0.5 / n from an integer, and the float
