@@ -132,12 +132,12 @@ struct GdnFactorLayout {
 constexpr int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
 // Head h's group where a group holds n heads (Mamba2: the group of B and C; GDN and KDA: the key
-// head of value head h, n value heads a key head), from the launcher's
-// reciprocal inv = 1.0f / n: h / n without an integer division (about 20 instructions on a
-// kernel's prologue, before the loads that need the group). Exact wherever h + 0.5 and the head
-// count are below 2^22: (h + 0.5) / n is at least 0.5 / n from an integer, and the float
-// reciprocal and product are within (heads / n) * 2^-23 of it (tests/cpu/test_replay_blocks.cpp
-// checks every h of every head count to 2048 and every group size of it).
+// head of value head h, n value heads a key head), from the launcher's reciprocal inv = 1.0f / n:
+// h / n without an integer division (about 20 instructions on a kernel's prologue, before the
+// loads that need the group). Exact wherever h + 0.5 and the head count are below 2^22:
+// (h + 0.5) / n is at least 0.5 / n from an integer, and the float reciprocal and product are
+// within (heads / n) * 2^-23 of it (tests/cpu/test_replay_blocks.cpp checks every h of every head
+// count to 2048 and every group size of it).
 constexpr int head_group(int h, float inv) {
   return static_cast<int>((static_cast<float>(h) + 0.5f) * inv);
 }
