@@ -47,8 +47,8 @@ struct Pair {
 
 // The driver, for any layer kind (common/layer_kinds.h).
 template <typename Kind>
-void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& mem,
-              uint64_t seed) {
+void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& mem, uint64_t seed,
+              std::vector<int>* verify_rows) {
   using Inputs = typename Kind::Inputs;
   using Outputs = typename Kind::Outputs;
   KindDriver<Kind> d(g, mem, seed);
@@ -88,7 +88,13 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
   };
 
   // Layer l of the open round verified in both pools on the same random inputs.
+  int round_rows = 0;        // rows of the open round
+  bool round_noted = false;  // its rows are in verify_rows
   auto verify_both = [&](int l, int64_t tokens, const std::string& what) {
+    if (verify_rows != nullptr && !round_noted) {
+      verify_rows->push_back(round_rows);
+      round_noted = true;
+    }
     const Inputs in = d.inputs(tokens);
     const Outputs os = d.outputs(tokens), orp = d.outputs(tokens);
     pools.snap.verify(l, d.weights[l], in, os);
@@ -163,6 +169,8 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
       row_request.insert(row_request.begin() + rng() % (row_request.size() + 1), -1);
     }
     const int B = static_cast<int>(row_request.size());
+    round_rows = B;
+    round_noted = false;
     VerifyBatch bs = request_batch(row_request, hs, T), br = request_batch(row_request, hr, T);
     if (c.tree) {
       for (int r = 0; r < B; ++r) {
@@ -247,8 +255,23 @@ void run_case(const EquivalenceCase& c, const typename Kind::Config& g, Memory& 
 
 std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
 
-void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t seed) {
-  for_kind(c.preset, [&](auto kind, const auto& g) { run_case<decltype(kind)>(c, g, mem, seed); });
+void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t seed,
+                              std::vector<int>* verify_rows) {
+  for_kind(c.preset, [&](auto kind, const auto& g) {
+    run_case<decltype(kind)>(c, g, mem, seed, verify_rows);
+  });
+}
+
+std::vector<LeanDefaultCase> lean_default_cases() {
+  // name, preset, tree, max_window, requests, rounds (the seed: lean_default_seed).
+  return {
+      {EquivalenceCase{"k128_max7", "gpu_k128", false, 3, 5, 12}, 7, false},
+      {EquivalenceCase{"k128_max8", "gpu_k128", false, 4, 6, 12}, 8, true},
+      {EquivalenceCase{"mamba2_max7", "m2_gpu_bf16", false, 4, 5, 12}, 7, false},
+      {EquivalenceCase{"mamba2_max8", "m2_gpu_bf16", false, 3, 6, 12}, 8, true},
+      {EquivalenceCase{"kda_max3", "kda_gpu_k128", false, 4, 1, 12}, 3, false},
+      {EquivalenceCase{"kda_max4", "kda_gpu_k128", false, 4, 2, 12}, 4, true},
+  };
 }
 
 }  // namespace specstate::test

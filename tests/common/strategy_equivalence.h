@@ -31,6 +31,22 @@ class Memory {
 std::unique_ptr<Memory> host_memory();
 
 // Runs the case on `mem`'s backend; failures are reported through gtest (ASSERT/EXPECT).
-void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t seed);
+// `verify_rows` (optional): the rows of every round that verified a layer, in order (padding rows
+// count), the rounds an abort_round() dropped included. The rounds are drawn on the host from the
+// seed, so they are the same on every backend.
+void run_strategy_equivalence(const EquivalenceCase& c, Memory& mem, uint64_t seed,
+                              std::vector<int>* verify_rows = nullptr);
+
+// The cases of ConvLeanDefaultGpu (tests/gpu): per kind, one whose largest verified round is the
+// kind's lean conv rows - 1 (ConvUpdateParams::lean_rows: 8 for GDN and Mamba2, 4 for KDA) and one
+// whose largest is lean_rows; `lean`: whether the lean conv must run. Seeded with
+// lean_default_seed; the largest rounds are checked on the CPU (test_strategy_equivalence.cpp).
+struct LeanDefaultCase {
+  EquivalenceCase c;
+  int largest_rows;  // of its verified rounds
+  bool lean;
+};
+std::vector<LeanDefaultCase> lean_default_cases();
+inline uint64_t lean_default_seed(const EquivalenceCase& c) { return 0x1EA2 + c.requests * 7; }
 
 }  // namespace specstate::test

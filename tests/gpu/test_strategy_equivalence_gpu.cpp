@@ -468,47 +468,45 @@ INSTANTIATE_TEST_SUITE_P(
     EnvCaseName{"_lean"});
 
 // The lean replay conv's default rows per kind (ConvUpdateParams::lean_rows, kernels::
-// conv_lean_choice: 8 for GDN and Mamba2, 4 for KDA), no switch set. A round's rows are a subset
-// of the `requests` with up to 2 padding rows among them (the pool's max_rows, requests + 2), and
-// padding rows count: requests + 2 < lean_rows never takes it, requests >= lean_rows does (some
-// rounds reach lean_rows). Replay equals snapshot either way.
-using LeanDefaultCase = std::tuple<EquivalenceCase, bool>;  // (case, the lean kernel runs)
+// conv_lean_choice: 8 for GDN and Mamba2, 4 for KDA), no switch set (lean_default_cases,
+// tests/common/strategy_equivalence.h): per kind a case whose largest verified round has
+// lean_rows - 1 rows, where the lean conv never runs (a smaller lean_rows would take it), and one
+// whose largest has lean_rows, where it runs (a larger one would not). Padding rows count. The
+// rounds are drawn on the host, the same on every backend: StrategyEquivalenceCpu's
+// LeanDefaultCasesReachTheirRows checks their largest rounds in CI.
 class ConvLeanDefaultGpu : public ::testing::TestWithParam<LeanDefaultCase> {};
 
 TEST_P(ConvLeanDefaultGpu, FromTheKindsRowsAndReplayEqualsSnapshot) {
   SPECSTATE_REQUIRE_GPU();
-  const auto& [c, lean] = GetParam();
+  const LeanDefaultCase& k = GetParam();
   for (const char* var : {"SPECSTATE_CONV_LEAN", "SPECSTATE_CONV_SMALL", "SPECSTATE_CONV_NARROW",
                           "SPECSTATE_CONV_BATCH", "SPECSTATE_CONV_TWO", "SPECSTATE_GDN_FUSED"}) {
     ASSERT_EQ(std::getenv(var), nullptr) << var << " is set: the default rule is not what runs";
   }
   const int64_t before = kernels::conv_lean_launches();
+  std::vector<int> rows;
   {
     CudaStream stream(cudaStreamNonBlocking);
     ASSERT_NE(stream.get(), nullptr);
     DeviceMemory mem(stream.get());
-    run_strategy_equivalence(c, mem, 0x1EA2 + c.requests * 7);
+    run_strategy_equivalence(k.c, mem, lean_default_seed(k.c), &rows);
   }
   const int64_t ran = kernels::conv_lean_launches() - before;
-  if (lean) {
-    EXPECT_GT(ran, 0) << "no round of up to " << c.requests << " rows took the lean conv";
+  ASSERT_FALSE(rows.empty());
+  ASSERT_EQ(*std::max_element(rows.begin(), rows.end()), k.largest_rows);
+  if (k.lean) {
+    EXPECT_GT(ran, 0) << "no round took the lean conv; the largest had " << k.largest_rows
+                      << " rows";
   } else {
-    EXPECT_EQ(ran, 0) << "a round of at most " << c.requests + 2 << " rows took the lean conv";
+    EXPECT_EQ(ran, 0) << "a round took the lean conv; the largest had " << k.largest_rows
+                      << " rows";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Gpu, ConvLeanDefaultGpu,
-    ::testing::Values(
-        LeanDefaultCase{EquivalenceCase{"k128_rows5", "gpu_k128", false, 4, 5, 12}, false},
-        LeanDefaultCase{EquivalenceCase{"k128_rows10", "gpu_k128", false, 4, 10, 12}, true},
-        LeanDefaultCase{EquivalenceCase{"mamba2_rows5", "m2_gpu_bf16", false, 4, 5, 12}, false},
-        LeanDefaultCase{EquivalenceCase{"mamba2_rows10", "m2_gpu_bf16", false, 4, 10, 12}, true},
-        LeanDefaultCase{EquivalenceCase{"kda_rows1", "kda_gpu_k128", false, 4, 1, 12}, false},
-        LeanDefaultCase{EquivalenceCase{"kda_rows6", "kda_gpu_k128", false, 4, 6, 12}, true}),
-    [](const ::testing::TestParamInfo<LeanDefaultCase>& info) {
-      return std::string(std::get<0>(info.param).name);
-    });
+INSTANTIATE_TEST_SUITE_P(Gpu, ConvLeanDefaultGpu, ::testing::ValuesIn(lean_default_cases()),
+                         [](const ::testing::TestParamInfo<LeanDefaultCase>& info) {
+                           return std::string(info.param.c.name);
+                         });
 
 // Variable windows through the lean replay conv (rows of 0 .. T tokens, packed; rows of length 0
 // beside rows with pending steps: the committed window advanced with no window token).
