@@ -38,7 +38,9 @@ struct ConvUpdateParams {
   // kernels::conv_small_vt): T in 4..7 over rows in [small_rows_lo, small_rows_hi], T >= 8 up to
   // max(8, small_rows_hi) rows, T in 2..3 over [small_rows_lo, small_rows_short_hi] (0: never).
   // Measured (docs/cuda.md): 1..8 and 1..4 at T < 4 by default (Mamba2; T < 4 on the H100), KDA
-  // 1..6 and 1..4, GDN 2..8 at every T (build_gdn_launch, build_kda_launch; kernel_types.h).
+  // 1..6 and 1..4, GDN 2..8 at every T (build_gdn_launch, build_kda_launch; kernel_types.h). The
+  // lean kernel takes chains from lean_rows rows on (below) before this rule, so these ranges serve
+  // the rows below lean_rows (GDN and Mamba2 up to 7, KDA up to 3) and chains it cannot serve.
   int small_rows_lo = kConvSmallRowsLo;
   int small_rows_hi = kConvSmallRowsHi;
   ElemType weight_dtype = ElemType::kF32;
