@@ -86,6 +86,31 @@ __device__ __forceinline__ float load_any(const void* p, ElemType t, int64_t i) 
                               : static_cast<const float*>(p)[i];
 }
 
+// load_any, or 0 where p is null, without a branch: one predicated load of the dtype's width.
+// The recurrence kernels load their gate parameters this way first thing: with a branch around
+// each load (`p ? load_any(...) : 0`), ptxas moved each value into a uniform register right
+// after its load, inside the branch, so the loads ran one round trip after another before the
+// slot's (ncu by SASS line, docs/cuda.md, thirty-fourth session).
+__device__ __forceinline__ float load_any_or_zero(const void* p, ElemType t, int64_t i) {
+  const uint32_t bf = t == ElemType::kBF16 ? 1u : 0u;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(i) * (bf ? 2 : 4);
+  uint32_t bits;
+  asm("{\n\t"
+      ".reg .pred n, b, nb, f;\n\t"
+      "setp.ne.u64 n, %1, 0;\n\t"
+      "setp.ne.u32 b, %3, 0;\n\t"
+      "not.pred nb, b;\n\t"
+      "and.pred f, n, nb;\n\t"
+      "and.pred b, n, b;\n\t"
+      "mov.b32 %0, 0;\n\t"
+      "@f ld.global.b32 %0, [%2];\n\t"
+      "@b ld.global.u16 %0, [%2];\n\t"
+      "}"
+      : "=r"(bits)
+      : "l"(reinterpret_cast<uintptr_t>(p)), "l"(a), "r"(bf));
+  return __uint_as_float(bf ? bits << 16 : bits);
+}
+
 __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
@@ -499,12 +524,13 @@ struct ReplayBlocks {
 };
 template <int kChunk, typename Params>
 __device__ __forceinline__ bool replay_blocks(const Params& p, int blocks, ReplayBlocks& b) {
-  if (p.cursor == nullptr || p.snap != nullptr || p.parents != nullptr) return false;
+  // The slot first, before any branch: its load then leaves with the kernel's gate parameters'.
   const int rr = blockIdx.z;
-  b.vb0 = blockIdx.x * p.vblocks;
-  b.nvb = min(p.vblocks, blocks - b.vb0);
   b.row = rr;
   b.slot = p.slots ? p.slots[b.row] : p.slot_inline[rr];
+  if (p.cursor == nullptr || p.snap != nullptr || p.parents != nullptr) return false;
+  b.vb0 = blockIdx.x * p.vblocks;
+  b.nvb = min(p.vblocks, blocks - b.vb0);
   if (b.slot < 0) return false;
   b.rt = row_tokens(p.varlen, b.row, p.tokens);
   b.cur = replay_cursor(p, b.slot, b.rt.count);

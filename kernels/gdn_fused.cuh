@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(kGdnThreads, SPECSTATE_GDN_FUSED_MIN_CTAS)
   const int vblock = blockIdx.x, hv = blockIdx.y, r = blockIdx.z;
   const int h = head_group(hv, p.inv_v_per_k);
   // The layer's gate parameters first (gdn_recurrence_kernel's order).
-  const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
+  const float a_log = load_any_or_zero(p.A_log, p.a_log_dtype, hv * p.a_log_stride);
   const float dt_bias = gdn_dt_bias<kKda, K>(p, hv);  // KDA: this thread's key channel's
   const int row = r;
   const int slot = p.slots[row];

@@ -732,7 +732,7 @@ __global__ void __launch_bounds__(
   const int h = head_group(hv, p.inv_v_per_k);
   // The layer's gate parameters: written by nobody in the round and independent of the slot, so
   // their loads are issued first (their latency overlaps the slot's and the state's).
-  const float a_log = p.A_log ? load_any(p.A_log, p.a_log_dtype, hv * p.a_log_stride) : 0.0f;
+  const float a_log = load_any_or_zero(p.A_log, p.a_log_dtype, hv * p.a_log_stride);
   const float dt_bias = gdn_dt_bias<kKda, K>(p, hv);  // KDA: this thread's key channel's
   if constexpr (kMulti) {
     // A replay chain, p.vblocks V blocks per CTA.

@@ -134,12 +134,11 @@ struct GdnFactorSink {
 // the chain after the wait (KDA's fused launch: docs/cuda.md, eleventh session).
 template <bool kKda, int K>
 __device__ __forceinline__ float gdn_dt_bias(const GdnRecurrenceParams& p, int hv) {
-  if (!p.dt_bias) return 0.0f;
   if constexpr (kKda) {
-    return load_any(p.dt_bias, p.dt_bias_dtype,
-                    hv * p.dt_bias_stride + (threadIdx.x % K) * p.dt_bias_stride_k);
+    return load_any_or_zero(p.dt_bias, p.dt_bias_dtype,
+                            hv * p.dt_bias_stride + (threadIdx.x % K) * p.dt_bias_stride_k);
   } else {
-    return load_any(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);
+    return load_any_or_zero(p.dt_bias, p.dt_bias_dtype, hv * p.dt_bias_stride);
   }
 }
 
