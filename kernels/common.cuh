@@ -86,11 +86,13 @@ __device__ __forceinline__ float load_any(const void* p, ElemType t, int64_t i) 
                               : static_cast<const float*>(p)[i];
 }
 
-// load_any, or 0 where p is null, without a branch: one predicated load of the dtype's width.
-// The recurrence kernels load their gate parameters this way first thing: with a branch around
-// each load (`p ? load_any(...) : 0`), ptxas moved each value into a uniform register right
-// after its load, inside the branch, so the loads ran one round trip after another before the
-// slot's (ncu by SASS line, docs/cuda.md, thirty-fourth session).
+// load_any, or 0 where p is null: two predicated loads, one for each dtype width, of which at
+// most one runs (the dtype is a run-time value at every call site; with a constant one ptxas may
+// turn the predicate back into a branch). The recurrence kernels load their gate parameters this
+// way first thing: with a branch around each load (`p ? load_any(...) : 0`), ptxas moved each
+// value into a uniform register right after its load, inside the branch, so the loads ran one
+// round trip after another before the slot's (ncu by SASS instruction, docs/cuda.md,
+// thirty-fourth session).
 __device__ __forceinline__ float load_any_or_zero(const void* p, ElemType t, int64_t i) {
   const uint32_t bf = t == ElemType::kBF16 ? 1u : 0u;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(i) * (bf ? 2 : 4);

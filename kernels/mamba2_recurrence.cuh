@@ -426,8 +426,9 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
     if (hist > 0) {
       mamba2_prefetch_history<Act, N, kChunk>(sm.hist_raw, sm.chunk, p, ring, base, h, vb0, hist);
     }
-    // A before the state's loads: formed after them, it reused their address registers and
-    // waited for the loads to leave (ncu: 9% of the stall samples on its first instruction).
+    // A before the grid-dependency wait (ptxas places it between the state's loads and the
+    // wait): formed after the wait, it reused the loads' address registers and waited for the
+    // loads to leave (ncu: 9% of the stall samples on its first instruction).
     const float A = p.A_log ? -expf(a_log) : 0.0f;
     float4 S[RPT][NK];
 #pragma unroll
