@@ -472,8 +472,8 @@ INSTANTIATE_TEST_SUITE_P(
 // tests/common/strategy_equivalence.h): per kind a case whose largest verified round has
 // lean_rows - 1 rows, where the lean conv never runs (a smaller lean_rows would take it), and one
 // whose largest has lean_rows, where it runs (a larger one would not). Padding rows count. The
-// rounds are drawn on the host, the same on every backend: StrategyEquivalenceCpu's
-// LeanDefaultCasesReachTheirRows checks their largest rounds in CI.
+// rounds are drawn on the host, the same on every backend: Cpu/LeanDefaultCases
+// (tests/cpu/test_strategy_equivalence.cpp) checks their largest rounds in CI.
 class ConvLeanDefaultGpu : public ::testing::TestWithParam<LeanDefaultCase> {};
 
 TEST_P(ConvLeanDefaultGpu, FromTheKindsRowsAndReplayEqualsSnapshot) {
