@@ -53,6 +53,21 @@ if [ -d "$deps" ]; then
   fi
 fi
 
+# A base tree's build folder (the ab and kdaab stages) made fresh where it was built from another
+# revision: scripts/ab-base.sh writes the tree with git archive, whose files carry their commit's
+# time, so an older base's sources are older than the objects a newer base left behind and ninja
+# would keep those objects (a stale base timed its own predecessor: every B / A 1.000, 2026-12-07).
+base_build_dir() {  # base_build_dir SOURCE BUILD_DIR
+  local want have
+  want="$(cat "$1/.ab-revision" 2>/dev/null || echo unknown)"
+  have="$(cat "$2/.ab-revision" 2>/dev/null || echo none)"
+  if [ "$want" != "$have" ] || [ "$want" = unknown ]; then
+    [ -d "$2" ] && echo "base build $2 was $have, the base is $want: built afresh"
+    rm -rf "$2"
+  fi
+  mkdir -p "$2" && echo "$want" >"$2/.ab-revision"
+}
+
 tests_bin="$BUILD/tests/gpu/specstate_gpu_tests"
 cpu_tests_bin="$BUILD/tests/specstate_cpu_tests"  # holds the golden cases' CUDA halves
 bench_bin="$BUILD/tests/bench/specstate_gpu_bench"
@@ -202,7 +217,8 @@ if has ab; then
   if [ ! -f "$base/CMakeLists.txt" ]; then
     echo "ab: no base tree at $base (scripts/ab-base.sh REV makes one)"
     status=1
-  elif cmake -S "$base" -B "$base_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  elif base_build_dir "$base" "$base_build" &&
+       cmake -S "$base" -B "$base_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          -DCMAKE_CUDA_ARCHITECTURES=90 -DSPECSTATE_CUDA=ON -DSPECSTATE_INSTALL=OFF \
          "${cmake_extra[@]}" >"$OUT/ab_build.log" 2>&1 &&
        cmake --build "$base_build" -j "$JOBS" --target specstate_gpu_bench specstate_mamba2_bench \
@@ -391,6 +407,7 @@ if has kdaab; then
     side_flags=()
     [ "$side" = tree ] && [ -n "${KDAAB_TREE_CUDA_FLAGS:-}" ] &&
       side_flags=("-DCMAKE_CUDA_FLAGS=$KDAAB_TREE_CUDA_FLAGS")
+    [ "$side" = base ] && base_build_dir "$src" "$BUILD-py-base"
     if ! { cmake -S "$src" -B "$BUILD-py-$side" -G Ninja -DCMAKE_BUILD_TYPE=Release \
              -DSPECSTATE_PYTHON=ON -DSPECSTATE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
              -DSPECSTATE_BUILD_TESTS=OFF -DSPECSTATE_BUILD_BENCH=OFF -DSPECSTATE_BUILD_EXAMPLES=OFF \
