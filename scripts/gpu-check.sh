@@ -68,6 +68,17 @@ base_build_dir() {  # base_build_dir SOURCE BUILD_DIR
   mkdir -p "$2" && echo "$want" >"$2/.ab-revision"
 }
 
+# "N passed, M skipped, F failed" of a GoogleTest log (a line that survives filters of gtest's
+# bracketed lines, e.g. a caller's grep -v '^\[').
+gtest_counts() {
+  local passed skipped failed
+  passed="$(grep -oE '^\[  PASSED  \] [0-9]+' "$1" | tail -1 | grep -oE '[0-9]+$')"
+  skipped="$(grep -oE '^\[  SKIPPED \] [0-9]+' "$1" | tail -1 | grep -oE '[0-9]+$')"
+  failed="$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$1" | tail -1 | grep -oE '^[^0-9]*[0-9]+' |
+    grep -oE '[0-9]+$')"
+  echo "${passed:-0} passed, ${skipped:-0} skipped, ${failed:-0} failed"
+}
+
 tests_bin="$BUILD/tests/gpu/specstate_gpu_tests"
 cpu_tests_bin="$BUILD/tests/specstate_cpu_tests"  # holds the golden cases' CUDA halves
 bench_bin="$BUILD/tests/bench/specstate_gpu_bench"
@@ -104,7 +115,7 @@ if has tests; then
   rc=$?
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure|error|expected|Which is" \
     "$OUT/gpu_tests.log" | head -60
-  echo "gpu tests rc=$rc"
+  echo "gpu tests: $(gtest_counts "$OUT/gpu_tests.log"), rc=$rc"
   [ $rc -ne 0 ] && status=1
   echo "== golden cases and float64 references on CUDA (GDN A and C, bf16, realistic sizes, Mamba2 A,"
   echo "   KDA A and LB from fla; both strategies)"
@@ -114,7 +125,7 @@ if has tests; then
   rc=$?
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|Failure" "$OUT/golden_cuda.log" | head -20
   grep -E "max_rel|vs f64|tensor" "$OUT/golden_cuda.log" | head -40 >"$OUT/golden_cuda_summary.log"
-  echo "golden cuda rc=$rc"
+  echo "golden cuda: $(gtest_counts "$OUT/golden_cuda.log"), rc=$rc"
   [ $rc -ne 0 ] && status=1
 fi
 
