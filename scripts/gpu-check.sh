@@ -8,6 +8,8 @@
 #   STAGES="build tests bench" scripts/gpu-check.sh
 #   STAGES="build tests ab" scripts/gpu-check.sh   # against .ab-base (scripts/ab-base.sh REV):
 #                                                  # GDN, Mamba2 and (base permitting) KDA rounds
+#                                                  # (the base's build folder is built afresh
+#                                                  # when .ab-base holds another revision)
 #   AB_BASE=.ab-base2 AB_BUILD=build-gpu-base2 STAGES=ab scripts/gpu-check.sh   # a second base
 #   STAGES="build tests layout" scripts/gpu-check.sh   # the rounds under each state layout
 #   STAGES="build overlap" scripts/gpu-check.sh   # layers overlapping off / rule / any rows
