@@ -2,8 +2,9 @@
 # The Python package on a GPU machine with no package access (the H200 device machine: torch,
 # transformers, nanobind, pytest; no scikit-build-core, no Debian -dev packages). Carry
 # .gpudeps (scripts/make-gpudeps.sh) and .whl (pip download scikit-build-core pathspec packaging
-# --no-deps -d .whl; scripts/device-prep.sh makes both). Builds the package with the CUDA backend (sm_90), runs tests/python (GPU
-# tests included) and the real client on the GPU for both strategies. Logs to $OUT (./out).
+# --no-deps -d .whl; scripts/device-prep.sh makes both). Builds the package with the CUDA backend
+# (sm_90), runs tests/python (GPU tests included) and the real client on the GPU for both
+# strategies. Logs to $OUT (./out).
 # PY_STAGES="build" stops once the package is built and installed (for tools/kda_bench.py);
 # "build pytest" runs tests/python without the clients.
 set -uo pipefail

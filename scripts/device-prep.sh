@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes the git-ignored inputs a device call carries, none of which survives a new checkout:
 #   .gpudeps  the Debian packages' headers and libraries (scripts/make-gpudeps.sh);
-#   .whl      SGLang 0.5.23's ring kernels (the ringbench stage, tools/sglang_ring_bench.py), the
+#   .whl      SGLang's ring kernels (the ringbench stage: tools/sglang_ring_bench.py's modules), the
 #             fla-core 0.6.0 and einops wheels (the kdabench / kdaab stages) and the Python
 #             package's build requirements the device lacks (scikit-build-core, pathspec,
 #             packaging: python/gpu_check.sh, and the kdabench stage, which builds the package);
@@ -18,23 +18,37 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 [ -d .gpudeps ] || scripts/make-gpudeps.sh
 mkdir -p .whl
-src=.whl/sglang-0.5.23-src
+# SGLang's version and the modules tools/sglang_ring_bench.py loads, read from the bench itself
+# (SGLANG_VERSION, MODULES), so that the two cannot disagree.
+sglang_version="$(python3 - <<'PY'
+import ast
+tree = ast.parse(open("tools/sglang_ring_bench.py").read())
+for node in tree.body:
+    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SGLANG_VERSION":
+        print(ast.literal_eval(node.value))
+PY
+)"
+if [ -z "$sglang_version" ]; then
+  echo "device-prep: no SGLANG_VERSION in tools/sglang_ring_bench.py" >&2
+  exit 1
+fi
+src=".whl/sglang-$sglang_version-src"
 if [ ! -d "$src" ]; then
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
-  python3 -m pip download -q sglang==0.5.23 --no-deps -d "$tmp"
-  # The four files tools/sglang_ring_bench.py loads (its docstring), nothing else of the wheel.
-  python3 - "$tmp"/sglang-0.5.23-*.whl "$src" <<'PY'
-import sys, zipfile
+  python3 -m pip download -q "sglang==$sglang_version" --no-deps -d "$tmp"
+  # Only the bench's modules' files; extracted beside, then moved into place whole.
+  python3 - "$tmp"/sglang-"$sglang_version"-*.whl "$tmp/src" <<'PY'
+import ast, sys, zipfile
 wheel, dst = sys.argv[1], sys.argv[2]
-names = ["sglang/kernels/ops/attention/linear/gdn_replayssm_spec_decode.py",
-         "sglang/kernels/ops/mamba/causal_conv1d_triton.py",
-         "sglang/kernels/ops/mamba/mamba_state_scatter_triton.py",
-         "sglang/kernels/ops/memory/ptr_table.py"]
+tree = ast.parse(open("tools/sglang_ring_bench.py").read())
+modules = next(ast.literal_eval(n.value) for n in tree.body
+               if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "MODULES")
 with zipfile.ZipFile(wheel) as z:
-    for n in names:
-        z.extract(n, dst)
+    for module in modules.values():
+        z.extract(module.replace(".", "/") + ".py", dst)
 PY
+  mv "$tmp/src" "$src"
 fi
 ls .whl/fla_core-*.whl >/dev/null 2>&1 ||
   python3 -m pip download -q fla-core==0.6.0 --no-deps -d .whl
