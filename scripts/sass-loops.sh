@@ -15,8 +15,8 @@
 # kMulti, kKV>). A loop is an address range [target, branch] of a backward branch; "innermost":
 # no other backward branch inside it. A loop's body also holds its conditional blocks (e.g. a
 # prefetch issued at t == 0 only): the counts are static, not executed, instructions.
-# cuobjdump and nvdisasm are not in every CUDA install: they are taken from PATH or from the
-# nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels (PyPI), unpacked once into
+# cuobjdump and nvdisasm are not in every CUDA install: scripts/sass-tools.sh takes them from PATH
+# or from the nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels (PyPI), unpacked once into
 # ~/.cache/specstate/cuobjdump.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,18 +25,7 @@ unit="${1:?usage: scripts/sass-loops.sh kernels/UNIT.cu [KERNEL_REGEX]}"
 filter="${2:-.}"
 min="${MIN_INSTR:-16}"
 
-if ! command -v cuobjdump >/dev/null 2>&1 || ! command -v nvdisasm >/dev/null 2>&1; then
-  tools="$HOME/.cache/specstate/cuobjdump"
-  if [ ! -x "$tools/nvidia/cu13/bin/cuobjdump" ] || [ ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]; then
-    mkdir -p "$tools/whl"
-    for pkg in cuobjdump nvdisasm; do  # cuobjdump -sass runs nvdisasm
-      python3 -m pip download --quiet --no-deps "nvidia-cuda-$pkg" -d "$tools/whl"
-      python3 -m zipfile -e "$tools"/whl/nvidia_cuda_$pkg-*.whl "$tools"
-    done
-    chmod +x "$tools"/nvidia/cu13/bin/*
-  fi
-  PATH="$tools/nvidia/cu13/bin:$PATH"
-fi
+source scripts/sass-tools.sh
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

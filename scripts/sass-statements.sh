@@ -12,8 +12,7 @@
 #   NVCC_EXTRA=-DSPECSTATE_GDN_MULTI2_MIN_CTAS=5 scripts/sass-statements.sh ...   # a knob
 #
 # KERNEL_REGEX is matched against the mangled names (scripts/sass-loops.sh says how they read);
-# it must pick exactly one kernel. nvdisasm and cuobjdump come from PATH or, as
-# scripts/sass-loops.sh installs them, from ~/.cache/specstate/cuobjdump.
+# it must pick exactly one kernel. nvdisasm comes from PATH or its wheel (scripts/sass-tools.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -27,18 +26,7 @@ unit="$1" pattern="$2" file="$3" first="$4" last="$5"
 [[ "$first" =~ ^[0-9]+$ && "$last" =~ ^[0-9]+$ && "$first" -le "$last" ]] ||
   { echo "sass-statements: FIRST and LAST must be line numbers, FIRST <= LAST ($first, $last)" >&2
     exit 2; }
-if ! command -v nvdisasm >/dev/null 2>&1; then
-  tools="$HOME/.cache/specstate/cuobjdump"
-  if [ ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]; then
-    mkdir -p "$tools/whl"
-    for pkg in cuobjdump nvdisasm; do
-      python3 -m pip download --quiet --no-deps "nvidia-cuda-$pkg" -d "$tools/whl"
-      python3 -m zipfile -e "$tools"/whl/nvidia_cuda_$pkg-*.whl "$tools"
-    done
-    chmod +x "$tools"/nvidia/cu13/bin/*
-  fi
-  PATH="$tools/nvidia/cu13/bin:$PATH"
-fi
+source scripts/sass-tools.sh
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
