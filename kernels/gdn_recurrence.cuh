@@ -11,8 +11,11 @@ namespace specstate::kernels {
 // The shared memory of one CTA. next_state: the next item's state (kItems = 2: the next row's;
 // kMulti, a replay chain over several V blocks: the next block's).
 template <typename St, int K, int kRows, int kItems, int kChunk, bool kReplay, bool kTree,
-          bool kMulti, bool kKda, bool kKV = false>
+          bool kMulti, bool kKda, bool kKV = false, int kOutParts = 1>
 struct GdnShared {
+  static constexpr int kParts = kMulti ? kOutParts : 1;
+  static constexpr bool kIsKda = kKda;
+  static_assert(kParts == 1 || !kKda, "deferred outputs: GDN's (gdn_flush_block)");
   // (kMulti with kKV: the next block's state lands in kv_tile instead.)
   static constexpr bool kNext = kItems > 1 || (kMulti && !kKV);
   GdnChunk<K, kRows, kChunk, kKda> chunk;
@@ -21,9 +24,10 @@ struct GdnShared {
   __align__(16) St next_state[kNext ? kRows * K : 4];
   // A tree without snapshots restarts branches from the row's start state (post history).
   __align__(16) float start_state[kReplay && kTree ? kRows * K : 4];
-  // kMulti: a block's per-token outputs and u records, written by each V row's lane 0 after its
-  // step and stored to global memory once per block (gdn_flush_block).
-  float out_rows[kMulti ? kChunk : 1][kMulti ? kRows : 1];
+  // kMulti: a block's per-token outputs and u records, written by each V row's lanes after its
+  // step and stored to global memory once per block (gdn_flush_block). kParts > 1: each of a
+  // row's kParts lanes' partial S q~ instead of the output (row r's at [r * kParts, +kParts)).
+  __align__(16) float out_rows[kMulti ? kChunk : 1][kMulti ? kRows * kParts : 1];
   float u_rows[kMulti ? kChunk : 1][kMulti ? kRows : 1];
   // kKV: the CTA's V rows of a [K][V] state on their way to or from global memory (gdn_kv_load /
   // gdn_kv_store; kMulti: also the next block's state, gdn_kv_tile_fill_async); a row is K + 1
@@ -195,17 +199,27 @@ __device__ __forceinline__ void gdn_kv_store_direct(St* head, int V, int v, cons
 // [0, count), rows [v0, v0 + kRows) of the head): a thread per (token, row), consecutive threads
 // on consecutive V rows, so each token's rows are one contiguous run where the output's V stride
 // is 1. `u_rec`: the head's u in ring record 0 (null: no records), record t at ring position
-// (wpos + t) mod R.
-template <typename Act, int kRows, int kChunk>
+// (wpos + t) mod R. kParts > 1: out_rows holds each row's kParts lanes' partial S q~, and the
+// output is formed here as the step forms it (lanes_sum, gdn_token_output; GDN only): `c` the
+// chunk, window token t at chunk token hist + t.
+template <typename Act, int kRows, int kChunk, int kParts = 1, typename Chunk = void>
 __device__ __forceinline__ void gdn_flush_block(const GdnRecurrenceParams& p,
-                                                const float (&out_rows)[kChunk][kRows],
+                                                const float (&out_rows)[kChunk][kRows * kParts],
                                                 const float (&u_rows)[kChunk][kRows], Act* out_v,
-                                                float* u_rec, int wpos, int count, int v0) {
+                                                float* u_rec, int wpos, int count, int v0,
+                                                const Chunk* c = nullptr, int hist = 0) {
   const int64_t u_stride = p.factor_bytes / 4;  // a ring may pass 8 GiB (R up to 2^30)
   for (int i = threadIdx.x; i < count * kRows; i += kGdnThreads) {
     const int t = i / kRows, r = i % kRows, v = v0 + r;
     if (v >= p.head_v_dim) continue;
-    out_v[t * p.out_stride_token + v * p.out_stride_v] = from_float<Act>(out_rows[t][r]);
+    float o;
+    if constexpr (kParts > 1) {
+      o = gdn_token_output<false>(lanes_sum<kParts>(&out_rows[t][r * kParts]), c->eg[hist + t],
+                                  u_rows[t][r], c->kq[hist + t]);
+    } else {
+      o = out_rows[t][r];
+    }
+    out_v[t * p.out_stride_token + v * p.out_stride_v] = from_float<Act>(o);
     if (u_rec != nullptr) {
       int pos = wpos + t;  // wpos < R, t < T <= R
       if (pos >= p.ring) pos -= p.ring;
@@ -479,6 +493,9 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   constexpr int kRows = kRowsBase * RPT;  // a block: RPT rows a thread (GdnRows)
   constexpr int kRowsPerWarp = 32 / LANES;
   constexpr int kPre = 2 * RPT;  // staged v/u elements per thread of the next block
+  // Deferred outputs: the lanes' partial S q~ staged, the outputs formed at the block's flush.
+  constexpr int kParts = Shared::kParts;
+  static_assert(kParts == 1 || (kParts < LANES && LANES % kParts == 0), "a row's lanes' partials");
   static_assert(kChunk * kRows <= kPre * kGdnThreads, "a block's staged rows: kPre per thread");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kl = lane % LANES;
   const int V = p.head_v_dim;
@@ -592,8 +609,8 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // output and u record into shared memory.
     const auto window_token = [&](int t, auto update) {
       float u[RPT], o[RPT];
-      gdn_step<St, K, LANES, RPT, kRows, kChunk>(S, sm.chunk, hist + t, kl, rows, u, o,
-                                                 static_cast<bool>(update));
+      gdn_step<St, K, LANES, RPT, kRows, kChunk, true, Shared::kIsKda, kParts>(
+          S, sm.chunk, hist + t, kl, rows, u, o, static_cast<bool>(update));
       if (kKV && t == 0 && more) {
         // The next block's state into the tile (cooperative: read back after a barrier); the
         // tile's last reads (the fold's store, the previous block's load) ended in barriers.
@@ -617,13 +634,18 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
       }
-      // The row's output and u record, stored with the block's others after its tokens
-      // (gdn_flush_block): no per-token global addressing in this loop. Every lane of a row holds
-      // the same o and u (the butterfly's sums are the same bits on every lane) and stores them
-      // to the same word: no branch around a writer lane.
+      // The row's output (kParts > 1: this lane's partial S q~) and u record, stored with the
+      // block's others after its tokens (gdn_flush_block): no per-token global addressing in this
+      // loop. Every lane of a row holds the same u (the butterfly's sums are the same bits on
+      // every lane) and stores it to the same word: no branch around a writer lane.
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
-        sm.out_rows[t][rows.vrow[j]] = o[j];
+        if constexpr (kParts > 1) {
+          // Lanes kl and kl + kParts hold the same partial: the same bits to the same word.
+          sm.out_rows[t][rows.vrow[j] * kParts + kl % kParts] = o[j];
+        } else {
+          sm.out_rows[t][rows.vrow[j]] = o[j];
+        }
         sm.u_rows[t][rows.vrow[j]] = u[j];
       }
     };
@@ -654,8 +676,8 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     }
     // Every thread is done with this block's staged rows, and its outputs are in shared memory.
     __syncthreads();
-    gdn_flush_block<Act, kRows, kChunk>(p, sm.out_rows, sm.u_rows, out_v, u_rec, wpos, rt.count,
-                                        vb * kRows);
+    gdn_flush_block<Act, kRows, kChunk, kParts>(p, sm.out_rows, sm.u_rows, out_v, u_rec, wpos,
+                                                rt.count, vb * kRows, &sm.chunk, hist);
     if (more) {
 #pragma unroll
       for (int q = 0; q < kPre; ++q) {
@@ -699,6 +721,19 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 #ifndef SPECSTATE_GDN_MULTI2_MIN_CTAS
 #define SPECSTATE_GDN_MULTI2_MIN_CTAS 4  // ... and its two-rows-a-thread one (128 registers)
 #endif
+#ifndef SPECSTATE_GDN_DEFER_OUT
+#define SPECSTATE_GDN_DEFER_OUT 1
+#endif
+// Partial sums a window output is staged as (GdnShared::kParts): GDN's two-rows chain over several
+// V blocks stages each row's partial S q~ after the query's first butterfly distance (LANES / 2
+// partials a row) and forms the outputs at the block's flush (gdn_flush_block): the token step
+// loses two of the query's three shuffle-and-add levels and the output. The buffer (8 KiB at
+// Qwen3-Next's shape) keeps the CTA's static shared memory under 48 KiB and its 4 CTAs an SM.
+// Elsewhere 1 (the one-row chain's 8 CTAs an SM and KDA's 4 would not hold the buffer).
+template <bool kKda, int LANES, int RPT, bool kMulti, bool kKV>
+constexpr int gdn_out_parts() {
+  return SPECSTATE_GDN_DEFER_OUT && kMulti && RPT == 2 && !kKda && !kKV ? LANES / 2 : 1;
+}
 // CTAs an SM an instantiation is compiled for: the count its path wants, capped at what its
 // shared memory lets an SM hold (ctas_per_sm_bound; KDA's larger chunk leaves 4 CTAs of its
 // two-rows-a-thread chain, 6 of its other replay paths). The launcher's wave arithmetic uses it.
@@ -711,7 +746,7 @@ constexpr int gdn_ctas_per_sm() {
                          : LANES == 8      ? 8
                                            : 1;
   using Shared = GdnShared<St, K, gdn_rows_per_cta<LANES>() * RPT, kItems, kChunk, kReplay, kTree,
-                           kMulti, kKda, kKV>;
+                           kMulti, kKda, kKV, gdn_out_parts<kKda, LANES, RPT, kMulti, kKV>()>;
   return ctas_per_sm_bound(wanted, sizeof(Shared), kSmemPerSm);
 }
 
@@ -726,7 +761,9 @@ __global__ void __launch_bounds__(
                 "a replay chain ([K][V] states: fp32, one row a thread, the next block copied by "
                 "cp.async)");
   constexpr int kRows = gdn_rows_per_cta<LANES>() * RPT;
-  __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV> sm;
+  __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV,
+                       gdn_out_parts<kKda, LANES, RPT, kMulti, kKV>()>
+      sm;
   const int hv = blockIdx.y;
   // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
   const int h = head_group(hv, p.inv_v_per_k);

@@ -512,16 +512,54 @@ __device__ __forceinline__ void gdn_apply_raw(float4 (&S)[RPT][K / (4 * LANES)],
   gdn_apply_kn<St, K, LANES, RPT>(S, kn, c, tt, kl, rows);
 }
 
+// A token's output from its row's S q~ (the lanes' sum), the token's gates and the row's u: GDN
+// o = e^g (S q~) + u (k^.q~), KDA o = S q~ + u (k^.q~) (S already decayed), with the contraction
+// written out, so that every caller (the step, gdn_flush_block's deferred outputs) forms the same
+// bits.
+template <bool kKda>
+__device__ __forceinline__ float gdn_token_output(float sq, float eg, float u, float kq) {
+  return kKda ? fmaf(u, kq, sq) : fmaf(eg, sq, u * kq);
+}
+
+// The sum of a row's kParts partial sums part[0 .. kParts) as the step's butterfly
+// (__shfl_xor_sync at distances LANES / 2, ..., 1) leaves it on every lane, given the partials
+// its distances from LANES / 2 down to kParts left (lane kl's value at index kl % kParts): at
+// distance m, lane i adds lane i ^ m's value to its own, and a float sum is the same bits in
+// either order.
+template <int kParts>
+__device__ __forceinline__ float lanes_sum(const float* part) {
+  static_assert(kParts % 4 == 0, "whole float4 loads");
+  float v[kParts];
+#pragma unroll
+  for (int i = 0; i < kParts; i += 4) {
+    const float4 q = *reinterpret_cast<const float4*>(part + i);
+    v[i] = q.x;
+    v[i + 1] = q.y;
+    v[i + 2] = q.z;
+    v[i + 3] = q.w;
+  }
+#pragma unroll
+  for (int m = kParts / 2; m > 0; m >>= 1) {
+#pragma unroll
+    for (int i = 0; i < m; ++i) v[i] += v[i + m];
+  }
+  return v[0];
+}
+
 // One token step on this thread's rows of S (staged token tt); sets o and u (the update) of each
-// row. kOutput = false (a tree path recomputed): S q~ and the output are not computed; the state
-// update is the same arithmetic. kUpdate = false: the state after the token is not formed (GDN
-// leaves S as it was, KDA leaves it decayed), for a window's last token whose state nobody reads
-// (a replay verify: its records, not its state, carry the window; o and u need only the state
-// before the token). Whether it is formed changes no bit of o, u or any state that is read.
-// GDN's decay is formed as each element has been read by the dot products: those products do not
-// depend on u, so they fill the wait for the dot products' shuffle reduction.
+// row. kOutParts > 1: o is this lane's partial S q~ after the butterfly's distances from LANES / 2
+// down to kOutParts only, and no output is formed: the caller stages the partials and forms the
+// output later (lanes_sum, gdn_token_output: the same bits), so the window's outputs cost the
+// token fewer shuffles (gdn_replay_vblocks' two-rows chain). kOutput = false (a tree path
+// recomputed): S q~ and the output are not computed; the state update is the same arithmetic.
+// kUpdate = false: the state after the token is not formed (GDN leaves S as it was, KDA leaves it
+// decayed), for a window's last token whose state nobody reads (a replay verify: its records, not
+// its state, carry the window; o and u need only the state before the token). Whether it is formed
+// changes no bit of o, u or any state that is read. GDN's decay is formed as each element has been
+// read by the dot products: those products do not depend on u, so they fill the wait for the dot
+// products' shuffle reduction.
 template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput, bool kKda,
-          bool kUpdate>
+          bool kUpdate, int kOutParts = 1>
 __device__ __forceinline__ void gdn_step_body(float4 (&S)[RPT][K / (4 * LANES)],
                                               const GdnChunk<K, kRows, kChunk, kKda>& c, int tt,
                                               int kl, const GdnRows<RPT>& rows, float (&u)[RPT],
@@ -557,7 +595,7 @@ __device__ __forceinline__ void gdn_step_body(float4 (&S)[RPT][K / (4 * LANES)],
 #pragma unroll
     for (int j = 0; j < RPT; ++j) {
       sk[j] += __shfl_xor_sync(0xffffffffu, sk[j], m);
-      if constexpr (kOutput) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], m);
+      if (kOutput && m >= kOutParts) sq[j] += __shfl_xor_sync(0xffffffffu, sq[j], m);
     }
   }
   const float beta = c.beta[tt], kq = c.kq[tt];
@@ -565,11 +603,10 @@ __device__ __forceinline__ void gdn_step_body(float4 (&S)[RPT][K / (4 * LANES)],
   for (int j = 0; j < RPT; ++j) {
     if constexpr (kKda) {
       u[j] = beta * (c.v[tt][rows.vrow[j]] - sk[j]);
-      o[j] = sq[j] + u[j] * kq;
     } else {
       u[j] = beta * (c.v[tt][rows.vrow[j]] - eg * sk[j]);
-      o[j] = eg * sq[j] + u[j] * kq;
     }
+    o[j] = kOutParts > 1 ? sq[j] : gdn_token_output<kKda>(sq[j], eg, u[j], kq);
     if constexpr (kUpdate) gdn_rank1<St, NK>(S[j], kn, u[j]);
   }
 }
@@ -577,15 +614,17 @@ __device__ __forceinline__ void gdn_step_body(float4 (&S)[RPT][K / (4 * LANES)],
 // gdn_step_body with the state update chosen at run time (`update`, uniform across the CTA): a
 // branch between two instantiations, each with its own schedule.
 template <typename St, int K, int LANES, int RPT, int kRows, int kChunk, bool kOutput = true,
-          bool kKda = false>
+          bool kKda = false, int kOutParts = 1>
 __device__ __forceinline__ void gdn_step(float4 (&S)[RPT][K / (4 * LANES)],
                                          const GdnChunk<K, kRows, kChunk, kKda>& c, int tt, int kl,
                                          const GdnRows<RPT>& rows, float (&u)[RPT], float (&o)[RPT],
                                          bool update = true) {
   if (update) {
-    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, true>(S, c, tt, kl, rows, u, o);
+    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, true, kOutParts>(S, c, tt, kl,
+                                                                                    rows, u, o);
   } else {
-    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, false>(S, c, tt, kl, rows, u, o);
+    gdn_step_body<St, K, LANES, RPT, kRows, kChunk, kOutput, kKda, false, kOutParts>(S, c, tt, kl,
+                                                                                     rows, u, o);
   }
 }
 

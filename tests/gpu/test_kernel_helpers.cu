@@ -1,14 +1,18 @@
-// Device helpers of kernels/common.cuh run on the GPU against the host's reading of the same
-// bytes. load_any_or_zero: the recurrence kernels' gate parameters (A_log, dt_bias, D) as one
-// predicated load of the dtype's width, 0 where the pointer is null (its PTX is hand-written).
+// Device helpers of kernels/common.cuh and kernels/gdn_step.cuh run on the GPU. load_any_or_zero
+// (against the host's reading of the same bytes): the recurrence kernels' gate parameters (A_log,
+// dt_bias, D) as one predicated load of the dtype's width, 0 where the pointer is null (its PTX is
+// hand-written). lanes_sum (against the token step's shuffle butterfly): GDN's deferred window
+// outputs, summed from staged partials at a block's flush, must be the butterfly's bits.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "gpu_util.h"
 #include "kernels/common.cuh"
+#include "kernels/gdn_step.cuh"
 
 namespace specstate::test {
 namespace {
@@ -120,6 +124,82 @@ TEST(LoadAnyOrZeroGpu, ANullParameterReadsNothingAndIsZero) {
       EXPECT_EQ(got[i], 0u) << "dtype " << static_cast<int>(t) << " index " << idx[i];
     }
   }
+}
+
+// A warp of 4 rows x 8 lanes: each lane's partial sum (in[warp * 32 + lane]); per row the sum as
+// gdn_step_body's butterfly leaves it (full[], lane 0's; every lane's is checked equal), the sum
+// from the partials after the first distance staged in shared memory and added by lanes_sum<4>
+// (staged4[], as gdn_flush_block), from the raw partials by lanes_sum<8> (staged8[]), and in lane
+// order (seq[], a different order: the data must tell the orders apart).
+__global__ void lanes_sum_kernel(const float* in, float* full, float* staged4, float* staged8,
+                                 float* seq, int* lanes_agree) {
+  constexpr int LANES = 8;
+  __shared__ __align__(16) float part4[4 * 4];
+  __shared__ __align__(16) float part8[4 * 8];
+  const int lane = threadIdx.x, row = lane / LANES, kl = lane % LANES;
+  const int w = blockIdx.x;
+  const float x = in[w * 32 + lane];
+  part8[row * LANES + kl] = x;
+  float sq = x;
+#pragma unroll
+  for (int m = LANES / 2; m > 0; m >>= 1) {
+    sq += __shfl_xor_sync(0xffffffffu, sq, m);
+    if (m == LANES / 2) part4[row * 4 + kl % 4] = sq;  // lanes kl and kl + 4: the same bits
+  }
+  const float lane0 = __shfl_sync(0xffffffffu, sq, row * LANES);
+  const unsigned same = __ballot_sync(0xffffffffu, __float_as_uint(sq) == __float_as_uint(lane0));
+  __syncwarp();
+  if (kl == 0) {
+    full[w * 4 + row] = sq;
+    staged4[w * 4 + row] = k::lanes_sum<4>(&part4[row * 4]);
+    staged8[w * 4 + row] = k::lanes_sum<8>(&part8[row * LANES]);
+    float s = 0.0f;
+    for (int i = 0; i < LANES; ++i) s += part8[row * LANES + i];
+    seq[w * 4 + row] = s;
+  }
+  if (lane == 0) lanes_agree[w] = same == 0xffffffffu;
+}
+
+TEST(LanesSumGpu, StagedPartialsSumToTheButterflysBits) {
+  SPECSTATE_REQUIRE_GPU();
+  // Partials of mixed signs and magnitudes (2^-20 .. 2^20), so that the order of the additions
+  // shows in the rounding.
+  constexpr int kWarps = 256, n = kWarps * 32, rows = kWarps * 4;
+  std::vector<float> in(n);
+  uint32_t state = 12345u;
+  for (float& v : in) {
+    state = state * 1664525u + 1013904223u;
+    const float mant = 1.0f + static_cast<float>(state >> 9) / static_cast<float>(1u << 23);
+    const int e = static_cast<int>((state >> 3) % 41) - 20;
+    v = std::ldexp((state & 1u) ? -mant : mant, e);
+  }
+  float *d_in = nullptr, *d_out = nullptr;
+  int* d_agree = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_in, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_out, 4 * rows * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_agree, kWarps * sizeof(int)), cudaSuccess);
+  cudaMemcpy(d_in, in.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  lanes_sum_kernel<<<kWarps, 32>>>(d_in, d_out, d_out + rows, d_out + 2 * rows, d_out + 3 * rows,
+                                   d_agree);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint32_t> out(4 * rows);
+  std::vector<int> agree(kWarps);
+  cudaMemcpy(out.data(), d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost);
+  cudaMemcpy(agree.data(), d_agree, kWarps * sizeof(int), cudaMemcpyDeviceToHost);
+  cudaFree(d_in);
+  cudaFree(d_out);
+  cudaFree(d_agree);
+  int nonzero = 0, order_shows = 0;
+  for (int r = 0; r < rows; ++r) {
+    EXPECT_EQ(out[rows + r], out[r]) << "lanes_sum<4> of the staged partials, row " << r;
+    EXPECT_EQ(out[2 * rows + r], out[r]) << "lanes_sum<8> of the raw partials, row " << r;
+    nonzero += out[r] != 0u;
+    order_shows += out[3 * rows + r] != out[r];
+  }
+  for (int w = 0; w < kWarps; ++w) EXPECT_EQ(agree[w], 1) << "the butterfly's lanes, warp " << w;
+  EXPECT_GT(nonzero, rows / 2);
+  // The data tells orders apart: a sum in lane order differs from the butterfly's somewhere.
+  EXPECT_GT(order_shows, 0);
 }
 
 }  // namespace
