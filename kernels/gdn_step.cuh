@@ -521,11 +521,9 @@ __device__ __forceinline__ float gdn_token_output(float sq, float eg, float u, f
   return kKda ? fmaf(u, kq, sq) : fmaf(eg, sq, u * kq);
 }
 
-// The sum of a row's kParts partial sums part[0 .. kParts) as the step's butterfly
-// (__shfl_xor_sync at distances LANES / 2, ..., 1) leaves it on every lane, given the partials
-// its distances from LANES / 2 down to kParts left (lane kl's value at index kl % kParts): at
-// distance m, lane i adds lane i ^ m's value to its own, and a float sum is the same bits in
-// either order.
+// The sum of a row's kParts partial sums staged at part[0 .. kParts) (16-byte aligned) as the
+// step's butterfly leaves it on every lane (kernels::butterfly_sum: lane kl's partial at index
+// kl % kParts, after the butterfly's distances from LANES / 2 down to kParts).
 template <int kParts>
 __device__ __forceinline__ float lanes_sum(const float* part) {
   static_assert(kParts % 4 == 0, "whole float4 loads");
@@ -538,12 +536,7 @@ __device__ __forceinline__ float lanes_sum(const float* part) {
     v[i + 2] = q.z;
     v[i + 3] = q.w;
   }
-#pragma unroll
-  for (int m = kParts / 2; m > 0; m >>= 1) {
-#pragma unroll
-    for (int i = 0; i < m; ++i) v[i] += v[i + m];
-  }
-  return v[0];
+  return butterfly_sum(v);
 }
 
 // One token step on this thread's rows of S (staged token tt); sets o and u (the update) of each

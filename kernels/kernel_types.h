@@ -131,6 +131,24 @@ struct GdnFactorLayout {
 };
 constexpr int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
+// The sum of kParts partial sums v[0 .. kParts) in the order of the token steps' shuffle butterfly
+// (__shfl_xor_sync at distances LANES / 2, ..., 1): given the values its distances from LANES / 2
+// down to kParts left (lane kl's at index kl % kParts), at distance m lane i adds lane i ^ m's
+// value to its own, and a float sum is the same bits in either order, so v[i] += v[i + m] for
+// i < m is lane i's sum. kernels::lanes_sum (GDN's window outputs formed at a block's flush)
+// adds staged partials with it; tests/cpu/test_replay_blocks.cpp checks it against a simulated
+// butterfly, tests/gpu/test_kernel_helpers.cu against the shuffles.
+template <int kParts>
+constexpr float butterfly_sum(const float (&part)[kParts]) {
+  static_assert(kParts > 0 && (kParts & (kParts - 1)) == 0, "a power of two");
+  float v[kParts] = {};
+  for (int i = 0; i < kParts; ++i) v[i] = part[i];
+  for (int m = kParts / 2; m > 0; m >>= 1) {
+    for (int i = 0; i < m; ++i) v[i] += v[i + m];
+  }
+  return v[0];
+}
+
 // Head h's group where a group holds n heads (Mamba2: the group of B and C; GDN and KDA: the key
 // head of value head h, n value heads a key head), from the launcher's reciprocal inv = 1.0f / n:
 // h / n without an integer division (about 20 instructions on a kernel's prologue, before the

@@ -5,12 +5,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/kernel_types.h"
 
 namespace specstate::kernels {
 namespace {
+
+uint32_t bits_of(float x) {
+  uint32_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
 
 constexpr int kH200 = 132;
 // GDN, Qwen3-Next TP1: 32 value heads of 8 V blocks (128 rows / 16); 6 CTAs per SM.
@@ -294,6 +303,60 @@ TEST(HeadGroup, EqualsTheIntegerDivision) {
     }
   }
   EXPECT_GT(checked, 1000000);
+}
+
+// kernels::butterfly_sum, with which GDN's several-blocks verify adds a row's staged partial sums
+// at a block's flush, is the token step's shuffle butterfly bit for bit: a butterfly of LANES
+// lanes is simulated (at distance m, lane i's value becomes its own plus lane i ^ m's, as
+// `x += __shfl_xor_sync(mask, x, m)` makes it), and the sum from the partials it leaves after its
+// distances down to kParts (lane kl's at kl % kParts) equals every lane's final value, for 8 and
+// 4 lanes from 1 to LANES partials. The partials' signs and magnitudes (2^-20 .. 2^20) make the
+// order show: a sum in lane order differs from the butterfly's (checked), so a wrong order fails.
+template <int LANES, int kParts>
+void check_butterfly_sum(int rows, uint32_t seed, int* order_shows) {
+  uint32_t state = seed;
+  for (int row = 0; row < rows; ++row) {
+    float lane[LANES];
+    for (float& x : lane) {
+      state = state * 1664525u + 1013904223u;
+      const float mant = 1.0f + static_cast<float>(state >> 9) / static_cast<float>(1u << 23);
+      const int e = static_cast<int>((state >> 3) % 41) - 20;
+      x = std::ldexp((state & 1u) ? -mant : mant, e);
+    }
+    float seq = 0.0f;
+    for (const float x : lane) seq += x;
+    float part[kParts] = {};
+    for (int m = LANES / 2; m > 0; m >>= 1) {
+      if (m < kParts) break;
+      float next[LANES];
+      for (int i = 0; i < LANES; ++i) next[i] = lane[i] + lane[i ^ m];
+      std::copy(next, next + LANES, lane);
+    }
+    for (int i = 0; i < LANES; ++i) part[i % kParts] = lane[i];  // lanes i, i + kParts: equal
+    for (int i = 0; i < LANES; ++i) ASSERT_EQ(part[i % kParts], lane[i]) << "lane " << i;
+    for (int m = kParts / 2; m > 0; m >>= 1) {  // the butterfly's remaining distances
+      float next[LANES];
+      for (int i = 0; i < LANES; ++i) next[i] = lane[i] + lane[i ^ m];
+      std::copy(next, next + LANES, lane);
+    }
+    const float sum = butterfly_sum(part);
+    for (int i = 0; i < LANES; ++i) {
+      ASSERT_EQ(bits_of(sum), bits_of(lane[i])) << "row " << row << ", lane " << i << ", " << LANES
+                                                << " lanes, " << kParts << " partials";
+    }
+    *order_shows += bits_of(seq) != bits_of(sum);
+  }
+}
+
+TEST(ButterflySum, StagedPartialsSumToTheButterflysBits) {
+  int order_shows = 0;
+  check_butterfly_sum<8, 4>(4096, 1u, &order_shows);
+  check_butterfly_sum<8, 8>(4096, 2u, &order_shows);
+  check_butterfly_sum<8, 2>(4096, 3u, &order_shows);
+  check_butterfly_sum<8, 1>(4096, 4u, &order_shows);
+  check_butterfly_sum<4, 4>(4096, 5u, &order_shows);
+  check_butterfly_sum<4, 2>(4096, 6u, &order_shows);
+  EXPECT_GT(order_shows, 1000);
 }
 
 // The lean replay conv of chains (kernels::conv_lean_choice): from its kind's rows
