@@ -202,20 +202,20 @@ __device__ __forceinline__ void gdn_kv_store_direct(St* head, int V, int v, cons
 // (wpos + t) mod R. kParts > 1: out_rows holds each row's kParts lanes' partial S q~, and the
 // output is formed here as the step forms it (lanes_sum, gdn_token_output; GDN only): `c` the
 // chunk, window token t at chunk token hist + t.
-template <typename Act, int kRows, int kChunk, int kParts = 1, typename Chunk = void>
+template <typename Act, int kRows, int kChunk, int kParts, typename Chunk>
 __device__ __forceinline__ void gdn_flush_block(const GdnRecurrenceParams& p,
                                                 const float (&out_rows)[kChunk][kRows * kParts],
                                                 const float (&u_rows)[kChunk][kRows], Act* out_v,
                                                 float* u_rec, int wpos, int count, int v0,
-                                                const Chunk* c = nullptr, int hist = 0) {
+                                                const Chunk& c, int hist) {
   const int64_t u_stride = p.factor_bytes / 4;  // a ring may pass 8 GiB (R up to 2^30)
   for (int i = threadIdx.x; i < count * kRows; i += kGdnThreads) {
     const int t = i / kRows, r = i % kRows, v = v0 + r;
     if (v >= p.head_v_dim) continue;
     float o;
     if constexpr (kParts > 1) {
-      o = gdn_token_output<false>(lanes_sum<kParts>(&out_rows[t][r * kParts]), c->eg[hist + t],
-                                  u_rows[t][r], c->kq[hist + t]);
+      o = gdn_token_output<false>(lanes_sum<kParts>(&out_rows[t][r * kParts]), c.eg[hist + t],
+                                  u_rows[t][r], c.kq[hist + t]);
     } else {
       o = out_rows[t][r];
     }
@@ -677,7 +677,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
     // Every thread is done with this block's staged rows, and its outputs are in shared memory.
     __syncthreads();
     gdn_flush_block<Act, kRows, kChunk, kParts>(p, sm.out_rows, sm.u_rows, out_v, u_rec, wpos,
-                                                rt.count, vb * kRows, &sm.chunk, hist);
+                                                rt.count, vb * kRows, sm.chunk, hist);
     if (more) {
 #pragma unroll
       for (int q = 0; q < kPre; ++q) {
