@@ -211,8 +211,7 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
         mamba2_store<St, NK, LANES>(snap_row + t * p.snap_stride_t, S, kl, true);
       }
       if (kl == 0 && ok) {
-        if (p.d_skip) y += chunk.x[off + tt][r] * D;
-        y *= chunk.z[off + tt][r];
+        y = mamba2_output(p, chunk, off + tt, r, y, D);
         out[(row_token0 + t) * p.out_stride_token + h * p.out_stride_h + ch * p.out_stride_p] =
             from_float<Act>(y);
       }
@@ -353,9 +352,7 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
         float y[RPT];
         mamba2_step_rows<St, N, kChunk, true, RPT>(S, chunk, off + tt, kl, r, y);
         if (store_mine) {
-          float ym = jm == 1 ? y[RPT - 1] : y[0];
-          if (p.d_skip) ym += chunk.x[off + tt][rm] * D;
-          ym *= chunk.z[off + tt][rm];
+          const float ym = mamba2_output(p, chunk, off + tt, rm, jm == 1 ? y[RPT - 1] : y[0], D);
           out_mine[(c0 + tt) * p.out_stride_token] = from_float<Act>(ym);
         }
       }
@@ -367,9 +364,7 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
 #pragma unroll
         for (int j = 0; j < RPT; ++j) {
           if (kl == 0 && ok[j]) {
-            float yj = y[j];
-            if (p.d_skip) yj += chunk.x[off + tt][r[j]] * D;
-            yj *= chunk.z[off + tt][r[j]];
+            const float yj = mamba2_output(p, chunk, off + tt, r[j], y[j], D);
             out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h + ch[j] * p.out_stride_p] =
                 from_float<Act>(yj);
           }
@@ -515,6 +510,18 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
               p.z_stride_c, valid);
         }
       }
+      static_assert(RPT <= 2 && RPT <= LANES, "a lane per stored channel");
+#if SPECSTATE_MAMBA2_OUT_STEP
+      // The lane that stores (lane kl < RPT of each channel group, channel kl) and its output
+      // address, formed once a block and stepped a token at a time: formed every token, its
+      // 64-bit arithmetic was about 20 of the token loop's 171 instructions a warp (ncu, H100,
+      // T = 4, B = 128); held across the blocks instead, it spilled (twenty-second session).
+      const bool store_odd = RPT == 2 && (kl & 1) != 0;
+      const bool store_out = kl < RPT && (store_odd ? ok[RPT - 1] : ok[0]);
+      const int rj = store_odd ? r[RPT - 1] : r[0];
+      Act* out_mine = out + rt.begin * p.out_stride_token + h * p.out_stride_h +
+                      int64_t{store_out ? (store_odd ? ch[RPT - 1] : ch[0]) : 0} * p.out_stride_p;
+#endif
       for (int t = 0; t < rt.count; ++t) {
         float y[RPT];
         if constexpr (RPT == 1) {
@@ -539,10 +546,18 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
           }
           asm volatile("cp.async.commit_group;" ::: "memory");
         }
+#if SPECSTATE_MAMBA2_OUT_STEP
+        // One predicated store: lane kl < RPT of each channel group stores channel kl's output
+        // (every lane holds every channel's y) at out_mine, stepped a token at a time.
+        if (store_out) {
+          *out_mine = from_float<Act>(
+              mamba2_output(p, sm.chunk, hist + t, rj, store_odd ? y[RPT - 1] : y[0], D));
+          out_mine += p.out_stride_token;
+        }
+#else
         // One predicated store: lane kl < RPT of each channel group stores channel kl's output
         // (every lane holds every channel's y), its address formed here from values the loop
         // holds (held across the block instead, they spilled).
-        static_assert(RPT <= 2 && RPT <= LANES, "a lane per stored channel");
         const bool odd = RPT == 2 && (kl & 1) != 0;
         if (kl < RPT && (odd ? ok[RPT - 1] : ok[0])) {
           const int rj = odd ? r[RPT - 1] : r[0];
@@ -552,6 +567,7 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
           out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h +
               (odd ? ch[RPT - 1] : ch[0]) * p.out_stride_p] = from_float<Act>(yj);
         }
+#endif
       }
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {

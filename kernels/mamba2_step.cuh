@@ -445,6 +445,26 @@ __device__ __forceinline__ float mamba2_step(float4 (&S)[N / (4 * mamba2_lanes<N
   return acc;
 }
 
+#ifndef SPECSTATE_MAMBA2_OUT_STEP
+// 1: the several-blocks replay chain's output address formed once a block and stepped a token
+// at a time, and mamba2_output's multiply by a gate of 1 skipped where the layer has no gate; 0:
+// the address formed every token and the multiply always run (the A/B of docs/cuda.md's
+// thirty-seventh session).
+#define SPECSTATE_MAMBA2_OUT_STEP 1
+#endif
+
+// Channel r's output of staged token tt from its y = S.C: the D skip, then the gate (silu(z) as
+// staged). Without a gate the staging leaves z = 1, and the multiply, y * 1 = y, is skipped.
+// Every launch's outputs go through it, so the strategies' outputs share their bits.
+template <int N, int kChunk, int kRows>
+__device__ __forceinline__ float mamba2_output(const Mamba2RecurrenceParams& p,
+                                               const Mamba2Chunk<N, kChunk, kRows>& c, int tt,
+                                               int r, float y, float D) {
+  if (p.d_skip) y += c.x[tt][r] * D;
+  if (!SPECSTATE_MAMBA2_OUT_STEP || p.gate) y *= c.z[tt][r];
+  return y;
+}
+
 // mamba2_step on RPT channels a thread (r[j]: channel j within the CTA, its state S[j]): each
 // staged B and C load serves every channel; per channel the same operations in the same order
 // as mamba2_step (bit-identical). y[j]: channel j's S.C when kOutput.
