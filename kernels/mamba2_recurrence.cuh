@@ -598,7 +598,8 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
           }
           sm.chunk.x[tt][rr] = xv;
         }
-        for (int i = tid; i < nz; i += kMamba2Threads) {
+        // The next block's gate (without one, mamba2_output reads no z).
+        for (int i = tid; (!SPECSTATE_MAMBA2_OUT_STEP || p.gate) && i < nz; i += kMamba2Threads) {
           const int t = i / kRows, rr = i % kRows;
           float zv = 1.0f;
           if (p.gate && c0n + rr < P) {
