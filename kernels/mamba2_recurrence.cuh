@@ -322,13 +322,12 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
   if (p.tokens == 0) return;  // materialize: history only
   const float A = p.A_log ? -expf(a_log) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
-  // kLaneStore: the lane's channel (jm of its RPT), and token 0's output address for it (stepped
-  // a token at a time, SPECSTATE_MAMBA2_OUT_STEP).
+  // kLaneStore: the lane's channel (jm of its RPT), and token 0's output address for it.
   const int jm = RPT == 2 && (kl & 1) != 0 ? 1 : 0;
   const int rm = jm == 1 ? r[RPT - 1] : r[0];
   const bool store_mine = kl < RPT && (jm == 1 ? ok[RPT - 1] : ok[0]);
-  Act* out_mine = out + rt.begin * p.out_stride_token + h * p.out_stride_h +
-                  int64_t{jm == 1 ? ch[RPT - 1] : ch[0]} * p.out_stride_p;
+  Act* const out_mine = out + rt.begin * p.out_stride_token + h * p.out_stride_h +
+                        int64_t{jm == 1 ? ch[RPT - 1] : ch[0]} * p.out_stride_p;
   Mamba2FactorSink sink;
   if (p.write_factors && p.factors != nullptr) {
     sink.ring = p.factors + slot * p.factor_stride_slot;
@@ -354,12 +353,7 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
         mamba2_step_rows<St, N, kChunk, true, RPT>(S, chunk, off + tt, kl, r, y);
         if (store_mine) {
           const float ym = mamba2_output(p, chunk, off + tt, rm, jm == 1 ? y[RPT - 1] : y[0], D);
-#if SPECSTATE_MAMBA2_OUT_STEP
-          *out_mine = from_float<Act>(ym);
-          out_mine += p.out_stride_token;
-#else
           out_mine[(c0 + tt) * p.out_stride_token] = from_float<Act>(ym);
-#endif
         }
       }
     } else {
