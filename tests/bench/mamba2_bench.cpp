@@ -329,8 +329,9 @@ void print_table() {
       "\nMamba2 rounds, Nemotron-H-8B TP1 (%d layers; graph of 4 consecutive rounds, median / 4, "
       "us); floor = %d x B x (read + write of a 4 MiB state) at %.0f GB/s; rfloor = DESIGN.md "
       "section 8's replay floor (checkpoint read, fold writes at the ring model's rate, factor "
-      "records, conv window); SGLang = its snapshot path's roundEst (24 layers)\n",
-      kLayers, kLayers, w.copy_gbps);
+      "records, conv window); SGLang = its snapshot path's roundEst (24 layers); this run: %s "
+      "(SGLang's figures are an H200's: 0 elsewhere, as is a round that did not run)\n",
+      kLayers, kLayers, w.copy_gbps, device_name().c_str());
   std::printf("%2s %4s | %9s %9s | %8s %6s %6s | %8s %7s | %9s %6s %6s\n", "T", "B", "snapshot",
               "replay", "floor", "snap/f", "rep/f", "rfloor", "rep/rf", "SGLang", "snap/S",
               "rep/S");
