@@ -564,10 +564,8 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
         // holds (held across the block instead, they spilled).
         const bool odd = RPT == 2 && (kl & 1) != 0;
         if (kl < RPT && (odd ? ok[RPT - 1] : ok[0])) {
-          const int rj = odd ? r[RPT - 1] : r[0];
-          float yj = odd ? y[RPT - 1] : y[0];
-          if (p.d_skip) yj += sm.chunk.x[hist + t][rj] * D;
-          yj *= sm.chunk.z[hist + t][rj];
+          const float yj = mamba2_output(p, sm.chunk, hist + t, odd ? r[RPT - 1] : r[0],
+                                         odd ? y[RPT - 1] : y[0], D);
           out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h +
               (odd ? ch[RPT - 1] : ch[0]) * p.out_stride_p] = from_float<Act>(yj);
         }
