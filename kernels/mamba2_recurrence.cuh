@@ -231,8 +231,8 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
 // 1-2% slower at one channel a thread (H100, Nemotron-H rounds at every batch; its scheduling and
 // spills moved).
 //
-// kLaneStore (the one-block kernel's): a token's outputs are stored by lane kl < RPT of each
-// channel group, channel kl (every lane of the group holds every channel's y), one predicated
+// kLaneStore (the one-block kernel's): a token's outputs are stored by lane mamba2_y_lane(j) of
+// each channel group, channel j (the lane mamba2_step_rows leaves channel j's y in), one predicated
 // store a token from an address formed once a chunk, and the token loop is unrolled by two. The
 // per-token 64-bit address arithmetic of lane 0's two stores was about 40 of the loop's
 // instructions. Measured on an H100 (Nemotron-H-8B replay rounds; this kernel runs below 24
@@ -325,9 +325,10 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
   // kLaneStore: the lane's channel (jm of its RPT), and token 0's output address for it (indexed
   // by the token; stepped a token at a time instead, as mamba2_replay_vblocks does, the rounds at
   // T = 4, B = 8 were 1.038x slower: H100, thirty-seventh session).
-  const int jm = RPT == 2 && (kl & 1) != 0 ? 1 : 0;
+  constexpr int kLane1 = mamba2_y_lane<LANES, RPT>(1);  // the lane that stores channel 1
+  const int jm = RPT == 2 && kl == kLane1 ? 1 : 0;
   const int rm = jm == 1 ? r[RPT - 1] : r[0];
-  const bool store_mine = kl < RPT && (jm == 1 ? ok[RPT - 1] : ok[0]);
+  const bool store_mine = (kl == 0 || jm == 1) && (jm == 1 ? ok[RPT - 1] : ok[0]);
   Act* const out_mine = out + rt.begin * p.out_stride_token + h * p.out_stride_h +
                         int64_t{jm == 1 ? ch[RPT - 1] : ch[0]} * p.out_stride_p;
   Mamba2FactorSink sink;
@@ -365,7 +366,7 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
         mamba2_step_rows<St, N, kChunk, true, RPT>(S, chunk, off + tt, kl, r, y);
 #pragma unroll
         for (int j = 0; j < RPT; ++j) {
-          if (kl == 0 && ok[j]) {
+          if (kl == mamba2_y_lane<LANES, RPT>(j) && ok[j]) {
             const float yj = mamba2_output(p, chunk, off + tt, r[j], y[j], D);
             out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h + ch[j] * p.out_stride_p] =
                 from_float<Act>(yj);
@@ -514,14 +515,14 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
       }
       static_assert(RPT <= 2 && RPT <= LANES, "a lane per stored channel");
 #if SPECSTATE_MAMBA2_OUT_STEP
-      // The lane that stores (lane kl < RPT of each channel group, channel kl) and its output
-      // address, formed once a block and stepped a token at a time: formed every token, its
+      // The lane that stores (lane mamba2_y_lane(j) of each channel group, channel j) and its
+      // output address, formed once a block and stepped a token at a time: formed every token, its
       // 64-bit arithmetic was about 20 of the token loop's 171 instructions a warp (ncu, H100,
       // T = 4, B = 128); held across the blocks instead, it spilled (twenty-second session).
       // Measured on an H100 (Nemotron-H-8B replay rounds, with mamba2_output's skipped gate):
       // T = 4, B = 32 / 128 0.990 / 0.984, T = 8, B = 128 0.976, T = 2, B = 128 0.998.
-      const bool store_odd = RPT == 2 && (kl & 1) != 0;
-      const bool store_out = kl < RPT && (store_odd ? ok[RPT - 1] : ok[0]);
+      const bool store_odd = RPT == 2 && kl == mamba2_y_lane<LANES, RPT>(1);
+      const bool store_out = (kl == 0 || store_odd) && (store_odd ? ok[RPT - 1] : ok[0]);
       const int rj = store_odd ? r[RPT - 1] : r[0];
       Act* out_mine = out + rt.begin * p.out_stride_token + h * p.out_stride_h +
                       int64_t{store_out ? (store_odd ? ch[RPT - 1] : ch[0]) : 0} * p.out_stride_p;
@@ -551,19 +552,19 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
           asm volatile("cp.async.commit_group;" ::: "memory");
         }
 #if SPECSTATE_MAMBA2_OUT_STEP
-        // One predicated store: lane kl < RPT of each channel group stores channel kl's output
-        // (every lane holds every channel's y) at out_mine, stepped a token at a time.
+        // One predicated store: lane mamba2_y_lane(j) of each channel group stores channel j's
+        // output (that lane holds channel j's y) at out_mine, stepped a token at a time.
         if (store_out) {
           *out_mine = from_float<Act>(
               mamba2_output(p, sm.chunk, hist + t, rj, store_odd ? y[RPT - 1] : y[0], D));
           out_mine += p.out_stride_token;
         }
 #else
-        // One predicated store: lane kl < RPT of each channel group stores channel kl's output
-        // (every lane holds every channel's y), its address formed here from values the loop
+        // One predicated store: lane mamba2_y_lane(j) of each channel group stores channel j's
+        // output (that lane holds channel j's y), its address formed here from values the loop
         // holds (held across the block instead, they spilled).
-        const bool odd = RPT == 2 && (kl & 1) != 0;
-        if (kl < RPT && (odd ? ok[RPT - 1] : ok[0])) {
+        const bool odd = RPT == 2 && kl == mamba2_y_lane<LANES, RPT>(1);
+        if ((kl == 0 || odd) && (odd ? ok[RPT - 1] : ok[0])) {
           const float yj = mamba2_output(p, sm.chunk, hist + t, odd ? r[RPT - 1] : r[0],
                                          odd ? y[RPT - 1] : y[0], D);
           out[(rt.begin + t) * p.out_stride_token + h * p.out_stride_h +

@@ -445,6 +445,20 @@ __device__ __forceinline__ float mamba2_step(float4 (&S)[N / (4 * mamba2_lanes<N
   return acc;
 }
 
+#ifndef SPECSTATE_MAMBA2_Y_HALVES
+// 1: two channels a thread reduce their outputs' y = S.C by halves (mamba2_step_rows); 0: a
+// whole butterfly per channel (the A/B of docs/cuda.md's thirty-eighth session).
+#define SPECSTATE_MAMBA2_Y_HALVES 1
+#endif
+
+// The lane of a channel group that ends mamba2_step_rows holding channel j's y (of RPT), and so
+// stores its output: lane 0 for channel 0; for channel 1 lane LANES / 2 where the reduction runs
+// by halves, else lane 1 (the butterfly leaves every channel's y in every lane).
+template <int LANES, int RPT>
+__host__ __device__ constexpr int mamba2_y_lane(int j) {
+  return RPT == 2 && SPECSTATE_MAMBA2_Y_HALVES ? j * (LANES / 2) : j;
+}
+
 #ifndef SPECSTATE_MAMBA2_OUT_STEP
 // 1: the several-blocks replay chain's output address formed once a block and stepped a token
 // at a time, and mamba2_output's multiply by a gate of 1 skipped where the layer has no gate; 0:
@@ -467,7 +481,8 @@ __device__ __forceinline__ float mamba2_output(const Mamba2RecurrenceParams& p,
 
 // mamba2_step on RPT channels a thread (r[j]: channel j within the CTA, its state S[j]): each
 // staged B and C load serves every channel; per channel the same operations in the same order
-// as mamba2_step (bit-identical). y[j]: channel j's S.C when kOutput.
+// as mamba2_step (bit-identical). y[j]: channel j's S.C when kOutput, in the lanes
+// mamba2_y_lane names (every lane where RPT = 1).
 template <typename St, int N, int kChunk, bool kOutput, int RPT, int kRows>
 __device__ __forceinline__ void mamba2_step_rows(float4 (&S)[RPT][N / (4 * mamba2_lanes<N>())],
                                                  const Mamba2Chunk<N, kChunk, kRows>& c, int tt,
@@ -497,10 +512,26 @@ __device__ __forceinline__ void mamba2_step_rows(float4 (&S)[RPT][N / (4 * mamba
     }
   }
   if constexpr (kOutput) {
+    if constexpr (RPT == 2 && SPECSTATE_MAMBA2_Y_HALVES) {
+      // By halves (a reduce-scatter): at the first distance a lane keeps the channel its bit of
+      // that distance names (mamba2_y_lane) and sends its partner the other channel's partial,
+      // then the kept sum runs the butterfly's remaining distances. Every addition is the
+      // butterfly's, operand for operand (an IEEE sum is the same bits in either order), so the
+      // kept y is the bits every lane of the butterfly holds: 3 shuffles, 3 adds and 2 selects
+      // a token instead of 6 and 6. y is off the state's chain (the update does not read it).
+      const bool hi = (kl & (LANES / 2)) != 0;
+      float keep = hi ? y[1] : y[0];
+      keep += __shfl_xor_sync(0xffffffffu, hi ? y[0] : y[1], LANES / 2);
 #pragma unroll
-    for (int j = 0; j < RPT; ++j) {
+      for (int m = LANES / 4; m > 0; m >>= 1) keep += __shfl_xor_sync(0xffffffffu, keep, m);
+      y[0] = keep;
+      y[1] = keep;
+    } else {
 #pragma unroll
-      for (int m = LANES / 2; m > 0; m >>= 1) y[j] += __shfl_xor_sync(0xffffffffu, y[j], m);
+      for (int j = 0; j < RPT; ++j) {
+#pragma unroll
+        for (int m = LANES / 2; m > 0; m >>= 1) y[j] += __shfl_xor_sync(0xffffffffu, y[j], m);
+      }
     }
   }
 }
