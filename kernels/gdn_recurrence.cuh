@@ -723,7 +723,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 #define SPECSTATE_GDN_MULTI2_MIN_CTAS 4  // ... and its two-rows-a-thread one (128 registers)
 #endif
 #ifndef SPECSTATE_GDN_DEFER_OUT
-#define SPECSTATE_GDN_DEFER_OUT 1
+#define SPECSTATE_GDN_DEFER_OUT 2
 #endif
 // Partial sums a window output is staged as (GdnShared::kParts): GDN's two-rows chain over several
 // V blocks stages each row's partial S q~ and forms the outputs at the block's flush
