@@ -409,14 +409,12 @@ inline bool programmatic_launch_supported() {
 // Returns this launch's error: not cudaGetLastError(), which also returns (and clears) an error an
 // earlier call left on the thread, the caller's included, and made a call throw after its kernel
 // was queued (a device-valued commit ran while the round stayed open on the host).
-// launch_kernel_smem: the same with `smem` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel_smem(bool programmatic, size_t smem, void (*kernel)(Params...), dim3 grid,
-                               dim3 block, cudaStream_t stream, const Args&... args) {
+cudaError_t launch_kernel(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
+                          cudaStream_t stream, const Args&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -425,57 +423,12 @@ cudaError_t launch_kernel_smem(bool programmatic, size_t smem, void (*kernel)(Pa
   config.numAttrs = programmatic && programmatic_launch_supported() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, args...);
 }
-template <typename... Params, typename... Args>
-cudaError_t launch_kernel(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
-                          cudaStream_t stream, const Args&... args) {
-  return launch_kernel_smem(programmatic, 0, kernel, grid, block, stream, args...);
-}
 
-// The static shared memory a CTA may declare (48 KiB); a larger Shared is dynamic shared memory,
-// which a kernel opts in to per device (allow_dynamic_smem).
-inline constexpr int64_t kStaticSmemMax = 48 * 1024;
-template <typename Shared>
-constexpr size_t dynamic_smem_bytes() {
-  return sizeof(Shared) > kStaticSmemMax ? sizeof(Shared) : 0;
-}
-// A kernel's shared arrays: a static __shared__ object where it fits the static 48 KiB, else the
-// CTA's dynamic shared memory (launched with dynamic_smem_bytes<Shared>() bytes).
-template <typename Shared>
-__device__ __forceinline__ Shared& kernel_shared() {
-  if constexpr (dynamic_smem_bytes<Shared>() == 0) {
-    __shared__ Shared sm;
-    return sm;
-  } else {
-    extern __shared__ __align__(16) unsigned char dynamic_smem[];
-    return *reinterpret_cast<Shared*>(dynamic_smem);
-  }
-}
-// Lets `kernel` launch with `bytes` of dynamic shared memory on the current device, once a device
-// (the attribute is the function's on that device).
-template <typename Kernel>
-cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes) {
-  static std::atomic<uint64_t> done{0};
-  int device = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(bytes));
-  if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_acq_rel);
-  return e;
-}
-
-// Launches a recurrence kernel as a programmatic dependent of the conv kernel before it, with
-// `smem` bytes of dynamic shared memory (kernel_shared).
+// Launches a recurrence kernel as a programmatic dependent of the conv kernel before it.
 template <typename Params>
 cudaError_t launch_after_conv(void (*kernel)(Params), dim3 grid, dim3 block, const Params& p,
-                              cudaStream_t stream, size_t smem = 0) {
-  if (smem > 0) {
-    const cudaError_t e = allow_dynamic_smem(kernel, smem);
-    if (e != cudaSuccess) return e;
-  }
-  return launch_kernel_smem(true, smem, kernel, grid, block, stream, p);
+                              cudaStream_t stream) {
+  return launch_kernel(true, kernel, grid, block, stream, p);
 }
 
 // The state-I/O checks every recurrence launcher makes: *skip = nothing to run (no rows, or no

@@ -495,7 +495,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
   constexpr int kPre = 2 * RPT;  // staged v/u elements per thread of the next block
   // Deferred outputs: the lanes' partial S q~ staged, the outputs formed at the block's flush.
   constexpr int kParts = Shared::kParts;
-  static_assert(kParts == 1 || (kParts <= LANES && LANES % kParts == 0), "a row's lanes' partials");
+  static_assert(kParts == 1 || (kParts < LANES && LANES % kParts == 0), "a row's lanes' partials");
   static_assert(kChunk * kRows <= kPre * kGdnThreads, "a block's staged rows: kPre per thread");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, kl = lane % LANES;
   const int V = p.head_v_dim;
@@ -641,8 +641,7 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {
         if constexpr (kParts > 1) {
-          // Lanes kl and kl + kParts hold the same partial (kParts < LANES): the same bits to
-          // the same word.
+          // Lanes kl and kl + kParts hold the same partial: the same bits to the same word.
           sm.out_rows[t][rows.vrow[j] * kParts + kl % kParts] = o[j];
         } else {
           sm.out_rows[t][rows.vrow[j]] = o[j];
@@ -723,22 +722,17 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 #define SPECSTATE_GDN_MULTI2_MIN_CTAS 4  // ... and its two-rows-a-thread one (128 registers)
 #endif
 #ifndef SPECSTATE_GDN_DEFER_OUT
-#define SPECSTATE_GDN_DEFER_OUT 2
+#define SPECSTATE_GDN_DEFER_OUT 1
 #endif
 // Partial sums a window output is staged as (GdnShared::kParts): GDN's two-rows chain over several
-// V blocks stages each row's partial S q~ and forms the outputs at the block's flush
-// (gdn_flush_block). SPECSTATE_GDN_DEFER_OUT = 1: the partials after the query's first butterfly
-// distance (LANES / 2 a row): the token step loses two of the query's three shuffle-and-add levels
-// and the output; the buffer (8 KiB at Qwen3-Next's shape) keeps the CTA's shared memory under the
-// static 48 KiB, 4 CTAs an SM. 2: every lane's partial (LANES a row): the step loses the third
-// level too; the buffer is 16 KiB, the CTA's shared memory dynamic (kernel_shared), still 4 CTAs
-// an SM on sm_90. 0: none. Elsewhere 1 (the one-row chain's 8 CTAs an SM and KDA's 4 would not
-// hold the buffer).
+// V blocks stages each row's partial S q~ after the query's first butterfly distance (LANES / 2
+// partials a row) and forms the outputs at the block's flush (gdn_flush_block): the token step
+// loses two of the query's three shuffle-and-add levels and the output. The buffer (8 KiB at
+// Qwen3-Next's shape) keeps the CTA's static shared memory under 48 KiB and its 4 CTAs an SM.
+// Elsewhere 1 (the one-row chain's 8 CTAs an SM and KDA's 4 would not hold the buffer).
 template <bool kKda, int LANES, int RPT, bool kMulti, bool kKV>
 constexpr int gdn_out_parts() {
-  return SPECSTATE_GDN_DEFER_OUT && kMulti && RPT == 2 && !kKda && !kKV
-             ? (SPECSTATE_GDN_DEFER_OUT == 2 ? LANES : LANES / 2)
-             : 1;
+  return SPECSTATE_GDN_DEFER_OUT && kMulti && RPT == 2 && !kKda && !kKV ? LANES / 2 : 1;
 }
 // CTAs an SM an instantiation is compiled for: the count its path wants, capped at what its
 // shared memory lets an SM hold (ctas_per_sm_bound; KDA's larger chunk leaves 4 CTAs of its
@@ -767,8 +761,9 @@ __global__ void __launch_bounds__(
                 "a replay chain ([K][V] states: fp32, one row a thread, the next block copied by "
                 "cp.async)");
   constexpr int kRows = gdn_rows_per_cta<LANES>() * RPT;
-  auto& sm = kernel_shared<GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda,
-                                     kKV, gdn_out_parts<kKda, LANES, RPT, kMulti, kKV>()>>();
+  __shared__ GdnShared<St, K, kRows, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV,
+                       gdn_out_parts<kKda, LANES, RPT, kMulti, kKV>()>
+      sm;
   const int hv = blockIdx.y;
   // hv / v_per_k exactly (small non-negative integers; the launcher sets the reciprocal).
   const int h = head_group(hv, p.inv_v_per_k);
@@ -801,13 +796,11 @@ cudaError_t launch_gdn_shape(const GdnRecurrenceParams& p, cudaStream_t stream) 
   constexpr int rows_per_cta = gdn_rows_per_cta<LANES>() * RPT;
   const int nblk = (p.head_v_dim + rows_per_cta - 1) / rows_per_cta;
   const int vblocks = kMulti ? p.vblocks : 1;
-  using Shared = GdnShared<St, K, rows_per_cta, kItems, kChunk, kReplay, kTree, kMulti, kKda, kKV,
-                           gdn_out_parts<kKda, LANES, RPT, kMulti, kKV>()>;
   return launch_after_conv(
       gdn_recurrence_kernel<Act, St, kKda, K, LANES, kItems, kChunk, kReplay, kTree, RPT, kMulti,
                             kKV>,
       dim3((nblk + vblocks - 1) / vblocks, p.num_v_heads, (p.rows + kItems - 1) / kItems),
-      dim3(kGdnThreads), p, stream, dynamic_smem_bytes<Shared>());
+      dim3(kGdnThreads), p, stream);
 }
 
 template <typename Act, typename St, bool kKda, int K>
