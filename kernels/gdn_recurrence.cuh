@@ -729,7 +729,10 @@ __device__ __forceinline__ bool gdn_replay_vblocks(const GdnRecurrenceParams& p,
 // partials a row) and forms the outputs at the block's flush (gdn_flush_block): the token step
 // loses two of the query's three shuffle-and-add levels and the output. The buffer (8 KiB at
 // Qwen3-Next's shape) keeps the CTA's static shared memory under 48 KiB and its 4 CTAs an SM.
-// Elsewhere 1 (the one-row chain's 8 CTAs an SM and KDA's 4 would not hold the buffer).
+// Elsewhere 1 (the one-row chain's 8 CTAs an SM and KDA's 4 would not hold the buffer). Every
+// lane's partial instead (LANES a row, the step without the query's last level; 16 KiB, the
+// CTA's arrays as dynamic shared memory, still 4 CTAs an SM) measured slower on an H100: Qwen3-Next
+// rounds 1.003-1.013x (thirty-eighth session, 0727505, reverted).
 template <bool kKda, int LANES, int RPT, bool kMulti, bool kKV>
 constexpr int gdn_out_parts() {
   return SPECSTATE_GDN_DEFER_OUT && kMulti && RPT == 2 && !kKda && !kKV ? LANES / 2 : 1;

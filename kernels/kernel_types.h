@@ -149,6 +149,29 @@ constexpr float butterfly_sum(const float (&part)[kParts]) {
   return v[0];
 }
 
+#ifndef SPECSTATE_MAMBA2_Y_HALVES
+// 1: two channels a thread reduce their outputs' y = S.C by halves (kernels::mamba2_step_rows);
+// 0: a whole butterfly per channel (the A/B of docs/cuda.md's thirty-eighth session).
+#define SPECSTATE_MAMBA2_Y_HALVES 1
+#endif
+// The channel (0 or 1 of a thread's two) lane kl of a channel group of LANES lanes keeps when
+// mamba2_step_rows reduces y by halves: at the butterfly's first distance, LANES / 2, a lane keeps
+// the channel that distance's bit of kl names and sends its partner the other channel's partial;
+// the kept sum then runs the remaining distances. Every addition is the butterfly's, operand for
+// operand, so lane kl ends with the bits of channel mamba2_y_kept(kl)'s butterfly sum
+// (tests/cpu/test_replay_blocks.cpp simulates both).
+template <int LANES>
+constexpr int mamba2_y_kept(int kl) {
+  return (kl & (LANES / 2)) != 0 ? 1 : 0;
+}
+// The lane of a channel group that ends mamba2_step_rows holding channel j's y (of RPT), and so
+// stores its output: lane 0 for channel 0; for channel 1 lane LANES / 2 where the reduction runs
+// by halves (mamba2_y_kept), else lane 1 (the butterfly leaves every channel's y in every lane).
+template <int LANES, int RPT>
+constexpr int mamba2_y_lane(int j) {
+  return RPT == 2 && SPECSTATE_MAMBA2_Y_HALVES ? j * (LANES / 2) : j;
+}
+
 // Head h's group where a group holds n heads (Mamba2: the group of B and C; GDN and KDA: the key
 // head of value head h, n value heads a key head), from the launcher's reciprocal inv = 1.0f / n:
 // h / n without an integer division (about 20 instructions on a kernel's prologue, before the

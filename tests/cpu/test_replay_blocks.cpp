@@ -359,6 +359,75 @@ TEST(ButterflySum, StagedPartialsSumToTheButterflysBits) {
   EXPECT_GT(order_shows, 1000);
 }
 
+// Mamba2's two channels a thread reduce their outputs' y by halves (kernels::mamba2_y_kept): a
+// group of LANES lanes is simulated as the shuffles run it (at the first distance, LANES / 2, lane
+// i keeps channel mamba2_y_kept(i) and adds the other channel's partial of lane i ^ LANES / 2,
+// which keeps that one; then the butterfly's remaining distances on the kept sum). Every lane
+// ends with the bits of its kept channel's whole butterfly (the snapshot path's step), and the
+// lane that stores channel j (kernels::mamba2_y_lane) keeps channel j. Partials of mixed signs
+// and magnitudes make the order show (a sum in lane order differs: checked), so a wrong pairing
+// or a lane that stores the other channel fails.
+template <int LANES>
+void check_mamba2_y_halves(int rows, uint32_t seed, int* order_shows) {
+  uint32_t state = seed;
+  for (int row = 0; row < rows; ++row) {
+    float y[2][LANES];
+    for (auto& ch : y) {
+      for (float& x : ch) {
+        state = state * 1664525u + 1013904223u;
+        const float mant = 1.0f + static_cast<float>(state >> 9) / static_cast<float>(1u << 23);
+        const int e = static_cast<int>((state >> 3) % 41) - 20;
+        x = std::ldexp((state & 1u) ? -mant : mant, e);
+      }
+    }
+    float full[2][LANES];  // each channel's whole butterfly
+    for (int j = 0; j < 2; ++j) {
+      std::copy(y[j], y[j] + LANES, full[j]);
+      for (int m = LANES / 2; m > 0; m >>= 1) {
+        float next[LANES];
+        for (int i = 0; i < LANES; ++i) next[i] = full[j][i] + full[j][i ^ m];
+        std::copy(next, next + LANES, full[j]);
+      }
+    }
+    float keep[LANES];
+    for (int i = 0; i < LANES; ++i) {
+      const int mine = mamba2_y_kept<LANES>(i), partner = i ^ (LANES / 2);
+      ASSERT_NE(mamba2_y_kept<LANES>(partner), mine) << "lane " << i << " and its partner";
+      keep[i] = y[mine][i] + y[mine][partner];  // the partner sends the channel it does not keep
+    }
+    for (int m = LANES / 4; m > 0; m >>= 1) {
+      float next[LANES];
+      for (int i = 0; i < LANES; ++i) next[i] = keep[i] + keep[i ^ m];
+      std::copy(next, next + LANES, keep);
+    }
+    for (int i = 0; i < LANES; ++i) {
+      ASSERT_EQ(bits_of(keep[i]), bits_of(full[mamba2_y_kept<LANES>(i)][i]))
+          << "row " << row << ", lane " << i << ", " << LANES << " lanes";
+    }
+    for (int j = 0; j < 2; ++j) {
+      const int lane = mamba2_y_lane<LANES, 2>(j);
+      ASSERT_GE(lane, 0);
+      ASSERT_LT(lane, LANES);
+      ASSERT_EQ(mamba2_y_kept<LANES>(lane), j) << "the lane that stores channel " << j;
+      float seq = 0.0f;
+      for (const float x : y[j]) seq += x;
+      *order_shows += bits_of(seq) != bits_of(keep[lane]);
+    }
+  }
+}
+
+TEST(Mamba2YHalves, EveryLaneKeepsItsChannelsButterflyBits) {
+  if (!SPECSTATE_MAMBA2_Y_HALVES) GTEST_SKIP() << "built with SPECSTATE_MAMBA2_Y_HALVES=0";
+  int order_shows = 0;
+  check_mamba2_y_halves<8>(8192, 7u, &order_shows);
+  check_mamba2_y_halves<4>(8192, 8u, &order_shows);
+  EXPECT_GT(order_shows, 4000);
+  // One channel a thread, and the butterfly without halves: lane 0 stores channel 0.
+  EXPECT_EQ((mamba2_y_lane<8, 1>(0)), 0);
+  EXPECT_EQ((mamba2_y_lane<8, 2>(1)), 4);
+  EXPECT_EQ((mamba2_y_lane<4, 2>(1)), 2);
+}
+
 // The lean replay conv of chains (kernels::conv_lean_choice): from its kind's rows
 // (ConvUpdateParams::lean_rows: 8 for GDN and Mamba2, 4 for KDA) where it applies
 // (conv_lean_applies), never where it does not; SPECSTATE_CONV_LEAN's 0 / 1 force it off / on
