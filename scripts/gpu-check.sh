@@ -148,8 +148,13 @@ if has sanitizer; then
     >"$OUT/racecheck.log" 2>&1
   rc=$?
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|tests ran|FAILED" "$OUT/racecheck.log" | head -10
-  [ $rc -eq 124 ] && echo "racecheck timed out (RACECHECK_TIMEOUT=${RACECHECK_TIMEOUT:-420} s); the last test:" &&
+  if [ $rc -eq 124 ]; then
+    # Cut before its summary: what it saw up to the limit (hazards print as they are found).
+    echo "racecheck timed out (RACECHECK_TIMEOUT=${RACECHECK_TIMEOUT:-420} s) after" \
+      "$(grep -c '^\[       OK' "$OUT/racecheck.log") passed tests with" \
+      "$(grep -ciE '^=+ +(error|warning):.*(race|hazard)' "$OUT/racecheck.log") hazard reports; the last test:"
     grep -E "^\[ RUN" "$OUT/racecheck.log" | tail -1
+  fi
   echo "racecheck rc=$rc"
   [ $rc -ne 0 ] && status=1
 fi
