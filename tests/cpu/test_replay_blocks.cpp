@@ -312,6 +312,18 @@ TEST(HeadGroup, EqualsTheIntegerDivision) {
 // distances down to kParts (lane kl's at kl % kParts) equals every lane's final value, for 8 and
 // 4 lanes from 1 to LANES partials. The partials' signs and magnitudes (2^-20 .. 2^20) make the
 // order show: a sum in lane order differs from the butterfly's (checked), so a wrong order fails.
+// A simulated shuffle butterfly's distances from `first` down to `last` over LANES lanes: at
+// distance m, lane i's value becomes its own plus lane i ^ m's, as
+// `x += __shfl_xor_sync(mask, x, m)` makes it.
+template <int LANES>
+void butterfly_distances(float (&lane)[LANES], int first, int last) {
+  for (int m = first; m >= last && m > 0; m >>= 1) {
+    float next[LANES];
+    for (int i = 0; i < LANES; ++i) next[i] = lane[i] + lane[i ^ m];
+    std::copy(next, next + LANES, lane);
+  }
+}
+
 template <int LANES, int kParts>
 void check_butterfly_sum(int rows, uint32_t seed, int* order_shows) {
   uint32_t state = seed;
@@ -326,19 +338,10 @@ void check_butterfly_sum(int rows, uint32_t seed, int* order_shows) {
     float seq = 0.0f;
     for (const float x : lane) seq += x;
     float part[kParts] = {};
-    for (int m = LANES / 2; m > 0; m >>= 1) {
-      if (m < kParts) break;
-      float next[LANES];
-      for (int i = 0; i < LANES; ++i) next[i] = lane[i] + lane[i ^ m];
-      std::copy(next, next + LANES, lane);
-    }
+    butterfly_distances(lane, LANES / 2, kParts);
     for (int i = 0; i < LANES; ++i) part[i % kParts] = lane[i];  // lanes i, i + kParts: equal
     for (int i = 0; i < LANES; ++i) ASSERT_EQ(part[i % kParts], lane[i]) << "lane " << i;
-    for (int m = kParts / 2; m > 0; m >>= 1) {  // the butterfly's remaining distances
-      float next[LANES];
-      for (int i = 0; i < LANES; ++i) next[i] = lane[i] + lane[i ^ m];
-      std::copy(next, next + LANES, lane);
-    }
+    butterfly_distances(lane, kParts / 2, 1);  // the butterfly's remaining distances
     const float sum = butterfly_sum(part);
     for (int i = 0; i < LANES; ++i) {
       ASSERT_EQ(bits_of(sum), bits_of(lane[i])) << "row " << row << ", lane " << i << ", " << LANES
@@ -383,11 +386,7 @@ void check_mamba2_y_halves(int rows, uint32_t seed, int* order_shows) {
     float full[2][LANES];  // each channel's whole butterfly
     for (int j = 0; j < 2; ++j) {
       std::copy(y[j], y[j] + LANES, full[j]);
-      for (int m = LANES / 2; m > 0; m >>= 1) {
-        float next[LANES];
-        for (int i = 0; i < LANES; ++i) next[i] = full[j][i] + full[j][i ^ m];
-        std::copy(next, next + LANES, full[j]);
-      }
+      butterfly_distances(full[j], LANES / 2, 1);
     }
     float keep[LANES];
     for (int i = 0; i < LANES; ++i) {
@@ -395,11 +394,7 @@ void check_mamba2_y_halves(int rows, uint32_t seed, int* order_shows) {
       ASSERT_NE(mamba2_y_kept<LANES>(partner), mine) << "lane " << i << " and its partner";
       keep[i] = y[mine][i] + y[mine][partner];  // the partner sends the channel it does not keep
     }
-    for (int m = LANES / 4; m > 0; m >>= 1) {
-      float next[LANES];
-      for (int i = 0; i < LANES; ++i) next[i] = keep[i] + keep[i ^ m];
-      std::copy(next, next + LANES, keep);
-    }
+    butterfly_distances(keep, LANES / 4, 1);
     for (int i = 0; i < LANES; ++i) {
       ASSERT_EQ(bits_of(keep[i]), bits_of(full[mamba2_y_kept<LANES>(i)][i]))
           << "row " << row << ", lane " << i << ", " << LANES << " lanes";
@@ -422,7 +417,7 @@ TEST(Mamba2YHalves, EveryLaneKeepsItsChannelsButterflyBits) {
   check_mamba2_y_halves<8>(8192, 7u, &order_shows);
   check_mamba2_y_halves<4>(8192, 8u, &order_shows);
   EXPECT_GT(order_shows, 4000);
-  // One channel a thread, and the butterfly without halves: lane 0 stores channel 0.
+  // The storing lanes: lane 0 for channel 0 (and for a thread's one channel), LANES / 2 for 1.
   EXPECT_EQ((mamba2_y_lane<8, 1>(0)), 0);
   EXPECT_EQ((mamba2_y_lane<8, 2>(1)), 4);
   EXPECT_EQ((mamba2_y_lane<4, 2>(1)), 2);
