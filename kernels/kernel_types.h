@@ -150,26 +150,38 @@ constexpr float butterfly_sum(const float (&part)[kParts]) {
 }
 
 #ifndef SPECSTATE_MAMBA2_Y_HALVES
-// 1: two channels a thread reduce their outputs' y = S.C by halves (kernels::mamba2_step_rows);
+// 1: several channels a thread reduce their outputs' y = S.C by halves (kernels::mamba2_step_rows);
 // 0: a whole butterfly per channel (the A/B of docs/cuda.md's thirty-eighth session).
 #define SPECSTATE_MAMBA2_Y_HALVES 1
 #endif
-// The channel (0 or 1 of a thread's two) lane kl of a channel group of LANES lanes keeps when
-// mamba2_step_rows reduces y by halves: at the butterfly's first distance, LANES / 2, a lane keeps
-// the channel that distance's bit of kl names and sends its partner the other channel's partial;
-// the kept sum then runs the remaining distances. Every addition is the butterfly's, operand for
-// operand, so lane kl ends with the bits of channel mamba2_y_kept(kl)'s butterfly sum
+// The channel (of a thread's RPT, a power of two) lane kl of a channel group of LANES lanes keeps
+// when mamba2_step_rows reduces y by halves: at each of the butterfly's first log2(RPT)
+// distances, LANES / 2 first, a lane keeps the half of its remaining channels that distance's bit
+// of kl names (the upper half where it is set) and sends its partner its partials of the other
+// half; the kept sum then runs the remaining distances. Every addition is the butterfly's,
+// operand for operand, so lane kl ends with the bits of channel mamba2_y_kept(kl)'s butterfly sum
 // (tests/cpu/test_replay_blocks.cpp simulates both).
-template <int LANES>
+template <int LANES, int RPT = 2>
 constexpr int mamba2_y_kept(int kl) {
-  return (kl & (LANES / 2)) != 0 ? 1 : 0;
+  static_assert(RPT >= 1 && RPT <= LANES && (RPT & (RPT - 1)) == 0, "a power of two <= LANES");
+  int kept = 0;
+  for (int half = RPT / 2, d = LANES / 2; half >= 1; half /= 2, d /= 2) {
+    if ((kl & d) != 0) kept += half;
+  }
+  return kept;
 }
 // The lane of a channel group that ends mamba2_step_rows holding channel j's y (of RPT), and so
-// stores its output: lane 0 for channel 0; for channel 1 lane LANES / 2 where the reduction runs
-// by halves (mamba2_y_kept), else lane 1 (the butterfly leaves every channel's y in every lane).
+// stores its output: the lowest lane that keeps channel j where the reduction runs by halves
+// (mamba2_y_kept: lane 0 for channel 0, LANES / 2 for channel 1 of two; 0, LANES / 4, LANES / 2
+// and 3 LANES / 4 for four), else lane j (the butterfly leaves every channel's y in every lane).
 template <int LANES, int RPT>
 constexpr int mamba2_y_lane(int j) {
-  return RPT == 2 && SPECSTATE_MAMBA2_Y_HALVES ? j * (LANES / 2) : j;
+  if (!(RPT >= 2 && SPECSTATE_MAMBA2_Y_HALVES)) return j;
+  int lane = 0;
+  for (int half = RPT / 2, d = LANES / 2; half >= 1; half /= 2, d /= 2) {
+    if ((j & half) != 0) lane += d;
+  }
+  return lane;
 }
 
 // Head h's group where a group holds n heads (Mamba2: the group of B and C; GDN and KDA: the key
@@ -461,11 +473,11 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
   return rows >= kGdnMultiRptRows && tokens >= kGdnMultiRptTokens ? 2 : 1;
 }
 
-// Channels a thread (1 or 2) of a Mamba2 replay verify chain launch of `tokens` window tokens
-// (kernels/mamba2_recurrence.cuh: mamba2_chain_rows where a CTA runs one channel block,
-// mamba2_replay_vblocks' RPT where it runs several; d_state 32..128): with two, each staged B and
-// C load and each history record's B * dt serve two channels (at one, the per-block token loop
-// was 191 instructions for 53 floating point ones: fifteenth session's SASS), at
+// Channels a thread (1, 2 or 4) of a Mamba2 replay verify chain launch of `tokens` window tokens
+// over `rows` rows (kernels/mamba2_recurrence.cuh: mamba2_chain_rows where a CTA runs one channel
+// block, mamba2_replay_vblocks' RPT where it runs several; d_state 32..128): with two, each staged
+// B and C load and each history record's B * dt serve two channels (at one, the per-block token
+// loop was 191 instructions for 53 floating point ones: fifteenth session's SASS), at
 // SPECSTATE_MAMBA2_RPT2_MIN_CTAS CTAs an SM. Two for windows of kMamba2RptTokens to
 // kMamba2RptMaxTokens tokens at every row count. Measured on the H100 (docs/cuda.md, "Mamba2's
 // replay verify with two channels a thread" and "Replay rings of Mamba2 and KDA"; Nemotron-H-8B
@@ -474,12 +486,24 @@ inline int gdn_multi_rpt(int rows, int tokens, bool kda, const char* env) {
 // (one block a CTA) 1.025 / 1.026 / 0.923; with the ring of 3T (default_replay_ring), whose
 // longer histories two channels amortise better, B = 16 0.984 / 0.954 (T = 2 / 4), B = 64 0.990
 // / 0.963, B = 128 0.989 / 0.966. One for windows of one token and windows longer than a
-// verify's (prefill): not measured. `env` (SPECSTATE_MAMBA2_RPT) "1" / "2" overrides, anything
-// else is ignored.
-inline constexpr int kMamba2RptTokens = 2, kMamba2RptMaxTokens = 16;
-inline int mamba2_rpt(int tokens, const char* env) {
-  if (env != nullptr && (env[0] == '1' || env[0] == '2') && env[1] == '\0') return env[0] - '0';
-  return tokens >= kMamba2RptTokens && tokens <= kMamba2RptMaxTokens ? 2 : 1;
+// verify's (prefill): not measured.
+// Four (one block of 64 channels a CTA, 168 registers at SPECSTATE_MAMBA2_RPT4_MIN_CTAS = 3 CTAs
+// an SM: the whole head of Nemotron-H's P = 64, its 32 KiB of state loaded before the grid wait)
+// where two would run one block a CTA (`one_block`: replay_vblocks_for gave 1), d_state is 128
+// and the launch has at least kMamba2Rpt4Rows rows. Measured on the H100 (docs/cuda.md, "Mamba2's
+// replay verify with four channels a thread"; Nemotron-H-8B rounds, two -> four): B = 8 0.912 /
+// 0.955 / 0.958 (T = 2 / 4 / 8), B = 16 0.905 / 0.926 / 1.001; where the several-blocks kernel
+// runs two (B >= 32) four lost 1.04-1.15x, at B = 1 1.02-1.12x, at T = 8, B = 2 and 4 1.13-1.14x.
+// `env` (SPECSTATE_MAMBA2_RPT) "1" / "2" / "4" overrides (4 only at d_state 128; elsewhere the
+// launch runs two), anything else is ignored.
+inline constexpr int kMamba2RptTokens = 2, kMamba2RptMaxTokens = 16, kMamba2Rpt4Rows = 8;
+inline int mamba2_rpt(int tokens, const char* env, int rows = 0, bool one_block = false,
+                      int d_state = 0) {
+  if (env != nullptr && (env[0] == '1' || env[0] == '2' || env[0] == '4') && env[1] == '\0') {
+    return env[0] - '0';
+  }
+  if (tokens < kMamba2RptTokens || tokens > kMamba2RptMaxTokens) return 1;
+  return one_block && d_state == 128 && rows >= kMamba2Rpt4Rows ? 4 : 2;
 }
 
 // V blocks a CTA of the two-rows-a-thread replay verify (GDN and KDA): `chosen`, the count that

@@ -322,15 +322,26 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
   if (p.tokens == 0) return;  // materialize: history only
   const float A = p.A_log ? -expf(a_log) : 0.0f;
   Act* out = static_cast<Act*>(p.out);
-  // kLaneStore: the lane's channel (jm of its RPT), and token 0's output address for it (indexed
-  // by the token; stepped a token at a time instead, as mamba2_replay_vblocks does, the rounds at
-  // T = 4, B = 8 were 1.038x slower: H100, thirty-seventh session).
-  constexpr int kLane1 = mamba2_y_lane<LANES, RPT>(1);  // the lane that stores channel 1
-  const int jm = RPT == 2 && kl == kLane1 ? 1 : 0;
-  const int rm = jm == 1 ? r[RPT - 1] : r[0];
-  const bool store_mine = (kl == 0 || jm == 1) && (jm == 1 ? ok[RPT - 1] : ok[0]);
-  Act* const out_mine = out + rt.begin * p.out_stride_token + h * p.out_stride_h +
-                        int64_t{jm == 1 ? ch[RPT - 1] : ch[0]} * p.out_stride_p;
+  // kLaneStore: the lane's channel (the one of its RPT it stores), and token 0's output address for
+  // it (indexed by the token; stepped a token at a time instead, as mamba2_replay_vblocks does, the
+  // rounds at T = 4, B = 8 were 1.038x slower: H100, thirty-seventh session).
+  int jm = 0;  // the channel this lane stores (of its RPT; lane mamba2_y_lane(jm))
+#pragma unroll
+  for (int j = 1; j < RPT; ++j) {
+    if (kl == mamba2_y_lane<LANES, RPT>(j)) jm = j;
+  }
+  const auto mine = [&](const auto& a) {  // a[jm] without indexing the array by a variable
+    auto v = a[0];
+#pragma unroll
+    for (int j = 1; j < RPT; ++j) {
+      if (jm == j) v = a[j];
+    }
+    return v;
+  };
+  const int rm = mine(r);
+  const bool store_mine = (kl == 0 || jm != 0) && mine(ok);
+  Act* const out_mine =
+      out + rt.begin * p.out_stride_token + h * p.out_stride_h + int64_t{mine(ch)} * p.out_stride_p;
   Mamba2FactorSink sink;
   if (p.write_factors && p.factors != nullptr) {
     sink.ring = p.factors + slot * p.factor_stride_slot;
@@ -355,7 +366,7 @@ __device__ __forceinline__ void mamba2_chain_rows(const Mamba2RecurrenceParams& 
         float y[RPT];
         mamba2_step_rows<St, N, kChunk, true, RPT>(S, chunk, off + tt, kl, r, y);
         if (store_mine) {
-          const float ym = mamba2_output(p, chunk, off + tt, rm, jm == 1 ? y[RPT - 1] : y[0], D);
+          const float ym = mamba2_output(p, chunk, off + tt, rm, mine(y), D);
           out_mine[(c0 + tt) * p.out_stride_token] = from_float<Act>(ym);
         }
       }
@@ -641,10 +652,16 @@ __device__ __forceinline__ bool mamba2_replay_vblocks(const Mamba2RecurrencePara
 // kernel spilled 78 bytes; GDN's two rows a thread measured 4 faster than 5 with spills).
 #define SPECSTATE_MAMBA2_RPT2_MIN_CTAS 4
 #endif
+#ifndef SPECSTATE_MAMBA2_RPT4_MIN_CTAS
+// CTAs per SM the four-channels-a-thread instantiation (RPT = 4, a whole head of 64 channels a
+// CTA at N = 128) is compiled for.
+#define SPECSTATE_MAMBA2_RPT4_MIN_CTAS 3
+#endif
 template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree, bool kMulti,
           int RPT = 1>
 constexpr int mamba2_ctas_per_sm() {
-  constexpr int wanted = RPT == 2   ? SPECSTATE_MAMBA2_RPT2_MIN_CTAS
+  constexpr int wanted = RPT == 4   ? SPECSTATE_MAMBA2_RPT4_MIN_CTAS
+                         : RPT == 2 ? SPECSTATE_MAMBA2_RPT2_MIN_CTAS
                          : kMulti   ? SPECSTATE_MAMBA2_MULTI_MIN_CTAS
                          : N <= 128 ? 8
                                     : 4;
@@ -713,12 +730,21 @@ cudaError_t launch_mamba2_n(const Mamba2RecurrenceParams& p, cudaStream_t stream
     }
     if constexpr (N >= 32 && N <= 128) {
       Mamba2RecurrenceParams q = p;
-      // Two channels a thread where kernels::mamba2_rpt takes it (blocks of twice the channels),
-      // several blocks a CTA where kernels::replay_blocks_per_cta asks for them.
-      if (p.snap == nullptr && mamba2_rpt(p.tokens, std::getenv("SPECSTATE_MAMBA2_RPT")) == 2) {
-        constexpr int kRows2 = 2 * mamba2_rows<N>();
-        q.vblocks = replay_vblocks_for(p.rows, p.num_heads, (p.head_dim + kRows2 - 1) / kRows2, 24,
-                                       "SPECSTATE_MAMBA2_VBLOCKS");
+      // Two channels a thread (blocks of twice the channels), or four, where kernels::mamba2_rpt
+      // takes them; several blocks a CTA where kernels::replay_blocks_per_cta asks for them.
+      constexpr int kRows2 = 2 * mamba2_rows<N>();
+      const int vblocks2 = replay_vblocks_for(
+          p.rows, p.num_heads, (p.head_dim + kRows2 - 1) / kRows2, 24, "SPECSTATE_MAMBA2_VBLOCKS");
+      const int rpt = p.snap == nullptr ? mamba2_rpt(p.tokens, std::getenv("SPECSTATE_MAMBA2_RPT"),
+                                                     p.rows, vblocks2 == 1, N)
+                                        : 1;
+      if constexpr (N == 128) {
+        // Four channels a thread, one block of 64 channels a CTA (no several-blocks kernel).
+        if (rpt == 4)
+          return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, false, 4>(p, stream);
+      }
+      if (rpt >= 2) {  // two (four forced at another d_state: two)
+        q.vblocks = vblocks2;
         if (q.vblocks > 1) {
           return launch_mamba2_shape<Act, St, N, kMamba2Chunk, true, false, true, 2>(q, stream);
         }

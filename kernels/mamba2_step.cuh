@@ -498,23 +498,43 @@ __device__ __forceinline__ void mamba2_step_rows(float4 (&S)[RPT][N / (4 * mamba
     }
   }
   if constexpr (kOutput) {
-    if constexpr (RPT == 2 && SPECSTATE_MAMBA2_Y_HALVES) {
-      // By halves (a reduce-scatter): at the first distance a lane keeps the channel its bit of
-      // that distance names (mamba2_y_kept) and sends its partner the other channel's partial,
-      // then the kept sum runs the butterfly's remaining distances. Every addition is the
-      // butterfly's, operand for operand (an IEEE sum is the same bits in either order), so the
-      // kept y is the bits every lane of the butterfly holds: 3 shuffles, 3 adds and 2 selects
-      // a token instead of 6 and 6. y is off the state's chain (the update does not read it).
-      // Measured on an H100 (Nemotron-H-8B replay rounds, against SPECSTATE_MAMBA2_Y_HALVES=0):
-      // T = 4, B = 1 / 8 / 32 / 128 0.993 / 0.981 / 0.999 / 0.998; B = 128, T = 2 / 8 0.997 /
-      // 0.994.
-      const bool hi = mamba2_y_kept<LANES>(kl) == 1;
-      float keep = hi ? y[1] : y[0];
-      keep += __shfl_xor_sync(0xffffffffu, hi ? y[0] : y[1], LANES / 2);
+    if constexpr (RPT >= 2 && SPECSTATE_MAMBA2_Y_HALVES) {
+      // By halves (a reduce-scatter): at each of the first log2(RPT) distances a lane keeps the
+      // half of its channels its bit of that distance names (mamba2_y_kept) and sends its partner
+      // its partials of the other half, then the kept sum runs the butterfly's remaining
+      // distances. Every addition is the butterfly's, operand for operand (an IEEE sum is the
+      // same bits in either order), so the kept y is the bits every lane of the butterfly holds:
+      // two channels take 3 shuffles, 3 adds and 2 selects a token instead of 6 and 6, four 4
+      // and 4 instead of 12 and 12. y is off the state's chain (the update does not read it).
+      // Measured on an H100 (Nemotron-H-8B replay rounds, two channels, against
+      // SPECSTATE_MAMBA2_Y_HALVES=0): T = 4, B = 1 / 8 / 32 / 128 0.993 / 0.981 / 0.999 / 0.998;
+      // B = 128, T = 2 / 8 0.997 / 0.994.
+      if constexpr (RPT == 2) {
+        // Written out for two: the loop below compiles to the same operations in another
+        // schedule (the SASS of the measured kernels), and this one is what was measured.
+        const bool hi = mamba2_y_kept<LANES, RPT>(kl) == 1;
+        float keep = hi ? y[1] : y[0];
+        keep += __shfl_xor_sync(0xffffffffu, hi ? y[0] : y[1], LANES / 2);
 #pragma unroll
-      for (int m = LANES / 4; m > 0; m >>= 1) keep += __shfl_xor_sync(0xffffffffu, keep, m);
-      y[0] = keep;
-      y[1] = keep;
+        for (int m = LANES / 4; m > 0; m >>= 1) keep += __shfl_xor_sync(0xffffffffu, keep, m);
+        y[0] = keep;
+        y[1] = keep;
+      } else {
+#pragma unroll
+        for (int half = RPT / 2, d = LANES / 2; half >= 1; half /= 2, d /= 2) {
+          const bool hi = (kl & d) != 0;
+#pragma unroll
+          for (int i = 0; i < half; ++i) {
+            const float keep = hi ? y[i + half] : y[i];
+            y[i] = keep + __shfl_xor_sync(0xffffffffu, hi ? y[i] : y[i + half], d);
+          }
+        }
+#pragma unroll
+        for (int m = LANES / (2 * RPT); m > 0; m >>= 1)
+          y[0] += __shfl_xor_sync(0xffffffffu, y[0], m);
+#pragma unroll
+        for (int j = 1; j < RPT; ++j) y[j] = y[0];
+      }
     } else {
 #pragma unroll
       for (int j = 0; j < RPT; ++j) {

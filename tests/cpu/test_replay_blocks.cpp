@@ -201,7 +201,7 @@ TEST(GdnMultiRpt, ManyRowsOfWindowsAndTheOverride) {
   EXPECT_EQ(gdn_multi_rpt(1, 1, false, "2"), 2);
   EXPECT_EQ(gdn_multi_rpt(128, 8, false, "1"), 1);
   EXPECT_EQ(gdn_multi_rpt(128, 8, true, "1"), 1);
-  for (const char* ignored : {"", "0", "3", "22", "x"}) {
+  for (const char* ignored : {"", "0", "3", "4", "22", "x"}) {
     EXPECT_EQ(gdn_multi_rpt(128, 8, false, ignored), 2) << ignored;
     EXPECT_EQ(gdn_multi_rpt(7, 8, false, ignored), 1) << ignored;
     EXPECT_EQ(gdn_multi_rpt(8, 2, true, ignored), 2) << ignored;
@@ -210,18 +210,33 @@ TEST(GdnMultiRpt, ManyRowsOfWindowsAndTheOverride) {
 
 // Channels a thread of the Mamba2 replay verify (kernels::mamba2_rpt), where measured faster on
 // the H100: two for windows of 2..16 tokens at any row count (with the default ring of 3T, B = 16
-// and from 33 rows too); one for windows of one token and for windows longer than 16 (prefill);
-// SPECSTATE_MAMBA2_RPT's "1" / "2" override, anything else is ignored.
+// and from 33 rows too); four instead from kMamba2Rpt4Rows rows where two would run one block a
+// CTA at d_state 128; one for windows of one token and for windows longer than 16 (prefill);
+// SPECSTATE_MAMBA2_RPT's "1" / "2" / "4" override, anything else is ignored.
 TEST(Mamba2Rpt, WhereMeasuredFasterAndTheOverride) {
   for (int tokens : {2, 3, 4, 7, 8, 16}) EXPECT_EQ(mamba2_rpt(tokens, nullptr), 2) << tokens;
   for (int tokens : {-1, 0, 1, 17, 512}) EXPECT_EQ(mamba2_rpt(tokens, nullptr), 1) << tokens;
+  EXPECT_EQ(kMamba2Rpt4Rows, 8);
+  for (int tokens : {2, 4, 8, 16}) {
+    EXPECT_EQ(mamba2_rpt(tokens, nullptr, 8, true, 128), 4) << tokens;
+    EXPECT_EQ(mamba2_rpt(tokens, nullptr, 24, true, 128), 4) << tokens;
+    EXPECT_EQ(mamba2_rpt(tokens, nullptr, 7, true, 128), 2) << tokens;    // few rows
+    EXPECT_EQ(mamba2_rpt(tokens, nullptr, 32, false, 128), 2) << tokens;  // several blocks a CTA
+    EXPECT_EQ(mamba2_rpt(tokens, nullptr, 16, true, 64), 2) << tokens;    // another d_state
+  }
+  for (int tokens : {1, 17}) EXPECT_EQ(mamba2_rpt(tokens, nullptr, 16, true, 128), 1) << tokens;
   EXPECT_EQ(mamba2_rpt(4, "2"), 2);
   EXPECT_EQ(mamba2_rpt(1, "2"), 2);
   EXPECT_EQ(mamba2_rpt(4, "1"), 1);
   EXPECT_EQ(mamba2_rpt(17, "1"), 1);
+  EXPECT_EQ(mamba2_rpt(4, "4"), 4);
+  EXPECT_EQ(mamba2_rpt(1, "4"), 4);
+  EXPECT_EQ(mamba2_rpt(4, "2", 16, true, 128), 2);  // forced two where four is the rule
+  EXPECT_EQ(mamba2_rpt(4, "1", 16, true, 128), 1);
   for (const char* ignored : {"", "0", "3", "22", "x"}) {
     EXPECT_EQ(mamba2_rpt(4, ignored), 2) << ignored;
     EXPECT_EQ(mamba2_rpt(1, ignored), 1) << ignored;
+    EXPECT_EQ(mamba2_rpt(4, ignored, 16, true, 128), 4) << ignored;
   }
 }
 
@@ -362,19 +377,20 @@ TEST(ButterflySum, StagedPartialsSumToTheButterflysBits) {
   EXPECT_GT(order_shows, 1000);
 }
 
-// Mamba2's two channels a thread reduce their outputs' y by halves (kernels::mamba2_y_kept): a
-// group of LANES lanes is simulated as the shuffles run it (at the first distance, LANES / 2, lane
-// i keeps channel mamba2_y_kept(i) and adds the other channel's partial of lane i ^ LANES / 2,
-// which keeps that one; then the butterfly's remaining distances on the kept sum). Every lane
-// ends with the bits of its kept channel's whole butterfly (the snapshot path's step), and the
-// lane that stores channel j (kernels::mamba2_y_lane) keeps channel j. Partials of mixed signs
-// and magnitudes make the order show (a sum in lane order differs: checked), so a wrong pairing
-// or a lane that stores the other channel fails.
-template <int LANES>
+// Mamba2's several channels a thread reduce their outputs' y by halves (kernels::mamba2_y_kept):
+// a group of LANES lanes with RPT channels each is simulated as mamba2_step_rows' shuffles run it
+// (at each of the first log2(RPT) distances, LANES / 2 first, lane i keeps the half of its
+// channels that distance's bit of i names and adds its partner's partials of them, the partner
+// sending the half it does not keep; then the butterfly's remaining distances on the kept sum).
+// Every lane ends with the bits of its kept channel's whole butterfly (the snapshot path's step),
+// and the lane that stores channel j (kernels::mamba2_y_lane) keeps channel j. Partials of mixed
+// signs and magnitudes make the order show (a sum in lane order differs: checked), so a wrong
+// pairing or a lane that stores another channel fails.
+template <int LANES, int RPT>
 void check_mamba2_y_halves(int rows, uint32_t seed, int* order_shows) {
   uint32_t state = seed;
   for (int row = 0; row < rows; ++row) {
-    float y[2][LANES];
+    float y[RPT][LANES];
     for (auto& ch : y) {
       for (float& x : ch) {
         state = state * 1664525u + 1013904223u;
@@ -383,27 +399,45 @@ void check_mamba2_y_halves(int rows, uint32_t seed, int* order_shows) {
         x = std::ldexp((state & 1u) ? -mant : mant, e);
       }
     }
-    float full[2][LANES];  // each channel's whole butterfly
-    for (int j = 0; j < 2; ++j) {
+    float full[RPT][LANES];  // each channel's whole butterfly
+    for (int j = 0; j < RPT; ++j) {
       std::copy(y[j], y[j] + LANES, full[j]);
       butterfly_distances(full[j], LANES / 2, 1);
     }
+    float v[LANES][RPT];  // lane i's values, as the kernel's y[] of that lane
+    for (int i = 0; i < LANES; ++i) {
+      for (int j = 0; j < RPT; ++j) v[i][j] = y[j][i];
+    }
+    for (int half = RPT / 2, d = LANES / 2; half >= 1; half /= 2, d /= 2) {
+      float next[LANES][RPT];
+      for (int i = 0; i < LANES; ++i) {
+        const int partner = i ^ d;
+        const bool hi = (i & d) != 0, partner_hi = (partner & d) != 0;
+        ASSERT_NE(hi, partner_hi) << "lane " << i << " and its partner at distance " << d;
+        std::copy(v[i], v[i] + RPT, next[i]);
+        for (int k = 0; k < half; ++k) {
+          const float keep = hi ? v[i][k + half] : v[i][k];
+          const float sent = partner_hi ? v[partner][k] : v[partner][k + half];
+          next[i][k] = keep + sent;
+        }
+      }
+      std::copy(&next[0][0], &next[0][0] + LANES * RPT, &v[0][0]);
+    }
     float keep[LANES];
+    for (int i = 0; i < LANES; ++i) keep[i] = v[i][0];
+    butterfly_distances(keep, LANES / (2 * RPT), 1);
     for (int i = 0; i < LANES; ++i) {
-      const int mine = mamba2_y_kept<LANES>(i), partner = i ^ (LANES / 2);
-      ASSERT_NE(mamba2_y_kept<LANES>(partner), mine) << "lane " << i << " and its partner";
-      keep[i] = y[mine][i] + y[mine][partner];  // the partner sends the channel it does not keep
+      const int kept = mamba2_y_kept<LANES, RPT>(i);
+      ASSERT_GE(kept, 0);
+      ASSERT_LT(kept, RPT);
+      ASSERT_EQ(bits_of(keep[i]), bits_of(full[kept][i]))
+          << "row " << row << ", lane " << i << ", " << LANES << " lanes, " << RPT << " channels";
     }
-    butterfly_distances(keep, LANES / 4, 1);
-    for (int i = 0; i < LANES; ++i) {
-      ASSERT_EQ(bits_of(keep[i]), bits_of(full[mamba2_y_kept<LANES>(i)][i]))
-          << "row " << row << ", lane " << i << ", " << LANES << " lanes";
-    }
-    for (int j = 0; j < 2; ++j) {
-      const int lane = mamba2_y_lane<LANES, 2>(j);
+    for (int j = 0; j < RPT; ++j) {
+      const int lane = mamba2_y_lane<LANES, RPT>(j);
       ASSERT_GE(lane, 0);
       ASSERT_LT(lane, LANES);
-      ASSERT_EQ(mamba2_y_kept<LANES>(lane), j) << "the lane that stores channel " << j;
+      ASSERT_EQ((mamba2_y_kept<LANES, RPT>(lane)), j) << "the lane that stores channel " << j;
       float seq = 0.0f;
       for (const float x : y[j]) seq += x;
       *order_shows += bits_of(seq) != bits_of(keep[lane]);
@@ -414,13 +448,20 @@ void check_mamba2_y_halves(int rows, uint32_t seed, int* order_shows) {
 TEST(Mamba2YHalves, EveryLaneKeepsItsChannelsButterflyBits) {
   if (!SPECSTATE_MAMBA2_Y_HALVES) GTEST_SKIP() << "built with SPECSTATE_MAMBA2_Y_HALVES=0";
   int order_shows = 0;
-  check_mamba2_y_halves<8>(8192, 7u, &order_shows);
-  check_mamba2_y_halves<4>(8192, 8u, &order_shows);
-  EXPECT_GT(order_shows, 4000);
-  // The storing lanes: lane 0 for channel 0 (and for a thread's one channel), LANES / 2 for 1.
+  check_mamba2_y_halves<8, 2>(8192, 7u, &order_shows);
+  check_mamba2_y_halves<4, 2>(8192, 8u, &order_shows);
+  check_mamba2_y_halves<8, 4>(8192, 9u, &order_shows);
+  check_mamba2_y_halves<4, 4>(8192, 10u, &order_shows);
+  EXPECT_GT(order_shows, 8000);
+  // The storing lanes: lane 0 for channel 0 (and for a thread's one channel); of two, LANES / 2
+  // for channel 1; of four, LANES / 4, LANES / 2 and 3 LANES / 4 for channels 1, 2 and 3.
   EXPECT_EQ((mamba2_y_lane<8, 1>(0)), 0);
   EXPECT_EQ((mamba2_y_lane<8, 2>(1)), 4);
   EXPECT_EQ((mamba2_y_lane<4, 2>(1)), 2);
+  EXPECT_EQ((mamba2_y_lane<8, 4>(1)), 2);
+  EXPECT_EQ((mamba2_y_lane<8, 4>(2)), 4);
+  EXPECT_EQ((mamba2_y_lane<8, 4>(3)), 6);
+  EXPECT_EQ((mamba2_y_lane<4, 4>(3)), 3);
 }
 
 // The lean replay conv of chains (kernels::conv_lean_choice): from its kind's rows

@@ -153,7 +153,8 @@ INSTANTIATE_TEST_SUITE_P(
     EnvCaseName{"_vb"});
 
 // The Mamba2 replay verify with two channels a thread (SPECSTATE_MAMBA2_RPT=2,
-// kernels::mamba2_rpt; one channel block a CTA, SPECSTATE_MAMBA2_VBLOCKS=1) and with one (1):
+// kernels::mamba2_rpt; one channel block a CTA, SPECSTATE_MAMBA2_VBLOCKS=1), with one (1) and
+// with four (4: blocks of 64 channels at N = 128; the N = 64 and 32 cases run two there):
 // replay equals snapshot bit for bit. N = 64 with P = 32 (one whole block of 32 channels), N = 128
 // with P = 24 (a thread's second channel past P for half the CTA) and P = 72 (three blocks, the
 // last with 8 channels: every second channel past P), folds every round (ring 2T), long
@@ -183,7 +184,7 @@ INSTANTIATE_TEST_SUITE_P(
             EquivalenceCase{"mamba2_n64_f32_chain_ring2t", "m2_gpu_n64_p72_f32", false, 4, 5, 24,
                             8},
             EquivalenceCase{"mamba2_n32_bf16_chain", "m2_gpu_n32_p72", false, 4, 6, 16}),
-        ::testing::Values(1, 2)),
+        ::testing::Values(1, 2, 4)),
     EnvCaseName{"_rpt"});
 
 // A replay verify skips the state update of each row's last window token (nothing reads that
