@@ -154,8 +154,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The Mamba2 replay verify with two channels a thread (SPECSTATE_MAMBA2_RPT=2,
 // kernels::mamba2_rpt; one channel block a CTA, SPECSTATE_MAMBA2_VBLOCKS=1), with one (1) and
-// with four (4: blocks of 64 channels at N = 128; the N = 64 and 32 cases run two there):
-// replay equals snapshot bit for bit. N = 64 with P = 32 (one whole block of 32 channels), N = 128
+// with four (4: blocks of 64 channels at N = 128; the N = 64 and 32 cases run two there), and
+// under the rule (0, an ignored value: four for the 9-row case, two for the others): replay
+// equals snapshot bit for bit. N = 64 with P = 32 (one whole block of 32 channels), N = 128
 // with P = 24 (a thread's second channel past P for half the CTA) and P = 72 (three blocks, the
 // last with 8 channels: every second channel past P), folds every round (ring 2T), long
 // histories (ring 40: staged records, not merged), f32 and bf16 states; prefill, decode and
@@ -183,8 +184,10 @@ INSTANTIATE_TEST_SUITE_P(
                             kSnapshotVllm | kReplayVllm},
             EquivalenceCase{"mamba2_n64_f32_chain_ring2t", "m2_gpu_n64_p72_f32", false, 4, 5, 24,
                             8},
-            EquivalenceCase{"mamba2_n32_bf16_chain", "m2_gpu_n32_p72", false, 4, 6, 16}),
-        ::testing::Values(1, 2, 4)),
+            EquivalenceCase{"mamba2_n32_bf16_chain", "m2_gpu_n32_p72", false, 4, 6, 16},
+            // 9 rows: kernels::mamba2_rpt's rule (the value 0, ignored) takes four channels here.
+            EquivalenceCase{"mamba2_p72_chain_rows9", "m2_gpu_p72", false, 4, 9, 8}),
+        ::testing::Values(0, 1, 2, 4)),
     EnvCaseName{"_rpt"});
 
 // A replay verify skips the state update of each row's last window token (nothing reads that
@@ -591,6 +594,16 @@ TEST_P(Mamba2RptVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
   const ScopedEnv vblocks("SPECSTATE_MAMBA2_VBLOCKS", "1");
   const ScopedEnv rpt("SPECSTATE_MAMBA2_RPT", "2");
   run_varlen(c, 0x3B2D, c.base.tree);
+}
+
+// The same with four channels a thread (SPECSTATE_MAMBA2_RPT=4: blocks of 64 channels for the
+// N = 128 case; the N = 64 case runs two).
+TEST_P(Mamba2RptVarlenGpu, FourChannelsPackedRowsEqualUniformWindowWithFiller) {
+  SPECSTATE_REQUIRE_GPU();
+  const VarlenCase& c = GetParam();
+  const ScopedEnv vblocks("SPECSTATE_MAMBA2_VBLOCKS", "1");
+  const ScopedEnv rpt("SPECSTATE_MAMBA2_RPT", "4");
+  run_varlen(c, 0x3B2F, c.base.tree);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, Mamba2RptVarlenGpu,
