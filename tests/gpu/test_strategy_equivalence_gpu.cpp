@@ -588,22 +588,23 @@ INSTANTIATE_TEST_SUITE_P(
 // equal the uniform window with filler bit for bit.
 class Mamba2RptVarlenGpu : public ::testing::TestWithParam<VarlenCase> {};
 
+// One channel block a CTA, `rpt` channels a thread forced.
+void run_mamba2_rpt_varlen(const VarlenCase& c, const char* rpt, uint64_t seed) {
+  const ScopedEnv vblocks("SPECSTATE_MAMBA2_VBLOCKS", "1");
+  const ScopedEnv channels("SPECSTATE_MAMBA2_RPT", rpt);
+  run_varlen(c, seed, c.base.tree);
+}
+
 TEST_P(Mamba2RptVarlenGpu, PackedRowsEqualUniformWindowWithFiller) {
   SPECSTATE_REQUIRE_GPU();
-  const VarlenCase& c = GetParam();
-  const ScopedEnv vblocks("SPECSTATE_MAMBA2_VBLOCKS", "1");
-  const ScopedEnv rpt("SPECSTATE_MAMBA2_RPT", "2");
-  run_varlen(c, 0x3B2D, c.base.tree);
+  run_mamba2_rpt_varlen(GetParam(), "2", 0x3B2D);
 }
 
 // The same with four channels a thread (SPECSTATE_MAMBA2_RPT=4: blocks of 64 channels for the
 // N = 128 case; the N = 64 case runs two).
 TEST_P(Mamba2RptVarlenGpu, FourChannelsPackedRowsEqualUniformWindowWithFiller) {
   SPECSTATE_REQUIRE_GPU();
-  const VarlenCase& c = GetParam();
-  const ScopedEnv vblocks("SPECSTATE_MAMBA2_VBLOCKS", "1");
-  const ScopedEnv rpt("SPECSTATE_MAMBA2_RPT", "4");
-  run_varlen(c, 0x3B2F, c.base.tree);
+  run_mamba2_rpt_varlen(GetParam(), "4", 0x3B2F);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, Mamba2RptVarlenGpu,
