@@ -161,7 +161,7 @@ constexpr float butterfly_sum(const float (&part)[kParts]) {
 // half; the kept sum then runs the remaining distances. Every addition is the butterfly's,
 // operand for operand, so lane kl ends with the bits of channel mamba2_y_kept(kl)'s butterfly sum
 // (tests/cpu/test_replay_blocks.cpp simulates both).
-template <int LANES, int RPT = 2>
+template <int LANES, int RPT>
 constexpr int mamba2_y_kept(int kl) {
   static_assert(RPT >= 1 && RPT <= LANES && (RPT & (RPT - 1)) == 0, "a power of two <= LANES");
   int kept = 0;
