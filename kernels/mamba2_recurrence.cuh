@@ -222,11 +222,11 @@ __device__ __forceinline__ void mamba2_row_block(const Mamba2RecurrenceParams& p
   if (p.store_final && rt.count > 0 && ok) mamba2_store<St, NK, LANES>(committed, S, kl, false);
 }
 
-// mamba2_row_block for a replay chain with RPT channels a thread (channels r and
-// r + mamba2_rows<N>() of the block): each staged B and C load (mamba2_step_rows) and each merged
-// history record's B * dt (mamba2_apply_raw_rows) serve every channel of the thread; per channel
-// the same operations in the same order (bit-identical). Decode, prefill and verify chains; no
-// trees, no snapshots (the launcher's kernels::mamba2_rpt path). A function of its own rather
+// mamba2_row_block for a replay chain with RPT channels a thread (2 or 4: channels r,
+// r + mamba2_rows<N>(), ... of the block): each staged B and C load (mamba2_step_rows) and each
+// merged history record's B * dt (mamba2_apply_raw_rows) serve every channel of the thread; per
+// channel the same operations in the same order (bit-identical). Decode, prefill and verify chains;
+// no trees, no snapshots (the launcher's kernels::mamba2_rpt path). A function of its own rather
 // than an RPT parameter of mamba2_row_block: that one, written over arrays of RPT channels, was
 // 1-2% slower at one channel a thread (H100, Nemotron-H rounds at every batch; its scheduling and
 // spills moved).
@@ -675,7 +675,7 @@ __global__ void __launch_bounds__(
     kMamba2Threads, mamba2_ctas_per_sm<Act, St, N, kChunk, kReplay, kTree, kMulti, RPT>())
     mamba2_recurrence_kernel(const __grid_constant__ Mamba2RecurrenceParams p) {
   static_assert(!kMulti || (kReplay && !kTree), "a replay chain");
-  static_assert(RPT == 1 || (kReplay && !kTree), "two channels a thread: chains");
+  static_assert(RPT == 1 || (kReplay && !kTree), "several channels a thread: chains");
   __shared__ Mamba2Shared<Act, St, N, kChunk, kReplay, kTree, kMulti, RPT> sm;
   const int h = blockIdx.y;
   // The layer's gate parameters: written by nobody in the round and independent of the slot, so
@@ -712,7 +712,7 @@ __global__ void __launch_bounds__(
 template <typename Act, typename St, int N, int kChunk, bool kReplay, bool kTree = false,
           bool kMulti = false, int RPT = 1>
 cudaError_t launch_mamba2_shape(const Mamba2RecurrenceParams& p, cudaStream_t stream) {
-  // Two channels a thread run chains only (mamba2_chain_rows ignores parents and snapshots).
+  // Several channels a thread run chains only (mamba2_chain_rows ignores parents and snapshots).
   if (RPT > 1 && (p.parents != nullptr || p.snap != nullptr)) return cudaErrorInvalidValue;
   constexpr int kRows = mamba2_rows<N>() * RPT;
   const int nblk = (p.head_dim + kRows - 1) / kRows;
